@@ -1,0 +1,101 @@
+# lanes — build, test, bench, run. `make help` lists the targets.
+
+CC       ?= cc
+BUILD    ?= build
+SHARED   ?= $(if $(LANES_SHARED),$(LANES_SHARED),../shared)
+MODEL    ?= $(SHARED)/models/stories260K.gguf
+SANITIZE ?=
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing
+LDLIBS   := -lpcre2-8 -ljansson -lm -lpthread
+
+ifneq ($(SANITIZE),)
+BUILD    := $(BUILD)/san
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+
+LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TEST_SUP := $(sort $(filter-out $(TEST_SRC),$(wildcard tests/unit/*.c)))
+BENCH_SRC:= $(sort $(wildcard bench/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+SUP_OBJ  := $(TEST_SUP:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+LIB      := $(BUILD)/liblanes.a
+
+# x86 kernels are compiled for their instruction set; CPUID picks them at run time.
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c
+$(BUILD)/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
+$(BUILD)/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
+
+.PHONY: all test unit unit-c bench run deps clean fuzz help
+all: deps-check $(BUILD)/lanes
+
+help:
+	@echo "make            build $(BUILD)/lanes"
+	@echo "make run        run lanes on MODEL (default: stories260K)"
+	@echo "make test       build and run every test"
+	@echo "make bench      run the benchmarks"
+	@echo "make SANITIZE=address,undefined test   the same under ASan+UBSan"
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lanes: $(CLI_OBJ) $(LIB)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(SUP_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# Installs missing Debian packages when root, else prints the apt-get line.
+deps:
+	@scripts/deps.sh
+
+deps-check:
+	@scripts/deps.sh --quiet
+
+unit: deps-check $(BUILD)/lanes $(TESTS)
+	@LANES_SHARED=$(SHARED) LANES_BIN=$(BUILD)/lanes scripts/run-tests.sh $(BUILD)
+
+# the C unit tests alone (CI runs them once more under the sanitizers)
+unit-c: deps-check $(BUILD)/lanes $(TESTS)
+	@LANES_SHARED=$(SHARED) LANES_BIN=$(BUILD)/lanes LANES_ONLY=c scripts/run-tests.sh $(BUILD)
+
+test: unit
+
+bench: deps-check $(BUILD)/lanes $(BENCHES)
+	@LANES_SHARED=$(SHARED) scripts/bench.sh $(BUILD)
+
+run: all
+	$(BUILD)/lanes info $(MODEL)
+
+# libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`.
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LDLIBS)
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: deps-check
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Makes sure the Debian packages lanes builds and tests with are present:
+# installs them when run as root, otherwise prints the exact apt-get line.
+PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev pkg-config"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && { [ "$1" = "--quiet" ] || echo "deps: all present"; exit 0; }
+if [ "$(id -u)" = 0 ]; then
+	echo "deps: installing$missing" >&2
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; } >&2 || exit 1
+else
+	echo "deps: missing Debian packages; run:" >&2
+	echo "  sudo apt-get install -y$missing" >&2
+	exit 1
+fi

@@ -1,0 +1,96 @@
+// base: error codes, logging, clocks, checked arithmetic, hashing and the thread pool
+// that every other module builds on. Knows nothing of models, files or requests.
+#ifndef LANES_BASE_H
+#define LANES_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- errors: one list gives the codes and their messages ----------------------------
+#define LANES_ERRORS(X)                                            \
+	X(OK, 0, "ok")                                             \
+	X(EIO, -1, "i/o error")                                    \
+	X(EFORMAT, -2, "malformed input")                          \
+	X(ENOMEM, -3, "out of memory")                             \
+	X(EINVAL, -4, "invalid argument")                          \
+	X(ERANGE, -5, "value out of range")                        \
+	X(EUNSUPPORTED, -6, "unsupported")                         \
+	X(ENOTFOUND, -7, "not found")                              \
+	X(ELIMIT, -8, "limit exceeded")                            \
+	X(ECANCELLED, -9, "cancelled")                             \
+	X(EBUSY, -10, "busy")
+
+enum lanes_err {
+#define LANES__ERR_ENUM(name, code, msg) LANES_##name = (code),
+	LANES_ERRORS(LANES__ERR_ENUM)
+#undef LANES__ERR_ENUM
+};
+
+const char *lanes_strerror(int code);
+
+// Formats a message into err (size errlen, may be NULL) and returns code.
+int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+// ---- logging: one level-gated macro, prefixed by module; always to stderr -----------
+enum lanes_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+extern int lanes_log_level; // set from LANES_LOG (error|warn|info|debug) by lanes_log_init
+void lanes_log_init(void);
+void lanes_log(int level, const char *module, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define LOG(level, module, ...)                                                   \
+	do {                                                                      \
+		if ((level) <= lanes_log_level) lanes_log((level), (module), __VA_ARGS__); \
+	} while (0)
+#define LOG_ERROR(m, ...) LOG(LOG_LEVEL_ERROR, m, __VA_ARGS__)
+#define LOG_WARN(m, ...) LOG(LOG_LEVEL_WARN, m, __VA_ARGS__)
+#define LOG_INFO(m, ...) LOG(LOG_LEVEL_INFO, m, __VA_ARGS__)
+#define LOG_DEBUG(m, ...) LOG(LOG_LEVEL_DEBUG, m, __VA_ARGS__)
+
+// Broken invariants (never input from outside) abort loudly with file and line.
+#define LANES_ASSERT(cond)                                                  \
+	do {                                                                \
+		if (!(cond)) lanes_panic(__FILE__, __LINE__, #cond);        \
+	} while (0)
+_Noreturn void lanes_panic(const char *file, int line, const char *what);
+
+// ---- clock -------------------------------------------------------------------------
+uint64_t lanes_now_us(void); // monotonic microseconds
+uint64_t lanes_now_ns(void); // monotonic nanoseconds
+
+// ---- checked arithmetic: false on overflow -------------------------------------------
+static inline bool ck_mul(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool ck_add(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+// ---- SHA-256 ---------------------------------------------------------------------------
+typedef struct {
+	uint32_t h[8];
+	uint64_t len;     // bytes hashed so far
+	uint8_t buf[64];  // pending partial block
+} sha256_ctx;
+void sha256_init(sha256_ctx *c);
+void sha256_update(sha256_ctx *c, const void *data, size_t n);
+void sha256_final(sha256_ctx *c, uint8_t out[32]);
+void sha256_hex(const void *data, size_t n, char out[65]);
+
+// ---- 64-bit hashing and a counter-based random source ---------------------------------
+uint64_t lanes_hash64(const void *data, size_t n, uint64_t seed); // FNV-1a folded by splitmix
+static inline uint64_t splitmix64(uint64_t x) {
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+// ---- thread pool: workers take (ith, nth); the caller is worker 0 --------------------
+typedef struct lanes_pool lanes_pool;
+typedef void (*lanes_task_fn)(void *arg, int ith, int nth);
+int lanes_pool_new(lanes_pool **out, int n_threads); // n_threads >= 1 includes the caller
+void lanes_pool_free(lanes_pool *p);                 // accepts NULL
+int lanes_pool_threads(const lanes_pool *p);
+// Runs fn(arg, ith, nth) on every thread and returns when all are done.
+void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg);
+int lanes_cpu_count(void);
+
+#endif
