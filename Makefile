@@ -9,7 +9,7 @@ SANITIZE ?=
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing
-LDLIBS   := -lpcre2-8 -ljansson -lm -lpthread
+LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lm -lpthread
 
 ifneq ($(SANITIZE),)
 BUILD    := $(BUILD)/san
@@ -85,7 +85,7 @@ bench: deps-check $(BUILD)/lanes $(BENCHES)
 	@LANES_SHARED=$(SHARED) scripts/bench.sh $(BUILD)
 
 run: all
-	$(BUILD)/lanes info $(MODEL)
+	$(BUILD)/lanes serve -m $(MODEL)
 
 # libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
@@ -98,4 +98,5 @@ clean:
 	rm -rf $(BUILD)
 
 .PHONY: deps-check
+.SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

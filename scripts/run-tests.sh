@@ -11,7 +11,9 @@ scripts=tests/script/*.sh
 [ "${LANES_ONLY:-}" = c ] && scripts=""
 for t in "$BUILD"/tests/test_* $scripts; do
 	[ -e "$t" ] || continue
+	t0=$(date +%s)
 	out=$("$t" 2>&1); rc=$?
+	secs=$(( $(date +%s) - t0 ))
 	line=$(printf '%s\n' "$out" | grep -E '^[a-z0-9_.-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
 	p=$(printf '%s' "$line" | sed -n 's/.*: \([0-9]*\) passed.*/\1/p'); f=$(printf '%s' "$line" | sed -n 's/.* \([0-9]*\) failed$/\1/p')
 	[ -n "$p" ] || { p=0; f=1; }
@@ -20,9 +22,9 @@ for t in "$BUILD"/tests/test_* $scripts; do
 	if [ "$f" != 0 ]; then
 		broken="$broken $(basename "$t")"
 		printf '%s\n' "$out" | tail -n 40
-		echo "FAIL $(basename "$t") (exit $rc)"
+		echo "FAIL $(basename "$t") (exit $rc, ${secs}s)"
 	else
-		echo "ok   $(basename "$t"): $p passed"
+		echo "ok   $(basename "$t"): $p passed (${secs}s)"
 	fi
 done
 rm -rf "$LANES_TMP"

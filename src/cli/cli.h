@@ -31,5 +31,13 @@ int cmd_template(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+// Shared by run, logits and bench (cmd_run.c): "1,2,3" or "[1, 2, 3]" into a malloc'd list;
+// a kv type by name; a pool of `want` threads (<= 0: one per core). Each prints its error.
+#include "kv/kv.h"
+#include "base/base.h"
+int cli_parse_ids(const char *s, int32_t **ids, size_t *n);
+int cli_kv_type(const char *name, enum kv_type *out);
+int cli_threads(int64_t want, lanes_pool **pool);
 
 #endif

@@ -11,6 +11,15 @@ static const struct {
 	const char *what;
 } commands[] = {
 	{"info", cmd_info, "print a GGUF file's metadata and tensors"},
+	{"tokenize", cmd_tokenize, "print the token ids of stdin's text"},
+	{"detokenize", cmd_detokenize, "print the text of a JSON array of token ids"},
+	{"template", cmd_template, "render a chat template over a JSON list of messages"},
+	{"quantize", cmd_quantize, "convert a model's weights to a file type (Q8_0, Q4_K_M, ...)"},
+	{"gen", cmd_gen, "write a random-weight llama-family model for tests and benchmarks"},
+	{"run", cmd_run, "generate text from a prompt"},
+	{"logits", cmd_logits, "write the logits of every prompt position"},
+	{"bench", cmd_bench, "measure prompt processing and generation speed"},
+	{"serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)"},
 };
 
 static void usage(void) {

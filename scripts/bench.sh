@@ -1,0 +1,58 @@
+#!/bin/sh
+# make bench: one table — prompt processing (pp512) and decode (tg128) tok/s per weight
+# type on tinyllama-1.1b-shaped models, the read-bandwidth probe and the decode limit it
+# implies, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench.
+BUILD=${1:-build}
+: "${LANES_SHARED:=../shared}"
+BIN="$BUILD/lanes"
+MODELS="${LANES_BENCH_MODELS:-$BUILD/bench-models}"
+TYPES="${LANES_BENCH_TYPES:-Q4_0 Q8_0 Q4_K_M Q6_K}"
+THREADS="${LANES_BENCH_THREADS:-2}"
+REPS="${LANES_BENCH_REPS:-3}"
+mkdir -p "$MODELS"
+
+bw=$("$BUILD/bench/bw" "$THREADS")
+bwN=$(printf '%s' "$bw" | sed 's/.*"bwN_gbs": \([0-9.]*\).*/\1/')
+bw1=$(printf '%s' "$bw" | sed 's/.*"bw1_gbs": \([0-9.]*\).*/\1/')
+echo "read bandwidth: $bw1 GB/s (1 thread), $bwN GB/s ($THREADS threads)"
+
+printf '%-8s %9s %9s %9s %9s %9s' type size_MiB pp512 tg128 tg_limit tg/limit
+[ -n "$LLAMA_BENCH" ] && printf ' %9s %9s %7s %7s' llama_pp llama_tg pp_x tg_x
+echo
+for t in $TYPES; do
+	f="$MODELS/tinyllama-1.1b-$t.gguf"
+	if [ ! -s "$f" ]; then
+		"$BIN" gen --shape tinyllama-1.1b --type "$t" --vocab "$LANES_SHARED/vocab/ggml-vocab-llama-spm.gguf" -o "$f" >/dev/null 2>&1 ||
+			{ echo "$t: lanes gen failed"; continue; }
+	fi
+	j=$("$BIN" bench -m "$f" -p 512 -n 128 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)
+	pp=$(printf '%s' "$j" | sed 's/.*"pp_tps": *\([0-9.]*\).*/\1/')
+	tg=$(printf '%s' "$j" | sed 's/.*"tg_tps": *\([0-9.]*\).*/\1/')
+	# bytes read per token: every weight tensor but token_embd, of which one row
+	wbytes=$("$BIN" info --json "$f" | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+sizes={"F32":(1,4),"F16":(1,2),"BF16":(1,2),"Q4_0":(32,18),"Q4_1":(32,20),"Q5_0":(32,22),"Q5_1":(32,24),"Q8_0":(32,34),"Q2_K":(256,84),"Q3_K":(256,110),"Q4_K":(256,144),"Q5_K":(256,176),"Q6_K":(256,210)}
+tot=0
+for t in d["tensors"]:
+    n=1
+    for x in t["shape"]: n*=x
+    b,s=sizes[t["type"]]; by=n//b*s
+    if t["name"]=="token_embd.weight": by//=t["shape"][1]
+    tot+=by
+print(tot)')
+	size=$(( $(stat -c %s "$f") / 1048576 ))
+	limit=$(echo "scale=1; $bwN * 1000000000 / $wbytes" | bc)
+	ratio=$(echo "scale=2; $tg / $limit" | bc)
+	printf '%-8s %9s %9s %9s %9s %9s' "$t" "$size" "$pp" "$tg" "$limit" "$ratio"
+	if [ -n "$LLAMA_BENCH" ]; then
+		lj=$("$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r "$REPS" -t "$THREADS" -o json 2>/dev/null)
+		lpp=$(printf '%s' "$lj" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([x["avg_ts"] for x in d if x["n_prompt"]>0][0])' 2>/dev/null)
+		ltg=$(printf '%s' "$lj" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([x["avg_ts"] for x in d if x["n_gen"]>0][0])' 2>/dev/null)
+		printf ' %9.1f %9.1f %7.2f %7.2f' "${lpp:-0}" "${ltg:-0}" "$(echo "$pp / ${lpp:-1}" | bc -l)" "$(echo "$tg / ${ltg:-1}" | bc -l)"
+	fi
+	echo
+done
+for v in llama-spm qwen2 gpt-2; do
+	"$BUILD/bench/tok_bench" "$LANES_SHARED/vocab/ggml-vocab-$v.gguf" 2>/dev/null | tail -n 1
+done

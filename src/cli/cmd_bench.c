@@ -1,0 +1,160 @@
+// cli: `lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]` — prompt
+// processing (P tokens from an empty context in one pass) and generation (N tokens one at a
+// time from an empty context), as llama-bench measures them: mean and sd over repetitions.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "model/model.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	const model *m;
+	kv_cache *kv;
+	lanes_pool *pool;
+	float *logits;
+	model_row *rows;
+} bench_ctx;
+
+static int32_t bench_token(const model *m, int64_t i) {
+	return (int32_t)(splitmix64((uint64_t)i) % (uint64_t)model_hparams_of(m)->n_vocab);
+}
+
+// Seconds for one pass over n prompt tokens; -1 on error.
+static double run_pp(bench_ctx *b, int64_t n) {
+	char err[256];
+	kv_seq_clear(b->kv, 0);
+	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1};
+	uint64_t t0 = lanes_now_ns();
+	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
+		fprintf(stderr, "lanes bench: %s\n", err);
+		return -1;
+	}
+	return (lanes_now_ns() - t0) / 1e9;
+}
+
+// Seconds for n single-token passes; -1 on error.
+static double run_tg(bench_ctx *b, int64_t n) {
+	char err[256];
+	kv_seq_clear(b->kv, 0);
+	uint64_t t0 = lanes_now_ns();
+	for (int64_t i = 0; i < n; i++) {
+		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true};
+		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
+			fprintf(stderr, "lanes bench: %s\n", err);
+			return -1;
+		}
+	}
+	return (lanes_now_ns() - t0) / 1e9;
+}
+
+static void mean_sd(const double *x, int n, double *mean, double *sd) {
+	double s = 0, q = 0;
+	for (int i = 0; i < n; i++) s += x[i];
+	*mean = s / n;
+	for (int i = 0; i < n; i++) q += (x[i] - *mean) * (x[i] - *mean);
+	*sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+}
+
+int cmd_bench(int argc, char **argv) {
+	const char *model_path = NULL, *kv_name = "f16s";
+	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0;
+	bool json = false, help = false;
+	const cli_opt opts[] = {
+		{"-m|--model", CLI_STR, &model_path, "GGUF model file"},
+		{"-p|--n-prompt", CLI_INT, &n_pp, "prompt tokens, one pass (default 512; 0 = skip)"},
+		{"-n|--n-gen", CLI_INT, &n_tg, "generated tokens, one at a time (default 128; 0 = skip)"},
+		{"-r|--repetitions", CLI_INT, &reps, "repetitions (default 3)"},
+		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
+		{"--kv", CLI_STR, &kv_name, "kv cache type: f16s (default) or f16"},
+		{"--json", CLI_FLAG, &json, "print one JSON object"},
+		{"-h|--help", CLI_FLAG, &help, "show this help"},
+	};
+	const int nopts = sizeof opts / sizeof opts[0];
+	int npos;
+	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
+	if (help || !model_path || n_pp < 0 || n_tg < 0 || reps < 1 || reps > 1000 || n_pp > 1 << 20 || n_tg > 1 << 20) {
+		cli_usage("lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]", opts, nopts);
+		return help ? 0 : 2;
+	}
+	enum kv_type kvt;
+	if (cli_kv_type(kv_name, &kvt)) return 2;
+	char err[512];
+	int rc = 1;
+	model *m = NULL;
+	bench_ctx b = {0};
+	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+	if (!pp || !tg) goto out;
+	if (model_load(&m, model_path, err, sizeof err)) {
+		fprintf(stderr, "lanes bench: %s\n", err);
+		goto out;
+	}
+	b.m = m;
+	const model_hparams *hp = model_hparams_of(m);
+	if (cli_threads(threads, &b.pool)) goto out;
+	const int64_t ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;
+	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)ctx, 16);
+	if (kv_new(&b.kv, &kc, err, sizeof err)) {
+		fprintf(stderr, "lanes bench: %s\n", err);
+		goto out;
+	}
+	b.logits = malloc((size_t)hp->n_vocab * sizeof *b.logits);
+	b.rows = malloc((size_t)(n_pp > 0 ? n_pp : 1) * sizeof *b.rows);
+	if (!b.logits || !b.rows) {
+		fprintf(stderr, "lanes bench: out of memory\n");
+		goto out;
+	}
+	const char *type = tensor_traits_of(hp->main_type) ? tensor_traits_of(hp->main_type)->name : "?";
+	const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
+	LOG_INFO("bench", "%s (%s, %s, %.1f MiB of weights in place, %.1f KiB copied), %d threads, kv %s", base, hp->arch,
+		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, lanes_pool_threads(b.pool), kv_name);
+	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
+	if (run_tg(&b, 1) < 0) goto out;
+	for (int64_t r = 0; r < reps; r++) {
+		double s;
+		if (n_pp) {
+			if ((s = run_pp(&b, n_pp)) < 0) goto out;
+			pp[r] = n_pp / s;
+			LOG_INFO("bench", "pp%lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)r + 1, pp[r]);
+		}
+		if (n_tg) {
+			if ((s = run_tg(&b, n_tg)) < 0) goto out;
+			tg[r] = n_tg / s;
+			LOG_INFO("bench", "tg%lld rep %lld: %.2f tok/s", (long long)n_tg, (long long)r + 1, tg[r]);
+		}
+	}
+	double pp_m = 0, pp_sd = 0, tg_m = 0, tg_sd = 0;
+	if (n_pp) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
+	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
+	if (json) {
+		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f}", "model", base, "type", type, "threads",
+				      lanes_pool_threads(b.pool), "pp_tokens", (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd,
+				      "tg_tokens", (json_int_t)n_tg, "tg_tps", tg_m, "tg_sd", tg_sd);
+		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
+		if (!s) {
+			fprintf(stderr, "lanes bench: out of memory\n");
+			json_decref(o);
+			goto out;
+		}
+		printf("%s\n", s);
+		free(s);
+		json_decref(o);
+	} else {
+		printf("| model | type | threads | test | t/s |\n|---|---|---|---|---|\n");
+		if (n_pp) printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_pp, pp_m, pp_sd);
+		if (n_tg) printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
+	}
+	rc = 0;
+out:
+	free(pp);
+	free(tg);
+	free(b.logits);
+	free(b.rows);
+	kv_free(b.kv);
+	lanes_pool_free(b.pool);
+	model_free(m);
+	return rc;
+}

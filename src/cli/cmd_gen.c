@@ -1,0 +1,304 @@
+// cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
+// a llama-family model with random weights (and a real vocabulary) for tests and benchmarks.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "cli/ftype.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	const char *name, *arch;
+	int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+	float rope_base, rms_eps;
+	bool qkv_bias;    // q/k/v biases (qwen2)
+	bool tied;        // no output.weight: token_embd is the output matrix too
+	bool rope_llama3; // rope_freqs.weight from Llama 3's rope scaling
+} gen_shape;
+
+static const gen_shape shapes[] = {
+	{.name = "test", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-5f},
+	{.name = "tinyllama-1.1b", .arch = "llama", .n_embd = 2048, .n_layer = 22, .n_head = 32,
+	 .n_head_kv = 4, .n_ff = 5632, .n_ctx = 2048, .rope_base = 10000.0f, .rms_eps = 1e-5f},
+	{.name = "qwen2.5-0.5b", .arch = "qwen2", .n_embd = 896, .n_layer = 24, .n_head = 14,
+	 .n_head_kv = 2, .n_ff = 4864, .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-6f,
+	 .qkv_bias = true, .tied = true},
+	{.name = "llama-3.2-1b", .arch = "llama", .n_embd = 2048, .n_layer = 16, .n_head = 32,
+	 .n_head_kv = 8, .n_ff = 8192, .n_ctx = 131072, .rope_base = 500000.0f, .rms_eps = 1e-5f,
+	 .tied = true, .rope_llama3 = true},
+};
+
+// How a tensor's values are drawn: Gaussian-like with std `scale` around `mean`, or the
+// Llama 3 rope factors.
+enum fill_kind { FILL_NOISE, FILL_ROPE_FREQS };
+
+typedef struct {
+	char name[64];
+	uint32_t n_dims;
+	int64_t ne[2];
+	enum fill_kind fill;
+	float mean, scale;
+} gen_tensor;
+
+// ---- random values: counter-based, so any thread split gives the same numbers ----------
+typedef struct {
+	float *dst;       // values i0 .. i0+n-1 of the tensor
+	int64_t i0, n;
+	uint64_t key;
+	float mean, scale;
+} fill_job;
+
+// Four 16-bit uniforms summed (Irwin-Hall): close to a Gaussian, one splitmix64 per value.
+static inline float noise(uint64_t key, int64_t i) {
+	uint64_t r = splitmix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+	uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+		     (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+	// s/65536 has mean 2 and variance 4/12; scale to unit variance.
+	return ((float)s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+static void fill_slice(void *arg, int ith, int nth) {
+	const fill_job *j = arg;
+	int64_t i0 = j->n * ith / nth, i1 = j->n * (ith + 1) / nth;
+	for (int64_t i = i0; i < i1; i++) j->dst[i] = j->mean + j->scale * noise(j->key, j->i0 + i);
+}
+
+// Llama 3 rope scaling (factor 32, low/high frequency factors 1 and 4, 8192 original
+// context) as per-dimension divisors of the rotation frequencies.
+static void rope_llama3_factors(float *dst, int64_t n_rot, float base) {
+	const double factor = 32.0, lo = 1.0, hi = 4.0, old_ctx = 8192.0;
+	const double lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
+	for (int64_t i = 0; i < n_rot / 2; i++) {
+		double freq = 1.0 / pow(base, (double)(2 * i) / (double)n_rot);
+		double wavelen = 2 * M_PI / freq;
+		if (wavelen < hi_wavelen) dst[i] = 1.0f;
+		else if (wavelen > lo_wavelen) dst[i] = (float)factor;
+		else {
+			double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+			dst[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+		}
+	}
+}
+
+// ---- the tensor list -------------------------------------------------------------------
+static void add_t(gen_tensor *ts, int *n, const char *name, uint32_t n_dims, int64_t ne0,
+		  int64_t ne1, enum fill_kind fill, float mean, float scale) {
+	gen_tensor *t = &ts[(*n)++];
+	*t = (gen_tensor){.n_dims = n_dims, .ne = {ne0, ne1}, .fill = fill, .mean = mean, .scale = scale};
+	snprintf(t->name, sizeof t->name, "%s", name);
+}
+
+// Scales: the final RMSNorm gives the output matmul inputs of RMS 1, so output logits have
+// std = out_scale * sqrt(n_embd); out_scale = 5/sqrt(n_embd) gives logit std about 5 and a
+// peaked softmax over the vocabulary, like a trained model's. Layer matrices use
+// 1/sqrt(fan_in) (smaller for the residual writers) so the residual stream stays bounded.
+static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
+	int cap = 8 + 12 * (int)s->n_layer, n = 0;
+	gen_tensor *ts = calloc((size_t)cap, sizeof *ts);
+	if (!ts) return -1;
+	const int64_t d = s->n_embd, hd = s->n_embd / s->n_head, dkv = hd * s->n_head_kv;
+	const float out_scale = 5.0f / sqrtf((float)d);
+	const float in_scale = 1.0f / sqrtf((float)d), ff_scale = 1.0f / sqrtf((float)s->n_ff);
+	const float resid = 1.0f / sqrtf(2.0f * (float)s->n_layer);
+	add_t(ts, &n, "token_embd.weight", 2, d, n_vocab, FILL_NOISE, 0, s->tied ? out_scale : 1.0f);
+	if (s->rope_llama3) add_t(ts, &n, "rope_freqs.weight", 1, hd / 2, 1, FILL_ROPE_FREQS, 0, 0);
+	for (int64_t l = 0; l < s->n_layer; l++) {
+		char nm[64];
+#define T(suffix, nd, a, b, mean, scale)                                   \
+	do {                                                                \
+		snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l);   \
+		add_t(ts, &n, nm, nd, a, b, FILL_NOISE, mean, scale);        \
+	} while (0)
+		T("attn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		T("attn_q.weight", 2, d, d, 0, in_scale);
+		if (s->qkv_bias) T("attn_q.bias", 1, d, 1, 0, 0.1f);
+		T("attn_k.weight", 2, d, dkv, 0, in_scale);
+		if (s->qkv_bias) T("attn_k.bias", 1, dkv, 1, 0, 0.1f);
+		T("attn_v.weight", 2, d, dkv, 0, in_scale);
+		if (s->qkv_bias) T("attn_v.bias", 1, dkv, 1, 0, 0.1f);
+		T("attn_output.weight", 2, d, d, 0, in_scale * resid);
+		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		T("ffn_gate.weight", 2, d, s->n_ff, 0, in_scale);
+		T("ffn_up.weight", 2, d, s->n_ff, 0, in_scale);
+		T("ffn_down.weight", 2, s->n_ff, d, 0, ff_scale * resid);
+#undef T
+	}
+	add_t(ts, &n, "output_norm.weight", 1, d, 1, FILL_NOISE, 1.0f, 0.05f);
+	if (!s->tied) add_t(ts, &n, "output.weight", 2, d, n_vocab, FILL_NOISE, 0, out_scale);
+	*out = ts;
+	return n;
+}
+
+// ---- metadata --------------------------------------------------------------------------
+static int copy_vocab(gguf_writer *w, const gguf *v, int64_t *n_vocab) {
+	const gguf_value *toks = gguf_get_arr(v, "tokenizer.ggml.tokens");
+	if (!toks || toks->arr.type != GGUF_STRING || toks->arr.n == 0) return LANES_ENOTFOUND;
+	*n_vocab = (int64_t)toks->arr.n;
+	for (int64_t i = 0; i < gguf_n_kv(v); i++) {
+		const gguf_kv *kv = gguf_kv_at(v, i);
+		if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
+		char *key = gguf_str_dup(kv->key);
+		if (!key) return LANES_ENOMEM;
+		int rc = gguf_writer_set(w, key, &kv->val);
+		free(key);
+		if (rc) return rc;
+	}
+	return 0;
+}
+
+static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, int64_t n_vocab) {
+	char k[128], name[96];
+	const char *a = s->arch;
+	snprintf(name, sizeof name, "lanes-gen %s %s", s->name, ft->name);
+	int rc = 0;
+#define KEY(suffix) (snprintf(k, sizeof k, "%s." suffix, a), k)
+	rc = rc ? rc : gguf_writer_set_str(w, "general.architecture", a);
+	rc = rc ? rc : gguf_writer_set_str(w, "general.name", name);
+	rc = rc ? rc : gguf_writer_set_u32(w, "general.alignment", 32);
+	rc = rc ? rc : gguf_writer_set_u32(w, "general.quantization_version", 2);
+	rc = rc ? rc : gguf_writer_set_u32(w, "general.file_type", ft->id);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s->n_embd);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+	rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
+	rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(s->n_embd / s->n_head));
+#undef KEY
+	return rc;
+}
+
+int cmd_gen(int argc, char **argv) {
+	const char *shape_name = NULL, *type_name = "F32", *vocab_path = NULL, *out_path = NULL;
+	int64_t seed = 1, threads = 0;
+	bool help = false;
+	const cli_opt opts[] = {
+		{"--shape", CLI_STR, &shape_name, "test | tinyllama-1.1b | qwen2.5-0.5b | llama-3.2-1b"},
+		{"--type", CLI_STR, &type_name, "file type: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q6_K ... (default F32)"},
+		{"--vocab", CLI_STR, &vocab_path, "GGUF whose tokenizer.* keys (and vocab size) are copied"},
+		{"-o|--output", CLI_STR, &out_path, "output GGUF path"},
+		{"--seed", CLI_INT, &seed, "random seed (default 1)"},
+		{"-t|--threads", CLI_INT, &threads, "threads (default: all cores)"},
+		{"-h|--help", CLI_FLAG, &help, "show this help"},
+	};
+	const int nopts = (int)(sizeof opts / sizeof opts[0]);
+	const char *synopsis = "lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]";
+	const char *pos[1];
+	int npos = 0;
+	if (cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) return 2;
+	if (help || !shape_name || !vocab_path || !out_path) {
+		cli_usage(synopsis, opts, nopts);
+		return help ? 0 : 2;
+	}
+	const gen_shape *s = NULL;
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+		if (!strcmp(shapes[i].name, shape_name)) s = &shapes[i];
+	if (!s) {
+		fprintf(stderr, "lanes gen: unknown shape '%s'\n", shape_name);
+		return 2;
+	}
+	const ftype_info *ft = ftype_by_name(type_name);
+	if (!ft) {
+		fprintf(stderr, "lanes gen: unknown type '%s' (one of: %s)\n", type_name, ftype_names());
+		return 2;
+	}
+	if (threads <= 0) threads = lanes_cpu_count();
+	if (threads > 256) threads = 256;
+
+	char err[512] = "";
+	int rc = 0;
+	gguf *v = NULL;
+	gguf_writer *w = NULL;
+	lanes_pool *pool = NULL;
+	gen_tensor *ts = NULL;
+	float *f = NULL;
+	void *q = NULL;
+	int64_t n_vocab = 0;
+	if ((rc = gguf_open(&v, vocab_path, err, sizeof err))) goto done;
+	if (!(w = gguf_writer_new()) || (rc = lanes_pool_new(&pool, (int)threads))) {
+		rc = rc ? rc : LANES_ENOMEM;
+		snprintf(err, sizeof err, "%s", lanes_strerror(rc));
+		goto done;
+	}
+	if ((rc = copy_vocab(w, v, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
+	if (rc) {
+		snprintf(err, sizeof err, "%s: %s", rc == LANES_ENOTFOUND ? vocab_path : "metadata",
+			 rc == LANES_ENOTFOUND ? "no tokenizer.ggml.tokens array" : lanes_strerror(rc));
+		goto done;
+	}
+	int nt = build_list(s, n_vocab, &ts);
+	if (nt < 0) {
+		rc = LANES_ENOMEM;
+		snprintf(err, sizeof err, "out of memory");
+		goto done;
+	}
+	ftype_model m = {.ft = ft, .llama_arch = !strcmp(s->arch, "llama"), .n_layer = s->n_layer,
+			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_attn_v = s->n_layer,
+			 .tied = s->tied};
+	// Values are drawn and converted a slab of rows at a time; only the converted tensor
+	// is held whole (the writer copies it).
+	uint64_t max_bytes = 0;
+	int64_t slab = 1 << 20; // elements per slab, at least one row
+	for (int i = 0; i < nt; i++) {
+		if (ts[i].ne[0] > slab) slab = ts[i].ne[0];
+		uint32_t type = ftype_pick(&m, ts[i].name, ts[i].n_dims, ts[i].ne, GGUF_T_F32, NULL, 0);
+		uint64_t b = (uint64_t)ts[i].ne[1] * tensor_row_bytes(type, ts[i].ne[0]);
+		if (b > max_bytes) max_bytes = b;
+	}
+	f = malloc((size_t)slab * 4);
+	q = malloc(max_bytes);
+	if (!f || !q) {
+		rc = LANES_ENOMEM;
+		snprintf(err, sizeof err, "out of memory for a tensor of %llu bytes", (unsigned long long)max_bytes);
+		goto done;
+	}
+	uint64_t total = 0, t0 = lanes_now_us();
+	for (int i = 0; i < nt && !rc; i++) {
+		const gen_tensor *t = &ts[i];
+		char note[256];
+		uint32_t type = ftype_pick(&m, t->name, t->n_dims, t->ne, GGUF_T_F32, note, sizeof note);
+		if (note[0]) fprintf(stderr, "gen: %s\n", note);
+		const int64_t cols = t->ne[0], rows = t->ne[1];
+		const size_t rb = tensor_row_bytes(type, cols);
+		const int64_t slab_rows = slab / cols > 0 ? slab / cols : 1;
+		uint64_t key = lanes_hash64(t->name, strlen(t->name), (uint64_t)seed);
+		for (int64_t r0 = 0; r0 < rows && !rc; r0 += slab_rows) {
+			const int64_t nr = rows - r0 < slab_rows ? rows - r0 : slab_rows;
+			if (t->fill == FILL_ROPE_FREQS) {
+				rope_llama3_factors(f, 2 * cols, s->rope_base);
+			} else {
+				fill_job j = {.dst = f, .i0 = r0 * cols, .n = nr * cols, .key = key,
+					      .mean = t->mean, .scale = t->scale};
+				lanes_pool_run(pool, fill_slice, &j);
+			}
+			rc = tensor_quantize_rows(type, f, (uint8_t *)q + r0 * rb, nr, cols, pool);
+		}
+		uint64_t nb = (uint64_t)rows * rb;
+		if (!rc) rc = gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, nb);
+		if (rc) {
+			snprintf(err, sizeof err, "%s: %s", t->name, lanes_strerror(rc));
+			goto done;
+		}
+		total += nb;
+	}
+	if ((rc = gguf_writer_write(w, out_path, err, sizeof err))) goto done;
+	printf("%s: %s %s, %d tensors, vocab %lld, %.2f MiB, %.1f s\n", out_path, s->name, ft->name, nt,
+	       (long long)n_vocab, total / 1048576.0, (lanes_now_us() - t0) / 1e6);
+done:
+	if (rc) fprintf(stderr, "lanes gen: %s\n", err);
+	free(f);
+	free(q);
+	free(ts);
+	lanes_pool_free(pool);
+	gguf_writer_free(w);
+	gguf_free(v);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,185 @@
+// cli: `lanes quantize IN.gguf OUT.gguf TYPE` — rewrites a model's weights in a file type
+// (Q8_0, Q4_K_M, ...) with the per-tensor mix llama.cpp makes; metadata is copied.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "cli/ftype.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t meta_i64(const gguf *g, const char *arch, const char *key, int64_t dflt) {
+	char k[256];
+	snprintf(k, sizeof k, "%s.%s", arch, key);
+	int64_t v;
+	return gguf_get_i64(g, k, &v) == 0 ? v : dflt;
+}
+
+static void describe_model(const gguf *g, const ftype_info *ft, ftype_model *m) {
+	gguf_str a = {0};
+	char arch[64] = "llama";
+	if (gguf_get_str(g, "general.architecture", &a) == 0 && a.len < sizeof arch) {
+		memcpy(arch, a.ptr, a.len);
+		arch[a.len] = 0;
+	}
+	*m = (ftype_model){.ft = ft, .llama_arch = !strcmp(arch, "llama"), .tied = true};
+	m->n_layer = meta_i64(g, arch, "block_count", 0);
+	m->n_head = meta_i64(g, arch, "attention.head_count", 0);
+	m->n_head_kv = meta_i64(g, arch, "attention.head_count_kv", m->n_head);
+	m->n_expert = meta_i64(g, arch, "expert_count", 0);
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const char *name = gguf_tensor_at(g, i)->name;
+		if (!strcmp(name, "output.weight")) m->tied = false;
+		if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") ||
+		    strstr(name, "attn_kv_b.weight"))
+			m->n_attn_v++;
+	}
+}
+
+// Converts one tensor to type dst into a malloc'd buffer (*out, *outlen).
+static int convert_tensor(const gguf_tensor *t, uint32_t dst, lanes_pool *pool, void **out,
+			  uint64_t *outlen, char *err, size_t errlen) {
+	*out = NULL;
+	if (t->type == dst) { // same type: the bytes are copied unchanged
+		*out = malloc(t->nbytes ? t->nbytes : 1);
+		if (!*out) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		memcpy(*out, t->data, t->nbytes);
+		*outlen = t->nbytes;
+		return 0;
+	}
+	const tensor_traits *src_tt = tensor_traits_of(t->type);
+	if (!src_tt)
+		return lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "%s: cannot convert from type %u",
+				    t->name, t->type);
+	int64_t n = t->ne[0], nel = gguf_tensor_nelem(t), nrows = n ? nel / n : 0;
+	size_t rb = tensor_row_bytes(dst, n);
+	uint64_t nbytes;
+	if (!rb || !ck_mul((uint64_t)nrows, rb, &nbytes) || (uint64_t)nel > SIZE_MAX / 4)
+		return lanes_seterr(err, errlen, LANES_EINVAL, "%s: cannot hold %lld elements as type %u",
+				    t->name, (long long)nel, dst);
+	float *f = malloc((size_t)nel * 4 + 1);
+	void *q = malloc(nbytes + 1);
+	int rc = 0;
+	if (!f || !q) {
+		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "%s: out of memory", t->name);
+		goto fail;
+	}
+	rc = tensor_dequantize_rows(t->type, t->data, f, nrows, n, pool);
+	if (rc) {
+		rc = lanes_seterr(err, errlen, rc, "%s: cannot dequantize", t->name);
+		goto fail;
+	}
+	for (int64_t i = 0; i < nel; i++)
+		if (!isfinite(f[i])) {
+			rc = lanes_seterr(err, errlen, LANES_EFORMAT, "%s: element %lld is not finite",
+					  t->name, (long long)i);
+			goto fail;
+		}
+	rc = tensor_quantize_rows(dst, f, q, nrows, n, pool);
+	if (rc) {
+		rc = lanes_seterr(err, errlen, rc, "%s: cannot quantize", t->name);
+		goto fail;
+	}
+	free(f);
+	*out = q;
+	*outlen = nbytes;
+	return 0;
+fail:
+	free(f);
+	free(q);
+	return rc;
+}
+
+static int quantize_file(const char *in, const char *out, const ftype_info *ft, int threads) {
+	char err[512];
+	gguf *g = NULL;
+	gguf_writer *w = NULL;
+	lanes_pool *pool = NULL;
+	int rc = gguf_open(&g, in, err, sizeof err);
+	if (rc) goto done;
+	w = gguf_writer_new();
+	rc = w ? lanes_pool_new(&pool, threads) : LANES_ENOMEM;
+	if (rc) {
+		snprintf(err, sizeof err, "%s", lanes_strerror(rc));
+		goto done;
+	}
+	if ((rc = gguf_writer_copy_kv(w, g, "split.")) ||
+	    (rc = gguf_writer_set_u32(w, "general.quantization_version", 2)) ||
+	    (rc = gguf_writer_set_u32(w, "general.file_type", ft->id))) {
+		snprintf(err, sizeof err, "metadata: %s", lanes_strerror(rc));
+		goto done;
+	}
+	ftype_model m;
+	describe_model(g, ft, &m);
+	uint64_t size_in = 0, size_out = 0;
+	int n_fallback = 0, n_requant = 0;
+	int64_t nt = gguf_n_tensors(g);
+	for (int64_t i = 0; i < nt; i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		char note[256];
+		uint32_t dst = ftype_pick(&m, t->name, t->n_dims, t->ne, t->type, note, sizeof note);
+		if (note[0]) {
+			fprintf(stderr, "quantize: %s\n", note);
+			n_fallback++;
+		}
+		const tensor_traits *st = tensor_traits_of(t->type);
+		if (dst != t->type && st && st->block > 1) n_requant++;
+		void *data = NULL;
+		uint64_t len = 0;
+		rc = convert_tensor(t, dst, pool, &data, &len, err, sizeof err);
+		if (rc) goto done;
+		rc = gguf_writer_add_tensor(w, t->name, dst, t->n_dims, t->ne, data, len);
+		free(data);
+		if (rc) {
+			snprintf(err, sizeof err, "%s: %s", t->name, lanes_strerror(rc));
+			goto done;
+		}
+		fprintf(stderr, "[%3lld/%3lld] %-32s %-5s -> %-5s\n", (long long)i + 1, (long long)nt,
+			t->name, gguf_ttype_get(t->type)->name, gguf_ttype_get(dst)->name);
+		size_in += t->nbytes;
+		size_out += len;
+	}
+	if (n_requant)
+		fprintf(stderr, "quantize: warning: %d tensors were already quantized; requantizing loses precision\n",
+			n_requant);
+	rc = gguf_writer_write(w, out, err, sizeof err);
+	if (rc) goto done;
+	printf("%s: %s, %lld tensors, %.2f MiB -> %.2f MiB%s\n", out, ft->name, (long long)nt,
+	       size_in / 1048576.0, size_out / 1048576.0, n_fallback ? " (some tensors fell back)" : "");
+done:
+	if (rc) fprintf(stderr, "lanes quantize: %s\n", err);
+	lanes_pool_free(pool);
+	gguf_writer_free(w);
+	gguf_free(g);
+	return rc ? 1 : 0;
+}
+
+int cmd_quantize(int argc, char **argv) {
+	int64_t threads = 0;
+	bool help = false;
+	const cli_opt opts[] = {
+		{"-t|--threads", CLI_INT, &threads, "threads (default: all cores)"},
+		{"-h|--help", CLI_FLAG, &help, "show this help"},
+	};
+	const int nopts = (int)(sizeof opts / sizeof opts[0]);
+	const char *synopsis = "lanes quantize IN.gguf OUT.gguf TYPE [--threads N]";
+	const char *pos[3];
+	int npos = 0;
+	if (cli_parse(argc, argv, opts, nopts, pos, 3, &npos)) return 2;
+	if (help || npos != 3) {
+		cli_usage(synopsis, opts, nopts);
+		fprintf(stderr, "types: %s\n", ftype_names());
+		return help ? 0 : 2;
+	}
+	const ftype_info *ft = ftype_by_name(pos[2]);
+	if (!ft) {
+		fprintf(stderr, "lanes quantize: unknown type '%s' (one of: %s)\n", pos[2], ftype_names());
+		return 2;
+	}
+	if (threads <= 0) threads = lanes_cpu_count();
+	if (threads > 256) threads = 256;
+	return quantize_file(pos[0], pos[1], ft, (int)threads);
+}

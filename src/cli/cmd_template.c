@@ -1,0 +1,133 @@
+// cli: `lanes template (-m MODEL | --file T.jinja) --messages M.json ...` — renders a chat
+// template (the GGUF's tokenizer.chat_template, or a file) and prints the prompt exactly.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/template.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The text of token number key_id (tokenizer.ggml.bos_token_id / eos_token_id); NULL if absent.
+static char *token_text(const gguf *g, const char *key_id) {
+	int64_t id;
+	if (gguf_get_i64(g, key_id, &id)) return NULL;
+	const gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens");
+	if (!toks || toks->arr.type != GGUF_STRING || id < 0 || (uint64_t)id >= toks->arr.n) return NULL;
+	return gguf_str_dup(gguf_arr_str(toks, (uint64_t)id));
+}
+
+static char *read_file(const char *path, size_t *len) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return NULL;
+	size_t cap = 65536, n = 0;
+	char *buf = malloc(cap + 1);
+	while (buf) {
+		n += fread(buf + n, 1, cap - n, f);
+		if (n < cap) break;
+		char *nb = realloc(buf, cap * 2 + 1);
+		if (!nb) { free(buf); buf = NULL; break; }
+		buf = nb;
+		cap *= 2;
+	}
+	if (buf && ferror(f)) { free(buf); buf = NULL; }
+	fclose(f);
+	if (buf) { buf[n] = 0; *len = n; }
+	return buf;
+}
+
+int cmd_template(int argc, char **argv) {
+	const char *model = NULL, *file = NULL, *messages = NULL, *bos = NULL, *eos = NULL, *date = NULL;
+	bool gen = false, help = false;
+	cli_opt opts[] = {
+		{"-m|--model", CLI_STR, &model, "GGUF file whose tokenizer.chat_template is rendered"},
+		{"--file", CLI_STR, &file, "a Jinja chat template file instead of a model"},
+		{"--messages", CLI_STR, &messages, "JSON array of {role, content} (or an object: the whole context)"},
+		{"--add-generation-prompt", CLI_FLAG, &gen, "end with the assistant's turn header"},
+		{"--bos", CLI_STR, &bos, "bos_token text (default: the model's; empty with --file)"},
+		{"--eos", CLI_STR, &eos, "eos_token text (default: the model's; empty with --file)"},
+		{"--date", CLI_STR, &date, "YYYY-MM-DD that strftime_now() sees (default: today)"},
+		{"-h|--help", CLI_FLAG, &help, "show this help"},
+	};
+	int nopts = sizeof opts / sizeof opts[0], np = 0;
+	const char *synopsis = "lanes template (-m MODEL | --file T.jinja) --messages M.json [--add-generation-prompt] "
+			       "[--bos S] [--eos S] [--date YYYY-MM-DD]";
+	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &np)) return 2;
+	if (help || !messages || (!model == !file)) {
+		cli_usage(synopsis, opts, nopts);
+		return help ? 0 : 2;
+	}
+	char err[1024];
+	char *src = NULL, *model_bos = NULL, *model_eos = NULL;
+	size_t len = 0;
+	if (model) {
+		gguf *g;
+		if (gguf_open(&g, model, err, sizeof err)) {
+			fprintf(stderr, "lanes template: %s\n", err);
+			return 1;
+		}
+		gguf_str s;
+		if (gguf_get_str(g, "tokenizer.chat_template", &s) == 0) {
+			src = gguf_str_dup(s);
+			len = src ? strlen(src) : 0;
+		} else {
+			LOG_INFO("template", "%s has no tokenizer.chat_template; using ChatML", model);
+			src = strdup(tmpl_chatml());
+			len = strlen(tmpl_chatml());
+		}
+		model_bos = token_text(g, "tokenizer.ggml.bos_token_id");
+		model_eos = token_text(g, "tokenizer.ggml.eos_token_id");
+		gguf_free(g);
+	} else {
+		src = read_file(file, &len);
+		if (!src) {
+			fprintf(stderr, "lanes template: cannot read %s\n", file);
+			return 1;
+		}
+	}
+	int rc = 1;
+	json_error_t je;
+	json_t *msgs = json_load_file(messages, JSON_ALLOW_NUL, &je), *ctx = NULL;
+	tmpl *t = NULL;
+	if (!msgs) {
+		fprintf(stderr, "lanes template: %s: line %d: %s\n", messages, je.line, je.text);
+		goto done;
+	}
+	if (json_is_array(msgs)) {
+		ctx = json_object();
+		json_object_set(ctx, "messages", msgs);
+	} else if (json_is_object(msgs)) {
+		ctx = json_incref(msgs);
+	} else {
+		fprintf(stderr, "lanes template: %s must hold a JSON array of messages\n", messages);
+		goto done;
+	}
+	if (!json_object_get(ctx, "bos_token") || bos)
+		json_object_set_new(ctx, "bos_token", json_string(bos ? bos : model_bos ? model_bos : ""));
+	if (!json_object_get(ctx, "eos_token") || eos)
+		json_object_set_new(ctx, "eos_token", json_string(eos ? eos : model_eos ? model_eos : ""));
+	if (!json_object_get(ctx, "add_generation_prompt") || gen)
+		json_object_set_new(ctx, "add_generation_prompt", json_boolean(gen));
+	if (tmpl_compile(&t, src, len, err, sizeof err)) {
+		fprintf(stderr, "lanes template: %s: %s\n", model ? model : file, err);
+		goto done;
+	}
+	char *out;
+	size_t n;
+	if (tmpl_render(t, ctx, date, &out, &n, err, sizeof err)) {
+		fprintf(stderr, "lanes template: %s\n", err);
+		goto done;
+	}
+	rc = fwrite(out, 1, n, stdout) == n && fflush(stdout) == 0 ? 0 : 1;
+	free(out);
+done:
+	tmpl_free(t);
+	json_decref(ctx);
+	json_decref(msgs);
+	free(src);
+	free(model_bos);
+	free(model_eos);
+	return rc;
+}

@@ -1,0 +1,193 @@
+// kv: the prefix cache — whole pages indexed by a hash chained over every token before and
+// in them, so a page is found only for the exact same prefix; the tokens and parent hash
+// are kept and compared, so a hash collision can never attach the wrong page.
+#include "kv/kv_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_prefix {
+	uint64_t *slot_key;  // open-addressing table: chain hash (0 = empty)
+	int32_t *slot_page;
+	uint32_t mask;       // table size - 1
+	uint64_t *key;       // per page: its chain hash when cached, else 0
+	uint64_t *parent;    // per page: the chain hash before it
+	int32_t *tokens;     // per page: page_tokens ids
+	int32_t *prev, *next; // LRU list of cached pages (head = most recent)
+	int32_t head, tail;
+	int32_t n_cached;    // pages in the index
+	int32_t n_only;      // of which no sequence holds
+};
+
+static uint64_t chain(uint64_t parent, const int32_t *tok, int32_t n) {
+	uint64_t h = lanes_hash64(tok, (size_t)n * sizeof *tok, parent);
+	return h ? h : 1;
+}
+
+int kv_prefix_init(kv_cache *kv) {
+	int32_t np = kv->cfg.n_pages, pt = kv->cfg.page_tokens;
+	kv_prefix *p = calloc(1, sizeof *p);
+	if (!p) return LANES_ENOMEM;
+	kv->px = p;
+	uint32_t size = 16;
+	while (size < 2u * (uint32_t)np) size *= 2;
+	p->mask = size - 1;
+	p->slot_key = calloc(size, sizeof *p->slot_key);
+	p->slot_page = calloc(size, sizeof *p->slot_page);
+	p->key = calloc((size_t)np, sizeof *p->key);
+	p->parent = calloc((size_t)np, sizeof *p->parent);
+	p->tokens = calloc((size_t)np * (size_t)pt, sizeof *p->tokens);
+	p->prev = malloc((size_t)np * sizeof *p->prev);
+	p->next = malloc((size_t)np * sizeof *p->next);
+	p->head = p->tail = -1;
+	if (!p->slot_key || !p->slot_page || !p->key || !p->parent || !p->tokens || !p->prev || !p->next) return LANES_ENOMEM;
+	return LANES_OK;
+}
+
+void kv_prefix_release(kv_cache *kv) {
+	kv_prefix *p = kv->px;
+	if (!p) return;
+	free(p->slot_key);
+	free(p->slot_page);
+	free(p->key);
+	free(p->parent);
+	free(p->tokens);
+	free(p->prev);
+	free(p->next);
+	free(p);
+	kv->px = NULL;
+}
+
+void kv__prefix_now_only(kv_cache *kv, int32_t page) {
+	if (kv->px && kv->px->key[page]) kv->px->n_only++;
+}
+
+int32_t kv_pages_cached(const kv_cache *kv) { return kv->px ? kv->px->n_only : 0; }
+
+static void lru_unlink(kv_prefix *p, int32_t pg) {
+	if (p->prev[pg] >= 0) p->next[p->prev[pg]] = p->next[pg];
+	else p->head = p->next[pg];
+	if (p->next[pg] >= 0) p->prev[p->next[pg]] = p->prev[pg];
+	else p->tail = p->prev[pg];
+}
+
+static void lru_front(kv_prefix *p, int32_t pg) {
+	p->prev[pg] = -1;
+	p->next[pg] = p->head;
+	if (p->head >= 0) p->prev[p->head] = pg;
+	p->head = pg;
+	if (p->tail < 0) p->tail = pg;
+}
+
+static int32_t lookup(const kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok) {
+	const kv_prefix *p = kv->px;
+	int32_t pt = kv->cfg.page_tokens;
+	for (uint32_t i = (uint32_t)key & p->mask;; i = (i + 1) & p->mask) {
+		if (!p->slot_key[i]) return -1;
+		if (p->slot_key[i] != key) continue;
+		int32_t pg = p->slot_page[i];
+		if (p->parent[pg] == parent && !memcmp(p->tokens + (size_t)pg * pt, tok, (size_t)pt * sizeof *tok)) return pg;
+	}
+}
+
+static void table_remove(kv_prefix *p, uint64_t key, int32_t page) {
+	uint32_t i = (uint32_t)key & p->mask;
+	while (p->slot_key[i] && !(p->slot_key[i] == key && p->slot_page[i] == page)) i = (i + 1) & p->mask;
+	if (!p->slot_key[i]) return;
+	// backward-shift deletion keeps every probe chain unbroken
+	uint32_t hole = i;
+	for (uint32_t j = (i + 1) & p->mask; p->slot_key[j]; j = (j + 1) & p->mask) {
+		uint32_t home = (uint32_t)p->slot_key[j] & p->mask;
+		if (((j - home) & p->mask) >= ((j - hole) & p->mask)) {
+			p->slot_key[hole] = p->slot_key[j];
+			p->slot_page[hole] = p->slot_page[j];
+			hole = j;
+		}
+	}
+	p->slot_key[hole] = 0;
+}
+
+// Removes page pg from the index and drops the cache's hold on it.
+static void drop(kv_cache *kv, int32_t pg) {
+	kv_prefix *p = kv->px;
+	table_remove(p, p->key[pg], pg);
+	lru_unlink(p, pg);
+	p->key[pg] = 0;
+	p->n_cached--;
+	if (kv->ref[pg] == 1) p->n_only--;
+	kv__page_unref(kv, pg);
+}
+
+void kv_prefix_evict_one(kv_cache *kv) {
+	kv_prefix *p = kv->px;
+	for (int32_t pg = p->tail; pg >= 0; pg = p->prev[pg])
+		if (kv->ref[pg] == 1) {
+			drop(kv, pg);
+			return;
+		}
+	LANES_ASSERT(!"no cache-only page to evict");
+}
+
+void kv_prefix_clear(kv_cache *kv) {
+	kv_prefix *p = kv->px;
+	for (int32_t pg = p->tail; pg >= 0;) {
+		int32_t prev = p->prev[pg];
+		if (kv->ref[pg] == 1) drop(kv, pg);
+		pg = prev;
+	}
+}
+
+int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n) {
+	kv_seq *s = kv__seq(kv, seq);
+	kv_prefix *p = kv->px;
+	int32_t pt = kv->cfg.page_tokens;
+	if (!s || s->len || !p || n < pt) return s ? s->len : 0;
+	int32_t whole = n / pt;
+	if (kv__seq_reserve(kv, s, whole)) return 0;
+	uint64_t key = 0;
+	int32_t got = 0;
+	for (; got < whole; got++) {
+		const int32_t *tok = tokens + (size_t)got * pt;
+		uint64_t k = chain(key, tok, pt);
+		int32_t pg = lookup(kv, k, key, tok);
+		if (pg < 0) break;
+		if (kv->ref[pg] == 1) p->n_only--;
+		kv->ref[pg]++;
+		s->pages[s->npages++] = pg;
+		key = k;
+	}
+	// the earliest pages become the most recent, so a prefix outlives its continuations
+	for (int32_t i = got - 1; i >= 0; i--) {
+		lru_unlink(p, s->pages[i]);
+		lru_front(p, s->pages[i]);
+	}
+	s->len = got * pt;
+	return s->len;
+}
+
+void kv_prefix_publish(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n) {
+	kv_seq *s = kv__seq(kv, seq);
+	kv_prefix *p = kv->px;
+	int32_t pt = kv->cfg.page_tokens;
+	if (!s || !p) return;
+	if (n > s->len) n = s->len;
+	uint64_t key = 0;
+	for (int32_t i = 0; i < n / pt; i++) {
+		const int32_t *tok = tokens + (size_t)i * pt;
+		uint64_t k = chain(key, tok, pt);
+		int32_t pg = s->pages[i];
+		if (p->key[pg] == 0 && lookup(kv, k, key, tok) < 0) {
+			uint32_t slot = (uint32_t)k & p->mask;
+			while (p->slot_key[slot]) slot = (slot + 1) & p->mask;
+			p->slot_key[slot] = k;
+			p->slot_page[slot] = pg;
+			p->key[pg] = k;
+			p->parent[pg] = key;
+			memcpy(p->tokens + (size_t)pg * pt, tok, (size_t)pt * sizeof *tok);
+			kv->ref[pg]++;
+			p->n_cached++;
+			lru_front(p, pg);
+		}
+		key = k;
+	}
+}

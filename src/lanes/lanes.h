@@ -1,0 +1,182 @@
+// lanes: the lane host — runs many requests at once in rounds (admit, decode rows for
+// live lanes, priced prompt pieces for filling lanes, one forward pass, sample, emit,
+// finals) on one engine thread. No HTTP here; callers submit requests and read events.
+#ifndef LANES_LANES_H
+#define LANES_LANES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#define LANE_MAX_TOP_LOGPROBS 20
+#define LANE_MAX_STOPS 16
+
+typedef struct {
+	int32_t token;
+	float bias;               // added to the token's logit; -INFINITY bans it
+} lane_bias;
+
+typedef struct {
+	float temperature;        // 0: greedy
+	int32_t top_k;            // 0: off
+	float top_p;              // 1: off
+	float min_p;              // 0: off
+	float repeat_penalty;     // 1: off; applied over the last repeat_last_n tokens
+	int32_t repeat_last_n;    // 0: the whole context
+	float presence_penalty;   // 0: off
+	float frequency_penalty;  // 0: off
+	const lane_bias *bias;    // n_bias entries (copied at submit)
+	int32_t n_bias;
+	uint64_t seed;            // with has_seed false the host draws one per request
+	bool has_seed;
+	int32_t choice;           // choice index: the draw of token p is a function of (seed, choice, p)
+} lane_sampling;
+
+typedef struct {
+	const int32_t *prompt;    // prompt ids (copied at submit)
+	int32_t n_prompt;
+	lane_sampling sampling;
+	int32_t max_tokens;       // <= 0: up to the context a request may use
+	const int32_t *stop_ids;  // extra stop tokens besides the vocabulary's end-of-generation set
+	int32_t n_stop_ids;
+	const char *const *stop_strs; // stop strings, matched on text across tokens, never emitted
+	int32_t n_stop_strs;
+	bool ignore_eos;          // keep generating through end-of-generation tokens
+	bool logprobs;            // report each token's log-probability
+	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
+	bool draft;               // allow speculative drafting for this request
+} lane_request;
+
+enum lane_ev_kind { LANE_EV_TOKEN, LANE_EV_FINISHED, LANE_EV_CANCELLED, LANE_EV_FAILED };
+enum lane_finish { LANE_FINISH_STOP, LANE_FINISH_LENGTH, LANE_FINISH_STOP_SEQUENCE };
+
+typedef struct {
+	int32_t token;
+	float logprob;
+} lane_top;
+
+typedef struct {
+	enum lane_ev_kind kind;
+	// LANE_EV_TOKEN
+	int32_t token;            // generated id
+	const char *text;         // text now complete (may be empty: held for UTF-8 or a stop string)
+	size_t text_len;
+	float logprob;            // when requested
+	int32_t n_top;
+	const lane_top *top;      // n_top alternatives, most likely first
+	// terminal events
+	enum lane_finish finish;  // LANE_EV_FINISHED
+	int32_t stop_index;       // stop string matched, or -1
+	const char *reason;       // LANE_EV_FAILED: why
+	char token_sha[65];       // SHA-256 of the generated ids as little-endian int32, hex
+	int32_t n_prompt;         // prompt tokens
+	int32_t n_generated;      // generated tokens
+	int32_t n_cached;         // prompt tokens taken from the prefix cache
+} lane_event;
+
+typedef struct lane_host lane_host;
+typedef struct lane_req lane_req;
+
+typedef struct {
+	int32_t lanes;            // concurrent requests (default 4)
+	int32_t queue;            // waiting requests beyond the lanes (default 64)
+	int32_t ctx;              // KV tokens across all lanes (default 8192)
+	int32_t piece;            // most prompt tokens one lane feeds per round (0: no cap)
+	double round_ms;          // target duration of a round with prompt pieces (default 100)
+	int32_t threads;          // compute threads (0: one per core)
+	int32_t page_tokens;      // KV page size (default 16)
+	bool prefix_cache;        // share prompt KV across requests (default on)
+	uint64_t seed;            // seeds drawn for requests without one come from here
+} lane_config;
+
+void lane_config_default(lane_config *c);
+
+// Starts the engine thread over m and vocab (both must outlive the host).
+int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const lane_config *cfg,
+		  char *err, size_t errlen);
+// Halts (if not yet), joins the engine thread and frees. Requests still held by callers
+// remain valid until lane_req_free.
+void lane_host_free(lane_host *h);
+
+// The tokens one request may use: min(model context, --ctx, the lane share of the KV).
+int32_t lane_host_max_context(const lane_host *h);
+
+// Submits a request. Never blocks on the engine. On success *out is the caller's handle.
+// Errors: LANES_EINVAL (bad parameters: message in err), LANES_ELIMIT (prompt plus
+// max_tokens exceed the context a request may use), LANES_EBUSY (queue full), and
+// LANES_ECANCELLED (the host is halting or draining).
+int lane_submit(lane_host *h, const lane_request *r, lane_req **out, char *err, size_t errlen);
+
+// Waits up to timeout_us (<0: forever) for the request's next event. Returns 1 with *ev
+// filled (valid until the next call on req), 0 on timeout. After a terminal event there
+// are no more events.
+int lane_next(lane_req *req, lane_event *ev, int64_t timeout_us);
+// Asks the host to cancel req: it ends with a cancelled event (unless it already ended).
+void lane_cancel(lane_req *req);
+// Releases the caller's handle; cancels the request first if it has not ended.
+void lane_req_free(lane_req *req);
+// A callback run (from the engine thread, must not block) when req has new events.
+void lane_req_set_notify(lane_req *req, void (*fn)(void *), void *arg);
+
+// Halt: at the next round boundary every queued and admitted request ends failed with
+// reason (copied). Further submits are refused. Safe from any thread, idempotent.
+void lane_host_halt(lane_host *h, const char *reason);
+// Stop admitting new submits (drain); accepted requests go on.
+void lane_host_drain(lane_host *h);
+// Requests not yet ended (queued + admitted).
+int32_t lane_host_open(lane_host *h);
+
+enum lane_phase { LANE_IDLE, LANE_FILLING, LANE_LIVE };
+
+typedef struct {
+	int32_t id;
+	enum lane_phase phase;
+	int32_t prompt_tokens;    // the request's prompt length
+	int32_t filled;           // prompt tokens in KV so far
+	int32_t generated_tokens;
+} lane_snap_lane;
+
+#define LANE_SNAP_MAX_LANES 64
+#define LANE_HIST_BUCKETS 12
+
+// Upper bounds (seconds) of the duration histograms' buckets; the last is +Inf.
+extern const double lane_hist_bounds[LANE_HIST_BUCKETS];
+
+typedef struct {
+	uint64_t count[LANE_HIST_BUCKETS]; // observations <= bound (cumulative, as Prometheus wants)
+	uint64_t n;
+	double sum;                        // seconds
+} lane_hist;
+
+// What the engine publishes at every round boundary; control reads copy it without
+// touching the engine.
+typedef struct {
+	uint64_t sequence;        // snapshots published so far
+	uint64_t clock_us;        // when this one was published
+	int32_t n_lanes;
+	lane_snap_lane lanes[LANE_SNAP_MAX_LANES];
+	int32_t queue_depth;
+	int32_t kv_pages_used, kv_pages_free, kv_pages_cached;
+	uint64_t prefix_hit_tokens;
+	uint64_t prompt_tokens, generated_tokens;
+	uint64_t rounds;
+	uint64_t forward_us;      // time inside forward passes, summed
+	lane_hist round_seconds;  // whole rounds
+	lane_hist forward_seconds; // their forward passes
+	uint64_t finished, cancelled, failed, rejected;
+	bool halting;             // a halt was asked for
+	bool halted;              // and every request it took over has ended
+	bool draining;
+} lane_snapshot;
+
+void lane_host_snapshot(lane_host *h, lane_snapshot *out);
+
+// Hooks for tests: when set, fault(arg, round, request_serial) returning true makes an
+// allocation for that request fail in that round.
+void lane_host_set_fault(lane_host *h, bool (*fault)(void *arg, uint64_t round, uint64_t serial), void *arg);
+
+#endif

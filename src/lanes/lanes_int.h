@@ -1,0 +1,127 @@
+// lanes: private structures shared by the host's files.
+#ifndef LANES_LANES_INT_H
+#define LANES_LANES_INT_H
+
+#include "lanes/lanes.h"
+#include "sample/sample.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+typedef struct ev_node {
+	struct ev_node *next;
+	lane_event ev;
+	lane_top top[LANE_MAX_TOP_LOGPROBS];
+	// token text follows the node
+} ev_node;
+
+struct lane_req {
+	lane_host *host;
+	atomic_int refs;          // the caller's handle and the host's
+	atomic_bool cancel;
+	uint64_t serial;          // submit order
+
+	// the request, copied at submit
+	int32_t *prompt, n_prompt;
+	lane_sampling s;
+	lane_bias *bias;
+	int32_t max_tokens;       // resolved: never past the context
+	int32_t *stop_ids, n_stop_ids;
+	char *stops[LANE_MAX_STOPS];
+	size_t stop_len[LANE_MAX_STOPS];
+	int n_stops;
+	size_t stop_max;          // longest stop string
+	bool ignore_eos, logprobs, draft;
+	int32_t top_logprobs;
+
+	// channel
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	ev_node *head, *tail, *cur;
+	ev_node final;            // the terminal event, preallocated
+	char reason[160];
+	void (*notify)(void *);
+	void *notify_arg;
+
+	// engine state (engine thread only)
+	struct lane_req *next;    // queue link
+	bool ended;
+	bool started;             // its first round has run (prefix attached)
+	int32_t lane;             // -1 while queued
+	int32_t n_filled;         // prompt tokens in KV
+	int32_t n_cached;         // of which came from the prefix cache
+	int32_t *gen, n_gen;      // generated ids (capacity max_tokens)
+	int32_t last;             // token fed in the next decode row
+	int32_t pages_reserved;   // KV pages promised at admission
+	tok_stream *detok;
+	char *pending;            // text held back while it may start a stop string
+	size_t n_pending, cap_pending;
+	sha256_ctx sha;
+};
+
+struct lane_host {
+	lane_config cfg;
+	const model *m;
+	const tok_vocab *vocab;
+	model_hparams hp;
+	kv_cache *kv;
+	lanes_pool *pool;
+	int32_t max_ctx;          // tokens one request may use
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t mu;       // guards the queue and the flags below
+	pthread_cond_t work;
+	lane_req *qhead, *qtail;
+	int32_t qlen;
+	bool quit, draining, halting;
+	char halt_reason[160];
+	uint64_t serial;
+	uint64_t seed_state;
+	atomic_int open;          // requests submitted and not yet ended
+	atomic_uint_least64_t rejected; // submits refused
+
+	// engine thread only
+	lane_req **lanes;         // cfg.lanes slots, NULL when idle
+	int32_t pages_reserved;   // sum over admitted requests
+	uint64_t round;
+	double row_us, fixed_us;  // pricing: cost of a row and of a round
+	model_row *rows;
+	int32_t *row_lane;        // lane of each row
+	float *logits;
+	int32_t cap_rows;
+	float *scratch;           // n_vocab floats for sampling
+	lane_top *top;
+	sampler *sampler;
+	int32_t *counts;          // n_vocab occurrence counts, zero between uses
+	bool (*fault)(void *, uint64_t, uint64_t);
+	void *fault_arg;
+
+	// published snapshot
+	pthread_mutex_t snap_mu;
+	lane_snapshot snap;
+	lane_snapshot stats;      // counters the engine accumulates (engine thread)
+};
+
+// Penalties applied to logits before sampling (the lane host's requests).
+typedef struct {
+	float repeat;           // 1 = off: logit / repeat when positive, * repeat when not
+	int32_t repeat_last_n;  // window of the context (prompt + generated) it covers; 0 = all
+	float presence;         // subtracted once from every token generated so far
+	float frequency;        // subtracted per occurrence among the generated tokens
+} sample_penalties;
+// Applies p to x (nv logits). counts: nv zeroed ints of scratch, zeroed again on return.
+void sample_penalize(float *x, int32_t nv, const sample_penalties *p, const int32_t *prompt, int32_t n_prompt,
+		     const int32_t *gen, int32_t n_gen, int32_t *counts);
+
+void lreq_ref(lane_req *r);
+void lreq_unref(lane_req *r);
+// Queues a token event (copies text and top). LANES_ENOMEM when it cannot.
+int lreq_emit_token(lane_req *r, int32_t token, const char *text, size_t len, float logprob,
+		    const lane_top *top, int32_t n_top);
+// Queues the terminal event (no allocation); later calls do nothing.
+void lreq_end(lane_req *r, enum lane_ev_kind kind, enum lane_finish finish, int32_t stop_index,
+	      const char *reason, const char *text, size_t len);
+
+#endif

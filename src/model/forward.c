@@ -1,0 +1,331 @@
+// model/forward: forward(batch) — embeddings, attention over the paged KV cache, dense or
+// MoE SwiGLU FFN, output head. Rows are independent: every kernel reduces per output in one
+// fixed order, and the K/V a query reads are the cache's f16 values wherever they came from.
+#include "model/model_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	float *x;      // [n][E] residual stream
+	float *h;      // [n][E] normed input of a block
+	float *t;      // [n][E] block output
+	float *q;      // [n][qd]
+	float *k, *v;  // [n][kvd]
+	float *att;    // [n][qd]
+	float *g, *u;  // [n][F] FFN gate and up (dense, expert or shared)
+	float *rl;     // [n][n_exp] router logits
+	float *rw;     // [n][n_used] routing weights
+	float *xg;     // [n][E] rows gathered for one expert
+	float *ys;     // [n][n_used][E] expert outputs per slot
+	float *sg;     // [n] shared expert gate
+	float *scores; // [nth][max_pos] attention scratch
+	int32_t *ids;  // [n][n_used] chosen experts
+	int32_t *sel;  // [n] rows of one expert
+	int32_t *slot; // [n] their slots
+	double *cs;    // [n][n_rot] rope tables
+} scratch;
+
+// Carves a zero-initialized block into fields; all sizes overflow-checked.
+typedef struct {
+	uint64_t off;
+	bool bad;
+} layout;
+
+static uint64_t take(layout *L, uint64_t count, uint64_t elem) {
+	uint64_t b, at = L->off;
+	if (!ck_mul(count, elem, &b) || !ck_add(b, 63, &b) || !ck_add(L->off, b & ~(uint64_t)63, &L->off)) L->bad = true;
+	return at;
+}
+
+typedef struct {
+	const model *m;
+	kv_cache *kv;
+	const model_row *rows;
+	int64_t n;
+	int layer;
+	scratch *s;
+	int32_t max_pos;
+} attn_job;
+
+static void attn_task(void *arg, int ith, int nth) {
+	const attn_job *j = arg;
+	const model_hparams *hp = &j->m->hp;
+	const int32_t H = hp->n_heads, D = hp->head_dim, grp = hp->n_heads / hp->n_kv_heads;
+	const int64_t items = j->n * H, per = (items + nth - 1) / nth;
+	const int64_t i0 = (int64_t)ith * per, i1 = i0 + per < items ? i0 + per : items;
+	const float scale = (float)(1.0 / sqrt((double)D));
+	float *scores = j->s->scores + (size_t)ith * j->max_pos;
+	const size_t qd = (size_t)H * D;
+	const uint16_t *kb = kv_k_base(j->kv, j->layer), *vb = kv_v_base(j->kv, j->layer);
+	const uint8_t *ksb = kv_ks_base(j->kv, j->layer), *vsb = kv_vs_base(j->kv, j->layer);
+	const kv_config *c = kv_config_of(j->kv);
+	for (int64_t i = i0; i < i1; i++) {
+		const int64_t r = i / H;
+		const int32_t h = (int32_t)(i % H), g = h / grp;
+		int32_t npages;
+		const model_row *row = &j->rows[r];
+		tensor_kv_view kvv = {
+			.k = kb + (size_t)g * D,
+			.v = vb + (size_t)g * D,
+			.ks = ksb ? ksb + g : NULL,
+			.vs = vsb ? vsb + g : NULL,
+			.pages = kv_seq_pages(j->kv, row->seq, &npages),
+			.page_stride = kv_page_stride(j->kv),
+			.row_stride = (size_t)c->kv_dim,
+			.s_page_stride = kv_scale_page_stride(j->kv),
+			.s_row_stride = (size_t)hp->n_kv_heads,
+			.page_tokens = c->page_tokens,
+		};
+		tensor_attn_f16(j->s->q + r * qd + (size_t)h * D, D, scale, &kvv, row->pos + 1, scores,
+				j->s->att + r * qd + (size_t)h * D);
+	}
+}
+
+static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
+	if (!b) return;
+	for (int64_t r = 0; r < n; r++)
+		for (int64_t i = 0; i < width; i++) y[r * width + i] += b[i];
+}
+
+static void mm(lanes_pool *pool, const mweight *w, int64_t mat, const float *x, int64_t n, float *y) {
+	tensor_matmul(pool, w->type, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, w->row_bytes, w->rows, w->k,
+		      x, n, y);
+}
+
+// SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks.
+static void ffn(lanes_pool *pool, const mweight *gate, const mweight *up, const mweight *down, int64_t mat,
+		const float *x, int64_t n, float *g, float *u, float *y) {
+	mm(pool, gate, mat, x, n, g);
+	mm(pool, up, mat, x, n, u);
+	tensor_swiglu(g, u, g, n * gate->rows);
+	mm(pool, down, mat, g, n, y);
+}
+
+static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, scratch *s) {
+	const model_hparams *hp = &m->hp;
+	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used;
+	mm(pool, &ly->gate_inp, 0, s->h, n, s->rl);
+	for (int64_t r = 0; r < n; r++)
+		tensor_moe_route(s->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, s->ids + r * K, s->rw + r * K);
+	for (int64_t e = 0; e < X; e++) {
+		int64_t cnt = 0;
+		for (int64_t r = 0; r < n; r++)
+			for (int64_t k = 0; k < K; k++)
+				if (s->ids[r * K + k] == e) {
+					s->sel[cnt] = (int32_t)r;
+					s->slot[cnt++] = (int32_t)k;
+				}
+		if (!cnt) continue;
+		tensor_gather_rows(s->h, E, s->sel, cnt, E, s->xg);
+		ffn(pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t);
+		for (int64_t i = 0; i < cnt; i++)
+			memcpy(s->ys + ((size_t)s->sel[i] * K + s->slot[i]) * E, s->t + i * E, (size_t)E * sizeof(float));
+	}
+	// Each row's experts are summed in slot order (largest weight first).
+	for (int64_t r = 0; r < n; r++) {
+		float *o = s->t + r * E;
+		for (int64_t i = 0; i < E; i++) o[i] = 0.0f;
+		for (int64_t k = 0; k < K; k++) {
+			const float w = s->rw[r * K + k], *y = s->ys + ((size_t)r * K + k) * E;
+			for (int64_t i = 0; i < E; i++) o[i] = o[i] + w * y[i];
+		}
+	}
+	if (!m->shexp) return;
+	mm(pool, &ly->gate_inp_shexp, 0, s->h, n, s->sg);
+	ffn(pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg);
+	for (int64_t r = 0; r < n; r++) {
+		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
+		for (int64_t i = 0; i < E; i++) s->t[r * E + i] += gate * s->xg[r * E + i];
+	}
+}
+
+static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+		  scratch *s, int32_t max_pos) {
+	const model_hparams *hp = &m->hp;
+	const mlayer *ly = &m->layers[l];
+	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D,
+		      kvd = (int64_t)hp->n_kv_heads * D, nr = hp->rope.n_rot;
+
+	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(s->x + r * E, ly->attn_norm, E, hp->rms_eps, s->h + r * E);
+	mm(pool, &ly->wq, 0, s->h, n, s->q);
+	mm(pool, &ly->wk, 0, s->h, n, s->k);
+	mm(pool, &ly->wv, 0, s->h, n, s->v);
+	add_bias(s->q, ly->bq, n, qd);
+	add_bias(s->k, ly->bk, n, kvd);
+	add_bias(s->v, ly->bv, n, kvd);
+	for (int64_t r = 0; r < n; r++) {
+		float *q = s->q + r * qd, *k = s->k + r * kvd;
+		if (ly->q_norm) {
+			for (int32_t h = 0; h < hp->n_heads; h++) tensor_rmsnorm(q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
+			for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_rmsnorm(k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
+		}
+		tensor_rope_apply(&hp->rope, s->cs + r * nr, q, hp->n_heads, (int32_t)D);
+		tensor_rope_apply(&hp->rope, s->cs + r * nr, k, hp->n_kv_heads, (int32_t)D);
+		const int32_t seq = rows[r].seq, pos = rows[r].pos;
+		uint16_t *kc = kv_k_row(kv, l, seq, pos), *vc = kv_v_row(kv, l, seq, pos);
+		uint8_t *ksc = kv_ks_row(kv, l, seq, pos), *vsc = kv_vs_row(kv, l, seq, pos);
+		const float *v = s->v + r * kvd;
+		if (ksc) {
+			for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+				ksc[h] = tensor_f16s_encode(k + h * D, (int32_t)D, kc + h * D);
+				vsc[h] = tensor_f16s_encode(v + h * D, (int32_t)D, vc + h * D);
+			}
+		} else {
+			for (int64_t i = 0; i < kvd; i++) {
+				kc[i] = lanes_f32_to_f16(k[i]);
+				vc[i] = lanes_f32_to_f16(v[i]);
+			}
+		}
+	}
+	attn_job aj = {m, kv, rows, n, l, s, max_pos};
+	if (pool && n * hp->n_heads > 1) lanes_pool_run(pool, attn_task, &aj);
+	else attn_task(&aj, 0, 1);
+	mm(pool, &ly->wo, 0, s->att, n, s->t);
+	add_bias(s->t, ly->bo, n, E);
+	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+
+	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(s->x + r * E, ly->ffn_norm, E, hp->rms_eps, s->h + r * E);
+	if (hp->n_experts) moe(m, ly, pool, n, s);
+	else ffn(pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t);
+	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+}
+
+typedef struct {
+	int32_t seq, pos;
+} seqpos;
+
+static int cmp_seqpos(const void *a, const void *b) {
+	const seqpos *x = a, *y = b;
+	if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+// Checks the rows against the model and kv, then (grow) grows every sequence they extend,
+// all or none.
+static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64_t n, bool grow, int32_t *max_pos,
+		      char *err, size_t errlen) {
+	const kv_config *c = kv_config_of(kv);
+	const model_hparams *hp = &m->hp;
+	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
+	    (c->type == KV_F16S && c->group != hp->head_dim))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
+	seqpos *sp = malloc((size_t)n * sizeof *sp);
+	if (!sp) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
+	int rc = LANES_OK;
+	*max_pos = 0;
+	for (int64_t i = 0; i < n && !rc; i++) {
+		const model_row *r = &rows[i];
+		if (r->token < 0 || r->token >= hp->n_vocab)
+			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: token %d is outside the vocabulary (%d)",
+					  (long long)i, r->token, hp->n_vocab);
+		else if (r->seq < 0 || r->seq >= c->n_seqs)
+			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: sequence %d is not a kv slot", (long long)i, r->seq);
+		else if (r->pos < 0 || r->pos == INT32_MAX)
+			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: bad position %d", (long long)i, r->pos);
+		sp[i] = (seqpos){r->seq, r->pos};
+		if (r->pos + 1 > *max_pos) *max_pos = r->pos + 1;
+	}
+	if (rc) goto out;
+	qsort(sp, (size_t)n, sizeof *sp, cmp_seqpos);
+	// Every sequence's rows continue it: len, len+1, ... with no gap or repeat.
+	for (int64_t i = 0; i < n; i++) {
+		int32_t want = (i > 0 && sp[i - 1].seq == sp[i].seq) ? sp[i - 1].pos + 1 : kv_seq_len(kv, sp[i].seq);
+		if (sp[i].pos != want) {
+			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: sequence %d: position %d given where %d comes next",
+					  sp[i].seq, sp[i].pos, want);
+			goto out;
+		}
+	}
+	int64_t need = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (i + 1 == n || sp[i + 1].seq != sp[i].seq)
+			need += kv_pages_for(kv, (int64_t)sp[i].pos + 1) - kv_pages_for(kv, kv_seq_len(kv, sp[i].seq));
+	if (!grow) goto out;
+	// Pages only the prefix cache holds count as free: growing takes them back.
+	if (need > (int64_t)kv_pages_free(kv) + kv_pages_cached(kv)) {
+		rc = lanes_seterr(err, errlen, LANES_ELIMIT, "forward: the kv cache needs %lld more pages, %d are free",
+				  (long long)need, kv_pages_free(kv) + kv_pages_cached(kv));
+		goto out;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (i + 1 < n && sp[i + 1].seq == sp[i].seq) continue;
+		if ((rc = kv_seq_grow(kv, sp[i].seq, (int64_t)sp[i].pos + 1))) {
+			// Only an allocation failure of a block table gets here: undo what grew.
+			for (int64_t j = 0; j < i; j++)
+				if (sp[j + 1].seq != sp[j].seq) {
+					int64_t first = j;
+					while (first > 0 && sp[first - 1].seq == sp[j].seq) first--;
+					kv_seq_truncate(kv, sp[j].seq, sp[first].pos);
+				}
+			rc = lanes_seterr(err, errlen, rc, "forward: cannot grow sequence %d", sp[i].seq);
+			goto out;
+		}
+	}
+out:
+	free(sp);
+	return rc;
+}
+
+int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+		  float *logits, char *err, size_t errlen) {
+	if (n <= 0) return LANES_OK;
+	const model_hparams *hp = &m->hp;
+	const uint64_t E = hp->n_embd, D = hp->head_dim, qd = (uint64_t)hp->n_heads * D,
+		       kvd = (uint64_t)hp->n_kv_heads * D, X = hp->n_experts, K = hp->n_experts_used, un = (uint64_t)n;
+	uint64_t F = hp->n_ff;
+	if (hp->n_ff_exp > (int32_t)F) F = hp->n_ff_exp;
+	if (hp->n_ff_shexp > (int32_t)F) F = hp->n_ff_shexp;
+	const int nth = lanes_pool_threads(pool);
+
+	// The positions bound the attention scratch: check them before sizing anything.
+	int32_t max_pos = 0;
+	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
+	if (rc) return rc;
+
+	layout Lf = {0}, Li = {0}, Ld = {0};
+	scratch s;
+	uint64_t o_x = take(&Lf, un, E * 4), o_h = take(&Lf, un, E * 4), o_t = take(&Lf, un, E * 4),
+		 o_q = take(&Lf, un, qd * 4), o_k = take(&Lf, un, kvd * 4), o_v = take(&Lf, un, kvd * 4),
+		 o_att = take(&Lf, un, qd * 4), o_g = take(&Lf, un, F * 4), o_u = take(&Lf, un, F * 4),
+		 o_rl = take(&Lf, un, X * 4), o_rw = take(&Lf, un, K * 4), o_xg = take(&Lf, X ? un : 0, E * 4),
+		 o_ys = take(&Lf, X ? un * K : 0, E * 4), o_sg = take(&Lf, un, 4),
+		 o_sc = take(&Lf, (uint64_t)nth, (uint64_t)max_pos * 4);
+	uint64_t o_ids = take(&Li, un, K * 4), o_sel = take(&Li, un, 4), o_slot = take(&Li, un, 4);
+	uint64_t o_cs = take(&Ld, un, (uint64_t)hp->rope.n_rot * 8);
+	if (Lf.bad || Li.bad || Ld.bad || Lf.off > SIZE_MAX / 2)
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: batch of %lld rows is too large", (long long)n);
+	char *fb = malloc((size_t)Lf.off), *ib = malloc((size_t)Li.off), *db = malloc((size_t)Ld.off);
+	if (!fb || !ib || !db) {
+		free(fb), free(ib), free(db);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for a batch of %lld rows", (long long)n);
+	}
+	s = (scratch){
+		.x = (float *)(fb + o_x), .h = (float *)(fb + o_h), .t = (float *)(fb + o_t), .q = (float *)(fb + o_q),
+		.k = (float *)(fb + o_k), .v = (float *)(fb + o_v), .att = (float *)(fb + o_att), .g = (float *)(fb + o_g),
+		.u = (float *)(fb + o_u), .rl = (float *)(fb + o_rl), .rw = (float *)(fb + o_rw), .xg = (float *)(fb + o_xg),
+		.ys = (float *)(fb + o_ys), .sg = (float *)(fb + o_sg), .scores = (float *)(fb + o_sc),
+		.ids = (int32_t *)(ib + o_ids), .sel = (int32_t *)(ib + o_sel), .slot = (int32_t *)(ib + o_slot),
+		.cs = (double *)(db + o_cs),
+	};
+
+	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) goto out;
+
+	const tensor_traits *et = tensor_traits_of(m->tok_embd.type);
+	for (int64_t r = 0; r < n; r++) {
+		et->to_f32((const uint8_t *)m->tok_embd.data + (size_t)rows[r].token * m->tok_embd.row_bytes, s.x + r * E,
+			   (int64_t)E);
+		tensor_rope_table(&hp->rope, rows[r].pos, s.cs + r * hp->rope.n_rot);
+	}
+	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, max_pos);
+
+	// Output head over the rows that asked, gathered in batch order.
+	int64_t nl = 0;
+	for (int64_t r = 0; r < n; r++)
+		if (rows[r].logits) tensor_rmsnorm(s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
+	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
+out:
+	free(fb), free(ib), free(db);
+	return rc;
+}

@@ -1,0 +1,444 @@
+// model/load: architecture table, hyper-parameters from `<arch>.*` metadata, and binding of
+// every tensor in place with its shape checked against them. Vectors that are not aligned
+// f32 are converted to owned f32 copies; matrices are never copied.
+#include "model/model_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum moe_mode { MOE_NO, MOE_OPTIONAL, MOE_REQUIRED };
+
+typedef struct {
+	const char *name;
+	bool neox;             // NEOX rope order
+	bool bias;             // q/k/v biases required (else optional)
+	bool qk_norm;          // per-head q/k RMS norm
+	enum moe_mode moe;     // MoE layers: when expert_count > 0, or always
+	bool shexp;            // shared expert with a sigmoid gate
+	bool moe_norm;         // default: renormalize the chosen experts' weights
+} arch_desc;
+
+static const arch_desc archs[] = {
+	{.name = "llama", .moe = MOE_OPTIONAL, .moe_norm = true},
+	{.name = "qwen2", .neox = true, .bias = true},
+	{.name = "qwen3", .neox = true, .qk_norm = true},
+	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true},
+	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true},
+};
+
+typedef struct {
+	model *m;
+	const char *arch;
+	char *err;
+	size_t errlen;
+} loader;
+
+// ---- metadata ---------------------------------------------------------------------------
+// Reads integer `<arch>.key` into out, within [lo, hi]; def when absent and def_ok.
+static int meta_int(loader *L, const char *key, bool def_ok, int64_t def, int64_t lo, int64_t hi,
+		    int32_t *out) {
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", L->arch, key);
+	int64_t v;
+	int rc = gguf_get_i64(L->m->g, full, &v);
+	if (rc == LANES_ENOTFOUND) {
+		if (!def_ok) return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s", full);
+		v = def;
+	} else if (rc) {
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not an integer", full);
+	}
+	if (v < lo || v > hi)
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s = %lld is out of range [%lld, %lld]",
+				    full, (long long)v, (long long)lo, (long long)hi);
+	*out = (int32_t)v;
+	return LANES_OK;
+}
+
+static int meta_float(loader *L, const char *key, double def, double lo, double hi, double *out) {
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", L->arch, key);
+	float v;
+	int rc = gguf_get_f32(L->m->g, full, &v);
+	if (rc == LANES_ENOTFOUND) {
+		*out = def;
+		return LANES_OK;
+	}
+	if (rc || !(v >= lo && v <= hi))
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s must be a number in [%g, %g]",
+				    full, lo, hi);
+	*out = v;
+	return LANES_OK;
+}
+
+// ---- tensors ----------------------------------------------------------------------------
+static int own_floats(model *m, int64_t n, float **out) {
+	if (m->n_owned == m->cap_owned) {
+		int cap = m->cap_owned ? m->cap_owned * 2 : 16;
+		float **p = realloc(m->owned, (size_t)cap * sizeof *p);
+		if (!p) return LANES_ENOMEM;
+		m->owned = p;
+		m->cap_owned = cap;
+	}
+	float *f = malloc((size_t)n * sizeof *f);
+	if (!f) return LANES_ENOMEM;
+	m->owned[m->n_owned++] = f;
+	m->copied_bytes += (uint64_t)n * sizeof *f;
+	*out = f;
+	return LANES_OK;
+}
+
+// Finds name and checks its shape is exactly ne (dims past the tensor's count are 1).
+static int find_shaped(loader *L, const char *name, bool required, const int64_t ne[GGUF_MAX_DIMS],
+		       const gguf_tensor **out) {
+	*out = NULL;
+	const gguf_tensor *t = gguf_find_tensor(L->m->g, name);
+	if (!t) {
+		if (!required) return LANES_OK;
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing tensor %s (architecture %s)", name, L->arch);
+	}
+	for (int d = 0; d < GGUF_MAX_DIMS; d++) {
+		if (t->ne[d] != ne[d])
+			return lanes_seterr(L->err, L->errlen, LANES_EFORMAT,
+					    "model: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+					    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+					    (long long)ne[0], (long long)ne[1], (long long)ne[2]);
+	}
+	const tensor_traits *tt = tensor_traits_of(t->type);
+	const gguf_ttype_info *ti = gguf_ttype_get(t->type);
+	if (!tt)
+		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: tensor %s has type %s, which lanes cannot compute with",
+				    name, ti && ti->name ? ti->name : "unknown");
+	size_t rb = tensor_row_bytes(t->type, ne[0]);
+	uint64_t total;
+	if (!rb || !ck_mul(rb, (uint64_t)(ne[1] * ne[2] * ne[3]), &total) || total != t->nbytes || !t->data)
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: tensor %s: %lld elements per row do not fit type %s",
+				    name, (long long)ne[0], tt->name);
+	*out = t;
+	return LANES_OK;
+}
+
+// Binds a matrix stack [n_mat][rows][k].
+static int bind_mat(loader *L, const char *name, bool required, int64_t k, int64_t rows, int64_t n_mat,
+		    mweight *w) {
+	memset(w, 0, sizeof *w);
+	const gguf_tensor *t;
+	const int64_t ne[GGUF_MAX_DIMS] = {k, rows, n_mat, 1};
+	int rc = find_shaped(L, name, required, ne, &t);
+	if (rc || !t) return rc;
+	w->data = t->data;
+	w->type = t->type;
+	w->k = k;
+	w->rows = rows;
+	w->n_mat = n_mat;
+	w->row_bytes = tensor_row_bytes(t->type, k);
+	w->mat_bytes = w->row_bytes * (size_t)rows;
+	L->m->weight_bytes += t->nbytes;
+	return LANES_OK;
+}
+
+// Binds a vector of n values as f32: in place when it is aligned f32, else converted.
+static int bind_vec(loader *L, const char *name, bool required, int64_t n, const float **out) {
+	*out = NULL;
+	const gguf_tensor *t;
+	const int64_t ne[GGUF_MAX_DIMS] = {n, 1, 1, 1};
+	int rc = find_shaped(L, name, required, ne, &t);
+	if (rc || !t) return rc;
+	L->m->weight_bytes += t->nbytes;
+	if (t->type == GGUF_T_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
+		*out = t->data;
+		return LANES_OK;
+	}
+	float *f;
+	if (own_floats(L->m, n, &f)) return lanes_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
+	tensor_traits_of(t->type)->to_f32(t->data, f, n);
+	*out = f;
+	return LANES_OK;
+}
+
+static const char *lname(char *buf, size_t n, int l, const char *what) {
+	snprintf(buf, n, "blk.%d.%s", l, what);
+	return buf;
+}
+
+static int bind_layer(loader *L, const arch_desc *a, int l) {
+	model *m = L->m;
+	const model_hparams *hp = &m->hp;
+	mlayer *y = &m->layers[l];
+	const int64_t E = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim,
+		      kvd = (int64_t)hp->n_kv_heads * hp->head_dim, D = hp->head_dim;
+	char b[96];
+	int rc;
+#define TRY(x) \
+	if ((rc = (x))) return rc
+	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_norm.weight"), true, E, &y->attn_norm));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_q.weight"), true, E, qd, 1, &y->wq));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_k.weight"), true, E, kvd, 1, &y->wk));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_v.weight"), true, E, kvd, 1, &y->wv));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_output.weight"), true, qd, E, 1, &y->wo));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q.bias"), a->bias, qd, &y->bq));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k.bias"), a->bias, kvd, &y->bk));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_v.bias"), a->bias, kvd, &y->bv));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_output.bias"), false, E, &y->bo));
+	if (a->qk_norm) {
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q_norm.weight"), true, D, &y->q_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k_norm.weight"), true, D, &y->k_norm));
+	}
+	TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_norm.weight"), true, E, &y->ffn_norm));
+	if (hp->n_experts == 0) {
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate.weight"), true, E, hp->n_ff, 1, &y->ffn_gate));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up.weight"), true, E, hp->n_ff, 1, &y->ffn_up));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down.weight"), true, hp->n_ff, E, 1, &y->ffn_down));
+		return LANES_OK;
+	}
+	const int64_t X = hp->n_experts, F = hp->n_ff_exp;
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_inp.weight"), true, E, X, 1, &y->gate_inp));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_exps.weight"), true, E, F, X, &y->gate_exps));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up_exps.weight"), true, E, F, X, &y->up_exps));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down_exps.weight"), true, F, E, X, &y->down_exps));
+	if (a->shexp) {
+		const int64_t S = hp->n_ff_shexp;
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_inp_shexp.weight"), true, E, 1, 1, &y->gate_inp_shexp));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_shexp.weight"), true, E, S, 1, &y->gate_shexp));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up_shexp.weight"), true, E, S, 1, &y->up_shexp));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down_shexp.weight"), true, S, E, 1, &y->down_shexp));
+	}
+	return LANES_OK;
+#undef TRY
+}
+
+// Llama 3 frequency divisors, for files that name the scaling but carry no rope_freqs tensor.
+static int llama3_factors(loader *L, tensor_rope *rp, double factor) {
+	double lo_f, hi_f, orig;
+	int rc;
+	if ((rc = meta_float(L, "rope.scaling.low_freq_factor", 1.0, 1e-6, 1e6, &lo_f)) ||
+	    (rc = meta_float(L, "rope.scaling.high_freq_factor", 4.0, 1e-6, 1e6, &hi_f)))
+		return rc;
+	int32_t oc;
+	if ((rc = meta_int(L, "rope.scaling.original_context_length", true, 8192, 1, INT32_MAX, &oc))) return rc;
+	orig = oc;
+	float *f;
+	if (own_floats(L->m, rp->n_rot / 2, &f)) return lanes_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
+	const double lo_wl = orig / lo_f, hi_wl = orig / hi_f;
+	for (int32_t i = 0; i < rp->n_rot / 2; i++) {
+		const double wl = 2.0 * M_PI * pow(rp->freq_base, 2.0 * i / rp->n_rot);
+		if (wl < hi_wl) f[i] = 1.0f;
+		else if (wl > lo_wl || hi_f == lo_f) f[i] = (float)factor;
+		else {
+			const double smooth = (orig / wl - lo_f) / (hi_f - lo_f);
+			f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+		}
+	}
+	rp->freq_factors = f;
+	return LANES_OK;
+}
+
+static int read_rope(loader *L) {
+	model_hparams *hp = &L->m->hp;
+	tensor_rope *rp = &hp->rope;
+	int rc;
+	memset(rp, 0, sizeof *rp);
+	rp->neox = false;
+	rp->freq_scale = 1.0;
+	rp->attn_factor = 1.0;
+	if ((rc = meta_int(L, "rope.dimension_count", true, hp->head_dim, 2, hp->head_dim, &rp->n_rot))) return rc;
+	if (rp->n_rot % 2)
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %s.rope.dimension_count = %d must be even", L->arch, rp->n_rot);
+	if ((rc = meta_float(L, "rope.freq_base", 10000.0, 1.0001, 1e12, &rp->freq_base))) return rc;
+	double factor = 0.0, linear = 0.0;
+	if ((rc = meta_float(L, "rope.scaling.factor", 0.0, 0.0, 1e6, &factor)) ||
+	    (rc = meta_float(L, "rope.scale_linear", 0.0, 0.0, 1e6, &linear)))
+		return rc;
+	char key[128];
+	snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
+	gguf_str type = {"none", 4};
+	if (gguf_get(L->m->g, key) && gguf_get_str(L->m->g, key, &type))
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not a string", key);
+	if (gguf_str_eq(type, "none")) {
+		if (linear > 0.0) rp->freq_scale = 1.0 / linear;
+	} else if (gguf_str_eq(type, "linear")) {
+		if (factor > 0.0) rp->freq_scale = 1.0 / factor;
+		else if (linear > 0.0) rp->freq_scale = 1.0 / linear;
+	} else if (gguf_str_eq(type, "yarn")) {
+		if (factor > 0.0) rp->freq_scale = 1.0 / factor;
+		rp->ext_factor = 1.0;
+		if ((rc = meta_float(L, "rope.scaling.attn_factor", 1.0, 0.0, 1e6, &rp->attn_factor)) ||
+		    (rc = meta_float(L, "rope.scaling.yarn_ext_factor", 1.0, 0.0, 1e6, &rp->ext_factor)) ||
+		    (rc = meta_float(L, "rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6, &rp->beta_fast)) ||
+		    (rc = meta_float(L, "rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6, &rp->beta_slow)) ||
+		    (rc = meta_int(L, "rope.scaling.original_context_length", true, hp->n_ctx_train, 1, INT32_MAX,
+				   &rp->n_ctx_orig)))
+			return rc;
+	} else if (gguf_str_eq(type, "llama3")) {
+		if (!gguf_find_tensor(L->m->g, "rope_freqs.weight") && factor > 0.0 && (rc = llama3_factors(L, rp, factor)))
+			return rc;
+	} else {
+		char *t = gguf_str_dup(type);
+		rc = lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: rope scaling type '%s' is not supported",
+				  t ? t : "?");
+		free(t);
+		return rc;
+	}
+	if (gguf_find_tensor(L->m->g, "rope_freqs.weight"))
+		return bind_vec(L, "rope_freqs.weight", true, rp->n_rot / 2, &rp->freq_factors);
+	return LANES_OK;
+}
+
+static int read_hparams(loader *L, const arch_desc *a) {
+	model *m = L->m;
+	model_hparams *hp = &m->hp;
+	int rc;
+	const int32_t big = 1 << 20;
+	snprintf(hp->arch, sizeof hp->arch, "%s", a->name);
+	if ((rc = meta_int(L, "context_length", true, 4096, 1, INT32_MAX, &hp->n_ctx_train)) ||
+	    (rc = meta_int(L, "embedding_length", false, 0, 1, big, &hp->n_embd)) ||
+	    (rc = meta_int(L, "block_count", false, 0, 1, 4096, &hp->n_layers)) ||
+	    (rc = meta_int(L, "attention.head_count", false, 0, 1, 4096, &hp->n_heads)) ||
+	    (rc = meta_int(L, "attention.head_count_kv", true, hp->n_heads, 1, hp->n_heads, &hp->n_kv_heads)))
+		return rc;
+	if (hp->n_heads % hp->n_kv_heads)
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
+				    hp->n_heads, hp->n_kv_heads);
+	int32_t vdim;
+	const int32_t def_d = hp->n_embd % hp->n_heads ? 0 : hp->n_embd / hp->n_heads;
+	if ((rc = meta_int(L, "attention.key_length", def_d > 0, def_d, 2, 65536, &hp->head_dim)) ||
+	    (rc = meta_int(L, "attention.value_length", true, hp->head_dim, 1, 65536, &vdim)))
+		return rc;
+	if (vdim != hp->head_dim)
+		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: key length %d != value length %d is not supported",
+				    hp->head_dim, vdim);
+	double eps;
+	if ((rc = meta_float(L, "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, &eps))) return rc;
+	hp->rms_eps = (float)eps;
+	if ((rc = meta_int(L, "expert_count", true, 0, 0, 4096, &hp->n_experts))) return rc;
+	if (a->moe == MOE_NO && hp->n_experts > 0)
+		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: architecture %s with experts is not supported", a->name);
+	if (a->moe == MOE_REQUIRED && hp->n_experts == 0)
+		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s.expert_count", a->name);
+	if (hp->n_experts > 0) {
+		int32_t norm = a->moe_norm;
+		if ((rc = meta_int(L, "expert_used_count", false, 0, 1, hp->n_experts, &hp->n_experts_used)) ||
+		    (rc = meta_int(L, "feed_forward_length", true, 0, 0, big, &hp->n_ff)) ||
+		    (rc = meta_int(L, "expert_feed_forward_length", hp->n_ff > 0, hp->n_ff, 1, big, &hp->n_ff_exp)) ||
+		    (rc = meta_int(L, "expert_weights_norm", true, norm, 0, 1, &norm)))
+			return rc;
+		hp->moe_norm = norm;
+		hp->n_ff = 0;
+		if (a->shexp && (rc = meta_int(L, "expert_shared_feed_forward_length", false, 0, 1, big, &hp->n_ff_shexp)))
+			return rc;
+	} else if ((rc = meta_int(L, "feed_forward_length", false, 0, 1, big, &hp->n_ff))) {
+		return rc;
+	}
+	if ((rc = read_rope(L))) return rc;
+	hp->rope.neox = a->neox;
+	return LANES_OK;
+}
+
+static void main_type(model *m) {
+	uint64_t per[GGUF_T_COUNT] = {0};
+	for (int64_t i = 0; i < gguf_n_tensors(m->g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(m->g, i);
+		if (t->n_dims >= 2 && t->type < GGUF_T_COUNT) per[t->type] += (uint64_t)gguf_tensor_nelem(t);
+	}
+	uint32_t best = GGUF_T_F32;
+	for (uint32_t t = 0; t < GGUF_T_COUNT; t++)
+		if (per[t] > per[best]) best = t;
+	m->hp.main_type = best;
+}
+
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) {
+	*out = NULL;
+	model *m = calloc(1, sizeof *m);
+	if (!m) {
+		gguf_free(g);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	}
+	m->g = g;
+	loader L = {.m = m, .err = err, .errlen = errlen};
+	int rc;
+	gguf_str arch;
+	if (gguf_get_str(g, "general.architecture", &arch)) {
+		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: missing metadata key general.architecture");
+		goto fail;
+	}
+	const arch_desc *a = NULL;
+	for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+		if (gguf_str_eq(arch, archs[i].name)) a = &archs[i];
+	if (!a) {
+		char *s = gguf_str_dup(arch);
+		rc = lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)",
+				  s ? s : "?");
+		free(s);
+		goto fail;
+	}
+	L.arch = a->name;
+	m->has_bias = a->bias;
+	m->qk_norm = a->qk_norm;
+	m->shexp = a->shexp;
+	if ((rc = read_hparams(&L, a))) goto fail;
+	model_hparams *hp = &m->hp;
+
+	const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+	if (!te) {
+		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: missing tensor token_embd.weight");
+		goto fail;
+	}
+	const gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens");
+	int64_t nv = toks ? (int64_t)toks->arr.n : te->ne[1];
+	if (nv < 1 || nv > (1 << 24)) {
+		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: vocabulary size %lld is out of range", (long long)nv);
+		goto fail;
+	}
+	hp->n_vocab = (int32_t)nv;
+	if ((rc = bind_mat(&L, "token_embd.weight", true, hp->n_embd, nv, 1, &m->tok_embd)) ||
+	    (rc = bind_vec(&L, "output_norm.weight", true, hp->n_embd, &m->output_norm)) ||
+	    (rc = bind_mat(&L, "output.weight", false, hp->n_embd, nv, 1, &m->output)))
+		goto fail;
+	if (!m->output.data) m->output = m->tok_embd; // tied embeddings
+	m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+	if (!m->layers) {
+		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+		goto fail;
+	}
+	for (int l = 0; l < hp->n_layers; l++)
+		if ((rc = bind_layer(&L, a, l))) goto fail;
+	main_type(m);
+	*out = m;
+	return LANES_OK;
+fail:
+	model_free(m);
+	return rc;
+}
+
+int model_load(model **out, const char *path, char *err, size_t errlen) {
+	*out = NULL;
+	gguf *g;
+	int rc = gguf_open(&g, path, err, errlen);
+	if (rc) return rc;
+	return model_from_gguf(out, g, err, errlen);
+}
+
+void model_free(model *m) {
+	if (!m) return;
+	for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+	free(m->owned);
+	free(m->layers);
+	gguf_free(m->g);
+	free(m);
+}
+
+const model_hparams *model_hparams_of(const model *m) { return &m->hp; }
+const gguf *model_gguf(const model *m) { return m->g; }
+uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+uint64_t model_copied_bytes(const model *m) { return m->copied_bytes; }
+
+kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
+			  int32_t page_tokens) {
+	kv_config c = {.type = type, .n_layers = m->hp.n_layers, .kv_dim = m->hp.n_kv_heads * m->hp.head_dim,
+		       .group = m->hp.head_dim, .page_tokens = page_tokens, .n_seqs = n_seqs};
+	int64_t per = page_tokens > 0 ? ((int64_t)n_ctx + page_tokens - 1) / page_tokens : 0;
+	int64_t pages = per * (n_seqs > 0 ? n_seqs : 0);
+	c.n_pages = pages > INT32_MAX ? INT32_MAX : (int32_t)pages;
+	return c;
+}

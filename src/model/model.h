@@ -1,0 +1,75 @@
+// model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
+// qwen3moe) — hyper-parameters from GGUF metadata, weights bound in place from the mapping
+// and checked against them, and forward(batch) over the paged KV cache.
+#ifndef LANES_MODEL_H
+#define LANES_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "tensor/tensor.h"
+
+typedef struct {
+	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"
+	int32_t n_vocab;        // logits per row
+	int32_t n_embd;         // residual width
+	int32_t n_layers;
+	int32_t n_heads;        // query heads
+	int32_t n_kv_heads;     // key/value heads (GQA: divides n_heads; MQA: 1)
+	int32_t head_dim;       // values per head (qwen3: attention.key_length)
+	int32_t n_ff;           // dense FFN width (0 for MoE layers)
+	int32_t n_experts;      // 0 for a dense model
+	int32_t n_experts_used; // experts per token
+	int32_t n_ff_exp;       // width of one expert's FFN
+	int32_t n_ff_shexp;     // width of the shared expert (qwen2moe), else 0
+	bool moe_norm;          // renormalize the chosen experts' weights to sum 1
+	int32_t n_ctx_train;    // context_length (informational: longer contexts are allowed)
+	float rms_eps;
+	tensor_rope rope;       // freq_factors points into the model
+	uint32_t main_type;     // the weight type holding most matrix elements (enum gguf_ttype)
+} model_hparams;
+
+typedef struct model model;
+
+// Opens path, reads the hyper-parameters, binds and checks every tensor. Returns 0, or a
+// negative code with a message naming the architecture, key or tensor at fault.
+int model_load(model **out, const char *path, char *err, size_t errlen);
+// The same over an open gguf, which the model then owns (freed by model_free, also on failure).
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);
+void model_free(model *m); // accepts NULL
+const model_hparams *model_hparams_of(const model *m);
+const gguf *model_gguf(const model *m); // metadata (e.g. for the tokenizer)
+// Bytes of weights read from the mapping, and bytes the model copied (converted vectors).
+uint64_t model_weight_bytes(const model *m);
+uint64_t model_copied_bytes(const model *m);
+
+// A kv_config that fits this model: type, page_tokens per page, scale groups of one head,
+// and enough pages for n_seqs sequences of n_ctx tokens each.
+kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
+			  int32_t page_tokens);
+
+// One row of a batch.
+typedef struct {
+	int32_t token;  // vocabulary id
+	int32_t pos;    // absolute position in its sequence
+	int32_t seq;    // KV sequence slot
+	bool logits;    // write this row's logits
+} model_row;
+
+// Runs n rows through the model. Rows may come from many sequences, prompt rows and decode
+// rows mixed; the rows of one sequence must be positions len..len+m-1 (len = its
+// kv_seq_len before the call), each once, in any order. Writes their K/V into kv, grows
+// the sequences, and writes n_vocab logits for each row with `logits` set into logits
+// (flagged rows in batch order). A row's logits depend only on its token, position and its
+// sequence's KV — never on the other rows, the thread count or how a prompt was cut.
+// pool: threads to use (NULL: the caller alone). On error kv is unchanged: LANES_EINVAL
+// (bad rows or a kv that does not fit the model), LANES_ELIMIT (not enough free pages),
+// LANES_ENOMEM.
+int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+		  float *logits, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,44 @@
+// model (internal): the loaded model's structure shared by load.c and forward.c.
+#ifndef LANES_MODEL_INT_H
+#define LANES_MODEL_INT_H
+
+#include "model/model.h"
+
+// A weight matrix (or a stack of them, one per expert) in the mapping.
+typedef struct {
+	const void *data;   // first byte, in the mapping; NULL when the tensor is absent
+	uint32_t type;      // enum gguf_ttype
+	int64_t k;          // elements per row (ne[0])
+	int64_t rows;       // rows per matrix (ne[1]): the outputs
+	int64_t n_mat;      // matrices (ne[2]: experts); 1 for a plain matrix
+	size_t row_bytes;
+	size_t mat_bytes;   // rows * row_bytes
+} mweight;
+
+typedef struct {
+	const float *attn_norm;                 // [n_embd]
+	mweight wq, wk, wv, wo;                 // [n_embd -> n_heads*head_dim] ... [q_dim -> n_embd]
+	const float *bq, *bk, *bv, *bo;         // optional biases of the four
+	const float *q_norm, *k_norm;           // [head_dim] per-head RMS norm (qwen3)
+	const float *ffn_norm;                  // [n_embd]
+	mweight ffn_gate, ffn_up, ffn_down;     // dense: [n_embd -> n_ff], [n_ff -> n_embd]
+	mweight gate_inp;                       // router [n_embd -> n_experts]
+	mweight gate_exps, up_exps, down_exps;  // [n_experts][n_embd -> n_ff_exp], down back
+	mweight gate_shexp, up_shexp, down_shexp; // shared expert (qwen2moe)
+	mweight gate_inp_shexp;                 // [n_embd -> 1] shared expert's sigmoid gate
+} mlayer;
+
+struct model {
+	gguf *g;
+	model_hparams hp;
+	bool has_bias, qk_norm, shexp;
+	mweight tok_embd;         // [n_embd] x n_vocab rows
+	mweight output;           // [n_embd -> n_vocab]; token_embd when tied
+	const float *output_norm; // [n_embd]
+	mlayer *layers;           // n_layers
+	float **owned;            // vectors converted to f32 (copies)
+	int n_owned, cap_owned;
+	uint64_t weight_bytes, copied_bytes;
+};
+
+#endif

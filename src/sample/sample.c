@@ -1,0 +1,142 @@
+// sample: the samplers. Candidates are sorted by (logit desc, id asc), a total order, and
+// probabilities are summed in double in that order, so every pick is reproducible.
+#include "sample/sample.h"
+
+#include "base/base.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+	float logit;
+	int32_t id;
+} cand;
+
+struct sampler {
+	int32_t n_vocab;
+	cand *c;     // [n_vocab]
+	double *p;   // [n_vocab] probabilities of the sorted candidates
+};
+
+sample_params sample_defaults(void) {
+	return (sample_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.0f, .seed = 0};
+}
+
+int sample_check(const sample_params *p, char *err, size_t errlen) {
+	if (!(p->temp >= 0.0f) || isinf(p->temp))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: temperature must be a finite number >= 0");
+	if (p->top_k < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "sample: top_k must be >= 0");
+	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: top_p must be in (0, 1]");
+	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: min_p must be in [0, 1]");
+	return LANES_OK;
+}
+
+double sample_uniform(uint64_t seed, uint64_t choice, int64_t pos) {
+	uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ choice) ^ (uint64_t)pos);
+	return (double)(h >> 11) * 0x1p-53;
+}
+
+int sampler_new(sampler **out, int32_t n_vocab) {
+	*out = NULL;
+	if (n_vocab < 1) return LANES_EINVAL;
+	sampler *s = calloc(1, sizeof *s);
+	if (!s) return LANES_ENOMEM;
+	s->n_vocab = n_vocab;
+	s->c = malloc((size_t)n_vocab * sizeof *s->c);
+	s->p = malloc((size_t)n_vocab * sizeof *s->p);
+	if (!s->c || !s->p) {
+		sampler_free(s);
+		return LANES_ENOMEM;
+	}
+	*out = s;
+	return LANES_OK;
+}
+
+void sampler_free(sampler *s) {
+	if (!s) return;
+	free(s->c);
+	free(s->p);
+	free(s);
+}
+
+int32_t sample_argmax(const float *logits, int32_t n_vocab) {
+	int32_t best = 0;
+	for (int32_t i = 1; i < n_vocab; i++)
+		if (logits[i] > logits[best] || isnan(logits[best])) best = i;
+	return best;
+}
+
+// Orders by logit descending, then id ascending: a total order, so sorting is reproducible.
+static int cand_cmp(const void *a, const void *b) {
+	const cand *x = a, *y = b;
+	if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static inline bool cand_before(const cand *x, const cand *y) {
+	return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
+// Moves the k first candidates (in cand order) to the front, in any order (quickselect).
+static void select_top(cand *c, int32_t n, int32_t k) {
+	int32_t lo = 0, hi = n - 1;
+	while (lo < hi) {
+		cand pivot = c[lo + (hi - lo) / 2];
+		int32_t i = lo, j = hi;
+		while (i <= j) {
+			while (cand_before(&c[i], &pivot)) i++;
+			while (cand_before(&pivot, &c[j])) j--;
+			if (i <= j) {
+				cand t = c[i];
+				c[i++] = c[j];
+				c[j--] = t;
+			}
+		}
+		if (k - 1 <= j) hi = j;
+		else if (k - 1 >= i) lo = i;
+		else break;
+	}
+}
+
+int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, uint64_t choice, int64_t pos) {
+	const int32_t V = s->n_vocab;
+	if (p->temp <= 0.0f) return sample_argmax(logits, V);
+	int32_t n = V;
+	for (int32_t i = 0; i < V; i++) s->c[i] = (cand){isnan(logits[i]) ? -INFINITY : logits[i] / p->temp, i};
+	if (p->top_k > 0 && p->top_k < n) {
+		select_top(s->c, n, p->top_k);
+		n = p->top_k;
+	}
+	qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
+	if (s->c[0].logit == -INFINITY) return s->c[0].id;
+	double total = 0.0;
+	for (int32_t i = 0; i < n; i++) total += s->p[i] = exp((double)s->c[i].logit - s->c[0].logit);
+	if (p->top_p < 1.0f) {
+		double cum = 0.0;
+		int32_t keep = n;
+		for (int32_t i = 0; i < n; i++) {
+			cum += s->p[i];
+			if (cum >= p->top_p * total) {
+				keep = i + 1;
+				break;
+			}
+		}
+		n = keep;
+	}
+	if (p->min_p > 0.0f) {
+		int32_t keep = 1;
+		while (keep < n && s->p[keep] >= p->min_p * s->p[0]) keep++;
+		n = keep;
+	}
+	total = 0.0;
+	for (int32_t i = 0; i < n; i++) total += s->p[i];
+	const double target = sample_uniform(p->seed, choice, pos) * total;
+	double cum = 0.0;
+	for (int32_t i = 0; i < n; i++) {
+		cum += s->p[i];
+		if (target < cum) return s->c[i].id;
+	}
+	return s->c[n - 1].id;
+}

@@ -1,0 +1,594 @@
+// server: the libmicrohttpd daemon (a thread per connection, so a request that waits on
+// the engine never delays another), the route table, request bodies, the API key, the
+// access log, the background model load, and the drain/halt states.
+#include "server/http_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+void http_config_default(http_config *c) {
+	memset(c, 0, sizeof *c);
+	c->host = "127.0.0.1";
+	c->port = 8080;
+	c->max_body = 8u << 20;
+	c->max_connections = 256;
+	lane_config_default(&c->lanes);
+}
+
+// ---- routes ---------------------------------------------------------------------------------
+
+static const srv_route routes[] = {
+	{"GET", "/health", 0, SRV_OPENAI, srv_health},
+	{"GET", "/slots", 0, SRV_OPENAI, srv_slots},
+	{"GET", "/metrics", 0, SRV_OPENAI, srv_metrics},
+	{"GET", "/v1/models", 0, SRV_OPENAI, srv_models},
+	{"GET", "/v1/models/", SRV_R_PREFIX, SRV_OPENAI, srv_model_one},
+	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
+	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_completions},
+	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
+	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_responses},
+	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_tokenize},
+	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+};
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+static bool path_matches(const srv_route *r, const char *url) {
+	if (r->flags & SRV_R_PREFIX) return !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)];
+	return !strcmp(url, r->path);
+}
+
+// The route for (method, url); *path_known tells a wrong method from an unknown path.
+static const srv_route *route_find(const char *method, const char *url, bool *path_known) {
+	*path_known = false;
+	for (size_t i = 0; i < N_ROUTES; i++) {
+		if (!path_matches(&routes[i], url)) continue;
+		*path_known = true;
+		if (!strcmp(routes[i].method, method)) return &routes[i];
+	}
+	return NULL;
+}
+
+// ---- small helpers ----------------------------------------------------------------------------
+
+void srv_buf_add(srv_buf *b, const void *s, size_t n) {
+	if (b->oom || n == 0) return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1) cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
+void srv_buf_adds(srv_buf *b, const char *s) { srv_buf_add(b, s, strlen(s)); }
+
+void srv_buf_free(srv_buf *b) {
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+// Status and type of each error kind in each family; OpenAI's code when it has one.
+static const struct {
+	int status;
+	const char *openai_type, *openai_code;
+	int anthropic_status;
+	const char *anthropic_type;
+	int retry_after;
+} ekinds[SRV_E__COUNT] = {
+	[SRV_E_BAD_REQUEST] = {400, "invalid_request_error", NULL, 400, "invalid_request_error", 0},
+	[SRV_E_AUTH] = {401, "invalid_request_error", "invalid_api_key", 401, "authentication_error", 0},
+	[SRV_E_NOT_FOUND] = {404, "invalid_request_error", NULL, 404, "not_found_error", 0},
+	[SRV_E_METHOD] = {405, "invalid_request_error", NULL, 405, "invalid_request_error", 0},
+	[SRV_E_TOO_LARGE] = {413, "invalid_request_error", "request_too_large", 413, "request_too_large", 0},
+	[SRV_E_BUSY] = {429, "rate_limit_error", "rate_limit_exceeded", 529, "overloaded_error", 1},
+	[SRV_E_UNAVAILABLE] = {503, "server_error", "unavailable", 503, "overloaded_error", 2},
+	[SRV_E_INTERNAL] = {500, "server_error", NULL, 500, "api_error", 0},
+};
+
+int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...) {
+	e->kind = kind;
+	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+	e->code[0] = 0;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
+
+json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
+	if (f == SRV_ANTHROPIC) {
+		*status = ekinds[e->kind].anthropic_status;
+		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", ekinds[e->kind].anthropic_type,
+				 "message", e->msg);
+	}
+	*status = ekinds[e->kind].status;
+	json_t *err = json_pack("{s:s, s:s}", "message", e->msg, "type", ekinds[e->kind].openai_type);
+	// a failed generation is exactly {message, type}; request errors name their field
+	if (err && e->kind != SRV_E_INTERNAL) {
+		json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+		const char *code = e->code[0] ? e->code : ekinds[e->kind].openai_code;
+		json_object_set_new(err, "code", code ? json_string(code) : json_null());
+	}
+	return err ? json_pack("{s:o}", "error", err) : NULL;
+}
+
+static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
+	if (!r) return MHD_NO;
+	c->status = status;
+	c->replied = true;
+	enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
+	MHD_destroy_response(r);
+	return ok;
+}
+
+enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+	if (!r) return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	return queue(c, status, r);
+}
+
+static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after) {
+	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!txt) return MHD_NO;
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(txt);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (retry_after > 0) {
+		char ra[16];
+		snprintf(ra, sizeof ra, "%d", retry_after);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
+	return queue(c, status, r);
+}
+
+enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) {
+	return reply_json_h(c, status, body, retry_after);
+}
+
+enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
+	int status;
+	json_t *body = srv_error_body(c->rt ? c->rt->family : SRV_OPENAI, e, &status);
+	if (c->rt && (c->rt->flags & SRV_R_GEN) && e->kind != SRV_E_INTERNAL) atomic_fetch_add(&c->s->rejected, 1);
+	if (!c->outcome) c->outcome = "rejected";
+	return reply_json_h(c, status, body, srv_retry_after(e->kind));
+}
+
+int srv_sock_fd(srv_conn *c) {
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
+	*out = NULL;
+	if (!c->body.len) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body is empty: send a JSON object");
+	json_error_t je;
+	json_t *j = json_loadb(c->body.p, c->body.len, 0, &je);
+	if (!j) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+	}
+	*out = j;
+	return 0;
+}
+
+void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
+	uint64_t a = splitmix64(atomic_fetch_add(&s->id_state, 0x9e3779b97f4a7c15ull));
+	uint64_t b = splitmix64(a ^ lanes_now_ns());
+	snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
+uint64_t srv_draw_seed(http_server *s) {
+	uint64_t x = splitmix64(atomic_fetch_add(&s->seed_state, 0x9e3779b97f4a7c15ull));
+	return x & ((1ull << 53) - 1);
+}
+
+// ---- the request handler ----------------------------------------------------------------------
+
+// Constant-time comparison of a presented key with the configured one.
+static bool key_equal(const char *a, const char *b) {
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+	for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
+	return d == 0;
+}
+
+static bool authorized(srv_conn *c) {
+	const char *key = c->s->api_key;
+	if (!key || !*key) return true;
+	const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
+	if (x && key_equal(x, key)) return true;
+	const char *a = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (a && !strncasecmp(a, "Bearer ", 7)) {
+		a += 7;
+		while (*a == ' ') a++;
+		if (key_equal(a, key)) return true;
+	}
+	return false;
+}
+
+// Errors that need no body: unknown path, method, key, size, state.
+static int early_check(srv_conn *c, const char *url, const char *method, srv_err *e) {
+	http_server *s = c->s;
+	bool path_known;
+	c->rt = route_find(method, url, &path_known);
+	if (!c->rt) {
+		if (path_known) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
+		return srv_fail(e, SRV_E_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
+	}
+	unsigned fl = c->rt->flags;
+	if ((fl & SRV_R_AUTH) && !authorized(c))
+		return srv_fail(e, SRV_E_AUTH, NULL,
+				c->rt->family == SRV_ANTHROPIC ? "invalid x-api-key" : "invalid API key: send Authorization: Bearer KEY");
+	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl) {
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(cl, &end, 10);
+		if (!errno && end != cl && n > s->cfg.max_body)
+			return srv_fail(e, SRV_E_TOO_LARGE, NULL, "the request body (%llu bytes) is larger than the limit of %zu bytes", n,
+					s->cfg.max_body);
+	}
+	int st = atomic_load(&s->state);
+	if ((fl & SRV_R_MODEL) && (st == HTTP_LOADING || st == HTTP_FAILED))
+		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the model is loading: retry shortly");
+	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING)
+		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the server is draining: retry shortly");
+	if ((fl & SRV_R_GEN) && st == HTTP_HALTED) {
+		pthread_mutex_lock(&s->mu);
+		srv_fail(e, SRV_E_UNAVAILABLE, NULL, "%s", s->halt_reason);
+		pthread_mutex_unlock(&s->mu);
+		return -1;
+	}
+	return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+				  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+	http_server *s = cls;
+	srv_conn *c = *con_cls;
+	if (!c) {
+		c = calloc(1, sizeof *c);
+		if (!c) return MHD_NO;
+		c->s = s;
+		c->mc = mc;
+		c->t0_us = lanes_now_us();
+		snprintf(c->method, sizeof c->method, "%s", method);
+		snprintf(c->path, sizeof c->path, "%s", url);
+		*con_cls = c;
+		srv_err e;
+		if (early_check(c, url, method, &e)) return srv_reply_error(c, &e);
+		return MHD_YES;
+	}
+	if (c->replied) {
+		*upload_size = 0; // a reply went out early: the rest of the body is dropped
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		// a chunked body (no Content-Length) over the limit is read and dropped: libmicrohttpd
+		// cannot reply in the middle of a body, so the 413 goes out at its end
+		if (c->body_over || c->body.len + *upload_size > s->cfg.max_body) {
+			c->body_over = true;
+			srv_buf_free(&c->body);
+			*upload_size = 0;
+			return MHD_YES;
+		}
+		srv_buf_add(&c->body, upload, *upload_size);
+		*upload_size = 0;
+		if (c->body.oom) {
+			srv_err e;
+			srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+			return srv_reply_error(c, &e);
+		}
+		return MHD_YES;
+	}
+	if (c->body_over) {
+		srv_err e;
+		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
+		return srv_reply_error(c, &e);
+	}
+	return c->rt->fn(c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+	srv_conn *c = *con_cls;
+	if (!c) return;
+	*con_cls = NULL;
+	if (c->call) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
+		srv_call_free(c->call);
+	}
+	double ms = (double)(lanes_now_us() - c->t0_us) / 1000.0;
+	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
+	if (c->n_prompt || c->n_gen || c->outcome)
+		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, c->status,
+			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, why);
+	else
+		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s", c->method, c->path, c->status, ms, why);
+	srv_buf_free(&c->body);
+	free(c);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+	LOG_DEBUG(SRV_MOD, "libmicrohttpd: %s", msg);
+}
+
+// ---- loading ----------------------------------------------------------------------------------
+
+static char *read_file(const char *path, size_t *len) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return NULL;
+	srv_buf b = {0};
+	char tmp[65536];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) srv_buf_add(&b, tmp, n);
+	bool bad = ferror(f) || b.oom;
+	fclose(f);
+	if (bad) {
+		srv_buf_free(&b);
+		return NULL;
+	}
+	if (!b.p) srv_buf_add(&b, "", 1), b.len = 0;
+	*len = b.len;
+	return b.p;
+}
+
+static char *token_string(const tok_vocab *v, int32_t id) {
+	size_t n = 0;
+	const char *t = id >= 0 ? tok_text(v, id, &n) : NULL;
+	char *out = malloc(n + 1);
+	if (out) {
+		if (n) memcpy(out, t, n);
+		out[n] = 0;
+	}
+	return out;
+}
+
+static int load_template(http_server *s, char *err, size_t errlen) {
+	char e2[512];
+	if (s->template_path) {
+		size_t len;
+		char *src = read_file(s->template_path, &len);
+		if (!src) return lanes_seterr(err, errlen, LANES_EIO, "cannot read --chat-template %s: %s", s->template_path, strerror(errno));
+		int rc = tmpl_compile(&s->tmpl, src, len, e2, sizeof e2);
+		free(src);
+		if (rc) return lanes_seterr(err, errlen, rc, "--chat-template %s: %s", s->template_path, e2);
+		LOG_INFO(SRV_MOD, "chat template from %s", s->template_path);
+		return 0;
+	}
+	const char *src = tok_chat_template(s->vocab);
+	if (src) {
+		if (!tmpl_compile(&s->tmpl, src, strlen(src), e2, sizeof e2)) return 0;
+		LOG_WARN(SRV_MOD, "the model's chat template does not compile (%s): using ChatML instead", e2);
+	} else {
+		LOG_WARN(SRV_MOD, "the model has no chat template: using ChatML");
+	}
+	const char *ml = tmpl_chatml();
+	int rc = tmpl_compile(&s->tmpl, ml, strlen(ml), e2, sizeof e2);
+	if (rc) return lanes_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
+	return 0;
+}
+
+static void *loader(void *arg) {
+	http_server *s = arg;
+	char err[512];
+	uint64_t t0 = lanes_now_us();
+	atomic_store(&s->progress_pm, 10);
+	int rc = model_load(&s->m, s->model_path, err, sizeof err);
+	if (!rc) {
+		atomic_store(&s->progress_pm, 600);
+		s->n_vocab = model_hparams_of(s->m)->n_vocab;
+		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
+	}
+	if (!rc) {
+		atomic_store(&s->progress_pm, 700);
+		rc = load_template(s, err, sizeof err);
+	}
+	if (!rc) {
+		s->bos_text = token_string(s->vocab, tok_bos(s->vocab));
+		s->eos_text = token_string(s->vocab, tok_eos(s->vocab));
+		if (!s->bos_text || !s->eos_text) rc = lanes_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+	}
+	if (!rc) {
+		atomic_store(&s->progress_pm, 750);
+		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
+	}
+	if (!rc) {
+		s->max_ctx = lane_host_max_context(s->host);
+		srv_metrics_start(s);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (rc) {
+		snprintf(s->load_err, sizeof s->load_err, "%s", err);
+		atomic_store(&s->state, HTTP_FAILED);
+	} else {
+		atomic_store(&s->progress_pm, 1000);
+		int want = HTTP_LOADING;
+		atomic_compare_exchange_strong(&s->state, &want, HTTP_READY);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc) {
+		LOG_ERROR(SRV_MOD, "cannot load %s: %s", s->model_path, err);
+		return NULL;
+	}
+	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->model_id,
+		 (double)(lanes_now_us() - t0) / 1e6, s->max_ctx);
+	LOG_INFO(SRV_MOD,
+		 "try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' -d "
+		 "'{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":64}'",
+		 s->host_addr, s->port);
+	return NULL;
+}
+
+// ---- lifecycle --------------------------------------------------------------------------------
+
+static char *dup_or_null(const char *p) { return p && *p ? strdup(p) : NULL; }
+
+int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen) {
+	*out = NULL;
+	if (!cfg->model_path || !*cfg->model_path) return lanes_seterr(err, errlen, LANES_EINVAL, "no model: -m MODEL");
+	if (cfg->port < 0 || cfg->port > 65535) return lanes_seterr(err, errlen, LANES_EINVAL, "--port must be 0..65535");
+	if (cfg->max_body < 16 || cfg->max_body > ((size_t)1 << 34))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
+	if (cfg->max_connections < 1 || cfg->max_connections > 65536)
+		return lanes_seterr(err, errlen, LANES_EINVAL, "max connections must be 1..65536");
+	http_server *s = calloc(1, sizeof *s);
+	if (!s) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	s->cfg = *cfg;
+	s->model_path = strdup(cfg->model_path);
+	s->alias = dup_or_null(cfg->alias);
+	s->api_key = dup_or_null(cfg->api_key);
+	s->host_addr = strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
+	s->template_path = dup_or_null(cfg->chat_template);
+	pthread_mutex_init(&s->mu, NULL);
+	atomic_init(&s->state, HTTP_LOADING);
+	atomic_init(&s->seed_state, splitmix64(lanes_now_ns() ^ ((uint64_t)getpid() << 32)));
+	atomic_init(&s->id_state, splitmix64(lanes_now_ns() + 1));
+	srv_metrics_init(s);
+	if (!s->model_path || !s->host_addr) {
+		http_server_free(s);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
+	// the model id: --alias, else the file name without .gguf
+	if (s->alias) {
+		snprintf(s->model_id, sizeof s->model_id, "%s", s->alias);
+	} else {
+		const char *b = strrchr(s->model_path, '/');
+		b = b ? b + 1 : s->model_path;
+		size_t n = strlen(b);
+		if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+		snprintf(s->model_id, sizeof s->model_id, "%.*s", (int)n, b);
+	}
+	s->n_slots = cfg->max_connections;
+	s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+	if (!s->slots) {
+		http_server_free(s);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < s->n_slots; i++) s->slots[i].fd = -1;
+	for (int i = 0; i < s->n_slots; i++) {
+		s->slots[i].fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (s->slots[i].fd < 0) {
+			int en = errno;
+			http_server_free(s);
+			return lanes_seterr(err, errlen, LANES_EIO, "eventfd: %s", strerror(en));
+		}
+	}
+
+	struct sockaddr_in sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)cfg->port);
+	if (inet_pton(AF_INET, s->host_addr, &sa.sin_addr) != 1) {
+		http_server_free(s);
+		return lanes_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
+	}
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+	s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
+				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+				  (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+				  MHD_OPTION_END);
+	if (!s->mhd) {
+		http_server_free(s);
+		return lanes_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
+				    cfg->host, cfg->port);
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = di ? di->port : cfg->port;
+	if (pthread_create(&s->loader, NULL, loader, s)) {
+		http_server_free(s);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
+	}
+	s->loader_started = true;
+	*out = s;
+	return 0;
+}
+
+void http_server_free(http_server *s) {
+	if (!s) return;
+	if (s->loader_started) pthread_join(s->loader, NULL);
+	srv_metrics_stop(s);
+	if (s->mhd) MHD_stop_daemon(s->mhd);
+	lane_host_free(s->host);
+	tmpl_free(s->tmpl);
+	tok_vocab_free(s->vocab);
+	model_free(s->m);
+	for (int i = 0; s->slots && i < s->n_slots; i++)
+		if (s->slots[i].fd >= 0) close(s->slots[i].fd);
+	free(s->slots);
+	free(s->bos_text);
+	free(s->eos_text);
+	free(s->model_path);
+	free(s->alias);
+	free(s->api_key);
+	free(s->host_addr);
+	free(s->template_path);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+int http_server_port(const http_server *s) { return s->port; }
+
+enum http_state http_server_state(http_server *s, char *err, size_t errlen) {
+	int st = atomic_load(&s->state);
+	if (st == HTTP_FAILED && err) {
+		pthread_mutex_lock(&s->mu);
+		snprintf(err, errlen, "%s", s->load_err);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return (enum http_state)st;
+}
+
+void http_server_drain(http_server *s) {
+	pthread_mutex_lock(&s->mu);
+	int want = HTTP_READY;
+	if (atomic_compare_exchange_strong(&s->state, &want, HTTP_DRAINING)) lane_host_drain(s->host);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void http_server_halt(http_server *s, const char *reason) {
+	pthread_mutex_lock(&s->mu);
+	int st = atomic_load(&s->state);
+	if (st == HTTP_READY || st == HTTP_DRAINING) {
+		snprintf(s->halt_reason, sizeof s->halt_reason, "%s", reason ? reason : "halted");
+		atomic_store(&s->state, HTTP_HALTED);
+		lane_host_halt(s->host, s->halt_reason);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int http_server_open(http_server *s) {
+	int calls = atomic_load(&s->calls_open);
+	int st = atomic_load(&s->state);
+	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->host) : 0;
+	return calls > lanes ? calls : lanes;
+}

@@ -1,0 +1,322 @@
+// server: control reads and utilities — /health, /slots, /metrics, /v1/models, /tokenize,
+// /detokenize. Control reads copy the lane host's last snapshot on the HTTP thread and never
+// wait for the engine. Also the histograms and the poller that samples round durations.
+#include "server/http_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+// ---- histograms -------------------------------------------------------------------------------
+
+void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight) {
+	if (!(seconds >= 0)) seconds = 0;
+	int b = 0;
+	while (b < h->n && seconds > h->le[b]) b++;
+	atomic_fetch_add(&h->bucket[b], weight);
+	atomic_fetch_add(&h->count, weight);
+	atomic_fetch_add(&h->sum_ns, (uint64_t)llround(seconds * 1e9 * (double)weight));
+}
+
+void srv_hist_print(const srv_hist *h, srv_buf *out) {
+	char line[256];
+	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+	srv_buf_adds(out, line);
+	uint64_t cum = 0;
+	for (int b = 0; b <= h->n; b++) {
+		cum += atomic_load(&h->bucket[b]);
+		if (b < h->n) snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->le[b], (unsigned long long)cum);
+		else snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
+		srv_buf_adds(out, line);
+	}
+	snprintf(line, sizeof line, "%s_sum %.9f\n%s_count %llu\n", h->name, (double)atomic_load(&h->sum_ns) / 1e9, h->name,
+		 (unsigned long long)atomic_load(&h->count));
+	srv_buf_adds(out, line);
+}
+
+static void hist_init(srv_hist *h, const char *name, const char *help, const double *le, int n) {
+	h->name = name;
+	h->help = help;
+	h->n = n < SRV_HIST_MAX ? n : SRV_HIST_MAX;
+	for (int i = 0; i < h->n; i++) h->le[i] = le[i];
+}
+
+void srv_metrics_init(http_server *s) {
+	static const double lat[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+	static const double step[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+	const int nl = sizeof lat / sizeof lat[0], ns = sizeof step / sizeof step[0];
+	hist_init(&s->ttft, "lanes_time_to_first_token_seconds", "Time from a request's arrival to its first token.", lat, nl);
+	hist_init(&s->itl, "lanes_inter_token_seconds", "Time between consecutive tokens of one choice.", step, ns);
+	hist_init(&s->round, "lanes_round_seconds",
+		  "Duration of engine rounds (sampled from the snapshots: a window of rounds counts at its mean).", step, ns);
+	hist_init(&s->forward, "lanes_forward_seconds",
+		  "Duration of forward passes (sampled from the snapshots: a window of rounds counts at its mean).", step, ns);
+}
+
+static bool snap_busy(const lane_snapshot *sn) {
+	for (int32_t i = 0; i < sn->n_lanes; i++)
+		if (sn->lanes[i].phase != LANE_IDLE) return true;
+	return false;
+}
+
+// The snapshot has totals only: each poll turns the rounds since the last one into samples
+// at their mean duration; windows are short (2 ms) while the engine is busy.
+static void *poller(void *arg) {
+	http_server *s = arg;
+	lane_snapshot *prev = malloc(sizeof *prev), *cur = malloc(sizeof *cur);
+	if (!prev || !cur) {
+		free(prev);
+		free(cur);
+		return NULL;
+	}
+	lane_host_snapshot(s->host, prev);
+	while (!atomic_load(&s->quit)) {
+		bool busy = snap_busy(prev) || prev->queue_depth > 0;
+		struct timespec ts = {0, busy ? 2000000 : 20000000};
+		nanosleep(&ts, NULL);
+		lane_host_snapshot(s->host, cur);
+		uint64_t dr = cur->rounds - prev->rounds;
+		if (dr > 0 && cur->rounds > prev->rounds) {
+			srv_hist_observe(&s->forward, (double)(cur->forward_us - prev->forward_us) / 1e6 / (double)dr, dr);
+			// back-to-back rounds: the engine never idles while a lane is busy
+			if (snap_busy(prev) && cur->sequence - prev->sequence == dr)
+				srv_hist_observe(&s->round, (double)(cur->clock_us - prev->clock_us) / 1e6 / (double)dr, dr);
+		}
+		lane_snapshot *t = prev;
+		prev = cur;
+		cur = t;
+	}
+	free(prev);
+	free(cur);
+	return NULL;
+}
+
+int srv_metrics_start(http_server *s) {
+	if (pthread_create(&s->poller, NULL, poller, s)) {
+		LOG_WARN(SRV_MOD, "cannot start the metrics poller: no round histograms");
+		return -1;
+	}
+	s->poller_started = true;
+	return 0;
+}
+
+void srv_metrics_stop(http_server *s) {
+	atomic_store(&s->quit, true);
+	if (s->poller_started) pthread_join(s->poller, NULL);
+	s->poller_started = false;
+}
+
+// ---- control reads ------------------------------------------------------------------------------
+
+static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED; }
+
+enum MHD_Result srv_health(srv_conn *c) {
+	http_server *s = c->s;
+	int st = atomic_load(&s->state);
+	switch (st) {
+	case HTTP_READY: return srv_reply_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
+	case HTTP_LOADING:
+		return srv_reply_json(c, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", atomic_load(&s->progress_pm) / 1000.0), 0);
+	case HTTP_FAILED: {
+		char err[512];
+		http_server_state(s, err, sizeof err);
+		return srv_reply_json(c, 503, json_pack("{s:s, s:s}", "status", "error", "message", err), 0);
+	}
+	default: return srv_reply_json(c, 503, json_pack("{s:s}", "status", "draining"), 0);
+	}
+}
+
+static const char *phase_name[] = {[LANE_IDLE] = "idle", [LANE_FILLING] = "filling", [LANE_LIVE] = "live"};
+
+enum MHD_Result srv_slots(srv_conn *c) {
+	http_server *s = c->s;
+	if (!loaded(atomic_load(&s->state))) return srv_health(c);
+	lane_snapshot *sn = malloc(sizeof *sn);
+	if (!sn) return MHD_NO;
+	lane_host_snapshot(s->host, sn);
+	json_t *lanes = json_array();
+	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
+		const lane_snap_lane *l = &sn->lanes[i];
+		json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:i, s:i}", "id", l->id, "phase",
+						       phase_name[l->phase <= LANE_LIVE ? l->phase : 0], "prompt_tokens",
+						       l->prompt_tokens, "filled_tokens", l->filled, "generated_tokens",
+						       l->generated_tokens));
+	}
+	json_t *body = json_pack("{s:I, s:I, s:i, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
+				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "lanes", lanes);
+	free(sn);
+	return srv_reply_json(c, 200, body, 0);
+}
+
+static void metric(srv_buf *b, const char *name, const char *type, const char *help, uint64_t v) {
+	char line[384];
+	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
+	srv_buf_adds(b, line);
+}
+
+enum MHD_Result srv_metrics(srv_conn *c) {
+	http_server *s = c->s;
+	lane_snapshot *sn = calloc(1, sizeof *sn);
+	if (!sn) return MHD_NO;
+	if (loaded(atomic_load(&s->state))) lane_host_snapshot(s->host, sn);
+	srv_buf b = {0};
+	char line[256];
+	srv_buf_adds(&b, "# HELP lanes_requests_total Requests by how they ended (rejected: refused before running).\n"
+			 "# TYPE lanes_requests_total counter\n");
+	const struct {
+		const char *name;
+		uint64_t v;
+	} outcomes[] = {{"finished", sn->finished},
+			{"cancelled", sn->cancelled},
+			{"failed", sn->failed},
+			{"rejected", sn->rejected + atomic_load(&s->rejected)}};
+	for (size_t i = 0; i < sizeof outcomes / sizeof outcomes[0]; i++) {
+		snprintf(line, sizeof line, "lanes_requests_total{outcome=\"%s\"} %llu\n", outcomes[i].name,
+			 (unsigned long long)outcomes[i].v);
+		srv_buf_adds(&b, line);
+	}
+	int32_t busy = 0;
+	for (int32_t i = 0; i < sn->n_lanes; i++) busy += sn->lanes[i].phase != LANE_IDLE;
+	metric(&b, "lanes_prompt_tokens_total", "counter", "Prompt tokens processed.", sn->prompt_tokens);
+	metric(&b, "lanes_generated_tokens_total", "counter", "Tokens generated.", sn->generated_tokens);
+	metric(&b, "lanes_queue_depth", "gauge", "Requests waiting for a lane.", (uint64_t)sn->queue_depth);
+	metric(&b, "lanes_lanes_busy", "gauge", "Lanes holding a request.", (uint64_t)busy);
+	metric(&b, "lanes_kv_pages_used", "gauge", "KV cache pages in use.", (uint64_t)sn->kv_pages_used);
+	metric(&b, "lanes_kv_pages_free", "gauge", "KV cache pages free.", (uint64_t)sn->kv_pages_free);
+	metric(&b, "lanes_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
+	       sn->prefix_hit_tokens);
+	srv_hist_print(&s->round, &b);
+	srv_hist_print(&s->forward, &b);
+	srv_hist_print(&s->ttft, &b);
+	srv_hist_print(&s->itl, &b);
+	free(sn);
+	if (b.oom || !b.p) {
+		srv_buf_free(&b);
+		return MHD_NO;
+	}
+	enum MHD_Result r = srv_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
+	srv_buf_free(&b);
+	return r;
+}
+
+static json_t *model_object(http_server *s) {
+	json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)0,
+			      "owned_by", "lanes");
+	if (m && loaded(atomic_load(&s->state))) json_object_set_new(m, "context_length", json_integer(s->max_ctx));
+	return m;
+}
+
+enum MHD_Result srv_models(srv_conn *c) {
+	json_t *m = model_object(c->s);
+	return srv_reply_json(c, 200, m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL, 0);
+}
+
+enum MHD_Result srv_model_one(srv_conn *c) {
+	const char *id = c->path + strlen("/v1/models/");
+	if (strcmp(id, c->s->model_id)) {
+		srv_err e;
+		srv_fail(&e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, c->s->model_id);
+		snprintf(e.code, sizeof e.code, "model_not_found");
+		return srv_reply_error(c, &e);
+	}
+	return srv_reply_json(c, 200, model_object(c->s), 0);
+}
+
+// ---- tokenizer utilities ------------------------------------------------------------------------
+
+enum MHD_Result srv_tokenize(srv_conn *c) {
+	http_server *s = c->s;
+	static const char *const known[] = {"content", "messages", "add_special", "parse_special", "model", NULL};
+	srv_err e;
+	json_t *j = NULL;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e)) goto fail;
+	bool add_special = false, parse_special = true;
+	const char *content = NULL;
+	json_t *msgs = json_object_get(j, "messages");
+	if (srv_get_bool(j, "add_special", &add_special, &e) < 0 || srv_get_bool(j, "parse_special", &parse_special, &e) < 0 ||
+	    srv_get_str(j, "content", &content, &e) < 0)
+		goto fail;
+	if (msgs && !json_is_null(msgs)) {
+		json_t *flat = NULL;
+		int32_t n32 = 0;
+		if (content) {
+			srv_fail(&e, SRV_E_BAD_REQUEST, "messages", "send content or messages, not both");
+			goto fail;
+		}
+		if (srv_openai_messages(msgs, &flat, &e)) goto fail;
+		int rc = srv_chat_prompt(s, flat, NULL, &ids, &n32, &e);
+		json_decref(flat);
+		if (rc) goto fail;
+		n = (size_t)n32;
+	} else {
+		if (!content) {
+			srv_fail(&e, SRV_E_BAD_REQUEST, "content", "content is required (a string)");
+			goto fail;
+		}
+		char err[256];
+		int rc = tok_encode(s->vocab, content, strlen(content), add_special, parse_special, &ids, &n, err, sizeof err);
+		if (rc) {
+			srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "content", "%s", err);
+			goto fail;
+		}
+	}
+	json_decref(j);
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+	free(ids);
+	return srv_reply_json(c, 200, arr ? json_pack("{s:o}", "tokens", arr) : NULL, 0);
+fail:
+	json_decref(j);
+	free(ids);
+	return srv_reply_error(c, &e);
+}
+
+enum MHD_Result srv_detokenize(srv_conn *c) {
+	http_server *s = c->s;
+	static const char *const known[] = {"tokens", "model", NULL};
+	srv_err e;
+	json_t *j = NULL;
+	int32_t *ids = NULL;
+	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e)) goto fail;
+	json_t *t = json_object_get(j, "tokens");
+	if (!json_is_array(t)) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "tokens", "tokens must be an array of token ids");
+		goto fail;
+	}
+	size_t n = json_array_size(t);
+	ids = malloc((n ? n : 1) * sizeof *ids);
+	if (!ids) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_array_get(t, i);
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
+			char p[48];
+			snprintf(p, sizeof p, "tokens[%zu]", i);
+			srv_fail(&e, SRV_E_BAD_REQUEST, p, "%s must be a token id in 0..%d", p, s->n_vocab - 1);
+			goto fail;
+		}
+		ids[i] = (int32_t)json_integer_value(v);
+	}
+	char *out = NULL, err[256];
+	size_t len = 0;
+	int rc = tok_detokenize(s->vocab, ids, n, TOK_DECODE_STRIP_SPACE, &out, &len, err, sizeof err);
+	if (rc) {
+		srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "tokens", "%s", err);
+		goto fail;
+	}
+	json_decref(j);
+	free(ids);
+	json_t *body = json_pack("{s:s%}", "content", out, len);
+	free(out);
+	return srv_reply_json(c, 200, body, 0);
+fail:
+	json_decref(j);
+	free(ids);
+	return srv_reply_error(c, &e);
+}

@@ -1,0 +1,275 @@
+// server: the OpenAI Responses adapter (POST /v1/responses, stateless) — input and
+// instructions into the chat template, the response object, and the event stream that
+// the official client's responses.stream() accumulates (created … completed), with
+// response.failed for a request that ends failed.
+#include "server/http_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	json_t *j;                 // the request
+	char item_id[64];          // the output message's id
+	json_t *instructions;      // echoed back (null when absent)
+	json_t *max_output_tokens; // echoed back
+	double temperature, top_p;
+} resp_state;
+
+static void resp_free(void *p) {
+	resp_state *st = p;
+	if (!st) return;
+	json_decref(st->j);
+	json_decref(st->instructions);
+	json_decref(st->max_output_tokens);
+	free(st);
+}
+
+static json_t *usage(const srv_call *c) {
+	int32_t gen = srv_call_generated(c);
+	return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->g.n_prompt, "input_tokens_details",
+			 "cached_tokens", c->ch[0].n_cached, "output_tokens", gen, "output_tokens_details", "reasoning_tokens", 0,
+			 "total_tokens", c->g.n_prompt + gen);
+}
+
+static json_t *text_part(const char *text, size_t len) {
+	return json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", text, len, "annotations", "logprobs");
+}
+
+// The output message; content NULL gives an empty content list.
+static json_t *message_item(srv_call *c, const char *status, bool with_text) {
+	resp_state *st = c->st;
+	const srv_buf *t = &c->ch[0].text;
+	json_t *content = with_text ? json_pack("[o]", text_part(t->p ? t->p : "", t->len)) : json_array();
+	return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", st->item_id, "type", "message", "status", status, "role",
+			 "assistant", "content", content);
+}
+
+// The response object in a given status; output and usage as far as they are known.
+static json_t *response(srv_call *c, const char *status, json_t *output, bool with_usage) {
+	resp_state *st = c->st;
+	json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:O, s:O, s:s, s:o, s:b, s:n, s:{s:n, s:n}, s:b, s:f, s:{s:{s:s}}, "
+			      "s:s, s:[], s:f, s:s, s:n, s:{}}",
+			      "id", c->id, "object", "response", "created_at", (json_int_t)c->created, "status", status, "error",
+			      "incomplete_details", "instructions", st->instructions, "max_output_tokens", st->max_output_tokens,
+			      "model", c->s->model_id, "output", output ? output : json_array(), "parallel_tool_calls", 0,
+			      "previous_response_id", "reasoning", "effort", "summary", "store", 0, "temperature", st->temperature,
+			      "text", "format", "type", "text", "tool_choice", "auto", "tools", "top_p", st->top_p, "truncation",
+			      "disabled", "user", "metadata");
+	if (!r) return NULL;
+	json_object_set_new(r, "usage", with_usage ? usage(c) : json_null());
+	return r;
+}
+
+static json_t *final_response(srv_call *c) {
+	const srv_choice *ch = &c->ch[0];
+	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
+	json_t *r = response(c, incomplete ? "incomplete" : "completed",
+			     json_pack("[o]", message_item(c, incomplete ? "incomplete" : "completed", true)), true);
+	if (!r) return NULL;
+	if (incomplete) json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
+	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.seed));
+	return r;
+}
+
+// One event: its type and sequence number go into data.
+static void event(srv_call *c, const char *type, json_t *data) {
+	if (data) {
+		json_object_set_new(data, "type", json_string(type));
+		json_object_set_new(data, "sequence_number", json_integer(c->seq++));
+	}
+	srv_sse(c, type, data);
+}
+
+static void resp_begin(srv_call *c) {
+	resp_state *st = c->st;
+	event(c, "response.created", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
+	event(c, "response.in_progress", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
+	event(c, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, "in_progress", false)));
+	event(c, "response.content_part.added",
+	      json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "part", text_part("", 0)));
+}
+
+static void resp_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
+	resp_state *st = c->st;
+	if (!c->g.stream || !len) return;
+	event(c, "response.output_text.delta",
+	      json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "delta",
+			text, len, "logprobs"));
+}
+
+static void resp_done(srv_call *c) {
+	resp_state *st = c->st;
+	const srv_choice *ch = &c->ch[0];
+	const char *text = ch->text.p ? ch->text.p : "";
+	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
+	event(c, "response.output_text.done",
+	      json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "text",
+			text, ch->text.len, "logprobs"));
+	event(c, "response.content_part.done",
+	      json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "part",
+			text_part(text, ch->text.len)));
+	event(c, "response.output_item.done",
+	      json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, incomplete ? "incomplete" : "completed", true)));
+	event(c, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", final_response(c)));
+}
+
+static void resp_fail(srv_call *c) {
+	json_t *r = response(c, "failed", json_pack("[o]", message_item(c, "incomplete", true)), true);
+	if (r) json_object_set_new(r, "error", json_pack("{s:s, s:s}", "code", "server_error", "message", c->fail_reason));
+	event(c, "response.failed", r ? json_pack("{s:o}", "response", r) : NULL);
+}
+
+static json_t *resp_reply(srv_call *c) { return final_response(c); }
+
+static const srv_api resp_api = {resp_begin, resp_text, NULL, resp_done, resp_fail, resp_reply, resp_free};
+
+// ---- parsing ------------------------------------------------------------------------------------
+
+static int resp_neutral(json_t *j, srv_err *e) {
+	json_t *v;
+	if ((v = json_object_get(j, "store")) && json_is_true(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "store",
+				"unsupported parameter: store (this server is stateless and keeps no responses: send \"store\": false)");
+	if ((v = json_object_get(j, "previous_response_id")) && !json_is_null(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
+				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
+	if ((v = json_object_get(j, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool calls are not supported)");
+	if ((v = json_object_get(j, "tool_choice")) && !json_is_null(v) &&
+	    !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool calls are not supported)");
+	if ((v = json_object_get(j, "text")) && !json_is_null(v)) {
+		json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
+		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
+		if (!json_is_object(v) || !t || strcmp(t, "text"))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
+	}
+	if ((v = json_object_get(j, "reasoning")) && !json_is_null(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning");
+	if ((v = json_object_get(j, "include")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "include", "unsupported parameter: include");
+	if ((v = json_object_get(j, "background")) && json_is_true(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background");
+	return 0;
+}
+
+// instructions + input into [{role, content}].
+static int resp_input(json_t *j, json_t **out, srv_err *e) {
+	static const char *const part_types[] = {"input_text", "output_text", "text", NULL};
+	static const char *const known[] = {"type", "role", "content", "id", "status", NULL};
+	*out = NULL;
+	json_t *flat = json_array();
+	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	const char *instr = NULL;
+	if (srv_get_str(j, "instructions", &instr, e) < 0) goto fail;
+	if (instr) json_array_append_new(flat, json_pack("{s:s, s:s}", "role", "system", "content", instr));
+	json_t *in = json_object_get(j, "input");
+	if (json_is_string(in)) {
+		json_array_append_new(flat, json_pack("{s:s, s:O}", "role", "user", "content", in));
+	} else if (json_is_array(in) && json_array_size(in)) {
+		size_t i;
+		json_t *m;
+		json_array_foreach(in, i, m) {
+			char p[64], pc[80];
+			snprintf(p, sizeof p, "input[%zu]", i);
+			snprintf(pc, sizeof pc, "%s.content", p);
+			if (!json_is_object(m)) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
+				goto fail;
+			}
+			const char *type = json_string_value(json_object_get(m, "type"));
+			if (type && strcmp(type, "message")) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only messages", p, type);
+				goto fail;
+			}
+			if (srv_check_keys(m, known, p, e)) goto fail;
+			const char *role = json_string_value(json_object_get(m, "role"));
+			if (role && !strcmp(role, "developer")) role = "system";
+			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be user, assistant, system or developer", p);
+				goto fail;
+			}
+			char *text = NULL;
+			if (srv_content_text(json_object_get(m, "content"), pc, part_types, &text, e)) goto fail;
+			json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
+			free(text);
+		}
+	} else {
+		srv_fail(e, SRV_E_BAD_REQUEST, "input", "input must be a string or a non-empty array of messages");
+		goto fail;
+	}
+	*out = flat;
+	return 0;
+fail:
+	json_decref(flat);
+	return -1;
+}
+
+enum MHD_Result srv_responses(srv_conn *c) {
+	http_server *s = c->s;
+	static const char *const known[] = {
+		"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store",
+		"previous_response_id", "tools", "tool_choice", "text", "reasoning", "include", "metadata", "user",
+		"parallel_tool_calls", "truncation", "service_tier", "stream_options", "background", "top_k", "min_p", "seed",
+		"draft", "ignore_eos", NULL};
+	srv_err e;
+	json_t *j = NULL, *flat = NULL;
+	resp_state *st = NULL;
+	srv_gen g;
+	srv_gen_init(&g);
+	g.max_field = "max_output_tokens";
+	g.prompt_field = "input";
+	double d, temp = 1.0, top_p = 1.0;
+	int64_t x;
+	bool b;
+	int rc;
+	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || resp_neutral(j, &e) || srv_check_model(s, j, false, &e))
+		goto fail;
+	if ((rc = srv_get_int(j, "max_output_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
+	if (rc) g.lr.max_tokens = (int32_t)x;
+	if ((rc = srv_get_num(j, "temperature", 0, 2, &d, &e)) < 0) goto fail;
+	if (rc) temp = d;
+	if ((rc = srv_get_num(j, "top_p", 0, 1, &d, &e)) < 0) goto fail;
+	if (rc && d <= 0) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "top_p", "top_p must be greater than 0");
+		goto fail;
+	}
+	if (rc) top_p = d;
+	g.lr.sampling.temperature = (float)temp;
+	g.lr.sampling.top_p = (float)top_p;
+	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, &e)) < 0) goto fail;
+	if (rc) g.lr.sampling.top_k = (int32_t)x;
+	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, &e)) < 0) goto fail;
+	if (rc) g.lr.sampling.min_p = (float)d;
+	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, &e)) < 0) goto fail;
+	if (rc) g.has_seed = true, g.seed = (uint64_t)x;
+	if (srv_get_bool(j, "stream", &g.stream, &e) < 0) goto fail;
+	if ((rc = srv_get_bool(j, "draft", &b, &e)) < 0) goto fail;
+	if (rc) g.lr.draft = b;
+	if ((rc = srv_get_bool(j, "ignore_eos", &b, &e)) < 0) goto fail;
+	if (rc) g.lr.ignore_eos = b;
+	if (resp_input(j, &flat, &e)) goto fail;
+	if (srv_chat_prompt(s, flat, NULL, &g.prompt, &g.n_prompt, &e)) goto fail;
+	json_decref(flat);
+	flat = NULL;
+	if (!(st = calloc(1, sizeof *st))) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		goto fail;
+	}
+	st->j = j;
+	json_t *v = json_object_get(j, "instructions");
+	st->instructions = json_is_string(v) ? json_incref(v) : json_null();
+	st->max_output_tokens = g.lr.max_tokens > 0 ? json_integer(g.lr.max_tokens) : json_null();
+	st->temperature = temp;
+	st->top_p = top_p;
+	srv_new_id(s, "msg_", st->item_id, sizeof st->item_id);
+	return srv_gen_run(c, &resp_api, st, &g, "resp_");
+fail:
+	json_decref(j);
+	json_decref(flat);
+	free(g.prompt);
+	free(g.bias);
+	return srv_reply_error(c, &e);
+}

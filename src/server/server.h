@@ -1,0 +1,57 @@
+// server: the HTTP server of lanes — libmicrohttpd threads, the OpenAI, Anthropic and
+// Responses API adapters, SSE streaming, control reads from the lane host's snapshot, and
+// the drain/halt states. The engine runs in src/lanes; nothing here runs a forward pass.
+#ifndef LANES_SERVER_H
+#define LANES_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lanes/lanes.h"
+
+typedef struct {
+	const char *model_path;     // GGUF file, loaded in the background after listening starts
+	const char *host;           // listen address (default "127.0.0.1")
+	int port;                   // 0: any free port (see http_server_port)
+	const char *alias;          // model id (NULL: the file name without ".gguf")
+	const char *api_key;        // NULL or "": every path is open
+	size_t max_body;            // largest request body in bytes (default 8 MiB)
+	const char *chat_template;  // path of a Jinja chat template (NULL: the model's, else ChatML)
+	int max_connections;        // concurrent connections (default 256)
+	lane_config lanes;          // the lane host's options
+} http_config;
+
+void http_config_default(http_config *c);
+
+enum http_state {
+	HTTP_LOADING,  // listening, the model is loading: API requests get 503
+	HTTP_READY,
+	HTTP_FAILED,   // the model did not load: http_server_state's err says why
+	HTTP_DRAINING, // no new requests; accepted ones go on
+	HTTP_HALTED,   // every open request ended failed with the halt's reason
+};
+
+typedef struct http_server http_server;
+
+// Binds and starts serving (control reads answer at once), then loads the model in a
+// background thread. Returns 0, or a negative code with a message (bad config, cannot bind).
+// Signals are the caller's business: block SIGINT/SIGTERM/SIGPIPE before calling, since the
+// server's threads inherit the mask.
+int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen);
+// Stops listening, ends every connection, joins the loader and frees everything. Accepts NULL.
+void http_server_free(http_server *s);
+
+int http_server_port(const http_server *s); // the bound port
+// The current state; for HTTP_FAILED the load error goes into err (may be NULL).
+enum http_state http_server_state(http_server *s, char *err, size_t errlen);
+// Drain: /health says draining, new API requests get 503 with Retry-After; accepted
+// requests (running and queued) go on. Idempotent.
+void http_server_drain(http_server *s);
+// Halt: every open request ends failed with reason (the lane host's halt), each API writes
+// its error. Idempotent.
+void http_server_halt(http_server *s, const char *reason);
+// Requests not yet over: API calls still being answered plus the lane host's open requests.
+int http_server_open(http_server *s);
+
+#endif

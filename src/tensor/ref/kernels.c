@@ -1,0 +1,283 @@
+// tensor/ref/kernels: the plain C kernels of the forward pass — matmul for every block
+// type, RMSNorm, softmax, SwiGLU, RoPE, paged f16 attention and MoE routing. Each defines
+// the fixed reduction order that faster kernels must keep.
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <string.h>
+
+// Elements of k dequantized at a time: a multiple of every block size (1, 32, 256).
+#define MM_CHUNK 256
+// Outputs per tile: the accumulators of one x row sit side by side, one lane per output.
+#define MM_OT 8
+// Rows per tile kept in registers, and rows per accumulator block.
+#define MM_RT 4
+#define MM_RB 128
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// acc[r][i] += sum over j in order of wt[j][i] * x[r][j]: one lane per output, each lane
+// the plain sequence acc = acc + w*x, exactly vec_dot_f32's order.
+static void mm_rows4(const float (*wt)[MM_OT], int64_t nk, const float *x0, const float *x1,
+		     const float *x2, const float *x3, float (*acc)[MM_OT]) {
+	float a0[MM_OT], a1[MM_OT], a2[MM_OT], a3[MM_OT];
+	memcpy(a0, acc[0], sizeof a0);
+	memcpy(a1, acc[1], sizeof a1);
+	memcpy(a2, acc[2], sizeof a2);
+	memcpy(a3, acc[3], sizeof a3);
+	for (int64_t j = 0; j < nk; j++) {
+		const float *w = wt[j];
+		const float v0 = x0[j], v1 = x1[j], v2 = x2[j], v3 = x3[j];
+		// Unrolled so the accumulators live in registers.
+#pragma GCC unroll 8
+		for (int i = 0; i < MM_OT; i++) {
+			a0[i] = a0[i] + w[i] * v0;
+			a1[i] = a1[i] + w[i] * v1;
+			a2[i] = a2[i] + w[i] * v2;
+			a3[i] = a3[i] + w[i] * v3;
+		}
+	}
+	memcpy(acc[0], a0, sizeof a0);
+	memcpy(acc[1], a1, sizeof a1);
+	memcpy(acc[2], a2, sizeof a2);
+	memcpy(acc[3], a3, sizeof a3);
+}
+
+static void mm_rows1(const float (*wt)[MM_OT], int64_t nk, const float *x0, float *acc) {
+	float a0[MM_OT];
+	memcpy(a0, acc, sizeof a0);
+	for (int64_t j = 0; j < nk; j++)
+#pragma GCC unroll 8
+		for (int i = 0; i < MM_OT; i++) a0[i] = a0[i] + wt[j][i] * x0[j];
+	memcpy(acc, a0, sizeof a0);
+}
+
+void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
+		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	LANES_ASSERT(tt && k % tt->block == 0);
+	const size_t chunk_bytes = (size_t)(MM_CHUNK / tt->block) * tt->bytes;
+	float wt[MM_CHUNK][MM_OT]; // a dequantized chunk of MM_OT weight rows, transposed
+	float buf[MM_OT][MM_CHUNK];
+	float acc[MM_RB][MM_OT];
+	for (int64_t ob = o0; ob < o1; ob += MM_OT) {
+		const int no = (int)min64(MM_OT, o1 - ob);
+		for (int64_t rb = 0; rb < n; rb += MM_RB) {
+			const int64_t nr = min64(MM_RB, n - rb);
+			memset(acc, 0, sizeof acc);
+			for (int64_t kc = 0; kc < k; kc += MM_CHUNK) {
+				const int64_t nk = min64(MM_CHUNK, k - kc);
+				const size_t off = (size_t)(kc / MM_CHUNK) * chunk_bytes;
+				for (int i = 0; i < MM_OT; i++) {
+					if (i < no) tt->to_f32((const uint8_t *)w + (size_t)(ob + i) * wstride + off, buf[i], nk);
+					else memset(buf[i], 0, sizeof buf[i]);
+				}
+				for (int64_t j = 0; j < nk; j++)
+#pragma GCC unroll 8
+					for (int i = 0; i < MM_OT; i++) wt[j][i] = buf[i][j];
+				const float *xr = x + rb * ldx + kc;
+				int64_t r = 0;
+				for (; r + MM_RT <= nr; r += MM_RT)
+					mm_rows4((const float(*)[MM_OT])wt, nk, xr + r * ldx, xr + (r + 1) * ldx,
+						 xr + (r + 2) * ldx, xr + (r + 3) * ldx, &acc[r]);
+				for (; r < nr; r++) mm_rows1((const float(*)[MM_OT])wt, nk, xr + r * ldx, acc[r]);
+			}
+			for (int64_t r = 0; r < nr; r++)
+				for (int i = 0; i < no; i++) y[(rb + r) * ldy + ob + i] = acc[r][i];
+		}
+	}
+}
+
+typedef struct {
+	uint32_t type;
+	const void *w;
+	size_t wstride;
+	int64_t n_out, k, n;
+	const float *x;
+	float *y;
+	void (*fn)(uint32_t, const void *, size_t, int64_t, const float *, int64_t, int64_t, float *,
+		   int64_t, int64_t, int64_t);
+} mm_job;
+
+static void mm_task(void *arg, int ith, int nth) {
+	const mm_job *j = arg;
+	// Tiles of MM_OT outputs dealt out in contiguous runs; the split never touches k.
+	int64_t tiles = (j->n_out + MM_OT - 1) / MM_OT;
+	int64_t per = (tiles + nth - 1) / nth;
+	int64_t o0 = min64((int64_t)ith * per * MM_OT, j->n_out);
+	int64_t o1 = min64(o0 + per * MM_OT, j->n_out);
+	if (o0 < o1) j->fn(j->type, j->w, j->wstride, j->k, j->x, j->k, j->n, j->y, j->n_out, o0, o1);
+}
+
+void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
+		   int64_t k, const float *x, int64_t n, float *y) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	LANES_ASSERT(tt);
+	mm_job j = {type, w, wstride, n_out, k, n, x, y, tt->matmul ? tt->matmul : tensor_ref_matmul};
+	if (n <= 0 || n_out <= 0) return;
+	if (!pool || n_out <= MM_OT) mm_task(&j, 0, 1);
+	else lanes_pool_run(pool, mm_task, &j);
+}
+
+void tensor_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
+	double ss = 0.0;
+	for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+	const double scale = 1.0 / sqrt(ss / (double)n + (double)eps);
+	for (int64_t i = 0; i < n; i++) y[i] = (float)(w ? x[i] * scale * w[i] : x[i] * scale);
+}
+
+void tensor_softmax(float *x, int64_t n) {
+	if (n <= 0) return;
+	float mx = x[0];
+	for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+	double sum = 0.0;
+	for (int64_t i = 0; i < n; i++) sum += exp((double)x[i] - mx);
+	for (int64_t i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - mx) / sum);
+}
+
+void tensor_swiglu(const float *g, const float *u, float *out, int64_t n) {
+	for (int64_t i = 0; i < n; i++) {
+		const double gv = g[i];
+		out[i] = (float)(gv / (1.0 + exp(-gv)) * u[i]);
+	}
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------
+// YaRN: the pair index at which a dimension turns n_rot_beta times over the training context.
+static double yarn_corr_dim(int32_t n_dims, int32_t n_ctx_orig, double beta, double base) {
+	return n_dims * log(n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void tensor_rope_table(const tensor_rope *rp, int32_t pos, double *cs) {
+	const int32_t half = rp->n_rot / 2;
+	double lo = 0.0, hi = 0.0, mscale = rp->attn_factor;
+	if (rp->ext_factor != 0.0) {
+		lo = floor(yarn_corr_dim(rp->n_rot, rp->n_ctx_orig, rp->beta_fast, rp->freq_base));
+		hi = ceil(yarn_corr_dim(rp->n_rot, rp->n_ctx_orig, rp->beta_slow, rp->freq_base));
+		lo = lo < 0.0 ? 0.0 : lo;
+		hi = hi > rp->n_rot - 1 ? rp->n_rot - 1 : hi;
+		mscale *= 1.0 + 0.1 * log(1.0 / rp->freq_scale);
+	}
+	for (int32_t i = 0; i < half; i++) {
+		double extrap = pos * pow(rp->freq_base, -2.0 * i / rp->n_rot);
+		if (rp->freq_factors) extrap /= rp->freq_factors[i];
+		double theta = rp->freq_scale * extrap;
+		if (rp->ext_factor != 0.0) {
+			double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+			double ramp = (1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y)) * rp->ext_factor;
+			theta = theta * (1.0 - ramp) + extrap * ramp;
+		}
+		cs[2 * i] = cos(theta) * mscale;
+		cs[2 * i + 1] = sin(theta) * mscale;
+	}
+}
+
+void tensor_rope_apply(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads,
+		       int32_t head_dim) {
+	const int32_t half = rp->n_rot / 2;
+	for (int32_t h = 0; h < n_heads; h++) {
+		float *v = x + (size_t)h * head_dim;
+		for (int32_t i = 0; i < half; i++) {
+			const int32_t a = rp->neox ? i : 2 * i, b = rp->neox ? i + half : 2 * i + 1;
+			const double x0 = v[a], x1 = v[b], c = cs[2 * i], s = cs[2 * i + 1];
+			v[a] = (float)(x0 * c - x1 * s);
+			v[b] = (float)(x0 * s + x1 * c);
+		}
+	}
+}
+
+// ---- scaled f16 ------------------------------------------------------------------------------
+// 2^(j/16), j = 0..15: the scales within one octave.
+static const float f16s_frac[16] = {
+	1.000000000e+00f, 1.044273782e+00f, 1.090507733e+00f, 1.138788635e+00f,
+	1.189207115e+00f, 1.241857812e+00f, 1.296839555e+00f, 1.354255547e+00f,
+	1.414213562e+00f, 1.476826146e+00f, 1.542210825e+00f, 1.610490332e+00f,
+	1.681792831e+00f, 1.756252160e+00f, 1.834008086e+00f, 1.915206561e+00f,
+};
+
+// Byte b = 16 * octave + j: scale 2^(octave - 8) * 2^(j/16).
+float tensor_f16s_scale(uint8_t b) { return ldexpf(f16s_frac[b & 15], (int)(b >> 4) - 8); }
+
+uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h) {
+	float m = 0.0f;
+	for (int32_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+	// The octave keeps the largest value well inside f16's normal range.
+	int oct = 8;
+	while (oct < 15 && m >= ldexpf(16384.0f, oct - 8)) oct++;
+	while (oct > 0 && m < ldexpf(0x1p-6f, oct - 8)) oct--;
+	int best = 0;
+	double best_err = INFINITY;
+	for (int j = 0; j < 16; j++) {
+		const double sc = tensor_f16s_scale((uint8_t)(oct * 16 + j));
+		double err = 0.0;
+		for (int32_t i = 0; i < n; i++) {
+			const double d = lanes_f16_to_f32(lanes_f32_to_f16((float)(x[i] / sc))) * sc - x[i];
+			err += d * d;
+		}
+		if (err < best_err) best_err = err, best = j;
+	}
+	const uint8_t b = (uint8_t)(oct * 16 + best);
+	const double sc = tensor_f16s_scale(b);
+	for (int32_t i = 0; i < n; i++) h[i] = lanes_f32_to_f16((float)(x[i] / sc));
+	return b;
+}
+
+// ---- attention over a paged f16 store -------------------------------------------------------
+void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+		     int32_t n_pos, float *scores, float *out) {
+	const int32_t pt = kvv->page_tokens;
+	float mx = -INFINITY;
+	for (int32_t j = 0; j < n_pos; j++) {
+		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+		const uint16_t *kr = kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
+		float s = 0.0f;
+		for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * lanes_f16_to_f32(kr[e]);
+		if (kvv->ks) s = s * tensor_f16s_scale(kvv->ks[page * kvv->s_page_stride + slot * kvv->s_row_stride]);
+		s = s * scale;
+		scores[j] = s;
+		mx = s > mx ? s : mx;
+	}
+	double sum = 0.0;
+	for (int32_t j = 0; j < n_pos; j++) {
+		const float p = (float)exp((double)scores[j] - mx);
+		scores[j] = p;
+		sum += p;
+	}
+	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
+	for (int32_t j = 0; j < n_pos; j++) {
+		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+		const uint16_t *vr = kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+		float p = scores[j];
+		if (kvv->vs) p = p * tensor_f16s_scale(kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]);
+		for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] + p * lanes_f16_to_f32(vr[e]);
+	}
+	const double inv = 1.0 / sum;
+	for (int32_t e = 0; e < head_dim; e++) out[e] = (float)(out[e] * inv);
+}
+
+// ---- MoE ------------------------------------------------------------------------------------
+void tensor_moe_route(const float *logits, int32_t n_exp, int32_t n_used, bool norm, int32_t *ids,
+		      float *w) {
+	double mx = logits[0], sum = 0.0, sel = 0.0;
+	for (int32_t e = 1; e < n_exp; e++) mx = logits[e] > mx ? logits[e] : mx;
+	for (int32_t e = 0; e < n_exp; e++) sum += exp(logits[e] - mx);
+	for (int32_t k = 0; k < n_used; k++) {
+		int32_t best = -1;
+		for (int32_t e = 0; e < n_exp; e++) {
+			bool taken = false;
+			for (int32_t t = 0; t < k; t++) taken |= ids[t] == e;
+			if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+		}
+		ids[k] = best;
+		sel += exp(logits[best] - mx) / sum;
+	}
+	for (int32_t k = 0; k < n_used; k++) {
+		const double p = exp(logits[ids[k]] - mx) / sum;
+		w[k] = (float)(norm ? p / sel : p);
+	}
+}
+
+void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_t n_idx, int64_t n,
+			float *dst) {
+	for (int64_t i = 0; i < n_idx; i++) memcpy(dst + i * n, src + idx[i] * ld, (size_t)n * sizeof *dst);
+}

@@ -1,0 +1,238 @@
+// tensor: block formats of the GGUF tensor types (layouts as ggml's, sizes pinned by
+// static_assert), fp16/bf16 conversion, reference quantize/dequantize, and one traits
+// table indexed by enum gguf_ttype that maps a type to its converters and kernels.
+#ifndef LANES_TENSOR_H
+#define LANES_TENSOR_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+
+// ---- half precision ---------------------------------------------------------------------
+// fp16 <-> f32: exact widening; narrowing rounds to nearest even, handles subnormals,
+// overflows to inf, keeps NaN a (quiet) NaN.
+float lanes_f16_to_f32(uint16_t h);
+uint16_t lanes_f32_to_f16(float f);
+// bf16 <-> f32 as ggml: narrowing rounds to nearest even; a NaN stays NaN with the quiet bit set.
+float lanes_bf16_to_f32(uint16_t h);
+uint16_t lanes_f32_to_bf16(float f);
+
+// ---- block layouts (little-endian, packed as ggml writes them) --------------------------
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	uint8_t qs[QK4_0 / 2];  // nibbles: low = element j, high = element j+16
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "block_q4_0 size");
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	uint16_t m;             // fp16 minimum
+	uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "block_q4_1 size");
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	uint8_t qh[4];          // 5th bits, little-endian u32: bit j = element j
+	uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "block_q5_0 size");
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	uint16_t m;             // fp16 minimum
+	uint8_t qh[4];
+	uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 4 + 4 + QK5_1 / 2, "block_q5_1 size");
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	int8_t qs[QK8_0];
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 2 + QK8_0, "block_q8_0 size");
+
+typedef struct {
+	uint16_t d;             // fp16 scale
+	uint16_t s;             // fp16 of d * sum(qs)
+	int8_t qs[QK8_1];
+} block_q8_1;
+static_assert(sizeof(block_q8_1) == 4 + QK8_1, "block_q8_1 size");
+
+// K-quants: super-blocks of QK_K = 256 elements.
+typedef struct {
+	uint8_t scales[QK_K / 16]; // per 16 elements: low nibble scale, high nibble min
+	uint8_t qs[QK_K / 4];      // 2-bit quants
+	uint16_t d;                // fp16 super-block scale for scales
+	uint16_t dmin;             // fp16 super-block scale for mins
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 2 * 2 + QK_K / 16 + QK_K / 4, "block_q2_K size");
+
+typedef struct {
+	uint8_t hmask[QK_K / 8];   // high bit of each 3-bit quant
+	uint8_t qs[QK_K / 4];      // low 2 bits
+	uint8_t scales[12];        // 16 6-bit scales
+	uint16_t d;                // fp16 super-block scale
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 2 + QK_K / 4 + QK_K / 8 + 12, "block_q3_K size");
+
+typedef struct {
+	uint16_t d;                     // fp16 super-block scale for scales
+	uint16_t dmin;                  // fp16 super-block scale for mins
+	uint8_t scales[K_SCALE_SIZE];   // 8 scales and 8 mins, 6 bits each
+	uint8_t qs[QK_K / 2];           // 4-bit quants
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2, "block_q4_K size");
+
+typedef struct {
+	uint16_t d;
+	uint16_t dmin;
+	uint8_t scales[K_SCALE_SIZE];
+	uint8_t qh[QK_K / 8];           // 5th bits
+	uint8_t qs[QK_K / 2];           // low 4 bits
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2 + QK_K / 8, "block_q5_K size");
+
+typedef struct {
+	uint8_t ql[QK_K / 2];      // low 4 bits
+	uint8_t qh[QK_K / 4];      // high 2 bits
+	int8_t scales[QK_K / 16];  // 8-bit scales
+	uint16_t d;                // fp16 super-block scale
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 2 + QK_K / 16 + 3 * QK_K / 4, "block_q6_K size");
+
+// Activations for K-quant dot products: float scale, int8 quants, sums per 16.
+typedef struct {
+	float d;
+	int8_t qs[QK_K];
+	int16_t bsums[QK_K / 16];
+} block_q8_K;
+static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "block_q8_K size");
+
+// ---- traits: one table indexed by enum gguf_ttype ---------------------------------------
+// n is an element count, a multiple of block. Rows are independent: every converter
+// handles one or more whole rows laid out back to back.
+typedef struct {
+	const char *name;  // "Q4_K"
+	int64_t block;     // elements per block
+	size_t bytes;      // bytes per block
+	void (*to_f32)(const void *src, float *dst, int64_t n);   // dequantize
+	void (*from_f32)(const float *src, void *dst, int64_t n); // reference quantize
+	// Dot product of one weight row (n elements) with x, as float. The sum order is fixed:
+	// blocks in order, elements in order within a block, sum = sum + w*x (no FMA), so a
+	// faster kernel that wants to match it bit for bit knows exactly what to reproduce.
+	float (*vec_dot_f32)(const void *wrow, const float *x, int64_t n);
+
+	// ---- kernels (tensor/ref/kernels.c, tensor/x86/): fields added below this line ----
+	// Matmul slice: y[r*ldy + o] for rows r < n and outputs o in [o0, o1) is the dot of
+	// weight row o (k elements; rows wstride bytes apart) with x row r (ldx floats apart),
+	// each reduced exactly as vec_dot_f32 reduces it, so every slicing of rows or outputs
+	// gives the same bits. NULL: tensor_ref_matmul serves the type.
+	void (*matmul)(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
+		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1);
+} tensor_traits;
+
+// The traits of type (enum gguf_ttype); NULL for a type lanes cannot convert.
+const tensor_traits *tensor_traits_of(uint32_t type);
+// Bytes of a row of n elements of type; 0 when the type is unsupported, n < 0, n is not a
+// multiple of the block, or the size overflows.
+size_t tensor_row_bytes(uint32_t type, int64_t n);
+
+// Converts nrows rows of n elements between f32 and type with the reference converters,
+// rows split across pool's threads (pool may be NULL). Rows are converted independently,
+// so the bytes never depend on the thread count. LANES_EINVAL for an unsupported type or
+// an n that is not a multiple of its block.
+int tensor_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n,
+			 lanes_pool *pool);
+int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n,
+			   lanes_pool *pool);
+
+// ==== kernels (tensor/ref/kernels.c) ======================================================
+// Plain C reference kernels of the forward pass. Every reduction has one fixed order that
+// does not depend on batch size, slicing or thread count (the exactness contract).
+#include <stdbool.h>
+#include "base/base.h"
+
+// The reference matmul slice (the `matmul` field's contract) for any type with traits.
+void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
+		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1);
+// y[n][n_out] = x[n][k] . W^T with W = n_out rows of k elements of type, wstride bytes
+// apart; threads of pool (NULL: the caller alone) split the outputs, never k.
+void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
+		   int64_t k, const float *x, int64_t n, float *y);
+
+// y = x / rms(x) * w over n elements (w may be NULL: no weight); y may be x.
+void tensor_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y);
+// In-place softmax over n elements.
+void tensor_softmax(float *x, int64_t n);
+// out[i] = silu(g[i]) * u[i]; out may alias g or u.
+void tensor_swiglu(const float *g, const float *u, float *out, int64_t n);
+
+// Rotary position embedding.
+typedef struct {
+	int32_t n_rot;              // dimensions rotated per head (even; the rest pass through)
+	bool neox;                  // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+	double freq_base;           // theta_i = pos * freq_base^(-2i/n_rot)
+	double freq_scale;          // linear scaling: theta *= freq_scale (1 = none)
+	const float *freq_factors;  // n_rot/2 divisors of theta_i (llama3 rope_freqs), or NULL
+	double ext_factor;          // YaRN ramp mix (0 = no YaRN)
+	double attn_factor;         // YaRN magnitude scale (1 = none)
+	double beta_fast, beta_slow; // YaRN correction range
+	int32_t n_ctx_orig;         // YaRN: training context
+} tensor_rope;
+// The cos/sin table of position pos: cs[2i] = cos, cs[2i+1] = sin of pair i (n_rot values).
+void tensor_rope_table(const tensor_rope *rp, int32_t pos, double *cs);
+// Rotates each of n_heads heads (head_dim apart in x) by the table cs.
+void tensor_rope_apply(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads,
+		       int32_t head_dim);
+
+// Scaled f16 ("F16S"): a group of values x ~= h * tensor_f16s_scale(b), h f16 and one scale
+// byte b per group. Of the 16 scales per octave 2^(j/16) the encoder keeps the one whose
+// rounding leaves the smallest squared error, and raises the octave so the group never
+// overflows f16: about 20-40% less rounding error than plain f16 for 1 byte per group.
+float tensor_f16s_scale(uint8_t b);
+// Encodes n values into h and returns the scale byte; deterministic in x alone.
+uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h);
+
+// A paged f16 key/value store, described by strides (the layout kv/ hands out): the row of
+// position j starts at base + pages[j / page_tokens] * page_stride + (j % page_tokens) * row_stride.
+// With scale bytes (ks/vs not NULL, F16S), position j's byte sits at the same place in the
+// scale arrays, counted with s_page_stride and s_row_stride.
+typedef struct {
+	const uint16_t *k, *v;    // bases, already offset to the head's first value
+	const uint8_t *ks, *vs;   // scale bytes, offset to the head's; NULL: plain f16
+	const int32_t *pages;     // block table
+	size_t page_stride;       // f16 values between pages
+	size_t row_stride;        // f16 values between positions within a page
+	size_t s_page_stride;     // scale bytes between pages
+	size_t s_row_stride;      // scale bytes between positions within a page
+	int32_t page_tokens;
+} tensor_kv_view;
+// Attention of one query head q (head_dim values) over positions 0..n_pos-1: scores in
+// position order (q.k_j in element order, times k_j's scale, times `scale`), softmax, then
+// the weighted sum of V in position order. scores: n_pos floats of scratch. out: head_dim floats.
+void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+		     int32_t n_pos, float *scores, float *out);
+
+// MoE routing of one row: softmax over n_exp router logits, the n_used largest (ties: lower
+// id first) into ids[] in descending order, their probabilities into w[] (renormalized to
+// sum 1 when norm).
+void tensor_moe_route(const float *logits, int32_t n_exp, int32_t n_used, bool norm, int32_t *ids,
+		      float *w);
+// dst[i] = src row idx[i] (n floats each; src rows ld floats apart) for i < n_idx.
+void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_t n_idx, int64_t n,
+			float *dst);
+
+#endif

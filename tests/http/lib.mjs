@@ -1,0 +1,169 @@
+// tests/http: shared helpers — the server under test (LANES_URL, started by
+// tests/script/http.sh) or servers a test starts itself, raw sockets, SSE parsing.
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import fs from 'node:fs';
+
+export const BIN = process.env.LANES_BIN ? path.resolve(process.env.LANES_BIN) : path.resolve('build/lanes');
+export const SHARED = path.resolve(process.env.LANES_SHARED || '../shared');
+export const TMP = process.env.LANES_TMP || fs.mkdtempSync('/tmp/lanes-http-');
+export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
+// a larger random-weight model: slow enough for long prefills and halts (4096 tokens of context)
+export const SLOW = path.join(SHARED, 'models/ref-llama-F32.gguf');
+export const KEY = process.env.LANES_KEY || 'test-key';
+export const URL_ = process.env.LANES_URL;
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts `lanes serve` on a free port; resolves once /health says ok.
+export async function startServer(args, env = {}) {
+	const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
+		env: { ...process.env, ...env },
+		stdio: ['ignore', 'pipe', 'pipe'],
+	});
+	let log = '';
+	const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+	const port = await new Promise((resolve, reject) => {
+		const onData = (d) => {
+			log += d.toString();
+			const m = log.match(/listening on http:\/\/[0-9.]+:(\d+)/);
+			if (m) resolve(Number(m[1]));
+		};
+		proc.stderr.on('data', onData);
+		proc.on('exit', (code) => reject(new Error(`lanes serve exited (${code}) before listening:\n${log}`)));
+	});
+	proc.stderr.on('data', (d) => (log += d.toString()));
+	const url = `http://127.0.0.1:${port}`;
+	for (let i = 0; i < 600; i++) {
+		try {
+			const r = await fetch(`${url}/health`);
+			if (r.status === 200) break;
+		} catch {}
+		await sleep(50);
+	}
+	return { url, port, proc, exited, log: () => log };
+}
+
+export async function getJSON(url, opts = {}) {
+	const r = await fetch(url, opts);
+	return { status: r.status, headers: r.headers, body: await r.json() };
+}
+
+export async function postJSON(url, body, headers = {}) {
+	return getJSON(url, {
+		method: 'POST',
+		headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}`, ...headers },
+		body: JSON.stringify(body),
+	});
+}
+
+// Reads an SSE response into [{event, data}] (data parsed when JSON); onEvent sees each as it comes.
+export async function readSSE(response, onEvent) {
+	const events = [];
+	const dec = new TextDecoder();
+	let buf = '';
+	for await (const chunk of response.body) {
+		buf += dec.decode(chunk, { stream: true });
+		let i;
+		while ((i = buf.indexOf('\n\n')) >= 0) {
+			const block = buf.slice(0, i);
+			buf = buf.slice(i + 2);
+			let event = null;
+			const data = [];
+			for (const line of block.split('\n')) {
+				if (line.startsWith('event: ')) event = line.slice(7);
+				else if (line.startsWith('data: ')) data.push(line.slice(6));
+			}
+			if (!data.length) continue;
+			const text = data.join('\n');
+			let parsed = text;
+			try {
+				parsed = JSON.parse(text);
+			} catch {}
+			const ev = { event, data: parsed };
+			events.push(ev);
+			if (onEvent) onEvent(ev);
+		}
+	}
+	return events;
+}
+
+export async function postSSE(url, body, headers = {}, onEvent) {
+	const r = await fetch(url, {
+		method: 'POST',
+		headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}`, ...headers },
+		body: JSON.stringify(body),
+	});
+	if (r.status !== 200) return { status: r.status, body: await r.json(), events: [] };
+	return { status: r.status, events: await readSSE(r, onEvent) };
+}
+
+// Sends raw bytes on a fresh connection; resolves with everything the server sent until it
+// closes or timeoutMs passes.
+export function rawExchange(port, bytes, { timeoutMs = 5000, keepOpen = false } = {}) {
+	return new Promise((resolve, reject) => {
+		const s = net.connect(port, '127.0.0.1');
+		let got = Buffer.alloc(0);
+		const t = setTimeout(() => {
+			s.destroy();
+			resolve({ text: got.toString('latin1'), timedOut: true });
+		}, timeoutMs);
+		s.on('connect', () => {
+			for (const b of Array.isArray(bytes) ? bytes : [bytes]) s.write(b);
+			if (!keepOpen) s.end();
+		});
+		s.on('data', (d) => (got = Buffer.concat([got, d])));
+		s.on('error', () => {});
+		s.on('close', () => {
+			clearTimeout(t);
+			resolve({ text: got.toString('latin1'), timedOut: false });
+		});
+	});
+}
+
+export function httpRequest(method, pathname, body, headers = {}) {
+	const b = body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body);
+	let h = `${method} ${pathname} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nConnection: close\r\n`;
+	for (const [k, v] of Object.entries(headers)) h += `${k}: ${v}\r\n`;
+	if (method === 'POST' && !('Transfer-Encoding' in headers)) h += `Content-Length: ${Buffer.byteLength(b)}\r\n`;
+	h += 'Content-Type: application/json\r\n\r\n';
+	return h + b;
+}
+
+export function statusOf(raw) {
+	const m = raw.match(/^HTTP\/1\.[01] (\d{3})/);
+	return m ? Number(m[1]) : 0;
+}
+
+export function bodyOf(raw) {
+	const i = raw.indexOf('\r\n\r\n');
+	return i < 0 ? '' : raw.slice(i + 4);
+}
+
+export async function metric(url, name) {
+	const t = await (await fetch(`${url}/metrics`)).text();
+	const line = t.split('\n').find((l) => l.startsWith(name + ' '));
+	return line ? Number(line.split(' ')[1]) : NaN;
+}
+
+export async function waitIdle(url, timeoutMs = 10000) {
+	const t0 = Date.now();
+	while (Date.now() - t0 < timeoutMs) {
+		const s = (await getJSON(`${url}/slots`)).body;
+		if (s.queue_depth === 0 && s.lanes.every((l) => l.phase === 'idle')) return Date.now() - t0;
+		await sleep(10);
+	}
+	return -1;
+}
+
+// The shared server: LANES_URL when the script started one, else one started here.
+let mainSrv = null;
+export async function mainServer() {
+	if (URL_) return { url: URL_, port: Number(new URL(URL_).port) };
+	if (!mainSrv) {
+		mainSrv = await startServer(['-m', STORIES, '--api-key', KEY]);
+		process.on('exit', () => mainSrv.proc.kill('SIGKILL'));
+	}
+	return mainSrv;
+}

@@ -1,0 +1,88 @@
+#!/bin/sh
+# tests: `lanes run`, `lanes logits` and `lanes bench` from the command line — greedy text of
+# every stories260K case, text = detokenized ids, -p = --ids, sampling repeatable by seed and
+# independent of threads, logits files identical across threads and chunking, bench JSON,
+# and clear failures.
+BIN=${LANES_BIN:-build/lanes}
+SHARED=${LANES_SHARED:-../shared}
+TMP=${LANES_TMP:-/tmp}/forward.$$
+M="$SHARED/models/stories260K.gguf"
+export LC_ALL=C
+mkdir -p "$TMP" || exit 1
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+same() { if [ "$1" = "$2" ]; then ok; else bad "$3: got '$1', want '$2'"; fi; }
+
+# text.json: one line per case, "IDS<TAB>GREEDY" as comma lists; greedy stops before EOS (2).
+awk '
+	/"ids": \[/ { mode = "ids"; ids = ""; next }
+	/"greedy": \[/ { mode = "greedy"; g = ""; stop = 0; next }
+	/^ *\]/ { if (mode == "greedy") print ids "\t" g; mode = ""; next }
+	mode != "" { v = $0; gsub(/[ ,]/, "", v)
+		if (mode == "ids") ids = ids (ids == "" ? "" : ",") v
+		else if (!stop) { if (v == "2") stop = 1; else g = g (g == "" ? "" : ",") v } }
+' "$SHARED/golden/stories260K/text.json" > "$TMP/cases"
+[ "$(wc -l < "$TMP/cases")" -ge 5 ] && ok || bad "text.json: $(wc -l < "$TMP/cases") cases parsed"
+
+tab=$(printf '\t')
+while IFS="$tab" read -r ids greedy; do
+	"$BIN" run -m "$M" --ids "$ids" -n 64 --temp 0 --print-ids > "$TMP/out" 2> "$TMP/err" || bad "run failed: $(cat "$TMP/err")"
+	same "$(tail -n 1 "$TMP/out")" "[$greedy]" "greedy ids for [$ids]"
+	# The text before the ids line is exactly the ids detokenized (a continuation keeps its space).
+	sed '$d' "$TMP/out" > "$TMP/text"
+	printf '[%s]' "$greedy" | "$BIN" detokenize -m "$M" --keep-space > "$TMP/want" 2>/dev/null
+	printf '\n' >> "$TMP/want"
+	cmp -s "$TMP/text" "$TMP/want" && ok || bad "text for [$ids] differs from its detokenized ids"
+done < "$TMP/cases"
+
+# -p tokenizes with BOS: the same continuation as the ids of case 0.
+first=$(head -n 1 "$TMP/cases")
+ids0=${first%%"$tab"*}
+g0=${first#*"$tab"}
+same "$("$BIN" run -m "$M" -p "Once upon a time" -n 64 --temp 0 --print-ids 2>/dev/null | tail -n 1)" "[$g0]" "-p greedy"
+same "$ids0" "1,403,407,261,378" "case 0 ids"
+
+# Sampling: a seed fixes the text, whatever the thread count; other seeds differ.
+a=$("$BIN" run -m "$M" --ids "$ids0" -n 48 --temp 1 --seed 5 --threads 1 --print-ids 2>/dev/null)
+b=$("$BIN" run -m "$M" --ids "$ids0" -n 48 --temp 1 --seed 5 --threads 2 --print-ids 2>/dev/null)
+c=$("$BIN" run -m "$M" --ids "$ids0" -n 48 --temp 1 --seed 6 --print-ids 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "seed 5: 1 and 2 threads differ"
+[ "$a" != "$c" ] && ok || bad "seeds 5 and 6 gave the same text"
+n=$("$BIN" run -m "$M" --ids "$ids0" -n 7 --temp 1 --seed 5 --print-ids 2>/dev/null | tail -n 1 | awk -F, '{ print NF }')
+[ "$n" -le 7 ] && ok || bad "-n 7 generated $n ids"
+
+# Logits: [positions][vocab] float32, identical across threads and chunking.
+all="$ids0,$g0"
+npos=$(printf '%s\n' "$all" | awk -F, '{ print NF }')
+"$BIN" logits -m "$M" --ids "$all" -o "$TMP/l1" --threads 1 2>/dev/null || bad "logits failed"
+"$BIN" logits -m "$M" --ids "$all" -o "$TMP/l2" --threads 2 --chunk 5 2>/dev/null || bad "logits failed"
+same "$(wc -c < "$TMP/l1" | tr -d ' ')" "$((npos * 512 * 4))" "logits file size"
+cmp -s "$TMP/l1" "$TMP/l2" && ok || bad "logits differ between 1 thread and 2 threads in chunks of 5"
+
+# Bench: the JSON object names every figure.
+j=$("$BIN" bench -m "$M" -p 16 -n 4 -r 2 --json 2>/dev/null)
+for k in '"model": "stories260K.gguf"' '"type": "F32"' '"threads"' '"pp_tokens": 16' '"pp_tps"' '"pp_sd"' \
+	'"tg_tokens": 4' '"tg_tps"' '"tg_sd"'; do
+	case "$j" in *"$k"*) ok ;; *) bad "bench --json lacks $k: $j" ;; esac
+done
+
+# Failures: a non-zero exit and a message naming the problem.
+expect_fail() {
+	want=$1
+	shift
+	if "$@" > /dev/null 2> "$TMP/err"; then bad "succeeded: $*"; else
+		grep -q -- "$want" "$TMP/err" && ok || bad "'$*' said: $(cat "$TMP/err")"
+	fi
+}
+expect_fail "outside the vocabulary" "$BIN" run -m "$M" --ids 1,600 -n 2
+expect_fail "No such file" "$BIN" run -m "$TMP/none.gguf" --ids 1 -n 2
+expect_fail "bad token id" "$BIN" logits -m "$M" --ids 1,x -o "$TMP/l3"
+expect_fail "temperature" "$BIN" run -m "$M" --ids 1 -n 2 --temp -1
+expect_fail "unknown kv type" "$BIN" bench -m "$M" --kv q9
+expect_fail "usage" "$BIN" run -m "$M" -n 2
+echo "forward: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,381 @@
+// tests: `lanes quantize` and `lanes gen` end to end — our files from the F32 reference
+// model equal llama.cpp's byte for byte, mixes and fallbacks on stories260K, generated
+// models' metadata, tensors, determinism and weight scales.
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+#include "t.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+
+static const char *bin(void) {
+	const char *b = getenv("LANES_BIN");
+	return b && *b ? b : "build/lanes";
+}
+
+// Runs `lanes ARGS` with stderr to errpath; returns the exit status.
+static int run(const char *errpath, const char *fmt, ...) {
+	char args[2048], cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", bin(), args, errpath ? errpath : "/dev/null");
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static gguf *open_or_fail(const char *path) {
+	char err[256];
+	gguf *g = NULL;
+	int rc = gguf_open(&g, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", path, err);
+	return rc ? NULL : g;
+}
+
+static const char *type_name(uint32_t t) {
+	const gguf_ttype_info *ti = gguf_ttype_get(t);
+	return ti ? ti->name : "?";
+}
+
+// Relative RMS difference between a tensor and its dequantized counterpart.
+static double rel_err(const gguf_tensor *a, const gguf_tensor *b) {
+	int64_t n = gguf_tensor_nelem(a);
+	float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+	tensor_traits_of(a->type)->to_f32(a->data, x, n);
+	tensor_traits_of(b->type)->to_f32(b->data, y, n);
+	double se = 0, sx = 0;
+	for (int64_t i = 0; i < n; i++) {
+		se += (double)(x[i] - y[i]) * (x[i] - y[i]);
+		sx += (double)x[i] * x[i];
+	}
+	free(x);
+	free(y);
+	return sx > 0 ? sqrt(se / sx) : sqrt(se);
+}
+
+// ---- quantize: the reference model against llama.cpp's own conversions ------------------
+static void test_matches_llamacpp(void) {
+	static const char *types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M",
+				      "Q4_K_M", "Q5_K_M", "Q6_K", "F16", "BF16"};
+	char src[1024], ref[1024], out[1024];
+	snprintf(src, sizeof src, "%s/models/ref-llama-F32.gguf", t_shared());
+	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+		snprintf(ref, sizeof ref, "%s/models/ref-llama-%s.gguf", t_shared(), types[k]);
+		snprintf(out, sizeof out, "%s/q-ref-%s.gguf", t_tmp(), types[k]);
+		int rc = run(NULL, "quantize %s %s %s --threads 2", src, out, types[k]);
+		CHECKF(rc == 0, "quantize to %s: exit %d", types[k], rc);
+		if (rc) continue;
+		gguf *a = open_or_fail(out), *b = open_or_fail(ref);
+		if (a && b) {
+			CHECK(gguf_n_tensors(a) == gguf_n_tensors(b));
+			uint32_t fa = 99, fb = 98;
+			gguf_get_u32(a, "general.file_type", &fa);
+			gguf_get_u32(b, "general.file_type", &fb);
+			CHECKF(fa == fb, "%s: file_type %u vs llama.cpp %u", types[k], fa, fb);
+			int diff_type = 0, diff_bytes = 0;
+			for (int64_t i = 0; i < gguf_n_tensors(b); i++) {
+				const gguf_tensor *tb = gguf_tensor_at(b, i);
+				const gguf_tensor *ta = gguf_find_tensor(a, tb->name);
+				if (!ta || ta->type != tb->type) {
+					diff_type++;
+					fprintf(stderr, "%s %s: ours %s, llama.cpp %s\n", types[k], tb->name,
+						ta ? type_name(ta->type) : "missing", type_name(tb->type));
+					continue;
+				}
+				if (ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, tb->nbytes)) diff_bytes++;
+			}
+			CHECKF(diff_type == 0, "%s: %d tensors typed differently from llama.cpp", types[k], diff_type);
+			CHECKF(diff_bytes == 0, "%s: %d tensors differ from llama.cpp's bytes", types[k], diff_bytes);
+			// Metadata comes across.
+			gguf_str nm;
+			CHECK(gguf_get_str(a, "general.name", &nm) == 0 && gguf_str_eq(nm, "ref-llama"));
+			const gguf_value *toks = gguf_get_arr(a, "tokenizer.ggml.tokens");
+			CHECK(toks && toks->arr.n == 512);
+		}
+		gguf_free(a);
+		gguf_free(b);
+		remove(out);
+	}
+}
+
+// MoE (8 experts: Q8_0 attn_k/attn_v, Q5_K attn_output) and qwen2 (biases) from their F16
+// files: the same types as llama.cpp chose, values close to its (it started from F32).
+static void test_mixes_moe_qwen2(void) {
+	static const char *models[] = {"moe", "qwen2"}, *types[] = {"Q8_0", "Q4_K_M"};
+	char src[1024], ref[1024], out[1024];
+	for (int mi = 0; mi < 2; mi++)
+		for (int k = 0; k < 2; k++) {
+			snprintf(src, sizeof src, "%s/models/ref-%s-F16.gguf", t_shared(), models[mi]);
+			snprintf(ref, sizeof ref, "%s/models/ref-%s-%s.gguf", t_shared(), models[mi], types[k]);
+			snprintf(out, sizeof out, "%s/q-%s-%s.gguf", t_tmp(), models[mi], types[k]);
+			int rc = run(NULL, "quantize %s %s %s", src, out, types[k]);
+			CHECKF(rc == 0, "%s %s: exit %d", models[mi], types[k], rc);
+			gguf *a = rc ? NULL : open_or_fail(out), *b = open_or_fail(ref);
+			if (a && b) {
+				CHECK(gguf_n_tensors(a) == gguf_n_tensors(b));
+				int bad = 0;
+				double worst = 0;
+				for (int64_t i = 0; i < gguf_n_tensors(b); i++) {
+					const gguf_tensor *tb = gguf_tensor_at(b, i);
+					const gguf_tensor *ta = gguf_find_tensor(a, tb->name);
+					if (!ta || ta->type != tb->type) {
+						bad++;
+						fprintf(stderr, "%s %s %s: ours %s, llama.cpp %s\n", models[mi], types[k],
+							tb->name, ta ? type_name(ta->type) : "missing", type_name(tb->type));
+						continue;
+					}
+					double e = rel_err(tb, ta);
+					if (e > worst) worst = e;
+				}
+				CHECKF(bad == 0, "%s %s: %d tensors typed differently", models[mi], types[k], bad);
+				CHECKF(worst < (k == 0 ? 0.01 : 0.08), "%s %s: worst difference %.4f", models[mi],
+				       types[k], worst);
+			}
+			gguf_free(a);
+			gguf_free(b);
+			remove(out);
+		}
+}
+
+// ---- quantize: stories260K (rows of 64 and 172 elements force fallbacks) ------------------
+static void test_stories(void) {
+	static const struct {
+		const char *ft;
+		double max_err; // relative RMS error of any quantized tensor
+		const char *embd, *output, *attn_v1, *attn_v2, *ffn_down0, *attn_q0;
+	} cases[] = {
+		{"Q8_0", 0.01, "Q8_0", "Q8_0", "Q8_0", "Q8_0", "F16", "Q8_0"},
+		{"Q4_0", 0.15, "Q4_0", "Q8_0", "Q4_0", "Q4_0", "F16", "Q4_0"},
+		{"Q4_K_M", 0.07, "Q5_0", "Q8_0", "Q5_0", "Q8_0", "F16", "Q5_0"},
+		{"Q6_K", 0.01, "Q8_0", "Q8_0", "Q8_0", "Q8_0", "F16", "Q8_0"},
+	};
+	char src[1024], out[1024], errf[1024];
+	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
+	snprintf(errf, sizeof errf, "%s/q-stories.err", t_tmp());
+	gguf *s = open_or_fail(src);
+	if (!s) return;
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		snprintf(out, sizeof out, "%s/q-stories-%s.gguf", t_tmp(), cases[k].ft);
+		int rc = run(errf, "quantize %s %s %s", src, out, cases[k].ft);
+		CHECKF(rc == 0, "stories to %s: exit %d", cases[k].ft, rc);
+		if (rc) continue;
+		char *errtext = t_read_file(errf, NULL);
+		CHECKF(errtext && strstr(errtext, "blk.0.ffn_down.weight: row length 172"),
+		       "%s: no fallback note on stderr", cases[k].ft);
+		free(errtext);
+		gguf *q = open_or_fail(out);
+		if (!q) continue;
+		static const char *names[] = {"token_embd.weight", "output.weight", "blk.1.attn_v.weight",
+					      "blk.2.attn_v.weight", "blk.0.ffn_down.weight",
+					      "blk.0.attn_q.weight"};
+		const char *want[] = {cases[k].embd, cases[k].output, cases[k].attn_v1, cases[k].attn_v2,
+				      cases[k].ffn_down0, cases[k].attn_q0};
+		for (int i = 0; i < 6; i++) {
+			const gguf_tensor *t = gguf_find_tensor(q, names[i]);
+			CHECKF(t && !strcmp(type_name(t->type), want[i]), "%s %s: %s, want %s", cases[k].ft,
+			       names[i], t ? type_name(t->type) : "missing", want[i]);
+		}
+		CHECK(gguf_n_tensors(q) == gguf_n_tensors(s));
+		double worst = 0;
+		for (int64_t i = 0; i < gguf_n_tensors(s); i++) {
+			const gguf_tensor *a = gguf_tensor_at(s, i), *b = gguf_find_tensor(q, a->name);
+			CHECK(b != NULL);
+			if (!b) continue;
+			CHECK(b->n_dims == a->n_dims && b->ne[0] == a->ne[0] && b->ne[1] == a->ne[1]);
+			if (a->n_dims == 1) CHECKF(b->type == GGUF_T_F32 && !memcmp(a->data, b->data, a->nbytes),
+						   "%s: 1-D tensor changed", a->name);
+			double e = rel_err(a, b);
+			if (e > worst) worst = e;
+		}
+		CHECKF(worst < cases[k].max_err, "%s: worst relative error %.4f", cases[k].ft, worst);
+		// Requantizing a quantized file works and keeps the values close.
+		if (!strcmp(cases[k].ft, "Q8_0")) {
+			char out2[1024];
+			snprintf(out2, sizeof out2, "%s/q-stories-requant.gguf", t_tmp());
+			rc = run(NULL, "quantize %s %s Q4_0", out, out2);
+			CHECK(rc == 0);
+			gguf *r = rc ? NULL : open_or_fail(out2);
+			if (r) {
+				const gguf_tensor *a = gguf_find_tensor(s, "blk.0.attn_q.weight");
+				const gguf_tensor *b = gguf_find_tensor(r, "blk.0.attn_q.weight");
+				CHECK(b && b->type == GGUF_T_Q4_0 && rel_err(a, b) < 0.15);
+				gguf_free(r);
+			}
+			remove(out2);
+		}
+		gguf_free(q);
+		remove(out);
+	}
+	gguf_free(s);
+	remove(errf);
+	// Bad invocations fail cleanly.
+	CHECK(run(NULL, "quantize %s %s/x.gguf Q9_9", src, t_tmp()) == 2);
+	CHECK(run(NULL, "quantize %s/nonexistent.gguf %s/x.gguf Q8_0", t_tmp(), t_tmp()) == 1);
+	CHECK(run(NULL, "quantize %s", src) == 2);
+}
+
+// ---- gen ---------------------------------------------------------------------------------
+static bool has_u32(const gguf *g, const char *key, uint32_t want) {
+	uint32_t v = 0;
+	return gguf_get_u32(g, key, &v) == 0 && v == want;
+}
+
+static double tensor_std(const gguf_tensor *t, double *mean) {
+	int64_t n = gguf_tensor_nelem(t);
+	float *x = malloc((size_t)n * 4);
+	tensor_traits_of(t->type)->to_f32(t->data, x, n);
+	double s = 0, s2 = 0;
+	for (int64_t i = 0; i < n; i++) s += x[i], s2 += (double)x[i] * x[i];
+	free(x);
+	*mean = s / n;
+	return sqrt(s2 / n - *mean * *mean);
+}
+
+static void test_gen(void) {
+	static const char *types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"};
+	char vocab[1024], out[1024], out2[1024];
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+		snprintf(out, sizeof out, "%s/gen-%s.gguf", t_tmp(), types[k]);
+		int rc = run(NULL, "gen --shape test --type %s --vocab %s -o %s --seed 7", types[k], vocab, out);
+		CHECKF(rc == 0, "gen %s: exit %d", types[k], rc);
+		gguf *g = rc ? NULL : open_or_fail(out);
+		if (!g) continue;
+		gguf_str s;
+		CHECK(gguf_get_str(g, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama"));
+		CHECK(has_u32(g, "llama.embedding_length", 64));
+		CHECK(has_u32(g, "llama.block_count", 2));
+		CHECK(has_u32(g, "llama.attention.head_count", 4));
+		CHECK(has_u32(g, "llama.attention.head_count_kv", 2));
+		CHECK(has_u32(g, "llama.feed_forward_length", 192));
+		CHECK(has_u32(g, "llama.context_length", 256));
+		CHECK(has_u32(g, "llama.rope.dimension_count", 16));
+		CHECK(has_u32(g, "general.alignment", 32));
+		float eps = 0, base = 0;
+		CHECK(gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &eps) == 0 && eps == 1e-5f);
+		CHECK(gguf_get_f32(g, "llama.rope.freq_base", &base) == 0 && base == 10000.0f);
+		uint32_t ft = 0;
+		CHECK(gguf_get_u32(g, "general.file_type", &ft) == 0);
+		const gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens");
+		CHECK(toks && toks->arr.n == 512);
+		CHECK(gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, "llama"));
+		CHECK(gguf_get_arr(g, "tokenizer.ggml.scores") != NULL);
+		CHECK(gguf_n_tensors(g) == 3 + 2 * 9);
+		static const char *names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+					      "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+		static const int64_t shape[9][2] = {{64, 1}, {64, 64}, {64, 32}, {64, 32}, {64, 64},
+						    {64, 1}, {64, 192}, {64, 192}, {192, 64}};
+		for (int l = 0; l < 2; l++)
+			for (int i = 0; i < 9; i++) {
+				char nm[64];
+				snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, names[i]);
+				const gguf_tensor *t = gguf_find_tensor(g, nm);
+				CHECKF(t && t->ne[0] == shape[i][0] && t->ne[1] == shape[i][1], "%s", nm);
+				if (t && shape[i][1] == 1) CHECK(t->type == GGUF_T_F32 && t->n_dims == 1);
+			}
+		const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+		const gguf_tensor *outw = gguf_find_tensor(g, "output.weight");
+		const gguf_tensor *norm = gguf_find_tensor(g, "output_norm.weight");
+		CHECK(emb && emb->ne[0] == 64 && emb->ne[1] == 512);
+		CHECK(outw && outw->ne[0] == 64 && outw->ne[1] == 512);
+		CHECK(norm && norm->type == GGUF_T_F32);
+		if (outw && norm) {
+			// Output weights scaled for logit std 5 over unit-RMS inputs; norms near 1.
+			double mean, sd = tensor_std(outw, &mean);
+			CHECKF(fabs(sd - 5.0 / 8.0) < 0.05 && fabs(mean) < 0.02, "%s: output std %.3f", types[k], sd);
+			sd = tensor_std(norm, &mean);
+			CHECKF(fabs(mean - 1.0) < 0.05 && sd > 0.01 && sd < 0.1, "%s: norm %.3f/%.3f", types[k], mean, sd);
+		}
+		if (!strcmp(types[k], "Q4_K_M")) {
+			// 64-wide rows do not fit Q4_K's 256 block: Q5_0; more-bits layers: Q6_K -> Q8_0.
+			CHECK(emb && emb->type == GGUF_T_Q5_0);
+			CHECK(outw && outw->type == GGUF_T_Q8_0);
+			const gguf_tensor *v0 = gguf_find_tensor(g, "blk.0.attn_v.weight"), *v1 = gguf_find_tensor(g, "blk.1.attn_v.weight");
+			CHECK(v0 && v0->type == GGUF_T_Q5_0 && v1 && v1->type == GGUF_T_Q8_0); // layer 1 of 2 gets more bits
+			CHECK(ft == 15);
+		}
+		if (!strcmp(types[k], "Q4_0")) {
+			CHECK(emb && emb->type == GGUF_T_Q4_0 && outw && outw->type == GGUF_T_Q8_0);
+			CHECK(ft == 2);
+		}
+		if (!strcmp(types[k], "F32")) {
+			CHECK(emb && emb->type == GGUF_T_F32 && ft == 0);
+			// Logits of random unit-RMS hidden states have std near 5.
+			if (outw) {
+				const float *w = outw->data;
+				uint64_t r = 3;
+				double s2 = 0;
+				int cnt = 0;
+				for (int rep = 0; rep < 8; rep++) {
+					float h[64];
+					double ss = 0;
+					for (int i = 0; i < 64; i++) {
+						h[i] = (float)((double)(splitmix64(r++) >> 11) / 9007199254740992.0 - 0.5);
+						ss += h[i] * h[i];
+					}
+					for (int i = 0; i < 64; i++) h[i] = (float)(h[i] / sqrt(ss / 64));
+					for (int v = 0; v < 512; v++) {
+						double z = 0;
+						for (int i = 0; i < 64; i++) z += w[v * 64 + i] * h[i];
+						s2 += z * z;
+						cnt++;
+					}
+				}
+				double lsd = sqrt(s2 / cnt);
+				CHECKF(lsd > 4.0 && lsd < 6.0, "logit std %.2f", lsd);
+			}
+		}
+		gguf_free(g);
+		// Deterministic: the same seed gives the same bytes, another seed other weights.
+		if (!strcmp(types[k], "Q4_0")) {
+			snprintf(out2, sizeof out2, "%s/gen-again.gguf", t_tmp());
+			CHECK(run(NULL, "gen --shape test --type Q4_0 --vocab %s -o %s --seed 7 --threads 1", vocab, out2) == 0);
+			size_t la = 0, lb = 0;
+			char *a = t_read_file(out, &la), *b = t_read_file(out2, &lb);
+			CHECK(a && b && la == lb && !memcmp(a, b, la));
+			free(b);
+			CHECK(run(NULL, "gen --shape test --type Q4_0 --vocab %s -o %s --seed 8", vocab, out2) == 0);
+			b = t_read_file(out2, &lb);
+			CHECK(a && b && la == lb && memcmp(a, b, la));
+			free(a);
+			free(b);
+			remove(out2);
+		}
+		remove(out);
+	}
+	// qwen2 family shape metadata and biases (vocabulary from a BPE vocab file), small type.
+	snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-qwen2.gguf", t_shared());
+	snprintf(out, sizeof out, "%s/gen-qwen.gguf", t_tmp());
+	int rc = run(NULL, "gen --shape qwen2.5-0.5b --type Q4_0 --vocab %s -o %s", vocab, out);
+	CHECK(rc == 0);
+	gguf *g = rc ? NULL : open_or_fail(out);
+	if (g) {
+		gguf_str s;
+		CHECK(gguf_get_str(g, "general.architecture", &s) == 0 && gguf_str_eq(s, "qwen2"));
+		CHECK(has_u32(g, "qwen2.embedding_length", 896) && has_u32(g, "qwen2.block_count", 24));
+		CHECK(has_u32(g, "qwen2.attention.head_count", 14) && has_u32(g, "qwen2.attention.head_count_kv", 2));
+		CHECK(has_u32(g, "qwen2.rope.dimension_count", 64) && has_u32(g, "qwen2.context_length", 32768));
+		CHECK(gguf_find_tensor(g, "output.weight") == NULL); // tied
+		const gguf_tensor *b = gguf_find_tensor(g, "blk.23.attn_k.bias");
+		CHECK(b && b->ne[0] == 128 && b->type == GGUF_T_F32);
+		const gguf_tensor *e = gguf_find_tensor(g, "token_embd.weight");
+		const gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens");
+		CHECK(e && toks && e->ne[1] == (int64_t)toks->arr.n && e->type == GGUF_T_Q8_0); // tied: output rule, 896 does not fit Q6_K
+		CHECK(gguf_get_arr(g, "tokenizer.ggml.merges") != NULL);
+		gguf_free(g);
+	}
+	remove(out);
+	CHECK(run(NULL, "gen --shape nope --vocab %s -o %s", vocab, out) == 2);
+	CHECK(run(NULL, "gen --shape test --type Q4_0 -o %s", out) == 2);
+}
+
+int main(void) {
+	test_matches_llamacpp();
+	test_mixes_moe_qwen2();
+	test_stories();
+	test_gen();
+	T_DONE("cli_quantize");
+}

@@ -1,0 +1,214 @@
+// tests: the numerics contract, bit for bit — a sequence's logits alone equal its logits in
+// a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
+// whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
+// truncated and re-fed equals the original.
+#include "t.h"
+
+#include "model/model.h"
+#include "sample/sample.h"
+
+#define P 80 // prompt length
+
+typedef struct {
+	model *m;
+	int32_t V;
+	int32_t ids[P];
+	float *ref; // [P][V]: whole prompt, one thread
+} fixture;
+
+static kv_cache *new_kv(const model *m, enum kv_type t, int32_t seqs, int32_t ctx) {
+	char err[256];
+	kv_config c = model_kv_config(m, t, seqs, ctx, 16);
+	kv_cache *kv = NULL;
+	CHECKF(kv_new(&kv, &c, err, sizeof err) == 0, "%s", err);
+	return kv;
+}
+
+// Feeds ids[from, to) of sequence seq in pieces of `piece`, writing logits of every row into out[from..].
+static int feed(const model *m, kv_cache *kv, lanes_pool *pool, int32_t seq, const int32_t *ids, int from, int to,
+		int piece, float *out, int32_t V) {
+	char err[256];
+	model_row rows[P];
+	for (int i0 = from; i0 < to; i0 += piece) {
+		int n = to - i0 < piece ? to - i0 : piece;
+		for (int i = 0; i < n; i++) rows[i] = (model_row){ids[i0 + i], i0 + i, seq, true};
+		int rc = model_forward(m, kv, pool, rows, n, out + (size_t)i0 * V, err, sizeof err);
+		if (rc) {
+			fprintf(stderr, "forward: %s\n", err);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static bool same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+// level 0: pieces of 7, 2 threads; 1: also pieces of 64; 2: also pieces of 1 and 3 threads.
+static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
+	const size_t all = (size_t)P * f->V;
+	float *out = malloc(all * sizeof *out);
+	const int sizes[] = {7, 64, 1};
+	for (int s = 0; s < level + 1; s++) {
+		kv_cache *kv = new_kv(f->m, t, 1, P);
+		memset(out, 0, all * sizeof *out);
+		CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, sizes[s], out, f->V) == 0);
+		CHECKF(same(out, f->ref, all), "pieces of %d differ from the whole prompt", sizes[s]);
+		kv_free(kv);
+	}
+	for (int nth = 2; nth <= (level == 2 ? 3 : 2); nth++) {
+		lanes_pool *pool;
+		CHECK(lanes_pool_new(&pool, nth) == 0);
+		kv_cache *kv = new_kv(f->m, t, 1, P);
+		CHECK(feed(f->m, kv, pool, 0, f->ids, 0, P, nth == 2 ? P : 7, out, f->V) == 0);
+		CHECKF(same(out, f->ref, all), "%d threads differ from 1", nth);
+		// Truncate and re-feed the tail: the prefix from the cache gives the same logits.
+		kv_seq_truncate(kv, 0, 41);
+		CHECK(kv_seq_len(kv, 0) == 41);
+		memset(out + 41 * (size_t)f->V, 0, (all - 41 * (size_t)f->V) * sizeof *out);
+		CHECK(feed(f->m, kv, pool, 0, f->ids, 41, P, 13, out, f->V) == 0);
+		CHECKF(same(out, f->ref, all), "truncate + re-feed differs (%d threads)", nth);
+		kv_free(kv);
+		lanes_pool_free(pool);
+	}
+	free(out);
+}
+
+// Sequence 0 runs in batches shared with sequences 1 and 2: they prefill while it prefills,
+// then it decodes while they prefill, its rows in reverse order within each batch.
+static void mixed_batches(fixture *f, enum kv_type t) {
+	char err[256];
+	const int32_t V = f->V;
+	kv_cache *kv = new_kv(f->m, t, 3, P + 40);
+	lanes_pool *pool;
+	CHECK(lanes_pool_new(&pool, 2) == 0);
+	int32_t other[2][P];
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < P; i++) other[s][i] = (int32_t)(3 + splitmix64((uint64_t)(1000 * s + i)) % (uint64_t)(V - 3));
+	model_row rows[3 * P];
+	float *out = malloc((size_t)3 * P * V * sizeof *out);
+	float *mine = malloc((size_t)P * V * sizeof *mine);
+	int done0 = 0, done[2] = {0, 0};
+	const int steps[][3] = {{10, 30, 5}, {1, 0, 50}, {33, 17, 1}, {36, 33, 24}};
+	bool ok = true;
+	for (int st = 0; st < 4 && ok; st++) {
+		int n = 0, n0 = steps[st][0];
+		// Others first, then sequence 0's rows in reverse order, interleaved with decode-like singles.
+		for (int s = 0; s < 2; s++)
+			for (int i = 0; i < steps[st][s + 1] && done[s] < P; i++, done[s]++)
+				rows[n++] = (model_row){other[s][done[s]], done[s], s + 1, (done[s] & 1) == 0};
+		int first = n;
+		for (int i = n0 - 1; i >= 0; i--) rows[n++] = (model_row){f->ids[done0 + i], done0 + i, 0, true};
+		// Swap one other-sequence row into the middle of sequence 0's block.
+		if (first > 0 && n - first > 2) {
+			model_row tmp = rows[first - 1];
+			rows[first - 1] = rows[first + 1];
+			rows[first + 1] = tmp;
+		}
+		int rc = model_forward(f->m, kv, pool, rows, n, out, err, sizeof err);
+		CHECKF(rc == 0, "mixed batch %d: %s", st, err);
+		if (rc) ok = false;
+		// Pick sequence 0's logits out of the flagged rows, in batch order.
+		int li = 0;
+		for (int i = 0; i < n && ok; i++) {
+			if (!rows[i].logits) continue;
+			if (rows[i].seq == 0) memcpy(mine + (size_t)rows[i].pos * V, out + (size_t)li * V, (size_t)V * sizeof *out);
+			li++;
+		}
+		done0 += n0;
+	}
+	CHECK(done0 == P);
+	CHECKF(ok && same(mine, f->ref, (size_t)P * V), "logits in mixed batches differ from the sequence alone");
+	// Greedy decode of 8 tokens: alone (fresh cache, one thread) and beside the others' decode rows.
+	kv_cache *solo = new_kv(f->m, t, 1, P + 40);
+	CHECK(feed(f->m, solo, NULL, 0, f->ids, 0, P, P, out, V) == 0);
+	int32_t a = sample_argmax(out + (size_t)(P - 1) * V, V), b = sample_argmax(mine + (size_t)(P - 1) * V, V);
+	float la[512], lb[512];
+	bool dec_same = a == b;
+	for (int i = 0; i < 8 && dec_same && V <= 512; i++) {
+		model_row r = {a, P + i, 0, true};
+		CHECK(model_forward(f->m, solo, NULL, &r, 1, la, err, sizeof err) == 0);
+		int n = 0;
+		rows[n++] = (model_row){other[0][(i * 7) % P], done[0] + i, 1, true};
+		rows[n++] = (model_row){b, P + i, 0, true};
+		rows[n++] = (model_row){other[1][(i * 5) % P], done[1] + i, 2, i % 2 == 0};
+		CHECK(model_forward(f->m, kv, pool, rows, n, out, err, sizeof err) == 0);
+		memcpy(lb, out + (size_t)V, (size_t)V * sizeof *lb);
+		dec_same = same(la, lb, (size_t)V);
+		a = sample_argmax(la, V);
+		b = sample_argmax(lb, V);
+	}
+	CHECKF(dec_same, "decode rows beside other sequences differ from decoding alone");
+	kv_free(solo);
+	free(mine);
+	free(out);
+	lanes_pool_free(pool);
+	kv_free(kv);
+}
+
+// Bad batches fail cleanly and leave the cache as it was.
+static void bad_batches(fixture *f) {
+	char err[256];
+	kv_config c = model_kv_config(f->m, KV_F16S, 2, 32, 16); // 4 pages
+	kv_cache *kv;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
+	float *out = malloc((size_t)64 * f->V * sizeof *out);
+	model_row rows[64];
+	for (int i = 0; i < 64; i++) rows[i] = (model_row){f->ids[i], i, 0, false};
+	CHECK(model_forward(f->m, kv, NULL, rows, 40, out, err, sizeof err) == 0);
+	CHECK(kv_seq_len(kv, 0) == 40 && kv_pages_free(kv) == 1);
+	// A gap, a repeat, a bad token, a bad sequence: EINVAL, nothing changes.
+	model_row gap = {1, 41, 0, true}, rep[2] = {{1, 40, 0, true}, {1, 40, 0, true}};
+	model_row tok = {f->V, 40, 0, true}, seq = {1, 0, 7, true};
+	CHECK(model_forward(f->m, kv, NULL, &gap, 1, out, err, sizeof err) == LANES_EINVAL);
+	CHECK(strstr(err, "position 41") != NULL);
+	CHECK(model_forward(f->m, kv, NULL, rep, 2, out, err, sizeof err) == LANES_EINVAL);
+	CHECK(model_forward(f->m, kv, NULL, &tok, 1, out, err, sizeof err) == LANES_EINVAL);
+	CHECK(model_forward(f->m, kv, NULL, &seq, 1, out, err, sizeof err) == LANES_EINVAL);
+	// Out of pages: sequence 1 wants 2 pages, 1 is free.
+	for (int i = 0; i < 20; i++) rows[i] = (model_row){f->ids[i], i, 1, true};
+	CHECK(model_forward(f->m, kv, NULL, rows, 20, out, err, sizeof err) == LANES_ELIMIT);
+	CHECK(kv_seq_len(kv, 0) == 40 && kv_seq_len(kv, 1) == 0 && kv_pages_free(kv) == 1);
+	// A kv cache of another shape is refused.
+	kv_config c2 = c;
+	c2.kv_dim *= 2;
+	c2.group *= 2;
+	kv_cache *kv2;
+	CHECK(kv_new(&kv2, &c2, err, sizeof err) == 0);
+	CHECK(model_forward(f->m, kv2, NULL, rows, 1, out, err, sizeof err) == LANES_EINVAL);
+	kv_free(kv2);
+	free(out);
+	kv_free(kv);
+}
+
+// Every model gets the mixed-batch checks; `full` adds pieces of 1, 3 threads and plain f16.
+static void run_model(const char *name, bool full) {
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	fixture f = {0};
+	int rc = model_load(&f.m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", name, err);
+	if (rc) return;
+	f.V = model_hparams_of(f.m)->n_vocab;
+	for (int i = 0; i < P; i++) f.ids[i] = (int32_t)(3 + splitmix64((uint64_t)i * 77 + 5) % (uint64_t)(f.V - 3));
+	f.ids[0] = 1;
+	// The default type gets every check; plain f16 whole vs pieces of 7 and 2 threads.
+	const enum kv_type types[] = {KV_F16S, KV_F16};
+	for (int t = 0; t < (full ? 2 : 1); t++) {
+		f.ref = malloc((size_t)P * f.V * sizeof *f.ref);
+		kv_cache *kv = new_kv(f.m, types[t], 1, P);
+		CHECK(feed(f.m, kv, NULL, 0, f.ids, 0, P, P, f.ref, f.V) == 0);
+		kv_free(kv);
+		pieces_and_threads(&f, types[t], t == 0 ? (full ? 2 : 1) : 0);
+		if (t == 0) mixed_batches(&f, types[t]);
+		free(f.ref);
+	}
+	bad_batches(&f);
+	model_free(f.m);
+}
+
+int main(void) {
+	run_model("stories260K", true);
+	run_model("ref-qwen2-Q4_K_M", false);
+	run_model("ref-moe-Q8_0", false);
+	T_DONE("exact");
+}

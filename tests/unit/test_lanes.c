@@ -1,0 +1,312 @@
+// tests: the lane host — a request's tokens and logprobs are the same alone, concurrent,
+// in random prompt pieces and after a prefix-cache warm-up; random submit/cancel/halt ends
+// every request exactly once and frees every lane and page; injected faults stay local.
+#include "gguf/gguf.h"
+#include "lanes/lanes.h"
+#include "model/model.h"
+#include "t.h"
+#include "tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#define NREQ 16
+#define MAXGEN 24
+
+typedef struct {
+	int32_t prompt[64];
+	int32_t n_prompt;
+	lane_request q;
+	lane_bias bias[2];
+	const char *stops[2];
+} req_spec;
+
+typedef struct {
+	int32_t ids[MAXGEN + 1];
+	float lp[MAXGEN + 1];
+	int32_t n;
+	enum lane_ev_kind end;
+	enum lane_finish finish;
+	char sha[65];
+	char text[1024];
+	size_t text_len;
+	int terminals;
+	char reason[160];
+} result;
+
+static model *M;
+static tok_vocab *V;
+
+static void make_specs(req_spec *s, int n, uint64_t seed, int32_t n_vocab) {
+	uint64_t x = seed;
+	for (int i = 0; i < n; i++) {
+		memset(&s[i], 0, sizeof s[i]);
+		x = splitmix64(x);
+		s[i].n_prompt = 1 + (int32_t)(x % 60);
+		s[i].prompt[0] = 1;
+		for (int32_t k = 1; k < s[i].n_prompt; k++) {
+			x = splitmix64(x);
+			s[i].prompt[k] = 3 + (int32_t)(x % (uint64_t)(n_vocab - 3));
+		}
+		// half the requests share a long common head, so the prefix cache has work
+		if (i % 2 == 0 && s[i].n_prompt > 40)
+			for (int32_t k = 1; k < 40; k++) s[i].prompt[k] = 3 + (k * 37) % (n_vocab - 3);
+		lane_request *q = &s[i].q;
+		q->prompt = s[i].prompt;
+		q->n_prompt = s[i].n_prompt;
+		q->max_tokens = 4 + (int32_t)(x >> 40) % (MAXGEN - 4);
+		q->sampling.top_p = 1;
+		q->sampling.repeat_penalty = 1;
+		q->logprobs = true;
+		q->top_logprobs = (i % 3 == 0) ? 3 : 0;
+		if (i % 4) {
+			q->sampling.temperature = 0.5f + (float)(i % 5) * 0.3f;
+			q->sampling.top_k = (i % 3) * 20;
+			q->sampling.top_p = i % 2 ? 0.9f : 1.0f;
+			q->sampling.min_p = i % 5 == 1 ? 0.05f : 0;
+			q->sampling.seed = 1000 + (uint64_t)i;
+			q->sampling.has_seed = true;
+			q->sampling.choice = i % 3;
+			q->sampling.presence_penalty = i % 6 == 1 ? 0.5f : 0;
+			q->sampling.frequency_penalty = i % 7 == 2 ? 0.3f : 0;
+			q->sampling.repeat_penalty = i % 5 == 3 ? 1.1f : 1;
+		}
+		if (i % 5 == 4) {
+			s[i].bias[0] = (lane_bias){5, 2.0f};
+			s[i].bias[1] = (lane_bias){6, -INFINITY};
+			q->sampling.bias = s[i].bias;
+			q->sampling.n_bias = 2;
+		}
+		q->ignore_eos = i % 2 == 1;
+	}
+}
+
+static void collect(lane_req *r, result *out) {
+	memset(out, 0, sizeof *out);
+	lane_event ev;
+	while (lane_next(r, &ev, 30 * 1000000) == 1) {
+		if (ev.kind == LANE_EV_TOKEN) {
+			if (out->n <= MAXGEN) {
+				out->ids[out->n] = ev.token;
+				out->lp[out->n] = ev.logprob;
+			}
+			out->n++;
+		}
+		if (ev.text_len && out->text_len + ev.text_len < sizeof out->text) {
+			memcpy(out->text + out->text_len, ev.text, ev.text_len);
+			out->text_len += ev.text_len;
+		}
+		if (ev.kind != LANE_EV_TOKEN) {
+			out->terminals++;
+			out->end = ev.kind;
+			out->finish = ev.finish;
+			memcpy(out->sha, ev.token_sha, 65);
+			if (ev.reason) snprintf(out->reason, sizeof out->reason, "%s", ev.reason);
+			if (lane_next(r, &ev, 0) == 1) out->terminals++; // nothing may follow a terminal event
+			break;
+		}
+	}
+}
+
+static lane_host *host(int lanes, int piece, bool cache, int threads) {
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = lanes;
+	c.piece = piece;
+	c.prefix_cache = cache;
+	c.threads = threads;
+	c.ctx = 2048;
+	char err[256];
+	lane_host *h = NULL;
+	int rc = lane_host_new(&h, M, V, &c, err, sizeof err);
+	CHECKF(rc == 0, "lane_host_new: %s", err);
+	return h;
+}
+
+static bool same(const result *a, const result *b) {
+	return a->n == b->n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)(a->n < MAXGEN ? a->n : MAXGEN)) &&
+	       !memcmp(a->lp, b->lp, sizeof(float) * (size_t)(a->n < MAXGEN ? a->n : MAXGEN)) && !strcmp(a->sha, b->sha) &&
+	       a->end == b->end && a->finish == b->finish && a->text_len == b->text_len && !memcmp(a->text, b->text, a->text_len);
+}
+
+static void run_all(lane_host *h, req_spec *s, int n, result *res, bool concurrent) {
+	lane_req *r[NREQ];
+	char err[256];
+	if (concurrent) {
+		for (int i = 0; i < n; i++) CHECKF(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0, "submit: %s", err);
+		for (int i = 0; i < n; i++) {
+			if (r[i]) collect(r[i], &res[i]);
+			lane_req_free(r[i]);
+		}
+	} else {
+		for (int i = 0; i < n; i++) {
+			CHECKF(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0, "submit: %s", err);
+			if (r[i]) collect(r[i], &res[i]);
+			lane_req_free(r[i]);
+		}
+	}
+}
+
+static void test_exact(const char *name) {
+	char path[1024], err[512];
+	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
+	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
+	if (!M) return;
+	CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
+	if (!V) { model_free(M); M = NULL; return; }
+	req_spec s[NREQ];
+	make_specs(s, NREQ, 42, model_hparams_of(M)->n_vocab);
+	static result solo[NREQ], conc[NREQ], pieces[NREQ], cached[NREQ], threads1[NREQ];
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, NREQ, solo, false);
+	lane_host_free(h);
+	h = host(8, 0, false, 2);
+	run_all(h, s, NREQ, conc, true);
+	lane_host_free(h);
+	h = host(5, 3, false, 2);
+	run_all(h, s, NREQ, pieces, true);
+	lane_host_free(h);
+	h = host(4, 7, true, 1);
+	run_all(h, s, NREQ, threads1, true);  // warms the prefix cache
+	run_all(h, s, NREQ, cached, true);    // and runs from it
+	lane_snapshot snap;
+	lane_host_snapshot(h, &snap);
+	CHECKF(snap.prefix_hit_tokens > 0, "%s: the prefix cache was hit (%llu tokens)", name, (unsigned long long)snap.prefix_hit_tokens);
+	lane_host_free(h);
+	int generated = 0;
+	for (int i = 0; i < NREQ; i++) {
+		CHECKF(solo[i].terminals == 1 && solo[i].end == LANE_EV_FINISHED, "%s req %d: finished once", name, i);
+		CHECKF(same(&solo[i], &conc[i]), "%s req %d: solo = concurrent", name, i);
+		CHECKF(same(&solo[i], &pieces[i]), "%s req %d: whole = pieces", name, i);
+		CHECKF(same(&solo[i], &threads1[i]), "%s req %d: 2 threads = 1 thread", name, i);
+		CHECKF(same(&solo[i], &cached[i]), "%s req %d: fresh = prefix cache", name, i);
+		generated += solo[i].n;
+	}
+	CHECKF(generated > NREQ * 4, "%s: tokens were generated (%d)", name, generated);
+	tok_vocab_free(V);
+	model_free(M);
+	V = NULL;
+	M = NULL;
+}
+
+// Random submits, cancels and a halt at random points: every request gets exactly one
+// terminal event, and at the end every lane and KV page is free and nothing is open.
+static void test_chaos(uint64_t seed) {
+	req_spec s[NREQ];
+	make_specs(s, NREQ, seed, model_hparams_of(M)->n_vocab);
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 3;
+	c.queue = 6;
+	c.ctx = 1024;
+	c.piece = 5;
+	char err[256];
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+	if (!h) return;
+	lane_req *r[3 * NREQ] = {0};
+	int n = 0, busy = 0;
+	uint64_t x = seed;
+	for (int k = 0; k < 3 * NREQ; k++) {
+		x = splitmix64(x);
+		int rc = lane_submit(h, &s[k % NREQ].q, &r[n], err, sizeof err);
+		if (rc == LANES_EBUSY) busy++;
+		else CHECKF(rc == 0, "submit: %s", err);
+		if (rc == 0) n++;
+		if (x % 5 == 0 && n) lane_cancel(r[(x >> 8) % (uint64_t)n]);
+		if (x % 7 == 0) usleep((useconds_t)(x >> 50) % 3000);
+	}
+	x = splitmix64(x);
+	usleep((useconds_t)(x % 20000));
+	lane_host_halt(h, "halt for the test");
+	int cancelled = 0, failed = 0, finished = 0;
+	for (int i = 0; i < n; i++) {
+		result res;
+		collect(r[i], &res);
+		CHECKF(res.terminals == 1, "chaos %llu: request %d has %d terminal events", (unsigned long long)seed, i, res.terminals);
+		if (res.end == LANE_EV_CANCELLED) cancelled++;
+		if (res.end == LANE_EV_FINISHED) finished++;
+		if (res.end == LANE_EV_FAILED) {
+			failed++;
+			CHECKF(!strcmp(res.reason, "halt for the test"), "failed with the halt's reason: %s", res.reason);
+		}
+		lane_req_free(r[i]);
+	}
+	CHECK(cancelled + failed + finished == n);
+	CHECK(lane_submit(h, &s[0].q, &r[0], err, sizeof err) == LANES_ECANCELLED);
+	lane_snapshot snap;
+	for (int w = 0; w < 100; w++) {
+		lane_host_snapshot(h, &snap);
+		if (snap.halted) break;
+		usleep(1000);
+	}
+	CHECK(lane_host_open(h) == 0);
+	CHECK(snap.halted);
+	CHECKF(snap.kv_pages_used == snap.kv_pages_cached, "every page free or only cached (%d used, %d cached)",
+	       snap.kv_pages_used, snap.kv_pages_cached);
+	for (int i = 0; i < snap.n_lanes; i++) CHECK(snap.lanes[i].phase == LANE_IDLE);
+	lane_host_free(h);
+}
+
+// Faults injected into one request's rounds end that request alone; the others finish with
+// the tokens they have solo. Faults during halt still deliver every terminal event.
+static uint64_t victim;
+static bool fault_victim(void *arg, uint64_t round, uint64_t serial) { return serial == victim && round > 3; }
+static bool fault_all(void *arg, uint64_t round, uint64_t serial) { return true; }
+
+static void test_faults(void) {
+	req_spec s[6];
+	make_specs(s, 6, 7, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < 6; i++) s[i].q.max_tokens = 20, s[i].q.ignore_eos = true;
+	static result solo[6], with[6];
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, 6, solo, false);
+	lane_host_free(h);
+	h = host(6, 4, false, 2);
+	victim = 3; // serials count from 1: the third request
+	lane_host_set_fault(h, fault_victim, NULL);
+	run_all(h, s, 6, with, true);
+	for (int i = 0; i < 6; i++) {
+		if (i == 2) CHECKF(with[i].end == LANE_EV_FAILED && with[i].terminals == 1, "the faulted request failed alone");
+		else CHECKF(same(&solo[i], &with[i]), "request %d unharmed by another's fault", i);
+	}
+	lane_host_free(h);
+	// every allocation fails while a halt takes over: terminal events still arrive
+	h = host(2, 2, false, 2);
+	lane_req *r[6];
+	char err[256];
+	for (int i = 0; i < 6; i++) CHECK(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0);
+	lane_host_set_fault(h, fault_all, NULL);
+	lane_host_halt(h, "server restarting: retry shortly");
+	for (int i = 0; i < 6; i++) {
+		result res;
+		collect(r[i], &res);
+		CHECKF(res.terminals == 1 && res.end == LANE_EV_FAILED, "request %d ended once under faults and halt", i);
+		lane_req_free(r[i]);
+	}
+	lane_host_free(h);
+}
+
+static void with_model(const char *name, void (*fn)(void)) {
+	char path[1024], err[512];
+	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
+	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
+	if (M) CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
+	if (M && V) fn();
+	tok_vocab_free(V);
+	model_free(M);
+	V = NULL;
+	M = NULL;
+}
+
+static void chaos_all(void) {
+	for (uint64_t seed = 1; seed <= 12; seed++) test_chaos(seed);
+}
+
+int main(void) {
+	with_model("stories260K.gguf", chaos_all);
+	with_model("stories260K.gguf", test_faults);
+	test_exact("stories260K.gguf");
+	test_exact("ref-llama-Q4_K_M.gguf");
+	T_DONE("lanes");
+}

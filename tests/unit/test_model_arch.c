@@ -1,0 +1,407 @@
+// tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
+// llama MoE, qwen2moe, qwen3moe) on small synthetic files, against a plain float64 forward
+// written here from the weights in the file; and hostile files that must fail with a clear
+// message naming the culprit, never a crash.
+#include "t.h"
+
+#include "model/model.h"
+#include "tensor/tensor.h"
+
+#include <math.h>
+
+typedef struct {
+	const char *arch;
+	int E, L, H, HKV, D, F, V;  // D: key_length (0: E / H)
+	int X, K, FX, FS;           // experts, used, expert FFN, shared expert FFN
+	bool bias, qk_norm, tied, moe_norm, shexp;
+	const char *rope_type;      // NULL: none
+	float rope_factor;
+	bool rope_freqs;            // rope_freqs.weight tensor
+	uint32_t wtype;             // matrices' type
+	// Hostile knobs.
+	const char *skip;           // leave this tensor out
+	const char *reshape;        // give this tensor one row too many
+	const char *retype;         // store this tensor as I32
+	int bad_key;                // 1: head_count 0, 2: kv heads 3, 3: used > experts, 4: huge embd,
+	                            // 5: rope type "foo", 6: odd rope dims, 7: value_length differs
+} synth;
+
+static float frand(uint64_t *s) {
+	*s = splitmix64(*s);
+	return (float)((double)(*s >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static void key_u32(gguf_writer *w, const synth *s, const char *k, uint32_t v) {
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", s->arch, k);
+	gguf_writer_set_u32(w, full, v);
+}
+
+static void key_f32(gguf_writer *w, const synth *s, const char *k, float v) {
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", s->arch, k);
+	gguf_writer_set_f32(w, full, v);
+}
+
+// Adds tensor name of shape [a, b, c] filled with mean + scale * noise, stored as type.
+static void add(gguf_writer *w, const synth *s, uint64_t *seed, const char *name, int64_t a, int64_t b, int64_t c,
+		uint32_t type, float mean, float scale) {
+	if (s->skip && !strcmp(s->skip, name)) return;
+	if (s->reshape && !strcmp(s->reshape, name)) b++;
+	int64_t ne[3] = {a, b, c}, n = a * b * c;
+	uint32_t nd = c > 1 ? 3 : b > 1 ? 2 : 1;
+	float *f = malloc((size_t)n * sizeof *f);
+	for (int64_t i = 0; i < n; i++) f[i] = mean + scale * frand(seed);
+	if (s->retype && !strcmp(s->retype, name)) {
+		gguf_writer_add_tensor(w, name, GGUF_T_I32, nd, ne, f, (uint64_t)n * 4);
+	} else {
+		const tensor_traits *tt = tensor_traits_of(type);
+		size_t rb = tensor_row_bytes(type, a);
+		uint8_t *q = malloc(rb * (size_t)(b * c));
+		for (int64_t r = 0; r < b * c; r++) tt->from_f32(f + r * a, q + r * rb, a);
+		gguf_writer_add_tensor(w, name, type, nd, ne, q, rb * (size_t)(b * c));
+		free(q);
+	}
+	free(f);
+}
+
+static int write_synth(const synth *s, const char *path) {
+	gguf_writer *w = gguf_writer_new();
+	const int D = s->D ? s->D : s->E / s->H, qd = s->H * D, kvd = s->HKV * D;
+	gguf_writer_set_str(w, "general.architecture", s->arch);
+	key_u32(w, s, "context_length", 256);
+	key_u32(w, s, "embedding_length", s->bad_key == 4 ? 0x7fffffffu : (uint32_t)s->E);
+	key_u32(w, s, "block_count", (uint32_t)s->L);
+	key_u32(w, s, "feed_forward_length", (uint32_t)s->F);
+	key_u32(w, s, "attention.head_count", s->bad_key == 1 ? 0 : (uint32_t)s->H);
+	key_u32(w, s, "attention.head_count_kv", s->bad_key == 2 ? 3 : (uint32_t)s->HKV);
+	key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-5f);
+	key_f32(w, s, "rope.freq_base", 10000.0f);
+	if (s->D) key_u32(w, s, "attention.key_length", (uint32_t)s->D);
+	if (s->bad_key == 7) key_u32(w, s, "attention.value_length", (uint32_t)D + 2);
+	if (s->bad_key == 6) key_u32(w, s, "rope.dimension_count", (uint32_t)D - 1);
+	if (s->X) {
+		key_u32(w, s, "expert_count", (uint32_t)s->X);
+		key_u32(w, s, "expert_used_count", s->bad_key == 3 ? (uint32_t)s->X + 1 : (uint32_t)s->K);
+		key_u32(w, s, "expert_feed_forward_length", (uint32_t)s->FX);
+		if (s->FS) key_u32(w, s, "expert_shared_feed_forward_length", (uint32_t)s->FS);
+	}
+	if (s->rope_type || s->bad_key == 5) {
+		char full[128];
+		snprintf(full, sizeof full, "%s.rope.scaling.type", s->arch);
+		gguf_writer_set_str(w, full, s->bad_key == 5 ? "foo" : s->rope_type);
+		key_f32(w, s, "rope.scaling.factor", s->rope_factor);
+		key_u32(w, s, "rope.scaling.original_context_length", 64);
+	}
+	uint64_t seed = 12345;
+	const uint32_t wt = s->wtype;
+	char nm[96];
+	add(w, s, &seed, "token_embd.weight", s->E, s->V, 1, wt, 0, 1.0f);
+	add(w, s, &seed, "output_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+	if (!s->tied) add(w, s, &seed, "output.weight", s->E, s->V, 1, wt, 0, 4.0f / sqrtf((float)s->E));
+	if (s->rope_freqs) add(w, s, &seed, "rope_freqs.weight", D / 2, 1, 1, GGUF_T_F32, 3, 2);
+	for (int l = 0; l < s->L; l++) {
+#define T(what, a, b, c, type, mean, scale)                            \
+	do {                                                           \
+		snprintf(nm, sizeof nm, "blk.%d." what, l);            \
+		add(w, s, &seed, nm, a, b, c, type, mean, scale);      \
+	} while (0)
+		const float in = 1.0f / sqrtf((float)s->E);
+		T("attn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+		T("attn_q.weight", s->E, qd, 1, wt, 0, 2 * in);
+		T("attn_k.weight", s->E, kvd, 1, wt, 0, 2 * in);
+		T("attn_v.weight", s->E, kvd, 1, wt, 0, in);
+		T("attn_output.weight", qd, s->E, 1, wt, 0, 1.0f / sqrtf((float)qd));
+		if (s->bias) {
+			T("attn_q.bias", qd, 1, 1, GGUF_T_F32, 0, 0.2f);
+			T("attn_k.bias", kvd, 1, 1, GGUF_T_F32, 0, 0.2f);
+			T("attn_v.bias", kvd, 1, 1, GGUF_T_F32, 0, 0.2f);
+		}
+		if (s->qk_norm) {
+			T("attn_q_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
+			T("attn_k_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
+		}
+		T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+		if (!s->X) {
+			T("ffn_gate.weight", s->E, s->F, 1, wt, 0, in);
+			T("ffn_up.weight", s->E, s->F, 1, wt, 0, in);
+			T("ffn_down.weight", s->F, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->F));
+		} else {
+			T("ffn_gate_inp.weight", s->E, s->X, 1, GGUF_T_F32, 0, 3 * in);
+			T("ffn_gate_exps.weight", s->E, s->FX, s->X, wt, 0, in);
+			T("ffn_up_exps.weight", s->E, s->FX, s->X, wt, 0, in);
+			T("ffn_down_exps.weight", s->FX, s->E, s->X, wt, 0, 1.0f / sqrtf((float)s->FX));
+			if (s->FS) {
+				T("ffn_gate_inp_shexp.weight", s->E, 1, 1, GGUF_T_F32, 0, in);
+				T("ffn_gate_shexp.weight", s->E, s->FS, 1, wt, 0, in);
+				T("ffn_up_shexp.weight", s->E, s->FS, 1, wt, 0, in);
+				T("ffn_down_shexp.weight", s->FS, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->FS));
+			}
+		}
+#undef T
+	}
+	char err[256];
+	int rc = gguf_writer_write(w, path, err, sizeof err);
+	if (rc) fprintf(stderr, "write %s: %s\n", path, err);
+	gguf_writer_free(w);
+	return rc;
+}
+
+// ---- the float64 reference -------------------------------------------------------------------
+// A tensor of the file dequantized to doubles; NULL when absent.
+static double *W(const gguf *g, const char *name) {
+	const gguf_tensor *t = gguf_find_tensor(g, name);
+	if (!t) return NULL;
+	int64_t n = gguf_tensor_nelem(t);
+	float *f = malloc((size_t)n * sizeof *f);
+	tensor_traits_of(t->type)->to_f32(t->data, f, n);
+	double *d = malloc((size_t)n * sizeof *d);
+	for (int64_t i = 0; i < n; i++) d[i] = f[i];
+	free(f);
+	return d;
+}
+
+static double *WL(const gguf *g, int l, const char *what) {
+	char nm[96];
+	snprintf(nm, sizeof nm, "blk.%d.%s", l, what);
+	return W(g, nm);
+}
+
+// y[o] = sum_e w[o][e] x[e] (+ b[o])
+static void mv(const double *w, const double *b, const double *x, int in, int out, double *y) {
+	for (int o = 0; o < out; o++) {
+		double s = b ? b[o] : 0;
+		for (int e = 0; e < in; e++) s += w[(size_t)o * in + e] * x[e];
+		y[o] = s;
+	}
+}
+
+static void rms(const double *x, const double *w, int n, double *y) {
+	double ss = 0;
+	for (int i = 0; i < n; i++) ss += x[i] * x[i];
+	double sc = 1 / sqrt(ss / n + 1e-5);
+	for (int i = 0; i < n; i++) y[i] = x[i] * sc * w[i];
+}
+
+static double silu(double g) { return g / (1 + exp(-g)); }
+
+static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, double *y) {
+	double *a = malloc(sizeof(double) * F), *b = malloc(sizeof(double) * F);
+	mv(g, NULL, h, E, F, a);
+	mv(u, NULL, h, E, F, b);
+	for (int i = 0; i < F; i++) a[i] = silu(a[i]) * b[i];
+	mv(d, NULL, a, F, E, y);
+	free(a), free(b);
+}
+
+static void reference(const gguf *g, const synth *s, const int32_t *ids, int P, double *logits) {
+	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D, V = s->V;
+	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
+	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
+	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
+	double *emb = W(g, "token_embd.weight"), *ff = W(g, "rope_freqs.weight");
+	for (int p = 0; p < P; p++) memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, sizeof(double) * E);
+	const double fs = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0;
+	for (int l = 0; l < s->L; l++) {
+		double *an = WL(g, l, "attn_norm.weight"), *wq = WL(g, l, "attn_q.weight"), *wk = WL(g, l, "attn_k.weight"),
+		       *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
+		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
+		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight");
+		for (int p = 0; p < P; p++) {
+			rms(x + (size_t)p * E, an, E, h);
+			mv(wq, bq, h, E, qd, q + (size_t)p * qd);
+			mv(wk, bk, h, E, kvd, k + (size_t)p * kvd);
+			mv(wv, bv, h, E, kvd, v + (size_t)p * kvd);
+			for (int hh = 0; hh < H + HKV; hh++) {
+				double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
+				if (qn) rms(vec, hh < H ? qn : kn, D, vec);
+				for (int i = 0; i < D / 2; i++) {
+					const bool neox = strcmp(s->arch, "llama") != 0;
+					const int a = neox ? i : 2 * i, b = neox ? i + D / 2 : 2 * i + 1;
+					double th = p * pow(10000.0, -2.0 * i / D) * fs / (ff ? ff[i] : 1.0);
+					double x0 = vec[a], x1 = vec[b];
+					vec[a] = x0 * cos(th) - x1 * sin(th);
+					vec[b] = x0 * sin(th) + x1 * cos(th);
+				}
+			}
+		}
+		for (int p = 0; p < P; p++) {
+			for (int hh = 0; hh < H; hh++) {
+				const int gk = hh / (H / HKV);
+				double mx = -1e300, sum = 0;
+				for (int t = 0; t <= p; t++) {
+					double d = 0;
+					for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
+					sc[t] = d / sqrt((double)D);
+					mx = fmax(mx, sc[t]);
+				}
+				for (int t = 0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
+				for (int e = 0; e < D; e++) {
+					double o = 0;
+					for (int t = 0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
+					att[hh * D + e] = o;
+				}
+			}
+			mv(wo, NULL, att, qd, E, y);
+			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+			rms(x + (size_t)p * E, fn, E, h);
+			if (!s->X) {
+				double *wg = WL(g, l, "ffn_gate.weight"), *wu = WL(g, l, "ffn_up.weight"), *wd = WL(g, l, "ffn_down.weight");
+				ffn_ref(wg, wu, wd, h, E, s->F, y);
+				free(wg), free(wu), free(wd);
+			} else {
+				double *wr = WL(g, l, "ffn_gate_inp.weight"), *wg = WL(g, l, "ffn_gate_exps.weight"),
+				       *wu = WL(g, l, "ffn_up_exps.weight"), *wd = WL(g, l, "ffn_down_exps.weight");
+				double r[64], pr[64], ye[256], mx = -1e300, sum = 0, sel = 0;
+				int chosen[8];
+				mv(wr, NULL, h, E, s->X, r);
+				for (int e = 0; e < s->X; e++) mx = fmax(mx, r[e]);
+				for (int e = 0; e < s->X; e++) sum += pr[e] = exp(r[e] - mx);
+				for (int e = 0; e < s->X; e++) pr[e] /= sum;
+				for (int kk = 0; kk < s->K; kk++) {
+					int best = -1;
+					for (int e = 0; e < s->X; e++) {
+						bool used = false;
+						for (int t = 0; t < kk; t++) used |= chosen[t] == e;
+						if (!used && (best < 0 || pr[e] > pr[best])) best = e;
+					}
+					chosen[kk] = best;
+					sel += pr[best];
+				}
+				for (int e = 0; e < E; e++) y[e] = 0;
+				for (int kk = 0; kk < s->K; kk++) {
+					const size_t ex = (size_t)chosen[kk];
+					ffn_ref(wg + ex * s->FX * E, wu + ex * s->FX * E, wd + ex * E * s->FX, h, E, s->FX, ye);
+					const double wgt = s->moe_norm ? pr[ex] / sel : pr[ex];
+					for (int e = 0; e < E; e++) y[e] += wgt * ye[e];
+				}
+				if (s->FS) {
+					double *gi = WL(g, l, "ffn_gate_inp_shexp.weight"), *sg = WL(g, l, "ffn_gate_shexp.weight"),
+					       *su = WL(g, l, "ffn_up_shexp.weight"), *sd = WL(g, l, "ffn_down_shexp.weight"), gate;
+					mv(gi, NULL, h, E, 1, &gate);
+					ffn_ref(sg, su, sd, h, E, s->FS, ye);
+					for (int e = 0; e < E; e++) y[e] += ye[e] / (1 + exp(-gate));
+					free(gi), free(sg), free(su), free(sd);
+				}
+				free(wr), free(wg), free(wu), free(wd);
+			}
+			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+		}
+		free(an), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
+	}
+	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
+	for (int p = 0; p < P; p++) {
+		rms(x + (size_t)p * E, on, E, h);
+		mv(out ? out : emb, NULL, h, E, V, logits + (size_t)p * V);
+	}
+	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc);
+}
+
+// ---- the checks --------------------------------------------------------------------------
+static void arch_case(const char *label, synth s) {
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-%s.gguf", t_tmp(), label);
+	CHECK(write_synth(&s, path) == 0);
+	model *m;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", label, err);
+	if (rc) return;
+	const model_hparams *hp = model_hparams_of(m);
+	CHECK(hp->n_vocab == s.V && hp->n_heads == s.H && hp->n_kv_heads == s.HKV &&
+	      hp->head_dim == (s.D ? s.D : s.E / s.H) && hp->n_experts == s.X);
+	enum { P = 12 };
+	int32_t ids[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 7 + 3) % s.V);
+	float *lg = malloc(sizeof(float) * P * s.V);
+	double *ref = malloc(sizeof(double) * P * s.V);
+	kv_config c = model_kv_config(m, KV_F16S, 1, P, 4);
+	kv_cache *kv;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
+	model_row rows[P];
+	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, true};
+	CHECKF(model_forward(m, kv, NULL, rows, P, lg, err, sizeof err) == 0, "%s: %s", label, err);
+	bool finite = true;
+	for (int i = 0; i < P * s.V; i++) finite &= isfinite(lg[i]);
+	CHECKF(finite, "%s: non-finite logits", label);
+	if (!(s.rope_type && !strcmp(s.rope_type, "yarn"))) {
+		reference(model_gguf(m), &s, ids, P, ref);
+		double worst = 0, spread = 0;
+		for (int i = 0; i < P * s.V; i++) worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
+		spread = sqrt(spread / (P * s.V));
+		CHECKF(worst < 0.003 * spread && spread > 0.5, "%s: logits off the float64 reference by %g (rms %g)", label,
+		       worst, spread);
+	}
+	free(lg), free(ref);
+	kv_free(kv);
+	model_free(m);
+	remove(path);
+}
+
+static void hostile(const char *label, synth s, int want_rc, const char *want_msg) {
+	char path[512], err[256] = "";
+	snprintf(path, sizeof path, "%s/hostile-%s.gguf", t_tmp(), label);
+	CHECK(write_synth(&s, path) == 0);
+	model *m = (model *)1;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == want_rc && m == NULL, "%s: rc %d (want %d): %s", label, rc, want_rc, err);
+	CHECKF(strstr(err, want_msg) != NULL, "%s: message '%s' does not name '%s'", label, err, want_msg);
+	if (!rc) model_free(m);
+	remove(path);
+}
+
+int main(void) {
+	const synth llama = {.arch = "llama", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_F32};
+	synth s = llama;
+	arch_case("llama", s);
+	s.wtype = GGUF_T_Q8_0, s.HKV = 1;
+	arch_case("llama-mqa-q8", s);
+	s = llama, s.tied = true, s.bias = true;
+	arch_case("llama-tied-bias", s);
+	s = llama, s.rope_type = "linear", s.rope_factor = 4;
+	arch_case("rope-linear", s);
+	s = llama, s.rope_freqs = true, s.rope_type = "llama3", s.rope_factor = 8;
+	arch_case("rope-llama3", s);
+	s = llama, s.rope_type = "yarn", s.rope_factor = 4;
+	arch_case("rope-yarn", s);
+	s = llama, s.arch = "qwen2", s.bias = true, s.wtype = GGUF_T_Q4_K;
+	s.E = 256, s.F = 256;
+	arch_case("qwen2-q4k", s);
+	s = llama, s.arch = "qwen3", s.qk_norm = true, s.D = 24;
+	arch_case("qwen3", s);
+	s = llama, s.X = 4, s.K = 2, s.FX = 64, s.moe_norm = true, s.wtype = GGUF_T_Q8_0;
+	arch_case("llama-moe", s);
+	s = llama, s.arch = "qwen2moe", s.bias = true, s.X = 6, s.K = 2, s.FX = 32, s.FS = 64;
+	arch_case("qwen2moe", s);
+	s = llama, s.arch = "qwen3moe", s.qk_norm = true, s.X = 5, s.K = 3, s.FX = 32, s.moe_norm = true;
+	arch_case("qwen3moe", s);
+
+	s = llama, s.arch = "gpt2";
+	hostile("arch", s, LANES_EUNSUPPORTED, "'gpt2'");
+	s = llama, s.skip = "blk.1.ffn_up.weight";
+	hostile("missing", s, LANES_EFORMAT, "blk.1.ffn_up.weight");
+	s = llama, s.skip = "token_embd.weight";
+	hostile("no-embd", s, LANES_EFORMAT, "token_embd.weight");
+	s = llama, s.reshape = "blk.0.attn_k.weight";
+	hostile("shape", s, LANES_EFORMAT, "blk.0.attn_k.weight has shape");
+	s = llama, s.retype = "blk.0.attn_q.weight";
+	hostile("type", s, LANES_EUNSUPPORTED, "blk.0.attn_q.weight has type");
+	s = llama, s.arch = "qwen2";
+	hostile("no-bias", s, LANES_EFORMAT, "attn_q.bias");
+	s = llama, s.bad_key = 1;
+	hostile("heads", s, LANES_EFORMAT, "head_count");
+	s = llama, s.bad_key = 2;
+	hostile("kv-heads", s, LANES_EFORMAT, "kv heads");
+	s = llama, s.X = 4, s.K = 2, s.FX = 64, s.bad_key = 3;
+	hostile("experts", s, LANES_EFORMAT, "expert_used_count");
+	s = llama, s.bad_key = 4;
+	hostile("embd", s, LANES_EFORMAT, "embedding_length");
+	s = llama, s.bad_key = 5;
+	hostile("rope-type", s, LANES_EUNSUPPORTED, "'foo'");
+	s = llama, s.bad_key = 6;
+	hostile("rope-dims", s, LANES_EFORMAT, "rope.dimension_count");
+	s = llama, s.bad_key = 7;
+	hostile("value-len", s, LANES_EUNSUPPORTED, "value length");
+	s = llama, s.X = 4, s.K = 2, s.FX = 64, s.skip = "blk.0.ffn_gate_exps.weight";
+	hostile("no-experts", s, LANES_EFORMAT, "blk.0.ffn_gate_exps.weight");
+	T_DONE("model_arch");
+}

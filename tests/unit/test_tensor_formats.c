@@ -1,0 +1,356 @@
+// tests: block formats — sizes, golden dequantization (bit for bit against ../shared),
+// agreement of our quantizers with llama.cpp's files, round-trip error bounds, fp16/bf16.
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+#include "t.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+
+static const uint32_t all_types[] = {
+	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
+	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
+	GGUF_T_Q8_K,
+};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+
+static float bits_f(uint32_t u) {
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t f_bits(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+// ---- sizes and the table -----------------------------------------------------------------
+static void test_sizes(void) {
+	CHECK(sizeof(block_q4_0) == 18);
+	CHECK(sizeof(block_q4_1) == 20);
+	CHECK(sizeof(block_q5_0) == 22);
+	CHECK(sizeof(block_q5_1) == 24);
+	CHECK(sizeof(block_q8_0) == 34);
+	CHECK(sizeof(block_q8_1) == 36);
+	CHECK(sizeof(block_q2_K) == 84);
+	CHECK(sizeof(block_q3_K) == 110);
+	CHECK(sizeof(block_q4_K) == 144);
+	CHECK(sizeof(block_q5_K) == 176);
+	CHECK(sizeof(block_q6_K) == 210);
+	CHECK(sizeof(block_q8_K) == 292);
+	for (size_t i = 0; i < N_TYPES; i++) {
+		const tensor_traits *tt = tensor_traits_of(all_types[i]);
+		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
+		CHECKF(tt && gi, "type %u", all_types[i]);
+		if (!tt || !gi) continue;
+		CHECKF(!strcmp(tt->name, gi->name), "%s vs %s", tt->name, gi->name);
+		CHECKF(tt->block == (int64_t)gi->block && tt->bytes == gi->bytes, "%s size", tt->name);
+		CHECK(tt->to_f32 && tt->from_f32 && tt->vec_dot_f32);
+	}
+	CHECK(tensor_traits_of(GGUF_T_I32) == NULL);
+	CHECK(tensor_traits_of(4) == NULL);
+	CHECK(tensor_traits_of(1000) == NULL);
+	CHECK(tensor_row_bytes(GGUF_T_Q4_K, 512) == 288);
+	CHECK(tensor_row_bytes(GGUF_T_Q4_K, 100) == 0);
+	CHECK(tensor_row_bytes(GGUF_T_Q8_0, 64) == 68);
+	CHECK(tensor_row_bytes(GGUF_T_F16, 3) == 6);
+	CHECK(tensor_row_bytes(GGUF_T_F32, -1) == 0);
+	CHECK(tensor_row_bytes(GGUF_T_I32, 4) == 0);
+	CHECK(tensor_row_bytes(GGUF_T_F32, INT64_MAX) == 0); // overflows
+	CHECK(tensor_row_bytes(GGUF_T_Q8_0, (INT64_C(1) << 40)) == (size_t)34 << 35);
+}
+
+// ---- golden tensors ----------------------------------------------------------------------
+static float dot_natural(const float *w, const float *x, int64_t n) {
+	float s = 0.0f;
+	for (int64_t i = 0; i < n; i++) s += w[i] * x[i];
+	return s;
+}
+
+static void test_golden(void) {
+	char path[1024], err[256];
+	snprintf(path, sizeof path, "%s/golden/tensors/index.json", t_shared());
+	json_error_t jerr;
+	json_t *idx = json_load_file(path, 0, &jerr);
+	CHECKF(idx != NULL, "%s: %s", path, jerr.text);
+	if (!idx) return;
+	const char *fname;
+	json_t *ent;
+	int n_checked = 0;
+	json_object_foreach(idx, fname, ent) {
+		const char *model = json_string_value(json_object_get(ent, "model"));
+		const char *tname = json_string_value(json_object_get(ent, "tensor"));
+		const char *type = json_string_value(json_object_get(ent, "type"));
+		json_t *ne = json_object_get(ent, "shape_ne");
+		CHECK(model && tname && type && json_array_size(ne) == 2);
+		if (!model || !tname || !type || json_array_size(ne) != 2) continue;
+		int64_t cols = json_integer_value(json_array_get(ne, 0));
+		int64_t rows = json_integer_value(json_array_get(ne, 1));
+
+		snprintf(path, sizeof path, "%s/models/%s", t_shared(), model);
+		gguf *g = NULL;
+		int rc = gguf_open(&g, path, err, sizeof err);
+		CHECKF(rc == 0, "%s: %s", path, err);
+		if (rc) continue;
+		const gguf_tensor *t = gguf_find_tensor(g, tname);
+		CHECKF(t != NULL, "%s in %s", tname, model);
+		const tensor_traits *tt = t ? tensor_traits_of(t->type) : NULL;
+		CHECKF(tt && !strcmp(tt->name, type), "%s %s: type", model, tname);
+		if (!t || !tt) goto next;
+		CHECK(t->ne[0] == cols && t->ne[1] == rows);
+
+		size_t gold_len = 0;
+		snprintf(path, sizeof path, "%s/golden/tensors/%s", t_shared(), fname);
+		float *gold = (float *)t_read_file(path, &gold_len);
+		CHECKF(gold && gold_len == (size_t)(rows * cols) * 4, "%s", path);
+		float *ours = malloc((size_t)(rows * cols) * 4);
+		size_t rb = tensor_row_bytes(t->type, cols);
+		CHECK(rb * (size_t)rows == t->nbytes);
+		if (gold && ours && gold_len == (size_t)(rows * cols) * 4) {
+			for (int64_t r = 0; r < rows; r++)
+				tt->to_f32((const uint8_t *)t->data + r * rb, ours + r * cols, cols);
+			CHECKF(!memcmp(ours, gold, gold_len), "%s: dequantization differs", fname);
+			// The whole tensor in one call equals row by row.
+			float *whole = malloc(gold_len);
+			tt->to_f32(t->data, whole, rows * cols);
+			CHECK(!memcmp(whole, gold, gold_len));
+			free(whole);
+			// vec_dot_f32 is the natural-order sum over the dequantized row, bit for bit.
+			float *x = malloc((size_t)cols * 4);
+			uint64_t s = 42;
+			for (int64_t i = 0; i < cols; i++)
+				x[i] = (float)((int64_t)(splitmix64(s++) >> 40) - (1 << 23)) / (1 << 23);
+			int bad = 0;
+			for (int64_t r = 0; r < rows; r += 7) {
+				float a = tt->vec_dot_f32((const uint8_t *)t->data + r * rb, x, cols);
+				float b = dot_natural(gold + r * cols, x, cols);
+				if (f_bits(a) != f_bits(b)) bad++;
+			}
+			CHECKF(bad == 0, "%s: vec_dot_f32 differs on %d rows", fname, bad);
+			free(x);
+			n_checked++;
+		}
+		free(gold);
+		free(ours);
+	next:
+		gguf_free(g);
+	}
+	CHECKF(n_checked >= 39, "checked %d golden tensors", n_checked);
+	json_decref(idx);
+}
+
+// ---- our quantizers reproduce llama.cpp's files from the F32 model ------------------------
+static void test_quantize_matches_llamacpp(void) {
+	static const char *models[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K",
+				       "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K"};
+	char path[1024], err[256];
+	gguf *src = NULL;
+	snprintf(path, sizeof path, "%s/models/ref-llama-F32.gguf", t_shared());
+	int rc = gguf_open(&src, path, err, sizeof err);
+	CHECKF(rc == 0, "%s", err);
+	if (rc) return;
+	int seen[GGUF_T_COUNT] = {0};
+	for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+		gguf *q = NULL;
+		snprintf(path, sizeof path, "%s/models/ref-llama-%s.gguf", t_shared(), models[m]);
+		rc = gguf_open(&q, path, err, sizeof err);
+		CHECKF(rc == 0, "%s", err);
+		if (rc) continue;
+		for (int64_t i = 0; i < gguf_n_tensors(q); i++) {
+			const gguf_tensor *tq = gguf_tensor_at(q, i);
+			const gguf_tensor *tf = gguf_find_tensor(src, tq->name);
+			const tensor_traits *tt = tensor_traits_of(tq->type);
+			if (!tf || tf->type != GGUF_T_F32 || !tt || tq->type == GGUF_T_F32) continue;
+			int64_t n = gguf_tensor_nelem(tq);
+			void *buf = malloc(tq->nbytes);
+			tt->from_f32(tf->data, buf, n);
+			CHECKF(!memcmp(buf, tq->data, tq->nbytes), "%s %s (%s): quantized bytes differ",
+			       models[m], tq->name, tt->name);
+			seen[tq->type]++;
+			free(buf);
+		}
+		gguf_free(q);
+	}
+	static const uint32_t want[] = {GGUF_T_Q8_0, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0,
+					GGUF_T_Q5_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K,
+					GGUF_T_Q5_K, GGUF_T_Q6_K};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		CHECKF(seen[want[i]] > 0, "no %s tensor compared", tensor_traits_of(want[i])->name);
+	gguf_free(src);
+}
+
+// ---- round trips on random data ----------------------------------------------------------
+static double gauss(uint64_t *s) {
+	double u1 = ((splitmix64((*s)++) >> 11) + 1.0) / 9007199254740993.0;
+	double u2 = (splitmix64((*s)++) >> 11) / 9007199254740992.0;
+	return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
+static void test_round_trip(void) {
+	// Relative RMS error bounds for Gaussian data (expected: about half of each bound).
+	static const struct { uint32_t type; double bound; } cases[] = {
+		{GGUF_T_F32, 0.0},      {GGUF_T_F16, 0.0005},  {GGUF_T_BF16, 0.004},
+		{GGUF_T_Q8_0, 0.008},   {GGUF_T_Q8_1, 0.008},  {GGUF_T_Q8_K, 0.009},
+		{GGUF_T_Q6_K, 0.025},   {GGUF_T_Q5_0, 0.06},   {GGUF_T_Q5_1, 0.05},
+		{GGUF_T_Q5_K, 0.045},   {GGUF_T_Q4_0, 0.12},   {GGUF_T_Q4_1, 0.10},
+		{GGUF_T_Q4_K, 0.09},    {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q2_K, 0.40},
+	};
+	const int64_t n = 256 * 64;
+	float *x = malloc(n * 4), *y = malloc(n * 4);
+	void *q = malloc(n * 4 + 64);
+	uint64_t s = 7;
+	for (int64_t i = 0; i < n; i++) x[i] = (float)(gauss(&s) * 0.02);
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const tensor_traits *tt = tensor_traits_of(cases[c].type);
+		tt->from_f32(x, q, n);
+		tt->to_f32(q, y, n);
+		double se = 0, sx = 0;
+		for (int64_t i = 0; i < n; i++) {
+			se += (double)(y[i] - x[i]) * (y[i] - x[i]);
+			sx += (double)x[i] * x[i];
+		}
+		double rel = sqrt(se / sx);
+		CHECKF(rel <= cases[c].bound, "%s: relative RMS error %.5f > %.5f", tt->name, rel,
+		       cases[c].bound);
+		// Quantizing is deterministic and a second round trip changes little.
+		void *q2 = malloc(n * 4 + 64);
+		tt->from_f32(x, q2, n);
+		CHECKF(!memcmp(q, q2, tensor_row_bytes(cases[c].type, n)), "%s not deterministic", tt->name);
+		free(q2);
+		// All-zero input gives all-zero output.
+		memset(x, 0, 256 * 4);
+		tt->from_f32(x, q, 256);
+		tt->to_f32(q, y, 256);
+		int nz = 0;
+		for (int i = 0; i < 256; i++) nz += y[i] != 0.0f;
+		CHECKF(nz == 0, "%s: zeros do not round trip", tt->name);
+		s = 7;
+		for (int64_t i = 0; i < 256; i++) x[i] = (float)(gauss(&s) * 0.02);
+	}
+	// Wide dynamic range inside one row: large outliers must not break small blocks.
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const tensor_traits *tt = tensor_traits_of(cases[c].type);
+		for (int64_t i = 0; i < 1024; i++) x[i] = (float)(gauss(&s) * (i < 512 ? 1e-3 : 50.0));
+		tt->from_f32(x, q, 1024);
+		tt->to_f32(q, y, 1024);
+		int ok = 1;
+		for (int64_t i = 0; i < 1024; i++) ok &= isfinite(y[i]) && fabsf(y[i]) < 1000.0f;
+		CHECKF(ok, "%s: non-finite or huge values", tt->name);
+	}
+	free(x);
+	free(y);
+	free(q);
+}
+
+// ---- fp16 / bf16 -------------------------------------------------------------------------
+static uint16_t nearest_f16_brute(float f) {
+	// Among all finite fp16 values of the same sign choose the nearest (ties: even mantissa).
+	double v = fabs((double)f);
+	uint16_t sign = (f_bits(f) >> 16) & 0x8000;
+	if (v >= 65520.0) return sign | 0x7c00;
+	uint16_t lo = 0, hi = 0x7bff;
+	while (lo < hi) { // largest h with value(h) <= v
+		uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
+		if ((double)lanes_f16_to_f32(mid) <= v) lo = mid;
+		else hi = mid - 1;
+	}
+	uint16_t h = lo;
+	if (h < 0x7bff) {
+		double a = lanes_f16_to_f32(h), b = lanes_f16_to_f32(h + 1);
+		if (v - a > b - v || (v - a == b - v && (h & 1))) h++;
+	} else if (v > 65504.0) {
+		h = 0x7bff;
+	}
+	return sign | h;
+}
+
+static void test_half(void) {
+	// Exhaustive: every non-NaN fp16 survives f16 -> f32 -> f16; NaNs stay NaN.
+	int bad = 0, badnan = 0;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = lanes_f16_to_f32((uint16_t)h);
+		bool is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+		if (is_nan) badnan += !isnan(f) || (lanes_f32_to_f16(f) & 0x7fff) <= 0x7c00;
+		else bad += lanes_f32_to_f16(f) != h;
+	}
+	CHECKF(bad == 0, "%d fp16 values do not round trip", bad);
+	CHECK(badnan == 0);
+	CHECK(lanes_f16_to_f32(0x3c00) == 1.0f);
+	CHECK(lanes_f16_to_f32(0xc000) == -2.0f);
+	CHECK(lanes_f16_to_f32(0x7bff) == 65504.0f);
+	CHECK(lanes_f16_to_f32(0x0001) == 0x1p-24f);
+	CHECK(lanes_f16_to_f32(0x0400) == 0x1p-14f);
+	CHECK(lanes_f16_to_f32(0x03ff) == 0x3ffp-24f);
+	CHECK(isinf(lanes_f16_to_f32(0x7c00)) && lanes_f16_to_f32(0xfc00) < 0);
+	CHECK(f_bits(lanes_f16_to_f32(0x8000)) == 0x80000000u);
+	// Narrowing edges.
+	CHECK(lanes_f32_to_f16(65504.0f) == 0x7bff);
+	CHECK(lanes_f32_to_f16(65519.0f) == 0x7bff);
+	CHECK(lanes_f32_to_f16(65520.0f) == 0x7c00);
+	CHECK(lanes_f32_to_f16(1e10f) == 0x7c00);
+	CHECK(lanes_f32_to_f16(-INFINITY) == 0xfc00);
+	CHECK(lanes_f32_to_f16(0x1p-25f) == 0x0000);                // tie to even: zero
+	CHECK(lanes_f32_to_f16(bits_f(f_bits(0x1p-25f) + 1)) == 1); // just above: smallest subnormal
+	CHECK(lanes_f32_to_f16(0x3p-25f) == 0x0002);                // 1.5 units: tie to even 2
+	CHECK(lanes_f32_to_f16(0x5p-25f) == 0x0002);                // 2.5 units: tie to even 2
+	CHECK(lanes_f32_to_f16(-0x1p-30f) == 0x8000);
+	CHECK(lanes_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);         // tie: even
+	CHECK(lanes_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02);         // tie: even (up)
+	CHECK(lanes_f32_to_f16(0x7ffp-25f) == 0x0400);              // rounds up into the normals
+	uint16_t hn = lanes_f32_to_f16(NAN);
+	CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) && (hn & 0x200));
+	uint16_t hs = lanes_f32_to_f16(bits_f(0x7f800001u)); // signalling NaN becomes quiet NaN
+	CHECK((hs & 0x7c00) == 0x7c00 && (hs & 0x200));
+	// Random floats across the whole fp16 range against a brute-force nearest search.
+	uint64_t s = 99;
+	bad = 0;
+	for (int i = 0; i < 200000; i++) {
+		uint64_t r = splitmix64(s++);
+		int e = (int)(r % 45) - 28; // 2^-28 .. 2^16
+		float f = ldexpf(1.0f + (float)((r >> 8) & 0xffffff) / 16777216.0f, e);
+		if (r & (1ull << 62)) f = -f;
+		if (lanes_f32_to_f16(f) != nearest_f16_brute(f)) bad++;
+	}
+	CHECKF(bad == 0, "%d random floats round wrongly to fp16", bad);
+	// Every midpoint between neighbouring fp16 values rounds to the even one.
+	bad = 0;
+	for (uint32_t h = 0; h < 0x7bff; h++) {
+		double mid = ((double)lanes_f16_to_f32((uint16_t)h) + lanes_f16_to_f32((uint16_t)(h + 1))) / 2;
+		uint16_t want = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+		if (lanes_f32_to_f16((float)mid) != want) bad++;
+	}
+	CHECKF(bad == 0, "%d fp16 midpoints round wrongly", bad);
+
+	// bf16: exhaustive round trip, ties to even, NaN quiet.
+	bad = 0;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = lanes_bf16_to_f32((uint16_t)h);
+		if (isnan(f)) continue;
+		bad += lanes_f32_to_bf16(f) != h;
+	}
+	CHECKF(bad == 0, "%d bf16 values do not round trip", bad);
+	CHECK(lanes_f32_to_bf16(1.0f) == 0x3f80);
+	CHECK(lanes_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80); // tie: even
+	CHECK(lanes_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82); // tie: even (up)
+	CHECK(lanes_f32_to_bf16(bits_f(0x3f808001u)) == 0x3f81);
+	CHECK(lanes_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80); // FLT_MAX rounds to inf
+	CHECK(lanes_f32_to_bf16(bits_f(0x00000001u)) == 0x0000); // subnormals round, not flush
+	CHECK(lanes_f32_to_bf16(bits_f(0x00008000u)) == 0x0000);
+	CHECK(lanes_f32_to_bf16(bits_f(0x00018000u)) == 0x0002);
+	CHECK(lanes_f32_to_bf16(bits_f(0x7f800001u)) == 0x7fc0); // sNaN: quiet, stays NaN
+	CHECK(lanes_f32_to_bf16(bits_f(0xffc00000u)) == 0xffc0);
+	CHECK(lanes_bf16_to_f32(0xc040) == -3.0f);
+}
+
+int main(void) {
+	test_sizes();
+	test_half();
+	test_round_trip();
+	test_golden();
+	test_quantize_matches_llamacpp();
+	T_DONE("tensor_formats");
+}
