@@ -8,11 +8,11 @@ SANITIZE ?=
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing
+CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing -ffp-contract=off
 LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lm -lpthread
 
 ifneq ($(SANITIZE),)
-BUILD    := $(BUILD)/san
+override BUILD := $(BUILD)/san
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SANITIZE)
 endif

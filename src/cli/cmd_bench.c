@@ -2,6 +2,7 @@
 // processing (P tokens from an empty context in one pass) and generation (N tokens one at a
 // time from an empty context), as llama-bench measures them: mean and sd over repetitions.
 #include "base/base.h"
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "model/model.h"
 
@@ -59,9 +60,34 @@ static void mean_sd(const double *x, int n, double *mean, double *sd) {
 	*sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
 }
 
+// `--concurrent M`: M requests through one lane host; aggregate tokens/s and latencies.
+static int bench_concurrent(const model *m, const tok_vocab *voc, const char *path, int32_t M, int32_t lanes, int32_t fill,
+			    int32_t n_gen, int32_t threads, enum kv_type kvt, bool json) {
+	char err[512];
+	bench_lanes_opts o = {.concurrent = M, .lanes = lanes, .n_gen = n_gen > 0 ? n_gen : 1, .fill = fill,
+			      .threads = threads, .kv_type = kvt};
+	bench_lanes_result r;
+	if (bench_lanes(m, voc, &o, &r, err, sizeof err)) {
+		fprintf(stderr, "lanes bench: %s\n", err);
+		return 1;
+	}
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	if (json)
+		printf("{\"model\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, \"tokens\": %d, \"seconds\": %.3f, "
+		       "\"aggregate_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
+		       base, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
+		       r.itl_p99_ms);
+	else
+		printf("%s: %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token %.0f ms; "
+		       "inter-token p50 %.1f ms, p99 %.1f ms\n",
+		       base, M, fill > 0 ? " (and a filling prompt)" : "", r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
+		       r.itl_p99_ms);
+	return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
 	const char *model_path = NULL, *kv_name = "f16s";
-	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0;
+	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0;
 	bool json = false, help = false;
 	const cli_opt opts[] = {
 		{"-m|--model", CLI_STR, &model_path, "GGUF model file"},
@@ -70,14 +96,19 @@ int cmd_bench(int argc, char **argv) {
 		{"-r|--repetitions", CLI_INT, &reps, "repetitions (default 3)"},
 		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
 		{"--kv", CLI_STR, &kv_name, "kv cache type: f16s (default) or f16"},
+		{"--concurrent", CLI_INT, &concurrent, "M requests at once through the lane host: aggregate tok/s, latency"},
+		{"--lanes", CLI_INT, &n_lanes, "lanes for --concurrent (default M)"},
+		{"--fill", CLI_INT, &fill, "with --concurrent: a P-token prompt fills while the M requests decode"},
 		{"--json", CLI_FLAG, &json, "print one JSON object"},
 		{"-h|--help", CLI_FLAG, &help, "show this help"},
 	};
 	const int nopts = sizeof opts / sizeof opts[0];
 	int npos;
 	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
-	if (help || !model_path || n_pp < 0 || n_tg < 0 || reps < 1 || reps > 1000 || n_pp > 1 << 20 || n_tg > 1 << 20) {
-		cli_usage("lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]", opts, nopts);
+	if (help || !model_path || n_pp < 0 || n_tg < 0 || reps < 1 || reps > 1000 || n_pp > 1 << 20 || n_tg > 1 << 20 ||
+	    concurrent < 0 || concurrent > 1024 || n_lanes < 0 || n_lanes > LANE_SNAP_MAX_LANES || fill < 0 || fill > 1 << 20) {
+		cli_usage("lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]\n"
+			  "       lanes bench -m MODEL --concurrent M [--lanes N] [--fill P] [-n 128] [--json]", opts, nopts);
 		return help ? 0 : 2;
 	}
 	enum kv_type kvt;
@@ -85,11 +116,21 @@ int cmd_bench(int argc, char **argv) {
 	char err[512];
 	int rc = 1;
 	model *m = NULL;
+	tok_vocab *voc = NULL;
 	bench_ctx b = {0};
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	if (model_load(&m, model_path, err, sizeof err)) {
 		fprintf(stderr, "lanes bench: %s\n", err);
+		goto out;
+	}
+	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
+		fprintf(stderr, "lanes bench: %s\n", err);
+		goto out;
+	}
+	if (concurrent > 0) {
+		rc = bench_concurrent(m, voc, model_path, (int32_t)concurrent, (int32_t)n_lanes, (int32_t)fill, (int32_t)n_tg,
+				      (int32_t)threads, kvt, json);
 		goto out;
 	}
 	b.m = m;
@@ -121,8 +162,14 @@ int cmd_bench(int argc, char **argv) {
 			LOG_INFO("bench", "pp%lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)r + 1, pp[r]);
 		}
 		if (n_tg) {
-			if ((s = run_tg(&b, n_tg)) < 0) goto out;
-			tg[r] = n_tg / s;
+			// generation goes through the lane host, as every served token does
+			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt};
+			bench_lanes_result res;
+			if (bench_lanes(m, voc, &o, &res, err, sizeof err)) {
+				fprintf(stderr, "lanes bench: %s\n", err);
+				goto out;
+			}
+			tg[r] = res.tg_tps;
 			LOG_INFO("bench", "tg%lld rep %lld: %.2f tok/s", (long long)n_tg, (long long)r + 1, tg[r]);
 		}
 	}
@@ -155,6 +202,7 @@ out:
 	free(b.rows);
 	kv_free(b.kv);
 	lanes_pool_free(b.pool);
+	tok_vocab_free(voc);
 	model_free(m);
 	return rc;
 }

@@ -1,8 +1,9 @@
 // cli: `lanes run -m MODEL (-p TEXT | --ids 1,2,3) -n N [sampling] [--threads T] [--print-ids]`
-// — generates a continuation and streams its text to stdout. Also the id-list parser and
+// — generates a continuation through the lane host and streams its text to stdout. Also the id-list parser and
 // model/pool setup that `lanes logits` and `lanes bench` share.
 #include "base/base.h"
 #include "cli/cli.h"
+#include "lanes/lanes.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
@@ -69,28 +70,6 @@ int cli_threads(int64_t want, lanes_pool **pool) {
 	return 0;
 }
 
-// Feeds rows [0, n) of one sequence starting at position pos0 in batches of at most
-// `chunk`, asking logits for the rows that want them (all, or only the last).
-static int feed(const model *m, kv_cache *kv, lanes_pool *pool, const int32_t *ids, int64_t n, int32_t pos0,
-		float *last_logits) {
-	char err[256];
-	const int64_t chunk = 256;
-	model_row *rows = malloc((size_t)(n < chunk ? n : chunk) * sizeof *rows);
-	if (!rows) return -1;
-	for (int64_t i0 = 0; i0 < n; i0 += chunk) {
-		int64_t c = n - i0 < chunk ? n - i0 : chunk;
-		for (int64_t i = 0; i < c; i++)
-			rows[i] = (model_row){ids[i0 + i], (int32_t)(pos0 + i0 + i), 0, i0 + i == n - 1};
-		if (model_forward(m, kv, pool, rows, c, last_logits, err, sizeof err)) {
-			fprintf(stderr, "lanes run: %s\n", err);
-			free(rows);
-			return -1;
-		}
-	}
-	free(rows);
-	return 0;
-}
-
 int cmd_run(int argc, char **argv) {
 	const char *model_path = NULL, *prompt = NULL, *ids_arg = NULL, *kv_name = "f16s";
 	int64_t n_predict = 64, top_k = 40, seed = -1, threads = 0;
@@ -137,12 +116,9 @@ int cmd_run(int argc, char **argv) {
 	int rc = 1;
 	model *m = NULL;
 	tok_vocab *voc = NULL;
-	lanes_pool *pool = NULL;
-	kv_cache *kv = NULL;
-	sampler *smp = NULL;
-	tok_stream *ts = NULL;
+	lane_host *host = NULL;
+	lane_req *req = NULL;
 	int32_t *ids = NULL, *gen = NULL;
-	float *logits = NULL;
 	size_t n_ids = 0;
 	if (model_load(&m, model_path, err, sizeof err)) {
 		fprintf(stderr, "lanes run: %s\n", err);
@@ -174,44 +150,59 @@ int cmd_run(int argc, char **argv) {
 		fprintf(stderr, "lanes run: prompt plus -n is too long\n");
 		goto out;
 	}
-	if (cli_threads(threads, &pool)) goto out;
-	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)(n_ids + (size_t)n_predict), 16);
-	if (kv_new(&kv, &kc, err, sizeof err)) {
+	if (n_predict == 0) {
+		rc = 0;
+		if (print_ids) printf("\n[]\n");
+		goto out;
+	}
+	// one lane, with the KV the request needs: every token goes through the lane rounds
+	lane_config cfg;
+	lane_config_default(&cfg);
+	cfg.lanes = 1;
+	cfg.queue = 1;
+	cfg.threads = threads > 0 ? (int32_t)(threads > 1024 ? 1024 : threads) : 0;
+	cfg.kv_type = kvt;
+	cfg.ctx = (int32_t)(n_ids + (size_t)n_predict);
+	if (cfg.ctx < 16) cfg.ctx = 16;
+	cfg.prefix_cache = false;
+	if (lane_host_new(&host, m, voc, &cfg, err, sizeof err)) {
 		fprintf(stderr, "lanes run: %s\n", err);
 		goto out;
 	}
-	logits = malloc((size_t)hp->n_vocab * sizeof *logits);
 	gen = malloc(((size_t)n_predict + 1) * sizeof *gen);
-	ts = tok_stream_new(voc, 0);
-	if (!logits || !gen || !ts || sampler_new(&smp, hp->n_vocab)) {
+	if (!gen) {
 		fprintf(stderr, "lanes run: out of memory\n");
 		goto out;
 	}
-	LOG_INFO("run", "%s: %.1f MiB of weights used in place (%.1f KiB copied); %zu prompt tokens, seed %llu, %d threads, kv %s",
-		 hp->arch, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, n_ids,
-		 (unsigned long long)sp.seed, lanes_pool_threads(pool), kv_name);
-	uint64_t t0 = lanes_now_us();
-	if (feed(m, kv, pool, ids, (int64_t)n_ids, 0, logits)) goto out;
-	uint64_t t1 = lanes_now_us();
+	lane_request q = {0};
+	q.prompt = ids;
+	q.n_prompt = (int32_t)n_ids;
+	q.max_tokens = (int32_t)n_predict;
+	q.sampling = (lane_sampling){.temperature = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .min_p = sp.min_p,
+				     .repeat_penalty = 1, .seed = sp.seed, .has_seed = true};
+	LOG_INFO("run", "%s: %.1f MiB of weights used in place (%.1f KiB copied); %zu prompt tokens, seed %llu, kv %s", hp->arch,
+		 model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, n_ids, (unsigned long long)sp.seed, kv_name);
+	uint64_t t0 = lanes_now_us(), t1 = 0;
+	if (lane_submit(host, &q, &req, err, sizeof err)) {
+		fprintf(stderr, "lanes run: %s\n", err);
+		goto out;
+	}
 	int64_t n_gen = 0;
-	for (int64_t i = 0; i < n_predict; i++) {
-		const int32_t pos = (int32_t)n_ids + (int32_t)i;
-		const int32_t tok = sampler_pick(smp, &sp, logits, 0, pos);
-		if (tok_is_eog(voc, tok)) break;
-		gen[n_gen++] = tok;
-		const char *piece;
-		size_t len;
-		if (tok_stream_push(ts, tok, &piece, &len)) {
-			fprintf(stderr, "lanes run: cannot decode token %d\n", tok);
+	lane_event ev;
+	while (lane_next(req, &ev, -1) == 1) {
+		if (ev.kind == LANE_EV_TOKEN) {
+			if (!t1) t1 = lanes_now_us();
+			if (n_gen <= n_predict) gen[n_gen++] = ev.token;
+		}
+		fwrite(ev.text, 1, ev.text_len, stdout);
+		fflush(stdout);
+		if (ev.kind == LANE_EV_TOKEN) continue;
+		if (ev.kind == LANE_EV_FAILED) {
+			fprintf(stderr, "\nlanes run: %s\n", ev.reason ? ev.reason : "failed");
 			goto out;
 		}
-		fwrite(piece, 1, len, stdout);
-		fflush(stdout);
-		if (i + 1 < n_predict && feed(m, kv, pool, &tok, 1, pos, logits)) goto out;
+		break;
 	}
-	const char *piece;
-	size_t len;
-	if (!tok_stream_flush(ts, &piece, &len)) fwrite(piece, 1, len, stdout);
 	uint64_t t2 = lanes_now_us();
 	if (print_ids) {
 		printf("\n[");
@@ -219,18 +210,16 @@ int cmd_run(int argc, char **argv) {
 		printf("]\n");
 	}
 	fflush(stdout);
-	LOG_INFO("run", "prompt %zu tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)", n_ids,
-		 (t1 - t0) / 1e6, n_ids / ((t1 - t0) / 1e6 + 1e-9), (long long)n_gen, (t2 - t1) / 1e6,
-		 n_gen / ((t2 - t1) / 1e6 + 1e-9));
+	if (!t1) t1 = t2;
+	LOG_INFO("run", "prompt %zu tokens and first token in %.3f s; %lld more tokens in %.3f s (%.1f tok/s)", n_ids,
+		 (t1 - t0) / 1e6, (long long)(n_gen > 0 ? n_gen - 1 : 0), (t2 - t1) / 1e6,
+		 (n_gen > 1 ? n_gen - 1 : 0) / ((t2 - t1) / 1e6 + 1e-9));
 	rc = 0;
 out:
-	tok_stream_free(ts);
-	sampler_free(smp);
-	free(logits);
+	lane_req_free(req);
+	lane_host_free(host);
 	free(gen);
 	free(ids);
-	kv_free(kv);
-	lanes_pool_free(pool);
 	tok_vocab_free(voc);
 	model_free(m);
 	return rc;

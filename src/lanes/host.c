@@ -18,6 +18,7 @@ void lane_config_default(lane_config *c) {
 	c->ctx = 8192;
 	c->round_ms = 100;
 	c->page_tokens = 16;
+	c->kv_type = KV_F16S;
 	c->prefix_cache = true;
 	c->seed = 0x6c616e6573ull;
 }
@@ -460,10 +461,10 @@ static void *engine(void *arg) {
 
 // ---- pricing ----------------------------------------------------------------------------------
 
-// Times forward passes of 1 and of 32 rows on lane 0 to price a row and a round.
+// Times forward passes of 1 and of 8 rows on lane 0 to price a row and a round.
 static void calibrate(lane_host *h) {
-	int32_t big = imin(32, h->max_ctx);
-	model_row rows[32];
+	int32_t big = imin(8, h->max_ctx);
+	model_row rows[8];
 	double t[2] = {0, 0};
 	int32_t sizes[2] = {1, big};
 	char err[128];
@@ -512,7 +513,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	pthread_mutex_init(&h->snap_mu, NULL);
 	int32_t n_ctx = h->hp.n_ctx_train > 0 ? h->hp.n_ctx_train : cfg.ctx;
 	h->max_ctx = imin(n_ctx, cfg.ctx);
-	kv_config kc = model_kv_config(m, KV_F16, cfg.lanes, h->max_ctx, cfg.page_tokens);
+	kv_config kc = model_kv_config(m, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
 	kc.n_pages = pages_for(h, cfg.ctx);
 	if (kc.n_pages < pages_for(h, h->max_ctx)) kc.n_pages = pages_for(h, h->max_ctx);
 	int rc = kv_new(&h->kv, &kc, err, errlen);

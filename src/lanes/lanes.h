@@ -89,6 +89,7 @@ typedef struct {
 	double round_ms;          // target duration of a round with prompt pieces (default 100)
 	int32_t threads;          // compute threads (0: one per core)
 	int32_t page_tokens;      // KV page size (default 16)
+	enum kv_type kv_type;     // KV cache type (default f16s)
 	bool prefix_cache;        // share prompt KV across requests (default on)
 	uint64_t seed;            // seeds drawn for requests without one come from here
 } lane_config;

@@ -104,17 +104,6 @@ struct lane_host {
 	lane_snapshot stats;      // counters the engine accumulates (engine thread)
 };
 
-// Penalties applied to logits before sampling (the lane host's requests).
-typedef struct {
-	float repeat;           // 1 = off: logit / repeat when positive, * repeat when not
-	int32_t repeat_last_n;  // window of the context (prompt + generated) it covers; 0 = all
-	float presence;         // subtracted once from every token generated so far
-	float frequency;        // subtracted per occurrence among the generated tokens
-} sample_penalties;
-// Applies p to x (nv logits). counts: nv zeroed ints of scratch, zeroed again on return.
-void sample_penalize(float *x, int32_t nv, const sample_penalties *p, const int32_t *prompt, int32_t n_prompt,
-		     const int32_t *gen, int32_t n_gen, int32_t *counts);
-
 void lreq_ref(lane_req *r);
 void lreq_unref(lane_req *r);
 // Queues a token event (copies text and top). LANES_ENOMEM when it cannot.

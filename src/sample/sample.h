@@ -37,4 +37,15 @@ int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, ui
 // Greedy pick alone: the index of the largest logit (ties to the lower id; NaN ignored).
 int32_t sample_argmax(const float *logits, int32_t n_vocab);
 
+// Penalties applied to logits before sampling (the lane host's requests).
+typedef struct {
+	float repeat;           // 1 = off: logit / repeat when positive, * repeat when not
+	int32_t repeat_last_n;  // window of the context (prompt + generated) it covers; 0 = all
+	float presence;         // subtracted once from every token generated so far
+	float frequency;        // subtracted per occurrence among the generated tokens
+} sample_penalties;
+// Applies p to x (nv logits). counts: nv zeroed ints of scratch, zeroed again on return.
+void sample_penalize(float *x, int32_t nv, const sample_penalties *p, const int32_t *prompt, int32_t n_prompt,
+		     const int32_t *gen, int32_t n_gen, int32_t *counts);
+
 #endif

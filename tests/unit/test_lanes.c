@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define NREQ 16
-#define MAXGEN 24
+#define MAXGEN 48
 
 typedef struct {
 	int32_t prompt[64];
@@ -287,6 +287,120 @@ static void test_faults(void) {
 	lane_host_free(h);
 }
 
+static lane_req *submit1(lane_host *h, const lane_request *q) {
+	lane_req *r = NULL;
+	char err[256];
+	int rc = lane_submit(h, q, &r, err, sizeof err);
+	CHECKF(rc == 0, "submit: %s", err);
+	return r;
+}
+
+// What a user of the API sees: stop strings cut across token boundaries and never shown,
+// banned tokens never drawn, penalties change the text, lengths, and refusals with reasons.
+static void test_semantics(void) {
+	lane_host *h = host(2, 0, true, 2);
+	int32_t prompt[5];
+	size_t np = 0;
+	int32_t *ids = NULL;
+	char err[256];
+	CHECK(tok_encode(V, "Once upon a time", 16, true, false, &ids, &np, err, sizeof err) == 0);
+	memcpy(prompt, ids, np * sizeof *ids);
+	free(ids);
+	lane_request q = {.prompt = prompt, .n_prompt = (int32_t)np, .max_tokens = 40};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	result base, cut, banned, pen;
+	lane_req *r = submit1(h, &q);
+	collect(r, &base);
+	lane_req_free(r);
+	CHECKF(base.n == 40 && base.finish == LANE_FINISH_LENGTH, "greedy run of 40 tokens ends by length (%d)", base.n);
+	// a stop string that spans tokens: the text before it only, finish stop_sequence
+	const char *text = base.text;
+	const char *mid = text + base.text_len / 2;
+	char stop[8];
+	memcpy(stop, mid, 5);
+	stop[5] = 0;
+	const char *stops[1] = {stop};
+	q.stop_strs = stops;
+	q.n_stop_strs = 1;
+	r = submit1(h, &q);
+	collect(r, &cut);
+	lane_req_free(r);
+	size_t at = (size_t)(strstr(text, stop) - text);
+	CHECKF(cut.end == LANE_EV_FINISHED && cut.finish == LANE_FINISH_STOP_SEQUENCE, "ends on the stop string");
+	CHECKF(cut.text_len == at && !memcmp(cut.text, text, at), "text up to the stop string only (%zu vs %zu)", cut.text_len, at);
+	q.n_stop_strs = 0;
+	// banning the first token changes the first token
+	lane_bias ban = {base.ids[0], -INFINITY};
+	q.sampling.bias = &ban;
+	q.sampling.n_bias = 1;
+	r = submit1(h, &q);
+	collect(r, &banned);
+	lane_req_free(r);
+	bool seen = false;
+	for (int i = 0; i < banned.n && i < MAXGEN; i++) seen |= banned.ids[i] == ban.token;
+	CHECKF(!seen && banned.ids[0] != base.ids[0], "a banned token is never drawn");
+	q.sampling.n_bias = 0;
+	// a strong frequency penalty breaks greedy repetition
+	q.sampling.frequency_penalty = 2;
+	q.sampling.presence_penalty = 2;
+	r = submit1(h, &q);
+	collect(r, &pen);
+	lane_req_free(r);
+	int distinct_base = 0, distinct_pen = 0;
+	for (int i = 0; i < base.n && i < pen.n; i++) {
+		bool b = true, p2 = true;
+		for (int k = 0; k < i; k++) b &= base.ids[k] != base.ids[i], p2 &= pen.ids[k] != pen.ids[i];
+		distinct_base += b;
+		distinct_pen += p2;
+	}
+	CHECKF(distinct_pen > distinct_base, "penalties make more distinct tokens (%d > %d)", distinct_pen, distinct_base);
+	q.sampling.frequency_penalty = q.sampling.presence_penalty = 0;
+	// refusals: each with a reason naming the field
+	lane_request bad = q;
+	bad.max_tokens = 5000;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_ELIMIT && strstr(err, "context"));
+	bad = q;
+	bad.sampling.temperature = -1;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "temperature"));
+	bad = q;
+	bad.sampling.top_p = 0;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "top_p"));
+	int32_t huge = 1 << 30;
+	bad = q;
+	bad.prompt = &huge;
+	bad.n_prompt = 1;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "vocabulary"));
+	bad = q;
+	bad.n_prompt = 0;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "empty"));
+	bad = q;
+	bad.top_logprobs = 99;
+	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "top_logprobs"));
+	lane_snapshot snap;
+	for (int w = 0; w < 100; w++) {
+		lane_host_snapshot(h, &snap);
+		if (snap.finished >= 4) break;
+		usleep(1000); // the snapshot follows the round that ended the request
+	}
+	CHECKF(snap.rejected == 6 && snap.finished == 4, "rejected %llu, finished %llu", (unsigned long long)snap.rejected,
+	       (unsigned long long)snap.finished);
+	lane_host_free(h);
+	// a full queue is refused with EBUSY
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 1;
+	c.queue = 1;
+	c.ctx = 256;
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == 0);
+	q.max_tokens = 100;
+	lane_req *a = submit1(h, &q), *b = submit1(h, &q);
+	CHECK(lane_submit(h, &q, &r, err, sizeof err) == LANES_EBUSY && strstr(err, "queue"));
+	lane_req_free(a);
+	lane_req_free(b);
+	lane_host_free(h);
+}
+
 static void with_model(const char *name, void (*fn)(void)) {
 	char path[1024], err[512];
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
@@ -306,6 +420,7 @@ static void chaos_all(void) {
 int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
+	with_model("stories260K.gguf", test_semantics);
 	test_exact("stories260K.gguf");
 	test_exact("ref-llama-Q4_K_M.gguf");
 	T_DONE("lanes");

@@ -1,6 +1,6 @@
-// lanes: penalties on a row of logits before the draw — repetition over a window of the
+// sample: penalties on a row of logits before the draw — repetition over a window of the
 // context, presence and frequency over the generated tokens.
-#include "lanes/lanes_int.h"
+#include "sample/sample.h"
 
 void sample_penalize(float *x, int32_t nv, const sample_penalties *p, const int32_t *prompt, int32_t n_prompt,
 		     const int32_t *gen, int32_t n_gen, int32_t *counts) {

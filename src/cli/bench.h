@@ -1,0 +1,32 @@
+// cli: what `lanes bench` shares between its files.
+#ifndef LANES_CLI_BENCH_H
+#define LANES_CLI_BENCH_H
+
+#include "lanes/lanes.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+	int32_t concurrent;   // requests at once (1: a single stream)
+	int32_t lanes;        // lanes of the host (0: one per request, plus one for the filler)
+	int32_t n_gen;        // tokens each request generates
+	int32_t n_prompt;     // prompt tokens of each request besides BOS
+	int32_t fill;         // > 0: one more request with a prompt this long fills while they decode
+	int32_t threads;      // 0: one per core
+	enum kv_type kv_type;
+} bench_lanes_opts;
+
+typedef struct {
+	int32_t tokens;       // generated in all
+	double seconds;       // from the first submit to the last token
+	double tps;           // aggregate tokens/s
+	double tg_tps;        // tokens after each request's first over the time after the first token
+	double ttft_ms;       // to the first token of any request
+	double itl_p50_ms, itl_p99_ms; // gaps between a request's consecutive tokens
+} bench_lanes_result;
+
+// Runs the requests through a lane host of its own; 0 or an error with a message.
+int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o, bench_lanes_result *res, char *err,
+		size_t errlen);
+
+#endif

@@ -1,0 +1,157 @@
+// cli: the generation half of `lanes bench`, driven through the lane host — one stream
+// (tg) or M concurrent requests (`--concurrent M [--lanes N] [--fill P]`) with aggregate
+// tokens/s and inter-token latency percentiles.
+#include "cli/bench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	lane_req *req;
+	uint64_t last_us;  // time of the previous token event
+	int32_t n;         // tokens seen
+	bool done;
+} stream;
+
+typedef struct {
+	uint64_t *gaps;
+	size_t n_gaps, cap_gaps;
+	uint64_t first_us;
+	int32_t total, open;
+	bool failed;
+	char reason[160];
+} tally;
+
+// Counts one event of stream s: token times and gaps, or its end.
+static void count(tally *t, stream *s, const lane_event *ev) {
+	uint64_t now = lanes_now_us();
+	if (ev->kind == LANE_EV_TOKEN) {
+		if (s->n > 0 && t->n_gaps < t->cap_gaps) t->gaps[t->n_gaps++] = now - s->last_us;
+		if (!t->first_us) t->first_us = now;
+		s->last_us = now;
+		s->n++;
+		t->total++;
+		return;
+	}
+	s->done = true;
+	t->open--;
+	if (ev->kind != LANE_EV_FINISHED) {
+		t->failed = true;
+		snprintf(t->reason, sizeof t->reason, "%s", ev->reason ? ev->reason : "cancelled");
+	}
+}
+
+static int cmp_u64(const void *a, const void *b) {
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const uint64_t *v, size_t n, double p) {
+	if (!n) return 0;
+	size_t i = (size_t)ceil(p * (double)n) - 1;
+	return v[i < n ? i : n - 1] / 1000.0;
+}
+
+int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o, bench_lanes_result *res, char *err,
+		size_t errlen) {
+	memset(res, 0, sizeof *res);
+	int32_t n_vocab = model_hparams_of(m)->n_vocab;
+	int32_t M = o->concurrent > 0 ? o->concurrent : 1;
+	lane_config cfg;
+	lane_config_default(&cfg);
+	cfg.lanes = o->lanes > 0 ? o->lanes : M + (o->fill > 0);
+	cfg.queue = M + 1;
+	cfg.threads = o->threads;
+	cfg.kv_type = o->kv_type;
+	int64_t per = (int64_t)o->n_prompt + o->n_gen + 1;
+	int64_t fill = o->fill > 0 ? (int64_t)o->fill + 2 : 0;
+	int64_t ctx = per * M + fill;
+	int32_t ctx_train = model_hparams_of(m)->n_ctx_train;
+	if (ctx_train > 0 && (per > ctx_train || fill > ctx_train))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "a request of %lld tokens exceeds the model's context of %d",
+				    (long long)(per > fill ? per : fill), ctx_train);
+	cfg.ctx = (int32_t)(ctx < 64 ? 64 : ctx);
+	cfg.prefix_cache = false;
+	lane_host *h = NULL;
+	int rc = lane_host_new(&h, m, voc, &cfg, err, errlen);
+	if (rc) return rc;
+	stream *st = calloc((size_t)M + 1, sizeof *st);
+	int32_t *prompt = malloc(((size_t)o->n_prompt + (size_t)(fill > 0 ? fill : 0) + 2) * sizeof *prompt);
+	size_t cap_gaps = (size_t)M * (size_t)(o->n_gen > 0 ? o->n_gen : 1);
+	uint64_t *gaps = malloc(cap_gaps * sizeof *gaps);
+	if (!st || !prompt || !gaps) {
+		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		goto out;
+	}
+	int32_t bos = tok_bos(voc) >= 0 ? tok_bos(voc) : 0;
+	uint64_t t0 = lanes_now_us();
+	for (int32_t i = 0; i <= M; i++) {
+		bool filler = i == M;
+		if (filler && fill <= 0) break;
+		int32_t np = filler ? (int32_t)fill - 1 : 1 + o->n_prompt;
+		prompt[0] = bos;
+		// distinct prompts, so no request can lean on another's KV
+		for (int32_t k = 1; k < np; k++) prompt[k] = (int32_t)(splitmix64(((uint64_t)i << 32) + (uint64_t)k) % (uint64_t)n_vocab);
+		lane_request q = {0};
+		q.prompt = prompt;
+		q.n_prompt = np;
+		q.max_tokens = filler ? 1 : o->n_gen;
+		q.ignore_eos = true;
+		q.sampling.top_p = 1;
+		q.sampling.repeat_penalty = 1;
+		q.sampling.has_seed = true;
+		if ((rc = lane_submit(h, &q, &st[i].req, err, errlen))) goto out;
+	}
+	tally t = {.gaps = gaps, .cap_gaps = cap_gaps, .open = M};
+	while (t.open > 0 && !t.failed) {
+		bool got = false;
+		for (int32_t i = 0; i < M; i++) {
+			lane_event ev;
+			while (!st[i].done && lane_next(st[i].req, &ev, 0) == 1) {
+				count(&t, &st[i], &ev);
+				got = true;
+			}
+		}
+		// nothing new anywhere: sleep on the first open stream until it has news
+		for (int32_t i = 0; !got && i < M; i++)
+			if (!st[i].done) {
+				lane_event ev;
+				if (lane_next(st[i].req, &ev, 1000) == 1) count(&t, &st[i], &ev);
+				break;
+			}
+	}
+	if (t.failed) {
+		rc = lanes_seterr(err, errlen, LANES_EINVAL, "a request ended early: %s", t.reason);
+		goto out;
+	}
+	size_t n_gaps = t.n_gaps;
+	int32_t total = t.total;
+	uint64_t t_first = t.first_us;
+	uint64_t t_end = lanes_now_us();
+	qsort(gaps, n_gaps, sizeof *gaps, cmp_u64);
+	res->tokens = total;
+	res->seconds = (t_end - t0) / 1e6;
+	res->tps = total / res->seconds;
+	// single stream: tokens after the first over the time after the first, as llama-bench's tg
+	res->tg_tps = total > M && t_end > t_first ? (double)(total - M) / ((t_end - t_first) / 1e6) : 0;
+	res->itl_p50_ms = pct(gaps, n_gaps, 0.50);
+	res->itl_p99_ms = pct(gaps, n_gaps, 0.99);
+	res->ttft_ms = t_first ? (t_first - t0) / 1000.0 : 0;
+	rc = 0;
+out:
+	if (st)
+		for (int32_t i = 0; i <= M; i++) {
+			if (st[i].req && i == M) {
+				lane_event ev;
+				while (lane_next(st[i].req, &ev, 30 * 1000000) == 1 && ev.kind == LANE_EV_TOKEN) {}
+			}
+			lane_req_free(st[i].req);
+		}
+	lane_host_free(h);
+	free(st);
+	free(prompt);
+	free(gaps);
+	return rc;
+}
