@@ -14,6 +14,9 @@ typedef struct {
 	int32_t fill;         // > 0: one more request with a prompt this long fills while they decode
 	int32_t threads;      // 0: one per core
 	enum kv_type kv_type;
+	bool draft;           // requests allow drafting (n-gram, and the draft model when given)
+	const model *draft_model;
+	bool repetitive;      // prompts repeat one short phrase (where prompt lookup shines)
 } bench_lanes_opts;
 
 typedef struct {
@@ -23,6 +26,7 @@ typedef struct {
 	double tg_tps;        // tokens after each request's first over the time after the first token
 	double ttft_ms;       // to the first token of any request
 	double itl_p50_ms, itl_p99_ms; // gaps between a request's consecutive tokens
+	uint64_t drafted, accepted;    // draft tokens proposed and accepted
 } bench_lanes_result;
 
 // Runs the requests through a lane host of its own; 0 or an error with a message.

@@ -74,6 +74,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 				    (long long)(per > fill ? per : fill), ctx_train);
 	cfg.ctx = (int32_t)(ctx < 64 ? 64 : ctx);
 	cfg.prefix_cache = false;
+	cfg.draft_model = o->draft_model;
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, m, voc, &cfg, err, errlen);
 	if (rc) return rc;
@@ -93,7 +94,10 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 		int32_t np = filler ? (int32_t)fill - 1 : 1 + o->n_prompt;
 		prompt[0] = bos;
 		// distinct prompts, so no request can lean on another's KV
-		for (int32_t k = 1; k < np; k++) prompt[k] = (int32_t)(splitmix64(((uint64_t)i << 32) + (uint64_t)k) % (uint64_t)n_vocab);
+		for (int32_t k = 1; k < np; k++) {
+			int32_t kk = o->repetitive && !filler ? 1 + (k - 1) % 7 : k;
+			prompt[k] = (int32_t)(splitmix64(((uint64_t)i << 32) + (uint64_t)kk) % (uint64_t)n_vocab);
+		}
 		lane_request q = {0};
 		q.prompt = prompt;
 		q.n_prompt = np;
@@ -102,6 +106,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 		q.sampling.top_p = 1;
 		q.sampling.repeat_penalty = 1;
 		q.sampling.has_seed = true;
+		q.draft = o->draft;
 		if ((rc = lane_submit(h, &q, &st[i].req, err, errlen))) goto out;
 	}
 	tally t = {.gaps = gaps, .cap_gaps = cap_gaps, .open = M};
@@ -130,6 +135,9 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	int32_t total = t.total;
 	uint64_t t_first = t.first_us;
 	uint64_t t_end = lanes_now_us();
+	lane_snapshot snap;
+	lane_host_snapshot(h, &snap);
+	for (int p = 0; p < LANE_PROP_COUNT; p++) res->drafted += snap.draft_tokens[p], res->accepted += snap.draft_accepted[p];
 	qsort(gaps, n_gaps, sizeof *gaps, cmp_u64);
 	res->tokens = total;
 	res->seconds = (t_end - t0) / 1e6;

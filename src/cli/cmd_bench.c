@@ -61,33 +61,34 @@ static void mean_sd(const double *x, int n, double *mean, double *sd) {
 }
 
 // `--concurrent M`: M requests through one lane host; aggregate tokens/s and latencies.
-static int bench_concurrent(const model *m, const tok_vocab *voc, const char *path, int32_t M, int32_t lanes, int32_t fill,
-			    int32_t n_gen, int32_t threads, enum kv_type kvt, bool json) {
+static int bench_concurrent(const model *m, const tok_vocab *voc, const char *path, const bench_lanes_opts *o, bool json) {
 	char err[512];
-	bench_lanes_opts o = {.concurrent = M, .lanes = lanes, .n_gen = n_gen > 0 ? n_gen : 1, .fill = fill,
-			      .threads = threads, .kv_type = kvt};
+	int32_t M = o->concurrent, lanes = o->lanes, fill = o->fill;
 	bench_lanes_result r;
-	if (bench_lanes(m, voc, &o, &r, err, sizeof err)) {
+	if (bench_lanes(m, voc, o, &r, err, sizeof err)) {
 		fprintf(stderr, "lanes bench: %s\n", err);
 		return 1;
 	}
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (json)
 		printf("{\"model\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, \"tokens\": %d, \"seconds\": %.3f, "
-		       "\"aggregate_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
+		       "\"aggregate_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, "
+		       "\"draft_tokens\": %llu, \"draft_accepted\": %llu}\n",
 		       base, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
-		       r.itl_p99_ms);
+		       r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted);
 	else
 		printf("%s: %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token %.0f ms; "
-		       "inter-token p50 %.1f ms, p99 %.1f ms\n",
+		       "inter-token p50 %.1f ms, p99 %.1f ms; drafts %llu/%llu accepted\n",
 		       base, M, fill > 0 ? " (and a filling prompt)" : "", r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
-		       r.itl_p99_ms);
+		       r.itl_p99_ms, (unsigned long long)r.accepted, (unsigned long long)r.drafted);
 	return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
 	const char *model_path = NULL, *kv_name = "f16s";
-	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0;
+	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0, req_prompt = 16;
+	const char *draft_path = NULL;
+	bool draft = false, repetitive = false;
 	bool json = false, help = false;
 	const cli_opt opts[] = {
 		{"-m|--model", CLI_STR, &model_path, "GGUF model file"},
@@ -99,6 +100,10 @@ int cmd_bench(int argc, char **argv) {
 		{"--concurrent", CLI_INT, &concurrent, "M requests at once through the lane host: aggregate tok/s, latency"},
 		{"--lanes", CLI_INT, &n_lanes, "lanes for --concurrent (default M)"},
 		{"--fill", CLI_INT, &fill, "with --concurrent: a P-token prompt fills while the M requests decode"},
+		{"--req-prompt", CLI_INT, &req_prompt, "with --concurrent: prompt tokens of each request (default 16)"},
+		{"--draft", CLI_FLAG, &draft, "with --concurrent: requests allow speculative drafting"},
+		{"--draft-model", CLI_STR, &draft_path, "with --draft: a draft model (same vocabulary)"},
+		{"--repetitive", CLI_FLAG, &repetitive, "with --concurrent: prompts repeat one short phrase"},
 		{"--json", CLI_FLAG, &json, "print one JSON object"},
 		{"-h|--help", CLI_FLAG, &help, "show this help"},
 	};
@@ -115,7 +120,7 @@ int cmd_bench(int argc, char **argv) {
 	if (cli_kv_type(kv_name, &kvt)) return 2;
 	char err[512];
 	int rc = 1;
-	model *m = NULL;
+	model *m = NULL, *dm = NULL;
 	tok_vocab *voc = NULL;
 	bench_ctx b = {0};
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
@@ -129,8 +134,15 @@ int cmd_bench(int argc, char **argv) {
 		goto out;
 	}
 	if (concurrent > 0) {
-		rc = bench_concurrent(m, voc, model_path, (int32_t)concurrent, (int32_t)n_lanes, (int32_t)fill, (int32_t)n_tg,
-				      (int32_t)threads, kvt, json);
+		bench_lanes_opts o = {.concurrent = (int32_t)concurrent, .lanes = (int32_t)n_lanes, .n_gen = n_tg > 0 ? (int32_t)n_tg : 1,
+				      .n_prompt = req_prompt > 0 && req_prompt < 1 << 20 ? (int32_t)req_prompt : 0, .fill = (int32_t)fill,
+				      .threads = (int32_t)threads, .kv_type = kvt, .draft = draft, .repetitive = repetitive};
+		if (draft_path && model_load(&dm, draft_path, err, sizeof err)) {
+			fprintf(stderr, "lanes bench: %s\n", err);
+			goto out;
+		}
+		o.draft_model = dm;
+		rc = bench_concurrent(m, voc, model_path, &o, json);
 		goto out;
 	}
 	b.m = m;
@@ -203,6 +215,7 @@ out:
 	kv_free(b.kv);
 	lanes_pool_free(b.pool);
 	tok_vocab_free(voc);
+	model_free(dm);
 	model_free(m);
 	return rc;
 }

@@ -20,6 +20,8 @@ void lane_config_default(lane_config *c) {
 	c->page_tokens = 16;
 	c->kv_type = KV_F16S;
 	c->prefix_cache = true;
+	c->draft = LANE_DRAFT_AUTO;
+	c->draft_max = 8;
 	c->seed = 0x6c616e6573ull;
 }
 
@@ -49,6 +51,8 @@ static int32_t request_pages(const lane_host *h, const lane_req *r) {
 static void release_lane(lane_host *h, lane_req *r) {
 	if (r->lane >= 0) {
 		kv_seq_clear(h->kv, r->lane);
+		if (h->dkv) kv_seq_clear(h->dkv, r->lane);
+		r->dkv_len = 0;
 		h->lanes[r->lane] = NULL;
 		h->pages_reserved -= r->pages_reserved;
 		r->pages_reserved = 0;
@@ -267,6 +271,56 @@ oom:
 	finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 }
 
+// Samples the request's next token from lg and takes it; returns the token.
+static int32_t emit_sampled(lane_host *h, lane_req *r, const float *lg) {
+	int32_t pos = r->n_prompt + r->n_gen; // absolute position of the token drawn now
+	int32_t tok = pick(h, r, lg, pos);
+	int32_t n_top = r->top_logprobs;
+	float lp = 0;
+	if (r->logprobs) lp = logprobs(lg, h->hp.n_vocab, tok, h->top, n_top);
+	take_token(h, r, tok, lp, h->top, r->logprobs ? n_top : 0);
+	return tok;
+}
+
+// Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
+// long) first, else the draft model when there is one, else the n-gram's weak match.
+static void propose(lane_host *h) {
+	lane_req *mr[LANE_SNAP_MAX_LANES];
+	int32_t mk[LANE_SNAP_MAX_LANES], nm = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *r = h->lanes[i];
+		if (!r) continue;
+		r->n_draft = 0;
+		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
+		int32_t k = imin(r->draft_k, r->max_tokens - r->n_gen - 1);
+		if (k <= 0) continue;
+		int32_t n = lane_propose_ngram(h, r, k);
+		if (n < 2 && h->dkv) {
+			mr[nm] = r;
+			mk[nm++] = k;
+		}
+	}
+	if (nm) lane_propose_model(h, mr, mk, nm);
+}
+
+// After verifying nd drafts of which acc matched: cut the KV the rejected drafts wrote,
+// count, and adapt how many this lane proposes next.
+static void verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int32_t P) {
+	h->stats.draft_tokens[r->prop] += (uint64_t)nd;
+	h->stats.draft_accepted[r->prop] += (uint64_t)acc;
+	r->n_drafted += (uint64_t)nd;
+	r->n_accepted += (uint64_t)acc;
+	if (r->lane < 0) return; // it ended inside the drafts
+	kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+	if (h->dkv && r->dkv_len > P + 1 + acc) {
+		kv_seq_truncate(h->dkv, r->lane, P + 1 + acc);
+		r->dkv_len = P + 1 + acc;
+	}
+	r->draft_ema = 0.8f * r->draft_ema + 0.2f * (float)acc / (float)nd;
+	int32_t k = (int32_t)(1.5f + r->draft_ema * (float)h->cfg.draft_max);
+	r->draft_k = k < 1 ? 1 : k > h->cfg.draft_max ? h->cfg.draft_max : k;
+}
+
 static void run_round(lane_host *h) {
 	int32_t n_vocab = h->hp.n_vocab;
 	int32_t n = 0, n_decode = 0;
@@ -276,22 +330,30 @@ static void run_round(lane_host *h) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->started) continue;
 		r->started = true;
+		r->draft_k = imin(4, h->cfg.draft_max);
+		r->draft_ema = 0.5f;
 		if (h->cfg.prefix_cache) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 		}
 	}
-	// a decode row for every live lane, first
+	propose(h);
+	// a decode row for every live lane first, each followed by its draft rows
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->n_filled < r->n_prompt) continue;
-		if (ensure_rows(h, n + 1) || fault(h, r)) {
+		if (ensure_rows(h, n + 1 + r->n_draft) || fault(h, r)) {
 			finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
 		}
-		h->rows[n] = (model_row){r->last, r->n_prompt + r->n_gen - 1, i, true};
+		int32_t pos = r->n_prompt + r->n_gen - 1;
+		h->rows[n] = (model_row){r->last, pos, i, true};
 		h->row_lane[n++] = i;
-		n_decode++;
+		for (int32_t k = 0; k < r->n_draft; k++) {
+			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true};
+			h->row_lane[n++] = i;
+		}
+		n_decode += 1 + r->n_draft;
 	}
 	// then prompt pieces in admission order, within the budget
 	int32_t budget = prompt_budget(h, n_decode);
@@ -351,12 +413,21 @@ static void run_round(lane_host *h) {
 			h->stats.prompt_tokens++;
 			if (h->cfg.prefix_cache) kv_prefix_publish(h->kv, r->lane, r->prompt, r->n_prompt);
 		}
-		int32_t pos = r->n_prompt + r->n_gen; // absolute position of the token drawn now
-		int32_t tok = pick(h, r, lg, pos);
-		int32_t n_top = r->top_logprobs;
-		float lp = 0;
-		if (r->logprobs) lp = logprobs(lg, n_vocab, tok, h->top, n_top);
-		take_token(h, r, tok, lp, h->top, r->logprobs ? n_top : 0);
+		if (h->rows[i].pos == r->n_prompt - 1) {
+			emit_sampled(h, r, lg);
+			continue;
+		}
+		// a decode row and its drafts: the target's token at each position, in order, until
+		// one differs from the draft; every token taken is the target's own
+		int32_t nd = r->n_draft, P = h->rows[i].pos, acc = 0;
+		for (int32_t j = 0; j <= nd; j++) {
+			int32_t tok = emit_sampled(h, r, h->logits + (size_t)(li - 1 + j) * n_vocab);
+			if (r->lane < 0 || j == nd || tok != r->drafts[j]) break;
+			acc++;
+		}
+		li += nd;
+		i += nd;
+		if (nd) verified(h, r, nd, acc, P);
 	}
 	(void)n_logits;
 }
@@ -376,6 +447,8 @@ static void publish(lane_host *h) {
 		l->prompt_tokens = r ? r->n_prompt : 0;
 		l->filled = r ? kv_seq_len(h->kv, i) : 0;
 		l->generated_tokens = r ? r->n_gen : 0;
+		l->draft_k = r ? r->draft_k : 0;
+		l->draft_acceptance = r && r->n_drafted ? (float)r->n_accepted / (float)r->n_drafted : 0;
 	}
 	int32_t total = kv_config_of(h->kv)->n_pages;
 	s->kv_pages_free = kv_pages_free(h->kv);
@@ -519,12 +592,23 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	int rc = kv_new(&h->kv, &kc, err, errlen);
 	if (!rc) rc = lanes_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
-	h->logits = malloc((size_t)(cfg.lanes + 32) * h->hp.n_vocab * sizeof(float));
+	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT) cfg.draft_max = 8;
+	h->cfg.draft_max = cfg.draft_max;
+	h->logits = malloc((size_t)(cfg.lanes * (1 + cfg.draft_max) + 8) * h->hp.n_vocab * sizeof(float));
 	h->scratch = malloc((size_t)h->hp.n_vocab * sizeof(float));
 	h->top = calloc(LANE_MAX_TOP_LOGPROBS, sizeof *h->top);
+	h->ctxbuf = malloc(4096 * sizeof *h->ctxbuf);
+	if (!rc && cfg.draft_model) {
+		rc = lane_draft_check(m, cfg.draft_model, err, errlen);
+		kv_config dc = model_kv_config(cfg.draft_model, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
+		dc.n_pages = kc.n_pages + cfg.lanes * (pages_for(h, cfg.draft_max) + 1);
+		if (!rc) rc = kv_new(&h->dkv, &dc, err, errlen);
+		h->dlogits = malloc((size_t)cfg.lanes * (size_t)h->hp.n_vocab * sizeof(float));
+		if (!rc && !h->dlogits) rc = LANES_ENOMEM;
+	}
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
-	if (!rc && (!h->lanes || !h->logits || !h->scratch || !h->top || !h->counts)) rc = LANES_ENOMEM;
+	if (!rc && (!h->lanes || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf)) rc = LANES_ENOMEM;
 	if (rc) {
 		if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
 		lane_host_free(h);
@@ -579,6 +663,10 @@ void lane_host_free(lane_host *h) {
 		pthread_join(h->thread, NULL);
 	}
 	kv_free(h->kv);
+	kv_free(h->dkv);
+	free(h->dlogits);
+	free(h->drows);
+	free(h->ctxbuf);
 	lanes_pool_free(h->pool);
 	free(h->lanes);
 	free(h->logits);

@@ -14,6 +14,11 @@
 
 #define LANE_MAX_TOP_LOGPROBS 20
 #define LANE_MAX_STOPS 16
+#define LANE_MAX_DRAFT 16
+
+// Who proposed draft tokens: prompt lookup (n-gram) or a draft model.
+enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
+enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
 
 typedef struct {
 	int32_t token;
@@ -48,7 +53,7 @@ typedef struct {
 	bool ignore_eos;          // keep generating through end-of-generation tokens
 	bool logprobs;            // report each token's log-probability
 	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
-	bool draft;               // allow speculative drafting for this request
+	bool draft;               // allow speculative drafting for this request (never changes its tokens)
 } lane_request;
 
 enum lane_ev_kind { LANE_EV_TOKEN, LANE_EV_FINISHED, LANE_EV_CANCELLED, LANE_EV_FAILED };
@@ -91,6 +96,9 @@ typedef struct {
 	int32_t page_tokens;      // KV page size (default 16)
 	enum kv_type kv_type;     // KV cache type (default f16s)
 	bool prefix_cache;        // share prompt KV across requests (default on)
+	enum lane_draft_mode draft; // auto: n-gram drafts, and the draft model's when one is given
+	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
+	const model *draft_model; // optional; its vocabulary must equal the target's
 	uint64_t seed;            // seeds drawn for requests without one come from here
 } lane_config;
 
@@ -139,6 +147,8 @@ typedef struct {
 	int32_t prompt_tokens;    // the request's prompt length
 	int32_t filled;           // prompt tokens in KV so far
 	int32_t generated_tokens;
+	int32_t draft_k;          // draft tokens it may propose next
+	float draft_acceptance;   // accepted / proposed draft tokens so far (0 when none)
 } lane_snap_lane;
 
 #define LANE_SNAP_MAX_LANES 64
@@ -166,6 +176,8 @@ typedef struct {
 	uint64_t prompt_tokens, generated_tokens;
 	uint64_t rounds;
 	uint64_t forward_us;      // time inside forward passes, summed
+	uint64_t draft_tokens[LANE_PROP_COUNT];   // proposed
+	uint64_t draft_accepted[LANE_PROP_COUNT]; // of which the target confirmed
 	lane_hist round_seconds;  // whole rounds
 	lane_hist forward_seconds; // their forward passes
 	uint64_t finished, cancelled, failed, rejected;

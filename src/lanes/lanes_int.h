@@ -54,6 +54,13 @@ struct lane_req {
 	int32_t *gen, n_gen;      // generated ids (capacity max_tokens)
 	int32_t last;             // token fed in the next decode row
 	int32_t pages_reserved;   // KV pages promised at admission
+	int32_t drafts[LANE_MAX_DRAFT]; // this round's proposal
+	int32_t n_draft;
+	enum lane_proposer prop;
+	int32_t draft_k;          // current proposal size, adapted to acceptance
+	float draft_ema;          // recent acceptance rate
+	uint64_t n_drafted, n_accepted;
+	int32_t dkv_len;          // tokens the draft model's KV holds for this lane
 	tok_stream *detok;
 	char *pending;            // text held back while it may start a stop string
 	size_t n_pending, cap_pending;
@@ -95,6 +102,12 @@ struct lane_host {
 	lane_top *top;
 	sampler *sampler;
 	int32_t *counts;          // n_vocab occurrence counts, zero between uses
+	// speculative decoding
+	kv_cache *dkv;            // the draft model's KV, one sequence per lane
+	float *dlogits;           // draft logits, one row per lane
+	model_row *drows;
+	int32_t cap_drows;
+	int32_t *ctxbuf;          // a lane's context (prompt + generated) for the n-gram search
 	bool (*fault)(void *, uint64_t, uint64_t);
 	void *fault_arg;
 
@@ -103,6 +116,14 @@ struct lane_host {
 	lane_snapshot snap;
 	lane_snapshot stats;      // counters the engine accumulates (engine thread)
 };
+
+// Proposers (draft.c). Each writes r->drafts / r->n_draft (0 when it has nothing).
+// The n-gram proposer returns the length of the n-gram it matched (0: none).
+int32_t lane_propose_ngram(lane_host *h, lane_req *r, int32_t k);
+// Drafts for the n lanes in rs with the draft model, up to ks[i] tokens each, greedily.
+void lane_propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n);
+// Checks that the draft model's vocabulary equals the target's.
+int lane_draft_check(const model *target, const model *draft, char *err, size_t errlen);
 
 void lreq_ref(lane_req *r);
 void lreq_unref(lane_req *r);

@@ -1,0 +1,51 @@
+// Through HTTP, the same 16 requests give identical text and token hashes whether they run
+// one at a time or all at once (lanes share rounds; a request's tokens never depend on them).
+import { test, before } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { mainServer, KEY } from './lib.mjs';
+
+let client;
+before(async () => {
+	const { url } = await mainServer();
+	client = new OpenAI({ baseURL: `${url}/v1`, apiKey: KEY, maxRetries: 0 });
+});
+
+const starts = ['Once upon a time', 'The little dog', 'Lily and Tom', 'One sunny day', 'The big red ball', 'A girl named Sue',
+	'In the park', 'The cat was sad', 'Mom said', 'The bird flew', 'Ben had a toy', 'It was raining', 'The tree was tall',
+	'Anna liked to', 'The boat', 'At night'];
+
+// half chat, half completions; greedy and sampled; streamed and not
+const requests = starts.map((s, i) => ({
+	kind: i % 2 ? 'chat' : 'completion',
+	stream: i % 4 < 2,
+	body: { max_tokens: 24 + (i % 5) * 8, temperature: i % 3 ? 0.8 : 0, seed: 1000 + i, ...(i % 2 ? { messages: [{ role: 'user', content: s }] } : { prompt: s }) },
+}));
+
+async function run(r) {
+	const api = r.kind === 'chat' ? client.chat.completions : client.completions;
+	if (!r.stream) {
+		const x = await api.create(r.body);
+		const c = x.choices[0];
+		return { text: r.kind === 'chat' ? c.message.content : c.text, sha: c.token_sha };
+	}
+	let text = '', sha = null;
+	for await (const ch of await api.create({ ...r.body, stream: true }))
+		for (const c of ch.choices) {
+			text += (r.kind === 'chat' ? c.delta.content : c.text) || '';
+			if (c.token_sha) sha = c.token_sha;
+		}
+	return { text, sha };
+}
+
+test('16 requests: solo and concurrent give identical text', async () => {
+	const solo = [];
+	for (const r of requests) solo.push(await run(r));
+	const together = await Promise.all(requests.map(run));
+	for (let i = 0; i < requests.length; i++) {
+		assert.match(solo[i].sha, /^[0-9a-f]{64}$/);
+		assert.equal(together[i].text, solo[i].text, `request ${i} text`);
+		assert.equal(together[i].sha, solo[i].sha, `request ${i} tokens`);
+	}
+	assert.ok(new Set(solo.map((s) => s.text)).size > 8, 'the requests differ from each other');
+});

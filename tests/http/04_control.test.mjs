@@ -1,0 +1,64 @@
+// Control reads never wait for the engine: /health, /metrics and /slots each answer while a
+// long prompt is still being processed — shown by the order of events (the prompt is seen
+// filling before and after the reads, and its reply has not come), not by a time limit.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, SLOW, KEY, getJSON, postJSON, sleep } from './lib.mjs';
+
+let srv;
+before(async () => (srv = await startServer(['-m', SLOW, '--api-key', KEY, '--piece', '64'])));
+after(() => srv && srv.proc.kill('SIGKILL'));
+
+// deterministic pseudo-random token ids (a prompt the prefix cache has never seen)
+function ids(n, seed) {
+	const out = [];
+	let x = seed >>> 0;
+	for (let i = 0; i < n; i++) {
+		x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+		out.push(3 + (x % 500));
+	}
+	return out;
+}
+
+const filling = (slots) => slots.lanes.find((l) => l.phase === 'filling' && l.filled_tokens > 0 && l.filled_tokens < l.prompt_tokens);
+
+test('/health, /metrics and /slots answer while a long prompt is processed', async () => {
+	const url = srv.url;
+	const N = 1200;
+	let replied = false;
+	const reply = postJSON(`${url}/v1/completions`, { prompt: ids(N, 42), max_tokens: 1 }).then((r) => ((replied = true), r));
+	let seen = null;
+	for (let i = 0; i < 20000 && !seen && !replied; i++) seen = filling((await getJSON(`${url}/slots`)).body);
+	assert.ok(seen, 'the prompt was seen filling');
+	const order = [];
+	for (const path of ['/health', '/metrics', '/slots']) {
+		const r = await fetch(url + path);
+		const text = await r.text();
+		assert.equal(r.status, 200, path);
+		order.push({ path, replied, text });
+	}
+	const later = filling((await getJSON(`${url}/slots`)).body);
+	assert.ok(later && !replied, 'the prompt was still filling after the control reads');
+	assert.ok(later.filled_tokens >= seen.filled_tokens);
+	for (const o of order) assert.equal(o.replied, false, `${o.path} answered before the prompt finished`);
+	assert.match(order[1].text, /lanes_lanes_busy 1/);
+	assert.deepEqual(JSON.parse(order[0].text), { status: 'ok' });
+	// latency of the reads while the prompt fills (a figure, not a test)
+	const lat = { '/health': [], '/metrics': [], '/slots': [] };
+	while (!replied) {
+		for (const p of Object.keys(lat)) {
+			const t0 = process.hrtime.bigint();
+			await (await fetch(url + p)).text();
+			lat[p].push(Number(process.hrtime.bigint() - t0) / 1e6);
+		}
+		await sleep(5);
+	}
+	for (const [p, v] of Object.entries(lat)) {
+		v.sort((a, b) => a - b);
+		const q = (f) => (v.length ? v[Math.min(v.length - 1, Math.floor(f * v.length))].toFixed(2) : 'n/a');
+		console.log(`# ${p} during prefill: n=${v.length} p50=${q(0.5)} ms p99=${q(0.99)} ms`);
+	}
+	const r = await reply;
+	assert.equal(r.status, 200);
+	assert.equal(r.body.usage.prompt_tokens, N);
+});

@@ -1,0 +1,123 @@
+// The official @anthropic-ai/sdk client against POST /v1/messages: messages streamed and
+// not, max_tokens, stop sequences, system prompts, prefill, and typed errors.
+import { test, before } from 'node:test';
+import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
+import { mainServer, postJSON, KEY } from './lib.mjs';
+
+let url, client;
+before(async () => {
+	({ url } = await mainServer());
+	client = new Anthropic({ baseURL: url, apiKey: KEY, maxRetries: 0 });
+});
+
+const MODEL = 'stories260K';
+const user = (content) => [{ role: 'user', content }];
+
+test('messages: reply shape and usage equal to the tokenizer counts', async () => {
+	const m = await client.messages.create({ model: MODEL, max_tokens: 32, system: 'You tell stories.', messages: user('Once upon a time'), temperature: 0 });
+	assert.equal(m.type, 'message');
+	assert.equal(m.role, 'assistant');
+	assert.match(m.id, /^msg_/);
+	assert.equal(m.model, MODEL);
+	assert.equal(m.content.length, 1);
+	assert.equal(m.content[0].type, 'text');
+	assert.equal(typeof m.content[0].text, 'string');
+	assert.ok(['end_turn', 'max_tokens'].includes(m.stop_reason));
+	assert.equal(m.stop_sequence, null);
+	const ids = (await postJSON(`${url}/tokenize`, { messages: [{ role: 'system', content: 'You tell stories.' }, ...user('Once upon a time')] })).body.tokens;
+	assert.equal(m.usage.input_tokens, ids.length);
+	if (m.stop_reason === 'max_tokens') assert.equal(m.usage.output_tokens, 32);
+	// system as text blocks renders the same prompt
+	const b = await client.messages.create({ model: MODEL, max_tokens: 32, system: [{ type: 'text', text: 'You tell stories.' }], messages: [{ role: 'user', content: [{ type: 'text', text: 'Once upon a time' }] }], temperature: 0 });
+	assert.equal(b.content[0].text, m.content[0].text);
+	assert.equal(b.usage.input_tokens, m.usage.input_tokens);
+});
+
+test('messages: max_tokens ends with stop_reason max_tokens', async () => {
+	const m = await client.messages.create({ model: MODEL, max_tokens: 7, messages: user('Tom ran'), ignore_eos: true });
+	assert.equal(m.stop_reason, 'max_tokens');
+	assert.equal(m.usage.output_tokens, 7);
+});
+
+test('messages: streamed events in order, text equal to the reply with the same seed', async () => {
+	const body = { model: MODEL, max_tokens: 40, messages: user('The cat sat'), seed: 21, temperature: 0.9 };
+	const whole = await client.messages.create(body);
+	const types = [];
+	let text = '';
+	const raw = await client.messages.create({ ...body, stream: true });
+	let delta = null;
+	for await (const ev of raw) {
+		types.push(ev.type);
+		if (ev.type === 'content_block_delta') text += ev.delta.text;
+		if (ev.type === 'message_delta') delta = ev;
+	}
+	assert.equal(text, whole.content[0].text);
+	assert.equal(types[0], 'message_start');
+	assert.equal(types[1], 'content_block_start');
+	assert.deepEqual(types.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+	assert.ok(types.slice(2, -3).every((t) => t === 'content_block_delta'));
+	assert.equal(delta.delta.stop_reason, whole.stop_reason);
+	assert.equal(delta.usage.output_tokens, whole.usage.output_tokens);
+	// the helper: text events and the final message
+	const s = client.messages.stream(body);
+	let t2 = '';
+	s.on('text', (d) => (t2 += d));
+	const fin = await s.finalMessage();
+	assert.equal(t2, whole.content[0].text);
+	assert.equal(fin.content[0].text, whole.content[0].text);
+	assert.equal(fin.stop_reason, whole.stop_reason);
+	assert.equal(fin.usage.output_tokens, whole.usage.output_tokens);
+	assert.equal(fin.usage.input_tokens, whole.usage.input_tokens);
+});
+
+test('messages: stop sequences, streamed and not', async () => {
+	const base = { model: MODEL, max_tokens: 80, messages: user('Once upon a time'), temperature: 0 };
+	const full = (await client.messages.create(base)).content[0].text;
+	const words = full.split(' ').filter((w) => w.length >= 3);
+	assert.ok(words.length > 3, full);
+	const stop = words[Math.floor(words.length / 2)];
+	const m = await client.messages.create({ ...base, stop_sequences: ['qqqzz', stop] });
+	assert.equal(m.stop_reason, 'stop_sequence');
+	assert.equal(m.stop_sequence, stop);
+	assert.equal(m.content[0].text, full.slice(0, full.indexOf(stop)));
+	const fin = await client.messages.stream({ ...base, stop_sequences: [stop] }).finalMessage();
+	assert.equal(fin.stop_reason, 'stop_sequence');
+	assert.equal(fin.stop_sequence, stop);
+	assert.equal(fin.content[0].text, m.content[0].text);
+});
+
+test('messages: a final assistant turn is continued (prefill)', async () => {
+	const full = (await client.messages.create({ model: MODEL, max_tokens: 30, messages: user('Once upon a time'), temperature: 0 })).content[0].text;
+	const cut = full.slice(0, 10);
+	const m = await client.messages.create({ model: MODEL, max_tokens: 30, temperature: 0, messages: [...user('Once upon a time'), { role: 'assistant', content: cut }] });
+	assert.equal(typeof m.content[0].text, 'string');
+	assert.ok(m.usage.input_tokens > 0);
+});
+
+test('messages: typed errors in Anthropic shape', async () => {
+	let e = await client.messages.create({ model: MODEL, messages: user('hi') }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.BadRequestError, String(e));
+	assert.equal(e.error.type, 'error');
+	assert.equal(e.error.error.type, 'invalid_request_error');
+	assert.match(e.error.error.message, /max_tokens/);
+	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), temperature: 1.5 }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.BadRequestError);
+	assert.match(e.message, /temperature/);
+	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.BadRequestError);
+	assert.match(e.message, /image/);
+	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), tools: [{ name: 'f', input_schema: { type: 'object' } }] }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.BadRequestError);
+	assert.match(e.message, /tools/);
+	e = await client.messages.create({ model: 'claude-opus-4', max_tokens: 5, messages: user('hi') }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.NotFoundError, String(e));
+	assert.equal(e.error.error.type, 'not_found_error');
+	const bad = new Anthropic({ baseURL: url, apiKey: 'nope', maxRetries: 0 });
+	e = await bad.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi') }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.AuthenticationError, String(e));
+	assert.equal(e.error.error.type, 'authentication_error');
+	// metadata is accepted and ignored
+	const ok = await client.messages.create({ model: MODEL, max_tokens: 4, messages: user('hi'), metadata: { user_id: 'u1' } });
+	assert.equal(ok.type, 'message');
+});
