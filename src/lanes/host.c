@@ -224,6 +224,10 @@ static int ensure_rows(lane_host *h, int32_t n) {
 
 // Prompt rows this round may carry after n_decode decode rows, from the pricing model.
 static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
+	if (h->cfg.hooks.budget) {
+		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, n_decode, h->row_us, h->fixed_us, h->cfg.round_ms);
+		return n < 0 ? 0 : n;
+	}
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
 	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
 	return n < 1 ? 1 : n > 4096 ? 4096 : n;
@@ -282,6 +286,34 @@ static int32_t emit_sampled(lane_host *h, lane_req *r, const float *lg) {
 	return tok;
 }
 
+// The filling lane whose prompt piece comes next: the row policy's choice, or the earliest
+// admitted. A lane already given a piece this round is not offered again.
+static lane_req *next_piece(lane_host *h) {
+	lane_fill f[LANE_SNAP_MAX_LANES];
+	int32_t n = 0;
+	lane_req *first = NULL;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *c = h->lanes[i];
+		if (!c || c->n_filled >= c->n_prompt || kv_seq_len(h->kv, i) != c->n_filled) continue;
+		f[n++] = (lane_fill){i, c->serial, c->n_filled, c->n_prompt - c->n_filled};
+		if (!first || c->serial < first->serial) first = c;
+	}
+	if (!n || !h->cfg.hooks.next_piece) return first;
+	int32_t k = h->cfg.hooks.next_piece(h->cfg.hooks.arg, f, n);
+	return k >= 0 && k < n ? h->lanes[f[k].lane] : NULL;
+}
+
+// A proposer hook's drafts for r, from the last tokens of its context.
+static void custom_propose(lane_host *h, lane_req *r, int32_t k) {
+	int32_t L = r->n_prompt + r->n_gen, from = L > 4096 ? L - 4096 : 0;
+	for (int32_t i = from; i < L; i++) h->ctxbuf[i - from] = i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt];
+	int32_t got = h->cfg.hooks.propose(h->cfg.hooks.arg, h->ctxbuf, L - from, r->drafts, k);
+	r->n_draft = got < 0 ? 0 : got > k ? k : got;
+	for (int32_t j = 0; j < r->n_draft; j++)
+		if (r->drafts[j] < 0 || r->drafts[j] >= h->hp.n_vocab) r->n_draft = j; // an id outside the vocabulary ends it
+	r->prop = LANE_PROP_NGRAM;
+}
+
 // Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
 // long) first, else the draft model when there is one, else the n-gram's weak match.
 static void propose(lane_host *h) {
@@ -294,6 +326,10 @@ static void propose(lane_host *h) {
 		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
 		int32_t k = imin(r->draft_k, r->max_tokens - r->n_gen - 1);
 		if (k <= 0) continue;
+		if (h->cfg.hooks.propose) {
+			custom_propose(h, r, k);
+			continue;
+		}
 		int32_t n = lane_propose_ngram(h, r, k);
 		if (n < 2 && h->dkv) {
 			mr[nm] = r;
@@ -358,14 +394,8 @@ static void run_round(lane_host *h) {
 	// then prompt pieces in admission order, within the budget
 	int32_t budget = prompt_budget(h, n_decode);
 	for (;;) {
-		lane_req *r = NULL;
-		for (int32_t i = 0; i < h->cfg.lanes; i++) {
-			lane_req *c = h->lanes[i];
-			if (c && c->n_filled < c->n_prompt && kv_seq_len(h->kv, i) == c->n_filled &&
-			    (!r || c->serial < r->serial))
-				r = c;
-		}
-		if (!r || budget <= 0) break;
+		lane_req *r = budget > 0 ? next_piece(h) : NULL;
+		if (!r) break;
 		int32_t take = imin(r->n_prompt - r->n_filled, budget);
 		if (h->cfg.piece > 0) take = imin(take, h->cfg.piece);
 		if (ensure_rows(h, n + take) || fault(h, r)) {

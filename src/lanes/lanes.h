@@ -86,6 +86,29 @@ typedef struct {
 typedef struct lane_host lane_host;
 typedef struct lane_req lane_req;
 
+// A lane filling its prompt, as the row policy sees it.
+typedef struct {
+	int32_t lane;             // lane id
+	uint64_t serial;          // submit order (smaller: earlier)
+	int32_t filled;           // prompt tokens in KV
+	int32_t remaining;        // prompt tokens still to feed
+} lane_fill;
+
+// Hooks that change how rounds are planned; NULL fields keep the defaults. None of them
+// can change a request's tokens — only when its rows run.
+typedef struct {
+	void *arg;
+	// Planner: prompt rows this round may add beside n_decode decode and draft rows
+	// (default: the share of --round-ms the calibrated pricing model leaves).
+	int32_t (*budget)(void *arg, int32_t n_decode, double row_us, double fixed_us, double round_ms);
+	// Row policy: the index in filling[0..n) of the lane that gets the next prompt piece,
+	// or -1 for none (default: the earliest admitted).
+	int32_t (*next_piece)(void *arg, const lane_fill *filling, int32_t n);
+	// Proposer: up to k draft tokens to follow ctx (its last n tokens) into out; returns
+	// how many (default: prompt lookup, then the draft model when one is configured).
+	int32_t (*propose)(void *arg, const int32_t *ctx, int32_t n, int32_t *out, int32_t k);
+} lane_hooks;
+
 typedef struct {
 	int32_t lanes;            // concurrent requests (default 4)
 	int32_t queue;            // waiting requests beyond the lanes (default 64)
@@ -99,6 +122,7 @@ typedef struct {
 	enum lane_draft_mode draft; // auto: n-gram drafts, and the draft model's when one is given
 	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
 	const model *draft_model; // optional; its vocabulary must equal the target's
+	lane_hooks hooks;         // planner, row policy and proposer (zero: the defaults)
 	uint64_t seed;            // seeds drawn for requests without one come from here
 } lane_config;
 

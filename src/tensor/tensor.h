@@ -134,14 +134,6 @@ typedef struct {
 	// blocks in order, elements in order within a block, sum = sum + w*x (no FMA), so a
 	// faster kernel that wants to match it bit for bit knows exactly what to reproduce.
 	float (*vec_dot_f32)(const void *wrow, const float *x, int64_t n);
-
-	// ---- kernels (tensor/ref/kernels.c, tensor/x86/): fields added below this line ----
-	// Matmul slice: y[r*ldy + o] for rows r < n and outputs o in [o0, o1) is the dot of
-	// weight row o (k elements; rows wstride bytes apart) with x row r (ldx floats apart),
-	// each reduced exactly as vec_dot_f32 reduces it, so every slicing of rows or outputs
-	// gives the same bits. NULL: tensor_ref_matmul serves the type.
-	void (*matmul)(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
-		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1);
 } tensor_traits;
 
 // The traits of type (enum gguf_ttype); NULL for a type lanes cannot convert.
@@ -165,11 +157,15 @@ int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t n
 #include <stdbool.h>
 #include "base/base.h"
 
-// The reference matmul slice (the `matmul` field's contract) for any type with traits.
+// The reference matmul slice: y[r*ldy + o] for rows r < n and outputs o in [o0, o1) is the
+// dot of weight row o (k elements of type; rows wstride bytes apart) with x row r (ldx floats
+// apart), each reduced exactly as vec_dot_f32 reduces it, so every slicing of rows or
+// outputs gives the same bits.
 void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
 		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1);
 // y[n][n_out] = x[n][k] . W^T with W = n_out rows of k elements of type, wstride bytes
-// apart; threads of pool (NULL: the caller alone) split the outputs, never k.
+// apart, by the reference kernel; threads of pool (NULL: the caller alone) split the
+// outputs, never k. (The forward pass uses a kernel set's tensor_matmuls instead.)
 void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
 		   int64_t k, const float *x, int64_t n, float *y);
 
@@ -234,5 +230,62 @@ void tensor_moe_route(const float *logits, int32_t n_exp, int32_t n_used, bool n
 // dst[i] = src row idx[i] (n floats each; src rows ld floats apart) for i < n_idx.
 void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_t n_idx, int64_t n,
 			float *dst);
+
+
+// ==== kernel sets (tensor/kernels.c; tensor/ref, tensor/x86) ==============================
+// A kernel set is one instruction set's matmul, attention and activation kernels, with the
+// weight layout its matmul reads: "ref" (portable C, weights read in place), "avx2" and
+// "avx512" (weights repacked in tiles of 16 rows, activations quantized per row to int8 in
+// blocks of 32 for the quantized types). Each set keeps the exactness contract on its own:
+// every output reduces over k in one fixed order, whatever the batch, slicing or threads.
+// Sets differ from each other (and from the reference) by rounding only.
+typedef struct tensor_kernels tensor_kernels;
+
+// The default set: the best one CPUID allows, or the one LANES_KERNELS=ref|avx2|avx512
+// names (a name the CPU cannot run is refused with a warning). Chosen and logged once.
+const tensor_kernels *tensor_kernels_default(void);
+// The set called name if this CPU runs it, else NULL.
+const tensor_kernels *tensor_kernels_find(const char *name);
+// Makes the set called name the default for what is set up from now on (models loaded
+// after it). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
+int tensor_kernels_select(const char *name);
+const char *tensor_kernels_name(const tensor_kernels *ks);
+// The names of the sets this CPU runs, portable first: fills up to cap, returns the count.
+int tensor_kernels_available(const char **names, int cap);
+
+// A weight matrix, or a stack of n_mat of them (MoE experts), as one kernel set reads it.
+typedef struct {
+	const tensor_kernels *ks; // the set it is laid out for
+	uint32_t type;            // enum gguf_ttype
+	int64_t rows, k, n_mat;   // outputs, elements per row, matrices
+	const void *data;         // packed by ks, or the first row in place
+	size_t row_bytes;         // in place: bytes between rows
+	size_t mat_bytes;         // bytes between the matrices of a stack
+} tensor_mat;
+
+// Bytes that ks needs to repack a stack of n_mat matrices of rows x k of type; 0 when ks
+// reads such rows in place, or the size overflows.
+size_t tensor_pack_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k, int64_t n_mat);
+// Describes a stack whose rows lie back to back at src. dst: NULL when ks reads it in place,
+// else tensor_pack_bytes of memory that receives the packed copy (the work split across
+// pool's threads); the tensor_mat then points at dst.
+void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
+		     int64_t n_mat, const void *src, void *dst, lanes_pool *pool);
+
+// For i < nw: ys[i][n][ws[i]->rows] = x[n][k] . (matrix mats[i] of ws[i])^T. All matrices
+// share ws[0]'s set and k; x is prepared once (quantized per row where the set wants it)
+// and the threads of pool split the outputs of all of them, never k.
+void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+		    int64_t n, float *const *ys);
+
+// The forward pass's other kernels, as the set ks has them (same contracts as the
+// reference functions above; results differ from them by rounding only).
+void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y);
+void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
+uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);
+// Attention of nq query heads that share one KV head (GQA): q[nq][head_dim] -> out[nq][head_dim],
+// each as tensor_attn_f16 computes it; scores: nq * n_pos floats of scratch.
+void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
+		   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out);
 
 #endif

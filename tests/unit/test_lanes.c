@@ -481,6 +481,46 @@ static void test_draft_model(void) {
 	model_free(dm);
 }
 
+// Hooks change when rows run, never what a request gets: a stingy planner, a newest-first
+// row policy and a proposer of wrong guesses leave every token as it was.
+static int32_t budget_small(void *arg, int32_t n_decode, double row_us, double fixed_us, double round_ms) { return 5; }
+static int32_t newest_first(void *arg, const lane_fill *f, int32_t n) {
+	int32_t best = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (f[i].serial > f[best].serial) best = i;
+	(*(int *)arg)++;
+	return best;
+}
+static int32_t wrong_guesses(void *arg, const int32_t *ctx, int32_t n, int32_t *out, int32_t k) {
+	for (int32_t i = 0; i < k; i++) out[i] = (ctx[n - 1] + 7 * i + 3) % 500;
+	return k;
+}
+
+static void test_hooks(void) {
+	static req_spec s[12];
+	make_specs(s, 12, 5, model_hparams_of(M)->n_vocab);
+	static result plain[12], hooked[12];
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, 12, plain, false);
+	lane_host_free(h);
+	for (int i = 0; i < 12; i++) s[i].q.draft = true;
+	int calls = 0;
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 6;
+	c.ctx = 2048;
+	c.hooks = (lane_hooks){.arg = &calls, .budget = budget_small, .next_piece = newest_first, .propose = wrong_guesses};
+	char err[256];
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == 0);
+	run_all(h, s, 12, hooked, true);
+	lane_snapshot snap;
+	lane_host_snapshot(h, &snap);
+	lane_host_free(h);
+	CHECKF(calls > 12, "the row policy was asked (%d times)", calls);
+	CHECKF(snap.draft_tokens[LANE_PROP_NGRAM] > 0, "the proposer hook proposed");
+	for (int i = 0; i < 12; i++) CHECKF(same(&plain[i], &hooked[i]), "req %d: hooks leave the tokens alone", i);
+}
+
 static void with_model(const char *name, void (*fn)(void)) {
 	char path[1024], err[512];
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
@@ -505,5 +545,8 @@ int main(void) {
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
 	test_exact("ref-llama-Q4_K_M.gguf");
+	test_exact("ref-qwen2-Q8_0.gguf");
+	test_exact("ref-moe-Q8_0.gguf");
+	with_model("stories260K.gguf", test_hooks);
 	T_DONE("lanes");
 }

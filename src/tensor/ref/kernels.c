@@ -1,7 +1,7 @@
 // tensor/ref/kernels: the plain C kernels of the forward pass — matmul for every block
 // type, RMSNorm, softmax, SwiGLU, RoPE, paged f16 attention and MoE routing. Each defines
 // the fixed reduction order that faster kernels must keep.
-#include "tensor/tensor.h"
+#include "tensor/kern.h"
 
 #include <math.h>
 #include <string.h>
@@ -113,7 +113,7 @@ void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstrid
 		   int64_t k, const float *x, int64_t n, float *y) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	LANES_ASSERT(tt);
-	mm_job j = {type, w, wstride, n_out, k, n, x, y, tt->matmul ? tt->matmul : tensor_ref_matmul};
+	mm_job j = {type, w, wstride, n_out, k, n, x, y, tensor_ref_matmul};
 	if (n <= 0 || n_out <= 0) return;
 	if (!pool || n_out <= MM_OT) mm_task(&j, 0, 1);
 	else lanes_pool_run(pool, mm_task, &j);
@@ -281,3 +281,32 @@ void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_
 			float *dst) {
 	for (int64_t i = 0; i < n_idx; i++) memcpy(dst + i * n, src + idx[i] * ld, (size_t)n * sizeof *dst);
 }
+
+// ---- the reference kernel set: weights in place, float activations ---------------------------
+static enum kern_act ref_act_kind(uint32_t type) { return KERN_ACT_F32; }
+
+static void ref_mm(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
+		   int64_t ldy, int64_t o0, int64_t o1) {
+	tensor_ref_matmul(w->type, mat, w->row_bytes, w->k, xa, (int64_t)(xa_stride / sizeof(float)), n, y, ldy, o0, o1);
+}
+
+static void ref_attn(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+		     int32_t n_pos, float *scores, float *out) {
+	for (int32_t h = 0; h < nq; h++)
+		tensor_attn_f16(q + (size_t)h * head_dim, head_dim, scale, kvv, n_pos, scores + (size_t)h * n_pos,
+				out + (size_t)h * head_dim);
+}
+
+static bool ref_cpu_ok(void) { return true; }
+
+const tensor_kernels tensor_kernels_ref = {
+	.name = "ref",
+	.tile = MM_OT,
+	.act_kind = ref_act_kind,
+	.matmul = ref_mm,
+	.attn = ref_attn,
+	.rmsnorm = tensor_rmsnorm,
+	.swiglu = tensor_swiglu,
+	.f16s_encode = tensor_f16s_encode,
+	.cpu_ok = ref_cpu_ok,
+};

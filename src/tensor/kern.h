@@ -1,0 +1,72 @@
+// tensor (internal): the kernel-set table behind tensor_kernels — what each instruction set
+// provides (packing, activation preparation, matmul, attention, norms) — and the packed
+// layouts and activation blocks the x86 sets share. Internal to src/tensor.
+#ifndef LANES_TENSOR_KERN_H
+#define LANES_TENSOR_KERN_H
+
+#include "tensor/tensor.h"
+
+// How a matmul wants its activations: float rows as given, or quantized per row into
+// kern_q8 blocks of 32 (each row's blocks depend on that row alone).
+enum kern_act { KERN_ACT_F32, KERN_ACT_Q8 };
+
+// One block of 32 activations quantized to int8: x ~= d * q, with q in [-127, 127].
+typedef struct {
+	float d;        // scale
+	float ds;       // d * sum (float, for the min terms of affine types)
+	int32_t sum;    // sum of q over 32
+	int16_t s16[2]; // sums of q over each half of 16
+	int8_t q[32];
+} kern_q8;
+static_assert(sizeof(kern_q8) == 48, "kern_q8 size");
+
+struct tensor_kernels {
+	const char *name;
+	int tile; // outputs per packed tile; threads split outputs on multiples of it
+	// Bytes of one packed matrix (rows x k of type); NULL: the set reads rows in place.
+	size_t (*pack_bytes)(uint32_t type, int64_t rows, int64_t k);
+	// Packs tiles [t0, t1) of one matrix whose rows lie row_bytes apart in src.
+	void (*pack)(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst,
+		     int64_t t0, int64_t t1);
+	enum kern_act (*act_kind)(uint32_t type);
+	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks.
+	void (*act_q8)(const float *x, int64_t k, kern_q8 *dst);
+	// Outputs [o0, o1) (o0 a multiple of tile) of n activation rows: y[r*ldy + o]. mat: the
+	// matrix's first byte (packed, or its first row in place); xa: rows xa_stride bytes apart,
+	// floats or kern_q8 blocks as act_kind says.
+	void (*matmul)(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
+		       int64_t ldy, int64_t o0, int64_t o1);
+	void (*attn)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+		     int32_t n_pos, float *scores, float *out);
+	void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);
+	void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
+	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);
+	bool (*cpu_ok)(void); // whether this CPU runs the set
+};
+
+extern const tensor_kernels tensor_kernels_ref;
+extern const tensor_kernels tensor_kernels_avx2;
+extern const tensor_kernels tensor_kernels_avx512;
+
+// ---- the x86 packed layout (tensor/x86/pack.c), shared by the avx2 and avx512 sets --------
+// Rows are grouped in tiles of 16 (the last one padded with zero rows). Within a tile the
+// blocks follow in k order; a block of 32 elements keeps its quants as unsigned codes u in
+// "planes" of 64 bytes whose byte 4r+b belongs to row r of the tile:
+//   planes4 (4 planes): plane g, byte 4r+b = u[4g+b] & 15 | (u[16+4g+b] & 15) << 4
+//   planes8 (8 planes): plane g, byte 4r+b = u[4g+b]
+//   hb1 (1 plane): byte 4r+b, bit g = bit X of u[4g+b], bit 4+g = bit X of u[16+4g+b]
+//   planes2 (2 planes, h = 0, 1): for g = 2h+t, bits 4t..4t+1 = field of u[4g+b] and
+//     bits 4t+2..4t+3 = field of u[16+4g+b] (field: u & 3, or u >> 4 for Q6_K's high bits)
+// so one vector of 32-bit lanes holds four neighbouring codes of each of 16 rows, ready for
+// an int8 dot product with four activation bytes broadcast to every lane. Per-row scales
+// follow the block's planes as 16 fp16 values, or 16 bytes per sub-block for K-quants.
+#define KERN_TILE 16
+size_t kern_x86_pack_bytes(uint32_t type, int64_t rows, int64_t k);
+// q8_unsigned: Q8_0 codes stored as q ^ 0x80 (an unsigned operand), else as signed q.
+void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst, int64_t t0,
+		   int64_t t1, bool q8_unsigned);
+enum kern_act kern_x86_act_kind(uint32_t type);
+// Bytes of one packed tile-block: 32 elements (legacy), 256 (K-quants), 1 (float types).
+size_t kern_x86_block_bytes(uint32_t type);
+
+#endif
