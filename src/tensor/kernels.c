@@ -1,0 +1,215 @@
+// tensor/kernels: kernel-set dispatch (CPUID once, LANES_KERNELS to force a set), weight
+// packing for a set, and the threaded matmul driver: activations prepared once per call,
+// then threads claim tiles of outputs — never a share of k — so the split leaves every sum alone.
+#include "tensor/kern.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Portable first, best last.
+static const tensor_kernels *const all_sets[] = {&tensor_kernels_ref, &tensor_kernels_avx2, &tensor_kernels_avx512};
+#define N_SETS (int)(sizeof all_sets / sizeof all_sets[0])
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static _Atomic(const tensor_kernels *) default_set;
+
+const tensor_kernels *tensor_kernels_find(const char *name) {
+	for (int i = 0; i < N_SETS; i++)
+		if (name && !strcmp(all_sets[i]->name, name)) return all_sets[i]->cpu_ok() ? all_sets[i] : NULL;
+	return NULL;
+}
+
+static void choose_default(void) {
+	const tensor_kernels *best = &tensor_kernels_ref;
+	for (int i = 0; i < N_SETS; i++)
+		if (all_sets[i]->cpu_ok()) best = all_sets[i];
+	const char *env = getenv("LANES_KERNELS");
+	if (env && *env) {
+		const tensor_kernels *ks = tensor_kernels_find(env);
+		if (ks) best = ks;
+		else LOG_WARN("tensor", "LANES_KERNELS=%s: %s; using %s", env,
+			      tensor_kernels_find(env) || !strcmp(env, "ref") || !strcmp(env, "avx2") || !strcmp(env, "avx512")
+				      ? "this CPU cannot run it" : "unknown set (ref, avx2, avx512)",
+			      best->name);
+	}
+	atomic_store(&default_set, best);
+	LOG_INFO("tensor", "kernels: %s%s", best->name, env && *env && best == tensor_kernels_find(env) ? " (LANES_KERNELS)" : "");
+}
+
+const tensor_kernels *tensor_kernels_default(void) {
+	pthread_once(&default_once, choose_default);
+	return atomic_load(&default_set);
+}
+
+int tensor_kernels_select(const char *name) {
+	pthread_once(&default_once, choose_default);
+	for (int i = 0; i < N_SETS; i++) {
+		if (!name || strcmp(all_sets[i]->name, name)) continue;
+		if (!all_sets[i]->cpu_ok()) return LANES_EUNSUPPORTED;
+		atomic_store(&default_set, all_sets[i]);
+		return LANES_OK;
+	}
+	return LANES_EINVAL;
+}
+
+const char *tensor_kernels_name(const tensor_kernels *ks) { return ks ? ks->name : "?"; }
+
+int tensor_kernels_available(const char **names, int cap) {
+	int n = 0;
+	for (int i = 0; i < N_SETS; i++)
+		if (all_sets[i]->cpu_ok()) {
+			if (n < cap) names[n] = all_sets[i]->name;
+			n++;
+		}
+	return n;
+}
+
+// ---- packing ----------------------------------------------------------------------------
+size_t tensor_pack_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k, int64_t n_mat) {
+	if (!ks->pack_bytes || !tensor_traits_of(type) || rows <= 0 || k <= 0 || n_mat <= 0) return 0;
+	uint64_t one = ks->pack_bytes(type, rows, k), all;
+	if (!one || !ck_mul(one, (uint64_t)n_mat, &all) || all > SIZE_MAX / 2) return 0;
+	return (size_t)all;
+}
+
+typedef struct {
+	const tensor_mat *m;
+	const uint8_t *src;
+	uint8_t *dst;
+	int64_t tiles; // per matrix
+} pack_job;
+
+static void pack_task(void *arg, int ith, int nth) {
+	const pack_job *j = arg;
+	const int64_t total = j->tiles * j->m->n_mat;
+	const int64_t a = total * ith / nth, b = total * (ith + 1) / nth;
+	for (int64_t mat = a / j->tiles; mat < j->m->n_mat && mat * j->tiles < b; mat++) {
+		int64_t t0 = a - mat * j->tiles, t1 = b - mat * j->tiles;
+		t0 = t0 < 0 ? 0 : t0;
+		t1 = t1 > j->tiles ? j->tiles : t1;
+		if (t0 < t1)
+			j->m->ks->pack(j->m->type, j->src + (size_t)mat * j->m->row_bytes * (size_t)j->m->rows, j->m->row_bytes,
+				       j->m->rows, j->m->k, j->dst + (size_t)mat * j->m->mat_bytes, t0, t1);
+	}
+}
+
+void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
+		     int64_t n_mat, const void *src, void *dst, lanes_pool *pool) {
+	*m = (tensor_mat){.ks = ks, .type = type, .rows = rows, .k = k, .n_mat = n_mat, .data = src,
+			  .row_bytes = tensor_row_bytes(type, k)};
+	m->mat_bytes = m->row_bytes * (size_t)rows;
+	if (!dst) return;
+	LANES_ASSERT(ks->pack && ks->pack_bytes);
+	m->mat_bytes = ks->pack_bytes(type, rows, k);
+	m->data = dst;
+	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
+	if (pool && j.tiles * n_mat > 1) lanes_pool_run(pool, pack_task, &j);
+	else pack_task(&j, 0, 1);
+}
+
+// ---- the matmul driver ---------------------------------------------------------------------
+#define MAX_MATS 8
+
+typedef struct {
+	int nw;
+	const tensor_mat *const *ws;
+	const int64_t *mats;
+	const float *x;
+	int64_t n, k;
+	float *const *ys;
+	enum kern_act act;
+	void *xa;          // prepared activations (KERN_ACT_Q8), else x
+	size_t xa_stride;  // bytes between prepared rows
+	int64_t first[MAX_MATS + 1]; // first global tile of each matrix
+	int64_t chunk;     // tiles claimed at a time
+	atomic_int arrived;
+	atomic_llong next;
+} mm_job;
+
+// Waits until every thread has prepared its rows: spins briefly, then yields the core.
+static void barrier(atomic_int *arrived, int nth) {
+	atomic_fetch_add(arrived, 1);
+	for (int spins = 0; atomic_load(arrived) < nth; spins++) {
+		if (spins < 20000) __builtin_ia32_pause();
+		else sched_yield();
+	}
+}
+
+static void mm_run(void *arg, int ith, int nth) {
+	mm_job *j = arg;
+	if (j->act == KERN_ACT_Q8) {
+		const tensor_kernels *ks = j->ws[0]->ks;
+		for (int64_t r = j->n * ith / nth; r < j->n * (ith + 1) / nth; r++)
+			ks->act_q8(j->x + r * j->k, j->k, (kern_q8 *)((uint8_t *)j->xa + (size_t)r * j->xa_stride));
+		if (nth > 1) barrier(&j->arrived, nth);
+	}
+	const int64_t total = j->first[j->nw];
+	for (;;) {
+		const int64_t c0 = atomic_fetch_add(&j->next, j->chunk);
+		if (c0 >= total) break;
+		const int64_t c1 = c0 + j->chunk < total ? c0 + j->chunk : total;
+		for (int i = 0; i < j->nw; i++) {
+			const int64_t a = c0 > j->first[i] ? c0 : j->first[i], b = c1 < j->first[i + 1] ? c1 : j->first[i + 1];
+			if (a >= b) continue;
+			const tensor_mat *w = j->ws[i];
+			const int tile = w->ks->tile;
+			const int64_t o0 = (a - j->first[i]) * tile, o1 = (b - j->first[i]) * tile;
+			w->ks->matmul(w, (const uint8_t *)w->data + (size_t)j->mats[i] * w->mat_bytes, j->xa, j->xa_stride, j->n,
+				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows);
+		}
+	}
+}
+
+void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+		    int64_t n, float *const *ys) {
+	LANES_ASSERT(nw >= 1 && nw <= MAX_MATS);
+	if (n <= 0) return;
+	const tensor_kernels *ks = ws[0]->ks;
+	mm_job j = {.nw = nw, .ws = ws, .mats = mats, .x = x, .n = n, .k = ws[0]->k, .ys = ys};
+	j.act = ks->act_kind(ws[0]->type);
+	for (int i = 0; i < nw; i++) {
+		LANES_ASSERT(ws[i]->ks == ks && ws[i]->k == j.k && ks->act_kind(ws[i]->type) == j.act);
+		j.first[i + 1] = j.first[i] + (ws[i]->rows + ks->tile - 1) / ks->tile;
+	}
+	void *buf = NULL;
+	if (j.act == KERN_ACT_Q8) {
+		j.xa_stride = (size_t)(j.k / 32) * sizeof(kern_q8);
+		buf = malloc(j.xa_stride * (size_t)n + 64);
+		LANES_ASSERT(buf);
+		j.xa = (void *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+	} else {
+		j.xa = (void *)x;
+		j.xa_stride = (size_t)j.k * sizeof(float);
+	}
+	const int nth = lanes_pool_threads(pool);
+	const int64_t total = j.first[nw];
+	// Small claims balance threads a busy machine slows unevenly; big ones keep reads sequential.
+	j.chunk = total / ((int64_t)nth * 8);
+	if (j.chunk < 1) j.chunk = 1;
+	atomic_init(&j.arrived, 0);
+	atomic_init(&j.next, 0);
+	if (nth > 1 && (total > 1 || n > 1)) lanes_pool_run(pool, mm_run, &j);
+	else mm_run(&j, 0, 1);
+	free(buf);
+}
+
+// ---- the other kernels of a set -------------------------------------------------------------
+void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y) {
+	ks->rmsnorm(x, w, n, eps, y);
+}
+
+void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
+	ks->swiglu(g, u, out, n);
+}
+
+uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h) {
+	return ks->f16s_encode(x, n, h);
+}
+
+void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
+		   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out) {
+	ks->attn(q, nq, head_dim, scale, kvv, n_pos, scores, out);
+}
