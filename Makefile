@@ -73,6 +73,7 @@ deps-check:
 	@scripts/deps.sh --quiet
 
 unit: deps-check $(BUILD)/lanes $(TESTS)
+	@scripts/deps.sh --node --quiet
 	@LANES_SHARED=$(SHARED) LANES_BIN=$(BUILD)/lanes scripts/run-tests.sh $(BUILD)
 
 # the C unit tests alone (CI runs them once more under the sanitizers)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # make bench: one table — prompt processing (pp512) and decode (tg128) tok/s per weight
 # type on tinyllama-1.1b-shaped models, the read-bandwidth probe and the decode limit it
-# implies, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench.
+# implies, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench (run
+# right after ours on the same file, so both see the same machine).
 BUILD=${1:-build}
 : "${LANES_SHARED:=../shared}"
 BIN="$BUILD/lanes"
@@ -9,15 +10,20 @@ MODELS="${LANES_BENCH_MODELS:-$BUILD/bench-models}"
 TYPES="${LANES_BENCH_TYPES:-Q4_0 Q8_0 Q4_K_M Q6_K}"
 THREADS="${LANES_BENCH_THREADS:-2}"
 REPS="${LANES_BENCH_REPS:-3}"
-mkdir -p "$MODELS"
+mkdir -p "$MODELS" || exit 1
+
+field() { printf '%s' "$1" | sed -n "s/.*\"$2\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 
 bw=$("$BUILD/bench/bw" "$THREADS")
-bwN=$(printf '%s' "$bw" | sed 's/.*"bwN_gbs": \([0-9.]*\).*/\1/')
-bw1=$(printf '%s' "$bw" | sed 's/.*"bw1_gbs": \([0-9.]*\).*/\1/')
-echo "read bandwidth: $bw1 GB/s (1 thread), $bwN GB/s ($THREADS threads)"
+bwN=$(field "$bw" bwN_gbs)
+bw1=$(field "$bw" bw1_gbs)
+echo "read bandwidth: $bw1 GB/s (1 thread), $bwN GB/s ($THREADS threads); $THREADS threads, $REPS repetitions"
+[ -n "$LLAMA_BENCH" ] && [ ! -x "$LLAMA_BENCH" ] && { echo "LLAMA_BENCH=$LLAMA_BENCH is not executable"; LLAMA_BENCH=; }
 
-printf '%-8s %9s %9s %9s %9s %9s' type size_MiB pp512 tg128 tg_limit tg/limit
-[ -n "$LLAMA_BENCH" ] && printf ' %9s %9s %7s %7s' llama_pp llama_tg pp_x tg_x
+printf '%-7s %6s %7s %6s %8s %8s' type MiB kernels load_s pp512 tg128
+[ -n "$LLAMA_BENCH" ] && printf ' %8s %8s %6s %6s' llama_pp llama_tg pp_x tg_x
+printf ' %8s %7s' tg_limit tg/lim
+[ -n "$LLAMA_BENCH" ] && printf ' %7s' llama/lim
 echo
 for t in $TYPES; do
 	f="$MODELS/tinyllama-1.1b-$t.gguf"
@@ -26,8 +32,11 @@ for t in $TYPES; do
 			{ echo "$t: lanes gen failed"; continue; }
 	fi
 	j=$("$BIN" bench -m "$f" -p 512 -n 128 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)
-	pp=$(printf '%s' "$j" | sed 's/.*"pp_tps": *\([0-9.]*\).*/\1/')
-	tg=$(printf '%s' "$j" | sed 's/.*"tg_tps": *\([0-9.]*\).*/\1/')
+	pp=$(field "$j" pp_tps)
+	tg=$(field "$j" tg_tps)
+	ks=$(field "$j" kernels)
+	load=$(field "$j" load_s)
+	[ -n "$pp" ] && [ -n "$tg" ] || { echo "$t: lanes bench failed"; continue; }
 	# bytes read per token: every weight tensor but token_embd, of which one row
 	wbytes=$("$BIN" info --json "$f" | python3 -c '
 import json,sys
@@ -43,14 +52,15 @@ for t in d["tensors"]:
 print(tot)')
 	size=$(( $(stat -c %s "$f") / 1048576 ))
 	limit=$(echo "scale=1; $bwN * 1000000000 / $wbytes" | bc)
-	ratio=$(echo "scale=2; $tg / $limit" | bc)
-	printf '%-8s %9s %9s %9s %9s %9s' "$t" "$size" "$pp" "$tg" "$limit" "$ratio"
+	printf '%-7s %6s %7s %6.2f %8.1f %8.1f' "$t" "$size" "$ks" "$load" "$pp" "$tg"
 	if [ -n "$LLAMA_BENCH" ]; then
 		lj=$("$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r "$REPS" -t "$THREADS" -o json 2>/dev/null)
 		lpp=$(printf '%s' "$lj" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([x["avg_ts"] for x in d if x["n_prompt"]>0][0])' 2>/dev/null)
 		ltg=$(printf '%s' "$lj" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([x["avg_ts"] for x in d if x["n_gen"]>0][0])' 2>/dev/null)
-		printf ' %9.1f %9.1f %7.2f %7.2f' "${lpp:-0}" "${ltg:-0}" "$(echo "$pp / ${lpp:-1}" | bc -l)" "$(echo "$tg / ${ltg:-1}" | bc -l)"
+		printf ' %8.1f %8.1f %6.2f %6.2f' "${lpp:-0}" "${ltg:-0}" "$(echo "$pp / ${lpp:-1}" | bc -l)" "$(echo "$tg / ${ltg:-1}" | bc -l)"
 	fi
+	printf ' %8.1f %7.2f' "$limit" "$(echo "$tg / $limit" | bc -l)"
+	[ -n "$LLAMA_BENCH" ] && printf ' %7.2f' "$(echo "${ltg:-0} / $limit" | bc -l)"
 	echo
 done
 for v in llama-spm qwen2 gpt-2; do

@@ -2,6 +2,22 @@
 # Makes sure the Debian packages lanes builds and tests with are present:
 # installs them when run as root, otherwise prints the exact apt-get line.
 PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev pkg-config"
+# --node: also the Node.js clients the HTTP tests drive (npm ci, from package-lock.json)
+if [ "$1" = "--node" ]; then
+	shift
+	if ! command -v npm >/dev/null 2>&1; then
+		if [ "$(id -u)" = 0 ]; then
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >&2 || exit 1
+		else
+			echo "deps: Node.js 20 and npm are needed for the HTTP tests; run:" >&2
+			echo "  sudo apt-get install -y nodejs npm" >&2
+			exit 1
+		fi
+	fi
+	if [ ! -d node_modules ] || [ package-lock.json -nt node_modules ]; then
+		npm ci --no-audit --no-fund >&2 || exit 1
+	fi
+fi
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -1,5 +1,6 @@
 // base: a fixed thread pool. The caller runs as worker 0; each job hands every worker
-// its (ith, nth) so kernels split output rows or columns, never a reduction.
+// its (ith, nth) so kernels split output rows or columns, never a reduction. Between jobs
+// workers spin briefly before sleeping, since a forward pass posts jobs microseconds apart.
 #include "base/base.h"
 
 #include <pthread.h>
@@ -7,16 +8,21 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+// How long a worker (or the caller waiting for the workers) spins before sleeping.
+#define SPIN_NS 200000
+
 struct lanes_pool {
 	int n;                    // threads including the caller
 	pthread_t *threads;       // n - 1 workers
 	pthread_mutex_t mu;
 	pthread_cond_t go, done;
-	lanes_task_fn fn;
+	lanes_task_fn fn;         // the current job, published by gen
 	void *arg;
-	uint64_t gen;             // job generation, bumped per run
-	int pending;              // workers still running the current job
-	bool quit;
+	_Atomic uint64_t gen;     // job generation, bumped per run
+	atomic_int pending;       // workers still running the current job
+	atomic_int sleepers;      // workers blocked on go
+	atomic_bool waiting;      // the caller is blocked on done
+	atomic_bool quit;
 };
 
 typedef struct {
@@ -24,23 +30,47 @@ typedef struct {
 	int ith;
 } worker_arg;
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+// Spins until *gen differs from seen (true) or about SPIN_NS pass (false).
+static bool spin_gen(lanes_pool *p, uint64_t seen) {
+	uint64_t t0 = 0;
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(&p->gen, memory_order_acquire) != seen || atomic_load(&p->quit)) return true;
+		cpu_relax();
+		if (i % 64 == 0) {
+			const uint64_t now = lanes_now_ns();
+			if (!t0) t0 = now;
+			else if (now - t0 > SPIN_NS) return false;
+		}
+	}
+}
+
 static void *worker(void *v) {
 	worker_arg wa = *(worker_arg *)v;
 	free(v);
 	lanes_pool *p = wa.p;
 	uint64_t seen = 0;
 	for (;;) {
-		pthread_mutex_lock(&p->mu);
-		while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
-		if (p->quit) { pthread_mutex_unlock(&p->mu); return NULL; }
-		seen = p->gen;
-		lanes_task_fn fn = p->fn;
-		void *arg = p->arg;
-		pthread_mutex_unlock(&p->mu);
-		fn(arg, wa.ith, p->n);
-		pthread_mutex_lock(&p->mu);
-		if (--p->pending == 0) pthread_cond_signal(&p->done);
-		pthread_mutex_unlock(&p->mu);
+		if (!spin_gen(p, seen)) {
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleepers, 1);
+			while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->go, &p->mu);
+			atomic_fetch_sub(&p->sleepers, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->quit)) return NULL;
+		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+		p->fn(p->arg, wa.ith, p->n);
+		if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
 }
 
@@ -76,7 +106,7 @@ int lanes_pool_new(lanes_pool **out, int n_threads) {
 void lanes_pool_free(lanes_pool *p) {
 	if (!p) return;
 	pthread_mutex_lock(&p->mu);
-	p->quit = true;
+	atomic_store(&p->quit, true);
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
@@ -91,17 +121,32 @@ int lanes_pool_threads(const lanes_pool *p) { return p ? p->n : 1; }
 
 void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg) {
 	if (!p || p->n == 1) { fn(arg, 0, 1); return; }
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->arg = arg;
-	p->pending = p->n - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
+	atomic_store(&p->pending, p->n - 1);
+	atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
+	// A worker that went to sleep counted itself first (under mu), so it is seen here.
+	if (atomic_load(&p->sleepers) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->go);
+		pthread_mutex_unlock(&p->mu);
+	}
 	fn(arg, 0, p->n);
-	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	uint64_t t0 = 0;
+	for (unsigned i = 1; atomic_load(&p->pending) > 0; i++) {
+		cpu_relax();
+		if (i % 64) continue;
+		const uint64_t now = lanes_now_ns();
+		if (!t0) t0 = now;
+		else if (now - t0 > SPIN_NS) {
+			pthread_mutex_lock(&p->mu);
+			atomic_store(&p->waiting, true);
+			while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+			atomic_store(&p->waiting, false);
+			pthread_mutex_unlock(&p->mu);
+			break;
+		}
+	}
 }
 
 int lanes_cpu_count(void) {

@@ -125,10 +125,12 @@ int cmd_bench(int argc, char **argv) {
 	bench_ctx b = {0};
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
+	const uint64_t load_t0 = lanes_now_us();
 	if (model_load(&m, model_path, err, sizeof err)) {
 		fprintf(stderr, "lanes bench: %s\n", err);
 		goto out;
 	}
+	const double load_s = (double)(lanes_now_us() - load_t0) / 1e6;
 	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
 		fprintf(stderr, "lanes bench: %s\n", err);
 		goto out;
@@ -164,6 +166,8 @@ int cmd_bench(int argc, char **argv) {
 	const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
 	LOG_INFO("bench", "%s (%s, %s, %.1f MiB of weights in place, %.1f KiB copied), %d threads, kv %s", base, hp->arch,
 		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, lanes_pool_threads(b.pool), kv_name);
+	LOG_INFO("bench", "kernels %s: %.1f MiB repacked in %.0f ms; load %.2f s", tensor_kernels_name(model_kernels(m)),
+		 model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
 	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
 	if (run_tg(&b, 1) < 0) goto out;
 	for (int64_t r = 0; r < reps; r++) {
@@ -189,9 +193,11 @@ int cmd_bench(int argc, char **argv) {
 	if (n_pp) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
 	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
 	if (json) {
-		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f}", "model", base, "type", type, "threads",
-				      lanes_pool_threads(b.pool), "pp_tokens", (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd,
-				      "tg_tokens", (json_int_t)n_tg, "tg_tps", tg_m, "tg_sd", tg_sd);
+		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f}", "model", base, "type",
+				      type, "threads", lanes_pool_threads(b.pool), "pp_tokens", (json_int_t)n_pp, "pp_tps", pp_m,
+				      "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps", tg_m, "tg_sd", tg_sd, "kernels",
+				      tensor_kernels_name(model_kernels(m)), "load_s", load_s, "packed_mib",
+				      model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m));
 		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
 		if (!s) {
 			fprintf(stderr, "lanes bench: out of memory\n");

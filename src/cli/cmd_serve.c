@@ -34,7 +34,9 @@ static int drain_seconds(double *out) {
 int cmd_serve(int argc, char **argv) {
 	http_config cfg;
 	http_config_default(&cfg);
-	const char *model_path = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *tmpl_path = NULL;
+	const char *model_path = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *tmpl_path = NULL,
+		   *draft_mode = "auto", *draft_model = NULL;
+	int64_t draft_max = cfg.lanes.draft_max;
 	int64_t port = 8080, max_body = (int64_t)cfg.max_body, lanes = cfg.lanes.lanes, ctx = cfg.lanes.ctx,
 		queue = cfg.lanes.queue, piece = cfg.lanes.piece, threads = 0, conns = cfg.max_connections;
 	double round_ms = cfg.lanes.round_ms;
@@ -54,12 +56,15 @@ int cmd_serve(int argc, char **argv) {
 		{"--round-ms", CLI_FLOAT, &round_ms, "target duration of a round with prompt pieces (default 100)"},
 		{"-t|--threads", CLI_INT, &threads, "compute threads (default: one per core)"},
 		{"--max-connections", CLI_INT, &conns, "concurrent connections (default 256)"},
+		{"--draft", CLI_STR, &draft_mode, "speculative decoding for requests that allow it: auto (default) or off"},
+		{"--draft-model", CLI_STR, &draft_model, "a draft model with the same vocabulary (auto uses it beside n-gram)"},
+		{"--draft-max", CLI_INT, &draft_max, "most draft tokens per lane per round, adapted per lane (default 8)"},
 		{"-h|--help", CLI_FLAG, &help, "show this help"},
 	};
 	const int nopts = sizeof opts / sizeof opts[0];
 	const char *synopsis = "lanes serve -m MODEL [--host 127.0.0.1] [--port 8080] [--alias NAME] [--api-key KEY] "
 			       "[--max-body BYTES] [--chat-template FILE] [--lanes N] [--ctx N] [--queue N] [--piece N] "
-			       "[--round-ms MS] [--threads N]";
+			       "[--round-ms MS] [--threads N] [--draft auto|off] [--draft-model FILE] [--draft-max K]";
 	int npos;
 	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
 	if (help || !model_path) {
@@ -74,7 +79,8 @@ int cmd_serve(int argc, char **argv) {
 	} ranges[] = {{"--port", port, 0, 65535},       {"--max-body", max_body, 16, (int64_t)1 << 34},
 		      {"--lanes", lanes, 1, 64},         {"--ctx", ctx, 16, 1 << 24},
 		      {"--queue", queue, 0, 1000000},    {"--piece", piece, 0, INT32_MAX},
-		      {"--threads", threads, 0, 1024},   {"--max-connections", conns, 1, 65536}};
+		      {"--threads", threads, 0, 1024},   {"--max-connections", conns, 1, 65536},
+		      {"--draft-max", draft_max, 1, LANE_MAX_DRAFT}};
 	for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
 		if (ranges[i].v < ranges[i].lo || ranges[i].v > ranges[i].hi) {
 			fprintf(stderr, "lanes serve: %s must be %lld..%lld\n", ranges[i].name, (long long)ranges[i].lo,
@@ -95,6 +101,13 @@ int cmd_serve(int argc, char **argv) {
 	cfg.lanes.piece = (int32_t)piece;
 	cfg.lanes.round_ms = round_ms;
 	cfg.lanes.threads = (int32_t)threads;
+	if (strcmp(draft_mode, "auto") && strcmp(draft_mode, "off")) {
+		fprintf(stderr, "lanes serve: --draft must be auto or off, not '%s'\n", draft_mode);
+		return 2;
+	}
+	cfg.lanes.draft = strcmp(draft_mode, "off") ? LANE_DRAFT_AUTO : LANE_DRAFT_OFF;
+	cfg.lanes.draft_max = (int32_t)draft_max;
+	cfg.draft_model = draft_model;
 
 	// every thread the server starts inherits this mask: the signals come to sigtimedwait here
 	sigset_t set;

@@ -160,6 +160,7 @@ static size_t safe_prefix(const lane_req *r) {
 }
 
 static void pending_drop(lane_req *r, size_t n) {
+	if (!n) return;
 	memmove(r->pending, r->pending + n, r->n_pending - n);
 	r->n_pending -= n;
 	if (r->pending) r->pending[r->n_pending] = 0;
@@ -230,7 +231,8 @@ static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
 	}
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
 	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
-	return n < 1 ? 1 : n > 4096 ? 4096 : n;
+	// a page of prompt per round at least, so busy decoding never starves a filling lane
+	return n < h->cfg.page_tokens ? h->cfg.page_tokens : n > 4096 ? 4096 : n;
 }
 
 static bool fault(lane_host *h, const lane_req *r) { return h->fault && h->fault(h->fault_arg, h->round, r->serial); }
@@ -450,6 +452,7 @@ static void run_round(lane_host *h) {
 		// a decode row and its drafts: the target's token at each position, in order, until
 		// one differs from the draft; every token taken is the target's own
 		int32_t nd = r->n_draft, P = h->rows[i].pos, acc = 0;
+		lreq_ref(r); // ending it inside the drafts must not free it under us
 		for (int32_t j = 0; j <= nd; j++) {
 			int32_t tok = emit_sampled(h, r, h->logits + (size_t)(li - 1 + j) * n_vocab);
 			if (r->lane < 0 || j == nd || tok != r->drafts[j]) break;
@@ -458,6 +461,7 @@ static void run_round(lane_host *h) {
 		li += nd;
 		i += nd;
 		if (nd) verified(h, r, nd, acc, P);
+		lreq_unref(r);
 	}
 	(void)n_logits;
 }

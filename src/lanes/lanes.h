@@ -152,7 +152,9 @@ int lane_next(lane_req *req, lane_event *ev, int64_t timeout_us);
 void lane_cancel(lane_req *req);
 // Releases the caller's handle; cancels the request first if it has not ended.
 void lane_req_free(lane_req *req);
-// A callback run (from the engine thread, must not block) when req has new events.
+// A callback run (from the engine thread, under req's lock: it must not block or call
+// lane functions on req) when req has new events. After set_notify returns, the old
+// callback is not running and will not run again.
 void lane_req_set_notify(lane_req *req, void (*fn)(void *), void *arg);
 
 // Halt: at the next round boundary every queued and admitted request ends failed with

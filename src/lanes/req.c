@@ -37,10 +37,9 @@ static void push(lane_req *r, ev_node *n) {
 	else r->head = n;
 	r->tail = n;
 	pthread_cond_signal(&r->cv);
-	void (*fn)(void *) = r->notify;
-	void *arg = r->notify_arg;
+	// under the lock, so once lane_req_set_notify(NULL) returns no callback is running
+	if (r->notify) r->notify(r->notify_arg);
 	pthread_mutex_unlock(&r->mu);
-	if (fn) fn(arg);
 }
 
 int lreq_emit_token(lane_req *r, int32_t token, const char *text, size_t len, float logprob,

@@ -4,6 +4,7 @@
 #include "model/model_int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,23 +48,28 @@ typedef struct {
 	int layer;
 	scratch *s;
 	int32_t max_pos;
+	atomic_llong next; // next item to claim
 } attn_job;
 
+// One item is a row's group of query heads that share a KV head; threads claim items
+// one at a time (a prompt's late rows cost more than its early ones), and an item's result
+// does not depend on which thread computes it.
 static void attn_task(void *arg, int ith, int nth) {
-	const attn_job *j = arg;
+	attn_job *j = arg;
 	const model_hparams *hp = &j->m->hp;
-	const int32_t H = hp->n_heads, D = hp->head_dim, grp = hp->n_heads / hp->n_kv_heads;
-	const int64_t items = j->n * H, per = (items + nth - 1) / nth;
-	const int64_t i0 = (int64_t)ith * per, i1 = i0 + per < items ? i0 + per : items;
+	const int32_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH;
+	const int64_t items = j->n * KH;
 	const float scale = (float)(1.0 / sqrt((double)D));
-	float *scores = j->s->scores + (size_t)ith * j->max_pos;
+	float *scores = j->s->scores + (size_t)ith * grp * j->max_pos;
 	const size_t qd = (size_t)H * D;
 	const uint16_t *kb = kv_k_base(j->kv, j->layer), *vb = kv_v_base(j->kv, j->layer);
 	const uint8_t *ksb = kv_ks_base(j->kv, j->layer), *vsb = kv_vs_base(j->kv, j->layer);
 	const kv_config *c = kv_config_of(j->kv);
-	for (int64_t i = i0; i < i1; i++) {
-		const int64_t r = i / H;
-		const int32_t h = (int32_t)(i % H), g = h / grp;
+	for (;;) {
+		const int64_t i = atomic_fetch_add(&j->next, 1);
+		if (i >= items) break;
+		const int64_t r = i / KH;
+		const int32_t g = (int32_t)(i % KH);
 		int32_t npages;
 		const model_row *row = &j->rows[r];
 		tensor_kv_view kvv = {
@@ -78,9 +84,10 @@ static void attn_task(void *arg, int ith, int nth) {
 			.s_row_stride = (size_t)hp->n_kv_heads,
 			.page_tokens = c->page_tokens,
 		};
-		tensor_attn_f16(j->s->q + r * qd + (size_t)h * D, D, scale, &kvv, row->pos + 1, scores,
-				j->s->att + r * qd + (size_t)h * D);
+		tensor_k_attn(j->m->ks, j->s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
+			      j->s->att + r * qd + (size_t)g * grp * D);
 	}
+	(void)nth;
 }
 
 static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
@@ -90,16 +97,26 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
 }
 
 static void mm(lanes_pool *pool, const mweight *w, int64_t mat, const float *x, int64_t n, float *y) {
-	tensor_matmul(pool, w->type, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, w->row_bytes, w->rows, w->k,
-		      x, n, y);
+	const tensor_mat *tm = &w->tm;
+	tensor_matmuls(pool, 1, &tm, &mat, x, n, &y);
+}
+
+// Several matrices over the same input in one pass (the input is prepared once).
+static void mm_multi(lanes_pool *pool, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
+		     float *const *y) {
+	const tensor_mat *tm[4];
+	const int64_t mats[4] = {mat, mat, mat, mat};
+	for (int i = 0; i < nw; i++) tm[i] = &w[i]->tm;
+	tensor_matmuls(pool, nw, tm, mats, x, n, y);
 }
 
 // SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks.
-static void ffn(lanes_pool *pool, const mweight *gate, const mweight *up, const mweight *down, int64_t mat,
-		const float *x, int64_t n, float *g, float *u, float *y) {
-	mm(pool, gate, mat, x, n, g);
-	mm(pool, up, mat, x, n, u);
-	tensor_swiglu(g, u, g, n * gate->rows);
+static void ffn(const model *m, lanes_pool *pool, const mweight *gate, const mweight *up, const mweight *down,
+		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y) {
+	const mweight *gu[2] = {gate, up};
+	float *const out[2] = {g, u};
+	mm_multi(pool, 2, gu, mat, x, n, out);
+	tensor_k_swiglu(m->ks, g, u, g, n * gate->rows);
 	mm(pool, down, mat, g, n, y);
 }
 
@@ -119,7 +136,7 @@ static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, s
 				}
 		if (!cnt) continue;
 		tensor_gather_rows(s->h, E, s->sel, cnt, E, s->xg);
-		ffn(pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t);
+		ffn(m, pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t);
 		for (int64_t i = 0; i < cnt; i++)
 			memcpy(s->ys + ((size_t)s->sel[i] * K + s->slot[i]) * E, s->t + i * E, (size_t)E * sizeof(float));
 	}
@@ -134,7 +151,7 @@ static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, s
 	}
 	if (!m->shexp) return;
 	mm(pool, &ly->gate_inp_shexp, 0, s->h, n, s->sg);
-	ffn(pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg);
+	ffn(m, pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg);
 	for (int64_t r = 0; r < n; r++) {
 		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
 		for (int64_t i = 0; i < E; i++) s->t[r * E + i] += gate * s->xg[r * E + i];
@@ -148,18 +165,18 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D,
 		      kvd = (int64_t)hp->n_kv_heads * D, nr = hp->rope.n_rot;
 
-	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(s->x + r * E, ly->attn_norm, E, hp->rms_eps, s->h + r * E);
-	mm(pool, &ly->wq, 0, s->h, n, s->q);
-	mm(pool, &ly->wk, 0, s->h, n, s->k);
-	mm(pool, &ly->wv, 0, s->h, n, s->v);
+	for (int64_t r = 0; r < n; r++) tensor_k_rmsnorm(m->ks, s->x + r * E, ly->attn_norm, E, hp->rms_eps, s->h + r * E);
+	const mweight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+	float *const qkv_out[3] = {s->q, s->k, s->v};
+	mm_multi(pool, 3, qkv, 0, s->h, n, qkv_out);
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
 	for (int64_t r = 0; r < n; r++) {
 		float *q = s->q + r * qd, *k = s->k + r * kvd;
 		if (ly->q_norm) {
-			for (int32_t h = 0; h < hp->n_heads; h++) tensor_rmsnorm(q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
-			for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_rmsnorm(k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
+			for (int32_t h = 0; h < hp->n_heads; h++) tensor_k_rmsnorm(m->ks, q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
+			for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_k_rmsnorm(m->ks, k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
 		}
 		tensor_rope_apply(&hp->rope, s->cs + r * nr, q, hp->n_heads, (int32_t)D);
 		tensor_rope_apply(&hp->rope, s->cs + r * nr, k, hp->n_kv_heads, (int32_t)D);
@@ -169,8 +186,8 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 		const float *v = s->v + r * kvd;
 		if (ksc) {
 			for (int32_t h = 0; h < hp->n_kv_heads; h++) {
-				ksc[h] = tensor_f16s_encode(k + h * D, (int32_t)D, kc + h * D);
-				vsc[h] = tensor_f16s_encode(v + h * D, (int32_t)D, vc + h * D);
+				ksc[h] = tensor_k_f16s_encode(m->ks, k + h * D, (int32_t)D, kc + h * D);
+				vsc[h] = tensor_k_f16s_encode(m->ks, v + h * D, (int32_t)D, vc + h * D);
 			}
 		} else {
 			for (int64_t i = 0; i < kvd; i++) {
@@ -179,16 +196,17 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 			}
 		}
 	}
-	attn_job aj = {m, kv, rows, n, l, s, max_pos};
-	if (pool && n * hp->n_heads > 1) lanes_pool_run(pool, attn_task, &aj);
+	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .max_pos = max_pos};
+	atomic_init(&aj.next, 0);
+	if (pool && n * hp->n_kv_heads > 1) lanes_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
 	mm(pool, &ly->wo, 0, s->att, n, s->t);
 	add_bias(s->t, ly->bo, n, E);
 	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 
-	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(s->x + r * E, ly->ffn_norm, E, hp->rms_eps, s->h + r * E);
+	for (int64_t r = 0; r < n; r++) tensor_k_rmsnorm(m->ks, s->x + r * E, ly->ffn_norm, E, hp->rms_eps, s->h + r * E);
 	if (hp->n_experts) moe(m, ly, pool, n, s);
-	else ffn(pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t);
+	else ffn(m, pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t);
 	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 }
 
@@ -291,7 +309,7 @@ int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_ro
 		 o_att = take(&Lf, un, qd * 4), o_g = take(&Lf, un, F * 4), o_u = take(&Lf, un, F * 4),
 		 o_rl = take(&Lf, un, X * 4), o_rw = take(&Lf, un, K * 4), o_xg = take(&Lf, X ? un : 0, E * 4),
 		 o_ys = take(&Lf, X ? un * K : 0, E * 4), o_sg = take(&Lf, un, 4),
-		 o_sc = take(&Lf, (uint64_t)nth, (uint64_t)max_pos * 4);
+		 o_sc = take(&Lf, (uint64_t)nth * (uint64_t)(hp->n_heads / hp->n_kv_heads), (uint64_t)max_pos * 4);
 	uint64_t o_ids = take(&Li, un, K * 4), o_sel = take(&Li, un, 4), o_slot = take(&Li, un, 4);
 	uint64_t o_cs = take(&Ld, un, (uint64_t)hp->rope.n_rot * 8);
 	if (Lf.bad || Li.bad || Ld.bad || Lf.off > SIZE_MAX / 2)
@@ -323,7 +341,7 @@ int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_ro
 	// Output head over the rows that asked, gathered in batch order.
 	int64_t nl = 0;
 	for (int64_t r = 0; r < n; r++)
-		if (rows[r].logits) tensor_rmsnorm(s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
+		if (rows[r].logits) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
 	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
 out:
 	free(fb), free(ib), free(db);

@@ -5,6 +5,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,6 +138,86 @@ static int bind_mat(loader *L, const char *name, bool required, int64_t k, int64
 	w->mat_bytes = w->row_bytes * (size_t)rows;
 	L->m->weight_bytes += t->nbytes;
 	return LANES_OK;
+}
+
+// ---- repacking for the kernel set ------------------------------------------------------------
+// Every matrix the forward pass multiplies by (token_embd only when it is the output too).
+static int model_mats(model *m, mweight **out, int cap) {
+	int n = 0;
+#define ADD(w) \
+	if ((w).data && n < cap) out[n++] = &(w)
+	ADD(m->output);
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		mlayer *y = &m->layers[l];
+		ADD(y->wq); ADD(y->wk); ADD(y->wv); ADD(y->wo);
+		ADD(y->ffn_gate); ADD(y->ffn_up); ADD(y->ffn_down);
+		ADD(y->gate_inp); ADD(y->gate_exps); ADD(y->up_exps); ADD(y->down_exps);
+		ADD(y->gate_shexp); ADD(y->up_shexp); ADD(y->down_shexp); ADD(y->gate_inp_shexp);
+	}
+#undef ADD
+	return n;
+}
+
+// Describes every matrix for the model's kernel set; where the set repacks, copies them
+// into one anonymous mapping (huge pages where the kernel gives them), threads splitting tiles.
+// From a mapped file, a repacked matrix's pages then leave this process (the mapping is
+// private and never written: a later touch reads the file again), so the peak stays near
+// one copy of the weights.
+static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
+	const int cap = 16 * m->hp.n_layers + 1;
+	mweight **ws = malloc((size_t)cap * sizeof *ws);
+	if (!ws) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	const int n = model_mats(m, ws, cap);
+	uint64_t total = 0;
+	size_t *off = malloc((size_t)(n ? n : 1) * sizeof *off);
+	if (!off) {
+		free(ws);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		const size_t b = tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
+		off[i] = b ? (size_t)total : SIZE_MAX;
+		if (b && !ck_add(total, (b + 4095) & ~(size_t)4095, &total)) total = UINT64_MAX;
+	}
+	int rc = LANES_OK;
+	if (total > SIZE_MAX / 2) {
+		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
+		goto out;
+	}
+	if (total) {
+		void *p = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: cannot map %.1f MiB for repacked weights",
+					  (double)total / 1048576.0);
+			goto out;
+		}
+#ifdef MADV_HUGEPAGE
+		madvise(p, (size_t)total, MADV_HUGEPAGE);
+#endif
+		m->packed = p;
+		m->packed_bytes = (size_t)total;
+	}
+	const uint64_t t0 = lanes_now_us();
+	lanes_pool *pool = NULL;
+	if (total && lanes_pool_new(&pool, lanes_cpu_count())) pool = NULL;
+	for (int i = 0; i < n; i++) {
+		mweight *w = ws[i];
+		void *dst = off[i] == SIZE_MAX ? NULL : (uint8_t *)m->packed + off[i];
+		tensor_mat_init(&w->tm, m->ks, w->type, w->rows, w->k, w->n_mat, w->data, dst, pool);
+		if (mapped && dst && w->data != m->tok_embd.data) {
+			const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+			const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+			const uintptr_t b = ((uintptr_t)w->data + w->mat_bytes * (size_t)w->n_mat) & ~(pg - 1);
+			if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+		}
+	}
+	lanes_pool_free(pool);
+	m->pack_ms = (double)(lanes_now_us() - t0) / 1000.0;
+	if (total) mprotect(m->packed, m->packed_bytes, PROT_READ);
+out:
+	free(off);
+	free(ws);
+	return rc;
 }
 
 // Binds a vector of n values as f32: in place when it is aligned f32, else converted.
@@ -347,7 +429,11 @@ static void main_type(model *m) {
 	m->hp.main_type = best;
 }
 
-int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) {
+static int model_open(model **out, gguf *g, bool mapped, char *err, size_t errlen);
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, false, err, errlen); }
+
+// mapped: g maps a file, so the pages of matrices once repacked may leave this process.
+static int model_open(model **out, gguf *g, bool mapped, char *err, size_t errlen) {
 	*out = NULL;
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
@@ -404,6 +490,8 @@ int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) {
 	for (int l = 0; l < hp->n_layers; l++)
 		if ((rc = bind_layer(&L, a, l))) goto fail;
 	main_type(m);
+	m->ks = tensor_kernels_default();
+	if ((rc = pack_weights(m, mapped, err, errlen))) goto fail;
 	*out = m;
 	return LANES_OK;
 fail:
@@ -416,7 +504,7 @@ int model_load(model **out, const char *path, char *err, size_t errlen) {
 	gguf *g;
 	int rc = gguf_open(&g, path, err, errlen);
 	if (rc) return rc;
-	return model_from_gguf(out, g, err, errlen);
+	return model_open(out, g, true, err, errlen);
 }
 
 void model_free(model *m) {
@@ -424,6 +512,7 @@ void model_free(model *m) {
 	for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
 	free(m->owned);
 	free(m->layers);
+	if (m->packed) munmap(m->packed, m->packed_bytes);
 	gguf_free(m->g);
 	free(m);
 }
@@ -432,6 +521,9 @@ const model_hparams *model_hparams_of(const model *m) { return &m->hp; }
 const gguf *model_gguf(const model *m) { return m->g; }
 uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 uint64_t model_copied_bytes(const model *m) { return m->copied_bytes; }
+const tensor_kernels *model_kernels(const model *m) { return m->ks; }
+uint64_t model_packed_bytes(const model *m) { return m->packed_bytes; }
+double model_pack_ms(const model *m) { return m->pack_ms; }
 
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
 			  int32_t page_tokens) {

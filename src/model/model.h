@@ -46,6 +46,12 @@ const gguf *model_gguf(const model *m); // metadata (e.g. for the tokenizer)
 // Bytes of weights read from the mapping, and bytes the model copied (converted vectors).
 uint64_t model_weight_bytes(const model *m);
 uint64_t model_copied_bytes(const model *m);
+// The kernel set the model runs with (tensor_kernels_default() when it was loaded), the
+// bytes of weights repacked for it (anonymous memory beside the mapping; 0 for "ref"), and
+// the milliseconds that repacking took.
+const tensor_kernels *model_kernels(const model *m);
+uint64_t model_packed_bytes(const model *m);
+double model_pack_ms(const model *m);
 
 // A kv_config that fits this model: type, page_tokens per page, scale groups of one head,
 // and enough pages for n_seqs sequences of n_ctx tokens each.

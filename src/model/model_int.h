@@ -13,6 +13,7 @@ typedef struct {
 	int64_t n_mat;      // matrices (ne[2]: experts); 1 for a plain matrix
 	size_t row_bytes;
 	size_t mat_bytes;   // rows * row_bytes
+	tensor_mat tm;      // as the model's kernel set reads it (packed copy or in place)
 } mweight;
 
 typedef struct {
@@ -39,6 +40,10 @@ struct model {
 	float **owned;            // vectors converted to f32 (copies)
 	int n_owned, cap_owned;
 	uint64_t weight_bytes, copied_bytes;
+	const tensor_kernels *ks; // the kernel set, chosen at load
+	void *packed;             // matrices repacked for ks (one mapping), or NULL
+	size_t packed_bytes;
+	double pack_ms;           // time spent repacking at load
 };
 
 #endif

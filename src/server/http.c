@@ -172,7 +172,8 @@ enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_
 enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
 	int status;
 	json_t *body = srv_error_body(c->rt ? c->rt->family : SRV_OPENAI, e, &status);
-	if (c->rt && (c->rt->flags & SRV_R_GEN) && e->kind != SRV_E_INTERNAL) atomic_fetch_add(&c->s->rejected, 1);
+	if (c->rt && (c->rt->flags & SRV_R_GEN) && e->kind != SRV_E_INTERNAL && !c->host_counted)
+		atomic_fetch_add(&c->s->rejected, 1);
 	if (!c->outcome) c->outcome = "rejected";
 	return reply_json_h(c, status, body, srv_retry_after(e->kind));
 }
@@ -417,6 +418,11 @@ static void *loader(void *arg) {
 		s->eos_text = token_string(s->vocab, tok_eos(s->vocab));
 		if (!s->bos_text || !s->eos_text) rc = lanes_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	}
+	if (!rc && s->cfg.draft_model) {
+		atomic_store(&s->progress_pm, 720);
+		rc = model_load(&s->draft, s->cfg.draft_model, err, sizeof err);
+		s->cfg.lanes.draft_model = s->draft;
+	}
 	if (!rc) {
 		atomic_store(&s->progress_pm, 750);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
@@ -515,8 +521,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
 				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
 				  (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-				  MHD_OPTION_END);
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 	if (!s->mhd) {
 		http_server_free(s);
 		return lanes_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
@@ -542,6 +547,7 @@ void http_server_free(http_server *s) {
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);
+	model_free(s->draft);
 	for (int i = 0; s->slots && i < s->n_slots; i++)
 		if (s->slots[i].fd >= 0) close(s->slots[i].fd);
 	free(s->slots);

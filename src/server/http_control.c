@@ -47,65 +47,26 @@ void srv_metrics_init(http_server *s) {
 	static const double lat[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 	static const double step[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 	const int nl = sizeof lat / sizeof lat[0], ns = sizeof step / sizeof step[0];
+	(void)hist_init;
 	hist_init(&s->ttft, "lanes_time_to_first_token_seconds", "Time from a request's arrival to its first token.", lat, nl);
 	hist_init(&s->itl, "lanes_inter_token_seconds", "Time between consecutive tokens of one choice.", step, ns);
-	hist_init(&s->round, "lanes_round_seconds",
-		  "Duration of engine rounds (sampled from the snapshots: a window of rounds counts at its mean).", step, ns);
-	hist_init(&s->forward, "lanes_forward_seconds",
-		  "Duration of forward passes (sampled from the snapshots: a window of rounds counts at its mean).", step, ns);
 }
 
-static bool snap_busy(const lane_snapshot *sn) {
-	for (int32_t i = 0; i < sn->n_lanes; i++)
-		if (sn->lanes[i].phase != LANE_IDLE) return true;
-	return false;
-}
+int srv_metrics_start(http_server *s) { return 0; }
+void srv_metrics_stop(http_server *s) {}
 
-// The snapshot has totals only: each poll turns the rounds since the last one into samples
-// at their mean duration; windows are short (2 ms) while the engine is busy.
-static void *poller(void *arg) {
-	http_server *s = arg;
-	lane_snapshot *prev = malloc(sizeof *prev), *cur = malloc(sizeof *cur);
-	if (!prev || !cur) {
-		free(prev);
-		free(cur);
-		return NULL;
+// A lane host histogram (exact: the engine observes every round) in Prometheus form.
+static void lane_hist_print(const lane_hist *h, const char *name, const char *help, srv_buf *out) {
+	char line[256];
+	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	srv_buf_adds(out, line);
+	for (int i = 0; i < LANE_HIST_BUCKETS; i++) {
+		if (isinf(lane_hist_bounds[i])) snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->n);
+		else snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, lane_hist_bounds[i], (unsigned long long)h->count[i]);
+		srv_buf_adds(out, line);
 	}
-	lane_host_snapshot(s->host, prev);
-	while (!atomic_load(&s->quit)) {
-		bool busy = snap_busy(prev) || prev->queue_depth > 0;
-		struct timespec ts = {0, busy ? 2000000 : 20000000};
-		nanosleep(&ts, NULL);
-		lane_host_snapshot(s->host, cur);
-		uint64_t dr = cur->rounds - prev->rounds;
-		if (dr > 0 && cur->rounds > prev->rounds) {
-			srv_hist_observe(&s->forward, (double)(cur->forward_us - prev->forward_us) / 1e6 / (double)dr, dr);
-			// back-to-back rounds: the engine never idles while a lane is busy
-			if (snap_busy(prev) && cur->sequence - prev->sequence == dr)
-				srv_hist_observe(&s->round, (double)(cur->clock_us - prev->clock_us) / 1e6 / (double)dr, dr);
-		}
-		lane_snapshot *t = prev;
-		prev = cur;
-		cur = t;
-	}
-	free(prev);
-	free(cur);
-	return NULL;
-}
-
-int srv_metrics_start(http_server *s) {
-	if (pthread_create(&s->poller, NULL, poller, s)) {
-		LOG_WARN(SRV_MOD, "cannot start the metrics poller: no round histograms");
-		return -1;
-	}
-	s->poller_started = true;
-	return 0;
-}
-
-void srv_metrics_stop(http_server *s) {
-	atomic_store(&s->quit, true);
-	if (s->poller_started) pthread_join(s->poller, NULL);
-	s->poller_started = false;
+	snprintf(line, sizeof line, "%s_sum %.9f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
+	srv_buf_adds(out, line);
 }
 
 // ---- control reads ------------------------------------------------------------------------------
@@ -139,10 +100,11 @@ enum MHD_Result srv_slots(srv_conn *c) {
 	json_t *lanes = json_array();
 	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
 		const lane_snap_lane *l = &sn->lanes[i];
-		json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:i, s:i}", "id", l->id, "phase",
+		json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:i, s:i, s:f, s:i}", "id", l->id, "phase",
 						       phase_name[l->phase <= LANE_LIVE ? l->phase : 0], "prompt_tokens",
 						       l->prompt_tokens, "filled_tokens", l->filled, "generated_tokens",
-						       l->generated_tokens));
+						       l->generated_tokens, "draft_acceptance", (double)l->draft_acceptance,
+						       "draft_k", l->draft_k));
 	}
 	json_t *body = json_pack("{s:I, s:I, s:i, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
 				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "lanes", lanes);
@@ -187,8 +149,23 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	metric(&b, "lanes_kv_pages_free", "gauge", "KV cache pages free.", (uint64_t)sn->kv_pages_free);
 	metric(&b, "lanes_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
 	       sn->prefix_hit_tokens);
-	srv_hist_print(&s->round, &b);
-	srv_hist_print(&s->forward, &b);
+	static const char *prop[LANE_PROP_COUNT] = {[LANE_PROP_NGRAM] = "ngram", [LANE_PROP_MODEL] = "model"};
+	srv_buf_adds(&b, "# HELP lanes_draft_tokens_total Draft tokens proposed for verification.\n"
+			 "# TYPE lanes_draft_tokens_total counter\n");
+	for (int p = 0; p < LANE_PROP_COUNT; p++) {
+		snprintf(line, sizeof line, "lanes_draft_tokens_total{proposer=\"%s\"} %llu\n", prop[p],
+			 (unsigned long long)sn->draft_tokens[p]);
+		srv_buf_adds(&b, line);
+	}
+	srv_buf_adds(&b, "# HELP lanes_draft_accepted_tokens_total Draft tokens the model confirmed.\n"
+			 "# TYPE lanes_draft_accepted_tokens_total counter\n");
+	for (int p = 0; p < LANE_PROP_COUNT; p++) {
+		snprintf(line, sizeof line, "lanes_draft_accepted_tokens_total{proposer=\"%s\"} %llu\n", prop[p],
+			 (unsigned long long)sn->draft_accepted[p]);
+		srv_buf_adds(&b, line);
+	}
+	lane_hist_print(&sn->round_seconds, "lanes_round_seconds", "Duration of engine rounds.", &b);
+	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
 	srv_hist_print(&s->itl, &b);
 	free(sn);

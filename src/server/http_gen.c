@@ -20,6 +20,7 @@ void srv_gen_init(srv_gen *g) {
 	g->lr.sampling.temperature = 1.0f;
 	g->lr.sampling.top_p = 1.0f;
 	g->lr.sampling.repeat_penalty = 1.0f;
+	g->lr.draft = true; // "draft": false turns it off; --draft off for every request
 	g->n = 1;
 	g->max_field = "max_tokens";
 	g->prompt_field = "messages";
@@ -345,6 +346,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? c->g.max_field : NULL, "%s", err);
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
+			conn->host_counted = true;
 			return srv_reply_error(conn, &e);
 		}
 		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);

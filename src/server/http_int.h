@@ -86,6 +86,7 @@ struct http_server {
 
 	// set by the loader before state becomes HTTP_READY, read-only afterwards
 	model *m;
+	model *draft;                  // draft model for speculative decoding, or NULL
 	tok_vocab *vocab;
 	tmpl *tmpl;
 	lane_host *host;
@@ -103,9 +104,7 @@ struct http_server {
 	srv_slot *slots;               // one per connection; never closed while the host lives
 	int n_slots;
 
-	srv_hist ttft, itl, round, forward;
-	pthread_t poller;
-	bool poller_started;
+	srv_hist ttft, itl;
 	atomic_bool quit;
 };
 
@@ -140,6 +139,7 @@ struct srv_conn {
 	int status;
 	int32_t n_prompt, n_gen;       // for the access log
 	const char *outcome;           // for the access log ("finished", "failed", ...)
+	bool host_counted;             // the lane host counted this refusal itself
 	srv_call *call;
 };
 
@@ -274,7 +274,7 @@ enum MHD_Result srv_completions(srv_conn *c);
 enum MHD_Result srv_messages(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 
-// The metrics poller (histograms of rounds and forward passes from the snapshots).
+// Metrics set-up and tear-down (round and forward histograms come exact from the snapshot).
 int srv_metrics_start(http_server *s);
 void srv_metrics_stop(http_server *s);
 void srv_metrics_init(http_server *s);

@@ -20,6 +20,7 @@ typedef struct {
 	const char *chat_template;  // path of a Jinja chat template (NULL: the model's, else ChatML)
 	int max_connections;        // concurrent connections (default 256)
 	lane_config lanes;          // the lane host's options
+	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
 } http_config;
 
 void http_config_default(http_config *c);

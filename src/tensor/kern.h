@@ -10,15 +10,20 @@
 // kern_q8 blocks of 32 (each row's blocks depend on that row alone).
 enum kern_act { KERN_ACT_F32, KERN_ACT_Q8 };
 
-// One block of 32 activations quantized to int8: x ~= d * q, with q in [-127, 127].
+// One block of 32 activations as 16-bit integers split in two int8 halves:
+// x ~= d * (256*qh + ql), qh = round(x / (256 d)) in [-127, 127] and ql the rounded rest in
+// [-127, 127]. Each half goes through an exact int8 dot product, so a block costs two of
+// them and keeps about 16 bits of every activation (llama.cpp keeps 8).
 typedef struct {
-	float d;        // scale
-	float ds;       // d * sum (float, for the min terms of affine types)
-	int32_t sum;    // sum of q over 32
-	int16_t s16[2]; // sums of q over each half of 16
-	int8_t q[32];
+	float d;        // scale of one unit of 256*qh + ql
+	float ds;       // d * sum (for the min terms of affine types)
+	int32_t sum;    // sum of 256*qh + ql over 32
+	int32_t s16[2]; // the same over each half of 16
+	int32_t pad;
+	int8_t qh[32];
+	int8_t ql[32];
 } kern_q8;
-static_assert(sizeof(kern_q8) == 48, "kern_q8 size");
+static_assert(sizeof(kern_q8) == 88, "kern_q8 size");
 
 struct tensor_kernels {
 	const char *name;
@@ -43,6 +48,13 @@ struct tensor_kernels {
 	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);
 	bool (*cpu_ok)(void); // whether this CPU runs the set
 };
+
+// CPUID (and the OS's saving of the wide registers): whether the x86 sets can run.
+bool kern_cpu_avx2(void);
+bool kern_cpu_avx512(void);
+
+// tensor_f16s_scale of every byte, for kernels that look scales up per position.
+extern const float kern_f16s_scales[256];
 
 extern const tensor_kernels tensor_kernels_ref;
 extern const tensor_kernels tensor_kernels_avx2;

@@ -9,6 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool kern_cpu_avx2(void) {
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+	return false;
+#endif
+}
+
+bool kern_cpu_avx512(void) {
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return kern_cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+	       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+#else
+	return false;
+#endif
+}
+
 // Portable first, best last.
 static const tensor_kernels *const all_sets[] = {&tensor_kernels_ref, &tensor_kernels_avx2, &tensor_kernels_avx512};
 #define N_SETS (int)(sizeof all_sets / sizeof all_sets[0])
@@ -27,16 +47,17 @@ static void choose_default(void) {
 	for (int i = 0; i < N_SETS; i++)
 		if (all_sets[i]->cpu_ok()) best = all_sets[i];
 	const char *env = getenv("LANES_KERNELS");
+	bool forced = false;
 	if (env && *env) {
+		bool known = false;
+		for (int i = 0; i < N_SETS; i++) known |= !strcmp(all_sets[i]->name, env);
 		const tensor_kernels *ks = tensor_kernels_find(env);
-		if (ks) best = ks;
+		if (ks) best = ks, forced = true;
 		else LOG_WARN("tensor", "LANES_KERNELS=%s: %s; using %s", env,
-			      tensor_kernels_find(env) || !strcmp(env, "ref") || !strcmp(env, "avx2") || !strcmp(env, "avx512")
-				      ? "this CPU cannot run it" : "unknown set (ref, avx2, avx512)",
-			      best->name);
+			      known ? "this CPU cannot run that set" : "unknown set (ref, avx2, avx512)", best->name);
 	}
 	atomic_store(&default_set, best);
-	LOG_INFO("tensor", "kernels: %s%s", best->name, env && *env && best == tensor_kernels_find(env) ? " (LANES_KERNELS)" : "");
+	LOG_INFO("tensor", "kernels: %s%s", best->name, forced ? " (LANES_KERNELS)" : "");
 }
 
 const tensor_kernels *tensor_kernels_default(void) {
@@ -125,26 +146,37 @@ typedef struct {
 	size_t xa_stride;  // bytes between prepared rows
 	int64_t first[MAX_MATS + 1]; // first global tile of each matrix
 	int64_t chunk;     // tiles claimed at a time
-	atomic_int arrived;
-	atomic_llong next;
+	atomic_llong prep_next, prep_done; // activation rows claimed, and prepared
+	atomic_llong next; // next tile to claim
 } mm_job;
 
-// Waits until every thread has prepared its rows: spins briefly, then yields the core.
-static void barrier(atomic_int *arrived, int nth) {
-	atomic_fetch_add(arrived, 1);
-	for (int spins = 0; atomic_load(arrived) < nth; spins++) {
-		if (spins < 20000) __builtin_ia32_pause();
-		else sched_yield();
-	}
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
 }
+
+// Rows of activations prepared per claim.
+#define PREP_ROWS 4
 
 static void mm_run(void *arg, int ith, int nth) {
 	mm_job *j = arg;
 	if (j->act == KERN_ACT_Q8) {
+		// Threads claim rows to prepare, then wait only for claims already taken: a thread
+		// that has not started yet (descheduled, or still waking) holds nobody up.
 		const tensor_kernels *ks = j->ws[0]->ks;
-		for (int64_t r = j->n * ith / nth; r < j->n * (ith + 1) / nth; r++)
-			ks->act_q8(j->x + r * j->k, j->k, (kern_q8 *)((uint8_t *)j->xa + (size_t)r * j->xa_stride));
-		if (nth > 1) barrier(&j->arrived, nth);
+		for (;;) {
+			const int64_t r0 = atomic_fetch_add(&j->prep_next, PREP_ROWS);
+			if (r0 >= j->n) break;
+			const int64_t r1 = r0 + PREP_ROWS < j->n ? r0 + PREP_ROWS : j->n;
+			for (int64_t r = r0; r < r1; r++)
+				ks->act_q8(j->x + r * j->k, j->k, (kern_q8 *)((uint8_t *)j->xa + (size_t)r * j->xa_stride));
+			atomic_fetch_add(&j->prep_done, r1 - r0);
+		}
+		for (int spins = 0; atomic_load(&j->prep_done) < j->n; spins++) {
+			if (spins < 20000) cpu_relax();
+			else sched_yield();
+		}
 	}
 	const int64_t total = j->first[j->nw];
 	for (;;) {
@@ -161,6 +193,7 @@ static void mm_run(void *arg, int ith, int nth) {
 				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows);
 		}
 	}
+	(void)ith, (void)nth;
 }
 
 void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
@@ -171,7 +204,11 @@ void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const
 	mm_job j = {.nw = nw, .ws = ws, .mats = mats, .x = x, .n = n, .k = ws[0]->k, .ys = ys};
 	j.act = ks->act_kind(ws[0]->type);
 	for (int i = 0; i < nw; i++) {
-		LANES_ASSERT(ws[i]->ks == ks && ws[i]->k == j.k && ks->act_kind(ws[i]->type) == j.act);
+		LANES_ASSERT(ws[i]->ks == ks && ws[i]->k == j.k);
+		if (ks->act_kind(ws[i]->type) != j.act) { // inputs prepared differently: one pass each
+			for (int t = 0; t < nw; t++) tensor_matmuls(pool, 1, ws + t, mats + t, x, n, ys + t);
+			return;
+		}
 		j.first[i + 1] = j.first[i] + (ws[i]->rows + ks->tile - 1) / ks->tile;
 	}
 	void *buf = NULL;
@@ -189,7 +226,8 @@ void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const
 	// Small claims balance threads a busy machine slows unevenly; big ones keep reads sequential.
 	j.chunk = total / ((int64_t)nth * 8);
 	if (j.chunk < 1) j.chunk = 1;
-	atomic_init(&j.arrived, 0);
+	atomic_init(&j.prep_next, 0);
+	atomic_init(&j.prep_done, 0);
 	atomic_init(&j.next, 0);
 	if (nth > 1 && (total > 1 || n > 1)) lanes_pool_run(pool, mm_run, &j);
 	else mm_run(&j, 0, 1);

@@ -219,3 +219,45 @@ test('typed errors: 400 naming the field, 404 model, 401 key, unsupported parame
 	assert.equal((await fetch(`${url}/health`)).status, 200);
 	assert.equal((await fetch(`${url}/v1/models`)).status, 200);
 });
+
+test('control reads: /slots shape, /metrics names and counters', async () => {
+	const s = (await (await fetch(`${url}/slots`)).json());
+	assert.equal(typeof s.sequence, 'number');
+	assert.equal(typeof s.clock_us, 'number');
+	assert.equal(typeof s.queue_depth, 'number');
+	assert.ok(s.lanes.length >= 1);
+	for (const l of s.lanes) {
+		assert.deepEqual(Object.keys(l).sort(), ['draft_acceptance', 'draft_k', 'filled_tokens', 'generated_tokens', 'id', 'phase', 'prompt_tokens']);
+		assert.ok(['idle', 'filling', 'live'].includes(l.phase));
+	}
+	const scrape = async () => {
+		const t = await (await fetch(`${url}/metrics`)).text();
+		const v = {};
+		for (const line of t.split('\n')) if (line && !line.startsWith('#')) v[line.split(' ')[0]] = Number(line.split(' ')[1]);
+		return v;
+	};
+	const a = await scrape();
+	for (const name of ['lanes_requests_total{outcome="finished"}', 'lanes_requests_total{outcome="cancelled"}',
+		'lanes_requests_total{outcome="failed"}', 'lanes_requests_total{outcome="rejected"}', 'lanes_prompt_tokens_total',
+		'lanes_generated_tokens_total', 'lanes_queue_depth', 'lanes_lanes_busy', 'lanes_kv_pages_used', 'lanes_kv_pages_free',
+		'lanes_prefix_cache_hit_tokens_total'])
+		assert.ok(name in a, name);
+	for (const h of ['lanes_round_seconds', 'lanes_forward_seconds', 'lanes_time_to_first_token_seconds', 'lanes_inter_token_seconds'])
+		for (const suffix of ['_bucket{le="+Inf"}', '_sum', '_count']) assert.ok(h + suffix in a, h + suffix);
+	const r = await client.completions.create({ prompt: 'A frog', max_tokens: 12, ignore_eos: true });
+	await client.chat.completions.create({ messages: user('x'), temperature: 9 }).catch(() => {});
+	// the snapshot is published at the round boundary and the histograms are sampled: wait for both
+	let b;
+	for (let i = 0; i < 200; i++) {
+		b = await scrape();
+		if (b['lanes_lanes_busy'] === 0 && b['lanes_forward_seconds_count'] >= a['lanes_forward_seconds_count'] + 12) break;
+		await new Promise((res) => setTimeout(res, 10));
+	}
+	assert.equal(b['lanes_requests_total{outcome="finished"}'], a['lanes_requests_total{outcome="finished"}'] + 1);
+	assert.equal(b['lanes_requests_total{outcome="rejected"}'], a['lanes_requests_total{outcome="rejected"}'] + 1);
+	assert.equal(b['lanes_generated_tokens_total'], a['lanes_generated_tokens_total'] + r.usage.completion_tokens);
+	assert.equal(b['lanes_time_to_first_token_seconds_count'], a['lanes_time_to_first_token_seconds_count'] + 1);
+	assert.equal(b['lanes_inter_token_seconds_count'], a['lanes_inter_token_seconds_count'] + 11);
+	assert.ok(b['lanes_forward_seconds_count'] >= a['lanes_forward_seconds_count'] + 12);
+	assert.equal(b['lanes_lanes_busy'], 0);
+});

@@ -3,7 +3,7 @@
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { mainServer, KEY } from './lib.mjs';
+import { mainServer, metric, KEY } from './lib.mjs';
 
 let client;
 before(async () => {
@@ -48,4 +48,23 @@ test('16 requests: solo and concurrent give identical text', async () => {
 		assert.equal(together[i].sha, solo[i].sha, `request ${i} tokens`);
 	}
 	assert.ok(new Set(solo.map((s) => s.text)).size > 8, 'the requests differ from each other');
+});
+
+// Speculative decoding never changes a token: the same requests with "draft": false give
+// the same text and receipts, and on repetitive text the drafts are accepted.
+test('drafted = "draft": false, and drafts get accepted on repetitive text', async () => {
+	const { url } = await mainServer();
+	const rep = 'Lily saw a cat. Lily saw a cat. Lily saw a cat. Lily saw a cat.';
+	const reqs = [...requests.slice(0, 8), { kind: 'completion', stream: false, body: { prompt: rep, max_tokens: 48, temperature: 0, seed: 7 } }];
+	const before = await metric(url, 'lanes_draft_accepted_tokens_total{proposer="ngram"}');
+	const drafted = await Promise.all(reqs.map(run));
+	const plain = await Promise.all(reqs.map((r) => run({ ...r, body: { ...r.body, draft: false } })));
+	for (let i = 0; i < reqs.length; i++) {
+		assert.equal(drafted[i].sha, plain[i].sha, `request ${i} tokens`);
+		assert.equal(drafted[i].text, plain[i].text, `request ${i} text`);
+	}
+	const after = await metric(url, 'lanes_draft_accepted_tokens_total{proposer="ngram"}');
+	assert.ok(after > before, `n-gram drafts accepted (${before} -> ${after})`);
+	const slots = await (await fetch(`${url}/slots`)).json();
+	assert.ok(slots.lanes.every((l) => typeof l.draft_acceptance === 'number'), '/slots shows each lane\'s acceptance');
 });

@@ -1,12 +1,24 @@
 // Control reads never wait for the engine: /health, /metrics and /slots each answer while a
-// long prompt is still being processed — shown by the order of events (the prompt is seen
+// long prompt (a larger `lanes gen` model) is still being processed — shown by the order of
+// events (the prompt is seen
 // filling before and after the reads, and its reply has not come), not by a time limit.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, SLOW, KEY, getJSON, postJSON, sleep } from './lib.mjs';
+import { startServer, bigModel, KEY, getJSON, postJSON, sleep } from './lib.mjs';
 
-let srv;
-before(async () => (srv = await startServer(['-m', SLOW, '--api-key', KEY, '--piece', '64'])));
+let srv, loading;
+before(async () => {
+	const model = bigModel();
+	// the server listens before the model is loaded: the first reads see it loading
+	srv = await startServer(['-m', model, '--api-key', KEY, '--piece', '64'], {}, {
+		onListening: async (url) => {
+			const h = await getJSON(`${url}/health`);
+			const api = await postJSON(`${url}/v1/completions`, { prompt: 'x', max_tokens: 1 });
+			const slots = await getJSON(`${url}/slots`);
+			loading = { h, api, slots };
+		},
+	});
+});
 after(() => srv && srv.proc.kill('SIGKILL'));
 
 // deterministic pseudo-random token ids (a prompt the prefix cache has never seen)
@@ -22,9 +34,20 @@ function ids(n, seed) {
 
 const filling = (slots) => slots.lanes.find((l) => l.phase === 'filling' && l.filled_tokens > 0 && l.filled_tokens < l.prompt_tokens);
 
+test('the server listens before the model loads: /health 503 loading, API 503', async () => {
+	assert.equal(loading.h.status, 503);
+	assert.equal(loading.h.body.status, 'loading');
+	assert.ok(loading.h.body.progress >= 0 && loading.h.body.progress < 1);
+	assert.equal(loading.api.status, 503);
+	assert.ok(Number(loading.api.headers.get('retry-after')) >= 1);
+	assert.match(loading.api.body.error.message, /loading/);
+	assert.equal(loading.slots.status, 503);
+	assert.equal((await getJSON(`${srv.url}/health`)).status, 200);
+});
+
 test('/health, /metrics and /slots answer while a long prompt is processed', async () => {
 	const url = srv.url;
-	const N = 1200;
+	const N = 600;
 	let replied = false;
 	const reply = postJSON(`${url}/v1/completions`, { prompt: ids(N, 42), max_tokens: 1 }).then((r) => ((replied = true), r));
 	let seen = null;

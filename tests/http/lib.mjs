@@ -1,6 +1,6 @@
 // tests/http: shared helpers — the server under test (LANES_URL, started by
 // tests/script/http.sh) or servers a test starts itself, raw sockets, SSE parsing.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import fs from 'node:fs';
@@ -9,15 +9,25 @@ export const BIN = process.env.LANES_BIN ? path.resolve(process.env.LANES_BIN) :
 export const SHARED = path.resolve(process.env.LANES_SHARED || '../shared');
 export const TMP = process.env.LANES_TMP || fs.mkdtempSync('/tmp/lanes-http-');
 export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
-// a larger random-weight model: slow enough for long prefills and halts (4096 tokens of context)
-export const SLOW = path.join(SHARED, 'models/ref-llama-F32.gguf');
 export const KEY = process.env.LANES_KEY || 'test-key';
 export const URL_ = process.env.LANES_URL;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// A larger `lanes gen` model (qwen2.5-0.5b shape, Q4_0, stories260K's vocabulary) whose
+// prompts take seconds: LANES_BIG_MODEL when the script made one, else written to TMP.
+export function bigModel() {
+	if (process.env.LANES_BIG_MODEL && fs.existsSync(process.env.LANES_BIG_MODEL)) return process.env.LANES_BIG_MODEL;
+	const out = path.join(TMP, 'big-qwen2.5-0.5b-Q4_0.gguf');
+	if (!fs.existsSync(out)) {
+		const r = spawnSync(BIN, ['gen', '--shape', 'qwen2.5-0.5b', '--type', 'Q4_0', '--vocab', STORIES, '-o', out], { stdio: 'inherit' });
+		if (r.status !== 0) throw new Error('lanes gen failed');
+	}
+	return out;
+}
+
 // Starts `lanes serve` on a free port; resolves once /health says ok.
-export async function startServer(args, env = {}) {
+export async function startServer(args, env = {}, { onListening } = {}) {
 	const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
 		env: { ...process.env, ...env },
 		stdio: ['ignore', 'pipe', 'pipe'],
@@ -34,7 +44,10 @@ export async function startServer(args, env = {}) {
 		proc.on('exit', (code) => reject(new Error(`lanes serve exited (${code}) before listening:\n${log}`)));
 	});
 	proc.stderr.on('data', (d) => (log += d.toString()));
+	// keep each server's log next to the test's temporary files
+	proc.on('exit', () => fs.writeFileSync(path.join(TMP, `serve-${port}.log`), log));
 	const url = `http://127.0.0.1:${port}`;
+	if (onListening) await onListening(url);
 	for (let i = 0; i < 600; i++) {
 		try {
 			const r = await fetch(`${url}/health`);
@@ -160,7 +173,14 @@ export async function waitIdle(url, timeoutMs = 10000) {
 // The shared server: LANES_URL when the script started one, else one started here.
 let mainSrv = null;
 export async function mainServer() {
-	if (URL_) return { url: URL_, port: Number(new URL(URL_).port) };
+	if (URL_) {
+		for (let i = 0; i < 600; i++) {
+			const ok = await fetch(`${URL_}/health`).then((r) => r.status === 200, () => false);
+			if (ok) break;
+			await sleep(50);
+		}
+		return { url: URL_, port: Number(new URL(URL_).port) };
+	}
 	if (!mainSrv) {
 		mainSrv = await startServer(['-m', STORIES, '--api-key', KEY]);
 		process.on('exit', () => mainSrv.proc.kill('SIGKILL'));

@@ -187,16 +187,25 @@ void tensor_rope_apply(const tensor_rope *rp, const double *cs, float *x, int32_
 }
 
 // ---- scaled f16 ------------------------------------------------------------------------------
-// 2^(j/16), j = 0..15: the scales within one octave.
-static const float f16s_frac[16] = {
-	1.000000000e+00f, 1.044273782e+00f, 1.090507733e+00f, 1.138788635e+00f,
-	1.189207115e+00f, 1.241857812e+00f, 1.296839555e+00f, 1.354255547e+00f,
-	1.414213562e+00f, 1.476826146e+00f, 1.542210825e+00f, 1.610490332e+00f,
-	1.681792831e+00f, 1.756252160e+00f, 1.834008086e+00f, 1.915206561e+00f,
-};
 
-// Byte b = 16 * octave + j: scale 2^(octave - 8) * 2^(j/16).
-float tensor_f16s_scale(uint8_t b) { return ldexpf(f16s_frac[b & 15], (int)(b >> 4) - 8); }
+// Byte b = 16 * octave + j: scale 2^(octave - 8) * 2^(j/16), every byte's value precomputed
+// (a power-of-two factor is exact, so the table equals the formula bit for bit).
+#define F16S_POW2(e) ((e) >= 0 ? (float)(1 << (e)) : 1.0f / (float)(1 << -(e)))
+#define F16S_OCT(o)                                                                                    \
+	1.000000000e+00f * F16S_POW2(o - 8), 1.044273782e+00f * F16S_POW2(o - 8),                       \
+	1.090507733e+00f * F16S_POW2(o - 8), 1.138788635e+00f * F16S_POW2(o - 8),                       \
+	1.189207115e+00f * F16S_POW2(o - 8), 1.241857812e+00f * F16S_POW2(o - 8),                       \
+	1.296839555e+00f * F16S_POW2(o - 8), 1.354255547e+00f * F16S_POW2(o - 8),                       \
+	1.414213562e+00f * F16S_POW2(o - 8), 1.476826146e+00f * F16S_POW2(o - 8),                       \
+	1.542210825e+00f * F16S_POW2(o - 8), 1.610490332e+00f * F16S_POW2(o - 8),                       \
+	1.681792831e+00f * F16S_POW2(o - 8), 1.756252160e+00f * F16S_POW2(o - 8),                       \
+	1.834008086e+00f * F16S_POW2(o - 8), 1.915206561e+00f * F16S_POW2(o - 8)
+const float kern_f16s_scales[256] = {F16S_OCT(0),  F16S_OCT(1),  F16S_OCT(2),  F16S_OCT(3),
+				     F16S_OCT(4),  F16S_OCT(5),  F16S_OCT(6),  F16S_OCT(7),
+				     F16S_OCT(8),  F16S_OCT(9),  F16S_OCT(10), F16S_OCT(11),
+				     F16S_OCT(12), F16S_OCT(13), F16S_OCT(14), F16S_OCT(15)};
+
+float tensor_f16s_scale(uint8_t b) { return kern_f16s_scales[b]; }
 
 uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h) {
 	float m = 0.0f;

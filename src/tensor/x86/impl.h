@@ -1,0 +1,615 @@
+// tensor/x86/impl: the x86 kernels written once over a small vector vocabulary that
+// kernels_avx2.c (8 lanes) and kernels_avx512.c (16 lanes) define before including it.
+// Matmul lanes run across the 16 rows of a packed tile; every output walks its k blocks in
+// order with its own float accumulator, and an int8 dot product inside a block is exact,
+// so an output's bits never depend on the batch, its row's place in it, or the threads.
+//
+// The includer defines: VL (32-bit lanes per vector), NH (vectors per 16-row tile), VB
+// (bytes per vector), vi/vf, and the inline functions below the "vocabulary" line.
+#include "tensor/kern.h"
+
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+// Small fixed loops unrolled, so vectors of codes stay in registers.
+#define UNROLL _Pragma("GCC unroll 16")
+
+// Single rows (decode) stream every weight once from memory: prefetching KX_PF bytes ahead
+// keeps more loads in flight than the hardware prefetcher alone. Batches reuse the weights
+// from cache and skip it.
+#ifndef KX_PF
+#define KX_PF 2048
+#endif
+AI void pf(const uint8_t *p, size_t bytes, int R) {
+	if (KX_PF && R == 1)
+		for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + KX_PF + o, 0, 3);
+}
+
+// ---- shared helpers over the vocabulary -----------------------------------------------------
+AI vi bcast32(const int8_t *p) {
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v_set1_32(v);
+}
+
+// Moves bits left (s > 0) or right (s < 0) within 16-bit lanes; callers mask the bits they keep.
+AI vi v_shift(vi v, int s) { return s > 0 ? v_slli16(v, s) : s < 0 ? v_srli16(v, -s) : v; }
+
+// planes4 at p, half h -> w[0..3] codes of elements 4g+b, w[4..7] of 16+4g+b.
+AI void unpack4(const uint8_t *p, int h, vi w[8]) {
+	const vi m = v_set1_8(0x0f);
+	UNROLL for (int g = 0; g < 4; g++) {
+		const vi v = v_load(p + 64 * g + VB * h);
+		w[g] = v_and(v, m);
+		w[4 + g] = v_and(v_srli16(v, 4), m);
+	}
+}
+
+// hb1 at p: bit X of every code.
+AI void add_hb1(const uint8_t *p, int h, int X, vi w[8]) {
+	const vi P = v_load(p + VB * h), m = v_set1_8((char)(1 << X));
+	UNROLL for (int g = 0; g < 4; g++) {
+		w[g] = v_or_and(w[g], v_shift(P, X - g), m);
+		w[4 + g] = v_or_and(w[4 + g], v_shift(P, X - 4 - g), m);
+	}
+}
+
+// planes2 at p: two-bit fields moved to bit `to` (0 for low bits, 4 for Q6_K's high bits).
+AI void add_planes2(const uint8_t *p, int h, int to, bool first, vi w[8]) {
+	const vi m = v_set1_8((char)(3 << to));
+	UNROLL for (int hh = 0; hh < 2; hh++) {
+		const vi H = v_load(p + 64 * hh + VB * h);
+		UNROLL for (int t = 0; t < 2; t++) {
+			const int g = 2 * hh + t;
+			const vi lo = v_shift(H, to - 4 * t), hi = v_shift(H, to - 4 * t - 2);
+			w[g] = first ? v_and(lo, m) : v_or_and(w[g], lo, m);
+			w[4 + g] = first ? v_and(hi, m) : v_or_and(w[4 + g], hi, m);
+		}
+	}
+}
+
+AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b) {
+	return (const kern_q8 *)(xa + (size_t)i * xs) + b;
+}
+
+// ---- matmul row kernels: R activation rows against one half of one tile ---------------------
+// Every row's accumulator sees exactly the same operations whatever R is.
+#define ROWS _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)
+
+// The dot products of R rows with one block's codes: s[i] = 256 (w . qh_i) + w . ql_i + init_i
+// over the codes of half `part` (0: elements 0..15, 1: 16..31, 2: all 32). The 2R chains of
+// dependent vpdpbusd are interleaved so they fill the pipeline.
+AI void dotx_rows(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, int part, int bits, const vi *init,
+		    vi *s) {
+#if KX_DP16
+	// u8 x s8 products summed in int16 for as many codes as cannot overflow it (each pair
+	// is at most 2 * (2^bits - 1) * 127), then widened once: fewer instructions than a
+	// widening step per product.
+	const int L = bits <= 4 ? 8 : bits == 5 ? 4 : bits == 6 ? 2 : 1;
+	const int g0 = part == 1 ? 4 : 0, g1 = part == 0 ? 4 : 8;
+	ROWS {
+		const kern_q8 *x = xrow(xa, xs, i, b);
+		vi hi = v_zeroi(), lo = init[i];
+		UNROLL for (int a = g0; a < g1; a += L) {
+			vi h16 = v_zeroi(), l16 = v_zeroi();
+			const int nt = g1 - a < L ? g1 - a : L;
+			UNROLL for (int t = 0; t < nt; t++) {
+				const int g = a + t, off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+				h16 = v_add16(h16, v_mul8(w[g], bcast32(x->qh + off)));
+				l16 = v_add16(l16, v_mul8(w[g], bcast32(x->ql + off)));
+			}
+			hi = v_addi(hi, v_widen16(h16));
+			lo = v_addi(lo, v_widen16(l16));
+		}
+		s[i] = v_addi(v_slli32(hi, 8), lo);
+	}
+	return;
+#endif
+	if (R == 1 && part == 2) { // one row: four shorter chains instead of two
+		const kern_q8 *x = xrow(xa, xs, 0, b);
+		vi h0 = v_zeroi(), h1 = v_zeroi(), l0 = init[0], l1 = v_zeroi();
+		UNROLL for (int g = 0; g < 4; g++) {
+			h0 = v_dp(h0, w[g], bcast32(x->qh + 4 * g));
+			l0 = v_dp(l0, w[g], bcast32(x->ql + 4 * g));
+			h1 = v_dp(h1, w[4 + g], bcast32(x->qh + 16 + 4 * g));
+			l1 = v_dp(l1, w[4 + g], bcast32(x->ql + 16 + 4 * g));
+		}
+		s[0] = v_addi(v_slli32(v_addi(h0, h1), 8), v_addi(l0, l1));
+		return;
+	}
+	vi hi[RMAX], lo[RMAX];
+	ROWS hi[i] = v_zeroi(), lo[i] = init[i];
+	UNROLL for (int g = 0; g < 8; g++) {
+		if ((part == 0 && g >= 4) || (part == 1 && g < 4)) continue;
+		const int off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+		ROWS {
+			const kern_q8 *x = xrow(xa, xs, i, b);
+			hi[i] = v_dp(hi[i], w[g], bcast32(x->qh + off));
+			lo[i] = v_dp(lo[i], w[g], bcast32(x->ql + off));
+		}
+	}
+	ROWS s[i] = v_addi(v_slli32(hi[i], 8), lo[i]);
+}
+
+// Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
+AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, size_t bbytes,
+		    bool five, int off, bool affine) {
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bbytes;
+		pf(blk, bbytes, R);
+		vi w[8];
+		unpack4(blk, h, w);
+		if (five) add_hb1(blk + 256, h, 4, w);
+		const uint8_t *sc = blk + (five ? 320 : 256);
+		const vf D = v_ldh(sc + 2 * VL * h);
+		vi init[RMAX], s[RMAX];
+		ROWS init[i] = v_set1_32(-off * xrow(xa, xs, i, b)->sum);
+		dotx_rows(w, xa, xs, b, R, 2, five ? 5 : 4, init, s);
+		ROWS acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(xrow(xa, xs, i, b)->d)), acc[i]);
+		if (affine) {
+			const vf M = v_ldh(sc + 32 + 2 * VL * h);
+			ROWS acc[i] = v_fma(M, v_set1f(xrow(xa, xs, i, b)->ds), acc[i]);
+		}
+	}
+}
+
+AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc) {
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *blk = tw + (size_t)b * 544;
+		pf(blk, 544, R);
+		vi w[8];
+		UNROLL for (int g = 0; g < 8; g++) w[g] = v_load(blk + 64 * g + VB * h);
+		const vf D = v_ldh(blk + 512 + 2 * VL * h);
+		vi s[RMAX];
+#if KX_Q8_UNSIGNED
+		vi init[RMAX];
+		ROWS init[i] = v_set1_32(-128 * xrow(xa, xs, i, b)->sum);
+		dotx_rows(w, xa, xs, b, R, 2, 8, init, s);
+#else
+		// Signed codes: |w| (unsigned) against the activations carrying w's sign.
+		vi aw[8];
+		UNROLL for (int g = 0; g < 8; g++) aw[g] = v_abs8(w[g]);
+		ROWS {
+			const kern_q8 *x = xrow(xa, xs, i, b);
+			vi hi = v_zeroi(), lo = v_zeroi();
+			UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
+			UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
+			s[i] = v_addi(v_slli32(hi, 8), lo);
+		}
+#endif
+		ROWS acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(xrow(xa, xs, i, b)->d)), acc[i]);
+	}
+}
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; w = d*sc*u - dmin*m.
+AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool five) {
+	const size_t sbytes = five ? 320 : 256, bbytes = 8 * sbytes + 256 + 64;
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nsb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * sbytes;
+		pf(blk, bbytes, R);
+		const vf D0 = v_ldh(sc + 256 + 2 * VL * h), M0 = v_ldh(sc + 288 + 2 * VL * h);
+		for (int j = 0; j < 8; j++) {
+			vi w[8];
+			unpack4(blk + j * sbytes, h, w);
+			if (five) add_hb1(blk + j * sbytes + 256, h, 4, w);
+			const vf D = v_mul(D0, v_cvt(v_ldu8(sc + 16 * j + VL * h)));
+			const vf M = v_mul(M0, v_cvt(v_ldu8(sc + 128 + 16 * j + VL * h)));
+			vi init[RMAX], s[RMAX];
+			ROWS init[i] = v_zeroi();
+			dotx_rows(w, xa, xs, 8 * b + j, R, 2, five ? 5 : 4, init, s);
+			ROWS {
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(x->d)), acc[i]);
+				acc[i] = v_fnma(M, v_set1f(x->ds), acc[i]);
+			}
+		}
+	}
+}
+
+// Q6_K and Q3_K: sub-blocks of 16 with int8 scales; w = d*sc*(u - off).
+AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool six) {
+	const size_t sbytes = six ? 384 : 192, bbytes = 8 * sbytes + 256 + 32;
+	const int off = six ? 32 : 4;
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nsb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * sbytes;
+		pf(blk, bbytes, R);
+		const vf D0 = v_ldh(sc + 256 + 2 * VL * h);
+		for (int j = 0; j < 8; j++) {
+			vi w[8];
+			if (six) {
+				unpack4(blk + j * sbytes, h, w);
+				add_planes2(blk + j * sbytes + 256, h, 4, false, w);
+			} else {
+				add_planes2(blk + j * sbytes, h, 0, true, w);
+				add_hb1(blk + j * sbytes + 128, h, 2, w);
+			}
+			const vf Da = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + VL * h)));
+			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
+			vi ia[RMAX], ib[RMAX], sa[RMAX], sb[RMAX];
+			ROWS {
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				ia[i] = v_set1_32(-off * x->s16[0]);
+				ib[i] = v_set1_32(-off * x->s16[1]);
+			}
+			dotx_rows(w, xa, xs, 8 * b + j, R, 0, six ? 6 : 3, ia, sa);
+			dotx_rows(w, xa, xs, 8 * b + j, R, 1, six ? 6 : 3, ib, sb);
+			ROWS {
+				const vf t = v_fma(v_cvt(sa[i]), Da, v_mul(v_cvt(sb[i]), Db));
+				acc[i] = v_fma(t, v_set1f(xrow(xa, xs, i, 8 * b + j)->d), acc[i]);
+			}
+		}
+	}
+}
+
+// Q2_K: sub-blocks of 16 with 4-bit scales and mins; w = d*sc*u - dmin*m.
+AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc) {
+	const size_t bbytes = 8 * 128 + 256 + 64;
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nsb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * 128;
+		pf(blk, bbytes, R);
+		const vf D0 = v_ldh(sc + 256 + 2 * VL * h), M0 = v_ldh(sc + 288 + 2 * VL * h);
+		for (int j = 0; j < 8; j++) {
+			vi w[8];
+			add_planes2(blk + j * 128, h, 0, true, w);
+			const vi ca = v_ldu8(sc + 32 * j + VL * h), cb = v_ldu8(sc + 32 * j + 16 + VL * h);
+			const vi m15 = v_set1_32(15);
+			const vf Da = v_mul(D0, v_cvt(v_and(ca, m15))), Db = v_mul(D0, v_cvt(v_and(cb, m15)));
+			const vf Ma = v_mul(M0, v_cvt(v_srli32(ca, 4))), Mb = v_mul(M0, v_cvt(v_srli32(cb, 4)));
+			vi z[RMAX], sa[RMAX], sb[RMAX];
+			ROWS z[i] = v_zeroi();
+			dotx_rows(w, xa, xs, 8 * b + j, R, 0, 2, z, sa);
+			dotx_rows(w, xa, xs, 8 * b + j, R, 1, 2, z, sb);
+			ROWS {
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				const vf t = v_fma(v_cvt(sa[i]), Da, v_mul(v_cvt(sb[i]), Db));
+				const vf m = v_fma(Ma, v_set1f((float)x->s16[0]), v_mul(Mb, v_set1f((float)x->s16[1])));
+				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
+				acc[i] = v_fnma(m, v_set1f(x->d), acc[i]);
+			}
+		}
+	}
+}
+
+// Float types: one k at a time, acc = acc + w*x (fused), in k order.
+AI void rows_float(const uint8_t *tw, int64_t k, const uint8_t *xa, size_t xs, int h, int R, vf *acc, uint32_t type) {
+	ROWS acc[i] = v_zerof();
+	for (int64_t e = 0; e < k; e++) {
+		const vf wv = type == GGUF_T_F32 ? v_loadf((const float *)tw + 16 * e + VL * h)
+			    : type == GGUF_T_F16 ? v_ldh(tw + 32 * e + 2 * VL * h)
+						 : v_ldbf(tw + 32 * e + 2 * VL * h);
+		ROWS acc[i] = v_fma(wv, v_set1f(((const float *)(xa + (size_t)i * xs))[e]), acc[i]);
+	}
+}
+
+// ---- matmul drivers ----------------------------------------------------------------------------
+// Writes the lanes of acc that fall inside [o, o1) of row yr.
+AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
+	if (o + VL <= o1) {
+		v_storef(yr + o, a);
+	} else {
+		float t[VL];
+		v_storef(t, a);
+		for (int l = 0; o + l < o1; l++) yr[o + l] = t[l];
+	}
+}
+
+// Rows go RMAX at a time, the rest one by one: two instantiations per type keep the code
+// small, and a row's operations are the same in either. Long batches go in row blocks whose
+// activations stay in L2 while every tile of the slice passes over them.
+#define KX_ACT_L2 (768 * 1024)
+#define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL)                                                       \
+	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
+			 int64_t ldy, int64_t o0, int64_t o1) {                                                      \
+		const uint8_t *xa = xa_;                                                                          \
+		const int64_t nb = w->k / (BLOCK_ELEMS);                                                          \
+		const size_t tile_bytes = (size_t)nb * (BLOCK_BYTES);                                             \
+		int64_t rb = (int64_t)(KX_ACT_L2 / xs) / RMAX * RMAX;                                             \
+		if (rb < RMAX) rb = RMAX;                                                                         \
+		for (int64_t rb0 = 0; rb0 < n; rb0 += rb) {                                                       \
+			const int64_t rb1 = rb0 + rb < n ? rb0 + rb : n;                                          \
+			for (int64_t o = o0; o < o1; o += KERN_TILE) {                                            \
+				const uint8_t *tw = (const uint8_t *)mat + (size_t)(o / KERN_TILE) * tile_bytes;   \
+				for (int64_t r0 = rb0; r0 < rb1;) {                                               \
+					const int R = rb1 - r0 >= RMAX ? RMAX : 1;                                \
+					const uint8_t *xr = xa + (size_t)r0 * xs;                                 \
+					for (int h = 0; h < NH; h++) {                                            \
+						vf acc[RMAX];                                                     \
+						if (R == RMAX) CALL(RMAX);                                        \
+						else CALL(1);                                                     \
+						for (int i = 0; i < R; i++) put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i]); \
+					}                                                                         \
+					r0 += R;                                                                  \
+				}                                                                                 \
+			}                                                                                         \
+		}                                                                                                 \
+	}
+
+#define CALL_Q4_0(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 288, false, 8, false)
+#define CALL_Q4_1(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 320, false, 0, true)
+#define CALL_Q5_0(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 352, true, 16, false)
+#define CALL_Q5_1(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 384, true, 0, true)
+#define CALL_Q8_0(R) rows_q8_0(tw, nb, xr, xs, h, R, acc)
+#define CALL_Q4_K(R) rows_q45_K(tw, nb, xr, xs, h, R, acc, false)
+#define CALL_Q5_K(R) rows_q45_K(tw, nb, xr, xs, h, R, acc, true)
+#define CALL_Q6_K(R) rows_q63_K(tw, nb, xr, xs, h, R, acc, true)
+#define CALL_Q3_K(R) rows_q63_K(tw, nb, xr, xs, h, R, acc, false)
+#define CALL_Q2_K(R) rows_q2_K(tw, nb, xr, xs, h, R, acc)
+#define CALL_F32(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
+#define CALL_F16(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
+#define CALL_BF16(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
+
+MM_DRIVER(mm_q4_0, 32, 288, CALL_Q4_0)
+MM_DRIVER(mm_q4_1, 32, 320, CALL_Q4_1)
+MM_DRIVER(mm_q5_0, 32, 352, CALL_Q5_0)
+MM_DRIVER(mm_q5_1, 32, 384, CALL_Q5_1)
+MM_DRIVER(mm_q8_0, 32, 544, CALL_Q8_0)
+MM_DRIVER(mm_q2_K, 256, 8 * 128 + 320, CALL_Q2_K)
+MM_DRIVER(mm_q3_K, 256, 8 * 192 + 288, CALL_Q3_K)
+MM_DRIVER(mm_q4_K, 256, 8 * 256 + 320, CALL_Q4_K)
+MM_DRIVER(mm_q5_K, 256, 8 * 320 + 320, CALL_Q5_K)
+MM_DRIVER(mm_q6_K, 256, 8 * 384 + 288, CALL_Q6_K)
+MM_DRIVER(mm_f32, 1, 64, CALL_F32)
+MM_DRIVER(mm_f16, 1, 32, CALL_F16)
+MM_DRIVER(mm_bf16, 1, 32, CALL_BF16)
+
+typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, int64_t, float *, int64_t, int64_t,
+		      int64_t);
+static const mm_fn mm_table[GGUF_T_COUNT] = {
+	[GGUF_T_F32] = mm_f32,   [GGUF_T_F16] = mm_f16,   [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = mm_q4_0,
+	[GGUF_T_Q4_1] = mm_q4_1, [GGUF_T_Q5_0] = mm_q5_0, [GGUF_T_Q5_1] = mm_q5_1, [GGUF_T_Q8_0] = mm_q8_0,
+	[GGUF_T_Q2_K] = mm_q2_K, [GGUF_T_Q3_K] = mm_q3_K, [GGUF_T_Q4_K] = mm_q4_K, [GGUF_T_Q5_K] = mm_q5_K,
+	[GGUF_T_Q6_K] = mm_q6_K,
+};
+
+static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
+		      int64_t o0, int64_t o1) {
+	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1);
+}
+
+static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {
+	return type < GGUF_T_COUNT && mm_table[type] ? kern_x86_pack_bytes(type, rows, k) : 0;
+}
+
+static void kx_pack(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst, int64_t t0,
+		    int64_t t1) {
+	kern_x86_pack(type, src, row_bytes, rows, k, dst, t0, t1, KX_Q8_UNSIGNED);
+}
+
+// ---- activations: 16 bits per value as two int8 halves, per block of 32 -----------------------
+// t = x / (amax/127) rounds to qh (nearest even); the rest t - qh (exact, |.| <= 1/2) times
+// 256 rounds to ql, clamped to 127: |x - d (256 qh + ql)| <= amax / (127 * 256).
+static void kx_act_q8(const float *x, int64_t k, kern_q8 *dst) {
+	for (int64_t b = 0; b < k / 32; b++, x += 32) {
+		vf v[32 / VL];
+		vf am = v_zerof();
+		UNROLL for (int c = 0; c < 32 / VL; c++) {
+			v[c] = v_loadf(x + VL * c);
+			am = v_max(am, v_absf(v[c]));
+		}
+		const float amax = v_hmax(am), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+		kern_q8 *o = &dst[b];
+		int32_t qh[32], ql[32];
+		UNROLL for (int c = 0; c < 32 / VL; c++) {
+			const vf t = v_mul(v[c], v_set1f(id));
+			const vi h = v_cvtr(t);
+			const vf rest = v_mul(v_sub(t, v_cvt(h)), v_set1f(256.0f));
+			v_storei(qh + VL * c, h);
+			v_storei(ql + VL * c, v_cvtr(v_min(v_max(rest, v_set1f(-127.0f)), v_set1f(127.0f))));
+		}
+		int32_t s0 = 0, s1 = 0;
+		for (int e = 0; e < 16; e++) s0 += 256 * qh[e] + ql[e], s1 += 256 * qh[16 + e] + ql[16 + e];
+		for (int e = 0; e < 32; e++) o->qh[e] = (int8_t)qh[e], o->ql[e] = (int8_t)ql[e];
+		o->d = d * (1.0f / 256.0f);
+		o->sum = s0 + s1;
+		o->s16[0] = s0, o->s16[1] = s1;
+		o->ds = o->d * (float)(s0 + s1);
+		o->pad = 0;
+	}
+}
+
+// ---- exp and the pointwise kernels -------------------------------------------------------------
+// e^x for x <= 88 (above it, e^88; below -87.3 it flushes to 0): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2].
+AI vf v_exp(vf x) {
+	x = v_min(x, v_set1f(88.0f));
+	x = v_max(x, v_set1f(-87.3f));
+	const vf n = v_round(v_mul(x, v_set1f(1.44269504088896341f)));
+	vf r = v_fma(n, v_set1f(-0.693359375f), x);
+	r = v_fma(n, v_set1f(2.12194440e-4f), r);
+	vf p = v_set1f(1.9875691500e-4f);
+	p = v_fma(p, r, v_set1f(1.3981999507e-3f));
+	p = v_fma(p, r, v_set1f(8.3334519073e-3f));
+	p = v_fma(p, r, v_set1f(4.1665795894e-2f));
+	p = v_fma(p, r, v_set1f(1.6666665459e-1f));
+	p = v_fma(p, r, v_set1f(5.0000001201e-1f));
+	p = v_fma(p, v_mul(r, r), v_add(r, v_set1f(1.0f)));
+	return v_mul(p, v_pow2i(n));
+}
+
+AI vf silu_mul(vf gv, vf uv) { return v_mul(v_div(gv, v_add(v_set1f(1.0f), v_exp(v_sub(v_zerof(), gv)))), uv); }
+
+// Every element takes the same vector arithmetic, the tail too: callers pass whole batches,
+// so which elements form the tail depends on the batch size.
+static void kx_swiglu(const float *g, const float *u, float *out, int64_t n) {
+	int64_t i = 0;
+	for (; i + VL <= n; i += VL) v_storef(out + i, silu_mul(v_loadf(g + i), v_loadf(u + i)));
+	if (i < n) {
+		float tg[VL] = {0}, tu[VL] = {0}, to[VL];
+		memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+		memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+		v_storef(to, silu_mul(v_loadf(tg), v_loadf(tu)));
+		memcpy(out + i, to, (size_t)(n - i) * sizeof(float));
+	}
+}
+
+static void kx_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
+	if (n % VL) {
+		tensor_rmsnorm(x, w, n, eps, y);
+		return;
+	}
+	vd s0 = v_zerod(), s1 = v_zerod();
+	for (int64_t i = 0; i < n; i += VL) {
+		const vf v = v_loadf(x + i);
+		const vd lo = v_lo_pd(v), hi = v_hi_pd(v);
+		s0 = v_fmad(lo, lo, s0);
+		s1 = v_fmad(hi, hi, s1);
+	}
+	const double ss = v_hsumd(v_addd(s0, s1));
+	const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+	for (int64_t i = 0; i < n; i += VL) {
+		const vf v = v_mul(v_loadf(x + i), v_set1f(scale));
+		v_storef(y + i, w ? v_mul(v, v_loadf(w + i)) : v);
+	}
+}
+
+// Scaled f16 encode (tensor_f16s_encode's search, vectorized): the octave as the reference
+// picks it, then the scale of the octave with the least squared error (float sums).
+static uint8_t kx_f16s_encode(const float *x, int32_t n, uint16_t *h) {
+	if (n % VL) return tensor_f16s_encode(x, n, h);
+	vf am = v_zerof();
+	for (int32_t i = 0; i < n; i += VL) am = v_max(am, v_absf(v_loadf(x + i)));
+	const float m = v_hmax(am);
+	int oct = 8;
+	while (oct < 15 && m >= ldexpf(16384.0f, oct - 8)) oct++;
+	while (oct > 0 && m < ldexpf(0x1p-6f, oct - 8)) oct--;
+	int best = 0;
+	float best_err = INFINITY;
+	for (int j = 0; j < 16; j++) {
+		const float sc = tensor_f16s_scale((uint8_t)(oct * 16 + j));
+		const vf vs = v_set1f(sc);
+		vf err = v_zerof();
+		for (int32_t i = 0; i < n; i += VL) {
+			const vf v = v_loadf(x + i);
+			const vf d = v_sub(v_mul(v_f16round(v_div(v, vs)), vs), v);
+			err = v_fma(d, d, err);
+		}
+		const float e = v_hsum(err);
+		if (e < best_err) best_err = e, best = j;
+	}
+	const uint8_t b = (uint8_t)(oct * 16 + best);
+	const vf vs = v_set1f(tensor_f16s_scale(b));
+	for (int32_t i = 0; i < n; i += VL) v_storeh(h + i, v_div(v_loadf(x + i), vs));
+	return b;
+}
+
+// ---- attention over the paged f16 store ---------------------------------------------------------
+#define ATT_MAXC 16 // head_dim / VL at most
+
+// The body for nc = D / VL vectors per head; called with nc a constant for the common head
+// sizes, so the loops over a head's vectors unroll into registers.
+AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		  float *scores, float *out, const int nc) {
+	const int32_t pt = kvv->page_tokens;
+	// Scores in groups of VL positions fixed by absolute position: each score's products are
+	// summed in lanes over the head's values, then VL such sums reduced side by side in one
+	// fixed tree (v_hsum_lanes), so a score never depends on its neighbours or on n_pos.
+	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
+	float ksc[VL] __attribute__((aligned(64)));
+	for (int32_t j0 = 0; j0 < n_pos; j0 += VL) {
+		const int nj = n_pos - j0 < VL ? n_pos - j0 : VL;
+		for (int l = 0; l < nj; l++) {
+			const int32_t j = j0 + l;
+			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+			const uint16_t *kr = kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
+			for (int c = 0; c < nc; c++) v_storef(kf + (size_t)(l * nc + c) * VL, v_ldh(kr + VL * c));
+			ksc[l] = kvv->ks ? kern_f16s_scales[kvv->ks[page * kvv->s_page_stride + slot * kvv->s_row_stride]] * scale
+					 : scale;
+		}
+		for (int l = nj; l < VL; l++) ksc[l] = 0.0f;
+		for (int32_t hq = 0; hq < nq; hq++) {
+			const float *qh = q + (size_t)hq * D;
+			vf part[VL];
+			UNROLL for (int l = 0; l < VL; l++) {
+				if (l >= nj) {
+					part[l] = v_zerof();
+					continue;
+				}
+				const float *kl = kf + (size_t)l * nc * VL;
+				vf a = v_mul(v_loadf(qh), v_loadf(kl));
+				for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
+				part[l] = a;
+			}
+			const vf sv = v_mul(v_hsum_lanes(part), v_loadf(ksc));
+			float *dst = scores + (size_t)hq * n_pos + j0;
+			if (nj == VL) v_storef(dst, sv);
+			else {
+				float t[VL];
+				v_storef(t, sv);
+				memcpy(dst, t, (size_t)nj * sizeof(float));
+			}
+		}
+	}
+	// Softmax per head: max, exp, sum in lanes (position mod VL), then one reduction.
+	float inv[64];
+	for (int32_t hq = 0; hq < nq; hq++) {
+		float *sc = scores + (size_t)hq * n_pos;
+		float mx = -INFINITY;
+		for (int32_t j = 0; j < n_pos; j++) mx = sc[j] > mx ? sc[j] : mx;
+		vf sum = v_zerof();
+		int32_t j = 0;
+		for (; j + VL <= n_pos; j += VL) {
+			const vf p = v_exp(v_sub(v_loadf(sc + j), v_set1f(mx)));
+			v_storef(sc + j, p);
+			sum = v_add(sum, p);
+		}
+		float tail = 0.0f;
+		for (; j < n_pos; j++) {
+			float t[VL] = {0};
+			t[0] = sc[j] - mx;
+			float e[VL];
+			v_storef(e, v_exp(v_loadf(t)));
+			sc[j] = e[0];
+			tail += e[0];
+		}
+		const float total = v_hsum(sum) + tail;
+		inv[hq] = 1.0f / total;
+	}
+	// Weighted sum of V in position order, HG heads at a time (accumulators in registers);
+	// the V scale folds into each position's weight.
+	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+	for (int32_t h0 = 0; h0 < nq; h0 += HG) {
+		const int hn = nq - h0 < HG ? nq - h0 : HG;
+		vf acc[4][ATT_MAXC];
+		UNROLL for (int a = 0; a < HG; a++)
+			UNROLL for (int c = 0; c < nc; c++) acc[a][c] = v_zerof();
+		for (int32_t j = 0; j < n_pos; j++) {
+			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+			const uint16_t *vr = kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+			const float vsc = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
+			vf vv[ATT_MAXC] = {0};
+			UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(vr + VL * c);
+			UNROLL for (int a = 0; a < HG; a++) {
+				if (a >= hn) break;
+				const vf p = v_set1f(scores[(size_t)(h0 + a) * n_pos + j] * vsc);
+				UNROLL for (int c = 0; c < nc; c++) acc[a][c] = v_fma(p, vv[c], acc[a][c]);
+			}
+		}
+		for (int a = 0; a < hn; a++) {
+			const float iv = inv[h0 + a];
+			for (int c = 0; c < nc; c++) v_storef(out + (size_t)(h0 + a) * D + VL * c, v_mul(acc[a][c], v_set1f(iv)));
+		}
+	}
+}
+
+static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		    float *scores, float *out) {
+	const int nc = D / VL;
+	if (nq > 64) { // the 1/sum table holds 64 heads
+		kx_attn(q, 64, D, scale, kvv, n_pos, scores, out);
+		kx_attn(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
+		return;
+	}
+	if (D % VL || nc > ATT_MAXC) {
+		for (int32_t hq = 0; hq < nq; hq++)
+			tensor_attn_f16(q + (size_t)hq * D, D, scale, kvv, n_pos, scores + (size_t)hq * n_pos, out + (size_t)hq * D);
+		return;
+	}
+	if (nc == 4) attn_body(q, nq, D, scale, kvv, n_pos, scores, out, 4);
+	else if (nc == 8) attn_body(q, nq, D, scale, kvv, n_pos, scores, out, 8);
+	else attn_body(q, nq, D, scale, kvv, n_pos, scores, out, nc);
+}

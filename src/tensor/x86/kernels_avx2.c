@@ -1,0 +1,113 @@
+// tensor/x86/kernels_avx2: the "avx2" kernel set — impl.h over 8-lane vectors (a 16-row
+// tile in two halves); int8 dot products by vpmaddubsw + vpmaddwd, exact for the codes'
+// ranges (Q8_0 takes the sign trick, so no 16-bit sum can saturate).
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef __m256i vi;
+typedef __m256 vf;
+typedef __m256d vd;
+#define VL 8
+#define NH 2
+#define VB 32
+#define RMAX 4
+#define KX_Q8_UNSIGNED 0
+#define KX_DP16 1
+
+#define V static inline __attribute__((always_inline))
+// ---- vocabulary ----
+V vi v_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+V vi v_and(vi a, vi b) { return _mm256_and_si256(a, b); }
+V vi v_or(vi a, vi b) { return _mm256_or_si256(a, b); }
+V vi v_or_and(vi a, vi b, vi m) { return _mm256_or_si256(a, _mm256_and_si256(b, m)); }
+V vi v_slli16(vi a, int s) { return _mm256_slli_epi16(a, s); }
+V vi v_srli16(vi a, int s) { return _mm256_srli_epi16(a, s); }
+V vi v_srli32(vi a, int s) { return _mm256_srli_epi32(a, s); }
+V vi v_slli32(vi a, int s) { return _mm256_slli_epi32(a, s); }
+V vi v_addi(vi a, vi b) { return _mm256_add_epi32(a, b); }
+V vi v_set1_8(char c) { return _mm256_set1_epi8(c); }
+V vi v_set1_32(int v) { return _mm256_set1_epi32(v); }
+V vi v_zeroi(void) { return _mm256_setzero_si256(); }
+// u8 x s8 pairs to int16 (no pair of codes here can reach 2^15), then pairs to int32.
+V vi v_dp(vi acc, vi u, vi s) {
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+V vi v_mul8(vi u, vi s) { return _mm256_maddubs_epi16(u, s); }
+V vi v_add16(vi a, vi b) { return _mm256_add_epi16(a, b); }
+V vi v_widen16(vi a) { return _mm256_madd_epi16(a, _mm256_set1_epi16(1)); }
+V vi v_abs8(vi a) { return _mm256_abs_epi8(a); }
+V vi v_sign8(vi a, vi b) { return _mm256_sign_epi8(a, b); }
+V vi v_ldu8(const void *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+V vi v_ldi8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+V vf v_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
+V vi v_cvtr(vf a) { return _mm256_cvtps_epi32(a); }
+V void v_storei(int32_t *p, vi a) { _mm256_storeu_si256((__m256i *)p, a); }
+V vf v_zerof(void) { return _mm256_setzero_ps(); }
+V vf v_set1f(float f) { return _mm256_set1_ps(f); }
+V vf v_loadf(const float *p) { return _mm256_loadu_ps(p); }
+V void v_storef(float *p, vf a) { _mm256_storeu_ps(p, a); }
+V vf v_ldh(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+V vf v_ldbf(const void *p) {
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+V void v_storeh(uint16_t *p, vf a) { _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
+V vf v_f16round(vf a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
+V vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+V vf v_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+V vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+V vf v_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+V vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+V vf v_fnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
+V vf v_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+V vf v_min(vf a, vf b) { return _mm256_min_ps(a, b); }
+V vf v_absf(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+V vf v_round(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+V vf v_pow2i(vf n) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)); }
+// Reductions in one fixed order: halves folded pairwise.
+V float v_hsum(vf a) {
+	__m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_add_ss(q, _mm_movehdup_ps(q));
+	return _mm_cvtss_f32(q);
+}
+V float v_hmax(vf a) {
+	__m128 q = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_max_ss(q, _mm_movehdup_ps(q));
+	return _mm_cvtss_f32(q);
+}
+// Lane l of the result is the sum of a[l]'s lanes: pairwise horizontal adds, one fixed tree.
+V vf v_hsum_lanes(const vf a[8]) {
+	const vf t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+	const vf t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+	const vf u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+V vd v_zerod(void) { return _mm256_setzero_pd(); }
+V vd v_lo_pd(vf a) { return _mm256_cvtps_pd(_mm256_castps256_ps128(a)); }
+V vd v_hi_pd(vf a) { return _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)); }
+V vd v_fmad(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
+V vd v_addd(vd a, vd b) { return _mm256_add_pd(a, b); }
+V double v_hsumd(vd a) {
+	__m128d q = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+#undef V
+
+#include "tensor/x86/impl.h"
+
+const tensor_kernels tensor_kernels_avx2 = {
+	.name = "avx2",
+	.tile = KERN_TILE,
+	.pack_bytes = kx_pack_bytes,
+	.pack = kx_pack,
+	.act_kind = kern_x86_act_kind,
+	.act_q8 = kx_act_q8,
+	.matmul = kx_matmul,
+	.attn = kx_attn,
+	.rmsnorm = kx_rmsnorm,
+	.swiglu = kx_swiglu,
+	.f16s_encode = kx_f16s_encode,
+	.cpu_ok = kern_cpu_avx2,
+};

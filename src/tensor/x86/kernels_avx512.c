@@ -1,0 +1,119 @@
+// tensor/x86/kernels_avx512: the "avx512" kernel set — impl.h over 16-lane vectors, with
+// VNNI's vpdpbusd for the int8 dot products (u8 weight codes x s8 activations).
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef __m512i vi;
+typedef __m512 vf;
+typedef __m512d vd;
+#define VL 16
+#define NH 1
+#define VB 64
+#define RMAX 4
+#define KX_Q8_UNSIGNED 1
+#define KX_DP16 0
+
+#define V static inline __attribute__((always_inline))
+// ---- vocabulary ----
+V vi v_load(const void *p) { return _mm512_loadu_si512(p); }
+V vi v_and(vi a, vi b) { return _mm512_and_si512(a, b); }
+V vi v_or(vi a, vi b) { return _mm512_or_si512(a, b); }
+V vi v_or_and(vi a, vi b, vi m) { return _mm512_ternarylogic_epi32(a, b, m, 0xF8); } // a | (b & m)
+V vi v_slli16(vi a, int s) { return _mm512_slli_epi16(a, (unsigned)s); }
+V vi v_srli16(vi a, int s) { return _mm512_srli_epi16(a, (unsigned)s); }
+V vi v_srli32(vi a, int s) { return _mm512_srli_epi32(a, (unsigned)s); }
+V vi v_slli32(vi a, int s) { return _mm512_slli_epi32(a, (unsigned)s); }
+V vi v_addi(vi a, vi b) { return _mm512_add_epi32(a, b); }
+V vi v_set1_8(char c) { return _mm512_set1_epi8(c); }
+V vi v_set1_32(int v) { return _mm512_set1_epi32(v); }
+V vi v_zeroi(void) { return _mm512_setzero_si512(); }
+V vi v_dp(vi acc, vi u, vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
+V vi v_abs8(vi a) { return _mm512_abs_epi8(a); }
+V vi v_ldu8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+V vi v_ldi8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+V vf v_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
+V vi v_cvtr(vf a) { return _mm512_cvtps_epi32(a); }
+V void v_storei(int32_t *p, vi a) { _mm512_storeu_si512(p, a); }
+V vf v_zerof(void) { return _mm512_setzero_ps(); }
+V vf v_set1f(float f) { return _mm512_set1_ps(f); }
+V vf v_loadf(const float *p) { return _mm512_loadu_ps(p); }
+V void v_storef(float *p, vf a) { _mm512_storeu_ps(p, a); }
+V vf v_ldh(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+V vf v_ldbf(const void *p) {
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+V void v_storeh(uint16_t *p, vf a) { _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
+V vf v_f16round(vf a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
+V vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+V vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+V vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+V vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+V vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+V vf v_fnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+V vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+V vf v_min(vf a, vf b) { return _mm512_min_ps(a, b); }
+V vf v_absf(vf a) { return _mm512_abs_ps(a); }
+V vf v_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+V vf v_pow2i(vf n) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23)); }
+// Reductions in one fixed order: halves folded pairwise.
+V float v_hsum(vf a) {
+	__m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+	__m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_add_ss(q, _mm_movehdup_ps(q));
+	return _mm_cvtss_f32(q);
+}
+V float v_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+// Lane l of the result is the sum of a[l]'s lanes: pairs of vectors folded in halves side by
+// side (groups of S partial sums become groups of S/2, x's groups then y's), four levels, one
+// fixed tree per lane.
+static const int32_t fold_lo[4][16] = {
+	{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+	{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+	{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+	{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+};
+static const int32_t fold_half[4] = {8, 4, 2, 1};
+V vf v_hsum_lanes(const vf a[16]) {
+	vf b[8];
+	int n = 16;
+	for (int lv = 0; lv < 4; lv++, n /= 2) {
+		const __m512i lo = _mm512_loadu_si512(fold_lo[lv]);
+		const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(fold_half[lv]));
+		const vf *src = lv == 0 ? a : b;
+		for (int i = 0; i < n / 2; i++) {
+			const vf x = src[2 * i], y = src[2 * i + 1];
+			b[i] = _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
+		}
+	}
+	return b[0];
+}
+V vd v_zerod(void) { return _mm512_setzero_pd(); }
+V vd v_lo_pd(vf a) { return _mm512_cvtps_pd(_mm512_castps512_ps256(a)); }
+V vd v_hi_pd(vf a) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)); }
+V vd v_fmad(vd a, vd b, vd c) { return _mm512_fmadd_pd(a, b, c); }
+V vd v_addd(vd a, vd b) { return _mm512_add_pd(a, b); }
+V double v_hsumd(vd a) {
+	__m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+	__m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+#undef V
+
+#include "tensor/x86/impl.h"
+
+const tensor_kernels tensor_kernels_avx512 = {
+	.name = "avx512",
+	.tile = KERN_TILE,
+	.pack_bytes = kx_pack_bytes,
+	.pack = kx_pack,
+	.act_kind = kern_x86_act_kind,
+	.act_q8 = kx_act_q8,
+	.matmul = kx_matmul,
+	.attn = kx_attn,
+	.rmsnorm = kx_rmsnorm,
+	.swiglu = kx_swiglu,
+	.f16s_encode = kx_f16s_encode,
+	.cpu_ok = kern_cpu_avx512,
+};

@@ -1,0 +1,56 @@
+#!/bin/sh
+# http: starts a real `lanes serve` on stories260K on a free loopback port and runs the
+# Node.js tests in tests/http against it (the official openai and @anthropic-ai/sdk clients,
+# raw sockets; some tests start their own servers for drain, halt and limits).
+# Needs node and `npm ci` at the repository root. Prints "http: N passed, M failed" last.
+cd "$(dirname "$0")/../.." || exit 1
+: "${LANES_SHARED:=../shared}"
+: "${LANES_BIN:=build/lanes}"
+fail() {
+	echo "http: $1"
+	echo "http: 0 passed, 1 failed"
+	exit 1
+}
+command -v node >/dev/null 2>&1 || fail "node is not installed (Debian: apt-get install nodejs npm)"
+[ -d node_modules/openai ] && [ -d node_modules/@anthropic-ai/sdk ] ||
+	fail "node_modules is missing: run 'npm ci' at the repository root first"
+[ -x "$LANES_BIN" ] || fail "$LANES_BIN is missing: run make first"
+tmp=${LANES_TMP:-$(mktemp -d)}
+mkdir -p "$tmp"
+log="$tmp/http-serve.log"
+"$LANES_BIN" serve -m "$LANES_SHARED/models/stories260K.gguf" --port 0 --api-key test-key 2>"$log" &
+pid=$!
+port=""
+i=0
+while [ $i -lt 400 ] && [ -z "$port" ]; do
+	port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$log" | head -n 1)
+	[ -n "$port" ] && break
+	kill -0 $pid 2>/dev/null || break
+	sleep 0.05
+	i=$((i + 1))
+done
+if [ -z "$port" ]; then
+	cat "$log"
+	kill -9 $pid 2>/dev/null
+	fail "lanes serve did not start"
+fi
+LANES_URL="http://127.0.0.1:$port" LANES_KEY=test-key LANES_BIN="$LANES_BIN" LANES_SHARED="$LANES_SHARED" LANES_TMP="$tmp" \
+	node --test --test-reporter=tap --test-concurrency=1 --test-timeout=180000 tests/http/*.test.mjs >"$tmp/http-tap.txt" 2>&1
+kill -TERM $pid 2>/dev/null
+wait $pid
+serve_rc=$?
+# the failing tests with their diagnostics, then the figures the tests printed
+awk '/^ *not ok /{p=1} /^ *ok /{p=0} p' "$tmp/http-tap.txt"
+grep -E 'during prefill' "$tmp/http-tap.txt" | sed 's/^[# \]*/# /'
+pass=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
+failed=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
+cancelled=$(sed -n 's/^# cancelled \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
+[ -n "$pass" ] || { tail -n 30 "$tmp/http-tap.txt"; pass=0; failed=1; }
+failed=$((${failed:-0} + ${cancelled:-0}))
+if [ "$serve_rc" -ne 0 ]; then
+	echo "lanes serve exited $serve_rc after SIGTERM (want 0):"
+	tail -n 20 "$log"
+	failed=$((failed + 1))
+fi
+echo "http: $pass passed, $failed failed"
+[ "$failed" -eq 0 ]

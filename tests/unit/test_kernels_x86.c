@@ -1,0 +1,312 @@
+// tests: the kernel contract — every kernel set this CPU runs, every weight type: the fast
+// matmul against the reference within a stated tolerance, bit-identical outputs whatever
+// the batch, slice, fusion or thread count; attention, RMSNorm, SwiGLU and the f16s encoder
+// against theirs; and the dispatch (names, LANES_KERNELS choices).
+//
+// Tolerances, with A = sum_i |w_i x_i| over a dot product (w the dequantized weights):
+//  - activations on the int8 grid of every 32-block (x = m * 2^-6, |m| <= 127, one |m| = 127),
+//    where quantizing them loses nothing: |fast - ref| <= 2^-12 A. Only float rounding is
+//    left (a few roundings per block of 32, k/32 blocks), far below this bar, while one
+//    misplaced code costs about A/k = 2^-9 A at k = 512, so a layout error cannot hide.
+//  - random activations: the same plus what 16-bit activations (two int8 halves) can cost,
+//    each x moved at most amax_b / (127 * 256) in its block b: the sum over blocks of that
+//    times sum_{i in b} |w_i| (one 8-bit pass alone would be 128x this). Float types
+//    (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
+//  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
+//    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
+//    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error.
+#include "t.h"
+
+#include "tensor/tensor.h"
+
+#include <math.h>
+
+static float frand(uint64_t *s) {
+	*s = splitmix64(*s);
+	return (float)((double)(*s >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static const uint32_t all_types[] = {GGUF_T_F32,  GGUF_T_F16,  GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1,
+				     GGUF_T_Q5_0, GGUF_T_Q5_1, GGUF_T_Q8_0, GGUF_T_Q2_K, GGUF_T_Q3_K,
+				     GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+static bool is_float(uint32_t t) { return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16; }
+
+// Activations of n rows: on the int8 grid of every block of 32, or plain random.
+static void make_x(float *x, int64_t n, int64_t k, bool grid, uint64_t *seed) {
+	for (int64_t r = 0; r < n; r++)
+		for (int64_t i = 0; i < k; i++) {
+			float *v = &x[r * k + i];
+			if (grid) {
+				int m = (int)lrintf(frand(seed) * 127.0f);
+				if (i % 32 == (r * 7 + i / 32) % 32) m = m < 0 ? -127 : 127;
+				*v = (float)m * 0x1p-6f;
+			} else {
+				*v = frand(seed) * 2.5f;
+			}
+		}
+}
+
+// The activation-quantization term of the bound for one dot product.
+static double act_bound(const float *w, const float *x, int64_t k) {
+	double b = 0;
+	for (int64_t i0 = 0; i0 < k; i0 += 32) {
+		double amax = 0, sw = 0;
+		for (int64_t i = i0; i < i0 + 32 && i < k; i++) {
+			amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
+			sw += fabs(w[i]);
+		}
+		b += amax / (127.0 * 256.0) * sw;
+	}
+	return b;
+}
+
+static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, lanes_pool *pool) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	const int64_t NO = 37, NR = 70;
+	uint64_t seed = 1000 + type;
+	const size_t rb = tensor_row_bytes(type, K);
+	float *wf = malloc(sizeof(float) * K * NO), *wd = malloc(sizeof(float) * K * NO);
+	float *x = malloc(sizeof(float) * K * NR);
+	float *yr = malloc(sizeof(float) * NR * NO), *y1 = malloc(sizeof(float) * NR * NO);
+	float *y2 = malloc(sizeof(float) * NR * NO), *y3 = malloc(sizeof(float) * NR * NO);
+	uint8_t *w = malloc(rb * NO * 2);
+	for (int64_t i = 0; i < K * NO; i++) wf[i] = frand(&seed) * (1.0f + (float)(i % 7));
+	// Two matrices back to back (a stack of 2): the second is the first scaled by -0.5.
+	for (int64_t o = 0; o < NO; o++) tt->from_f32(wf + o * K, w + o * rb, K);
+	for (int64_t i = 0; i < K * NO; i++) wd[i] = -0.5f * wf[i];
+	for (int64_t o = 0; o < NO; o++) tt->from_f32(wd + o * K, w + (NO + o) * rb, K);
+	for (int64_t o = 0; o < NO; o++) tt->to_f32(w + o * rb, wd + o * K, K);
+
+	const size_t pb = tensor_pack_bytes(ks, type, NO, K, 2);
+	void *packed = pb ? malloc(pb) : NULL;
+	tensor_mat m;
+	tensor_mat_init(&m, ks, type, NO, K, 2, w, packed, pool);
+	for (int grid = 1; grid >= 0; grid--) {
+		make_x(x, NR, K, grid, &seed);
+		tensor_ref_matmul(type, w, rb, K, x, K, NR, yr, NO, 0, NO);
+		// All rows at once, fused with the second matrix, on the pool.
+		const tensor_mat *ws[2] = {&m, &m};
+		const int64_t mats[2] = {0, 1};
+		float *ys[2] = {y1, y3};
+		tensor_matmuls(pool, 2, ws, mats, x, NR, ys);
+		// Each row alone, on the caller's thread.
+		const tensor_mat *w0 = &m;
+		const int64_t mat0 = 0;
+		for (int64_t r = 0; r < NR; r++) {
+			float *yy = y2 + r * NO;
+			tensor_matmuls(NULL, 1, &w0, &mat0, x + r * K, 1, &yy);
+		}
+		int worse = 0, differ = memcmp(y1, y2, sizeof(float) * NR * NO) != 0;
+		double worst = 0;
+		for (int64_t r = 0; r < NR; r++)
+			for (int64_t o = 0; o < NO; o++) {
+				const float *wr = wd + o * K, *xr = x + r * K;
+				double A = 0;
+				for (int64_t i = 0; i < K; i++) A += fabs((double)wr[i] * xr[i]);
+				double tol = A * 0x1p-12 + 1e-30;
+				if (!grid && !is_float(type)) tol += act_bound(wr, xr, K);
+				const double e = fabs((double)y1[r * NO + o] - yr[r * NO + o]);
+				worst = e / tol > worst ? e / tol : worst;
+				worse += !(e <= tol);
+			}
+		CHECKF(worse == 0, "%s %s k=%lld %s activations: %d outputs outside the tolerance (worst %.3g x it)", tensor_kernels_name(ks),
+		       tt->name, (long long)K, grid ? "grid" : "random", worse, worst);
+		CHECKF(!differ, "%s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks), tt->name,
+		       (long long)NR);
+		// A slice of rows through the second matrix of the stack: the fused pass's outputs.
+		float *y4 = y2;
+		const tensor_mat *w1 = &m;
+		const int64_t mat1 = 1;
+		tensor_matmuls(NULL, 1, &w1, &mat1, x + 3 * K, 9, &y4);
+		CHECKF(memcmp(y4, y3 + 3 * NO, sizeof(float) * 9 * NO) == 0, "%s %s: matrix 1 of the stack differs when fused",
+		       tensor_kernels_name(ks), tt->name);
+	}
+	free(packed);
+	free(w), free(wf), free(wd), free(x), free(yr), free(y1), free(y2), free(y3);
+}
+
+// The largest codes against the largest activations, where a 16-bit partial sum would
+// overflow first: every block's first weight -1 (so the rest, +1, take the top code) and
+// every activation 1.0 (int8 127 exactly).
+static void extremes(const tensor_kernels *ks, uint32_t type) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	const int64_t K = 512, NO = 16;
+	const size_t rb = tensor_row_bytes(type, K);
+	float *wf = malloc(sizeof(float) * K * NO), *x = malloc(sizeof(float) * K * 2), y[2 * 16], yr[2 * 16];
+	uint8_t *w = malloc(rb * NO);
+	for (int64_t i = 0; i < K * NO; i++) wf[i] = i % 32 == 0 ? -1.0f : 1.0f;
+	for (int64_t i = 0; i < K * 2; i++) x[i] = i < K ? 1.0f : -1.0f;
+	for (int64_t o = 0; o < NO; o++) tt->from_f32(wf + o * K, w + o * rb, K);
+	const size_t pb = tensor_pack_bytes(ks, type, NO, K, 1);
+	void *packed = pb ? malloc(pb) : NULL;
+	tensor_mat m;
+	tensor_mat_init(&m, ks, type, NO, K, 1, w, packed, NULL);
+	const tensor_mat *ws = &m;
+	const int64_t mat = 0;
+	float *yy = y;
+	tensor_matmuls(NULL, 1, &ws, &mat, x, 2, &yy);
+	tensor_ref_matmul(type, w, rb, K, x, K, 2, yr, NO, 0, NO);
+	int bad = 0;
+	for (int i = 0; i < 2 * 16; i++) bad += !(fabsf(y[i] - yr[i]) <= 0x1p-12f * (float)K * 2.0f);
+	CHECKF(bad == 0, "%s %s: top codes x top activations off the reference (%g vs %g)", tensor_kernels_name(ks), tt->name,
+	       y[0], yr[0]);
+	free(packed), free(w), free(wf), free(x);
+}
+
+// A paged f16 store of n_pos positions, one KV head, pages in shuffled order.
+typedef struct {
+	uint16_t *k, *v;
+	uint8_t *ks, *vs;
+	int32_t pages[64];
+} store;
+
+static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, bool scaled) {
+	const int32_t pt = 16, npg = (n_pos + pt - 1) / pt + 1;
+	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos);
+	store s;
+	s.k = calloc((size_t)npg * pt * D, 2), s.v = calloc((size_t)npg * pt * D, 2);
+	s.ks = calloc((size_t)npg * pt, 1), s.vs = calloc((size_t)npg * pt, 1);
+	for (int32_t p = 0; p < npg; p++) s.pages[p] = (p * 5 + 3) % npg;
+	float *kv = malloc(sizeof(float) * D), vmax = 0;
+	for (int32_t j = 0; j < n_pos; j++) {
+		const size_t slot = (size_t)s.pages[j / pt] * pt + (size_t)(j % pt);
+		for (int kind = 0; kind < 2; kind++) {
+			for (int32_t e = 0; e < D; e++) kv[e] = frand(&seed) * (kind ? 1.5f : 3.0f);
+			uint16_t *h = (kind ? s.v : s.k) + slot * D;
+			uint8_t b = 0;
+			if (scaled) b = tensor_f16s_encode(kv, D, h);
+			else
+				for (int32_t e = 0; e < D; e++) h[e] = lanes_f32_to_f16(kv[e]);
+			(kind ? s.vs : s.ks)[slot] = b;
+			if (kind)
+				for (int32_t e = 0; e < D; e++) {
+					const float a = fabsf(lanes_f16_to_f32(h[e]) * (scaled ? tensor_f16s_scale(b) : 1.0f));
+					vmax = a > vmax ? a : vmax;
+				}
+		}
+	}
+	tensor_kv_view kvv = {.k = s.k, .v = s.v, .ks = scaled ? s.ks : NULL, .vs = scaled ? s.vs : NULL, .pages = s.pages,
+			      .page_stride = (size_t)pt * D, .row_stride = (size_t)D, .s_page_stride = (size_t)pt,
+			      .s_row_stride = 1, .page_tokens = pt};
+	float *q = malloc(sizeof(float) * nq * D), *sc = malloc(sizeof(float) * nq * n_pos);
+	float *o = malloc(sizeof(float) * nq * D), *o1 = malloc(sizeof(float) * D), *ref = malloc(sizeof(float) * D);
+	for (int32_t i = 0; i < nq * D; i++) q[i] = frand(&seed) * 2.0f;
+	tensor_k_attn(ks, q, nq, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, o);
+	int bad = 0, differ = 0;
+	for (int32_t h = 0; h < nq; h++) {
+		tensor_attn_f16(q + h * D, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, ref);
+		tensor_k_attn(ks, q + h * D, 1, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, o1);
+		for (int32_t e = 0; e < D; e++) bad += !(fabsf(o[h * D + e] - ref[e]) <= 1e-5f * vmax);
+		differ += memcmp(o1, o + h * D, sizeof(float) * D) != 0;
+	}
+	CHECKF(bad == 0, "%s attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks), D, nq, n_pos,
+	       scaled ? "f16s" : "f16", bad);
+	CHECKF(differ == 0, "%s attention D=%d: a head alone differs from it among %d", tensor_kernels_name(ks), D, nq);
+	free(q), free(sc), free(o), free(o1), free(ref), free(kv);
+	free(s.k), free(s.v), free(s.ks), free(s.vs);
+}
+
+static void pointwise(const tensor_kernels *ks) {
+	uint64_t seed = 99;
+	const int64_t n = 2048 + 40;
+	float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
+	      *b = malloc(sizeof(float) * n);
+	for (int64_t i = 0; i < n; i++) x[i] = frand(&seed) * 20.0f, w[i] = frand(&seed) * 2.0f;
+	const int64_t sizes[] = {2048, 64, 8, 2088};
+	int bad = 0;
+	for (int s = 0; s < 4; s++) {
+		tensor_rmsnorm(x, w, sizes[s], 1e-5f, a);
+		tensor_k_rmsnorm(ks, x, w, sizes[s], 1e-5f, b);
+		for (int64_t i = 0; i < sizes[s]; i++) bad += !(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(a[i]) + 1e-30f);
+		tensor_k_rmsnorm(ks, x, NULL, sizes[s], 1e-5f, b);
+		tensor_rmsnorm(x, NULL, sizes[s], 1e-5f, a);
+		for (int64_t i = 0; i < sizes[s]; i++) bad += !(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(a[i]) + 1e-30f);
+	}
+	CHECKF(bad == 0, "%s rmsnorm: %d values off", tensor_kernels_name(ks), bad);
+	bad = 0;
+	tensor_swiglu(x, w, a, n);
+	tensor_k_swiglu(ks, x, w, b, n);
+	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 2e-6f * fabsf(a[i]) + 1e-30f);
+	CHECKF(bad == 0, "%s swiglu: %d values off", tensor_kernels_name(ks), bad);
+	// An element's result does not depend on where the call's range starts or ends.
+	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
+	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s swiglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
+	// The scale table: 2^(j/16) within an octave, octaves exact powers of two apart.
+	bad = 0;
+	for (int sb = 0; sb < 256; sb++) {
+		const float base = tensor_f16s_scale((uint8_t)(128 + (sb & 15)));
+		bad += tensor_f16s_scale((uint8_t)sb) != ldexpf(base, (sb >> 4) - 8);
+		bad += fabs(base - pow(2.0, (sb & 15) / 16.0)) > 1e-7;
+	}
+	CHECKF(bad == 0, "f16s scale table: %d entries off", bad);
+	// f16s: a scale as good as the reference's (within 0.1%), and the encoding deterministic.
+	bad = 0;
+	uint16_t h1[128], h2[128], h3[128];
+	for (int t = 0; t < 200; t++) {
+		const int32_t D = t % 3 == 0 ? 128 : 64;
+		float mag = ldexpf(1.0f, t % 40 - 20);
+		for (int32_t i = 0; i < D; i++) x[i] = frand(&seed) * mag * (i % 5 == 0 ? 8.0f : 1.0f);
+		const uint8_t br = tensor_f16s_encode(x, D, h1), bf = tensor_k_f16s_encode(ks, x, D, h2);
+		const uint8_t bf2 = tensor_k_f16s_encode(ks, x, D, h3);
+		double er = 0, ef = 0;
+		for (int32_t i = 0; i < D; i++) {
+			const double dr = lanes_f16_to_f32(h1[i]) * (double)tensor_f16s_scale(br) - x[i];
+			const double df = lanes_f16_to_f32(h2[i]) * (double)tensor_f16s_scale(bf) - x[i];
+			er += dr * dr, ef += df * df;
+		}
+		bad += !(ef <= er * 1.001 + 1e-45) || bf != bf2 || memcmp(h2, h3, sizeof(uint16_t) * D);
+	}
+	CHECKF(bad == 0, "%s f16s encode: %d groups worse than the reference or not repeatable", tensor_kernels_name(ks), bad);
+	free(x), free(w), free(a), free(b);
+}
+
+static void dispatch(void) {
+	const char *names[8];
+	const int n = tensor_kernels_available(names, 8);
+	CHECK(n >= 1 && !strcmp(names[0], "ref"));
+	CHECK(tensor_kernels_find("ref") != NULL);
+	CHECK(tensor_kernels_find("nope") == NULL);
+	CHECK(tensor_kernels_select("nope") == LANES_EINVAL);
+	const tensor_kernels *def = tensor_kernels_default();
+	CHECK(def != NULL);
+	// The default is the best the CPU runs unless LANES_KERNELS names another.
+	const char *env = getenv("LANES_KERNELS");
+	if (!env || !*env) CHECKF(!strcmp(tensor_kernels_name(def), names[n - 1]), "default %s, best %s", tensor_kernels_name(def), names[n - 1]);
+	else if (tensor_kernels_find(env)) CHECK(!strcmp(tensor_kernels_name(def), env));
+	for (int i = 0; i < n; i++) {
+		CHECK(tensor_kernels_select(names[i]) == 0);
+		CHECK(tensor_kernels_default() == tensor_kernels_find(names[i]));
+	}
+	CHECK(tensor_kernels_select(tensor_kernels_name(def)) == 0);
+	printf("kernel sets on this CPU:");
+	for (int i = 0; i < n; i++) printf(" %s", names[i]);
+	printf("\n");
+}
+
+int main(void) {
+	dispatch();
+	const char *names[8];
+	const int n = tensor_kernels_available(names, 8);
+	lanes_pool *pool;
+	CHECK(lanes_pool_new(&pool, 3) == 0);
+	for (int s = 0; s < n; s++) {
+		const tensor_kernels *ks = tensor_kernels_find(names[s]);
+		for (int t = 0; t < N_TYPES; t++) {
+			matmul_type(ks, all_types[t], 512, pool);
+			if (is_float(all_types[t])) matmul_type(ks, all_types[t], 100, pool);
+			extremes(ks, all_types[t]);
+		}
+		const int32_t dims[] = {64, 128, 48, 8};
+		for (int d = 0; d < 4; d++) {
+			attention(ks, dims[d], 1, 1, true);
+			attention(ks, dims[d], 4, 37, true);
+			attention(ks, dims[d], 6, 100, false);
+		}
+		attention(ks, 64, 8, 300, true);
+		pointwise(ks);
+	}
+	lanes_pool_free(pool);
+	T_DONE("kernels_x86");
+}
