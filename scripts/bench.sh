@@ -14,10 +14,13 @@ mkdir -p "$MODELS" || exit 1
 
 field() { printf '%s' "$1" | sed -n "s/.*\"$2\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 
+# The probe runs before every type too and the best figure counts: on a shared machine
+# a single probe can land in someone else's busy moment.
 bw=$("$BUILD/bench/bw" "$THREADS")
 bwN=$(field "$bw" bwN_gbs)
 bw1=$(field "$bw" bw1_gbs)
 echo "read bandwidth: $bw1 GB/s (1 thread), $bwN GB/s ($THREADS threads); $THREADS threads, $REPS repetitions"
+best_bw() { b=$(field "$("$BUILD/bench/bw" "$THREADS")" bwN_gbs); [ -n "$b" ] && [ "$(echo "$b > $bwN" | bc)" = 1 ] && bwN=$b; }
 [ -n "$LLAMA_BENCH" ] && [ ! -x "$LLAMA_BENCH" ] && { echo "LLAMA_BENCH=$LLAMA_BENCH is not executable"; LLAMA_BENCH=; }
 
 printf '%-7s %6s %7s %6s %8s %8s' type MiB kernels load_s pp512 tg128
@@ -31,6 +34,7 @@ for t in $TYPES; do
 		"$BIN" gen --shape tinyllama-1.1b --type "$t" --vocab "$LANES_SHARED/vocab/ggml-vocab-llama-spm.gguf" -o "$f" >/dev/null 2>&1 ||
 			{ echo "$t: lanes gen failed"; continue; }
 	fi
+	best_bw
 	j=$("$BIN" bench -m "$f" -p 512 -n 128 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)
 	pp=$(field "$j" pp_tps)
 	tg=$(field "$j" tg_tps)
@@ -63,6 +67,8 @@ print(tot)')
 	[ -n "$LLAMA_BENCH" ] && printf ' %7.2f' "$(echo "${ltg:-0} / $limit" | bc -l)"
 	echo
 done
+best_bw
+echo "best read bandwidth seen: $bwN GB/s ($THREADS threads); tg_limit = bytes of weights read per token / $bwN GB/s at the time of each row"
 for v in llama-spm qwen2 gpt-2; do
 	"$BUILD/bench/tok_bench" "$LANES_SHARED/vocab/ggml-vocab-$v.gguf" 2>/dev/null | tail -n 1
 done
