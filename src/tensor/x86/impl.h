@@ -1,11 +1,14 @@
 // tensor/x86/impl: the x86 kernels written once over a small vector vocabulary that
 // kernels_avx2.c (8 lanes) and kernels_avx512.c (16 lanes) define before including it.
 // Matmul lanes run across the 16 rows of a packed tile; every output walks its k blocks in
-// order with its own float accumulator, and an int8 dot product inside a block is exact,
-// so an output's bits never depend on the batch, its row's place in it, or the threads.
+// order with its own float accumulator, and the integer dot products inside a block (int8
+// codes against both int8 halves of 16-bit activations, see kern_q8) are exact, so an
+// output's bits never depend on the batch, its row's place in it, or the threads.
 //
-// The includer defines: VL (32-bit lanes per vector), NH (vectors per 16-row tile), VB
-// (bytes per vector), vi/vf, and the inline functions below the "vocabulary" line.
+// The includer defines VL (32-bit lanes per vector), NH (vectors per 16-row tile), VB (bytes
+// per vector), RMAX (activation rows per pass over a tile), KX_Q8_UNSIGNED (Q8_0 codes
+// packed as q ^ 0x80), KX_DP16 (products summed in int16 before widening), vi/vf/vd and the
+// v_* vocabulary functions.
 #include "tensor/kern.h"
 
 #include <math.h>
