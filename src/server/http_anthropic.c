@@ -163,7 +163,6 @@ enum MHD_Result srv_messages(srv_conn *c) {
 	srv_gen_init(&g);
 	double d;
 	int64_t x;
-	bool b;
 	int rc;
 	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || ant_neutral(j, &e) || srv_check_model(s, j, false, &e))
 		goto fail;
@@ -181,17 +180,7 @@ enum MHD_Result srv_messages(srv_conn *c) {
 		goto fail;
 	}
 	if (rc) g.lr.sampling.top_p = (float)d;
-	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.sampling.top_k = (int32_t)x;
-	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, &e)) < 0) goto fail;
-	if (rc) g.lr.sampling.min_p = (float)d;
-	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.has_seed = true, g.seed = (uint64_t)x;
-	if (srv_get_bool(j, "stream", &g.stream, &e) < 0) goto fail;
-	if ((rc = srv_get_bool(j, "draft", &b, &e)) < 0) goto fail;
-	if (rc) g.lr.draft = b;
-	if ((rc = srv_get_bool(j, "ignore_eos", &b, &e)) < 0) goto fail;
-	if (rc) g.lr.ignore_eos = b;
+	if (srv_gen_common(j, &g, &e) < 0) goto fail;
 	json_t *ss = json_object_get(j, "stop_sequences");
 	if (ss && !json_is_null(ss) && !json_is_array(ss)) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "stop_sequences", "stop_sequences: must be an array of strings");

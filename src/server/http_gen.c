@@ -26,6 +26,27 @@ void srv_gen_init(srv_gen *g) {
 	g->prompt_field = "messages";
 }
 
+// The fields every API reads alike: top_k, min_p, seed, stream and the draft and
+// ignore_eos extensions. 0, or -1 with e naming the field.
+int srv_gen_common(json_t *j, srv_gen *g, srv_err *e) {
+	int64_t x;
+	double d;
+	bool b;
+	int rc;
+	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, e)) < 0) return -1;
+	if (rc) g->lr.sampling.top_k = (int32_t)x;
+	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, e)) < 0) return -1;
+	if (rc) g->lr.sampling.min_p = (float)d;
+	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) return -1;
+	if (rc) g->has_seed = true, g->seed = (uint64_t)x;
+	if (srv_get_bool(j, "stream", &g->stream, e) < 0) return -1;
+	if ((rc = srv_get_bool(j, "draft", &b, e)) < 0) return -1;
+	if (rc) g->lr.draft = b;
+	if ((rc = srv_get_bool(j, "ignore_eos", &b, e)) < 0) return -1;
+	if (rc) g->lr.ignore_eos = b;
+	return 0;
+}
+
 json_t *srv_real(double v) {
 	if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;
 	return json_real(v);

@@ -197,6 +197,7 @@ typedef struct {
 } srv_gen;
 
 void srv_gen_init(srv_gen *g);
+int srv_gen_common(json_t *j, srv_gen *g, srv_err *e);
 // Reads "stop" as a string or an array of strings into g.
 int srv_get_stops(json_t *o, const char *key, srv_gen *g, srv_err *e);
 

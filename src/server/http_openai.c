@@ -248,17 +248,12 @@ static int neutral(json_t *j, srv_err *e) {
 static int oai_sampling(http_server *s, json_t *j, srv_gen *g, srv_err *e) {
 	double d;
 	int64_t x;
-	bool b;
 	int rc;
 	if ((rc = srv_get_num(j, "temperature", 0, 2, &d, e)) < 0) return -1;
 	if (rc) g->lr.sampling.temperature = (float)d;
 	if ((rc = srv_get_num(j, "top_p", 0, 1, &d, e)) < 0) return -1;
 	if (rc && d <= 0) return srv_fail(e, SRV_E_BAD_REQUEST, "top_p", "top_p must be greater than 0, got %g", d);
 	if (rc) g->lr.sampling.top_p = (float)d;
-	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, e)) < 0) return -1;
-	if (rc) g->lr.sampling.top_k = (int32_t)x;
-	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, e)) < 0) return -1;
-	if (rc) g->lr.sampling.min_p = (float)d;
 	if ((rc = srv_get_num(j, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
 	if (rc) g->lr.sampling.presence_penalty = (float)d;
 	if ((rc = srv_get_num(j, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
@@ -266,15 +261,9 @@ static int oai_sampling(http_server *s, json_t *j, srv_gen *g, srv_err *e) {
 	if ((rc = srv_get_num(j, "repeat_penalty", 0, 100, &d, e)) < 0) return -1;
 	if (rc && d <= 0) return srv_fail(e, SRV_E_BAD_REQUEST, "repeat_penalty", "repeat_penalty must be greater than 0");
 	if (rc) g->lr.sampling.repeat_penalty = (float)d;
-	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) return -1;
-	if (rc) g->has_seed = true, g->seed = (uint64_t)x;
 	if ((rc = srv_get_int(j, "n", 1, SRV_MAX_N, &x, e)) < 0) return -1;
 	if (rc) g->n = (int)x;
-	if (srv_get_bool(j, "stream", &g->stream, e) < 0) return -1;
-	if ((rc = srv_get_bool(j, "draft", &b, e)) < 0) return -1;
-	if (rc) g->lr.draft = b;
-	if ((rc = srv_get_bool(j, "ignore_eos", &b, e)) < 0) return -1;
-	if (rc) g->lr.ignore_eos = b;
+	if (srv_gen_common(j, g, e) < 0) return -1;
 	if (srv_get_stops(j, "stop", g, e) < 0) return -1;
 	json_t *lb = json_object_get(j, "logit_bias");
 	if (lb && !json_is_null(lb)) {

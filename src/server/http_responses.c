@@ -223,7 +223,6 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	g.prompt_field = "input";
 	double d, temp = 1.0, top_p = 1.0;
 	int64_t x;
-	bool b;
 	int rc;
 	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || resp_neutral(j, &e) || srv_check_model(s, j, false, &e))
 		goto fail;
@@ -239,17 +238,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	if (rc) top_p = d;
 	g.lr.sampling.temperature = (float)temp;
 	g.lr.sampling.top_p = (float)top_p;
-	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.sampling.top_k = (int32_t)x;
-	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, &e)) < 0) goto fail;
-	if (rc) g.lr.sampling.min_p = (float)d;
-	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.has_seed = true, g.seed = (uint64_t)x;
-	if (srv_get_bool(j, "stream", &g.stream, &e) < 0) goto fail;
-	if ((rc = srv_get_bool(j, "draft", &b, &e)) < 0) goto fail;
-	if (rc) g.lr.draft = b;
-	if ((rc = srv_get_bool(j, "ignore_eos", &b, &e)) < 0) goto fail;
-	if (rc) g.lr.ignore_eos = b;
+	if (srv_gen_common(j, &g, &e) < 0) goto fail;
 	if (resp_input(j, &flat, &e)) goto fail;
 	if (srv_chat_prompt(s, flat, NULL, &g.prompt, &g.n_prompt, &e)) goto fail;
 	json_decref(flat);
