@@ -96,6 +96,7 @@ V double v_hsumd(vd a) {
 #undef V
 
 #include "tensor/x86/impl.h"
+#include "tensor/x86/attn.h"
 
 const tensor_kernels tensor_kernels_avx2 = {
 	.name = "avx2",

@@ -102,6 +102,7 @@ V double v_hsumd(vd a) {
 #undef V
 
 #include "tensor/x86/impl.h"
+#include "tensor/x86/attn.h"
 
 const tensor_kernels tensor_kernels_avx512 = {
 	.name = "avx512",
