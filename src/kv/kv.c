@@ -1,11 +1,45 @@
-// kv: the paged f16 key/value cache — one pool of pages, a free stack, and a growable block
-// table per sequence slot. Layout per layer: [page][slot][kv_dim] for K, the same for V, and
-// [page][slot][kv_dim / group] for their scale bytes (F16S).
+// kv: the paged key/value cache — one reserved pool of pages, a free stack of the pages below
+// the limit, and a growable block table per sequence slot. Layout per layer: [page][slot] rows
+// for K, the same for V, and [page][slot][kv_dim / group] scale bytes (F16S). The pool is
+// reserved address space: memory is taken as pages are first written and handed back when
+// the limit drops.
 #include "kv/kv_int.h"
+#include "tensor/tensor.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+static size_t row_bytes_of(enum kv_type t, int32_t kv_dim) {
+	switch (t) {
+	case KV_F16:
+	case KV_F16S: return (size_t)kv_dim * 2;
+	case KV_Q8_0: return kv_dim % QK8_0 ? 0 : (size_t)kv_dim / QK8_0 * sizeof(block_q8_0);
+	case KV_Q4_0: return kv_dim % QK4_0 ? 0 : (size_t)kv_dim / QK4_0 * sizeof(block_q4_0);
+	default: return 0;
+	}
+}
+
+uint64_t kv_bytes_per_token(enum kv_type type, int32_t n_layers, int32_t kv_dim, int32_t group) {
+	if (n_layers < 1 || kv_dim < 1 || !kv_type_name(type)) return 0;
+	uint64_t row = row_bytes_of(type, kv_dim);
+	if (!row) return 0;
+	if (type == KV_F16S) {
+		if (group < 1 || kv_dim % group) return 0;
+		row += (uint64_t)(kv_dim / group);
+	}
+	return row * 2 * (uint64_t)n_layers;
+}
+
+static void *reserve(size_t bytes) {
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void unreserve(void *p, size_t bytes) {
+	if (p) munmap(p, bytes);
+}
 
 int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
@@ -16,32 +50,38 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	const bool scaled = cfg->type == KV_F16S;
 	if (scaled && (cfg->group < 1 || cfg->kv_dim % cfg->group))
 		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: group %d does not divide kv_dim %d", cfg->group, cfg->kv_dim);
-	uint64_t stride, total;
-	if (!ck_mul((uint64_t)cfg->page_tokens, (uint64_t)cfg->kv_dim, &stride) ||
-	    !ck_mul(stride, (uint64_t)cfg->n_pages, &total) || !ck_mul(total, (uint64_t)cfg->n_layers, &total) ||
-	    !ck_mul(total, sizeof(uint16_t), &total) || total > SIZE_MAX / 2)
+	const size_t rb = row_bytes_of(cfg->type, cfg->kv_dim);
+	if (!rb)
+		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: %s rows need kv_dim (%d) to be a multiple of 32",
+				    kv_type_name(cfg->type), cfg->kv_dim);
+	uint64_t pb, total;
+	if (!ck_mul((uint64_t)cfg->page_tokens, rb, &pb) || !ck_mul(pb, (uint64_t)cfg->n_pages, &total) ||
+	    !ck_mul(total, (uint64_t)cfg->n_layers, &total) || total > SIZE_MAX / 4)
 		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: cache size overflows");
 	kv_cache *kv = calloc(1, sizeof *kv);
 	if (!kv) return lanes_seterr(err, errlen, LANES_ENOMEM, "kv: out of memory");
 	kv->cfg = *cfg;
-	kv->page_stride = (size_t)stride;
-	kv->k = malloc((size_t)total);
-	kv->v = malloc((size_t)total);
+	kv->row_bytes = rb;
+	kv->page_bytes = (size_t)pb;
+	kv->map_bytes = (size_t)total;
+	kv->limit = cfg->n_pages;
+	kv->k = reserve(kv->map_bytes);
+	kv->v = reserve(kv->map_bytes);
 	kv->free_ids = malloc((size_t)cfg->n_pages * sizeof *kv->free_ids);
 	kv->seqs = calloc((size_t)cfg->n_seqs, sizeof *kv->seqs);
 	kv->ref = calloc((size_t)cfg->n_pages, sizeof *kv->ref);
 	bool scales_ok = true;
 	if (scaled) {
-		kv->s_stride = kv->page_stride / (size_t)cfg->group;
-		const size_t sbytes = (size_t)total / sizeof(uint16_t) / (size_t)cfg->group;
-		kv->ks = malloc(sbytes);
-		kv->vs = malloc(sbytes);
+		kv->s_stride = (size_t)cfg->page_tokens * (size_t)(cfg->kv_dim / cfg->group);
+		kv->ks = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
+		kv->vs = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
 		scales_ok = kv->ks && kv->vs;
 	}
 	if (!kv->k || !kv->v || !kv->free_ids || !kv->seqs || !kv->ref || !scales_ok || kv_prefix_init(kv)) {
+		uint64_t want = kv_reserved_bytes(kv);
 		kv_free(kv);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "kv: out of memory for %llu bytes of cache",
-				    (unsigned long long)total * 2);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "kv: cannot reserve %llu bytes of cache",
+				    (unsigned long long)want);
 	}
 	// Pop order gives low page ids first.
 	for (int32_t i = 0; i < cfg->n_pages; i++) kv->free_ids[i] = cfg->n_pages - 1 - i;
@@ -58,16 +98,78 @@ void kv_free(kv_cache *kv) {
 	free(kv->ref);
 	kv_prefix_release(kv);
 	free(kv->free_ids);
-	free(kv->k);
-	free(kv->v);
-	free(kv->ks);
-	free(kv->vs);
+	unreserve(kv->k, kv->map_bytes);
+	unreserve(kv->v, kv->map_bytes);
+	const size_t sb = kv->s_stride * (size_t)kv->cfg.n_pages * (size_t)kv->cfg.n_layers;
+	unreserve(kv->ks, sb);
+	unreserve(kv->vs, sb);
 	free(kv);
 }
 
 const char *kv_type_name(enum kv_type t) {
-	static const char *const names[KV_TYPE_COUNT] = {[KV_F16] = "f16", [KV_F16S] = "f16s"};
+	static const char *const names[KV_TYPE_COUNT] = {
+		[KV_F16] = "f16", [KV_F16S] = "f16s", [KV_Q8_0] = "q8_0", [KV_Q4_0] = "q4_0"};
 	return (unsigned)t < KV_TYPE_COUNT ? names[t] : NULL;
+}
+
+int kv_type_parse(const char *s) {
+	for (int t = 0; s && t < KV_TYPE_COUNT; t++)
+		if (!strcmp(s, kv_type_name((enum kv_type)t))) return t;
+	return -1;
+}
+
+uint64_t kv_page_bytes(const kv_cache *kv) {
+	return ((uint64_t)kv->page_bytes * 2 + (uint64_t)kv->s_stride * 2) * (uint64_t)kv->cfg.n_layers;
+}
+
+uint64_t kv_reserved_bytes(const kv_cache *kv) { return kv_page_bytes(kv) * (uint64_t)kv->cfg.n_pages; }
+
+// ---- the limit ---------------------------------------------------------------------------------
+
+// Hands back the memory of every page at or above the limit, layer by layer (whole system
+// pages only: a partial one at a boundary stays).
+static void release_tail(kv_cache *kv) {
+	const size_t sys = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *maps[4] = {kv->k, kv->v, kv->ks, kv->vs};
+	const size_t per[4] = {kv->page_bytes, kv->page_bytes, kv->s_stride, kv->s_stride};
+	for (int m = 0; m < 4; m++) {
+		if (!maps[m]) continue;
+		for (int32_t l = 0; l < kv->cfg.n_layers; l++) {
+			uintptr_t lo = (uintptr_t)maps[m] + per[m] * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)kv->limit);
+			uintptr_t hi = (uintptr_t)maps[m] + per[m] * (size_t)(l + 1) * (size_t)kv->cfg.n_pages;
+			lo = (lo + sys - 1) & ~(uintptr_t)(sys - 1);
+			hi &= ~(uintptr_t)(sys - 1);
+			if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+		}
+	}
+	kv->released = true;
+}
+
+int32_t kv_pages_limit(const kv_cache *kv) { return kv->limit; }
+int32_t kv_pages_over_limit(const kv_cache *kv) { return kv->over; }
+
+void kv_set_limit(kv_cache *kv, int32_t limit) {
+	if (limit < 1) limit = 1;
+	if (limit > kv->cfg.n_pages) limit = kv->cfg.n_pages;
+	const int32_t old = kv->limit;
+	if (limit == old) return;
+	kv->limit = limit;
+	if (limit > old) {
+		// Free pages of the new range join the stack; held ones join when let go.
+		for (int32_t p = limit - 1; p >= old; p--)
+			if (kv->ref[p] == 0) kv->free_ids[kv->n_free++] = p;
+	} else {
+		int32_t n = 0;
+		for (int32_t i = 0; i < kv->n_free; i++)
+			if (kv->free_ids[i] < limit) kv->free_ids[n++] = kv->free_ids[i];
+		kv->n_free = n;
+		for (int32_t p = limit; p < kv->cfg.n_pages; p++)
+			if (kv->ref[p] == 1) kv__prefix_drop(kv, p);
+	}
+	kv->over = 0;
+	for (int32_t p = limit; p < kv->cfg.n_pages; p++) kv->over += kv->ref[p] > 0;
+	kv->released = false;
+	if (!kv->over) release_tail(kv);
 }
 
 const kv_config *kv_config_of(const kv_cache *kv) { return &kv->cfg; }
@@ -86,8 +188,14 @@ kv_seq *kv__seq(const kv_cache *kv, int32_t seq) {
 
 void kv__page_unref(kv_cache *kv, int32_t page) {
 	LANES_ASSERT(kv->ref[page] > 0);
-	if (--kv->ref[page] == 0) kv->free_ids[kv->n_free++] = page;
-	else if (kv->ref[page] == 1) kv__prefix_now_only(kv, page);
+	if (--kv->ref[page] == 0) {
+		if (page < kv->limit) kv->free_ids[kv->n_free++] = page;
+		else if (--kv->over == 0 && !kv->released) release_tail(kv);
+	} else if (kv->ref[page] == 1) {
+		kv__prefix_now_only(kv, page);
+		// above the limit the cache does not keep it
+		if (page >= kv->limit) kv__prefix_drop(kv, page);
+	}
 }
 
 int kv__seq_reserve(kv_cache *kv, kv_seq *s, int32_t need) {
@@ -143,17 +251,23 @@ const int32_t *kv_seq_pages(const kv_cache *kv, int32_t seq, int32_t *n) {
 	return s ? s->pages : NULL;
 }
 
-uint16_t *kv_k_base(kv_cache *kv, int32_t layer) {
+uint8_t *kv_k_data(kv_cache *kv, int32_t layer) {
 	LANES_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
-	return kv->k + (size_t)layer * kv->cfg.n_pages * kv->page_stride;
+	return kv->k + (size_t)layer * kv->cfg.n_pages * kv->page_bytes;
 }
 
-uint16_t *kv_v_base(kv_cache *kv, int32_t layer) {
+uint8_t *kv_v_data(kv_cache *kv, int32_t layer) {
 	LANES_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
-	return kv->v + (size_t)layer * kv->cfg.n_pages * kv->page_stride;
+	return kv->v + (size_t)layer * kv->cfg.n_pages * kv->page_bytes;
 }
 
-size_t kv_page_stride(const kv_cache *kv) { return kv->page_stride; }
+size_t kv_row_bytes(const kv_cache *kv) { return kv->row_bytes; }
+
+static bool is_f16(const kv_cache *kv) { return kv->cfg.type == KV_F16 || kv->cfg.type == KV_F16S; }
+
+uint16_t *kv_k_base(kv_cache *kv, int32_t layer) { return is_f16(kv) ? (uint16_t *)kv_k_data(kv, layer) : NULL; }
+uint16_t *kv_v_base(kv_cache *kv, int32_t layer) { return is_f16(kv) ? (uint16_t *)kv_v_data(kv, layer) : NULL; }
+size_t kv_page_stride(const kv_cache *kv) { return is_f16(kv) ? kv->page_bytes / 2 : 0; }
 size_t kv_scale_page_stride(const kv_cache *kv) { return kv->s_stride; }
 
 uint8_t *kv_ks_base(kv_cache *kv, int32_t layer) {
@@ -174,9 +288,6 @@ static size_t row_index(const kv_cache *kv, int32_t seq, int32_t pos) {
 	return (size_t)s->pages[pos / pt] * (size_t)pt + (size_t)(pos % pt);
 }
 
-static size_t row_off(const kv_cache *kv, int32_t seq, int32_t pos) {
-	return row_index(kv, seq, pos) * (size_t)kv->cfg.kv_dim;
-}
 
 uint8_t *kv_ks_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
 	uint8_t *b = kv_ks_base(kv, layer);
@@ -188,10 +299,18 @@ uint8_t *kv_vs_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
 	return b ? b + row_index(kv, seq, pos) * (size_t)(kv->cfg.kv_dim / kv->cfg.group) : NULL;
 }
 
+uint8_t *kv_k_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
+	return kv_k_data(kv, layer) + row_index(kv, seq, pos) * kv->row_bytes;
+}
+
+uint8_t *kv_v_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
+	return kv_v_data(kv, layer) + row_index(kv, seq, pos) * kv->row_bytes;
+}
+
 uint16_t *kv_k_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
-	return kv_k_base(kv, layer) + row_off(kv, seq, pos);
+	return is_f16(kv) ? (uint16_t *)kv_k_at(kv, layer, seq, pos) : NULL;
 }
 
 uint16_t *kv_v_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
-	return kv_v_base(kv, layer) + row_off(kv, seq, pos);
+	return is_f16(kv) ? (uint16_t *)kv_v_at(kv, layer, seq, pos) : NULL;
 }

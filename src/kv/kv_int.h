@@ -16,10 +16,15 @@ typedef struct kv_prefix kv_prefix;
 
 struct kv_cache {
 	kv_config cfg;
-	size_t page_stride;  // f16 values per page of one layer
-	size_t s_stride;     // scale bytes per page of one layer (0 for F16)
-	uint16_t *k, *v;     // [n_layers][n_pages][page_tokens][kv_dim]
-	uint8_t *ks, *vs;    // [n_layers][n_pages][page_tokens][kv_dim / group]; NULL for F16
+	size_t row_bytes;    // bytes of one token's K (or V) row in one layer
+	size_t page_bytes;   // row_bytes * page_tokens
+	size_t s_stride;     // scale bytes per page of one layer (0 but for F16S)
+	size_t map_bytes;    // bytes of each of the four mappings
+	uint8_t *k, *v;      // [n_layers][n_pages][page_tokens] rows
+	uint8_t *ks, *vs;    // [n_layers][n_pages][page_tokens][kv_dim / group]; NULL but for F16S
+	int32_t limit;       // pages at or above it are not handed out
+	int32_t over;        // pages at or above the limit still held
+	bool released;       // the memory above the limit went back to the system
 	int32_t *free_ids;   // stack of free page ids
 	int32_t n_free;
 	int32_t *ref;        // holders of each page: sequences, plus one when the prefix cache has it
@@ -34,5 +39,6 @@ int kv_prefix_init(kv_cache *kv);      // LANES_ENOMEM
 void kv_prefix_release(kv_cache *kv);  // frees the index (pages are the pool's)
 void kv_prefix_evict_one(kv_cache *kv); // frees the least recently used cache-only page
 void kv__prefix_now_only(kv_cache *kv, int32_t page); // page's last sequence let go of it
+void kv__prefix_drop(kv_cache *kv, int32_t page);     // takes the page out of the index, if there
 
 #endif

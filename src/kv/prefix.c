@@ -118,6 +118,10 @@ static void drop(kv_cache *kv, int32_t pg) {
 	kv__page_unref(kv, pg);
 }
 
+void kv__prefix_drop(kv_cache *kv, int32_t page) {
+	if (kv->px && kv->px->key[page]) drop(kv, page);
+}
+
 void kv_prefix_evict_one(kv_cache *kv) {
 	kv_prefix *p = kv->px;
 	for (int32_t pg = p->tail; pg >= 0; pg = p->prev[pg])

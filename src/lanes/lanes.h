@@ -124,9 +124,23 @@ typedef struct {
 	const model *draft_model; // optional; its vocabulary must equal the target's
 	lane_hooks hooks;         // planner, row policy and proposer (zero: the defaults)
 	uint64_t seed;            // seeds drawn for requests without one come from here
+	// Elastic window (window_max > 0): the KV holds lanes * window tokens, the window a
+	// request may use follows demand between `window` (the floor) and window_max, and
+	// ctx is ignored. window_max == 0: a fixed pool of ctx tokens.
+	int32_t window;
+	int32_t window_max;
+	double window_recent_s;   // demand counts requests that ended this recently (default 300)
 } lane_config;
 
 void lane_config_default(lane_config *c);
+
+// Bytes the host allocates for compute beside the KV: the forward pass's workspace for the
+// most rows one round can hold, the logits of those rows, and sampling scratch. Uses
+// lanes, draft_max, piece, threads (0: one per core) and, for unfused attention, the
+// largest window.
+uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg);
+// Most rows one round forwards: a decode row and draft_max drafts per lane, plus prompt rows.
+int32_t lane_max_rows(const lane_config *cfg);
 
 // Starts the engine thread over m and vocab (both must outlive the host).
 int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const lane_config *cfg,

@@ -1,6 +1,7 @@
 // model/forward: forward(batch) — embeddings, attention over the paged KV cache, dense or
-// MoE SwiGLU FFN, output head. Rows are independent: every kernel reduces per output in one
-// fixed order, and the K/V a query reads are the cache's f16 values wherever they came from.
+// MoE SwiGLU FFN, output head — in a workspace sized once for the most rows a caller runs.
+// Rows are independent: every kernel reduces per output in one fixed order, and the K/V a
+// query reads are the cache's stored values wherever they came from.
 #include "model/model_int.h"
 
 #include <math.h>
@@ -21,7 +22,7 @@ typedef struct {
 	float *xg;     // [n][E] rows gathered for one expert
 	float *ys;     // [n][n_used][E] expert outputs per slot
 	float *sg;     // [n] shared expert gate
-	float *scores; // [nth][max_pos] attention scratch
+	float *scores; // [nth][attention scratch]
 	int32_t *ids;  // [n][n_used] chosen experts
 	int32_t *sel;  // [n] rows of one expert
 	int32_t *slot; // [n] their slots
@@ -47,7 +48,8 @@ typedef struct {
 	int64_t n;
 	int layer;
 	scratch *s;
-	int32_t max_pos;
+	size_t att_floats; // scratch floats per thread
+	bool fused;
 	atomic_llong next; // next item to claim
 } attn_job;
 
@@ -60,11 +62,13 @@ static void attn_task(void *arg, int ith, int nth) {
 	const int32_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH;
 	const int64_t items = j->n * KH;
 	const float scale = (float)(1.0 / sqrt((double)D));
-	float *scores = j->s->scores + (size_t)ith * grp * j->max_pos;
+	float *scores = j->s->scores + (size_t)ith * j->att_floats;
 	const size_t qd = (size_t)H * D;
-	const uint16_t *kb = kv_k_base(j->kv, j->layer), *vb = kv_v_base(j->kv, j->layer);
+	const uint8_t *kb = kv_k_data(j->kv, j->layer), *vb = kv_v_data(j->kv, j->layer);
 	const uint8_t *ksb = kv_ks_base(j->kv, j->layer), *vsb = kv_vs_base(j->kv, j->layer);
 	const kv_config *c = kv_config_of(j->kv);
+	const bool f16 = c->type == KV_F16 || c->type == KV_F16S;
+	const size_t rb = kv_row_bytes(j->kv);
 	for (;;) {
 		const int64_t i = atomic_fetch_add(&j->next, 1);
 		if (i >= items) break;
@@ -73,19 +77,23 @@ static void attn_task(void *arg, int ith, int nth) {
 		int32_t npages;
 		const model_row *row = &j->rows[r];
 		tensor_kv_view kvv = {
-			.k = kb + (size_t)g * D,
-			.v = vb + (size_t)g * D,
+			.enc = c->type == KV_Q8_0 ? TENSOR_KV_Q8_0 : c->type == KV_Q4_0 ? TENSOR_KV_Q4_0 : TENSOR_KV_F16,
+			.k = f16 ? (const void *)((const uint16_t *)kb + (size_t)g * D) : kb,
+			.v = f16 ? (const void *)((const uint16_t *)vb + (size_t)g * D) : vb,
 			.ks = ksb ? ksb + g : NULL,
 			.vs = vsb ? vsb + g : NULL,
 			.pages = kv_seq_pages(j->kv, row->seq, &npages),
-			.page_stride = kv_page_stride(j->kv),
-			.row_stride = (size_t)c->kv_dim,
+			.page_stride = f16 ? rb / 2 * (size_t)c->page_tokens : rb * (size_t)c->page_tokens,
+			.row_stride = f16 ? rb / 2 : rb,
 			.s_page_stride = kv_scale_page_stride(j->kv),
 			.s_row_stride = (size_t)hp->n_kv_heads,
 			.page_tokens = c->page_tokens,
+			.off = f16 ? 0 : g * D,
 		};
-		tensor_k_attn(j->m->ks, j->s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
-			      j->s->att + r * qd + (size_t)g * grp * D);
+		const float *q = j->s->q + r * qd + (size_t)g * grp * D;
+		float *o = j->s->att + r * qd + (size_t)g * grp * D;
+		if (j->fused) tensor_k_attn(j->m->ks, q, grp, D, scale, &kvv, row->pos + 1, scores, o);
+		else tensor_k_attn_unfused(j->m->ks, q, grp, D, scale, &kvv, row->pos + 1, scores, o);
 	}
 	(void)nth;
 }
@@ -159,7 +167,7 @@ static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, s
 }
 
 static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
-		  scratch *s, int32_t max_pos) {
+		  scratch *s, size_t att_floats, bool fused) {
 	const model_hparams *hp = &m->hp;
 	const mlayer *ly = &m->layers[l];
 	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D,
@@ -184,7 +192,12 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 		uint16_t *kc = kv_k_row(kv, l, seq, pos), *vc = kv_v_row(kv, l, seq, pos);
 		uint8_t *ksc = kv_ks_row(kv, l, seq, pos), *vsc = kv_vs_row(kv, l, seq, pos);
 		const float *v = s->v + r * kvd;
-		if (ksc) {
+		const enum kv_type kt = kv_config_of(kv)->type;
+		if (kt == KV_Q8_0 || kt == KV_Q4_0) {
+			const tensor_traits *tt = tensor_traits_of(kt == KV_Q8_0 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);
+			tt->from_f32(k, kv_k_at(kv, l, seq, pos), kvd);
+			tt->from_f32(v, kv_v_at(kv, l, seq, pos), kvd);
+		} else if (ksc) {
 			for (int32_t h = 0; h < hp->n_kv_heads; h++) {
 				ksc[h] = tensor_k_f16s_encode(m->ks, k + h * D, (int32_t)D, kc + h * D);
 				vsc[h] = tensor_k_f16s_encode(m->ks, v + h * D, (int32_t)D, vc + h * D);
@@ -196,7 +209,7 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 			}
 		}
 	}
-	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .max_pos = max_pos};
+	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .att_floats = att_floats, .fused = fused};
 	atomic_init(&aj.next, 0);
 	if (pool && n * hp->n_kv_heads > 1) lanes_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
@@ -227,7 +240,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 	const kv_config *c = kv_config_of(kv);
 	const model_hparams *hp = &m->hp;
 	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
-	    (c->type == KV_F16S && c->group != hp->head_dim))
+	    (c->type == KV_F16S && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
 		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	seqpos *sp = malloc((size_t)n * sizeof *sp);
 	if (!sp) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
@@ -286,64 +299,155 @@ out:
 	return rc;
 }
 
-int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
-		  float *logits, char *err, size_t errlen) {
-	if (n <= 0) return LANES_OK;
-	const model_hparams *hp = &m->hp;
+bool model_attn_fused(void) {
+	static atomic_int mode; // 0: not read yet, 1: fused, 2: unfused
+	int v = atomic_load(&mode);
+	if (!v) {
+		const char *e = getenv("LANES_ATTN");
+		v = e && !strcmp(e, "unfused") ? 2 : 1;
+		if (e && strcmp(e, "unfused") && strcmp(e, "fused")) LOG_WARN("model", "LANES_ATTN=%s: expected fused or unfused", e);
+		atomic_store(&mode, v);
+	}
+	return v == 1;
+}
+
+// Where the workspace's parts go for n rows on nth threads with att floats of attention
+// scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.
+typedef struct {
+	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, ids, sel, slot, cs;
+	layout f, i, d;
+} ws_plan;
+
+static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att, ws_plan *p) {
 	const uint64_t E = hp->n_embd, D = hp->head_dim, qd = (uint64_t)hp->n_heads * D,
-		       kvd = (uint64_t)hp->n_kv_heads * D, X = hp->n_experts, K = hp->n_experts_used, un = (uint64_t)n;
+		       kvd = (uint64_t)hp->n_kv_heads * D, X = hp->n_experts, K = hp->n_experts_used;
 	uint64_t F = hp->n_ff;
 	if (hp->n_ff_exp > (int32_t)F) F = hp->n_ff_exp;
 	if (hp->n_ff_shexp > (int32_t)F) F = hp->n_ff_shexp;
-	const int nth = lanes_pool_threads(pool);
+	*p = (ws_plan){0};
+	layout *L = &p->f;
+	p->x = take(L, un, E * 4), p->h = take(L, un, E * 4), p->t = take(L, un, E * 4);
+	p->q = take(L, un, qd * 4), p->k = take(L, un, kvd * 4), p->v = take(L, un, kvd * 4);
+	p->att = take(L, un, qd * 4), p->g = take(L, un, F * 4), p->u = take(L, un, F * 4);
+	p->rl = take(L, un, X * 4), p->rw = take(L, un, K * 4), p->xg = take(L, X ? un : 0, E * 4);
+	p->ys = take(L, X ? un * K : 0, E * 4), p->sg = take(L, un, 4), p->sc = take(L, (uint64_t)nth, att * 4);
+	p->ids = take(&p->i, un, K * 4), p->sel = take(&p->i, un, 4), p->slot = take(&p->i, un, 4);
+	p->cs = take(&p->d, un, (uint64_t)hp->rope.n_rot * 8);
+	uint64_t total;
+	return !p->f.bad && !p->i.bad && !p->d.bad && ck_add(p->f.off, p->i.off, &total) && ck_add(total, p->d.off, &total) &&
+	       total < SIZE_MAX / 2;
+}
 
-	// The positions bound the attention scratch: check them before sizing anything.
+// Attention scratch floats per thread: the fused tiles, or (unfused) scores over max_pos.
+static uint64_t att_floats(const model_hparams *hp, bool fused, int32_t max_pos) {
+	const int32_t grp = hp->n_heads / hp->n_kv_heads;
+	const uint64_t tiles = (uint64_t)tensor_attn_scratch(grp, hp->head_dim), scores = (uint64_t)grp * (uint64_t)max_pos;
+	// an unfused workspace also serves the block types, which always run fused
+	return fused || tiles > scores ? tiles : scores;
+}
+
+struct model_ws {
+	int64_t max_rows;
+	int nth;
+	int32_t max_pos;  // unfused attention: the longest sequence the scratch holds
+	bool fused;
+	uint64_t bytes;
+	char *fb, *ib, *db;
+};
+
+uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos) {
+	ws_plan p;
+	if (max_rows < 1 || nth < 1 || !plan_ws(hp, (uint64_t)max_rows, nth, att_floats(hp, max_pos <= 0, max_pos), &p))
+		return 0;
+	return p.f.off + p.i.off + p.d.off;
+}
+
+int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err, size_t errlen) {
+	*out = NULL;
+	const bool fused = model_attn_fused() || max_pos <= 0;
+	ws_plan p;
+	if (max_rows < 1 || nth < 1 || !plan_ws(&m->hp, (uint64_t)max_rows, nth, att_floats(&m->hp, fused, max_pos), &p))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: a workspace of %lld rows is too large", (long long)max_rows);
+	model_ws *w = calloc(1, sizeof *w);
+	if (!w) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
+	*w = (model_ws){.max_rows = max_rows, .nth = nth, .max_pos = fused ? 0 : max_pos, .fused = fused,
+			.bytes = p.f.off + p.i.off + p.d.off};
+	w->fb = malloc((size_t)p.f.off + 64);
+	w->ib = malloc((size_t)p.i.off + 64);
+	w->db = malloc((size_t)p.d.off + 64);
+	if (!w->fb || !w->ib || !w->db) {
+		model_ws_free(w);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for a workspace of %lld rows",
+				    (long long)max_rows);
+	}
+	*out = w;
+	return LANES_OK;
+}
+
+void model_ws_free(model_ws *w) {
+	if (!w) return;
+	free(w->fb), free(w->ib), free(w->db);
+	free(w);
+}
+
+uint64_t model_ws_size(const model_ws *w) { return w->bytes; }
+
+int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+		     float *logits, char *err, size_t errlen) {
+	if (n <= 0) return LANES_OK;
+	const model_hparams *hp = &m->hp;
+	const int nth = lanes_pool_threads(pool);
 	int32_t max_pos = 0;
 	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
-
-	layout Lf = {0}, Li = {0}, Ld = {0};
-	scratch s;
-	uint64_t o_x = take(&Lf, un, E * 4), o_h = take(&Lf, un, E * 4), o_t = take(&Lf, un, E * 4),
-		 o_q = take(&Lf, un, qd * 4), o_k = take(&Lf, un, kvd * 4), o_v = take(&Lf, un, kvd * 4),
-		 o_att = take(&Lf, un, qd * 4), o_g = take(&Lf, un, F * 4), o_u = take(&Lf, un, F * 4),
-		 o_rl = take(&Lf, un, X * 4), o_rw = take(&Lf, un, K * 4), o_xg = take(&Lf, X ? un : 0, E * 4),
-		 o_ys = take(&Lf, X ? un * K : 0, E * 4), o_sg = take(&Lf, un, 4),
-		 o_sc = take(&Lf, (uint64_t)nth * (uint64_t)(hp->n_heads / hp->n_kv_heads), (uint64_t)max_pos * 4);
-	uint64_t o_ids = take(&Li, un, K * 4), o_sel = take(&Li, un, 4), o_slot = take(&Li, un, 4);
-	uint64_t o_cs = take(&Ld, un, (uint64_t)hp->rope.n_rot * 8);
-	if (Lf.bad || Li.bad || Ld.bad || Lf.off > SIZE_MAX / 2)
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: batch of %lld rows is too large", (long long)n);
-	char *fb = malloc((size_t)Lf.off), *ib = malloc((size_t)Li.off), *db = malloc((size_t)Ld.off);
-	if (!fb || !ib || !db) {
-		free(fb), free(ib), free(db);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for a batch of %lld rows", (long long)n);
-	}
-	s = (scratch){
-		.x = (float *)(fb + o_x), .h = (float *)(fb + o_h), .t = (float *)(fb + o_t), .q = (float *)(fb + o_q),
-		.k = (float *)(fb + o_k), .v = (float *)(fb + o_v), .att = (float *)(fb + o_att), .g = (float *)(fb + o_g),
-		.u = (float *)(fb + o_u), .rl = (float *)(fb + o_rl), .rw = (float *)(fb + o_rw), .xg = (float *)(fb + o_xg),
-		.ys = (float *)(fb + o_ys), .sg = (float *)(fb + o_sg), .scores = (float *)(fb + o_sc),
-		.ids = (int32_t *)(ib + o_ids), .sel = (int32_t *)(ib + o_sel), .slot = (int32_t *)(ib + o_slot),
-		.cs = (double *)(db + o_cs),
+	const enum kv_type kt = kv_config_of(kv)->type;
+	const bool fused = w->fused || (kt != KV_F16 && kt != KV_F16S);
+	if (n > w->max_rows || nth > w->nth || (!fused && max_pos > w->max_pos))
+		return lanes_seterr(err, errlen, LANES_EINVAL,
+				    "forward: %lld rows (positions to %d) on %d threads exceed the workspace (%lld rows, %d, %d)",
+				    (long long)n, max_pos, nth, (long long)w->max_rows, w->max_pos, w->nth);
+	// The parts are laid out for this n inside the buffers sized for max_rows.
+	ws_plan p;
+	const uint64_t af = att_floats(hp, fused, fused ? 0 : w->max_pos);
+	plan_ws(hp, (uint64_t)n, nth, af, &p);
+	char *fb = w->fb, *ib = w->ib, *db = w->db;
+	scratch s = {
+		.x = (float *)(fb + p.x), .h = (float *)(fb + p.h), .t = (float *)(fb + p.t), .q = (float *)(fb + p.q),
+		.k = (float *)(fb + p.k), .v = (float *)(fb + p.v), .att = (float *)(fb + p.att), .g = (float *)(fb + p.g),
+		.u = (float *)(fb + p.u), .rl = (float *)(fb + p.rl), .rw = (float *)(fb + p.rw), .xg = (float *)(fb + p.xg),
+		.ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
+		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
+		.cs = (double *)(db + p.cs),
 	};
+	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) return rc;
 
-	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) goto out;
-
+	const uint64_t E = hp->n_embd;
 	const tensor_traits *et = tensor_traits_of(m->tok_embd.type);
 	for (int64_t r = 0; r < n; r++) {
 		et->to_f32((const uint8_t *)m->tok_embd.data + (size_t)rows[r].token * m->tok_embd.row_bytes, s.x + r * E,
 			   (int64_t)E);
 		tensor_rope_table(&hp->rope, rows[r].pos, s.cs + r * hp->rope.n_rot);
 	}
-	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, max_pos);
+	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, (size_t)af, fused);
 
 	// Output head over the rows that asked, gathered in batch order.
 	int64_t nl = 0;
 	for (int64_t r = 0; r < n; r++)
 		if (rows[r].logits) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
 	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
-out:
-	free(fb), free(ib), free(db);
+	return LANES_OK;
+}
+
+int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+		  float *logits, char *err, size_t errlen) {
+	if (n <= 0) return LANES_OK;
+	// The positions bound the unfused attention scratch: check them before sizing anything.
+	int32_t max_pos = 0;
+	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
+	if (rc) return rc;
+	model_ws *w;
+	if ((rc = model_ws_new(&w, m, n, lanes_pool_threads(pool), max_pos, err, errlen))) return rc;
+	rc = model_forward_ws(m, kv, pool, w, rows, n, logits, err, errlen);
+	model_ws_free(w);
 	return rc;
 }

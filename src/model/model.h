@@ -53,6 +53,27 @@ const tensor_kernels *model_kernels(const model *m);
 uint64_t model_packed_bytes(const model *m);
 double model_pack_ms(const model *m);
 
+// The memory a model's weights take in this process, by kind.
+typedef struct {
+	uint64_t packed_bytes;   // matrices repacked for the kernel set (model_packed_bytes)
+	uint64_t in_place_bytes; // tensors read from the file as stored: token_embd, aligned f32
+				 // vectors, and matrices the kernel set does not repack
+	uint64_t copied_bytes;   // vectors converted to f32 copies (model_copied_bytes)
+	uint64_t file_bytes;     // every tensor the model binds, as stored (model_weight_bytes)
+	uint64_t total_bytes;    // packed + in place + copied: what the process holds for weights
+	const char *kernels;     // name of the kernel set the figures are for
+} model_memory;
+
+// The figures of a loaded model.
+void model_memory_of(const model *m, model_memory *out);
+// Metadata only: reads the hyper-parameters, binds and checks every tensor exactly as
+// model_load does, and fills the figures a model_load with tensor_kernels_default() would
+// have — without reading, converting or packing any tensor data. hp->rope.freq_factors is
+// NULL. hp or mem may be NULL. Returns 0, or model_load's codes and messages.
+int model_load_meta(const char *path, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
+// The same over an open gguf, which stays the caller's.
+int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
+
 // A kv_config that fits this model: type, page_tokens per page, scale groups of one head,
 // and enough pages for n_seqs sequences of n_ctx tokens each.
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
@@ -77,5 +98,21 @@ typedef struct {
 // LANES_ENOMEM.
 int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
 		  float *logits, char *err, size_t errlen);
+
+// A forward pass's workspace, allocated once for up to max_rows rows on up to nth threads;
+// model_forward allocates one per call. Attention is fused (tiles with an online softmax,
+// nothing sized by positions) unless LANES_ATTN=unfused, which keeps scores for max_pos
+// positions per thread (f16 caches only; the block types always run fused).
+typedef struct model_ws model_ws;
+bool model_attn_fused(void);
+// Bytes model_ws_new allocates for those bounds (max_pos <= 0: fused); 0 when too large.
+uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos);
+int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err,
+		 size_t errlen);
+void model_ws_free(model_ws *w); // accepts NULL
+uint64_t model_ws_size(const model_ws *w); // bytes it holds
+// model_forward in w. LANES_EINVAL when the rows, threads or positions exceed its bounds.
+int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+		     float *logits, char *err, size_t errlen);
 
 #endif

@@ -41,8 +41,12 @@ struct tensor_kernels {
 	// floats or kern_q8 blocks as act_kind says.
 	void (*matmul)(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
 		       int64_t ldy, int64_t o0, int64_t o1);
+	// Fused attention (scratch: tensor_attn_scratch(nq, head_dim) floats) and unfused (f16
+	// rows; scores: nq * n_pos floats).
 	void (*attn)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
-		     int32_t n_pos, float *scores, float *out);
+		     int32_t n_pos, float *scratch, float *out);
+	void (*attn_unfused)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+			     int32_t n_pos, float *scores, float *out);
 	void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);
 	void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
 	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);

@@ -248,6 +248,11 @@ uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n
 }
 
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
-		   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out) {
-	ks->attn(q, nq, head_dim, scale, kvv, n_pos, scores, out);
+		   const tensor_kv_view *kvv, int32_t n_pos, float *scratch, float *out) {
+	ks->attn(q, nq, head_dim, scale, kvv, n_pos, scratch, out);
+}
+
+void tensor_k_attn_unfused(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
+			   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out) {
+	ks->attn_unfused(q, nq, head_dim, scale, kvv, n_pos, scores, out);
 }

@@ -202,25 +202,42 @@ float tensor_f16s_scale(uint8_t b);
 // Encodes n values into h and returns the scale byte; deterministic in x alone.
 uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h);
 
-// A paged f16 key/value store, described by strides (the layout kv/ hands out): the row of
+// A paged key/value store, described by strides (the layout kv/ hands out): the row of
 // position j starts at base + pages[j / page_tokens] * page_stride + (j % page_tokens) * row_stride.
-// With scale bytes (ks/vs not NULL, F16S), position j's byte sits at the same place in the
-// scale arrays, counted with s_page_stride and s_row_stride.
+// Rows are f16 values (counted in values), or q8_0 / q4_0 blocks of 32 (counted in bytes;
+// the head's values are off..off+head_dim-1 of the row). With scale bytes (ks/vs not NULL,
+// f16 only), position j's byte sits at the same place in the scale arrays, counted with
+// s_page_stride and s_row_stride.
+enum tensor_kv_enc { TENSOR_KV_F16, TENSOR_KV_Q8_0, TENSOR_KV_Q4_0 };
 typedef struct {
-	const uint16_t *k, *v;    // bases, already offset to the head's first value
-	const uint8_t *ks, *vs;   // scale bytes, offset to the head's; NULL: plain f16
+	int enc;                  // enum tensor_kv_enc
+	const void *k, *v;        // f16: bases offset to the head's first value; blocks: the rows' bases
+	const uint8_t *ks, *vs;   // scale bytes, offset to the head's; NULL: none
 	const int32_t *pages;     // block table
-	size_t page_stride;       // f16 values between pages
-	size_t row_stride;        // f16 values between positions within a page
+	size_t page_stride;       // between pages (f16 values, or bytes for blocks)
+	size_t row_stride;        // between positions within a page (the same unit)
 	size_t s_page_stride;     // scale bytes between pages
 	size_t s_row_stride;      // scale bytes between positions within a page
 	int32_t page_tokens;
+	int32_t off;              // blocks: the head's first value within a row
 } tensor_kv_view;
-// Attention of one query head q (head_dim values) over positions 0..n_pos-1: scores in
-// position order (q.k_j in element order, times k_j's scale, times `scale`), softmax, then
-// the weighted sum of V in position order. scores: n_pos floats of scratch. out: head_dim floats.
+// Position j's K (or V) values of one head as floats; returns its scale byte's value (1
+// without scale bytes), which the caller applies. Block values d * q are exact in float.
+float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_dim, float *dst);
+// Attention of one query head q (head_dim values) over positions 0..n_pos-1, unfused:
+// scores in position order (q.k_j in element order, times k_j's scale, times `scale`),
+// softmax, then the weighted sum of V in position order. scores: n_pos floats of scratch.
 void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 		     int32_t n_pos, float *scores, float *out);
+// Fused attention: positions in tiles of TENSOR_ATT_TILE fixed by absolute position, an
+// online softmax carried from tile to tile in order (running max, rescaled sum and
+// output), so no buffer grows with n_pos and a result depends on nothing but q and the
+// rows it reads. scratch: tensor_attn_scratch(1, head_dim) floats.
+#define TENSOR_ATT_TILE 64
+void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		 float *scratch, float *out);
+// Floats of scratch the fused attention of nq heads of head_dim values needs.
+size_t tensor_attn_scratch(int32_t nq, int32_t head_dim);
 
 // MoE routing of one row: softmax over n_exp router logits, the n_used largest (ties: lower
 // id first) into ids[] in descending order, their probabilities into w[] (renormalized to
@@ -284,8 +301,11 @@ void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, 
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);
 // Attention of nq query heads that share one KV head (GQA): q[nq][head_dim] -> out[nq][head_dim],
-// each as tensor_attn_f16 computes it; scores: nq * n_pos floats of scratch.
+// fused (as tensor_attn; scratch: tensor_attn_scratch(nq, head_dim) floats), or unfused (as
+// tensor_attn_f16, f16 rows only; scratch: nq * n_pos floats).
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
-		   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out);
+		   const tensor_kv_view *kvv, int32_t n_pos, float *scratch, float *out);
+void tensor_k_attn_unfused(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
+			   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out);
 
 #endif

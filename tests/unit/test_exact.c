@@ -191,15 +191,16 @@ static void run_model(const char *name, bool full) {
 	f.V = model_hparams_of(f.m)->n_vocab;
 	for (int i = 0; i < P; i++) f.ids[i] = (int32_t)(3 + splitmix64((uint64_t)i * 77 + 5) % (uint64_t)(f.V - 3));
 	f.ids[0] = 1;
-	// The default type gets every check; plain f16 whole vs pieces of 7 and 2 threads.
-	const enum kv_type types[] = {KV_F16S, KV_F16};
-	for (int t = 0; t < (full ? 2 : 1); t++) {
+	// The default type gets every check; plain f16 whole vs pieces of 7 and 2 threads; the
+	// block types mixed batches too (exactness holds within each type).
+	const enum kv_type types[] = {KV_F16S, KV_Q8_0, KV_F16, KV_Q4_0};
+	for (int t = 0; t < (full ? 4 : 2); t++) {
 		f.ref = malloc((size_t)P * f.V * sizeof *f.ref);
 		kv_cache *kv = new_kv(f.m, types[t], 1, P);
 		CHECK(feed(f.m, kv, NULL, 0, f.ids, 0, P, P, f.ref, f.V) == 0);
 		kv_free(kv);
 		pieces_and_threads(&f, types[t], t == 0 ? (full ? 2 : 1) : 0);
-		if (t == 0) mixed_batches(&f, types[t]);
+		if (types[t] != KV_F16) mixed_batches(&f, types[t]);
 		free(f.ref);
 	}
 	bad_batches(&f);

@@ -169,48 +169,94 @@ static void f16s(void) {
 	CHECKF(worst < 1e-2, "tiny values: relative error %g", worst);
 }
 
-// Attention over scattered pages against a float64 softmax-weighted sum.
+// Attention over scattered pages against a float64 softmax-weighted sum of the values as
+// stored, for every row encoding, fused and unfused, over several tiles of positions.
 static void attention(void) {
-	enum { D = 16, NP = 37, PT = 4, NPAGES = 12 };
-	uint16_t k[NPAGES * PT * D * 2], v[NPAGES * PT * D * 2];
-	uint8_t ks[NPAGES * PT * 2], vs[NPAGES * PT * 2];
-	const int32_t pages[10] = {7, 2, 11, 0, 5, 9, 1, 3, 10, 4};
-	float q[D], kf[NP][D], vf[NP][D], out[D], scores[NP];
+	enum { D = 32, NP = 150, PT = 4, NPAGES = 40 };
+	static uint16_t k[NPAGES * PT * D * 2], v[NPAGES * PT * D * 2];
+	static uint8_t kb[NPAGES * PT * 2 * 34], vb[NPAGES * PT * 2 * 34];
+	static uint8_t ks[NPAGES * PT * 2], vs[NPAGES * PT * 2];
+	static float kf[NP][D], vf[NP][D], kst[NP][D], vst[NP][D];
+	int32_t pages[NPAGES];
+	for (int i = 0; i < NPAGES; i++) pages[i] = (i * 7 + 3) % NPAGES;
+	float q[D], out[D], out2[D], scores[NP], scratch[8192];
+	CHECK(tensor_attn_scratch(1, D) <= 8192);
 	uint64_t s = 5;
 	for (int i = 0; i < D; i++) q[i] = frand(&s) * 2;
-	for (int scaled = 0; scaled < 2; scaled++) {
+	const char *names[4] = {"f16", "f16s", "q8_0", "q4_0"};
+	for (int enc = 0; enc < 4; enc++) {
+		const size_t bsz = enc == 2 ? sizeof(block_q8_0) : sizeof(block_q4_0), brow = 2 * D / 32 * bsz;
 		for (int j = 0; j < NP; j++) {
 			// Each position's head sits at offset D (the second of two heads) of its row.
 			const size_t row = (size_t)pages[j / PT] * PT + j % PT;
-			for (int e = 0; e < D; e++) kf[j][e] = frand(&s) * 3, vf[j][e] = frand(&s);
-			if (scaled) {
-				ks[row * 2 + 1] = tensor_f16s_encode(kf[j], D, k + row * 2 * D + D);
-				vs[row * 2 + 1] = tensor_f16s_encode(vf[j], D, v + row * 2 * D + D);
-			} else {
+			float kr[2 * D], vr[2 * D];
+			for (int e = 0; e < 2 * D; e++) kr[e] = frand(&s) * 3, vr[e] = frand(&s);
+			memcpy(kf[j], kr + D, sizeof kf[j]), memcpy(vf[j], vr + D, sizeof vf[j]);
+			if (enc == 1) {
+				ks[row * 2 + 1] = tensor_f16s_encode(kr + D, D, k + row * 2 * D + D);
+				vs[row * 2 + 1] = tensor_f16s_encode(vr + D, D, v + row * 2 * D + D);
 				for (int e = 0; e < D; e++) {
-					k[row * 2 * D + D + e] = lanes_f32_to_f16(kf[j][e]);
-					v[row * 2 * D + D + e] = lanes_f32_to_f16(vf[j][e]);
+					kst[j][e] = lanes_f16_to_f32(k[row * 2 * D + D + e]) * tensor_f16s_scale(ks[row * 2 + 1]);
+					vst[j][e] = lanes_f16_to_f32(v[row * 2 * D + D + e]) * tensor_f16s_scale(vs[row * 2 + 1]);
 				}
+			} else if (enc == 0) {
+				for (int e = 0; e < D; e++) {
+					k[row * 2 * D + D + e] = lanes_f32_to_f16(kr[D + e]);
+					v[row * 2 * D + D + e] = lanes_f32_to_f16(vr[D + e]);
+					kst[j][e] = lanes_f16_to_f32(k[row * 2 * D + D + e]);
+					vst[j][e] = lanes_f16_to_f32(v[row * 2 * D + D + e]);
+				}
+			} else {
+				const tensor_traits *tt = tensor_traits_of(enc == 2 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);
+				tt->from_f32(kr, kb + row * brow, 2 * D);
+				tt->from_f32(vr, vb + row * brow, 2 * D);
+				float t[2 * D];
+				tt->to_f32(kb + row * brow, t, 2 * D);
+				memcpy(kst[j], t + D, sizeof kst[j]);
+				tt->to_f32(vb + row * brow, t, 2 * D);
+				memcpy(vst[j], t + D, sizeof vst[j]);
 			}
 		}
-		tensor_kv_view kvv = {.k = k + D, .v = v + D, .ks = scaled ? ks + 1 : NULL, .vs = scaled ? vs + 1 : NULL,
-				      .pages = pages, .page_stride = PT * 2 * D, .row_stride = 2 * D,
-				      .s_page_stride = PT * 2, .s_row_stride = 2, .page_tokens = PT};
-		tensor_attn_f16(q, D, 0.25f, &kvv, NP, scores, out);
-		double sc[NP], mx = -1e300, sum = 0, worst = 0;
-		for (int j = 0; j < NP; j++) {
-			sc[j] = 0;
-			for (int e = 0; e < D; e++) sc[j] += (double)q[e] * kf[j][e];
-			sc[j] *= 0.25;
-			mx = fmax(mx, sc[j]);
+		tensor_kv_view kvv;
+		if (enc < 2)
+			kvv = (tensor_kv_view){.k = k + D, .v = v + D, .ks = enc ? ks + 1 : NULL, .vs = enc ? vs + 1 : NULL,
+					       .pages = pages, .page_stride = PT * 2 * D, .row_stride = 2 * D,
+					       .s_page_stride = PT * 2, .s_row_stride = 2, .page_tokens = PT};
+		else
+			kvv = (tensor_kv_view){.enc = enc == 2 ? TENSOR_KV_Q8_0 : TENSOR_KV_Q4_0, .k = kb, .v = vb, .pages = pages,
+					       .page_stride = PT * brow, .row_stride = brow, .page_tokens = PT, .off = D};
+		for (int n_pos = 1; n_pos <= NP; n_pos += NP - 1) {
+			double sc[NP], mx = -1e300, sum = 0, worst = 0, worst2 = 0, worst_q = 0;
+			for (int j = 0; j < n_pos; j++) {
+				sc[j] = 0;
+				for (int e = 0; e < D; e++) sc[j] += (double)q[e] * kst[j][e];
+				sc[j] *= 0.25;
+				mx = fmax(mx, sc[j]);
+			}
+			for (int j = 0; j < n_pos; j++) sum += sc[j] = exp(sc[j] - mx);
+			tensor_attn_f16(q, D, 0.25f, &kvv, n_pos, scores, out);
+			tensor_attn(q, D, 0.25f, &kvv, n_pos, scratch, out2);
+			for (int e = 0; e < D; e++) {
+				double o = 0, oq = 0;
+				for (int j = 0; j < n_pos; j++) o += sc[j] / sum * vst[j][e];
+				worst = fmax(worst, fabs(o - out[e]));
+				worst2 = fmax(worst2, fabs(o - out2[e]));
+				// and the values before rounding: what the encoding costs
+				double sc2[NP], mx2 = -1e300, sum2 = 0;
+				for (int j = 0; j < n_pos; j++) {
+					sc2[j] = 0;
+					for (int ee = 0; ee < D; ee++) sc2[j] += (double)q[ee] * kf[j][ee];
+					mx2 = fmax(mx2, sc2[j] *= 0.25);
+				}
+				for (int j = 0; j < n_pos; j++) sum2 += sc2[j] = exp(sc2[j] - mx2);
+				for (int j = 0; j < n_pos; j++) oq += sc2[j] / sum2 * vf[j][e];
+				worst_q = fmax(worst_q, fabs(oq - out2[e]));
+			}
+			CHECKF(worst < 2e-6, "attention unfused (%s, %d positions) off the stored values by %g", names[enc], n_pos, worst);
+			CHECKF(worst2 < 2e-6, "attention fused (%s, %d positions) off the stored values by %g", names[enc], n_pos, worst2);
+			CHECKF(worst_q < (enc == 3 ? 0.2 : enc == 2 ? 0.02 : 3e-3), "attention (%s) off the unrounded values by %g",
+			       names[enc], worst_q);
 		}
-		for (int j = 0; j < NP; j++) sum += sc[j] = exp(sc[j] - mx);
-		for (int e = 0; e < D; e++) {
-			double o = 0;
-			for (int j = 0; j < NP; j++) o += sc[j] / sum * vf[j][e];
-			worst = fmax(worst, fabs(o - out[e]));
-		}
-		CHECKF(worst < 3e-3, "attention (%s) off by %g", scaled ? "f16s" : "f16", worst);
 	}
 }
 

@@ -155,57 +155,77 @@ static void extremes(const tensor_kernels *ks, uint32_t type) {
 	free(packed), free(w), free(wf), free(x);
 }
 
-// A paged f16 store of n_pos positions, one KV head, pages in shuffled order.
-typedef struct {
-	uint16_t *k, *v;
-	uint8_t *ks, *vs;
+// A paged store of n_pos positions with two KV heads per row (the view reads the second),
+// pages in shuffled order; enc 0 f16, 1 f16s, 2 q8_0, 3 q4_0.
+static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc) {
+	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
+	if (enc >= 2 && D % 32) return;
+	const int32_t pt = 16, npg = (n_pos + pt - 1) / pt + 1, RD = 2 * D;
+	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos + enc);
+	const size_t bsz = enc == 2 ? sizeof(block_q8_0) : sizeof(block_q4_0), brow = (size_t)RD / 32 * bsz;
+	const size_t rowb = enc < 2 ? (size_t)RD * 2 : brow;
+	uint8_t *k = calloc((size_t)npg * pt, rowb), *v = calloc((size_t)npg * pt, rowb);
+	uint8_t *ksb = calloc((size_t)npg * pt * 2, 1), *vsb = calloc((size_t)npg * pt * 2, 1);
 	int32_t pages[64];
-} store;
-
-static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, bool scaled) {
-	const int32_t pt = 16, npg = (n_pos + pt - 1) / pt + 1;
-	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos);
-	store s;
-	s.k = calloc((size_t)npg * pt * D, 2), s.v = calloc((size_t)npg * pt * D, 2);
-	s.ks = calloc((size_t)npg * pt, 1), s.vs = calloc((size_t)npg * pt, 1);
-	for (int32_t p = 0; p < npg; p++) s.pages[p] = (p * 5 + 3) % npg;
-	float *kv = malloc(sizeof(float) * D), vmax = 0;
+	for (int32_t p = 0; p < npg; p++) pages[p] = (p * 5 + 3) % npg;
+	float *kv = malloc(sizeof(float) * RD), *st = malloc(sizeof(float) * RD), vmax = 0;
 	for (int32_t j = 0; j < n_pos; j++) {
-		const size_t slot = (size_t)s.pages[j / pt] * pt + (size_t)(j % pt);
+		const size_t slot = (size_t)pages[j / pt] * pt + (size_t)(j % pt);
 		for (int kind = 0; kind < 2; kind++) {
-			for (int32_t e = 0; e < D; e++) kv[e] = frand(&seed) * (kind ? 1.5f : 3.0f);
-			uint16_t *h = (kind ? s.v : s.k) + slot * D;
-			uint8_t b = 0;
-			if (scaled) b = tensor_f16s_encode(kv, D, h);
-			else
-				for (int32_t e = 0; e < D; e++) h[e] = lanes_f32_to_f16(kv[e]);
-			(kind ? s.vs : s.ks)[slot] = b;
-			if (kind)
-				for (int32_t e = 0; e < D; e++) {
-					const float a = fabsf(lanes_f16_to_f32(h[e]) * (scaled ? tensor_f16s_scale(b) : 1.0f));
-					vmax = a > vmax ? a : vmax;
+			for (int32_t e = 0; e < RD; e++) kv[e] = frand(&seed) * (kind ? 1.5f : 3.0f);
+			uint8_t *row = (kind ? v : k) + slot * rowb;
+			if (enc == 1) {
+				for (int hd = 0; hd < 2; hd++) {
+					const uint8_t b = tensor_f16s_encode(kv + hd * D, D, (uint16_t *)row + hd * D);
+					(kind ? vsb : ksb)[slot * 2 + hd] = b;
+					for (int32_t e = 0; e < D; e++) st[hd * D + e] = lanes_f16_to_f32(((uint16_t *)row)[hd * D + e]) * tensor_f16s_scale(b);
 				}
+			} else if (enc == 0) {
+				for (int32_t e = 0; e < RD; e++) ((uint16_t *)row)[e] = lanes_f32_to_f16(kv[e]);
+				for (int32_t e = 0; e < RD; e++) st[e] = lanes_f16_to_f32(((uint16_t *)row)[e]);
+			} else {
+				const tensor_traits *tt = tensor_traits_of(enc == 2 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);
+				tt->from_f32(kv, row, RD);
+				tt->to_f32(row, st, RD);
+			}
+			if (kind)
+				for (int32_t e = D; e < RD; e++) vmax = fabsf(st[e]) > vmax ? fabsf(st[e]) : vmax;
 		}
 	}
-	tensor_kv_view kvv = {.k = s.k, .v = s.v, .ks = scaled ? s.ks : NULL, .vs = scaled ? s.vs : NULL, .pages = s.pages,
-			      .page_stride = (size_t)pt * D, .row_stride = (size_t)D, .s_page_stride = (size_t)pt,
-			      .s_row_stride = 1, .page_tokens = pt};
-	float *q = malloc(sizeof(float) * nq * D), *sc = malloc(sizeof(float) * nq * n_pos);
+	tensor_kv_view kvv;
+	if (enc < 2)
+		kvv = (tensor_kv_view){.k = (uint16_t *)k + D, .v = (uint16_t *)v + D, .ks = enc ? ksb + 1 : NULL,
+				       .vs = enc ? vsb + 1 : NULL, .pages = pages, .page_stride = (size_t)pt * RD,
+				       .row_stride = (size_t)RD, .s_page_stride = (size_t)pt * 2, .s_row_stride = 2, .page_tokens = pt};
+	else
+		kvv = (tensor_kv_view){.enc = enc == 2 ? TENSOR_KV_Q8_0 : TENSOR_KV_Q4_0, .k = k, .v = v, .pages = pages,
+				       .page_stride = (size_t)pt * brow, .row_stride = brow, .page_tokens = pt, .off = D};
+	const size_t scn = tensor_attn_scratch(nq, D) > (size_t)nq * n_pos ? tensor_attn_scratch(nq, D) : (size_t)nq * n_pos;
+	float *q = malloc(sizeof(float) * nq * D), *sc = malloc(sizeof(float) * scn);
 	float *o = malloc(sizeof(float) * nq * D), *o1 = malloc(sizeof(float) * D), *ref = malloc(sizeof(float) * D);
+	float *u = malloc(sizeof(float) * nq * D);
 	for (int32_t i = 0; i < nq * D; i++) q[i] = frand(&seed) * 2.0f;
-	tensor_k_attn(ks, q, nq, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, o);
-	int bad = 0, differ = 0;
+	const float scale = 1.0f / sqrtf((float)D);
+	tensor_k_attn(ks, q, nq, D, scale, &kvv, n_pos, sc, o);
+	if (enc < 2) tensor_k_attn_unfused(ks, q, nq, D, scale, &kvv, n_pos, sc, u);
+	int bad = 0, bad_u = 0, differ = 0;
 	for (int32_t h = 0; h < nq; h++) {
-		tensor_attn_f16(q + h * D, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, ref);
-		tensor_k_attn(ks, q + h * D, 1, D, 1.0f / sqrtf((float)D), &kvv, n_pos, sc, o1);
-		for (int32_t e = 0; e < D; e++) bad += !(fabsf(o[h * D + e] - ref[e]) <= 1e-5f * vmax);
+		tensor_attn_f16(q + h * D, D, scale, &kvv, n_pos, sc, ref);
+		tensor_k_attn(ks, q + h * D, 1, D, scale, &kvv, n_pos, sc, o1);
+		for (int32_t e = 0; e < D; e++) {
+			bad += !(fabsf(o[h * D + e] - ref[e]) <= 1e-5f * vmax);
+			if (enc < 2) bad_u += !(fabsf(u[h * D + e] - ref[e]) <= 1e-5f * vmax);
+		}
 		differ += memcmp(o1, o + h * D, sizeof(float) * D) != 0;
 	}
-	CHECKF(bad == 0, "%s attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks), D, nq, n_pos,
-	       scaled ? "f16s" : "f16", bad);
-	CHECKF(differ == 0, "%s attention D=%d: a head alone differs from it among %d", tensor_kernels_name(ks), D, nq);
-	free(q), free(sc), free(o), free(o1), free(ref), free(kv);
-	free(s.k), free(s.v), free(s.ks), free(s.vs);
+	CHECKF(bad == 0, "%s fused attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks), D,
+	       nq, n_pos, names[enc], bad);
+	CHECKF(bad_u == 0, "%s unfused attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks),
+	       D, nq, n_pos, names[enc], bad_u);
+	CHECKF(differ == 0, "%s attention D=%d %s: a head alone differs from it among %d", tensor_kernels_name(ks), D,
+	       names[enc], nq);
+	free(q), free(sc), free(o), free(o1), free(ref), free(kv), free(st), free(u);
+	free(k), free(v), free(ksb), free(vsb);
 }
 
 static void pointwise(const tensor_kernels *ks) {
@@ -299,12 +319,13 @@ int main(void) {
 			extremes(ks, all_types[t]);
 		}
 		const int32_t dims[] = {64, 128, 48, 8};
-		for (int d = 0; d < 4; d++) {
-			attention(ks, dims[d], 1, 1, true);
-			attention(ks, dims[d], 4, 37, true);
-			attention(ks, dims[d], 6, 100, false);
-		}
-		attention(ks, 64, 8, 300, true);
+		for (int d = 0; d < 4; d++)
+			for (int enc = 0; enc < 4; enc++) {
+				attention(ks, dims[d], 1, 1, enc);
+				attention(ks, dims[d], 4, 37, enc);
+				attention(ks, dims[d], 6, 100, enc);
+			}
+		for (int enc = 0; enc < 4; enc++) attention(ks, 64, 8, 300, enc);
 		pointwise(ks);
 	}
 	lanes_pool_free(pool);

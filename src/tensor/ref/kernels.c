@@ -231,17 +231,43 @@ uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h) {
 	return b;
 }
 
-// ---- attention over a paged f16 store -------------------------------------------------------
+// ---- attention over the paged store ------------------------------------------------------------
+float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_dim, float *dst) {
+	const int32_t pt = kvv->page_tokens;
+	const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+	const uint8_t *base = v ? kvv->v : kvv->k;
+	if (kvv->enc == TENSOR_KV_F16) {
+		const uint16_t *r = (const uint16_t *)base + page * kvv->page_stride + slot * kvv->row_stride;
+		for (int32_t e = 0; e < head_dim; e++) dst[e] = lanes_f16_to_f32(r[e]);
+		const uint8_t *sb = v ? kvv->vs : kvv->ks;
+		return sb ? tensor_f16s_scale(sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]) : 1.0f;
+	}
+	const uint8_t *r = base + page * kvv->page_stride + slot * kvv->row_stride;
+	for (int32_t e = 0; e < head_dim; e++) {
+		const int32_t i = kvv->off + e, b = i / 32, w = i % 32;
+		if (kvv->enc == TENSOR_KV_Q8_0) {
+			const block_q8_0 *blk = (const block_q8_0 *)r + b;
+			dst[e] = lanes_f16_to_f32(blk->d) * (float)blk->qs[w];
+		} else {
+			const block_q4_0 *blk = (const block_q4_0 *)r + b;
+			const int q = w < 16 ? blk->qs[w] & 15 : blk->qs[w - 16] >> 4;
+			dst[e] = lanes_f16_to_f32(blk->d) * (float)(q - 8);
+		}
+	}
+	return 1.0f;
+}
+
+#define KV_ROW_MAX 1024 // head_dim the reference reads through a stack row at most
+
 void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 		     int32_t n_pos, float *scores, float *out) {
-	const int32_t pt = kvv->page_tokens;
+	float row[KV_ROW_MAX];
 	float mx = -INFINITY;
 	for (int32_t j = 0; j < n_pos; j++) {
-		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-		const uint16_t *kr = kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
+		const float ksc = tensor_kv_row(kvv, false, j, head_dim, row);
 		float s = 0.0f;
-		for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * lanes_f16_to_f32(kr[e]);
-		if (kvv->ks) s = s * tensor_f16s_scale(kvv->ks[page * kvv->s_page_stride + slot * kvv->s_row_stride]);
+		for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * row[e];
+		if (kvv->ks) s = s * ksc;
 		s = s * scale;
 		scores[j] = s;
 		mx = s > mx ? s : mx;
@@ -254,11 +280,50 @@ void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor
 	}
 	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
 	for (int32_t j = 0; j < n_pos; j++) {
-		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-		const uint16_t *vr = kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+		const float vsc = tensor_kv_row(kvv, true, j, head_dim, row);
 		float p = scores[j];
-		if (kvv->vs) p = p * tensor_f16s_scale(kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]);
-		for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] + p * lanes_f16_to_f32(vr[e]);
+		if (kvv->vs) p = p * vsc;
+		for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] + p * row[e];
+	}
+	const double inv = 1.0 / sum;
+	for (int32_t e = 0; e < head_dim; e++) out[e] = (float)(out[e] * inv);
+}
+
+size_t tensor_attn_scratch(int32_t nq, int32_t head_dim) {
+	// a tile of K and of V rows, a tile of scores and the running output per head, 2 per head
+	return (size_t)TENSOR_ATT_TILE * (size_t)head_dim * 2 + (size_t)nq * (TENSOR_ATT_TILE + (size_t)head_dim + 2);
+}
+
+void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		 float *scratch, float *out) {
+	float *row = scratch, *sc = scratch + head_dim;
+	float mx = -INFINITY;
+	double sum = 0.0;
+	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
+	for (int32_t t0 = 0; t0 < n_pos; t0 += TENSOR_ATT_TILE) {
+		const int32_t nt = n_pos - t0 < TENSOR_ATT_TILE ? n_pos - t0 : TENSOR_ATT_TILE;
+		float tmx = -INFINITY;
+		for (int32_t j = 0; j < nt; j++) {
+			const float ksc = tensor_kv_row(kvv, false, t0 + j, head_dim, row);
+			float s = 0.0f;
+			for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * row[e];
+			s = s * ksc * scale;
+			sc[j] = s;
+			tmx = s > tmx ? s : tmx;
+		}
+		// a larger maximum rescales what the earlier tiles summed
+		if (tmx > mx) {
+			const float a = (float)exp((double)mx - tmx);
+			sum *= a;
+			for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] * a;
+			mx = tmx;
+		}
+		for (int32_t j = 0; j < nt; j++) {
+			const float p = (float)exp((double)sc[j] - mx);
+			sum += p;
+			const float w = p * tensor_kv_row(kvv, true, t0 + j, head_dim, row);
+			for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] + w * row[e];
+		}
 	}
 	const double inv = 1.0 / sum;
 	for (int32_t e = 0; e < head_dim; e++) out[e] = (float)(out[e] * inv);
@@ -300,7 +365,13 @@ static void ref_mm(const tensor_mat *w, const void *mat, const void *xa, size_t 
 }
 
 static void ref_attn(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
-		     int32_t n_pos, float *scores, float *out) {
+		     int32_t n_pos, float *scratch, float *out) {
+	for (int32_t h = 0; h < nq; h++)
+		tensor_attn(q + (size_t)h * head_dim, head_dim, scale, kvv, n_pos, scratch, out + (size_t)h * head_dim);
+}
+
+static void ref_attn_unfused(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
+			     int32_t n_pos, float *scores, float *out) {
 	for (int32_t h = 0; h < nq; h++)
 		tensor_attn_f16(q + (size_t)h * head_dim, head_dim, scale, kvv, n_pos, scores + (size_t)h * n_pos,
 				out + (size_t)h * head_dim);
@@ -314,6 +385,7 @@ const tensor_kernels tensor_kernels_ref = {
 	.act_kind = ref_act_kind,
 	.matmul = ref_mm,
 	.attn = ref_attn,
+	.attn_unfused = ref_attn_unfused,
 	.rmsnorm = tensor_rmsnorm,
 	.swiglu = tensor_swiglu,
 	.f16s_encode = tensor_f16s_encode,

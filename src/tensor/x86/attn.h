@@ -1,6 +1,6 @@
 // tensor/x86/attn: attention over the paged KV store, written once over the vector
 // vocabulary of kernels_avx2.c and kernels_avx512.c, which include it after impl.h.
-// ---- attention over the paged f16 store ---------------------------------------------------------
+// ---- unfused attention over paged f16 rows --------------------------------------------------------
 #define ATT_MAXC 16 // head_dim / VL at most
 
 // The body for nc = D / VL vectors per head; called with nc a constant for the common head
@@ -18,7 +18,7 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 		for (int l = 0; l < nj; l++) {
 			const int32_t j = j0 + l;
 			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-			const uint16_t *kr = kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
+			const uint16_t *kr = (const uint16_t *)kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
 			for (int c = 0; c < nc; c++) v_storef(kf + (size_t)(l * nc + c) * VL, v_ldh(kr + VL * c));
 			ksc[l] = kvv->ks ? kern_f16s_scales[kvv->ks[page * kvv->s_page_stride + slot * kvv->s_row_stride]] * scale
 					 : scale;
@@ -82,7 +82,7 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 			UNROLL for (int c = 0; c < nc; c++) acc[a][c] = v_zerof();
 		for (int32_t j = 0; j < n_pos; j++) {
 			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-			const uint16_t *vr = kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+			const uint16_t *vr = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
 			const float vsc = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
 			vf vv[ATT_MAXC] = {0};
 			UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(vr + VL * c);
@@ -99,12 +99,12 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 	}
 }
 
-static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		    float *scores, float *out) {
 	const int nc = D / VL;
 	if (nq > 64) { // the 1/sum table holds 64 heads
-		kx_attn(q, 64, D, scale, kvv, n_pos, scores, out);
-		kx_attn(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
+		kx_attn_unfused(q, 64, D, scale, kvv, n_pos, scores, out);
+		kx_attn_unfused(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
 		return;
 	}
 	if (D % VL || nc > ATT_MAXC) {
@@ -116,3 +116,150 @@ static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const te
 	else if (nc == 8) attn_body(q, nq, D, scale, kvv, n_pos, scores, out, 8);
 	else attn_body(q, nq, D, scale, kvv, n_pos, scores, out, nc);
 }
+
+// ---- fused attention over the paged store (any row encoding) ------------------------------------
+#define TT TENSOR_ATT_TILE
+
+// 32 block values d * q into dst (q8_0 codes, or q4_0 nibbles minus 8): exact in float.
+AI void deq_q8(const block_q8_0 *b, float *dst) {
+	const vf d = v_set1f(lanes_f16_to_f32(b->d));
+#if VL == 16
+	for (int h = 0; h < 2; h++)
+		v_storef(dst + 16 * h,
+			 v_mul(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * h))))));
+#else
+	for (int h = 0; h < 4; h++)
+		v_storef(dst + 8 * h,
+			 v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h))))));
+#endif
+}
+
+AI void deq_q4(const block_q4_0 *b, float *dst) {
+	const vf d = v_set1f(lanes_f16_to_f32(b->d));
+	const __m128i raw = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+	const __m128i half[2] = {_mm_sub_epi8(_mm_and_si128(raw, m), eight),
+				 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight)};
+	for (int h = 0; h < 2; h++) {
+#if VL == 16
+		v_storef(dst + 16 * h, v_mul(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(half[h]))));
+#else
+		v_storef(dst + 16 * h, v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half[h]))));
+		v_storef(dst + 16 * h + 8, v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(half[h], 8)))));
+#endif
+	}
+}
+
+// Rows t0..t0+nt-1 of K (or V) of one head as floats into dst[nt][D], scale values into scl.
+AI void att_tile(const tensor_kv_view *kvv, bool v, int32_t t0, int nt, int32_t D, float *dst, float *scl) {
+	const int32_t pt = kvv->page_tokens;
+	const uint8_t *base = v ? kvv->v : kvv->k, *sb = v ? kvv->vs : kvv->ks;
+	const bool blocks_ok = kvv->off % 32 == 0 && D % 32 == 0;
+	for (int l = 0; l < nt; l++) {
+		const int32_t j = t0 + l;
+		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+		float *o = dst + (size_t)l * D;
+		if (kvv->enc == TENSOR_KV_F16) {
+			const uint16_t *r = (const uint16_t *)base + page * kvv->page_stride + slot * kvv->row_stride;
+			for (int32_t c = 0; c < D; c += VL) v_storef(o + c, v_ldh(r + c));
+			scl[l] = sb ? kern_f16s_scales[sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
+			continue;
+		}
+		scl[l] = 1.0f;
+		if (!blocks_ok) {
+			tensor_kv_row(kvv, v, j, D, o);
+			continue;
+		}
+		const uint8_t *r = base + page * kvv->page_stride + slot * kvv->row_stride;
+		for (int32_t b = 0; b < D / 32; b++) {
+			if (kvv->enc == TENSOR_KV_Q8_0) deq_q8((const block_q8_0 *)r + kvv->off / 32 + b, o + 32 * b);
+			else deq_q4((const block_q4_0 *)r + kvv->off / 32 + b, o + 32 * b);
+		}
+	}
+}
+
+// The body for nc = D / VL vectors per head (a constant for the common sizes). Scores go in
+// groups of VL positions as in the unfused body; each tile then updates every head's
+// running maximum, sum (lanes summed per tile, then added in tile order) and output.
+AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		   float *scratch, float *out, const int nc) {
+	float *kf = scratch, *vfl = kf + (size_t)TT * D, *sc = vfl + (size_t)TT * D, *acc = sc + (size_t)nq * TT,
+	      *mx = acc + (size_t)nq * D, *sum = mx + nq;
+	float ksc[TT] __attribute__((aligned(64))), vsc[TT] __attribute__((aligned(64)));
+	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY, sum[h] = 0.0f;
+	for (size_t i = 0; i < (size_t)nq * D; i++) acc[i] = 0.0f;
+	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
+		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
+		att_tile(kvv, false, t0, nt, D, kf, ksc);
+		for (int l = 0; l < nt; l++) ksc[l] *= scale;
+		for (int l = nt; l < TT; l++) ksc[l] = 0.0f;
+		for (int32_t hq = 0; hq < nq; hq++) {
+			const float *qh = q + (size_t)hq * D;
+			for (int g0 = 0; g0 < nt; g0 += VL) {
+				const int nj = nt - g0 < VL ? nt - g0 : VL;
+				vf part[VL];
+				UNROLL for (int l = 0; l < VL; l++) {
+					if (l >= nj) {
+						part[l] = v_zerof();
+						continue;
+					}
+					const float *kl = kf + (size_t)(g0 + l) * D;
+					vf a = v_mul(v_loadf(qh), v_loadf(kl));
+					for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
+					part[l] = a;
+				}
+				v_storef(sc + (size_t)hq * TT + g0, v_mul(v_hsum_lanes(part), v_loadf(ksc + g0)));
+			}
+		}
+		att_tile(kvv, true, t0, nt, D, vfl, vsc);
+		for (int32_t hq = 0; hq < nq; hq++) {
+			float *s = sc + (size_t)hq * TT;
+			float tmx = -INFINITY;
+			for (int l = 0; l < nt; l++) tmx = s[l] > tmx ? s[l] : tmx;
+			float alpha = 1.0f;
+			if (tmx > mx[hq]) {
+				alpha = (float)exp((double)mx[hq] - tmx);
+				mx[hq] = tmx;
+			}
+			vf ps = v_zerof();
+			for (int g0 = 0; g0 < nt; g0 += VL) {
+				vf p = v_exp(v_sub(v_loadf(s + g0), v_set1f(mx[hq])));
+				if (nt - g0 < VL) {
+					float t[VL] __attribute__((aligned(64)));
+					v_storef(t, p);
+					for (int l = nt - g0; l < VL; l++) t[l] = 0.0f;
+					p = v_loadf(t);
+				}
+				ps = v_add(ps, p);
+				v_storef(s + g0, v_mul(p, v_loadf(vsc + g0)));
+			}
+			sum[hq] = sum[hq] * alpha + v_hsum(ps);
+			float *a = acc + (size_t)hq * D;
+			vf av[ATT_MAXC] = {0};
+			UNROLL for (int c = 0; c < nc; c++) av[c] = v_mul(v_loadf(a + VL * c), v_set1f(alpha));
+			for (int l = 0; l < nt; l++) {
+				const vf w = v_set1f(s[l]);
+				const float *vr = vfl + (size_t)l * D;
+				UNROLL for (int c = 0; c < nc; c++) av[c] = v_fma(w, v_loadf(vr + VL * c), av[c]);
+			}
+			UNROLL for (int c = 0; c < nc; c++) v_storef(a + VL * c, av[c]);
+		}
+	}
+	for (int32_t hq = 0; hq < nq; hq++) {
+		const vf iv = v_set1f(1.0f / sum[hq]);
+		for (int c = 0; c < nc; c++) v_storef(out + (size_t)hq * D + VL * c, v_mul(v_loadf(acc + (size_t)hq * D + VL * c), iv));
+	}
+}
+
+static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		    float *scratch, float *out) {
+	const int nc = D / VL;
+	if (D % VL || nc > ATT_MAXC) {
+		for (int32_t hq = 0; hq < nq; hq++)
+			tensor_attn(q + (size_t)hq * D, D, scale, kvv, n_pos, scratch, out + (size_t)hq * D);
+		return;
+	}
+	if (nc == 4) fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, 4);
+	else if (nc == 8) fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, 8);
+	else fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, nc);
+}
+#undef TT

@@ -107,6 +107,7 @@ const tensor_kernels tensor_kernels_avx2 = {
 	.act_q8 = kx_act_q8,
 	.matmul = kx_matmul,
 	.attn = kx_attn,
+	.attn_unfused = kx_attn_unfused,
 	.rmsnorm = kx_rmsnorm,
 	.swiglu = kx_swiglu,
 	.f16s_encode = kx_f16s_encode,
