@@ -23,6 +23,31 @@ void lane_config_default(lane_config *c) {
 	c->draft = LANE_DRAFT_AUTO;
 	c->draft_max = 8;
 	c->seed = 0x6c616e6573ull;
+	c->window_recent_s = 300;
+}
+
+int32_t lane_max_rows(const lane_config *cfg) {
+	const int32_t dm = cfg->draft_max >= 0 && cfg->draft_max <= LANE_MAX_DRAFT ? cfg->draft_max : 8;
+	return cfg->lanes * (1 + dm) + LANE_PROMPT_ROWS;
+}
+
+// Rows of logits one round writes at most: a decode row and its drafts per live lane, or
+// the last prompt row of a filling one.
+static int32_t max_logit_rows(const lane_config *cfg) {
+	const int32_t dm = cfg->draft_max >= 0 && cfg->draft_max <= LANE_MAX_DRAFT ? cfg->draft_max : 8;
+	return cfg->lanes * (1 + dm);
+}
+
+uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
+	const int nth = cfg->threads > 0 ? cfg->threads : lanes_cpu_count();
+	const int32_t window = cfg->window_max > 0 ? cfg->window_max : cfg->ctx;
+	const uint64_t V = (uint64_t)hp->n_vocab, rows = (uint64_t)lane_max_rows(cfg);
+	uint64_t b = model_ws_bytes(hp, (int64_t)rows, nth, model_attn_fused() ? 0 : window);
+	b += (uint64_t)max_logit_rows(cfg) * V * sizeof(float);    // logits
+	b += V * (sizeof(float) + sizeof(int32_t));                 // sampling scratch and counts
+	b += rows * (sizeof(model_row) + sizeof(int32_t));          // the round's rows
+	if (cfg->draft_model) b += (uint64_t)cfg->lanes * V * sizeof(float); // draft logits
+	return b;
 }
 
 static int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
@@ -37,6 +62,7 @@ static void observe(lane_hist *hi, double seconds) {
 }
 
 // ---- admission and release --------------------------------------------------------------
+static void set_window(lane_host *h, int32_t tokens);
 
 static int32_t pages_for(const lane_host *h, int64_t tokens) {
 	int32_t pt = h->cfg.page_tokens;
@@ -61,8 +87,11 @@ static void release_lane(lane_host *h, lane_req *r) {
 }
 
 // Ends r (terminal event), frees its lane and KV, and drops the host's reference.
+static void record_demand(lane_host *h, const lane_req *r);
+
 static void finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_finish fin, int32_t stop_index,
 		   const char *reason, const char *text, size_t len) {
+	if (r->lane >= 0) record_demand(h, r);
 	release_lane(h, r);
 	switch (kind) {
 	case LANE_EV_FINISHED: h->stats.finished++; break;
@@ -73,6 +102,70 @@ static void finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_
 	atomic_fetch_sub(&h->open, 1);
 	lreq_end(r, kind, fin, stop_index, reason, text, len);
 	lreq_unref(r);
+}
+
+// ---- the elastic window --------------------------------------------------------------------------
+
+// Sets the window (rounded up to whole pages, within the floor and the largest window) and
+// the pool's page limit: a window for every lane, and never below what admitted requests
+// were promised.
+static void set_window(lane_host *h, int32_t tokens) {
+	const int32_t pt = h->cfg.page_tokens;
+	int32_t w = (int32_t)(((int64_t)tokens + pt - 1) / pt * pt);
+	if (w < h->cfg.window) w = h->cfg.window;
+	if (w > h->cfg.window_max) w = h->cfg.window_max;
+	if (w != atomic_load(&h->window)) {
+		LOG_INFO(MOD, "window %d -> %d tokens (demand %d)", atomic_load(&h->window), w, h->window_demand);
+		atomic_store(&h->window, w);
+		h->window_changed_us = lanes_now_us();
+	}
+	int64_t limit = (int64_t)h->cfg.lanes * pages_for(h, w);
+	if (limit < h->pages_reserved) limit = h->pages_reserved;
+	kv_set_limit(h->kv, (int32_t)limit);
+}
+
+// A finished request's size: what it asked for (prompt + max_tokens) when it set
+// max_tokens, else what it used.
+static void record_demand(lane_host *h, const lane_req *r) {
+	if (h->cfg.window_max <= 0) return;
+	const int32_t tokens = r->n_prompt + (r->explicit_max ? r->max_tokens : r->n_gen);
+	h->demand[h->demand_next].tokens = tokens;
+	h->demand[h->demand_next].at_us = lanes_now_us();
+	h->demand_next = (h->demand_next + 1) % LANE_DEMAND_SAMPLES;
+	if (h->n_demand < LANE_DEMAND_SAMPLES) h->n_demand++;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+	const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return (x > y) - (x < y);
+}
+
+// At a round boundary: the window follows the p95 of recent sizes plus a quarter, at least
+// the floor and what admitted requests need. It grows at once and shrinks only below three
+// quarters of itself and after holding a while, so it does not flap.
+static void replan(lane_host *h) {
+	if (h->cfg.window_max <= 0) return;
+	const uint64_t now = lanes_now_us(), recent = (uint64_t)(h->cfg.window_recent_s * 1e6);
+	int32_t v[LANE_DEMAND_SAMPLES], n = 0;
+	for (int32_t i = 0; i < h->n_demand; i++)
+		if (now - h->demand[i].at_us <= recent) v[n++] = h->demand[i].tokens;
+	int32_t p95 = 0;
+	if (n) {
+		qsort(v, (size_t)n, sizeof *v, cmp_i32);
+		p95 = v[(n * 95 + 99) / 100 - 1];
+	}
+	h->window_demand = p95;
+	int64_t target = (int64_t)p95 + p95 / 4;
+	for (int32_t i = 0; i < h->cfg.lanes; i++)
+		if (h->lanes[i] && h->lanes[i]->n_prompt + h->lanes[i]->max_tokens > target)
+			target = h->lanes[i]->n_prompt + h->lanes[i]->max_tokens;
+	if (target > h->cfg.window_max) target = h->cfg.window_max;
+	const int32_t w = atomic_load(&h->window);
+	const double hold_s = h->cfg.window_recent_s / 4 < 5 ? h->cfg.window_recent_s / 4 : 5;
+	if (target > w) set_window(h, (int32_t)target);
+	else if (target < (int64_t)w * 3 / 4 && w > h->cfg.window && now - h->window_changed_us >= (uint64_t)(hold_s * 1e6))
+		set_window(h, (int32_t)target);
+	else set_window(h, w); // keeps the limit up to date with what is reserved
 }
 
 // Under h->mu: pull cancelled requests out of the queue, then admit from its head while a
@@ -92,13 +185,16 @@ static void admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
 		prev = r;
 		pp = &r->next;
 	}
-	int32_t total = kv_config_of(h->kv)->n_pages;
 	while (h->qhead) {
 		lane_req *r = h->qhead;
 		int32_t lane = -1;
 		for (int32_t i = 0; i < h->cfg.lanes && lane < 0; i++)
 			if (!h->lanes[i]) lane = i;
 		if (lane < 0) break;
+		// the request gets the window it needs (submit checked the budget allows it)
+		const int32_t tokens = r->n_prompt + r->max_tokens;
+		if (h->cfg.window_max > 0 && tokens > atomic_load(&h->window)) set_window(h, tokens);
+		int32_t total = kv_pages_limit(h->kv);
 		int32_t need = request_pages(h, r);
 		if (h->pages_reserved + need > total) break;
 		h->qhead = r->next;
@@ -227,12 +323,12 @@ static int ensure_rows(lane_host *h, int32_t n) {
 static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
 	if (h->cfg.hooks.budget) {
 		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, n_decode, h->row_us, h->fixed_us, h->cfg.round_ms);
-		return n < 0 ? 0 : n;
+		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 	}
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
 	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
 	// a page of prompt per round at least, so busy decoding never starves a filling lane
-	return n < h->cfg.page_tokens ? h->cfg.page_tokens : n > 4096 ? 4096 : n;
+	return n < h->cfg.page_tokens ? h->cfg.page_tokens : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 }
 
 static bool fault(lane_host *h, const lane_req *r) { return h->fault && h->fault(h->fault_arg, h->round, r->serial); }
@@ -418,7 +514,7 @@ static void run_round(lane_host *h) {
 	for (int32_t i = 0; i < n; i++) n_logits += h->rows[i].logits;
 	char err[256];
 	uint64_t t0 = lanes_now_us();
-	int rc = model_forward(h->m, h->kv, h->pool, h->rows, n, h->logits, err, sizeof err);
+	int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, err, sizeof err);
 	uint64_t dt = lanes_now_us() - t0;
 	h->stats.forward_us += dt;
 	observe(&h->stats.forward_seconds, dt / 1e6);
@@ -484,9 +580,19 @@ static void publish(lane_host *h) {
 		l->draft_k = r ? r->draft_k : 0;
 		l->draft_acceptance = r && r->n_drafted ? (float)r->n_accepted / (float)r->n_drafted : 0;
 	}
-	int32_t total = kv_config_of(h->kv)->n_pages;
+	int32_t total = kv_pages_limit(h->kv);
 	s->kv_pages_free = kv_pages_free(h->kv);
-	s->kv_pages_used = total - s->kv_pages_free;
+	s->kv_pages_used = total - s->kv_pages_free + kv_pages_over_limit(h->kv);
+	if (h->cfg.window_max > 0) {
+		s->window = atomic_load(&h->window);
+		s->window_demand = h->window_demand;
+		s->window_floor = h->cfg.window;
+		s->window_max = h->cfg.window_max;
+	}
+	s->kv_bytes = (uint64_t)total * kv_page_bytes(h->kv);
+	s->kv_reserved_bytes = kv_reserved_bytes(h->kv);
+	s->kv_used_bytes = (uint64_t)s->kv_pages_used * kv_page_bytes(h->kv);
+	s->compute_bytes = h->compute_bytes;
 	s->kv_pages_cached = kv_pages_cached(h->kv);
 	pthread_mutex_lock(&h->mu);
 	s->queue_depth = h->qlen;
@@ -528,8 +634,24 @@ static void *engine(void *arg) {
 	lane_req **cancelled = calloc((size_t)h->cfg.queue + 1, sizeof *cancelled);
 	for (;;) {
 		int32_t n_cancelled = 0;
+		replan(h);
 		pthread_mutex_lock(&h->mu);
-		while (!h->quit && !h->halting && !h->qhead && !any_active(h)) pthread_cond_wait(&h->work, &h->mu);
+		while (!h->quit && !h->halting && !h->qhead && !any_active(h)) {
+			if (h->cfg.window_max <= 0 || atomic_load(&h->window) <= h->cfg.window) {
+				pthread_cond_wait(&h->work, &h->mu);
+				continue;
+			}
+			// idle above the floor: wake now and then so the window can shrink back
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 250 * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+			if (pthread_cond_timedwait(&h->work, &h->mu, &ts) == 0) continue;
+			pthread_mutex_unlock(&h->mu);
+			replan(h);
+			publish(h);
+			pthread_mutex_lock(&h->mu);
+		}
 		if (h->halting) {
 			lane_req *q = h->qhead;
 			h->qhead = h->qtail = NULL;
@@ -579,7 +701,7 @@ static void calibrate(lane_host *h) {
 		for (int k = 0; k < 2; k++) {
 			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1};
 			uint64_t t0 = lanes_now_us();
-			int rc = model_forward(h->m, h->kv, h->pool, rows, sizes[k], h->logits, err, sizeof err);
+			int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, rows, sizes[k], h->logits, err, sizeof err);
 			double dt = (double)(lanes_now_us() - t0);
 			kv_seq_clear(h->kv, 0);
 			if (rc) return;
@@ -596,6 +718,7 @@ static void calibrate(lane_host *h) {
 
 int32_t lane_host_max_context(const lane_host *h) { return h->max_ctx; }
 
+
 int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const lane_config *cfgin, char *err,
 		  size_t errlen) {
 	*out = NULL;
@@ -604,6 +727,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		return lanes_seterr(err, errlen, LANES_EINVAL, "--lanes must be 1..%d", LANE_SNAP_MAX_LANES);
 	if (cfg.queue < 0 || cfg.queue > 1000000) return lanes_seterr(err, errlen, LANES_EINVAL, "--queue must be 0..1000000");
 	if (cfg.ctx < 16 || cfg.ctx > (1 << 24)) return lanes_seterr(err, errlen, LANES_EINVAL, "--ctx must be 16..16777216");
+	if (cfg.window_max < 0 || cfg.window_max > (1 << 24) || (cfg.window_max > 0 && (cfg.window < 1 || cfg.window > cfg.window_max)))
+		return lanes_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
+				    cfg.window_max);
+	if (cfg.window_max > 0 && !(cfg.window_recent_s > 0)) cfg.window_recent_s = 300;
 	if (cfg.piece < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
 	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return lanes_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
 	if (cfg.page_tokens < 1 || cfg.page_tokens > 4096) cfg.page_tokens = 16;
@@ -619,16 +746,29 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	pthread_cond_init(&h->work, NULL);
 	pthread_mutex_init(&h->snap_mu, NULL);
 	int32_t n_ctx = h->hp.n_ctx_train > 0 ? h->hp.n_ctx_train : cfg.ctx;
-	h->max_ctx = imin(n_ctx, cfg.ctx);
-	kv_config kc = model_kv_config(m, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
-	kc.n_pages = pages_for(h, cfg.ctx);
-	if (kc.n_pages < pages_for(h, h->max_ctx)) kc.n_pages = pages_for(h, h->max_ctx);
+	kv_config kc;
+	if (cfg.window_max > 0) {
+		// elastic: room for every lane at the largest window, used up to the window's share
+		h->max_ctx = cfg.window_max;
+		kc = model_kv_config(m, cfg.kv_type, cfg.lanes, cfg.window_max, cfg.page_tokens);
+		atomic_init(&h->window, cfg.window);
+	} else {
+		h->max_ctx = imin(n_ctx, cfg.ctx);
+		kc = model_kv_config(m, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
+		kc.n_pages = pages_for(h, cfg.ctx);
+		if (kc.n_pages < pages_for(h, h->max_ctx)) kc.n_pages = pages_for(h, h->max_ctx);
+	}
 	int rc = kv_new(&h->kv, &kc, err, errlen);
 	if (!rc) rc = lanes_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
 	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT) cfg.draft_max = 8;
-	h->cfg.draft_max = cfg.draft_max;
-	h->logits = malloc((size_t)(cfg.lanes * (1 + cfg.draft_max) + 8) * h->hp.n_vocab * sizeof(float));
+	h->cfg = cfg;
+	const size_t V = (size_t)h->hp.n_vocab, max_rows = (size_t)lane_max_rows(&cfg);
+	if (!rc) rc = model_ws_new(&h->ws, m, (int64_t)max_rows, cfg.threads, model_attn_fused() ? 0 : h->max_ctx, err, errlen);
+	h->logits = malloc((size_t)max_logit_rows(&cfg) * V * sizeof(float));
+	h->rows = malloc(max_rows * sizeof *h->rows);
+	h->row_lane = malloc(max_rows * sizeof *h->row_lane);
+	h->cap_rows = h->rows && h->row_lane ? (int32_t)max_rows : 0;
 	h->scratch = malloc((size_t)h->hp.n_vocab * sizeof(float));
 	h->top = calloc(LANE_MAX_TOP_LOGPROBS, sizeof *h->top);
 	h->ctxbuf = malloc(4096 * sizeof *h->ctxbuf);
@@ -641,8 +781,14 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		if (!rc && !h->dlogits) rc = LANES_ENOMEM;
 	}
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
+	// the host's own accounting of its compute memory, from the sizes it allocated
+	h->compute_bytes = (h->ws ? model_ws_size(h->ws) : 0) + (uint64_t)max_logit_rows(&cfg) * V * sizeof(float) +
+			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
+			   (cfg.draft_model ? (uint64_t)cfg.lanes * V * sizeof(float) : 0);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
-	if (!rc && (!h->lanes || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf)) rc = LANES_ENOMEM;
+	if (!rc && (!h->lanes || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf || !h->cap_rows))
+		rc = LANES_ENOMEM;
+	if (!rc && cfg.window_max > 0) set_window(h, cfg.window);
 	if (rc) {
 		if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
 		lane_host_free(h);
@@ -655,8 +801,14 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		return lanes_seterr(err, errlen, LANES_ENOMEM, "cannot start the engine thread");
 	}
 	h->thread_started = true;
-	LOG_INFO(MOD, "%d lanes, %d KV tokens (%d pages of %d), up to %d tokens per request, %d threads", cfg.lanes,
-		 kc.n_pages * cfg.page_tokens, kc.n_pages, cfg.page_tokens, h->max_ctx, cfg.threads);
+	LOG_INFO(MOD, "%d lanes, %d KV tokens (%d pages of %d, %s, %.1f MiB), up to %d tokens per request, %d threads",
+		 cfg.lanes, kc.n_pages * cfg.page_tokens, kc.n_pages, cfg.page_tokens, kv_type_name(cfg.kv_type),
+		 kv_reserved_bytes(h->kv) / 1048576.0, h->max_ctx, cfg.threads);
+	if (cfg.window_max > 0)
+		LOG_INFO(MOD, "elastic window: %d tokens now, %d..%d, following requests of the last %.0f s", cfg.window,
+			 cfg.window, cfg.window_max, cfg.window_recent_s);
+	LOG_INFO(MOD, "compute: %.1f MiB (%d rows per pass, %s attention)", h->compute_bytes / 1048576.0,
+		 (int)max_rows, h->ws && model_attn_fused() ? "fused" : "unfused");
 	*out = h;
 	return 0;
 }
@@ -710,6 +862,7 @@ void lane_host_free(lane_host *h) {
 	sampler_free(h->sampler);
 	free(h->rows);
 	free(h->row_lane);
+	model_ws_free(h->ws);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->work);
 	pthread_mutex_destroy(&h->snap_mu);
@@ -761,6 +914,10 @@ static int check_request(const lane_host *h, const lane_request *q, char *err, s
 		return lanes_seterr(err, errlen, LANES_EINVAL, "top_logprobs must be 0..%d", LANE_MAX_TOP_LOGPROBS);
 	if (q->max_tokens < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "max_tokens must be >= 1");
 	int64_t total = (int64_t)q->n_prompt + (q->max_tokens > 0 ? q->max_tokens : 1);
+	if (total > h->max_ctx && h->cfg.window_max > 0)
+		return lanes_seterr(err, errlen, LANES_ELIMIT,
+				    "the prompt (%d tokens) plus max_tokens (%d) exceeds the largest window the memory budget allows (%d tokens)",
+				    q->n_prompt, q->max_tokens > 0 ? q->max_tokens : 1, h->max_ctx);
 	if (total > h->max_ctx)
 		return lanes_seterr(err, errlen, LANES_ELIMIT,
 				    "the prompt (%d tokens) plus max_tokens (%d) exceeds the context of %d tokens a request may use",
@@ -784,7 +941,13 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->lane = -1;
 	r->n_prompt = q->n_prompt;
 	r->s = q->sampling;
-	r->max_tokens = q->max_tokens > 0 ? q->max_tokens : h->max_ctx - q->n_prompt;
+	r->explicit_max = q->max_tokens > 0;
+	if (q->max_tokens > 0) r->max_tokens = q->max_tokens;
+	else if (h->cfg.window_max > 0) {
+		// without max_tokens a request may run to the current window (or one window past its prompt)
+		const int32_t w = atomic_load(&h->window);
+		r->max_tokens = w - q->n_prompt >= 1 ? w - q->n_prompt : imin(w, h->max_ctx - q->n_prompt);
+	} else r->max_tokens = h->max_ctx - q->n_prompt;
 	r->ignore_eos = q->ignore_eos;
 	r->logprobs = q->logprobs || q->top_logprobs > 0;
 	r->top_logprobs = q->top_logprobs;

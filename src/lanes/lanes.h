@@ -149,7 +149,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 // remain valid until lane_req_free.
 void lane_host_free(lane_host *h);
 
-// The tokens one request may use: min(model context, --ctx, the lane share of the KV).
+// The tokens one request may use at most: min(model context, --ctx), or the largest window.
 int32_t lane_host_max_context(const lane_host *h);
 
 // Submits a request. Never blocks on the engine. On success *out is the caller's handle.
@@ -221,6 +221,14 @@ typedef struct {
 	lane_hist round_seconds;  // whole rounds
 	lane_hist forward_seconds; // their forward passes
 	uint64_t finished, cancelled, failed, rejected;
+	// memory and the elastic window (window fields 0 with a fixed pool)
+	int32_t window;           // tokens a request may use now
+	int32_t window_demand;    // p95 of recent requests' sizes
+	int32_t window_floor, window_max;
+	uint64_t kv_bytes;        // KV pages the pool may use now (limit), every layer
+	uint64_t kv_reserved_bytes; // the whole reservation
+	uint64_t kv_used_bytes;   // pages held
+	uint64_t compute_bytes;   // workspace, logits and scratch the host allocated
 	bool halting;             // a halt was asked for
 	bool halted;              // and every request it took over has ended
 	bool draining;

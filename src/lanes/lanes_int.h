@@ -9,6 +9,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#define LANE_DEMAND_SAMPLES 256 // recent requests' sizes the window follows
+#define LANE_PROMPT_ROWS 512     // prompt rows one round carries at most
+
 typedef struct ev_node {
 	struct ev_node *next;
 	lane_event ev;
@@ -27,6 +30,7 @@ struct lane_req {
 	lane_sampling s;
 	lane_bias *bias;
 	int32_t max_tokens;       // resolved: never past the context
+	bool explicit_max;        // the caller set max_tokens
 	int32_t *stop_ids, n_stop_ids;
 	char *stops[LANE_MAX_STOPS];
 	size_t stop_len[LANE_MAX_STOPS];
@@ -74,7 +78,15 @@ struct lane_host {
 	model_hparams hp;
 	kv_cache *kv;
 	lanes_pool *pool;
-	int32_t max_ctx;          // tokens one request may use
+	int32_t max_ctx;          // tokens one request may use (elastic: the largest window)
+	model_ws *ws;             // the forward pass's workspace, for lane_max_rows rows
+	uint64_t compute_bytes;   // what the host allocated for compute (lane_compute_bytes)
+	// elastic window (cfg.window_max > 0)
+	atomic_int window;        // tokens a request may use now (read by submitters)
+	int32_t window_demand;    // the p95 the window last followed
+	uint64_t window_changed_us;
+	struct { int32_t tokens; uint64_t at_us; } demand[LANE_DEMAND_SAMPLES];
+	int32_t n_demand, demand_next;
 	pthread_t thread;
 	bool thread_started;
 

@@ -109,6 +109,8 @@ static void collect(lane_req *r, result *out) {
 }
 
 static const model *DRAFT; // draft model for hosts made by host(), or NULL
+static enum kv_type KVT = KV_F16S; // KV type of hosts made by host()
+static int32_t WINDOW, WINDOW_MAX; // elastic window of hosts made by host() (0: fixed pool)
 
 static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	lane_config c;
@@ -119,6 +121,9 @@ static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	c.prefix_cache = cache;
 	c.threads = threads;
 	c.ctx = 2048;
+	c.kv_type = KVT;
+	c.window = WINDOW;
+	c.window_max = WINDOW_MAX;
 	char err[256];
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, M, V, &c, err, sizeof err);
@@ -150,7 +155,8 @@ static void run_all(lane_host *h, req_spec *s, int n, result *res, bool concurre
 	}
 }
 
-static void test_exact(const char *name) {
+static void test_exact_kv(const char *name, enum kv_type kvt) {
+	KVT = kvt;
 	char path[1024], err[512];
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
@@ -186,10 +192,85 @@ static void test_exact(const char *name) {
 		generated += solo[i].n;
 	}
 	CHECKF(generated > NREQ * 2, "%s: tokens were generated (%d)", name, generated);
+	KVT = KV_F16S;
 	tok_vocab_free(V);
 	model_free(M);
 	V = NULL;
 	M = NULL;
+}
+
+static void test_exact(const char *name) { test_exact_kv(name, KV_F16S); }
+
+// The elastic window: a burst of long requests grows it (and the KV the pool may use), it
+// shrinks back to the floor when they stop, tokens never depend on it, and a request past
+// the largest window the budget allows is refused with the numbers.
+static void test_elastic(void) {
+	static req_spec s[NREQ];
+	make_specs(s, 6, 77, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < 6; i++) s[i].q.max_tokens = i < 3 ? 300 : 20; // 3 long, 3 short
+	static result fixed[NREQ], elastic[NREQ];
+	lane_host *h = host(2, 0, false, 2);
+	run_all(h, s, 6, fixed, true);
+	lane_host_free(h);
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 2;
+	c.window = 128;
+	c.window_max = 512;
+	c.window_recent_s = 2.0;
+	char err[256];
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "elastic host: %s", err);
+	if (!h) return;
+	lane_snapshot a, b, d;
+	lane_host_snapshot(h, &a);
+	CHECKF(a.window == 128 && a.window_floor == 128 && a.window_max == 512, "starts at the floor (%d %d %d)", a.window,
+	       a.window_floor, a.window_max);
+	CHECKF(a.kv_reserved_bytes == 4 * a.kv_bytes, "the pool may use a quarter of the reservation (%llu of %llu)",
+	       (unsigned long long)a.kv_bytes, (unsigned long long)a.kv_reserved_bytes);
+	CHECKF(a.compute_bytes > 0 && a.compute_bytes == lane_compute_bytes(model_hparams_of(M), &(lane_config){
+		       .lanes = 2, .draft_max = 8, .threads = 0, .window = 128, .window_max = 512}),
+	       "compute bytes = lane_compute_bytes (%llu)", (unsigned long long)a.compute_bytes);
+	// a burst of long requests
+	run_all(h, s, 6, elastic, true);
+	int32_t need = 0;
+	for (int i = 0; i < 3; i++) need = s[i].n_prompt + 300 > need ? s[i].n_prompt + 300 : need;
+	for (int t = 0; t < 20; t++) {
+		lane_host_snapshot(h, &b);
+		if (b.window_demand) break;
+		usleep(50000);
+	}
+	CHECKF(b.window >= need && b.window <= 512, "the burst grew the window (%d for %d)", b.window, need);
+	CHECKF(b.window_demand >= 300, "demand follows the requests' sizes (%d)", b.window_demand);
+	CHECKF(b.kv_bytes > a.kv_bytes, "the pool may use more KV (%llu -> %llu)", (unsigned long long)a.kv_bytes,
+	       (unsigned long long)b.kv_bytes);
+	for (int i = 0; i < 6; i++) CHECKF(same(&fixed[i], &elastic[i]), "req %d: elastic window = fixed pool", i);
+	// they stop: the window comes back to the floor on its own
+	for (int t = 0; t < 60; t++) {
+		lane_host_snapshot(h, &d);
+		if (d.window == 128) break;
+		usleep(100000);
+	}
+	CHECKF(d.window == 128 && d.kv_bytes == a.kv_bytes, "the window shrank back (%d, %llu bytes)", d.window,
+	       (unsigned long long)d.kv_bytes);
+	// short requests keep it there
+	run_all(h, s + 3, 3, elastic + 3, false);
+	lane_host_snapshot(h, &d);
+	CHECKF(d.window == 128, "short requests keep the floor (%d)", d.window);
+	// past the budget: refused with the numbers
+	lane_request big = s[0].q;
+	big.max_tokens = 600;
+	lane_req *r = NULL;
+	CHECK(lane_submit(h, &big, &r, err, sizeof err) == LANES_ELIMIT && !r);
+	CHECKF(strstr(err, "largest window") && strstr(err, "512"), "refusal names the window: %s", err);
+	// without max_tokens a request runs to the current window
+	lane_request open = s[3].q;
+	open.max_tokens = 0;
+	open.ignore_eos = true;
+	result o;
+	CHECK(lane_submit(h, &open, &r, err, sizeof err) == 0);
+	if (r) collect(r, &o), lane_req_free(r);
+	CHECKF(o.n == 128 - open.n_prompt && o.finish == LANE_FINISH_LENGTH, "ran to the window: %d tokens", o.n);
+	lane_host_free(h);
 }
 
 // Random submits, cancels and a halt at random points: every request gets exactly one
@@ -544,6 +625,11 @@ int main(void) {
 	with_model("stories260K.gguf", test_draft_ngram);
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
+	with_model("stories260K.gguf", test_elastic);
+	test_exact_kv("stories260K.gguf", KV_Q8_0);
+	test_exact_kv("stories260K.gguf", KV_Q4_0);
+	test_exact_kv("stories260K.gguf", KV_F16);
+	test_exact_kv("ref-qwen2-Q8_0.gguf", KV_Q8_0);
 	test_exact("ref-llama-Q4_K_M.gguf");
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
