@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct {
 	const model *m;
@@ -52,6 +53,38 @@ static double run_tg(bench_ctx *b, int64_t n) {
 	return (lanes_now_ns() - t0) / 1e9;
 }
 
+// Seconds for n single-token passes after a context of depth tokens (filled once, in pieces of
+// 512, and cut back to depth before each repetition); -1 on error.
+static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
+	char err[256];
+	if (kv_seq_len(b->kv, 0) < depth) {
+		kv_seq_clear(b->kv, 0);
+		for (int64_t i0 = 0; i0 < depth; i0 += 512) {
+			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
+			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1};
+			if (model_forward(b->m, b->kv, b->pool, b->rows, m, b->logits, err, sizeof err)) {
+				fprintf(stderr, "lanes bench: %s\n", err);
+				return -1;
+			}
+		}
+	}
+	kv_seq_truncate(b->kv, 0, depth);
+	uint64_t t0 = lanes_now_ns();
+	for (int64_t i = 0; i < n; i++) {
+		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true};
+		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
+			fprintf(stderr, "lanes bench: %s\n", err);
+			return -1;
+		}
+	}
+	return (lanes_now_ns() - t0) / 1e9;
+}
+
+static double peak_rss_mib(void) {
+	struct rusage ru;
+	return getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_maxrss / 1024.0;
+}
+
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
 	double s = 0, q = 0;
 	for (int i = 0; i < n; i++) s += x[i];
@@ -86,7 +119,7 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 
 int cmd_bench(int argc, char **argv) {
 	const char *model_path = NULL, *kv_name = "f16s";
-	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0, req_prompt = 16;
+	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0, req_prompt = 16, depth = 0;
 	const char *draft_path = NULL;
 	bool draft = false, repetitive = false;
 	bool json = false, help = false;
@@ -96,7 +129,8 @@ int cmd_bench(int argc, char **argv) {
 		{"-n|--n-gen", CLI_INT, &n_tg, "generated tokens, one at a time (default 128; 0 = skip)"},
 		{"-r|--repetitions", CLI_INT, &reps, "repetitions (default 3)"},
 		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
-		{"--kv", CLI_STR, &kv_name, "kv cache type: f16s (default) or f16"},
+		{"--kv|--kv-type", CLI_STR, &kv_name, "kv cache type: f16s (default), f16, q8_0 or q4_0"},
+		{"-d|--depth", CLI_INT, &depth, "generate after a context of D tokens (tg at depth; attention as LANES_ATTN says)"},
 		{"--concurrent", CLI_INT, &concurrent, "M requests at once through the lane host: aggregate tok/s, latency"},
 		{"--lanes", CLI_INT, &n_lanes, "lanes for --concurrent (default M)"},
 		{"--fill", CLI_INT, &fill, "with --concurrent: a P-token prompt fills while the M requests decode"},
@@ -111,7 +145,8 @@ int cmd_bench(int argc, char **argv) {
 	int npos;
 	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
 	if (help || !model_path || n_pp < 0 || n_tg < 0 || reps < 1 || reps > 1000 || n_pp > 1 << 20 || n_tg > 1 << 20 ||
-	    concurrent < 0 || concurrent > 1024 || n_lanes < 0 || n_lanes > LANE_SNAP_MAX_LANES || fill < 0 || fill > 1 << 20) {
+	    concurrent < 0 || concurrent > 1024 || n_lanes < 0 || n_lanes > LANE_SNAP_MAX_LANES || fill < 0 || fill > 1 << 20 ||
+	    depth < 0 || depth > 1 << 22) {
 		cli_usage("lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]\n"
 			  "       lanes bench -m MODEL --concurrent M [--lanes N] [--fill P] [-n 128] [--json]", opts, nopts);
 		return help ? 0 : 2;
@@ -150,14 +185,14 @@ int cmd_bench(int argc, char **argv) {
 	b.m = m;
 	const model_hparams *hp = model_hparams_of(m);
 	if (cli_threads(threads, &b.pool)) goto out;
-	const int64_t ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;
+	const int64_t ctx = (n_pp > n_tg + depth ? n_pp : n_tg + depth) + 1;
 	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)ctx, 16);
 	if (kv_new(&b.kv, &kc, err, sizeof err)) {
 		fprintf(stderr, "lanes bench: %s\n", err);
 		goto out;
 	}
 	b.logits = malloc((size_t)hp->n_vocab * sizeof *b.logits);
-	b.rows = malloc((size_t)(n_pp > 0 ? n_pp : 1) * sizeof *b.rows);
+	b.rows = malloc((size_t)(n_pp > 512 ? n_pp : 512) * sizeof *b.rows);
 	if (!b.logits || !b.rows) {
 		fprintf(stderr, "lanes bench: out of memory\n");
 		goto out;
@@ -177,7 +212,12 @@ int cmd_bench(int argc, char **argv) {
 			pp[r] = n_pp / s;
 			LOG_INFO("bench", "pp%lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)r + 1, pp[r]);
 		}
-		if (n_tg) {
+		if (n_tg && depth) {
+			if ((s = run_tg_depth(&b, depth, n_tg)) < 0) goto out;
+			tg[r] = n_tg / s;
+			LOG_INFO("bench", "tg%lld at depth %lld rep %lld: %.2f tok/s", (long long)n_tg, (long long)depth,
+				 (long long)r + 1, tg[r]);
+		} else if (n_tg) {
 			// generation goes through the lane host, as every served token does
 			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt};
 			bench_lanes_result res;
@@ -193,11 +233,13 @@ int cmd_bench(int argc, char **argv) {
 	if (n_pp) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
 	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
 	if (json) {
-		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f}", "model", base, "type",
-				      type, "threads", lanes_pool_threads(b.pool), "pp_tokens", (json_int_t)n_pp, "pp_tps", pp_m,
-				      "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps", tg_m, "tg_sd", tg_sd, "kernels",
-				      tensor_kernels_name(model_kernels(m)), "load_s", load_s, "packed_mib",
-				      model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m));
+		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:s, s:I, s:s, s:f}",
+				      "model", base, "type", type, "threads", lanes_pool_threads(b.pool), "pp_tokens",
+				      (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps",
+				      tg_m, "tg_sd", tg_sd, "kernels", tensor_kernels_name(model_kernels(m)), "load_s", load_s,
+				      "packed_mib", model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m), "kv",
+				      kv_type_name(kvt), "depth", (json_int_t)depth, "attention",
+				      model_attn_fused() ? "fused" : "unfused", "peak_rss_mib", peak_rss_mib());
 		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
 		if (!s) {
 			fprintf(stderr, "lanes bench: out of memory\n");
@@ -210,7 +252,13 @@ int cmd_bench(int argc, char **argv) {
 	} else {
 		printf("| model | type | threads | test | t/s |\n|---|---|---|---|---|\n");
 		if (n_pp) printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_pp, pp_m, pp_sd);
-		if (n_tg) printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
+		if (n_tg && depth)
+			printf("| %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg,
+			       (long long)depth, tg_m, tg_sd);
+		else if (n_tg)
+			printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
+		printf("kv %s, %s attention, peak RSS %.1f MiB\n", kv_type_name(kvt), model_attn_fused() ? "fused" : "unfused",
+		       peak_rss_mib());
 	}
 	rc = 0;
 out:

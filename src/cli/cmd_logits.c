@@ -16,7 +16,7 @@ int cmd_logits(int argc, char **argv) {
 		{"--ids", CLI_STR, &ids_arg, "token ids: 1,2,3"},
 		{"-o|--output", CLI_STR, &out_path, "output file: float32 [positions][vocab]"},
 		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
-		{"--kv", CLI_STR, &kv_name, "kv cache type: f16s (default) or f16"},
+		{"--kv|--kv-type", CLI_STR, &kv_name, "kv cache type: f16s (default), f16, q8_0 or q4_0"},
 		{"--chunk", CLI_INT, &chunk, "positions per forward pass (default 256; results do not depend on it)"},
 		{"-h|--help", CLI_FLAG, &help, "show this help"},
 	};

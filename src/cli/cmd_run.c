@@ -86,7 +86,7 @@ int cmd_run(int argc, char **argv) {
 		{"--min-p", CLI_FLOAT, &min_p, "drop tokens below min-p x the top one (default 0 = off)"},
 		{"--seed", CLI_INT, &seed, "random seed (default: from the clock, printed on stderr)"},
 		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
-		{"--kv", CLI_STR, &kv_name, "kv cache type: f16s (default) or f16"},
+		{"--kv|--kv-type", CLI_STR, &kv_name, "kv cache type: f16s (default), f16, q8_0 or q4_0"},
 		{"--print-ids", CLI_FLAG, &print_ids, "end with a line holding the generated ids as JSON"},
 		{"-h|--help", CLI_FLAG, &help, "show this help"},
 	};

@@ -108,6 +108,18 @@ enum MHD_Result srv_slots(srv_conn *c) {
 	}
 	json_t *body = json_pack("{s:I, s:I, s:i, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
 				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "lanes", lanes);
+	// the window (elastic: it follows demand; fixed: null) and the memory the host accounts for
+	json_t *win = sn->window_max ? json_pack("{s:i, s:i, s:i, s:i}", "tokens", sn->window, "demand_tokens",
+						 sn->window_demand, "floor_tokens", sn->window_floor, "max_tokens",
+						 sn->window_max)
+				     : json_null();
+	json_t *mem = json_pack("{s:I, s:I, s:I, s:I}", "kv_bytes", (json_int_t)sn->kv_bytes, "kv_used_bytes",
+				(json_int_t)sn->kv_used_bytes, "kv_reserved_bytes", (json_int_t)sn->kv_reserved_bytes,
+				"compute_bytes", (json_int_t)sn->compute_bytes);
+	if (body) json_object_set_new(body, "window", win ? win : json_null());
+	else json_decref(win);
+	if (body && mem) json_object_set_new(body, "memory", mem);
+	else json_decref(mem);
 	free(sn);
 	return srv_reply_json(c, 200, body, 0);
 }
@@ -149,6 +161,26 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	metric(&b, "lanes_kv_pages_free", "gauge", "KV cache pages free.", (uint64_t)sn->kv_pages_free);
 	metric(&b, "lanes_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
 	       sn->prefix_hit_tokens);
+	if (sn->window_max) {
+		metric(&b, "lanes_window_tokens", "gauge", "Tokens a request may use now (the elastic window).",
+		       (uint64_t)sn->window);
+		metric(&b, "lanes_window_demand_tokens", "gauge", "95th percentile of recent requests' sizes.",
+		       (uint64_t)sn->window_demand);
+		metric(&b, "lanes_window_max_tokens", "gauge", "The largest window the memory budget allows.",
+		       (uint64_t)sn->window_max);
+	}
+	srv_buf_adds(&b, "# HELP lanes_memory_bytes Memory the server accounts for, by part.\n"
+			 "# TYPE lanes_memory_bytes gauge\n");
+	const struct {
+		const char *part;
+		uint64_t v;
+	} parts[] = {{"kv", sn->kv_bytes}, {"kv_used", sn->kv_used_bytes}, {"kv_reserved", sn->kv_reserved_bytes},
+		     {"compute", sn->compute_bytes}};
+	for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+		snprintf(line, sizeof line, "lanes_memory_bytes{part=\"%s\"} %llu\n", parts[i].part,
+			 (unsigned long long)parts[i].v);
+		srv_buf_adds(&b, line);
+	}
 	static const char *prop[LANE_PROP_COUNT] = {[LANE_PROP_NGRAM] = "ngram", [LANE_PROP_MODEL] = "model"};
 	srv_buf_adds(&b, "# HELP lanes_draft_tokens_total Draft tokens proposed for verification.\n"
 			 "# TYPE lanes_draft_tokens_total counter\n");

@@ -8,6 +8,7 @@
 #include "tensor/tensor.h"
 
 #include <math.h>
+#include <unistd.h>
 
 static float frand(uint64_t *s) {
 	*s = splitmix64(*s);
@@ -313,6 +314,84 @@ static void kv_pages(void) {
 	kv_free(NULL);
 }
 
+// Sizes per type, and the page limit: pages above it are not handed out, cache-only ones are
+// dropped at once, held ones go (and their memory with them) when let go.
+static void kv_types_and_limit(void) {
+	char err[256];
+	const uint64_t f16 = kv_bytes_per_token(KV_F16, 22, 256, 64), q8 = kv_bytes_per_token(KV_Q8_0, 22, 256, 64),
+		       q4 = kv_bytes_per_token(KV_Q4_0, 22, 256, 64), f16s = kv_bytes_per_token(KV_F16S, 22, 256, 64);
+	CHECKF(f16 == 22u * 2 * 256 * 2 && f16s == f16 + 22u * 2 * 4, "f16 %llu f16s %llu", (unsigned long long)f16,
+	       (unsigned long long)f16s);
+	CHECKF(q8 == 22u * 2 * 8 * 34 && q8 * 100 <= f16 * 55, "q8_0 %llu bytes per token, %.1f%% of f16", (unsigned long long)q8,
+	       100.0 * q8 / f16);
+	CHECKF(q4 == 22u * 2 * 8 * 18, "q4_0 %llu bytes per token", (unsigned long long)q4);
+	CHECK(kv_bytes_per_token(KV_Q8_0, 2, 40, 8) == 0 && kv_type_parse("q4_0") == KV_Q4_0 && kv_type_parse("q5") < 0);
+	kv_config c = {.type = KV_Q8_0, .n_layers = 2, .kv_dim = 40, .group = 8, .page_tokens = 4, .n_pages = 8, .n_seqs = 2};
+	kv_cache *kv;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == LANES_EINVAL && strstr(err, "multiple of 32"));
+	c.kv_dim = 64;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
+	if (!kv) return;
+	CHECK(kv_row_bytes(kv) == 68 && kv_page_bytes(kv) == 2u * 2 * 4 * 68 && kv_reserved_bytes(kv) == 8 * kv_page_bytes(kv));
+	CHECK(kv_k_base(kv, 0) == NULL && kv_k_row(kv, 0, 0, 0) == NULL); // block rows are bytes only
+	int32_t tok[16];
+	for (int i = 0; i < 16; i++) tok[i] = i + 1;
+	CHECK(kv_seq_grow(kv, 0, 16) == 0); // pages 0..3
+	memset(kv_k_at(kv, 1, 0, 15), 7, kv_row_bytes(kv));
+	kv_prefix_publish(kv, 0, tok, 16);
+	CHECK(kv_seq_grow(kv, 1, 12) == 0); // pages 4..6
+	kv_set_limit(kv, 3);
+	CHECK(kv_pages_limit(kv) == 3 && kv_pages_free(kv) == 0 && kv_pages_over_limit(kv) == 4);
+	kv_seq_clear(kv, 1);
+	CHECK(kv_pages_over_limit(kv) == 1 && kv_pages_free(kv) == 0);
+	// seq 0's last page (3) is above the limit: when let go the cache does not keep it
+	kv_seq_truncate(kv, 0, 12);
+	CHECK(kv_pages_over_limit(kv) == 0 && kv_pages_cached(kv) == 0);
+	CHECK(kv_seq_grow(kv, 1, 4) == LANES_ELIMIT); // 3 pages below the limit, all held
+	kv_seq_clear(kv, 0);
+	CHECK(kv_pages_cached(kv) == 3 && kv_pages_free(kv) == 0);
+	CHECK(kv_seq_grow(kv, 1, 8) == 0 && kv_pages_cached(kv) == 1); // a grow takes cached pages back
+	int32_t n;
+	const int32_t *pg = kv_seq_pages(kv, 1, &n);
+	CHECK(n == 2 && pg[0] < 3 && pg[1] < 3);
+	kv_set_limit(kv, 8);
+	CHECK(kv_pages_free(kv) == 5 && kv_pages_over_limit(kv) == 0);
+	CHECK(kv_seq_grow(kv, 0, 24) == 0 && kv_pages_free(kv) == 0); // 5 free + 1 cached
+	kv_seq_clear(kv, 0);
+	kv_seq_clear(kv, 1);
+	CHECK(kv_pages_free(kv) + kv_pages_cached(kv) == 8);
+	kv_free(kv);
+}
+
+static double rss_mib(void) {
+	long pages = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f && fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+	if (f) fclose(f);
+	return res * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
+}
+
+// The memory of pages above a lowered limit goes back to the system.
+static void kv_limit_memory(void) {
+	char err[256];
+	kv_config c = {.type = KV_F16, .n_layers = 1, .kv_dim = 1024, .group = 1024, .page_tokens = 16, .n_pages = 2048, .n_seqs = 1};
+	kv_cache *kv;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
+	if (!kv) return;
+	const double r0 = rss_mib();
+	CHECK(kv_seq_grow(kv, 0, 2048 * 16) == 0);
+	for (int32_t p = 0; p < 2048 * 16; p += 16) {
+		memset(kv_k_at(kv, 0, 0, p), 1, kv_row_bytes(kv) * 16);
+		memset(kv_v_at(kv, 0, 0, p), 1, kv_row_bytes(kv) * 16);
+	}
+	const double r1 = rss_mib();
+	kv_seq_clear(kv, 0);
+	kv_set_limit(kv, 64);
+	const double r2 = rss_mib();
+	CHECKF(r1 - r0 > 100 && r1 - r2 > 100, "128 MiB of pages in use then handed back: RSS %.0f -> %.0f -> %.0f MiB", r0, r1, r2);
+	kv_free(kv);
+}
+
 static void sampling(void) {
 	char err[128];
 	sample_params p = sample_defaults();
@@ -398,6 +477,8 @@ int main(void) {
 	attention();
 	moe_route();
 	kv_pages();
+	kv_types_and_limit();
+	kv_limit_memory();
 	sampling();
 	T_DONE("fwd_kernels");
 }
