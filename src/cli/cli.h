@@ -32,6 +32,7 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 // Shared by run, logits and bench (cmd_run.c): "1,2,3" or "[1, 2, 3]" into a malloc'd list;
 // a kv type by name; a pool of `want` threads (<= 0: one per core). Each prints its error.
 #include "kv/kv.h"

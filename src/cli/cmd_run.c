@@ -57,7 +57,7 @@ int cli_kv_type(const char *name, enum kv_type *out) {
 			*out = (enum kv_type)t;
 			return 0;
 		}
-	fprintf(stderr, "lanes: unknown kv type '%s' (f16s or f16)\n", name);
+	fprintf(stderr, "lanes: unknown kv type '%s' (f16s, f16, q8_0 or q4_0)\n", name);
 	return -1;
 }
 

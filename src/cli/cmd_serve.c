@@ -3,6 +3,7 @@
 // SIGINT drains (LANES_DRAIN_S seconds, default 20), the deadline or a second signal halts.
 #include "base/base.h"
 #include "cli/cli.h"
+#include "plan/plan.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -31,13 +32,50 @@ static int drain_seconds(double *out) {
 	return 0;
 }
 
+// --memory: the planner sizes the lanes and the largest window from the file's metadata
+// before anything loads; the window starts at its floor and follows demand.
+static int plan_serve(http_config *cfg, const char *path, const char *memory, int32_t lanes, int32_t window) {
+	uint64_t budget;
+	char err[512], a[32], b[32], c[32], d[32];
+	if (!strcmp(memory, "auto")) budget = plan_available_memory();
+	else if (plan_parse_size(memory, &budget)) {
+		fprintf(stderr, "lanes serve: --memory: '%s' is not a size (e.g. 4GiB, 500MB, 1.5GiB or auto)\n", memory);
+		return 1;
+	}
+	plan_model pm;
+	plan_result pr;
+	if (plan_model_load(&pm, path, err, sizeof err) ||
+	    plan_make(&pr, &pm, budget, lanes, &cfg->lanes, err, sizeof err)) {
+		fprintf(stderr, "lanes serve: %s\n", err);
+		return 1;
+	}
+	if (!pr.fits) {
+		fprintf(stderr, "lanes serve: nothing fits in %s: %s\n", plan_format_size(budget, a, sizeof a), pr.reason);
+		return 1;
+	}
+	const int32_t pt = pr.page_tokens;
+	int32_t floor = window > 0 ? window : 1024;
+	floor = (floor + pt - 1) / pt * pt;
+	if (floor > pr.window) floor = pr.window;
+	cfg->lanes.lanes = pr.lanes;
+	cfg->lanes.window_max = pr.window;
+	cfg->lanes.window = floor;
+	LOG_INFO("serve", "plan for %s: %d lanes, window %d..%d tokens of %s KV; weights %s, KV %s, compute %s",
+		 plan_format_size(budget, a, sizeof a), pr.lanes, floor, pr.window, kv_type_name(pr.kv_type),
+		 plan_format_size(pr.weights_bytes, b, sizeof b), plan_format_size(pr.kv_bytes, c, sizeof c),
+		 plan_format_size(pr.compute_reserve_bytes, d, sizeof d));
+	if (cfg->draft_model) LOG_WARN("serve", "the draft model's memory is not part of the plan");
+	return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
 	http_config cfg;
 	http_config_default(&cfg);
 	const char *model_path = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *tmpl_path = NULL,
-		   *draft_mode = "auto", *draft_model = NULL;
+		   *draft_mode = "auto", *draft_model = NULL, *memory = NULL, *kv_type = NULL;
 	int64_t draft_max = cfg.lanes.draft_max;
-	int64_t port = 8080, max_body = (int64_t)cfg.max_body, lanes = cfg.lanes.lanes, ctx = cfg.lanes.ctx,
+	int64_t window = 0;
+	int64_t port = 8080, max_body = (int64_t)cfg.max_body, lanes = 0, ctx = cfg.lanes.ctx,
 		queue = cfg.lanes.queue, piece = cfg.lanes.piece, threads = 0, conns = cfg.max_connections;
 	double round_ms = cfg.lanes.round_ms;
 	bool help = false;
@@ -49,8 +87,11 @@ int cmd_serve(int argc, char **argv) {
 		{"--api-key", CLI_STR, &api_key, "require this key (Authorization: Bearer or x-api-key); control reads stay open"},
 		{"--max-body", CLI_INT, &max_body, "largest request body in bytes (default 8 MiB)"},
 		{"--chat-template", CLI_STR, &tmpl_path, "Jinja chat template file (default: the model's, else ChatML)"},
-		{"--lanes", CLI_INT, &lanes, "concurrent requests (default 4)"},
-		{"--ctx", CLI_INT, &ctx, "KV tokens across all lanes (default 8192)"},
+		{"--lanes", CLI_INT, &lanes, "concurrent requests (default 4; with --memory the planner chooses)"},
+		{"--memory", CLI_STR, &memory, "memory budget (e.g. 4GiB, 500MB, or auto: what is available): plan lanes and an elastic window"},
+		{"--window", CLI_INT, &window, "with --memory: the window's floor and start (default min(1024, the plan's))"},
+		{"--kv-type", CLI_STR, &kv_type, "KV cache type: f16s (default), f16, q8_0 or q4_0"},
+		{"--ctx", CLI_INT, &ctx, "without --memory: a fixed pool of KV tokens across all lanes (default 8192)"},
 		{"--queue", CLI_INT, &queue, "waiting requests beyond the lanes (default 64)"},
 		{"--piece", CLI_INT, &piece, "most prompt tokens one lane feeds per round (default 0 = no cap)"},
 		{"--round-ms", CLI_FLOAT, &round_ms, "target duration of a round with prompt pieces (default 100)"},
@@ -63,7 +104,8 @@ int cmd_serve(int argc, char **argv) {
 	};
 	const int nopts = sizeof opts / sizeof opts[0];
 	const char *synopsis = "lanes serve -m MODEL [--host 127.0.0.1] [--port 8080] [--alias NAME] [--api-key KEY] "
-			       "[--max-body BYTES] [--chat-template FILE] [--lanes N] [--ctx N] [--queue N] [--piece N] "
+			       "[--max-body BYTES] [--chat-template FILE] [--lanes N] [--memory SIZE [--window N]] "
+			       "[--kv-type f16s|f16|q8_0|q4_0] [--ctx N] [--queue N] [--piece N] "
 			       "[--round-ms MS] [--threads N] [--draft auto|off] [--draft-model FILE] [--draft-max K]";
 	int npos;
 	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
@@ -77,7 +119,8 @@ int cmd_serve(int argc, char **argv) {
 		const char *name;
 		int64_t v, lo, hi;
 	} ranges[] = {{"--port", port, 0, 65535},       {"--max-body", max_body, 16, (int64_t)1 << 34},
-		      {"--lanes", lanes, 1, 64},         {"--ctx", ctx, 16, 1 << 24},
+		      {"--lanes", lanes, 0, 64},         {"--ctx", ctx, 16, 1 << 24},
+		      {"--window", window, 0, 1 << 24},
 		      {"--queue", queue, 0, 1000000},    {"--piece", piece, 0, INT32_MAX},
 		      {"--threads", threads, 0, 1024},   {"--max-connections", conns, 1, 65536},
 		      {"--draft-max", draft_max, 1, LANE_MAX_DRAFT}};
@@ -95,8 +138,16 @@ int cmd_serve(int argc, char **argv) {
 	cfg.max_body = (size_t)max_body;
 	cfg.chat_template = tmpl_path;
 	cfg.max_connections = (int)conns;
-	cfg.lanes.lanes = (int32_t)lanes;
+	cfg.lanes.lanes = lanes ? (int32_t)lanes : cfg.lanes.lanes;
 	cfg.lanes.ctx = (int32_t)ctx;
+	if (kv_type) {
+		int t = kv_type_parse(kv_type);
+		if (t < 0) {
+			fprintf(stderr, "lanes serve: --kv-type must be f16s, f16, q8_0 or q4_0, not '%s'\n", kv_type);
+			return 2;
+		}
+		cfg.lanes.kv_type = (enum kv_type)t;
+	}
 	cfg.lanes.queue = (int32_t)queue;
 	cfg.lanes.piece = (int32_t)piece;
 	cfg.lanes.round_ms = round_ms;
@@ -108,6 +159,11 @@ int cmd_serve(int argc, char **argv) {
 	cfg.lanes.draft = strcmp(draft_mode, "off") ? LANE_DRAFT_AUTO : LANE_DRAFT_OFF;
 	cfg.lanes.draft_max = (int32_t)draft_max;
 	cfg.draft_model = draft_model;
+	if (memory && plan_serve(&cfg, model_path, memory, (int32_t)lanes, (int32_t)window)) return 1;
+	if (!memory && window) {
+		fprintf(stderr, "lanes serve: --window needs --memory\n");
+		return 2;
+	}
 
 	// every thread the server starts inherits this mask: the signals come to sigtimedwait here
 	sigset_t set;

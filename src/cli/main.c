@@ -20,6 +20,7 @@ static const struct {
 	{"logits", cmd_logits, "write the logits of every prompt position"},
 	{"bench", cmd_bench, "measure prompt processing and generation speed"},
 	{"serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)"},
+	{"plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata"},
 };
 
 static void usage(void) {

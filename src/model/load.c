@@ -1,6 +1,7 @@
 // model/load: architecture table, hyper-parameters from `<arch>.*` metadata, and binding of
 // every tensor in place with its shape checked against them. Vectors that are not aligned
-// f32 are converted to owned f32 copies; matrices are never copied.
+// f32 are converted to owned f32 copies; matrices are repacked for the kernel set or read in
+// place. A metadata-only mode does the same checks and accounting without touching tensor data.
 #include "model/model_int.h"
 
 #include <math.h>
@@ -33,6 +34,7 @@ static const arch_desc archs[] = {
 typedef struct {
 	model *m;
 	const char *arch;
+	bool meta;             // metadata only: count what binding would copy, read no tensor data
 	char *err;
 	size_t errlen;
 } loader;
@@ -158,6 +160,30 @@ static int model_mats(model *m, mweight **out, int cap) {
 	return n;
 }
 
+// Places each packed matrix at a page-aligned offset of one mapping (off[i] = SIZE_MAX: read
+// in place) and returns the mapping's size (UINT64_MAX on overflow).
+static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *off) {
+	uint64_t total = 0;
+	for (int i = 0; i < n; i++) {
+		const size_t b = tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
+		if (off) off[i] = b ? (size_t)total : SIZE_MAX;
+		if (b && !ck_add(total, (b + 4095) & ~(size_t)4095, &total)) total = UINT64_MAX;
+	}
+	return total;
+}
+
+// Metadata only: the size pack_weights would map, nothing mapped or packed.
+static int pack_size(model *m, char *err, size_t errlen) {
+	const int cap = 16 * m->hp.n_layers + 1;
+	mweight **ws = malloc((size_t)cap * sizeof *ws);
+	if (!ws) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	const uint64_t total = pack_layout(m, ws, model_mats(m, ws, cap), NULL);
+	free(ws);
+	if (total > SIZE_MAX / 2) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
+	m->packed_bytes = (size_t)total;
+	return LANES_OK;
+}
+
 // Describes every matrix for the model's kernel set; where the set repacks, copies them
 // into one anonymous mapping (huge pages where the kernel gives them), threads splitting tiles.
 // From a mapped file, a repacked matrix's pages then leave this process (the mapping is
@@ -168,17 +194,12 @@ static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const int n = model_mats(m, ws, cap);
-	uint64_t total = 0;
 	size_t *off = malloc((size_t)(n ? n : 1) * sizeof *off);
 	if (!off) {
 		free(ws);
 		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
-	for (int i = 0; i < n; i++) {
-		const size_t b = tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
-		off[i] = b ? (size_t)total : SIZE_MAX;
-		if (b && !ck_add(total, (b + 4095) & ~(size_t)4095, &total)) total = UINT64_MAX;
-	}
+	const uint64_t total = pack_layout(m, ws, n, off);
 	int rc = LANES_OK;
 	if (total > SIZE_MAX / 2) {
 		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
@@ -230,6 +251,10 @@ static int bind_vec(loader *L, const char *name, bool required, int64_t n, const
 	L->m->weight_bytes += t->nbytes;
 	if (t->type == GGUF_T_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
 		*out = t->data;
+		return LANES_OK;
+	}
+	if (L->meta) { // counted as the copy a load makes; left NULL
+		L->m->copied_bytes += (uint64_t)n * sizeof(float);
 		return LANES_OK;
 	}
 	float *f;
@@ -429,19 +454,22 @@ static void main_type(model *m) {
 	m->hp.main_type = best;
 }
 
-static int model_open(model **out, gguf *g, bool mapped, char *err, size_t errlen);
-int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, false, err, errlen); }
+enum open_mode { OPEN_MEM, OPEN_MAPPED, OPEN_META };
+static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size_t errlen);
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, OPEN_MEM, err, errlen); }
 
-// mapped: g maps a file, so the pages of matrices once repacked may leave this process.
-static int model_open(model **out, gguf *g, bool mapped, char *err, size_t errlen) {
+// OPEN_MAPPED: g maps a file, so the pages of matrices once repacked may leave this process.
+// OPEN_META: binds and checks, but neither converts nor packs (vectors needing a copy stay
+// NULL), and g stays the caller's, also on failure.
+static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size_t errlen) {
 	*out = NULL;
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
-		gguf_free(g);
+		if (mode != OPEN_META) gguf_free(g);
 		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
 	m->g = g;
-	loader L = {.m = m, .err = err, .errlen = errlen};
+	loader L = {.m = m, .meta = mode == OPEN_META, .err = err, .errlen = errlen};
 	int rc;
 	gguf_str arch;
 	if (gguf_get_str(g, "general.architecture", &arch)) {
@@ -491,10 +519,12 @@ static int model_open(model **out, gguf *g, bool mapped, char *err, size_t errle
 		if ((rc = bind_layer(&L, a, l))) goto fail;
 	main_type(m);
 	m->ks = tensor_kernels_default();
-	if ((rc = pack_weights(m, mapped, err, errlen))) goto fail;
+	rc = mode == OPEN_META ? pack_size(m, err, errlen) : pack_weights(m, mode == OPEN_MAPPED, err, errlen);
+	if (rc) goto fail;
 	*out = m;
 	return LANES_OK;
 fail:
+	if (mode == OPEN_META) m->g = NULL;
 	model_free(m);
 	return rc;
 }
@@ -504,7 +534,7 @@ int model_load(model **out, const char *path, char *err, size_t errlen) {
 	gguf *g;
 	int rc = gguf_open(&g, path, err, errlen);
 	if (rc) return rc;
-	return model_open(out, g, true, err, errlen);
+	return model_open(out, g, OPEN_MAPPED, err, errlen);
 }
 
 void model_free(model *m) {
@@ -533,4 +563,70 @@ kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int
 	int64_t pages = per * (n_seqs > 0 ? n_seqs : 0);
 	c.n_pages = pages > INT32_MAX ? INT32_MAX : (int32_t)pages;
 	return c;
+}
+
+// ---- memory accounting ---------------------------------------------------------------------
+static bool owned(const model *m, const float *p) {
+	for (int i = 0; i < m->n_owned; i++)
+		if (m->owned[i] == p) return true;
+	return false;
+}
+
+// Bytes of an f32 vector of n values read in place (not a copy, not absent).
+static uint64_t vec_in_place(const model *m, const float *p, int64_t n) {
+	return p && !owned(m, p) ? (uint64_t)n * sizeof(float) : 0;
+}
+
+// Bytes of a matrix stack the kernel set reads from the mapping (it does not repack it).
+static uint64_t mat_in_place(const model *m, const mweight *w) {
+	if (!w->data || w->data == m->tok_embd.data) return 0; // token_embd is counted once, apart
+	if (tensor_pack_bytes(m->ks, w->type, w->rows, w->k, w->n_mat)) return 0;
+	return (uint64_t)w->mat_bytes * (uint64_t)w->n_mat;
+}
+
+static void memory_of(const model *m, model_memory *out) {
+	const model_hparams *hp = &m->hp;
+	const int64_t E = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim,
+		      kvd = (int64_t)hp->n_kv_heads * hp->head_dim, D = hp->head_dim;
+	// token_embd rows are looked up in place even when the output's packed copy shares it
+	uint64_t in = (uint64_t)m->tok_embd.mat_bytes + mat_in_place(m, &m->output) +
+		      vec_in_place(m, m->output_norm, E) + vec_in_place(m, hp->rope.freq_factors, hp->rope.n_rot / 2);
+	for (int l = 0; l < hp->n_layers; l++) {
+		const mlayer *y = &m->layers[l];
+		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->bq, qd) +
+		      vec_in_place(m, y->bk, kvd) + vec_in_place(m, y->bv, kvd) + vec_in_place(m, y->bo, E) +
+		      vec_in_place(m, y->q_norm, D) + vec_in_place(m, y->k_norm, D);
+		const mweight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->ffn_gate, &y->ffn_up, &y->ffn_down,
+				       &y->gate_inp, &y->gate_exps, &y->up_exps, &y->down_exps, &y->gate_shexp,
+				       &y->up_shexp, &y->down_shexp, &y->gate_inp_shexp};
+		for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) in += mat_in_place(m, ws[i]);
+	}
+	*out = (model_memory){.packed_bytes = m->packed_bytes, .in_place_bytes = in, .copied_bytes = m->copied_bytes,
+			      .file_bytes = m->weight_bytes, .kernels = tensor_kernels_name(m->ks)};
+	out->total_bytes = out->packed_bytes + out->in_place_bytes + out->copied_bytes;
+}
+
+void model_memory_of(const model *m, model_memory *out) { memory_of(m, out); }
+
+int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
+	model *m;
+	int rc = model_open(&m, (gguf *)g, OPEN_META, err, errlen); // read only: g is never written
+	if (rc) return rc;
+	if (hp) {
+		*hp = m->hp;
+		hp->rope.freq_factors = NULL;
+	}
+	if (mem) memory_of(m, mem);
+	m->g = NULL;
+	model_free(m);
+	return LANES_OK;
+}
+
+int model_load_meta(const char *path, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
+	gguf *g;
+	int rc = gguf_open(&g, path, err, errlen);
+	if (rc) return rc;
+	rc = model_meta_from_gguf(g, hp, mem, err, errlen);
+	gguf_free(g);
+	return rc;
 }

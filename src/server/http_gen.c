@@ -303,7 +303,11 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	if (g->n_prompt < 1) {
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->prompt_field, "%s encodes to no tokens", g->prompt_field);
 	} else if ((int64_t)g->n_prompt + want > s->max_ctx) {
-		if (g->lr.max_tokens > 0)
+		if (g->lr.max_tokens > 0 && s->cfg.lanes.window_max > 0)
+			rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->max_field,
+				      "the prompt (%d tokens) plus %s (%d) exceeds the largest window the memory budget allows (%d tokens)",
+				      g->n_prompt, g->max_field, g->lr.max_tokens, s->max_ctx);
+		else if (g->lr.max_tokens > 0)
 			rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->max_field,
 				      "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
 				      g->n_prompt, g->max_field, g->lr.max_tokens, s->max_ctx);

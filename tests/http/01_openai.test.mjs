@@ -244,7 +244,8 @@ test('control reads: /slots shape, /metrics names and counters', async () => {
 		assert.ok(name in a, name);
 	for (const h of ['lanes_round_seconds', 'lanes_forward_seconds', 'lanes_time_to_first_token_seconds', 'lanes_inter_token_seconds'])
 		for (const suffix of ['_bucket{le="+Inf"}', '_sum', '_count']) assert.ok(h + suffix in a, h + suffix);
-	const r = await client.completions.create({ prompt: 'A frog', max_tokens: 12, ignore_eos: true });
+	// undrafted, so every token after the first costs one forward pass
+	const r = await client.completions.create({ prompt: 'A frog', max_tokens: 12, ignore_eos: true, draft: false });
 	await client.chat.completions.create({ messages: user('x'), temperature: 9 }).catch(() => {});
 	// the snapshot is published at the round boundary and the histograms are sampled: wait for both
 	let b;

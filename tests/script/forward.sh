@@ -7,15 +7,7 @@ BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
 TMP=${LANES_TMP:-/tmp}/forward.$$
 M="$SHARED/models/stories260K.gguf"
-export LC_ALL=C
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-same() { if [ "$1" = "$2" ]; then ok; else bad "$3: got '$1', want '$2'"; fi; }
+. "$(dirname "$0")/lib/common.sh"
 
 # text.json: one line per case, "IDS<TAB>GREEDY" as comma lists; greedy stops before EOS (2).
 awk '

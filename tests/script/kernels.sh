@@ -7,13 +7,7 @@ BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
 TMP=${LANES_TMP:-/tmp}/kernels.$$
 M="$SHARED/models/stories260K.gguf"
-export LC_ALL=C
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/lib/common.sh"
 
 # greedy continuation of case 0 of text.json (see forward.sh)
 ids="1,403,407,261,378"

@@ -6,14 +6,7 @@ BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
 TMP=${LANES_TMP:-/tmp}/template.$$
 CT="$SHARED/chat-templates"
-export LC_ALL=C
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/lib/common.sh"
 
 # Pulls one value out of expected.json: the CLI takes a JSON object as the whole context, and
 # printing a string with {{ }} is the simplest thing the interpreter does (the unit test checks it).

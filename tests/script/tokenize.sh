@@ -5,15 +5,7 @@
 BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
 TMP=${LANES_TMP:-/tmp}/tokenize.$$
-export LC_ALL=C
-mkdir -p "$TMP" || exit 1
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-same() { if [ "$1" = "$2" ]; then ok; else bad "$3: got '$1', want '$2'"; fi; }
+. "$(dirname "$0")/lib/common.sh"
 
 # Splits a .inp file into $TMP/t<i>.txt: each text is followed by "\n__ggml_vocab_test__\n",
 # so a text is the lines before a separator line joined by "\n". Prints the count.

@@ -4,6 +4,7 @@
 #include "gguf/gguf.h"
 #include "lanes/lanes.h"
 #include "model/model.h"
+#include "plan/plan.h"
 #include "t.h"
 #include "tokenizer/tokenizer.h"
 
@@ -271,6 +272,41 @@ static void test_elastic(void) {
 	if (r) collect(r, &o), lane_req_free(r);
 	CHECKF(o.n == 128 - open.n_prompt && o.finish == LANE_FINISH_LENGTH, "ran to the window: %d tokens", o.n);
 	lane_host_free(h);
+}
+
+// The planner's figures are what a host started from the plan allocates by its own
+// accounting: KV reservation and compute, within 2%, for every KV type.
+static void test_plan_accounting(void) {
+	char path[1024], err[256];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", t_shared());
+	plan_model pm;
+	CHECKF(plan_model_load(&pm, path, err, sizeof err) == 0, "%s", err);
+	for (int t = 0; t < KV_TYPE_COUNT; t++) {
+		lane_config c;
+		lane_config_default(&c);
+		c.kv_type = (enum kv_type)t;
+		c.threads = 2;
+		plan_result pr;
+		CHECKF(plan_make(&pr, &pm, 24u << 20, 0, &c, err, sizeof err) == 0, "%s", err);
+		CHECKF(pr.fits, "%s: fits in 24 MiB: %s", kv_type_name(c.kv_type), pr.reason);
+		c.lanes = pr.lanes;
+		c.window_max = pr.window;
+		c.window = pr.window;
+		lane_host *h = NULL;
+		CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+		if (!h) continue;
+		lane_snapshot sn;
+		lane_host_snapshot(h, &sn);
+		const double kv = (double)sn.kv_reserved_bytes / (double)pr.kv_bytes,
+			     comp = (double)sn.compute_bytes / (double)pr.compute_reserve_bytes;
+		CHECKF(fabs(kv - 1) <= 0.02 && fabs(comp - 1) <= 0.02,
+		       "%s: plan KV %llu / compute %llu, host %llu / %llu", kv_type_name(c.kv_type),
+		       (unsigned long long)pr.kv_bytes, (unsigned long long)pr.compute_reserve_bytes,
+		       (unsigned long long)sn.kv_reserved_bytes, (unsigned long long)sn.compute_bytes);
+		CHECKF(sn.kv_bytes == sn.kv_reserved_bytes, "%s: at the plan's window the pool may use all of it",
+		       kv_type_name(c.kv_type));
+		lane_host_free(h);
+	}
 }
 
 // Random submits, cancels and a halt at random points: every request gets exactly one
@@ -626,6 +662,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
 	with_model("stories260K.gguf", test_elastic);
+	with_model("stories260K.gguf", test_plan_accounting);
 	test_exact_kv("stories260K.gguf", KV_Q8_0);
 	test_exact_kv("stories260K.gguf", KV_Q4_0);
 	test_exact_kv("stories260K.gguf", KV_F16);

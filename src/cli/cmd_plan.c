@@ -1,0 +1,128 @@
+// cli: `lanes plan -m MODEL [--memory SIZE] [--lanes N] [--kv-type T] [--json]` — reads only
+// the model's metadata and prints how its weights, KV and compute reserve fit a memory budget.
+// Exit 0 when the plan fits, 1 when it does not (or the model cannot be read), 2 on bad args.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "plan/plan.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_json(const plan_result *r, const plan_model *pm) {
+	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s}",
+			      "weights_bytes", (json_int_t)r->weights_bytes,
+			      "kv_bytes_per_token", (json_int_t)r->kv_bytes_per_token,
+			      "compute_reserve_bytes", (json_int_t)r->compute_reserve_bytes,
+			      "lanes", (json_int_t)r->lanes,
+			      "window", (json_int_t)r->window,
+			      "fits", r->fits,
+			      "reason", r->reason,
+			      "total_bytes", (json_int_t)(r->total_bytes > INT64_MAX ? INT64_MAX : r->total_bytes),
+			      "kv_bytes", (json_int_t)(r->kv_bytes > INT64_MAX ? INT64_MAX : r->kv_bytes),
+			      "kv_type", kv_type_name(r->kv_type),
+			      "budget_bytes", (json_int_t)r->budget_bytes,
+			      "window_cap", (json_int_t)r->window_cap,
+			      "page_tokens", (json_int_t)r->page_tokens,
+			      "kernels", pm->mem.kernels ? pm->mem.kernels : "");
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	puts(s ? s : "{}");
+	free(s);
+	json_decref(o);
+}
+
+static void print_text(const plan_result *r, const plan_model *pm, const char *path, bool budget_given) {
+	char a[24], b[24], c[24], d[24];
+	const model_hparams *hp = &pm->hp;
+	const model_memory *mm = &pm->mem;
+	printf("model         %s (%s, %d layers, %d KV heads of %d, trained context %d)\n", path, hp->arch, hp->n_layers,
+	       hp->n_kv_heads, hp->head_dim, hp->n_ctx_train);
+	printf("weights       %s (repacked %s, read in place %s, copied %s; kernels %s)\n",
+	       plan_format_size(r->weights_bytes, a, sizeof a), plan_format_size(mm->packed_bytes, b, sizeof b),
+	       plan_format_size(mm->in_place_bytes, c, sizeof c), plan_format_size(mm->copied_bytes, d, sizeof d),
+	       mm->kernels ? mm->kernels : "?");
+	printf("KV per token  %s (%s)\n", plan_format_size(r->kv_bytes_per_token, a, sizeof a), kv_type_name(r->kv_type));
+	printf("lanes         %d\n", r->lanes);
+	printf("window        %d tokens per lane (cap %d, pages of %d)\n", r->window, r->window_cap, r->page_tokens);
+	printf("KV            %s (%d x %d tokens)\n", plan_format_size(r->kv_bytes, a, sizeof a), r->lanes, r->window);
+	printf("compute       %s reserve\n", plan_format_size(r->compute_reserve_bytes, a, sizeof a));
+	printf("total         %s\n", plan_format_size(r->total_bytes, a, sizeof a));
+	printf("budget        %s%s\n", plan_format_size(r->budget_bytes, a, sizeof a),
+	       budget_given ? "" : " (available memory)");
+	if (r->fits) printf("fits          yes\n");
+	else printf("fits          no: %s\n", r->reason);
+}
+
+int cmd_plan(int argc, char **argv) {
+	const char *model_path = NULL, *memory = NULL, *kv_name = NULL;
+	int64_t lanes = 0, threads = 0, piece = 0, draft_max = -1;
+	bool json = false, help = false;
+	cli_opt opts[] = {
+		{"-m|--model", CLI_STR, &model_path, "GGUF model file (only its metadata is read)"},
+		{"--memory", CLI_STR, &memory, "memory budget: 8GiB, 1.5GiB, 512MiB, 2GB, bytes (default: available memory)"},
+		{"--lanes", CLI_INT, &lanes, "concurrent requests 1..64 (default: the planner chooses)"},
+		{"--kv-type", CLI_STR, &kv_name, "KV cache type: f16s (default), f16, q8_0 or q4_0"},
+		{"-t|--threads", CLI_INT, &threads, "compute threads the server will run (default: one per core)"},
+		{"--piece", CLI_INT, &piece, "most prompt tokens one lane feeds per round, as serve's (default 0 = no cap)"},
+		{"--draft-max", CLI_INT, &draft_max, "most draft tokens per lane per round, as serve's (default 8)"},
+		{"--json", CLI_FLAG, &json, "print one JSON object"},
+		{"-h|--help", CLI_FLAG, &help, "show this help"},
+	};
+	const int nopts = sizeof opts / sizeof opts[0];
+	const char *synopsis = "lanes plan -m MODEL [--memory SIZE] [--lanes N] [--kv-type f16|f16s|q8_0|q4_0] "
+			       "[--threads T] [--json]";
+	int npos;
+	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
+	if (help || !model_path) {
+		cli_usage(synopsis, opts, nopts);
+		return help ? 0 : 2;
+	}
+	lane_config cfg;
+	lane_config_default(&cfg);
+	if (kv_name) {
+		const int t = kv_type_parse(kv_name);
+		if (t < 0) {
+			fprintf(stderr, "lanes plan: unknown KV type '%s' (f16s, f16, q8_0 or q4_0)\n", kv_name);
+			return 2;
+		}
+		cfg.kv_type = (enum kv_type)t;
+	}
+	if (lanes < 0 || lanes > LANE_SNAP_MAX_LANES) {
+		fprintf(stderr, "lanes plan: --lanes must be 1..%d\n", LANE_SNAP_MAX_LANES);
+		return 2;
+	}
+	if (threads < 0 || threads > 1024 || piece < 0 || piece > INT32_MAX ||
+	    (draft_max != -1 && (draft_max < 1 || draft_max > LANE_MAX_DRAFT))) {
+		fprintf(stderr, "lanes plan: --threads must be 0..1024, --piece >= 0, --draft-max 1..%d\n", LANE_MAX_DRAFT);
+		return 2;
+	}
+	cfg.threads = (int32_t)threads;
+	cfg.piece = (int32_t)piece;
+	if (draft_max > 0) cfg.draft_max = (int32_t)draft_max;
+	uint64_t budget;
+	if (memory) {
+		if (plan_parse_size(memory, &budget)) {
+			fprintf(stderr, "lanes plan: --memory '%s' is not a size (e.g. 8GiB, 1.5GiB, 512MiB, 2GB, 4096)\n", memory);
+			return 2;
+		}
+	} else if (!(budget = plan_available_memory())) {
+		fprintf(stderr, "lanes plan: cannot read the available memory from /proc/meminfo; give --memory\n");
+		return 2;
+	}
+
+	char err[512];
+	plan_model pm;
+	if (plan_model_load(&pm, model_path, err, sizeof err)) {
+		fprintf(stderr, "lanes plan: %s\n", err);
+		return 1;
+	}
+	plan_result r;
+	if (plan_make(&r, &pm, budget, (int32_t)lanes, &cfg, err, sizeof err)) {
+		fprintf(stderr, "lanes plan: %s\n", err);
+		return 1;
+	}
+	if (json) print_json(&r, &pm);
+	else print_text(&r, &pm, model_path, memory != NULL);
+	return r.fits ? 0 : 1;
+}
