@@ -55,9 +55,12 @@ static double run_tg(bench_ctx *b, int64_t n) {
 
 // Seconds for n single-token passes after a context of depth tokens (filled once, in pieces of
 // 512, and cut back to depth before each repetition); -1 on error.
+static double fill_tps; // tokens/s of the last depth fill
+
 static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 	char err[256];
 	if (kv_seq_len(b->kv, 0) < depth) {
+		const uint64_t f0 = lanes_now_ns();
 		kv_seq_clear(b->kv, 0);
 		for (int64_t i0 = 0; i0 < depth; i0 += 512) {
 			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
@@ -67,6 +70,8 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 				return -1;
 			}
 		}
+		fill_tps = depth / ((lanes_now_ns() - f0) / 1e9);
+		LOG_INFO("bench", "filled %lld tokens in pieces of 512: %.2f tok/s", (long long)depth, fill_tps);
 	}
 	kv_seq_truncate(b->kv, 0, depth);
 	uint64_t t0 = lanes_now_ns();
@@ -240,6 +245,7 @@ int cmd_bench(int argc, char **argv) {
 				      "packed_mib", model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m), "kv",
 				      kv_type_name(kvt), "depth", (json_int_t)depth, "attention",
 				      model_attn_fused() ? "fused" : "unfused", "peak_rss_mib", peak_rss_mib());
+		if (o && depth) json_object_set_new(o, "fill_tps", json_real(fill_tps));
 		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
 		if (!s) {
 			fprintf(stderr, "lanes bench: out of memory\n");
