@@ -8,7 +8,6 @@
 
 #define NGRAM_MAX 3
 #define NGRAM_WINDOW 4096   // how far back the search looks
-#define DRAFT_CHUNK 512     // rows per draft-model pass while it catches up
 
 static int32_t ctx_at(const lane_req *r, int32_t i) { return i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt]; }
 
@@ -53,12 +52,12 @@ static int32_t catch_up(lane_host *h, lane_req *r) {
 	const model *dm = h->cfg.draft_model;
 	int32_t last = r->n_prompt + r->n_gen - 1; // position of r->last
 	char err[256];
-	if (ensure_drows(h, DRAFT_CHUNK)) return -1;
+	if (ensure_drows(h, LANE_DRAFT_CHUNK)) return -1;
 	while (r->dkv_len <= last) {
 		int32_t n = 0;
-		for (int32_t p = r->dkv_len; p <= last && n < DRAFT_CHUNK; p++, n++)
+		for (int32_t p = r->dkv_len; p <= last && n < LANE_DRAFT_CHUNK; p++, n++)
 			h->drows[n] = (model_row){ctx_at(r, p), p, r->lane, p == last};
-		if (model_forward(dm, h->dkv, h->pool, h->drows, n, h->dlogits, err, sizeof err)) {
+		if (model_forward_ws(dm, h->dkv, h->pool, h->dws, h->drows, n, h->dlogits, err, sizeof err)) {
 			LOG_WARN("lanes", "draft model: %s", err);
 			return -1;
 		}
@@ -92,7 +91,7 @@ void lane_propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t 
 			h->drows[m++] = (model_row){r->drafts[step - 1], pos, r->lane, true};
 		}
 		if (!m) break;
-		if (model_forward(dm, h->dkv, h->pool, h->drows, m, h->dlogits, err, sizeof err)) {
+		if (model_forward_ws(dm, h->dkv, h->pool, h->dws, h->drows, m, h->dlogits, err, sizeof err)) {
 			LOG_WARN("lanes", "draft model: %s", err);
 			break;
 		}

@@ -26,6 +26,8 @@ void lane_config_default(lane_config *c) {
 	c->window_recent_s = 300;
 }
 
+static int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+
 int32_t lane_max_rows(const lane_config *cfg) {
 	const int32_t dm = cfg->draft_max >= 0 && cfg->draft_max <= LANE_MAX_DRAFT ? cfg->draft_max : 8;
 	return cfg->lanes * (1 + dm) + LANE_PROMPT_ROWS;
@@ -40,17 +42,22 @@ static int32_t max_logit_rows(const lane_config *cfg) {
 
 uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
 	const int nth = cfg->threads > 0 ? cfg->threads : lanes_cpu_count();
-	const int32_t window = cfg->window_max > 0 ? cfg->window_max : cfg->ctx;
+	// the longest sequence a request may hold, as lane_host_new sets it
+	const int32_t train = hp->n_ctx_train > 0 ? hp->n_ctx_train : cfg->ctx;
+	const int32_t window = cfg->window_max > 0 ? cfg->window_max : imin(train, cfg->ctx);
 	const uint64_t V = (uint64_t)hp->n_vocab, rows = (uint64_t)lane_max_rows(cfg);
 	uint64_t b = model_ws_bytes(hp, (int64_t)rows, nth, model_attn_fused() ? 0 : window);
 	b += (uint64_t)max_logit_rows(cfg) * V * sizeof(float);    // logits
 	b += V * (sizeof(float) + sizeof(int32_t));                 // sampling scratch and counts
 	b += rows * (sizeof(model_row) + sizeof(int32_t));          // the round's rows
-	if (cfg->draft_model) b += (uint64_t)cfg->lanes * V * sizeof(float); // draft logits
+	if (cfg->draft_model) {
+		const int32_t drows = cfg->lanes > LANE_DRAFT_CHUNK ? cfg->lanes : LANE_DRAFT_CHUNK;
+		b += (uint64_t)cfg->lanes * V * sizeof(float); // draft logits
+		b += model_ws_bytes(model_hparams_of(cfg->draft_model), drows, nth,
+				    model_attn_fused() ? 0 : window + LANE_MAX_DRAFT + 1);
+	}
 	return b;
 }
-
-static int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
 const double lane_hist_bounds[LANE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, INFINITY};
 
@@ -777,6 +784,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		kv_config dc = model_kv_config(cfg.draft_model, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
 		dc.n_pages = kc.n_pages + cfg.lanes * (pages_for(h, cfg.draft_max) + 1);
 		if (!rc) rc = kv_new(&h->dkv, &dc, err, errlen);
+		const int32_t drows = cfg.lanes > LANE_DRAFT_CHUNK ? cfg.lanes : LANE_DRAFT_CHUNK;
+		if (!rc)
+			rc = model_ws_new(&h->dws, cfg.draft_model, drows, cfg.threads,
+					  model_attn_fused() ? 0 : h->max_ctx + LANE_MAX_DRAFT + 1, err, errlen);
 		h->dlogits = malloc((size_t)cfg.lanes * (size_t)h->hp.n_vocab * sizeof(float));
 		if (!rc && !h->dlogits) rc = LANES_ENOMEM;
 	}
@@ -784,7 +795,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	// the host's own accounting of its compute memory, from the sizes it allocated
 	h->compute_bytes = (h->ws ? model_ws_size(h->ws) : 0) + (uint64_t)max_logit_rows(&cfg) * V * sizeof(float) +
 			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
-			   (cfg.draft_model ? (uint64_t)cfg.lanes * V * sizeof(float) : 0);
+			   (cfg.draft_model ? (uint64_t)cfg.lanes * V * sizeof(float) : 0) + (h->dws ? model_ws_size(h->dws) : 0);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
 	if (!rc && (!h->lanes || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf || !h->cap_rows))
 		rc = LANES_ENOMEM;
@@ -850,6 +861,7 @@ void lane_host_free(lane_host *h) {
 	}
 	kv_free(h->kv);
 	kv_free(h->dkv);
+	model_ws_free(h->dws);
 	free(h->dlogits);
 	free(h->drows);
 	free(h->ctxbuf);

@@ -11,6 +11,7 @@
 
 #define LANE_DEMAND_SAMPLES 256 // recent requests' sizes the window follows
 #define LANE_PROMPT_ROWS 512     // prompt rows one round carries at most
+#define LANE_DRAFT_CHUNK 512     // rows per draft-model pass while it catches up
 
 typedef struct ev_node {
 	struct ev_node *next;
@@ -116,6 +117,7 @@ struct lane_host {
 	int32_t *counts;          // n_vocab occurrence counts, zero between uses
 	// speculative decoding
 	kv_cache *dkv;            // the draft model's KV, one sequence per lane
+	model_ws *dws;            // its forward workspace (LANE_DRAFT_CHUNK rows, or a row per lane)
 	float *dlogits;           // draft logits, one row per lane
 	model_row *drows;
 	int32_t cap_drows;

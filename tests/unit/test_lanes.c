@@ -307,6 +307,24 @@ static void test_plan_accounting(void) {
 		       kv_type_name(c.kv_type));
 		lane_host_free(h);
 	}
+	// with a draft model (here the model itself) its workspace and logits count too
+	lane_config c;
+	lane_config_default(&c);
+	c.threads = 2;
+	c.draft_model = M;
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+	if (h) {
+		lane_snapshot sn;
+		lane_host_snapshot(h, &sn);
+		c.draft_model = NULL;
+		const uint64_t plain = lane_compute_bytes(model_hparams_of(M), &c);
+		c.draft_model = M;
+		CHECKF(sn.compute_bytes == lane_compute_bytes(model_hparams_of(M), &c) && sn.compute_bytes > plain,
+		       "draft model: host %llu, lane_compute_bytes %llu (without it %llu)", (unsigned long long)sn.compute_bytes,
+		       (unsigned long long)lane_compute_bytes(model_hparams_of(M), &c), (unsigned long long)plain);
+		lane_host_free(h);
+	}
 }
 
 // Random submits, cancels and a halt at random points: every request gets exactly one
