@@ -211,13 +211,15 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			}
 		}
 		att_tile(kvv, true, t0, nt, D, vfl, vsc);
+		// per head: the tile's maximum, the rescale of what earlier tiles summed, the weights
+		float alpha[64];
 		for (int32_t hq = 0; hq < nq; hq++) {
 			float *s = sc + (size_t)hq * TT;
 			float tmx = -INFINITY;
 			for (int l = 0; l < nt; l++) tmx = s[l] > tmx ? s[l] : tmx;
-			float alpha = 1.0f;
+			alpha[hq] = 1.0f;
 			if (tmx > mx[hq]) {
-				alpha = (float)exp((double)mx[hq] - tmx);
+				alpha[hq] = (float)exp((double)mx[hq] - tmx);
 				mx[hq] = tmx;
 			}
 			vf ps = v_zerof();
@@ -232,16 +234,35 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 				ps = v_add(ps, p);
 				v_storef(s + g0, v_mul(p, v_loadf(vsc + g0)));
 			}
-			sum[hq] = sum[hq] * alpha + v_hsum(ps);
-			float *a = acc + (size_t)hq * D;
-			vf av[ATT_MAXC] = {0};
-			UNROLL for (int c = 0; c < nc; c++) av[c] = v_mul(v_loadf(a + VL * c), v_set1f(alpha));
-			for (int l = 0; l < nt; l++) {
-				const vf w = v_set1f(s[l]);
-				const float *vr = vfl + (size_t)l * D;
-				UNROLL for (int c = 0; c < nc; c++) av[c] = v_fma(w, v_loadf(vr + VL * c), av[c]);
+			sum[hq] = sum[hq] * alpha[hq] + v_hsum(ps);
+		}
+		// the weighted V rows, HG heads at a time so each row's vectors serve several
+		// accumulators in registers; positions in order
+		const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+		for (int32_t h0 = 0; h0 < nq; h0 += HG) {
+			const int hn = nq - h0 < HG ? nq - h0 : HG;
+			vf av[4][ATT_MAXC];
+			for (int a = 0; a < 4; a++)
+				for (int c = 0; c < ATT_MAXC; c++) av[a][c] = v_zerof();
+			UNROLL for (int a = 0; a < HG; a++) {
+				if (a >= hn) break;
+				const vf al = v_set1f(alpha[h0 + a]);
+				UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_mul(v_loadf(acc + (size_t)(h0 + a) * D + VL * c), al);
 			}
-			UNROLL for (int c = 0; c < nc; c++) v_storef(a + VL * c, av[c]);
+			for (int l = 0; l < nt; l++) {
+				const float *vr = vfl + (size_t)l * D;
+				vf vv[ATT_MAXC] = {0};
+				UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vr + VL * c);
+				UNROLL for (int a = 0; a < HG; a++) {
+					if (a >= hn) break;
+					const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l]);
+					UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
+				}
+			}
+			UNROLL for (int a = 0; a < HG; a++) {
+				if (a >= hn) break;
+				UNROLL for (int c = 0; c < nc; c++) v_storef(acc + (size_t)(h0 + a) * D + VL * c, av[a][c]);
+			}
 		}
 	}
 	for (int32_t hq = 0; hq < nq; hq++) {
@@ -253,6 +274,11 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		    float *scratch, float *out) {
 	const int nc = D / VL;
+	if (nq > 64) { // the per-head rescale table holds 64 heads
+		kx_attn(q, 64, D, scale, kvv, n_pos, scratch, out);
+		kx_attn(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scratch, out + (size_t)64 * D);
+		return;
+	}
 	if (D % VL || nc > ATT_MAXC) {
 		for (int32_t hq = 0; hq < nq; hq++)
 			tensor_attn(q + (size_t)hq * D, D, scale, kvv, n_pos, scratch, out + (size_t)hq * D);
