@@ -67,7 +67,9 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	cfg.kv_type = o->kv_type;
 	int64_t per = (int64_t)o->n_prompt + o->n_gen + 1;
 	int64_t fill = o->fill > 0 ? (int64_t)o->fill + 2 : 0;
-	int64_t ctx = per * M + fill;
+	// whole pages per request: a request of `per` tokens holds ceil(per / page) pages
+	const int64_t pt = cfg.page_tokens;
+	int64_t ctx = (per + pt - 1) / pt * pt * M + (fill + pt - 1) / pt * pt;
 	int32_t ctx_train = model_hparams_of(m)->n_ctx_train;
 	if (ctx_train > 0 && (per > ctx_train || fill > ctx_train))
 		return lanes_seterr(err, errlen, LANES_EINVAL, "a request of %lld tokens exceeds the model's context of %d",

@@ -697,10 +697,11 @@ static void *engine(void *arg) {
 
 // ---- pricing ----------------------------------------------------------------------------------
 
-// Times forward passes of 1 and of 8 rows on lane 0 to price a row and a round.
+// Times forward passes of 1 and of 16 rows on lane 0 to price a row and a round (16: the
+// batch where the kernels have turned compute-bound, as busy rounds are).
 static void calibrate(lane_host *h) {
-	int32_t big = imin(8, h->max_ctx);
-	model_row rows[8];
+	int32_t big = imin(16, h->max_ctx);
+	model_row rows[16];
 	double t[2] = {0, 0};
 	int32_t sizes[2] = {1, big};
 	char err[128];

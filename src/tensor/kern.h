@@ -19,11 +19,14 @@ typedef struct {
 	float ds;       // d * sum (for the min terms of affine types)
 	int32_t sum;    // sum of 256*qh + ql over 32
 	int32_t s16[2]; // the same over each half of 16
-	int32_t pad;
+	// Ready-made starts of the integer dot products of codes stored with an offset (the dot
+	// of u - off is that of u plus -off * sum): loaded as they are, they cost no arithmetic.
+	int32_t n8;     // -8 * sum (Q4_0)
+	int32_t n32[2]; // -32 * s16 (Q6_K)
 	int8_t qh[32];
 	int8_t ql[32];
 } kern_q8;
-static_assert(sizeof(kern_q8) == 88, "kern_q8 size");
+static_assert(sizeof(kern_q8) == 96, "kern_q8 size");
 
 struct tensor_kernels {
 	const char *name;

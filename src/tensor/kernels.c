@@ -145,7 +145,7 @@ typedef struct {
 	void *xa;          // prepared activations (KERN_ACT_Q8), else x
 	size_t xa_stride;  // bytes between prepared rows
 	int64_t first[MAX_MATS + 1]; // first global tile of each matrix
-	int64_t chunk;     // tiles claimed at a time
+	int64_t chunk_div; // a claim takes the tiles left over this, at least one
 	atomic_llong prep_next, prep_done; // activation rows claimed, and prepared
 	atomic_llong next; // next tile to claim
 } mm_job;
@@ -155,6 +155,9 @@ static inline void cpu_relax(void) {
 	__builtin_ia32_pause();
 #endif
 }
+
+// Multiply-adds of a matmul below which it runs on the caller alone.
+#define MM_POOL_MIN (1 << 19)
 
 // Rows of activations prepared per claim.
 #define PREP_ROWS 4
@@ -179,10 +182,14 @@ static void mm_run(void *arg, int ith, int nth) {
 		}
 	}
 	const int64_t total = j->first[j->nw];
+	int64_t c0 = atomic_load(&j->next);
 	for (;;) {
-		const int64_t c0 = atomic_fetch_add(&j->next, j->chunk);
 		if (c0 >= total) break;
-		const int64_t c1 = c0 + j->chunk < total ? c0 + j->chunk : total;
+		// Claims shrink as tiles run out: long runs at first, then small ones that even out
+		// threads a busy machine slows unevenly.
+		const int64_t take = (total - c0) / j->chunk_div;
+		const int64_t c1 = take > 1 ? c0 + take : c0 + 1;
+		if (!atomic_compare_exchange_weak(&j->next, &c0, c1)) continue;
 		for (int i = 0; i < j->nw; i++) {
 			const int64_t a = c0 > j->first[i] ? c0 : j->first[i], b = c1 < j->first[i + 1] ? c1 : j->first[i + 1];
 			if (a >= b) continue;
@@ -192,6 +199,7 @@ static void mm_run(void *arg, int ith, int nth) {
 			w->ks->matmul(w, (const uint8_t *)w->data + (size_t)j->mats[i] * w->mat_bytes, j->xa, j->xa_stride, j->n,
 				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows);
 		}
+		c0 = atomic_load(&j->next);
 	}
 	(void)ith, (void)nth;
 }
@@ -223,13 +231,13 @@ void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const
 	}
 	const int nth = lanes_pool_threads(pool);
 	const int64_t total = j.first[nw];
-	// Small claims balance threads a busy machine slows unevenly; big ones keep reads sequential.
-	j.chunk = total / ((int64_t)nth * 8);
-	if (j.chunk < 1) j.chunk = 1;
+	j.chunk_div = (int64_t)nth * 3;
 	atomic_init(&j.prep_next, 0);
 	atomic_init(&j.prep_done, 0);
 	atomic_init(&j.next, 0);
-	if (nth > 1 && (total > 1 || n > 1)) lanes_pool_run(pool, mm_run, &j);
+	// Work below a few microseconds costs less alone than a handoff to the pool's threads.
+	const double work = (double)(j.first[nw] * ks->tile) * (double)j.k * (double)n;
+	if (nth > 1 && (total > 1 || n > 1) && work >= MM_POOL_MIN) lanes_pool_run(pool, mm_run, &j);
 	else mm_run(&j, 0, 1);
 	free(buf);
 }

@@ -6,7 +6,8 @@
 // output's bits never depend on the batch, its row's place in it, or the threads.
 //
 // The includer defines VL (32-bit lanes per vector), NH (vectors per 16-row tile), VB (bytes
-// per vector), RMAX (activation rows per pass over a tile), KX_Q8_UNSIGNED (Q8_0 codes
+// per vector), RMAX (activation rows per pass over a tile), KX_ROWS_2CH (rows per pass from
+// which each row's dot product runs as two chains, not four), KX_Q8_UNSIGNED (Q8_0 codes
 // packed as q ^ 0x80), KX_DP16 (products summed in int16 before widening), vi/vf/vd and the
 // v_* vocabulary functions.
 #include "tensor/kern.h"
@@ -18,14 +19,14 @@
 // Small fixed loops unrolled, so vectors of codes stay in registers.
 #define UNROLL _Pragma("GCC unroll 16")
 
-// Single rows (decode) stream every weight once from memory: prefetching KX_PF bytes ahead
-// keeps more loads in flight than the hardware prefetcher alone. Batches reuse the weights
-// from cache and skip it.
+// A tile's first pass streams its weights from memory, whether one row (decode) or a batch
+// goes over it: prefetching KX_PF bytes ahead keeps more loads in flight than the hardware
+// prefetcher alone (a batch's later passes find them in cache, at the cost of a few hints).
 #ifndef KX_PF
 #define KX_PF 2048
 #endif
-AI void pf(const uint8_t *p, size_t bytes, int R) {
-	if (KX_PF && R == 1)
+AI void pf(const uint8_t *p, size_t bytes) {
+	if (KX_PF)
 		for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + KX_PF + o, 0, 3);
 }
 
@@ -72,68 +73,70 @@ AI void add_planes2(const uint8_t *p, int h, int to, bool first, vi w[8]) {
 	}
 }
 
+// Holds the codes in their registers to the end of a block, so the last row's chains do not
+// take them over (which costs a register copy per dot product).
+AI void keep8(const vi w[8]) {
+	__asm__ volatile("" ::"v"(w[0]), "v"(w[1]), "v"(w[2]), "v"(w[3]), "v"(w[4]), "v"(w[5]), "v"(w[6]), "v"(w[7]));
+}
+
 AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b) {
 	return (const kern_q8 *)(xa + (size_t)i * xs) + b;
 }
 
 // ---- matmul row kernels: R activation rows against one half of one tile ---------------------
-// Every row's accumulator sees exactly the same operations whatever R is.
-#define ROWS _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)
+// Every row's accumulator sees exactly the same operations whatever R is: the integer dot of
+// a block is exact however its chains are split, and its float steps are the same per row.
+#define ROWS _Pragma("GCC unroll 16") for (int i = 0; i < R; i++)
 
-// The dot products of R rows with one block's codes: s[i] = 256 (w . qh_i) + w . ql_i + init_i
-// over the codes of half `part` (0: elements 0..15, 1: 16..31, 2: all 32). The 2R chains of
-// dependent vpdpbusd are interleaved so they fill the pipeline.
-AI void dotx_rows(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, int part, int bits, const vi *init,
-		    vi *s) {
+// One row's dot product with one block's codes: 256 (w . qh) + w . ql + init over the codes
+// of half `part` (0: elements 0..15, 1: 16..31, 2: all 32). Weights stay in registers while
+// rows go one after another; nch chains of dependent dot products (2 or 4) per row, enough
+// with the other rows' chains to fill the pipeline.
+AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int nch) {
 #if KX_DP16
 	// u8 x s8 products summed in int16 for as many codes as cannot overflow it (each pair
 	// is at most 2 * (2^bits - 1) * 127), then widened once: fewer instructions than a
 	// widening step per product.
 	const int L = bits <= 4 ? 8 : bits == 5 ? 4 : bits == 6 ? 2 : 1;
 	const int g0 = part == 1 ? 4 : 0, g1 = part == 0 ? 4 : 8;
-	ROWS {
-		const kern_q8 *x = xrow(xa, xs, i, b);
-		vi hi = v_zeroi(), lo = init[i];
-		UNROLL for (int a = g0; a < g1; a += L) {
-			vi h16 = v_zeroi(), l16 = v_zeroi();
-			const int nt = g1 - a < L ? g1 - a : L;
-			UNROLL for (int t = 0; t < nt; t++) {
-				const int g = a + t, off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
-				h16 = v_add16(h16, v_mul8(w[g], bcast32(x->qh + off)));
-				l16 = v_add16(l16, v_mul8(w[g], bcast32(x->ql + off)));
-			}
-			hi = v_addi(hi, v_widen16(h16));
-			lo = v_addi(lo, v_widen16(l16));
+	vi hi = v_zeroi(), lo = init;
+	UNROLL for (int a = g0; a < g1; a += L) {
+		vi h16 = v_zeroi(), l16 = v_zeroi();
+		const int nt = g1 - a < L ? g1 - a : L;
+		UNROLL for (int t = 0; t < nt; t++) {
+			const int g = a + t, off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+			h16 = v_add16(h16, v_mul8(w[g], bcast32(x->qh + off)));
+			l16 = v_add16(l16, v_mul8(w[g], bcast32(x->ql + off)));
 		}
-		s[i] = v_addi(v_slli32(hi, 8), lo);
+		hi = v_addi(hi, v_widen16(h16));
+		lo = v_addi(lo, v_widen16(l16));
 	}
-	return;
-#endif
-	if (R == 1 && part == 2) { // one row: four shorter chains instead of two
-		const kern_q8 *x = xrow(xa, xs, 0, b);
-		vi h0 = v_zeroi(), h1 = v_zeroi(), l0 = init[0], l1 = v_zeroi();
+	(void)nch;
+	return v_addi(v_slli32(hi, 8), lo);
+#else
+	const int g0 = part == 1 ? 4 : 0, g1 = part == 0 ? 4 : 8;
+	if (nch == 4 && part == 2) {
+		vi h0 = v_zero_chain(), h1 = v_zero_chain(), l0 = init, l1 = v_zero_chain();
 		UNROLL for (int g = 0; g < 4; g++) {
-			h0 = v_dp(h0, w[g], bcast32(x->qh + 4 * g));
-			l0 = v_dp(l0, w[g], bcast32(x->ql + 4 * g));
-			h1 = v_dp(h1, w[4 + g], bcast32(x->qh + 16 + 4 * g));
-			l1 = v_dp(l1, w[4 + g], bcast32(x->ql + 16 + 4 * g));
+			h0 = v_dpb(h0, w[g], x->qh + 4 * g);
+			l0 = v_dpb(l0, w[g], x->ql + 4 * g);
+			h1 = v_dpb(h1, w[4 + g], x->qh + 16 + 4 * g);
+			l1 = v_dpb(l1, w[4 + g], x->ql + 16 + 4 * g);
 		}
-		s[0] = v_addi(v_slli32(v_addi(h0, h1), 8), v_addi(l0, l1));
-		return;
+		return v_addi(v_slli32(v_addi(h0, h1), 8), v_addi(l0, l1));
 	}
-	vi hi[RMAX], lo[RMAX];
-	ROWS hi[i] = v_zeroi(), lo[i] = init[i];
-	UNROLL for (int g = 0; g < 8; g++) {
-		if ((part == 0 && g >= 4) || (part == 1 && g < 4)) continue;
+	vi hi = v_zero_chain(), lo = init;
+	UNROLL for (int g = g0; g < g1; g++) {
 		const int off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
-		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
-			hi[i] = v_dp(hi[i], w[g], bcast32(x->qh + off));
-			lo[i] = v_dp(lo[i], w[g], bcast32(x->ql + off));
-		}
+		hi = v_dpb(hi, w[g], x->qh + off);
+		lo = v_dpb(lo, w[g], x->ql + off);
 	}
-	ROWS s[i] = v_addi(v_slli32(hi[i], 8), lo[i]);
+	return v_addi(v_slli32(hi, 8), lo);
+#endif
 }
+
+// Chains per row: a lone row needs its own parallel chains, a full pass has other rows'.
+#define NCH(R) ((R) >= KX_ROWS_2CH ? 2 : 4)
 
 // Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
 AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, size_t bbytes,
@@ -141,20 +144,20 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes;
-		pf(blk, bbytes, R);
+		pf(blk, bbytes);
 		vi w[8];
 		unpack4(blk, h, w);
 		if (five) add_hb1(blk + 256, h, 4, w);
 		const uint8_t *sc = blk + (five ? 320 : 256);
 		const vf D = v_ldh(sc + 2 * VL * h);
-		vi init[RMAX], s[RMAX];
-		ROWS init[i] = v_set1_32(-off * xrow(xa, xs, i, b)->sum);
-		dotx_rows(w, xa, xs, b, R, 2, five ? 5 : 4, init, s);
-		ROWS acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(xrow(xa, xs, i, b)->d)), acc[i]);
-		if (affine) {
-			const vf M = v_ldh(sc + 32 + 2 * VL * h);
-			ROWS acc[i] = v_fma(M, v_set1f(xrow(xa, xs, i, b)->ds), acc[i]);
+		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
+		ROWS {
+			const kern_q8 *x = xrow(xa, xs, i, b);
+			const vi s = dot_row(w, x, 2, five ? 5 : 4, v_set1_32(off == 8 ? x->n8 : -off * x->sum), NCH(R));
+			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+			if (affine) acc[i] = v_fma(M, v_set1f(x->ds), acc[i]);
 		}
+		keep8(w);
 	}
 }
 
@@ -162,15 +165,17 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * 544;
-		pf(blk, 544, R);
+		pf(blk, 544);
 		vi w[8];
 		UNROLL for (int g = 0; g < 8; g++) w[g] = v_load(blk + 64 * g + VB * h);
 		const vf D = v_ldh(blk + 512 + 2 * VL * h);
-		vi s[RMAX];
 #if KX_Q8_UNSIGNED
-		vi init[RMAX];
-		ROWS init[i] = v_set1_32(-128 * xrow(xa, xs, i, b)->sum);
-		dotx_rows(w, xa, xs, b, R, 2, 8, init, s);
+		ROWS {
+			const kern_q8 *x = xrow(xa, xs, i, b);
+			const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R));
+			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+		}
+		keep8(w);
 #else
 		// Signed codes: |w| (unsigned) against the activations carrying w's sign.
 		vi aw[8];
@@ -180,10 +185,10 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 			vi hi = v_zeroi(), lo = v_zeroi();
 			UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
 			UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
-			s[i] = v_addi(v_slli32(hi, 8), lo);
+			const vi s = v_addi(v_slli32(hi, 8), lo);
+			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 		}
 #endif
-		ROWS acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(xrow(xa, xs, i, b)->d)), acc[i]);
 	}
 }
 
@@ -193,7 +198,7 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * sbytes;
-		pf(blk, bbytes, R);
+		pf(blk, bbytes);
 		const vf D0 = v_ldh(sc + 256 + 2 * VL * h), M0 = v_ldh(sc + 288 + 2 * VL * h);
 		for (int j = 0; j < 8; j++) {
 			vi w[8];
@@ -201,14 +206,13 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			if (five) add_hb1(blk + j * sbytes + 256, h, 4, w);
 			const vf D = v_mul(D0, v_cvt(v_ldu8(sc + 16 * j + VL * h)));
 			const vf M = v_mul(M0, v_cvt(v_ldu8(sc + 128 + 16 * j + VL * h)));
-			vi init[RMAX], s[RMAX];
-			ROWS init[i] = v_zeroi();
-			dotx_rows(w, xa, xs, 8 * b + j, R, 2, five ? 5 : 4, init, s);
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				acc[i] = v_fma(v_cvt(s[i]), v_mul(D, v_set1f(x->d)), acc[i]);
+				const vi s = dot_row(w, x, 2, five ? 5 : 4, v_zero_chain(), NCH(R));
+				acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 				acc[i] = v_fnma(M, v_set1f(x->ds), acc[i]);
 			}
+			keep8(w);
 		}
 	}
 }
@@ -220,7 +224,7 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * sbytes;
-		pf(blk, bbytes, R);
+		pf(blk, bbytes);
 		const vf D0 = v_ldh(sc + 256 + 2 * VL * h);
 		for (int j = 0; j < 8; j++) {
 			vi w[8];
@@ -233,18 +237,14 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			}
 			const vf Da = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + VL * h)));
 			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
-			vi ia[RMAX], ib[RMAX], sa[RMAX], sb[RMAX];
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				ia[i] = v_set1_32(-off * x->s16[0]);
-				ib[i] = v_set1_32(-off * x->s16[1]);
+				const vi sa = dot_row(w, x, 0, six ? 6 : 3, v_set1_32(six ? x->n32[0] : -off * x->s16[0]), 2);
+				const vi sb = dot_row(w, x, 1, six ? 6 : 3, v_set1_32(six ? x->n32[1] : -off * x->s16[1]), 2);
+				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
+				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
 			}
-			dotx_rows(w, xa, xs, 8 * b + j, R, 0, six ? 6 : 3, ia, sa);
-			dotx_rows(w, xa, xs, 8 * b + j, R, 1, six ? 6 : 3, ib, sb);
-			ROWS {
-				const vf t = v_fma(v_cvt(sa[i]), Da, v_mul(v_cvt(sb[i]), Db));
-				acc[i] = v_fma(t, v_set1f(xrow(xa, xs, i, 8 * b + j)->d), acc[i]);
-			}
+			keep8(w);
 		}
 	}
 }
@@ -255,7 +255,7 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * 128;
-		pf(blk, bbytes, R);
+		pf(blk, bbytes);
 		const vf D0 = v_ldh(sc + 256 + 2 * VL * h), M0 = v_ldh(sc + 288 + 2 * VL * h);
 		for (int j = 0; j < 8; j++) {
 			vi w[8];
@@ -264,17 +264,16 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 			const vi m15 = v_set1_32(15);
 			const vf Da = v_mul(D0, v_cvt(v_and(ca, m15))), Db = v_mul(D0, v_cvt(v_and(cb, m15)));
 			const vf Ma = v_mul(M0, v_cvt(v_srli32(ca, 4))), Mb = v_mul(M0, v_cvt(v_srli32(cb, 4)));
-			vi z[RMAX], sa[RMAX], sb[RMAX];
-			ROWS z[i] = v_zeroi();
-			dotx_rows(w, xa, xs, 8 * b + j, R, 0, 2, z, sa);
-			dotx_rows(w, xa, xs, 8 * b + j, R, 1, 2, z, sb);
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				const vf t = v_fma(v_cvt(sa[i]), Da, v_mul(v_cvt(sb[i]), Db));
+				const vi sa = dot_row(w, x, 0, 2, v_zero_chain(), 2);
+				const vi sb = dot_row(w, x, 1, 2, v_zero_chain(), 2);
+				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
 				const vf m = v_fma(Ma, v_set1f((float)x->s16[0]), v_mul(Mb, v_set1f((float)x->s16[1])));
 				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
 				acc[i] = v_fnma(m, v_set1f(x->d), acc[i]);
 			}
+			keep8(w);
 		}
 	}
 }
@@ -302,11 +301,18 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 	}
 }
 
-// Rows go RMAX at a time, the rest one by one: two instantiations per type keep the code
-// small, and a row's operations are the same in either. Long batches go in row blocks whose
+// Rows go RMAX at a time, then 8, 4, 2 and 1: a few instantiations per type keep the code
+// small, and a row's operations are the same in each. Long batches go in row blocks whose
 // activations stay in L2 while every tile of the slice passes over them.
 #define KX_ACT_L2 (768 * 1024)
 #define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL)                                                       \
+	/* R rows [r0, r0 + R) against the half h of the tile at tw, into y (R a constant). */                \
+	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, const int R,      \
+			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1) {                          \
+		vf acc[RMAX];                                                                                     \
+		CALL(R);                                                                                          \
+		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i]);                                         \
+	}                                                                                                         \
 	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
 			 int64_t ldy, int64_t o0, int64_t o1) {                                                      \
 		const uint8_t *xa = xa_;                                                                          \
@@ -319,13 +325,15 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 			for (int64_t o = o0; o < o1; o += KERN_TILE) {                                            \
 				const uint8_t *tw = (const uint8_t *)mat + (size_t)(o / KERN_TILE) * tile_bytes;   \
 				for (int64_t r0 = rb0; r0 < rb1;) {                                               \
-					const int R = rb1 - r0 >= RMAX ? RMAX : 1;                                \
+					const int64_t left = rb1 - r0;                                            \
+					const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
 					const uint8_t *xr = xa + (size_t)r0 * xs;                                 \
 					for (int h = 0; h < NH; h++) {                                            \
-						vf acc[RMAX];                                                     \
-						if (R == RMAX) CALL(RMAX);                                        \
-						else CALL(1);                                                     \
-						for (int i = 0; i < R; i++) put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i]); \
+						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1); \
+						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1); \
+						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1); \
+						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1); \
+						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1);        \
 					}                                                                         \
 					r0 += R;                                                                  \
 				}                                                                                 \
@@ -397,22 +405,25 @@ static void kx_act_q8(const float *x, int64_t k, kern_q8 *dst) {
 		}
 		const float amax = v_hmax(am), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
 		kern_q8 *o = &dst[b];
-		int32_t qh[32], ql[32];
+		vi u0 = v_zeroi(), u1 = v_zeroi(); // 256 qh + ql over each half
 		UNROLL for (int c = 0; c < 32 / VL; c++) {
 			const vf t = v_mul(v[c], v_set1f(id));
 			const vi h = v_cvtr(t);
 			const vf rest = v_mul(v_sub(t, v_cvt(h)), v_set1f(256.0f));
-			v_storei(qh + VL * c, h);
-			v_storei(ql + VL * c, v_cvtr(v_min(v_max(rest, v_set1f(-127.0f)), v_set1f(127.0f))));
+			const vi l = v_cvtr(v_min(v_max(rest, v_set1f(-127.0f)), v_set1f(127.0f)));
+			v_store8(o->qh + VL * c, h);
+			v_store8(o->ql + VL * c, l);
+			const vi u = v_addi(v_slli32(h, 8), l);
+			if (VL * c < 16) u0 = v_addi(u0, u);
+			else u1 = v_addi(u1, u);
 		}
-		int32_t s0 = 0, s1 = 0;
-		for (int e = 0; e < 16; e++) s0 += 256 * qh[e] + ql[e], s1 += 256 * qh[16 + e] + ql[16 + e];
-		for (int e = 0; e < 32; e++) o->qh[e] = (int8_t)qh[e], o->ql[e] = (int8_t)ql[e];
+		const int32_t s0 = v_hsumi(u0), s1 = v_hsumi(u1);
 		o->d = d * (1.0f / 256.0f);
 		o->sum = s0 + s1;
 		o->s16[0] = s0, o->s16[1] = s1;
 		o->ds = o->d * (float)(s0 + s1);
-		o->pad = 0;
+		o->n8 = -8 * (s0 + s1);
+		o->n32[0] = -32 * s0, o->n32[1] = -32 * s1;
 	}
 }
 

@@ -12,6 +12,7 @@ typedef __m256d vd;
 #define NH 2
 #define VB 32
 #define RMAX 4
+#define KX_ROWS_2CH 4
 #define KX_Q8_UNSIGNED 0
 #define KX_DP16 1
 
@@ -29,6 +30,7 @@ V vi v_addi(vi a, vi b) { return _mm256_add_epi32(a, b); }
 V vi v_set1_8(char c) { return _mm256_set1_epi8(c); }
 V vi v_set1_32(int v) { return _mm256_set1_epi32(v); }
 V vi v_zeroi(void) { return _mm256_setzero_si256(); }
+V vi v_zero_chain(void) { return _mm256_setzero_si256(); }
 // u8 x s8 pairs to int16 (no pair of codes here can reach 2^15), then pairs to int32.
 V vi v_dp(vi acc, vi u, vi s) {
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
@@ -43,6 +45,19 @@ V vi v_ldi8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const 
 V vf v_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
 V vi v_cvtr(vf a) { return _mm256_cvtps_epi32(a); }
 V void v_storei(int32_t *p, vi a) { _mm256_storeu_si256((__m256i *)p, a); }
+// Stores the low byte of each lane (values that fit int8).
+V void v_store8(int8_t *p, vi a) {
+	const __m256i lo = _mm256_shuffle_epi8(a, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+								   0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+	const __m128i v = _mm_unpacklo_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+	_mm_storel_epi64((__m128i *)p, v);
+}
+V int32_t v_hsumi(vi a) {
+	__m128i q = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+	q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4e));
+	q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1));
+	return _mm_cvtsi128_si32(q);
+}
 V vf v_zerof(void) { return _mm256_setzero_ps(); }
 V vf v_set1f(float f) { return _mm256_set1_ps(f); }
 V vf v_loadf(const float *p) { return _mm256_loadu_ps(p); }

@@ -10,7 +10,8 @@ typedef __m512d vd;
 #define VL 16
 #define NH 1
 #define VB 64
-#define RMAX 4
+#define RMAX 16
+#define KX_ROWS_2CH 8
 #define KX_Q8_UNSIGNED 1
 #define KX_DP16 0
 
@@ -28,13 +29,29 @@ V vi v_addi(vi a, vi b) { return _mm512_add_epi32(a, b); }
 V vi v_set1_8(char c) { return _mm512_set1_epi8(c); }
 V vi v_set1_32(int v) { return _mm512_set1_epi32(v); }
 V vi v_zeroi(void) { return _mm512_setzero_si512(); }
+// A zero that starts a chain of dot products: its own zeroing idiom, which takes no execution
+// port, where GCC would copy a shared zero register.
+V vi v_zero_chain(void) {
+	vi z;
+	__asm__ volatile("vpxord %x0, %x0, %x0" : "=v"(z));
+	return z;
+}
 V vi v_dp(vi acc, vi u, vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
+// v_dp with the four signed bytes at p broadcast from memory, in one instruction (GCC does
+// not fold the broadcast into vpdpbusd's operand by itself).
+V vi v_dpb(vi acc, vi u, const int8_t *p) {
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)p));
+	return acc;
+}
 V vi v_abs8(vi a) { return _mm512_abs_epi8(a); }
 V vi v_ldu8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_ldi8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vf v_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
 V vi v_cvtr(vf a) { return _mm512_cvtps_epi32(a); }
 V void v_storei(int32_t *p, vi a) { _mm512_storeu_si512(p, a); }
+// Stores the low byte of each lane (values that fit int8).
+V void v_store8(int8_t *p, vi a) { _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(a)); }
+V int32_t v_hsumi(vi a) { return _mm512_reduce_add_epi32(a); }
 V vf v_zerof(void) { return _mm512_setzero_ps(); }
 V vf v_set1f(float f) { return _mm512_set1_ps(f); }
 V vf v_loadf(const float *p) { return _mm512_loadu_ps(p); }
