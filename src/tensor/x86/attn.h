@@ -149,70 +149,62 @@ AI void deq_q4(const block_q4_0 *b, float *dst) {
 	}
 }
 
-// Rows t0..t0+nt-1 of K (or V) of one head as floats into dst[nt][D], scale values into scl.
-AI void att_tile(const tensor_kv_view *kvv, bool v, int32_t t0, int nt, int32_t D, float *dst, float *scl) {
+// Position j's K (or V) values of one head as floats into o; returns its scale value.
+AI float att_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D, float *o) {
 	const int32_t pt = kvv->page_tokens;
+	const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
 	const uint8_t *base = v ? kvv->v : kvv->k, *sb = v ? kvv->vs : kvv->ks;
-	const bool blocks_ok = kvv->off % 32 == 0 && D % 32 == 0;
-	for (int l = 0; l < nt; l++) {
-		const int32_t j = t0 + l;
-		const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-		float *o = dst + (size_t)l * D;
-		if (kvv->enc == TENSOR_KV_F16) {
-			const uint16_t *r = (const uint16_t *)base + page * kvv->page_stride + slot * kvv->row_stride;
-			for (int32_t c = 0; c < D; c += VL) v_storef(o + c, v_ldh(r + c));
-			scl[l] = sb ? kern_f16s_scales[sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
-			continue;
-		}
-		scl[l] = 1.0f;
-		if (!blocks_ok) {
-			tensor_kv_row(kvv, v, j, D, o);
-			continue;
-		}
-		const uint8_t *r = base + page * kvv->page_stride + slot * kvv->row_stride;
-		for (int32_t b = 0; b < D / 32; b++) {
-			if (kvv->enc == TENSOR_KV_Q8_0) deq_q8((const block_q8_0 *)r + kvv->off / 32 + b, o + 32 * b);
-			else deq_q4((const block_q4_0 *)r + kvv->off / 32 + b, o + 32 * b);
-		}
+	if (kvv->enc == TENSOR_KV_F16) {
+		const uint16_t *r = (const uint16_t *)base + page * kvv->page_stride + slot * kvv->row_stride;
+		for (int32_t c = 0; c < D; c += VL) v_storef(o + c, v_ldh(r + c));
+		return sb ? kern_f16s_scales[sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
 	}
+	if (kvv->off % 32 || D % 32) return tensor_kv_row(kvv, v, j, D, o);
+	const uint8_t *r = base + page * kvv->page_stride + slot * kvv->row_stride;
+	for (int32_t b = 0; b < D / 32; b++) {
+		if (kvv->enc == TENSOR_KV_Q8_0) deq_q8((const block_q8_0 *)r + kvv->off / 32 + b, o + 32 * b);
+		else deq_q4((const block_q4_0 *)r + kvv->off / 32 + b, o + 32 * b);
+	}
+	return 1.0f;
 }
 
-// The body for nc = D / VL vectors per head (a constant for the common sizes). Scores go in
-// groups of VL positions as in the unfused body; each tile then updates every head's
-// running maximum, sum (lanes summed per tile, then added in tile order) and output.
+// The body for nc = D / VL vectors per head (a constant for the common sizes), shaped as the
+// unfused one: scores in groups of VL positions (K rows read once for every head), then per
+// tile each head's running maximum, sum (lanes summed per tile, added in tile order) and
+// output, whose V rows are read once per HG heads held in registers.
 AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		   float *scratch, float *out, const int nc) {
-	float *kf = scratch, *vfl = kf + (size_t)TT * D, *sc = vfl + (size_t)TT * D, *acc = sc + (size_t)nq * TT,
-	      *mx = acc + (size_t)nq * D, *sum = mx + nq;
-	float ksc[TT] __attribute__((aligned(64))), vsc[TT] __attribute__((aligned(64)));
+	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq;
+	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
+	float vrow[ATT_MAXC * VL] __attribute__((aligned(64)));
+	float ksc[VL] __attribute__((aligned(64))), vsc[TT];
+	float alpha[64];
+	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
 	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY, sum[h] = 0.0f;
 	for (size_t i = 0; i < (size_t)nq * D; i++) acc[i] = 0.0f;
 	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
 		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
-		att_tile(kvv, false, t0, nt, D, kf, ksc);
-		for (int l = 0; l < nt; l++) ksc[l] *= scale;
-		for (int l = nt; l < TT; l++) ksc[l] = 0.0f;
-		for (int32_t hq = 0; hq < nq; hq++) {
-			const float *qh = q + (size_t)hq * D;
-			for (int g0 = 0; g0 < nt; g0 += VL) {
-				const int nj = nt - g0 < VL ? nt - g0 : VL;
+		for (int g0 = 0; g0 < nt; g0 += VL) {
+			const int nj = nt - g0 < VL ? nt - g0 : VL;
+			for (int l = 0; l < nj; l++) ksc[l] = att_row(kvv, false, t0 + g0 + l, D, kf + (size_t)l * nc * VL) * scale;
+			for (int l = nj; l < VL; l++) ksc[l] = 0.0f;
+			for (int32_t hq = 0; hq < nq; hq++) {
+				const float *qh = q + (size_t)hq * D;
 				vf part[VL];
 				UNROLL for (int l = 0; l < VL; l++) {
 					if (l >= nj) {
 						part[l] = v_zerof();
 						continue;
 					}
-					const float *kl = kf + (size_t)(g0 + l) * D;
+					const float *kl = kf + (size_t)l * nc * VL;
 					vf a = v_mul(v_loadf(qh), v_loadf(kl));
 					for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
 					part[l] = a;
 				}
-				v_storef(sc + (size_t)hq * TT + g0, v_mul(v_hsum_lanes(part), v_loadf(ksc + g0)));
+				v_storef(sc + (size_t)hq * TT + g0, v_mul(v_hsum_lanes(part), v_loadf(ksc)));
 			}
 		}
-		att_tile(kvv, true, t0, nt, D, vfl, vsc);
 		// per head: the tile's maximum, the rescale of what earlier tiles summed, the weights
-		float alpha[64];
 		for (int32_t hq = 0; hq < nq; hq++) {
 			float *s = sc + (size_t)hq * TT;
 			float tmx = -INFINITY;
@@ -232,13 +224,12 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 					p = v_loadf(t);
 				}
 				ps = v_add(ps, p);
-				v_storef(s + g0, v_mul(p, v_loadf(vsc + g0)));
+				v_storef(s + g0, p);
 			}
 			sum[hq] = sum[hq] * alpha[hq] + v_hsum(ps);
 		}
-		// the weighted V rows, HG heads at a time so each row's vectors serve several
-		// accumulators in registers; positions in order
-		const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+		// the weighted V rows, positions in order; the V scale folds into each weight
+		const bool f16 = kvv->enc == TENSOR_KV_F16;
 		for (int32_t h0 = 0; h0 < nq; h0 += HG) {
 			const int hn = nq - h0 < HG ? nq - h0 : HG;
 			vf av[4][ATT_MAXC];
@@ -250,12 +241,21 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 				UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_mul(v_loadf(acc + (size_t)(h0 + a) * D + VL * c), al);
 			}
 			for (int l = 0; l < nt; l++) {
-				const float *vr = vfl + (size_t)l * D;
 				vf vv[ATT_MAXC] = {0};
-				UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vr + VL * c);
+				if (f16 && h0 == 0) vsc[l] = 1.0f;
+				if (f16 && !kvv->vs) {
+					const int32_t j = t0 + l, pt = kvv->page_tokens;
+					const uint16_t *r = (const uint16_t *)kvv->v + (size_t)kvv->pages[j / pt] * kvv->page_stride +
+							    (size_t)(j % pt) * kvv->row_stride;
+					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(r + VL * c);
+				} else {
+					const float vs = att_row(kvv, true, t0 + l, D, vrow);
+					if (h0 == 0) vsc[l] = vs;
+					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vrow + VL * c);
+				}
 				UNROLL for (int a = 0; a < HG; a++) {
 					if (a >= hn) break;
-					const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l]);
+					const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l] * vsc[l]);
 					UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
 				}
 			}
