@@ -3,14 +3,30 @@
 // ---- unfused attention over paged f16 rows --------------------------------------------------------
 #define ATT_MAXC 16 // head_dim / VL at most
 
+// q . k for the nj (<= VL) K rows of a group in kf (nc vectors each), in the lanes of one
+// vector: each product summed over the head's values in lanes, then the VL sums reduced
+// side by side in one fixed tree, so a score never depends on its neighbours or on n_pos.
+AI vf score_group(const float *qh, const float *kf, int nj, const int nc) {
+	vf part[VL];
+	UNROLL for (int l = 0; l < VL; l++) {
+		if (l >= nj) {
+			part[l] = v_zerof();
+			continue;
+		}
+		const float *kl = kf + (size_t)l * nc * VL;
+		vf a = v_mul(v_loadf(qh), v_loadf(kl));
+		for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
+		part[l] = a;
+	}
+	return v_hsum_lanes(part);
+}
+
 // The body for nc = D / VL vectors per head; called with nc a constant for the common head
 // sizes, so the loops over a head's vectors unroll into registers.
 AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		  float *scores, float *out, const int nc) {
 	const int32_t pt = kvv->page_tokens;
-	// Scores in groups of VL positions fixed by absolute position: each score's products are
-	// summed in lanes over the head's values, then VL such sums reduced side by side in one
-	// fixed tree (v_hsum_lanes), so a score never depends on its neighbours or on n_pos.
+	// Scores in groups of VL positions fixed by absolute position (score_group).
 	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
 	float ksc[VL] __attribute__((aligned(64)));
 	for (int32_t j0 = 0; j0 < n_pos; j0 += VL) {
@@ -26,18 +42,7 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 		for (int l = nj; l < VL; l++) ksc[l] = 0.0f;
 		for (int32_t hq = 0; hq < nq; hq++) {
 			const float *qh = q + (size_t)hq * D;
-			vf part[VL];
-			UNROLL for (int l = 0; l < VL; l++) {
-				if (l >= nj) {
-					part[l] = v_zerof();
-					continue;
-				}
-				const float *kl = kf + (size_t)l * nc * VL;
-				vf a = v_mul(v_loadf(qh), v_loadf(kl));
-				for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
-				part[l] = a;
-			}
-			const vf sv = v_mul(v_hsum_lanes(part), v_loadf(ksc));
+			const vf sv = v_mul(score_group(qh, kf, nj, nc), v_loadf(ksc));
 			float *dst = scores + (size_t)hq * n_pos + j0;
 			if (nj == VL) v_storef(dst, sv);
 			else {
@@ -190,18 +195,7 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			for (int l = nj; l < VL; l++) ksc[l] = 0.0f;
 			for (int32_t hq = 0; hq < nq; hq++) {
 				const float *qh = q + (size_t)hq * D;
-				vf part[VL];
-				UNROLL for (int l = 0; l < VL; l++) {
-					if (l >= nj) {
-						part[l] = v_zerof();
-						continue;
-					}
-					const float *kl = kf + (size_t)l * nc * VL;
-					vf a = v_mul(v_loadf(qh), v_loadf(kl));
-					for (int c = 1; c < nc; c++) a = v_fma(v_loadf(qh + VL * c), v_loadf(kl + VL * c), a);
-					part[l] = a;
-				}
-				v_storef(sc + (size_t)hq * TT + g0, v_mul(v_hsum_lanes(part), v_loadf(ksc)));
+				v_storef(sc + (size_t)hq * TT + g0, v_mul(score_group(qh, kf, nj, nc), v_loadf(ksc)));
 			}
 		}
 		// per head: the tile's maximum, the rescale of what earlier tiles summed, the weights
