@@ -56,7 +56,10 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 	const int32_t pt = pr.page_tokens;
 	int32_t floor = window > 0 ? window : 1024;
 	floor = (floor + pt - 1) / pt * pt;
-	if (floor > pr.window) floor = pr.window;
+	if (floor > pr.window) {
+		if (window > 0) LOG_WARN("serve", "--window %d is more than the budget allows: the floor is %d", window, pr.window);
+		floor = pr.window;
+	}
 	cfg->lanes.lanes = pr.lanes;
 	cfg->lanes.window_max = pr.window;
 	cfg->lanes.window = floor;
