@@ -5,6 +5,26 @@ BUILD    ?= build
 SHARED   ?= $(if $(LANES_SHARED),$(LANES_SHARED),../shared)
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 SANITIZE ?=
+HOST     ?= 127.0.0.1
+PORT     ?= 8080
+ARGS     ?=
+
+# Parallel by default; an explicit -j on the command line wins.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
+# The tests and the default model live in the shared data folder: say so before building.
+ifneq ($(filter test unit unit-c bench,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(SHARED)/models),)
+$(error the shared data folder is missing: no $(SHARED)/models. Put it beside this repository as ../shared, or set LANES_SHARED=/path/to/shared)
+endif
+endif
+ifneq ($(filter run,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(MODEL)),)
+$(error no model at $(MODEL): put the shared data folder beside this repository as ../shared, set LANES_SHARED=/path/to/shared, or give MODEL=path/to/model.gguf)
+endif
+endif
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS   ?= -O2 -g
@@ -41,7 +61,7 @@ all: deps-check $(BUILD)/lanes
 
 help:
 	@echo "make            build $(BUILD)/lanes"
-	@echo "make run        run lanes on MODEL (default: stories260K)"
+	@echo "make run        serve MODEL (default: stories260K) on HOST:PORT (127.0.0.1:8080), extra ARGS"
 	@echo "make test       build and run every test"
 	@echo "make bench      run the benchmarks"
 	@echo "make SANITIZE=address,undefined test   the same under ASan+UBSan"
@@ -86,7 +106,7 @@ bench: deps-check $(BUILD)/lanes $(BENCHES)
 	@LANES_SHARED=$(SHARED) scripts/bench.sh $(BUILD)
 
 run: all
-	$(BUILD)/lanes serve -m $(MODEL)
+	$(BUILD)/lanes serve -m $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
 # libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))

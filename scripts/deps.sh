@@ -9,7 +9,7 @@ if [ "$1" = "--node" ]; then
 		if [ "$(id -u)" = 0 ]; then
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >&2 || exit 1
 		else
-			echo "deps: Node.js 20 and npm are needed for the HTTP tests; run:" >&2
+			echo "deps: Node.js 18 or newer and npm are needed for the HTTP tests; run:" >&2
 			echo "  sudo apt-get install -y nodejs npm" >&2
 			exit 1
 		fi

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs every unit test binary and every tests/*.sh script; sums the results.
-# Each test prints "name: N passed, M failed" as its last line.
+# Each test prints "name: N passed, M failed" as its last line, counting tests (not checks).
 BUILD=${1:-build}
 : "${LANES_SHARED:=../shared}"
 export LANES_SHARED
@@ -12,7 +12,14 @@ scripts=tests/script/*.sh
 for t in "$BUILD"/tests/test_* $scripts; do
 	[ -e "$t" ] || continue
 	t0=$(date +%s)
-	out=$("$t" 2>&1); rc=$?
+	log="$LANES_TMP/run-$(basename "$t").log"
+	: >"$log"
+	"$t" >>"$log" 2>&1 &
+	tpid=$!
+	# a test that reports as it goes ("name: ok  …" lines) is shown while it runs
+	tail -s 0.1 -n +1 -f --pid=$tpid "$log" 2>/dev/null | grep --line-buffered -E '^[a-z0-9_.-]+: (ok|not ok)  '
+	wait $tpid; rc=$?
+	out=$(cat "$log")
 	secs=$(( $(date +%s) - t0 ))
 	line=$(printf '%s\n' "$out" | grep -E '^[a-z0-9_.-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
 	p=$(printf '%s' "$line" | sed -n 's/.*: \([0-9]*\) passed.*/\1/p'); f=$(printf '%s' "$line" | sed -n 's/.* \([0-9]*\) failed$/\1/p')

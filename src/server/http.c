@@ -373,6 +373,23 @@ static char *token_string(const tok_vocab *v, int32_t id) {
 	return out;
 }
 
+// The "try" lines, runnable as printed: the key when one is set; for a model with no chat
+// template of its own, a plain completion first (what such a model was trained to write).
+static void print_try(const http_server *s) {
+	char auth[300] = "";
+	if (s->api_key) snprintf(auth, sizeof auth, " -H 'Authorization: Bearer %s'", s->api_key);
+	const bool own_template = s->template_path || tok_chat_template(s->vocab);
+	if (!own_template)
+		LOG_INFO(SRV_MOD,
+			 "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d "
+			 "'{\"prompt\":\"Once upon a time\",\"max_tokens\":64}'",
+			 s->host_addr, s->port, auth);
+	LOG_INFO(SRV_MOD,
+		 "%s: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
+		 "'{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":64}'",
+		 own_template ? "try" : "or chat", s->host_addr, s->port, auth);
+}
+
 static int load_template(http_server *s, char *err, size_t errlen) {
 	char e2[512];
 	if (s->template_path) {
@@ -447,10 +464,7 @@ static void *loader(void *arg) {
 	}
 	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->model_id,
 		 (double)(lanes_now_us() - t0) / 1e6, s->max_ctx);
-	LOG_INFO(SRV_MOD,
-		 "try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' -d "
-		 "'{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":64}'",
-		 s->host_addr, s->port);
+	print_try(s);
 	return NULL;
 }
 

@@ -18,6 +18,7 @@ command -v node >/dev/null 2>&1 || fail "node is not installed (Debian: apt-get 
 tmp=${LANES_TMP:-$(mktemp -d)}
 mkdir -p "$tmp"
 log="$tmp/http-serve.log"
+: >"$log"
 "$LANES_BIN" serve -m "$LANES_SHARED/models/stories260K.gguf" --port 0 --api-key test-key 2>"$log" &
 pid=$!
 port=""
@@ -34,19 +35,41 @@ if [ -z "$port" ]; then
 	kill -9 $pid 2>/dev/null
 	fail "lanes serve did not start"
 fi
-LANES_URL="http://127.0.0.1:$port" LANES_KEY=test-key LANES_BIN="$LANES_BIN" LANES_SHARED="$LANES_SHARED" LANES_TMP="$tmp" \
-	node --test --test-reporter=tap --test-concurrency=1 --test-timeout=180000 tests/http/*.test.mjs >"$tmp/http-tap.txt" 2>&1
+# One file at a time (no runner flags newer than Node.js 18): each test is printed as it
+# finishes, and `timeout` bounds a file that hangs.
+export LANES_URL="http://127.0.0.1:$port" LANES_KEY=test-key LANES_BIN LANES_SHARED LANES_TMP="$tmp"
+: >"$tmp/http-tap.txt"
+pass=0
+failed=0
+for f in tests/http/*.test.mjs; do
+	name=$(basename "$f" .test.mjs)
+	: >"$tmp/http-file.txt"
+	timeout -k 10 "${LANES_HTTP_TIMEOUT:-300}" node --test-reporter=tap "$f" >>"$tmp/http-file.txt" 2>&1 &
+	tpid=$!
+	# the top-level results as the file's tests finish
+	tail -s 0.1 -n +1 -f --pid=$tpid "$tmp/http-file.txt" 2>/dev/null | sed -un "s/^\(not ok\|ok\) [0-9]* - \(.*\)/http: \1  $name: \2/p"
+	wait $tpid
+	rc=$?
+	cat "$tmp/http-file.txt" >>"$tmp/http-tap.txt"
+	p=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$tmp/http-file.txt" | tail -n 1)
+	fl=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$tmp/http-file.txt" | tail -n 1)
+	cn=$(sed -n 's/^# cancelled \([0-9][0-9]*\)$/\1/p' "$tmp/http-file.txt" | tail -n 1)
+	if [ -z "$p" ]; then
+		echo "http: $name ended (exit $rc) without a summary:"
+		tail -n 30 "$tmp/http-file.txt"
+		p=0
+		fl=1
+	fi
+	[ "$rc" -ne 0 ] && [ "${fl:-0}" = 0 ] && [ "${cn:-0}" = 0 ] && fl=1
+	pass=$((pass + p))
+	failed=$((failed + ${fl:-0} + ${cn:-0}))
+done
 kill -TERM $pid 2>/dev/null
 wait $pid
 serve_rc=$?
 # the failing tests with their diagnostics, then the figures the tests printed
 awk '/^ *not ok /{p=1} /^ *ok /{p=0} p' "$tmp/http-tap.txt"
 grep -E 'during prefill' "$tmp/http-tap.txt" | sed 's/^[# \]*/# /'
-pass=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
-failed=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
-cancelled=$(sed -n 's/^# cancelled \([0-9][0-9]*\)$/\1/p' "$tmp/http-tap.txt" | tail -n 1)
-[ -n "$pass" ] || { tail -n 30 "$tmp/http-tap.txt"; pass=0; failed=1; }
-failed=$((${failed:-0} + ${cancelled:-0}))
 if [ "$serve_rc" -ne 0 ]; then
 	echo "lanes serve exited $serve_rc after SIGTERM (want 0):"
 	tail -n 20 "$log"

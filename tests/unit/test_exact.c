@@ -182,6 +182,7 @@ static void bad_batches(fixture *f) {
 
 // Every model gets the mixed-batch checks; `full` adds pieces of 1, 3 threads and plain f16.
 static void run_model(const char *name, bool full) {
+	t_case("%s", name);
 	char path[512], err[256];
 	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
 	fixture f = {0};
@@ -195,6 +196,7 @@ static void run_model(const char *name, bool full) {
 	// block types mixed batches too (exactness holds within each type).
 	const enum kv_type types[] = {KV_F16S, KV_Q8_0, KV_F16, KV_Q4_0};
 	for (int t = 0; t < (full ? 4 : 2); t++) {
+		t_case("%s kv %d", name, (int)types[t]);
 		f.ref = malloc((size_t)P * f.V * sizeof *f.ref);
 		kv_cache *kv = new_kv(f.m, types[t], 1, P);
 		CHECK(feed(f.m, kv, NULL, 0, f.ids, 0, P, P, f.ref, f.V) == 0);

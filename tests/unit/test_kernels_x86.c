@@ -314,6 +314,7 @@ int main(void) {
 	for (int s = 0; s < n; s++) {
 		const tensor_kernels *ks = tensor_kernels_find(names[s]);
 		for (int t = 0; t < N_TYPES; t++) {
+			t_case("%s type %u", names[s], all_types[t]);
 			matmul_type(ks, all_types[t], 512, pool);
 			if (is_float(all_types[t])) matmul_type(ks, all_types[t], 100, pool);
 			extremes(ks, all_types[t]);
@@ -321,11 +322,16 @@ int main(void) {
 		const int32_t dims[] = {64, 128, 48, 8};
 		for (int d = 0; d < 4; d++)
 			for (int enc = 0; enc < 4; enc++) {
+				t_case("%s attention D=%d kv %d", names[s], dims[d], enc);
 				attention(ks, dims[d], 1, 1, enc);
 				attention(ks, dims[d], 4, 37, enc);
 				attention(ks, dims[d], 6, 100, enc);
 			}
-		for (int enc = 0; enc < 4; enc++) attention(ks, 64, 8, 300, enc);
+		for (int enc = 0; enc < 4; enc++) {
+			t_case("%s attention 8x300 kv %d", names[s], enc);
+			attention(ks, 64, 8, 300, enc);
+		}
+		t_case("%s pointwise", names[s]);
 		pointwise(ks);
 	}
 	lanes_pool_free(pool);

@@ -157,8 +157,10 @@ static void run_all(lane_host *h, req_spec *s, int n, result *res, bool concurre
 }
 
 static void test_exact_kv(const char *name, enum kv_type kvt) {
+	t_case("%s kv %d", name, (int)kvt);
 	KVT = kvt;
 	char path[1024], err[512];
+	t_case("%s", name);
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (!M) return;
@@ -330,6 +332,7 @@ static void test_plan_accounting(void) {
 // Random submits, cancels and a halt at random points: every request gets exactly one
 // terminal event, and at the end every lane and KV page is free and nothing is open.
 static void test_chaos(uint64_t seed) {
+	t_case("seed %llu", (unsigned long long)seed);
 	req_spec s[NREQ];
 	make_specs(s, NREQ, seed, model_hparams_of(M)->n_vocab);
 	lane_config c;

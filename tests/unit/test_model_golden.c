@@ -34,6 +34,7 @@ static int argmax(const float *x, int64_t n) {
 }
 
 static void golden_model(const char *name) {
+	t_case("%s", name);
 	char path[512], err[256];
 	snprintf(path, sizeof path, "%s/golden/%s/golden.json", t_shared(), name);
 	json_error_t je;

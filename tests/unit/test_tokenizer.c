@@ -138,7 +138,7 @@ static void test_vectors(void) {
 		snprintf(ip, sizeof ip, "%s.inp", path);
 		snprintf(op, sizeof op, "%s.out", path);
 		CHECKF(read_inp(ip, &tx), "read %s", ip);
-		size_t olen;
+		size_t olen = 0;
 		char *out = t_read_file(op, &olen);
 		CHECKF(out != NULL, "read %s", op);
 		size_t line_start = 0, k = 0, pass = 0;
