@@ -304,11 +304,9 @@ static int32_t pick(lane_host *h, const lane_req *r, const float *lg, int32_t po
 	float *x = h->scratch;
 	memcpy(x, lg, (size_t)nv * sizeof *x);
 	const lane_sampling *s = &r->s;
-	sample_penalties pen = {s->repeat_penalty, s->repeat_last_n, s->presence_penalty, s->frequency_penalty};
-	sample_penalize(x, nv, &pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
+	sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
 	for (int32_t i = 0; i < s->n_bias; i++) x[s->bias[i].token] += s->bias[i].bias;
-	sample_params p = {s->temperature, s->top_k, s->top_p, s->min_p, s->seed};
-	return sampler_pick(h->sampler, &p, x, (uint64_t)s->choice, pos);
+	return sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
 }
 
 // ---- one round ------------------------------------------------------------------------------
@@ -749,7 +747,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->m = m;
 	h->vocab = vocab;
 	h->hp = *model_hparams_of(m);
-	h->seed_state = cfg.seed;
+	atomic_init(&h->seed_state, cfg.seed);
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->work, NULL);
 	pthread_mutex_init(&h->snap_mu, NULL);
@@ -884,63 +882,10 @@ void lane_host_free(lane_host *h) {
 
 // ---- submit ---------------------------------------------------------------------------------------
 
-static bool finite_in(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
-
-static int check_request(const lane_host *h, const lane_request *q, char *err, size_t errlen) {
-	int32_t nv = h->hp.n_vocab;
-	const lane_sampling *s = &q->sampling;
-	if (!q->prompt || q->n_prompt < 1) return lanes_seterr(err, errlen, LANES_EINVAL, "the prompt is empty");
-	for (int32_t i = 0; i < q->n_prompt; i++)
-		if (q->prompt[i] < 0 || q->prompt[i] >= nv)
-			return lanes_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
-					    q->prompt[i], i, nv - 1);
-	if (!finite_in(s->temperature, 0, 1000)) return lanes_seterr(err, errlen, LANES_EINVAL, "temperature must be in 0..1000");
-	if (s->top_k < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "top_k must be >= 0");
-	if (!finite_in(s->top_p, 0, 1) || s->top_p <= 0) return lanes_seterr(err, errlen, LANES_EINVAL, "top_p must be in (0, 1]");
-	if (!finite_in(s->min_p, 0, 1)) return lanes_seterr(err, errlen, LANES_EINVAL, "min_p must be in [0, 1]");
-	if (!finite_in(s->repeat_penalty, 0, 100) || s->repeat_penalty <= 0)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "repeat_penalty must be in (0, 100]");
-	if (s->repeat_last_n < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "repeat_last_n must be >= 0");
-	if (!finite_in(s->presence_penalty, -2, 2)) return lanes_seterr(err, errlen, LANES_EINVAL, "presence_penalty must be in -2..2");
-	if (!finite_in(s->frequency_penalty, -2, 2)) return lanes_seterr(err, errlen, LANES_EINVAL, "frequency_penalty must be in -2..2");
-	if (s->choice < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "the choice index must be >= 0");
-	if (s->n_bias < 0 || s->n_bias > nv || (s->n_bias && !s->bias))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "logit_bias has too many entries");
-	for (int32_t i = 0; i < s->n_bias; i++) {
-		if (s->bias[i].token < 0 || s->bias[i].token >= nv)
-			return lanes_seterr(err, errlen, LANES_EINVAL, "logit_bias token %d is not in the vocabulary", s->bias[i].token);
-		if (isnan(s->bias[i].bias) || s->bias[i].bias == INFINITY)
-			return lanes_seterr(err, errlen, LANES_EINVAL, "logit_bias for token %d is not a number", s->bias[i].token);
-	}
-	if (q->n_stop_ids < 0 || q->n_stop_ids > 1024 || (q->n_stop_ids && !q->stop_ids))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "too many stop tokens");
-	for (int32_t i = 0; i < q->n_stop_ids; i++)
-		if (q->stop_ids[i] < 0 || q->stop_ids[i] >= nv)
-			return lanes_seterr(err, errlen, LANES_EINVAL, "stop token %d is not in the vocabulary", q->stop_ids[i]);
-	if (q->n_stop_strs < 0 || q->n_stop_strs > LANE_MAX_STOPS || (q->n_stop_strs && !q->stop_strs))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "at most %d stop sequences", LANE_MAX_STOPS);
-	for (int32_t i = 0; i < q->n_stop_strs; i++) {
-		size_t L = q->stop_strs[i] ? strlen(q->stop_strs[i]) : 0;
-		if (L == 0 || L > 1024) return lanes_seterr(err, errlen, LANES_EINVAL, "stop sequence %d must be 1..1024 bytes", i);
-	}
-	if (q->top_logprobs < 0 || q->top_logprobs > LANE_MAX_TOP_LOGPROBS)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "top_logprobs must be 0..%d", LANE_MAX_TOP_LOGPROBS);
-	if (q->max_tokens < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "max_tokens must be >= 1");
-	int64_t total = (int64_t)q->n_prompt + (q->max_tokens > 0 ? q->max_tokens : 1);
-	if (total > h->max_ctx && h->cfg.window_max > 0)
-		return lanes_seterr(err, errlen, LANES_ELIMIT,
-				    "the prompt (%d tokens) plus max_tokens (%d) exceeds the largest window the memory budget allows (%d tokens)",
-				    q->n_prompt, q->max_tokens > 0 ? q->max_tokens : 1, h->max_ctx);
-	if (total > h->max_ctx)
-		return lanes_seterr(err, errlen, LANES_ELIMIT,
-				    "the prompt (%d tokens) plus max_tokens (%d) exceeds the context of %d tokens a request may use",
-				    q->n_prompt, q->max_tokens > 0 ? q->max_tokens : 1, h->max_ctx);
-	return 0;
-}
-
 int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, size_t errlen) {
 	*out = NULL;
-	int rc = check_request(h, q, err, errlen);
+	int rc = lane_check_params(q, q->api, h->hp.n_vocab, err, errlen, NULL);
+	if (!rc) rc = lane_check_prompt(h, q, q->api, err, errlen, NULL);
 	if (rc) {
 		atomic_fetch_add(&h->rejected, 1);
 		return rc;
@@ -1006,10 +951,10 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		lreq_unref(r);
 		return lanes_seterr(err, errlen, LANES_EBUSY, "the queue is full (%d waiting)", h->cfg.queue);
 	}
-	if (!r->s.has_seed) {
-		h->seed_state = splitmix64(h->seed_state);
-		r->s.seed = h->seed_state;
-	}
+	if (!r->s.has_seed) r->s.seed = lane_draw_seed(h);
+	const lane_sampling *sp = &r->s;
+	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed};
+	r->pen = (sample_penalties){sp->repeat_penalty, sp->repeat_last_n, sp->presence_penalty, sp->frequency_penalty};
 	r->serial = ++h->serial;
 	if (h->qtail) h->qtail->next = r;
 	else h->qhead = r;

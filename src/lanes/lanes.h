@@ -20,6 +20,8 @@
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
 enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
 
+typedef struct lane_api lane_api;
+
 typedef struct {
 	int32_t token;
 	float bias;               // added to the token's logit; -INFINITY bans it
@@ -54,7 +56,60 @@ typedef struct {
 	bool logprobs;            // report each token's log-probability
 	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
 	bool draft;               // allow speculative drafting for this request (never changes its tokens)
+	const lane_api *api;      // the API's names and narrower bounds for errors (NULL: the host's)
 } lane_request;
+
+// Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
+void lane_request_init(lane_request *q);
+
+// ---- the request contract: one set of bounds, narrowed per API ----------------------------
+// Every field a request's bounds cover. The host's own bounds are the widest; an API may
+// narrow a range and name a field its own way (lane_api), and the one validator below
+// checks both.
+enum lane_field {
+	LANE_F_PROMPT,
+	LANE_F_MAX_TOKENS,
+	LANE_F_TEMPERATURE,
+	LANE_F_TOP_K,
+	LANE_F_TOP_P,
+	LANE_F_MIN_P,
+	LANE_F_REPEAT_PENALTY,
+	LANE_F_REPEAT_LAST_N,
+	LANE_F_PRESENCE_PENALTY,
+	LANE_F_FREQUENCY_PENALTY,
+	LANE_F_LOGIT_BIAS,
+	LANE_F_STOP,
+	LANE_F_STOP_IDS,
+	LANE_F_TOP_LOGPROBS,
+	LANE_F_CHOICE,
+	LANE_F_COUNT
+};
+
+typedef struct {
+	bool set;                 // false: the host's range alone
+	double lo, hi;            // inclusive
+} lane_range;
+#define LANE_RANGE(lo, hi) {true, (lo), (hi)}
+
+// How one API presents the contract: its names for the fields (NULL: the host's name) and
+// the ranges it documents where they are narrower than the host's.
+struct lane_api {
+	const char *name[LANE_F_COUNT];
+	lane_range range[LANE_F_COUNT];
+};
+
+// The host's name of a field ("temperature", "max_tokens", ...). Thread-safe.
+const char *lane_field_name(enum lane_field f);
+// api's name of f (the host's when api is NULL or names none). Thread-safe.
+const char *lane_api_name(const lane_api *api, enum lane_field f);
+// Checks one value of field f against the host's range and api's (NULL: the host's alone).
+// 0, or LANES_EINVAL with "NAME must be between LO and HI, got V" in err. Thread-safe.
+int lane_check_value(const lane_api *api, enum lane_field f, double v, char *err, size_t errlen);
+// Checks q's sampling and limits — everything but the prompt — with the bounds above and
+// the vocabulary's size for token ids. Cheap: callers run it before building the prompt.
+// 0, or LANES_EINVAL with err naming the field and *bad (may be NULL) set to it. Thread-safe.
+int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_vocab, char *err, size_t errlen,
+		      enum lane_field *bad);
 
 enum lane_ev_kind { LANE_EV_TOKEN, LANE_EV_FINISHED, LANE_EV_CANCELLED, LANE_EV_FAILED };
 enum lane_finish { LANE_FINISH_STOP, LANE_FINISH_LENGTH, LANE_FINISH_STOP_SEQUENCE };
@@ -152,7 +207,18 @@ void lane_host_free(lane_host *h);
 // The tokens one request may use at most: min(model context, --ctx), or the largest window.
 int32_t lane_host_max_context(const lane_host *h);
 
-// Submits a request. Never blocks on the engine. On success *out is the caller's handle.
+// Checks q's prompt (not empty, every id in the vocabulary) and that prompt plus max_tokens
+// fit the context a request may use. 0; LANES_EINVAL (*bad = LANE_F_PROMPT) or LANES_ELIMIT
+// (*bad = LANE_F_MAX_TOKENS when max_tokens was given, else LANE_F_PROMPT) with err naming
+// the numbers. Thread-safe.
+int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api *api, char *err, size_t errlen,
+		      enum lane_field *bad);
+// A fresh seed for a request that gave none: 53 bits, so JSON clients keep it exact; drawn
+// from the host's seed sequence (lane_config.seed). Thread-safe.
+uint64_t lane_draw_seed(lane_host *h);
+
+// Submits a request: lane_check_params and lane_check_prompt with the host's bounds (and
+// q->api's when set), then queues it. Never blocks on the engine. On success *out is the caller's handle.
 // Errors: LANES_EINVAL (bad parameters: message in err), LANES_ELIMIT (prompt plus
 // max_tokens exceed the context a request may use), LANES_EBUSY (queue full), and
 // LANES_ECANCELLED (the host is halting or draining).

@@ -29,6 +29,8 @@ struct lane_req {
 	// the request, copied at submit
 	int32_t *prompt, n_prompt;
 	lane_sampling s;
+	sample_params sp;         // the sampler's view of s, built once at submit
+	sample_penalties pen;
 	lane_bias *bias;
 	int32_t max_tokens;       // resolved: never past the context
 	bool explicit_max;        // the caller set max_tokens
@@ -98,7 +100,7 @@ struct lane_host {
 	bool quit, draining, halting;
 	char halt_reason[160];
 	uint64_t serial;
-	uint64_t seed_state;
+	atomic_uint_least64_t seed_state; // lane_draw_seed's sequence
 	atomic_int open;          // requests submitted and not yet ended
 	atomic_uint_least64_t rejected; // submits refused
 
