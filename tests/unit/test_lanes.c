@@ -738,6 +738,33 @@ static void test_contract(void) {
 	lane_host_free(h);
 }
 
+// A configuration out of range is refused, naming the field and its range, never replaced.
+static void test_config_refused(void) {
+	const struct { int32_t page_tokens, draft_max; const char *says; } bad[] = {
+		{0, 8, "page_tokens must be 1..4096"},
+		{4097, 8, "page_tokens must be 1..4096"},
+		{16, -1, "--draft-max must be 0..16"},
+		{16, LANE_MAX_DRAFT + 1, "--draft-max must be 0..16"},
+	};
+	char err[256];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		lane_config c;
+		lane_config_default(&c);
+		c.page_tokens = bad[i].page_tokens;
+		c.draft_max = bad[i].draft_max;
+		lane_host *h = NULL;
+		err[0] = 0;
+		CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && h == NULL && strstr(err, bad[i].says),
+		       "page_tokens %d, draft_max %d refused: '%s'", bad[i].page_tokens, bad[i].draft_max, err);
+	}
+	lane_config c;
+	lane_config_default(&c);
+	c.draft_max = 0;
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "draft_max 0 is allowed: %s", err);
+	lane_host_free(h);
+}
+
 int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
@@ -756,5 +783,6 @@ int main(void) {
 	test_exact("ref-moe-Q8_0.gguf");
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_contract);
+	with_model("stories260K.gguf", test_config_refused);
 	T_DONE("lanes");
 }
