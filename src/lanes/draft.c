@@ -1,6 +1,8 @@
-// lanes: draft proposers for speculative decoding — prompt lookup (the continuation of the
-// latest earlier occurrence of the context's last n-gram) and a small draft model decoding
-// greedily over its own KV. Proposals only ever save time: the target verifies every one.
+// lanes: drafting for speculative decoding, all of it — proposers (prompt lookup: the
+// continuation of the latest earlier occurrence of the context's last n-gram; a small draft
+// model decoding greedily over its own KV; a hook), the per-lane proposal size adapted to
+// acceptance, verification's bookkeeping, and the draft model's memory. Proposals only ever
+// save time: the target verifies every one.
 #include "lanes/lanes_int.h"
 
 #include <stdlib.h>
@@ -11,7 +13,9 @@
 
 static int32_t ctx_at(const lane_req *r, int32_t i) { return i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt]; }
 
-int32_t lane_propose_ngram(lane_host *h, lane_req *r, int32_t k) {
+// Writes r->drafts / r->n_draft (0 when it has nothing); returns the length of the n-gram
+// it matched (0: none).
+static int32_t propose_ngram(lane_host *h, lane_req *r, int32_t k) {
 	r->n_draft = 0;
 	int32_t L = r->n_prompt + r->n_gen;
 	int32_t from = L > NGRAM_WINDOW ? L - NGRAM_WINDOW : 0;
@@ -66,7 +70,8 @@ static int32_t catch_up(lane_host *h, lane_req *r) {
 	return sample_argmax(h->dlogits, model_hparams_of(dm)->n_vocab);
 }
 
-void lane_propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n) {
+// Drafts for the n lanes in rs with the draft model, up to ks[i] tokens each, greedily.
+static void propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n) {
 	const model *dm = h->cfg.draft_model;
 	int32_t nv = model_hparams_of(dm)->n_vocab;
 	char err[256];
@@ -105,7 +110,8 @@ void lane_propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t 
 	}
 }
 
-int lane_draft_check(const model *target, const model *draft, char *err, size_t errlen) {
+// Checks that the draft model's vocabulary equals the target's.
+static int draft_check(const model *target, const model *draft, char *err, size_t errlen) {
 	const gguf *a = model_gguf(target), *b = model_gguf(draft);
 	const gguf_value *ta = gguf_get_arr(a, "tokenizer.ggml.tokens"), *tb = gguf_get_arr(b, "tokenizer.ggml.tokens");
 	int32_t na = model_hparams_of(target)->n_vocab, nb = model_hparams_of(draft)->n_vocab;
@@ -121,4 +127,99 @@ int lane_draft_check(const model *target, const model *draft, char *err, size_t 
 					    (unsigned long long)i, (int)(y.len > 40 ? 40 : y.len), y.ptr, (int)(x.len > 40 ? 40 : x.len), x.ptr);
 	}
 	return 0;
+}
+
+// A proposer hook's drafts for r, from the last tokens of its context.
+static void custom_propose(lane_host *h, lane_req *r, int32_t k) {
+	int32_t L = r->n_prompt + r->n_gen, from = L > 4096 ? L - 4096 : 0;
+	for (int32_t i = from; i < L; i++) h->ctxbuf[i - from] = i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt];
+	int32_t got = h->cfg.hooks.propose(h->cfg.hooks.arg, h->ctxbuf, L - from, r->drafts, k);
+	r->n_draft = got < 0 ? 0 : got > k ? k : got;
+	for (int32_t j = 0; j < r->n_draft; j++)
+		if (r->drafts[j] < 0 || r->drafts[j] >= h->hp.n_vocab) r->n_draft = j; // an id outside the vocabulary ends it
+	r->prop = LANE_PROP_NGRAM;
+}
+
+// Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
+// long) first, else the draft model when there is one, else the n-gram's weak match.
+void lane_propose(lane_host *h) {
+	lane_req *mr[LANE_SNAP_MAX_LANES];
+	int32_t mk[LANE_SNAP_MAX_LANES], nm = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *r = h->lanes[i];
+		if (!r) continue;
+		r->n_draft = 0;
+		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
+		int32_t k = imin(r->draft_k, r->max_tokens - r->n_gen - 1);
+		if (k <= 0) continue;
+		if (h->cfg.hooks.propose) {
+			custom_propose(h, r, k);
+			continue;
+		}
+		int32_t n = propose_ngram(h, r, k);
+		if (n < 2 && h->dkv) {
+			mr[nm] = r;
+			mk[nm++] = k;
+		}
+	}
+	if (nm) propose_model(h, mr, mk, nm);
+}
+
+void lane_draft_start(lane_host *h, lane_req *r) {
+	r->draft_k = imin(4, h->cfg.draft_max);
+	r->draft_ema = 0.5f;
+}
+
+// Cuts the KV the rejected drafts wrote, counts, and adapts how many this lane proposes next.
+void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int32_t P) {
+	h->stats.draft_tokens[r->prop] += (uint64_t)nd;
+	h->stats.draft_accepted[r->prop] += (uint64_t)acc;
+	r->n_drafted += (uint64_t)nd;
+	r->n_accepted += (uint64_t)acc;
+	if (r->lane < 0) return; // it ended inside the drafts
+	kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+	if (h->dkv && r->dkv_len > P + 1 + acc) {
+		kv_seq_truncate(h->dkv, r->lane, P + 1 + acc);
+		r->dkv_len = P + 1 + acc;
+	}
+	r->draft_ema = 0.8f * r->draft_ema + 0.2f * (float)acc / (float)nd;
+	int32_t k = (int32_t)(1.5f + r->draft_ema * (float)h->cfg.draft_max);
+	r->draft_k = k < 1 ? 1 : k > h->cfg.draft_max ? h->cfg.draft_max : k;
+}
+
+int lane_draft_open(lane_host *h, int32_t n_pages, char *err, size_t errlen) {
+	const lane_config *cfg = &h->cfg;
+	int rc = draft_check(h->m, cfg->draft_model, err, errlen);
+	kv_config dc = model_kv_config(cfg->draft_model, cfg->kv_type, cfg->lanes, h->max_ctx, cfg->page_tokens);
+	dc.n_pages = n_pages + cfg->lanes * (lane_pages_for(h, cfg->draft_max) + 1);
+	if (!rc) rc = kv_new(&h->dkv, &dc, err, errlen);
+	const int32_t drows = cfg->lanes > LANE_DRAFT_CHUNK ? cfg->lanes : LANE_DRAFT_CHUNK;
+	if (!rc)
+		rc = model_ws_new(&h->dws, cfg->draft_model, drows, cfg->threads,
+				  model_attn_fused() ? 0 : h->max_ctx + LANE_MAX_DRAFT + 1, err, errlen);
+	h->dlogits = malloc((size_t)cfg->lanes * (size_t)h->hp.n_vocab * sizeof(float));
+	if (!rc && !h->dlogits) rc = LANES_ENOMEM;
+	return rc;
+}
+
+void lane_draft_free(lane_host *h) {
+	kv_free(h->dkv);
+	model_ws_free(h->dws);
+	free(h->dlogits);
+	free(h->drows);
+}
+
+uint64_t lane_draft_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window) {
+	if (!cfg->draft_model) return 0;
+	const uint64_t V = (uint64_t)hp->n_vocab;
+	const int32_t drows = cfg->lanes > LANE_DRAFT_CHUNK ? cfg->lanes : LANE_DRAFT_CHUNK;
+	uint64_t b = (uint64_t)cfg->lanes * V * sizeof(float); // draft logits
+	b += model_ws_bytes(model_hparams_of(cfg->draft_model), drows, nth,
+			    model_attn_fused() ? 0 : window + LANE_MAX_DRAFT + 1);
+	return b;
+}
+
+uint64_t lane_draft_held_bytes(const lane_host *h) {
+	return (h->cfg.draft_model ? (uint64_t)h->cfg.lanes * h->hp.n_vocab * sizeof(float) : 0) +
+	       (h->dws ? model_ws_size(h->dws) : 0);
 }

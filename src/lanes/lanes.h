@@ -20,6 +20,8 @@
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
 enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
 
+typedef struct lane_api lane_api;
+
 typedef struct {
 	int32_t token;
 	float bias;               // added to the token's logit; -INFINITY bans it
@@ -54,7 +56,61 @@ typedef struct {
 	bool logprobs;            // report each token's log-probability
 	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
 	bool draft;               // allow speculative drafting for this request (never changes its tokens)
+	const lane_api *api;      // the API's names and narrower bounds for errors (NULL: the host's)
 } lane_request;
+
+// Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
+// Thread-safe.
+void lane_request_init(lane_request *q);
+
+// ---- the request contract: one set of bounds, narrowed per API ----------------------------
+// Every field a request's bounds cover. The host's own bounds are the widest; an API may
+// narrow a range and name a field its own way (lane_api), and the one validator below
+// checks both.
+enum lane_field {
+	LANE_F_PROMPT,
+	LANE_F_MAX_TOKENS,
+	LANE_F_TEMPERATURE,
+	LANE_F_TOP_K,
+	LANE_F_TOP_P,
+	LANE_F_MIN_P,
+	LANE_F_REPEAT_PENALTY,
+	LANE_F_REPEAT_LAST_N,
+	LANE_F_PRESENCE_PENALTY,
+	LANE_F_FREQUENCY_PENALTY,
+	LANE_F_LOGIT_BIAS,
+	LANE_F_STOP,
+	LANE_F_STOP_IDS,
+	LANE_F_TOP_LOGPROBS,
+	LANE_F_CHOICE,
+	LANE_F_COUNT
+};
+
+typedef struct {
+	bool set;                 // false: the host's range alone
+	double lo, hi;            // inclusive
+} lane_range;
+#define LANE_RANGE(lo, hi) {true, (lo), (hi)}
+
+// How one API presents the contract: its names for the fields (NULL: the host's name) and
+// the ranges it documents where they are narrower than the host's.
+struct lane_api {
+	const char *name[LANE_F_COUNT];
+	lane_range range[LANE_F_COUNT];
+};
+
+// The host's name of a field ("temperature", "max_tokens", ...). Thread-safe.
+const char *lane_field_name(enum lane_field f);
+// api's name of f (the host's when api is NULL or names none). Thread-safe.
+const char *lane_api_name(const lane_api *api, enum lane_field f);
+// Checks one value of field f against the host's range and api's (NULL: the host's alone).
+// 0, or LANES_EINVAL with "NAME must be between LO and HI, got V" in err. Thread-safe.
+int lane_check_value(const lane_api *api, enum lane_field f, double v, char *err, size_t errlen);
+// Checks q's sampling and limits — everything but the prompt — with the bounds above and
+// the vocabulary's size for token ids. Cheap: callers run it before building the prompt.
+// 0, or LANES_EINVAL with err naming the field and *bad (may be NULL) set to it. Thread-safe.
+int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_vocab, char *err, size_t errlen,
+		      enum lane_field *bad);
 
 enum lane_ev_kind { LANE_EV_TOKEN, LANE_EV_FINISHED, LANE_EV_CANCELLED, LANE_EV_FAILED };
 enum lane_finish { LANE_FINISH_STOP, LANE_FINISH_LENGTH, LANE_FINISH_STOP_SEQUENCE };
@@ -94,11 +150,11 @@ typedef struct {
 	int32_t remaining;        // prompt tokens still to feed
 } lane_fill;
 
-// Hooks that change how rounds are planned; NULL fields keep the defaults. None of them
+// Hooks that change how a round is filled; NULL fields keep the defaults. None of them
 // can change a request's tokens — only when its rows run.
 typedef struct {
 	void *arg;
-	// Planner: prompt rows this round may add beside n_decode decode and draft rows
+	// Budget: prompt rows this round may add beside n_decode decode and draft rows
 	// (default: the share of --round-ms the calibrated pricing model leaves).
 	int32_t (*budget)(void *arg, int32_t n_decode, double row_us, double fixed_us, double round_ms);
 	// Row policy: the index in filling[0..n) of the lane that gets the next prompt piece,
@@ -122,7 +178,7 @@ typedef struct {
 	enum lane_draft_mode draft; // auto: n-gram drafts, and the draft model's when one is given
 	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
 	const model *draft_model; // optional; its vocabulary must equal the target's
-	lane_hooks hooks;         // planner, row policy and proposer (zero: the defaults)
+	lane_hooks hooks;         // budget, row policy and proposer (zero: the defaults)
 	uint64_t seed;            // seeds drawn for requests without one come from here
 	// Elastic window (window_max > 0): the KV holds lanes * window tokens, the window a
 	// request may use follows demand between `window` (the floor) and window_max, and
@@ -132,51 +188,72 @@ typedef struct {
 	double window_recent_s;   // demand counts requests that ended this recently (default 300)
 } lane_config;
 
+// The defaults above. Thread-safe.
 void lane_config_default(lane_config *c);
 
 // Bytes the host allocates for compute beside the KV: the forward pass's workspace for the
 // most rows one round can hold, the logits of those rows, and sampling scratch. Uses
-// lanes, draft_max, piece, threads (0: one per core) and, for unfused attention, the
-// largest window.
+// lanes, draft_max, threads (0: one per core), the draft model and, for unfused attention,
+// the largest window. cfg's draft_max must be 0..LANE_MAX_DRAFT, as lane_host_new checks
+// (others abort). Thread-safe.
 uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg);
 // Most rows one round forwards: a decode row and draft_max drafts per lane, plus prompt rows.
+// cfg's draft_max must be 0..LANE_MAX_DRAFT (others abort). Thread-safe.
 int32_t lane_max_rows(const lane_config *cfg);
 
-// Starts the engine thread over m and vocab (both must outlive the host).
+// Checks cfg (LANES_EINVAL naming the field and its range), allocates everything the host
+// will use, prices a round and starts the engine thread over m and vocab (both must outlive
+// the host). 0, LANES_EINVAL or LANES_ENOMEM with err. Thread-safe: each call builds its own host.
 int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const lane_config *cfg,
 		  char *err, size_t errlen);
 // Halts (if not yet), joins the engine thread and frees. Requests still held by callers
-// remain valid until lane_req_free.
+// remain valid until lane_req_free. Not thread-safe: no other call on h may run during or
+// after it (calls on requests may).
 void lane_host_free(lane_host *h);
 
 // The tokens one request may use at most: min(model context, --ctx), or the largest window.
+// Thread-safe.
 int32_t lane_host_max_context(const lane_host *h);
 
-// Submits a request. Never blocks on the engine. On success *out is the caller's handle.
+// Checks q's prompt (not empty, every id in the vocabulary) and that prompt plus max_tokens
+// fit the context a request may use. 0; LANES_EINVAL (*bad = LANE_F_PROMPT) or LANES_ELIMIT
+// (*bad = LANE_F_MAX_TOKENS when max_tokens was given, else LANE_F_PROMPT) with err naming
+// the numbers. Thread-safe.
+int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api *api, char *err, size_t errlen,
+		      enum lane_field *bad);
+// A fresh seed for a request that gave none: 53 bits, so JSON clients keep it exact; drawn
+// from the host's seed sequence (lane_config.seed). Thread-safe.
+uint64_t lane_draw_seed(lane_host *h);
+
+// Submits a request: lane_check_params and lane_check_prompt with the host's bounds (and
+// q->api's when set), then queues it. Never blocks on the engine. On success *out is the caller's handle.
 // Errors: LANES_EINVAL (bad parameters: message in err), LANES_ELIMIT (prompt plus
 // max_tokens exceed the context a request may use), LANES_EBUSY (queue full), and
-// LANES_ECANCELLED (the host is halting or draining).
+// LANES_ECANCELLED (the host is halting or draining). Thread-safe.
 int lane_submit(lane_host *h, const lane_request *r, lane_req **out, char *err, size_t errlen);
 
 // Waits up to timeout_us (<0: forever) for the request's next event. Returns 1 with *ev
 // filled (valid until the next call on req), 0 on timeout. After a terminal event there
-// are no more events.
+// are no more events. Not thread-safe on one req: one reader per request (safe beside the
+// engine thread).
 int lane_next(lane_req *req, lane_event *ev, int64_t timeout_us);
 // Asks the host to cancel req: it ends with a cancelled event (unless it already ended).
+// Thread-safe.
 void lane_cancel(lane_req *req);
-// Releases the caller's handle; cancels the request first if it has not ended.
+// Releases the caller's handle; cancels the request first if it has not ended. Once per
+// handle, by its reader (safe beside the engine thread).
 void lane_req_free(lane_req *req);
 // A callback run (from the engine thread, under req's lock: it must not block or call
 // lane functions on req) when req has new events. After set_notify returns, the old
-// callback is not running and will not run again.
+// callback is not running and will not run again. Thread-safe.
 void lane_req_set_notify(lane_req *req, void (*fn)(void *), void *arg);
 
 // Halt: at the next round boundary every queued and admitted request ends failed with
-// reason (copied). Further submits are refused. Safe from any thread, idempotent.
+// reason (copied). Further submits are refused. Idempotent. Thread-safe.
 void lane_host_halt(lane_host *h, const char *reason);
-// Stop admitting new submits (drain); accepted requests go on.
+// Stop admitting new submits (drain); accepted requests go on. Thread-safe.
 void lane_host_drain(lane_host *h);
-// Requests not yet ended (queued + admitted).
+// Requests not yet ended (queued + admitted). Thread-safe.
 int32_t lane_host_open(lane_host *h);
 
 enum lane_phase { LANE_IDLE, LANE_FILLING, LANE_LIVE };
@@ -234,10 +311,13 @@ typedef struct {
 	bool draining;
 } lane_snapshot;
 
+// Copies the last snapshot the engine published (with the current rejected count) into *out;
+// never waits for a round. Thread-safe.
 void lane_host_snapshot(lane_host *h, lane_snapshot *out);
 
 // Hooks for tests: when set, fault(arg, round, request_serial) returning true makes an
-// allocation for that request fail in that round.
+// allocation for that request fail in that round. Not thread-safe against a running round:
+// the engine reads it without a lock (a hook for tests only).
 void lane_host_set_fault(lane_host *h, bool (*fault)(void *arg, uint64_t round, uint64_t serial), void *arg);
 
 #endif

@@ -1,4 +1,5 @@
-// lanes: private structures shared by the host's files.
+// lanes: private structures and functions shared by the host's files (engine, admit, round,
+// emit, finals, window, draft, snapshot, req); nothing here is seen outside src/lanes.
 #ifndef LANES_LANES_INT_H
 #define LANES_LANES_INT_H
 
@@ -29,6 +30,8 @@ struct lane_req {
 	// the request, copied at submit
 	int32_t *prompt, n_prompt;
 	lane_sampling s;
+	sample_params sp;         // the sampler's view of s, built once at submit
+	sample_penalties pen;
 	lane_bias *bias;
 	int32_t max_tokens;       // resolved: never past the context
 	bool explicit_max;        // the caller set max_tokens
@@ -98,12 +101,13 @@ struct lane_host {
 	bool quit, draining, halting;
 	char halt_reason[160];
 	uint64_t serial;
-	uint64_t seed_state;
+	atomic_uint_least64_t seed_state; // lane_draw_seed's sequence
 	atomic_int open;          // requests submitted and not yet ended
 	atomic_uint_least64_t rejected; // submits refused
 
 	// engine thread only
 	lane_req **lanes;         // cfg.lanes slots, NULL when idle
+	lane_req **cancelled;     // admission's scratch: cfg.queue + cfg.lanes slots (the most ever queued)
 	int32_t pages_reserved;   // sum over admitted requests
 	uint64_t round;
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
@@ -131,14 +135,78 @@ struct lane_host {
 	lane_snapshot stats;      // counters the engine accumulates (engine thread)
 };
 
-// Proposers (draft.c). Each writes r->drafts / r->n_draft (0 when it has nothing).
-// The n-gram proposer returns the length of the n-gram it matched (0: none).
-int32_t lane_propose_ngram(lane_host *h, lane_req *r, int32_t k);
-// Drafts for the n lanes in rs with the draft model, up to ks[i] tokens each, greedily.
-void lane_propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n);
-// Checks that the draft model's vocabulary equals the target's.
-int lane_draft_check(const model *target, const model *draft, char *err, size_t errlen);
+static inline int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
+// KV pages that hold tokens tokens.
+static inline int32_t lane_pages_for(const lane_host *h, int64_t tokens) {
+	const int32_t pt = h->cfg.page_tokens;
+	return (int32_t)((tokens + pt - 1) / pt);
+}
+
+// The test hook: true when an allocation for r must fail in this round.
+static inline bool lane_fault(lane_host *h, const lane_req *r) {
+	return h->fault && h->fault(h->fault_arg, h->round, r->serial);
+}
+
+// Engine (engine.c): the thread's loop, started by lane_host_new.
+void *lane_engine(void *arg);
+
+// Admission (admit.c). Under h->mu: moves cancelled queued requests to cancelled[], then
+// admits from the queue's head while a lane and its KV pages are free.
+void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled);
+// At the start of a round: lanes admitted since the last one attach their cached prefix.
+void lane_start_admitted(lane_host *h);
+
+// The round (round.c): rows, prompt pieces within the budget, one forward pass, sampling.
+void lane_run_round(lane_host *h);
+// Prices a row and a round from timed forward passes (at start-up, before the engine runs).
+void lane_calibrate(lane_host *h);
+
+// Emit (emit.c): samples r's next token from lg, emits its text, and ends r when a stop
+// token, stop string or its length says so; returns the token.
+int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg);
+
+// Finals (finals.c): ends r with its terminal event, releases its lane and KV pages, and
+// drops the host's reference.
+void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_finish fin, int32_t stop_index,
+		 const char *reason, const char *text, size_t len);
+// Ends the n requests admission took out of the queue, then the admitted ones cancelled.
+void lane_end_cancelled(lane_host *h, lane_req **cancelled, int32_t n);
+
+// The elastic window (window.c): set only with window_max > 0; follow and record do nothing
+// with a fixed pool.
+// Sets the window to tokens (whole pages, floor..window_max) and the pool's page limit.
+void lane_window_set(lane_host *h, int32_t tokens);
+// At a round boundary: the window follows recent demand.
+void lane_window_follow(lane_host *h);
+// Records an ending request's size as demand.
+void lane_window_record(lane_host *h, const lane_req *r);
+
+// Drafting (draft.c).
+// Checks the draft model and allocates its KV (beside the target's n_pages), workspace
+// and logits. 0, LANES_EINVAL or LANES_ENOMEM with err.
+int lane_draft_open(lane_host *h, int32_t n_pages, char *err, size_t errlen);
+// Frees what drafting allocated; nothing to free is fine.
+void lane_draft_free(lane_host *h);
+// Compute bytes drafting needs (lane_compute_bytes's share) beside a target of hp, for cfg,
+// nth threads and, for unfused attention, a window of window tokens.
+uint64_t lane_draft_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window);
+// Compute bytes the host's draft model holds.
+uint64_t lane_draft_held_bytes(const lane_host *h);
+// A newly admitted request's proposal size and acceptance estimate.
+void lane_draft_start(lane_host *h, lane_req *r);
+// Lanes that may draft this round get proposals in r->drafts / r->n_draft.
+void lane_propose(lane_host *h);
+// After the target verified nd drafts of r at decode position P, acc of them matching.
+void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int32_t P);
+
+// Snapshot (snapshot.c).
+// Counts one duration (seconds) in hi.
+void lane_observe(lane_hist *hi, double seconds);
+// Publishes the engine's state for control reads (at every round boundary).
+void lane_publish(lane_host *h);
+
+// The request's channel (req.c).
 void lreq_ref(lane_req *r);
 void lreq_unref(lane_req *r);
 // Queues a token event (copies text and top). LANES_ENOMEM when it cannot.

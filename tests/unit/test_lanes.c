@@ -675,6 +675,99 @@ static void chaos_all(void) {
 	for (uint64_t seed = 1; seed <= 12; seed++) test_chaos(seed);
 }
 
+// The request contract: one validator, the host's bounds narrowed by an API's table, the
+// API's field names in the messages, and the bad field reported.
+static void test_contract(void) {
+	static const lane_api api = {
+		.name = {[LANE_F_MAX_TOKENS] = "max_output_tokens", [LANE_F_TEMPERATURE] = "temp"},
+		.range = {[LANE_F_TEMPERATURE] = LANE_RANGE(0, 2), [LANE_F_TOP_P] = LANE_RANGE(0, 1)},
+	};
+	char err[256];
+	enum lane_field bad = LANE_F_COUNT;
+	CHECK(lane_check_value(NULL, LANE_F_TEMPERATURE, 5, err, sizeof err) == 0);
+	CHECK(lane_check_value(&api, LANE_F_TEMPERATURE, 5, err, sizeof err) == LANES_EINVAL && strstr(err, "temp must be between 0 and 2, got 5"));
+	CHECK(lane_check_value(&api, LANE_F_TEMPERATURE, 2, err, sizeof err) == 0);
+	CHECK(lane_check_value(NULL, LANE_F_TEMPERATURE, 1001, err, sizeof err) == LANES_EINVAL && strstr(err, "temperature"));
+	CHECK(lane_check_value(NULL, LANE_F_TEMPERATURE, NAN, err, sizeof err) == LANES_EINVAL);
+	// an API's range never widens the host's: top_p 0 stays refused
+	CHECK(lane_check_value(&api, LANE_F_TOP_P, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "greater than 0"));
+	CHECK(lane_check_value(&api, LANE_F_TOP_P, 1, err, sizeof err) == 0);
+	CHECK(lane_check_value(NULL, LANE_F_REPEAT_PENALTY, 0, err, sizeof err) == LANES_EINVAL);
+	CHECK(lane_check_value(NULL, LANE_F_TOP_LOGPROBS, LANE_MAX_TOP_LOGPROBS + 1, err, sizeof err) == LANES_EINVAL);
+	CHECK(!strcmp(lane_api_name(&api, LANE_F_MAX_TOKENS), "max_output_tokens") && !strcmp(lane_api_name(&api, LANE_F_TOP_K), "top_k"));
+	lane_request q;
+	lane_request_init(&q);
+	CHECK(q.sampling.temperature == 1 && q.sampling.top_p == 1 && q.sampling.repeat_penalty == 1 && q.draft);
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == 0);
+	q.sampling.temperature = 1.5f;
+	CHECK(lane_check_params(&q, NULL, 100, err, sizeof err, &bad) == 0);
+	q.sampling.temperature = 3;
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_TEMPERATURE);
+	q.sampling.temperature = 1;
+	q.sampling.presence_penalty = -2.5f;
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_PRESENCE_PENALTY);
+	q.sampling.presence_penalty = 0;
+	lane_bias b = {100, 1};
+	q.sampling.bias = &b;
+	q.sampling.n_bias = 1;
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_LOGIT_BIAS);
+	b.token = 99;
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == 0);
+	const char *stops[] = {""};
+	q.stop_strs = stops;
+	q.n_stop_strs = 1;
+	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_STOP);
+	q.n_stop_strs = 0;
+	// the context check names the API's field and the numbers
+	lane_host *h = NULL;
+	lane_config cfg;
+	lane_config_default(&cfg);
+	cfg.ctx = 256;
+	cfg.lanes = 1;
+	CHECK(lane_host_new(&h, M, V, &cfg, err, sizeof err) == 0);
+	if (!h) return;
+	int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	q.prompt = ids;
+	q.n_prompt = 8;
+	q.max_tokens = 100000;
+	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == LANES_ELIMIT && bad == LANE_F_MAX_TOKENS &&
+	      strstr(err, "max_output_tokens (100000)"));
+	q.max_tokens = 0;
+	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == 0);
+	q.n_prompt = 0;
+	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_PROMPT);
+	uint64_t s1 = lane_draw_seed(h), s2 = lane_draw_seed(h);
+	CHECK(s1 != s2 && s1 < (1ull << 53) && s2 < (1ull << 53));
+	lane_host_free(h);
+}
+
+// A configuration out of range is refused, naming the field and its range, never replaced.
+static void test_config_refused(void) {
+	const struct { int32_t page_tokens, draft_max; const char *says; } bad[] = {
+		{0, 8, "page_tokens must be 1..4096"},
+		{4097, 8, "page_tokens must be 1..4096"},
+		{16, -1, "--draft-max must be 0..16"},
+		{16, LANE_MAX_DRAFT + 1, "--draft-max must be 0..16"},
+	};
+	char err[256];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		lane_config c;
+		lane_config_default(&c);
+		c.page_tokens = bad[i].page_tokens;
+		c.draft_max = bad[i].draft_max;
+		lane_host *h = NULL;
+		err[0] = 0;
+		CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && h == NULL && strstr(err, bad[i].says),
+		       "page_tokens %d, draft_max %d refused: '%s'", bad[i].page_tokens, bad[i].draft_max, err);
+	}
+	lane_config c;
+	lane_config_default(&c);
+	c.draft_max = 0;
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "draft_max 0 is allowed: %s", err);
+	lane_host_free(h);
+}
+
 int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
@@ -692,5 +785,7 @@ int main(void) {
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
 	with_model("stories260K.gguf", test_hooks);
+	with_model("stories260K.gguf", test_contract);
+	with_model("stories260K.gguf", test_config_refused);
 	T_DONE("lanes");
 }

@@ -1,0 +1,150 @@
+// lanes: the queue and admission — lane_submit checks a request against the contract and
+// queues it (never blocking on the engine); at each round boundary the engine admits from the
+// queue's head in FIFO order while a lane and the KV pages the request will need are free.
+#include "lanes/lanes_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Pages a request needs for its whole life: prompt plus every token it may generate.
+static int32_t request_pages(const lane_host *h, const lane_req *r) {
+	return lane_pages_for(h, (int64_t)r->n_prompt + r->max_tokens);
+}
+
+// FIFO: a request that does not fit yet waits, and so does everything behind it.
+void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
+	lane_req **pp = &h->qhead, *prev = NULL;
+	while (*pp) {
+		lane_req *r = *pp;
+		if (atomic_load(&r->cancel)) {
+			*pp = r->next;
+			if (h->qtail == r) h->qtail = prev;
+			h->qlen--;
+			cancelled[(*n_cancelled)++] = r;
+			continue;
+		}
+		prev = r;
+		pp = &r->next;
+	}
+	while (h->qhead) {
+		lane_req *r = h->qhead;
+		int32_t lane = -1;
+		for (int32_t i = 0; i < h->cfg.lanes && lane < 0; i++)
+			if (!h->lanes[i]) lane = i;
+		if (lane < 0) break;
+		// the request gets the window it needs (submit checked the budget allows it)
+		const int32_t tokens = r->n_prompt + r->max_tokens;
+		if (h->cfg.window_max > 0 && tokens > atomic_load(&h->window)) lane_window_set(h, tokens);
+		int32_t total = kv_pages_limit(h->kv);
+		int32_t need = request_pages(h, r);
+		if (h->pages_reserved + need > total) break;
+		h->qhead = r->next;
+		if (!h->qhead) h->qtail = NULL;
+		h->qlen--;
+		r->next = NULL;
+		r->lane = lane;
+		r->pages_reserved = need;
+		h->pages_reserved += need;
+		h->lanes[lane] = r;
+	}
+}
+
+void lane_start_admitted(lane_host *h) {
+	// each starts from the longest cached prefix of its prompt; the last prompt token is
+	// always computed, for its logits
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *r = h->lanes[i];
+		if (!r || r->started) continue;
+		r->started = true;
+		lane_draft_start(h, r);
+		if (h->cfg.prefix_cache) {
+			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
+			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
+		}
+	}
+}
+
+int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, size_t errlen) {
+	*out = NULL;
+	int rc = lane_check_params(q, q->api, h->hp.n_vocab, err, errlen, NULL);
+	if (!rc) rc = lane_check_prompt(h, q, q->api, err, errlen, NULL);
+	if (rc) {
+		atomic_fetch_add(&h->rejected, 1);
+		return rc;
+	}
+	lane_req *r = calloc(1, sizeof *r);
+	if (!r) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	atomic_init(&r->refs, 2);
+	r->host = h;
+	r->lane = -1;
+	r->n_prompt = q->n_prompt;
+	r->s = q->sampling;
+	r->explicit_max = q->max_tokens > 0;
+	if (q->max_tokens > 0) r->max_tokens = q->max_tokens;
+	else if (h->cfg.window_max > 0) {
+		// without max_tokens a request may run to the current window (or one window past its prompt)
+		const int32_t w = atomic_load(&h->window);
+		r->max_tokens = w - q->n_prompt >= 1 ? w - q->n_prompt : imin(w, h->max_ctx - q->n_prompt);
+	} else r->max_tokens = h->max_ctx - q->n_prompt;
+	r->ignore_eos = q->ignore_eos;
+	r->logprobs = q->logprobs || q->top_logprobs > 0;
+	r->top_logprobs = q->top_logprobs;
+	r->draft = q->draft;
+	r->prompt = malloc((size_t)q->n_prompt * sizeof *r->prompt);
+	r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen);
+	r->detok = tok_stream_new(h->vocab, 0);
+	bool ok = r->prompt && r->gen && r->detok;
+	if (ok && q->sampling.n_bias) {
+		r->bias = malloc((size_t)q->sampling.n_bias * sizeof *r->bias);
+		if ((ok = r->bias != NULL)) memcpy(r->bias, q->sampling.bias, (size_t)q->sampling.n_bias * sizeof *r->bias);
+	}
+	r->s.bias = r->bias;
+	if (ok && q->n_stop_ids) {
+		r->stop_ids = malloc((size_t)q->n_stop_ids * sizeof *r->stop_ids);
+		if ((ok = r->stop_ids != NULL)) memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof *r->stop_ids);
+		r->n_stop_ids = q->n_stop_ids;
+	}
+	for (int32_t i = 0; ok && i < q->n_stop_strs; i++) {
+		ok = (r->stops[i] = strdup(q->stop_strs[i])) != NULL;
+		r->stop_len[i] = ok ? strlen(r->stops[i]) : 0;
+		r->n_stops = i + 1;
+	}
+	if (!ok) {
+		lreq_unref(r);
+		lreq_unref(r);
+		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
+	memcpy(r->prompt, q->prompt, (size_t)q->n_prompt * sizeof *r->prompt);
+	sha256_init(&r->sha);
+	pthread_mutex_lock(&h->mu);
+	if (h->halting || h->draining || h->quit) {
+		pthread_mutex_unlock(&h->mu);
+		atomic_fetch_add(&h->rejected, 1);
+		lreq_unref(r);
+		lreq_unref(r);
+		return lanes_seterr(err, errlen, LANES_ECANCELLED, h->halting ? "%s" : "the server is draining", h->halt_reason);
+	}
+	if (atomic_load(&h->open) >= h->cfg.queue + h->cfg.lanes) {
+		pthread_mutex_unlock(&h->mu);
+		atomic_fetch_add(&h->rejected, 1);
+		lreq_unref(r);
+		lreq_unref(r);
+		return lanes_seterr(err, errlen, LANES_EBUSY, "the queue is full (%d waiting)", h->cfg.queue);
+	}
+	if (!r->s.has_seed) r->s.seed = lane_draw_seed(h);
+	const lane_sampling *sp = &r->s;
+	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed};
+	r->pen = (sample_penalties){sp->repeat_penalty, sp->repeat_last_n, sp->presence_penalty, sp->frequency_penalty};
+	r->serial = ++h->serial;
+	if (h->qtail) h->qtail->next = r;
+	else h->qhead = r;
+	h->qtail = r;
+	h->qlen++;
+	atomic_fetch_add(&h->open, 1);
+	pthread_cond_signal(&h->work);
+	pthread_mutex_unlock(&h->mu);
+	*out = r;
+	return 0;
+}

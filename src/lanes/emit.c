@@ -1,0 +1,151 @@
+// lanes: emit — a row's logits become the request's token (penalties, biases, the draw at
+// (seed, choice, position)), its logprobs, and text through the streaming detokenizer, held
+// back while it may still become a stop string; a stop token, stop string or length ends it.
+#include "lanes/lanes_int.h"
+
+#include "sample/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int pending_add(lane_req *r, const char *s, size_t n) {
+	if (r->n_pending + n + 1 > r->cap_pending) {
+		size_t cap = r->cap_pending ? r->cap_pending : 64;
+		while (cap < r->n_pending + n + 1) cap *= 2;
+		char *p = realloc(r->pending, cap);
+		if (!p) return LANES_ENOMEM;
+		r->pending = p;
+		r->cap_pending = cap;
+	}
+	memcpy(r->pending + r->n_pending, s, n);
+	r->n_pending += n;
+	r->pending[r->n_pending] = 0;
+	return 0;
+}
+
+// The first stop string inside the pending text: its index and where it starts.
+static int find_stop(const lane_req *r, size_t *at) {
+	int best = -1;
+	size_t best_at = 0;
+	for (int i = 0; i < r->n_stops; i++) {
+		const char *p = memmem(r->pending, r->n_pending, r->stops[i], r->stop_len[i]);
+		if (p && (best < 0 || (size_t)(p - r->pending) < best_at)) {
+			best = i;
+			best_at = (size_t)(p - r->pending);
+		}
+	}
+	*at = best_at;
+	return best;
+}
+
+// How much of the pending text is safe to emit: all but the longest suffix that could
+// still grow into a stop string.
+static size_t safe_prefix(const lane_req *r) {
+	size_t keep = 0;
+	for (int i = 0; i < r->n_stops; i++) {
+		size_t L = r->stop_len[i];
+		for (size_t k = L - 1 < r->n_pending ? L - 1 : r->n_pending; k > keep; k--)
+			if (!memcmp(r->pending + r->n_pending - k, r->stops[i], k)) {
+				keep = k;
+				break;
+			}
+	}
+	return r->n_pending - keep;
+}
+
+static void pending_drop(lane_req *r, size_t n) {
+	if (!n) return;
+	memmove(r->pending, r->pending + n, r->n_pending - n);
+	r->n_pending -= n;
+	if (r->pending) r->pending[r->n_pending] = 0;
+}
+
+static bool is_stop_token(const lane_host *h, const lane_req *r, int32_t tok) {
+	if (!r->ignore_eos && tok_is_eog(h->vocab, tok)) return true;
+	for (int32_t i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] == tok) return true;
+	return false;
+}
+
+// Log-probabilities of the raw distribution: the chosen token's and the top n.
+static float logprobs(const float *logits, int32_t n_vocab, int32_t tok, lane_top *top, int32_t n_top) {
+	float mx = -INFINITY;
+	for (int32_t i = 0; i < n_vocab; i++)
+		if (logits[i] > mx) mx = logits[i];
+	double sum = 0;
+	for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+	float lse = mx + (float)log(sum);
+	for (int32_t k = 0; k < n_top; k++) top[k] = (lane_top){-1, -INFINITY};
+	for (int32_t i = 0; i < n_vocab && n_top > 0; i++) {
+		float v = logits[i] - lse;
+		if (v <= top[n_top - 1].logprob) continue;
+		int32_t k = n_top - 1;
+		while (k > 0 && top[k - 1].logprob < v) { top[k] = top[k - 1]; k--; }
+		top[k] = (lane_top){i, v};
+	}
+	return logits[tok] - lse;
+}
+
+// The request's token at absolute position pos: penalties and biases on a copy of the
+// logits, then the sampler's draw at (seed, choice, pos).
+static int32_t pick(lane_host *h, const lane_req *r, const float *lg, int32_t pos) {
+	int32_t nv = h->hp.n_vocab;
+	float *x = h->scratch;
+	memcpy(x, lg, (size_t)nv * sizeof *x);
+	const lane_sampling *s = &r->s;
+	sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
+	for (int32_t i = 0; i < s->n_bias; i++) x[s->bias[i].token] += s->bias[i].bias;
+	return sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
+}
+
+// Takes the sampled token of lane r: records it, emits its text, ends the request when a
+// stop token, stop string, length or the context says so.
+static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const lane_top *top, int32_t n_top) {
+	if (is_stop_token(h, r, tok)) {
+		const char *t;
+		size_t n = 0;
+		tok_stream_flush(r->detok, &t, &n);
+		if (n && pending_add(r, t, n)) { lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0); return; }
+		lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP, -1, NULL, r->pending, r->n_pending);
+		return;
+	}
+	r->gen[r->n_gen++] = tok;
+	sha256_update(&r->sha, &tok, 4);
+	h->stats.generated_tokens++;
+	r->last = tok;
+	const char *t;
+	size_t n = 0;
+	tok_stream_push(r->detok, tok, &t, &n);
+	bool length = r->n_gen >= r->max_tokens;
+	if (length) {
+		if (n && pending_add(r, t, n)) goto oom;
+		tok_stream_flush(r->detok, &t, &n);
+	}
+	if (n && pending_add(r, t, n)) goto oom;
+	size_t at;
+	int si = r->n_stops ? find_stop(r, &at) : -1;
+	if (si >= 0) {
+		if (lreq_emit_token(r, tok, r->pending, at, lp, top, n_top) || lane_fault(h, r)) goto oom;
+		lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP_SEQUENCE, si, NULL, NULL, 0);
+		return;
+	}
+	size_t emit = length ? r->n_pending : safe_prefix(r);
+	if (lreq_emit_token(r, tok, r->pending, emit, lp, top, n_top) || lane_fault(h, r)) goto oom;
+	pending_drop(r, emit);
+	if (length) lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_LENGTH, -1, NULL, NULL, 0);
+	return;
+oom:
+	lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
+}
+
+// Samples the request's next token from lg and takes it; returns the token.
+int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg) {
+	int32_t pos = r->n_prompt + r->n_gen; // absolute position of the token drawn now
+	int32_t tok = pick(h, r, lg, pos);
+	int32_t n_top = r->top_logprobs;
+	float lp = 0;
+	if (r->logprobs) lp = logprobs(lg, h->hp.n_vocab, tok, h->top, n_top);
+	take_token(h, r, tok, lp, h->top, r->logprobs ? n_top : 0);
+	return tok;
+}

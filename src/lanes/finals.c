@@ -1,0 +1,38 @@
+// lanes: finals — a request's end: its one terminal event, the release of its lane and KV
+// pages (exactly once), the counters, and the ends of cancelled requests at a round boundary.
+#include "lanes/lanes_int.h"
+
+// Frees r's lane, its KV in both models and the pages it was promised; once, as lane < 0 after.
+static void release_lane(lane_host *h, lane_req *r) {
+	if (r->lane >= 0) {
+		kv_seq_clear(h->kv, r->lane);
+		if (h->dkv) kv_seq_clear(h->dkv, r->lane);
+		r->dkv_len = 0;
+		h->lanes[r->lane] = NULL;
+		h->pages_reserved -= r->pages_reserved;
+		r->pages_reserved = 0;
+		r->lane = -1;
+	}
+}
+
+void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_finish fin, int32_t stop_index,
+		 const char *reason, const char *text, size_t len) {
+	if (r->lane >= 0) lane_window_record(h, r);
+	release_lane(h, r);
+	switch (kind) {
+	case LANE_EV_FINISHED: h->stats.finished++; break;
+	case LANE_EV_CANCELLED: h->stats.cancelled++; break;
+	default: h->stats.failed++; break;
+	}
+	// counted out before the caller can see the end, so a caller never sees it still open
+	atomic_fetch_sub(&h->open, 1);
+	lreq_end(r, kind, fin, stop_index, reason, text, len);
+	lreq_unref(r);
+}
+
+void lane_end_cancelled(lane_host *h, lane_req **cancelled, int32_t n) {
+	for (int32_t i = 0; i < n; i++) lane_finish(h, cancelled[i], LANE_EV_CANCELLED, 0, -1, NULL, NULL, 0);
+	for (int32_t i = 0; i < h->cfg.lanes; i++)
+		if (h->lanes[i] && atomic_load(&h->lanes[i]->cancel))
+			lane_finish(h, h->lanes[i], LANE_EV_CANCELLED, 0, -1, NULL, NULL, 0);
+}

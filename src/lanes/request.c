@@ -1,0 +1,155 @@
+// lanes: the request contract — the one set of bounds every request is checked against,
+// narrowed per API by the caller's lane_api, and the seed drawn for requests without one.
+#include "lanes/lanes_int.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+	const char *name;
+	double lo, hi;            // inclusive, but lo itself is refused when lo_open
+	bool lo_open;
+} host_bound;
+
+// The host's bounds: the widest any API may offer.
+static const host_bound host[LANE_F_COUNT] = {
+	[LANE_F_PROMPT] = {"prompt", 1, INT32_MAX, false},
+	[LANE_F_MAX_TOKENS] = {"max_tokens", 0, INT32_MAX, false},
+	[LANE_F_TEMPERATURE] = {"temperature", 0, 1000, false},
+	[LANE_F_TOP_K] = {"top_k", 0, INT32_MAX, false},
+	[LANE_F_TOP_P] = {"top_p", 0, 1, true},
+	[LANE_F_MIN_P] = {"min_p", 0, 1, false},
+	[LANE_F_REPEAT_PENALTY] = {"repeat_penalty", 0, 100, true},
+	[LANE_F_REPEAT_LAST_N] = {"repeat_last_n", 0, INT32_MAX, false},
+	[LANE_F_PRESENCE_PENALTY] = {"presence_penalty", -2, 2, false},
+	[LANE_F_FREQUENCY_PENALTY] = {"frequency_penalty", -2, 2, false},
+	[LANE_F_LOGIT_BIAS] = {"logit_bias", -INFINITY, HUGE_VAL, false},
+	[LANE_F_STOP] = {"stop", 0, LANE_MAX_STOPS, false},
+	[LANE_F_STOP_IDS] = {"stop_ids", 0, 1024, false},
+	[LANE_F_TOP_LOGPROBS] = {"top_logprobs", 0, LANE_MAX_TOP_LOGPROBS, false},
+	[LANE_F_CHOICE] = {"choice", 0, INT32_MAX, false},
+};
+
+#define STOP_MAX_BYTES 1024
+
+void lane_request_init(lane_request *q) {
+	memset(q, 0, sizeof *q);
+	q->sampling.temperature = 1.0f;
+	q->sampling.top_p = 1.0f;
+	q->sampling.repeat_penalty = 1.0f;
+	q->draft = true;
+}
+
+const char *lane_field_name(enum lane_field f) { return (unsigned)f < LANE_F_COUNT ? host[f].name : "?"; }
+
+const char *lane_api_name(const lane_api *api, enum lane_field f) {
+	if (api && (unsigned)f < LANE_F_COUNT && api->name[f]) return api->name[f];
+	return lane_field_name(f);
+}
+
+int lane_check_value(const lane_api *api, enum lane_field f, double v, char *err, size_t errlen) {
+	if ((unsigned)f >= LANE_F_COUNT) return lanes_seterr(err, errlen, LANES_EINVAL, "unknown field %d", (int)f);
+	const host_bound *b = &host[f];
+	double lo = b->lo, hi = b->hi;
+	bool lo_open = b->lo_open;
+	if (api && api->range[f].set) {
+		if (api->range[f].lo > lo || (api->range[f].lo == lo && !lo_open)) lo = api->range[f].lo, lo_open = false;
+		if (api->range[f].hi < hi) hi = api->range[f].hi;
+	}
+	const char *name = lane_api_name(api, f);
+	if (isnan(v) || v < lo || v > hi || (lo_open && v == lo)) {
+		if (lo_open) return lanes_seterr(err, errlen, LANES_EINVAL, "%s must be greater than %.15g and at most %.15g, got %.15g", name, lo, hi, v);
+		return lanes_seterr(err, errlen, LANES_EINVAL, "%s must be between %.15g and %.15g, got %.15g", name, lo, hi, v);
+	}
+	return 0;
+}
+
+// Checks one field and records it as the bad one on failure.
+static int field(const lane_api *api, enum lane_field f, double v, char *err, size_t errlen, enum lane_field *bad) {
+	int rc = lane_check_value(api, f, v, err, errlen);
+	if (rc && bad) *bad = f;
+	return rc;
+}
+
+static int fail(enum lane_field f, enum lane_field *bad, int rc) {
+	if (bad) *bad = f;
+	return rc;
+}
+
+int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_vocab, char *err, size_t errlen,
+		      enum lane_field *bad) {
+	const lane_sampling *s = &q->sampling;
+	if (field(api, LANE_F_TEMPERATURE, s->temperature, err, errlen, bad) ||
+	    field(api, LANE_F_TOP_K, s->top_k, err, errlen, bad) || field(api, LANE_F_TOP_P, s->top_p, err, errlen, bad) ||
+	    field(api, LANE_F_MIN_P, s->min_p, err, errlen, bad) ||
+	    field(api, LANE_F_REPEAT_PENALTY, s->repeat_penalty, err, errlen, bad) ||
+	    field(api, LANE_F_REPEAT_LAST_N, s->repeat_last_n, err, errlen, bad) ||
+	    field(api, LANE_F_PRESENCE_PENALTY, s->presence_penalty, err, errlen, bad) ||
+	    field(api, LANE_F_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen, bad) ||
+	    field(api, LANE_F_CHOICE, s->choice, err, errlen, bad) ||
+	    field(api, LANE_F_MAX_TOKENS, q->max_tokens, err, errlen, bad) ||
+	    field(api, LANE_F_TOP_LOGPROBS, q->top_logprobs, err, errlen, bad))
+		return LANES_EINVAL;
+	const char *bn = lane_api_name(api, LANE_F_LOGIT_BIAS);
+	if (s->n_bias < 0 || s->n_bias > n_vocab || (s->n_bias && !s->bias))
+		return fail(LANE_F_LOGIT_BIAS, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s has too many entries", bn));
+	for (int32_t i = 0; i < s->n_bias; i++) {
+		if (s->bias[i].token < 0 || s->bias[i].token >= n_vocab)
+			return fail(LANE_F_LOGIT_BIAS, bad,
+				    lanes_seterr(err, errlen, LANES_EINVAL, "%s token %d is not in the vocabulary", bn, s->bias[i].token));
+		if (isnan(s->bias[i].bias) || s->bias[i].bias == INFINITY)
+			return fail(LANE_F_LOGIT_BIAS, bad,
+				    lanes_seterr(err, errlen, LANES_EINVAL, "%s for token %d is not a number", bn, s->bias[i].token));
+		if (field(api, LANE_F_LOGIT_BIAS, s->bias[i].bias, err, errlen, bad)) return LANES_EINVAL;
+	}
+	if (q->n_stop_ids < 0 || q->n_stop_ids > host[LANE_F_STOP_IDS].hi || (q->n_stop_ids && !q->stop_ids))
+		return fail(LANE_F_STOP_IDS, bad, lanes_seterr(err, errlen, LANES_EINVAL, "too many stop tokens"));
+	for (int32_t i = 0; i < q->n_stop_ids; i++)
+		if (q->stop_ids[i] < 0 || q->stop_ids[i] >= n_vocab)
+			return fail(LANE_F_STOP_IDS, bad,
+				    lanes_seterr(err, errlen, LANES_EINVAL, "stop token %d is not in the vocabulary", q->stop_ids[i]));
+	const char *sn = lane_api_name(api, LANE_F_STOP);
+	if (q->n_stop_strs < 0 || q->n_stop_strs > LANE_MAX_STOPS || (q->n_stop_strs && !q->stop_strs))
+		return fail(LANE_F_STOP, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s: at most %d stop sequences", sn, LANE_MAX_STOPS));
+	for (int32_t i = 0; i < q->n_stop_strs; i++) {
+		size_t L = q->stop_strs[i] ? strlen(q->stop_strs[i]) : 0;
+		if (L == 0 || L > STOP_MAX_BYTES)
+			return fail(LANE_F_STOP, bad,
+				    lanes_seterr(err, errlen, LANES_EINVAL, "%s: stop sequence %d must be 1..%d bytes", sn, i, STOP_MAX_BYTES));
+	}
+	return 0;
+}
+
+int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api *api, char *err, size_t errlen,
+		      enum lane_field *bad) {
+	const int32_t nv = h->hp.n_vocab;
+	const char *pn = lane_api_name(api, LANE_F_PROMPT);
+	if (!q->prompt || q->n_prompt < 1)
+		return fail(LANE_F_PROMPT, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s is empty: it encodes to no tokens", pn));
+	for (int32_t i = 0; i < q->n_prompt; i++)
+		if (q->prompt[i] < 0 || q->prompt[i] >= nv)
+			return fail(LANE_F_PROMPT, bad,
+				    lanes_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
+						 q->prompt[i], i, nv - 1));
+	const int32_t want = q->max_tokens > 0 ? q->max_tokens : 1;
+	if ((int64_t)q->n_prompt + want <= h->max_ctx) return 0;
+	const char *mn = lane_api_name(api, LANE_F_MAX_TOKENS);
+	if (q->max_tokens <= 0)
+		return fail(LANE_F_PROMPT, bad,
+			    lanes_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
+					 q->n_prompt, h->max_ctx));
+	if (h->cfg.window_max > 0)
+		return fail(LANE_F_MAX_TOKENS, bad,
+			    lanes_seterr(err, errlen, LANES_ELIMIT,
+					 "the prompt (%d tokens) plus %s (%d) exceeds the largest window the memory budget allows (%d tokens)",
+					 q->n_prompt, mn, q->max_tokens, h->max_ctx));
+	return fail(LANE_F_MAX_TOKENS, bad,
+		    lanes_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
+				 q->n_prompt, mn, q->max_tokens, h->max_ctx));
+}
+
+uint64_t lane_draw_seed(lane_host *h) {
+	uint64_t x = splitmix64(atomic_fetch_add(&h->seed_state, 0x9e3779b97f4a7c15ull));
+	return x & ((1ull << 53) - 1);
+}

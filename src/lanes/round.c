@@ -1,0 +1,189 @@
+// lanes: the round — decode and draft rows for live lanes, prompt pieces for filling lanes
+// within the budget the pricing model gives (calibrated once at start-up), one forward pass,
+// then each row's token sampled and emitted in order.
+#include "lanes/lanes_int.h"
+
+#define MOD "lanes"
+
+static int ensure_rows(lane_host *h, int32_t n) {
+	if (n <= h->cap_rows) return 0;
+	int32_t cap = h->cap_rows ? h->cap_rows : 64;
+	while (cap < n) cap *= 2;
+	model_row *rows = realloc(h->rows, (size_t)cap * sizeof *rows);
+	if (rows) h->rows = rows;
+	int32_t *rl = realloc(h->row_lane, (size_t)cap * sizeof *rl);
+	if (rl) h->row_lane = rl;
+	if (!rows || !rl) return LANES_ENOMEM;
+	h->cap_rows = cap;
+	return 0;
+}
+
+// Prompt rows this round may carry after n_decode decode and draft rows: the budget hook's
+// figure, else the share of --round-ms the pricing model leaves.
+static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
+	if (h->cfg.hooks.budget) {
+		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, n_decode, h->row_us, h->fixed_us, h->cfg.round_ms);
+		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
+	}
+	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
+	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
+	// a page of prompt per round at least, so busy decoding never starves a filling lane
+	return n < h->cfg.page_tokens ? h->cfg.page_tokens : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
+}
+
+// The filling lane whose prompt piece comes next: the row policy's choice, or the earliest
+// admitted. A lane already given a piece this round is not offered again.
+static lane_req *next_piece(lane_host *h) {
+	lane_fill f[LANE_SNAP_MAX_LANES];
+	int32_t n = 0;
+	lane_req *first = NULL;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *c = h->lanes[i];
+		if (!c || c->n_filled >= c->n_prompt || kv_seq_len(h->kv, i) != c->n_filled) continue;
+		f[n++] = (lane_fill){i, c->serial, c->n_filled, c->n_prompt - c->n_filled};
+		if (!first || c->serial < first->serial) first = c;
+	}
+	if (!n || !h->cfg.hooks.next_piece) return first;
+	int32_t k = h->cfg.hooks.next_piece(h->cfg.hooks.arg, f, n);
+	return k >= 0 && k < n ? h->lanes[f[k].lane] : NULL;
+}
+
+// A decode row for every live lane, each followed by its draft rows; returns the rows' count.
+static int32_t add_decode_rows(lane_host *h) {
+	int32_t n = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) {
+		lane_req *r = h->lanes[i];
+		if (!r || r->n_filled < r->n_prompt) continue;
+		if (ensure_rows(h, n + 1 + r->n_draft) || lane_fault(h, r)) {
+			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
+			continue;
+		}
+		int32_t pos = r->n_prompt + r->n_gen - 1;
+		h->rows[n] = (model_row){r->last, pos, i, true};
+		h->row_lane[n++] = i;
+		for (int32_t k = 0; k < r->n_draft; k++) {
+			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true};
+			h->row_lane[n++] = i;
+		}
+	}
+	return n;
+}
+
+// After the n decode and draft rows, prompt pieces in admission order (or the row policy's)
+// until the budget is spent; returns the rows' count.
+static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
+	int32_t budget = prompt_budget(h, n);
+	for (;;) {
+		lane_req *r = budget > 0 ? next_piece(h) : NULL;
+		if (!r) break;
+		int32_t take = imin(r->n_prompt - r->n_filled, budget);
+		if (h->cfg.piece > 0) take = imin(take, h->cfg.piece);
+		if (ensure_rows(h, n + take) || lane_fault(h, r)) {
+			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
+			continue;
+		}
+		for (int32_t k = 0; k < take; k++) {
+			int32_t pos = r->n_filled + k;
+			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, pos == r->n_prompt - 1};
+			h->row_lane[n++] = r->lane;
+		}
+		budget -= take;
+		// mark the piece as taken so the loop moves on; the KV length confirms it after forward
+		r->n_filled += take;
+	}
+	return n;
+}
+
+// One forward pass over the n rows, timed. When it fails it changed nothing, and every lane
+// in it ends failed; returns the error then.
+static int forward(lane_host *h, int32_t n) {
+	char err[256];
+	uint64_t t0 = lanes_now_us();
+	int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, err, sizeof err);
+	uint64_t dt = lanes_now_us() - t0;
+	h->stats.forward_us += dt;
+	lane_observe(&h->stats.forward_seconds, dt / 1e6);
+	h->stats.rounds++;
+	if (rc) {
+		LOG_ERROR(MOD, "forward pass failed: %s", err);
+		for (int32_t i = 0; i < n; i++) {
+			lane_req *r = h->lanes[h->row_lane[i]];
+			if (r) lane_finish(h, r, LANE_EV_FAILED, 0, -1, err, NULL, 0);
+		}
+	}
+	return rc;
+}
+
+// Row by row, the rows with logits: a prompt's last row publishes its prefix and draws the
+// first token; a decode row and its drafts draw the target's token at each position, in
+// order, until one differs from the draft. Every token taken is the target's own, and
+// emitting it may end its request.
+static void sample_rows(lane_host *h, int32_t n) {
+	const int32_t n_vocab = h->hp.n_vocab;
+	int32_t li = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if (!h->rows[i].logits) {
+			h->stats.prompt_tokens++;
+			continue;
+		}
+		const float *lg = h->logits + (size_t)li++ * n_vocab;
+		lane_req *r = h->lanes[h->row_lane[i]];
+		if (!r) continue;
+		if (r->n_gen == 0 && h->rows[i].pos == r->n_prompt - 1) {
+			h->stats.prompt_tokens++;
+			if (h->cfg.prefix_cache) kv_prefix_publish(h->kv, r->lane, r->prompt, r->n_prompt);
+		}
+		if (h->rows[i].pos == r->n_prompt - 1) {
+			lane_emit_sampled(h, r, lg);
+			continue;
+		}
+		int32_t nd = r->n_draft, P = h->rows[i].pos, acc = 0;
+		lreq_ref(r); // ending it inside the drafts must not free it under us
+		for (int32_t j = 0; j <= nd; j++) {
+			int32_t tok = lane_emit_sampled(h, r, h->logits + (size_t)(li - 1 + j) * n_vocab);
+			if (r->lane < 0 || j == nd || tok != r->drafts[j]) break;
+			acc++;
+		}
+		li += nd;
+		i += nd;
+		if (nd) lane_draft_verified(h, r, nd, acc, P);
+		lreq_unref(r);
+	}
+}
+
+// One round as the design orders it (the engine admitted under its lock just before): the
+// admitted lanes start, live lanes get decode and draft rows, filling lanes prompt pieces
+// within the budget, one forward pass, then row by row sample, emit and finals.
+void lane_run_round(lane_host *h) {
+	lane_start_admitted(h);
+	lane_propose(h);
+	int32_t n = add_decode_rows(h);
+	n = add_prompt_pieces(h, n);
+	if (n == 0 || forward(h, n)) return;
+	sample_rows(h, n);
+}
+
+// Times forward passes of 1 and of 16 rows on lane 0 to price a row and a round (16: the
+// batch where the kernels have turned compute-bound, as busy rounds are).
+void lane_calibrate(lane_host *h) {
+	int32_t big = imin(16, h->max_ctx);
+	model_row rows[16];
+	double t[2] = {0, 0};
+	int32_t sizes[2] = {1, big};
+	char err[128];
+	for (int rep = 0; rep < 2; rep++)
+		for (int k = 0; k < 2; k++) {
+			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1};
+			uint64_t t0 = lanes_now_us();
+			int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, rows, sizes[k], h->logits, err, sizeof err);
+			double dt = (double)(lanes_now_us() - t0);
+			kv_seq_clear(h->kv, 0);
+			if (rc) return;
+			if (rep == 1) t[k] = dt; // the first pass warms caches
+		}
+	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
+	if (h->row_us < 1) h->row_us = 1;
+	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
+	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %d prompt rows",
+		 h->row_us, h->fixed_us, h->cfg.round_ms, prompt_budget(h, 0));
+}

@@ -1,0 +1,61 @@
+// lanes: the snapshot — what the engine publishes at every round boundary (lanes, queue, KV,
+// window, counters, histograms) and the copy control reads take without touching the engine.
+#include "lanes/lanes_int.h"
+
+#include <math.h>
+
+const double lane_hist_bounds[LANE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, INFINITY};
+
+void lane_observe(lane_hist *hi, double seconds) {
+	for (int i = 0; i < LANE_HIST_BUCKETS; i++)
+		if (seconds <= lane_hist_bounds[i]) hi->count[i]++;
+	hi->n++;
+	hi->sum += seconds;
+}
+
+void lane_publish(lane_host *h) {
+	lane_snapshot *s = &h->stats;
+	s->sequence++;
+	s->clock_us = lanes_now_us();
+	s->n_lanes = imin(h->cfg.lanes, LANE_SNAP_MAX_LANES);
+	for (int32_t i = 0; i < s->n_lanes; i++) {
+		lane_req *r = h->lanes[i];
+		lane_snap_lane *l = &s->lanes[i];
+		l->id = i;
+		l->phase = !r ? LANE_IDLE : r->n_filled < r->n_prompt || kv_seq_len(h->kv, i) < r->n_prompt ? LANE_FILLING : LANE_LIVE;
+		l->prompt_tokens = r ? r->n_prompt : 0;
+		l->filled = r ? kv_seq_len(h->kv, i) : 0;
+		l->generated_tokens = r ? r->n_gen : 0;
+		l->draft_k = r ? r->draft_k : 0;
+		l->draft_acceptance = r && r->n_drafted ? (float)r->n_accepted / (float)r->n_drafted : 0;
+	}
+	int32_t total = kv_pages_limit(h->kv);
+	s->kv_pages_free = kv_pages_free(h->kv);
+	s->kv_pages_used = total - s->kv_pages_free + kv_pages_over_limit(h->kv);
+	if (h->cfg.window_max > 0) {
+		s->window = atomic_load(&h->window);
+		s->window_demand = h->window_demand;
+		s->window_floor = h->cfg.window;
+		s->window_max = h->cfg.window_max;
+	}
+	s->kv_bytes = (uint64_t)total * kv_page_bytes(h->kv);
+	s->kv_reserved_bytes = kv_reserved_bytes(h->kv);
+	s->kv_used_bytes = (uint64_t)s->kv_pages_used * kv_page_bytes(h->kv);
+	s->compute_bytes = h->compute_bytes;
+	s->kv_pages_cached = kv_pages_cached(h->kv);
+	pthread_mutex_lock(&h->mu);
+	s->queue_depth = h->qlen;
+	s->halting = h->halting;
+	s->draining = h->draining;
+	pthread_mutex_unlock(&h->mu);
+	pthread_mutex_lock(&h->snap_mu);
+	h->snap = *s;
+	pthread_mutex_unlock(&h->snap_mu);
+}
+
+void lane_host_snapshot(lane_host *h, lane_snapshot *out) {
+	pthread_mutex_lock(&h->snap_mu);
+	*out = h->snap;
+	pthread_mutex_unlock(&h->snap_mu);
+	out->rejected = atomic_load(&h->rejected);
+}
