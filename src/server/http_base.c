@@ -343,16 +343,19 @@ int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *
 
 // The request contract's bounds for row r's value x; at the top level the API's name of the
 // field becomes the key, so that errors name what the client sent.
-static int bounded(const srv_field *r, enum lane_field f, const char *name, double x, lane_api *api, bool top, srv_err *e) {
+static int bounded(const srv_field *r, const char *name, double x, lane_api *api, bool top, srv_err *e) {
 	char err[256];
-	if (api && top) api->name[f] = r->name;
-	if (!lane_check_value(api, f, x, err, sizeof err)) return 0;
+	if (api && top) api->name[r->field] = r->name;
+	if (!lane_check_value(api, r->field, x, err, sizeof err)) return 0;
 	return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
 }
 
 // An integer, or a number with no fraction that a double holds exactly.
 static bool integer_of(const json_t *v, int64_t *x) {
-	if (json_is_integer(v)) return *x = json_integer_value(v), true;
+	if (json_is_integer(v)) {
+		*x = json_integer_value(v);
+		return true;
+	}
 	double d = json_is_real(v) ? json_real_value(v) : 0.5;
 	if (d != floor(d) || fabs(d) >= 9e15) return false;
 	*x = (int64_t)d;
@@ -369,8 +372,9 @@ static int read_stops(const srv_field *r, json_t *v, srv_stops *st, const char *
 	if (!json_is_array(v))
 		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be %san array of strings", name,
 				r->kind == SRV_K_STOPS ? "a string or " : "");
-	if (bounded(r, r->field, name, (double)json_array_size(v), api, top, e)) return -1;
-	if (json_array_size(v) > LANE_MAX_STOPS) return srv_fail(e, SRV_E_INTERNAL, name, "%s: too many entries", name);
+	if (bounded(r, name, (double)json_array_size(v), api, top, e)) return -1;
+	if (json_array_size(v) > LANE_MAX_STOPS) // the host's bound is the storage's
+		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s: at most %d stop sequences", name, LANE_MAX_STOPS);
 	size_t i;
 	json_t *x;
 	json_array_foreach(v, i, x) {
@@ -387,7 +391,7 @@ static int read_bias(const srv_field *r, json_t *v, srv_biases *b, const char *n
 	b->n = 0;
 	b->p = calloc(n ? n : 1, sizeof *b->p);
 	if (!b->p) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	const lane_range *lo = api ? &api->range[r->field] : NULL;
+	const lane_range *range = api ? &api->range[r->field] : NULL;
 	const char *key;
 	json_t *x;
 	json_object_foreach(v, key, x) {
@@ -398,9 +402,9 @@ static int read_bias(const srv_field *r, json_t *v, srv_biases *b, const char *n
 		if (!json_is_number(x))
 			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s for token %lld must be a number, got %s", name, id, type_name(x));
 		double bv = json_number_value(x);
-		if (bounded(r, r->field, name, bv, api, top, e)) return -1;
+		if (bounded(r, name, bv, api, top, e)) return -1;
 		// the API's lowest bias bans the token (OpenAI: -100)
-		b->p[b->n++] = (lane_bias){(int32_t)id, lo && lo->set && bv <= lo->lo ? -INFINITY : (float)bv};
+		b->p[b->n++] = (lane_bias){(int32_t)id, range && range->set && bv <= range->lo ? -INFINITY : (float)bv};
 	}
 	return 0;
 }
@@ -413,7 +417,7 @@ static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, 
 	case SRV_K_REAL: {
 		if (!json_is_number(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a number, got %s", name, type_name(v));
 		double d = json_number_value(v);
-		if (bounded(r, r->field, name, d, api, top, e)) return -1;
+		if (bounded(r, name, d, api, top, e)) return -1;
 		if (r->kind == SRV_K_NUM) *(float *)dst = (float)d;
 		else *(double *)dst = d;
 		return 0;
@@ -431,7 +435,7 @@ static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, 
 				return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be between 1 and %d, got %lld", name, SRV_MAX_N, (long long)x);
 			*(int *)dst = (int)x;
 		} else {
-			if (bounded(r, r->field, name, (double)x, api, top, e)) return -1;
+			if (bounded(r, name, (double)x, api, top, e)) return -1;
 			if (x < INT32_MIN || x > INT32_MAX) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s is out of range", name);
 			*(int32_t *)dst = (int32_t)x;
 		}
