@@ -88,7 +88,7 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 	    field(api, LANE_F_PRESENCE_PENALTY, s->presence_penalty, err, errlen, bad) ||
 	    field(api, LANE_F_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen, bad) ||
 	    field(api, LANE_F_CHOICE, s->choice, err, errlen, bad) ||
-	    field(api, LANE_F_MAX_TOKENS, q->max_tokens, err, errlen, bad) ||
+	    (q->max_tokens && field(api, LANE_F_MAX_TOKENS, q->max_tokens, err, errlen, bad)) || // 0: not sent
 	    field(api, LANE_F_TOP_LOGPROBS, q->top_logprobs, err, errlen, bad))
 		return LANES_EINVAL;
 	const char *bn = lane_api_name(api, LANE_F_LOGIT_BIAS);
@@ -101,7 +101,9 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 		if (isnan(s->bias[i].bias) || s->bias[i].bias == INFINITY)
 			return fail(LANE_F_LOGIT_BIAS, bad,
 				    lanes_seterr(err, errlen, LANES_EINVAL, "%s for token %d is not a number", bn, s->bias[i].token));
-		if (field(api, LANE_F_LOGIT_BIAS, s->bias[i].bias, err, errlen, bad)) return LANES_EINVAL;
+		// a ban (-INFINITY) is not a bias: an API's range bounds the finite ones
+		if (s->bias[i].bias != -INFINITY && field(api, LANE_F_LOGIT_BIAS, s->bias[i].bias, err, errlen, bad))
+			return LANES_EINVAL;
 	}
 	if (q->n_stop_ids < 0 || q->n_stop_ids > host[LANE_F_STOP_IDS].hi || (q->n_stop_ids && !q->stop_ids))
 		return fail(LANE_F_STOP_IDS, bad, lanes_seterr(err, errlen, LANES_EINVAL, "too many stop tokens"));

@@ -1,7 +1,8 @@
-// server: the libmicrohttpd daemon (a thread per connection, so a request that waits on
-// the engine never delays another), the route table, request bodies, the API key, the
-// access log, the background model load, and the drain/halt states.
-#include "server/http_int.h"
+// server, layer 3: the libmicrohttpd daemon (a thread per connection, so a request that
+// waits on the engine never delays another), the route table, request bodies, the API key,
+// the access log, the background model load, and the drain/halt states.
+#include "server/http_gen.h"
+#include "server/http_routes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +25,21 @@ void http_config_default(http_config *c) {
 }
 
 // ---- routes ---------------------------------------------------------------------------------
+
+enum {
+	SRV_R_AUTH = 1 << 0,  // needs the API key when one is set
+	SRV_R_MODEL = 1 << 1, // needs the model (503 while loading)
+	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
+	SRV_R_PREFIX = 1 << 3 // path matches as a prefix
+};
+
+struct srv_route {
+	const char *method, *path;
+	unsigned flags;
+	enum srv_family family;
+	enum MHD_Result (*fn)(srv_conn *c);
+};
+typedef struct srv_route srv_route;
 
 static const srv_route routes[] = {
 	{"GET", "/health", 0, SRV_OPENAI, srv_health},
@@ -56,158 +72,6 @@ static const srv_route *route_find(const char *method, const char *url, bool *pa
 	return NULL;
 }
 
-// ---- small helpers ----------------------------------------------------------------------------
-
-void srv_buf_add(srv_buf *b, const void *s, size_t n) {
-	if (b->oom || n == 0) return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1) cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-}
-
-void srv_buf_adds(srv_buf *b, const char *s) { srv_buf_add(b, s, strlen(s)); }
-
-void srv_buf_free(srv_buf *b) {
-	free(b->p);
-	memset(b, 0, sizeof *b);
-}
-
-// Status and type of each error kind in each family; OpenAI's code when it has one.
-static const struct {
-	int status;
-	const char *openai_type, *openai_code;
-	int anthropic_status;
-	const char *anthropic_type;
-	int retry_after;
-} ekinds[SRV_E__COUNT] = {
-	[SRV_E_BAD_REQUEST] = {400, "invalid_request_error", NULL, 400, "invalid_request_error", 0},
-	[SRV_E_AUTH] = {401, "invalid_request_error", "invalid_api_key", 401, "authentication_error", 0},
-	[SRV_E_NOT_FOUND] = {404, "invalid_request_error", NULL, 404, "not_found_error", 0},
-	[SRV_E_METHOD] = {405, "invalid_request_error", NULL, 405, "invalid_request_error", 0},
-	[SRV_E_TOO_LARGE] = {413, "invalid_request_error", "request_too_large", 413, "request_too_large", 0},
-	[SRV_E_BUSY] = {429, "rate_limit_error", "rate_limit_exceeded", 529, "overloaded_error", 1},
-	[SRV_E_UNAVAILABLE] = {503, "server_error", "unavailable", 503, "overloaded_error", 2},
-	[SRV_E_INTERNAL] = {500, "server_error", NULL, 500, "api_error", 0},
-};
-
-int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...) {
-	e->kind = kind;
-	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-	e->code[0] = 0;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
-
-json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
-	if (f == SRV_ANTHROPIC) {
-		*status = ekinds[e->kind].anthropic_status;
-		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", ekinds[e->kind].anthropic_type,
-				 "message", e->msg);
-	}
-	*status = ekinds[e->kind].status;
-	json_t *err = json_pack("{s:s, s:s}", "message", e->msg, "type", ekinds[e->kind].openai_type);
-	// a failed generation is exactly {message, type}; request errors name their field
-	if (err && e->kind != SRV_E_INTERNAL) {
-		json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
-		const char *code = e->code[0] ? e->code : ekinds[e->kind].openai_code;
-		json_object_set_new(err, "code", code ? json_string(code) : json_null());
-	}
-	return err ? json_pack("{s:o}", "error", err) : NULL;
-}
-
-static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
-	if (!r) return MHD_NO;
-	c->status = status;
-	c->replied = true;
-	enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
-	MHD_destroy_response(r);
-	return ok;
-}
-
-enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-	if (!r) return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	return queue(c, status, r);
-}
-
-static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after) {
-	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
-	json_decref(body);
-	if (!txt) return MHD_NO;
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(txt);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (retry_after > 0) {
-		char ra[16];
-		snprintf(ra, sizeof ra, "%d", retry_after);
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-	}
-	return queue(c, status, r);
-}
-
-enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) {
-	return reply_json_h(c, status, body, retry_after);
-}
-
-enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
-	int status;
-	json_t *body = srv_error_body(c->rt ? c->rt->family : SRV_OPENAI, e, &status);
-	if (c->rt && (c->rt->flags & SRV_R_GEN) && e->kind != SRV_E_INTERNAL && !c->host_counted)
-		atomic_fetch_add(&c->s->rejected, 1);
-	if (!c->outcome) c->outcome = "rejected";
-	return reply_json_h(c, status, body, srv_retry_after(e->kind));
-}
-
-int srv_sock_fd(srv_conn *c) {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-	return ci ? ci->connect_fd : -1;
-}
-
-int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
-	*out = NULL;
-	if (!c->body.len) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body is empty: send a JSON object");
-	json_error_t je;
-	json_t *j = json_loadb(c->body.p, c->body.len, 0, &je);
-	if (!j) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
-	if (!json_is_object(j)) {
-		json_decref(j);
-		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
-	}
-	*out = j;
-	return 0;
-}
-
-void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
-	uint64_t a = splitmix64(atomic_fetch_add(&s->id_state, 0x9e3779b97f4a7c15ull));
-	uint64_t b = splitmix64(a ^ lanes_now_ns());
-	snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
-}
-
-uint64_t srv_draw_seed(http_server *s) {
-	uint64_t x = splitmix64(atomic_fetch_add(&s->seed_state, 0x9e3779b97f4a7c15ull));
-	return x & ((1ull << 53) - 1);
-}
-
 // ---- the request handler ----------------------------------------------------------------------
 
 // Constant-time comparison of a presented key with the configured one.
@@ -237,6 +101,7 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	http_server *s = c->s;
 	bool path_known;
 	c->rt = route_find(method, url, &path_known);
+	if (c->rt) c->family = c->rt->family, c->gen = c->rt->flags & SRV_R_GEN;
 	if (!c->rt) {
 		if (path_known) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
 		return srv_fail(e, SRV_E_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
@@ -444,10 +309,7 @@ static void *loader(void *arg) {
 		atomic_store(&s->progress_pm, 750);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
-	if (!rc) {
-		s->max_ctx = lane_host_max_context(s->host);
-		srv_metrics_start(s);
-	}
+	if (!rc) s->max_ctx = lane_host_max_context(s->host);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
 		snprintf(s->load_err, sizeof s->load_err, "%s", err);
@@ -490,7 +352,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->template_path = dup_or_null(cfg->chat_template);
 	pthread_mutex_init(&s->mu, NULL);
 	atomic_init(&s->state, HTTP_LOADING);
-	atomic_init(&s->seed_state, splitmix64(lanes_now_ns() ^ ((uint64_t)getpid() << 32)));
+	// seeds drawn for requests without one differ across restarts
+	s->cfg.lanes.seed = splitmix64(lanes_now_ns() ^ ((uint64_t)getpid() << 32));
 	atomic_init(&s->id_state, splitmix64(lanes_now_ns() + 1));
 	srv_metrics_init(s);
 	if (!s->model_path || !s->host_addr) {
@@ -555,7 +418,6 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
-	srv_metrics_stop(s);
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	lane_host_free(s->host);
 	tmpl_free(s->tmpl);

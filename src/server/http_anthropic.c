@@ -1,8 +1,10 @@
 // server: the Anthropic Messages adapter (POST /v1/messages) — system and text blocks into
 // the chat template (a trailing assistant turn is a prefill the reply continues), the
 // message reply, the event stream (message_start … message_stop) and its error event.
-#include "server/http_int.h"
+#include "server/http_gen.h"
+#include "server/http_routes.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +28,15 @@ static const char *stop_reason(const srv_choice *ch) {
 
 static json_t *stop_sequence(const srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
-	if (ch->finish != LANE_FINISH_STOP_SEQUENCE || ch->stop_index < 0 || ch->stop_index >= c->g.n_stops) return json_null();
-	return json_string(c->g.stops[ch->stop_index]);
+	if (ch->finish != LANE_FINISH_STOP_SEQUENCE || ch->stop_index < 0 || ch->stop_index >= c->g.stops.n) return json_null();
+	return json_string(c->g.stops.s[ch->stop_index]);
 }
 
 static void ant_begin(srv_call *c) {
 	srv_sse(c, "message_start",
 		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i}}}", "type", "message_start", "message", "id",
 			  c->id, "type", "message", "role", "assistant", "content", "model", c->s->model_id, "stop_reason",
-			  "stop_sequence", "usage", "input_tokens", c->g.n_prompt, "output_tokens", 0));
+			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0));
 	srv_sse(c, "content_block_start",
 		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block", "type", "text",
 			  "text", ""));
@@ -52,7 +54,7 @@ static void ant_done(srv_call *c) {
 	srv_sse(c, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
 	srv_sse(c, "message_delta",
 		json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
-			  stop_reason(&c->ch[0]), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.n_prompt,
+			  stop_reason(&c->ch[0]), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
 			  "output_tokens", srv_call_generated(c)));
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
@@ -66,8 +68,8 @@ static json_t *ant_reply(srv_call *c) {
 	return json_pack("{s:s, s:s, s:s, s:[{s:s, s:s%}], s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
 			 "message", "role", "assistant", "content", "type", "text", "text", ch->text.p ? ch->text.p : "",
 			 ch->text.len, "model", c->s->model_id, "stop_reason", stop_reason(ch), "stop_sequence", stop_sequence(c),
-			 "usage", "input_tokens", c->g.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
-			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.seed);
+			 "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
+			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
 }
 
 static const srv_api ant_api = {ant_begin, ant_text, NULL, ant_done, ant_fail, ant_reply, ant_free};
@@ -76,38 +78,75 @@ static const srv_api ant_api = {ant_begin, ant_text, NULL, ant_done, ant_fail, a
 
 static const char *const text_blocks[] = {"text", NULL};
 
-// Fields accepted only at their neutral value.
-static int ant_neutral(json_t *j, srv_err *e) {
+// A request as read.
+typedef struct {
+	srv_gen g;
+	json_t *messages, *system;
+	json_t *tools, *tool_choice, *thinking, *metadata; // neutral values only
+} ant_req;
+
+// Anthropic's bounds where they are narrower than the host's.
+static const lane_api ant_lane_api = {
+	.name = {[LANE_F_PROMPT] = "messages", [LANE_F_STOP] = "stop_sequences"},
+	.range = {[LANE_F_MAX_TOKENS] = LANE_RANGE(1, INT32_MAX), [LANE_F_TEMPERATURE] = LANE_RANGE(0, 1)},
+};
+
+static const srv_field ant_fields[] = {
+	{NULL, SRV_K_INCLUDE, .off = offsetof(ant_req, g), .sub = srv_gen_fields},
+	SRV_ROW(ant_req, messages, SRV_K_JSON),
+	SRV_ROW(ant_req, system, SRV_K_JSON),
+	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(ant_req, g.lr.max_tokens), NULL},
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(ant_req, g.lr.sampling.temperature), NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(ant_req, g.lr.sampling.top_p), NULL},
+	{"stop_sequences", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(ant_req, g.stops), NULL},
+	SRV_ROW(ant_req, metadata, SRV_K_JSON),
+	SRV_ROW(ant_req, tools, SRV_K_JSON),
+	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
+	SRV_ROW(ant_req, thinking, SRV_K_JSON),
+	SRV_IGNORED("service_tier"),
+	{0},
+};
+
+// One message as read.
+typedef struct {
+	json_t *role, *content;
+} ant_msg;
+
+static const srv_field ant_msg_fields[] = {
+	SRV_ROW(ant_msg, role, SRV_K_JSON),
+	SRV_ROW(ant_msg, content, SRV_K_JSON),
+	{0},
+};
+
+// Fields accepted only at their neutral value, and the one that is required.
+static int ant_neutral(const ant_req *r, srv_err *e) {
 	json_t *v;
-	if ((v = json_object_get(j, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+	if ((v = r->tools) && !(json_is_array(v) && !json_array_size(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool use is not supported)");
-	if ((v = json_object_get(j, "tool_choice")) && !json_is_null(v)) {
+	if ((v = r->tool_choice)) {
 		const char *t = json_string_value(json_object_get(v, "type"));
 		if (!t || (strcmp(t, "none") && strcmp(t, "auto")))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool use is not supported)");
 	}
-	if ((v = json_object_get(j, "thinking")) && !json_is_null(v)) {
+	if ((v = r->thinking)) {
 		const char *t = json_string_value(json_object_get(v, "type"));
 		if (!t || strcmp(t, "disabled"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "unsupported parameter: thinking (extended thinking is not supported)");
 	}
-	if ((v = json_object_get(j, "metadata")) && !json_is_null(v) && !json_is_object(v))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
+	if ((v = r->metadata) && !json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
+	if (!r->g.lr.max_tokens) return srv_fail(e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
 	return 0;
 }
 
 // system + messages into [{role, content}]; a final assistant turn becomes *prefill.
-static int ant_messages(json_t *j, json_t **out, char **prefill, srv_err *e) {
-	static const char *const known[] = {"role", "content", NULL};
+static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill, srv_err *e) {
 	*out = NULL;
 	*prefill = NULL;
-	json_t *msgs = json_object_get(j, "messages");
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages: must be a non-empty array");
 	json_t *flat = json_array();
 	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	json_t *sys = json_object_get(j, "system");
-	if (sys && !json_is_null(sys)) {
+	if (sys) {
 		char *text = NULL;
 		if (srv_content_text(sys, "system", text_blocks, &text, e)) goto fail;
 		json_array_append_new(flat, json_pack("{s:s, s:s}", "role", "system", "content", text));
@@ -123,14 +162,15 @@ static int ant_messages(json_t *j, json_t **out, char **prefill, srv_err *e) {
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: must be an object", p);
 			goto fail;
 		}
-		if (srv_check_keys(m, known, p, e)) goto fail;
-		const char *role = json_string_value(json_object_get(m, "role"));
+		ant_msg r = {0};
+		if (srv_fields_known(m, ant_msg_fields, p, e) || srv_fields_read(m, ant_msg_fields, &r, p, NULL, e)) goto fail;
+		const char *role = json_string_value(r.role);
 		if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role: must be \"user\" or \"assistant\"", p);
 			goto fail;
 		}
-		json_t *content = json_object_get(m, "content");
-		if (!content || json_is_null(content)) {
+		json_t *content = r.content;
+		if (!content) {
 			srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s: field required", pc);
 			goto fail;
 		}
@@ -152,43 +192,17 @@ fail:
 
 enum MHD_Result srv_messages(srv_conn *c) {
 	http_server *s = c->s;
-	static const char *const known[] = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature",
-					    "top_p", "top_k", "metadata", "stream", "tools", "tool_choice", "thinking",
-					    "service_tier", "seed", "min_p", "draft", "ignore_eos", NULL};
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	char *prefill = NULL;
 	ant_state *st = NULL;
-	srv_gen g;
-	srv_gen_init(&g);
-	double d;
-	int64_t x;
-	int rc;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || ant_neutral(j, &e) || srv_check_model(s, j, false, &e))
+	ant_req r = {0};
+	srv_gen_init(&r.g, &ant_lane_api);
+	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
+	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) || srv_gen_check(s, &r.g, &e) ||
+	    ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
+	    srv_chat_prompt(s, flat, prefill, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
-	if ((rc = srv_get_int(j, "max_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (!rc) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
-		goto fail;
-	}
-	g.lr.max_tokens = (int32_t)x;
-	if ((rc = srv_get_num(j, "temperature", 0, 1, &d, &e)) < 0) goto fail;
-	if (rc) g.lr.sampling.temperature = (float)d;
-	if ((rc = srv_get_num(j, "top_p", 0, 1, &d, &e)) < 0) goto fail;
-	if (rc && d <= 0) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "top_p", "top_p must be greater than 0");
-		goto fail;
-	}
-	if (rc) g.lr.sampling.top_p = (float)d;
-	if (srv_gen_common(j, &g, &e) < 0) goto fail;
-	json_t *ss = json_object_get(j, "stop_sequences");
-	if (ss && !json_is_null(ss) && !json_is_array(ss)) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "stop_sequences", "stop_sequences: must be an array of strings");
-		goto fail;
-	}
-	if (srv_get_stops(j, "stop_sequences", &g, &e) < 0) goto fail;
-	if (ant_messages(j, &flat, &prefill, &e)) goto fail;
-	if (srv_chat_prompt(s, flat, prefill, &g.prompt, &g.n_prompt, &e)) goto fail;
 	json_decref(flat);
 	free(prefill);
 	flat = NULL;
@@ -198,14 +212,11 @@ enum MHD_Result srv_messages(srv_conn *c) {
 		goto fail;
 	}
 	st->j = j;
-	g.prompt_field = "messages";
-	g.max_field = "max_tokens";
-	return srv_gen_run(c, &ant_api, st, &g, "msg_");
+	return srv_gen_run(c, &ant_api, st, &r.g, "msg_");
 fail:
 	json_decref(j);
 	json_decref(flat);
 	free(prefill);
-	free(g.prompt);
-	free(g.bias);
+	srv_gen_free(&r.g);
 	return srv_reply_error(c, &e);
 }

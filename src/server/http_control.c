@@ -1,7 +1,7 @@
-// server: control reads and utilities — /health, /slots, /metrics, /v1/models, /tokenize,
-// /detokenize. Control reads copy the lane host's last snapshot on the HTTP thread and never
-// wait for the engine. Also the histograms and the poller that samples round durations.
-#include "server/http_int.h"
+// server, layer 1: control reads — /health, /slots, /metrics, /v1/models. They copy the
+// lane host's last snapshot on the HTTP thread and never wait for the engine.
+#include "server/http_base.h"
+#include "server/http_routes.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,51 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-// ---- histograms -------------------------------------------------------------------------------
-
-void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight) {
-	if (!(seconds >= 0)) seconds = 0;
-	int b = 0;
-	while (b < h->n && seconds > h->le[b]) b++;
-	atomic_fetch_add(&h->bucket[b], weight);
-	atomic_fetch_add(&h->count, weight);
-	atomic_fetch_add(&h->sum_ns, (uint64_t)llround(seconds * 1e9 * (double)weight));
-}
-
-void srv_hist_print(const srv_hist *h, srv_buf *out) {
-	char line[256];
-	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
-	srv_buf_adds(out, line);
-	uint64_t cum = 0;
-	for (int b = 0; b <= h->n; b++) {
-		cum += atomic_load(&h->bucket[b]);
-		if (b < h->n) snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->le[b], (unsigned long long)cum);
-		else snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
-		srv_buf_adds(out, line);
-	}
-	snprintf(line, sizeof line, "%s_sum %.9f\n%s_count %llu\n", h->name, (double)atomic_load(&h->sum_ns) / 1e9, h->name,
-		 (unsigned long long)atomic_load(&h->count));
-	srv_buf_adds(out, line);
-}
-
-static void hist_init(srv_hist *h, const char *name, const char *help, const double *le, int n) {
-	h->name = name;
-	h->help = help;
-	h->n = n < SRV_HIST_MAX ? n : SRV_HIST_MAX;
-	for (int i = 0; i < h->n; i++) h->le[i] = le[i];
-}
-
 void srv_metrics_init(http_server *s) {
 	static const double lat[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 	static const double step[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 	const int nl = sizeof lat / sizeof lat[0], ns = sizeof step / sizeof step[0];
-	(void)hist_init;
-	hist_init(&s->ttft, "lanes_time_to_first_token_seconds", "Time from a request's arrival to its first token.", lat, nl);
-	hist_init(&s->itl, "lanes_inter_token_seconds", "Time between consecutive tokens of one choice.", step, ns);
+	srv_hist_init(&s->ttft, "lanes_time_to_first_token_seconds", "Time from a request's arrival to its first token.", lat, nl);
+	srv_hist_init(&s->itl, "lanes_inter_token_seconds", "Time between consecutive tokens of one choice.", step, ns);
 }
-
-int srv_metrics_start(http_server *s) { return 0; }
-void srv_metrics_stop(http_server *s) {}
 
 // A lane host histogram (exact: the engine observes every round) in Prometheus form.
 static void lane_hist_print(const lane_hist *h, const char *name, const char *help, srv_buf *out) {
@@ -82,7 +44,9 @@ enum MHD_Result srv_health(srv_conn *c) {
 		return srv_reply_json(c, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", atomic_load(&s->progress_pm) / 1000.0), 0);
 	case HTTP_FAILED: {
 		char err[512];
-		http_server_state(s, err, sizeof err);
+		pthread_mutex_lock(&s->mu);
+		snprintf(err, sizeof err, "%s", s->load_err);
+		pthread_mutex_unlock(&s->mu);
 		return srv_reply_json(c, 503, json_pack("{s:s, s:s}", "status", "error", "message", err), 0);
 	}
 	default: return srv_reply_json(c, 503, json_pack("{s:s}", "status", "draining"), 0);
@@ -223,109 +187,7 @@ enum MHD_Result srv_models(srv_conn *c) {
 }
 
 enum MHD_Result srv_model_one(srv_conn *c) {
-	const char *id = c->path + strlen("/v1/models/");
-	if (strcmp(id, c->s->model_id)) {
-		srv_err e;
-		srv_fail(&e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, c->s->model_id);
-		snprintf(e.code, sizeof e.code, "model_not_found");
-		return srv_reply_error(c, &e);
-	}
+	srv_err e;
+	if (srv_check_model(c->s, c->path + strlen("/v1/models/"), &e)) return srv_reply_error(c, &e);
 	return srv_reply_json(c, 200, model_object(c->s), 0);
-}
-
-// ---- tokenizer utilities ------------------------------------------------------------------------
-
-enum MHD_Result srv_tokenize(srv_conn *c) {
-	http_server *s = c->s;
-	static const char *const known[] = {"content", "messages", "add_special", "parse_special", "model", NULL};
-	srv_err e;
-	json_t *j = NULL;
-	int32_t *ids = NULL;
-	size_t n = 0;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e)) goto fail;
-	bool add_special = false, parse_special = true;
-	const char *content = NULL;
-	json_t *msgs = json_object_get(j, "messages");
-	if (srv_get_bool(j, "add_special", &add_special, &e) < 0 || srv_get_bool(j, "parse_special", &parse_special, &e) < 0 ||
-	    srv_get_str(j, "content", &content, &e) < 0)
-		goto fail;
-	if (msgs && !json_is_null(msgs)) {
-		json_t *flat = NULL;
-		int32_t n32 = 0;
-		if (content) {
-			srv_fail(&e, SRV_E_BAD_REQUEST, "messages", "send content or messages, not both");
-			goto fail;
-		}
-		if (srv_openai_messages(msgs, &flat, &e)) goto fail;
-		int rc = srv_chat_prompt(s, flat, NULL, &ids, &n32, &e);
-		json_decref(flat);
-		if (rc) goto fail;
-		n = (size_t)n32;
-	} else {
-		if (!content) {
-			srv_fail(&e, SRV_E_BAD_REQUEST, "content", "content is required (a string)");
-			goto fail;
-		}
-		char err[256];
-		int rc = tok_encode(s->vocab, content, strlen(content), add_special, parse_special, &ids, &n, err, sizeof err);
-		if (rc) {
-			srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "content", "%s", err);
-			goto fail;
-		}
-	}
-	json_decref(j);
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
-	free(ids);
-	return srv_reply_json(c, 200, arr ? json_pack("{s:o}", "tokens", arr) : NULL, 0);
-fail:
-	json_decref(j);
-	free(ids);
-	return srv_reply_error(c, &e);
-}
-
-enum MHD_Result srv_detokenize(srv_conn *c) {
-	http_server *s = c->s;
-	static const char *const known[] = {"tokens", "model", NULL};
-	srv_err e;
-	json_t *j = NULL;
-	int32_t *ids = NULL;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e)) goto fail;
-	json_t *t = json_object_get(j, "tokens");
-	if (!json_is_array(t)) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "tokens", "tokens must be an array of token ids");
-		goto fail;
-	}
-	size_t n = json_array_size(t);
-	ids = malloc((n ? n : 1) * sizeof *ids);
-	if (!ids) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		goto fail;
-	}
-	for (size_t i = 0; i < n; i++) {
-		json_t *v = json_array_get(t, i);
-		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
-			char p[48];
-			snprintf(p, sizeof p, "tokens[%zu]", i);
-			srv_fail(&e, SRV_E_BAD_REQUEST, p, "%s must be a token id in 0..%d", p, s->n_vocab - 1);
-			goto fail;
-		}
-		ids[i] = (int32_t)json_integer_value(v);
-	}
-	char *out = NULL, err[256];
-	size_t len = 0;
-	int rc = tok_detokenize(s->vocab, ids, n, TOK_DECODE_STRIP_SPACE, &out, &len, err, sizeof err);
-	if (rc) {
-		srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "tokens", "%s", err);
-		goto fail;
-	}
-	json_decref(j);
-	free(ids);
-	json_t *body = json_pack("{s:s%}", "content", out, len);
-	free(out);
-	return srv_reply_json(c, 200, body, 0);
-fail:
-	json_decref(j);
-	free(ids);
-	return srv_reply_error(c, &e);
 }

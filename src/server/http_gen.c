@@ -1,12 +1,13 @@
-// server: the generation call every API shares — submits one lane request per choice,
-// then waits for events on an eventfd the engine's notify callback writes (never blocking
-// the engine) together with the client's socket (a client that goes away cancels at once),
-// and either builds the reply or feeds SSE to libmicrohttpd.
-#include "server/http_int.h"
+// server, layer 1: the generation call every API shares — the request as read, checked
+// against the request contract (lane_check_params, lane_check_prompt), the chat prompt;
+// then one lane request per choice, events through an eventfd the engine's notify
+// callback writes (never blocking the engine) polled together with the client's socket
+// (a client that goes away cancels at once), and the reply or the SSE stream.
+#include "server/http_gen.h"
 
 #include <errno.h>
-#include <math.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,79 +16,156 @@
 
 #define SRV_TIMEOUT_S 60 // idle connections (headers, bodies) time out; generations do not
 
-void srv_gen_init(srv_gen *g) {
+// ---- the request as read --------------------------------------------------------------------
+
+const srv_field srv_gen_fields[] = {
+	SRV_ROW(srv_gen, model, SRV_K_STR),
+	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(srv_gen, lr.sampling.top_k), NULL},
+	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(srv_gen, lr.sampling.min_p), NULL},
+	{"seed", SRV_K_SEED, .off = offsetof(srv_gen, lr.sampling)},
+	SRV_ROW(srv_gen, stream, SRV_K_BOOL),
+	{"draft", SRV_K_BOOL, .off = offsetof(srv_gen, lr.draft)},
+	{"ignore_eos", SRV_K_BOOL, .off = offsetof(srv_gen, lr.ignore_eos)},
+	{0},
+};
+
+void srv_gen_init(srv_gen *g, const lane_api *api) {
 	memset(g, 0, sizeof *g);
-	g->lr.sampling.temperature = 1.0f;
-	g->lr.sampling.top_p = 1.0f;
-	g->lr.sampling.repeat_penalty = 1.0f;
-	g->lr.draft = true; // "draft": false turns it off; --draft off for every request
+	lane_request_init(&g->lr); // "draft": false turns drafting off; --draft off for every request
+	g->api = *api;
 	g->n = 1;
-	g->max_field = "max_tokens";
-	g->prompt_field = "messages";
 }
 
-// The fields every API reads alike: top_k, min_p, seed, stream and the draft and
-// ignore_eos extensions. 0, or -1 with e naming the field.
-int srv_gen_common(json_t *j, srv_gen *g, srv_err *e) {
-	int64_t x;
-	double d;
-	bool b;
-	int rc;
-	if ((rc = srv_get_int(j, "top_k", 0, INT32_MAX, &x, e)) < 0) return -1;
-	if (rc) g->lr.sampling.top_k = (int32_t)x;
-	if ((rc = srv_get_num(j, "min_p", 0, 1, &d, e)) < 0) return -1;
-	if (rc) g->lr.sampling.min_p = (float)d;
-	if ((rc = srv_get_int(j, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) return -1;
-	if (rc) g->has_seed = true, g->seed = (uint64_t)x;
-	if (srv_get_bool(j, "stream", &g->stream, e) < 0) return -1;
-	if ((rc = srv_get_bool(j, "draft", &b, e)) < 0) return -1;
-	if (rc) g->lr.draft = b;
-	if ((rc = srv_get_bool(j, "ignore_eos", &b, e)) < 0) return -1;
-	if (rc) g->lr.ignore_eos = b;
+void srv_gen_free(srv_gen *g) {
+	free(g->prompt);
+	free(g->bias.p);
+	g->prompt = NULL;
+	g->bias.p = NULL;
+}
+
+// Points g's request at g's own storage: again whenever g has been copied.
+static void gen_wire(srv_gen *g) {
+	g->lr.api = &g->api;
+	g->lr.prompt = g->prompt;
+	g->lr.stop_strs = g->stops.s;
+	g->lr.n_stop_strs = g->stops.n;
+	g->lr.sampling.bias = g->bias.p;
+	g->lr.sampling.n_bias = g->bias.n;
+}
+
+int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
+	if (srv_check_model(s, g->model, e)) return -1;
+	gen_wire(g);
+	char err[256];
+	enum lane_field bad = LANE_F_COUNT;
+	if (!lane_check_params(&g->lr, &g->api, s->n_vocab, err, sizeof err, &bad)) return 0;
+	return srv_fail(e, SRV_E_BAD_REQUEST, bad < LANE_F_COUNT ? lane_api_name(&g->api, bad) : NULL, "%s", err);
+}
+
+// ---- chat prompts ---------------------------------------------------------------------------
+
+// One OpenAI chat message as read.
+typedef struct {
+	json_t *role, *content, *tool_calls;
+} oai_msg;
+
+static const srv_field oai_msg_fields[] = {
+	SRV_ROW(oai_msg, role, SRV_K_JSON),
+	SRV_ROW(oai_msg, content, SRV_K_JSON),
+	SRV_IGNORED("name"),
+	SRV_IGNORED("refusal"),
+	SRV_ROW(oai_msg, tool_calls, SRV_K_JSON),
+	{0},
+};
+
+int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
+	static const char *const part_types[] = {"text", NULL};
+	*out = NULL;
+	if (!json_is_array(msgs) || !json_array_size(msgs))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages must be a non-empty array");
+	json_t *flat = json_array();
+	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) {
+		char p[64];
+		snprintf(p, sizeof p, "messages[%zu]", i);
+		if (!json_is_object(m)) {
+			json_decref(flat);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
+		}
+		oai_msg r = {0};
+		if (srv_fields_known(m, oai_msg_fields, p, e) || srv_fields_read(m, oai_msg_fields, &r, p, NULL, e)) goto fail;
+		if (r.tool_calls && !(json_is_array(r.tool_calls) && !json_array_size(r.tool_calls))) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "unsupported parameter: %s.tool_calls (tool calls are not supported)", p);
+			goto fail;
+		}
+		const char *role = json_string_value(r.role);
+		if (!role) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
+			goto fail;
+		}
+		if (!strcmp(role, "developer")) role = "system";
+		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, developer, user or assistant", p, role);
+			goto fail;
+		}
+		char pc[80], *text = NULL;
+		snprintf(pc, sizeof pc, "%s.content", p);
+		if (!r.content && strcmp(role, "assistant")) {
+			srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s is required", pc);
+			goto fail;
+		}
+		if (srv_content_text(r.content, pc, part_types, &text, e)) goto fail;
+		json_t *o = json_pack("{s:s, s:s}", "role", role, "content", text);
+		free(text);
+		if (!o || json_array_append_new(flat, o)) {
+			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+			goto fail;
+		}
+	}
+	*out = flat;
 	return 0;
+fail:
+	json_decref(flat);
+	return -1;
 }
 
-json_t *srv_real(double v) {
-	if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;
-	return json_real(v);
-}
-
-// Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one.
-static size_t utf8_len(const unsigned char *s, size_t n) {
-	unsigned c = s[0];
-	size_t len;
-	unsigned cp;
-	if (c < 0x80) return 1;
-	if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-	else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-	else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-	else return 0;
-	if (n < len) return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80) return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32_t **ids, int32_t *n, srv_err *e) {
+	*ids = NULL;
+	*n = 0;
+	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", messages, "bos_token", s->bos_text, "eos_token",
+				s->eos_text, "add_generation_prompt", 1);
+	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	char *text = NULL, err[512];
+	size_t len = 0;
+	int rc = tmpl_render(s->tmpl, ctx, NULL, &text, &len, err, sizeof err);
+	json_decref(ctx);
+	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "the chat template failed: %s", err);
+	if (prefill && *prefill) {
+		size_t pl = strlen(prefill);
+		char *t = realloc(text, len + pl + 1);
+		if (!t) {
+			free(text);
+			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+		memcpy(t + len, prefill, pl + 1);
+		text = t;
+		len += pl;
 	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
-char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
-	size_t n = 0;
-	const char *p = tok_piece(s->vocab, id, TOK_DECODE_SPECIAL, &n);
-	if (!p) n = 0;
-	if (bytes) {
-		*bytes = json_array();
-		for (size_t i = 0; i < n && *bytes; i++) json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+	int32_t *v = NULL;
+	size_t cnt = 0;
+	rc = tok_encode_chat(s->vocab, text, len, &v, &cnt, err, sizeof err);
+	free(text);
+	if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "messages", "%s", err);
+	if (cnt > (size_t)INT32_MAX / 2) {
+		free(v);
+		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "the prompt is too long");
 	}
-	srv_buf b = {0};
-	for (size_t i = 0; i < n;) {
-		size_t l = utf8_len((const unsigned char *)p + i, n - i);
-		if (l) srv_buf_add(&b, p + i, l), i += l;
-		else srv_buf_adds(&b, "\xef\xbf\xbd"), i++;
-	}
-	if (!b.p) srv_buf_add(&b, "", 1), b.len = 0;
-	return b.p;
+	*ids = v;
+	*n = (int32_t)cnt;
+	return 0;
 }
 
 // ---- wake-up slots --------------------------------------------------------------------------
@@ -277,8 +355,7 @@ void srv_call_free(srv_call *c) {
 	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text);
 	free(c->ch);
 	free(c->req);
-	free(c->g.prompt);
-	free(c->g.bias);
+	srv_gen_free(&c->g);
 	srv_buf_free(&c->out);
 	slot_put(c->s, c->slot);
 	atomic_fetch_sub(&c->s->calls_open, 1);
@@ -297,32 +374,20 @@ static enum srv_ekind submit_kind(int rc) {
 enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const char *id_prefix) {
 	http_server *s = conn->s;
 	srv_err e;
-	int rc = 0;
-	conn->n_prompt = g->n_prompt;
-	int64_t want = g->lr.max_tokens > 0 ? g->lr.max_tokens : 1;
-	if (g->n_prompt < 1) {
-		rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->prompt_field, "%s encodes to no tokens", g->prompt_field);
-	} else if ((int64_t)g->n_prompt + want > s->max_ctx) {
-		if (g->lr.max_tokens > 0 && s->cfg.lanes.window_max > 0)
-			rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->max_field,
-				      "the prompt (%d tokens) plus %s (%d) exceeds the largest window the memory budget allows (%d tokens)",
-				      g->n_prompt, g->max_field, g->lr.max_tokens, s->max_ctx);
-		else if (g->lr.max_tokens > 0)
-			rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->max_field,
-				      "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
-				      g->n_prompt, g->max_field, g->lr.max_tokens, s->max_ctx);
-		else
-			rc = srv_fail(&e, SRV_E_BAD_REQUEST, g->prompt_field,
-				      "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
-				      g->n_prompt, s->max_ctx);
-		snprintf(e.code, sizeof e.code, "context_length_exceeded");
+	conn->n_prompt = g->lr.n_prompt;
+	gen_wire(g);
+	char err[256];
+	enum lane_field bad = LANE_F_PROMPT;
+	int rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
+	if (rc) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, bad), "%s", err);
+		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
 	}
 	srv_call *c = rc ? NULL : calloc(1, sizeof *c);
 	if (!rc && !c) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc) {
 		if (api->free_state) api->free_state(st);
-		free(g->prompt);
-		free(g->bias);
+		srv_gen_free(g);
 		return srv_reply_error(conn, &e);
 	}
 	c->s = s;
@@ -330,15 +395,18 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	c->api = api;
 	c->st = st;
 	c->g = *g;
-	c->n = g->n;
+	memset(g, 0, sizeof *g); // the call owns the storage now
+	gen_wire(&c->g);
+	c->n = c->g.n;
 	c->slot = -1;
 	c->created = (int64_t)time(NULL);
 	srv_new_id(s, id_prefix, c->id, sizeof c->id);
 	atomic_fetch_add(&s->calls_open, 1);
 	conn->call = c;
-	if (!c->g.has_seed) {
-		c->g.seed = srv_draw_seed(s);
-		c->g.has_seed = true;
+	// drawn here, not by the host, so that every choice shares it and the reply can name it
+	if (!c->g.lr.sampling.has_seed) {
+		c->g.lr.sampling.seed = lane_draw_seed(s->host);
+		c->g.lr.sampling.has_seed = true;
 	}
 	c->ch = calloc((size_t)c->n, sizeof *c->ch);
 	c->req = calloc((size_t)c->n, sizeof *c->req);
@@ -354,21 +422,12 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		return srv_reply_error(conn, &e);
 	}
 	lane_request lr = c->g.lr;
-	lr.prompt = c->g.prompt;
-	lr.n_prompt = c->g.n_prompt;
-	lr.stop_strs = c->g.stops;
-	lr.n_stop_strs = c->g.n_stops;
-	lr.sampling.bias = c->g.bias;
-	lr.sampling.n_bias = c->g.n_bias;
-	lr.sampling.seed = c->g.seed;
-	lr.sampling.has_seed = true;
 	for (int i = 0; i < c->n; i++) {
 		lr.sampling.choice = i;
-		char err[256];
 		rc = lane_submit(s->host, &lr, &c->req[i], err, sizeof err);
 		if (rc) {
 			// the choices already queued are cancelled when the call is freed
-			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? c->g.max_field : NULL, "%s", err);
+			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_MAX_TOKENS) : NULL, "%s", err);
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;

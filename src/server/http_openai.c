@@ -1,9 +1,10 @@
 // server: the OpenAI adapters — POST /v1/chat/completions and POST /v1/completions: request
 // parsing (every field checked and named on error; unsupported parameters refused), the
 // reply and chunk shapes, logprobs in both formats, usage, and the halt's error event.
-#include "server/http_int.h"
+#include "server/http_gen.h"
+#include "server/http_routes.h"
 
-#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,6 @@
 typedef struct {
 	json_t *j;             // the request: stop strings point into it
 	bool chat;
-	bool logprobs;         // chat: logprobs; completions: logprobs >= 0
-	int top_logprobs;
 	bool include_usage;
 	bool echo;             // completions
 	char *echo_text;       // completions: the prompt's text when echo
@@ -44,8 +43,8 @@ static const char *finish_name(const srv_choice *ch) { return ch->finish == LANE
 
 static json_t *usage(const srv_call *c) {
 	int32_t gen = srv_call_generated(c);
-	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", c->g.n_prompt, "completion_tokens", gen, "total_tokens",
-			 c->g.n_prompt + gen, "prompt_tokens_details", "cached_tokens", c->n ? c->ch[0].n_cached : 0);
+	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", c->g.lr.n_prompt, "completion_tokens", gen, "total_tokens",
+			 c->g.lr.n_prompt + gen, "prompt_tokens_details", "cached_tokens", c->n ? c->ch[0].n_cached : 0);
 }
 
 // ---- logprobs -----------------------------------------------------------------------------------
@@ -73,7 +72,7 @@ static void cmpl_lp_add(srv_call *c, int i, const lane_event *ev) {
 	char *t = srv_token_text(c->s, ev->token, NULL);
 	json_array_append_new(st->lp[i], json_string(t ? t : ""));
 	json_array_append_new(st->lp_lp[i], srv_real(ev->logprob));
-	if (st->top_logprobs > 0) {
+	if (c->g.lr.top_logprobs > 0) {
 		json_t *o = json_object();
 		for (int32_t k = 0; k < ev->n_top && o; k++) {
 			char *t2 = srv_token_text(c->s, ev->top[k].token, NULL);
@@ -122,7 +121,7 @@ static void oai_begin(srv_call *c) {
 
 static void oai_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	oai_state *st = c->st;
-	bool with_lp = st->logprobs && tok;
+	bool with_lp = c->g.lr.logprobs && tok;
 	if (!c->g.stream) {
 		if (!with_lp) return;
 		if (st->chat) json_array_append_new(st->lp[i], chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top));
@@ -188,7 +187,7 @@ static json_t *oai_reply(srv_call *c) {
 		const char *text = ch->text.p ? ch->text.p : "";
 		json_t *o;
 		if (st->chat) {
-			json_t *lp = st->logprobs ? json_pack("{s:O, s:n}", "content", st->lp[i], "refusal") : json_null();
+			json_t *lp = c->g.lr.logprobs ? json_pack("{s:O, s:n}", "content", st->lp[i], "refusal") : json_null();
 			o = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s, s:s}", "index", i, "message", "role", "assistant", "content",
 				      text, ch->text.len, "refusal", "logprobs", lp, "finish_reason", finish_name(ch), "token_sha",
 				      ch->token_sha);
@@ -196,7 +195,7 @@ static json_t *oai_reply(srv_call *c) {
 			srv_buf t = {0};
 			if (st->echo) srv_buf_adds(&t, st->echo_text);
 			srv_buf_add(&t, text, ch->text.len);
-			json_t *lp = st->logprobs ? cmpl_lp_object(st, i) : json_null();
+			json_t *lp = c->g.lr.logprobs ? cmpl_lp_object(st, i) : json_null();
 			o = json_pack("{s:i, s:s%, s:o, s:s, s:s}", "index", i, "text", t.p ? t.p : "", t.len, "logprobs", lp,
 				      "finish_reason", finish_name(ch), "token_sha", ch->token_sha);
 			srv_buf_free(&t);
@@ -211,111 +210,145 @@ static json_t *oai_reply(srv_call *c) {
 	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:I}", "id", c->id, "object",
 			 st->chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created, "model",
 			 c->s->model_id, "system_fingerprint", "lanes", "choices", choices, "usage", usage(c), "seed",
-			 (json_int_t)c->g.seed);
+			 (json_int_t)c->g.lr.sampling.seed);
 }
 
 static const srv_api oai_api = {oai_begin, oai_text, oai_choice_end, oai_done, oai_fail, oai_reply, oai_free};
 
 // ---- parsing ------------------------------------------------------------------------------------
 
+// One request of either endpoint as read.
+typedef struct {
+	srv_gen g;
+	json_t *messages, *prompt;   // chat; completions
+	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix; // neutral values only
+	bool echo;                   // completions
+	int best_of;                 // completions (0: not sent)
+	bool include_usage;          // stream_options.include_usage
+} oai_req;
+
+// OpenAI's bounds where they are narrower than the host's; -100 bans a token.
+#define OAI_RANGES {[LANE_F_MAX_TOKENS] = LANE_RANGE(1, INT32_MAX), [LANE_F_TEMPERATURE] = LANE_RANGE(0, 2), \
+		    [LANE_F_LOGIT_BIAS] = LANE_RANGE(-100, 100)}
+static const lane_api chat_api = {.name = {[LANE_F_PROMPT] = "messages"}, .range = OAI_RANGES};
+static const lane_api cmpl_api = {.name = {[LANE_F_PROMPT] = "prompt", [LANE_F_TOP_LOGPROBS] = "logprobs"}, .range = OAI_RANGES};
+
+static const srv_field stream_options_fields[] = {
+	SRV_ROW(oai_req, include_usage, SRV_K_BOOL),
+	SRV_IGNORED("include_obfuscation"),
+	{0},
+};
+
+// The fields both endpoints read.
+static const srv_field oai_fields[] = {
+	{NULL, SRV_K_INCLUDE, .off = offsetof(oai_req, g), .sub = srv_gen_fields},
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oai_req, g.lr.sampling.temperature), NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oai_req, g.lr.sampling.top_p), NULL},
+	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oai_req, g.lr.sampling.presence_penalty), NULL},
+	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oai_req, g.lr.sampling.frequency_penalty), NULL},
+	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oai_req, g.lr.sampling.repeat_penalty), NULL},
+	{"n", SRV_K_CHOICES, .off = offsetof(oai_req, g.n)},
+	{"stop", SRV_K_STOPS, LANE_F_STOP, offsetof(oai_req, g.stops), NULL},
+	{"logit_bias", SRV_K_BIAS, LANE_F_LOGIT_BIAS, offsetof(oai_req, g.bias), NULL},
+	{"stream_options", SRV_K_OBJECT, .sub = stream_options_fields},
+	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
+	SRV_IGNORED("user"),
+	{0},
+};
+
+static const srv_field chat_fields[] = {
+	{NULL, SRV_K_INCLUDE, .sub = oai_fields},
+	SRV_ROW(oai_req, messages, SRV_K_JSON),
+	{"max_completion_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
+	{"logprobs", SRV_K_BOOL, .off = offsetof(oai_req, g.lr.logprobs)},
+	{"top_logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), NULL},
+	SRV_ROW(oai_req, store, SRV_K_JSON),
+	SRV_ROW(oai_req, response_format, SRV_K_JSON),
+	SRV_ROW(oai_req, tools, SRV_K_JSON),
+	SRV_ROW(oai_req, tool_choice, SRV_K_JSON),
+	SRV_ROW(oai_req, modalities, SRV_K_JSON),
+	SRV_IGNORED("metadata"),
+	SRV_IGNORED("parallel_tool_calls"),
+	SRV_IGNORED("service_tier"),
+	{0},
+};
+
+static const srv_field cmpl_fields[] = {
+	{NULL, SRV_K_INCLUDE, .sub = oai_fields},
+	SRV_ROW(oai_req, prompt, SRV_K_JSON),
+	{"logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), NULL},
+	SRV_ROW(oai_req, echo, SRV_K_BOOL),
+	SRV_ROW(oai_req, suffix, SRV_K_JSON),
+	SRV_ROW(oai_req, best_of, SRV_K_CHOICES),
+	{0},
+};
+
+// What tells the two endpoints apart.
+typedef struct {
+	const srv_field *fields;
+	const lane_api *api;
+	bool chat;
+	int32_t max_tokens;          // the default (0: the rest of the context)
+	const char *id_prefix;
+} oai_endpoint;
+static const oai_endpoint chat_ep = {chat_fields, &chat_api, true, 0, "chatcmpl-"};
+static const oai_endpoint cmpl_ep = {cmpl_fields, &cmpl_api, false, 16, "cmpl-"};
+
 // Parameters we accept only at their neutral value; anything else is refused by name.
-static int neutral(json_t *j, srv_err *e) {
+static int neutral(const oai_req *r, srv_err *e) {
 	json_t *v;
-	if ((v = json_object_get(j, "response_format")) && !json_is_null(v)) {
+	if ((v = r->response_format)) {
 		const char *t = json_string_value(json_object_get(v, "type"));
 		if (!t || strcmp(t, "text"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format",
 					"unsupported parameter: response_format (only {\"type\": \"text\"} is supported)");
 	}
-	if ((v = json_object_get(j, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool calls are not supported)");
-	if ((v = json_object_get(j, "tool_choice")) && !json_is_null(v) &&
-	    !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool calls are not supported)");
-	if ((v = json_object_get(j, "modalities")) && !json_is_null(v)) {
+	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
+	if ((v = r->modalities)) {
 		bool ok = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
 			  !strcmp(json_string_value(json_array_get(v, 0)), "text");
 		if (!ok) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "unsupported parameter: modalities (only [\"text\"])");
 	}
-	if ((v = json_object_get(j, "store")) && json_is_true(v))
+	if (json_is_true(r->store))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "store", "unsupported parameter: store (completions are not stored)");
-	if ((v = json_object_get(j, "suffix")) && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
+	if ((v = r->suffix) && !(json_is_string(v) && !json_string_length(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "unsupported parameter: suffix");
 	return 0;
 }
 
-// Sampling fields shared by both endpoints.
-static int oai_sampling(http_server *s, json_t *j, srv_gen *g, srv_err *e) {
-	double d;
-	int64_t x;
-	int rc;
-	if ((rc = srv_get_num(j, "temperature", 0, 2, &d, e)) < 0) return -1;
-	if (rc) g->lr.sampling.temperature = (float)d;
-	if ((rc = srv_get_num(j, "top_p", 0, 1, &d, e)) < 0) return -1;
-	if (rc && d <= 0) return srv_fail(e, SRV_E_BAD_REQUEST, "top_p", "top_p must be greater than 0, got %g", d);
-	if (rc) g->lr.sampling.top_p = (float)d;
-	if ((rc = srv_get_num(j, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
-	if (rc) g->lr.sampling.presence_penalty = (float)d;
-	if ((rc = srv_get_num(j, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
-	if (rc) g->lr.sampling.frequency_penalty = (float)d;
-	if ((rc = srv_get_num(j, "repeat_penalty", 0, 100, &d, e)) < 0) return -1;
-	if (rc && d <= 0) return srv_fail(e, SRV_E_BAD_REQUEST, "repeat_penalty", "repeat_penalty must be greater than 0");
-	if (rc) g->lr.sampling.repeat_penalty = (float)d;
-	if ((rc = srv_get_int(j, "n", 1, SRV_MAX_N, &x, e)) < 0) return -1;
-	if (rc) g->n = (int)x;
-	if (srv_gen_common(j, g, e) < 0) return -1;
-	if (srv_get_stops(j, "stop", g, e) < 0) return -1;
-	json_t *lb = json_object_get(j, "logit_bias");
-	if (lb && !json_is_null(lb)) {
-		if (!json_is_object(lb)) return srv_fail(e, SRV_E_BAD_REQUEST, "logit_bias", "logit_bias must be an object of token id → bias");
-		size_t n = json_object_size(lb);
-		g->bias = calloc(n ? n : 1, sizeof *g->bias);
-		if (!g->bias) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-		const char *key;
-		json_t *v;
-		json_object_foreach(lb, key, v) {
-			char *end;
-			long long id = strtoll(key, &end, 10);
-			if (end == key || *end || id < 0 || id >= s->n_vocab)
-				return srv_fail(e, SRV_E_BAD_REQUEST, "logit_bias", "logit_bias key '%s' is not a token id in 0..%d", key,
-						s->n_vocab - 1);
-			double bv = json_is_number(v) ? json_number_value(v) : NAN;
-			if (!(bv >= -100 && bv <= 100))
-				return srv_fail(e, SRV_E_BAD_REQUEST, "logit_bias", "logit_bias for token %lld must be a number in -100..100", id);
-			g->bias[g->n_bias++] = (lane_bias){(int32_t)id, bv <= -100 ? -INFINITY : (float)bv};
-		}
-	}
-	json_t *so = json_object_get(j, "stream_options");
-	if (so && !json_is_null(so)) {
-		static const char *const known[] = {"include_usage", "include_obfuscation", NULL};
-		if (!json_is_object(so)) return srv_fail(e, SRV_E_BAD_REQUEST, "stream_options", "stream_options must be an object");
-		if (srv_check_keys(so, known, "stream_options", e)) return -1;
-		bool inc = false;
-		if (srv_get_bool(so, "include_usage", &inc, e) < 0) {
-			snprintf(e->param, sizeof e->param, "stream_options.include_usage");
-			return -1;
-		}
-	}
-	return 0;
+// The body read with the endpoint's fields and checked against the request contract;
+// top_logprobs is -1 when neither top_logprobs nor completions' logprobs was sent.
+static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r, srv_err *e) {
+	memset(r, 0, sizeof *r);
+	srv_gen_init(&r->g, ep->api);
+	r->g.lr.max_tokens = ep->max_tokens;
+	r->g.lr.top_logprobs = -1;
+	if (srv_parse_body(c, j, e) || srv_fields_known(*j, ep->fields, NULL, e) ||
+	    srv_fields_read(*j, ep->fields, r, NULL, &r->g.api, e) || neutral(r, e))
+		return -1;
+	bool sent = r->g.lr.top_logprobs >= 0;
+	if (!sent) r->g.lr.top_logprobs = 0;
+	if (!ep->chat) r->g.lr.logprobs = sent;
+	else if (sent && !r->g.lr.logprobs)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "top_logprobs", "top_logprobs needs logprobs: true");
+	if (r->best_of && r->best_of != r->g.n)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "best_of", "unsupported parameter: best_of (only best_of = n)");
+	return srv_gen_check(c->s, &r->g, e);
 }
 
-static bool include_usage(json_t *j) {
-	json_t *so = json_object_get(j, "stream_options");
-	return json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
-}
-
-static oai_state *state_new(json_t *j, bool chat, int n) {
+static oai_state *state_new(json_t *j, const oai_req *r, bool chat) {
 	oai_state *st = calloc(1, sizeof *st);
 	if (!st) return NULL;
 	st->j = j;
 	st->chat = chat;
+	st->include_usage = r->g.stream && r->include_usage;
 	st->lp = calloc(SRV_MAX_N, sizeof *st->lp);
 	st->lp_top = calloc(SRV_MAX_N, sizeof *st->lp_top);
 	st->lp_lp = calloc(SRV_MAX_N, sizeof *st->lp_lp);
 	st->lp_off = calloc(SRV_MAX_N, sizeof *st->lp_off);
 	st->offset = calloc(SRV_MAX_N, sizeof *st->offset);
 	bool ok = st->lp && st->lp_top && st->lp_lp && st->lp_off && st->offset;
-	for (int i = 0; ok && i < n; i++) {
+	for (int i = 0; ok && i < r->g.n; i++) {
 		st->lp[i] = json_array();
 		st->lp_top[i] = json_array();
 		st->lp_lp[i] = json_array();
@@ -330,112 +363,35 @@ static oai_state *state_new(json_t *j, bool chat, int n) {
 	return st;
 }
 
-int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
-	static const char *const part_types[] = {"text", NULL};
-	static const char *const known[] = {"role", "content", "name", "refusal", "tool_calls", NULL};
-	*out = NULL;
-	if (!json_is_array(msgs) || !json_array_size(msgs))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages must be a non-empty array");
-	json_t *flat = json_array();
-	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	size_t i;
-	json_t *m;
-	json_array_foreach(msgs, i, m) {
-		char p[64];
-		snprintf(p, sizeof p, "messages[%zu]", i);
-		if (!json_is_object(m)) {
-			json_decref(flat);
-			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
-		}
-		if (srv_check_keys(m, known, p, e)) goto fail;
-		json_t *tc = json_object_get(m, "tool_calls");
-		if (tc && !json_is_null(tc) && !(json_is_array(tc) && !json_array_size(tc))) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "unsupported parameter: %s.tool_calls (tool calls are not supported)", p);
-			goto fail;
-		}
-		const char *role = json_string_value(json_object_get(m, "role"));
-		if (!role) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
-			goto fail;
-		}
-		if (!strcmp(role, "developer")) role = "system";
-		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, developer, user or assistant", p, role);
-			goto fail;
-		}
-		char pc[80], *text = NULL;
-		snprintf(pc, sizeof pc, "%s.content", p);
-		json_t *content = json_object_get(m, "content");
-		if ((!content || json_is_null(content)) && strcmp(role, "assistant")) {
-			srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s is required", pc);
-			goto fail;
-		}
-		if (srv_content_text(json_object_get(m, "content"), pc, part_types, &text, e)) goto fail;
-		json_t *o = json_pack("{s:s, s:s}", "role", role, "content", text);
-		free(text);
-		if (!o || json_array_append_new(flat, o)) {
-			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-			goto fail;
-		}
+// Hands the request to the generation call, or answers its error.
+static enum MHD_Result oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, char *echo_text, srv_err *e) {
+	oai_state *st = state_new(j, r, ep->chat);
+	if (!st) {
+		json_decref(j);
+		free(echo_text);
+		srv_gen_free(&r->g);
+		srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(c, e);
 	}
-	*out = flat;
-	return 0;
-fail:
-	json_decref(flat);
-	return -1;
+	st->echo = r->echo;
+	st->echo_text = echo_text;
+	for (int i = 0; i < r->g.n && r->echo; i++) st->offset[i] = strlen(echo_text);
+	return srv_gen_run(c, &oai_api, st, &r->g, ep->id_prefix);
 }
 
 enum MHD_Result srv_chat_completions(srv_conn *c) {
-	http_server *s = c->s;
-	static const char *const known[] = {
-		"model", "messages", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "stop",
-		"seed", "n", "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "logprobs",
-		"top_logprobs", "stream", "stream_options", "draft", "ignore_eos", "user", "metadata", "store", "response_format", "tools",
-		"tool_choice", "parallel_tool_calls", "modalities", "service_tier", NULL};
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
-	oai_state *st = NULL;
-	srv_gen g;
-	srv_gen_init(&g);
-	int64_t x;
-	int rc;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || neutral(j, &e) || srv_check_model(s, j, false, &e))
-		goto fail;
-	if (oai_sampling(s, j, &g, &e)) goto fail;
-	if ((rc = srv_get_int(j, "max_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.max_tokens = (int32_t)x;
-	if ((rc = srv_get_int(j, "max_completion_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.max_tokens = (int32_t)x, g.max_field = "max_completion_tokens";
-	bool logprobs = false;
-	int64_t top = 0;
-	if (srv_get_bool(j, "logprobs", &logprobs, &e) < 0) goto fail;
-	if ((rc = srv_get_int(j, "top_logprobs", 0, LANE_MAX_TOP_LOGPROBS, &top, &e)) < 0) goto fail;
-	if (rc && !logprobs) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "top_logprobs", "top_logprobs needs logprobs: true");
-		goto fail;
+	oai_req r;
+	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_openai_messages(r.messages, &flat, &e) ||
+	    srv_chat_prompt(c->s, flat, NULL, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
+		json_decref(j);
+		json_decref(flat);
+		srv_gen_free(&r.g);
+		return srv_reply_error(c, &e);
 	}
-	if (srv_openai_messages(json_object_get(j, "messages"), &flat, &e)) goto fail;
-	if (srv_chat_prompt(s, flat, NULL, &g.prompt, &g.n_prompt, &e)) goto fail;
 	json_decref(flat);
-	flat = NULL;
-	if (!(st = state_new(j, true, g.n))) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		goto fail;
-	}
-	j = NULL;
-	st->logprobs = logprobs;
-	st->top_logprobs = (int)top;
-	st->include_usage = g.stream && include_usage(st->j);
-	g.lr.logprobs = logprobs;
-	g.lr.top_logprobs = (int32_t)top;
-	g.prompt_field = "messages";
-	return srv_gen_run(c, &oai_api, st, &g, "chatcmpl-");
-fail:
-	json_decref(j);
-	json_decref(flat);
-	free(g.prompt);
-	free(g.bias);
-	return srv_reply_error(c, &e);
+	return oai_run(c, &chat_ep, j, &r, NULL, &e);
 }
 
 // The completion prompt: a string, token ids, or a one-element array of either.
@@ -449,7 +405,7 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 		int rc = tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
 		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
-		g->n_prompt = (int32_t)n;
+		g->lr.n_prompt = (int32_t)n;
 		*echo = strdup(json_string_value(p));
 		return *echo ? 0 : srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	}
@@ -468,7 +424,7 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 		}
 		g->prompt[i] = (int32_t)json_integer_value(v);
 	}
-	g->n_prompt = (int32_t)n;
+	g->lr.n_prompt = (int32_t)n;
 	size_t len;
 	if (tok_detokenize(s->vocab, g->prompt, n, TOK_DECODE_STRIP_SPACE, echo, &len, err, sizeof err))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
@@ -476,64 +432,20 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 }
 
 enum MHD_Result srv_completions(srv_conn *c) {
-	http_server *s = c->s;
-	static const char *const known[] = {
-		"model", "prompt", "temperature", "top_p", "top_k", "min_p", "max_tokens", "stop", "seed", "n",
-		"presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "logprobs", "echo", "stream",
-		"stream_options", "draft", "ignore_eos", "user", "suffix", "best_of", NULL};
 	srv_err e;
 	json_t *j = NULL;
-	oai_state *st = NULL;
 	char *echo_text = NULL;
-	srv_gen g;
-	srv_gen_init(&g);
-	g.lr.max_tokens = 16;
-	g.prompt_field = "prompt";
-	int64_t x;
-	int rc;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || neutral(j, &e) || srv_check_model(s, j, false, &e))
-		goto fail;
-	if (oai_sampling(s, j, &g, &e)) goto fail;
-	if ((rc = srv_get_int(j, "best_of", 1, SRV_MAX_N, &x, &e)) < 0) goto fail;
-	if (rc && x != g.n) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "best_of", "unsupported parameter: best_of (only best_of = n)");
-		goto fail;
+	oai_req r;
+	int rc = oai_read(c, &j, &cmpl_ep, &r, &e);
+	if (!rc && r.echo && r.g.lr.logprobs)
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "echo", "echo with logprobs is not supported (prompt logprobs are not computed)");
+	if (!rc && !r.prompt) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt is required");
+	if (!rc) rc = cmpl_prompt(c->s, r.prompt, &r.g, &echo_text, &e);
+	if (rc) {
+		json_decref(j);
+		free(echo_text);
+		srv_gen_free(&r.g);
+		return srv_reply_error(c, &e);
 	}
-	if ((rc = srv_get_int(j, "max_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.max_tokens = (int32_t)x;
-	bool echo = false;
-	int64_t lp = -1;
-	if (srv_get_bool(j, "echo", &echo, &e) < 0) goto fail;
-	if (srv_get_int(j, "logprobs", 0, LANE_MAX_TOP_LOGPROBS, &lp, &e) < 0) goto fail;
-	if (echo && lp >= 0) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "echo", "echo with logprobs is not supported (prompt logprobs are not computed)");
-		goto fail;
-	}
-	json_t *p = json_object_get(j, "prompt");
-	if (!p || json_is_null(p)) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt is required");
-		goto fail;
-	}
-	if (cmpl_prompt(s, p, &g, &echo_text, &e)) goto fail;
-	if (!(st = state_new(j, false, g.n))) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		goto fail;
-	}
-	j = NULL;
-	st->echo = echo;
-	st->echo_text = echo_text;
-	echo_text = NULL;
-	st->logprobs = lp >= 0;
-	st->top_logprobs = lp > 0 ? (int)lp : 0;
-	for (int i = 0; i < g.n && echo; i++) st->offset[i] = strlen(st->echo_text);
-	st->include_usage = g.stream && include_usage(st->j);
-	g.lr.logprobs = lp >= 0;
-	g.lr.top_logprobs = lp > 0 ? (int32_t)lp : 0;
-	return srv_gen_run(c, &oai_api, st, &g, "cmpl-");
-fail:
-	json_decref(j);
-	free(echo_text);
-	free(g.prompt);
-	free(g.bias);
-	return srv_reply_error(c, &e);
+	return oai_run(c, &cmpl_ep, j, &r, echo_text, &e);
 }

@@ -2,8 +2,10 @@
 // instructions into the chat template, the response object, and the event stream that
 // the official client's responses.stream() accumulates (created … completed), with
 // response.failed for a request that ends failed.
-#include "server/http_int.h"
+#include "server/http_gen.h"
+#include "server/http_routes.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +29,9 @@ static void resp_free(void *p) {
 
 static json_t *usage(const srv_call *c) {
 	int32_t gen = srv_call_generated(c);
-	return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->g.n_prompt, "input_tokens_details",
+	return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->g.lr.n_prompt, "input_tokens_details",
 			 "cached_tokens", c->ch[0].n_cached, "output_tokens", gen, "output_tokens_details", "reasoning_tokens", 0,
-			 "total_tokens", c->g.n_prompt + gen);
+			 "total_tokens", c->g.lr.n_prompt + gen);
 }
 
 static json_t *text_part(const char *text, size_t len) {
@@ -69,7 +71,7 @@ static json_t *final_response(srv_call *c) {
 	if (!r) return NULL;
 	if (incomplete) json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
 	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
-	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.seed));
+	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.lr.sampling.seed));
 	return r;
 }
 
@@ -127,45 +129,89 @@ static const srv_api resp_api = {resp_begin, resp_text, NULL, resp_done, resp_fa
 
 // ---- parsing ------------------------------------------------------------------------------------
 
-static int resp_neutral(json_t *j, srv_err *e) {
+// A request as read.
+typedef struct {
+	srv_gen g;
+	json_t *input;
+	const char *instructions;
+	double temperature, top_p; // echoed back as sent
+	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background; // neutral values only
+} resp_req;
+
+// The Responses API's bounds where they are narrower than the host's.
+static const lane_api resp_lane_api = {
+	.name = {[LANE_F_PROMPT] = "input", [LANE_F_MAX_TOKENS] = "max_output_tokens"},
+	.range = {[LANE_F_MAX_TOKENS] = LANE_RANGE(1, INT32_MAX), [LANE_F_TEMPERATURE] = LANE_RANGE(0, 2)},
+};
+
+static const srv_field resp_fields[] = {
+	{NULL, SRV_K_INCLUDE, .off = offsetof(resp_req, g), .sub = srv_gen_fields},
+	SRV_ROW(resp_req, input, SRV_K_JSON),
+	SRV_ROW(resp_req, instructions, SRV_K_STR),
+	{"max_output_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(resp_req, g.lr.max_tokens), NULL},
+	{"temperature", SRV_K_REAL, LANE_F_TEMPERATURE, offsetof(resp_req, temperature), NULL},
+	{"top_p", SRV_K_REAL, LANE_F_TOP_P, offsetof(resp_req, top_p), NULL},
+	SRV_ROW(resp_req, store, SRV_K_JSON),
+	SRV_ROW(resp_req, previous_response_id, SRV_K_JSON),
+	SRV_ROW(resp_req, tools, SRV_K_JSON),
+	SRV_ROW(resp_req, tool_choice, SRV_K_JSON),
+	SRV_ROW(resp_req, text, SRV_K_JSON),
+	SRV_ROW(resp_req, reasoning, SRV_K_JSON),
+	SRV_ROW(resp_req, include, SRV_K_JSON),
+	SRV_ROW(resp_req, background, SRV_K_JSON),
+	SRV_IGNORED("metadata"),
+	SRV_IGNORED("user"),
+	SRV_IGNORED("parallel_tool_calls"),
+	SRV_IGNORED("truncation"),
+	SRV_IGNORED("service_tier"),
+	SRV_IGNORED("stream_options"),
+	{0},
+};
+
+// One input item as read.
+typedef struct {
+	json_t *type, *role, *content;
+} resp_item;
+
+static const srv_field resp_item_fields[] = {
+	SRV_ROW(resp_item, type, SRV_K_JSON),
+	SRV_ROW(resp_item, role, SRV_K_JSON),
+	SRV_ROW(resp_item, content, SRV_K_JSON),
+	SRV_IGNORED("id"),
+	SRV_IGNORED("status"),
+	{0},
+};
+
+static int resp_neutral(const resp_req *r, srv_err *e) {
 	json_t *v;
-	if ((v = json_object_get(j, "store")) && json_is_true(v))
+	if (json_is_true(r->store))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "store",
 				"unsupported parameter: store (this server is stateless and keeps no responses: send \"store\": false)");
-	if ((v = json_object_get(j, "previous_response_id")) && !json_is_null(v))
+	if (r->previous_response_id)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
 				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
-	if ((v = json_object_get(j, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool calls are not supported)");
-	if ((v = json_object_get(j, "tool_choice")) && !json_is_null(v) &&
-	    !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool calls are not supported)");
-	if ((v = json_object_get(j, "text")) && !json_is_null(v)) {
+	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
+	if ((v = r->text)) {
 		json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
 		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
 		if (!json_is_object(v) || !t || strcmp(t, "text"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
 	}
-	if ((v = json_object_get(j, "reasoning")) && !json_is_null(v))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning");
-	if ((v = json_object_get(j, "include")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+	if (r->reasoning) return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning");
+	if ((v = r->include) && !(json_is_array(v) && !json_array_size(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "include", "unsupported parameter: include");
-	if ((v = json_object_get(j, "background")) && json_is_true(v))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background");
+	if (json_is_true(r->background)) return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background");
 	return 0;
 }
 
 // instructions + input into [{role, content}].
-static int resp_input(json_t *j, json_t **out, srv_err *e) {
+static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 	static const char *const part_types[] = {"input_text", "output_text", "text", NULL};
-	static const char *const known[] = {"type", "role", "content", "id", "status", NULL};
 	*out = NULL;
 	json_t *flat = json_array();
 	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	const char *instr = NULL;
-	if (srv_get_str(j, "instructions", &instr, e) < 0) goto fail;
-	if (instr) json_array_append_new(flat, json_pack("{s:s, s:s}", "role", "system", "content", instr));
-	json_t *in = json_object_get(j, "input");
+	if (r->instructions) json_array_append_new(flat, json_pack("{s:s, s:s}", "role", "system", "content", r->instructions));
+	json_t *in = r->input;
 	if (json_is_string(in)) {
 		json_array_append_new(flat, json_pack("{s:s, s:O}", "role", "user", "content", in));
 	} else if (json_is_array(in) && json_array_size(in)) {
@@ -179,20 +225,22 @@ static int resp_input(json_t *j, json_t **out, srv_err *e) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 				goto fail;
 			}
-			const char *type = json_string_value(json_object_get(m, "type"));
+			resp_item it = {0};
+			srv_fields_read(m, resp_item_fields, &it, p, NULL, e); // JSON rows only: it cannot fail
+			const char *type = json_string_value(it.type);
 			if (type && strcmp(type, "message")) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only messages", p, type);
 				goto fail;
 			}
-			if (srv_check_keys(m, known, p, e)) goto fail;
-			const char *role = json_string_value(json_object_get(m, "role"));
+			if (srv_fields_known(m, resp_item_fields, p, e)) goto fail;
+			const char *role = json_string_value(it.role);
 			if (role && !strcmp(role, "developer")) role = "system";
 			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be user, assistant, system or developer", p);
 				goto fail;
 			}
 			char *text = NULL;
-			if (srv_content_text(json_object_get(m, "content"), pc, part_types, &text, e)) goto fail;
+			if (srv_content_text(it.content, pc, part_types, &text, e)) goto fail;
 			json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
 			free(text);
 		}
@@ -209,38 +257,19 @@ fail:
 
 enum MHD_Result srv_responses(srv_conn *c) {
 	http_server *s = c->s;
-	static const char *const known[] = {
-		"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store",
-		"previous_response_id", "tools", "tool_choice", "text", "reasoning", "include", "metadata", "user",
-		"parallel_tool_calls", "truncation", "service_tier", "stream_options", "background", "top_k", "min_p", "seed",
-		"draft", "ignore_eos", NULL};
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	resp_state *st = NULL;
-	srv_gen g;
-	srv_gen_init(&g);
-	g.max_field = "max_output_tokens";
-	g.prompt_field = "input";
-	double d, temp = 1.0, top_p = 1.0;
-	int64_t x;
-	int rc;
-	if (srv_parse_body(c, &j, &e) || srv_check_keys(j, known, NULL, &e) || resp_neutral(j, &e) || srv_check_model(s, j, false, &e))
+	resp_req r = {.temperature = 1.0, .top_p = 1.0};
+	srv_gen_init(&r.g, &resp_lane_api);
+	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, resp_fields, NULL, &e) ||
+	    srv_fields_read(j, resp_fields, &r, NULL, &r.g.api, &e) || resp_neutral(&r, &e))
 		goto fail;
-	if ((rc = srv_get_int(j, "max_output_tokens", 1, INT32_MAX, &x, &e)) < 0) goto fail;
-	if (rc) g.lr.max_tokens = (int32_t)x;
-	if ((rc = srv_get_num(j, "temperature", 0, 2, &d, &e)) < 0) goto fail;
-	if (rc) temp = d;
-	if ((rc = srv_get_num(j, "top_p", 0, 1, &d, &e)) < 0) goto fail;
-	if (rc && d <= 0) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "top_p", "top_p must be greater than 0");
+	r.g.lr.sampling.temperature = (float)r.temperature;
+	r.g.lr.sampling.top_p = (float)r.top_p;
+	if (srv_gen_check(s, &r.g, &e) || resp_input(&r, &flat, &e) ||
+	    srv_chat_prompt(s, flat, NULL, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
-	}
-	if (rc) top_p = d;
-	g.lr.sampling.temperature = (float)temp;
-	g.lr.sampling.top_p = (float)top_p;
-	if (srv_gen_common(j, &g, &e) < 0) goto fail;
-	if (resp_input(j, &flat, &e)) goto fail;
-	if (srv_chat_prompt(s, flat, NULL, &g.prompt, &g.n_prompt, &e)) goto fail;
 	json_decref(flat);
 	flat = NULL;
 	if (!(st = calloc(1, sizeof *st))) {
@@ -248,17 +277,15 @@ enum MHD_Result srv_responses(srv_conn *c) {
 		goto fail;
 	}
 	st->j = j;
-	json_t *v = json_object_get(j, "instructions");
-	st->instructions = json_is_string(v) ? json_incref(v) : json_null();
-	st->max_output_tokens = g.lr.max_tokens > 0 ? json_integer(g.lr.max_tokens) : json_null();
-	st->temperature = temp;
-	st->top_p = top_p;
+	st->instructions = r.instructions ? json_string(r.instructions) : json_null();
+	st->max_output_tokens = r.g.lr.max_tokens > 0 ? json_integer(r.g.lr.max_tokens) : json_null();
+	st->temperature = r.temperature;
+	st->top_p = r.top_p;
 	srv_new_id(s, "msg_", st->item_id, sizeof st->item_id);
-	return srv_gen_run(c, &resp_api, st, &g, "resp_");
+	return srv_gen_run(c, &resp_api, st, &r.g, "resp_");
 fail:
 	json_decref(j);
 	json_decref(flat);
-	free(g.prompt);
-	free(g.bias);
+	srv_gen_free(&r.g);
 	return srv_reply_error(c, &e);
 }

@@ -1,0 +1,477 @@
+// server, layer 0: the HTTP plumbing — buffers, errors and their shapes per API family,
+// replies, ids, histograms, and the field tables that read a request's JSON. It calls no
+// other server file.
+#include "server/http_base.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- buffers ------------------------------------------------------------------------------------
+
+void srv_buf_add(srv_buf *b, const void *s, size_t n) {
+	if (b->oom || n == 0) return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1) cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
+void srv_buf_adds(srv_buf *b, const char *s) { srv_buf_add(b, s, strlen(s)); }
+
+void srv_buf_free(srv_buf *b) {
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+// ---- errors and replies -------------------------------------------------------------------------
+
+// Status and type of each error kind in each family; OpenAI's code when it has one.
+static const struct {
+	int status;
+	const char *openai_type, *openai_code;
+	int anthropic_status;
+	const char *anthropic_type;
+	int retry_after;
+} ekinds[SRV_E__COUNT] = {
+	[SRV_E_BAD_REQUEST] = {400, "invalid_request_error", NULL, 400, "invalid_request_error", 0},
+	[SRV_E_AUTH] = {401, "invalid_request_error", "invalid_api_key", 401, "authentication_error", 0},
+	[SRV_E_NOT_FOUND] = {404, "invalid_request_error", NULL, 404, "not_found_error", 0},
+	[SRV_E_METHOD] = {405, "invalid_request_error", NULL, 405, "invalid_request_error", 0},
+	[SRV_E_TOO_LARGE] = {413, "invalid_request_error", "request_too_large", 413, "request_too_large", 0},
+	[SRV_E_BUSY] = {429, "rate_limit_error", "rate_limit_exceeded", 529, "overloaded_error", 1},
+	[SRV_E_UNAVAILABLE] = {503, "server_error", "unavailable", 503, "overloaded_error", 2},
+	[SRV_E_INTERNAL] = {500, "server_error", NULL, 500, "api_error", 0},
+};
+
+int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...) {
+	e->kind = kind;
+	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+	e->code[0] = 0;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
+
+json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
+	if (f == SRV_ANTHROPIC) {
+		*status = ekinds[e->kind].anthropic_status;
+		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", ekinds[e->kind].anthropic_type,
+				 "message", e->msg);
+	}
+	*status = ekinds[e->kind].status;
+	json_t *err = json_pack("{s:s, s:s}", "message", e->msg, "type", ekinds[e->kind].openai_type);
+	// a failed generation is exactly {message, type}; request errors name their field
+	if (err && e->kind != SRV_E_INTERNAL) {
+		json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+		const char *code = e->code[0] ? e->code : ekinds[e->kind].openai_code;
+		json_object_set_new(err, "code", code ? json_string(code) : json_null());
+	}
+	return err ? json_pack("{s:o}", "error", err) : NULL;
+}
+
+static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
+	if (!r) return MHD_NO;
+	c->status = status;
+	c->replied = true;
+	enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
+	MHD_destroy_response(r);
+	return ok;
+}
+
+enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+	if (!r) return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	return queue(c, status, r);
+}
+
+static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after) {
+	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!txt) return MHD_NO;
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(txt);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (retry_after > 0) {
+		char ra[16];
+		snprintf(ra, sizeof ra, "%d", retry_after);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
+	return queue(c, status, r);
+}
+
+enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) {
+	return reply_json_h(c, status, body, retry_after);
+}
+
+enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
+	int status;
+	json_t *body = srv_error_body(c->family, e, &status);
+	if (c->gen && e->kind != SRV_E_INTERNAL && !c->host_counted)
+		atomic_fetch_add(&c->s->rejected, 1);
+	if (!c->outcome) c->outcome = "rejected";
+	return reply_json_h(c, status, body, srv_retry_after(e->kind));
+}
+
+int srv_sock_fd(srv_conn *c) {
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
+	*out = NULL;
+	if (!c->body.len) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body is empty: send a JSON object");
+	json_error_t je;
+	json_t *j = json_loadb(c->body.p, c->body.len, 0, &je);
+	if (!j) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+	}
+	*out = j;
+	return 0;
+}
+
+void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
+	uint64_t a = splitmix64(atomic_fetch_add(&s->id_state, 0x9e3779b97f4a7c15ull));
+	uint64_t b = splitmix64(a ^ lanes_now_ns());
+	snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
+int srv_check_model(http_server *s, const char *id, srv_err *e) {
+	if (!id || !strcmp(id, s->model_id)) return 0;
+	srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->model_id);
+	snprintf(e->code, sizeof e->code, "model_not_found");
+	return -1;
+}
+
+// ---- histograms ---------------------------------------------------------------------------------
+
+void srv_hist_init(srv_hist *h, const char *name, const char *help, const double *le, int n) {
+	h->name = name;
+	h->help = help;
+	h->n = n < SRV_HIST_MAX ? n : SRV_HIST_MAX;
+	for (int i = 0; i < h->n; i++) h->le[i] = le[i];
+}
+
+void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight) {
+	if (!(seconds >= 0)) seconds = 0;
+	int b = 0;
+	while (b < h->n && seconds > h->le[b]) b++;
+	atomic_fetch_add(&h->bucket[b], weight);
+	atomic_fetch_add(&h->count, weight);
+	atomic_fetch_add(&h->sum_ns, (uint64_t)llround(seconds * 1e9 * (double)weight));
+}
+
+void srv_hist_print(const srv_hist *h, srv_buf *out) {
+	char line[256];
+	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+	srv_buf_adds(out, line);
+	uint64_t cum = 0;
+	for (int b = 0; b <= h->n; b++) {
+		cum += atomic_load(&h->bucket[b]);
+		if (b < h->n) snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->le[b], (unsigned long long)cum);
+		else snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
+		srv_buf_adds(out, line);
+	}
+	snprintf(line, sizeof line, "%s_sum %.9f\n%s_count %llu\n", h->name, (double)atomic_load(&h->sum_ns) / 1e9, h->name,
+		 (unsigned long long)atomic_load(&h->count));
+	srv_buf_adds(out, line);
+}
+
+// ---- JSON values --------------------------------------------------------------------------------
+
+static const char *type_name(const json_t *v) {
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
+json_t *srv_real(double v) {
+	if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;
+	return json_real(v);
+}
+
+// Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one.
+static size_t utf8_len(const unsigned char *s, size_t n) {
+	unsigned c = s[0];
+	size_t len;
+	unsigned cp;
+	if (c < 0x80) return 1;
+	if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+	else return 0;
+	if (n < len) return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80) return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
+	size_t n = 0;
+	const char *p = tok_piece(s->vocab, id, TOK_DECODE_SPECIAL, &n);
+	if (!p) n = 0;
+	if (bytes) {
+		*bytes = json_array();
+		for (size_t i = 0; i < n && *bytes; i++) json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+	}
+	srv_buf b = {0};
+	for (size_t i = 0; i < n;) {
+		size_t l = utf8_len((const unsigned char *)p + i, n - i);
+		if (l) srv_buf_add(&b, p + i, l), i += l;
+		else srv_buf_adds(&b, "\xef\xbf\xbd"), i++;
+	}
+	if (!b.p) srv_buf_add(&b, "", 1), b.len = 0;
+	return b.p;
+}
+
+int srv_content_text(json_t *content, const char *param, const char *const *types, char **out, srv_err *e) {
+	*out = NULL;
+	if (!content || json_is_null(content)) {
+		*out = strdup("");
+		return *out ? 0 : srv_fail(e, SRV_E_INTERNAL, param, "out of memory");
+	}
+	if (json_is_string(content)) {
+		*out = strdup(json_string_value(content));
+		return *out ? 0 : srv_fail(e, SRV_E_INTERNAL, param, "out of memory");
+	}
+	if (!json_is_array(content))
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s must be a string or an array of text parts, got %s", param,
+				type_name(content));
+	srv_buf b = {0};
+	size_t i;
+	json_t *part;
+	json_array_foreach(content, i, part) {
+		char p[128];
+		snprintf(p, sizeof p, "%s[%zu]", param, i);
+		const char *ty = json_is_object(part) ? json_string_value(json_object_get(part, "type")) : NULL;
+		if (!ty) {
+			srv_buf_free(&b);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object with a \"type\"", p);
+		}
+		bool ok = false;
+		for (const char *const *t = types; *t && !ok; t++) ok = !strcmp(*t, ty);
+		if (!ok) {
+			srv_buf_free(&b);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only text (%s) is", p, ty, types[0]);
+		}
+		json_t *tx = json_object_get(part, "text");
+		if (!json_is_string(tx)) {
+			srv_buf_free(&b);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.text must be a string", p);
+		}
+		srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
+	}
+	if (!b.p) srv_buf_add(&b, "", 1), b.len = 0;
+	if (b.oom || !b.p) {
+		srv_buf_free(&b);
+		return srv_fail(e, SRV_E_INTERNAL, param, "out of memory");
+	}
+	*out = b.p;
+	return 0;
+}
+
+
+int srv_no_tools(json_t *tools, json_t *tool_choice, srv_err *e) {
+	if (tools && !(json_is_array(tools) && !json_array_size(tools)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool calls are not supported)");
+	const char *t = json_string_value(tool_choice);
+	if (tool_choice && !(t && (!strcmp(t, "none") || !strcmp(t, "auto"))))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool calls are not supported)");
+	return 0;
+}
+
+// ---- field tables -------------------------------------------------------------------------------
+
+static bool row_named(const srv_field *t, const char *key) {
+	for (; t->kind != SRV_K_END; t++)
+		if (t->kind == SRV_K_INCLUDE ? row_named(t->sub, key) : !strcmp(t->name, key)) return true;
+	return false;
+}
+
+int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *e) {
+	srv_buf names = {0};
+	const char *first = NULL, *key;
+	json_t *v;
+	int n = 0;
+	json_object_foreach(o, key, v) {
+		if (row_named(t, key)) continue;
+		if (!first) first = key;
+		if (n++) srv_buf_adds(&names, ", ");
+		srv_buf_adds(&names, key);
+	}
+	if (!n) return 0;
+	char param[96];
+	snprintf(param, sizeof param, "%s%s%s", where ? where : "", where ? "." : "", first);
+	srv_fail(e, SRV_E_BAD_REQUEST, param, "unsupported parameter%s%s%s: %s", n > 1 ? "s" : "", where ? " in " : "",
+		 where ? where : "", names.p ? names.p : "");
+	srv_buf_free(&names);
+	return -1;
+}
+
+// The request contract's bounds for row r's value x; at the top level the API's name of the
+// field becomes the key, so that errors name what the client sent.
+static int bounded(const srv_field *r, const char *name, double x, lane_api *api, bool top, srv_err *e) {
+	char err[256];
+	if (api && top) api->name[r->field] = r->name;
+	if (!lane_check_value(api, r->field, x, err, sizeof err)) return 0;
+	return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
+}
+
+// An integer, or a number with no fraction that a double holds exactly.
+static bool integer_of(const json_t *v, int64_t *x) {
+	if (json_is_integer(v)) {
+		*x = json_integer_value(v);
+		return true;
+	}
+	double d = json_is_real(v) ? json_real_value(v) : 0.5;
+	if (d != floor(d) || fabs(d) >= 9e15) return false;
+	*x = (int64_t)d;
+	return true;
+}
+
+static int read_stops(const srv_field *r, json_t *v, srv_stops *st, const char *name, lane_api *api, bool top, srv_err *e) {
+	if (json_is_string(v) && r->kind == SRV_K_STOPS) {
+		st->s[0] = json_string_value(v);
+		st->n = 1;
+		if (api && top) api->name[r->field] = r->name;
+		return 0;
+	}
+	if (!json_is_array(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be %san array of strings", name,
+				r->kind == SRV_K_STOPS ? "a string or " : "");
+	if (bounded(r, name, (double)json_array_size(v), api, top, e)) return -1;
+	if (json_array_size(v) > LANE_MAX_STOPS) // the host's bound is the storage's
+		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s: at most %d stop sequences", name, LANE_MAX_STOPS);
+	size_t i;
+	json_t *x;
+	json_array_foreach(v, i, x) {
+		if (!json_is_string(x)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s[%zu] must be a string, got %s", name, i, type_name(x));
+		st->s[st->n++] = json_string_value(x);
+	}
+	return 0;
+}
+
+static int read_bias(const srv_field *r, json_t *v, srv_biases *b, const char *name, lane_api *api, bool top, srv_err *e) {
+	if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an object of token id → bias", name);
+	size_t n = json_object_size(v);
+	free(b->p);
+	b->n = 0;
+	b->p = calloc(n ? n : 1, sizeof *b->p);
+	if (!b->p) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	const lane_range *range = api ? &api->range[r->field] : NULL;
+	const char *key;
+	json_t *x;
+	json_object_foreach(v, key, x) {
+		char *end;
+		long long id = strtoll(key, &end, 10);
+		if (end == key || *end || id < INT32_MIN || id > INT32_MAX)
+			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s key '%s' is not a token id", name, key);
+		if (!json_is_number(x))
+			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s for token %lld must be a number, got %s", name, id, type_name(x));
+		double bv = json_number_value(x);
+		if (bounded(r, name, bv, api, top, e)) return -1;
+		// the API's lowest bias bans the token (OpenAI: -100)
+		b->p[b->n++] = (lane_bias){(int32_t)id, range && range->set && bv <= range->lo ? -INFINITY : (float)bv};
+	}
+	return 0;
+}
+
+// One present, non-null value of row r into dst; name is the key as errors show it.
+static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, lane_api *api, bool top, srv_err *e) {
+	int64_t x = 0;
+	switch (r->kind) {
+	case SRV_K_NUM:
+	case SRV_K_REAL: {
+		if (!json_is_number(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a number, got %s", name, type_name(v));
+		double d = json_number_value(v);
+		if (bounded(r, name, d, api, top, e)) return -1;
+		if (r->kind == SRV_K_NUM) *(float *)dst = (float)d;
+		else *(double *)dst = d;
+		return 0;
+	}
+	case SRV_K_INT:
+	case SRV_K_CHOICES:
+	case SRV_K_SEED:
+		if (!integer_of(v, &x)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an integer, got %s", name, type_name(v));
+		if (r->kind == SRV_K_SEED) {
+			lane_sampling *sp = (lane_sampling *)dst;
+			sp->seed = (uint64_t)x;
+			sp->has_seed = true;
+		} else if (r->kind == SRV_K_CHOICES) {
+			if (x < 1 || x > SRV_MAX_N)
+				return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be between 1 and %d, got %lld", name, SRV_MAX_N, (long long)x);
+			*(int *)dst = (int)x;
+		} else {
+			if (bounded(r, name, (double)x, api, top, e)) return -1;
+			if (x < INT32_MIN || x > INT32_MAX) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s is out of range", name);
+			*(int32_t *)dst = (int32_t)x;
+		}
+		return 0;
+	case SRV_K_BOOL:
+		if (!json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a boolean, got %s", name, type_name(v));
+		*(bool *)dst = json_is_true(v);
+		return 0;
+	case SRV_K_STR:
+		if (!json_is_string(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a string, got %s", name, type_name(v));
+		*(const char **)dst = json_string_value(v);
+		return 0;
+	case SRV_K_JSON: *(json_t **)dst = v; return 0;
+	case SRV_K_STOPS:
+	case SRV_K_STOP_ARRAY: return read_stops(r, v, (srv_stops *)dst, name, api, top, e);
+	case SRV_K_BIAS: return read_bias(r, v, (srv_biases *)dst, name, api, top, e);
+	case SRV_K_OBJECT:
+		if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an object", name);
+		if (srv_fields_known(v, r->sub, name, e)) return -1;
+		return srv_fields_read(v, r->sub, dst, name, api, e);
+	default: return 0;
+	}
+}
+
+int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_err *e) {
+	for (const srv_field *r = t; r->kind != SRV_K_END; r++) {
+		char *dst = (char *)base + r->off;
+		if (r->kind == SRV_K_INCLUDE) {
+			if (srv_fields_read(o, r->sub, dst, where, api, e)) return -1;
+			continue;
+		}
+		json_t *v = json_object_get(o, r->name);
+		if (r->kind == SRV_K_IGNORE || !v || json_is_null(v)) continue;
+		char name[96];
+		snprintf(name, sizeof name, "%s%s%s", where ? where : "", where ? "." : "", r->name);
+		if (read_one(r, v, dst, name, api, !where, e)) return -1;
+	}
+	return 0;
+}

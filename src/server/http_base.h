@@ -1,0 +1,208 @@
+// server, layer 0: the HTTP plumbing every other server file uses and that uses none of
+// them — the server and connection state, byte buffers, errors shaped per API family,
+// replies, ids, histograms, and the JSON field tables that read a request.
+#ifndef LANES_HTTP_BASE_H
+#define LANES_HTTP_BASE_H
+
+#include "server/server.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define SRV_MOD "http"
+#define SRV_MAX_N 32 // most choices (n) one request may ask for
+
+// ---- a growing byte buffer; on OOM it stops growing and sets oom -------------------------
+typedef struct {
+	char *p;
+	size_t len, cap;
+	bool oom;
+} srv_buf;
+void srv_buf_add(srv_buf *b, const void *s, size_t n);
+void srv_buf_adds(srv_buf *b, const char *s);
+void srv_buf_free(srv_buf *b);
+
+// ---- errors: one kind, shaped per API family ----------------------------------------------
+enum srv_ekind {
+	SRV_E_BAD_REQUEST, // 400
+	SRV_E_AUTH,        // 401
+	SRV_E_NOT_FOUND,   // 404
+	SRV_E_METHOD,      // 405
+	SRV_E_TOO_LARGE,   // 413
+	SRV_E_BUSY,        // 429 (OpenAI) / 529 (Anthropic), with Retry-After
+	SRV_E_UNAVAILABLE, // 503 with Retry-After: loading, draining, halted
+	SRV_E_INTERNAL,    // 500: a generation failed (the halt among others)
+	SRV_E__COUNT
+};
+
+enum srv_family { SRV_OPENAI, SRV_ANTHROPIC };
+
+typedef struct {
+	enum srv_ekind kind;
+	char param[96];  // the field at fault ("" for none)
+	char code[48];   // OpenAI's code ("" for none)
+	char msg[512];
+} srv_err;
+
+// Fills e and returns -1.
+int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+// The error's HTTP status and JSON body in the family's shape.
+json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status);
+// Retry-After seconds for the kind (0: none).
+int srv_retry_after(enum srv_ekind kind);
+
+// ---- histograms (Prometheus, cumulative on output) -----------------------------------------
+#define SRV_HIST_MAX 16
+typedef struct {
+	const char *name, *help;
+	int n;                                        // finite bounds in le
+	double le[SRV_HIST_MAX];                      // upper bounds, seconds, ascending
+	atomic_uint_least64_t bucket[SRV_HIST_MAX + 1]; // per bucket (not cumulative); last is +Inf
+	atomic_uint_least64_t sum_ns, count;
+} srv_hist;
+void srv_hist_init(srv_hist *h, const char *name, const char *help, const double *le, int n);
+void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight);
+void srv_hist_print(const srv_hist *h, srv_buf *out);
+
+// ---- the server ---------------------------------------------------------------------------
+typedef struct {
+	int fd;     // eventfd, written by the engine's notify callback
+	bool used;
+} srv_slot;
+
+struct http_server {
+	http_config cfg;               // strings point into the copies below
+	char *model_path, *alias, *api_key, *host_addr, *template_path;
+	char model_id[128];
+	struct MHD_Daemon *mhd;
+	int port;
+
+	atomic_int state;              // enum http_state
+	atomic_int progress_pm;        // load progress, per mille
+	char load_err[512];
+	pthread_t loader;
+	bool loader_started;
+
+	// set by the loader before state becomes HTTP_READY, read-only afterwards
+	model *m;
+	model *draft;                  // draft model for speculative decoding, or NULL
+	tok_vocab *vocab;
+	tmpl *tmpl;
+	lane_host *host;
+	int32_t max_ctx;               // tokens one request may use
+	int32_t n_vocab;
+	char *bos_text, *eos_text;
+
+	pthread_mutex_t mu;            // state changes, load error, halt reason, slots
+	char halt_reason[160];
+	atomic_int calls_open;         // generation calls not yet completed
+	atomic_uint_least64_t rejected; // API requests refused before reaching the lane host
+	atomic_uint_least64_t id_state;
+
+	srv_slot *slots;               // one per connection; never closed while the host lives
+	int n_slots;
+
+	srv_hist ttft, itl;
+	atomic_bool quit;
+};
+
+// ---- one HTTP request ---------------------------------------------------------------------
+typedef struct srv_conn srv_conn;
+typedef struct srv_call srv_call;
+struct srv_route;
+
+struct srv_conn {
+	http_server *s;
+	struct MHD_Connection *mc;
+	const struct srv_route *rt;    // the daemon's route (NULL: none matched)
+	enum srv_family family;        // the route's error shape
+	bool gen;                      // the route generates: its refusals count as rejected
+	char method[16];
+	char path[192];
+	uint64_t t0_us;
+	srv_buf body;
+	bool body_over;                // the body passed --max-body
+	bool replied;
+	int status;
+	int32_t n_prompt, n_gen;       // for the access log
+	const char *outcome;           // for the access log ("finished", "failed", ...)
+	bool host_counted;             // the lane host counted this refusal itself
+	srv_call *call;
+};
+
+// Replies (the body is stolen); retry_after > 0 adds the header.
+enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
+enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len);
+enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e);
+int srv_sock_fd(srv_conn *c);
+
+// Parses the body as a JSON object.
+int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
+// A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
+void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);
+// 404 model_not_found unless id (NULL: none sent) is the model this server serves.
+int srv_check_model(http_server *s, const char *id, srv_err *e);
+// A JSON number that never fails (non-finite values clamped).
+json_t *srv_real(double v);
+// A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.
+char *srv_token_text(http_server *s, int32_t id, json_t **bytes);
+// Text of a message content: a string, or an array of parts whose type is one of types
+// (each {"type", "text"}). *out is malloc'd.
+int srv_content_text(json_t *content, const char *param, const char *const *types, char **out, srv_err *e);
+
+// ---- field tables: each JSON field of an API named once, with its kind and destination ---
+enum srv_kind {
+	SRV_K_END,        // ends a table
+	SRV_K_NUM,        // a number into a float
+	SRV_K_REAL,       // a number into a double
+	SRV_K_INT,        // an integer into an int32_t
+	SRV_K_CHOICES,    // an integer 1..SRV_MAX_N into an int
+	SRV_K_BOOL,       // into a bool
+	SRV_K_STR,        // a string into a const char * (into the request's JSON)
+	SRV_K_JSON,       // any value into a json_t * (borrowed; NULL when absent or null): the adapter reads it
+	SRV_K_SEED,       // an integer into a lane_sampling's seed (has_seed set)
+	SRV_K_STOPS,      // a string or an array of strings into an srv_stops
+	SRV_K_STOP_ARRAY, // an array of strings into an srv_stops
+	SRV_K_BIAS,       // {"token id": bias} into an srv_biases; the API's lowest bias bans the token
+	SRV_K_OBJECT,     // an object read with the rows of sub, unknown keys refused
+	SRV_K_INCLUDE,    // the rows of sub, read at off (no JSON key of its own)
+	SRV_K_IGNORE,     // accepted and ignored
+};
+
+typedef struct srv_field srv_field;
+struct srv_field {
+	const char *name;         // the JSON key
+	enum srv_kind kind;
+	enum lane_field field;    // NUM, REAL, INT, stops, bias: whose bounds apply (lane_check_value)
+	size_t off;               // where the value goes: an offset in the struct the table reads into
+	const srv_field *sub;     // SRV_K_OBJECT and SRV_K_INCLUDE: the rows
+};
+// A row whose JSON key is the name of its member of T.
+#define SRV_ROW(T, member, kind) {#member, (kind), .off = offsetof(T, member)}
+// A row for a field accepted and ignored.
+#define SRV_IGNORED(name) {(name), SRV_K_IGNORE, .off = 0}
+
+typedef struct {
+	const char *s[LANE_MAX_STOPS]; // point into the request's JSON
+	int n;
+} srv_stops;
+
+typedef struct {
+	lane_bias *p;             // malloc'd
+	int n;
+} srv_biases;
+
+// OpenAI's tools and tool_choice, accepted only empty, "none" or "auto" (NULL: not sent).
+int srv_no_tools(json_t *tools, json_t *tool_choice, srv_err *e);
+
+// 400 naming every key of o that no row of t names, param the first (where.key when where is set).
+int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *e);
+// Reads every row of t that o has (absent or null: the destination is left as it is) into
+// base: types checked here, bounds with lane_check_value against api, whose name of each
+// bounded field becomes the key it was read from. 0, or -1 with e naming the field.
+int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_err *e);
+
+#endif

@@ -1,0 +1,101 @@
+// server, layer 1: the generation call every API adapter drives — the request as read
+// (a lane_request plus what only HTTP has), the chat prompt (template and tokenizer), lane
+// requests per choice, events through an eventfd, the reply or the SSE stream.
+#ifndef LANES_HTTP_GEN_H
+#define LANES_HTTP_GEN_H
+
+#include "server/http_base.h"
+
+// ---- a request as an adapter reads it ------------------------------------------------------
+typedef struct {
+	lane_request lr;               // the contract; api, prompt, stops and bias point into this struct
+	lane_api api;                  // the adapter's names and bounds, each field named as the client sent it
+	int n;                         // choices
+	bool stream;
+	const char *model;             // "model" as sent (NULL: none)
+	int32_t *prompt;               // malloc'd, owned
+	srv_stops stops;
+	srv_biases bias;               // owned
+} srv_gen;
+
+// The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
+// and the draft and ignore_eos extensions.
+extern const srv_field srv_gen_fields[];
+
+// Neutral sampling, drafting allowed, one choice, the adapter's api.
+void srv_gen_init(srv_gen *g, const lane_api *api);
+// Frees g's storage (not g). Accepts a g that srv_gen_run took over: it cleared it.
+void srv_gen_free(srv_gen *g);
+// The model check, then lane_check_params over every field read; cheap, so adapters run it
+// before building the prompt. 0, or -1 with e naming the field in the API's words.
+int srv_gen_check(http_server *s, srv_gen *g, srv_err *e);
+
+// ---- chat prompts ---------------------------------------------------------------------------
+// OpenAI chat messages (system/developer/user/assistant, content a string or text parts)
+// flattened into [{role, content: string}] for the chat template.
+int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
+// Renders messages (array of {role, content: string}) with the chat template and tokenizes
+// them; prefill (may be NULL) is appended after the generation prompt.
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32_t **ids, int32_t *n,
+		    srv_err *e);
+
+// ---- a generation call: n lane requests for one HTTP request ------------------------------
+typedef struct {
+	bool ended;
+	enum lane_ev_kind kind;
+	enum lane_finish finish;
+	int32_t stop_index;
+	char token_sha[65];
+	int32_t n_generated, n_cached;
+	srv_buf text;                  // every piece of text so far
+	uint64_t t_last_us;            // last token event
+	int32_t n_tokens;              // token events
+} srv_choice;
+
+// What an API adapter does with the call's events. Streamed calls write SSE into c->out.
+typedef struct {
+	void (*begin)(srv_call *c);    // stream: the opening events
+	// text of choice i: tok is the token event (NULL for the terminal event's remainder)
+	void (*text)(srv_call *c, int i, const char *text, size_t len, const lane_event *tok);
+	void (*choice_end)(srv_call *c, int i); // stream: choice i finished
+	void (*done)(srv_call *c);     // stream: every choice finished — the closing events
+	void (*fail)(srv_call *c);     // stream: the API's error event for c->fail_reason
+	json_t *(*reply)(srv_call *c); // non-stream: the reply once every choice finished
+	void (*free_state)(void *st);
+} srv_api;
+
+struct srv_call {
+	http_server *s;
+	srv_conn *conn;
+	const srv_api *api;
+	void *st;                      // the adapter's parsed request
+	srv_gen g;
+	int n;
+	srv_choice *ch;
+	lane_req **req;
+	char id[64];
+	int64_t created;               // unix seconds
+	srv_buf out;                   // SSE bytes not yet handed to MHD
+	size_t out_off;
+	int slot;
+	int sock;
+	bool over;                     // nothing more will be written
+	bool failed;
+	char fail_reason[200];
+	int64_t seq;                   // next SSE sequence number (Responses)
+};
+
+// Checks the prompt against the context (lane_check_prompt), submits every choice, then
+// answers: waits and replies (non-stream) or starts the SSE stream. Takes ownership of st
+// (freed with api->free_state) and of g's storage, also on failure. The call's id is
+// id_prefix plus random hex.
+enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *g, const char *id_prefix);
+// Ends and frees a call (cancels its requests); from the request-completed callback.
+void srv_call_free(srv_call *c);
+// Appends one SSE event ("event: name" when name is set) with data (stolen) to c->out.
+void srv_sse(srv_call *c, const char *name, json_t *data);
+void srv_sse_raw(srv_call *c, const char *s);
+// Sum of generated tokens over the choices.
+int32_t srv_call_generated(const srv_call *c);
+
+#endif

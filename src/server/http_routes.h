@@ -1,0 +1,27 @@
+// server: what the daemon (http.c) calls in the layers below it — every endpoint, and the
+// metrics set-up. Each endpoint file includes this to keep its definitions in step.
+#ifndef LANES_HTTP_ROUTES_H
+#define LANES_HTTP_ROUTES_H
+
+#include "server/http_base.h"
+
+// control reads (http_control.c): answered from the lane host's last snapshot
+enum MHD_Result srv_health(srv_conn *c);
+enum MHD_Result srv_slots(srv_conn *c);
+enum MHD_Result srv_metrics(srv_conn *c);
+enum MHD_Result srv_models(srv_conn *c);
+enum MHD_Result srv_model_one(srv_conn *c);
+// The server's own histograms (time to first token, inter-token gaps).
+void srv_metrics_init(http_server *s);
+
+// tokenizer utilities (http_tokens.c)
+enum MHD_Result srv_tokenize(srv_conn *c);
+enum MHD_Result srv_detokenize(srv_conn *c);
+
+// API adapters (http_openai.c, http_anthropic.c, http_responses.c)
+enum MHD_Result srv_chat_completions(srv_conn *c);
+enum MHD_Result srv_completions(srv_conn *c);
+enum MHD_Result srv_messages(srv_conn *c);
+enum MHD_Result srv_responses(srv_conn *c);
+
+#endif
