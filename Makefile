@@ -45,10 +45,25 @@ BENCH_SRC:= $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_LIB  := $(BUILD)/liblanes-cli.a
 SUP_OBJ  := $(TEST_SUP:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB      := $(BUILD)/liblanes.a
+
+.DEFAULT_GOAL := all
+
+# lanes_version_string(): git's names for this tree, or `unknown` outside a checkout.
+VERSION  := $(or $(shell git describe --tags --always --dirty 2>/dev/null),unknown)
+COMMIT   := $(or $(shell git rev-parse --short HEAD 2>/dev/null),unknown)
+BUILD_ID := $(VERSION) $(COMMIT) $(CC) $(CFLAGS)
+$(BUILD)/src/base/version.o: EXTRA := -DLANES_VERSION='"$(VERSION)"' -DLANES_COMMIT='"$(COMMIT)"' \
+	-DLANES_BUILD_FLAGS='"$(CC) $(CFLAGS)"'
+$(BUILD)/src/base/version.o: $(BUILD)/build-id
+# rewritten only when the version, commit or flags change, so version.o rebuilds then alone
+$(BUILD)/build-id: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' > $@
 
 # x86 kernels are compiled for their instruction set; CPUID picks them at run time.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -77,13 +92,17 @@ $(LIB): $(LIB_OBJ)
 $(BUILD)/lanes: $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(SUP_OBJ) $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(LIB) $(LDLIBS)
+# the CLI without main: its settings table, for the tests and benchmarks that read the environment
+$(CLI_LIB): $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(SUP_OBJ) $(CLI_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(CLI_LIB) $(LIB) $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(CLI_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(LDLIBS)
 
 # Installs missing Debian packages when root, else prints the apt-get line.
 deps:
@@ -118,6 +137,6 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: deps-check
+.PHONY: deps-check FORCE
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -3,6 +3,7 @@
 // vocab, then decodes it, and prints tokens/s for each.
 // usage: tok_bench [VOCAB.gguf] [MiB]   (default: $LANES_SHARED/vocab/ggml-vocab-qwen2.gguf, 1)
 #include "base/base.h"
+#include "cli/settings.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +35,7 @@ static void put(buf *b, const char *s, size_t n) {
 }
 
 int main(int argc, char **argv) {
-	lanes_log_init();
+	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	const char *shared = getenv("LANES_SHARED");
 	if (!shared || !*shared) shared = "../shared";
 	char vpath[1024];

@@ -29,14 +29,6 @@ int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...) {
 
 int lanes_log_level = LOG_LEVEL_INFO;
 
-void lanes_log_init(void) {
-	const char *s = getenv("LANES_LOG");
-	if (!s) return;
-	static const char *names[] = {"error", "warn", "info", "debug"};
-	for (int i = 0; i < 4; i++)
-		if (!strcmp(s, names[i])) lanes_log_level = i;
-}
-
 void lanes_log(int level, const char *module, const char *fmt, ...) {
 	static const char tag[] = "EWID";
 	char line[2048];

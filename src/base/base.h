@@ -35,8 +35,7 @@ int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
 
 // ---- logging: one level-gated macro, prefixed by module; always to stderr -----------
 enum lanes_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
-extern int lanes_log_level; // set from LANES_LOG (error|warn|info|debug) by lanes_log_init
-void lanes_log_init(void);
+extern int lanes_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
 void lanes_log(int level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 #define LOG(level, module, ...)                                                   \
@@ -92,5 +91,9 @@ int lanes_pool_threads(const lanes_pool *p);
 // Runs fn(arg, ith, nth) on every thread and returns when all are done.
 void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg);
 int lanes_cpu_count(void);
+
+// ---- build: "lanes VERSION (commit C)" and the compiler and flags it was built with ------
+const char *lanes_version_string(void);
+const char *lanes_build_flags(void);
 
 #endif

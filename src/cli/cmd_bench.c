@@ -32,7 +32,7 @@ static double run_pp(bench_ctx *b, int64_t n) {
 	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1};
 	uint64_t t0 = lanes_now_ns();
 	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
-		fprintf(stderr, "lanes bench: %s\n", err);
+		cli_err("%s", err);
 		return -1;
 	}
 	return (lanes_now_ns() - t0) / 1e9;
@@ -46,7 +46,7 @@ static double run_tg(bench_ctx *b, int64_t n) {
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
-			fprintf(stderr, "lanes bench: %s\n", err);
+			cli_err("%s", err);
 			return -1;
 		}
 	}
@@ -66,7 +66,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
 			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1};
 			if (model_forward(b->m, b->kv, b->pool, b->rows, m, b->logits, err, sizeof err)) {
-				fprintf(stderr, "lanes bench: %s\n", err);
+				cli_err("%s", err);
 				return -1;
 			}
 		}
@@ -78,7 +78,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
-			fprintf(stderr, "lanes bench: %s\n", err);
+			cli_err("%s", err);
 			return -1;
 		}
 	}
@@ -104,7 +104,7 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 	int32_t M = o->concurrent, lanes = o->lanes, fill = o->fill;
 	bench_lanes_result r;
 	if (bench_lanes(m, voc, o, &r, err, sizeof err)) {
-		fprintf(stderr, "lanes bench: %s\n", err);
+		cli_err("%s", err);
 		return 1;
 	}
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -122,42 +122,11 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 	return 0;
 }
 
-int cmd_bench(int argc, char **argv) {
-	const char *model_path = NULL, *kv_name = "f16s";
-	int64_t n_pp = 512, n_tg = 128, reps = 3, threads = 0, concurrent = 0, n_lanes = 0, fill = 0, req_prompt = 16, depth = 0;
-	const char *draft_path = NULL;
-	bool draft = false, repetitive = false;
-	bool json = false, help = false;
-	const cli_opt opts[] = {
-		{"-m|--model", CLI_STR, &model_path, "GGUF model file"},
-		{"-p|--n-prompt", CLI_INT, &n_pp, "prompt tokens, one pass (default 512; 0 = skip)"},
-		{"-n|--n-gen", CLI_INT, &n_tg, "generated tokens, one at a time (default 128; 0 = skip)"},
-		{"-r|--repetitions", CLI_INT, &reps, "repetitions (default 3)"},
-		{"-t|--threads", CLI_INT, &threads, "threads (default: number of cores)"},
-		{"--kv|--kv-type", CLI_STR, &kv_name, "kv cache type: f16s (default), f16, q8_0 or q4_0"},
-		{"-d|--depth", CLI_INT, &depth, "generate after a context of D tokens (tg at depth; attention as LANES_ATTN says)"},
-		{"--concurrent", CLI_INT, &concurrent, "M requests at once through the lane host: aggregate tok/s, latency"},
-		{"--lanes", CLI_INT, &n_lanes, "lanes for --concurrent (default M)"},
-		{"--fill", CLI_INT, &fill, "with --concurrent: a P-token prompt fills while the M requests decode"},
-		{"--req-prompt", CLI_INT, &req_prompt, "with --concurrent: prompt tokens of each request (default 16)"},
-		{"--draft", CLI_FLAG, &draft, "with --concurrent: requests allow speculative drafting"},
-		{"--draft-model", CLI_STR, &draft_path, "with --draft: a draft model (same vocabulary)"},
-		{"--repetitive", CLI_FLAG, &repetitive, "with --concurrent: prompts repeat one short phrase"},
-		{"--json", CLI_FLAG, &json, "print one JSON object"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	const int nopts = sizeof opts / sizeof opts[0];
-	int npos;
-	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
-	if (help || !model_path || n_pp < 0 || n_tg < 0 || reps < 1 || reps > 1000 || n_pp > 1 << 20 || n_tg > 1 << 20 ||
-	    concurrent < 0 || concurrent > 1024 || n_lanes < 0 || n_lanes > LANE_SNAP_MAX_LANES || fill < 0 || fill > 1 << 20 ||
-	    depth < 0 || depth > 1 << 22) {
-		cli_usage("lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]\n"
-			  "       lanes bench -m MODEL --concurrent M [--lanes N] [--fill P] [-n 128] [--json]", opts, nopts);
-		return help ? 0 : 2;
-	}
-	enum kv_type kvt;
-	if (cli_kv_type(kv_name, &kvt)) return 2;
+int cmd_bench(const cli_settings *set) {
+	const char *model_path = set->model, *kv_name = set->kv_type;
+	const int64_t n_pp = set->n_prompt, n_tg = set->n_gen, reps = set->reps, threads = set->threads, depth = set->depth;
+	const bool json = set->json;
+	const enum kv_type kvt = cli_kv_type(kv_name);
 	char err[512];
 	int rc = 1;
 	model *m = NULL, *dm = NULL;
@@ -166,23 +135,17 @@ int cmd_bench(int argc, char **argv) {
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = lanes_now_us();
-	if (model_load(&m, model_path, err, sizeof err)) {
-		fprintf(stderr, "lanes bench: %s\n", err);
-		goto out;
-	}
+	if (cli_load_model(model_path, &m, NULL)) goto out;
 	const double load_s = (double)(lanes_now_us() - load_t0) / 1e6;
 	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
-		fprintf(stderr, "lanes bench: %s\n", err);
+		cli_err("%s", err);
 		goto out;
 	}
-	if (concurrent > 0) {
-		bench_lanes_opts o = {.concurrent = (int32_t)concurrent, .lanes = (int32_t)n_lanes, .n_gen = n_tg > 0 ? (int32_t)n_tg : 1,
-				      .n_prompt = req_prompt > 0 && req_prompt < 1 << 20 ? (int32_t)req_prompt : 0, .fill = (int32_t)fill,
-				      .threads = (int32_t)threads, .kv_type = kvt, .draft = draft, .repetitive = repetitive};
-		if (draft_path && model_load(&dm, draft_path, err, sizeof err)) {
-			fprintf(stderr, "lanes bench: %s\n", err);
-			goto out;
-		}
+	if (set->concurrent > 0) {
+		bench_lanes_opts o = {.concurrent = (int32_t)set->concurrent, .lanes = (int32_t)set->lanes, .n_gen = n_tg > 0 ? (int32_t)n_tg : 1,
+				      .n_prompt = (int32_t)set->req_prompt, .fill = (int32_t)set->fill,
+				      .threads = (int32_t)threads, .kv_type = kvt, .draft = set->draft, .repetitive = set->repetitive};
+		if (set->draft_model && cli_load_model(set->draft_model, &dm, NULL)) goto out;
 		o.draft_model = dm;
 		rc = bench_concurrent(m, voc, model_path, &o, json);
 		goto out;
@@ -193,13 +156,13 @@ int cmd_bench(int argc, char **argv) {
 	const int64_t ctx = (n_pp > n_tg + depth ? n_pp : n_tg + depth) + 1;
 	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)ctx, 16);
 	if (kv_new(&b.kv, &kc, err, sizeof err)) {
-		fprintf(stderr, "lanes bench: %s\n", err);
+		cli_err("%s", err);
 		goto out;
 	}
 	b.logits = malloc((size_t)hp->n_vocab * sizeof *b.logits);
 	b.rows = malloc((size_t)(n_pp > 512 ? n_pp : 512) * sizeof *b.rows);
 	if (!b.logits || !b.rows) {
-		fprintf(stderr, "lanes bench: out of memory\n");
+		cli_err("out of memory");
 		goto out;
 	}
 	const char *type = tensor_traits_of(hp->main_type) ? tensor_traits_of(hp->main_type)->name : "?";
@@ -227,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
 			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt};
 			bench_lanes_result res;
 			if (bench_lanes(m, voc, &o, &res, err, sizeof err)) {
-				fprintf(stderr, "lanes bench: %s\n", err);
+				cli_err("%s", err);
 				goto out;
 			}
 			tg[r] = res.tg_tps;
@@ -248,7 +211,7 @@ int cmd_bench(int argc, char **argv) {
 		if (o && depth) json_object_set_new(o, "fill_tps", json_real(fill_tps));
 		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
 		if (!s) {
-			fprintf(stderr, "lanes bench: out of memory\n");
+			cli_err("out of memory");
 			json_decref(o);
 			goto out;
 		}

@@ -176,42 +176,24 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	return rc;
 }
 
-int cmd_gen(int argc, char **argv) {
-	const char *shape_name = NULL, *type_name = "F32", *vocab_path = NULL, *out_path = NULL;
-	int64_t seed = 1, threads = 0;
-	bool help = false;
-	const cli_opt opts[] = {
-		{"--shape", CLI_STR, &shape_name, "test | tinyllama-1.1b | qwen2.5-0.5b | llama-3.2-1b"},
-		{"--type", CLI_STR, &type_name, "file type: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q6_K ... (default F32)"},
-		{"--vocab", CLI_STR, &vocab_path, "GGUF whose tokenizer.* keys (and vocab size) are copied"},
-		{"-o|--output", CLI_STR, &out_path, "output GGUF path"},
-		{"--seed", CLI_INT, &seed, "random seed (default 1)"},
-		{"-t|--threads", CLI_INT, &threads, "threads (default: all cores)"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	const int nopts = (int)(sizeof opts / sizeof opts[0]);
-	const char *synopsis = "lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]";
-	const char *pos[1];
-	int npos = 0;
-	if (cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) return 2;
-	if (help || !shape_name || !vocab_path || !out_path) {
-		cli_usage(synopsis, opts, nopts);
-		return help ? 0 : 2;
-	}
+int cmd_gen(const cli_settings *set) {
+	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
+	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : lanes_cpu_count();
 	const gen_shape *s = NULL;
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+	char names[128] = "";
+	for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		if (!strcmp(shapes[i].name, shape_name)) s = &shapes[i];
+		k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", shapes[i].name);
+	}
 	if (!s) {
-		fprintf(stderr, "lanes gen: unknown shape '%s'\n", shape_name);
+		cli_err("unknown shape '%s' (one of: %s)", shape_name, names);
 		return 2;
 	}
 	const ftype_info *ft = ftype_by_name(type_name);
 	if (!ft) {
-		fprintf(stderr, "lanes gen: unknown type '%s' (one of: %s)\n", type_name, ftype_names());
+		cli_err("unknown type '%s' (one of: %s)", type_name, ftype_names());
 		return 2;
 	}
-	if (threads <= 0) threads = lanes_cpu_count();
-	if (threads > 256) threads = 256;
 
 	char err[512] = "";
 	int rc = 0;
@@ -265,7 +247,7 @@ int cmd_gen(int argc, char **argv) {
 		const gen_tensor *t = &ts[i];
 		char note[256];
 		uint32_t type = ftype_pick(&m, t->name, t->n_dims, t->ne, GGUF_T_F32, note, sizeof note);
-		if (note[0]) fprintf(stderr, "gen: %s\n", note);
+		if (note[0]) cli_err("%s", note);
 		const int64_t cols = t->ne[0], rows = t->ne[1];
 		const size_t rb = tensor_row_bytes(type, cols);
 		const int64_t slab_rows = slab / cols > 0 ? slab / cols : 1;
@@ -293,7 +275,7 @@ int cmd_gen(int argc, char **argv) {
 	printf("%s: %s %s, %d tensors, vocab %lld, %.2f MiB, %.1f s\n", out_path, s->name, ft->name, nt,
 	       (long long)n_vocab, total / 1048576.0, (lanes_now_us() - t0) / 1e6);
 done:
-	if (rc) fprintf(stderr, "lanes gen: %s\n", err);
+	if (rc) cli_err("%s", err);
 	free(f);
 	free(q);
 	free(ts);

@@ -62,23 +62,13 @@ static void shape_text(const gguf_tensor *t, char *buf, size_t n) {
 		k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? " x " : "", (long long)t->ne[d]);
 }
 
-int cmd_info(int argc, char **argv) {
-	bool json = false, help = false;
-	cli_opt opts[] = {
-		{"--json", CLI_FLAG, &json, "print one JSON object"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	const char *pos[1];
-	int np = 0;
-	if (cli_parse(argc, argv, opts, 2, pos, 1, &np)) return 2;
-	if (help || np != 1) {
-		cli_usage("lanes info MODEL.gguf [--json]", opts, 2);
-		return help ? 0 : 2;
-	}
+int cmd_info(const cli_settings *s) {
+	const char *const *pos = s->pos;
+	const bool json = s->json;
 	char err[512];
 	gguf *g;
 	if (gguf_open(&g, pos[0], err, sizeof err)) {
-		fprintf(stderr, "lanes info: %s\n", err);
+		cli_err("%s", err);
 		return 1;
 	}
 	gguf_str arch = {"", 0};
@@ -100,9 +90,9 @@ int cmd_info(int argc, char **argv) {
 		}
 		json_t *root = json_pack("{s:i, s:s%, s:o, s:o}", "version", (int)gguf_version(g), "architecture",
 					 arch.ptr, (size_t)arch.len, "metadata", meta, "tensors", tensors);
-		char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-		if (s) puts(s);
-		free(s);
+		char *text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+		if (text) puts(text);
+		free(text);
 		json_decref(root);
 	} else {
 		printf("file: %s\nversion: %u\narchitecture: %.*s\nalignment: %u\n", pos[0], gguf_version(g),

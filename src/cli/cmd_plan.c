@@ -54,75 +54,37 @@ static void print_text(const plan_result *r, const plan_model *pm, const char *p
 	else printf("fits          no: %s\n", r->reason);
 }
 
-int cmd_plan(int argc, char **argv) {
-	const char *model_path = NULL, *memory = NULL, *kv_name = NULL;
-	int64_t lanes = 0, threads = 0, piece = 0, draft_max = -1;
-	bool json = false, help = false;
-	cli_opt opts[] = {
-		{"-m|--model", CLI_STR, &model_path, "GGUF model file (only its metadata is read)"},
-		{"--memory", CLI_STR, &memory, "memory budget: 8GiB, 1.5GiB, 512MiB, 2GB, bytes (default: available memory)"},
-		{"--lanes", CLI_INT, &lanes, "concurrent requests 1..64 (default: the planner chooses)"},
-		{"--kv-type", CLI_STR, &kv_name, "KV cache type: f16s (default), f16, q8_0 or q4_0"},
-		{"-t|--threads", CLI_INT, &threads, "compute threads the server will run (default: one per core)"},
-		{"--piece", CLI_INT, &piece, "most prompt tokens one lane feeds per round, as serve's (default 0 = no cap)"},
-		{"--draft-max", CLI_INT, &draft_max, "most draft tokens per lane per round, as serve's (default 8)"},
-		{"--json", CLI_FLAG, &json, "print one JSON object"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	const int nopts = sizeof opts / sizeof opts[0];
-	const char *synopsis = "lanes plan -m MODEL [--memory SIZE] [--lanes N] [--kv-type f16|f16s|q8_0|q4_0] "
-			       "[--threads T] [--json]";
-	int npos;
-	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &npos)) return 2;
-	if (help || !model_path) {
-		cli_usage(synopsis, opts, nopts);
-		return help ? 0 : 2;
-	}
+int cmd_plan(const cli_settings *s) {
 	lane_config cfg;
 	lane_config_default(&cfg);
-	if (kv_name) {
-		const int t = kv_type_parse(kv_name);
-		if (t < 0) {
-			fprintf(stderr, "lanes plan: unknown KV type '%s' (f16s, f16, q8_0 or q4_0)\n", kv_name);
-			return 2;
-		}
-		cfg.kv_type = (enum kv_type)t;
-	}
-	if (lanes < 0 || lanes > LANE_SNAP_MAX_LANES) {
-		fprintf(stderr, "lanes plan: --lanes must be 1..%d\n", LANE_SNAP_MAX_LANES);
-		return 2;
-	}
-	if (threads < 0 || threads > 1024 || piece < 0 || piece > INT32_MAX ||
-	    (draft_max != -1 && (draft_max < 1 || draft_max > LANE_MAX_DRAFT))) {
-		fprintf(stderr, "lanes plan: --threads must be 0..1024, --piece >= 0, --draft-max 1..%d\n", LANE_MAX_DRAFT);
-		return 2;
-	}
-	cfg.threads = (int32_t)threads;
-	cfg.piece = (int32_t)piece;
-	if (draft_max > 0) cfg.draft_max = (int32_t)draft_max;
+	cfg.kv_type = cli_kv_type(s->kv_type);
+	cfg.threads = (int32_t)s->threads;
+	cfg.piece = (int32_t)s->piece;
+	cfg.draft_max = (int32_t)s->draft_max;
+	const char *memory = s->memory, *model_path = s->model;
 	uint64_t budget;
 	if (memory) {
 		if (plan_parse_size(memory, &budget)) {
-			fprintf(stderr, "lanes plan: --memory '%s' is not a size (e.g. 8GiB, 1.5GiB, 512MiB, 2GB, 4096)\n", memory);
+			cli_err("--memory '%s' is not a size (e.g. 8GiB, 1.5GiB, 512MiB, 2GB, 4096)", memory);
 			return 2;
 		}
 	} else if (!(budget = plan_available_memory())) {
-		fprintf(stderr, "lanes plan: cannot read the available memory from /proc/meminfo; give --memory\n");
+		cli_err("cannot read the available memory from /proc/meminfo; give --memory");
 		return 2;
 	}
 
 	char err[512];
 	plan_model pm;
 	if (plan_model_load(&pm, model_path, err, sizeof err)) {
-		fprintf(stderr, "lanes plan: %s\n", err);
+		cli_err("%s", err);
 		return 1;
 	}
 	plan_result r;
-	if (plan_make(&r, &pm, budget, (int32_t)lanes, &cfg, err, sizeof err)) {
-		fprintf(stderr, "lanes plan: %s\n", err);
+	if (plan_make(&r, &pm, budget, (int32_t)s->lanes, &cfg, err, sizeof err)) {
+		cli_err("%s", err);
 		return 1;
 	}
-	if (json) print_json(&r, &pm);
+	if (s->json) print_json(&r, &pm);
 	else print_text(&r, &pm, model_path, memory != NULL);
 	return r.fits ? 0 : 1;
 }

@@ -122,7 +122,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 		char note[256];
 		uint32_t dst = ftype_pick(&m, t->name, t->n_dims, t->ne, t->type, note, sizeof note);
 		if (note[0]) {
-			fprintf(stderr, "quantize: %s\n", note);
+			cli_err("%s", note);
 			n_fallback++;
 		}
 		const tensor_traits *st = tensor_traits_of(t->type);
@@ -143,43 +143,21 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 		size_out += len;
 	}
 	if (n_requant)
-		fprintf(stderr, "quantize: warning: %d tensors were already quantized; requantizing loses precision\n",
-			n_requant);
+		cli_err("warning: %d tensors were already quantized; requantizing loses precision", n_requant);
 	rc = gguf_writer_write(w, out, err, sizeof err);
 	if (rc) goto done;
 	printf("%s: %s, %lld tensors, %.2f MiB -> %.2f MiB%s\n", out, ft->name, (long long)nt,
 	       size_in / 1048576.0, size_out / 1048576.0, n_fallback ? " (some tensors fell back)" : "");
 done:
-	if (rc) fprintf(stderr, "lanes quantize: %s\n", err);
+	if (rc) cli_err("%s", err);
 	lanes_pool_free(pool);
 	gguf_writer_free(w);
 	gguf_free(g);
 	return rc ? 1 : 0;
 }
 
-int cmd_quantize(int argc, char **argv) {
-	int64_t threads = 0;
-	bool help = false;
-	const cli_opt opts[] = {
-		{"-t|--threads", CLI_INT, &threads, "threads (default: all cores)"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	const int nopts = (int)(sizeof opts / sizeof opts[0]);
-	const char *synopsis = "lanes quantize IN.gguf OUT.gguf TYPE [--threads N]";
-	const char *pos[3];
-	int npos = 0;
-	if (cli_parse(argc, argv, opts, nopts, pos, 3, &npos)) return 2;
-	if (help || npos != 3) {
-		cli_usage(synopsis, opts, nopts);
-		fprintf(stderr, "types: %s\n", ftype_names());
-		return help ? 0 : 2;
-	}
-	const ftype_info *ft = ftype_by_name(pos[2]);
-	if (!ft) {
-		fprintf(stderr, "lanes quantize: unknown type '%s' (one of: %s)\n", pos[2], ftype_names());
-		return 2;
-	}
-	if (threads <= 0) threads = lanes_cpu_count();
-	if (threads > 256) threads = 256;
-	return quantize_file(pos[0], pos[1], ft, (int)threads);
+int cmd_quantize(const cli_settings *s) {
+	const ftype_info *ft = ftype_by_name(s->pos[2]);
+	if (!ft) return cli_usage_error(s, "unknown type '%s' (one of: %s)", s->pos[2], ftype_names());
+	return quantize_file(s->pos[0], s->pos[1], ft, (int)(s->threads > 0 ? s->threads : lanes_cpu_count()));
 }

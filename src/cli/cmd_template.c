@@ -38,34 +38,17 @@ static char *read_file(const char *path, size_t *len) {
 	return buf;
 }
 
-int cmd_template(int argc, char **argv) {
-	const char *model = NULL, *file = NULL, *messages = NULL, *bos = NULL, *eos = NULL, *date = NULL;
-	bool gen = false, help = false;
-	cli_opt opts[] = {
-		{"-m|--model", CLI_STR, &model, "GGUF file whose tokenizer.chat_template is rendered"},
-		{"--file", CLI_STR, &file, "a Jinja chat template file instead of a model"},
-		{"--messages", CLI_STR, &messages, "JSON array of {role, content} (or an object: the whole context)"},
-		{"--add-generation-prompt", CLI_FLAG, &gen, "end with the assistant's turn header"},
-		{"--bos", CLI_STR, &bos, "bos_token text (default: the model's; empty with --file)"},
-		{"--eos", CLI_STR, &eos, "eos_token text (default: the model's; empty with --file)"},
-		{"--date", CLI_STR, &date, "YYYY-MM-DD that strftime_now() sees (default: today)"},
-		{"-h|--help", CLI_FLAG, &help, "show this help"},
-	};
-	int nopts = sizeof opts / sizeof opts[0], np = 0;
-	const char *synopsis = "lanes template (-m MODEL | --file T.jinja) --messages M.json [--add-generation-prompt] "
-			       "[--bos S] [--eos S] [--date YYYY-MM-DD]";
-	if (cli_parse(argc, argv, opts, nopts, NULL, 0, &np)) return 2;
-	if (help || !messages || (!model == !file)) {
-		cli_usage(synopsis, opts, nopts);
-		return help ? 0 : 2;
-	}
+int cmd_template(const cli_settings *set) {
+	const char *model_path = set->model, *file = set->file, *messages = set->messages, *bos = set->bos, *eos = set->eos;
+	const bool gen = set->add_generation_prompt;
+	if (!model_path == !file) return cli_usage_error(set, "give one of -m MODEL and --file T.jinja");
 	char err[1024];
 	char *src = NULL, *model_bos = NULL, *model_eos = NULL;
 	size_t len = 0;
-	if (model) {
+	if (model_path) {
 		gguf *g;
-		if (gguf_open(&g, model, err, sizeof err)) {
-			fprintf(stderr, "lanes template: %s\n", err);
+		if (gguf_open(&g, model_path, err, sizeof err)) {
+			cli_err("%s", err);
 			return 1;
 		}
 		gguf_str s;
@@ -73,7 +56,7 @@ int cmd_template(int argc, char **argv) {
 			src = gguf_str_dup(s);
 			len = src ? strlen(src) : 0;
 		} else {
-			LOG_INFO("template", "%s has no tokenizer.chat_template; using ChatML", model);
+			LOG_INFO("template", "%s has no tokenizer.chat_template; using ChatML", model_path);
 			src = strdup(tmpl_chatml());
 			len = strlen(tmpl_chatml());
 		}
@@ -83,7 +66,7 @@ int cmd_template(int argc, char **argv) {
 	} else {
 		src = read_file(file, &len);
 		if (!src) {
-			fprintf(stderr, "lanes template: cannot read %s\n", file);
+			cli_err("cannot read %s", file);
 			return 1;
 		}
 	}
@@ -92,7 +75,7 @@ int cmd_template(int argc, char **argv) {
 	json_t *msgs = json_load_file(messages, JSON_ALLOW_NUL, &je), *ctx = NULL;
 	tmpl *t = NULL;
 	if (!msgs) {
-		fprintf(stderr, "lanes template: %s: line %d: %s\n", messages, je.line, je.text);
+		cli_err("%s: line %d: %s", messages, je.line, je.text);
 		goto done;
 	}
 	if (json_is_array(msgs)) {
@@ -101,7 +84,7 @@ int cmd_template(int argc, char **argv) {
 	} else if (json_is_object(msgs)) {
 		ctx = json_incref(msgs);
 	} else {
-		fprintf(stderr, "lanes template: %s must hold a JSON array of messages\n", messages);
+		cli_err("%s must hold a JSON array of messages", messages);
 		goto done;
 	}
 	if (!json_object_get(ctx, "bos_token") || bos)
@@ -111,13 +94,13 @@ int cmd_template(int argc, char **argv) {
 	if (!json_object_get(ctx, "add_generation_prompt") || gen)
 		json_object_set_new(ctx, "add_generation_prompt", json_boolean(gen));
 	if (tmpl_compile(&t, src, len, err, sizeof err)) {
-		fprintf(stderr, "lanes template: %s: %s\n", model ? model : file, err);
+		cli_err("%s: %s", model_path ? model_path : file, err);
 		goto done;
 	}
 	char *out;
 	size_t n;
-	if (tmpl_render(t, ctx, date, &out, &n, err, sizeof err)) {
-		fprintf(stderr, "lanes template: %s\n", err);
+	if (tmpl_render(t, ctx, set->date, &out, &n, err, sizeof err)) {
+		cli_err("%s", err);
 		goto done;
 	}
 	rc = fwrite(out, 1, n, stdout) == n && fflush(stdout) == 0 ? 0 : 1;

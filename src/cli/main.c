@@ -1,44 +1,83 @@
-// cli: `lanes SUBCOMMAND ...` — dispatches through one table of subcommands.
+// cli: `lanes COMMAND ...` — one table of subcommands; the settings table (settings.c)
+// parses each command's options before it runs. `lanes`, `lanes help [CMD]` and
+// `lanes --version` answer here.
 #include "base/base.h"
 #include "cli/cli.h"
+#include "tensor/tensor.h"
 
-#include <stdio.h>
 #include <string.h>
 
-static const struct {
-	const char *name;
-	int (*fn)(int, char **);
-	const char *what;
-} commands[] = {
-	{"info", cmd_info, "print a GGUF file's metadata and tensors"},
-	{"tokenize", cmd_tokenize, "print the token ids of stdin's text"},
-	{"detokenize", cmd_detokenize, "print the text of a JSON array of token ids"},
-	{"template", cmd_template, "render a chat template over a JSON list of messages"},
-	{"quantize", cmd_quantize, "convert a model's weights to a file type (Q8_0, Q4_K_M, ...)"},
-	{"gen", cmd_gen, "write a random-weight llama-family model for tests and benchmarks"},
-	{"run", cmd_run, "generate text from a prompt"},
-	{"logits", cmd_logits, "write the logits of every prompt position"},
-	{"bench", cmd_bench, "measure prompt processing and generation speed"},
-	{"serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)"},
-	{"plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata"},
+static const cli_command commands[] = {
+	{CMD_INFO, "info", cmd_info, "print a GGUF file's metadata and tensors", "MODEL.gguf", 1},
+	{CMD_TOKENIZE, "tokenize", cmd_tokenize, "print the token ids of stdin's text", "-m MODEL", 0},
+	{CMD_DETOKENIZE, "detokenize", cmd_detokenize, "print the text of a JSON array of token ids", "-m MODEL", 0},
+	{CMD_TEMPLATE, "template", cmd_template, "render a chat template over a JSON list of messages",
+	 "(-m MODEL | --file T.jinja) --messages M.json", 0},
+	{CMD_QUANTIZE, "quantize", cmd_quantize, "convert a model's weights to a file type (Q8_0, Q4_K_M, ...)", "IN.gguf OUT.gguf TYPE", 3},
+	{CMD_GEN, "gen", cmd_gen, "write a random-weight llama-family model for tests and benchmarks",
+	 "--shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf", 0},
+	{CMD_RUN, "run", cmd_run, "generate text from a prompt", "-m MODEL (-p TEXT | --ids 1,2,3)", 0},
+	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},
+	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
+	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)", "-m MODEL", 0},
+	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},
 };
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
-static void usage(void) {
-	fprintf(stderr, "usage: lanes COMMAND [options]\n\ncommands:\n");
-	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		fprintf(stderr, "  %-12s %s\n", commands[i].name, commands[i].what);
-	fprintf(stderr, "\n`lanes COMMAND --help` describes one command.\n");
+static void command_list(FILE *f) {
+	fprintf(f, "usage: lanes COMMAND [options]\n\ncommands:\n");
+	for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].what);
+	fprintf(f, "\n`lanes help COMMAND` (or `lanes COMMAND --help`) describes one command; `lanes --version` the build.\n");
+}
+
+static const cli_command *find(const char *name) {
+	for (int i = 0; i < N_COMMANDS; i++)
+		if (!strcmp(name, commands[i].name)) return &commands[i];
+	return NULL;
+}
+
+static int version(void) {
+	const char *names[8];
+	const int n = tensor_kernels_available(names, 8);
+	printf("%s\nkernels: %s (this CPU runs", lanes_version_string(), tensor_kernels_name(tensor_kernels_default()));
+	for (int i = 0; i < n && i < 8; i++) printf(" %s", names[i]);
+	printf(")\nbuild: %s\n", lanes_build_flags());
+	return 0;
 }
 
 int main(int argc, char **argv) {
-	lanes_log_init();
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage();
-		return argc < 2 ? 2 : 0;
+	const cli_command *c = argc >= 2 ? find(argv[1]) : NULL;
+	if (c) {
+		cli_settings s;
+		const int rc = cli_setup(c, argc - 1, argv + 1, &s);
+		return rc >= 0 ? rc : c->fn(&s);
 	}
-	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+	if (cli_env_apply()) return 2;
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		command_list(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) return version();
+	if (!strcmp(argv[1], "help")) {
+		if (argc == 2) {
+			command_list(stdout);
+			return 0;
+		}
+		// the reference in docs/cli.md is this output
+		if (argc == 3 && !strcmp(argv[2], "--markdown")) {
+			cli_print_markdown(stdout, commands, N_COMMANDS);
+			return 0;
+		}
+		c = argc == 3 ? find(argv[2]) : NULL;
+		if (!c) {
+			fprintf(stderr, "lanes help: no command '%s'\n", argc > 2 ? argv[2] : "");
+			command_list(stderr);
+			return 2;
+		}
+		cli_print_help(stdout, c);
+		return 0;
+	}
 	fprintf(stderr, "lanes: unknown command '%s'\n", argv[1]);
-	usage();
+	command_list(stderr);
 	return 2;
 }

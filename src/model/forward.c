@@ -299,17 +299,11 @@ out:
 	return rc;
 }
 
-bool model_attn_fused(void) {
-	static atomic_int mode; // 0: not read yet, 1: fused, 2: unfused
-	int v = atomic_load(&mode);
-	if (!v) {
-		const char *e = getenv("LANES_ATTN");
-		v = e && !strcmp(e, "unfused") ? 2 : 1;
-		if (e && strcmp(e, "unfused") && strcmp(e, "fused")) LOG_WARN("model", "LANES_ATTN=%s: expected fused or unfused", e);
-		atomic_store(&mode, v);
-	}
-	return v == 1;
-}
+static atomic_bool attn_unfused; // the caller's choice, model_attn_set_fused
+
+bool model_attn_fused(void) { return !atomic_load(&attn_unfused); }
+
+void model_attn_set_fused(bool fused) { atomic_store(&attn_unfused, !fused); }
 
 // Where the workspace's parts go for n rows on nth threads with att floats of attention
 // scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.

@@ -101,10 +101,11 @@ int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_ro
 
 // A forward pass's workspace, allocated once for up to max_rows rows on up to nth threads;
 // model_forward allocates one per call. Attention is fused (tiles with an online softmax,
-// nothing sized by positions) unless LANES_ATTN=unfused, which keeps scores for max_pos
-// positions per thread (f16 caches only; the block types always run fused).
+// nothing sized by positions) unless model_attn_set_fused(false) (the CLI's LANES_ATTN=unfused),
+// which keeps scores for max_pos positions per thread (f16 caches only; block types run fused).
 typedef struct model_ws model_ws;
 bool model_attn_fused(void);
+void model_attn_set_fused(bool fused); // before the first pass; fused by default
 // Bytes model_ws_new allocates for those bounds (max_pos <= 0: fused); 0 when too large.
 uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos);
 int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err,

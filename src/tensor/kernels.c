@@ -1,4 +1,4 @@
-// tensor/kernels: kernel-set dispatch (CPUID once, LANES_KERNELS to force a set), weight
+// tensor/kernels: kernel-set dispatch (CPUID once, or the set the caller forces), weight
 // packing for a set, and the threaded matmul driver: activations prepared once per call,
 // then threads claim tiles of outputs — never a share of k — so the split leaves every sum alone.
 #include "tensor/kern.h"
@@ -42,22 +42,27 @@ const tensor_kernels *tensor_kernels_find(const char *name) {
 	return NULL;
 }
 
+static const tensor_kernels *forced_set; // named by tensor_kernels_force before first use
+static const char *forced_by;
+
 static void choose_default(void) {
 	const tensor_kernels *best = &tensor_kernels_ref;
 	for (int i = 0; i < N_SETS; i++)
 		if (all_sets[i]->cpu_ok()) best = all_sets[i];
-	const char *env = getenv("LANES_KERNELS");
-	bool forced = false;
-	if (env && *env) {
-		bool known = false;
-		for (int i = 0; i < N_SETS; i++) known |= !strcmp(all_sets[i]->name, env);
-		const tensor_kernels *ks = tensor_kernels_find(env);
-		if (ks) best = ks, forced = true;
-		else LOG_WARN("tensor", "LANES_KERNELS=%s: %s; using %s", env,
-			      known ? "this CPU cannot run that set" : "unknown set (ref, avx2, avx512)", best->name);
-	}
+	if (forced_set) best = forced_set;
 	atomic_store(&default_set, best);
-	LOG_INFO("tensor", "kernels: %s%s", best->name, forced ? " (LANES_KERNELS)" : "");
+	LOG_INFO("tensor", "kernels: %s%s%s%s", best->name, forced_set ? " (" : "", forced_set ? forced_by : "", forced_set ? ")" : "");
+}
+
+int tensor_kernels_force(const char *name, const char *by) {
+	bool known = false;
+	for (int i = 0; i < N_SETS; i++) known |= name && !strcmp(all_sets[i]->name, name);
+	if (!known) return LANES_EINVAL;
+	const tensor_kernels *ks = tensor_kernels_find(name);
+	if (!ks) return LANES_EUNSUPPORTED;
+	forced_set = ks;
+	forced_by = by ? by : "forced";
+	return LANES_OK;
 }
 
 const tensor_kernels *tensor_kernels_default(void) {

@@ -258,9 +258,12 @@ void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_
 // Sets differ from each other (and from the reference) by rounding only.
 typedef struct tensor_kernels tensor_kernels;
 
-// The default set: the best one CPUID allows, or the one LANES_KERNELS=ref|avx2|avx512
-// names (a name the CPU cannot run is refused with a warning). Chosen and logged once.
+// The default set: the best one CPUID allows, or the one tensor_kernels_force named.
+// Chosen and logged once.
 const tensor_kernels *tensor_kernels_default(void);
+// Before the first use: makes name the default, logged as forced by `by` (the CLI passes
+// "LANES_KERNELS"). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
+int tensor_kernels_force(const char *name, const char *by);
 // The set called name if this CPU runs it, else NULL.
 const tensor_kernels *tensor_kernels_find(const char *name);
 // Makes the set called name the default for what is set up from now on (models loaded

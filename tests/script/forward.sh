@@ -73,8 +73,8 @@ expect_fail() {
 expect_fail "outside the vocabulary" "$BIN" run -m "$M" --ids 1,600 -n 2
 expect_fail "No such file" "$BIN" run -m "$TMP/none.gguf" --ids 1 -n 2
 expect_fail "bad token id" "$BIN" logits -m "$M" --ids 1,x -o "$TMP/l3"
-expect_fail "temperature" "$BIN" run -m "$M" --ids 1 -n 2 --temp -1
-expect_fail "unknown kv type" "$BIN" bench -m "$M" --kv q9
+expect_fail "temp must be 0..2, not -1" "$BIN" run -m "$M" --ids 1 -n 2 --temp -1
+expect_fail "kv must be f16s, f16, q8_0 or q4_0, not .q9." "$BIN" bench -m "$M" --kv q9
 expect_fail "usage" "$BIN" run -m "$M" -n 2
 echo "forward: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests: kernel-set dispatch from the command line — the log names the set CPUID picked,
 # LANES_KERNELS forces each set the CPU runs (and each gives stories260K's greedy text),
-# an unknown or unsupported name is refused with a warning, and logits stay identical
+# an unknown or unsupported name is an error naming the choices, and logits stay identical
 # across threads and chunking under every set.
 BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
@@ -31,12 +31,13 @@ for ks in $sets; do
 	cmp -s "$TMP/l1" "$TMP/l2" && ok || bad "$ks: logits differ between 1 thread whole and 2 threads in chunks of 7"
 done
 
-LANES_KERNELS=sse9 "$BIN" run -m "$M" --ids "$ids" -n 4 --temp 0 > /dev/null 2> "$TMP/err" && ok || bad "an unknown set stopped the run"
-grep -q "LANES_KERNELS=sse9: unknown set" "$TMP/err" && ok || bad "no warning for an unknown set: $(head -n 3 "$TMP/err")"
-grep -q "tensor: kernels: $best\$" "$TMP/err" && ok || bad "an unknown set did not fall back to $best"
+LANES_KERNELS=sse9 "$BIN" run -m "$M" --ids "$ids" -n 4 --temp 0 > /dev/null 2> "$TMP/err"
+same "$?" 2 "an unknown set: exit code"
+grep -q "lanes run: LANES_KERNELS must be ref, avx2 or avx512, not 'sse9'" "$TMP/err" && ok || bad "an unknown set is not named with the choices: $(head -n 3 "$TMP/err")"
 if [ "$best" != avx512 ]; then
 	LANES_KERNELS=avx512 "$BIN" run -m "$M" --ids "$ids" -n 4 --temp 0 > /dev/null 2> "$TMP/err"
-	grep -q "cannot run that set" "$TMP/err" && ok || bad "no warning for a set this CPU lacks"
+	same "$?" 2 "a set this CPU lacks: exit code"
+	grep -q "LANES_KERNELS=avx512: this CPU cannot run that set" "$TMP/err" && ok || bad "no error for a set this CPU lacks"
 fi
 echo "kernels: $pass passed, $fail failed"
 [ "$fail" = 0 ]

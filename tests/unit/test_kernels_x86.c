@@ -17,6 +17,7 @@
 //    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error.
 #include "t.h"
 
+#include "cli/settings.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -306,6 +307,7 @@ static void dispatch(void) {
 }
 
 int main(void) {
+	if (cli_env_apply()) return 2; // LANES_KERNELS forces the default, as in the CLI
 	dispatch();
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);

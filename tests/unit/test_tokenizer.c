@@ -3,6 +3,7 @@
 // detokenizer, vocab validation errors and concurrent use.
 #include "t.h"
 #include "base/base.h"
+#include "cli/settings.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tok_impl.h" // white-box: the SPM cut-point shortcut is checked against the plain run
@@ -940,7 +941,7 @@ static void test_random(void) {
 }
 
 int main(void) {
-	lanes_log_init();
+	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_random();
 	test_spm_cuts();
 	test_vectors();

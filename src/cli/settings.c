@@ -1,0 +1,508 @@
+// cli/settings: the one table of every option and environment knob of `lanes` (Redis's
+// habit: {name, bounds, default, field}), and what reads it: the argv and environment
+// parser, the validator, `--help`, the command list's markdown for docs/cli.md, and the
+// hand-off of the shared knobs to the libraries (which never read the environment).
+#include "cli/settings.h"
+#include "base/base.h"
+#include "model/model.h"
+#include "tensor/tensor.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F(x) offsetof(cli_settings, x)
+#define B(c) (1u << CMD_##c)
+#define ALL ((1u << CMD_COUNT) - 1)
+#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
+#define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
+#define KV_CMDS (B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
+#define I32 2147483647
+#define I64 INT64_MAX
+
+// Rows for one command are printed in table order; a spelling may recur for other commands.
+const cli_setting cli_settings_table[] = {
+	{.names = "-m|--model", .kind = SET_STR, .field = F(model), .meta = "MODEL", .cmds = MODEL_CMDS | B(TEMPLATE), .req = MODEL_CMDS,
+	 .help = "GGUF file (a vocab-only file does for tokenize, detokenize and template)"},
+	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(RUN), .help = "prompt text (BOS added as the vocab says)"},
+	{.names = "--ids", .kind = SET_STR, .field = F(ids), .meta = "1,2,3", .cmds = B(RUN) | B(LOGITS), .req = B(LOGITS),
+	 .help = "token ids, used exactly"},
+	{.names = "-o|--output", .kind = SET_STR, .field = F(output), .meta = "FILE", .cmds = B(LOGITS) | B(GEN), .req = B(LOGITS) | B(GEN),
+	 .help = "output file (logits: float32 [positions][vocab])"},
+	{.names = "-n|--n-predict", .kind = SET_INT, .field = F(n_predict), .dflt = "64", .min = 0, .max = 1 << 24, .meta = "N",
+	 .cmds = B(RUN), .help = "tokens to generate"},
+	{.names = "--temp", .kind = SET_FLOAT, .field = F(temp), .dflt = "0.8", .min = 0, .max = 2, .meta = "T", .cmds = B(RUN),
+	 .help = "temperature (0 = greedy)"},
+	{.names = "--top-k", .kind = SET_INT, .field = F(top_k), .dflt = "40", .min = 0, .max = I32, .meta = "K", .cmds = B(RUN),
+	 .help = "keep the k most likely tokens (0 = all)"},
+	{.names = "--top-p", .kind = SET_FLOAT, .field = F(top_p), .dflt = "0.95", .min = 0, .max = 1, .meta = "P", .cmds = B(RUN),
+	 .help = "nucleus probability, above 0 (1 = off)"},
+	{.names = "--min-p", .kind = SET_FLOAT, .field = F(min_p), .dflt = "0", .min = 0, .max = 1, .meta = "P", .cmds = B(RUN),
+	 .help = "drop tokens below min-p x the top one (0 = off)"},
+	{.names = "--seed", .kind = SET_INT, .field = F(seed), .min = 0, .max = I64, .meta = "S", .cmds = B(RUN),
+	 .help = "random seed (default: from the clock, logged)"},
+	{.names = "--seed", .kind = SET_INT, .field = F(seed), .dflt = "1", .min = 0, .max = I64, .meta = "S", .cmds = B(GEN),
+	 .help = "random seed"},
+	{.names = "-p|--n-prompt", .kind = SET_INT, .field = F(n_prompt), .dflt = "512", .min = 0, .max = 1 << 20, .meta = "P",
+	 .cmds = B(BENCH), .help = "prompt tokens, one pass (0 = skip)"},
+	{.names = "-n|--n-gen", .kind = SET_INT, .field = F(n_gen), .dflt = "128", .min = 0, .max = 1 << 20, .meta = "N",
+	 .cmds = B(BENCH), .help = "generated tokens, one at a time (0 = skip)"},
+	{.names = "-r|--repetitions", .kind = SET_INT, .field = F(reps), .dflt = "3", .min = 1, .max = 1000, .meta = "R",
+	 .cmds = B(BENCH), .help = "repetitions"},
+	{.names = "-d|--depth", .kind = SET_INT, .field = F(depth), .dflt = "0", .min = 0, .max = 1 << 22, .meta = "D",
+	 .cmds = B(BENCH), .help = "generate after a context of D tokens (attention as LANES_ATTN says)"},
+	{.names = "--concurrent", .kind = SET_INT, .field = F(concurrent), .dflt = "0", .min = 0, .max = 1024, .meta = "M",
+	 .cmds = B(BENCH), .help = "M requests at once through the lane host: aggregate tok/s, latency (0 = off)"},
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(BENCH),
+	 .help = "lanes for --concurrent (default: one per request, and one for --fill)"},
+	{.names = "--fill", .kind = SET_INT, .field = F(fill), .dflt = "0", .min = 0, .max = 1 << 20, .meta = "P", .cmds = B(BENCH),
+	 .help = "with --concurrent: a P-token prompt fills while the M requests decode"},
+	{.names = "--req-prompt", .kind = SET_INT, .field = F(req_prompt), .dflt = "16", .min = 0, .max = (1 << 20) - 1, .meta = "T",
+	 .cmds = B(BENCH), .help = "with --concurrent: prompt tokens of each request"},
+	{.names = "--draft", .kind = SET_FLAG, .field = F(draft), .cmds = B(BENCH), .help = "with --concurrent: requests allow speculative drafting"},
+	{.names = "--repetitive", .kind = SET_FLAG, .field = F(repetitive), .cmds = B(BENCH),
+	 .help = "with --concurrent: prompts repeat one short phrase"},
+	{.names = "--host", .kind = SET_STR, .field = F(host), .dflt = "127.0.0.1", .meta = "HOST", .cmds = B(SERVE), .help = "listen address"},
+	{.names = "--port", .kind = SET_INT, .field = F(port), .dflt = "8080", .min = 0, .max = 65535, .meta = "PORT", .cmds = B(SERVE),
+	 .help = "listen port (0 = any free port)"},
+	{.names = "--alias", .kind = SET_STR, .field = F(alias), .meta = "NAME", .cmds = B(SERVE),
+	 .help = "model id in the API (default: the file name without .gguf)"},
+	{.names = "--api-key", .kind = SET_STR, .field = F(api_key), .meta = "KEY", .cmds = B(SERVE),
+	 .help = "require this key (Authorization: Bearer or x-api-key); control reads stay open"},
+	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = "8388608", .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",
+	 .cmds = B(SERVE), .help = "largest request body in bytes"},
+	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "256", .min = 1, .max = 65536, .meta = "N",
+	 .cmds = B(SERVE), .help = "concurrent connections"},
+	{.names = "--chat-template", .kind = SET_STR, .field = F(chat_template), .meta = "FILE", .cmds = B(SERVE),
+	 .help = "Jinja chat template file (default: the model's, else ChatML)"},
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
+	 .help = "concurrent requests (default 4; with --memory the planner chooses)"},
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(PLAN),
+	 .help = "concurrent requests (default: the planner chooses)"},
+	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(SERVE),
+	 .help = "memory budget (4GiB, 500MB, or auto: what is available): plan lanes and an elastic window"},
+	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(PLAN),
+	 .help = "memory budget: 8GiB, 1.5GiB, 512MiB, 2GB or bytes (default: the available memory)"},
+	{.names = "--window", .kind = SET_INT, .field = F(window), .min = 1, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
+	 .help = "with --memory: the window's floor and start (default min(1024, the plan's))"},
+	{.names = "--kv|--kv-type", .kind = SET_CHOICE, .field = F(kv_type), .dflt = "f16s", .meta = "f16s|f16|q8_0|q4_0", .cmds = KV_CMDS,
+	 .help = "KV cache type"},
+	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = "8192", .min = 16, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
+	 .help = "without --memory: a fixed pool of KV tokens across all lanes"},
+	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = "64", .min = 0, .max = 1000000, .meta = "N", .cmds = B(SERVE),
+	 .help = "waiting requests beyond the lanes"},
+	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "0", .min = 0, .max = I32, .meta = "N", .cmds = B(SERVE) | B(PLAN),
+	 .help = "most prompt tokens one lane feeds per round (0 = no cap)"},
+	{.names = "--round-ms", .kind = SET_FLOAT, .field = F(round_ms), .dflt = "100", .min = 1, .max = 100000, .meta = "MS",
+	 .cmds = B(SERVE), .help = "target duration of a round with prompt pieces"},
+	{.names = "-t|--threads", .kind = SET_INT, .field = F(threads), .dflt = "0", .min = 0, .max = 1024, .meta = "N", .cmds = THREAD_CMDS,
+	 .help = "compute threads (0 = one per core)"},
+	{.names = "--draft", .kind = SET_CHOICE, .field = F(draft_mode), .dflt = "auto", .meta = "auto|off", .cmds = B(SERVE),
+	 .help = "speculative decoding for requests that allow it"},
+	{.names = "--draft-model", .kind = SET_STR, .field = F(draft_model), .meta = "FILE", .cmds = B(SERVE) | B(BENCH),
+	 .help = "a draft model with the same vocabulary (serve's auto uses it beside n-gram)"},
+	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = "8", .min = 1, .max = 16, .meta = "K", .cmds = B(SERVE) | B(PLAN),
+	 .help = "most draft tokens per lane per round, adapted per lane"},
+	{.names = "--chunk", .kind = SET_INT, .field = F(chunk), .dflt = "256", .min = 1, .max = 1 << 20, .meta = "N", .cmds = B(LOGITS),
+	 .help = "positions per forward pass (results do not depend on it)"},
+	{.names = "--print-ids", .kind = SET_FLAG, .field = F(print_ids), .cmds = B(RUN), .help = "end with a line holding the generated ids as JSON"},
+	{.names = "--no-bos", .kind = SET_FLAG, .field = F(no_bos), .cmds = B(TOKENIZE), .help = "add no BOS/EOS even where the vocab asks for them"},
+	{.names = "--no-parse-special", .kind = SET_FLAG, .field = F(no_parse_special), .cmds = B(TOKENIZE),
+	 .help = "keep control-token text (\"<s>\") as plain text"},
+	{.names = "--special", .kind = SET_FLAG, .field = F(special), .cmds = B(DETOKENIZE), .help = "render control tokens as their text (\"</s>\")"},
+	{.names = "--keep-space", .kind = SET_FLAG, .field = F(keep_space), .cmds = B(DETOKENIZE),
+	 .help = "keep the leading space an SPM vocab prefixes to text"},
+	{.names = "--file", .kind = SET_STR, .field = F(file), .meta = "T.jinja", .cmds = B(TEMPLATE), .help = "a Jinja chat template file instead of a model"},
+	{.names = "--messages", .kind = SET_STR, .field = F(messages), .meta = "M.json", .cmds = B(TEMPLATE), .req = B(TEMPLATE),
+	 .help = "JSON array of {role, content} (or an object: the whole context)"},
+	{.names = "--add-generation-prompt", .kind = SET_FLAG, .field = F(add_generation_prompt), .cmds = B(TEMPLATE),
+	 .help = "end with the assistant's turn header"},
+	{.names = "--bos", .kind = SET_STR, .field = F(bos), .meta = "S", .cmds = B(TEMPLATE), .help = "bos_token text (default: the model's; empty with --file)"},
+	{.names = "--eos", .kind = SET_STR, .field = F(eos), .meta = "S", .cmds = B(TEMPLATE), .help = "eos_token text (default: the model's; empty with --file)"},
+	{.names = "--date", .kind = SET_STR, .field = F(date), .meta = "YYYY-MM-DD", .cmds = B(TEMPLATE), .help = "the day strftime_now() sees (default: today)"},
+	{.names = "--shape", .kind = SET_STR, .field = F(shape), .meta = "NAME", .cmds = B(GEN), .req = B(GEN),
+	 .help = "test, tinyllama-1.1b, qwen2.5-0.5b or llama-3.2-1b"},
+	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(GEN),
+	 .help = "file type: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q6_K ..."},
+	{.names = "--vocab", .kind = SET_STR, .field = F(vocab), .meta = "VOCAB.gguf", .cmds = B(GEN), .req = B(GEN),
+	 .help = "GGUF whose tokenizer.* keys (and vocab size) are copied"},
+	{.names = "--json", .kind = SET_FLAG, .field = F(json), .cmds = B(INFO) | B(BENCH) | B(PLAN), .help = "print one JSON object"},
+	{.names = "-h|--help", .kind = SET_FLAG, .field = F(help), .cmds = ALL, .help = "show this help"},
+	{.env = "LANES_LOG", .kind = SET_CHOICE, .field = F(log), .dflt = "info", .meta = "error|warn|info|debug", .cmds = ALL,
+	 .help = "how much goes to stderr"},
+	{.env = "LANES_KERNELS", .kind = SET_CHOICE, .field = F(kernels), .meta = "ref|avx2|avx512", .cmds = ALL,
+	 .help = "force a kernel set (default: the best this CPU runs)"},
+	{.env = "LANES_ATTN", .kind = SET_CHOICE, .field = F(attn), .dflt = "fused", .meta = "fused|unfused", .cmds = ALL,
+	 .help = "unfused keeps score buffers (f16 types), for comparison"},
+	{.env = "LANES_DRAIN_S", .kind = SET_FLOAT, .field = F(drain_s), .dflt = "20", .min = 0, .max = 86400, .meta = "SECONDS",
+	 .cmds = B(SERVE), .help = "how long a drain lets running requests finish"},
+};
+const int cli_settings_count = (int)(sizeof cli_settings_table / sizeof cli_settings_table[0]);
+_Static_assert(sizeof cli_settings_table / sizeof cli_settings_table[0] <= 128, "cli_settings.given holds 128 bits");
+
+static const char *cmd_name = "lanes"; // "lanes run" once cli_setup has seen the command
+
+static void verr(const char *fmt, va_list ap) {
+	char msg[1024];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	fprintf(stderr, "%s: %s\n", cmd_name, msg);
+}
+
+void cli_err(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	verr(fmt, ap);
+	va_end(ap);
+}
+
+static int usage_error(const cli_command *c);
+
+int cli_usage_error(const cli_settings *s, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	verr(fmt, ap);
+	va_end(ap);
+	return usage_error(s->cmd);
+}
+
+// ---- names and choices -------------------------------------------------------------------
+// The i-th '|'-separated word of list into buf; false past the end.
+static bool word_at(const char *list, int i, char *buf, size_t n) {
+	for (const char *p = list; p; i--) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+		if (i == 0) {
+			snprintf(buf, n, "%.*s", (int)len, p);
+			return true;
+		}
+		p = bar ? bar + 1 : NULL;
+	}
+	return false;
+}
+
+static int word_index(const char *list, const char *s, size_t len) {
+	char w[64];
+	for (int i = 0; word_at(list, i, w, sizeof w); i++)
+		if (strlen(w) == len && !strncmp(w, s, len)) return i;
+	return -1;
+}
+
+int cli_choice_index(const char *choices, const char *value) { return word_index(choices, value, strlen(value)); }
+
+// "a, b or c" from "a|b|c".
+static void choice_list(const char *choices, char *buf, size_t n) {
+	char w[64];
+	size_t k = 0;
+	buf[0] = 0;
+	int count = 0;
+	while (word_at(choices, count, w, sizeof w)) count++;
+	for (int i = 0; i < count && word_at(choices, i, w, sizeof w) && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", i == 0 ? "" : i == count - 1 ? " or " : ", ", w);
+}
+
+// ---- values --------------------------------------------------------------------------------
+// Stores val into the setting's field; who is the flag or variable as the user wrote it.
+static int set_value(const cli_setting *st, cli_settings *s, const char *who, const char *val) {
+	void *dst = (char *)s + st->field;
+	char *end, list[256];
+	errno = 0;
+	switch (st->kind) {
+	case SET_STR: *(const char **)dst = val; return 0;
+	case SET_FLAG: *(bool *)dst = true; return 0;
+	case SET_CHOICE:
+		if (cli_choice_index(st->meta, val) < 0) {
+			choice_list(st->meta, list, sizeof list);
+			cli_err("%s must be %s, not '%s'", who, list, val);
+			return -1;
+		}
+		*(const char **)dst = val;
+		return 0;
+	case SET_INT: {
+		long long v = strtoll(val, &end, 10);
+		if (errno || end == val || *end) {
+			cli_err("%s wants an integer in %lld..%lld, got '%s'", who, (long long)st->min, (long long)st->max, val);
+			return -1;
+		}
+		if (v < st->min || v > st->max) {
+			cli_err("%s must be %lld..%lld, not %s", who, (long long)st->min, (long long)st->max, val);
+			return -1;
+		}
+		*(int64_t *)dst = v;
+		return 0;
+	}
+	case SET_FLOAT: {
+		double v = strtod(val, &end);
+		if (errno || end == val || *end || !isfinite(v)) {
+			cli_err("%s wants a number in %lld..%lld, got '%s'", who, (long long)st->min, (long long)st->max, val);
+			return -1;
+		}
+		if (v < (double)st->min || v > (double)st->max) {
+			cli_err("%s must be %lld..%lld, not %s", who, (long long)st->min, (long long)st->max, val);
+			return -1;
+		}
+		*(double *)dst = v;
+		return 0;
+	}
+	}
+	return -1;
+}
+
+static bool takes(const cli_setting *st, enum cli_cmd c) { return st->cmds & (1u << c); }
+
+static void mark_given(cli_settings *s, int i) { s->given[i / 64] |= 1ull << (i % 64); }
+
+bool cli_given(const cli_settings *s, const void *field) {
+	const size_t off = (size_t)((const char *)field - (const char *)s);
+	for (int i = 0; i < cli_settings_count; i++)
+		if (cli_settings_table[i].field == off && (s->given[i / 64] >> (i % 64) & 1)) return true;
+	return false;
+}
+
+// The defaults and the environment for command c (CMD_COUNT: the knobs every command shares).
+static int load_defaults_env(cli_settings *s, enum cli_cmd c) {
+	memset(s, 0, sizeof *s);
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (c == CMD_COUNT ? st->cmds != ALL : !takes(st, c)) continue;
+		if (st->dflt && set_value(st, s, st->names ? st->names : st->env, st->dflt)) return -1;
+		const char *v = st->env ? getenv(st->env) : NULL;
+		if (!v || !*v) continue;
+		if (set_value(st, s, st->env, v)) return -1;
+		mark_given(s, i);
+	}
+	return 0;
+}
+
+// Hands the shared knobs to the libraries.
+static int apply_env(const cli_settings *s) {
+	if (s->log) lanes_log_level = cli_choice_index("error|warn|info|debug", s->log);
+	if (s->attn) model_attn_set_fused(strcmp(s->attn, "unfused") != 0);
+	if (s->kernels && tensor_kernels_force(s->kernels, "LANES_KERNELS")) {
+		const char *names[8];
+		char have[128] = "";
+		const int n = tensor_kernels_available(names, 8);
+		for (int i = 0, k = 0; i < n && i < 8; i++) k += snprintf(have + k, sizeof have - (size_t)k, "%s%s", i ? ", " : "", names[i]);
+		cli_err("LANES_KERNELS=%s: this CPU cannot run that set (it runs %s)", s->kernels, have);
+		return -1;
+	}
+	return 0;
+}
+
+int cli_env_apply(void) {
+	cli_settings s;
+	if (load_defaults_env(&s, CMD_COUNT) || apply_env(&s)) return 2;
+	return 0;
+}
+
+static const cli_setting *find_option(enum cli_cmd c, const char *a, size_t len) {
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (st->names && takes(st, c) && word_index(st->names, a, len) >= 0) return st;
+	}
+	return NULL;
+}
+
+// The usage line and a pointer to `lanes help CMD`, after an error.
+static int usage_error(const cli_command *c) {
+	cli_print_usage_line(stderr, c);
+	fprintf(stderr, "`lanes help %s` describes every option.\n", c->name);
+	return 2;
+}
+
+int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
+	static char name[64];
+	snprintf(name, sizeof name, "lanes %s", c->name);
+	cmd_name = name;
+	if (load_defaults_env(s, c->id) || apply_env(s)) return 2;
+	s->cmd = c;
+	bool only_pos = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (only_pos || a[0] != '-' || a[1] == 0) {
+			if (s->npos >= c->npos) {
+				cli_err("unexpected argument '%s'", a);
+				return usage_error(c);
+			}
+			s->pos[s->npos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = true;
+			continue;
+		}
+		const char *eq = strchr(a, '=');
+		const size_t len = eq ? (size_t)(eq - a) : strlen(a);
+		const cli_setting *st = find_option(c->id, a, len);
+		if (!st) {
+			cli_err("unknown option '%.*s'", (int)len, a);
+			return usage_error(c);
+		}
+		char who[64];
+		snprintf(who, sizeof who, "%.*s", (int)len, a);
+		const char *val = eq ? eq + 1 : NULL;
+		if (st->kind == SET_FLAG && val) {
+			cli_err("%s takes no value", who);
+			return 2;
+		}
+		if (st->kind != SET_FLAG && !val) {
+			if (i + 1 >= argc) {
+				cli_err("%s needs a value (%s)", who, st->meta);
+				return 2;
+			}
+			val = argv[++i];
+		}
+		if (set_value(st, s, who, val)) return 2;
+		mark_given(s, (int)(st - cli_settings_table));
+	}
+	if (s->help) {
+		cli_print_help(stdout, c);
+		return 0;
+	}
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (!(st->req & (1u << c->id)) || (s->given[i / 64] >> (i % 64) & 1) || st->dflt) continue;
+		char first[64];
+		word_at(st->names, 0, first, sizeof first);
+		cli_err("%s %s is required", first, st->meta);
+		return usage_error(c);
+	}
+	if (s->npos != c->npos) {
+		cli_err("wants %d argument%s, got %d", c->npos, c->npos == 1 ? "" : "s", s->npos);
+		return usage_error(c);
+	}
+	return -1;
+}
+
+// ---- help ----------------------------------------------------------------------------------
+static bool in_head(const cli_command *c, const cli_setting *st) {
+	char w[64];
+	for (int k = 0; st->names && word_at(st->names, k, w, sizeof w); k++) {
+		const size_t n = strlen(w);
+		for (const char *p = strstr(c->head, w); p; p = strstr(p + 1, w))
+			if ((p == c->head || p[-1] == ' ' || p[-1] == '(') && (p[n] == ' ' || p[n] == 0)) return true;
+	}
+	return false;
+}
+
+// "-t|--threads N" (the choices for a choice, nothing for a switch).
+static void option_text(const cli_setting *st, char *buf, size_t n) {
+	snprintf(buf, n, "%s%s%s", st->names ? st->names : st->env, st->kind == SET_FLAG ? "" : st->names ? " " : "=",
+		 st->kind == SET_FLAG ? "" : st->meta);
+}
+
+// "default 64; 0..1024", "default f16s", "1..64", or "" (nothing to say).
+static void bounds_text(const cli_setting *st, char *buf, size_t n) {
+	size_t k = 0;
+	buf[0] = 0;
+	if (st->dflt) k += (size_t)snprintf(buf, n, "default %s", st->dflt);
+	if (st->kind == SET_INT || st->kind == SET_FLOAT)
+		snprintf(buf + k, n - k, "%s%lld..%lld", k ? "; " : "", (long long)st->min, (long long)st->max);
+}
+
+// The last spelling: the long one ("--threads" of "-t|--threads").
+static void long_name(const cli_setting *st, char *buf, size_t n) {
+	const char *bar = strrchr(st->names, '|');
+	snprintf(buf, n, "%s", bar ? bar + 1 : st->names);
+}
+
+void cli_print_usage_line(FILE *f, const cli_command *c) {
+	fprintf(f, "usage: lanes %s%s%s", c->name, *c->head ? " " : "", c->head);
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (!st->names || !takes(st, c->id) || st->field == offsetof(cli_settings, help) || in_head(c, st)) continue;
+		char name[64];
+		long_name(st, name, sizeof name);
+		if (st->kind == SET_FLAG) fprintf(f, " [%s]", name);
+		else if (st->req & (1u << c->id)) fprintf(f, " %s %s", name, st->meta);
+		else fprintf(f, " [%s %s]", name, st->dflt && st->kind != SET_CHOICE ? st->dflt : st->meta);
+	}
+	fputc('\n', f);
+}
+
+// "  --temp T   temperature (0 = greedy) [default 0.8; 0..2]"
+static void help_line(FILE *f, const cli_setting *st) {
+	char opt[96], b[96];
+	option_text(st, opt, sizeof opt);
+	bounds_text(st, b, sizeof b);
+	fprintf(f, "  %-34s %s%s%s%s\n", opt, st->help, *b ? " [" : "", b, *b ? "]" : "");
+}
+
+void cli_print_help(FILE *f, const cli_command *c) {
+	cli_print_usage_line(f, c);
+	fprintf(f, "%s\n\noptions:\n", c->what);
+	bool env = false;
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (!takes(st, c->id)) continue;
+		if (!st->names) {
+			env = true;
+			continue;
+		}
+		help_line(f, st);
+	}
+	if (env) fprintf(f, "\nenvironment:\n");
+	for (int i = 0; i < cli_settings_count && env; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (st->names || !takes(st, c->id)) continue;
+		help_line(f, st);
+	}
+}
+
+// Markdown table cells: '|' escaped.
+static void md_cell(FILE *f, const char *s, bool code) {
+	fputs(code ? " `" : " ", f);
+	for (; *s; s++) fputs(*s == '|' ? "\\|" : *s == '<' && !code ? "&lt;" : (char[]){*s, 0}, f);
+	fputs(code ? "` |" : " |", f);
+}
+
+static void md_row(FILE *f, const cli_setting *st) {
+	char opt[96], b[96];
+	option_text(st, opt, sizeof opt);
+	bounds_text(st, b, sizeof b);
+	fputc('|', f);
+	md_cell(f, opt, true);
+	md_cell(f, st->help, false);
+	md_cell(f, b, false);
+	fputc('\n', f);
+}
+
+void cli_print_markdown(FILE *f, const cli_command *cmds, int n) {
+	for (int k = 0; k < n; k++) {
+		const cli_command *c = &cmds[k];
+		fprintf(f, "### %s\n\n%s.\n\n```\n", c->name, c->what);
+		cli_print_usage_line(f, c);
+		fprintf(f, "```\n\n| option | what | default; range |\n|---|---|---|\n");
+		for (int i = 0; i < cli_settings_count; i++) {
+			const cli_setting *st = &cli_settings_table[i];
+			if (takes(st, c->id) && (st->names || st->cmds != ALL)) md_row(f, st);
+		}
+		fputc('\n', f);
+	}
+	fprintf(f, "### environment (every command)\n\n| variable | what | default; choices |\n|---|---|---|\n");
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (!st->names && st->cmds == ALL) md_row(f, st);
+	}
+}
+
+int cli_settings_check(char *err, size_t errlen) {
+	for (int c = 0; c < CMD_COUNT; c++) {
+		cli_settings s;
+		memset(&s, 0, sizeof s);
+		for (int i = 0; i < cli_settings_count; i++) {
+			const cli_setting *st = &cli_settings_table[i];
+			if (!takes(st, (enum cli_cmd)c)) continue;
+			if (st->dflt && set_value(st, &s, "default", st->dflt))
+				return lanes_seterr(err, errlen, LANES_EINVAL, "%s: bad default '%s'", st->names ? st->names : st->env, st->dflt);
+			if (st->kind != SET_FLAG && !st->meta)
+				return lanes_seterr(err, errlen, LANES_EINVAL, "%s: no value name", st->names ? st->names : st->env);
+			char w[64];
+			for (int k = 0; st->names && word_at(st->names, k, w, sizeof w); k++)
+				if (find_option((enum cli_cmd)c, w, strlen(w)) != st)
+					return lanes_seterr(err, errlen, LANES_EINVAL, "command %d sees %s twice", c, w);
+		}
+	}
+	return 0;
+}

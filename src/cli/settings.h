@@ -1,0 +1,85 @@
+// cli/settings: every option and environment knob of `lanes` in one table — spellings,
+// environment variable, field, default, range, help — and the parser, validator and help
+// printer the subcommands share. A bad value is an error naming it and its range.
+#ifndef LANES_CLI_SETTINGS_H
+#define LANES_CLI_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// The subcommands; a setting names those that take it as bits (1u << CMD_x).
+enum cli_cmd {
+	CMD_INFO, CMD_QUANTIZE, CMD_GEN, CMD_TOKENIZE, CMD_DETOKENIZE, CMD_TEMPLATE,
+	CMD_RUN, CMD_LOGITS, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_COUNT
+};
+
+// Every value any command takes; each setting of the table writes one field.
+typedef struct {
+	// files and texts
+	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
+	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model;
+	// choices (validated: one of the setting's choices)
+	const char *kv_type, *draft_mode, *log, *kernels, *attn;
+	// numbers
+	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
+	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max;
+	double temp, top_p, min_p, round_ms, drain_s;
+	// switches
+	bool help, json, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive;
+	const char *pos[3]; // positional arguments, npos of them
+	int npos;
+	uint64_t given[2];  // bit i: setting i was given (flag or environment)
+	const struct cli_command *cmd; // the command they were parsed for
+} cli_settings;
+
+enum cli_kind { SET_STR, SET_INT, SET_FLOAT, SET_FLAG, SET_CHOICE };
+
+typedef struct {
+	const char *names;  // "-t|--threads": every spelling; NULL for an environment-only knob
+	const char *env;    // "LANES_LOG"; NULL when no variable sets it
+	enum cli_kind kind;
+	size_t field;       // offsetof(cli_settings, ...)
+	const char *dflt;   // parsed as a given value would be; NULL: none (the field stays 0 / NULL)
+	int64_t min, max;   // range of SET_INT and SET_FLOAT values
+	const char *meta;   // the value's name in usage ("N"); for SET_CHOICE the choices, "a|b|c"
+	uint32_t cmds, req; // the commands that take it, and those that cannot do without it
+	const char *help;   // one line: what it does (the default and range are printed from the table)
+} cli_setting;
+
+extern const cli_setting cli_settings_table[];
+extern const int cli_settings_count;
+
+typedef struct cli_command {
+	enum cli_cmd id;
+	const char *name;
+	int (*fn)(const cli_settings *s);
+	const char *what; // one line for the command list
+	const char *head; // the synopsis's required part; the options it names are not listed again
+	int npos;         // positional arguments it takes, exactly
+} cli_command;
+
+// Fills s with the defaults, then the environment, then argv[1..] (argv[0] is the command's
+// name). Returns -1 when the command should run, else the exit code: 0 after --help, 2 after
+// printing the error (a bad value names the option and its range).
+int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s);
+// The environment knobs every command shares (LANES_LOG, LANES_KERNELS, LANES_ATTN), checked
+// and handed to the libraries; 0, or 2 after printing the error. Test binaries call it too.
+int cli_env_apply(void);
+// Whether the setting that writes field (a pointer into s) was given.
+bool cli_given(const cli_settings *s, const void *field);
+// Index of value among choices "a|b|c"; -1 when it is none of them.
+int cli_choice_index(const char *choices, const char *value);
+
+void cli_print_help(FILE *f, const cli_command *c);
+void cli_print_usage_line(FILE *f, const cli_command *c);
+void cli_print_markdown(FILE *f, const cli_command *cmds, int n);
+// cli_err's message, then the command's usage line; returns 2, the exit code of bad arguments.
+int cli_usage_error(const cli_settings *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Prints "lanes CMD: " and the message to stderr (CMD: the command cli_setup last saw).
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// Checks the table itself: defaults parse and sit in range, no command sees one spelling twice.
+int cli_settings_check(char *err, size_t errlen);
+
+#endif
