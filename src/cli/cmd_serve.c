@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "plan/plan.h"
 #include "server/server.h"
+#include "tensor/tensor.h"
 
 #include <errno.h>
 #include <math.h>
@@ -57,6 +58,8 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 }
 
 int cmd_serve(const cli_settings *s) {
+	LOG_INFO("serve", "%s; kernels %s; built with %s", lanes_version_string(),
+		 tensor_kernels_name(tensor_kernels_default()), lanes_build_flags());
 	http_config cfg;
 	http_config_default(&cfg);
 	const double drain_s = s->drain_s;

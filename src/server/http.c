@@ -46,6 +46,7 @@ static const srv_route routes[] = {
 	{"GET", "/slots", 0, SRV_OPENAI, srv_slots},
 	{"GET", "/metrics", 0, SRV_OPENAI, srv_metrics},
 	{"GET", "/v1/models", 0, SRV_OPENAI, srv_models},
+	{"GET", "/props", 0, SRV_OPENAI, srv_props},
 	{"GET", "/v1/models/", SRV_R_PREFIX, SRV_OPENAI, srv_model_one},
 	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
 	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_completions},

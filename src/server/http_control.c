@@ -2,6 +2,7 @@
 // lane host's last snapshot on the HTTP thread and never wait for the engine.
 #include "server/http_base.h"
 #include "server/http_routes.h"
+#include "tensor/tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -184,6 +185,15 @@ static json_t *model_object(http_server *s) {
 enum MHD_Result srv_models(srv_conn *c) {
 	json_t *m = model_object(c->s);
 	return srv_reply_json(c, 200, m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL, 0);
+}
+
+// What this server is: the build (as `lanes --version`), the kernel set and the model.
+enum MHD_Result srv_props(srv_conn *c) {
+	const http_server *s = c->s;
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "version", lanes_version_string(), "build_flags",
+			      lanes_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "model", s->model_id,
+			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes);
+	return srv_reply_json(c, 200, o, 0);
 }
 
 enum MHD_Result srv_model_one(srv_conn *c) {

@@ -10,6 +10,7 @@ enum MHD_Result srv_health(srv_conn *c);
 enum MHD_Result srv_slots(srv_conn *c);
 enum MHD_Result srv_metrics(srv_conn *c);
 enum MHD_Result srv_models(srv_conn *c);
+enum MHD_Result srv_props(srv_conn *c);
 enum MHD_Result srv_model_one(srv_conn *c);
 // The server's own histograms (time to first token, inter-token gaps).
 void srv_metrics_init(http_server *s);

@@ -85,3 +85,17 @@ test('/health, /metrics and /slots answer while a long prompt is processed', asy
 	assert.equal(r.status, 200);
 	assert.equal(r.body.usage.prompt_tokens, N);
 });
+
+test('/props: the build as `lanes --version` says it, the kernel set and the model', async () => {
+	const { spawnSync } = await import('node:child_process');
+	const { BIN, URL_ } = await import('./lib.mjs');
+	const first = spawnSync(BIN, ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0];
+	assert.match(first, /^lanes \S+ \(commit \S+\)$/);
+	const { status, body } = await getJSON(`${URL_}/props`);
+	assert.equal(status, 200);
+	assert.equal(body.version, first);
+	assert.ok(['ref', 'avx2', 'avx512'].includes(body.kernels), body.kernels);
+	assert.equal(body.model, 'stories260K');
+	assert.ok(body.total_slots >= 1);
+	assert.ok(body.build_flags.includes('-std=c11'));
+});
