@@ -3,7 +3,7 @@
 #include "base/base.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -3,6 +3,8 @@
 // then each row's token sampled and emitted in order.
 #include "lanes/lanes_int.h"
 
+#include <stdlib.h>
+
 #define MOD "lanes"
 
 static int ensure_rows(lane_host *h, int32_t n) {

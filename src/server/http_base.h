@@ -5,6 +5,7 @@
 #define LANES_HTTP_BASE_H
 
 #include "server/server.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <microhttpd.h>

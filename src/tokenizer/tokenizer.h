@@ -1,6 +1,6 @@
 // tokenizer: the vocabulary from GGUF metadata, SentencePiece-style (llama) and byte-level BPE
 // (gpt2, pre-tokenizer regexes run on PCRE2) encoders, special-token parsing, a streaming
-// detokenizer, and (through template.h) chat templates. Tokenizes as llama.cpp does.
+// detokenizer. Tokenizes as llama.cpp does.
 #ifndef LANES_TOKENIZER_H
 #define LANES_TOKENIZER_H
 
@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
-#include "tokenizer/template.h"
 
 // A loaded vocabulary. Read-only after tok_vocab_load: any number of threads may encode and
 // decode with it at once. It keeps its own copies, so the gguf may be closed after loading.

@@ -1,6 +1,6 @@
 // fuzz: the chat template interpreter on arbitrary source — compile, then render against a
 // small fixed chat context under tight limits; it must answer with text or an error, never crash.
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
 // byte for byte, targeted Jinja features against Jinja2's own output, and hostile templates
 // that must stop quickly with a clear error.
 #include "base/base.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include "t.h"
 

@@ -1,10 +1,10 @@
-// tokenizer/template: chat templates — a Jinja2 subset interpreter that renders Hugging Face
+// template: chat templates — a Jinja2 subset interpreter that renders Hugging Face
 // chat templates byte for byte as Jinja2 3.1 does for apply_chat_template (trim_blocks,
 // lstrip_blocks, immutable sandbox, raise_exception, strftime_now, HF's tojson).
 #ifndef LANES_TEMPLATE_H
 #define LANES_TEMPLATE_H
 
-#include <jansson.h>
+#include <jansson.h> // the render context is a JSON object
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
