@@ -52,11 +52,11 @@ int cli_parse_ids(const char *s, int32_t **ids, size_t *n) {
 }
 
 int cli_kv_type(const char *name, enum kv_type *out) {
-	for (int t = 0; t < KV_TYPE_COUNT; t++)
-		if (!strcmp(name, kv_type_name((enum kv_type)t))) {
-			*out = (enum kv_type)t;
-			return 0;
-		}
+	const int t = kv_type_parse(name);
+	if (t >= 0) {
+		*out = (enum kv_type)t;
+		return 0;
+	}
 	fprintf(stderr, "lanes: unknown kv type '%s' (f16s, f16, q8_0 or q4_0)\n", name);
 	return -1;
 }
