@@ -11,21 +11,50 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static size_t row_bytes_of(enum kv_type t, int32_t kv_dim) {
-	switch (t) {
-	case KV_F16:
-	case KV_F16S: return (size_t)kv_dim * 2;
-	case KV_Q8_0: return kv_dim % QK8_0 ? 0 : (size_t)kv_dim / QK8_0 * sizeof(block_q8_0);
-	case KV_Q4_0: return kv_dim % QK4_0 ? 0 : (size_t)kv_dim / QK4_0 * sizeof(block_q4_0);
-	default: return 0;
+// A row of plain values: the reference converter of the row's tensor type.
+#define ENCODE_PLAIN(fname, ttype)                                                                        \
+	static void fname(const tensor_kernels *ks, const float *x, int32_t n, int32_t group, uint8_t *row, \
+			  uint8_t *scales) {                                                                  \
+		tensor_traits_of(ttype)->from_f32(x, row, n);                                              \
 	}
+ENCODE_PLAIN(encode_f16, GGUF_T_F16)
+ENCODE_PLAIN(encode_q8_0, GGUF_T_Q8_0)
+ENCODE_PLAIN(encode_q4_0, GGUF_T_Q4_0)
+
+// Each group of f16 values gets its scale byte from the kernel set's encoder.
+static void encode_f16s(const tensor_kernels *ks, const float *x, int32_t n, int32_t group, uint8_t *row,
+			uint8_t *scales) {
+	uint16_t *h = (uint16_t *)row;
+	for (int32_t g = 0; g < n / group; g++) scales[g] = tensor_k_f16s_encode(ks, x + g * group, group, h + g * group);
+}
+
+static const kv_type_traits kv_types[KV_TYPE_COUNT] = {
+	[KV_F16] = {.name = "f16", .ttype = GGUF_T_F16, .f16 = true, .enc = TENSOR_KV_F16, .encode = encode_f16},
+	[KV_F16S] = {.name = "f16s", .ttype = GGUF_T_F16, .scaled = true, .f16 = true, .enc = TENSOR_KV_F16,
+		     .encode = encode_f16s},
+	[KV_Q8_0] = {.name = "q8_0", .ttype = GGUF_T_Q8_0, .enc = TENSOR_KV_Q8_0, .encode = encode_q8_0},
+	[KV_Q4_0] = {.name = "q4_0", .ttype = GGUF_T_Q4_0, .enc = TENSOR_KV_Q4_0, .encode = encode_q4_0},
+};
+
+const kv_type_traits *kv_type_get(enum kv_type t) { return (unsigned)t < KV_TYPE_COUNT ? &kv_types[t] : NULL; }
+
+const char *kv_type_name(enum kv_type t) {
+	const kv_type_traits *kt = kv_type_get(t);
+	return kt ? kt->name : NULL;
+}
+
+int kv_type_parse(const char *s) {
+	for (int t = 0; s && t < KV_TYPE_COUNT; t++)
+		if (!strcmp(s, kv_types[t].name)) return t;
+	return -1;
 }
 
 uint64_t kv_bytes_per_token(enum kv_type type, int32_t n_layers, int32_t kv_dim, int32_t group) {
-	if (n_layers < 1 || kv_dim < 1 || !kv_type_name(type)) return 0;
-	uint64_t row = row_bytes_of(type, kv_dim);
+	const kv_type_traits *kt = kv_type_get(type);
+	if (n_layers < 1 || kv_dim < 1 || !kt) return 0;
+	uint64_t row = tensor_row_bytes(kt->ttype, kv_dim);
 	if (!row) return 0;
-	if (type == KV_F16S) {
+	if (kt->scaled) {
 		if (group < 1 || kv_dim % group) return 0;
 		row += (uint64_t)(kv_dim / group);
 	}
@@ -43,17 +72,17 @@ static void unreserve(void *p, size_t bytes) {
 
 int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
-	if (!kv_type_name(cfg->type))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: unknown cache type %d", (int)cfg->type);
+	const kv_type_traits *kt = kv_type_get(cfg->type);
+	if (!kt) return lanes_seterr(err, errlen, LANES_EINVAL, "kv: unknown cache type %d", (int)cfg->type);
 	if (cfg->n_layers < 1 || cfg->kv_dim < 1 || cfg->page_tokens < 1 || cfg->n_pages < 1 || cfg->n_seqs < 1)
 		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: layers, kv_dim, page_tokens, pages and seqs must be >= 1");
-	const bool scaled = cfg->type == KV_F16S;
+	const bool scaled = kt->scaled;
 	if (scaled && (cfg->group < 1 || cfg->kv_dim % cfg->group))
 		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: group %d does not divide kv_dim %d", cfg->group, cfg->kv_dim);
-	const size_t rb = row_bytes_of(cfg->type, cfg->kv_dim);
+	const size_t rb = tensor_row_bytes(kt->ttype, cfg->kv_dim);
 	if (!rb)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: %s rows need kv_dim (%d) to be a multiple of 32",
-				    kv_type_name(cfg->type), cfg->kv_dim);
+		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: %s rows need kv_dim (%d) to be a multiple of %lld",
+				    kt->name, cfg->kv_dim, (long long)tensor_traits_of(kt->ttype)->block);
 	uint64_t pb, total;
 	if (!ck_mul((uint64_t)cfg->page_tokens, rb, &pb) || !ck_mul(pb, (uint64_t)cfg->n_pages, &total) ||
 	    !ck_mul(total, (uint64_t)cfg->n_layers, &total) || total > SIZE_MAX / 4)
@@ -104,18 +133,6 @@ void kv_free(kv_cache *kv) {
 	unreserve(kv->ks, sb);
 	unreserve(kv->vs, sb);
 	free(kv);
-}
-
-const char *kv_type_name(enum kv_type t) {
-	static const char *const names[KV_TYPE_COUNT] = {
-		[KV_F16] = "f16", [KV_F16S] = "f16s", [KV_Q8_0] = "q8_0", [KV_Q4_0] = "q4_0"};
-	return (unsigned)t < KV_TYPE_COUNT ? names[t] : NULL;
-}
-
-int kv_type_parse(const char *s) {
-	for (int t = 0; s && t < KV_TYPE_COUNT; t++)
-		if (!strcmp(s, kv_type_name((enum kv_type)t))) return t;
-	return -1;
 }
 
 uint64_t kv_page_bytes(const kv_cache *kv) {
@@ -263,7 +280,7 @@ uint8_t *kv_v_data(kv_cache *kv, int32_t layer) {
 
 size_t kv_row_bytes(const kv_cache *kv) { return kv->row_bytes; }
 
-static bool is_f16(const kv_cache *kv) { return kv->cfg.type == KV_F16 || kv->cfg.type == KV_F16S; }
+static bool is_f16(const kv_cache *kv) { return kv_types[kv->cfg.type].f16; }
 
 uint16_t *kv_k_base(kv_cache *kv, int32_t layer) { return is_f16(kv) ? (uint16_t *)kv_k_data(kv, layer) : NULL; }
 uint16_t *kv_v_base(kv_cache *kv, int32_t layer) { return is_f16(kv) ? (uint16_t *)kv_v_data(kv, layer) : NULL; }
@@ -313,4 +330,35 @@ uint16_t *kv_k_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
 
 uint16_t *kv_v_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos) {
 	return is_f16(kv) ? (uint16_t *)kv_v_at(kv, layer, seq, pos) : NULL;
+}
+
+void kv_put(kv_cache *kv, const tensor_kernels *ks, int32_t layer, int32_t seq, int32_t pos, const float *k,
+	    const float *v) {
+	const kv_type_traits *kt = &kv_types[kv->cfg.type];
+	const int32_t n = kv->cfg.kv_dim, group = kv->cfg.group;
+	kt->encode(ks, k, n, group, kv_k_at(kv, layer, seq, pos), kv_ks_row(kv, layer, seq, pos));
+	kt->encode(ks, v, n, group, kv_v_at(kv, layer, seq, pos), kv_vs_row(kv, layer, seq, pos));
+}
+
+tensor_kv_view kv_view(kv_cache *kv, int32_t layer, int32_t seq, int32_t first) {
+	const kv_type_traits *kt = &kv_types[kv->cfg.type];
+	// f16 rows are addressed in values, block rows in bytes with the head's offset inside
+	const size_t unit = kt->f16 ? 2 : 1, row = kv->row_bytes / unit;
+	const uint8_t *ks = kv_ks_base(kv, layer), *vs = kv_vs_base(kv, layer);
+	const size_t sg = kt->scaled ? (size_t)first / (size_t)kv->cfg.group : 0;
+	int32_t npages;
+	return (tensor_kv_view){
+		.enc = kt->enc,
+		.k = kv_k_data(kv, layer) + (kt->f16 ? (size_t)first * 2 : 0),
+		.v = kv_v_data(kv, layer) + (kt->f16 ? (size_t)first * 2 : 0),
+		.ks = ks ? ks + sg : NULL,
+		.vs = vs ? vs + sg : NULL,
+		.pages = kv_seq_pages(kv, seq, &npages),
+		.page_stride = row * (size_t)kv->cfg.page_tokens,
+		.row_stride = row,
+		.s_page_stride = kv->s_stride,
+		.s_row_stride = kt->scaled ? (size_t)(kv->cfg.kv_dim / kv->cfg.group) : 0,
+		.page_tokens = kv->cfg.page_tokens,
+		.off = kt->f16 ? 0 : first,
+	};
 }

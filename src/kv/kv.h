@@ -6,8 +6,11 @@
 #ifndef LANES_KV_H
 #define LANES_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "tensor/tensor.h"
 
 // How K and V values are stored; every type is per token (no value depends on another token).
 enum kv_type {
@@ -17,11 +20,29 @@ enum kv_type {
 	KV_Q4_0,  // blocks of 32 values: an f16 scale and 32 4-bit codes (18 bytes)
 	KV_TYPE_COUNT
 };
-const char *kv_type_name(enum kv_type t); // "f16", "f16s", "q8_0", "q4_0"; NULL when unknown
-// The type named s (as kv_type_name spells it); -1 when none is.
+
+// What a KV type is, one entry per enum kv_type: the one place code asks about a type.
+typedef struct {
+	const char *name;   // as --kv-type spells it: "f16", "f16s", "q8_0", "q4_0"
+	uint32_t ttype;     // enum gguf_ttype of a row's values: its block (kv_dim must be a multiple) and bytes
+	bool scaled;        // one scale byte per group of `group` values beside the row
+	bool f16;           // rows are f16 values: the unfused attention reads them, kv_k_row serves them
+	int enc;            // enum tensor_kv_enc: how the attention kernels read a row
+	// Encodes one token's row of n values (groups of `group` when scaled) into row (and
+	// scales) with the kernel set ks; deterministic in x alone.
+	void (*encode)(const tensor_kernels *ks, const float *x, int32_t n, int32_t group, uint8_t *row,
+		       uint8_t *scales);
+} kv_type_traits;
+
+// Thread-safe (constant data). The traits of type t; NULL when t is not a kv_type.
+const kv_type_traits *kv_type_get(enum kv_type t);
+// Thread-safe (constant data). "f16", "f16s", "q8_0", "q4_0"; NULL when unknown.
+const char *kv_type_name(enum kv_type t);
+// Thread-safe (constant data). The type named s (as kv_type_name spells it); -1 when none is.
 int kv_type_parse(const char *s);
-// Bytes one token takes in the cache: K and V of every layer, scales included. 0 when the
-// type cannot hold rows of kv_dim values in groups of `group` (block types need kv_dim % 32 == 0).
+// Thread-safe (constant data). Bytes one token takes in the cache: K and V of every layer,
+// scales included. 0 when the type cannot hold rows of kv_dim values in groups of `group`
+// (block types need kv_dim to be a multiple of their block).
 uint64_t kv_bytes_per_token(enum kv_type type, int32_t n_layers, int32_t kv_dim, int32_t group);
 
 typedef struct {
@@ -36,81 +57,100 @@ typedef struct {
 
 typedef struct kv_cache kv_cache;
 
+// Thread-safety below: a "read" changes nothing, so reads of one cache may run on many
+// threads at once; every other call on a cache must not overlap any call on the same cache.
+
 // Reserves the pool (n_pages pages of kv_bytes_per_token * page_tokens bytes) and the
 // slots, all empty, with every page usable (limit n_pages). Returns 0, LANES_EINVAL (bad
-// config, message in err) or LANES_ENOMEM.
+// config, message in err) or LANES_ENOMEM. Thread-safe: the caches it makes share nothing.
 int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen);
-void kv_free(kv_cache *kv); // accepts NULL
-const kv_config *kv_config_of(const kv_cache *kv);
+void kv_free(kv_cache *kv); // accepts NULL. Not thread-safe: nothing else may use kv.
+const kv_config *kv_config_of(const kv_cache *kv); // Thread-safe: a read.
 
-// Bytes of the whole reservation (n_pages pages).
+// Bytes of the whole reservation (n_pages pages). Thread-safe: a read.
 uint64_t kv_reserved_bytes(const kv_cache *kv);
-// Bytes of one page, every layer's K and V with their scales.
+// Bytes of one page, every layer's K and V with their scales. Thread-safe: a read.
 uint64_t kv_page_bytes(const kv_cache *kv);
 
 // The pool hands out only pages below its limit. Raising the limit adds pages; lowering it
 // drops cache-only pages above it at once and returns the memory of the pages above it to
 // the system as soon as no sequence holds any of them.
-int32_t kv_pages_limit(const kv_cache *kv);
-void kv_set_limit(kv_cache *kv, int32_t limit); // clamped to 1..n_pages
-// Pages at or above the limit that sequences still hold.
+int32_t kv_pages_limit(const kv_cache *kv); // Thread-safe: a read.
+void kv_set_limit(kv_cache *kv, int32_t limit); // clamped to 1..n_pages. Not thread-safe.
+// Pages at or above the limit that sequences still hold. Thread-safe: a read.
 int32_t kv_pages_over_limit(const kv_cache *kv);
 
-// Pages below the limit held by nothing.
+// Pages below the limit held by nothing. Thread-safe: a read.
 int32_t kv_pages_free(const kv_cache *kv);
 // Pages held only by the prefix cache: a grow takes them back, least recently used first.
+// Thread-safe: a read.
 int32_t kv_pages_cached(const kv_cache *kv);
-// Pages a sequence of len tokens holds.
+// Pages a sequence of len tokens holds. Thread-safe: a read.
 int32_t kv_pages_for(const kv_cache *kv, int64_t len);
 
-// Tokens held by sequence seq (positions 0..len-1); -1 when seq is not a slot.
+// Tokens held by sequence seq (positions 0..len-1); -1 when seq is not a slot. Thread-safe: a read.
 int32_t kv_seq_len(const kv_cache *kv, int32_t seq);
 // Grows seq to len tokens (len >= its length), taking the pages it needs. Positions past
 // the old length hold whatever the caller writes next. Returns 0, LANES_EINVAL (bad seq or
 // len), or LANES_ELIMIT when the pool has too few free pages (then nothing changes).
+// Not thread-safe.
 int kv_seq_grow(kv_cache *kv, int32_t seq, int64_t len);
 // Cuts seq to len tokens (len <= its length; a longer len is clamped) and frees the pages
-// it no longer needs. Ignores a bad seq.
+// it no longer needs. Ignores a bad seq. Not thread-safe.
 void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len);
-void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0
+void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
 // The block table of seq: page ids for positions [i*page_tokens, (i+1)*page_tokens);
-// *n gets their count. Valid until the next grow/truncate of seq.
+// *n gets their count. Valid until the next grow/truncate of seq. Thread-safe: a read.
 const int32_t *kv_seq_pages(const kv_cache *kv, int32_t seq, int32_t *n);
 
 // Storage of layer l as bytes: the K (or V) row of the token in slot s of page p starts at
-// data + p * kv_page_row_bytes(kv) * page_tokens + s * kv_row_bytes(kv). A row is kv_dim f16
-// values (F16, F16S) or kv_dim / 32 blocks of block_q8_0 / block_q4_0 (tensor.h).
-uint8_t *kv_k_data(kv_cache *kv, int32_t layer);
-uint8_t *kv_v_data(kv_cache *kv, int32_t layer);
-size_t kv_row_bytes(const kv_cache *kv);
+// data + (p * page_tokens + s) * kv_row_bytes(kv). A row is kv_dim
+// values of the type's ttype: f16 (F16, F16S) or blocks of block_q8_0 / block_q4_0 (tensor.h).
+// The pointer functions below are reads (thread-safe); writing through what they return
+// is the caller's to order against readers of the same rows.
+uint8_t *kv_k_data(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+uint8_t *kv_v_data(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+size_t kv_row_bytes(const kv_cache *kv);          // Thread-safe: a read.
 // The same for the f16 types, counted in f16 values: row at base + p * kv_page_stride(kv)
 // + s * kv_dim. NULL (and 0) for the block types.
-uint16_t *kv_k_base(kv_cache *kv, int32_t layer);
-uint16_t *kv_v_base(kv_cache *kv, int32_t layer);
-size_t kv_page_stride(const kv_cache *kv); // f16 values per page of one layer
+uint16_t *kv_k_base(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+uint16_t *kv_v_base(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+size_t kv_page_stride(const kv_cache *kv); // f16 values per page of one layer. Thread-safe: a read.
 // F16S scale bytes of layer l: the byte of group g of the token in slot s of page p is at
 // base + p * kv_scale_page_stride(kv) + s * (kv_dim / group) + g. NULL for plain F16.
-uint8_t *kv_ks_base(kv_cache *kv, int32_t layer);
-uint8_t *kv_vs_base(kv_cache *kv, int32_t layer);
-size_t kv_scale_page_stride(const kv_cache *kv);
+uint8_t *kv_ks_base(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+uint8_t *kv_vs_base(kv_cache *kv, int32_t layer); // Thread-safe: a read.
+size_t kv_scale_page_stride(const kv_cache *kv);   // Thread-safe: a read.
 // The K (or V) row of position pos of seq in layer; pos < kv_seq_len(seq) (checked: aborts).
-uint8_t *kv_k_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
-uint8_t *kv_v_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
+uint8_t *kv_k_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
+uint8_t *kv_v_at(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
 // As f16 values (F16, F16S only).
-uint16_t *kv_k_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
-uint16_t *kv_v_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
+uint16_t *kv_k_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
+uint16_t *kv_v_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
 // The scale bytes (kv_dim / group) of that row; NULL for plain F16.
-uint8_t *kv_ks_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
-uint8_t *kv_vs_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos);
+uint8_t *kv_ks_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
+uint8_t *kv_vs_row(kv_cache *kv, int32_t layer, int32_t seq, int32_t pos); // Thread-safe: a read.
+
+// Encodes the K and V (kv_dim floats each) of position pos of seq in layer into the cache
+// with the kernel set ks, as the type's encode does. Thread-safe for distinct rows, beside
+// reads of other rows; no call that changes kv's sequences may overlap it.
+void kv_put(kv_cache *kv, const tensor_kernels *ks, int32_t layer, int32_t seq, int32_t pos, const float *k,
+	    const float *v);
+// The attention kernels' view of the values [first, first + a head) of every position of
+// seq in layer (F16S: first is a multiple of group, a head is one group). Valid until the
+// next grow/truncate of seq. Thread-safe: a read.
+tensor_kv_view kv_view(kv_cache *kv, int32_t layer, int32_t seq, int32_t first);
 
 // ---- prefix cache: full pages keyed by the hash of their whole token prefix -------------
 // Attaches to the empty sequence seq the cached pages that hold tokens[0..n) page by page
 // (only whole pages, stopping at the first miss) and returns the tokens now in seq.
+// Not thread-safe.
 int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
 // Offers seq's whole pages for positions [0, n) to the cache (tokens: the ids at those
 // positions, already written); pages whose prefix is cached already are left alone.
+// Not thread-safe.
 void kv_prefix_publish(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
-// Drops every cached page that no sequence holds.
+// Drops every cached page that no sequence holds. Not thread-safe.
 void kv_prefix_clear(kv_cache *kv);
 
 #endif

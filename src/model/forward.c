@@ -64,32 +64,13 @@ static void attn_task(void *arg, int ith, int nth) {
 	const float scale = (float)(1.0 / sqrt((double)D));
 	float *scores = j->s->scores + (size_t)ith * j->att_floats;
 	const size_t qd = (size_t)H * D;
-	const uint8_t *kb = kv_k_data(j->kv, j->layer), *vb = kv_v_data(j->kv, j->layer);
-	const uint8_t *ksb = kv_ks_base(j->kv, j->layer), *vsb = kv_vs_base(j->kv, j->layer);
-	const kv_config *c = kv_config_of(j->kv);
-	const bool f16 = c->type == KV_F16 || c->type == KV_F16S;
-	const size_t rb = kv_row_bytes(j->kv);
 	for (;;) {
 		const int64_t i = atomic_fetch_add(&j->next, 1);
 		if (i >= items) break;
 		const int64_t r = i / KH;
 		const int32_t g = (int32_t)(i % KH);
-		int32_t npages;
 		const model_row *row = &j->rows[r];
-		tensor_kv_view kvv = {
-			.enc = c->type == KV_Q8_0 ? TENSOR_KV_Q8_0 : c->type == KV_Q4_0 ? TENSOR_KV_Q4_0 : TENSOR_KV_F16,
-			.k = f16 ? (const void *)((const uint16_t *)kb + (size_t)g * D) : kb,
-			.v = f16 ? (const void *)((const uint16_t *)vb + (size_t)g * D) : vb,
-			.ks = ksb ? ksb + g : NULL,
-			.vs = vsb ? vsb + g : NULL,
-			.pages = kv_seq_pages(j->kv, row->seq, &npages),
-			.page_stride = f16 ? rb / 2 * (size_t)c->page_tokens : rb * (size_t)c->page_tokens,
-			.row_stride = f16 ? rb / 2 : rb,
-			.s_page_stride = kv_scale_page_stride(j->kv),
-			.s_row_stride = (size_t)hp->n_kv_heads,
-			.page_tokens = c->page_tokens,
-			.off = f16 ? 0 : g * D,
-		};
+		const tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
 		const float *q = j->s->q + r * qd + (size_t)g * grp * D;
 		float *o = j->s->att + r * qd + (size_t)g * grp * D;
 		if (j->fused) tensor_k_attn(j->m->ks, q, grp, D, scale, &kvv, row->pos + 1, scores, o);
@@ -188,26 +169,7 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 		}
 		tensor_rope_apply(&hp->rope, s->cs + r * nr, q, hp->n_heads, (int32_t)D);
 		tensor_rope_apply(&hp->rope, s->cs + r * nr, k, hp->n_kv_heads, (int32_t)D);
-		const int32_t seq = rows[r].seq, pos = rows[r].pos;
-		uint16_t *kc = kv_k_row(kv, l, seq, pos), *vc = kv_v_row(kv, l, seq, pos);
-		uint8_t *ksc = kv_ks_row(kv, l, seq, pos), *vsc = kv_vs_row(kv, l, seq, pos);
-		const float *v = s->v + r * kvd;
-		const enum kv_type kt = kv_config_of(kv)->type;
-		if (kt == KV_Q8_0 || kt == KV_Q4_0) {
-			const tensor_traits *tt = tensor_traits_of(kt == KV_Q8_0 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);
-			tt->from_f32(k, kv_k_at(kv, l, seq, pos), kvd);
-			tt->from_f32(v, kv_v_at(kv, l, seq, pos), kvd);
-		} else if (ksc) {
-			for (int32_t h = 0; h < hp->n_kv_heads; h++) {
-				ksc[h] = tensor_k_f16s_encode(m->ks, k + h * D, (int32_t)D, kc + h * D);
-				vsc[h] = tensor_k_f16s_encode(m->ks, v + h * D, (int32_t)D, vc + h * D);
-			}
-		} else {
-			for (int64_t i = 0; i < kvd; i++) {
-				kc[i] = lanes_f32_to_f16(k[i]);
-				vc[i] = lanes_f32_to_f16(v[i]);
-			}
-		}
+		kv_put(kv, m->ks, l, rows[r].seq, rows[r].pos, k, s->v + r * kvd);
 	}
 	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .att_floats = att_floats, .fused = fused};
 	atomic_init(&aj.next, 0);
@@ -240,7 +202,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 	const kv_config *c = kv_config_of(kv);
 	const model_hparams *hp = &m->hp;
 	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
-	    (c->type == KV_F16S && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
+	    (kv_type_get(c->type)->scaled && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
 		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	seqpos *sp = malloc((size_t)n * sizeof *sp);
 	if (!sp) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
@@ -394,8 +356,8 @@ int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w
 	int32_t max_pos = 0;
 	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
-	const enum kv_type kt = kv_config_of(kv)->type;
-	const bool fused = w->fused || (kt != KV_F16 && kt != KV_F16S);
+	// the unfused attention reads f16 rows only
+	const bool fused = w->fused || !kv_type_get(kv_config_of(kv)->type)->f16;
 	if (n > w->max_rows || nth > w->nth || (!fused && max_pos > w->max_pos))
 		return lanes_seterr(err, errlen, LANES_EINVAL,
 				    "forward: %lld rows (positions to %d) on %d threads exceed the workspace (%lld rows, %d, %d)",
