@@ -33,22 +33,22 @@ __attribute__((target_clones("avx2", "default"))) static void reader(void *arg, 
 
 // Best GB/s of reps passes over size bytes with nth threads.
 static double measure(const uint64_t *buf, size_t size, int nth, int reps) {
-	lanes_pool *pool = NULL;
-	if (lanes_pool_new(&pool, nth)) return 0;
+	base_pool *pool = NULL;
+	if (base_pool_new(&pool, nth)) return 0;
 	bw_job j = {.buf = buf, .n = size / 8};
 	double best = 0;
 	for (int r = 0; r < reps; r++) {
-		uint64_t t0 = lanes_now_ns();
-		lanes_pool_run(pool, reader, &j);
-		double gbs = (double)size / (double)(lanes_now_ns() - t0);
+		uint64_t t0 = base_now_ns();
+		base_pool_run(pool, reader, &j);
+		double gbs = (double)size / (double)(base_now_ns() - t0);
 		if (gbs > best) best = gbs;
 	}
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	return best;
 }
 
 int main(int argc, char **argv) {
-	int threads = argc > 1 ? atoi(argv[1]) : lanes_cpu_count();
+	int threads = argc > 1 ? atoi(argv[1]) : base_cpu_count();
 	size_t size = (size_t)1 << 30;
 	uint64_t *buf = malloc(size);
 	if (!buf || threads < 1 || threads > 64) {

@@ -46,13 +46,13 @@ int main(int argc, char **argv) {
 
 	char err[512];
 	gguf *g;
-	uint64_t t0 = lanes_now_us();
+	uint64_t t0 = base_now_us();
 	if (gguf_open(&g, path, err, sizeof err)) { fprintf(stderr, "tok_bench: %s\n", err); return 1; }
 	tok_vocab *v;
 	int rc = tok_vocab_load(&v, g, err, sizeof err);
 	gguf_free(g);
 	if (rc) { fprintf(stderr, "tok_bench: %s: %s\n", path, err); return 1; }
-	uint64_t t_load = lanes_now_us() - t0;
+	uint64_t t_load = base_now_us() - t0;
 
 	// The vocab's test texts, when they are next to it.
 	char ipath[1100];
@@ -99,12 +99,12 @@ int main(int argc, char **argv) {
 	uint64_t best_enc = UINT64_MAX, best_dec = UINT64_MAX, best_stream = UINT64_MAX;
 	for (int rep = 0; rep < 3; rep++) {
 		free(ids);
-		uint64_t a = lanes_now_us();
+		uint64_t a = base_now_us();
 		if (tok_encode(v, text.p, text.n, true, true, &ids, &n, err, sizeof err)) {
 			fprintf(stderr, "tok_bench: encode: %s\n", err);
 			return 1;
 		}
-		uint64_t b = lanes_now_us();
+		uint64_t b = base_now_us();
 		char *out;
 		size_t ol;
 		if (tok_detokenize(v, ids, n, 0, &out, &ol, err, sizeof err)) {
@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
 			return 1;
 		}
 		free(out);
-		uint64_t c = lanes_now_us();
+		uint64_t c = base_now_us();
 		tok_stream *s = tok_stream_new(v, 0);
 		size_t total = 0;
 		for (size_t i = 0; i < n; i++) {
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
 			total += on;
 		}
 		tok_stream_free(s);
-		uint64_t d = lanes_now_us();
+		uint64_t d = base_now_us();
 		if (b - a < best_enc) best_enc = b - a;
 		if (c - b < best_dec) best_dec = c - b;
 		if (d - c < best_stream) best_stream = d - c;

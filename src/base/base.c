@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-const char *lanes_strerror(int code) {
+const char *base_strerror(int code) {
 	switch (code) {
 #define LANES__ERR_MSG(name, c, msg) \
 	case (c): return (msg);
@@ -17,7 +17,7 @@ const char *lanes_strerror(int code) {
 	return "unknown error";
 }
 
-int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...) {
+int base_seterr(char *err, size_t errlen, int code, const char *fmt, ...) {
 	if (err && errlen) {
 		va_list ap;
 		va_start(ap, fmt);
@@ -27,9 +27,9 @@ int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...) {
 	return code;
 }
 
-int lanes_log_level = LOG_LEVEL_INFO;
+int base_log_level = LOG_LEVEL_INFO;
 
-void lanes_log(int level, const char *module, const char *fmt, ...) {
+void base_log(int level, const char *module, const char *fmt, ...) {
 	static const char tag[] = "EWID";
 	char line[2048];
 	int n = snprintf(line, sizeof line, "%c %s: ", tag[level & 3], module);
@@ -43,20 +43,20 @@ void lanes_log(int level, const char *module, const char *fmt, ...) {
 	fputs(line, stderr);
 }
 
-_Noreturn void lanes_panic(const char *file, int line, const char *what) {
+_Noreturn void base_panic(const char *file, int line, const char *what) {
 	fprintf(stderr, "lanes: invariant broken at %s:%d: %s\n", file, line, what);
 	abort();
 }
 
-uint64_t lanes_now_ns(void) {
+uint64_t base_now_ns(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t lanes_now_us(void) { return lanes_now_ns() / 1000; }
+uint64_t base_now_us(void) { return base_now_ns() / 1000; }
 
-uint64_t lanes_hash64(const void *data, size_t n, uint64_t seed) {
+uint64_t base_hash64(const void *data, size_t n, uint64_t seed) {
 	const uint8_t *p = data;
 	uint64_t h = 0xcbf29ce484222325ull ^ splitmix64(seed);
 	for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;

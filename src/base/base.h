@@ -21,26 +21,26 @@
 	X(ECANCELLED, -9, "cancelled")                             \
 	X(EBUSY, -10, "busy")
 
-enum lanes_err {
+enum base_err {
 #define LANES__ERR_ENUM(name, code, msg) LANES_##name = (code),
 	LANES_ERRORS(LANES__ERR_ENUM)
 #undef LANES__ERR_ENUM
 };
 
-const char *lanes_strerror(int code);
+const char *base_strerror(int code);
 
 // Formats a message into err (size errlen, may be NULL) and returns code.
-int lanes_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+int base_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 // ---- logging: one level-gated macro, prefixed by module; always to stderr -----------
-enum lanes_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
-extern int lanes_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
-void lanes_log(int level, const char *module, const char *fmt, ...)
+enum base_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+extern int base_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
+void base_log(int level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 #define LOG(level, module, ...)                                                   \
 	do {                                                                      \
-		if ((level) <= lanes_log_level) lanes_log((level), (module), __VA_ARGS__); \
+		if ((level) <= base_log_level) base_log((level), (module), __VA_ARGS__); \
 	} while (0)
 #define LOG_ERROR(m, ...) LOG(LOG_LEVEL_ERROR, m, __VA_ARGS__)
 #define LOG_WARN(m, ...) LOG(LOG_LEVEL_WARN, m, __VA_ARGS__)
@@ -50,13 +50,13 @@ void lanes_log(int level, const char *module, const char *fmt, ...)
 // Broken invariants (never input from outside) abort loudly with file and line.
 #define LANES_ASSERT(cond)                                                  \
 	do {                                                                \
-		if (!(cond)) lanes_panic(__FILE__, __LINE__, #cond);        \
+		if (!(cond)) base_panic(__FILE__, __LINE__, #cond);        \
 	} while (0)
-_Noreturn void lanes_panic(const char *file, int line, const char *what);
+_Noreturn void base_panic(const char *file, int line, const char *what);
 
 // ---- clock -------------------------------------------------------------------------
-uint64_t lanes_now_us(void); // monotonic microseconds
-uint64_t lanes_now_ns(void); // monotonic nanoseconds
+uint64_t base_now_us(void); // monotonic microseconds
+uint64_t base_now_ns(void); // monotonic nanoseconds
 
 // ---- checked arithmetic: false on overflow -------------------------------------------
 static inline bool ck_mul(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
@@ -74,7 +74,7 @@ void sha256_final(sha256_ctx *c, uint8_t out[32]);
 void sha256_hex(const void *data, size_t n, char out[65]);
 
 // ---- 64-bit hashing and a counter-based random source ---------------------------------
-uint64_t lanes_hash64(const void *data, size_t n, uint64_t seed); // FNV-1a folded by splitmix
+uint64_t base_hash64(const void *data, size_t n, uint64_t seed); // FNV-1a folded by splitmix
 static inline uint64_t splitmix64(uint64_t x) {
 	x += 0x9e3779b97f4a7c15ull;
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -83,17 +83,17 @@ static inline uint64_t splitmix64(uint64_t x) {
 }
 
 // ---- thread pool: workers take (ith, nth); the caller is worker 0 --------------------
-typedef struct lanes_pool lanes_pool;
-typedef void (*lanes_task_fn)(void *arg, int ith, int nth);
-int lanes_pool_new(lanes_pool **out, int n_threads); // n_threads >= 1 includes the caller
-void lanes_pool_free(lanes_pool *p);                 // accepts NULL
-int lanes_pool_threads(const lanes_pool *p);
+typedef struct base_pool base_pool;
+typedef void (*base_task_fn)(void *arg, int ith, int nth);
+int base_pool_new(base_pool **out, int n_threads); // n_threads >= 1 includes the caller
+void base_pool_free(base_pool *p);                 // accepts NULL
+int base_pool_threads(const base_pool *p);
 // Runs fn(arg, ith, nth) on every thread and returns when all are done.
-void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg);
-int lanes_cpu_count(void);
+void base_pool_run(base_pool *p, base_task_fn fn, void *arg);
+int base_cpu_count(void);
 
 // ---- build: "lanes VERSION (commit C)" and the compiler and flags it was built with ------
-const char *lanes_version_string(void);
-const char *lanes_build_flags(void);
+const char *base_version_string(void);
+const char *base_build_flags(void);
 
 #endif

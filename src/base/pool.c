@@ -11,12 +11,12 @@
 // How long a worker (or the caller waiting for the workers) spins before sleeping.
 #define SPIN_NS 200000
 
-struct lanes_pool {
+struct base_pool {
 	int n;                    // threads including the caller
 	pthread_t *threads;       // n - 1 workers
 	pthread_mutex_t mu;
 	pthread_cond_t go, done;
-	lanes_task_fn fn;         // the current job, published by gen
+	base_task_fn fn;         // the current job, published by gen
 	void *arg;
 	_Atomic uint64_t gen;     // job generation, bumped per run
 	atomic_int pending;       // workers still running the current job
@@ -26,7 +26,7 @@ struct lanes_pool {
 };
 
 typedef struct {
-	lanes_pool *p;
+	base_pool *p;
 	int ith;
 } worker_arg;
 
@@ -37,13 +37,13 @@ static inline void cpu_relax(void) {
 }
 
 // Spins until *gen differs from seen (true) or about SPIN_NS pass (false).
-static bool spin_gen(lanes_pool *p, uint64_t seen) {
+static bool spin_gen(base_pool *p, uint64_t seen) {
 	uint64_t t0 = 0;
 	for (unsigned i = 1;; i++) {
 		if (atomic_load_explicit(&p->gen, memory_order_acquire) != seen || atomic_load(&p->quit)) return true;
 		cpu_relax();
 		if (i % 64 == 0) {
-			const uint64_t now = lanes_now_ns();
+			const uint64_t now = base_now_ns();
 			if (!t0) t0 = now;
 			else if (now - t0 > SPIN_NS) return false;
 		}
@@ -53,7 +53,7 @@ static bool spin_gen(lanes_pool *p, uint64_t seen) {
 static void *worker(void *v) {
 	worker_arg wa = *(worker_arg *)v;
 	free(v);
-	lanes_pool *p = wa.p;
+	base_pool *p = wa.p;
 	uint64_t seen = 0;
 	for (;;) {
 		if (!spin_gen(p, seen)) {
@@ -74,10 +74,10 @@ static void *worker(void *v) {
 	}
 }
 
-int lanes_pool_new(lanes_pool **out, int n_threads) {
+int base_pool_new(base_pool **out, int n_threads) {
 	*out = NULL;
 	if (n_threads < 1 || n_threads > 1024) return LANES_EINVAL;
-	lanes_pool *p = calloc(1, sizeof *p);
+	base_pool *p = calloc(1, sizeof *p);
 	if (!p) return LANES_ENOMEM;
 	p->n = n_threads;
 	pthread_mutex_init(&p->mu, NULL);
@@ -85,17 +85,17 @@ int lanes_pool_new(lanes_pool **out, int n_threads) {
 	pthread_cond_init(&p->done, NULL);
 	if (n_threads > 1) {
 		p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
-		if (!p->threads) { lanes_pool_free(p); return LANES_ENOMEM; }
+		if (!p->threads) { base_pool_free(p); return LANES_ENOMEM; }
 	}
 	for (int i = 1; i < n_threads; i++) {
 		worker_arg *wa = malloc(sizeof *wa);
-		if (!wa) { p->n = i; lanes_pool_free(p); return LANES_ENOMEM; }
+		if (!wa) { p->n = i; base_pool_free(p); return LANES_ENOMEM; }
 		wa->p = p;
 		wa->ith = i;
 		if (pthread_create(&p->threads[i - 1], NULL, worker, wa)) {
 			free(wa);
 			p->n = i;
-			lanes_pool_free(p);
+			base_pool_free(p);
 			return LANES_ENOMEM;
 		}
 	}
@@ -103,7 +103,7 @@ int lanes_pool_new(lanes_pool **out, int n_threads) {
 	return LANES_OK;
 }
 
-void lanes_pool_free(lanes_pool *p) {
+void base_pool_free(base_pool *p) {
 	if (!p) return;
 	pthread_mutex_lock(&p->mu);
 	atomic_store(&p->quit, true);
@@ -117,9 +117,9 @@ void lanes_pool_free(lanes_pool *p) {
 	free(p);
 }
 
-int lanes_pool_threads(const lanes_pool *p) { return p ? p->n : 1; }
+int base_pool_threads(const base_pool *p) { return p ? p->n : 1; }
 
-void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg) {
+void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 	if (!p || p->n == 1) { fn(arg, 0, 1); return; }
 	p->fn = fn;
 	p->arg = arg;
@@ -136,7 +136,7 @@ void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg) {
 	for (unsigned i = 1; atomic_load(&p->pending) > 0; i++) {
 		cpu_relax();
 		if (i % 64) continue;
-		const uint64_t now = lanes_now_ns();
+		const uint64_t now = base_now_ns();
 		if (!t0) t0 = now;
 		else if (now - t0 > SPIN_NS) {
 			pthread_mutex_lock(&p->mu);
@@ -149,7 +149,7 @@ void lanes_pool_run(lanes_pool *p, lanes_task_fn fn, void *arg) {
 	}
 }
 
-int lanes_cpu_count(void) {
+int base_cpu_count(void) {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }

@@ -12,6 +12,6 @@
 #define LANES_BUILD_FLAGS "unknown"
 #endif
 
-const char *lanes_version_string(void) { return "lanes " LANES_VERSION " (commit " LANES_COMMIT ")"; }
+const char *base_version_string(void) { return "lanes " LANES_VERSION " (commit " LANES_COMMIT ")"; }
 
-const char *lanes_build_flags(void) { return LANES_BUILD_FLAGS; }
+const char *base_build_flags(void) { return LANES_BUILD_FLAGS; }

@@ -26,7 +26,7 @@ typedef struct {
 
 // Counts one event of stream s: token times and gaps, or its end.
 static void count(tally *t, stream *s, const lane_event *ev) {
-	uint64_t now = lanes_now_us();
+	uint64_t now = base_now_us();
 	if (ev->kind == LANE_EV_TOKEN) {
 		if (s->n > 0 && t->n_gaps < t->cap_gaps) t->gaps[t->n_gaps++] = now - s->last_us;
 		if (!t->first_us) t->first_us = now;
@@ -72,7 +72,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	int64_t ctx = (per + pt - 1) / pt * pt * M + (fill + pt - 1) / pt * pt;
 	int32_t ctx_train = model_hparams_of(m)->n_ctx_train;
 	if (ctx_train > 0 && (per > ctx_train || fill > ctx_train))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "a request of %lld tokens exceeds the model's context of %d",
+		return base_seterr(err, errlen, LANES_EINVAL, "a request of %lld tokens exceeds the model's context of %d",
 				    (long long)(per > fill ? per : fill), ctx_train);
 	cfg.ctx = (int32_t)(ctx < 64 ? 64 : ctx);
 	cfg.prefix_cache = false;
@@ -85,11 +85,11 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	size_t cap_gaps = (size_t)M * (size_t)(o->n_gen > 0 ? o->n_gen : 1);
 	uint64_t *gaps = malloc(cap_gaps * sizeof *gaps);
 	if (!st || !prompt || !gaps) {
-		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 		goto out;
 	}
 	int32_t bos = tok_bos(voc) >= 0 ? tok_bos(voc) : 0;
-	uint64_t t0 = lanes_now_us();
+	uint64_t t0 = base_now_us();
 	for (int32_t i = 0; i <= M; i++) {
 		bool filler = i == M;
 		if (filler && fill <= 0) break;
@@ -130,13 +130,13 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 			}
 	}
 	if (t.failed) {
-		rc = lanes_seterr(err, errlen, LANES_EINVAL, "a request ended early: %s", t.reason);
+		rc = base_seterr(err, errlen, LANES_EINVAL, "a request ended early: %s", t.reason);
 		goto out;
 	}
 	size_t n_gaps = t.n_gaps;
 	int32_t total = t.total;
 	uint64_t t_first = t.first_us;
-	uint64_t t_end = lanes_now_us();
+	uint64_t t_end = base_now_us();
 	lane_snapshot snap;
 	lane_host_snapshot(h, &snap);
 	for (int p = 0; p < LANE_PROP_COUNT; p++) res->drafted += snap.draft_tokens[p], res->accepted += snap.draft_accepted[p];

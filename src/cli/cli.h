@@ -26,7 +26,7 @@ int cmd_plan(const cli_settings *s);
 // "1,2,3" or "[1, 2, 3]" into a malloc'd list;
 int cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 // a pool of `want` threads (0: one per core);
-int cli_threads(int64_t want, lanes_pool **pool);
+int cli_threads(int64_t want, base_pool **pool);
 // a model and, when voc is not NULL, its vocabulary;
 int cli_load_model(const char *path, model **m, tok_vocab **voc);
 // the vocabulary of a GGUF file (a model or a vocab-only file).

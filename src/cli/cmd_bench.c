@@ -16,7 +16,7 @@
 typedef struct {
 	const model *m;
 	kv_cache *kv;
-	lanes_pool *pool;
+	base_pool *pool;
 	float *logits;
 	model_row *rows;
 } bench_ctx;
@@ -30,19 +30,19 @@ static double run_pp(bench_ctx *b, int64_t n) {
 	char err[256];
 	kv_seq_clear(b->kv, 0);
 	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1};
-	uint64_t t0 = lanes_now_ns();
+	uint64_t t0 = base_now_ns();
 	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
 		cli_err("%s", err);
 		return -1;
 	}
-	return (lanes_now_ns() - t0) / 1e9;
+	return (base_now_ns() - t0) / 1e9;
 }
 
 // Seconds for n single-token passes; -1 on error.
 static double run_tg(bench_ctx *b, int64_t n) {
 	char err[256];
 	kv_seq_clear(b->kv, 0);
-	uint64_t t0 = lanes_now_ns();
+	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
@@ -50,7 +50,7 @@ static double run_tg(bench_ctx *b, int64_t n) {
 			return -1;
 		}
 	}
-	return (lanes_now_ns() - t0) / 1e9;
+	return (base_now_ns() - t0) / 1e9;
 }
 
 // Seconds for n single-token passes after a context of depth tokens (filled once, in pieces of
@@ -60,7 +60,7 @@ static double fill_tps; // tokens/s of the last depth fill
 static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 	char err[256];
 	if (kv_seq_len(b->kv, 0) < depth) {
-		const uint64_t f0 = lanes_now_ns();
+		const uint64_t f0 = base_now_ns();
 		kv_seq_clear(b->kv, 0);
 		for (int64_t i0 = 0; i0 < depth; i0 += 512) {
 			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
@@ -70,11 +70,11 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 				return -1;
 			}
 		}
-		fill_tps = depth / ((lanes_now_ns() - f0) / 1e9);
+		fill_tps = depth / ((base_now_ns() - f0) / 1e9);
 		LOG_INFO("bench", "filled %lld tokens in pieces of 512: %.2f tok/s", (long long)depth, fill_tps);
 	}
 	kv_seq_truncate(b->kv, 0, depth);
-	uint64_t t0 = lanes_now_ns();
+	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
@@ -82,7 +82,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 			return -1;
 		}
 	}
-	return (lanes_now_ns() - t0) / 1e9;
+	return (base_now_ns() - t0) / 1e9;
 }
 
 static double peak_rss_mib(void) {
@@ -134,9 +134,9 @@ int cmd_bench(const cli_settings *set) {
 	bench_ctx b = {0};
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
-	const uint64_t load_t0 = lanes_now_us();
+	const uint64_t load_t0 = base_now_us();
 	if (cli_load_model(model_path, &m, NULL)) goto out;
-	const double load_s = (double)(lanes_now_us() - load_t0) / 1e6;
+	const double load_s = (double)(base_now_us() - load_t0) / 1e6;
 	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
@@ -168,7 +168,7 @@ int cmd_bench(const cli_settings *set) {
 	const char *type = tensor_traits_of(hp->main_type) ? tensor_traits_of(hp->main_type)->name : "?";
 	const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
 	LOG_INFO("bench", "%s (%s, %s, %.1f MiB of weights in place, %.1f KiB copied), %d threads, kv %s", base, hp->arch,
-		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, lanes_pool_threads(b.pool), kv_name);
+		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, base_pool_threads(b.pool), kv_name);
 	LOG_INFO("bench", "kernels %s: %.1f MiB repacked in %.0f ms; load %.2f s", tensor_kernels_name(model_kernels(m)),
 		 model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
 	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
@@ -202,7 +202,7 @@ int cmd_bench(const cli_settings *set) {
 	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
 	if (json) {
 		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:s, s:I, s:s, s:f}",
-				      "model", base, "type", type, "threads", lanes_pool_threads(b.pool), "pp_tokens",
+				      "model", base, "type", type, "threads", base_pool_threads(b.pool), "pp_tokens",
 				      (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps",
 				      tg_m, "tg_sd", tg_sd, "kernels", tensor_kernels_name(model_kernels(m)), "load_s", load_s,
 				      "packed_mib", model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m), "kv",
@@ -220,12 +220,12 @@ int cmd_bench(const cli_settings *set) {
 		json_decref(o);
 	} else {
 		printf("| model | type | threads | test | t/s |\n|---|---|---|---|---|\n");
-		if (n_pp) printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_pp, pp_m, pp_sd);
+		if (n_pp) printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_pp, pp_m, pp_sd);
 		if (n_tg && depth)
-			printf("| %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg,
+			printf("| %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_tg,
 			       (long long)depth, tg_m, tg_sd);
 		else if (n_tg)
-			printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, lanes_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
+			printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
 		printf("kv %s, %s attention, peak RSS %.1f MiB\n", kv_type_name(kvt), model_attn_fused() ? "fused" : "unfused",
 		       peak_rss_mib());
 	}
@@ -236,7 +236,7 @@ out:
 	free(b.logits);
 	free(b.rows);
 	kv_free(b.kv);
-	lanes_pool_free(b.pool);
+	base_pool_free(b.pool);
 	tok_vocab_free(voc);
 	model_free(dm);
 	model_free(m);

@@ -178,7 +178,7 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 
 int cmd_gen(const cli_settings *set) {
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
-	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : lanes_cpu_count();
+	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
 	const gen_shape *s = NULL;
 	char names[128] = "";
 	for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -199,21 +199,21 @@ int cmd_gen(const cli_settings *set) {
 	int rc = 0;
 	gguf *v = NULL;
 	gguf_writer *w = NULL;
-	lanes_pool *pool = NULL;
+	base_pool *pool = NULL;
 	gen_tensor *ts = NULL;
 	float *f = NULL;
 	void *q = NULL;
 	int64_t n_vocab = 0;
 	if ((rc = gguf_open(&v, vocab_path, err, sizeof err))) goto done;
-	if (!(w = gguf_writer_new()) || (rc = lanes_pool_new(&pool, (int)threads))) {
+	if (!(w = gguf_writer_new()) || (rc = base_pool_new(&pool, (int)threads))) {
 		rc = rc ? rc : LANES_ENOMEM;
-		snprintf(err, sizeof err, "%s", lanes_strerror(rc));
+		snprintf(err, sizeof err, "%s", base_strerror(rc));
 		goto done;
 	}
 	if ((rc = copy_vocab(w, v, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
 	if (rc) {
 		snprintf(err, sizeof err, "%s: %s", rc == LANES_ENOTFOUND ? vocab_path : "metadata",
-			 rc == LANES_ENOTFOUND ? "no tokenizer.ggml.tokens array" : lanes_strerror(rc));
+			 rc == LANES_ENOTFOUND ? "no tokenizer.ggml.tokens array" : base_strerror(rc));
 		goto done;
 	}
 	int nt = build_list(s, n_vocab, &ts);
@@ -242,7 +242,7 @@ int cmd_gen(const cli_settings *set) {
 		snprintf(err, sizeof err, "out of memory for a tensor of %llu bytes", (unsigned long long)max_bytes);
 		goto done;
 	}
-	uint64_t total = 0, t0 = lanes_now_us();
+	uint64_t total = 0, t0 = base_now_us();
 	for (int i = 0; i < nt && !rc; i++) {
 		const gen_tensor *t = &ts[i];
 		char note[256];
@@ -251,7 +251,7 @@ int cmd_gen(const cli_settings *set) {
 		const int64_t cols = t->ne[0], rows = t->ne[1];
 		const size_t rb = tensor_row_bytes(type, cols);
 		const int64_t slab_rows = slab / cols > 0 ? slab / cols : 1;
-		uint64_t key = lanes_hash64(t->name, strlen(t->name), (uint64_t)seed);
+		uint64_t key = base_hash64(t->name, strlen(t->name), (uint64_t)seed);
 		for (int64_t r0 = 0; r0 < rows && !rc; r0 += slab_rows) {
 			const int64_t nr = rows - r0 < slab_rows ? rows - r0 : slab_rows;
 			if (t->fill == FILL_ROPE_FREQS) {
@@ -259,27 +259,27 @@ int cmd_gen(const cli_settings *set) {
 			} else {
 				fill_job j = {.dst = f, .i0 = r0 * cols, .n = nr * cols, .key = key,
 					      .mean = t->mean, .scale = t->scale};
-				lanes_pool_run(pool, fill_slice, &j);
+				base_pool_run(pool, fill_slice, &j);
 			}
 			rc = tensor_quantize_rows(type, f, (uint8_t *)q + r0 * rb, nr, cols, pool);
 		}
 		uint64_t nb = (uint64_t)rows * rb;
 		if (!rc) rc = gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, nb);
 		if (rc) {
-			snprintf(err, sizeof err, "%s: %s", t->name, lanes_strerror(rc));
+			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
 			goto done;
 		}
 		total += nb;
 	}
 	if ((rc = gguf_writer_write(w, out_path, err, sizeof err))) goto done;
 	printf("%s: %s %s, %d tensors, vocab %lld, %.2f MiB, %.1f s\n", out_path, s->name, ft->name, nt,
-	       (long long)n_vocab, total / 1048576.0, (lanes_now_us() - t0) / 1e6);
+	       (long long)n_vocab, total / 1048576.0, (base_now_us() - t0) / 1e6);
 done:
 	if (rc) cli_err("%s", err);
 	free(f);
 	free(q);
 	free(ts);
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	gguf_writer_free(w);
 	gguf_free(v);
 	return rc ? 1 : 0;

@@ -15,7 +15,7 @@ int cmd_logits(const cli_settings *s) {
 	char err[512];
 	int rc = 1;
 	model *m = NULL;
-	lanes_pool *pool = NULL;
+	base_pool *pool = NULL;
 	kv_cache *kv = NULL;
 	int32_t *ids = NULL;
 	size_t n = 0;
@@ -73,7 +73,7 @@ out:
 	free(logits);
 	free(ids);
 	kv_free(kv);
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	model_free(m);
 	return rc;
 }

@@ -40,47 +40,47 @@ static void describe_model(const gguf *g, const ftype_info *ft, ftype_model *m) 
 }
 
 // Converts one tensor to type dst into a malloc'd buffer (*out, *outlen).
-static int convert_tensor(const gguf_tensor *t, uint32_t dst, lanes_pool *pool, void **out,
+static int convert_tensor(const gguf_tensor *t, uint32_t dst, base_pool *pool, void **out,
 			  uint64_t *outlen, char *err, size_t errlen) {
 	*out = NULL;
 	if (t->type == dst) { // same type: the bytes are copied unchanged
 		*out = malloc(t->nbytes ? t->nbytes : 1);
-		if (!*out) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		if (!*out) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 		memcpy(*out, t->data, t->nbytes);
 		*outlen = t->nbytes;
 		return 0;
 	}
 	const tensor_traits *src_tt = tensor_traits_of(t->type);
 	if (!src_tt)
-		return lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "%s: cannot convert from type %u",
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "%s: cannot convert from type %u",
 				    t->name, t->type);
 	int64_t n = t->ne[0], nel = gguf_tensor_nelem(t), nrows = n ? nel / n : 0;
 	size_t rb = tensor_row_bytes(dst, n);
 	uint64_t nbytes;
 	if (!rb || !ck_mul((uint64_t)nrows, rb, &nbytes) || (uint64_t)nel > SIZE_MAX / 4)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "%s: cannot hold %lld elements as type %u",
+		return base_seterr(err, errlen, LANES_EINVAL, "%s: cannot hold %lld elements as type %u",
 				    t->name, (long long)nel, dst);
 	float *f = malloc((size_t)nel * 4 + 1);
 	void *q = malloc(nbytes + 1);
 	int rc = 0;
 	if (!f || !q) {
-		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "%s: out of memory", t->name);
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "%s: out of memory", t->name);
 		goto fail;
 	}
 	rc = tensor_dequantize_rows(t->type, t->data, f, nrows, n, pool);
 	if (rc) {
-		rc = lanes_seterr(err, errlen, rc, "%s: cannot dequantize", t->name);
+		rc = base_seterr(err, errlen, rc, "%s: cannot dequantize", t->name);
 		goto fail;
 	}
 	for (int64_t i = 0; i < nel; i++)
 		if (!isfinite(f[i])) {
-			rc = lanes_seterr(err, errlen, LANES_EFORMAT, "%s: element %lld is not finite",
+			rc = base_seterr(err, errlen, LANES_EFORMAT, "%s: element %lld is not finite",
 					  t->name, (long long)i);
 			goto fail;
 		}
 	rc = tensor_quantize_rows(dst, f, q, nrows, n, pool);
 	if (rc) {
-		rc = lanes_seterr(err, errlen, rc, "%s: cannot quantize", t->name);
+		rc = base_seterr(err, errlen, rc, "%s: cannot quantize", t->name);
 		goto fail;
 	}
 	free(f);
@@ -97,19 +97,19 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	char err[512];
 	gguf *g = NULL;
 	gguf_writer *w = NULL;
-	lanes_pool *pool = NULL;
+	base_pool *pool = NULL;
 	int rc = gguf_open(&g, in, err, sizeof err);
 	if (rc) goto done;
 	w = gguf_writer_new();
-	rc = w ? lanes_pool_new(&pool, threads) : LANES_ENOMEM;
+	rc = w ? base_pool_new(&pool, threads) : LANES_ENOMEM;
 	if (rc) {
-		snprintf(err, sizeof err, "%s", lanes_strerror(rc));
+		snprintf(err, sizeof err, "%s", base_strerror(rc));
 		goto done;
 	}
 	if ((rc = gguf_writer_copy_kv(w, g, "split.")) ||
 	    (rc = gguf_writer_set_u32(w, "general.quantization_version", 2)) ||
 	    (rc = gguf_writer_set_u32(w, "general.file_type", ft->id))) {
-		snprintf(err, sizeof err, "metadata: %s", lanes_strerror(rc));
+		snprintf(err, sizeof err, "metadata: %s", base_strerror(rc));
 		goto done;
 	}
 	ftype_model m;
@@ -134,7 +134,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 		rc = gguf_writer_add_tensor(w, t->name, dst, t->n_dims, t->ne, data, len);
 		free(data);
 		if (rc) {
-			snprintf(err, sizeof err, "%s: %s", t->name, lanes_strerror(rc));
+			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
 			goto done;
 		}
 		fprintf(stderr, "[%3lld/%3lld] %-32s %-5s -> %-5s\n", (long long)i + 1, (long long)nt,
@@ -150,7 +150,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	       size_in / 1048576.0, size_out / 1048576.0, n_fallback ? " (some tensors fell back)" : "");
 done:
 	if (rc) cli_err("%s", err);
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	gguf_writer_free(w);
 	gguf_free(g);
 	return rc ? 1 : 0;
@@ -159,5 +159,5 @@ done:
 int cmd_quantize(const cli_settings *s) {
 	const ftype_info *ft = ftype_by_name(s->pos[2]);
 	if (!ft) return cli_usage_error(s, "unknown type '%s' (one of: %s)", s->pos[2], ftype_names());
-	return quantize_file(s->pos[0], s->pos[1], ft, (int)(s->threads > 0 ? s->threads : lanes_cpu_count()));
+	return quantize_file(s->pos[0], s->pos[1], ft, (int)(s->threads > 0 ? s->threads : base_cpu_count()));
 }

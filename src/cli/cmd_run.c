@@ -23,7 +23,7 @@ int cmd_run(const cli_settings *s) {
 	sp.top_k = (int32_t)s->top_k;
 	sp.top_p = (float)s->top_p;
 	sp.min_p = (float)s->min_p;
-	sp.seed = cli_given(s, &s->seed) ? (uint64_t)s->seed : splitmix64(lanes_now_ns());
+	sp.seed = cli_given(s, &s->seed) ? (uint64_t)s->seed : splitmix64(base_now_ns());
 	if (sample_check(&sp, err, sizeof err)) {
 		cli_err("%s", err);
 		return 2;
@@ -92,7 +92,7 @@ int cmd_run(const cli_settings *s) {
 				     .repeat_penalty = 1, .seed = sp.seed, .has_seed = true};
 	LOG_INFO("run", "%s: %.1f MiB of weights used in place (%.1f KiB copied); %zu prompt tokens, seed %llu, kv %s", hp->arch,
 		 model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, n_ids, (unsigned long long)sp.seed, kv_name);
-	uint64_t t0 = lanes_now_us(), t1 = 0;
+	uint64_t t0 = base_now_us(), t1 = 0;
 	if (lane_submit(host, &q, &req, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
@@ -102,7 +102,7 @@ int cmd_run(const cli_settings *s) {
 	lane_event ev;
 	while (lane_next(req, &ev, -1) == 1) {
 		if (ev.kind == LANE_EV_TOKEN) {
-			if (!t1) t1 = lanes_now_us();
+			if (!t1) t1 = base_now_us();
 			if (n_gen <= n_predict) gen[n_gen++] = ev.token;
 		}
 		fwrite(ev.text, 1, ev.text_len, stdout);
@@ -116,7 +116,7 @@ int cmd_run(const cli_settings *s) {
 		}
 		break;
 	}
-	uint64_t t2 = lanes_now_us();
+	uint64_t t2 = base_now_us();
 	if (print_ids) {
 		printf("\n[");
 		for (int64_t i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);

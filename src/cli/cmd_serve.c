@@ -58,8 +58,8 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 }
 
 int cmd_serve(const cli_settings *s) {
-	LOG_INFO("serve", "%s; kernels %s; built with %s", lanes_version_string(),
-		 tensor_kernels_name(tensor_kernels_default()), lanes_build_flags());
+	LOG_INFO("serve", "%s; kernels %s; built with %s", base_version_string(),
+		 tensor_kernels_name(tensor_kernels_default()), base_build_flags());
 	http_config cfg;
 	http_config_default(&cfg);
 	const double drain_s = s->drain_s;
@@ -112,7 +112,7 @@ int cmd_serve(const cli_settings *s) {
 			rc = 1;
 			break;
 		}
-		uint64_t now = lanes_now_us();
+		uint64_t now = base_now_us();
 		if (sig > 0) {
 			signals++;
 			if (st == HTTP_LOADING) {

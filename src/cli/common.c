@@ -51,9 +51,9 @@ enum kv_type cli_kv_type(const char *name) {
 	return (enum kv_type)t;
 }
 
-int cli_threads(int64_t want, lanes_pool **pool) {
-	const int n = want > 0 ? (int)want : lanes_cpu_count();
-	if (lanes_pool_new(pool, n)) {
+int cli_threads(int64_t want, base_pool **pool) {
+	const int n = want > 0 ? (int)want : base_cpu_count();
+	if (base_pool_new(pool, n)) {
 		cli_err("cannot start %d threads", n);
 		return -1;
 	}

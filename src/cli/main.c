@@ -39,9 +39,9 @@ static const cli_command *find(const char *name) {
 static int version(void) {
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
-	printf("%s\nkernels: %s (this CPU runs", lanes_version_string(), tensor_kernels_name(tensor_kernels_default()));
+	printf("%s\nkernels: %s (this CPU runs", base_version_string(), tensor_kernels_name(tensor_kernels_default()));
 	for (int i = 0; i < n && i < 8; i++) printf(" %s", names[i]);
-	printf(")\nbuild: %s\n", lanes_build_flags());
+	printf(")\nbuild: %s\n", base_build_flags());
 	return 0;
 }
 

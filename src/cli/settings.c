@@ -277,7 +277,7 @@ static int load_defaults_env(cli_settings *s, enum cli_cmd c) {
 
 // Hands the shared knobs to the libraries.
 static int apply_env(const cli_settings *s) {
-	if (s->log) lanes_log_level = cli_choice_index("error|warn|info|debug", s->log);
+	if (s->log) base_log_level = cli_choice_index("error|warn|info|debug", s->log);
 	if (s->attn) model_attn_set_fused(strcmp(s->attn, "unfused") != 0);
 	if (s->kernels && tensor_kernels_force(s->kernels, "LANES_KERNELS")) {
 		const char *names[8];
@@ -495,13 +495,13 @@ int cli_settings_check(char *err, size_t errlen) {
 			const cli_setting *st = &cli_settings_table[i];
 			if (!takes(st, (enum cli_cmd)c)) continue;
 			if (st->dflt && set_value(st, &s, "default", st->dflt))
-				return lanes_seterr(err, errlen, LANES_EINVAL, "%s: bad default '%s'", st->names ? st->names : st->env, st->dflt);
+				return base_seterr(err, errlen, LANES_EINVAL, "%s: bad default '%s'", st->names ? st->names : st->env, st->dflt);
 			if (st->kind != SET_FLAG && !st->meta)
-				return lanes_seterr(err, errlen, LANES_EINVAL, "%s: no value name", st->names ? st->names : st->env);
+				return base_seterr(err, errlen, LANES_EINVAL, "%s: no value name", st->names ? st->names : st->env);
 			char w[64];
 			for (int k = 0; st->names && word_at(st->names, k, w, sizeof w); k++)
 				if (find_option((enum cli_cmd)c, w, strlen(w)) != st)
-					return lanes_seterr(err, errlen, LANES_EINVAL, "command %d sees %s twice", c, w);
+					return base_seterr(err, errlen, LANES_EINVAL, "command %d sees %s twice", c, w);
 		}
 	}
 	return 0;

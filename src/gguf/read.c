@@ -84,7 +84,7 @@ static int fail(cursor *c, uint64_t off, const char *fmt, ...) {
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	return lanes_seterr(c->err, c->errlen, LANES_EFORMAT, "%s: offset %llu: %s", c->src,
+	return base_seterr(c->err, c->errlen, LANES_EFORMAT, "%s: offset %llu: %s", c->src,
 			    (unsigned long long)off, msg);
 }
 
@@ -137,12 +137,12 @@ static int read_array(cursor *c, gguf_value *v, int depth, const char *key) {
 			    (unsigned long long)n, gguf_vtype_name(et), (unsigned long long)left(c));
 	if (et == GGUF_STRING) {
 		v->arr.strs = n ? calloc(n, sizeof *v->arr.strs) : NULL;
-		if (n && !v->arr.strs) return lanes_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
+		if (n && !v->arr.strs) return base_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
 		for (uint64_t i = 0; i < n; i++)
 			if ((rc = take_str(c, &v->arr.strs[i], "array string"))) return rc;
 	} else if (et == GGUF_ARRAY) {
 		v->arr.vals = n ? calloc(n, sizeof *v->arr.vals) : NULL;
-		if (n && !v->arr.vals) return lanes_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
+		if (n && !v->arr.vals) return base_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
 		for (uint64_t i = 0; i < n; i++) {
 			v->arr.vals[i].type = GGUF_ARRAY;
 			if ((rc = read_array(c, &v->arr.vals[i], depth + 1, key))) return rc;
@@ -238,7 +238,7 @@ static int parse(gguf *g, cursor *c) {
 	if (nt > left(c) / 24) return fail(c, 8, "tensor count %llu exceeds what %llu bytes can hold", (unsigned long long)nt, (unsigned long long)left(c));
 
 	g->kv = nkv ? calloc(nkv, sizeof *g->kv) : NULL;
-	if (nkv && !g->kv) return lanes_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
+	if (nkv && !g->kv) return base_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
 	g->alignment = GGUF_DEFAULT_ALIGN;
 	for (uint64_t i = 0; i < nkv; i++) {
 		gguf_kv *kv = &g->kv[i];
@@ -265,7 +265,7 @@ static int parse(gguf *g, cursor *c) {
 	}
 
 	g->tensors = nt ? calloc(nt, sizeof *g->tensors) : NULL;
-	if (nt && !g->tensors) return lanes_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
+	if (nt && !g->tensors) return base_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
 	for (uint64_t i = 0; i < nt; i++) {
 		gguf_tensor *t = &g->tensors[i];
 		uint64_t at = c->off;
@@ -274,7 +274,7 @@ static int parse(gguf *g, cursor *c) {
 		if (name.len == 0 || name.len > GGUF_MAX_NAME)
 			return fail(c, at, "tensor %llu: name length %llu not in 1..%d", (unsigned long long)i, (unsigned long long)name.len, GGUF_MAX_NAME);
 		if (memchr(name.ptr, 0, name.len)) return fail(c, at, "tensor %llu: name contains a NUL byte", (unsigned long long)i);
-		if (!(t->name = gguf_str_dup(name))) return lanes_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
+		if (!(t->name = gguf_str_dup(name))) return base_seterr(c->err, c->errlen, LANES_ENOMEM, "%s: out of memory", c->src);
 		g->n_tensors = (int64_t)i + 1;
 		for (uint64_t j = 0; j < i; j++)
 			if (!strcmp(g->tensors[j].name, t->name)) return fail(c, at, "duplicate tensor name '%s'", t->name);
@@ -328,7 +328,7 @@ static int open_bytes(gguf **out, const void *data, size_t size, bool mapped, co
 	gguf *g = calloc(1, sizeof *g);
 	if (!g) {
 		if (mapped) munmap((void *)data, size);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "%s: out of memory", src);
+		return base_seterr(err, errlen, LANES_ENOMEM, "%s: out of memory", src);
 	}
 	g->base = data;
 	g->size = size;
@@ -350,26 +350,26 @@ int gguf_open_mem(gguf **out, const void *data, size_t size, char *err, size_t e
 int gguf_open(gguf **out, const char *path, char *err, size_t errlen) {
 	*out = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) return lanes_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
+	if (fd < 0) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st)) {
 		int e = errno;
 		close(fd);
-		return lanes_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(e));
+		return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(e));
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return lanes_seterr(err, errlen, LANES_EIO, "%s: not a regular file", path);
+		return base_seterr(err, errlen, LANES_EIO, "%s: not a regular file", path);
 	}
 	if (st.st_size < 24) {
 		close(fd);
-		return lanes_seterr(err, errlen, LANES_EFORMAT, "%s: offset 0: truncated: %lld bytes is too short for a GGUF header",
+		return base_seterr(err, errlen, LANES_EFORMAT, "%s: offset 0: truncated: %lld bytes is too short for a GGUF header",
 				    path, (long long)st.st_size);
 	}
 	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	int e = errno;
 	close(fd);
-	if (m == MAP_FAILED) return lanes_seterr(err, errlen, LANES_EIO, "%s: mmap: %s", path, strerror(e));
+	if (m == MAP_FAILED) return base_seterr(err, errlen, LANES_EIO, "%s: mmap: %s", path, strerror(e));
 	return open_bytes(out, m, (size_t)st.st_size, true, path, err, errlen);
 }
 

@@ -282,11 +282,11 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
 		if (!strcmp(w->kv[i].key, "general.alignment") && w->kv[i].val.type == GGUF_U32) {
 			uint64_t a = w->kv[i].val.u;
 			if (a == 0 || (a & (a - 1)) || a > (1u << 20))
-				return lanes_seterr(err, errlen, LANES_EINVAL, "%s: general.alignment %llu is not a power of two", path, (unsigned long long)a);
+				return base_seterr(err, errlen, LANES_EINVAL, "%s: general.alignment %llu is not a power of two", path, (unsigned long long)a);
 			align = (uint32_t)a;
 		}
 	FILE *f = fopen(path, "wb");
-	if (!f) return lanes_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
+	if (!f) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
 	out o = {.f = f};
 	put(&o, "GGUF", 4);
 	put_u32(&o, 3);
@@ -314,6 +314,6 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
 	}
 	bool bad = o.bad;
 	if (fclose(f)) bad = true;
-	if (bad) return lanes_seterr(err, errlen, LANES_EIO, "%s: write failed: %s", path, strerror(errno));
+	if (bad) return base_seterr(err, errlen, LANES_EIO, "%s: write failed: %s", path, strerror(errno));
 	return 0;
 }

@@ -73,22 +73,22 @@ static void unreserve(void *p, size_t bytes) {
 int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
 	const kv_type_traits *kt = kv_type_get(cfg->type);
-	if (!kt) return lanes_seterr(err, errlen, LANES_EINVAL, "kv: unknown cache type %d", (int)cfg->type);
+	if (!kt) return base_seterr(err, errlen, LANES_EINVAL, "kv: unknown cache type %d", (int)cfg->type);
 	if (cfg->n_layers < 1 || cfg->kv_dim < 1 || cfg->page_tokens < 1 || cfg->n_pages < 1 || cfg->n_seqs < 1)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: layers, kv_dim, page_tokens, pages and seqs must be >= 1");
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: layers, kv_dim, page_tokens, pages and seqs must be >= 1");
 	const bool scaled = kt->scaled;
 	if (scaled && (cfg->group < 1 || cfg->kv_dim % cfg->group))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: group %d does not divide kv_dim %d", cfg->group, cfg->kv_dim);
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: group %d does not divide kv_dim %d", cfg->group, cfg->kv_dim);
 	const size_t rb = tensor_row_bytes(kt->ttype, cfg->kv_dim);
 	if (!rb)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: %s rows need kv_dim (%d) to be a multiple of %lld",
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: %s rows need kv_dim (%d) to be a multiple of %lld",
 				    kt->name, cfg->kv_dim, (long long)tensor_traits_of(kt->ttype)->block);
 	uint64_t pb, total;
 	if (!ck_mul((uint64_t)cfg->page_tokens, rb, &pb) || !ck_mul(pb, (uint64_t)cfg->n_pages, &total) ||
 	    !ck_mul(total, (uint64_t)cfg->n_layers, &total) || total > SIZE_MAX / 4)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "kv: cache size overflows");
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: cache size overflows");
 	kv_cache *kv = calloc(1, sizeof *kv);
-	if (!kv) return lanes_seterr(err, errlen, LANES_ENOMEM, "kv: out of memory");
+	if (!kv) return base_seterr(err, errlen, LANES_ENOMEM, "kv: out of memory");
 	kv->cfg = *cfg;
 	kv->row_bytes = rb;
 	kv->page_bytes = (size_t)pb;
@@ -109,7 +109,7 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	if (!kv->k || !kv->v || !kv->free_ids || !kv->seqs || !kv->ref || !scales_ok || kv_prefix_init(kv)) {
 		uint64_t want = kv_reserved_bytes(kv);
 		kv_free(kv);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "kv: cannot reserve %llu bytes of cache",
+		return base_seterr(err, errlen, LANES_ENOMEM, "kv: cannot reserve %llu bytes of cache",
 				    (unsigned long long)want);
 	}
 	// Pop order gives low page ids first.

@@ -20,7 +20,7 @@ struct kv_prefix {
 };
 
 static uint64_t chain(uint64_t parent, const int32_t *tok, int32_t n) {
-	uint64_t h = lanes_hash64(tok, (size_t)n * sizeof *tok, parent);
+	uint64_t h = base_hash64(tok, (size_t)n * sizeof *tok, parent);
 	return h ? h : 1;
 }
 

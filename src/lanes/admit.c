@@ -73,7 +73,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		return rc;
 	}
 	lane_req *r = calloc(1, sizeof *r);
-	if (!r) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!r) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
 	atomic_init(&r->refs, 2);
@@ -114,7 +114,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	if (!ok) {
 		lreq_unref(r);
 		lreq_unref(r);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	memcpy(r->prompt, q->prompt, (size_t)q->n_prompt * sizeof *r->prompt);
 	sha256_init(&r->sha);
@@ -124,14 +124,14 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		atomic_fetch_add(&h->rejected, 1);
 		lreq_unref(r);
 		lreq_unref(r);
-		return lanes_seterr(err, errlen, LANES_ECANCELLED, h->halting ? "%s" : "the server is draining", h->halt_reason);
+		return base_seterr(err, errlen, LANES_ECANCELLED, h->halting ? "%s" : "the server is draining", h->halt_reason);
 	}
 	if (atomic_load(&h->open) >= h->cfg.queue + h->cfg.lanes) {
 		pthread_mutex_unlock(&h->mu);
 		atomic_fetch_add(&h->rejected, 1);
 		lreq_unref(r);
 		lreq_unref(r);
-		return lanes_seterr(err, errlen, LANES_EBUSY, "the queue is full (%d waiting)", h->cfg.queue);
+		return base_seterr(err, errlen, LANES_EBUSY, "the queue is full (%d waiting)", h->cfg.queue);
 	}
 	if (!r->s.has_seed) r->s.seed = lane_draw_seed(h);
 	const lane_sampling *sp = &r->s;

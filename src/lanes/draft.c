@@ -116,13 +116,13 @@ static int draft_check(const model *target, const model *draft, char *err, size_
 	const gguf_value *ta = gguf_get_arr(a, "tokenizer.ggml.tokens"), *tb = gguf_get_arr(b, "tokenizer.ggml.tokens");
 	int32_t na = model_hparams_of(target)->n_vocab, nb = model_hparams_of(draft)->n_vocab;
 	if (na != nb)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "the draft model's vocabulary has %d tokens, the model's %d", nb, na);
+		return base_seterr(err, errlen, LANES_EINVAL, "the draft model's vocabulary has %d tokens, the model's %d", nb, na);
 	if (!ta || !tb || ta->arr.n != tb->arr.n || ta->arr.type != GGUF_STRING || tb->arr.type != GGUF_STRING)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "the draft model's vocabulary differs from the model's");
+		return base_seterr(err, errlen, LANES_EINVAL, "the draft model's vocabulary differs from the model's");
 	for (uint64_t i = 0; i < ta->arr.n; i++) {
 		gguf_str x = gguf_arr_str(ta, i), y = gguf_arr_str(tb, i);
 		if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len))
-			return lanes_seterr(err, errlen, LANES_EINVAL,
+			return base_seterr(err, errlen, LANES_EINVAL,
 					    "the draft model's vocabulary differs from the model's at token %llu ('%.*s' vs '%.*s')",
 					    (unsigned long long)i, (int)(y.len > 40 ? 40 : y.len), y.ptr, (int)(x.len > 40 ? 40 : x.len), x.ptr);
 	}

@@ -78,9 +78,9 @@ void *lane_engine(void *arg) {
 		pthread_mutex_unlock(&h->mu);
 		lane_end_cancelled(h, h->cancelled, n_cancelled);
 		h->round++;
-		uint64_t t0 = lanes_now_us();
+		uint64_t t0 = base_now_us();
 		lane_run_round(h);
-		lane_observe(&h->stats.round_seconds, (lanes_now_us() - t0) / 1e6);
+		lane_observe(&h->stats.round_seconds, (base_now_us() - t0) / 1e6);
 		lane_publish(h);
 	}
 	return NULL;

@@ -38,7 +38,7 @@ static int32_t max_logit_rows(const lane_config *cfg) {
 }
 
 uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
-	const int nth = cfg->threads > 0 ? cfg->threads : lanes_cpu_count();
+	const int nth = cfg->threads > 0 ? cfg->threads : base_cpu_count();
 	// the longest sequence a request may hold, as lane_host_new sets it
 	const int32_t train = hp->n_ctx_train > 0 ? hp->n_ctx_train : cfg->ctx;
 	const int32_t window = cfg->window_max > 0 ? cfg->window_max : imin(train, cfg->ctx);
@@ -58,22 +58,22 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	*out = NULL;
 	lane_config cfg = *cfgin;
 	if (cfg.lanes < 1 || cfg.lanes > LANE_SNAP_MAX_LANES)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "--lanes must be 1..%d", LANE_SNAP_MAX_LANES);
-	if (cfg.queue < 0 || cfg.queue > 1000000) return lanes_seterr(err, errlen, LANES_EINVAL, "--queue must be 0..1000000");
-	if (cfg.ctx < 16 || cfg.ctx > (1 << 24)) return lanes_seterr(err, errlen, LANES_EINVAL, "--ctx must be 16..16777216");
+		return base_seterr(err, errlen, LANES_EINVAL, "--lanes must be 1..%d", LANE_SNAP_MAX_LANES);
+	if (cfg.queue < 0 || cfg.queue > 1000000) return base_seterr(err, errlen, LANES_EINVAL, "--queue must be 0..1000000");
+	if (cfg.ctx < 16 || cfg.ctx > (1 << 24)) return base_seterr(err, errlen, LANES_EINVAL, "--ctx must be 16..16777216");
 	if (cfg.window_max < 0 || cfg.window_max > (1 << 24) || (cfg.window_max > 0 && (cfg.window < 1 || cfg.window > cfg.window_max)))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
+		return base_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
 				    cfg.window_max);
 	if (cfg.window_max > 0 && !(cfg.window_recent_s > 0)) cfg.window_recent_s = 300;
-	if (cfg.piece < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
-	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return lanes_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
+	if (cfg.piece < 0) return base_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
+	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return base_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
 	if (cfg.page_tokens < 1 || cfg.page_tokens > 4096)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "page_tokens must be 1..4096");
+		return base_seterr(err, errlen, LANES_EINVAL, "page_tokens must be 1..4096");
 	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "--draft-max must be 0..%d", LANE_MAX_DRAFT);
-	if (cfg.threads <= 0) cfg.threads = lanes_cpu_count();
+		return base_seterr(err, errlen, LANES_EINVAL, "--draft-max must be 0..%d", LANE_MAX_DRAFT);
+	if (cfg.threads <= 0) cfg.threads = base_cpu_count();
 	lane_host *h = calloc(1, sizeof *h);
-	if (!h) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!h) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	h->cfg = cfg;
 	h->m = m;
 	h->vocab = vocab;
@@ -96,7 +96,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		if (kc.n_pages < lane_pages_for(h, h->max_ctx)) kc.n_pages = lane_pages_for(h, h->max_ctx);
 	}
 	int rc = kv_new(&h->kv, &kc, err, errlen);
-	if (!rc) rc = lanes_pool_new(&h->pool, cfg.threads);
+	if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
 	// a request queued or admitted is counted open, and no more than queue + lanes are
 	h->cancelled = calloc((size_t)cfg.queue + (size_t)cfg.lanes, sizeof *h->cancelled);
@@ -120,7 +120,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		rc = LANES_ENOMEM;
 	if (!rc && cfg.window_max > 0) lane_window_set(h, cfg.window);
 	if (rc) {
-		if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
+		if (rc == LANES_ENOMEM) base_seterr(err, errlen, rc, "out of memory");
 		lane_host_free(h);
 		return rc;
 	}
@@ -128,7 +128,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	lane_publish(h);
 	if (pthread_create(&h->thread, NULL, lane_engine, h)) {
 		lane_host_free(h);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "cannot start the engine thread");
+		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the engine thread");
 	}
 	h->thread_started = true;
 	LOG_INFO(MOD, "%d lanes, %d KV tokens (%d pages of %d, %s, %.1f MiB), up to %d tokens per request, %d threads",
@@ -165,7 +165,7 @@ void lane_host_free(lane_host *h) {
 	kv_free(h->kv);
 	lane_draft_free(h);
 	free(h->ctxbuf);
-	lanes_pool_free(h->pool);
+	base_pool_free(h->pool);
 	free(h->lanes);
 	free(h->cancelled);
 	free(h->logits);

@@ -81,7 +81,7 @@ struct lane_host {
 	const tok_vocab *vocab;
 	model_hparams hp;
 	kv_cache *kv;
-	lanes_pool *pool;
+	base_pool *pool;
 	int32_t max_ctx;          // tokens one request may use (elastic: the largest window)
 	model_ws *ws;             // the forward pass's workspace, for lane_max_rows rows
 	uint64_t compute_bytes;   // what the host allocated for compute (lane_compute_bytes)

@@ -49,7 +49,7 @@ const char *lane_api_name(const lane_api *api, enum lane_field f) {
 }
 
 int lane_check_value(const lane_api *api, enum lane_field f, double v, char *err, size_t errlen) {
-	if ((unsigned)f >= LANE_F_COUNT) return lanes_seterr(err, errlen, LANES_EINVAL, "unknown field %d", (int)f);
+	if ((unsigned)f >= LANE_F_COUNT) return base_seterr(err, errlen, LANES_EINVAL, "unknown field %d", (int)f);
 	const host_bound *b = &host[f];
 	double lo = b->lo, hi = b->hi;
 	bool lo_open = b->lo_open;
@@ -59,8 +59,8 @@ int lane_check_value(const lane_api *api, enum lane_field f, double v, char *err
 	}
 	const char *name = lane_api_name(api, f);
 	if (isnan(v) || v < lo || v > hi || (lo_open && v == lo)) {
-		if (lo_open) return lanes_seterr(err, errlen, LANES_EINVAL, "%s must be greater than %.15g and at most %.15g, got %.15g", name, lo, hi, v);
-		return lanes_seterr(err, errlen, LANES_EINVAL, "%s must be between %.15g and %.15g, got %.15g", name, lo, hi, v);
+		if (lo_open) return base_seterr(err, errlen, LANES_EINVAL, "%s must be greater than %.15g and at most %.15g, got %.15g", name, lo, hi, v);
+		return base_seterr(err, errlen, LANES_EINVAL, "%s must be between %.15g and %.15g, got %.15g", name, lo, hi, v);
 	}
 	return 0;
 }
@@ -93,32 +93,32 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 		return LANES_EINVAL;
 	const char *bn = lane_api_name(api, LANE_F_LOGIT_BIAS);
 	if (s->n_bias < 0 || s->n_bias > n_vocab || (s->n_bias && !s->bias))
-		return fail(LANE_F_LOGIT_BIAS, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s has too many entries", bn));
+		return fail(LANE_F_LOGIT_BIAS, bad, base_seterr(err, errlen, LANES_EINVAL, "%s has too many entries", bn));
 	for (int32_t i = 0; i < s->n_bias; i++) {
 		if (s->bias[i].token < 0 || s->bias[i].token >= n_vocab)
 			return fail(LANE_F_LOGIT_BIAS, bad,
-				    lanes_seterr(err, errlen, LANES_EINVAL, "%s token %d is not in the vocabulary", bn, s->bias[i].token));
+				    base_seterr(err, errlen, LANES_EINVAL, "%s token %d is not in the vocabulary", bn, s->bias[i].token));
 		if (isnan(s->bias[i].bias) || s->bias[i].bias == INFINITY)
 			return fail(LANE_F_LOGIT_BIAS, bad,
-				    lanes_seterr(err, errlen, LANES_EINVAL, "%s for token %d is not a number", bn, s->bias[i].token));
+				    base_seterr(err, errlen, LANES_EINVAL, "%s for token %d is not a number", bn, s->bias[i].token));
 		// a ban (-INFINITY) is not a bias: an API's range bounds the finite ones
 		if (s->bias[i].bias != -INFINITY && field(api, LANE_F_LOGIT_BIAS, s->bias[i].bias, err, errlen, bad))
 			return LANES_EINVAL;
 	}
 	if (q->n_stop_ids < 0 || q->n_stop_ids > host[LANE_F_STOP_IDS].hi || (q->n_stop_ids && !q->stop_ids))
-		return fail(LANE_F_STOP_IDS, bad, lanes_seterr(err, errlen, LANES_EINVAL, "too many stop tokens"));
+		return fail(LANE_F_STOP_IDS, bad, base_seterr(err, errlen, LANES_EINVAL, "too many stop tokens"));
 	for (int32_t i = 0; i < q->n_stop_ids; i++)
 		if (q->stop_ids[i] < 0 || q->stop_ids[i] >= n_vocab)
 			return fail(LANE_F_STOP_IDS, bad,
-				    lanes_seterr(err, errlen, LANES_EINVAL, "stop token %d is not in the vocabulary", q->stop_ids[i]));
+				    base_seterr(err, errlen, LANES_EINVAL, "stop token %d is not in the vocabulary", q->stop_ids[i]));
 	const char *sn = lane_api_name(api, LANE_F_STOP);
 	if (q->n_stop_strs < 0 || q->n_stop_strs > LANE_MAX_STOPS || (q->n_stop_strs && !q->stop_strs))
-		return fail(LANE_F_STOP, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s: at most %d stop sequences", sn, LANE_MAX_STOPS));
+		return fail(LANE_F_STOP, bad, base_seterr(err, errlen, LANES_EINVAL, "%s: at most %d stop sequences", sn, LANE_MAX_STOPS));
 	for (int32_t i = 0; i < q->n_stop_strs; i++) {
 		size_t L = q->stop_strs[i] ? strlen(q->stop_strs[i]) : 0;
 		if (L == 0 || L > STOP_MAX_BYTES)
 			return fail(LANE_F_STOP, bad,
-				    lanes_seterr(err, errlen, LANES_EINVAL, "%s: stop sequence %d must be 1..%d bytes", sn, i, STOP_MAX_BYTES));
+				    base_seterr(err, errlen, LANES_EINVAL, "%s: stop sequence %d must be 1..%d bytes", sn, i, STOP_MAX_BYTES));
 	}
 	return 0;
 }
@@ -128,26 +128,26 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 	const int32_t nv = h->hp.n_vocab;
 	const char *pn = lane_api_name(api, LANE_F_PROMPT);
 	if (!q->prompt || q->n_prompt < 1)
-		return fail(LANE_F_PROMPT, bad, lanes_seterr(err, errlen, LANES_EINVAL, "%s is empty: it encodes to no tokens", pn));
+		return fail(LANE_F_PROMPT, bad, base_seterr(err, errlen, LANES_EINVAL, "%s is empty: it encodes to no tokens", pn));
 	for (int32_t i = 0; i < q->n_prompt; i++)
 		if (q->prompt[i] < 0 || q->prompt[i] >= nv)
 			return fail(LANE_F_PROMPT, bad,
-				    lanes_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
+				    base_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
 						 q->prompt[i], i, nv - 1));
 	const int32_t want = q->max_tokens > 0 ? q->max_tokens : 1;
 	if ((int64_t)q->n_prompt + want <= h->max_ctx) return 0;
 	const char *mn = lane_api_name(api, LANE_F_MAX_TOKENS);
 	if (q->max_tokens <= 0)
 		return fail(LANE_F_PROMPT, bad,
-			    lanes_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
+			    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
 					 q->n_prompt, h->max_ctx));
 	if (h->cfg.window_max > 0)
 		return fail(LANE_F_MAX_TOKENS, bad,
-			    lanes_seterr(err, errlen, LANES_ELIMIT,
+			    base_seterr(err, errlen, LANES_ELIMIT,
 					 "the prompt (%d tokens) plus %s (%d) exceeds the largest window the memory budget allows (%d tokens)",
 					 q->n_prompt, mn, q->max_tokens, h->max_ctx));
 	return fail(LANE_F_MAX_TOKENS, bad,
-		    lanes_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
+		    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
 				 q->n_prompt, mn, q->max_tokens, h->max_ctx));
 }
 

@@ -100,9 +100,9 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 // in it ends failed; returns the error then.
 static int forward(lane_host *h, int32_t n) {
 	char err[256];
-	uint64_t t0 = lanes_now_us();
+	uint64_t t0 = base_now_us();
 	int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, err, sizeof err);
-	uint64_t dt = lanes_now_us() - t0;
+	uint64_t dt = base_now_us() - t0;
 	h->stats.forward_us += dt;
 	lane_observe(&h->stats.forward_seconds, dt / 1e6);
 	h->stats.rounds++;
@@ -176,9 +176,9 @@ void lane_calibrate(lane_host *h) {
 	for (int rep = 0; rep < 2; rep++)
 		for (int k = 0; k < 2; k++) {
 			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1};
-			uint64_t t0 = lanes_now_us();
+			uint64_t t0 = base_now_us();
 			int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, rows, sizes[k], h->logits, err, sizeof err);
-			double dt = (double)(lanes_now_us() - t0);
+			double dt = (double)(base_now_us() - t0);
 			kv_seq_clear(h->kv, 0);
 			if (rc) return;
 			if (rep == 1) t[k] = dt; // the first pass warms caches

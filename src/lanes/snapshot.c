@@ -16,7 +16,7 @@ void lane_observe(lane_hist *hi, double seconds) {
 void lane_publish(lane_host *h) {
 	lane_snapshot *s = &h->stats;
 	s->sequence++;
-	s->clock_us = lanes_now_us();
+	s->clock_us = base_now_us();
 	s->n_lanes = imin(h->cfg.lanes, LANE_SNAP_MAX_LANES);
 	for (int32_t i = 0; i < s->n_lanes; i++) {
 		lane_req *r = h->lanes[i];

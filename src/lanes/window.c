@@ -17,7 +17,7 @@ void lane_window_set(lane_host *h, int32_t tokens) {
 	if (w != atomic_load(&h->window)) {
 		LOG_INFO(MOD, "window %d -> %d tokens (demand %d)", atomic_load(&h->window), w, h->window_demand);
 		atomic_store(&h->window, w);
-		h->window_changed_us = lanes_now_us();
+		h->window_changed_us = base_now_us();
 	}
 	int64_t limit = (int64_t)h->cfg.lanes * lane_pages_for(h, w);
 	if (limit < h->pages_reserved) limit = h->pages_reserved;
@@ -30,7 +30,7 @@ void lane_window_record(lane_host *h, const lane_req *r) {
 	if (h->cfg.window_max <= 0) return;
 	const int32_t tokens = r->n_prompt + (r->explicit_max ? r->max_tokens : r->n_gen);
 	h->demand[h->demand_next].tokens = tokens;
-	h->demand[h->demand_next].at_us = lanes_now_us();
+	h->demand[h->demand_next].at_us = base_now_us();
 	h->demand_next = (h->demand_next + 1) % LANE_DEMAND_SAMPLES;
 	if (h->n_demand < LANE_DEMAND_SAMPLES) h->n_demand++;
 }
@@ -45,7 +45,7 @@ static int cmp_i32(const void *a, const void *b) {
 // quarters of itself and after holding a while, so it does not flap.
 void lane_window_follow(lane_host *h) {
 	if (h->cfg.window_max <= 0) return;
-	const uint64_t now = lanes_now_us(), recent = (uint64_t)(h->cfg.window_recent_s * 1e6);
+	const uint64_t now = base_now_us(), recent = (uint64_t)(h->cfg.window_recent_s * 1e6);
 	int32_t v[LANE_DEMAND_SAMPLES], n = 0;
 	for (int32_t i = 0; i < h->n_demand; i++)
 		if (now - h->demand[i].at_us <= recent) v[n++] = h->demand[i].tokens;

@@ -85,13 +85,13 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
 		for (int64_t i = 0; i < width; i++) y[r * width + i] += b[i];
 }
 
-static void mm(lanes_pool *pool, const mweight *w, int64_t mat, const float *x, int64_t n, float *y) {
+static void mm(base_pool *pool, const mweight *w, int64_t mat, const float *x, int64_t n, float *y) {
 	const tensor_mat *tm = &w->tm;
 	tensor_matmuls(pool, 1, &tm, &mat, x, n, &y);
 }
 
 // Several matrices over the same input in one pass (the input is prepared once).
-static void mm_multi(lanes_pool *pool, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
+static void mm_multi(base_pool *pool, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
 		     float *const *y) {
 	const tensor_mat *tm[4];
 	const int64_t mats[4] = {mat, mat, mat, mat};
@@ -100,7 +100,7 @@ static void mm_multi(lanes_pool *pool, int nw, const mweight *const *w, int64_t 
 }
 
 // SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks.
-static void ffn(const model *m, lanes_pool *pool, const mweight *gate, const mweight *up, const mweight *down,
+static void ffn(const model *m, base_pool *pool, const mweight *gate, const mweight *up, const mweight *down,
 		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y) {
 	const mweight *gu[2] = {gate, up};
 	float *const out[2] = {g, u};
@@ -109,7 +109,7 @@ static void ffn(const model *m, lanes_pool *pool, const mweight *gate, const mwe
 	mm(pool, down, mat, g, n, y);
 }
 
-static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, scratch *s) {
+static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, scratch *s) {
 	const model_hparams *hp = &m->hp;
 	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used;
 	mm(pool, &ly->gate_inp, 0, s->h, n, s->rl);
@@ -147,7 +147,7 @@ static void moe(const model *m, const mlayer *ly, lanes_pool *pool, int64_t n, s
 	}
 }
 
-static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  scratch *s, size_t att_floats, bool fused) {
 	const model_hparams *hp = &m->hp;
 	const mlayer *ly = &m->layers[l];
@@ -173,7 +173,7 @@ static void layer(const model *m, int l, kv_cache *kv, lanes_pool *pool, const m
 	}
 	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .att_floats = att_floats, .fused = fused};
 	atomic_init(&aj.next, 0);
-	if (pool && n * hp->n_kv_heads > 1) lanes_pool_run(pool, attn_task, &aj);
+	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
 	mm(pool, &ly->wo, 0, s->att, n, s->t);
 	add_bias(s->t, ly->bo, n, E);
@@ -203,20 +203,20 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 	const model_hparams *hp = &m->hp;
 	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
 	    (kv_type_get(c->type)->scaled && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
+		return base_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	seqpos *sp = malloc((size_t)n * sizeof *sp);
-	if (!sp) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
+	if (!sp) return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
 	int rc = LANES_OK;
 	*max_pos = 0;
 	for (int64_t i = 0; i < n && !rc; i++) {
 		const model_row *r = &rows[i];
 		if (r->token < 0 || r->token >= hp->n_vocab)
-			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: token %d is outside the vocabulary (%d)",
+			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: token %d is outside the vocabulary (%d)",
 					  (long long)i, r->token, hp->n_vocab);
 		else if (r->seq < 0 || r->seq >= c->n_seqs)
-			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: sequence %d is not a kv slot", (long long)i, r->seq);
+			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: sequence %d is not a kv slot", (long long)i, r->seq);
 		else if (r->pos < 0 || r->pos == INT32_MAX)
-			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: bad position %d", (long long)i, r->pos);
+			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: bad position %d", (long long)i, r->pos);
 		sp[i] = (seqpos){r->seq, r->pos};
 		if (r->pos + 1 > *max_pos) *max_pos = r->pos + 1;
 	}
@@ -226,7 +226,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 	for (int64_t i = 0; i < n; i++) {
 		int32_t want = (i > 0 && sp[i - 1].seq == sp[i].seq) ? sp[i - 1].pos + 1 : kv_seq_len(kv, sp[i].seq);
 		if (sp[i].pos != want) {
-			rc = lanes_seterr(err, errlen, LANES_EINVAL, "forward: sequence %d: position %d given where %d comes next",
+			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: sequence %d: position %d given where %d comes next",
 					  sp[i].seq, sp[i].pos, want);
 			goto out;
 		}
@@ -238,7 +238,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 	if (!grow) goto out;
 	// Pages only the prefix cache holds count as free: growing takes them back.
 	if (need > (int64_t)kv_pages_free(kv) + kv_pages_cached(kv)) {
-		rc = lanes_seterr(err, errlen, LANES_ELIMIT, "forward: the kv cache needs %lld more pages, %d are free",
+		rc = base_seterr(err, errlen, LANES_ELIMIT, "forward: the kv cache needs %lld more pages, %d are free",
 				  (long long)need, kv_pages_free(kv) + kv_pages_cached(kv));
 		goto out;
 	}
@@ -252,7 +252,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 					while (first > 0 && sp[first - 1].seq == sp[j].seq) first--;
 					kv_seq_truncate(kv, sp[j].seq, sp[first].pos);
 				}
-			rc = lanes_seterr(err, errlen, rc, "forward: cannot grow sequence %d", sp[i].seq);
+			rc = base_seterr(err, errlen, rc, "forward: cannot grow sequence %d", sp[i].seq);
 			goto out;
 		}
 	}
@@ -323,9 +323,9 @@ int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int3
 	const bool fused = model_attn_fused() || max_pos <= 0;
 	ws_plan p;
 	if (max_rows < 1 || nth < 1 || !plan_ws(&m->hp, (uint64_t)max_rows, nth, att_floats(&m->hp, fused, max_pos), &p))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "forward: a workspace of %lld rows is too large", (long long)max_rows);
+		return base_seterr(err, errlen, LANES_EINVAL, "forward: a workspace of %lld rows is too large", (long long)max_rows);
 	model_ws *w = calloc(1, sizeof *w);
-	if (!w) return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
+	if (!w) return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
 	*w = (model_ws){.max_rows = max_rows, .nth = nth, .max_pos = fused ? 0 : max_pos, .fused = fused,
 			.bytes = p.f.off + p.i.off + p.d.off};
 	w->fb = malloc((size_t)p.f.off + 64);
@@ -333,7 +333,7 @@ int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int3
 	w->db = malloc((size_t)p.d.off + 64);
 	if (!w->fb || !w->ib || !w->db) {
 		model_ws_free(w);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for a workspace of %lld rows",
+		return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for a workspace of %lld rows",
 				    (long long)max_rows);
 	}
 	*out = w;
@@ -348,18 +348,18 @@ void model_ws_free(model_ws *w) {
 
 uint64_t model_ws_size(const model_ws *w) { return w->bytes; }
 
-int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen) {
 	if (n <= 0) return LANES_OK;
 	const model_hparams *hp = &m->hp;
-	const int nth = lanes_pool_threads(pool);
+	const int nth = base_pool_threads(pool);
 	int32_t max_pos = 0;
 	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
 	// the unfused attention reads f16 rows only
 	const bool fused = w->fused || !kv_type_get(kv_config_of(kv)->type)->f16;
 	if (n > w->max_rows || nth > w->nth || (!fused && max_pos > w->max_pos))
-		return lanes_seterr(err, errlen, LANES_EINVAL,
+		return base_seterr(err, errlen, LANES_EINVAL,
 				    "forward: %lld rows (positions to %d) on %d threads exceed the workspace (%lld rows, %d, %d)",
 				    (long long)n, max_pos, nth, (long long)w->max_rows, w->max_pos, w->nth);
 	// The parts are laid out for this n inside the buffers sized for max_rows.
@@ -394,7 +394,7 @@ int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w
 	return LANES_OK;
 }
 
-int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  float *logits, char *err, size_t errlen) {
 	if (n <= 0) return LANES_OK;
 	// The positions bound the unfused attention scratch: check them before sizing anything.
@@ -402,7 +402,7 @@ int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_ro
 	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
 	model_ws *w;
-	if ((rc = model_ws_new(&w, m, n, lanes_pool_threads(pool), max_pos, err, errlen))) return rc;
+	if ((rc = model_ws_new(&w, m, n, base_pool_threads(pool), max_pos, err, errlen))) return rc;
 	rc = model_forward_ws(m, kv, pool, w, rows, n, logits, err, errlen);
 	model_ws_free(w);
 	return rc;

@@ -48,13 +48,13 @@ static int meta_int(loader *L, const char *key, bool def_ok, int64_t def, int64_
 	int64_t v;
 	int rc = gguf_get_i64(L->m->g, full, &v);
 	if (rc == LANES_ENOTFOUND) {
-		if (!def_ok) return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s", full);
+		if (!def_ok) return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s", full);
 		v = def;
 	} else if (rc) {
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not an integer", full);
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not an integer", full);
 	}
 	if (v < lo || v > hi)
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s = %lld is out of range [%lld, %lld]",
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s = %lld is out of range [%lld, %lld]",
 				    full, (long long)v, (long long)lo, (long long)hi);
 	*out = (int32_t)v;
 	return LANES_OK;
@@ -70,7 +70,7 @@ static int meta_float(loader *L, const char *key, double def, double lo, double 
 		return LANES_OK;
 	}
 	if (rc || !(v >= lo && v <= hi))
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s must be a number in [%g, %g]",
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s must be a number in [%g, %g]",
 				    full, lo, hi);
 	*out = v;
 	return LANES_OK;
@@ -100,11 +100,11 @@ static int find_shaped(loader *L, const char *name, bool required, const int64_t
 	const gguf_tensor *t = gguf_find_tensor(L->m->g, name);
 	if (!t) {
 		if (!required) return LANES_OK;
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing tensor %s (architecture %s)", name, L->arch);
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing tensor %s (architecture %s)", name, L->arch);
 	}
 	for (int d = 0; d < GGUF_MAX_DIMS; d++) {
 		if (t->ne[d] != ne[d])
-			return lanes_seterr(L->err, L->errlen, LANES_EFORMAT,
+			return base_seterr(L->err, L->errlen, LANES_EFORMAT,
 					    "model: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
 					    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
 					    (long long)ne[0], (long long)ne[1], (long long)ne[2]);
@@ -112,12 +112,12 @@ static int find_shaped(loader *L, const char *name, bool required, const int64_t
 	const tensor_traits *tt = tensor_traits_of(t->type);
 	const gguf_ttype_info *ti = gguf_ttype_get(t->type);
 	if (!tt)
-		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: tensor %s has type %s, which lanes cannot compute with",
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: tensor %s has type %s, which lanes cannot compute with",
 				    name, ti && ti->name ? ti->name : "unknown");
 	size_t rb = tensor_row_bytes(t->type, ne[0]);
 	uint64_t total;
 	if (!rb || !ck_mul(rb, (uint64_t)(ne[1] * ne[2] * ne[3]), &total) || total != t->nbytes || !t->data)
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: tensor %s: %lld elements per row do not fit type %s",
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: tensor %s: %lld elements per row do not fit type %s",
 				    name, (long long)ne[0], tt->name);
 	*out = t;
 	return LANES_OK;
@@ -176,10 +176,10 @@ static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *o
 static int pack_size(model *m, char *err, size_t errlen) {
 	const int cap = 16 * m->hp.n_layers + 1;
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
-	if (!ws) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const uint64_t total = pack_layout(m, ws, model_mats(m, ws, cap), NULL);
 	free(ws);
-	if (total > SIZE_MAX / 2) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
+	if (total > SIZE_MAX / 2) return base_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
 	m->packed_bytes = (size_t)total;
 	return LANES_OK;
 }
@@ -192,23 +192,23 @@ static int pack_size(model *m, char *err, size_t errlen) {
 static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 	const int cap = 16 * m->hp.n_layers + 1;
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
-	if (!ws) return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const int n = model_mats(m, ws, cap);
 	size_t *off = malloc((size_t)(n ? n : 1) * sizeof *off);
 	if (!off) {
 		free(ws);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
 	const uint64_t total = pack_layout(m, ws, n, off);
 	int rc = LANES_OK;
 	if (total > SIZE_MAX / 2) {
-		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
 		goto out;
 	}
 	if (total) {
 		void *p = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED) {
-			rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: cannot map %.1f MiB for repacked weights",
+			rc = base_seterr(err, errlen, LANES_ENOMEM, "model: cannot map %.1f MiB for repacked weights",
 					  (double)total / 1048576.0);
 			goto out;
 		}
@@ -218,9 +218,9 @@ static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 		m->packed = p;
 		m->packed_bytes = (size_t)total;
 	}
-	const uint64_t t0 = lanes_now_us();
-	lanes_pool *pool = NULL;
-	if (total && lanes_pool_new(&pool, lanes_cpu_count())) pool = NULL;
+	const uint64_t t0 = base_now_us();
+	base_pool *pool = NULL;
+	if (total && base_pool_new(&pool, base_cpu_count())) pool = NULL;
 	for (int i = 0; i < n; i++) {
 		mweight *w = ws[i];
 		void *dst = off[i] == SIZE_MAX ? NULL : (uint8_t *)m->packed + off[i];
@@ -232,8 +232,8 @@ static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 			if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 		}
 	}
-	lanes_pool_free(pool);
-	m->pack_ms = (double)(lanes_now_us() - t0) / 1000.0;
+	base_pool_free(pool);
+	m->pack_ms = (double)(base_now_us() - t0) / 1000.0;
 	if (total) mprotect(m->packed, m->packed_bytes, PROT_READ);
 out:
 	free(off);
@@ -258,7 +258,7 @@ static int bind_vec(loader *L, const char *name, bool required, int64_t n, const
 		return LANES_OK;
 	}
 	float *f;
-	if (own_floats(L->m, n, &f)) return lanes_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
+	if (own_floats(L->m, n, &f)) return base_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
 	tensor_traits_of(t->type)->to_f32(t->data, f, n);
 	*out = f;
 	return LANES_OK;
@@ -326,7 +326,7 @@ static int llama3_factors(loader *L, tensor_rope *rp, double factor) {
 	if ((rc = meta_int(L, "rope.scaling.original_context_length", true, 8192, 1, INT32_MAX, &oc))) return rc;
 	orig = oc;
 	float *f;
-	if (own_floats(L->m, rp->n_rot / 2, &f)) return lanes_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
+	if (own_floats(L->m, rp->n_rot / 2, &f)) return base_seterr(L->err, L->errlen, LANES_ENOMEM, "model: out of memory");
 	const double lo_wl = orig / lo_f, hi_wl = orig / hi_f;
 	for (int32_t i = 0; i < rp->n_rot / 2; i++) {
 		const double wl = 2.0 * M_PI * pow(rp->freq_base, 2.0 * i / rp->n_rot);
@@ -351,7 +351,7 @@ static int read_rope(loader *L) {
 	rp->attn_factor = 1.0;
 	if ((rc = meta_int(L, "rope.dimension_count", true, hp->head_dim, 2, hp->head_dim, &rp->n_rot))) return rc;
 	if (rp->n_rot % 2)
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %s.rope.dimension_count = %d must be even", L->arch, rp->n_rot);
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %s.rope.dimension_count = %d must be even", L->arch, rp->n_rot);
 	if ((rc = meta_float(L, "rope.freq_base", 10000.0, 1.0001, 1e12, &rp->freq_base))) return rc;
 	double factor = 0.0, linear = 0.0;
 	if ((rc = meta_float(L, "rope.scaling.factor", 0.0, 0.0, 1e6, &factor)) ||
@@ -361,7 +361,7 @@ static int read_rope(loader *L) {
 	snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
 	gguf_str type = {"none", 4};
 	if (gguf_get(L->m->g, key) && gguf_get_str(L->m->g, key, &type))
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not a string", key);
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: metadata key %s is not a string", key);
 	if (gguf_str_eq(type, "none")) {
 		if (linear > 0.0) rp->freq_scale = 1.0 / linear;
 	} else if (gguf_str_eq(type, "linear")) {
@@ -382,7 +382,7 @@ static int read_rope(loader *L) {
 			return rc;
 	} else {
 		char *t = gguf_str_dup(type);
-		rc = lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: rope scaling type '%s' is not supported",
+		rc = base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: rope scaling type '%s' is not supported",
 				  t ? t : "?");
 		free(t);
 		return rc;
@@ -405,7 +405,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	    (rc = meta_int(L, "attention.head_count_kv", true, hp->n_heads, 1, hp->n_heads, &hp->n_kv_heads)))
 		return rc;
 	if (hp->n_heads % hp->n_kv_heads)
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
 				    hp->n_heads, hp->n_kv_heads);
 	int32_t vdim;
 	const int32_t def_d = hp->n_embd % hp->n_heads ? 0 : hp->n_embd / hp->n_heads;
@@ -413,16 +413,16 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	    (rc = meta_int(L, "attention.value_length", true, hp->head_dim, 1, 65536, &vdim)))
 		return rc;
 	if (vdim != hp->head_dim)
-		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: key length %d != value length %d is not supported",
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: key length %d != value length %d is not supported",
 				    hp->head_dim, vdim);
 	double eps;
 	if ((rc = meta_float(L, "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, &eps))) return rc;
 	hp->rms_eps = (float)eps;
 	if ((rc = meta_int(L, "expert_count", true, 0, 0, 4096, &hp->n_experts))) return rc;
 	if (a->moe == MOE_NO && hp->n_experts > 0)
-		return lanes_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: architecture %s with experts is not supported", a->name);
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: architecture %s with experts is not supported", a->name);
 	if (a->moe == MOE_REQUIRED && hp->n_experts == 0)
-		return lanes_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s.expert_count", a->name);
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing metadata key %s.expert_count", a->name);
 	if (hp->n_experts > 0) {
 		int32_t norm = a->moe_norm;
 		if ((rc = meta_int(L, "expert_used_count", false, 0, 1, hp->n_experts, &hp->n_experts_used)) ||
@@ -466,14 +466,14 @@ static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
 		if (mode != OPEN_META) gguf_free(g);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
 	m->g = g;
 	loader L = {.m = m, .meta = mode == OPEN_META, .err = err, .errlen = errlen};
 	int rc;
 	gguf_str arch;
 	if (gguf_get_str(g, "general.architecture", &arch)) {
-		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: missing metadata key general.architecture");
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "model: missing metadata key general.architecture");
 		goto fail;
 	}
 	const arch_desc *a = NULL;
@@ -481,7 +481,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size
 		if (gguf_str_eq(arch, archs[i].name)) a = &archs[i];
 	if (!a) {
 		char *s = gguf_str_dup(arch);
-		rc = lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)",
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)",
 				  s ? s : "?");
 		free(s);
 		goto fail;
@@ -495,13 +495,13 @@ static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size
 
 	const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
 	if (!te) {
-		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: missing tensor token_embd.weight");
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "model: missing tensor token_embd.weight");
 		goto fail;
 	}
 	const gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens");
 	int64_t nv = toks ? (int64_t)toks->arr.n : te->ne[1];
 	if (nv < 1 || nv > (1 << 24)) {
-		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "model: vocabulary size %lld is out of range", (long long)nv);
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "model: vocabulary size %lld is out of range", (long long)nv);
 		goto fail;
 	}
 	hp->n_vocab = (int32_t)nv;
@@ -512,7 +512,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size
 	if (!m->output.data) m->output = m->tok_embd; // tied embeddings
 	m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
 	if (!m->layers) {
-		rc = lanes_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 		goto fail;
 	}
 	for (int l = 0; l < hp->n_layers; l++)

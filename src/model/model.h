@@ -96,7 +96,7 @@ typedef struct {
 // pool: threads to use (NULL: the caller alone). On error kv is unchanged: LANES_EINVAL
 // (bad rows or a kv that does not fit the model), LANES_ELIMIT (not enough free pages),
 // LANES_ENOMEM.
-int model_forward(const model *m, kv_cache *kv, lanes_pool *pool, const model_row *rows, int64_t n,
+int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  float *logits, char *err, size_t errlen);
 
 // A forward pass's workspace, allocated once for up to max_rows rows on up to nth threads;
@@ -113,7 +113,7 @@ int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int3
 void model_ws_free(model_ws *w); // accepts NULL
 uint64_t model_ws_size(const model_ws *w); // bytes it holds
 // model_forward in w. LANES_EINVAL when the rows, threads or positions exceed its bounds.
-int model_forward_ws(const model *m, kv_cache *kv, lanes_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen);
 
 #endif

@@ -191,17 +191,17 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 		 const lane_config *cfg, char *err, size_t errlen) {
 	memset(out, 0, sizeof *out);
 	if (lanes < (lanes_opt ? 0 : 1) || lanes > LANE_SNAP_MAX_LANES)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "plan: lanes must be 1..%d%s", LANE_SNAP_MAX_LANES,
+		return base_seterr(err, errlen, LANES_EINVAL, "plan: lanes must be 1..%d%s", LANE_SNAP_MAX_LANES,
 				    lanes_opt ? " (0: let the planner choose)" : "");
 	const int32_t pt = cfg->page_tokens;
-	if (pt < 1 || pt > 65536) return lanes_seterr(err, errlen, LANES_EINVAL, "plan: page_tokens must be 1..65536");
+	if (pt < 1 || pt > 65536) return base_seterr(err, errlen, LANES_EINVAL, "plan: page_tokens must be 1..65536");
 	const model_hparams *hp = &pm->hp;
 	const char *tn = kv_type_name(cfg->kv_type);
-	if (!tn) return lanes_seterr(err, errlen, LANES_EINVAL, "plan: unknown KV type");
+	if (!tn) return base_seterr(err, errlen, LANES_EINVAL, "plan: unknown KV type");
 	*P = (planner){.pm = pm, .cfg = *cfg, .budget = budget,
 		       .kvpt = kv_bytes_per_token(cfg->kv_type, hp->n_layers, hp->n_kv_heads * hp->head_dim, hp->head_dim)};
 	if (!P->kvpt)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "plan: KV type %s cannot hold rows of %d values (%d heads of %d)",
+		return base_seterr(err, errlen, LANES_EINVAL, "plan: KV type %s cannot hold rows of %d values (%d heads of %d)",
 				    tn, hp->n_kv_heads * hp->head_dim, hp->n_kv_heads, hp->head_dim);
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
@@ -251,7 +251,7 @@ int plan_at(plan_result *out, const plan_model *pm, uint64_t budget, int32_t lan
 	planner P;
 	int rc = setup(&P, out, pm, budget, lanes, false, cfg, err, errlen);
 	if (rc) return rc;
-	if (window < 1) return lanes_seterr(err, errlen, LANES_EINVAL, "plan: the window must be at least 1 token");
+	if (window < 1) return base_seterr(err, errlen, LANES_EINVAL, "plan: the window must be at least 1 token");
 	const int64_t pt = out->page_tokens, w = ((int64_t)window + pt - 1) / pt * pt;
 	fill(out, &P, lanes, w > INT32_MAX ? (int32_t)(INT32_MAX / pt * pt) : (int32_t)w);
 	if (!out->fits) explain(out, &P);

@@ -24,12 +24,12 @@ sample_params sample_defaults(void) {
 
 int sample_check(const sample_params *p, char *err, size_t errlen) {
 	if (!(p->temp >= 0.0f) || isinf(p->temp))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: temperature must be a finite number >= 0");
-	if (p->top_k < 0) return lanes_seterr(err, errlen, LANES_EINVAL, "sample: top_k must be >= 0");
+		return base_seterr(err, errlen, LANES_EINVAL, "sample: temperature must be a finite number >= 0");
+	if (p->top_k < 0) return base_seterr(err, errlen, LANES_EINVAL, "sample: top_k must be >= 0");
 	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: top_p must be in (0, 1]");
+		return base_seterr(err, errlen, LANES_EINVAL, "sample: top_p must be in (0, 1]");
 	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "sample: min_p must be in [0, 1]");
+		return base_seterr(err, errlen, LANES_EINVAL, "sample: min_p must be in [0, 1]");
 	return LANES_OK;
 }
 

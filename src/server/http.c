@@ -143,7 +143,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		if (!c) return MHD_NO;
 		c->s = s;
 		c->mc = mc;
-		c->t0_us = lanes_now_us();
+		c->t0_us = base_now_us();
 		snprintf(c->method, sizeof c->method, "%s", method);
 		snprintf(c->path, sizeof c->path, "%s", url);
 		*con_cls = c;
@@ -189,7 +189,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
 	}
-	double ms = (double)(lanes_now_us() - c->t0_us) / 1000.0;
+	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	if (c->n_prompt || c->n_gen || c->outcome)
 		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, c->status,
@@ -261,10 +261,10 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 	if (s->template_path) {
 		size_t len;
 		char *src = read_file(s->template_path, &len);
-		if (!src) return lanes_seterr(err, errlen, LANES_EIO, "cannot read --chat-template %s: %s", s->template_path, strerror(errno));
+		if (!src) return base_seterr(err, errlen, LANES_EIO, "cannot read --chat-template %s: %s", s->template_path, strerror(errno));
 		int rc = tmpl_compile(&s->tmpl, src, len, e2, sizeof e2);
 		free(src);
-		if (rc) return lanes_seterr(err, errlen, rc, "--chat-template %s: %s", s->template_path, e2);
+		if (rc) return base_seterr(err, errlen, rc, "--chat-template %s: %s", s->template_path, e2);
 		LOG_INFO(SRV_MOD, "chat template from %s", s->template_path);
 		return 0;
 	}
@@ -277,14 +277,14 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 	}
 	const char *ml = tmpl_chatml();
 	int rc = tmpl_compile(&s->tmpl, ml, strlen(ml), e2, sizeof e2);
-	if (rc) return lanes_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
+	if (rc) return base_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
 	return 0;
 }
 
 static void *loader(void *arg) {
 	http_server *s = arg;
 	char err[512];
-	uint64_t t0 = lanes_now_us();
+	uint64_t t0 = base_now_us();
 	atomic_store(&s->progress_pm, 10);
 	int rc = model_load(&s->m, s->model_path, err, sizeof err);
 	if (!rc) {
@@ -299,7 +299,7 @@ static void *loader(void *arg) {
 	if (!rc) {
 		s->bos_text = token_string(s->vocab, tok_bos(s->vocab));
 		s->eos_text = token_string(s->vocab, tok_eos(s->vocab));
-		if (!s->bos_text || !s->eos_text) rc = lanes_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+		if (!s->bos_text || !s->eos_text) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	}
 	if (!rc && s->cfg.draft_model) {
 		atomic_store(&s->progress_pm, 720);
@@ -326,7 +326,7 @@ static void *loader(void *arg) {
 		return NULL;
 	}
 	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->model_id,
-		 (double)(lanes_now_us() - t0) / 1e6, s->max_ctx);
+		 (double)(base_now_us() - t0) / 1e6, s->max_ctx);
 	print_try(s);
 	return NULL;
 }
@@ -337,14 +337,14 @@ static char *dup_or_null(const char *p) { return p && *p ? strdup(p) : NULL; }
 
 int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
-	if (!cfg->model_path || !*cfg->model_path) return lanes_seterr(err, errlen, LANES_EINVAL, "no model: -m MODEL");
-	if (cfg->port < 0 || cfg->port > 65535) return lanes_seterr(err, errlen, LANES_EINVAL, "--port must be 0..65535");
+	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: -m MODEL");
+	if (cfg->port < 0 || cfg->port > 65535) return base_seterr(err, errlen, LANES_EINVAL, "--port must be 0..65535");
 	if (cfg->max_body < 16 || cfg->max_body > ((size_t)1 << 34))
-		return lanes_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
 	if (cfg->max_connections < 1 || cfg->max_connections > 65536)
-		return lanes_seterr(err, errlen, LANES_EINVAL, "max connections must be 1..65536");
+		return base_seterr(err, errlen, LANES_EINVAL, "max connections must be 1..65536");
 	http_server *s = calloc(1, sizeof *s);
-	if (!s) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
 	s->model_path = strdup(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
@@ -354,12 +354,12 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	pthread_mutex_init(&s->mu, NULL);
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
-	s->cfg.lanes.seed = splitmix64(lanes_now_ns() ^ ((uint64_t)getpid() << 32));
-	atomic_init(&s->id_state, splitmix64(lanes_now_ns() + 1));
+	s->cfg.lanes.seed = splitmix64(base_now_ns() ^ ((uint64_t)getpid() << 32));
+	atomic_init(&s->id_state, splitmix64(base_now_ns() + 1));
 	srv_metrics_init(s);
 	if (!s->model_path || !s->host_addr) {
 		http_server_free(s);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	// the model id: --alias, else the file name without .gguf
 	if (s->alias) {
@@ -375,7 +375,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
 	if (!s->slots) {
 		http_server_free(s);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	for (int i = 0; i < s->n_slots; i++) s->slots[i].fd = -1;
 	for (int i = 0; i < s->n_slots; i++) {
@@ -383,7 +383,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		if (s->slots[i].fd < 0) {
 			int en = errno;
 			http_server_free(s);
-			return lanes_seterr(err, errlen, LANES_EIO, "eventfd: %s", strerror(en));
+			return base_seterr(err, errlen, LANES_EIO, "eventfd: %s", strerror(en));
 		}
 	}
 
@@ -393,7 +393,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	sa.sin_port = htons((uint16_t)cfg->port);
 	if (inet_pton(AF_INET, s->host_addr, &sa.sin_addr) != 1) {
 		http_server_free(s);
-		return lanes_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
+		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
 	}
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
 	s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
@@ -402,14 +402,14 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 	if (!s->mhd) {
 		http_server_free(s);
-		return lanes_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
+		return base_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
 				    cfg->host, cfg->port);
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : cfg->port;
 	if (pthread_create(&s->loader, NULL, loader, s)) {
 		http_server_free(s);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
+		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
 	}
 	s->loader_started = true;
 	*out = s;

@@ -154,7 +154,7 @@ int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
 
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
 	uint64_t a = splitmix64(atomic_fetch_add(&s->id_state, 0x9e3779b97f4a7c15ull));
-	uint64_t b = splitmix64(a ^ lanes_now_ns());
+	uint64_t b = splitmix64(a ^ base_now_ns());
 	snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
 }
 

@@ -190,8 +190,8 @@ enum MHD_Result srv_models(srv_conn *c) {
 // What this server is: the build (as `lanes --version`), the kernel set and the model.
 enum MHD_Result srv_props(srv_conn *c) {
 	const http_server *s = c->s;
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "version", lanes_version_string(), "build_flags",
-			      lanes_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "model", s->model_id,
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "version", base_version_string(), "build_flags",
+			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "model", s->model_id,
 			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes);
 	return srv_reply_json(c, 200, o, 0);
 }

@@ -244,7 +244,7 @@ static void pump(srv_call *c) {
 	for (int i = 0; i < c->n && !c->failed; i++) {
 		srv_choice *ch = &c->ch[i];
 		while (!ch->ended && !c->failed && lane_next(c->req[i], &ev, 0)) {
-			uint64_t now = lanes_now_us();
+			uint64_t now = base_now_us();
 			if (ev.kind == LANE_EV_TOKEN) {
 				if (ch->n_tokens == 0) srv_hist_observe(&s->ttft, (double)(now - c->conn->t0_us) / 1e6, 1);
 				else srv_hist_observe(&s->itl, (double)(now - ch->t_last_us) / 1e6, 1);

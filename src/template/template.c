@@ -27,14 +27,14 @@ void tmpl_default_limits(tmpl_limits *l) {
 
 int tmpl_compile(tmpl **out, const char *src, size_t len, char *err, size_t errlen) {
 	*out = NULL;
-	if (!src && len) return lanes_seterr(err, errlen, LANES_EINVAL, "template source is NULL");
-	if (len > MAX_SRC) return lanes_seterr(err, errlen, LANES_ELIMIT, "template is larger than %u bytes", MAX_SRC);
+	if (!src && len) return base_seterr(err, errlen, LANES_EINVAL, "template source is NULL");
+	if (len > MAX_SRC) return base_seterr(err, errlen, LANES_ELIMIT, "template is larger than %u bytes", MAX_SRC);
 	tmpl *t = calloc(1, sizeof *t);
 	R *r = calloc(1, sizeof *r);
 	if (!t || !r) {
 		free(t);
 		free(r);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory compiling template");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory compiling template");
 	}
 	r->err = err;
 	r->errlen = errlen;
@@ -102,17 +102,17 @@ int tmpl_render(const tmpl *t, const json_t *context, const char *date_ymd, char
 		char *err, size_t errlen) {
 	*out = NULL;
 	if (out_len) *out_len = 0;
-	if (!t) return lanes_seterr(err, errlen, LANES_EINVAL, "no template");
-	if (context && !json_is_object(context)) return lanes_seterr(err, errlen, LANES_EINVAL, "template context must be a JSON object");
+	if (!t) return base_seterr(err, errlen, LANES_EINVAL, "no template");
+	if (context && !json_is_object(context)) return base_seterr(err, errlen, LANES_EINVAL, "template context must be a JSON object");
 	struct tm date;
 	if (date_ymd) {
-		if (!parse_date(date_ymd, &date)) return lanes_seterr(err, errlen, LANES_EINVAL, "bad date '%s' (want YYYY-MM-DD)", date_ymd);
+		if (!parse_date(date_ymd, &date)) return base_seterr(err, errlen, LANES_EINVAL, "bad date '%s' (want YYYY-MM-DD)", date_ymd);
 	} else {
 		time_t now = time(NULL);
 		localtime_r(&now, &date);
 	}
 	R *r = calloc(1, sizeof *r);
-	if (!r) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory rendering template");
+	if (!r) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory rendering template");
 	r->err = err;
 	r->errlen = errlen;
 	r->a.limit = (size_t)t->lim.max_memory;
@@ -156,7 +156,7 @@ int tmpl_render_chat(const char *src, const json_t *messages, const char *bos, c
 	json_t *ctx = json_object();
 	if (!ctx) {
 		tmpl_free(t);
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	json_object_set_new(ctx, "messages", messages ? json_incref((json_t *)messages) : json_array());
 	json_object_set_new(ctx, "bos_token", json_string(bos ? bos : ""));

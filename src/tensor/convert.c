@@ -27,24 +27,24 @@ static void conv_slice(void *arg, int ith, int nth) {
 }
 
 static int convert(uint32_t type, bool to_f32, const void *src, void *dst, int64_t nrows, int64_t n,
-		   lanes_pool *pool) {
+		   base_pool *pool) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	size_t rb = tensor_row_bytes(type, n);
 	if (!tt || nrows < 0 || (n > 0 && !rb)) return LANES_EINVAL;
 	conv_job j = {.tt = tt, .to_f32 = to_f32, .src = src, .dst = dst, .nrows = nrows, .n = n,
 		      .row_bytes = rb};
 	if (!nrows || !n) return 0;
-	if (pool && nrows > 1) lanes_pool_run(pool, conv_slice, &j);
+	if (pool && nrows > 1) base_pool_run(pool, conv_slice, &j);
 	else conv_slice(&j, 0, 1);
 	return 0;
 }
 
 int tensor_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n,
-			 lanes_pool *pool) {
+			 base_pool *pool) {
 	return convert(type, false, src, dst, nrows, n, pool);
 }
 
 int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n,
-			   lanes_pool *pool) {
+			   base_pool *pool) {
 	return convert(type, true, src, dst, nrows, n, pool);
 }

@@ -123,7 +123,7 @@ static void pack_task(void *arg, int ith, int nth) {
 }
 
 void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
-		     int64_t n_mat, const void *src, void *dst, lanes_pool *pool) {
+		     int64_t n_mat, const void *src, void *dst, base_pool *pool) {
 	*m = (tensor_mat){.ks = ks, .type = type, .rows = rows, .k = k, .n_mat = n_mat, .data = src,
 			  .row_bytes = tensor_row_bytes(type, k)};
 	m->mat_bytes = m->row_bytes * (size_t)rows;
@@ -132,7 +132,7 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 	m->mat_bytes = ks->pack_bytes(type, rows, k);
 	m->data = dst;
 	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
-	if (pool && j.tiles * n_mat > 1) lanes_pool_run(pool, pack_task, &j);
+	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
 	else pack_task(&j, 0, 1);
 }
 
@@ -209,7 +209,7 @@ static void mm_run(void *arg, int ith, int nth) {
 	(void)ith, (void)nth;
 }
 
-void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 		    int64_t n, float *const *ys) {
 	LANES_ASSERT(nw >= 1 && nw <= MAX_MATS);
 	if (n <= 0) return;
@@ -234,7 +234,7 @@ void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const
 		j.xa = (void *)x;
 		j.xa_stride = (size_t)j.k * sizeof(float);
 	}
-	const int nth = lanes_pool_threads(pool);
+	const int nth = base_pool_threads(pool);
 	const int64_t total = j.first[nw];
 	j.chunk_div = (int64_t)nth * 3;
 	atomic_init(&j.prep_next, 0);
@@ -242,7 +242,7 @@ void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const
 	atomic_init(&j.next, 0);
 	// Work below a few microseconds costs less alone than a handoff to the pool's threads.
 	const double work = (double)(j.first[nw] * ks->tile) * (double)j.k * (double)n;
-	if (nth > 1 && (total > 1 || n > 1) && work >= MM_POOL_MIN) lanes_pool_run(pool, mm_run, &j);
+	if (nth > 1 && (total > 1 || n > 1) && work >= MM_POOL_MIN) base_pool_run(pool, mm_run, &j);
 	else mm_run(&j, 0, 1);
 	free(buf);
 }

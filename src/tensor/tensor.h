@@ -14,11 +14,11 @@
 // ---- half precision ---------------------------------------------------------------------
 // fp16 <-> f32: exact widening; narrowing rounds to nearest even, handles subnormals,
 // overflows to inf, keeps NaN a (quiet) NaN.
-float lanes_f16_to_f32(uint16_t h);
-uint16_t lanes_f32_to_f16(float f);
+float tensor_f16_to_f32(uint16_t h);
+uint16_t tensor_f32_to_f16(float f);
 // bf16 <-> f32 as ggml: narrowing rounds to nearest even; a NaN stays NaN with the quiet bit set.
-float lanes_bf16_to_f32(uint16_t h);
-uint16_t lanes_f32_to_bf16(float f);
+float tensor_bf16_to_f32(uint16_t h);
+uint16_t tensor_f32_to_bf16(float f);
 
 // ---- block layouts (little-endian, packed as ggml writes them) --------------------------
 #define QK4_0 32
@@ -147,9 +147,9 @@ size_t tensor_row_bytes(uint32_t type, int64_t n);
 // so the bytes never depend on the thread count. LANES_EINVAL for an unsupported type or
 // an n that is not a multiple of its block.
 int tensor_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n,
-			 lanes_pool *pool);
+			 base_pool *pool);
 int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n,
-			   lanes_pool *pool);
+			   base_pool *pool);
 
 // ==== kernels (tensor/ref/kernels.c) ======================================================
 // Plain C reference kernels of the forward pass. Every reduction has one fixed order that
@@ -166,7 +166,7 @@ void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, 
 // y[n][n_out] = x[n][k] . W^T with W = n_out rows of k elements of type, wstride bytes
 // apart, by the reference kernel; threads of pool (NULL: the caller alone) split the
 // outputs, never k. (The forward pass uses a kernel set's tensor_matmuls instead.)
-void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
+void tensor_matmul(base_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
 		   int64_t k, const float *x, int64_t n, float *y);
 
 // y = x / rms(x) * w over n elements (w may be NULL: no weight); y may be x.
@@ -290,12 +290,12 @@ size_t tensor_pack_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, 
 // else tensor_pack_bytes of memory that receives the packed copy (the work split across
 // pool's threads); the tensor_mat then points at dst.
 void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
-		     int64_t n_mat, const void *src, void *dst, lanes_pool *pool);
+		     int64_t n_mat, const void *src, void *dst, base_pool *pool);
 
 // For i < nw: ys[i][n][ws[i]->rows] = x[n][k] . (matrix mats[i] of ws[i])^T. All matrices
 // share ws[0]'s set and k; x is prepared once (quantized per row where the set wants it)
 // and the threads of pool split the outputs of all of them, never k.
-void tensor_matmuls(lanes_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 		    int64_t n, float *const *ys);
 
 // The forward pass's other kernels, as the set ks has them (same contracts as the

@@ -19,7 +19,7 @@ static inline float bits_f32(uint32_t u) {
 }
 
 // ---- half precision ---------------------------------------------------------------------
-float lanes_f16_to_f32(uint16_t h) {
+float tensor_f16_to_f32(uint16_t h) {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
 	uint32_t a = (uint32_t)(h & 0x7fff) << 13;
 	if ((h & 0x7c00) == 0x7c00) return bits_f32(sign | 0x7f800000 | a); // inf, NaN
@@ -27,7 +27,7 @@ float lanes_f16_to_f32(uint16_t h) {
 	return bits_f32(sign | f32_bits(bits_f32(a) * 0x1p112f));
 }
 
-uint16_t lanes_f32_to_f16(float f) {
+uint16_t tensor_f32_to_f16(float f) {
 	uint32_t x = f32_bits(f);
 	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
 	uint32_t ax = x & 0x7fffffff;
@@ -47,9 +47,9 @@ uint16_t lanes_f32_to_f16(float f) {
 	return sign | (uint16_t)q;
 }
 
-float lanes_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float tensor_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
-uint16_t lanes_f32_to_bf16(float f) {
+uint16_t tensor_f32_to_bf16(float f) {
 	uint32_t u = f32_bits(f);
 	if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64); // NaN: force quiet
 	return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
@@ -64,14 +64,14 @@ static void f16_to_f32(const void *src, float *dst, int64_t n) {
 	for (int64_t i = 0; i < n; i++) {
 		uint16_t h;
 		memcpy(&h, p + 2 * i, 2);
-		dst[i] = lanes_f16_to_f32(h);
+		dst[i] = tensor_f16_to_f32(h);
 	}
 }
 
 static void f16_from_f32(const float *src, void *dst, int64_t n) {
 	uint8_t *p = dst;
 	for (int64_t i = 0; i < n; i++) {
-		uint16_t h = lanes_f32_to_f16(src[i]);
+		uint16_t h = tensor_f32_to_f16(src[i]);
 		memcpy(p + 2 * i, &h, 2);
 	}
 }
@@ -81,14 +81,14 @@ static void bf16_to_f32(const void *src, float *dst, int64_t n) {
 	for (int64_t i = 0; i < n; i++) {
 		uint16_t h;
 		memcpy(&h, p + 2 * i, 2);
-		dst[i] = lanes_bf16_to_f32(h);
+		dst[i] = tensor_bf16_to_f32(h);
 	}
 }
 
 static void bf16_from_f32(const float *src, void *dst, int64_t n) {
 	uint8_t *p = dst;
 	for (int64_t i = 0; i < n; i++) {
-		uint16_t h = lanes_f32_to_bf16(src[i]);
+		uint16_t h = tensor_f32_to_bf16(src[i]);
 		memcpy(p + 2 * i, &h, 2);
 	}
 }

@@ -122,7 +122,7 @@ int tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *ou
 	bool clean;
 	size_t clen = len;
 	char *copy = sanitize(text, len, &clen, &clean);
-	if (!clean && !copy) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!clean && !copy) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	const char *t = clean ? text : copy;
 	tok_span *words;
 	size_t nw;
@@ -131,7 +131,7 @@ int tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *ou
 	for (size_t i = 0; !rc && i < nw; i++) {
 		size_t wl = words[i].end - words[i].start;
 		if (wl > UINT32_MAX / 2) {
-			rc = lanes_seterr(err, errlen, LANES_ELIMIT, "a word of %zu bytes is too long", wl);
+			rc = base_seterr(err, errlen, LANES_ELIMIT, "a word of %zu bytes is too long", wl);
 			break;
 		}
 		if (grow((void **)&s.enc, &s.enc_cap, 2 * wl, 1)) { rc = LANES_ENOMEM; break; }
@@ -140,7 +140,7 @@ int tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *ou
 			el += tok_utf8_put(v->byte_cp[(uint8_t)t[k]], s.enc + el);
 		rc = bpe_word(v, &s, el, out);
 	}
-	if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
+	if (rc == LANES_ENOMEM) base_seterr(err, errlen, rc, "out of memory");
 	free(words);
 	free(s.enc);
 	free(s.syms);

@@ -135,7 +135,7 @@ int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned fl
 	*len = 0;
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= v->n_tokens)
-			return lanes_seterr(err, errlen, LANES_ERANGE, "token %zu is %d, outside the vocabulary (0..%d)", i,
+			return base_seterr(err, errlen, LANES_ERANGE, "token %zu is %d, outside the vocabulary (0..%d)", i,
 					    ids[i], v->n_tokens - 1);
 	tok_stream *s = tok_stream_new(v, flags);
 	int rc = s ? 0 : LANES_ENOMEM;
@@ -144,7 +144,7 @@ int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned fl
 	if (!rc) rc = reserve((void **)&s->out, &s->out_cap, s->n_out + 1);
 	if (rc) {
 		tok_stream_free(s);
-		return lanes_seterr(err, errlen, rc, "out of memory");
+		return base_seterr(err, errlen, rc, "out of memory");
 	}
 	s->out[s->n_out] = 0;
 	*out = s->out;

@@ -158,8 +158,8 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_specia
 	free(buf);
 	if (rc) {
 		free(out.v);
-		if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
-		else if (rc == LANES_ELIMIT && v->model == TOK_MODEL_SPM) lanes_seterr(err, errlen, rc, "text too long");
+		if (rc == LANES_ENOMEM) base_seterr(err, errlen, rc, "out of memory");
+		else if (rc == LANES_ELIMIT && v->model == TOK_MODEL_SPM) base_seterr(err, errlen, rc, "text too long");
 		return rc;
 	}
 	if (!out.n) free(out.v), out.v = NULL;
@@ -177,7 +177,7 @@ int tok_encode_chat(const tok_vocab *v, const char *prompt, size_t len, int32_t 
 		free(*ids);
 		*ids = NULL;
 		*n = 0;
-		return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	memmove(nv + 1, nv, *n * sizeof *nv);
 	nv[0] = v->bos;

@@ -115,7 +115,7 @@ int tok_pre_compile(tok_vocab *v, char *err, size_t errlen) {
 	size_t n = 0;
 	while (v->pre->regex[n]) n++;
 	v->re = calloc(n, sizeof *v->re);
-	if (!v->re) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->re) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	v->re_pairs = 1;
 	for (size_t i = 0; i < n; i++) {
 		int ec;
@@ -125,7 +125,7 @@ int tok_pre_compile(tok_vocab *v, char *err, size_t errlen) {
 		if (!re) {
 			PCRE2_UCHAR msg[256];
 			pcre2_get_error_message(ec, msg, sizeof msg);
-			return lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "pre-tokenizer '%s' regex %zu: %s at offset %zu",
+			return base_seterr(err, errlen, LANES_EUNSUPPORTED, "pre-tokenizer '%s' regex %zu: %s at offset %zu",
 					    v->pre_name, i, (const char *)msg, (size_t)eo);
 		}
 		v->re[v->n_re++] = re;
@@ -168,7 +168,7 @@ static int split_one(const pcre2_code *re, pcre2_match_data *md, const char *tex
 		if (rc < 0) {
 			PCRE2_UCHAR msg[256];
 			pcre2_get_error_message(rc, msg, sizeof msg);
-			return lanes_seterr(err, errlen, rc == PCRE2_ERROR_NOMEMORY ? LANES_ENOMEM : LANES_ELIMIT,
+			return base_seterr(err, errlen, rc == PCRE2_ERROR_NOMEMORY ? LANES_ENOMEM : LANES_ELIMIT,
 					    "pre-tokenizer regex failed: %s", (const char *)msg);
 		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -205,7 +205,7 @@ int tok_pre_split(const tok_vocab *v, const char *text, size_t len, tok_span **o
 	free(next.v);
 	if (rc) {
 		free(cur.v);
-		if (rc == LANES_ENOMEM) lanes_seterr(err, errlen, rc, "out of memory");
+		if (rc == LANES_ENOMEM) base_seterr(err, errlen, rc, "out of memory");
 		return rc;
 	}
 	*out = cur.v;
@@ -218,10 +218,10 @@ int tok_pretokenize(const tok_vocab *v, const char *text, size_t len, tok_span *
 	*spans_out = NULL;
 	*n = 0;
 	if (v->model != TOK_MODEL_BPE)
-		return lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "pre-tokenization applies to BPE vocabularies only");
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "pre-tokenization applies to BPE vocabularies only");
 	for (size_t i = 0; i < len;) {
 		size_t l = tok_utf8_valid((const uint8_t *)text + i, len - i);
-		if (!l) return lanes_seterr(err, errlen, LANES_EFORMAT, "invalid UTF-8 at byte %zu", i);
+		if (!l) return base_seterr(err, errlen, LANES_EFORMAT, "invalid UTF-8 at byte %zu", i);
 		i += l;
 	}
 	return tok_pre_split(v, text, len, spans_out, n, err, errlen);

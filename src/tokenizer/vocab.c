@@ -67,9 +67,9 @@ static int get_str_arr(const gguf *g, const char *key, bool required, const gguf
 		       char *err, size_t errlen) {
 	*out = NULL;
 	const gguf_value *v = gguf_get(g, key);
-	if (!v) return required ? lanes_seterr(err, errlen, LANES_EFORMAT, "%s is missing", key) : 0;
+	if (!v) return required ? base_seterr(err, errlen, LANES_EFORMAT, "%s is missing", key) : 0;
 	if (v->type != GGUF_ARRAY || v->arr.type != GGUF_STRING)
-		return lanes_seterr(err, errlen, LANES_EFORMAT, "%s must be an array of strings", key);
+		return base_seterr(err, errlen, LANES_EFORMAT, "%s must be an array of strings", key);
 	*out = v;
 	return 0;
 }
@@ -86,13 +86,13 @@ static int get_id(const gguf *g, const char *key, int32_t n_tokens, int32_t *id,
 	}
 	int64_t x;
 	if (v->type == GGUF_BOOL || !gguf_value_i64(v, &x))
-		return lanes_seterr(err, errlen, LANES_EFORMAT, "%s must be an integer", key);
+		return base_seterr(err, errlen, LANES_EFORMAT, "%s must be an integer", key);
 	if (x == -1) {
 		*id = -1;
 		return 0;
 	}
 	if (x < 0 || x >= n_tokens)
-		return lanes_seterr(err, errlen, LANES_ERANGE, "%s = %lld is outside the vocabulary (%d tokens)",
+		return base_seterr(err, errlen, LANES_ERANGE, "%s = %lld is outside the vocabulary (%d tokens)",
 				    key, (long long)x, n_tokens);
 	*id = (int32_t)x;
 	return 0;
@@ -100,7 +100,7 @@ static int get_id(const gguf *g, const char *key, int32_t n_tokens, int32_t *id,
 
 static int get_flag(const gguf *g, const char *key, bool *flag, char *err, size_t errlen) {
 	int rc = gguf_get_bool(g, key, flag);
-	if (rc == LANES_EFORMAT) return lanes_seterr(err, errlen, rc, "%s must be a bool", key);
+	if (rc == LANES_EFORMAT) return base_seterr(err, errlen, rc, "%s must be a bool", key);
 	return 0;
 }
 
@@ -171,16 +171,16 @@ static int load_tokens(tok_vocab *v, const gguf *g, char *err, size_t errlen) {
 	if (rc) return rc;
 	uint64_t n = arr->arr.n;
 	if (n == 0 || n > INT32_MAX - 1)
-		return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("tokens") " has %llu entries", (unsigned long long)n);
+		return base_seterr(err, errlen, LANES_EFORMAT, KEY("tokens") " has %llu entries", (unsigned long long)n);
 	v->n_tokens = (int32_t)n;
 	uint64_t bytes = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		gguf_str s = gguf_arr_str(arr, i);
 		uint64_t l = s.len ? s.len : 32;
 		if (s.len > UINT32_MAX / 2 || !ck_add(bytes, l, &bytes))
-			return lanes_seterr(err, errlen, LANES_EFORMAT, "token %llu is too long", (unsigned long long)i);
+			return base_seterr(err, errlen, LANES_EFORMAT, "token %llu is too long", (unsigned long long)i);
 	}
-	if ((rc = strtab_alloc(&v->tokens, n, bytes))) return lanes_seterr(err, errlen, rc, "out of memory");
+	if ((rc = strtab_alloc(&v->tokens, n, bytes))) return base_seterr(err, errlen, rc, "out of memory");
 	uint64_t used = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		gguf_str s = gguf_arr_str(arr, i);
@@ -194,7 +194,7 @@ static int load_tokens(tok_vocab *v, const gguf *g, char *err, size_t errlen) {
 		bool dup;
 		uint32_t e = strtab_add(&v->tokens, p, len, &used, &dup);
 		if (dup)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, "duplicate token in vocabulary: '%.*s' has ids %u and %llu",
+			return base_seterr(err, errlen, LANES_EFORMAT, "duplicate token in vocabulary: '%.*s' has ids %u and %llu",
 					    (int)(len > 64 ? 64 : len), p, e, (unsigned long long)i);
 	}
 	return 0;
@@ -205,13 +205,13 @@ static int load_scores_types(tok_vocab *v, const gguf *g, char *err, size_t errl
 	v->scores = calloc((size_t)n, sizeof *v->scores);
 	v->type = malloc((size_t)n);
 	v->attr = calloc((size_t)n, sizeof *v->attr);
-	if (!v->scores || !v->type || !v->attr) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->scores || !v->type || !v->attr) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	const gguf_value *sc = gguf_get(g, KEY("scores"));
 	if (sc) {
 		if (sc->type != GGUF_ARRAY || (sc->arr.type != GGUF_F32 && sc->arr.type != GGUF_I32))
-			return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("scores") " must be an array of f32 or i32");
+			return base_seterr(err, errlen, LANES_EFORMAT, KEY("scores") " must be an array of f32 or i32");
 		if (sc->arr.n != (uint64_t)n)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("scores") " has %llu entries for %d tokens",
+			return base_seterr(err, errlen, LANES_EFORMAT, KEY("scores") " has %llu entries for %d tokens",
 					    (unsigned long long)sc->arr.n, n);
 		for (int32_t i = 0; i < n; i++) v->scores[i] = (float)gguf_arr_f64(sc, (uint64_t)i);
 	}
@@ -219,9 +219,9 @@ static int load_scores_types(tok_vocab *v, const gguf *g, char *err, size_t errl
 	if (ty) {
 		if (ty->type != GGUF_ARRAY || ty->arr.type == GGUF_STRING || ty->arr.type == GGUF_ARRAY ||
 		    ty->arr.type == GGUF_F32 || ty->arr.type == GGUF_F64 || ty->arr.type == GGUF_BOOL)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("token_type") " must be an array of integers");
+			return base_seterr(err, errlen, LANES_EFORMAT, KEY("token_type") " must be an array of integers");
 		if (ty->arr.n != (uint64_t)n)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("token_type") " has %llu entries for %d tokens",
+			return base_seterr(err, errlen, LANES_EFORMAT, KEY("token_type") " has %llu entries for %d tokens",
 					    (unsigned long long)ty->arr.n, n);
 	}
 	static const uint16_t attr_of_type[7] = {
@@ -233,7 +233,7 @@ static int load_scores_types(tok_vocab *v, const gguf *g, char *err, size_t errl
 	for (int32_t i = 0; i < n; i++) {
 		int64_t t = ty ? gguf_arr_i64(ty, (uint64_t)i) : TOK_TYPE_NORMAL;
 		if (t < 0 || t > TOK_TYPE_BYTE)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, "token %d has type %lld (valid: 0..6)", i, (long long)t);
+			return base_seterr(err, errlen, LANES_EFORMAT, "token %d has type %lld (valid: 0..6)", i, (long long)t);
 		v->type[i] = (uint8_t)t;
 		v->attr[i] = attr_of_type[t];
 	}
@@ -245,20 +245,20 @@ static int load_merges(tok_vocab *v, const gguf *g, char *err, size_t errlen) {
 	int rc = get_str_arr(g, KEY("merges"), true, &arr, err, errlen);
 	if (rc) return rc;
 	uint64_t n = arr->arr.n, bytes = 0;
-	if (n > INT32_MAX - 1) return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("merges") " has too many entries");
+	if (n > INT32_MAX - 1) return base_seterr(err, errlen, LANES_EFORMAT, KEY("merges") " has too many entries");
 	for (uint64_t i = 0; i < n; i++)
 		if (!ck_add(bytes, gguf_arr_str(arr, i).len, &bytes) || gguf_arr_str(arr, i).len > UINT32_MAX / 2)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, "merge %llu is too long", (unsigned long long)i);
-	if ((rc = strtab_alloc(&v->merges, n, bytes))) return lanes_seterr(err, errlen, rc, "out of memory");
+			return base_seterr(err, errlen, LANES_EFORMAT, "merge %llu is too long", (unsigned long long)i);
+	if ((rc = strtab_alloc(&v->merges, n, bytes))) return base_seterr(err, errlen, rc, "out of memory");
 	v->merge_split = malloc((n ? n : 1) * sizeof *v->merge_split);
-	if (!v->merge_split) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->merge_split) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	uint64_t used = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		gguf_str s = gguf_arr_str(arr, i);
 		// The pair splits at the first space after the first byte, as llama.cpp reads it.
 		const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
 		if (!sp)
-			return lanes_seterr(err, errlen, LANES_EFORMAT, "merge %llu ('%.*s') is not two tokens separated by a space",
+			return base_seterr(err, errlen, LANES_EFORMAT, "merge %llu ('%.*s') is not two tokens separated by a space",
 					    (unsigned long long)i, (int)(s.len > 64 ? 64 : s.len), s.ptr);
 		bool dup;
 		uint32_t e = strtab_add(&v->merges, s.ptr, s.len, &used, &dup);
@@ -313,7 +313,7 @@ static int build_pieces(tok_vocab *v, char *err, size_t errlen) {
 	v->piece_arena = malloc(bytes ? bytes : 1);
 	v->piece_off = malloc((size_t)n * sizeof *v->piece_off);
 	v->piece_len = malloc((size_t)n * sizeof *v->piece_len);
-	if (!v->piece_arena || !v->piece_off || !v->piece_len) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->piece_arena || !v->piece_off || !v->piece_len) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	uint64_t used = 0;
 	for (int32_t i = 0; i < n; i++) {
 		const char *t = v->tokens.arena + v->tokens.off[i];
@@ -349,7 +349,7 @@ static int build_pieces(tok_vocab *v, char *err, size_t errlen) {
 		} else if (a & TOK_A_BYTE) {
 			int b = byte_of_text(t, tl);
 			if (b < 0)
-				return lanes_seterr(err, errlen, LANES_EFORMAT, "token %d has type BYTE but reads '%.*s', not <0xNN>",
+				return base_seterr(err, errlen, LANES_EFORMAT, "token %d has type BYTE but reads '%.*s', not <0xNN>",
 						    i, (int)(tl > 32 ? 32 : tl), t);
 			o[ol++] = (char)b;
 		}
@@ -384,7 +384,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 	}
 	// FIM pad/repo/sep, named EOG tokens, then eos/eot/eom.
 	uint8_t *eog = calloc((size_t)v->n_tokens, 1);
-	if (!eog) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!eog) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	const int fim_eog[] = {SP_FIM_PAD, SP_FIM_REP, SP_FIM_SEP, SP_EOS, SP_EOT, SP_EOM};
 	for (size_t k = 0; k < sizeof fim_eog / sizeof fim_eog[0]; k++)
 		if (sp[fim_eog[k]] >= 0) eog[sp[fim_eog[k]]] = 1;
@@ -416,7 +416,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 	size_t ne = 0;
 	for (int32_t i = 0; i < v->n_tokens; i++) ne += eog[i];
 	v->eog = malloc((ne ? ne : 1) * sizeof *v->eog);
-	if (!v->eog) { free(eog); return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory"); }
+	if (!v->eog) { free(eog); return base_seterr(err, errlen, LANES_ENOMEM, "out of memory"); }
 	for (int32_t i = 0; i < v->n_tokens; i++)
 		if (eog[i]) {
 			v->eog[v->n_eog++] = i;
@@ -429,7 +429,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 	for (int32_t i = 0; i < v->n_tokens; i++)
 		if (v->attr[i] & (TOK_A_CONTROL | TOK_A_USER | TOK_A_UNKNOWN)) ns++;
 	v->special = malloc((ns ? ns : 1) * sizeof *v->special);
-	if (!v->special) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->special) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	for (int32_t i = 0; i < v->n_tokens; i++)
 		if (v->attr[i] & (TOK_A_CONTROL | TOK_A_USER | TOK_A_UNKNOWN)) v->special[v->n_special++] = i;
 	qsort_r(v->special, v->n_special, sizeof *v->special, cmp_special, v);
@@ -437,7 +437,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 	v->sp_start = calloc(65537, sizeof *v->sp_start);
 	v->sp_list = malloc((ns ? ns : 1) * sizeof *v->sp_list);
 	v->sp_short = malloc((ns ? ns : 1) * sizeof *v->sp_short);
-	if (!v->sp_start || !v->sp_list || !v->sp_short) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v->sp_start || !v->sp_list || !v->sp_short) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	for (size_t k = 0; k < v->n_special; k++) {
 		const uint8_t *t = (const uint8_t *)v->tokens.arena + v->tokens.off[v->special[k]];
 		if (v->tokens.len[v->special[k]] >= 2) v->sp_start[((unsigned)t[0] << 8 | t[1]) + 1]++;
@@ -445,7 +445,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 	}
 	for (size_t b = 0; b < 65536; b++) v->sp_start[b + 1] += v->sp_start[b];
 	uint32_t *fill = calloc(65536, sizeof *fill);
-	if (!fill) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!fill) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	for (size_t k = 0; k < v->n_special; k++) {
 		const uint8_t *t = (const uint8_t *)v->tokens.arena + v->tokens.off[v->special[k]];
 		if (v->tokens.len[v->special[k]] < 2) continue;
@@ -490,14 +490,14 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	*out = NULL;
 	gguf_str model;
 	int rc = gguf_get_str(g, KEY("model"), &model);
-	if (rc == LANES_ENOTFOUND) return lanes_seterr(err, errlen, LANES_ENOTFOUND, "no tokenizer: " KEY("model") " is missing");
-	if (rc) return lanes_seterr(err, errlen, LANES_EFORMAT, KEY("model") " must be a string");
+	if (rc == LANES_ENOTFOUND) return base_seterr(err, errlen, LANES_ENOTFOUND, "no tokenizer: " KEY("model") " is missing");
+	if (rc) return base_seterr(err, errlen, LANES_EFORMAT, KEY("model") " must be a string");
 	tok_vocab *v = calloc(1, sizeof *v);
-	if (!v) return lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!v) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (gguf_str_eq(model, "llama")) v->model = TOK_MODEL_SPM;
 	else if (gguf_str_eq(model, "gpt2")) v->model = TOK_MODEL_BPE;
 	else {
-		rc = lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2)",
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2)",
 				  (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		goto fail;
 	}
@@ -505,15 +505,15 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	// Pre-tokenizer: BPE only; a missing name means llama.cpp's "default".
 	gguf_str pre = {"default", 7};
 	rc = gguf_get_str(g, KEY("pre"), &pre);
-	if (rc == LANES_EFORMAT) { rc = lanes_seterr(err, errlen, rc, KEY("pre") " must be a string"); goto fail; }
+	if (rc == LANES_EFORMAT) { rc = base_seterr(err, errlen, rc, KEY("pre") " must be a string"); goto fail; }
 	if (rc == LANES_ENOTFOUND) {
 		pre = (gguf_str){"default", 7};
 		if (v->model == TOK_MODEL_BPE) LOG_WARN("tok", "%s is missing; using the 'default' pre-tokenizer", KEY("pre"));
 	}
 	if (v->model == TOK_MODEL_SPM) pre = (gguf_str){"default", 7};
-	if (!(v->pre_name = dup_str(pre))) { rc = lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory"); goto fail; }
+	if (!(v->pre_name = dup_str(pre))) { rc = base_seterr(err, errlen, LANES_ENOMEM, "out of memory"); goto fail; }
 	if (v->model == TOK_MODEL_BPE && !(v->pre = tok_pre_find(v->pre_name))) {
-		rc = lanes_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported pre-tokenizer '%s'", v->pre_name);
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported pre-tokenizer '%s'", v->pre_name);
 		goto fail;
 	}
 
@@ -546,8 +546,8 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 
 	gguf_str chat;
 	rc = gguf_get_str(g, "tokenizer.chat_template", &chat);
-	if (rc == LANES_EFORMAT) { rc = lanes_seterr(err, errlen, rc, "tokenizer.chat_template must be a string"); goto fail; }
-	if (!rc && !(v->chat_template = dup_str(chat))) { rc = lanes_seterr(err, errlen, LANES_ENOMEM, "out of memory"); goto fail; }
+	if (rc == LANES_EFORMAT) { rc = base_seterr(err, errlen, rc, "tokenizer.chat_template must be a string"); goto fail; }
+	if (!rc && !(v->chat_template = dup_str(chat))) { rc = base_seterr(err, errlen, LANES_ENOMEM, "out of memory"); goto fail; }
 
 	if ((rc = infer_specials(v, sp, g, err, errlen))) goto fail;
 	v->bos = sp[SP_BOS];
@@ -558,12 +558,12 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	v->pad = sp[SP_PAD];
 	v->sep = sp[SP_SEP];
 	if (v->add_bos && v->bos < 0) {
-		rc = lanes_seterr(err, errlen, LANES_EFORMAT, "BOS is to be added (%s) but there is no BOS token",
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "BOS is to be added (%s) but there is no BOS token",
 				  gguf_get(g, KEY("add_bos_token")) ? KEY("add_bos_token") : "the default for this tokenizer");
 		goto fail;
 	}
 	if (v->add_eos && v->eos < 0) {
-		rc = lanes_seterr(err, errlen, LANES_EFORMAT, KEY("add_eos_token") " is true but there is no EOS token");
+		rc = base_seterr(err, errlen, LANES_EFORMAT, KEY("add_eos_token") " is true but there is no EOS token");
 		goto fail;
 	}
 

@@ -25,7 +25,7 @@ static kv_cache *new_kv(const model *m, enum kv_type t, int32_t seqs, int32_t ct
 }
 
 // Feeds ids[from, to) of sequence seq in pieces of `piece`, writing logits of every row into out[from..].
-static int feed(const model *m, kv_cache *kv, lanes_pool *pool, int32_t seq, const int32_t *ids, int from, int to,
+static int feed(const model *m, kv_cache *kv, base_pool *pool, int32_t seq, const int32_t *ids, int from, int to,
 		int piece, float *out, int32_t V) {
 	char err[256];
 	model_row rows[P];
@@ -56,8 +56,8 @@ static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
 		kv_free(kv);
 	}
 	for (int nth = 2; nth <= (level == 2 ? 3 : 2); nth++) {
-		lanes_pool *pool;
-		CHECK(lanes_pool_new(&pool, nth) == 0);
+		base_pool *pool;
+		CHECK(base_pool_new(&pool, nth) == 0);
 		kv_cache *kv = new_kv(f->m, t, 1, P);
 		CHECK(feed(f->m, kv, pool, 0, f->ids, 0, P, nth == 2 ? P : 7, out, f->V) == 0);
 		CHECKF(same(out, f->ref, all), "%d threads differ from 1", nth);
@@ -68,7 +68,7 @@ static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
 		CHECK(feed(f->m, kv, pool, 0, f->ids, 41, P, 13, out, f->V) == 0);
 		CHECKF(same(out, f->ref, all), "truncate + re-feed differs (%d threads)", nth);
 		kv_free(kv);
-		lanes_pool_free(pool);
+		base_pool_free(pool);
 	}
 	free(out);
 }
@@ -79,8 +79,8 @@ static void mixed_batches(fixture *f, enum kv_type t) {
 	char err[256];
 	const int32_t V = f->V;
 	kv_cache *kv = new_kv(f->m, t, 3, P + 40);
-	lanes_pool *pool;
-	CHECK(lanes_pool_new(&pool, 2) == 0);
+	base_pool *pool;
+	CHECK(base_pool_new(&pool, 2) == 0);
 	int32_t other[2][P];
 	for (int s = 0; s < 2; s++)
 		for (int i = 0; i < P; i++) other[s][i] = (int32_t)(3 + splitmix64((uint64_t)(1000 * s + i)) % (uint64_t)(V - 3));
@@ -141,7 +141,7 @@ static void mixed_batches(fixture *f, enum kv_type t) {
 	kv_free(solo);
 	free(mine);
 	free(out);
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	kv_free(kv);
 }
 

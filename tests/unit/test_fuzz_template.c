@@ -22,9 +22,9 @@ static int replay(const char *dir, const char *suffix, uint64_t *worst_us) {
 		size_t len = 0;
 		char *b = t_read_file(path, &len);
 		if (!b) continue;
-		uint64_t t0 = lanes_now_us();
+		uint64_t t0 = base_now_us();
 		LLVMFuzzerTestOneInput((const uint8_t *)b, len);
-		uint64_t dt = lanes_now_us() - t0;
+		uint64_t dt = base_now_us() - t0;
 		if (dt > *worst_us) *worst_us = dt;
 		// a sanitizer build is slow; an unbounded loop or recursion would take far longer
 		CHECKF(dt < 10u * 1000 * 1000, "%s took %llu ms", path, (unsigned long long)(dt / 1000));

@@ -26,8 +26,8 @@ static void matmul_all_types(void) {
 	float *y = malloc(sizeof(float) * NR * NO), *y2 = malloc(sizeof(float) * NR * NO);
 	for (int64_t i = 0; i < K * NO; i++) wf[i] = frand(&seed);
 	for (int64_t i = 0; i < K * NR; i++) x[i] = frand(&seed) * 3.0f;
-	lanes_pool *pool;
-	CHECK(lanes_pool_new(&pool, 3) == 0);
+	base_pool *pool;
+	CHECK(base_pool_new(&pool, 3) == 0);
 	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
 		const tensor_traits *tt = tensor_traits_of(types[t]);
 		CHECKF(tt != NULL, "type %u has no traits", types[t]);
@@ -65,7 +65,7 @@ static void matmul_all_types(void) {
 		free(deq);
 		free(w);
 	}
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	free(wf), free(x), free(y), free(y2);
 }
 
@@ -149,8 +149,8 @@ static void f16s(void) {
 		const float sc = tensor_f16s_scale(b);
 		double e1 = 0, e2 = 0;
 		for (int i = 0; i < 64; i++) {
-			hp[i] = lanes_f32_to_f16(x[i]);
-			double d1 = (double)lanes_f16_to_f32(h[i]) * sc - x[i], d2 = (double)lanes_f16_to_f32(hp[i]) - x[i];
+			hp[i] = tensor_f32_to_f16(x[i]);
+			double d1 = (double)tensor_f16_to_f32(h[i]) * sc - x[i], d2 = (double)tensor_f16_to_f32(hp[i]) - x[i];
 			e1 += d1 * d1, e2 += d2 * d2;
 		}
 		better += e1 < e2;
@@ -161,12 +161,12 @@ static void f16s(void) {
 	for (int i = 0; i < 64; i++) x[i] = (i + 1) * 1e5f;
 	uint8_t b = tensor_f16s_encode(x, 64, h);
 	double worst = 0;
-	for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(lanes_f16_to_f32(h[i]) * tensor_f16s_scale(b) / x[i] - 1));
+	for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(tensor_f16_to_f32(h[i]) * tensor_f16s_scale(b) / x[i] - 1));
 	CHECKF(worst < 1e-3, "large values: relative error %g", worst);
 	for (int i = 0; i < 64; i++) x[i] = (i + 1) * 1e-7f;
 	b = tensor_f16s_encode(x, 64, h);
 	worst = 0;
-	for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(lanes_f16_to_f32(h[i]) * tensor_f16s_scale(b) / x[i] - 1));
+	for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(tensor_f16_to_f32(h[i]) * tensor_f16s_scale(b) / x[i] - 1));
 	CHECKF(worst < 1e-2, "tiny values: relative error %g", worst);
 }
 
@@ -197,15 +197,15 @@ static void attention(void) {
 				ks[row * 2 + 1] = tensor_f16s_encode(kr + D, D, k + row * 2 * D + D);
 				vs[row * 2 + 1] = tensor_f16s_encode(vr + D, D, v + row * 2 * D + D);
 				for (int e = 0; e < D; e++) {
-					kst[j][e] = lanes_f16_to_f32(k[row * 2 * D + D + e]) * tensor_f16s_scale(ks[row * 2 + 1]);
-					vst[j][e] = lanes_f16_to_f32(v[row * 2 * D + D + e]) * tensor_f16s_scale(vs[row * 2 + 1]);
+					kst[j][e] = tensor_f16_to_f32(k[row * 2 * D + D + e]) * tensor_f16s_scale(ks[row * 2 + 1]);
+					vst[j][e] = tensor_f16_to_f32(v[row * 2 * D + D + e]) * tensor_f16s_scale(vs[row * 2 + 1]);
 				}
 			} else if (enc == 0) {
 				for (int e = 0; e < D; e++) {
-					k[row * 2 * D + D + e] = lanes_f32_to_f16(kr[D + e]);
-					v[row * 2 * D + D + e] = lanes_f32_to_f16(vr[D + e]);
-					kst[j][e] = lanes_f16_to_f32(k[row * 2 * D + D + e]);
-					vst[j][e] = lanes_f16_to_f32(v[row * 2 * D + D + e]);
+					k[row * 2 * D + D + e] = tensor_f32_to_f16(kr[D + e]);
+					v[row * 2 * D + D + e] = tensor_f32_to_f16(vr[D + e]);
+					kst[j][e] = tensor_f16_to_f32(k[row * 2 * D + D + e]);
+					vst[j][e] = tensor_f16_to_f32(v[row * 2 * D + D + e]);
 				}
 			} else {
 				const tensor_traits *tt = tensor_traits_of(enc == 2 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);

@@ -63,7 +63,7 @@ static double act_bound(const float *w, const float *x, int64_t k) {
 	return b;
 }
 
-static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, lanes_pool *pool) {
+static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base_pool *pool) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	const int64_t NO = 37, NR = 70;
 	uint64_t seed = 1000 + type;
@@ -179,11 +179,11 @@ static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n
 				for (int hd = 0; hd < 2; hd++) {
 					const uint8_t b = tensor_f16s_encode(kv + hd * D, D, (uint16_t *)row + hd * D);
 					(kind ? vsb : ksb)[slot * 2 + hd] = b;
-					for (int32_t e = 0; e < D; e++) st[hd * D + e] = lanes_f16_to_f32(((uint16_t *)row)[hd * D + e]) * tensor_f16s_scale(b);
+					for (int32_t e = 0; e < D; e++) st[hd * D + e] = tensor_f16_to_f32(((uint16_t *)row)[hd * D + e]) * tensor_f16s_scale(b);
 				}
 			} else if (enc == 0) {
-				for (int32_t e = 0; e < RD; e++) ((uint16_t *)row)[e] = lanes_f32_to_f16(kv[e]);
-				for (int32_t e = 0; e < RD; e++) st[e] = lanes_f16_to_f32(((uint16_t *)row)[e]);
+				for (int32_t e = 0; e < RD; e++) ((uint16_t *)row)[e] = tensor_f32_to_f16(kv[e]);
+				for (int32_t e = 0; e < RD; e++) st[e] = tensor_f16_to_f32(((uint16_t *)row)[e]);
 			} else {
 				const tensor_traits *tt = tensor_traits_of(enc == 2 ? GGUF_T_Q8_0 : GGUF_T_Q4_0);
 				tt->from_f32(kv, row, RD);
@@ -273,8 +273,8 @@ static void pointwise(const tensor_kernels *ks) {
 		const uint8_t bf2 = tensor_k_f16s_encode(ks, x, D, h3);
 		double er = 0, ef = 0;
 		for (int32_t i = 0; i < D; i++) {
-			const double dr = lanes_f16_to_f32(h1[i]) * (double)tensor_f16s_scale(br) - x[i];
-			const double df = lanes_f16_to_f32(h2[i]) * (double)tensor_f16s_scale(bf) - x[i];
+			const double dr = tensor_f16_to_f32(h1[i]) * (double)tensor_f16s_scale(br) - x[i];
+			const double df = tensor_f16_to_f32(h2[i]) * (double)tensor_f16s_scale(bf) - x[i];
 			er += dr * dr, ef += df * df;
 		}
 		bad += !(ef <= er * 1.001 + 1e-45) || bf != bf2 || memcmp(h2, h3, sizeof(uint16_t) * D);
@@ -311,8 +311,8 @@ int main(void) {
 	dispatch();
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
-	lanes_pool *pool;
-	CHECK(lanes_pool_new(&pool, 3) == 0);
+	base_pool *pool;
+	CHECK(base_pool_new(&pool, 3) == 0);
 	for (int s = 0; s < n; s++) {
 		const tensor_kernels *ks = tensor_kernels_find(names[s]);
 		for (int t = 0; t < N_TYPES; t++) {
@@ -336,6 +336,6 @@ int main(void) {
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);
 	}
-	lanes_pool_free(pool);
+	base_pool_free(pool);
 	T_DONE("kernels_x86");
 }

@@ -332,7 +332,7 @@ static int write_f16_vectors(const char *src, const char *dst) {
 		const gguf_tensor *t = gguf_tensor_at(g, i);
 		if (t->n_dims == 1 && t->type == GGUF_T_F32) {
 			uint16_t *h = malloc((size_t)t->ne[0] * sizeof *h);
-			for (int64_t j = 0; h && j < t->ne[0]; j++) h[j] = lanes_f32_to_f16(((const float *)t->data)[j]);
+			for (int64_t j = 0; h && j < t->ne[0]; j++) h[j] = tensor_f32_to_f16(((const float *)t->data)[j]);
 			rc = h ? gguf_writer_add_tensor(w, t->name, GGUF_T_F16, 1, t->ne, h, (uint64_t)t->ne[0] * 2) : -1;
 			free(h);
 		} else {

@@ -47,9 +47,9 @@ static void expect_ok(int line, const char *src, const char *msgs, const char *w
 static void expect_err(int line, const char *src, int code, const char *want_msg) {
 	char err[512] = "";
 	int rc;
-	uint64_t t0 = lanes_now_us();
+	uint64_t t0 = base_now_us();
 	char *out = render(src, NULL, false, err, sizeof err, &rc);
-	uint64_t dt = lanes_now_us() - t0;
+	uint64_t dt = base_now_us() - t0;
 	CHECKF(!out && rc < 0 && (code == 0 || rc == code) && strstr(err, want_msg),
 	       "line %d: template %s\n  want error %d containing [%s]\n  got rc %d err [%s] out [%s]", line, src, code,
 	       want_msg, rc, err, out ? out : "");

@@ -255,12 +255,12 @@ static uint16_t nearest_f16_brute(float f) {
 	uint16_t lo = 0, hi = 0x7bff;
 	while (lo < hi) { // largest h with value(h) <= v
 		uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
-		if ((double)lanes_f16_to_f32(mid) <= v) lo = mid;
+		if ((double)tensor_f16_to_f32(mid) <= v) lo = mid;
 		else hi = mid - 1;
 	}
 	uint16_t h = lo;
 	if (h < 0x7bff) {
-		double a = lanes_f16_to_f32(h), b = lanes_f16_to_f32(h + 1);
+		double a = tensor_f16_to_f32(h), b = tensor_f16_to_f32(h + 1);
 		if (v - a > b - v || (v - a == b - v && (h & 1))) h++;
 	} else if (v > 65504.0) {
 		h = 0x7bff;
@@ -272,38 +272,38 @@ static void test_half(void) {
 	// Exhaustive: every non-NaN fp16 survives f16 -> f32 -> f16; NaNs stay NaN.
 	int bad = 0, badnan = 0;
 	for (uint32_t h = 0; h < 65536; h++) {
-		float f = lanes_f16_to_f32((uint16_t)h);
+		float f = tensor_f16_to_f32((uint16_t)h);
 		bool is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
-		if (is_nan) badnan += !isnan(f) || (lanes_f32_to_f16(f) & 0x7fff) <= 0x7c00;
-		else bad += lanes_f32_to_f16(f) != h;
+		if (is_nan) badnan += !isnan(f) || (tensor_f32_to_f16(f) & 0x7fff) <= 0x7c00;
+		else bad += tensor_f32_to_f16(f) != h;
 	}
 	CHECKF(bad == 0, "%d fp16 values do not round trip", bad);
 	CHECK(badnan == 0);
-	CHECK(lanes_f16_to_f32(0x3c00) == 1.0f);
-	CHECK(lanes_f16_to_f32(0xc000) == -2.0f);
-	CHECK(lanes_f16_to_f32(0x7bff) == 65504.0f);
-	CHECK(lanes_f16_to_f32(0x0001) == 0x1p-24f);
-	CHECK(lanes_f16_to_f32(0x0400) == 0x1p-14f);
-	CHECK(lanes_f16_to_f32(0x03ff) == 0x3ffp-24f);
-	CHECK(isinf(lanes_f16_to_f32(0x7c00)) && lanes_f16_to_f32(0xfc00) < 0);
-	CHECK(f_bits(lanes_f16_to_f32(0x8000)) == 0x80000000u);
+	CHECK(tensor_f16_to_f32(0x3c00) == 1.0f);
+	CHECK(tensor_f16_to_f32(0xc000) == -2.0f);
+	CHECK(tensor_f16_to_f32(0x7bff) == 65504.0f);
+	CHECK(tensor_f16_to_f32(0x0001) == 0x1p-24f);
+	CHECK(tensor_f16_to_f32(0x0400) == 0x1p-14f);
+	CHECK(tensor_f16_to_f32(0x03ff) == 0x3ffp-24f);
+	CHECK(isinf(tensor_f16_to_f32(0x7c00)) && tensor_f16_to_f32(0xfc00) < 0);
+	CHECK(f_bits(tensor_f16_to_f32(0x8000)) == 0x80000000u);
 	// Narrowing edges.
-	CHECK(lanes_f32_to_f16(65504.0f) == 0x7bff);
-	CHECK(lanes_f32_to_f16(65519.0f) == 0x7bff);
-	CHECK(lanes_f32_to_f16(65520.0f) == 0x7c00);
-	CHECK(lanes_f32_to_f16(1e10f) == 0x7c00);
-	CHECK(lanes_f32_to_f16(-INFINITY) == 0xfc00);
-	CHECK(lanes_f32_to_f16(0x1p-25f) == 0x0000);                // tie to even: zero
-	CHECK(lanes_f32_to_f16(bits_f(f_bits(0x1p-25f) + 1)) == 1); // just above: smallest subnormal
-	CHECK(lanes_f32_to_f16(0x3p-25f) == 0x0002);                // 1.5 units: tie to even 2
-	CHECK(lanes_f32_to_f16(0x5p-25f) == 0x0002);                // 2.5 units: tie to even 2
-	CHECK(lanes_f32_to_f16(-0x1p-30f) == 0x8000);
-	CHECK(lanes_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);         // tie: even
-	CHECK(lanes_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02);         // tie: even (up)
-	CHECK(lanes_f32_to_f16(0x7ffp-25f) == 0x0400);              // rounds up into the normals
-	uint16_t hn = lanes_f32_to_f16(NAN);
+	CHECK(tensor_f32_to_f16(65504.0f) == 0x7bff);
+	CHECK(tensor_f32_to_f16(65519.0f) == 0x7bff);
+	CHECK(tensor_f32_to_f16(65520.0f) == 0x7c00);
+	CHECK(tensor_f32_to_f16(1e10f) == 0x7c00);
+	CHECK(tensor_f32_to_f16(-INFINITY) == 0xfc00);
+	CHECK(tensor_f32_to_f16(0x1p-25f) == 0x0000);                // tie to even: zero
+	CHECK(tensor_f32_to_f16(bits_f(f_bits(0x1p-25f) + 1)) == 1); // just above: smallest subnormal
+	CHECK(tensor_f32_to_f16(0x3p-25f) == 0x0002);                // 1.5 units: tie to even 2
+	CHECK(tensor_f32_to_f16(0x5p-25f) == 0x0002);                // 2.5 units: tie to even 2
+	CHECK(tensor_f32_to_f16(-0x1p-30f) == 0x8000);
+	CHECK(tensor_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);         // tie: even
+	CHECK(tensor_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02);         // tie: even (up)
+	CHECK(tensor_f32_to_f16(0x7ffp-25f) == 0x0400);              // rounds up into the normals
+	uint16_t hn = tensor_f32_to_f16(NAN);
 	CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) && (hn & 0x200));
-	uint16_t hs = lanes_f32_to_f16(bits_f(0x7f800001u)); // signalling NaN becomes quiet NaN
+	uint16_t hs = tensor_f32_to_f16(bits_f(0x7f800001u)); // signalling NaN becomes quiet NaN
 	CHECK((hs & 0x7c00) == 0x7c00 && (hs & 0x200));
 	// Random floats across the whole fp16 range against a brute-force nearest search.
 	uint64_t s = 99;
@@ -313,37 +313,37 @@ static void test_half(void) {
 		int e = (int)(r % 45) - 28; // 2^-28 .. 2^16
 		float f = ldexpf(1.0f + (float)((r >> 8) & 0xffffff) / 16777216.0f, e);
 		if (r & (1ull << 62)) f = -f;
-		if (lanes_f32_to_f16(f) != nearest_f16_brute(f)) bad++;
+		if (tensor_f32_to_f16(f) != nearest_f16_brute(f)) bad++;
 	}
 	CHECKF(bad == 0, "%d random floats round wrongly to fp16", bad);
 	// Every midpoint between neighbouring fp16 values rounds to the even one.
 	bad = 0;
 	for (uint32_t h = 0; h < 0x7bff; h++) {
-		double mid = ((double)lanes_f16_to_f32((uint16_t)h) + lanes_f16_to_f32((uint16_t)(h + 1))) / 2;
+		double mid = ((double)tensor_f16_to_f32((uint16_t)h) + tensor_f16_to_f32((uint16_t)(h + 1))) / 2;
 		uint16_t want = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
-		if (lanes_f32_to_f16((float)mid) != want) bad++;
+		if (tensor_f32_to_f16((float)mid) != want) bad++;
 	}
 	CHECKF(bad == 0, "%d fp16 midpoints round wrongly", bad);
 
 	// bf16: exhaustive round trip, ties to even, NaN quiet.
 	bad = 0;
 	for (uint32_t h = 0; h < 65536; h++) {
-		float f = lanes_bf16_to_f32((uint16_t)h);
+		float f = tensor_bf16_to_f32((uint16_t)h);
 		if (isnan(f)) continue;
-		bad += lanes_f32_to_bf16(f) != h;
+		bad += tensor_f32_to_bf16(f) != h;
 	}
 	CHECKF(bad == 0, "%d bf16 values do not round trip", bad);
-	CHECK(lanes_f32_to_bf16(1.0f) == 0x3f80);
-	CHECK(lanes_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80); // tie: even
-	CHECK(lanes_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82); // tie: even (up)
-	CHECK(lanes_f32_to_bf16(bits_f(0x3f808001u)) == 0x3f81);
-	CHECK(lanes_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80); // FLT_MAX rounds to inf
-	CHECK(lanes_f32_to_bf16(bits_f(0x00000001u)) == 0x0000); // subnormals round, not flush
-	CHECK(lanes_f32_to_bf16(bits_f(0x00008000u)) == 0x0000);
-	CHECK(lanes_f32_to_bf16(bits_f(0x00018000u)) == 0x0002);
-	CHECK(lanes_f32_to_bf16(bits_f(0x7f800001u)) == 0x7fc0); // sNaN: quiet, stays NaN
-	CHECK(lanes_f32_to_bf16(bits_f(0xffc00000u)) == 0xffc0);
-	CHECK(lanes_bf16_to_f32(0xc040) == -3.0f);
+	CHECK(tensor_f32_to_bf16(1.0f) == 0x3f80);
+	CHECK(tensor_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80); // tie: even
+	CHECK(tensor_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82); // tie: even (up)
+	CHECK(tensor_f32_to_bf16(bits_f(0x3f808001u)) == 0x3f81);
+	CHECK(tensor_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80); // FLT_MAX rounds to inf
+	CHECK(tensor_f32_to_bf16(bits_f(0x00000001u)) == 0x0000); // subnormals round, not flush
+	CHECK(tensor_f32_to_bf16(bits_f(0x00008000u)) == 0x0000);
+	CHECK(tensor_f32_to_bf16(bits_f(0x00018000u)) == 0x0002);
+	CHECK(tensor_f32_to_bf16(bits_f(0x7f800001u)) == 0x7fc0); // sNaN: quiet, stays NaN
+	CHECK(tensor_f32_to_bf16(bits_f(0xffc00000u)) == 0xffc0);
+	CHECK(tensor_bf16_to_f32(0xc040) == -3.0f);
 }
 
 int main(void) {

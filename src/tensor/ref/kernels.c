@@ -109,14 +109,14 @@ static void mm_task(void *arg, int ith, int nth) {
 	if (o0 < o1) j->fn(j->type, j->w, j->wstride, j->k, j->x, j->k, j->n, j->y, j->n_out, o0, o1);
 }
 
-void tensor_matmul(lanes_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
+void tensor_matmul(base_pool *pool, uint32_t type, const void *w, size_t wstride, int64_t n_out,
 		   int64_t k, const float *x, int64_t n, float *y) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	LANES_ASSERT(tt);
 	mm_job j = {type, w, wstride, n_out, k, n, x, y, tensor_ref_matmul};
 	if (n <= 0 || n_out <= 0) return;
 	if (!pool || n_out <= MM_OT) mm_task(&j, 0, 1);
-	else lanes_pool_run(pool, mm_task, &j);
+	else base_pool_run(pool, mm_task, &j);
 }
 
 void tensor_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
@@ -220,14 +220,14 @@ uint8_t tensor_f16s_encode(const float *x, int32_t n, uint16_t *h) {
 		const double sc = tensor_f16s_scale((uint8_t)(oct * 16 + j));
 		double err = 0.0;
 		for (int32_t i = 0; i < n; i++) {
-			const double d = lanes_f16_to_f32(lanes_f32_to_f16((float)(x[i] / sc))) * sc - x[i];
+			const double d = tensor_f16_to_f32(tensor_f32_to_f16((float)(x[i] / sc))) * sc - x[i];
 			err += d * d;
 		}
 		if (err < best_err) best_err = err, best = j;
 	}
 	const uint8_t b = (uint8_t)(oct * 16 + best);
 	const double sc = tensor_f16s_scale(b);
-	for (int32_t i = 0; i < n; i++) h[i] = lanes_f32_to_f16((float)(x[i] / sc));
+	for (int32_t i = 0; i < n; i++) h[i] = tensor_f32_to_f16((float)(x[i] / sc));
 	return b;
 }
 
@@ -238,7 +238,7 @@ float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_d
 	const uint8_t *base = v ? kvv->v : kvv->k;
 	if (kvv->enc == TENSOR_KV_F16) {
 		const uint16_t *r = (const uint16_t *)base + page * kvv->page_stride + slot * kvv->row_stride;
-		for (int32_t e = 0; e < head_dim; e++) dst[e] = lanes_f16_to_f32(r[e]);
+		for (int32_t e = 0; e < head_dim; e++) dst[e] = tensor_f16_to_f32(r[e]);
 		const uint8_t *sb = v ? kvv->vs : kvv->ks;
 		return sb ? tensor_f16s_scale(sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]) : 1.0f;
 	}
@@ -247,11 +247,11 @@ float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_d
 		const int32_t i = kvv->off + e, b = i / 32, w = i % 32;
 		if (kvv->enc == TENSOR_KV_Q8_0) {
 			const block_q8_0 *blk = (const block_q8_0 *)r + b;
-			dst[e] = lanes_f16_to_f32(blk->d) * (float)blk->qs[w];
+			dst[e] = tensor_f16_to_f32(blk->d) * (float)blk->qs[w];
 		} else {
 			const block_q4_0 *blk = (const block_q4_0 *)r + b;
 			const int q = w < 16 ? blk->qs[w] & 15 : blk->qs[w - 16] >> 4;
-			dst[e] = lanes_f16_to_f32(blk->d) * (float)(q - 8);
+			dst[e] = tensor_f16_to_f32(blk->d) * (float)(q - 8);
 		}
 	}
 	return 1.0f;

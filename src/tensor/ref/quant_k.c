@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define F16(x) lanes_f16_to_f32(x)
-#define TO_F16(x) lanes_f32_to_f16(x)
+#define F16(x) tensor_f16_to_f32(x)
+#define TO_F16(x) tensor_f32_to_f16(x)
 
 // Below this magnitude a group counts as all zeros.
 #define GROUP_EPS 1e-15f

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#define F16(x) lanes_f16_to_f32(x)
-#define TO_F16(x) lanes_f32_to_f16(x)
+#define F16(x) tensor_f16_to_f32(x)
+#define TO_F16(x) tensor_f32_to_f16(x)
 
 static inline uint32_t rd_u32(const uint8_t *p) {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -127,7 +127,7 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 
 // 32 block values d * q into dst (q8_0 codes, or q4_0 nibbles minus 8): exact in float.
 AI void deq_q8(const block_q8_0 *b, float *dst) {
-	const vf d = v_set1f(lanes_f16_to_f32(b->d));
+	const vf d = v_set1f(tensor_f16_to_f32(b->d));
 #if VL == 16
 	for (int h = 0; h < 2; h++)
 		v_storef(dst + 16 * h,
@@ -140,7 +140,7 @@ AI void deq_q8(const block_q8_0 *b, float *dst) {
 }
 
 AI void deq_q4(const block_q4_0 *b, float *dst) {
-	const vf d = v_set1f(lanes_f16_to_f32(b->d));
+	const vf d = v_set1f(tensor_f16_to_f32(b->d));
 	const __m128i raw = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
 	const __m128i half[2] = {_mm_sub_epi8(_mm_and_si128(raw, m), eight),
 				 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight)};
