@@ -37,10 +37,13 @@ typedef struct model model;
 
 // Opens path, reads the hyper-parameters, binds and checks every tensor. Returns 0, or a
 // negative code with a message naming the architecture, key or tensor at fault.
-int model_load(model **out, const char *path, char *err, size_t errlen);
+int model_load(model **out, const char *path, char *err, size_t errlen); // thread-safe
 // The same over an open gguf, which the model then owns (freed by model_free, also on failure).
+// Thread-safe on distinct ggufs.
 int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);
-void model_free(model *m); // accepts NULL
+// Accepts NULL. Not thread-safe: nothing else may use m during or after it.
+void model_free(model *m);
+// Thread-safe: a loaded model is read-only, so every reader below may run on any thread.
 const model_hparams *model_hparams_of(const model *m);
 const gguf *model_gguf(const model *m); // metadata (e.g. for the tokenizer)
 // Bytes of weights read from the mapping, and bytes the model copied (converted vectors).
@@ -64,18 +67,18 @@ typedef struct {
 	const char *kernels;     // name of the kernel set the figures are for
 } model_memory;
 
-// The figures of a loaded model.
+// The figures of a loaded model. Thread-safe.
 void model_memory_of(const model *m, model_memory *out);
 // Metadata only: reads the hyper-parameters, binds and checks every tensor exactly as
 // model_load does, and fills the figures a model_load with tensor_kernels_default() would
 // have — without reading, converting or packing any tensor data. hp->rope.freq_factors is
 // NULL. hp or mem may be NULL. Returns 0, or model_load's codes and messages.
 int model_load_meta(const char *path, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
-// The same over an open gguf, which stays the caller's.
+// The same over an open gguf, which stays the caller's. Both are thread-safe.
 int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
 
 // A kv_config that fits this model: type, page_tokens per page, scale groups of one head,
-// and enough pages for n_seqs sequences of n_ctx tokens each.
+// and enough pages for n_seqs sequences of n_ctx tokens each. Thread-safe.
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
 			  int32_t page_tokens);
 
@@ -95,7 +98,7 @@ typedef struct {
 // sequence's KV — never on the other rows, the thread count or how a prompt was cut.
 // pool: threads to use (NULL: the caller alone). On error kv is unchanged: LANES_EINVAL
 // (bad rows or a kv that does not fit the model), LANES_ELIMIT (not enough free pages),
-// LANES_ENOMEM.
+// LANES_ENOMEM. Thread-safe on distinct kv caches (m is only read); one call per kv at a time.
 int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  float *logits, char *err, size_t errlen);
 
@@ -104,15 +107,19 @@ int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row
 // nothing sized by positions) unless model_attn_set_fused(false) (the CLI's LANES_ATTN=unfused),
 // which keeps scores for max_pos positions per thread (f16 caches only; block types run fused).
 typedef struct model_ws model_ws;
-bool model_attn_fused(void);
-void model_attn_set_fused(bool fused); // before the first pass; fused by default
-// Bytes model_ws_new allocates for those bounds (max_pos <= 0: fused); 0 when too large.
+bool model_attn_fused(void); // thread-safe
+// Fused by default. Not thread-safe: set it once, before the first pass.
+void model_attn_set_fused(bool fused);
+// Bytes model_ws_new allocates for those bounds (max_pos <= 0: fused); 0 when too large. Thread-safe.
 uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos);
 int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err,
 		 size_t errlen);
-void model_ws_free(model_ws *w); // accepts NULL
-uint64_t model_ws_size(const model_ws *w); // bytes it holds
+// model_ws_new is thread-safe; a workspace serves one pass at a time, and model_ws_free
+// (accepts NULL) must not overlap one.
+void model_ws_free(model_ws *w);
+uint64_t model_ws_size(const model_ws *w); // bytes it holds; thread-safe
 // model_forward in w. LANES_EINVAL when the rows, threads or positions exceed its bounds.
+// Thread-safe as model_forward, with one call per w at a time.
 int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen);
 
