@@ -64,7 +64,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	if (cfg.window_max < 0 || cfg.window_max > (1 << 24) || (cfg.window_max > 0 && (cfg.window < 1 || cfg.window > cfg.window_max)))
 		return base_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
 				    cfg.window_max);
-	if (cfg.window_max > 0 && !(cfg.window_recent_s > 0)) cfg.window_recent_s = 300;
+	if (cfg.window_max > 0 && !(cfg.window_recent_s > 0 && cfg.window_recent_s <= 86400))
+		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
 	if (cfg.piece < 0) return base_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
 	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return base_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
 	if (cfg.page_tokens < 1 || cfg.page_tokens > 4096)

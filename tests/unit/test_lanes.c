@@ -766,6 +766,13 @@ static void test_config_refused(void) {
 	lane_host *h = NULL;
 	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "draft_max 0 is allowed: %s", err);
 	lane_host_free(h);
+	// an elastic window with no demand horizon is refused, not given a default
+	lane_config_default(&c);
+	c.window = 256;
+	c.window_max = 512;
+	c.window_recent_s = 0;
+	h = NULL;
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "window_recent_s"));
 }
 
 int main(void) {
