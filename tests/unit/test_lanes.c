@@ -718,6 +718,19 @@ static void test_contract(void) {
 	q.n_stop_strs = 1;
 	CHECK(lane_check_params(&q, &api, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_STOP);
 	q.n_stop_strs = 0;
+	// an API's range bounds what was sent: max_tokens 0 (not sent) passes a range of 1.., a
+	// ban (-inf) passes a range of finite biases, a finite bias outside it does not
+	static const lane_api narrow = {.range = {[LANE_F_MAX_TOKENS] = LANE_RANGE(1, INT32_MAX),
+						  [LANE_F_LOGIT_BIAS] = LANE_RANGE(-100, 100)}};
+	q.max_tokens = 0;
+	b.bias = -INFINITY;
+	CHECK(lane_check_params(&q, &narrow, 100, err, sizeof err, &bad) == 0);
+	b.bias = -101;
+	CHECK(lane_check_params(&q, &narrow, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_LOGIT_BIAS);
+	b.bias = 1;
+	q.max_tokens = -1;
+	CHECK(lane_check_params(&q, &narrow, 100, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_MAX_TOKENS);
+	q.max_tokens = 0;
 	// the context check names the API's field and the numbers
 	lane_host *h = NULL;
 	lane_config cfg;
