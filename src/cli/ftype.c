@@ -39,8 +39,11 @@ const ftype_info *ftype_by_name(const char *name) {
 }
 
 const char *ftype_names(void) {
-	return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M "
-	       "Q5_K_S Q5_K_M Q6_K";
+	static char names[256];
+	if (!names[0])
+		for (size_t i = 0, o = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+			o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? " " : "", ftypes[i].name);
+	return names;
 }
 
 enum cat { C_OTHER, C_TOKEN_EMBD, C_OUTPUT, C_ATTN_V, C_ATTN_K, C_ATTN_Q, C_ATTN_OUTPUT,

@@ -15,16 +15,23 @@ enum gguf_vtype {
 	GGUF_I64 = 11, GGUF_F64 = 12, GGUF_VTYPE_COUNT
 };
 
-// Tensor types, numbered as in the file (ggml's numbering).
-enum gguf_ttype {
-	GGUF_T_F32 = 0, GGUF_T_F16 = 1, GGUF_T_Q4_0 = 2, GGUF_T_Q4_1 = 3,
-	GGUF_T_Q5_0 = 6, GGUF_T_Q5_1 = 7, GGUF_T_Q8_0 = 8, GGUF_T_Q8_1 = 9,
-	GGUF_T_Q2_K = 10, GGUF_T_Q3_K = 11, GGUF_T_Q4_K = 12, GGUF_T_Q5_K = 13,
-	GGUF_T_Q6_K = 14, GGUF_T_Q8_K = 15,
-	GGUF_T_I8 = 24, GGUF_T_I16 = 25, GGUF_T_I32 = 26, GGUF_T_I64 = 27, GGUF_T_F64 = 28,
-	GGUF_T_BF16 = 30,
-	GGUF_T_COUNT = 40
-};
+// Every tensor type lanes knows, stated once: X(NAME, number in the file (ggml's numbering),
+// elements per block, bytes per block). The enum, the reader's table, the tensor traits and
+// the block structs' static_asserts are all built from this list.
+#define GGUF_TTYPES(X)                                                                          \
+	X(F32, 0, 1, 4) X(F16, 1, 1, 2) X(Q4_0, 2, 32, 18) X(Q4_1, 3, 32, 20) X(Q5_0, 6, 32, 22)    \
+	X(Q5_1, 7, 32, 24) X(Q8_0, 8, 32, 34) X(Q8_1, 9, 32, 36) X(Q2_K, 10, 256, 84)               \
+	X(Q3_K, 11, 256, 110) X(Q4_K, 12, 256, 144) X(Q5_K, 13, 256, 176) X(Q6_K, 14, 256, 210)     \
+	X(Q8_K, 15, 256, 292) X(I8, 24, 1, 1) X(I16, 25, 1, 2) X(I32, 26, 1, 4) X(I64, 27, 1, 8)    \
+	X(F64, 28, 1, 8) X(BF16, 30, 1, 2)
+
+#define GGUF__TYPE(T, N, B, S) GGUF_T_##T = N,
+enum gguf_ttype { GGUF_TTYPES(GGUF__TYPE) GGUF_T_COUNT = 40 };
+#undef GGUF__TYPE
+// GGUF_BLOCK_Q4_0, GGUF_BYTES_Q4_0, ...: the list's facts as constants
+#define GGUF__FACTS(T, N, B, S) GGUF_BLOCK_##T = B, GGUF_BYTES_##T = S,
+enum { GGUF_TTYPES(GGUF__FACTS) };
+#undef GGUF__FACTS
 
 typedef struct {
 	const char *name; // "Q4_K"; NULL for a number this build does not know

@@ -21,18 +21,9 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "lanes reads GGUF on l
 #define GGUF_MAX_NAME 256        // tensor name bytes
 #define GGUF_DEFAULT_ALIGN 32
 
-static const gguf_ttype_info ttypes[GGUF_T_COUNT] = {
-	[GGUF_T_F32] = {"F32", 1, 4},       [GGUF_T_F16] = {"F16", 1, 2},
-	[GGUF_T_Q4_0] = {"Q4_0", 32, 18},   [GGUF_T_Q4_1] = {"Q4_1", 32, 20},
-	[GGUF_T_Q5_0] = {"Q5_0", 32, 22},   [GGUF_T_Q5_1] = {"Q5_1", 32, 24},
-	[GGUF_T_Q8_0] = {"Q8_0", 32, 34},   [GGUF_T_Q8_1] = {"Q8_1", 32, 36},
-	[GGUF_T_Q2_K] = {"Q2_K", 256, 84},  [GGUF_T_Q3_K] = {"Q3_K", 256, 110},
-	[GGUF_T_Q4_K] = {"Q4_K", 256, 144}, [GGUF_T_Q5_K] = {"Q5_K", 256, 176},
-	[GGUF_T_Q6_K] = {"Q6_K", 256, 210}, [GGUF_T_Q8_K] = {"Q8_K", 256, 292},
-	[GGUF_T_I8] = {"I8", 1, 1},         [GGUF_T_I16] = {"I16", 1, 2},
-	[GGUF_T_I32] = {"I32", 1, 4},       [GGUF_T_I64] = {"I64", 1, 8},
-	[GGUF_T_F64] = {"F64", 1, 8},       [GGUF_T_BF16] = {"BF16", 1, 2},
-};
+#define TTYPE_ROW(T, N, B, S) [GGUF_T_##T] = {#T, B, S},
+static const gguf_ttype_info ttypes[GGUF_T_COUNT] = {GGUF_TTYPES(TTYPE_ROW)};
+#undef TTYPE_ROW
 
 const gguf_ttype_info *gguf_ttype_get(uint32_t t) {
 	return t < GGUF_T_COUNT && ttypes[t].name ? &ttypes[t] : NULL;

@@ -21,13 +21,13 @@ float tensor_bf16_to_f32(uint16_t h);
 uint16_t tensor_f32_to_bf16(float f);
 
 // ---- block layouts (little-endian, packed as ggml writes them) --------------------------
-#define QK4_0 32
-#define QK4_1 32
-#define QK5_0 32
-#define QK5_1 32
-#define QK8_0 32
-#define QK8_1 32
-#define QK_K 256
+#define QK4_0 GGUF_BLOCK_Q4_0
+#define QK4_1 GGUF_BLOCK_Q4_1
+#define QK5_0 GGUF_BLOCK_Q5_0
+#define QK5_1 GGUF_BLOCK_Q5_1
+#define QK8_0 GGUF_BLOCK_Q8_0
+#define QK8_1 GGUF_BLOCK_Q8_1
+#define QK_K GGUF_BLOCK_Q2_K // the K types share one super-block; each asserts it below
 #define K_SCALE_SIZE 12
 
 typedef struct {
@@ -35,6 +35,7 @@ typedef struct {
 	uint8_t qs[QK4_0 / 2];  // nibbles: low = element j, high = element j+16
 } block_q4_0;
 static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "block_q4_0 size");
+static_assert(sizeof(block_q4_0) == GGUF_BYTES_Q4_0 && QK4_0 == GGUF_BLOCK_Q4_0, "block_q4_0: the GGUF list");
 
 typedef struct {
 	uint16_t d;             // fp16 scale
@@ -42,6 +43,7 @@ typedef struct {
 	uint8_t qs[QK4_1 / 2];
 } block_q4_1;
 static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "block_q4_1 size");
+static_assert(sizeof(block_q4_1) == GGUF_BYTES_Q4_1 && QK4_1 == GGUF_BLOCK_Q4_1, "block_q4_1: the GGUF list");
 
 typedef struct {
 	uint16_t d;             // fp16 scale
@@ -49,6 +51,7 @@ typedef struct {
 	uint8_t qs[QK5_0 / 2];
 } block_q5_0;
 static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "block_q5_0 size");
+static_assert(sizeof(block_q5_0) == GGUF_BYTES_Q5_0 && QK5_0 == GGUF_BLOCK_Q5_0, "block_q5_0: the GGUF list");
 
 typedef struct {
 	uint16_t d;             // fp16 scale
@@ -57,12 +60,14 @@ typedef struct {
 	uint8_t qs[QK5_1 / 2];
 } block_q5_1;
 static_assert(sizeof(block_q5_1) == 4 + 4 + QK5_1 / 2, "block_q5_1 size");
+static_assert(sizeof(block_q5_1) == GGUF_BYTES_Q5_1 && QK5_1 == GGUF_BLOCK_Q5_1, "block_q5_1: the GGUF list");
 
 typedef struct {
 	uint16_t d;             // fp16 scale
 	int8_t qs[QK8_0];
 } block_q8_0;
 static_assert(sizeof(block_q8_0) == 2 + QK8_0, "block_q8_0 size");
+static_assert(sizeof(block_q8_0) == GGUF_BYTES_Q8_0 && QK8_0 == GGUF_BLOCK_Q8_0, "block_q8_0: the GGUF list");
 
 typedef struct {
 	uint16_t d;             // fp16 scale
@@ -70,6 +75,7 @@ typedef struct {
 	int8_t qs[QK8_1];
 } block_q8_1;
 static_assert(sizeof(block_q8_1) == 4 + QK8_1, "block_q8_1 size");
+static_assert(sizeof(block_q8_1) == GGUF_BYTES_Q8_1 && QK8_1 == GGUF_BLOCK_Q8_1, "block_q8_1: the GGUF list");
 
 // K-quants: super-blocks of QK_K = 256 elements.
 typedef struct {
@@ -79,6 +85,7 @@ typedef struct {
 	uint16_t dmin;             // fp16 super-block scale for mins
 } block_q2_K;
 static_assert(sizeof(block_q2_K) == 2 * 2 + QK_K / 16 + QK_K / 4, "block_q2_K size");
+static_assert(sizeof(block_q2_K) == GGUF_BYTES_Q2_K && QK_K == GGUF_BLOCK_Q2_K, "block_q2_K: the GGUF list");
 
 typedef struct {
 	uint8_t hmask[QK_K / 8];   // high bit of each 3-bit quant
@@ -87,6 +94,7 @@ typedef struct {
 	uint16_t d;                // fp16 super-block scale
 } block_q3_K;
 static_assert(sizeof(block_q3_K) == 2 + QK_K / 4 + QK_K / 8 + 12, "block_q3_K size");
+static_assert(sizeof(block_q3_K) == GGUF_BYTES_Q3_K && QK_K == GGUF_BLOCK_Q3_K, "block_q3_K: the GGUF list");
 
 typedef struct {
 	uint16_t d;                     // fp16 super-block scale for scales
@@ -95,6 +103,7 @@ typedef struct {
 	uint8_t qs[QK_K / 2];           // 4-bit quants
 } block_q4_K;
 static_assert(sizeof(block_q4_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2, "block_q4_K size");
+static_assert(sizeof(block_q4_K) == GGUF_BYTES_Q4_K && QK_K == GGUF_BLOCK_Q4_K, "block_q4_K: the GGUF list");
 
 typedef struct {
 	uint16_t d;
@@ -104,6 +113,7 @@ typedef struct {
 	uint8_t qs[QK_K / 2];           // low 4 bits
 } block_q5_K;
 static_assert(sizeof(block_q5_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2 + QK_K / 8, "block_q5_K size");
+static_assert(sizeof(block_q5_K) == GGUF_BYTES_Q5_K && QK_K == GGUF_BLOCK_Q5_K, "block_q5_K: the GGUF list");
 
 typedef struct {
 	uint8_t ql[QK_K / 2];      // low 4 bits
@@ -112,6 +122,7 @@ typedef struct {
 	uint16_t d;                // fp16 super-block scale
 } block_q6_K;
 static_assert(sizeof(block_q6_K) == 2 + QK_K / 16 + 3 * QK_K / 4, "block_q6_K size");
+static_assert(sizeof(block_q6_K) == GGUF_BYTES_Q6_K && QK_K == GGUF_BLOCK_Q6_K, "block_q6_K: the GGUF list");
 
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
@@ -120,6 +131,7 @@ typedef struct {
 	int16_t bsums[QK_K / 16];
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "block_q8_K size");
+static_assert(sizeof(block_q8_K) == GGUF_BYTES_Q8_K && QK_K == GGUF_BLOCK_Q8_K, "block_q8_K: the GGUF list");
 
 // ---- traits: one table indexed by enum gguf_ttype ---------------------------------------
 // n is an element count, a multiple of block. Rows are independent: every converter

@@ -144,30 +144,21 @@ DOT_BLOCK(q6_K, QK_K, block_q6_K)
 DOT_BLOCK(q8_K, QK_K, block_q8_K)
 
 // ---- the table --------------------------------------------------------------------------
-#define QTYPE(t, NAME, QK, BLK)                                                           \
-	{.name = NAME, .block = QK, .bytes = sizeof(BLK), .to_f32 = tensor_ref_dequant_##t, \
-	 .from_f32 = tensor_ref_quant_##t, .vec_dot_f32 = dot_##t}
+// name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
+#define FACTS(T) .name = #T, .block = GGUF_BLOCK_##T, .bytes = GGUF_BYTES_##T
+#define QTYPE(t, T) {FACTS(T), .to_f32 = tensor_ref_dequant_##t, .from_f32 = tensor_ref_quant_##t, .vec_dot_f32 = dot_##t}
 
 static const tensor_traits traits[GGUF_T_COUNT] = {
-	[GGUF_T_F32] = {.name = "F32", .block = 1, .bytes = 4, .to_f32 = f32_to_f32,
-			.from_f32 = f32_from_f32, .vec_dot_f32 = dot_f32},
-	[GGUF_T_F16] = {.name = "F16", .block = 1, .bytes = 2, .to_f32 = f16_to_f32,
-			.from_f32 = f16_from_f32, .vec_dot_f32 = dot_f16},
-	[GGUF_T_BF16] = {.name = "BF16", .block = 1, .bytes = 2, .to_f32 = bf16_to_f32,
-			 .from_f32 = bf16_from_f32, .vec_dot_f32 = dot_bf16},
-	[GGUF_T_Q4_0] = QTYPE(q4_0, "Q4_0", QK4_0, block_q4_0),
-	[GGUF_T_Q4_1] = QTYPE(q4_1, "Q4_1", QK4_1, block_q4_1),
-	[GGUF_T_Q5_0] = QTYPE(q5_0, "Q5_0", QK5_0, block_q5_0),
-	[GGUF_T_Q5_1] = QTYPE(q5_1, "Q5_1", QK5_1, block_q5_1),
-	[GGUF_T_Q8_0] = QTYPE(q8_0, "Q8_0", QK8_0, block_q8_0),
-	[GGUF_T_Q8_1] = QTYPE(q8_1, "Q8_1", QK8_1, block_q8_1),
-	[GGUF_T_Q2_K] = QTYPE(q2_K, "Q2_K", QK_K, block_q2_K),
-	[GGUF_T_Q3_K] = QTYPE(q3_K, "Q3_K", QK_K, block_q3_K),
-	[GGUF_T_Q4_K] = QTYPE(q4_K, "Q4_K", QK_K, block_q4_K),
-	[GGUF_T_Q5_K] = QTYPE(q5_K, "Q5_K", QK_K, block_q5_K),
-	[GGUF_T_Q6_K] = QTYPE(q6_K, "Q6_K", QK_K, block_q6_K),
-	[GGUF_T_Q8_K] = QTYPE(q8_K, "Q8_K", QK_K, block_q8_K),
+	[GGUF_T_F32] = {FACTS(F32), .to_f32 = f32_to_f32, .from_f32 = f32_from_f32, .vec_dot_f32 = dot_f32},
+	[GGUF_T_F16] = {FACTS(F16), .to_f32 = f16_to_f32, .from_f32 = f16_from_f32, .vec_dot_f32 = dot_f16},
+	[GGUF_T_BF16] = {FACTS(BF16), .to_f32 = bf16_to_f32, .from_f32 = bf16_from_f32, .vec_dot_f32 = dot_bf16},
+	[GGUF_T_Q4_0] = QTYPE(q4_0, Q4_0), [GGUF_T_Q4_1] = QTYPE(q4_1, Q4_1), [GGUF_T_Q5_0] = QTYPE(q5_0, Q5_0),
+	[GGUF_T_Q5_1] = QTYPE(q5_1, Q5_1), [GGUF_T_Q8_0] = QTYPE(q8_0, Q8_0), [GGUF_T_Q8_1] = QTYPE(q8_1, Q8_1),
+	[GGUF_T_Q2_K] = QTYPE(q2_K, Q2_K), [GGUF_T_Q3_K] = QTYPE(q3_K, Q3_K), [GGUF_T_Q4_K] = QTYPE(q4_K, Q4_K),
+	[GGUF_T_Q5_K] = QTYPE(q5_K, Q5_K), [GGUF_T_Q6_K] = QTYPE(q6_K, Q6_K), [GGUF_T_Q8_K] = QTYPE(q8_K, Q8_K),
 };
+#undef QTYPE
+#undef FACTS
 
 const tensor_traits *tensor_traits_of(uint32_t type) {
 	if (type >= GGUF_T_COUNT || !traits[type].to_f32) return NULL;

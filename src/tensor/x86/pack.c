@@ -174,19 +174,19 @@ typedef struct {
 } packer;
 
 static const packer packers[GGUF_T_COUNT] = {
-	[GGUF_T_F32] = {1, 64, NULL},
-	[GGUF_T_F16] = {1, 32, NULL},
-	[GGUF_T_BF16] = {1, 32, NULL},
-	[GGUF_T_Q4_0] = {32, 256 + 32, dec_q4_0},
-	[GGUF_T_Q4_1] = {32, 256 + 64, dec_q4_1},
-	[GGUF_T_Q5_0] = {32, 256 + 64 + 32, dec_q5_0},
-	[GGUF_T_Q5_1] = {32, 256 + 64 + 64, dec_q5_1},
-	[GGUF_T_Q8_0] = {32, 512 + 32, dec_q8_0},
-	[GGUF_T_Q2_K] = {256, 8 * 128 + 256 + 64, dec_q2_K},
-	[GGUF_T_Q3_K] = {256, 8 * 192 + 256 + 32, dec_q3_K},
-	[GGUF_T_Q4_K] = {256, 8 * 256 + 256 + 64, dec_q4_K},
-	[GGUF_T_Q5_K] = {256, 8 * 320 + 256 + 64, dec_q5_K},
-	[GGUF_T_Q6_K] = {256, 8 * 384 + 256 + 32, dec_q6_K},
+	[GGUF_T_F32] = {GGUF_BLOCK_F32, 64, NULL},
+	[GGUF_T_F16] = {GGUF_BLOCK_F16, 32, NULL},
+	[GGUF_T_BF16] = {GGUF_BLOCK_BF16, 32, NULL},
+	[GGUF_T_Q4_0] = {GGUF_BLOCK_Q4_0, 256 + 32, dec_q4_0},
+	[GGUF_T_Q4_1] = {GGUF_BLOCK_Q4_1, 256 + 64, dec_q4_1},
+	[GGUF_T_Q5_0] = {GGUF_BLOCK_Q5_0, 256 + 64 + 32, dec_q5_0},
+	[GGUF_T_Q5_1] = {GGUF_BLOCK_Q5_1, 256 + 64 + 64, dec_q5_1},
+	[GGUF_T_Q8_0] = {GGUF_BLOCK_Q8_0, 512 + 32, dec_q8_0},
+	[GGUF_T_Q2_K] = {GGUF_BLOCK_Q2_K, 8 * 128 + 256 + 64, dec_q2_K},
+	[GGUF_T_Q3_K] = {GGUF_BLOCK_Q3_K, 8 * 192 + 256 + 32, dec_q3_K},
+	[GGUF_T_Q4_K] = {GGUF_BLOCK_Q4_K, 8 * 256 + 256 + 64, dec_q4_K},
+	[GGUF_T_Q5_K] = {GGUF_BLOCK_Q5_K, 8 * 320 + 256 + 64, dec_q5_K},
+	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, dec_q6_K},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
