@@ -81,6 +81,8 @@ int cmd_serve(const cli_settings *s) {
 	cfg.lanes.draft = strcmp(s->draft_mode, "off") ? LANE_DRAFT_AUTO : LANE_DRAFT_OFF;
 	cfg.lanes.draft_max = (int32_t)s->draft_max;
 	cfg.draft_model = s->draft_model;
+	cfg.pooling = strcmp(s->pooling, "auto") ? s->pooling : NULL;
+	cfg.embeddings_only = s->embeddings;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, s->model, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 

@@ -21,13 +21,13 @@ typedef struct {
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model;
 	// choices (validated: one of the setting's choices)
-	const char *kv_type, *draft_mode, *log, *kernels, *attn;
+	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max;
 	double temp, top_p, min_p, round_ms, drain_s;
 	// switches
-	bool help, json, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive;
+	bool help, json, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive, embeddings;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
 	uint64_t given[2];  // bit i: setting i was given (flag or environment)

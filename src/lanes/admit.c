@@ -51,13 +51,13 @@ void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
 
 void lane_start_admitted(lane_host *h) {
 	// each starts from the longest cached prefix of its prompt; the last prompt token is
-	// always computed, for its logits
+	// always computed, for its logits. An embedding computes every token: its pool reads them
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->started) continue;
 		r->started = true;
 		lane_draft_start(h, r);
-		if (h->cfg.prefix_cache) {
+		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 		}
@@ -82,7 +82,10 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->n_prompt = q->n_prompt;
 	r->s = q->sampling;
 	r->explicit_max = q->max_tokens > 0;
-	if (q->max_tokens > 0) r->max_tokens = q->max_tokens;
+	r->embed = q->embed;
+	r->normalize = q->normalize;
+	if (q->embed != LANE_EMBED_OFF) r->max_tokens = 0;
+	else if (q->max_tokens > 0) r->max_tokens = q->max_tokens;
 	else if (h->cfg.window_max > 0) {
 		// without max_tokens a request may run to the current window (or one window past its prompt)
 		const int32_t w = atomic_load(&h->window);
@@ -93,9 +96,14 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->top_logprobs = q->top_logprobs;
 	r->draft = q->draft;
 	r->prompt = malloc((size_t)q->n_prompt * sizeof *r->prompt);
-	r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen);
+	r->gen = malloc((size_t)(r->max_tokens ? r->max_tokens : 1) * sizeof *r->gen);
 	r->detok = tok_stream_new(h->vocab, 0);
 	bool ok = r->prompt && r->gen && r->detok;
+	if (ok && r->embed != LANE_EMBED_OFF) {
+		r->pool_sum = calloc((size_t)h->hp.n_embd, sizeof *r->pool_sum);
+		r->vec = malloc((size_t)h->hp.n_embd * sizeof *r->vec);
+		ok = r->pool_sum && r->vec;
+	}
 	if (ok && q->sampling.n_bias) {
 		r->bias = malloc((size_t)q->sampling.n_bias * sizeof *r->bias);
 		if ((ok = r->bias != NULL)) memcpy(r->bias, q->sampling.bias, (size_t)q->sampling.n_bias * sizeof *r->bias);

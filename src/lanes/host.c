@@ -106,7 +106,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->logits = malloc((size_t)max_logit_rows(&cfg) * V * sizeof(float));
 	h->rows = malloc(max_rows * sizeof *h->rows);
 	h->row_lane = malloc(max_rows * sizeof *h->row_lane);
-	h->cap_rows = h->rows && h->row_lane ? (int32_t)max_rows : 0;
+	h->row_hidden = malloc(max_rows * sizeof *h->row_hidden);
+	h->cap_rows = h->rows && h->row_lane && h->row_hidden ? (int32_t)max_rows : 0;
 	h->scratch = malloc((size_t)h->hp.n_vocab * sizeof(float));
 	h->top = calloc(LANE_MAX_TOP_LOGPROBS, sizeof *h->top);
 	h->ctxbuf = malloc(4096 * sizeof *h->ctxbuf);
@@ -176,6 +177,8 @@ void lane_host_free(lane_host *h) {
 	sampler_free(h->sampler);
 	free(h->rows);
 	free(h->row_lane);
+	free(h->row_hidden);
+	free(h->hidden);
 	model_ws_free(h->ws);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->work);

@@ -19,6 +19,9 @@
 // Who proposed draft tokens: prompt lookup (n-gram) or a draft model.
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
 enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
+// An embedding request's pooling of its prompt's final hidden states into one vector: the
+// last token's, the mean over every token, or the first token's.
+enum lane_embed { LANE_EMBED_OFF, LANE_EMBED_LAST, LANE_EMBED_MEAN, LANE_EMBED_CLS };
 
 typedef struct lane_api lane_api;
 
@@ -57,6 +60,11 @@ typedef struct {
 	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
 	bool draft;               // allow speculative drafting for this request (never changes its tokens)
 	const lane_api *api;      // the API's names and narrower bounds for errors (NULL: the host's)
+	// LANE_EMBED_OFF: generate. Otherwise the prompt runs through the rounds like any other
+	// and the request ends with its pooled vector, generating nothing (max_tokens, sampling
+	// and stops are unused, the prefix cache neither read nor written).
+	enum lane_embed embed;
+	bool normalize;           // an embedding is L2-normalized (default true)
 } lane_request;
 
 // Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
@@ -137,6 +145,8 @@ typedef struct {
 	int32_t n_prompt;         // prompt tokens
 	int32_t n_generated;      // generated tokens
 	int32_t n_cached;         // prompt tokens taken from the prefix cache
+	const float *embedding;   // LANE_EV_FINISHED of an embedding request: n_embd floats, valid
+	int32_t n_embd;           // until lane_req_free; a function of the prompt alone, bit for bit
 } lane_event;
 
 typedef struct lane_host lane_host;

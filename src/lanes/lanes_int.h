@@ -42,6 +42,10 @@ struct lane_req {
 	size_t stop_max;          // longest stop string
 	bool ignore_eos, logprobs, draft;
 	int32_t top_logprobs;
+	enum lane_embed embed;
+	bool normalize;
+	double *pool_sum;         // an embedding's running pool, n_embd values in token order
+	float *vec;               // its final vector
 
 	// channel
 	pthread_mutex_t mu;
@@ -113,6 +117,9 @@ struct lane_host {
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
 	model_row *rows;
 	int32_t *row_lane;        // lane of each row
+	bool *row_hidden;         // the rows whose hidden state an embedding pools
+	float *hidden;            // their hidden states, cap_hidden rows of n_embd
+	int32_t cap_hidden;
 	float *logits;
 	int32_t cap_rows;
 	float *scratch;           // n_vocab floats for sampling

@@ -24,6 +24,8 @@ void lreq_unref(lane_req *r) {
 	free(r->bias);
 	free(r->stop_ids);
 	free(r->gen);
+	free(r->pool_sum);
+	free(r->vec);
 	free(r->pending);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
@@ -80,6 +82,10 @@ void lreq_end(lane_req *r, enum lane_ev_kind kind, enum lane_finish finish, int3
 	e->n_prompt = r->n_prompt;
 	e->n_generated = r->n_gen;
 	e->n_cached = r->n_cached;
+	if (kind == LANE_EV_FINISHED && r->embed != LANE_EMBED_OFF) {
+		e->embedding = r->vec;
+		e->n_embd = r->host->hp.n_embd;
+	}
 	uint8_t d[32];
 	sha256_ctx c = r->sha;
 	sha256_final(&c, d);

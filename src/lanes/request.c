@@ -39,6 +39,7 @@ void lane_request_init(lane_request *q) {
 	q->sampling.top_p = 1.0f;
 	q->sampling.repeat_penalty = 1.0f;
 	q->draft = true;
+	q->normalize = true;
 }
 
 const char *lane_field_name(enum lane_field f) { return (unsigned)f < LANE_F_COUNT ? host[f].name : "?"; }
@@ -134,10 +135,10 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 			return fail(LANE_F_PROMPT, bad,
 				    base_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
 						 q->prompt[i], i, nv - 1));
-	const int32_t want = q->max_tokens > 0 ? q->max_tokens : 1;
+	const int32_t want = q->embed != LANE_EMBED_OFF ? 0 : q->max_tokens > 0 ? q->max_tokens : 1;
 	if ((int64_t)q->n_prompt + want <= h->max_ctx) return 0;
 	const char *mn = lane_api_name(api, LANE_F_MAX_TOKENS);
-	if (q->max_tokens <= 0)
+	if (q->max_tokens <= 0 || q->embed != LANE_EMBED_OFF)
 		return fail(LANE_F_PROMPT, bad,
 			    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
 					 q->n_prompt, h->max_ctx));

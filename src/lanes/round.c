@@ -3,6 +3,7 @@
 // then each row's token sampled and emitted in order.
 #include "lanes/lanes_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #define MOD "lanes"
@@ -15,7 +16,9 @@ static int ensure_rows(lane_host *h, int32_t n) {
 	if (rows) h->rows = rows;
 	int32_t *rl = realloc(h->row_lane, (size_t)cap * sizeof *rl);
 	if (rl) h->row_lane = rl;
-	if (!rows || !rl) return LANES_ENOMEM;
+	bool *rh = realloc(h->row_hidden, (size_t)cap * sizeof *rh);
+	if (rh) h->row_hidden = rh;
+	if (!rows || !rl || !rh) return LANES_ENOMEM;
 	h->cap_rows = cap;
 	return 0;
 }
@@ -62,9 +65,11 @@ static int32_t add_decode_rows(lane_host *h) {
 		}
 		int32_t pos = r->n_prompt + r->n_gen - 1;
 		h->rows[n] = (model_row){r->last, pos, i, true};
+		h->row_hidden[n] = false;
 		h->row_lane[n++] = i;
 		for (int32_t k = 0; k < r->n_draft; k++) {
 			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true};
+			h->row_hidden[n] = false;
 			h->row_lane[n++] = i;
 		}
 	}
@@ -84,9 +89,13 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
 		}
+		const bool embed = r->embed != LANE_EMBED_OFF;
 		for (int32_t k = 0; k < take; k++) {
 			int32_t pos = r->n_filled + k;
-			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, pos == r->n_prompt - 1};
+			const bool last = pos == r->n_prompt - 1;
+			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, last && !embed};
+			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || (r->embed == LANE_EMBED_LAST && last) ||
+					   (r->embed == LANE_EMBED_CLS && pos == 0);
 			h->row_lane[n++] = r->lane;
 		}
 		budget -= take;
@@ -96,12 +105,28 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 	return n;
 }
 
+// Room for the hidden states of the flagged rows among the n; false when it cannot grow.
+static bool ensure_hidden(lane_host *h, int32_t n, int32_t *nh) {
+	*nh = 0;
+	for (int32_t i = 0; i < n; i++) *nh += h->row_hidden[i];
+	if (*nh <= h->cap_hidden) return true;
+	float *p = realloc(h->hidden, (size_t)*nh * (size_t)h->hp.n_embd * sizeof *p);
+	if (!p) return false;
+	h->hidden = p;
+	h->cap_hidden = *nh;
+	return true;
+}
+
 // One forward pass over the n rows, timed. When it fails it changed nothing, and every lane
 // in it ends failed; returns the error then.
 static int forward(lane_host *h, int32_t n) {
 	char err[256];
+	int32_t nh;
+	int rc = ensure_hidden(h, n, &nh) ? 0 : base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	uint64_t t0 = base_now_us();
-	int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, err, sizeof err);
+	if (!rc)
+		rc = model_forward_hidden(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, nh ? h->row_hidden : NULL,
+					  h->hidden, err, sizeof err);
 	uint64_t dt = base_now_us() - t0;
 	h->stats.forward_us += dt;
 	lane_observe(&h->stats.forward_seconds, dt / 1e6);
@@ -116,16 +141,38 @@ static int forward(lane_host *h, int32_t n) {
 	return rc;
 }
 
+// An embedding's prompt row: its hidden state joins the pool (in token order, so pieces
+// and batches never change the sum); the last row ends the request with the vector.
+static void embed_row(lane_host *h, lane_req *r, const float *hid, int32_t pos) {
+	const int32_t E = h->hp.n_embd;
+	if (hid) {
+		if (r->embed == LANE_EMBED_MEAN)
+			for (int32_t e = 0; e < E; e++) r->pool_sum[e] += hid[e];
+		else
+			for (int32_t e = 0; e < E; e++) r->pool_sum[e] = hid[e];
+	}
+	if (pos != r->n_prompt - 1) return;
+	const double div = r->embed == LANE_EMBED_MEAN ? r->n_prompt : 1;
+	double ss = 0;
+	for (int32_t e = 0; e < E; e++) ss += (r->pool_sum[e] / div) * (r->pool_sum[e] / div);
+	const double scale = r->normalize && ss > 0 ? 1.0 / sqrt(ss) : 1.0;
+	for (int32_t e = 0; e < E; e++) r->vec[e] = (float)(r->pool_sum[e] / div * scale);
+	lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP, -1, NULL, NULL, 0);
+}
+
 // Row by row, the rows with logits: a prompt's last row publishes its prefix and draws the
 // first token; a decode row and its drafts draw the target's token at each position, in
 // order, until one differs from the draft. Every token taken is the target's own, and
 // emitting it may end its request.
 static void sample_rows(lane_host *h, int32_t n) {
 	const int32_t n_vocab = h->hp.n_vocab;
-	int32_t li = 0;
+	int32_t li = 0, hi = 0;
 	for (int32_t i = 0; i < n; i++) {
 		if (!h->rows[i].logits) {
 			h->stats.prompt_tokens++;
+			const float *hid = h->row_hidden[i] ? h->hidden + (size_t)hi++ * h->hp.n_embd : NULL;
+			lane_req *r = h->lanes[h->row_lane[i]];
+			if (r && r->embed != LANE_EMBED_OFF) embed_row(h, r, hid, h->rows[i].pos);
 			continue;
 		}
 		const float *lg = h->logits + (size_t)li++ * n_vocab;

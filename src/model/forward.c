@@ -350,6 +350,11 @@ uint64_t model_ws_size(const model_ws *w) { return w->bytes; }
 
 int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen) {
+	return model_forward_hidden(m, kv, pool, w, rows, n, logits, NULL, NULL, err, errlen);
+}
+
+int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
+			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen) {
 	if (n <= 0) return LANES_OK;
 	const model_hparams *hp = &m->hp;
 	const int nth = base_pool_threads(pool);
@@ -391,6 +396,9 @@ int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w,
 	for (int64_t r = 0; r < n; r++)
 		if (rows[r].logits) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
 	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
+	int64_t nh = 0;
+	for (int64_t r = 0; r < n && want; r++)
+		if (want[r]) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, hidden + nh++ * E);
 	return LANES_OK;
 }
 

@@ -404,6 +404,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	    (rc = meta_int(L, "attention.head_count", false, 0, 1, 4096, &hp->n_heads)) ||
 	    (rc = meta_int(L, "attention.head_count_kv", true, hp->n_heads, 1, hp->n_heads, &hp->n_kv_heads)))
 		return rc;
+	if ((rc = meta_int(L, "pooling_type", true, -1, -1, 4, &hp->pooling))) return rc;
 	if (hp->n_heads % hp->n_kv_heads)
 		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
 				    hp->n_heads, hp->n_kv_heads);

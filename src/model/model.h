@@ -31,6 +31,7 @@ typedef struct {
 	float rms_eps;
 	tensor_rope rope;       // freq_factors points into the model
 	uint32_t main_type;     // the weight type holding most matrix elements (enum gguf_ttype)
+	int32_t pooling;        // pooling_type as written (0 none, 1 mean, 2 cls, 3 last); -1 when absent
 } model_hparams;
 
 typedef struct model model;
@@ -122,5 +123,11 @@ uint64_t model_ws_size(const model_ws *w); // bytes it holds; thread-safe
 // Thread-safe as model_forward, with one call per w at a time.
 int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen);
+// model_forward_ws that also writes n_embd floats into hidden for each row i with want[i]
+// (flagged rows in batch order): the state the output head reads (after the output norm),
+// as embeddings pool it. Like the logits, a row's hidden state depends only on its token,
+// position and its sequence's KV. want NULL: none.
+int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
+			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen);
 
 #endif

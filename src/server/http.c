@@ -52,6 +52,7 @@ static const srv_route routes[] = {
 	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_completions},
 	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
 	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_responses},
+	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_embeddings},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_tokenize},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
 };
@@ -123,6 +124,8 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	int st = atomic_load(&s->state);
 	if ((fl & SRV_R_MODEL) && (st == HTTP_LOADING || st == HTTP_FAILED))
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the model is loading: retry shortly");
+	if ((fl & SRV_R_GEN) && s->cfg.embeddings_only)
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "this server serves embeddings only (--embeddings): use /v1/embeddings");
 	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING)
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the server is draining: retry shortly");
 	if ((fl & SRV_R_GEN) && st == HTTP_HALTED) {
@@ -290,6 +293,7 @@ static void *loader(void *arg) {
 	if (!rc) {
 		atomic_store(&s->progress_pm, 600);
 		s->n_vocab = model_hparams_of(s->m)->n_vocab;
+		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
 		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
 	}
 	if (!rc) {

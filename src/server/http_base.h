@@ -95,6 +95,7 @@ struct http_server {
 	lane_host *host;
 	int32_t max_ctx;               // tokens one request may use
 	int32_t n_vocab;
+	enum lane_embed pooling;       // how /v1/embeddings pools
 	char *bos_text, *eos_text;
 
 	pthread_mutex_t mu;            // state changes, load error, halt reason, slots

@@ -39,8 +39,13 @@ void srv_gen_init(srv_gen *g, const lane_api *api) {
 void srv_gen_free(srv_gen *g) {
 	free(g->prompt);
 	free(g->bias.p);
+	for (int i = 0; g->prompts && i < g->n; i++) free(g->prompts[i]);
+	free(g->prompts);
+	free(g->n_prompts);
 	g->prompt = NULL;
 	g->bias.p = NULL;
+	g->prompts = NULL;
+	g->n_prompts = NULL;
 }
 
 // Points g's request at g's own storage: again whenever g has been copied.
@@ -260,7 +265,13 @@ static void pump(srv_call *c) {
 			ch->stop_index = ev.stop_index;
 			ch->n_generated = ev.n_generated;
 			ch->n_cached = ev.n_cached;
+			ch->n_prompt = ev.n_prompt;
 			memcpy(ch->token_sha, ev.token_sha, sizeof ch->token_sha);
+			if (ev.kind == LANE_EV_FINISHED && ev.embedding) {
+				ch->embedding = malloc((size_t)ev.n_embd * sizeof *ch->embedding);
+				if (ch->embedding) memcpy(ch->embedding, ev.embedding, (size_t)ev.n_embd * sizeof *ch->embedding);
+				ch->n_embd = ch->embedding ? ev.n_embd : 0;
+			}
 			if (ev.kind == LANE_EV_FINISHED) {
 				if (ev.text_len) {
 					srv_buf_add(&ch->text, ev.text, ev.text_len);
@@ -352,7 +363,7 @@ void srv_call_free(srv_call *c) {
 		c->conn->call = NULL;
 	}
 	if (c->api && c->api->free_state) c->api->free_state(c->st);
-	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text);
+	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding);
 	free(c->ch);
 	free(c->req);
 	srv_gen_free(&c->g);
@@ -378,7 +389,15 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_PROMPT;
-	int rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
+	int rc = 0;
+	for (int i = 0; g->prompts && i < g->n && !rc; i++) {
+		lane_request one = g->lr;
+		one.prompt = g->prompts[i];
+		one.n_prompt = g->n_prompts[i];
+		rc = lane_check_prompt(s->host, &one, &g->api, err, sizeof err, &bad);
+		conn->n_prompt += g->n_prompts[i];
+	}
+	if (!g->prompts) rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
 	if (rc) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, bad), "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
@@ -424,6 +443,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	lane_request lr = c->g.lr;
 	for (int i = 0; i < c->n; i++) {
 		lr.sampling.choice = i;
+		if (c->g.prompts) lr.prompt = c->g.prompts[i], lr.n_prompt = c->g.n_prompts[i];
 		rc = lane_submit(s->host, &lr, &c->req[i], err, sizeof err);
 		if (rc) {
 			// the choices already queued are cancelled when the call is freed

@@ -16,6 +16,8 @@ typedef struct {
 	int32_t *prompt;               // malloc'd, owned
 	srv_stops stops;
 	srv_biases bias;               // owned
+	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
+	int32_t *n_prompts;
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
@@ -50,6 +52,8 @@ typedef struct {
 	srv_buf text;                  // every piece of text so far
 	uint64_t t_last_us;            // last token event
 	int32_t n_tokens;              // token events
+	float *embedding;              // an embedding request's vector (malloc'd), n_embd floats
+	int32_t n_embd, n_prompt;
 } srv_choice;
 
 // What an API adapter does with the call's events. Streamed calls write SSE into c->out.

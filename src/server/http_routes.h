@@ -24,5 +24,9 @@ enum MHD_Result srv_chat_completions(srv_conn *c);
 enum MHD_Result srv_completions(srv_conn *c);
 enum MHD_Result srv_messages(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
+enum MHD_Result srv_embeddings(srv_conn *c);
+
+// The pooling the server uses for a model (cfg's when set, else pooling_type, else last).
+enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp);
 
 #endif

@@ -21,6 +21,8 @@ typedef struct {
 	int max_connections;        // concurrent connections (default 256)
 	lane_config lanes;          // the lane host's options
 	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
+	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
+	bool embeddings_only;       // the generation endpoints answer 400
 } http_config;
 
 void http_config_default(http_config *c);

@@ -659,6 +659,130 @@ static void test_hooks(void) {
 	for (int i = 0; i < 12; i++) CHECKF(same(&plain[i], &hooked[i]), "req %d: hooks leave the tokens alone", i);
 }
 
+// An embedding request's vector, collected; its terminal event and count checked.
+static void collect_vec(lane_req *r, float *out, int32_t E) {
+	lane_event ev;
+	int got = 0, tokens = 0;
+	while (lane_next(r, &ev, 30 * 1000000) == 1) {
+		if (ev.kind == LANE_EV_TOKEN) {
+			tokens++;
+			continue;
+		}
+		CHECKF(ev.kind == LANE_EV_FINISHED && ev.embedding && ev.n_embd == E, "an embedding ends finished with %d values", E);
+		if (ev.embedding && ev.n_embd == E) memcpy(out, ev.embedding, (size_t)E * sizeof *out), got = 1;
+		CHECK(ev.n_generated == 0 && ev.n_cached == 0);
+		break;
+	}
+	CHECK(got && tokens == 0);
+}
+
+// The pooled, normalized vector straight from the forward pass: every row's hidden state.
+static void embed_direct(const int32_t *ids, int32_t n, enum lane_embed mode, float *out) {
+	const model_hparams *hp = model_hparams_of(M);
+	const int32_t E = hp->n_embd;
+	char err[256];
+	kv_config c = model_kv_config(M, KV_F16S, 1, 128, 16);
+	kv_cache *kv = NULL;
+	CHECKF(kv_new(&kv, &c, err, sizeof err) == 0, "%s", err);
+	model_ws *w = NULL;
+	CHECKF(model_ws_new(&w, M, n, 1, 0, err, sizeof err) == 0, "%s", err);
+	model_row rows[64];
+	bool want[64];
+	float *hid = malloc((size_t)n * E * sizeof *hid);
+	for (int32_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], i, 0, false}, want[i] = true;
+	CHECKF(kv && w && model_forward_hidden(M, kv, NULL, w, rows, n, NULL, want, hid, err, sizeof err) == 0, "%s", err);
+	double *sum = calloc((size_t)E, sizeof *sum), ss = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if ((mode == LANE_EMBED_LAST && i != n - 1) || (mode == LANE_EMBED_CLS && i != 0)) continue;
+		for (int32_t e = 0; e < E; e++) sum[e] = mode == LANE_EMBED_MEAN ? sum[e] + hid[(size_t)i * E + e] : hid[(size_t)i * E + e];
+	}
+	const double div = mode == LANE_EMBED_MEAN ? n : 1;
+	for (int32_t e = 0; e < E; e++) ss += (sum[e] / div) * (sum[e] / div);
+	for (int32_t e = 0; e < E; e++) out[e] = (float)(sum[e] / div * (1.0 / sqrt(ss)));
+	free(sum);
+	free(hid);
+	model_ws_free(w);
+	kv_free(kv);
+}
+
+// Embeddings through the rounds: each pooling's vector is what the forward pass's hidden
+// states give, bit for bit, alone or among 24 requests (generations and embeddings) in
+// prompt pieces of 5 on 2 threads with the prefix cache on; and a generation beside them
+// keeps its tokens.
+static void test_embed(void) {
+	const int32_t E = model_hparams_of(M)->n_embd, NV = model_hparams_of(M)->n_vocab;
+	t_case("%s", model_hparams_of(M)->arch);
+	enum { N = 24 };
+	req_spec s[N];
+	make_specs(s, N, 77, NV);
+	float *solo = malloc((size_t)N * E * sizeof *solo), *conc = malloc((size_t)N * E * sizeof *conc);
+	float *direct = malloc((size_t)E * sizeof *direct);
+	result gen_solo[N], gen_conc[N];
+	for (int i = 0; i < N; i++) {
+		if (i % 3 == 2) continue; // every third stays a generation
+		s[i].q.embed = i % 3 == 0 ? LANE_EMBED_MEAN : (i / 3) % 2 ? LANE_EMBED_LAST : LANE_EMBED_CLS;
+		s[i].q.normalize = true;
+	}
+	char err[256];
+	lane_host *h = host(1, 0, false, 1);
+	for (int i = 0; h && i < N; i++) {
+		lane_req *r = NULL;
+		CHECKF(lane_submit(h, &s[i].q, &r, err, sizeof err) == 0, "submit: %s", err);
+		if (!r) continue;
+		if (s[i].q.embed) collect_vec(r, solo + (size_t)i * E, E);
+		else collect(r, &gen_solo[i]);
+		lane_req_free(r);
+		if (!s[i].q.embed) continue;
+		embed_direct(s[i].prompt, s[i].n_prompt, s[i].q.embed, direct);
+		CHECKF(!memcmp(direct, solo + (size_t)i * E, (size_t)E * sizeof *direct), "request %d: the pooled hidden states", i);
+		double n2 = 0;
+		for (int32_t e = 0; e < E; e++) n2 += (double)solo[(size_t)i * E + e] * solo[(size_t)i * E + e];
+		CHECKF(fabs(n2 - 1) < 1e-5, "request %d: unit length (%g)", i, n2);
+	}
+	lane_host_free(h);
+	h = host(4, 5, true, 2);
+	lane_req *r[N];
+	for (int i = 0; h && i < N; i++) CHECKF(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0, "submit: %s", err);
+	for (int i = 0; h && i < N; i++) {
+		if (!r[i]) continue;
+		if (s[i].q.embed) collect_vec(r[i], conc + (size_t)i * E, E);
+		else collect(r[i], &gen_conc[i]);
+		lane_req_free(r[i]);
+		if (s[i].q.embed)
+			CHECKF(!memcmp(solo + (size_t)i * E, conc + (size_t)i * E, (size_t)E * sizeof *solo), "request %d: concurrent = solo", i);
+		else
+			CHECKF(same(&gen_solo[i], &gen_conc[i]), "generation %d beside embeddings = solo", i);
+	}
+	// a different text is a different vector; without normalization the direction stays
+	CHECK(memcmp(solo, solo + 3 * (size_t)E, (size_t)E * sizeof *solo) != 0);
+	s[0].q.normalize = false;
+	lane_req *u = NULL;
+	CHECK(h && lane_submit(h, &s[0].q, &u, err, sizeof err) == 0);
+	if (u) {
+		collect_vec(u, direct, E);
+		double n2 = 0, dot = 0;
+		for (int32_t e = 0; e < E; e++) n2 += (double)direct[e] * direct[e], dot += (double)direct[e] * solo[e];
+		CHECKF(fabs(n2 - 1) > 1e-3 && fabs(dot / sqrt(n2) - 1) < 1e-5, "unnormalized: length %g, cosine %g", sqrt(n2), dot / sqrt(n2));
+		lane_req_free(u);
+	}
+	// a prompt over the context is refused, naming the prompt, whatever max_tokens says
+	int32_t *big = calloc(4096, sizeof *big);
+	lane_request q;
+	lane_request_init(&q);
+	q.embed = LANE_EMBED_LAST;
+	q.prompt = big;
+	q.n_prompt = 4096;
+	q.max_tokens = 1;
+	enum lane_field bad = LANE_F_COUNT;
+	CHECK(h && lane_check_prompt(h, &q, NULL, err, sizeof err, &bad) == LANES_ELIMIT && bad == LANE_F_PROMPT);
+	q.n_prompt = 2040;
+	q.max_tokens = 100;
+	CHECKF(h && lane_check_prompt(h, &q, NULL, err, sizeof err, &bad) == 0, "an embedding reserves no generation: %s", err);
+	free(big);
+	lane_host_free(h);
+	free(solo), free(conc), free(direct);
+}
+
 static void with_model(const char *name, void (*fn)(void)) {
 	char path[1024], err[512];
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
@@ -807,5 +931,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);
+	with_model("stories260K.gguf", test_embed);
+	with_model("ref-qwen2-Q8_0.gguf", test_embed);
 	T_DONE("lanes");
 }

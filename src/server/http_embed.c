@@ -1,0 +1,218 @@
+// server, layer 2: POST /v1/embeddings (OpenAI) — each input (a string, or token ids) one
+// prompt-only lane request through the rounds, pooled as --pooling says and L2-normalized;
+// "dimensions" truncates and renormalizes, "encoding_format" base64 sends the float32 bytes.
+#include "server/http_gen.h"
+#include "server/http_routes.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp) {
+	if (cfg && !strcmp(cfg, "mean")) return LANE_EMBED_MEAN;
+	if (cfg && !strcmp(cfg, "cls")) return LANE_EMBED_CLS;
+	if (cfg) return LANE_EMBED_LAST;
+	// the GGUF's pooling_type: 1 mean, 2 cls, 3 last; none (0), rank (4) or absent: last
+	return hp->pooling == 1 ? LANE_EMBED_MEAN : hp->pooling == 2 ? LANE_EMBED_CLS : LANE_EMBED_LAST;
+}
+
+typedef struct {
+	srv_gen g;
+	json_t *input;
+	const char *encoding_format;
+	json_t *dims;
+	int32_t dimensions;
+	bool base64;
+} embed_req;
+
+static const srv_field embed_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(embed_req, g.model)},
+	SRV_ROW(embed_req, input, SRV_K_JSON),
+	SRV_ROW(embed_req, encoding_format, SRV_K_STR),
+	{"dimensions", SRV_K_JSON, .off = offsetof(embed_req, dims)},
+	SRV_IGNORED("user"),
+	{0},
+};
+
+static const lane_api embed_api = {.name = {[LANE_F_PROMPT] = "input"}};
+
+// One input's ids: a string (tokenized with the vocabulary's special tokens added, text
+// never parsed as special tokens) or an array of token ids.
+static int input_ids(http_server *s, json_t *v, const char *p, int32_t **ids, int32_t *n, srv_err *e) {
+	*ids = NULL;
+	*n = 0;
+	if (json_is_string(v)) {
+		if (!json_string_length(v)) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is an empty string", p);
+		size_t cnt = 0;
+		char err[256];
+		int rc = tok_encode(s->vocab, json_string_value(v), json_string_length(v), true, false, ids, &cnt, err, sizeof err);
+		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, p, "%s", err);
+		if (cnt > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is too long", p);
+		*n = (int32_t)cnt;
+		return 0;
+	}
+	if (!json_is_array(v) || !json_array_size(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be a non-empty string or array of token ids", p);
+	const size_t cnt = json_array_size(v);
+	if (cnt > (size_t)s->max_ctx)
+		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s has %zu tokens: more than the %d a request may use", p, cnt, s->max_ctx);
+	*ids = malloc(cnt * sizeof **ids);
+	if (!*ids) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	for (size_t i = 0; i < cnt; i++) {
+		json_t *t = json_array_get(v, i);
+		if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->n_vocab) {
+			free(*ids);
+			*ids = NULL;
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s[%zu] must be a token id in 0..%d", p, i, s->n_vocab - 1);
+		}
+		(*ids)[i] = (int32_t)json_integer_value(t);
+	}
+	*n = (int32_t)cnt;
+	return 0;
+}
+
+// The inputs as one prompt per choice: a string, an array of ids, or an array of either.
+static int read_inputs(http_server *s, json_t *in, srv_gen *g, srv_err *e) {
+	if (!in) return srv_fail(e, SRV_E_BAD_REQUEST, "input", "input is required");
+	// one input: a string, or an array of ids
+	const bool one = json_is_string(in) || (json_is_array(in) && json_array_size(in) && json_is_integer(json_array_get(in, 0)));
+	if (!one && (!json_is_array(in) || !json_array_size(in)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "input", "input must be a string, an array of strings, or token ids");
+	const size_t n = one ? 1 : json_array_size(in);
+	const lane_config *lc = &s->cfg.lanes;
+	const size_t most = (size_t)lc->lanes + (size_t)lc->queue;
+	if (n > most)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "input",
+				"input has %zu items: this server takes at most %zu per request (--lanes plus --queue)", n, most);
+	g->prompts = calloc(n, sizeof *g->prompts);
+	g->n_prompts = calloc(n, sizeof *g->n_prompts);
+	if (!g->prompts || !g->n_prompts) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	g->n = (int)n;
+	for (size_t i = 0; i < n; i++) {
+		char p[48];
+		if (one) snprintf(p, sizeof p, "input");
+		else snprintf(p, sizeof p, "input[%zu]", i);
+		if (input_ids(s, one ? in : json_array_get(in, i), p, &g->prompts[i], &g->n_prompts[i], e)) return -1;
+	}
+	return 0;
+}
+
+static void no_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
+	(void)c, (void)i, (void)text, (void)len, (void)tok;
+}
+
+static char *base64_of(const unsigned char *p, size_t n) {
+	static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+	if (!out) return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		const uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+		*o++ = A[v >> 18 & 63];
+		*o++ = A[v >> 12 & 63];
+		*o++ = i + 1 < n ? A[v >> 6 & 63] : '=';
+		*o++ = i + 2 < n ? A[v & 63] : '=';
+	}
+	*o = 0;
+	return out;
+}
+
+// One vector as sent: its first d values, renormalized when d cuts it; floats or base64.
+static json_t *vector_json(const float *v, int32_t n, int32_t d, bool base64) {
+	float *x = malloc((size_t)d * sizeof *x);
+	if (!x) return NULL;
+	double ss = 0;
+	for (int32_t i = 0; i < d; i++) ss += (double)v[i] * v[i];
+	const double scale = d < n && ss > 0 ? 1.0 / sqrt(ss) : 1.0;
+	for (int32_t i = 0; i < d; i++) x[i] = d < n ? (float)(v[i] * scale) : v[i];
+	json_t *out = NULL;
+	if (base64) {
+		// little-endian float32, as OpenAI's clients decode it
+		unsigned char *b = malloc((size_t)d * 4);
+		for (int32_t i = 0; b && i < d; i++) {
+			uint32_t u;
+			memcpy(&u, &x[i], 4);
+			for (int k = 0; k < 4; k++) b[4 * i + k] = (unsigned char)(u >> (8 * k));
+		}
+		char *t = b ? base64_of(b, (size_t)d * 4) : NULL;
+		out = t ? json_string(t) : NULL;
+		free(t);
+		free(b);
+	} else {
+		out = json_array();
+		for (int32_t i = 0; out && i < d; i++)
+			if (json_array_append_new(out, json_real(x[i]))) {
+				json_decref(out);
+				out = NULL;
+			}
+	}
+	free(x);
+	return out;
+}
+
+static json_t *embed_reply(srv_call *c) {
+	const embed_req *r = c->st;
+	json_t *data = json_array();
+	int64_t tokens = 0;
+	for (int i = 0; data && i < c->n; i++) {
+		const srv_choice *ch = &c->ch[i];
+		if (!ch->embedding) {
+			json_decref(data);
+			return NULL;
+		}
+		const int32_t d = r->dimensions > 0 ? r->dimensions : ch->n_embd;
+		json_t *vec = vector_json(ch->embedding, ch->n_embd, d, r->base64);
+		json_t *o = vec ? json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", vec) : NULL;
+		if (!o || json_array_append_new(data, o)) {
+			json_decref(data);
+			return NULL;
+		}
+		tokens += ch->n_prompt;
+	}
+	if (!data) return NULL;
+	return json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", c->s->model_id, "usage",
+			 "prompt_tokens", (json_int_t)tokens, "total_tokens", (json_int_t)tokens);
+}
+
+static void embed_free(void *st) { free(st); }
+
+static const srv_api embed_srv_api = {.text = no_text, .reply = embed_reply, .free_state = embed_free};
+
+enum MHD_Result srv_embeddings(srv_conn *c) {
+	http_server *s = c->s;
+	srv_err e;
+	json_t *j = NULL;
+	embed_req *r = calloc(1, sizeof *r);
+	if (!r) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(c, &e);
+	}
+	srv_gen_init(&r->g, &embed_api);
+	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, embed_fields, NULL, &e) ||
+		 srv_fields_read(j, embed_fields, r, NULL, NULL, &e) || srv_check_model(s, r->g.model, &e);
+	const int32_t E = model_hparams_of(s->m)->n_embd;
+	if (!rc && r->encoding_format && strcmp(r->encoding_format, "float") && strcmp(r->encoding_format, "base64"))
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "encoding_format", "encoding_format must be \"float\" or \"base64\", got \"%s\"",
+			      r->encoding_format);
+	r->base64 = r->encoding_format && !strcmp(r->encoding_format, "base64");
+	if (!rc && r->dims && (!json_is_integer(r->dims) || json_integer_value(r->dims) < 1 || json_integer_value(r->dims) > E))
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "dimensions", "dimensions must be an integer between 1 and %d (the model's width)", E);
+	if (!rc && r->dims) r->dimensions = (int32_t)json_integer_value(r->dims);
+	if (!rc) rc = read_inputs(s, r->input, &r->g, &e);
+	if (rc) {
+		json_decref(j);
+		srv_gen_free(&r->g);
+		free(r);
+		return srv_reply_error(c, &e);
+	}
+	r->g.lr.embed = s->pooling;
+	r->g.lr.normalize = true;
+	r->g.model = NULL; // it pointed into the body, freed here
+	r->input = r->dims = NULL;
+	r->encoding_format = NULL;
+	json_decref(j);
+	srv_gen g = r->g;
+	memset(&r->g, 0, sizeof r->g);
+	return srv_gen_run(c, &embed_srv_api, r, &g, "embd-");
+}
