@@ -14,7 +14,7 @@ if [ "$1" = "--node" ]; then
 			exit 1
 		fi
 	fi
-	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ package-lock.json -nt node_modules ]; then
+	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ ! -d node_modules/ollama ] || [ package-lock.json -nt node_modules ]; then
 		npm ci --no-audit --no-fund >&2 || exit 1
 	fi
 fi

@@ -54,6 +54,14 @@ static const srv_route routes[] = {
 	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_responses},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_embeddings},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_tokenize},
+	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
+	{"GET", "/api/tags", SRV_R_AUTH, SRV_OLLAMA, srv_ollama_tags},
+	{"GET", "/api/ps", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_ps},
+	{"POST", "/api/show", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_show},
+	{"POST", "/api/generate", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OLLAMA, srv_ollama_generate},
+	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
+	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
+	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])

@@ -76,6 +76,7 @@ json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
 				 "message", e->msg);
 	}
 	*status = ekinds[e->kind].status;
+	if (f == SRV_OLLAMA) return json_pack("{s:s}", "error", e->msg);
 	json_t *err = json_pack("{s:s, s:s}", "message", e->msg, "type", ekinds[e->kind].openai_type);
 	// a failed generation is exactly {message, type}; request errors name their field
 	if (err && e->kind != SRV_E_INTERNAL) {

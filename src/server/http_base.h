@@ -38,7 +38,7 @@ enum srv_ekind {
 	SRV_E__COUNT
 };
 
-enum srv_family { SRV_OPENAI, SRV_ANTHROPIC };
+enum srv_family { SRV_OPENAI, SRV_ANTHROPIC, SRV_OLLAMA };
 
 typedef struct {
 	enum srv_ekind kind;

@@ -1,6 +1,8 @@
-// server, layer 2: POST /v1/embeddings (OpenAI) — each input (a string, or token ids) one
-// prompt-only lane request through the rounds, pooled as --pooling says and L2-normalized;
-// "dimensions" truncates and renormalizes, "encoding_format" base64 sends the float32 bytes.
+// server, layer 2: the embedding endpoints — POST /v1/embeddings (OpenAI) and Ollama's
+// /api/embed and /api/embeddings. Each input (a string, or token ids) is one prompt-only lane
+// request through the rounds, pooled as --pooling says and L2-normalized (Ollama's legacy
+// endpoint: not normalized); "dimensions" truncates and renormalizes, "encoding_format"
+// base64 sends the float32 bytes.
 #include "server/http_gen.h"
 #include "server/http_routes.h"
 
@@ -18,9 +20,13 @@ enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp) {
 	return hp->pooling == 1 ? LANE_EMBED_MEAN : hp->pooling == 2 ? LANE_EMBED_CLS : LANE_EMBED_LAST;
 }
 
+enum embed_shape { EMB_OPENAI, EMB_OLLAMA, EMB_OLLAMA_LEGACY };
+
 typedef struct {
 	srv_gen g;
-	json_t *input;
+	enum embed_shape shape;
+	json_t *input, *prompt, *options, *keep_alive;
+	bool truncate;
 	const char *encoding_format;
 	json_t *dims;
 	int32_t dimensions;
@@ -36,11 +42,30 @@ static const srv_field embed_fields[] = {
 	{0},
 };
 
+static const srv_field ollama_embed_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(embed_req, g.model)},
+	SRV_ROW(embed_req, input, SRV_K_JSON),
+	SRV_ROW(embed_req, truncate, SRV_K_BOOL),
+	{"dimensions", SRV_K_JSON, .off = offsetof(embed_req, dims)},
+	SRV_ROW(embed_req, options, SRV_K_JSON),
+	SRV_ROW(embed_req, keep_alive, SRV_K_JSON),
+	{0},
+};
+
+static const srv_field ollama_legacy_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(embed_req, g.model)},
+	SRV_ROW(embed_req, prompt, SRV_K_JSON),
+	SRV_ROW(embed_req, options, SRV_K_JSON),
+	SRV_ROW(embed_req, keep_alive, SRV_K_JSON),
+	{0},
+};
+
 static const lane_api embed_api = {.name = {[LANE_F_PROMPT] = "input"}};
+static const lane_api legacy_api = {.name = {[LANE_F_PROMPT] = "prompt"}};
 
 // One input's ids: a string (tokenized with the vocabulary's special tokens added, text
 // never parsed as special tokens) or an array of token ids.
-static int input_ids(http_server *s, json_t *v, const char *p, int32_t **ids, int32_t *n, srv_err *e) {
+static int input_ids(http_server *s, json_t *v, const char *p, bool truncate, int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	if (json_is_string(v)) {
@@ -51,6 +76,7 @@ static int input_ids(http_server *s, json_t *v, const char *p, int32_t **ids, in
 		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, p, "%s", err);
 		if (cnt > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is too long", p);
 		*n = (int32_t)cnt;
+		if (truncate && *n > s->max_ctx) *n = s->max_ctx; // Ollama's truncate: the head that fits
 		return 0;
 	}
 	if (!json_is_array(v) || !json_array_size(v))
@@ -74,27 +100,27 @@ static int input_ids(http_server *s, json_t *v, const char *p, int32_t **ids, in
 }
 
 // The inputs as one prompt per choice: a string, an array of ids, or an array of either.
-static int read_inputs(http_server *s, json_t *in, srv_gen *g, srv_err *e) {
-	if (!in) return srv_fail(e, SRV_E_BAD_REQUEST, "input", "input is required");
+static int read_inputs(http_server *s, json_t *in, const char *name, bool truncate, srv_gen *g, srv_err *e) {
+	if (!in) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s is required", name);
 	// one input: a string, or an array of ids
 	const bool one = json_is_string(in) || (json_is_array(in) && json_array_size(in) && json_is_integer(json_array_get(in, 0)));
 	if (!one && (!json_is_array(in) || !json_array_size(in)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "input", "input must be a string, an array of strings, or token ids");
+		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a string, an array of strings, or token ids", name);
 	const size_t n = one ? 1 : json_array_size(in);
 	const lane_config *lc = &s->cfg.lanes;
 	const size_t most = (size_t)lc->lanes + (size_t)lc->queue;
 	if (n > most)
-		return srv_fail(e, SRV_E_BAD_REQUEST, "input",
-				"input has %zu items: this server takes at most %zu per request (--lanes plus --queue)", n, most);
+		return srv_fail(e, SRV_E_BAD_REQUEST, name,
+				"%s has %zu items: this server takes at most %zu per request (--lanes plus --queue)", name, n, most);
 	g->prompts = calloc(n, sizeof *g->prompts);
 	g->n_prompts = calloc(n, sizeof *g->n_prompts);
 	if (!g->prompts || !g->n_prompts) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	g->n = (int)n;
 	for (size_t i = 0; i < n; i++) {
 		char p[48];
-		if (one) snprintf(p, sizeof p, "input");
-		else snprintf(p, sizeof p, "input[%zu]", i);
-		if (input_ids(s, one ? in : json_array_get(in, i), p, &g->prompts[i], &g->n_prompts[i], e)) return -1;
+		if (one) snprintf(p, sizeof p, "%s", name);
+		else snprintf(p, sizeof p, "%s[%zu]", name, i);
+		if (input_ids(s, one ? in : json_array_get(in, i), p, truncate, &g->prompts[i], &g->n_prompts[i], e)) return -1;
 	}
 	return 0;
 }
@@ -151,8 +177,34 @@ static json_t *vector_json(const float *v, int32_t n, int32_t d, bool base64) {
 	return out;
 }
 
+// Ollama's replies: {"embeddings": [[...]], counts, durations} or the legacy {"embedding": [...]}.
+static json_t *ollama_reply(srv_call *c) {
+	const embed_req *r = c->st;
+	json_t *vs = json_array();
+	int64_t tokens = 0;
+	for (int i = 0; vs && i < c->n; i++) {
+		const srv_choice *ch = &c->ch[i];
+		json_t *v = ch->embedding ? vector_json(ch->embedding, ch->n_embd, r->dimensions > 0 ? r->dimensions : ch->n_embd, false) : NULL;
+		if (!v || json_array_append_new(vs, v)) {
+			json_decref(vs);
+			return NULL;
+		}
+		tokens += ch->n_prompt;
+	}
+	if (!vs) return NULL;
+	if (r->shape == EMB_OLLAMA_LEGACY) {
+		json_t *o = json_pack("{s:O}", "embedding", json_array_get(vs, 0));
+		json_decref(vs);
+		return o;
+	}
+	const json_int_t ns = (json_int_t)((base_now_us() - c->conn->t0_us) * 1000);
+	return json_pack("{s:s, s:o, s:I, s:i, s:I}", "model", c->s->model_id, "embeddings", vs, "total_duration", ns,
+			 "load_duration", 0, "prompt_eval_count", (json_int_t)tokens);
+}
+
 static json_t *embed_reply(srv_call *c) {
 	const embed_req *r = c->st;
+	if (r->shape != EMB_OPENAI) return ollama_reply(c);
 	json_t *data = json_array();
 	int64_t tokens = 0;
 	for (int i = 0; data && i < c->n; i++) {
@@ -179,7 +231,14 @@ static void embed_free(void *st) { free(st); }
 
 static const srv_api embed_srv_api = {.text = no_text, .reply = embed_reply, .free_state = embed_free};
 
-enum MHD_Result srv_embeddings(srv_conn *c) {
+// Ollama names carry a tag: ":latest" names this model too.
+static int check_model_tagged(http_server *s, const char *id, srv_err *e) {
+	const size_t n = strlen(s->model_id);
+	if (id && !strncmp(id, s->model_id, n) && !strcmp(id + n, ":latest")) return 0;
+	return srv_check_model(s, id, e);
+}
+
+static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -188,9 +247,13 @@ enum MHD_Result srv_embeddings(srv_conn *c) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		return srv_reply_error(c, &e);
 	}
-	srv_gen_init(&r->g, &embed_api);
-	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, embed_fields, NULL, &e) ||
-		 srv_fields_read(j, embed_fields, r, NULL, NULL, &e) || srv_check_model(s, r->g.model, &e);
+	r->shape = shape;
+	r->truncate = true;
+	srv_gen_init(&r->g, shape == EMB_OLLAMA_LEGACY ? &legacy_api : &embed_api);
+	const srv_field *t = shape == EMB_OPENAI ? embed_fields : shape == EMB_OLLAMA ? ollama_embed_fields : ollama_legacy_fields;
+	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, t, NULL, &e) || srv_fields_read(j, t, r, NULL, NULL, &e);
+	if (!rc && shape != EMB_OPENAI && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
+	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(s, r->g.model, &e);
 	const int32_t E = model_hparams_of(s->m)->n_embd;
 	if (!rc && r->encoding_format && strcmp(r->encoding_format, "float") && strcmp(r->encoding_format, "base64"))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "encoding_format", "encoding_format must be \"float\" or \"base64\", got \"%s\"",
@@ -199,7 +262,13 @@ enum MHD_Result srv_embeddings(srv_conn *c) {
 	if (!rc && r->dims && (!json_is_integer(r->dims) || json_integer_value(r->dims) < 1 || json_integer_value(r->dims) > E))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "dimensions", "dimensions must be an integer between 1 and %d (the model's width)", E);
 	if (!rc && r->dims) r->dimensions = (int32_t)json_integer_value(r->dims);
-	if (!rc) rc = read_inputs(s, r->input, &r->g, &e);
+	if (!rc && r->options && !json_is_object(r->options))
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "options", "options must be an object");
+	if (!rc && shape == EMB_OLLAMA_LEGACY && !json_is_string(r->prompt))
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt must be a string");
+	if (!rc)
+		rc = shape == EMB_OLLAMA_LEGACY ? read_inputs(s, r->prompt, "prompt", true, &r->g, &e)
+						: read_inputs(s, r->input, "input", shape == EMB_OLLAMA && r->truncate, &r->g, &e);
 	if (rc) {
 		json_decref(j);
 		srv_gen_free(&r->g);
@@ -207,12 +276,16 @@ enum MHD_Result srv_embeddings(srv_conn *c) {
 		return srv_reply_error(c, &e);
 	}
 	r->g.lr.embed = s->pooling;
-	r->g.lr.normalize = true;
+	r->g.lr.normalize = shape != EMB_OLLAMA_LEGACY; // as Ollama: /api/embeddings is not normalized
 	r->g.model = NULL; // it pointed into the body, freed here
-	r->input = r->dims = NULL;
+	r->input = r->dims = r->prompt = r->options = r->keep_alive = NULL;
 	r->encoding_format = NULL;
 	json_decref(j);
 	srv_gen g = r->g;
 	memset(&r->g, 0, sizeof r->g);
 	return srv_gen_run(c, &embed_srv_api, r, &g, "embd-");
 }
+
+enum MHD_Result srv_embeddings(srv_conn *c) { return embed_run(c, EMB_OPENAI); }
+enum MHD_Result srv_ollama_embed(srv_conn *c) { return embed_run(c, EMB_OLLAMA); }
+enum MHD_Result srv_ollama_embeddings(srv_conn *c) { return embed_run(c, EMB_OLLAMA_LEGACY); }

@@ -251,7 +251,7 @@ static void pump(srv_call *c) {
 		while (!ch->ended && !c->failed && lane_next(c->req[i], &ev, 0)) {
 			uint64_t now = base_now_us();
 			if (ev.kind == LANE_EV_TOKEN) {
-				if (ch->n_tokens == 0) srv_hist_observe(&s->ttft, (double)(now - c->conn->t0_us) / 1e6, 1);
+				if (ch->n_tokens == 0) srv_hist_observe(&s->ttft, (double)(now - c->conn->t0_us) / 1e6, 1), ch->t_first_us = now;
 				else srv_hist_observe(&s->itl, (double)(now - ch->t_last_us) / 1e6, 1);
 				ch->t_last_us = now;
 				ch->n_tokens++;
@@ -460,7 +460,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		api->begin(c);
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, NULL);
 		if (!r) return MHD_NO;
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->g.stream_type ? c->g.stream_type : "text/event-stream");
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 		conn->status = 200;

@@ -16,6 +16,7 @@ typedef struct {
 	int32_t *prompt;               // malloc'd, owned
 	srv_stops stops;
 	srv_biases bias;               // owned
+	const char *stream_type;       // the stream's content type (NULL: text/event-stream)
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;
 } srv_gen;
@@ -50,7 +51,7 @@ typedef struct {
 	char token_sha[65];
 	int32_t n_generated, n_cached;
 	srv_buf text;                  // every piece of text so far
-	uint64_t t_last_us;            // last token event
+	uint64_t t_first_us, t_last_us; // first and last token events
 	int32_t n_tokens;              // token events
 	float *embedding;              // an embedding request's vector (malloc'd), n_embd floats
 	int32_t n_embd, n_prompt;

@@ -26,6 +26,16 @@ enum MHD_Result srv_messages(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 enum MHD_Result srv_embeddings(srv_conn *c);
 
+// Ollama's API (http_ollama.c; its embeddings in http_embed.c)
+enum MHD_Result srv_ollama_version(srv_conn *c);
+enum MHD_Result srv_ollama_tags(srv_conn *c);
+enum MHD_Result srv_ollama_ps(srv_conn *c);
+enum MHD_Result srv_ollama_show(srv_conn *c);
+enum MHD_Result srv_ollama_generate(srv_conn *c);
+enum MHD_Result srv_ollama_chat(srv_conn *c);
+enum MHD_Result srv_ollama_embed(srv_conn *c);
+enum MHD_Result srv_ollama_embeddings(srv_conn *c);
+
 // The pooling the server uses for a model (cfg's when set, else pooling_type, else last).
 enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp);
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # http: starts a real `lanes serve` on stories260K on a free loopback port and runs the
-# Node.js tests in tests/http against it (the official openai and @anthropic-ai/sdk clients,
+# Node.js tests in tests/http against it (the official openai, @anthropic-ai/sdk and ollama clients,
 # raw sockets; some tests start their own servers for drain, halt and limits).
 # Needs node and `npm ci` at the repository root. Prints "http: N passed, M failed" last.
 cd "$(dirname "$0")/../.." || exit 1
@@ -12,7 +12,7 @@ fail() {
 	exit 1
 }
 command -v node >/dev/null 2>&1 || fail "node is not installed (Debian: apt-get install nodejs npm)"
-[ -d node_modules/openai ] && [ -d node_modules/@anthropic-ai/sdk ] ||
+[ -d node_modules/openai ] && [ -d node_modules/@anthropic-ai/sdk ] && [ -d node_modules/ollama ] ||
 	fail "node_modules is missing: run 'npm ci' at the repository root first"
 [ -x "$LANES_BIN" ] || fail "$LANES_BIN is missing: run make first"
 tmp=${LANES_TMP:-$(mktemp -d)}

@@ -1,0 +1,434 @@
+// server, layer 2: Ollama's API as a compatibility layer over the same lane requests —
+// GET /api/version, /api/tags, /api/ps, POST /api/show, and POST /api/generate and
+// /api/chat (NDJSON streaming by default, `stream: false` for one object), with Ollama's
+// `options`, reply fields (done, done_reason, counts, durations in ns) and {"error"} shape.
+#include "server/http_gen.h"
+#include "server/http_routes.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+// The Ollama API version whose shapes these endpoints follow (clients compare it).
+#define OLL_API_VERSION "0.6.0"
+
+// ---- model facts ------------------------------------------------------------------------------
+
+// Ollama names carry a tag; ":latest" names the one model too.
+static bool oll_model_ok(const http_server *s, const char *name) {
+	if (!name) return true;
+	const size_t n = strlen(s->model_id);
+	return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
+}
+
+static int oll_check_model(http_server *s, const char *name, srv_err *e) {
+	if (oll_model_ok(s, name)) return 0;
+	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'", name, s->model_id);
+}
+
+static void now_iso(char *out, size_t n) {
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char d[32];
+	strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out, n, "%s.%09ldZ", d, ts.tv_nsec);
+}
+
+// "260K", "1.1B": the parameter count as Ollama prints it.
+static void param_size(const gguf *g, char *out, size_t n) {
+	double p = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) p += (double)gguf_tensor_nelem(gguf_tensor_at(g, i));
+	if (p >= 1e9) snprintf(out, n, "%.1fB", p / 1e9);
+	else if (p >= 1e6) snprintf(out, n, "%.1fM", p / 1e6);
+	else snprintf(out, n, "%.0fK", p / 1e3);
+}
+
+static json_t *details(const http_server *s) {
+	const model_hparams *hp = model_hparams_of(s->m);
+	const gguf_ttype_info *ti = gguf_ttype_get(hp->main_type);
+	char ps[32];
+	param_size(model_gguf(s->m), ps, sizeof ps);
+	return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf", "family", hp->arch,
+			 "families", hp->arch, "parameter_size", ps, "quantization_level", ti ? ti->name : "unknown");
+}
+
+// One entry of /api/tags (with_ps: of /api/ps).
+static json_t *model_entry(const http_server *s, bool with_ps) {
+	struct stat st;
+	const bool ok = stat(s->model_path, &st) == 0;
+	char mod[64] = "", name[160];
+	if (ok) {
+		struct tm tm;
+		gmtime_r(&st.st_mtime, &tm);
+		strftime(mod, sizeof mod, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	snprintf(name, sizeof name, "%s:latest", s->model_id);
+	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", name, "model", name, "size",
+			      (json_int_t)(ok ? st.st_size : 0), "digest", "", "details", details(s));
+	if (!o) return NULL;
+	if (with_ps) {
+		json_object_set_new(o, "expires_at", json_string("9999-12-31T23:59:59Z")); // loaded until the server stops
+		json_object_set_new(o, "size_vram", json_integer(0));
+		json_object_set_new(o, "context_length", json_integer(s->max_ctx));
+	} else {
+		json_object_set_new(o, "modified_at", json_string(mod));
+	}
+	return o;
+}
+
+enum MHD_Result srv_ollama_version(srv_conn *c) {
+	return srv_reply_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "server", base_version_string()), 0);
+}
+
+enum MHD_Result srv_ollama_tags(srv_conn *c) {
+	if (atomic_load(&c->s->state) == HTTP_LOADING || atomic_load(&c->s->state) == HTTP_FAILED)
+		return srv_reply_json(c, 200, json_pack("{s:[]}", "models"), 0);
+	json_t *m = model_entry(c->s, false);
+	return srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
+}
+
+enum MHD_Result srv_ollama_ps(srv_conn *c) {
+	json_t *m = model_entry(c->s, true);
+	return srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
+}
+
+typedef struct {
+	const char *model, *name;
+	bool verbose;
+} show_req;
+
+static const srv_field show_fields[] = {
+	SRV_ROW(show_req, model, SRV_K_STR),
+	SRV_ROW(show_req, name, SRV_K_STR),
+	SRV_ROW(show_req, verbose, SRV_K_BOOL),
+	{0},
+};
+
+enum MHD_Result srv_ollama_show(srv_conn *c) {
+	http_server *s = c->s;
+	srv_err e;
+	json_t *j = NULL;
+	show_req r = {0};
+	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, show_fields, NULL, &e) ||
+	    srv_fields_read(j, show_fields, &r, NULL, NULL, &e)) {
+		json_decref(j);
+		return srv_reply_error(c, &e);
+	}
+	const char *name = r.model ? r.model : r.name;
+	if (!name || oll_check_model(s, name, &e)) {
+		if (!name) srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
+		json_decref(j);
+		return srv_reply_error(c, &e);
+	}
+	json_decref(j);
+	const model_hparams *hp = model_hparams_of(s->m);
+	char k[64];
+	json_t *info = json_object();
+	json_object_set_new(info, "general.architecture", json_string(hp->arch));
+	snprintf(k, sizeof k, "%s.context_length", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_ctx_train));
+	snprintf(k, sizeof k, "%s.embedding_length", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_embd));
+	snprintf(k, sizeof k, "%s.block_count", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_layers));
+	const char *chat_tmpl = tok_chat_template(s->vocab);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:[s,s]}", "modelfile", "", "parameters", "", "template",
+			      chat_tmpl ? chat_tmpl : "", "details", details(s), "model_info", info, "capabilities", "completion",
+			      "embedding");
+	return srv_reply_json(c, 200, o, 0);
+}
+
+// ---- generate and chat -------------------------------------------------------------------------
+
+typedef struct {
+	srv_gen g;
+	bool chat;
+	json_t *j;                     // the request: the stops point into it
+	json_t *messages;              // chat
+	const char *prompt, *system, *suffix, *templ; // generate
+	bool raw;
+	json_t *format, *images, *context, *tools, *think, *keep_alive;
+	json_t *num_predict, *repeat_last_n;
+	json_t *mirostat, *tfs_z, *typical_p;
+	char name[160];                // the model as the client named it
+} oll_req;
+
+// Options lanes honours; the ones that only tune Ollama's own runner are accepted and ignored.
+static const srv_field oll_options[] = {
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oll_req, g.lr.sampling.temperature), NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oll_req, g.lr.sampling.top_p), NULL},
+	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(oll_req, g.lr.sampling.top_k), NULL},
+	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(oll_req, g.lr.sampling.min_p), NULL},
+	{"seed", SRV_K_SEED, .off = offsetof(oll_req, g.lr.sampling)},
+	{"num_predict", SRV_K_JSON, .off = offsetof(oll_req, num_predict)},
+	{"stop", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(oll_req, g.stops), NULL},
+	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oll_req, g.lr.sampling.repeat_penalty), NULL},
+	{"repeat_last_n", SRV_K_JSON, .off = offsetof(oll_req, repeat_last_n)},
+	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oll_req, g.lr.sampling.presence_penalty), NULL},
+	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oll_req, g.lr.sampling.frequency_penalty), NULL},
+	{"mirostat", SRV_K_JSON, .off = offsetof(oll_req, mirostat)},
+	{"tfs_z", SRV_K_JSON, .off = offsetof(oll_req, tfs_z)},
+	{"typical_p", SRV_K_JSON, .off = offsetof(oll_req, typical_p)},
+	SRV_IGNORED("num_ctx"), SRV_IGNORED("num_keep"), SRV_IGNORED("num_batch"), SRV_IGNORED("num_gpu"),
+	SRV_IGNORED("main_gpu"), SRV_IGNORED("num_thread"), SRV_IGNORED("use_mmap"), SRV_IGNORED("use_mlock"),
+	SRV_IGNORED("low_vram"), SRV_IGNORED("numa"), SRV_IGNORED("f16_kv"), SRV_IGNORED("vocab_only"),
+	SRV_IGNORED("penalize_newline"), SRV_IGNORED("mirostat_tau"), SRV_IGNORED("mirostat_eta"),
+	{0},
+};
+
+static const srv_field oll_chat_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(oll_req, g.model)},
+	SRV_ROW(oll_req, messages, SRV_K_JSON),
+	{"stream", SRV_K_BOOL, .off = offsetof(oll_req, g.stream)},
+	SRV_ROW(oll_req, format, SRV_K_JSON),
+	{"options", SRV_K_OBJECT, .sub = oll_options},
+	SRV_ROW(oll_req, keep_alive, SRV_K_JSON),
+	SRV_ROW(oll_req, tools, SRV_K_JSON),
+	SRV_ROW(oll_req, think, SRV_K_JSON),
+	{0},
+};
+
+static const srv_field oll_generate_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(oll_req, g.model)},
+	SRV_ROW(oll_req, prompt, SRV_K_STR),
+	SRV_ROW(oll_req, system, SRV_K_STR),
+	SRV_ROW(oll_req, suffix, SRV_K_STR),
+	{"template", SRV_K_STR, .off = offsetof(oll_req, templ)},
+	SRV_ROW(oll_req, raw, SRV_K_BOOL),
+	{"stream", SRV_K_BOOL, .off = offsetof(oll_req, g.stream)},
+	SRV_ROW(oll_req, format, SRV_K_JSON),
+	SRV_ROW(oll_req, images, SRV_K_JSON),
+	SRV_ROW(oll_req, context, SRV_K_JSON),
+	{"options", SRV_K_OBJECT, .sub = oll_options},
+	SRV_ROW(oll_req, keep_alive, SRV_K_JSON),
+	SRV_ROW(oll_req, think, SRV_K_JSON),
+	{0},
+};
+
+static const lane_api oll_chat_api = {.name = {[LANE_F_PROMPT] = "messages", [LANE_F_MAX_TOKENS] = "options.num_predict"}};
+static const lane_api oll_gen_api = {.name = {[LANE_F_PROMPT] = "prompt", [LANE_F_MAX_TOKENS] = "options.num_predict"}};
+
+static void oll_free(void *p) {
+	oll_req *r = p;
+	if (!r) return;
+	json_decref(r->j);
+	free(r);
+}
+
+static void ndjson(srv_call *c, json_t *o) {
+	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!t) {
+		c->out.oom = true;
+		return;
+	}
+	srv_buf_adds(&c->out, t);
+	srv_buf_adds(&c->out, "\n");
+	free(t);
+}
+
+// The head of every reply object: model, created_at, and the text as the endpoint puts it.
+static json_t *oll_object(srv_call *c, const char *text, size_t len, bool done) {
+	const oll_req *r = c->st;
+	char at[48];
+	now_iso(at, sizeof at);
+	json_t *o = r->chat ? json_pack("{s:s, s:s, s:{s:s, s:s%}, s:b}", "model", r->name, "created_at", at, "message", "role",
+					"assistant", "content", text, len, "done", done)
+			    : json_pack("{s:s, s:s, s:s%, s:b}", "model", r->name, "created_at", at, "response", text, len, "done",
+					done);
+	return o;
+}
+
+// The final object's fields: why it ended, the counts and the durations in nanoseconds.
+static json_t *oll_final(srv_call *c, const char *text, size_t len) {
+	const srv_choice *ch = &c->ch[0];
+	json_t *o = oll_object(c, text, len, true);
+	if (!o) return NULL;
+	const uint64_t now = base_now_us(), t0 = c->conn->t0_us;
+	const uint64_t first = ch->t_first_us ? ch->t_first_us : now;
+	json_object_set_new(o, "done_reason", json_string(ch->finish == LANE_FINISH_LENGTH ? "length" : "stop"));
+	json_object_set_new(o, "total_duration", json_integer((json_int_t)((now - t0) * 1000)));
+	json_object_set_new(o, "load_duration", json_integer(0));
+	json_object_set_new(o, "prompt_eval_count", json_integer(c->g.lr.n_prompt - ch->n_cached));
+	json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)((first - t0) * 1000)));
+	json_object_set_new(o, "eval_count", json_integer(ch->n_generated));
+	json_object_set_new(o, "eval_duration", json_integer((json_int_t)((now - first) * 1000)));
+	json_object_set_new(o, "token_sha", json_string(ch->token_sha));
+	return o;
+}
+
+static void oll_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
+	(void)i, (void)tok;
+	if (c->g.stream && len) ndjson(c, oll_object(c, text, len, false));
+}
+
+static void oll_begin(srv_call *c) { (void)c; }
+
+static void oll_done(srv_call *c) { ndjson(c, oll_final(c, "", 0)); }
+
+static void oll_fail(srv_call *c) { ndjson(c, json_pack("{s:s}", "error", c->fail_reason)); }
+
+static json_t *oll_reply(srv_call *c) {
+	const srv_choice *ch = &c->ch[0];
+	return oll_final(c, ch->text.p ? ch->text.p : "", ch->text.len);
+}
+
+static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .fail = oll_fail, .reply = oll_reply, .free_state = oll_free};
+
+// Ollama's num_predict (-1 and -2: to the window) and repeat_last_n (-1: the whole context,
+// 0: no penalty), and the options lanes can only take at their neutral values.
+static int oll_options_apply(oll_req *r, srv_err *e) {
+	const json_t *np = r->num_predict, *rl = r->repeat_last_n;
+	const json_int_t n = json_is_integer(np) ? json_integer_value(np) : -1;
+	if ((np && !json_is_integer(np)) || n < -2 || n == 0 || n > INT32_MAX)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "options.num_predict", "options.num_predict must be -1, -2 or an integer of at least 1");
+	r->g.lr.max_tokens = n > 0 ? (int32_t)n : 0;
+	const json_int_t last = json_is_integer(rl) ? json_integer_value(rl) : 64; // Ollama's default
+	if ((rl && !json_is_integer(rl)) || last < -1 || last > INT32_MAX)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "options.repeat_last_n", "options.repeat_last_n must be an integer of -1 or more");
+	if (last == 0) r->g.lr.sampling.repeat_penalty = 1.0f;
+	r->g.lr.sampling.repeat_last_n = last > 0 ? (int32_t)last : 0;
+	static const struct { const char *name; double neutral; size_t off; } fixed[] = {
+		{"mirostat", 0, offsetof(oll_req, mirostat)},
+		{"tfs_z", 1, offsetof(oll_req, tfs_z)},
+		{"typical_p", 1, offsetof(oll_req, typical_p)},
+	};
+	for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {
+		json_t *v = *(json_t **)((char *)r + fixed[k].off);
+		if (v && !(json_is_number(v) && json_number_value(v) == fixed[k].neutral))
+			return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "options.%s is not supported (only %g, its neutral value)", fixed[k].name,
+					fixed[k].neutral);
+	}
+	return 0;
+}
+
+// Fields whose meaning lanes would silently drop are refused.
+static int oll_unsupported(const oll_req *r, srv_err *e) {
+	if (r->format && !json_is_null(r->format))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "format", "format (structured output) is not supported yet");
+	if (r->tools && !(json_is_array(r->tools) && !json_array_size(r->tools)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools are not supported");
+	if (r->images && !(json_is_array(r->images) && !json_array_size(r->images)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "images", "images are not supported by this model");
+	if (r->context && !(json_is_array(r->context) && !json_array_size(r->context)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "context", "context (a previous reply's tokens) is not supported: send the text");
+	if (r->suffix && *r->suffix) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix (fill in the middle) is not supported");
+	if (r->templ && *r->templ) return srv_fail(e, SRV_E_BAD_REQUEST, "template", "a per-request template is not supported");
+	return 0;
+}
+
+// Ollama chat messages as the chat template reads them: {role, content} strings.
+static int oll_messages(json_t *msgs, json_t **out, srv_err *e) {
+	*out = NULL;
+	if (!json_is_array(msgs) || !json_array_size(msgs))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages must be a non-empty array");
+	json_t *flat = json_array();
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) {
+		char p[64];
+		snprintf(p, sizeof p, "messages[%zu]", i);
+		const char *role = json_string_value(json_object_get(m, "role"));
+		json_t *content = json_object_get(m, "content");
+		json_t *images = json_object_get(m, "images"), *calls = json_object_get(m, "tool_calls");
+		const char *bad = NULL;
+		const char *k;
+		json_t *v;
+		json_object_foreach(m, k, v) if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "images") &&
+						 strcmp(k, "tool_calls") && strcmp(k, "thinking")) bad = k;
+		if (!json_is_object(m)) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
+		else if (bad) srv_fail(e, SRV_E_BAD_REQUEST, p, "unknown field %s.%s", p, bad);
+		else if (!role) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
+		else if (!strcmp(role, "tool") || (calls && !(json_is_array(calls) && !json_array_size(calls))))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: tools are not supported", p);
+		else if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, user or assistant", p, role);
+		else if (images && !(json_is_array(images) && !json_array_size(images)))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: images are not supported by this model", p);
+		else if (content && !json_is_string(content) && !json_is_null(content))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.content must be a string", p);
+		else {
+			json_t *o = json_pack("{s:s, s:s}", "role", role, "content", json_is_string(content) ? json_string_value(content) : "");
+			if (o && !json_array_append_new(flat, o)) continue;
+			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+		json_decref(flat);
+		return -1;
+	}
+	*out = flat;
+	return 0;
+}
+
+static enum MHD_Result oll_run(srv_conn *c, bool chat) {
+	http_server *s = c->s;
+	srv_err e;
+	oll_req *r = calloc(1, sizeof *r);
+	if (!r) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(c, &e);
+	}
+	r->chat = chat;
+	srv_gen_init(&r->g, chat ? &oll_chat_api : &oll_gen_api);
+	r->g.stream = true; // Ollama streams unless told not to
+	r->g.stream_type = "application/x-ndjson";
+	// Ollama's default options
+	r->g.lr.sampling.temperature = 0.8f;
+	r->g.lr.sampling.top_k = 40;
+	r->g.lr.sampling.top_p = 0.9f;
+	r->g.lr.sampling.repeat_penalty = 1.1f;
+	const srv_field *t = chat ? oll_chat_fields : oll_generate_fields;
+	int rc = srv_parse_body(c, &r->j, &e) || srv_fields_known(r->j, t, NULL, &e) ||
+		 srv_fields_read(r->j, t, r, NULL, &r->g.api, &e);
+	if (!rc && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
+	if (!rc) rc = oll_check_model(s, r->g.model, &e);
+	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
+	r->g.model = NULL; // checked here, in Ollama's naming
+	if (!rc) rc = oll_unsupported(r, &e) || oll_options_apply(r, &e) || srv_gen_check(s, &r->g, &e);
+	if (!rc && !chat && (!r->prompt || !*r->prompt)) {
+		// Ollama's way to load a model: an empty prompt answers done at once
+		json_decref(r->j);
+		srv_gen_free(&r->g);
+		char at[48];
+		now_iso(at, sizeof at);
+		json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:s}", "model", r->name, "created_at", at, "response", "", "done", 1,
+				      "done_reason", "load");
+		free(r);
+		return srv_reply_json(c, 200, o, 0);
+	}
+	if (!rc && !chat && r->raw) {
+		size_t n = 0;
+		char err[256];
+		int t2 = tok_encode(s->vocab, r->prompt, strlen(r->prompt), true, true, &r->g.prompt, &n, err, sizeof err);
+		if (t2) rc = srv_fail(&e, t2 == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "prompt", "%s", err);
+		r->g.lr.n_prompt = (int32_t)n;
+	} else if (!rc) {
+		json_t *flat = NULL;
+		if (chat) {
+			rc = oll_messages(r->messages, &flat, &e);
+		} else {
+			flat = r->system && *r->system ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", r->system,
+								     "role", "user", "content", r->prompt)
+						       : json_pack("[{s:s, s:s}]", "role", "user", "content", r->prompt);
+			if (!flat) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+		if (!rc) rc = srv_chat_prompt(s, flat, NULL, &r->g.prompt, &r->g.lr.n_prompt, &e);
+		json_decref(flat);
+	}
+	if (rc) {
+		srv_gen_free(&r->g);
+		oll_free(r);
+		return srv_reply_error(c, &e);
+	}
+	srv_gen g = r->g;
+	memset(&r->g, 0, sizeof r->g);
+	return srv_gen_run(c, &oll_srv_api, r, &g, chat ? "chat-" : "gen-");
+}
+
+enum MHD_Result srv_ollama_chat(srv_conn *c) { return oll_run(c, true); }
+enum MHD_Result srv_ollama_generate(srv_conn *c) { return oll_run(c, false); }
