@@ -85,7 +85,9 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->embed = q->embed;
 	r->normalize = q->normalize;
 	if (q->embed != LANE_EMBED_OFF) r->max_tokens = 0;
-	else if (q->max_tokens > 0) r->max_tokens = q->max_tokens;
+	// past the context, generation ends there with "length": the cap depends on the prompt
+	// and the host's largest context alone, never on what else runs
+	else if (q->max_tokens > 0) r->max_tokens = imin(q->max_tokens, h->max_ctx - q->n_prompt);
 	else if (h->cfg.window_max > 0) {
 		// without max_tokens a request may run to the current window (or one window past its prompt)
 		const int32_t w = atomic_load(&h->window);

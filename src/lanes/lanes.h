@@ -225,10 +225,10 @@ void lane_host_free(lane_host *h);
 // Thread-safe.
 int32_t lane_host_max_context(const lane_host *h);
 
-// Checks q's prompt (not empty, every id in the vocabulary) and that prompt plus max_tokens
-// fit the context a request may use. 0; LANES_EINVAL (*bad = LANE_F_PROMPT) or LANES_ELIMIT
-// (*bad = LANE_F_MAX_TOKENS when max_tokens was given, else LANE_F_PROMPT) with err naming
-// the numbers. Thread-safe.
+// Checks q's prompt (not empty, every id in the vocabulary) and that it leaves room in the
+// context a request may use for a token (an embedding: that it fits). A larger max_tokens is
+// not an error: generation stops at the context with LANE_FINISH_LENGTH. 0; LANES_EINVAL or
+// LANES_ELIMIT with *bad = LANE_F_PROMPT and err naming the numbers. Thread-safe.
 int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api *api, char *err, size_t errlen,
 		      enum lane_field *bad);
 // A fresh seed for a request that gave none: 53 bits, so JSON clients keep it exact; drawn
@@ -237,8 +237,8 @@ uint64_t lane_draw_seed(lane_host *h);
 
 // Submits a request: lane_check_params and lane_check_prompt with the host's bounds (and
 // q->api's when set), then queues it. Never blocks on the engine. On success *out is the caller's handle.
-// Errors: LANES_EINVAL (bad parameters: message in err), LANES_ELIMIT (prompt plus
-// max_tokens exceed the context a request may use), LANES_EBUSY (queue full), and
+// Errors: LANES_EINVAL (bad parameters: message in err), LANES_ELIMIT (the prompt does not
+// fit the context a request may use), LANES_EBUSY (queue full), and
 // LANES_ECANCELLED (the host is halting or draining). Thread-safe.
 int lane_submit(lane_host *h, const lane_request *r, lane_req **out, char *err, size_t errlen);
 

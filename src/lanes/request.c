@@ -135,21 +135,17 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 			return fail(LANE_F_PROMPT, bad,
 				    base_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
 						 q->prompt[i], i, nv - 1));
-	const int32_t want = q->embed != LANE_EMBED_OFF ? 0 : q->max_tokens > 0 ? q->max_tokens : 1;
+	// a generation needs room for one token; a larger max_tokens is capped at the context
+	const int32_t want = q->embed != LANE_EMBED_OFF ? 0 : 1;
 	if ((int64_t)q->n_prompt + want <= h->max_ctx) return 0;
-	const char *mn = lane_api_name(api, LANE_F_MAX_TOKENS);
-	if (q->max_tokens <= 0 || q->embed != LANE_EMBED_OFF)
-		return fail(LANE_F_PROMPT, bad,
-			    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
-					 q->n_prompt, h->max_ctx));
 	if (h->cfg.window_max > 0)
-		return fail(LANE_F_MAX_TOKENS, bad,
+		return fail(LANE_F_PROMPT, bad,
 			    base_seterr(err, errlen, LANES_ELIMIT,
-					 "the prompt (%d tokens) plus %s (%d) exceeds the largest window the memory budget allows (%d tokens)",
-					 q->n_prompt, mn, q->max_tokens, h->max_ctx));
-	return fail(LANE_F_MAX_TOKENS, bad,
-		    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) plus %s (%d) exceeds the context of %d tokens a request may use",
-				 q->n_prompt, mn, q->max_tokens, h->max_ctx));
+					 "the prompt (%d tokens) is too long for the largest window the memory budget allows (%d tokens)",
+					 q->n_prompt, h->max_ctx));
+	return fail(LANE_F_PROMPT, bad,
+		    base_seterr(err, errlen, LANES_ELIMIT, "the prompt (%d tokens) is too long for the context of %d tokens a request may use",
+				 q->n_prompt, h->max_ctx));
 }
 
 uint64_t lane_draw_seed(lane_host *h) {

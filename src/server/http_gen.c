@@ -447,7 +447,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		rc = lane_submit(s->host, &lr, &c->req[i], err, sizeof err);
 		if (rc) {
 			// the choices already queued are cancelled when the call is freed
-			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_MAX_TOKENS) : NULL, "%s", err);
+			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_PROMPT) : NULL, "%s", err);
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;

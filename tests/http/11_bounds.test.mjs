@@ -62,11 +62,29 @@ test('max tokens 0 is refused under the API\'s own name', async () => {
 	const b = await refused('responses', { max_output_tokens: 0 }, 'max_output_tokens');
 	assert.doesNotMatch(b.error.message, /\bmax_tokens\b/);
 	await refused('messages', { max_tokens: 0 }, 'max_tokens');
-	// a prompt plus max tokens past the context names the same field, with OpenAI's code
-	const r = await paths.responses({ max_output_tokens: 1000000 });
+	// a prompt past the context names the prompt's field, with OpenAI's code
+	const r = await paths.responses({ input: 'Once upon a time '.repeat(2000), max_output_tokens: 2 });
 	assert.equal(r.status, 400);
-	assert.equal(r.body.error.param, 'max_output_tokens');
+	assert.equal(r.body.error.param, 'input');
 	assert.equal(r.body.error.code, 'context_length_exceeded');
+});
+
+test('max_tokens past the window ends there with the length reason, the same tokens as asking for what fits', async () => {
+	const ctx = (await (await fetch(`${url}/v1/models`)).json()).data[0].context_length;
+	const ids = (await postJSON(`${url}/tokenize`, { content: 'Once upon a time' })).body.tokens;
+	const fits = ctx - ids.length;
+	const big = await accepted('completions', { prompt: ids, max_tokens: 32000, ignore_eos: true, seed: 3 });
+	const exact = await accepted('completions', { prompt: ids, max_tokens: fits, ignore_eos: true, seed: 3 });
+	assert.equal(big.choices[0].finish_reason, 'length');
+	assert.equal(big.usage.completion_tokens, fits);
+	assert.equal(big.choices[0].token_sha, exact.choices[0].token_sha);
+	assert.equal(big.choices[0].text, exact.choices[0].text);
+	// Anthropic clients send 8,192-32,000 routinely: the reply ends with stop_reason max_tokens
+	const m = await accepted('messages', { max_tokens: 32000, ignore_eos: true });
+	assert.equal(m.stop_reason, 'max_tokens');
+	const resp = await accepted('responses', { max_output_tokens: 32000, ignore_eos: true });
+	assert.equal(resp.status, 'incomplete');
+	assert.equal(resp.incomplete_details.reason, 'max_output_tokens');
 });
 
 test('the other bounds: penalties, top_logprobs, logit_bias, stop counts, n', async () => {

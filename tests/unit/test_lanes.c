@@ -259,12 +259,7 @@ static void test_elastic(void) {
 	run_all(h, s + 3, 3, elastic + 3, false);
 	lane_host_snapshot(h, &d);
 	CHECKF(d.window == 128, "short requests keep the floor (%d)", d.window);
-	// past the budget: refused with the numbers
-	lane_request big = s[0].q;
-	big.max_tokens = 600;
 	lane_req *r = NULL;
-	CHECK(lane_submit(h, &big, &r, err, sizeof err) == LANES_ELIMIT && !r);
-	CHECKF(strstr(err, "largest window") && strstr(err, "512"), "refusal names the window: %s", err);
 	// without max_tokens a request runs to the current window
 	lane_request open = s[3].q;
 	open.max_tokens = 0;
@@ -273,6 +268,26 @@ static void test_elastic(void) {
 	CHECK(lane_submit(h, &open, &r, err, sizeof err) == 0);
 	if (r) collect(r, &o), lane_req_free(r);
 	CHECKF(o.n == 128 - open.n_prompt && o.finish == LANE_FINISH_LENGTH, "ran to the window: %d tokens", o.n);
+	// past the largest window: capped there, ending with "length", the same tokens as asking
+	// for exactly what fits
+	lane_request big = s[0].q;
+	big.ignore_eos = true;
+	result bg[2];
+	for (int k = 0; k < 2; k++) {
+		big.max_tokens = k ? 512 - big.n_prompt : 600;
+		CHECK(lane_submit(h, &big, &r, err, sizeof err) == 0);
+		if (r) collect(r, &bg[k]), lane_req_free(r);
+	}
+	CHECKF(bg[0].n == 512 - big.n_prompt && bg[0].finish == LANE_FINISH_LENGTH, "capped at the largest window: %d tokens",
+	       bg[0].n);
+	CHECK(same(&bg[0], &bg[1]));
+	// a prompt past it is refused with the numbers
+	int32_t *ids = calloc(600, sizeof *ids);
+	big.prompt = ids;
+	big.n_prompt = 600;
+	CHECK(lane_submit(h, &big, &r, err, sizeof err) == LANES_ELIMIT && !r);
+	CHECKF(strstr(err, "largest window") && strstr(err, "512"), "refusal names the window: %s", err);
+	free(ids);
 	lane_host_free(h);
 }
 
@@ -499,8 +514,11 @@ static void test_semantics(void) {
 	q.sampling.frequency_penalty = q.sampling.presence_penalty = 0;
 	// refusals: each with a reason naming the field
 	lane_request bad = q;
-	bad.max_tokens = 5000;
+	int32_t *long_prompt = calloc(5000, sizeof *long_prompt);
+	bad.prompt = long_prompt;
+	bad.n_prompt = 5000;
 	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_ELIMIT && strstr(err, "context"));
+	free(long_prompt);
 	bad = q;
 	bad.sampling.temperature = -1;
 	CHECK(lane_submit(h, &bad, &r, err, sizeof err) == LANES_EINVAL && strstr(err, "temperature"));
@@ -867,8 +885,14 @@ static void test_contract(void) {
 	q.prompt = ids;
 	q.n_prompt = 8;
 	q.max_tokens = 100000;
-	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == LANES_ELIMIT && bad == LANE_F_MAX_TOKENS &&
-	      strstr(err, "max_output_tokens (100000)"));
+	CHECKF(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == 0, "max_tokens past the context is capped: %s", err);
+	int32_t *many = calloc(256, sizeof *many);
+	q.prompt = many;
+	q.n_prompt = 256;
+	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == LANES_ELIMIT && bad == LANE_F_PROMPT && strstr(err, "256 tokens"));
+	q.prompt = ids;
+	q.n_prompt = 8;
+	free(many);
 	q.max_tokens = 0;
 	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == 0);
 	q.n_prompt = 0;
