@@ -51,6 +51,7 @@ static const srv_route routes[] = {
 	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
 	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_completions},
 	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
+	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL, SRV_ANTHROPIC, srv_count_tokens},
 	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_responses},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_embeddings},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_tokenize},
@@ -112,6 +113,9 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	bool path_known;
 	c->rt = route_find(method, url, &path_known);
 	if (c->rt) c->family = c->rt->family, c->gen = c->rt->flags & SRV_R_GEN;
+	// an unknown path under an API's prefix is answered in that API's shape
+	else if (!strncmp(url, "/v1/messages", 12)) c->family = SRV_ANTHROPIC;
+	else if (!strncmp(url, "/api/", 5)) c->family = SRV_OLLAMA;
 	if (!c->rt) {
 		if (path_known) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
 		return srv_fail(e, SRV_E_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);

@@ -220,3 +220,35 @@ fail:
 	srv_gen_free(&r.g);
 	return srv_reply_error(c, &e);
 }
+
+static const srv_field ant_count_fields[] = {
+	{"model", SRV_K_STR, .off = offsetof(ant_req, g.model)},
+	SRV_ROW(ant_req, messages, SRV_K_JSON),
+	SRV_ROW(ant_req, system, SRV_K_JSON),
+	SRV_ROW(ant_req, tools, SRV_K_JSON),
+	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
+	SRV_ROW(ant_req, thinking, SRV_K_JSON),
+	{0},
+};
+
+// POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
+enum MHD_Result srv_count_tokens(srv_conn *c) {
+	http_server *s = c->s;
+	srv_err e;
+	json_t *j = NULL, *flat = NULL;
+	char *prefill = NULL;
+	ant_req r = {0};
+	srv_gen_init(&r.g, &ant_lane_api);
+	r.g.lr.max_tokens = 1; // not part of this request
+	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_count_fields, NULL, &e) ||
+		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) ||
+		 srv_check_model(s, r.g.model, &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
+		 srv_chat_prompt(s, flat, prefill, &r.g.prompt, &r.g.lr.n_prompt, &e);
+	const int32_t n = r.g.lr.n_prompt;
+	json_decref(j);
+	json_decref(flat);
+	free(prefill);
+	srv_gen_free(&r.g);
+	if (rc) return srv_reply_error(c, &e);
+	return srv_reply_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
+}

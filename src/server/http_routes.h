@@ -23,6 +23,7 @@ enum MHD_Result srv_detokenize(srv_conn *c);
 enum MHD_Result srv_chat_completions(srv_conn *c);
 enum MHD_Result srv_completions(srv_conn *c);
 enum MHD_Result srv_messages(srv_conn *c);
+enum MHD_Result srv_count_tokens(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 enum MHD_Result srv_embeddings(srv_conn *c);
 

@@ -121,3 +121,22 @@ test('messages: typed errors in Anthropic shape', async () => {
 	const ok = await client.messages.create({ model: MODEL, max_tokens: 4, messages: user('hi'), metadata: { user_id: 'u1' } });
 	assert.equal(ok.type, 'message');
 });
+
+test('countTokens equals the usage.input_tokens of the same request; paths under /v1/messages answer in Anthropic\'s shape', async () => {
+	const req = { model: MODEL, system: 'You tell stories.', messages: [...user('Once upon a time'), { role: 'assistant', content: 'There' }] };
+	const count = await client.messages.countTokens(req);
+	const m = await client.messages.create({ ...req, max_tokens: 4 });
+	assert.equal(count.input_tokens, m.usage.input_tokens);
+	assert.deepEqual(Object.keys(count), ['input_tokens']);
+	const e = await client.messages.countTokens({ model: MODEL, messages: [] }).catch((x) => x);
+	assert.ok(e instanceof Anthropic.BadRequestError);
+	const nf = await client.messages.countTokens({ model: 'claude-3-opus', messages: user('x') }).catch((x) => x);
+	assert.ok(nf instanceof Anthropic.NotFoundError);
+	const r = await postJSON(`${url}/v1/messages/batches`, {});
+	assert.equal(r.status, 404);
+	assert.equal(r.body.type, 'error');
+	assert.equal(r.body.error.type, 'not_found_error');
+	const o = await postJSON(`${url}/api/pull`, { model: 'x' });
+	assert.equal(o.status, 404);
+	assert.deepEqual(Object.keys(o.body), ['error']);
+});
