@@ -62,6 +62,7 @@ test(`hostile requests (seed ${SEED}, ${ONLY ? ONLY.length : N} cases): every on
 		}
 	};
 	await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+	if (died) failures.unshift({ index: -1, family: 'server', what: `the server died: ${JSON.stringify(died)}\n${srv.log().slice(-3000)}`, req: '' });
 	const ms = Date.now() - t0;
 	console.log(`# hostile: ${indices.length} cases in ${ms} ms; statuses ${JSON.stringify(statuses)}; skipped ${JSON.stringify(skipped)}`);
 
@@ -90,4 +91,28 @@ test(`hostile requests (seed ${SEED}, ${ONLY ? ONLY.length : N} cases): every on
 		assert.fail(`${failures.length} failures (seed ${SEED}; rerun one with LANES_HOSTILE_SEED=${SEED} LANES_HOSTILE_CASE=i):\n${lines.join('\n')}`);
 	}
 	assert.equal(died ? died.code : exit.code, 0, `the server exits 0 after SIGTERM: ${JSON.stringify(exit)}\n${log.slice(-2000)}`);
+});
+
+test('the judge refuses a 5xx, a body out of shape, an unfinished stream', () => {
+	const oa = { shape: 'openai' };
+	const an = { shape: 'anthropic' };
+	const json = { 'content-type': 'application/json' };
+	const err = (status, body, h = json) => ({ status, headers: h, body: JSON.stringify(body) });
+	const e = { error: { message: 'm', type: 't' } };
+	const ae = { type: 'error', error: { type: 't', message: 'm' } };
+	assert.equal(judge(oa, err(400, e)), null);
+	assert.equal(judge(an, err(400, ae)), null);
+	assert.equal(judge(an, err(529, ae, { ...json, 'retry-after': '1' })), null);
+	assert.equal(judge({ shape: 'any', badVersion: true }, { status: 505, headers: {}, body: '<html></html>' }), null);
+	assert.match(judge(oa, err(500, e)), /status 500/);
+	assert.match(judge(oa, err(503, e)), /status 503/);
+	assert.match(judge(oa, err(529, e, { ...json, 'retry-after': '1' })), /status 529/);
+	assert.match(judge(oa, err(400, ae)), /OpenAI error shape/);
+	assert.match(judge(an, err(400, e)), /Anthropic error shape/);
+	assert.match(judge(oa, { status: 400, headers: {}, body: '<html>x</html>' }), /not JSON/);
+	assert.match(judge({ shape: 'any', protocol: true }, { status: 400, headers: {}, body: '<html>x</html>' }, { strict: true }), /not JSON/);
+	assert.match(judge(oa, { status: 200, headers: json, body: '{"a":' }), /not JSON/);
+	const sse = { 'content-type': 'text/event-stream' };
+	assert.match(judge(oa, { status: 200, headers: sse, body: 'data: {"choices":[]}\n\n' }), /does not end/);
+	assert.equal(judge(oa, { status: 200, headers: sse, body: 'data: {"choices":[]}\n\ndata: [DONE]\n\n' }), null);
 });

@@ -524,7 +524,7 @@ export function judge(c, rep, { strict = false } = {}) {
 		} catch {
 			return `status ${status} with a body that is not JSON: ${JSON.stringify(body.slice(0, 120))}`;
 		}
-		const oa = j && typeof j.error === 'object' && j.error && typeof j.error.message === 'string' && typeof j.error.type === 'string';
+		const oa = j && !('type' in j) && typeof j.error === 'object' && j.error && typeof j.error.message === 'string' && typeof j.error.type === 'string';
 		const an = j && j.type === 'error' && typeof j.error === 'object' && j.error && typeof j.error.message === 'string' && typeof j.error.type === 'string';
 		if (c.shape === 'openai' && !oa) return `status ${status}: not the OpenAI error shape: ${body.slice(0, 120)}`;
 		if (c.shape === 'anthropic' && !an) return `status ${status}: not the Anthropic error shape: ${body.slice(0, 120)}`;
