@@ -1,6 +1,7 @@
-// tests/http: the hostile-input generator and its raw-socket client. gen(seed, n) yields the
-// same n cases for a seed: mutated bodies for every API, raw HTTP edge cases, clients that
-// vanish; send() plays one case on its own connection and parses every reply it gets.
+// tests/http: the hostile-input generator and its raw-socket client. makeCase(seed, i) is the
+// same case for a seed and index: a mutated body for one API, a raw HTTP edge case or a client
+// that vanishes; send() plays it on its own connection and parses every reply it gets.
+// Requests name Host 127.0.0.1 except in the cases about Host itself.
 import net from 'node:net';
 
 // mulberry32: small, fast and the same on every Node.js
@@ -18,14 +19,15 @@ export function prng(seed) {
 	return { next, int, pick, chance: (p) => next() < p };
 }
 
-// Case families that reach defects with fixes under way; skipped unless LANES_HOSTILE_ALL=1.
-// Each names what the server does today.
+// Case families that reach known defects, skipped unless LANES_HOSTILE_ALL is 1 or names them.
+// Each says what the server does today; the last two are libmicrohttpd's own replies.
 export const KNOWN = {
 	'utf8-error-text': 'an error message holding user text cut inside a UTF-8 character, or invalid UTF-8 bytes quoted by the JSON parser, gets no reply at all',
 	'bad-request-line': 'a malformed request line is closed with nothing sent',
 	'transfer-encoding': 'an unsupported Transfer-Encoding gets no reply and holds the connection',
 	'half-close': 'a client that half-closes after a complete request gets no reply when the request needs a lane',
 	'bad-content-length': "an invalid Content-Length (not a number, negative, past 2^64) gets libmicrohttpd's 400 or 413 with its status line and headers written twice",
+	amplification: 'a 130-byte request for n 32 × 2000 tokens × 20 logprobs runs for minutes and builds a reply of tens of MB',
 	'protocol-html': "libmicrohttpd's own replies to protocol errors (400, 413, 414, 431, 505) have an HTML body, not JSON",
 };
 
@@ -261,28 +263,29 @@ function frame(method, path, body, r, { close = true } = {}) {
 	return parts;
 }
 
-// Raw HTTP edge cases: [family, bytes or parts, how many replies, shape] drawn by index.
+// Raw HTTP edge cases: { family?, bytes (or parts), replies expected, protocol: answered by
+// libmicrohttpd itself, ... } drawn by index.
 function rawCase(r) {
 	const ok = JSON.stringify({ prompt: 'Hi', max_tokens: 2 });
 	const post = (extra, body = ok, path = '/v1/completions') => {
 		let s = `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nConnection: close\r\n`;
 		return s + extra + '\r\n' + body;
 	};
-	const k = r.int(0, 29);
+	const k = r.int(0, 30);
 	switch (k) {
 		case 0: return { family: 'bad-request-line', bytes: r.pick(['GARBAGE\r\n\r\n', 'GET\r\n\r\n', ' \r\n\r\n', 'GET /health\r\n\r\n', 'GET  /health  HTTP/1.1\r\n\r\n', '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n']) };
 		case 1: return { bytes: 'GET /health HTTP/1.0\r\n\r\n', replies: 1 };
-		case 2: return { bytes: r.pick(['GET /health HTTP/9.9\r\nHost: x\r\n\r\n', 'GET /health HTTP/2.0\r\nHost: x\r\n\r\n', 'GET /health HTTP/1.x\r\nHost: x\r\n\r\n']), replies: 1, protocol: true, badVersion: true };
-		case 3: return { bytes: `GET /${'a'.repeat(r.pick([2000, 9000, 70000]))} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, replies: 1, protocol: true };
-		case 4: return { bytes: `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(r.pick([8000, 40000, 200000]))}\r\nConnection: close\r\n\r\n`, replies: 1, protocol: true };
+		case 2: return { bytes: r.pick(['GET /health HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n', 'GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n', 'GET /health HTTP/1.x\r\nHost: 127.0.0.1\r\n\r\n']), replies: 1, protocol: true, badVersion: true };
+		case 3: return { bytes: `GET /${'a'.repeat(r.pick([2000, 9000, 70000]))} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, replies: 1, protocol: true };
+		case 4: return { bytes: `GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ${'b'.repeat(r.pick([8000, 40000, 200000]))}\r\nConnection: close\r\n\r\n`, replies: 1, protocol: true };
 		case 5: {
-			let s = 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n';
+			let s = 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n';
 			for (let i = 0; i < r.pick([200, 2000]); i++) s += `X-H${i}: v\r\n`;
 			return { bytes: s + '\r\n', replies: 1, protocol: true };
 		}
-		case 6: return { bytes: 'GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
-		case 7: return { bytes: 'GET /health HTTP/1.1\r\nHost: x\r\nX-Fold: a\r\n  folded\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
-		case 8: return { bytes: 'GET /health HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
+		case 6: return { bytes: 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nNoColonHere\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
+		case 7: return { bytes: 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Fold: a\r\n  folded\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
+		case 8: return { bytes: 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Nul: a\x00b\r\nConnection: close\r\n\r\n', replies: 1, protocol: true };
 		case 9: return { bytes: post(`Content-Length: ${ok.length}\r\nContent-Length: ${ok.length + 5}\r\n`), replies: 1, protocol: true };
 		case 10: {
 			const n = r.pick(['-1', 'abc', '1e3', '99999999999999999999999', ' 12', '0x10', '18446744073709551615']);
@@ -295,7 +298,7 @@ function rawCase(r) {
 		case 15: return { bytes: post('Expect: teapot\r\nContent-Length: ' + ok.length + '\r\n', ok), replies: 1, protocol: true };
 		case 16: {
 			// pipelined: several requests in one write on a keep-alive connection
-			const ka = (m, p, b) => `${m} ${p} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` + (b === undefined ? '\r\n' : `Content-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`);
+			const ka = (m, p, b) => `${m} ${p} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` + (b === undefined ? '\r\n' : `Content-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`);
 			const reqs = [ka('GET', '/health'), ka('POST', '/v1/completions', ok), ka('POST', '/v1/chat/completions', '{"messages":['), ka('GET', '/v1/models'), ka('POST', '/tokenize', '{"content":"hi"}')];
 			const n = r.int(2, reqs.length);
 			let s = '';
@@ -304,16 +307,20 @@ function rawCase(r) {
 		}
 		case 17: {
 			const m = r.pick(['get', 'BREW', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'HEAD', 'TRACE']);
-			return { bytes: `${m} ${r.pick(['/v1/chat/completions', '/health', '/v1/messages'])} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, replies: 1, noBody: m === 'HEAD' };
+			return { bytes: `${m} ${r.pick(['/v1/chat/completions', '/health', '/v1/messages'])} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, replies: 1, noBody: m === 'HEAD' };
 		}
-		case 18: return { bytes: `GET ${r.pick(['http://127.0.0.1/health', '*', '/health?x=1&&&', '/health#frag', '/v1/models/%00', '/v1/models/..%2f..%2fetc', '/%zz', '/v1//models', '/v1/models/' + 'a'.repeat(3000)])} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, replies: 1 };
-		case 19: return { family: 'utf8-error-text', bytes: `GET /v1/models/x${'%C3%A9'.repeat(r.int(50, 150))} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, replies: 1 };
+		case 18: return { bytes: `GET ${r.pick(['http://127.0.0.1/health', '*', '/health?x=1&&&', '/health#frag', '/v1/models/%00', '/v1/models/..%2f..%2fetc', '/%zz', '/v1//models', '/v1/models/' + 'a'.repeat(3000)])} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, replies: 1 };
+		case 19: return { family: 'utf8-error-text', bytes: `GET /v1/models/x${'%C3%A9'.repeat(r.int(50, 150))} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, replies: 1 };
 		case 20: {
 			// an id that is not UTF-8 once decoded is quoted in the 404's message
 			const [id, bad] = r.pick([['stories260K'], ['x'], ['%C3%A9'], ['\xc3\xa9'], ['%C3', 1], ['%FF%FE', 1], ['\xe9', 1]]);
-			return { family: bad ? 'utf8-error-text' : undefined, bytes: `GET /v1/models/${id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, replies: 1 };
+			return { family: bad ? 'utf8-error-text' : undefined, bytes: `GET /v1/models/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, replies: 1 };
 		}
-		case 21: return { bytes: `POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${ok.length}\r\nConnection: close\r\n\r\n${ok}`, replies: 1, protocol: true };
+		case 21: {
+			// no Host, or one that is not this server's
+			const h = r.pick(['', 'Host: evil.example:8080\r\nOrigin: http://evil.example:8080\r\n', 'Host: \r\n', 'Host: a\r\nHost: b\r\n']);
+			return { bytes: `POST /v1/completions HTTP/1.1\r\n${h}Authorization: Bearer ${KEY}\r\nContent-Length: ${ok.length}\r\nConnection: close\r\n\r\n${ok}`, replies: 1, protocol: true };
+		}
 		case 22: return { bytes: post(`Content-Length: ${r.pick([9000000, 300000])}\r\n`, '{"prompt":"'), replies: 1, vanishAfterMs: 1000 };
 		case 23: {
 			// a body slightly over --max-body, chunked: read to its end, then 413
@@ -321,15 +328,23 @@ function rawCase(r) {
 			return { bytes: post('Transfer-Encoding: chunked\r\n', `${big.length.toString(16)}\r\n${big}\r\n0\r\n\r\n`), replies: 1 };
 		}
 		case 24: return { family: 'vanish', bytes: post(`Content-Length: ${ok.length + 100}\r\n`, ok.slice(0, r.int(0, ok.length))), replies: 0, vanishAfterMs: r.int(0, 30) };
-		case 25: return { family: 'vanish', bytes: 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le', replies: 0, vanishAfterMs: r.int(0, 30) };
+		case 25: return { family: 'vanish', bytes: 'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le', replies: 0, vanishAfterMs: r.int(0, 30) };
 		case 26: {
 			const path = r.pick(['/v1/chat/completions', '/v1/messages', '/v1/responses', '/v1/completions']);
-			const body = path === '/v1/completions' ? { prompt: 'Once', max_tokens: 4, ignore_eos: true } : path === '/v1/responses' ? { input: 'Once', max_output_tokens: 4, ignore_eos: true } : { messages: [{ role: 'user', content: 'Once' }], max_tokens: 4, ignore_eos: true };
+			// long enough to be mid-stream when the client goes; its lane must come free
+			const mt = 32;
+			const body = path === '/v1/completions' ? { prompt: 'Once', max_tokens: mt, ignore_eos: true } : path === '/v1/responses' ? { input: 'Once', max_output_tokens: mt, ignore_eos: true } : { messages: [{ role: 'user', content: 'Once' }], max_tokens: mt, ignore_eos: true };
 			body.stream = r.chance(0.7);
 			return { family: 'vanish', bytes: post(`Content-Length: ${Buffer.byteLength(JSON.stringify(body))}\r\n`, JSON.stringify(body), path), replies: 0, vanishOnData: r.chance(0.5), vanishAfterMs: r.int(0, 20) };
 		}
 		case 27: return { family: 'half-close', bytes: post(`Content-Length: ${ok.length}\r\n`), replies: 1, halfClose: true };
 		case 28: return { bytes: post('Content-Length: 0\r\n', ''), replies: 1 };
+		case 29: {
+			// a small request asking for a huge amount of work: refused or bounded once fixed
+			const legacy = r.chance(0.5);
+			const b = JSON.stringify(legacy ? { prompt: 'Hi', n: 32, max_tokens: 2000, logprobs: 5, ignore_eos: true } : { messages: [{ role: 'user', content: 'Hi' }], n: 32, max_tokens: 2000, logprobs: true, top_logprobs: 20, ignore_eos: true });
+			return { family: 'amplification', bytes: post(`Content-Length: ${b.length}\r\n`, b, legacy ? '/v1/completions' : '/v1/chat/completions'), replies: 1 };
+		}
 		default: {
 			// a request trickled a few bytes at a time
 			const b = post(`Content-Length: ${ok.length}\r\n`);
@@ -375,7 +390,7 @@ export function makeCase(seed, index) {
 	let replies = 1;
 	if (keepAlive) {
 		// a second request on the same connection after the first
-		parts.push(enc(`GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
+		parts.push(enc(`GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`));
 		replies = 2;
 	}
 	for (const t of tags) family = t;
