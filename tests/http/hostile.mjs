@@ -40,6 +40,11 @@ const API = {
 	responses: { path: '/v1/responses', shape: 'openai', gen: true },
 	tokenize: { path: '/tokenize', shape: 'openai' },
 	detokenize: { path: '/detokenize', shape: 'openai' },
+	embeddings: { path: '/v1/embeddings', shape: 'openai' },
+	count_tokens: { path: '/v1/messages/count_tokens', shape: 'anthropic' },
+	ollama_chat: { path: '/api/chat', shape: 'ollama', gen: true },
+	ollama_generate: { path: '/api/generate', shape: 'ollama', gen: true },
+	ollama_embed: { path: '/api/embed', shape: 'ollama' },
 };
 
 function base(api, r) {
@@ -58,6 +63,16 @@ function base(api, r) {
 			return { content: text };
 		case 'detokenize':
 			return { tokens: [1, 2, 3, 400] };
+		case 'embeddings':
+			return { input: r.chance(0.5) ? text : [text, 'Hi'] };
+		case 'count_tokens':
+			return { messages: [{ role: 'user', content: text }] };
+		case 'ollama_chat':
+			return { model: 'stories260K', messages: [{ role: 'user', content: text }], options: { num_predict: mt } };
+		case 'ollama_generate':
+			return { model: 'stories260K', prompt: text, options: { num_predict: mt } };
+		case 'ollama_embed':
+			return { model: 'stories260K', input: text };
 	}
 }
 
@@ -75,6 +90,12 @@ const FIELDS = {
 		'draft', 'ignore_eos'],
 	tokenize: ['content', 'messages', 'add_special', 'parse_special'],
 	detokenize: ['tokens'],
+	embeddings: ['model', 'input', 'encoding_format', 'dimensions', 'user'],
+	count_tokens: ['model', 'messages', 'system', 'tools', 'tool_choice', 'thinking'],
+	ollama_chat: ['model', 'messages', 'stream', 'format', 'options', 'keep_alive', 'tools', 'think'],
+	ollama_generate: ['model', 'prompt', 'system', 'suffix', 'template', 'raw', 'stream', 'format', 'images', 'context', 'options',
+		'keep_alive', 'think'],
+	ollama_embed: ['model', 'input', 'truncate', 'dimensions', 'options', 'keep_alive'],
 };
 
 const nested = (d, leaf) => {
@@ -171,6 +192,10 @@ function mutateObject(api, r, tags) {
 		if (typeof b[k] === 'number' && b[k] > 4 && b[k] <= 2 ** 32) b[k] = 4;
 	const mk = { chat: 'max_tokens', completions: 'max_tokens', messages: 'max_tokens', responses: 'max_output_tokens' }[api];
 	if (mk && (b[mk] === undefined || b[mk] === null)) b[mk] = 4;
+	// Ollama's bound sits in options: an object keeps a small num_predict, anything else is a 400
+	if ((api === 'ollama_chat' || api === 'ollama_generate') && (b.options === undefined || b.options === null)) b.options = {};
+	if (b.options && typeof b.options === 'object' && !Array.isArray(b.options) && !(b.options.num_predict >= 1 && b.options.num_predict <= 4))
+		b.options.num_predict = 4;
 	return b;
 }
 
@@ -370,7 +395,8 @@ export function makeCase(seed, index) {
 		const parts = (Array.isArray(c.bytes) ? c.bytes : [c.bytes]).map((b) => (Buffer.isBuffer(b) ? b : Buffer.from(b, 'latin1')));
 		return { replies: 1, shape: 'any', ...c, index, family: c.family || (c.protocol ? 'http-protocol' : 'http-edge'), tags: [...tags], parts, bytes: undefined };
 	}
-	const api = r.pick(['chat', 'chat', 'completions', 'completions', 'messages', 'messages', 'responses', 'responses', 'tokenize', 'detokenize']);
+	const api = r.pick(['chat', 'chat', 'completions', 'completions', 'messages', 'messages', 'responses', 'responses', 'tokenize', 'detokenize',
+		'embeddings', 'count_tokens', 'ollama_chat', 'ollama_generate', 'ollama_embed']);
 	let body, family;
 	if (kind <= 5) {
 		const o = mutateObject(api, r, tags);
@@ -543,6 +569,8 @@ export function judge(c, rep, { strict = false } = {}) {
 		const an = j && j.type === 'error' && typeof j.error === 'object' && j.error && typeof j.error.message === 'string' && typeof j.error.type === 'string';
 		if (c.shape === 'openai' && !oa) return `status ${status}: not the OpenAI error shape: ${body.slice(0, 120)}`;
 		if (c.shape === 'anthropic' && !an) return `status ${status}: not the Anthropic error shape: ${body.slice(0, 120)}`;
+		const ol = j && typeof j.error === 'string' && Object.keys(j).length === 1;
+		if (c.shape === 'ollama' && !ol) return `status ${status}: not Ollama's error shape: ${body.slice(0, 120)}`;
 		if (c.shape === 'any' && !oa && !an) return `status ${status}: not an API error shape: ${body.slice(0, 120)}`;
 		return null;
 	}
@@ -550,6 +578,15 @@ export function judge(c, rep, { strict = false } = {}) {
 		// a stream ends with its API's last event, or an error event
 		const tail = body.slice(-400);
 		if (!/data: \[DONE\]|message_stop|response\.(completed|incomplete|failed)|"error"/.test(tail)) return `a stream that does not end: ${JSON.stringify(tail.slice(-120))}`;
+		return null;
+	}
+	if (status === 200 && /x-ndjson/.test(headers['content-type'] || '')) {
+		// Ollama's stream: one object per line, the last done or an error
+		let last;
+		try {
+			last = JSON.parse(body.trim().split('\n').at(-1));
+		} catch {}
+		if (!last || !(last.done === true || typeof last.error === 'string')) return `an NDJSON stream that does not end: ${JSON.stringify(body.slice(-120))}`;
 		return null;
 	}
 	if (status === 200 && /json/.test(headers['content-type'] || '')) {
