@@ -322,6 +322,8 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 	if (load_defaults_env(s, c->id) || apply_env(s)) return 2;
 	s->cmd = c;
 	bool only_pos = false;
+	uint64_t seen[2] = {0, 0}; // settings given on this command line
+	const char *seen_as[2 * 64] = {0};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (only_pos || a[0] != '-' || a[1] == 0) {
@@ -357,8 +359,16 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 			}
 			val = argv[++i];
 		}
+		const int idx = (int)(st - cli_settings_table);
+		// a second value would silently win over the first: say so instead
+		if (seen[idx / 64] >> (idx % 64) & 1) {
+			cli_err("%s is given twice (%s, then %s): give it once", who, seen_as[idx] ? seen_as[idx] : "on", val ? val : "on");
+			return 2;
+		}
+		seen[idx / 64] |= 1ull << (idx % 64);
+		seen_as[idx] = val;
 		if (set_value(st, s, who, val)) return 2;
-		mark_given(s, (int)(st - cli_settings_table));
+		mark_given(s, idx);
 	}
 	if (s->help) {
 		cli_print_help(stdout, c);

@@ -67,16 +67,22 @@ static const srv_route routes[] = {
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
-static bool path_matches(const srv_route *r, const char *url) {
-	if (r->flags & SRV_R_PREFIX) return !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)];
-	return !strcmp(url, r->path);
+// url's first n bytes against the route's path (n drops one trailing slash: /v1/models/ is /v1/models).
+static bool path_matches(const srv_route *r, const char *url, size_t n) {
+	const size_t len = strlen(r->path);
+	if (r->flags & SRV_R_PREFIX) return n > len && !strncmp(url, r->path, len);
+	return n == len && !strncmp(url, r->path, n);
 }
 
-// The route for (method, url); *path_known tells a wrong method from an unknown path.
+// The route for (method, url); *path_known tells a wrong method from an unknown path. HEAD
+// is answered wherever GET is (libmicrohttpd sends the head alone).
 static const srv_route *route_find(const char *method, const char *url, bool *path_known) {
 	*path_known = false;
+	size_t n = strlen(url);
+	if (n > 1 && url[n - 1] == '/') n--;
+	if (!strcmp(method, "HEAD")) method = "GET";
 	for (size_t i = 0; i < N_ROUTES; i++) {
-		if (!path_matches(&routes[i], url)) continue;
+		if (!path_matches(&routes[i], url, n)) continue;
 		*path_known = true;
 		if (!strcmp(routes[i].method, method)) return &routes[i];
 	}
@@ -161,6 +167,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		c->t0_us = base_now_us();
 		snprintf(c->method, sizeof c->method, "%s", method);
 		snprintf(c->path, sizeof c->path, "%s", url);
+		const size_t pl = strlen(c->path);
+		if (pl > 1 && c->path[pl - 1] == '/') c->path[pl - 1] = 0; // as route_find reads it
 		*con_cls = c;
 		srv_err e;
 		if (early_check(c, url, method, &e)) return srv_reply_error(c, &e);

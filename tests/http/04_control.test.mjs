@@ -99,3 +99,17 @@ test('/props: the build as `lanes --version` says it, the kernel set and the mod
 	assert.ok(body.total_slots >= 1);
 	assert.ok(body.build_flags.includes('-std=c11'));
 });
+
+test('HEAD is answered wherever GET is, and a trailing slash names the same path', async () => {
+	for (const p of ['/health', '/metrics', '/slots', '/v1/models', '/props', '/api/version']) {
+		const r = await fetch(`${srv.url}${p}`, { method: 'HEAD' });
+		assert.equal(r.status, 200, p);
+		assert.equal(await r.text(), '', `${p}: no body`);
+	}
+	assert.equal((await fetch(`${srv.url}/v1/chat/completions`, { method: 'HEAD' })).status, 405);
+	const list = await (await fetch(`${srv.url}/v1/models/`)).json();
+	assert.equal(list.object, 'list');
+	const one = await (await fetch(`${srv.url}/v1/models/${list.data[0].id}/`)).json();
+	assert.equal(one.id, list.data[0].id);
+	assert.equal((await fetch(`${srv.url}/health/`)).status, 200);
+});

@@ -74,6 +74,8 @@ refused "lanes gen: --threads must be 0..1024, not 5000" "$BIN" gen --shape test
 refused "lanes info: LANES_LOG must be error, warn, info or debug, not 'verbose'" env LANES_LOG=verbose "$BIN" info "$M"
 refused "lanes run: LANES_ATTN must be fused or unfused, not 'half'" env LANES_ATTN=half "$BIN" run -m "$M" --ids 1 -n 1
 refused "lanes serve: LANES_DRAIN_S must be 0..86400, not 90000" env LANES_DRAIN_S=90000 "$BIN" serve -m "$M"
+refused "lanes serve: -m is given twice (a.gguf, then b.gguf): give it once" "$BIN" serve -m a.gguf -m b.gguf
+refused "lanes run: --threads is given twice (1, then 2): give it once" "$BIN" run -m "$M" --ids 1 -t 1 --threads 2
 refused "lanes: LANES_LOG must be error, warn, info or debug, not 'loud'" env LANES_LOG=loud "$BIN" --version
 # a missing requirement or an unknown option: the message, then the synopsis
 cli "$BIN" run -m "$M" --bogus
