@@ -134,6 +134,7 @@ typedef struct {
 	srv_gen g;
 	json_t *input;
 	const char *instructions;
+	const char *truncation;    // "auto" or "disabled": a prompt that does not fit is refused either way
 	double temperature, top_p; // echoed back as sent
 	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background; // neutral values only
 } resp_req;
@@ -159,12 +160,12 @@ static const srv_field resp_fields[] = {
 	SRV_ROW(resp_req, reasoning, SRV_K_JSON),
 	SRV_ROW(resp_req, include, SRV_K_JSON),
 	SRV_ROW(resp_req, background, SRV_K_JSON),
-	SRV_IGNORED("metadata"),
-	SRV_IGNORED("user"),
-	SRV_IGNORED("parallel_tool_calls"),
-	SRV_IGNORED("truncation"),
-	SRV_IGNORED("service_tier"),
-	SRV_IGNORED("stream_options"),
+	SRV_IGNORED_AS("metadata", OBJECT),
+	SRV_IGNORED_AS("user", STR),
+	SRV_IGNORED_AS("parallel_tool_calls", BOOL),
+	SRV_ROW(resp_req, truncation, SRV_K_STR),
+	SRV_IGNORED_AS("service_tier", STR),
+	SRV_IGNORED_AS("stream_options", OBJECT),
 	{0},
 };
 
@@ -182,11 +183,17 @@ static const srv_field resp_item_fields[] = {
 	{0},
 };
 
+// text's keys (format is checked by value).
+static const srv_field text_fields[] = {
+	SRV_IGNORED("format"),
+	{0},
+};
+
 static int resp_neutral(const resp_req *r, srv_err *e) {
 	json_t *v;
-	if (json_is_true(r->store))
+	if (r->store && !json_is_false(r->store))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "store",
-				"unsupported parameter: store (this server is stateless and keeps no responses: send \"store\": false)");
+				"unsupported parameter: store (this server is stateless and keeps no responses: only false)");
 	if (r->previous_response_id)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
 				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
@@ -196,11 +203,17 @@ static int resp_neutral(const resp_req *r, srv_err *e) {
 		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
 		if (!json_is_object(v) || !t || strcmp(t, "text"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
+		if (srv_fields_known(v, text_fields, "text", e)) return -1;
 	}
-	if (r->reasoning) return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning");
+	if ((v = r->reasoning) && !(json_is_object(v) && !json_object_size(v)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning (only {})");
 	if ((v = r->include) && !(json_is_array(v) && !json_array_size(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "include", "unsupported parameter: include");
-	if (json_is_true(r->background)) return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background");
+	if ((v = r->background) && !json_is_false(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background (only false)");
+	const char *tr = r->truncation;
+	if (tr && strcmp(tr, "auto") && strcmp(tr, "disabled"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "truncation", "truncation must be \"auto\" or \"disabled\"");
 	return 0;
 }
 
@@ -218,9 +231,10 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 		size_t i;
 		json_t *m;
 		json_array_foreach(in, i, m) {
-			char p[64], pc[80];
+			char p[64], pc[80], pr[80];
 			snprintf(p, sizeof p, "input[%zu]", i);
 			snprintf(pc, sizeof pc, "%s.content", p);
+			snprintf(pr, sizeof pr, "%s.role", p);
 			if (!json_is_object(m)) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 				goto fail;
@@ -236,7 +250,7 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 			const char *role = json_string_value(it.role);
 			if (role && !strcmp(role, "developer")) role = "system";
 			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
-				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be user, assistant, system or developer", p);
+				srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s must be user, assistant, system or developer", pr);
 				goto fail;
 			}
 			char *text = NULL;
