@@ -274,16 +274,29 @@ for (const [name, api] of Object.entries(APIS)) {
 
 // ---- replies that hold client text which is not valid UTF-8 ------------------------------
 
-const E300 = 'x' + 'é'.repeat(300);
-
-// Every one of these must get a status line and a JSON body in the family's shape.
+// Both parities, so that a cut at a fixed byte count lands inside a character in one of them.
+const LONG_E = ['x', 'xx'].map((x) => x + 'é'.repeat(300));
 const utf8 = (o) => Buffer.from(JSON.stringify(o), 'utf8');
+// The smallest valid request of each path, for a field set to a long value.
+const BASES = {
+	'/v1/chat/completions': { messages: userMsgs, max_tokens: 1 },
+	'/v1/completions': { prompt: 'a', max_tokens: 1 },
+	'/v1/messages': { messages: userMsgs, max_tokens: 1 },
+	'/v1/responses': { input: 'a', max_output_tokens: 1 },
+	'/tokenize': { content: 'a' },
+	'/detokenize': { tokens: [1] },
+};
+const MESSAGE_PATHS = ['/v1/chat/completions', '/v1/messages', '/tokenize'];
+// [what, (path) => the body, or null where the case does not apply]
 const UTF8_CASES = [
-	['bad escape then é', Buffer.from('{"x":"\\u\xc3\xa9"}', 'latin1')],
-	['model of 300 é', utf8({ model: E300, messages: userMsgs, prompt: 'a', input: 'a', max_tokens: 1 })],
-	['role of 300 é', utf8({ messages: [{ role: E300, content: 'a' }], max_tokens: 1 })],
-	['unknown key of 300 é', utf8({ [E300]: 1 })],
-	['invalid UTF-8 in a key', Buffer.from('{"\xff\xfe":1}', 'latin1')],
+	['bad escape then é', () => Buffer.from('{"x":"\\u\xc3\xa9"}', 'latin1')],
+	['invalid UTF-8 in a key', () => Buffer.from('{"\xff\xfe":1}', 'latin1')],
+	...LONG_E.flatMap((v, i) => [
+		[`unknown key of ${i + 1} + 300 é`, (p) => utf8({ ...BASES[p], [v]: 1 })],
+		[`model of ${i + 1} + 300 é`, (p) => (p.startsWith('/v1/') ? utf8({ ...BASES[p], model: v }) : null)],
+		[`role of ${i + 1} + 300 é`, (p) =>
+			MESSAGE_PATHS.includes(p) ? utf8({ ...BASES[p], content: undefined, messages: [{ role: v, content: 'a' }] }) : null],
+	]),
 ];
 const PATHS = ['/v1/chat/completions', '/v1/completions', '/v1/messages', '/v1/responses', '/tokenize', '/detokenize'];
 
@@ -303,15 +316,28 @@ function checkReply(what, raw, anthropic) {
 }
 
 test('an error message that would hold invalid UTF-8 still gets a reply with a JSON body', async () => {
-	for (const [what, body] of UTF8_CASES)
+	const bad = [];
+	const attempt = (f) => {
+		try {
+			f();
+		} catch (e) {
+			bad.push(e.message.split('\n')[0]);
+		}
+	};
+	for (const [what, bodyFor] of UTF8_CASES)
 		for (const p of PATHS) {
+			const body = bodyFor(p);
+			if (!body) continue;
 			const r = await rawExchange(srv.port, rawPost(p, body));
-			checkReply(`${p} ${what}`, r.text, p === '/v1/messages');
+			attempt(() => checkReply(`${p} ${what}`, r.text, p === '/v1/messages'));
 		}
 	const r = await rawExchange(srv.port, httpRequest('GET', '/v1/models/x' + '%C3%A9'.repeat(100)));
-	const body = checkReply('GET /v1/models/x + 100 é', r.text, false);
-	assert.equal(statusOf(r.text), 404);
-	assert.equal(body.error.code, 'model_not_found');
+	attempt(() => {
+		const body = checkReply('GET /v1/models/x + 100 é', r.text, false);
+		assert.equal(statusOf(r.text), 404);
+		assert.equal(body.error.code, 'model_not_found');
+	});
+	assert.deepEqual(bad, []);
 });
 
 test('control characters from the client are escaped in the access log', async () => {
