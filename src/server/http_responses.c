@@ -16,6 +16,7 @@ typedef struct {
 	json_t *instructions;      // echoed back (null when absent)
 	json_t *max_output_tokens; // echoed back
 	double temperature, top_p;
+	bool truncation_auto;      // echoed back: "auto" when sent, else "disabled"
 } resp_state;
 
 static void resp_free(void *p) {
@@ -57,7 +58,7 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 			      "model", c->s->model_id, "output", output ? output : json_array(), "parallel_tool_calls", 0,
 			      "previous_response_id", "reasoning", "effort", "summary", "store", 0, "temperature", st->temperature,
 			      "text", "format", "type", "text", "tool_choice", "auto", "tools", "top_p", st->top_p, "truncation",
-			      "disabled", "user", "metadata");
+			      st->truncation_auto ? "auto" : "disabled", "user", "metadata");
 	if (!r) return NULL;
 	json_object_set_new(r, "usage", with_usage ? usage(c) : json_null());
 	return r;
@@ -200,6 +201,7 @@ static int resp_neutral(const resp_req *r, srv_err *e) {
 	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
 	if ((v = r->text)) {
 		json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
+		if (json_is_null(f)) f = NULL; // null is the same as left out
 		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
 		if (!json_is_object(v) || !t || strcmp(t, "text"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
@@ -253,6 +255,10 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 				srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s must be user, assistant, system or developer", pr);
 				goto fail;
 			}
+			if (!it.content) {
+				srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s is required", pc);
+				goto fail;
+			}
 			char *text = NULL;
 			if (srv_content_text(it.content, pc, part_types, &text, e)) goto fail;
 			json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
@@ -295,6 +301,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	st->max_output_tokens = r.g.lr.max_tokens > 0 ? json_integer(r.g.lr.max_tokens) : json_null();
 	st->temperature = r.temperature;
 	st->top_p = r.top_p;
+	st->truncation_auto = r.truncation && !strcmp(r.truncation, "auto");
 	srv_new_id(s, "msg_", st->item_id, sizeof st->item_id);
 	return srv_gen_run(c, &resp_api, st, &r.g, "resp_");
 fail:

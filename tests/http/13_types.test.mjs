@@ -159,6 +159,9 @@ const APIS = {
 			tools: { ok: any('arr') },
 			tool_choice: { ok: NONE },
 			text: { ok: any('obj') },
+			'text.format': { ok: NONE },
+			'input.0.role': { ok: [], base: { input: [{ role: 'user', content: 'Once' }] } },
+			'input.0.content': { ok: [...STRINGS, 'arr'], base: { input: [{ role: 'user', content: 'Once' }] } },
 			reasoning: { ok: any('obj') },
 			include: { ok: any('arr') },
 			background: { ok: any('false') },
@@ -271,6 +274,14 @@ for (const [name, api] of Object.entries(APIS)) {
 		assert.deepEqual(bad, [], `${bad.length} of ${cases.length} answered otherwise than the docs say`);
 	});
 }
+
+test('responses: truncation is echoed as sent', async () => {
+	for (const t of ['auto', 'disabled']) {
+		const r = await send('/v1/responses', JSON.stringify({ input: 'Once', max_output_tokens: 1, truncation: t }));
+		assert.equal(r.status, 200, r.text);
+		assert.equal(r.json.truncation, t);
+	}
+});
 
 // ---- replies that hold client text which is not valid UTF-8 ------------------------------
 
