@@ -230,7 +230,7 @@ async function send(path, body) {
 	return { status: r.status, text, json };
 }
 
-// The top-level name of a dotted field path, as error messages and params spell it.
+// A dotted field path as params spell it: messages.0.role is messages[0].role.
 const paramOf = (field) => field.replace(/\.(\d+)/g, '[$1]');
 
 function checkRefused(api, field, spec, kind, r) {
