@@ -33,7 +33,17 @@ const char *base_strerror(int code);
 int base_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+// ---- UTF-8 ----------------------------------------------------------------------------
+// Length of the valid UTF-8 sequence at s (n > 0 bytes left), or 0 when it is not one.
+size_t base_utf8_len(const unsigned char *s, size_t n);
+// Copies n bytes of src into dst (cap > 0 bytes) as valid UTF-8, NUL-terminated: each byte
+// that starts no valid sequence becomes U+FFFD, and only whole characters are copied.
+// Returns the length written.
+size_t base_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
+
 // ---- logging: one level-gated macro, prefixed by module; always to stderr -----------
+// Control characters and invalid UTF-8 in a line are written as \xNN, so that text from
+// clients can neither forge lines nor reach the terminal raw.
 enum base_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 extern int base_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
 void base_log(int level, const char *module, const char *fmt, ...)

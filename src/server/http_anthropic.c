@@ -103,7 +103,7 @@ static const srv_field ant_fields[] = {
 	SRV_ROW(ant_req, tools, SRV_K_JSON),
 	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(ant_req, thinking, SRV_K_JSON),
-	SRV_IGNORED("service_tier"),
+	SRV_IGNORED_AS("service_tier", STR),
 	{0},
 };
 

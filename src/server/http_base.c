@@ -57,13 +57,17 @@ static const struct {
 };
 
 int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...) {
+	// client text (keys, values, jansson's "near" excerpt) may be invalid UTF-8 or be cut
+	// inside a character: both would make the JSON body unbuildable
+	char text[sizeof e->msg * 2];
 	e->kind = kind;
-	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+	base_utf8_copy(e->param, sizeof e->param, param ? param : "", param ? strlen(param) : 0);
 	e->code[0] = 0;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	int n = vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
+	base_utf8_copy(e->msg, sizeof e->msg, text, n < 0 ? 0 : strlen(text));
 	return -1;
 }
 
@@ -103,11 +107,31 @@ enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const
 	return queue(c, status, r);
 }
 
-static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after) {
+// The error body of kind with a fixed message: for a reply whose own body could not be
+// built, so that every request still gets a status line and JSON in its family's shape.
+static void fixed_body(enum srv_family f, enum srv_ekind kind, char *out, size_t n) {
+	static const char msg[] = "the reply could not be encoded";
+	const char *code = ekinds[kind].openai_code;
+	if (f == SRV_ANTHROPIC)
+		snprintf(out, n, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":\"%s\"}}", ekinds[kind].anthropic_type, msg);
+	else if (kind == SRV_E_INTERNAL)
+		snprintf(out, n, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\"}}", msg, ekinds[kind].openai_type);
+	else
+		snprintf(out, n, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%s%s%s}}", msg,
+			 ekinds[kind].openai_type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
+}
+
+// body, or when it cannot be encoded the fixed body of kind (with kind's status).
+static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after, enum srv_ekind kind) {
 	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
-	if (!txt) return MHD_NO;
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+	char fixed[256];
+	if (!txt) {
+		fixed_body(c->family, kind, fixed, sizeof fixed);
+		status = c->family == SRV_ANTHROPIC ? ekinds[kind].anthropic_status : ekinds[kind].status;
+	}
+	struct MHD_Response *r = txt ? MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE)
+				     : MHD_create_response_from_buffer(strlen(fixed), fixed, MHD_RESPMEM_MUST_COPY);
 	if (!r) {
 		free(txt);
 		return MHD_NO;
@@ -122,7 +146,7 @@ static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int r
 }
 
 enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) {
-	return reply_json_h(c, status, body, retry_after);
+	return reply_json_h(c, status, body, retry_after, SRV_E_INTERNAL);
 }
 
 enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
@@ -131,7 +155,7 @@ enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
 	if (c->gen && e->kind != SRV_E_INTERNAL && !c->host_counted)
 		atomic_fetch_add(&c->s->rejected, 1);
 	if (!c->outcome) c->outcome = "rejected";
-	return reply_json_h(c, status, body, srv_retry_after(e->kind));
+	return reply_json_h(c, status, body, srv_retry_after(e->kind), e->kind);
 }
 
 int srv_sock_fd(srv_conn *c) {
@@ -220,26 +244,6 @@ json_t *srv_real(double v) {
 	return json_real(v);
 }
 
-// Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one.
-static size_t utf8_len(const unsigned char *s, size_t n) {
-	unsigned c = s[0];
-	size_t len;
-	unsigned cp;
-	if (c < 0x80) return 1;
-	if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-	else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-	else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-	else return 0;
-	if (n < len) return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80) return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
 	size_t n = 0;
 	const char *p = tok_piece(s->vocab, id, TOK_DECODE_SPECIAL, &n);
@@ -250,7 +254,7 @@ char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
 	}
 	srv_buf b = {0};
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_len((const unsigned char *)p + i, n - i);
+		size_t l = base_utf8_len((const unsigned char *)p + i, n - i);
 		if (l) srv_buf_add(&b, p + i, l), i += l;
 		else srv_buf_adds(&b, "\xef\xbf\xbd"), i++;
 	}
@@ -351,14 +355,14 @@ static int bounded(const srv_field *r, const char *name, double x, lane_api *api
 	return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
 }
 
-// An integer, or a number with no fraction that a double holds exactly.
+// An integer, or a number with no fraction that a double holds exactly; -0.0 is no integer.
 static bool integer_of(const json_t *v, int64_t *x) {
 	if (json_is_integer(v)) {
 		*x = json_integer_value(v);
 		return true;
 	}
 	double d = json_is_real(v) ? json_real_value(v) : 0.5;
-	if (d != floor(d) || fabs(d) >= 9e15) return false;
+	if (d != floor(d) || fabs(d) >= 9e15 || (d == 0 && signbit(d))) return false;
 	*x = (int64_t)d;
 	return true;
 }
@@ -461,6 +465,13 @@ static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, 
 	}
 }
 
+// An ignored field's value checked against its row's type.
+static int ignored_type(const srv_field *r, json_t *v, const char *name, srv_err *e) {
+	bool ok = r->kind == SRV_K_IGNORE_STR ? json_is_string(v) : r->kind == SRV_K_IGNORE_BOOL ? json_is_boolean(v) : json_is_object(v);
+	const char *what = r->kind == SRV_K_IGNORE_STR ? "a string" : r->kind == SRV_K_IGNORE_BOOL ? "a boolean" : "an object";
+	return ok ? 0 : srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be %s, got %s", name, what, type_name(v));
+}
+
 int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_err *e) {
 	for (const srv_field *r = t; r->kind != SRV_K_END; r++) {
 		char *dst = (char *)base + r->off;
@@ -469,10 +480,11 @@ int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where
 			continue;
 		}
 		json_t *v = json_object_get(o, r->name);
-		if (r->kind == SRV_K_IGNORE || !v || json_is_null(v)) continue;
+		if (!v || json_is_null(v) || r->kind == SRV_K_IGNORE) continue;
 		char name[96];
 		snprintf(name, sizeof name, "%s%s%s", where ? where : "", where ? "." : "", r->name);
-		if (read_one(r, v, dst, name, api, !where, e)) return -1;
+		bool ign = r->kind == SRV_K_IGNORE_STR || r->kind == SRV_K_IGNORE_BOOL || r->kind == SRV_K_IGNORE_OBJECT;
+		if (ign ? ignored_type(r, v, name, e) : read_one(r, v, dst, name, api, !where, e)) return -1;
 	}
 	return 0;
 }

@@ -172,6 +172,9 @@ enum srv_kind {
 	SRV_K_OBJECT,     // an object read with the rows of sub, unknown keys refused
 	SRV_K_INCLUDE,    // the rows of sub, read at off (no JSON key of its own)
 	SRV_K_IGNORE,     // accepted and ignored
+	SRV_K_IGNORE_STR, // ignored once checked to be a string
+	SRV_K_IGNORE_BOOL, // ... a boolean
+	SRV_K_IGNORE_OBJECT, // ... an object
 };
 
 typedef struct srv_field srv_field;
@@ -186,6 +189,8 @@ struct srv_field {
 #define SRV_ROW(T, member, kind) {#member, (kind), .off = offsetof(T, member)}
 // A row for a field accepted and ignored.
 #define SRV_IGNORED(name) {(name), SRV_K_IGNORE, .off = 0}
+// A row for a field ignored once its value has the type T: STR, BOOL or OBJECT.
+#define SRV_IGNORED_AS(name, T) {(name), SRV_K_IGNORE_##T, .off = 0}
 
 typedef struct {
 	const char *s[LANE_MAX_STOPS]; // point into the request's JSON

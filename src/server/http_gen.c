@@ -106,13 +106,15 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			goto fail;
 		}
 		const char *role = json_string_value(r.role);
+		char pr[80];
+		snprintf(pr, sizeof pr, "%s.role", p);
 		if (!role) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
+			srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s must be a string", pr);
 			goto fail;
 		}
 		if (!strcmp(role, "developer")) role = "system";
 		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, developer, user or assistant", p, role);
+			srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s '%s' is not supported: system, developer, user or assistant", pr, role);
 			goto fail;
 		}
 		char pc[80], *text = NULL;

@@ -235,7 +235,7 @@ static const lane_api cmpl_api = {.name = {[LANE_F_PROMPT] = "prompt", [LANE_F_T
 
 static const srv_field stream_options_fields[] = {
 	SRV_ROW(oai_req, include_usage, SRV_K_BOOL),
-	SRV_IGNORED("include_obfuscation"),
+	SRV_IGNORED_AS("include_obfuscation", BOOL),
 	{0},
 };
 
@@ -252,7 +252,7 @@ static const srv_field oai_fields[] = {
 	{"logit_bias", SRV_K_BIAS, LANE_F_LOGIT_BIAS, offsetof(oai_req, g.bias), NULL},
 	{"stream_options", SRV_K_OBJECT, .sub = stream_options_fields},
 	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
-	SRV_IGNORED("user"),
+	SRV_IGNORED_AS("user", STR),
 	{0},
 };
 
@@ -267,9 +267,9 @@ static const srv_field chat_fields[] = {
 	SRV_ROW(oai_req, tools, SRV_K_JSON),
 	SRV_ROW(oai_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(oai_req, modalities, SRV_K_JSON),
-	SRV_IGNORED("metadata"),
-	SRV_IGNORED("parallel_tool_calls"),
-	SRV_IGNORED("service_tier"),
+	SRV_IGNORED_AS("metadata", OBJECT),
+	SRV_IGNORED_AS("parallel_tool_calls", BOOL),
+	SRV_IGNORED_AS("service_tier", STR),
 	{0},
 };
 
@@ -309,8 +309,8 @@ static int neutral(const oai_req *r, srv_err *e) {
 			  !strcmp(json_string_value(json_array_get(v, 0)), "text");
 		if (!ok) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "unsupported parameter: modalities (only [\"text\"])");
 	}
-	if (json_is_true(r->store))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "store", "unsupported parameter: store (completions are not stored)");
+	if (r->store && !json_is_false(r->store))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "store", "unsupported parameter: store (completions are not stored: only false)");
 	if ((v = r->suffix) && !(json_is_string(v) && !json_string_length(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "unsupported parameter: suffix");
 	return 0;

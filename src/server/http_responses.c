@@ -16,6 +16,7 @@ typedef struct {
 	json_t *instructions;      // echoed back (null when absent)
 	json_t *max_output_tokens; // echoed back
 	double temperature, top_p;
+	bool truncation_auto;      // echoed back: "auto" when sent, else "disabled"
 } resp_state;
 
 static void resp_free(void *p) {
@@ -57,7 +58,7 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 			      "model", c->s->model_id, "output", output ? output : json_array(), "parallel_tool_calls", 0,
 			      "previous_response_id", "reasoning", "effort", "summary", "store", 0, "temperature", st->temperature,
 			      "text", "format", "type", "text", "tool_choice", "auto", "tools", "top_p", st->top_p, "truncation",
-			      "disabled", "user", "metadata");
+			      st->truncation_auto ? "auto" : "disabled", "user", "metadata");
 	if (!r) return NULL;
 	json_object_set_new(r, "usage", with_usage ? usage(c) : json_null());
 	return r;
@@ -134,6 +135,7 @@ typedef struct {
 	srv_gen g;
 	json_t *input;
 	const char *instructions;
+	const char *truncation;    // "auto" or "disabled": a prompt that does not fit is refused either way
 	double temperature, top_p; // echoed back as sent
 	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background; // neutral values only
 } resp_req;
@@ -159,12 +161,12 @@ static const srv_field resp_fields[] = {
 	SRV_ROW(resp_req, reasoning, SRV_K_JSON),
 	SRV_ROW(resp_req, include, SRV_K_JSON),
 	SRV_ROW(resp_req, background, SRV_K_JSON),
-	SRV_IGNORED("metadata"),
-	SRV_IGNORED("user"),
-	SRV_IGNORED("parallel_tool_calls"),
-	SRV_IGNORED("truncation"),
-	SRV_IGNORED("service_tier"),
-	SRV_IGNORED("stream_options"),
+	SRV_IGNORED_AS("metadata", OBJECT),
+	SRV_IGNORED_AS("user", STR),
+	SRV_IGNORED_AS("parallel_tool_calls", BOOL),
+	SRV_ROW(resp_req, truncation, SRV_K_STR),
+	SRV_IGNORED_AS("service_tier", STR),
+	SRV_IGNORED_AS("stream_options", OBJECT),
 	{0},
 };
 
@@ -182,25 +184,38 @@ static const srv_field resp_item_fields[] = {
 	{0},
 };
 
+// text's keys (format is checked by value).
+static const srv_field text_fields[] = {
+	SRV_IGNORED("format"),
+	{0},
+};
+
 static int resp_neutral(const resp_req *r, srv_err *e) {
 	json_t *v;
-	if (json_is_true(r->store))
+	if (r->store && !json_is_false(r->store))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "store",
-				"unsupported parameter: store (this server is stateless and keeps no responses: send \"store\": false)");
+				"unsupported parameter: store (this server is stateless and keeps no responses: only false)");
 	if (r->previous_response_id)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
 				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
 	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
 	if ((v = r->text)) {
 		json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
+		if (json_is_null(f)) f = NULL; // null is the same as left out
 		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
 		if (!json_is_object(v) || !t || strcmp(t, "text"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
+		if (srv_fields_known(v, text_fields, "text", e)) return -1;
 	}
-	if (r->reasoning) return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning");
+	if ((v = r->reasoning) && !(json_is_object(v) && !json_object_size(v)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning (only {})");
 	if ((v = r->include) && !(json_is_array(v) && !json_array_size(v)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "include", "unsupported parameter: include");
-	if (json_is_true(r->background)) return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background");
+	if ((v = r->background) && !json_is_false(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background (only false)");
+	const char *tr = r->truncation;
+	if (tr && strcmp(tr, "auto") && strcmp(tr, "disabled"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "truncation", "truncation must be \"auto\" or \"disabled\"");
 	return 0;
 }
 
@@ -218,9 +233,10 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 		size_t i;
 		json_t *m;
 		json_array_foreach(in, i, m) {
-			char p[64], pc[80];
+			char p[64], pc[80], pr[80];
 			snprintf(p, sizeof p, "input[%zu]", i);
 			snprintf(pc, sizeof pc, "%s.content", p);
+			snprintf(pr, sizeof pr, "%s.role", p);
 			if (!json_is_object(m)) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 				goto fail;
@@ -236,7 +252,11 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 			const char *role = json_string_value(it.role);
 			if (role && !strcmp(role, "developer")) role = "system";
 			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
-				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be user, assistant, system or developer", p);
+				srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s must be user, assistant, system or developer", pr);
+				goto fail;
+			}
+			if (!it.content) {
+				srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s is required", pc);
 				goto fail;
 			}
 			char *text = NULL;
@@ -281,6 +301,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	st->max_output_tokens = r.g.lr.max_tokens > 0 ? json_integer(r.g.lr.max_tokens) : json_null();
 	st->temperature = r.temperature;
 	st->top_p = r.top_p;
+	st->truncation_auto = r.truncation && !strcmp(r.truncation, "auto");
 	srv_new_id(s, "msg_", st->item_id, sizeof st->item_id);
 	return srv_gen_run(c, &resp_api, st, &r.g, "resp_");
 fail:

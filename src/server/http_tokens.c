@@ -19,7 +19,7 @@ static const srv_field tokenize_fields[] = {
 	SRV_ROW(tokenize_req, messages, SRV_K_JSON),
 	SRV_ROW(tokenize_req, add_special, SRV_K_BOOL),
 	SRV_ROW(tokenize_req, parse_special, SRV_K_BOOL),
-	SRV_IGNORED("model"),
+	SRV_IGNORED_AS("model", STR),
 	{0},
 };
 
@@ -29,7 +29,7 @@ typedef struct {
 
 static const srv_field detokenize_fields[] = {
 	SRV_ROW(detokenize_req, tokens, SRV_K_JSON),
-	SRV_IGNORED("model"),
+	SRV_IGNORED_AS("model", STR),
 	{0},
 };
 

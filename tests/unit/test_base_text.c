@@ -1,0 +1,39 @@
+// tests: text from outside as base handles it — base_utf8_copy keeps whole characters and
+// replaces bytes that are not UTF-8 with U+FFFD, and base_log escapes control characters and
+// invalid bytes so a logged value can never start a line of its own.
+#include "t.h"
+#include "base/base.h"
+
+#include <unistd.h>
+
+int main(void) {
+	char out[16];
+	// "é" is 2 bytes: a buffer of 4 holds one of them and the NUL, never half of the second
+	CHECK(base_utf8_copy(out, 4, "\xc3\xa9\xc3\xa9", 4) == 2 && !strcmp(out, "\xc3\xa9"));
+	CHECK(base_utf8_copy(out, 5, "x\xc3\xa9\xc3\xa9", 5) == 3 && !strcmp(out, "x\xc3\xa9"));
+	// a lone lead byte, a stray continuation byte and an overlong form each become U+FFFD
+	CHECK(base_utf8_copy(out, sizeof out, "a\xc3" "b\x80\xc0\xaf", 6) == 14);
+	CHECK(!strcmp(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
+	// a source cut inside a character ends in U+FFFD (one per byte), not in half a character
+	CHECK(base_utf8_copy(out, sizeof out, "\xe2\x82", 2) == 6 && !strcmp(out, "\xef\xbf\xbd\xef\xbf\xbd"));
+	CHECK(base_utf8_copy(out, 1, "abc", 3) == 0 && !out[0]);
+
+	// the log line of a value with CR, LF, ESC and an invalid byte stays one line
+	char path[256];
+	snprintf(path, sizeof path, "%s/base-log-XXXXXX", t_tmp());
+	int fd = mkstemp(path), saved = dup(2);
+	CHECK(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	base_log(LOG_LEVEL_INFO, "t", "GET /a\r\nI http: forged\x1b[31m\xff \xc3\xa9");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	size_t len = 0;
+	char *got = t_read_file(path, &len);
+	CHECKF(got && !strcmp(got, "I t: GET /a\\x0d\\x0aI http: forged\\x1b[31m\\xff \xc3\xa9\n"), "%s", got ? got : "(none)");
+	free(got);
+	close(fd);
+	unlink(path);
+	T_DONE("base_text");
+}
