@@ -22,7 +22,6 @@ export function prng(seed) {
 // Case families that reach known defects, skipped unless LANES_HOSTILE_ALL is 1 or names them.
 // Each says what the server does today; the last two are libmicrohttpd's own replies.
 export const KNOWN = {
-	'utf8-error-text': 'an error message holding user text cut inside a UTF-8 character, or invalid UTF-8 bytes quoted by the JSON parser, gets no reply at all',
 	'bad-request-line': 'a malformed request line is closed with nothing sent',
 	'transfer-encoding': 'an unsupported Transfer-Encoding gets no reply and holds the connection',
 	'half-close': 'a client that half-closes after a complete request gets no reply when the request needs a lane',
@@ -580,6 +579,7 @@ export function judge(c, rep, { strict = false } = {}) {
 		if (!/data: \[DONE\]|message_stop|response\.(completed|incomplete|failed)|"error"/.test(tail)) return `a stream that does not end: ${JSON.stringify(tail.slice(-120))}`;
 		return null;
 	}
+	if (c.noBody) return body ? 'a reply to HEAD with a body' : null;
 	if (status === 200 && /x-ndjson/.test(headers['content-type'] || '')) {
 		// Ollama's stream: one object per line, the last done or an error
 		let last;
