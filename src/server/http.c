@@ -649,6 +649,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : cfg->port;
+	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
+		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");

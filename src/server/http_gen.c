@@ -264,7 +264,6 @@ static void waker_event(http_server *s, const struct epoll_event *ev) {
 			// a reset or a failed write: the client went away; stop watching the socket
 			atomic_store(&c->gone, true);
 			epoll_ctl(s->waker_ep, EPOLL_CTL_DEL, c->sock, NULL);
-			c->sock = -1;
 		} else if (ev->events & EPOLLRDHUP) {
 			// a half-close may be a client still reading (nc -N): watch for errors only
 			atomic_store(&c->hup, true);
