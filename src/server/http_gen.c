@@ -173,7 +173,7 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32
 
 #define KEY_SOCK (1ull << 63)   // a waker event from the client's socket, not the slot's eventfd
 #define KEEPALIVE_US 15000000   // a stream with nothing to say sends a comment this often
-#define TICK_MS 100
+#define TICK_MS 100             // how often deadlines and stream keep-alives are looked at
 
 static uint64_t wake_key(int slot, uint32_t gen, bool sock) {
 	return (uint64_t)(uint32_t)slot | (uint64_t)(gen & 0x7fffffffu) << 32 | (sock ? KEY_SOCK : 0);
