@@ -71,6 +71,10 @@ int cmd_serve(const cli_settings *s) {
 	cfg.max_body = (size_t)s->max_body;
 	cfg.chat_template = s->chat_template;
 	cfg.max_connections = (int)s->max_connections;
+	cfg.max_per_ip = (int)s->max_per_ip;
+	cfg.header_timeout_s = s->header_timeout;
+	cfg.idle_timeout_s = (int)s->idle_timeout;
+	cfg.http_threads = (int)s->http_threads;
 	cfg.lanes.lanes = s->lanes ? (int32_t)s->lanes : cfg.lanes.lanes;
 	cfg.lanes.ctx = (int32_t)s->ctx;
 	cfg.lanes.kv_type = cli_kv_type(s->kv_type);

@@ -24,8 +24,8 @@ typedef struct {
 	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
-	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max;
-	double temp, top_p, min_p, round_ms, drain_s;
+	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
+	double temp, top_p, min_p, round_ms, drain_s, header_timeout;
 	// switches
 	bool help, json, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive, embeddings;
 	const char *pos[3]; // positional arguments, npos of them

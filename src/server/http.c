@@ -1,6 +1,7 @@
-// server, layer 3: the libmicrohttpd daemon (a thread per connection, so a request that
-// waits on the engine never delays another), the route table, request bodies, the API key,
-// the access log, the background model load, and the drain/halt states.
+// server, layer 3: the libmicrohttpd daemon (epoll in a small thread pool; a request that
+// waits on the engine is suspended, so no thread waits for it), the connections' limits and
+// deadlines, the route table, request bodies, the API key, the access log, the background
+// model load, and the drain/halt states.
 #include "server/http_gen.h"
 #include "server/http_routes.h"
 
@@ -12,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/tcp.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void http_config_default(http_config *c) {
@@ -20,7 +24,11 @@ void http_config_default(http_config *c) {
 	c->host = "127.0.0.1";
 	c->port = 8080;
 	c->max_body = 8u << 20;
-	c->max_connections = 256;
+	c->max_connections = 0;
+	c->max_per_ip = 64;
+	c->header_timeout_s = 10;
+	c->idle_timeout_s = 60;
+	c->http_threads = 4;
 	lane_config_default(&c->lanes);
 }
 
@@ -89,6 +97,150 @@ static const srv_route *route_find(const char *method, const char *url, bool *pa
 	return NULL;
 }
 
+// ---- connections: deadlines, the drain's count, replies libmicrohttpd cannot give ----------
+
+// One client connection (libmicrohttpd's socket context), on the server's list.
+typedef struct srv_sock srv_sock;
+struct srv_sock {
+	struct srv_sock *prev, *next;
+	int fd;
+	uint64_t deadline_us;     // the request's head and body must be in by then (0: none due)
+	bool pending;             // counted in socks_pending: a request arriving or not yet answered
+	bool received;            // the current request was read whole
+	bool timed_out;           // its deadline passed: closed with a 408
+	uint64_t sent_mark, recv_mark; // TCP bytes sent and received when the last request was answered
+};
+
+static void tcp_bytes(int fd, uint64_t *sent, uint64_t *recvd) {
+	struct tcp_info ti;
+	socklen_t len = sizeof ti;
+	memset(&ti, 0, sizeof ti);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len)) ti.tcpi_bytes_sent = ti.tcpi_bytes_received = 0;
+	*sent = ti.tcpi_bytes_sent;
+	*recvd = ti.tcpi_bytes_received;
+}
+
+// Under sock_mu.
+static void sock_pending(http_server *s, srv_sock *k, bool on) {
+	if (k->pending == on) return;
+	k->pending = on;
+	atomic_fetch_add(&s->socks_pending, on ? 1 : -1);
+}
+
+// A reply written straight to the socket as libmicrohttpd closes it: for bytes that never
+// became a request (a malformed request line, binary junk) and for a request cut by its
+// deadline, where libmicrohttpd itself would close with nothing sent.
+static void sock_last_word(http_server *s, srv_sock *k) {
+	uint64_t sent, recvd;
+	tcp_bytes(k->fd, &sent, &recvd);
+	if (atomic_load(&s->quit) || k->received || sent != k->sent_mark || recvd <= k->recv_mark) return;
+	srv_err e;
+	int status = 400;
+	const char *reason = "Bad Request";
+	if (k->timed_out) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "the request did not arrive within %g s (--header-timeout)",
+			 s->cfg.header_timeout_s);
+		status = 408;
+		reason = "Request Timeout";
+	} else {
+		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "malformed or incomplete HTTP request: a request line is METHOD PATH HTTP/1.1");
+	}
+	int st;
+	json_t *body = srv_error_body(SRV_OPENAI, &e, &st);
+	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!txt) return;
+	char head[192];
+	int hn = snprintf(head, sizeof head,
+			  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+			  status, reason, strlen(txt));
+	if (send(k->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn)
+		(void)!send(k->fd, txt, strlen(txt), MSG_NOSIGNAL | MSG_DONTWAIT);
+	free(txt);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+	http_server *s = cls;
+	srv_sock *k = *socket_context;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+		k = calloc(1, sizeof *k);
+		if (!k || !ci) {
+			free(k);
+			return;
+		}
+		k->fd = ci->connect_fd;
+		k->deadline_us = base_now_us() + (uint64_t)(s->cfg.header_timeout_s * 1e6);
+		pthread_mutex_lock(&s->sock_mu);
+		sock_pending(s, k, true);
+		k->next = s->socks;
+		if (s->socks) s->socks->prev = k;
+		s->socks = k;
+		pthread_mutex_unlock(&s->sock_mu);
+		*socket_context = k;
+		return;
+	}
+	if (!k) return;
+	*socket_context = NULL;
+	pthread_mutex_lock(&s->sock_mu);
+	sock_pending(s, k, false);
+	if (k->prev) k->prev->next = k->next;
+	else s->socks = k->next;
+	if (k->next) k->next->prev = k->prev;
+	pthread_mutex_unlock(&s->sock_mu);
+	sock_last_word(s, k);
+	free(k);
+}
+
+// The waker's tick: a connection whose request is not in by its deadline is shut for reading,
+// so that libmicrohttpd closes it (and sock_last_word answers 408).
+static void sock_tick(http_server *s, uint64_t now_us) {
+	pthread_mutex_lock(&s->sock_mu);
+	for (srv_sock *k = s->socks; k; k = k->next)
+		if (k->deadline_us && now_us >= k->deadline_us) {
+			k->deadline_us = 0;
+			k->timed_out = true;
+			shutdown(k->fd, SHUT_RD);
+		}
+	pthread_mutex_unlock(&s->sock_mu);
+}
+
+// A request began on c's connection (its head is in).
+static void sock_begin(srv_conn *c) {
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	c->sock = ci ? ci->socket_context : NULL;
+	if (!c->sock) return;
+	pthread_mutex_lock(&c->s->sock_mu);
+	sock_pending(c->s, c->sock, true);
+	c->sock->received = false;
+	pthread_mutex_unlock(&c->s->sock_mu);
+}
+
+// c's request was read whole, or answered before its body: its deadline no longer applies.
+static void sock_received(srv_conn *c) {
+	if (!c->sock) return;
+	pthread_mutex_lock(&c->s->sock_mu);
+	c->sock->received = true;
+	c->sock->deadline_us = 0;
+	pthread_mutex_unlock(&c->s->sock_mu);
+}
+
+// c's request was answered: the next one on a kept-alive connection has idle plus head time.
+static void sock_answered(srv_conn *c) {
+	srv_sock *k = c->sock;
+	if (!k) return;
+	http_server *s = c->s;
+	uint64_t sent, recvd;
+	tcp_bytes(k->fd, &sent, &recvd);
+	pthread_mutex_lock(&s->sock_mu);
+	sock_pending(s, k, false);
+	k->received = false;
+	k->sent_mark = sent;
+	k->recv_mark = recvd;
+	k->deadline_us = base_now_us() + (uint64_t)((s->cfg.header_timeout_s + s->cfg.idle_timeout_s) * 1e6);
+	pthread_mutex_unlock(&s->sock_mu);
+}
+
 // ---- the request handler ----------------------------------------------------------------------
 
 // Constant-time comparison of a presented key with the configured one.
@@ -155,6 +307,35 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	return 0;
 }
 
+struct cl_scan {
+	const char *first;
+	bool differ;
+};
+
+static enum MHD_Result cl_each(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+	struct cl_scan *sc = cls;
+	(void)kind;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) || !value) return MHD_YES;
+	if (!sc->first) sc->first = value;
+	else if (strcmp(sc->first, value)) sc->differ = true;
+	return MHD_YES;
+}
+
+// The framing of the request: what libmicrohttpd would accept and then wait on or misread.
+static int head_check(srv_conn *c, const char *version, srv_err *e) {
+	if (c->http11 && !MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "an %s request needs a Host header", version);
+	struct cl_scan sc = {0};
+	MHD_get_connection_values(c->mc, MHD_HEADER_KIND, cl_each, &sc);
+	if (sc.differ) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "two different Content-Length headers");
+	const char *te = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	if (te && strcasecmp(te, "chunked"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL,
+				"Transfer-Encoding '%.64s' is not supported: send the body with Content-Length or chunked", te);
+	if (te && sc.first) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "both Transfer-Encoding and Content-Length were sent");
+	return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
 				  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
 	http_server *s = cls;
@@ -169,11 +350,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		snprintf(c->path, sizeof c->path, "%s", url);
 		const size_t pl = strlen(c->path);
 		if (pl > 1 && c->path[pl - 1] == '/') c->path[pl - 1] = 0; // as route_find reads it
+		c->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) && strcmp(version, "");
 		*con_cls = c;
+		sock_begin(c);
 		srv_err e;
-		if (early_check(c, url, method, &e)) return srv_reply_error(c, &e);
+		if (early_check(c, url, method, &e) || head_check(c, version, &e)) {
+			sock_received(c);
+			return srv_reply_error(c, &e);
+		}
 		return MHD_YES;
 	}
+	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
 		return MHD_YES;
@@ -196,6 +383,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		}
 		return MHD_YES;
 	}
+	sock_received(c);
 	if (c->body_over) {
 		srv_err e;
 		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
@@ -208,6 +396,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	srv_conn *c = *con_cls;
 	if (!c) return;
 	*con_cls = NULL;
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) sock_answered(c);
 	if (c->call) {
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
@@ -359,14 +548,46 @@ static void *loader(void *arg) {
 
 static char *dup_or_null(const char *p) { return p && *p ? strdup(p) : NULL; }
 
+#define FD_RESERVE 256 // descriptors beside the connections: files, the listener, the pool's own
+
+// The connection limit against the open-file limit (raised to its hard limit when that
+// helps): 0 becomes what fits, up to 16384; an explicit limit that cannot fit is an error.
+static int fit_connections(http_config *cfg, int n_slots, char *err, size_t errlen) {
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl)) rl.rlim_cur = rl.rlim_max = 1024;
+	const rlim_t want = (rlim_t)(cfg->max_connections ? cfg->max_connections : 16384) + (rlim_t)n_slots + FD_RESERVE;
+	if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+		struct rlimit up = {want < rl.rlim_max ? want : rl.rlim_max, rl.rlim_max};
+		if (!setrlimit(RLIMIT_NOFILE, &up)) rl.rlim_cur = up.rlim_cur;
+	}
+	const long room = (long)rl.rlim_cur - n_slots - FD_RESERVE;
+	if (cfg->max_connections == 0) {
+		cfg->max_connections = room < 16 ? 16 : room > 16384 ? 16384 : (int)room;
+		return 0;
+	}
+	if (cfg->max_connections > room)
+		return base_seterr(err, errlen, LANES_EINVAL,
+				   "--max-connections %d needs %d open files, and the limit is %llu (ulimit -n)",
+				   cfg->max_connections, cfg->max_connections + n_slots + FD_RESERVE, (unsigned long long)rl.rlim_cur);
+	return 0;
+}
+
 int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
 	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: -m MODEL");
 	if (cfg->port < 0 || cfg->port > 65535) return base_seterr(err, errlen, LANES_EINVAL, "--port must be 0..65535");
 	if (cfg->max_body < 16 || cfg->max_body > ((size_t)1 << 34))
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
-	if (cfg->max_connections < 1 || cfg->max_connections > 65536)
-		return base_seterr(err, errlen, LANES_EINVAL, "max connections must be 1..65536");
+	if (cfg->max_connections < 0 || cfg->max_connections > 65536)
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections must be 0..65536");
+	if (cfg->max_per_ip < 0 || cfg->max_per_ip > 65536)
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections-per-ip must be 0..65536");
+	if (!(cfg->header_timeout_s >= 0.1 && cfg->header_timeout_s <= 3600))
+		return base_seterr(err, errlen, LANES_EINVAL, "--header-timeout must be 0.1..3600 seconds");
+	if (cfg->idle_timeout_s < 1 || cfg->idle_timeout_s > 86400)
+		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
+	if (cfg->http_threads < 1 || cfg->http_threads > 256)
+		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
@@ -376,6 +597,10 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->host_addr = strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
 	s->template_path = dup_or_null(cfg->chat_template);
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->slot_mu, NULL);
+	pthread_mutex_init(&s->sock_mu, NULL);
+	s->waker_ep = s->waker_quit = -1;
+	s->tick = sock_tick;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
 	s->cfg.lanes.seed = splitmix64(base_now_ns() ^ ((uint64_t)getpid() << 32));
@@ -395,7 +620,14 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
 		snprintf(s->model_id, sizeof s->model_id, "%.*s", (int)n, b);
 	}
-	s->n_slots = cfg->max_connections;
+	// a generation call holds a slot from its submission to its last byte: room for every
+	// request the lane host can hold, and as many again still writing their replies
+	s->n_slots = 2 * (cfg->lanes.lanes + cfg->lanes.queue);
+	if (s->n_slots < 16) s->n_slots = 16;
+	if (fit_connections(&s->cfg, s->n_slots, err, errlen)) {
+		http_server_free(s);
+		return LANES_EINVAL;
+	}
 	s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
 	if (!s->slots) {
 		http_server_free(s);
@@ -411,6 +643,11 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		}
 	}
 
+	if (srv_waker_start(s, err, errlen)) {
+		http_server_free(s);
+		return LANES_EIO;
+	}
+
 	struct sockaddr_in sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sin_family = AF_INET;
@@ -419,10 +656,15 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
 	}
-	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+	// TURBO: closing does not shut the socket for writing first, so sock_last_word can answer
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
+			 MHD_USE_ERROR_LOG;
 	s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
-				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-				  (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 	if (!s->mhd) {
 		http_server_free(s);
@@ -431,6 +673,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : cfg->port;
+	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
+		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
@@ -443,7 +687,9 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
+	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
 	if (s->mhd) MHD_stop_daemon(s->mhd);
+	srv_waker_stop(s);
 	lane_host_free(s->host);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);
@@ -460,6 +706,8 @@ void http_server_free(http_server *s) {
 	free(s->host_addr);
 	free(s->template_path);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->slot_mu);
+	pthread_mutex_destroy(&s->sock_mu);
 	free(s);
 }
 
@@ -497,5 +745,8 @@ int http_server_open(http_server *s) {
 	int calls = atomic_load(&s->calls_open);
 	int st = atomic_load(&s->state);
 	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->host) : 0;
-	return calls > lanes ? calls : lanes;
+	// a connection whose request is still arriving gets its answer (a 503 while draining)
+	int conns = atomic_load(&s->socks_pending);
+	int n = calls > lanes ? calls : lanes;
+	return conns > n ? conns : n;
 }

@@ -69,9 +69,12 @@ void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight);
 void srv_hist_print(const srv_hist *h, srv_buf *out);
 
 // ---- the server ---------------------------------------------------------------------------
+typedef struct srv_call srv_call;
 typedef struct {
-	int fd;     // eventfd, written by the engine's notify callback
+	int fd;          // eventfd, written by the engine's notify callback
 	bool used;
+	srv_call *call;  // the call holding the slot (under slot_mu)
+	uint32_t gen;    // bumped at each use: tells a stale waker event from a current one
 } srv_slot;
 
 struct http_server {
@@ -104,8 +107,16 @@ struct http_server {
 	atomic_uint_least64_t rejected; // API requests refused before reaching the lane host
 	atomic_uint_least64_t id_state;
 
-	srv_slot *slots;               // one per connection; never closed while the host lives
+	srv_slot *slots;               // one per generation call; never closed while the host lives
 	int n_slots;
+	pthread_mutex_t slot_mu;       // slots, and the calls' suspend/resume handshake with the waker
+	pthread_t waker;               // resumes suspended calls on events, probes and keep-alive timers
+	bool waker_started;
+	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
+	void (*tick)(http_server *s, uint64_t now_us); // run by the waker about ten times a second
+	struct srv_sock *socks;        // every open connection (under sock_mu)
+	pthread_mutex_t sock_mu;
+	atomic_int socks_pending;      // connections with a request arriving or not yet answered
 
 	srv_hist ttft, itl;
 	atomic_bool quit;
@@ -113,8 +124,8 @@ struct http_server {
 
 // ---- one HTTP request ---------------------------------------------------------------------
 typedef struct srv_conn srv_conn;
-typedef struct srv_call srv_call;
 struct srv_route;
+struct srv_sock;
 
 struct srv_conn {
 	http_server *s;
@@ -132,6 +143,8 @@ struct srv_conn {
 	int32_t n_prompt, n_gen;       // for the access log
 	const char *outcome;           // for the access log ("finished", "failed", ...)
 	bool host_counted;             // the lane host counted this refusal itself
+	bool http11;                   // HTTP/1.1 or later: an interim 100 may be sent
+	struct srv_sock *sock;         // the connection this request came on
 	srv_call *call;
 };
 

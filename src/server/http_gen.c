@@ -1,20 +1,21 @@
 // server, layer 1: the generation call every API shares — the request as read, checked
 // against the request contract (lane_check_params, lane_check_prompt), the chat prompt;
 // then one lane request per choice, events through an eventfd the engine's notify
-// callback writes (never blocking the engine) polled together with the client's socket
-// (a client that goes away cancels at once), and the reply or the SSE stream.
+// callback writes (never blocking the engine), and the reply or the SSE stream. While a
+// call waits its connection is suspended; one waker thread watches the eventfds and the
+// clients' sockets (a reset cancels at once; a half-close is probed) and resumes it.
 #include "server/http_gen.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SRV_TIMEOUT_S 60 // idle connections (headers, bodies) time out; generations do not
 
 // ---- the request as read --------------------------------------------------------------------
 
@@ -175,7 +176,15 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32
 	return 0;
 }
 
-// ---- wake-up slots --------------------------------------------------------------------------
+// ---- wake-up slots and the waker --------------------------------------------------------------
+
+#define KEY_SOCK (1ull << 63)   // a waker event from the client's socket, not the slot's eventfd
+#define KEEPALIVE_US 15000000   // a stream with nothing to say sends a comment this often
+#define TICK_MS 100             // how often deadlines and stream keep-alives are looked at
+
+static uint64_t wake_key(int slot, uint32_t gen, bool sock) {
+	return (uint64_t)(uint32_t)slot | (uint64_t)(gen & 0x7fffffffu) << 32 | (sock ? KEY_SOCK : 0);
+}
 
 static void slot_notify(void *arg) {
 	srv_slot *sl = arg;
@@ -184,28 +193,157 @@ static void slot_notify(void *arg) {
 	(void)w; // a full counter already means "wake up"
 }
 
-static int slot_get(http_server *s) {
+// Takes a free slot for c and watches c's socket from the waker; -1 when none is free.
+static int slot_get(http_server *s, srv_call *c) {
 	int got = -1;
-	pthread_mutex_lock(&s->mu);
+	pthread_mutex_lock(&s->slot_mu);
 	for (int i = 0; i < s->n_slots && got < 0; i++)
 		if (!s->slots[i].used) {
-			s->slots[i].used = true;
+			srv_slot *sl = &s->slots[i];
+			sl->used = true;
+			sl->gen++;
+			sl->call = c;
 			got = i;
+			uint64_t v;
+			ssize_t r = read(sl->fd, &v, sizeof v); // drop a stale wake-up
+			(void)r;
+			if (c->sock >= 0) {
+				struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = wake_key(i, sl->gen, true)};
+				if (epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, c->sock, &ev)) c->sock = -1;
+			}
 		}
-	pthread_mutex_unlock(&s->mu);
-	if (got >= 0) {
-		uint64_t v;
-		ssize_t r = read(s->slots[got].fd, &v, sizeof v); // drop a stale wake-up
-		(void)r;
-	}
+	pthread_mutex_unlock(&s->slot_mu);
 	return got;
 }
 
-static void slot_put(http_server *s, int i) {
-	if (i < 0) return;
-	pthread_mutex_lock(&s->mu);
-	s->slots[i].used = false;
-	pthread_mutex_unlock(&s->mu);
+static void slot_put(http_server *s, srv_call *c) {
+	if (c->slot < 0) return;
+	pthread_mutex_lock(&s->slot_mu);
+	if (c->sock >= 0) epoll_ctl(s->waker_ep, EPOLL_CTL_DEL, c->sock, NULL);
+	s->slots[c->slot].used = false;
+	s->slots[c->slot].call = NULL;
+	pthread_mutex_unlock(&s->slot_mu);
+	c->slot = -1;
+}
+
+// Under slot_mu: resumes c's connection if it is suspended, else leaves a wake-up pending.
+static void call_wake(srv_call *c) {
+	if (c->waiting) {
+		c->waiting = false;
+		MHD_resume_connection(c->conn->mc);
+	} else {
+		c->pending = true;
+	}
+}
+
+// From the connection's own thread: suspends it until the waker resumes it (true), or
+// returns false at once when a wake-up is pending or the server is stopping.
+static bool call_suspend(srv_call *c, uint64_t wake_at_us) {
+	http_server *s = c->s;
+	pthread_mutex_lock(&s->slot_mu);
+	bool ok = !c->pending && !atomic_load(&s->quit);
+	c->pending = false;
+	if (ok) {
+		c->waiting = true;
+		c->wake_at_us = wake_at_us;
+		MHD_suspend_connection(c->conn->mc);
+	}
+	pthread_mutex_unlock(&s->slot_mu);
+	return ok;
+}
+
+// The waker's view of one event: a slot's eventfd (engine events) or a call's socket.
+static void waker_event(http_server *s, const struct epoll_event *ev) {
+	const int i = (int)(uint32_t)ev->data.u64;
+	if (i < 0 || i >= s->n_slots) return;
+	srv_slot *sl = &s->slots[i];
+	const bool sock = ev->data.u64 & KEY_SOCK;
+	if (!sock) {
+		uint64_t v;
+		ssize_t r = read(sl->fd, &v, sizeof v);
+		(void)r;
+	}
+	pthread_mutex_lock(&s->slot_mu);
+	srv_call *c = sl->used ? sl->call : NULL;
+	if (c && sock && wake_key(i, sl->gen, true) != ev->data.u64) c = NULL; // a socket of a call gone before
+	if (c && sock) {
+		if (ev->events & (EPOLLERR | EPOLLHUP)) {
+			// a reset or a failed write: the client went away; stop watching the socket
+			atomic_store(&c->gone, true);
+			epoll_ctl(s->waker_ep, EPOLL_CTL_DEL, c->sock, NULL);
+		} else if (ev->events & EPOLLRDHUP) {
+			// a half-close may be a client still reading (nc -N): watch for errors only
+			atomic_store(&c->hup, true);
+			struct epoll_event mod = {.events = 0, .data.u64 = ev->data.u64};
+			epoll_ctl(s->waker_ep, EPOLL_CTL_MOD, c->sock, &mod);
+		}
+	}
+	if (c) call_wake(c);
+	pthread_mutex_unlock(&s->slot_mu);
+}
+
+static void *waker_main(void *arg) {
+	http_server *s = arg;
+	struct epoll_event evs[64];
+	uint64_t next_tick = 0;
+	for (;;) {
+		int n = epoll_wait(s->waker_ep, evs, 64, TICK_MS);
+		if (n < 0 && errno != EINTR) break;
+		bool quit = false;
+		for (int k = 0; k < n; k++) {
+			if (evs[k].data.u64 == UINT64_MAX) quit = true;
+			else waker_event(s, &evs[k]);
+		}
+		if (quit) break;
+		const uint64_t now = base_now_us();
+		if (now < next_tick) continue;
+		next_tick = now + TICK_MS * 1000;
+		pthread_mutex_lock(&s->slot_mu);
+		for (int i = 0; i < s->n_slots; i++) {
+			srv_call *c = s->slots[i].used ? s->slots[i].call : NULL;
+			if (c && c->waiting && c->wake_at_us && now >= c->wake_at_us) call_wake(c);
+		}
+		pthread_mutex_unlock(&s->slot_mu);
+		if (s->tick) s->tick(s, now);
+	}
+	return NULL;
+}
+
+int srv_waker_start(http_server *s, char *err, size_t errlen) {
+	s->waker_ep = epoll_create1(EPOLL_CLOEXEC);
+	s->waker_quit = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->waker_ep < 0 || s->waker_quit < 0) return base_seterr(err, errlen, LANES_EIO, "epoll: %s", strerror(errno));
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+	int rc = epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->waker_quit, &ev);
+	for (int i = 0; !rc && i < s->n_slots; i++) {
+		ev.data.u64 = wake_key(i, 0, false);
+		rc = epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->slots[i].fd, &ev);
+	}
+	if (rc) return base_seterr(err, errlen, LANES_EIO, "epoll_ctl: %s", strerror(errno));
+	if (pthread_create(&s->waker, NULL, waker_main, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the waker thread");
+	s->waker_started = true;
+	return 0;
+}
+
+void srv_waker_release(http_server *s) {
+	pthread_mutex_lock(&s->slot_mu);
+	atomic_store(&s->quit, true);
+	for (int i = 0; s->slots && i < s->n_slots; i++)
+		if (s->slots[i].used && s->slots[i].call) call_wake(s->slots[i].call);
+	pthread_mutex_unlock(&s->slot_mu);
+}
+
+void srv_waker_stop(http_server *s) {
+	if (s->waker_started) {
+		uint64_t one = 1;
+		ssize_t w = write(s->waker_quit, &one, sizeof one);
+		(void)w;
+		pthread_join(s->waker, NULL);
+		s->waker_started = false;
+	}
+	if (s->waker_ep > 0) close(s->waker_ep);
+	if (s->waker_quit > 0) close(s->waker_quit);
+	s->waker_ep = s->waker_quit = -1;
 }
 
 // ---- SSE output ---------------------------------------------------------------------------------
@@ -302,25 +440,12 @@ static void pump(srv_call *c) {
 	c->conn->n_gen = srv_call_generated(c);
 }
 
-// 1: woken (events may be waiting), 0: timed out, -1: the client went away.
-static int call_wait(srv_call *c, int timeout_ms) {
-	struct pollfd p[2] = {{c->s->slots[c->slot].fd, POLLIN, 0}, {c->sock, POLLRDHUP, 0}};
-	int np = c->sock >= 0 ? 2 : 1;
-	int r = poll(p, (nfds_t)np, timeout_ms);
-	if (r < 0) return errno == EINTR ? 1 : -1;
-	if (np == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
-	if (p[0].revents & POLLIN) {
-		uint64_t v;
-		ssize_t n = read(p[0].fd, &v, sizeof v);
-		(void)n;
-		return 1;
-	}
-	return r > 0 ? 1 : 0;
-}
-
 static void set_timeout(srv_call *c, unsigned seconds) {
 	MHD_set_connection_option(c->conn->mc, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
+
+// The client went away (its socket failed), or the server is stopping.
+static bool call_gone(srv_call *c) { return atomic_load(&c->gone) || atomic_load(&c->s->quit); }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 	srv_call *c = cls;
@@ -333,28 +458,81 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 			memcpy(buf, c->out.p + c->out_off, n);
 			c->out_off += n;
 			if (c->out_off == c->out.len) c->out_off = c->out.len = 0;
+			c->last_out_us = base_now_us();
 			return (ssize_t)n;
 		}
 		if (c->over) {
-			set_timeout(c, SRV_TIMEOUT_S);
+			set_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		}
-		pump(c);
-		if (c->out.len || c->over) continue;
-		int w = call_wait(c, 15000);
-		if (w < 0) {
+		if (call_gone(c)) {
 			call_cancel(c);
 			c->conn->outcome = "cancelled";
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
-		if (w == 0) srv_sse_raw(c, ": keep-alive\n\n");
+		pump(c);
+		if (c->out.len || c->over) continue;
+		// after a half-close, a comment tells a client still reading from one gone (a reset)
+		if ((atomic_load(&c->hup) && !c->probed) || base_now_us() >= c->last_out_us + KEEPALIVE_US) {
+			c->probed = atomic_load(&c->hup);
+			srv_sse_raw(c, ": keep-alive\n\n");
+			continue;
+		}
+		if (call_suspend(c, c->last_out_us + KEEPALIVE_US)) return 0; // resumed on events
 	}
 }
+
+// A non-streamed call: the reply once every choice ended.
+static enum MHD_Result call_reply(srv_call *c) {
+	srv_conn *conn = c->conn;
+	srv_err e;
+	set_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
+	if (c->failed) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", c->fail_reason);
+		enum MHD_Result ok = srv_reply_error(conn, &e);
+		conn->outcome = "failed";
+		return ok;
+	}
+	json_t *body = c->api->reply(c);
+	if (!body) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(conn, &e);
+	}
+	return srv_reply_json(conn, 200, body, 0);
+}
+
+// A non-streamed call's step: takes the events, then replies, or ends a call whose client
+// went away, or suspends the connection until the waker resumes it.
+static enum MHD_Result call_step(srv_call *c) {
+	static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	for (;;) {
+		pump(c);
+		if (c->over) return call_reply(c);
+		if (!call_gone(c) && atomic_load(&c->hup) && !c->probed) {
+			// an interim 100 is harmless to a client still reading; a closed one answers it
+			// with a reset. HTTP/1.0 has no interim replies: there a half-close means gone.
+			c->probed = true;
+			ssize_t w = c->conn->http11 && c->sock >= 0
+					    ? send(c->sock, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT)
+					    : -1;
+			if (w < 0) atomic_store(&c->gone, true);
+		}
+		if (call_gone(c)) {
+			call_cancel(c);
+			c->conn->outcome = "cancelled";
+			return MHD_NO;
+		}
+		if (call_suspend(c, 0)) return MHD_YES; // resumed on events: srv_gen_resume
+	}
+}
+
+enum MHD_Result srv_gen_resume(srv_conn *conn) { return call_step(conn->call); }
 
 // ---- the call -----------------------------------------------------------------------------------
 
 void srv_call_free(srv_call *c) {
 	if (!c) return;
+	slot_put(c->s, c); // first: the waker no longer sees the call
 	for (int i = 0; i < c->n; i++) {
 		if (!c->req[i]) continue;
 		lane_req_set_notify(c->req[i], NULL, NULL);
@@ -370,7 +548,6 @@ void srv_call_free(srv_call *c) {
 	free(c->req);
 	srv_gen_free(&c->g);
 	srv_buf_free(&c->out);
-	slot_put(c->s, c->slot);
 	atomic_fetch_sub(&c->s->calls_open, 1);
 	free(c);
 }
@@ -431,15 +608,16 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	}
 	c->ch = calloc((size_t)c->n, sizeof *c->ch);
 	c->req = calloc((size_t)c->n, sizeof *c->req);
-	c->slot = slot_get(s);
 	c->sock = srv_sock_fd(conn);
+	c->last_out_us = base_now_us();
+	c->slot = slot_get(s, c);
 	if (!c->ch || !c->req) {
 		c->n = 0;
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		return srv_reply_error(conn, &e);
 	}
 	if (c->slot < 0) {
-		srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "too many connections: retry shortly");
+		srv_fail(&e, SRV_E_BUSY, NULL, "too many generation calls are open: retry shortly");
 		return srv_reply_error(conn, &e);
 	}
 	lane_request lr = c->g.lr;
@@ -471,26 +649,5 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		MHD_destroy_response(r);
 		return ok;
 	}
-	for (;;) {
-		pump(c);
-		if (c->over) break;
-		if (call_wait(c, 1000) < 0) {
-			call_cancel(c);
-			conn->outcome = "cancelled";
-			return MHD_NO;
-		}
-	}
-	set_timeout(c, SRV_TIMEOUT_S);
-	if (c->failed) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", c->fail_reason);
-		enum MHD_Result ok = srv_reply_error(conn, &e);
-		conn->outcome = "failed";
-		return ok;
-	}
-	json_t *body = api->reply(c);
-	if (!body) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(conn, &e);
-	}
-	return srv_reply_json(conn, 200, body, 0);
+	return call_step(c);
 }

@@ -1,6 +1,7 @@
 // server, layer 1: the generation call every API adapter drives — the request as read
 // (a lane_request plus what only HTTP has), the chat prompt (template and tokenizer), lane
-// requests per choice, events through an eventfd, the reply or the SSE stream.
+// requests per choice, events through an eventfd, the reply or the SSE stream; connections
+// wait for events suspended, resumed by one waker thread.
 #ifndef LANES_HTTP_GEN_H
 #define LANES_HTTP_GEN_H
 
@@ -84,6 +85,13 @@ struct srv_call {
 	size_t out_off;
 	int slot;
 	int sock;
+	bool waiting;                  // suspended until the waker resumes it (under slot_mu)
+	bool pending;                  // a wake-up came while it was not suspended (under slot_mu)
+	uint64_t wake_at_us;           // the waker resumes it then even without events (0: never)
+	atomic_bool hup;               // the client half-closed: it may still be reading, or gone
+	atomic_bool gone;              // the client's socket failed: it went away
+	bool probed;                   // after hup: something was written to see whether it is gone
+	uint64_t last_out_us;          // stream: when bytes last went to libmicrohttpd
 	bool over;                     // nothing more will be written
 	bool failed;
 	char fail_reason[200];
@@ -97,6 +105,16 @@ struct srv_call {
 enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *g, const char *id_prefix);
 // Ends and frees a call (cancels its requests); from the request-completed callback.
 void srv_call_free(srv_call *c);
+// A non-streamed call's connection, resumed by the waker: replies, or suspends it again.
+enum MHD_Result srv_gen_resume(srv_conn *c);
+
+// ---- the waker: one thread, so that no connection thread blocks on the engine ----------------
+// Starts it over every slot's eventfd (each slot's fd must be open). 0 or a negative code.
+int srv_waker_start(http_server *s, char *err, size_t errlen);
+// Sets s->quit and resumes every suspended call, which then ends: before MHD_stop_daemon.
+void srv_waker_release(http_server *s);
+// Stops and joins it (after MHD_stop_daemon). Accepts a server whose waker never started.
+void srv_waker_stop(http_server *s);
 // Appends one SSE event ("event: name" when name is set) with data (stolen) to c->out.
 void srv_sse(srv_call *c, const char *name, json_t *data);
 void srv_sse_raw(srv_call *c, const char *s);

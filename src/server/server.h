@@ -1,4 +1,4 @@
-// server: the HTTP server of lanes — libmicrohttpd threads, the OpenAI, Anthropic and
+// server: the HTTP server of lanes — libmicrohttpd's epoll thread pool, the OpenAI, Anthropic and
 // Responses API adapters, SSE streaming, control reads from the lane host's snapshot, and
 // the drain/halt states. The engine runs in src/lanes; nothing here runs a forward pass.
 #ifndef LANES_SERVER_H
@@ -18,7 +18,11 @@ typedef struct {
 	const char *api_key;        // NULL or "": every path is open
 	size_t max_body;            // largest request body in bytes (default 8 MiB)
 	const char *chat_template;  // path of a Jinja chat template (NULL: the model's, else ChatML)
-	int max_connections;        // concurrent connections (default 256)
+	int max_connections;        // open connections at once (0: as many as the open-file limit allows)
+	int max_per_ip;             // open connections from one client address (0: no limit)
+	double header_timeout_s;    // a request's head and body must arrive within this (seconds)
+	int idle_timeout_s;         // a kept-alive connection with nothing to do closes after this (seconds)
+	int http_threads;           // threads that serve the connections (epoll, one pool)
 	lane_config lanes;          // the lane host's options
 	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
 	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
