@@ -1,6 +1,6 @@
 // Memory planning: `serve --memory` sizes lanes and the largest window from the budget,
 // /slots and /metrics show the window and the memory, a long request grows the window,
-// one past the budget's window gets a 400 naming it, and a budget nothing fits in exits 1.
+// a prompt past the budget's window gets a 400 naming it, and a budget nothing fits in exits 1.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -28,9 +28,10 @@ test('serve --memory: planned lanes, elastic window, memory in /slots and /metri
 	assert.match(m, new RegExp(`^lanes_window_tokens ${s1.window.tokens}$`, 'm'));
 	assert.match(m, /^lanes_window_max_tokens \d+$/m);
 	assert.match(m, /^lanes_memory_bytes\{part="kv_reserved"\} [1-9]\d*$/m);
-	// past the largest window: a 400 that names it
-	const big = await postJSON(`${url}/v1/completions`, { prompt: 'Once', max_tokens: s0.window.max_tokens + 10 });
+	// a prompt past the largest window: a 400 that names it (a max_tokens past it is capped there)
+	const big = await postJSON(`${url}/v1/completions`, { prompt: Array(s0.window.max_tokens + 10).fill(1), max_tokens: 2 });
 	assert.equal(big.status, 400);
+	assert.equal(big.body.error.param, 'prompt');
 	assert.match(big.body.error.message, /largest window the memory budget allows \(\d+ tokens\)/);
 });
 
