@@ -2,6 +2,7 @@
 // waits on the engine never delays another), the route table, request bodies, the API key,
 // the access log, the background model load, and the drain/halt states.
 #include "server/http_gen.h"
+#include "server/http_guard.h"
 #include "server/http_routes.h"
 
 #include <arpa/inet.h>
@@ -21,6 +22,8 @@ void http_config_default(http_config *c) {
 	c->port = 8080;
 	c->max_body = 8u << 20;
 	c->max_connections = 256;
+	c->max_output_bytes = 16u << 20;
+	c->max_tokenize_bytes = 1u << 20;
 	lane_config_default(&c->lanes);
 }
 
@@ -62,53 +65,37 @@ static bool path_matches(const srv_route *r, const char *url) {
 	return !strcmp(url, r->path);
 }
 
-// The route for (method, url); *path_known tells a wrong method from an unknown path.
-static const srv_route *route_find(const char *method, const char *url, bool *path_known) {
-	*path_known = false;
+// OPTIONS on any known path: the CORS preflight, or the path's Allow list.
+static const srv_route preflight_route = {"OPTIONS", "", 0, SRV_OPENAI, srv_preflight};
+
+// The route for (method, url); allow gets the path's methods ("" for an unknown path).
+static const srv_route *route_find(const char *method, const char *url, char *allow, size_t n) {
+	const srv_route *r = NULL;
+	size_t k = 0;
+	allow[0] = 0;
 	for (size_t i = 0; i < N_ROUTES; i++) {
 		if (!path_matches(&routes[i], url)) continue;
-		*path_known = true;
-		if (!strcmp(routes[i].method, method)) return &routes[i];
+		if (k < n) k += (size_t)snprintf(allow + k, n - k, "%s, ", routes[i].method);
+		if (!strcmp(routes[i].method, method)) r = &routes[i];
 	}
-	return NULL;
+	if (k && k < n) snprintf(allow + k, n - k, "OPTIONS");
+	return r || !k || strcmp(method, "OPTIONS") ? r : &preflight_route;
 }
 
 // ---- the request handler ----------------------------------------------------------------------
 
-// Constant-time comparison of a presented key with the configured one.
-static bool key_equal(const char *a, const char *b) {
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-	for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
-	return d == 0;
-}
-
-static bool authorized(srv_conn *c) {
-	const char *key = c->s->api_key;
-	if (!key || !*key) return true;
-	const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
-	if (x && key_equal(x, key)) return true;
-	const char *a = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (a && !strncasecmp(a, "Bearer ", 7)) {
-		a += 7;
-		while (*a == ' ') a++;
-		if (key_equal(a, key)) return true;
-	}
-	return false;
-}
-
 // Errors that need no body: unknown path, method, key, size, state.
 static int early_check(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	http_server *s = c->s;
-	bool path_known;
-	c->rt = route_find(method, url, &path_known);
+	c->rt = route_find(method, url, c->allow, sizeof c->allow);
 	if (c->rt) c->family = c->rt->family, c->gen = c->rt->flags & SRV_R_GEN;
+	if (srv_guard(c, url, method, e)) return -1;
 	if (!c->rt) {
-		if (path_known) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
+		if (c->allow[0]) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
 		return srv_fail(e, SRV_E_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
 	}
 	unsigned fl = c->rt->flags;
-	if ((fl & SRV_R_AUTH) && !authorized(c))
+	if ((fl & SRV_R_AUTH) && !srv_authorized(c))
 		return srv_fail(e, SRV_E_AUTH, NULL,
 				c->rt->family == SRV_ANTHROPIC ? "invalid x-api-key" : "invalid API key: send Authorization: Bearer KEY");
 	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -343,6 +330,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
 	if (cfg->max_connections < 1 || cfg->max_connections > 65536)
 		return base_seterr(err, errlen, LANES_EINVAL, "max connections must be 1..65536");
+	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
