@@ -497,6 +497,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	}
 	set_timeout(c, SRV_TIMEOUT_S);
 	if (c->failed) {
+		conn->host_counted = c->too_big; // the host counted its cancel
 		srv_fail(&e, c->too_big ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL, c->too_big ? lane_api_name(&c->g.api, LANE_F_MAX_TOKENS) : NULL,
 			 "%s", c->fail_reason);
 		enum MHD_Result ok = srv_reply_error(conn, &e);
