@@ -206,7 +206,7 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 			snprintf(e->code, sizeof e->code, "origin_not_allowed");
 			return -1;
 		}
-		c->cors = list_has(s->cfg.cors_origins, s->cfg.n_cors_origins, "", 0) ? "*" : origin;
+		c->cors = list_has(s->cfg.cors_origins, s->cfg.n_cors_origins, "", 0) ? "*" : origin; // "" matches only *
 	}
 	if (s->cfg.protect_control && is_control(url) && !srv_authorized(c)) {
 		if (strcmp(url, "/health"))
