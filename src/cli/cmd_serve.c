@@ -87,6 +87,13 @@ int cmd_serve(const cli_settings *s) {
 	cfg.draft_model = s->draft_model;
 	cfg.pooling = strcmp(s->pooling, "auto") ? s->pooling : NULL;
 	cfg.embeddings_only = s->embeddings;
+	cfg.allowed_hosts = s->allowed_host.v;
+	cfg.n_allowed_hosts = s->allowed_host.n;
+	cfg.cors_origins = s->cors_origin.v;
+	cfg.n_cors_origins = s->cors_origin.n;
+	cfg.protect_control = s->protect_control;
+	cfg.max_output_bytes = (size_t)s->max_output_bytes;
+	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, s->model, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 

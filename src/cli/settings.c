@@ -71,6 +71,16 @@ const cli_setting cli_settings_table[] = {
 	 .help = "model id in the API (default: the file name without .gguf)"},
 	{.names = "--api-key", .kind = SET_STR, .field = F(api_key), .meta = "KEY", .cmds = B(SERVE),
 	 .help = "require this key (Authorization: Bearer or x-api-key); control reads stay open"},
+	{.names = "--protect-control", .kind = SET_FLAG, .field = F(protect_control), .cmds = B(SERVE),
+	 .help = "with --api-key: /slots, /metrics, /props and /health's details need the key too"},
+	{.names = "--allowed-host", .kind = SET_LIST, .field = F(allowed_host), .meta = "NAME", .cmds = B(SERVE),
+	 .help = "answer requests whose Host names NAME (* = any), besides loopback names and addresses"},
+	{.names = "--cors-origin", .kind = SET_LIST, .field = F(cors_origin), .meta = "ORIGIN", .cmds = B(SERVE),
+	 .help = "let pages of ORIGIN (http://host:port; * = any) call the API from a browser (CORS)"},
+	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = "16777216", .min = 1024,
+	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
+	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = "1048576", .min = 16,
+	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest /tokenize and /detokenize body in bytes"},
 	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = "8388608", .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",
 	 .cmds = B(SERVE), .help = "largest request body in bytes"},
 	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "0", .min = 0, .max = 65536, .meta = "N",
@@ -223,6 +233,15 @@ static int set_value(const cli_setting *st, cli_settings *s, const char *who, co
 	switch (st->kind) {
 	case SET_STR: *(const char **)dst = val; return 0;
 	case SET_FLAG: *(bool *)dst = true; return 0;
+	case SET_LIST: {
+		cli_list *l = dst;
+		if (l->n >= CLI_LIST_MAX) {
+			cli_err("%s is given more than %d times", who, CLI_LIST_MAX);
+			return -1;
+		}
+		l->v[l->n++] = val;
+		return 0;
+	}
 	case SET_CHOICE:
 		if (cli_choice_index(st->meta, val) < 0) {
 			choice_list(st->meta, list, sizeof list);
@@ -421,6 +440,7 @@ static void bounds_text(const cli_setting *st, char *buf, size_t n) {
 	if (st->dflt) k += (size_t)snprintf(buf, n, "default %s", st->dflt);
 	if (st->kind == SET_INT || st->kind == SET_FLOAT)
 		snprintf(buf + k, n - k, "%s%lld..%lld", k ? "; " : "", (long long)st->min, (long long)st->max);
+	if (st->kind == SET_LIST) snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
 }
 
 // The last spelling: the long one ("--threads" of "-t|--threads").

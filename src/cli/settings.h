@@ -15,6 +15,13 @@ enum cli_cmd {
 	CMD_RUN, CMD_LOGITS, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_COUNT
 };
 
+// A repeatable option's values, in the order given (they point into argv).
+#define CLI_LIST_MAX 16
+typedef struct {
+	const char *v[CLI_LIST_MAX];
+	int n;
+} cli_list;
+
 // Every value any command takes; each setting of the table writes one field.
 typedef struct {
 	// files and texts
@@ -25,16 +32,19 @@ typedef struct {
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
+	int64_t max_output_bytes, max_tokenize_bytes;
 	double temp, top_p, min_p, round_ms, drain_s, header_timeout;
+	cli_list allowed_host, cors_origin; // repeatable
 	// switches
-	bool help, json, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive, embeddings;
+	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
+		embeddings;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
 	uint64_t given[2];  // bit i: setting i was given (flag or environment)
 	const struct cli_command *cmd; // the command they were parsed for
 } cli_settings;
 
-enum cli_kind { SET_STR, SET_INT, SET_FLOAT, SET_FLAG, SET_CHOICE };
+enum cli_kind { SET_STR, SET_INT, SET_FLOAT, SET_FLAG, SET_CHOICE, SET_LIST /* repeatable: a cli_list */ };
 
 typedef struct {
 	const char *names;  // "-t|--threads": every spelling; NULL for an environment-only knob

@@ -79,6 +79,11 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->m = m;
 	h->vocab = vocab;
 	h->hp = *model_hparams_of(m);
+	h->max_piece = 4; // an unknown character's token covers up to 4 bytes
+	for (int32_t i = 0; i < tok_n_tokens(vocab); i++) {
+		size_t n = 0;
+		if (tok_text(vocab, i, &n) && n > h->max_piece) h->max_piece = n;
+	}
 	atomic_init(&h->seed_state, cfg.seed);
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->work, NULL);

@@ -231,6 +231,16 @@ int32_t lane_host_max_context(const lane_host *h);
 // LANES_ELIMIT with *bad = LANE_F_PROMPT and err naming the numbers. Thread-safe.
 int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api *api, char *err, size_t errlen,
 		      enum lane_field *bad);
+// Cheap bounds on a prompt before it is rendered and tokenized: each of n_parts (messages)
+// takes at least one token, and no token covers more text than the vocabulary's longest,
+// so n_bytes of text need at least n_bytes / that many. 0, or LANES_ELIMIT (*bad =
+// LANE_F_PROMPT) when the prompt cannot fit the context a request may use. Thread-safe.
+int lane_check_prompt_size(const lane_host *h, size_t n_parts, size_t n_bytes, const lane_api *api, char *err,
+			   size_t errlen, enum lane_field *bad);
+// The log-probability entries (each token and each alternative) n choices of q may report
+// at most: n x max_tokens (max_ctx when unset) x (1 + top_logprobs), 0 without logprobs.
+// Thread-safe.
+int64_t lane_output_entries(const lane_request *q, int32_t n, int32_t max_ctx);
 // A fresh seed for a request that gave none: 53 bits, so JSON clients keep it exact; drawn
 // from the host's seed sequence (lane_config.seed). Thread-safe.
 uint64_t lane_draw_seed(lane_host *h);

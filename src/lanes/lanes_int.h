@@ -87,6 +87,7 @@ struct lane_host {
 	kv_cache *kv;
 	base_pool *pool;
 	int32_t max_ctx;          // tokens one request may use (elastic: the largest window)
+	size_t max_piece;         // bytes of the longest token's text: the most text one token covers
 	model_ws *ws;             // the forward pass's workspace, for lane_max_rows rows
 	uint64_t compute_bytes;   // what the host allocated for compute (lane_compute_bytes)
 	// elastic window (cfg.window_max > 0)

@@ -148,6 +148,28 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 				 q->n_prompt, h->max_ctx));
 }
 
+int lane_check_prompt_size(const lane_host *h, size_t n_parts, size_t n_bytes, const lane_api *api, char *err,
+			   size_t errlen, enum lane_field *bad) {
+	const char *pn = lane_api_name(api, LANE_F_PROMPT);
+	if (n_parts > (size_t)h->max_ctx)
+		return fail(LANE_F_PROMPT, bad,
+			    base_seterr(err, errlen, LANES_ELIMIT,
+					 "%s has %zu entries: more than the context of %d tokens a request may use holds (each takes a token at least)",
+					 pn, n_parts, h->max_ctx));
+	if (n_bytes / h->max_piece > (size_t)h->max_ctx)
+		return fail(LANE_F_PROMPT, bad,
+			    base_seterr(err, errlen, LANES_ELIMIT,
+					 "%s (%zu bytes) cannot fit the context of %d tokens a request may use (no token covers more than %zu bytes)",
+					 pn, n_bytes, h->max_ctx, h->max_piece));
+	return 0;
+}
+
+int64_t lane_output_entries(const lane_request *q, int32_t n, int32_t max_ctx) {
+	if (!q->logprobs) return 0;
+	const int64_t tokens = q->max_tokens > 0 ? q->max_tokens : max_ctx;
+	return (int64_t)(n > 0 ? n : 1) * tokens * (1 + (q->top_logprobs > 0 ? q->top_logprobs : 0));
+}
+
 uint64_t lane_draw_seed(lane_host *h) {
 	uint64_t x = splitmix64(atomic_fetch_add(&h->seed_state, 0x9e3779b97f4a7c15ull));
 	return x & ((1ull << 53) - 1);

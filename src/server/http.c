@@ -3,6 +3,7 @@
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "server/http_gen.h"
+#include "server/http_guard.h"
 #include "server/http_routes.h"
 
 #include <arpa/inet.h>
@@ -29,6 +30,8 @@ void http_config_default(http_config *c) {
 	c->header_timeout_s = 10;
 	c->idle_timeout_s = 60;
 	c->http_threads = 4;
+	c->max_output_bytes = 16u << 20;
+	c->max_tokenize_bytes = 1u << 20;
 	lane_config_default(&c->lanes);
 }
 
@@ -82,19 +85,24 @@ static bool path_matches(const srv_route *r, const char *url, size_t n) {
 	return n == len && !strncmp(url, r->path, n);
 }
 
-// The route for (method, url); *path_known tells a wrong method from an unknown path. HEAD
+// OPTIONS on any known path: the CORS preflight, or the path's Allow list.
+static const srv_route preflight_route = {"OPTIONS", "", 0, SRV_OPENAI, srv_preflight};
+
+// The route for (method, url); allow gets the path's methods ("" for an unknown path). HEAD
 // is answered wherever GET is (libmicrohttpd sends the head alone).
-static const srv_route *route_find(const char *method, const char *url, bool *path_known) {
-	*path_known = false;
-	size_t n = strlen(url);
-	if (n > 1 && url[n - 1] == '/') n--;
-	if (!strcmp(method, "HEAD")) method = "GET";
+static const srv_route *route_find(const char *method, const char *url, char *allow, size_t n) {
+	const srv_route *r = NULL;
+	size_t k = 0, len = strlen(url);
+	if (len > 1 && url[len - 1] == '/') len--;
+	const char *want = strcmp(method, "HEAD") ? method : "GET";
+	allow[0] = 0;
 	for (size_t i = 0; i < N_ROUTES; i++) {
-		if (!path_matches(&routes[i], url, n)) continue;
-		*path_known = true;
-		if (!strcmp(routes[i].method, method)) return &routes[i];
+		if (!path_matches(&routes[i], url, len)) continue;
+		if (k < n) k += (size_t)snprintf(allow + k, n - k, "%s, %s", routes[i].method, strcmp(routes[i].method, "GET") ? "" : "HEAD, ");
+		if (!strcmp(routes[i].method, want)) r = &routes[i];
 	}
-	return NULL;
+	if (k && k < n) snprintf(allow + k, n - k, "OPTIONS");
+	return r || !k || strcmp(method, "OPTIONS") ? r : &preflight_route;
 }
 
 // ---- connections: deadlines, the drain's count, replies libmicrohttpd cannot give ----------
@@ -243,43 +251,21 @@ static void sock_answered(srv_conn *c) {
 
 // ---- the request handler ----------------------------------------------------------------------
 
-// Constant-time comparison of a presented key with the configured one.
-static bool key_equal(const char *a, const char *b) {
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-	for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
-	return d == 0;
-}
-
-static bool authorized(srv_conn *c) {
-	const char *key = c->s->api_key;
-	if (!key || !*key) return true;
-	const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
-	if (x && key_equal(x, key)) return true;
-	const char *a = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (a && !strncasecmp(a, "Bearer ", 7)) {
-		a += 7;
-		while (*a == ' ') a++;
-		if (key_equal(a, key)) return true;
-	}
-	return false;
-}
-
 // Errors that need no body: unknown path, method, key, size, state.
 static int early_check(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	http_server *s = c->s;
-	bool path_known;
-	c->rt = route_find(method, url, &path_known);
+	c->rt = route_find(method, url, c->allow, sizeof c->allow);
 	if (c->rt) c->family = c->rt->family, c->gen = c->rt->flags & SRV_R_GEN;
 	// an unknown path under an API's prefix is answered in that API's shape
 	else if (!strncmp(url, "/v1/messages", 12)) c->family = SRV_ANTHROPIC;
 	else if (!strncmp(url, "/api/", 5)) c->family = SRV_OLLAMA;
+	if (srv_guard(c, url, method, e)) return -1;
 	if (!c->rt) {
-		if (path_known) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
+		if (c->allow[0]) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
 		return srv_fail(e, SRV_E_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
 	}
 	unsigned fl = c->rt->flags;
-	if ((fl & SRV_R_AUTH) && !authorized(c))
+	if ((fl & SRV_R_AUTH) && !srv_authorized(c))
 		return srv_fail(e, SRV_E_AUTH, NULL,
 				c->rt->family == SRV_ANTHROPIC ? "invalid x-api-key" : "invalid API key: send Authorization: Bearer KEY");
 	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -588,6 +574,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
+	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;

@@ -200,7 +200,7 @@ enum MHD_Result srv_messages(srv_conn *c) {
 	srv_gen_init(&r.g, &ant_lane_api);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
 	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) || srv_gen_check(s, &r.g, &e) ||
-	    ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
+	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
 	    srv_chat_prompt(s, flat, prefill, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);

@@ -48,9 +48,11 @@ static const struct {
 } ekinds[SRV_E__COUNT] = {
 	[SRV_E_BAD_REQUEST] = {400, "invalid_request_error", NULL, 400, "invalid_request_error", 0},
 	[SRV_E_AUTH] = {401, "invalid_request_error", "invalid_api_key", 401, "authentication_error", 0},
+	[SRV_E_FORBIDDEN] = {403, "invalid_request_error", "forbidden", 403, "permission_error", 0},
 	[SRV_E_NOT_FOUND] = {404, "invalid_request_error", NULL, 404, "not_found_error", 0},
 	[SRV_E_METHOD] = {405, "invalid_request_error", NULL, 405, "invalid_request_error", 0},
 	[SRV_E_TOO_LARGE] = {413, "invalid_request_error", "request_too_large", 413, "request_too_large", 0},
+	[SRV_E_MEDIA_TYPE] = {415, "invalid_request_error", "unsupported_media_type", 415, "invalid_request_error", 0},
 	[SRV_E_BUSY] = {429, "rate_limit_error", "rate_limit_exceeded", 529, "overloaded_error", 1},
 	[SRV_E_UNAVAILABLE] = {503, "server_error", "unavailable", 503, "overloaded_error", 2},
 	[SRV_E_INTERNAL] = {500, "server_error", NULL, 500, "api_error", 0},
@@ -91,8 +93,18 @@ json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
 	return err ? json_pack("{s:o}", "error", err) : NULL;
 }
 
+void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status) {
+	if (c->cors) {
+		MHD_add_response_header(r, "Access-Control-Allow-Origin", c->cors);
+		if (strcmp(c->cors, "*")) MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
+	}
+	if (status == 405 && c->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
+	if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+}
+
 static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
 	if (!r) return MHD_NO;
+	srv_reply_headers(c, r, status);
 	c->status = status;
 	c->replied = true;
 	enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);

@@ -29,9 +29,11 @@ void srv_buf_free(srv_buf *b);
 enum srv_ekind {
 	SRV_E_BAD_REQUEST, // 400
 	SRV_E_AUTH,        // 401
+	SRV_E_FORBIDDEN,   // 403: a Host or Origin this server does not answer
 	SRV_E_NOT_FOUND,   // 404
-	SRV_E_METHOD,      // 405
+	SRV_E_METHOD,      // 405, with Allow
 	SRV_E_TOO_LARGE,   // 413
+	SRV_E_MEDIA_TYPE,  // 415: a POST body that is not application/json
 	SRV_E_BUSY,        // 429 (OpenAI) / 529 (Anthropic), with Retry-After
 	SRV_E_UNAVAILABLE, // 503 with Retry-After: loading, draining, halted
 	SRV_E_INTERNAL,    // 500: a generation failed (the halt among others)
@@ -146,12 +148,18 @@ struct srv_conn {
 	bool http11;                   // HTTP/1.1 or later: an interim 100 may be sent
 	struct srv_sock *sock;         // the connection this request came on
 	srv_call *call;
+	char allow[48];                // the path's methods, for Allow ("": an unknown path)
+	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
+	bool bare;                     // --protect-control without the key: /health says no more than its status
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
 enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
 enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len);
 enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e);
+// The headers every reply with this status carries (CORS, Allow, WWW-Authenticate); the
+// replies above add them, a response built elsewhere calls this.
+void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status);
 int srv_sock_fd(srv_conn *c);
 
 // Parses the body as a JSON object.

@@ -39,6 +39,9 @@ static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || s
 enum MHD_Result srv_health(srv_conn *c) {
 	http_server *s = c->s;
 	int st = atomic_load(&s->state);
+	static const char *const bare[] = {[HTTP_LOADING] = "loading", [HTTP_READY] = "ok", [HTTP_FAILED] = "error",
+					   [HTTP_DRAINING] = "draining", [HTTP_HALTED] = "draining"};
+	if (c->bare) return srv_reply_json(c, st == HTTP_READY ? 200 : 503, json_pack("{s:s}", "status", bare[st]), 0);
 	switch (st) {
 	case HTTP_READY: return srv_reply_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
 	case HTTP_LOADING:

@@ -64,8 +64,16 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_COUNT;
-	if (!lane_check_params(&g->lr, &g->api, s->n_vocab, err, sizeof err, &bad)) return 0;
-	return srv_fail(e, SRV_E_BAD_REQUEST, bad < LANE_F_COUNT ? lane_api_name(&g->api, bad) : NULL, "%s", err);
+	if (lane_check_params(&g->lr, &g->api, s->n_vocab, err, sizeof err, &bad))
+		return srv_fail(e, SRV_E_BAD_REQUEST, bad < LANE_F_COUNT ? lane_api_name(&g->api, bad) : NULL, "%s", err);
+	const int64_t entries = g->stream ? 0 : lane_output_entries(&g->lr, g->n, s->max_ctx);
+	if (entries > (int64_t)(s->cfg.max_output_bytes / SRV_LOGPROB_BYTES))
+		return srv_fail(e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, LANE_F_MAX_TOKENS),
+				"n (%d) x %s (%d) x (1 + top_logprobs %d) log-probability entries could take %lld bytes, more than "
+				"a reply may hold (%zu, --max-output-bytes): lower one of them, or stream",
+				g->n, lane_api_name(&g->api, LANE_F_MAX_TOKENS), g->lr.max_tokens > 0 ? g->lr.max_tokens : s->max_ctx,
+				g->lr.top_logprobs, (long long)entries * SRV_LOGPROB_BYTES, s->cfg.max_output_bytes);
+	return 0;
 }
 
 // ---- chat prompts ---------------------------------------------------------------------------
@@ -139,18 +147,39 @@ fail:
 	return -1;
 }
 
+// A prompt refused before it was tokenized: it cannot fit the context.
+static int too_long(srv_err *e, const char *param, const char *msg) {
+	srv_fail(e, SRV_E_BAD_REQUEST, param, "%s", msg);
+	snprintf(e->code, sizeof e->code, "context_length_exceeded");
+	return -1;
+}
+
+int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e) {
+	const lane_api api = {.name = {[LANE_F_PROMPT] = param}};
+	char err[256];
+	if (!json_is_array(parts) || !lane_check_prompt_size(s->host, json_array_size(parts), 0, &api, err, sizeof err, NULL)) return 0;
+	return too_long(e, param, err);
+}
+
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
+	char err[512];
+	if (srv_check_parts(s, messages, "messages", e)) return -1;
 	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", messages, "bos_token", s->bos_text, "eos_token",
 				s->eos_text, "add_generation_prompt", 1);
 	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	char *text = NULL, err[512];
+	char *text = NULL;
 	size_t len = 0;
 	int rc = tmpl_render(s->tmpl, ctx, NULL, &text, &len, err, sizeof err);
 	json_decref(ctx);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "the chat template failed: %s", err);
+	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
+	if (lane_check_prompt_size(s->host, 0, len + (prefill ? strlen(prefill) : 0), &msgs, err, sizeof err, NULL)) {
+		free(text);
+		return too_long(e, "messages", err);
+	}
 	if (prefill && *prefill) {
 		size_t pl = strlen(prefill);
 		char *t = realloc(text, len + pl + 1);
@@ -397,6 +426,13 @@ static void pump(srv_call *c) {
 				ch->n_tokens++;
 				srv_buf_add(&ch->text, ev.text, ev.text_len);
 				c->api->text(c, i, ev.text, ev.text_len, &ev);
+				c->out_bytes += ev.text_len + (c->g.lr.logprobs ? (size_t)(1 + ev.n_top) * SRV_LOGPROB_BYTES : 0);
+				if (!c->g.stream && c->out_bytes > s->cfg.max_output_bytes) {
+					c->failed = c->too_big = true;
+					snprintf(c->fail_reason, sizeof c->fail_reason,
+						 "the reply passed the %zu bytes it may hold (--max-output-bytes): lower %s or n, or stream",
+						 s->cfg.max_output_bytes, lane_api_name(&c->g.api, LANE_F_MAX_TOKENS));
+				}
 				continue;
 			}
 			ch->ended = true;
@@ -488,7 +524,9 @@ static enum MHD_Result call_reply(srv_call *c) {
 	srv_err e;
 	set_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
 	if (c->failed) {
-		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", c->fail_reason);
+		conn->host_counted = c->too_big; // the host counted its cancel
+		srv_fail(&e, c->too_big ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL, c->too_big ? lane_api_name(&c->g.api, LANE_F_MAX_TOKENS) : NULL,
+			 "%s", c->fail_reason);
 		enum MHD_Result ok = srv_reply_error(conn, &e);
 		conn->outcome = "failed";
 		return ok;
@@ -643,6 +681,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->g.stream_type ? c->g.stream_type : "text/event-stream");
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
+		srv_reply_headers(conn, r, 200);
 		conn->status = 200;
 		conn->replied = true;
 		enum MHD_Result ok = MHD_queue_response(conn->mc, MHD_HTTP_OK, r);

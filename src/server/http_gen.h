@@ -7,6 +7,10 @@
 
 #include "server/http_base.h"
 
+// What a non-streamed reply's size counts for each log-probability entry (a token or an
+// alternative) beside the text: about what one takes in the JSON.
+#define SRV_LOGPROB_BYTES 64
+
 // ---- a request as an adapter reads it ------------------------------------------------------
 typedef struct {
 	lane_request lr;               // the contract; api, prompt, stops and bias point into this struct
@@ -30,11 +34,15 @@ extern const srv_field srv_gen_fields[];
 void srv_gen_init(srv_gen *g, const lane_api *api);
 // Frees g's storage (not g). Accepts a g that srv_gen_run took over: it cleared it.
 void srv_gen_free(srv_gen *g);
-// The model check, then lane_check_params over every field read; cheap, so adapters run it
+// The model check, then lane_check_params over every field read, and a non-streamed
+// reply's log-probability entries against --max-output-bytes; cheap, so adapters run it
 // before building the prompt. 0, or -1 with e naming the field in the API's words.
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e);
 
 // ---- chat prompts ---------------------------------------------------------------------------
+// 400 context_length_exceeded naming param when the array parts (messages, input items)
+// has more entries than the context has tokens: checked before they are flattened.
+int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e);
 // OpenAI chat messages (system/developer/user/assistant, content a string or text parts)
 // flattened into [{role, content: string}] for the chat template.
 int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
@@ -96,6 +104,8 @@ struct srv_call {
 	bool failed;
 	char fail_reason[200];
 	int64_t seq;                   // next SSE sequence number (Responses)
+	size_t out_bytes;              // non-stream: the reply's size so far, as --max-output-bytes counts it
+	bool too_big;                  // failed: out_bytes passed --max-output-bytes
 };
 
 // Checks the prompt against the context (lane_check_prompt), submits every choice, then

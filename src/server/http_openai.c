@@ -383,7 +383,8 @@ enum MHD_Result srv_chat_completions(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	oai_req r;
-	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_openai_messages(r.messages, &flat, &e) ||
+	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_check_parts(c->s, r.messages, "messages", &e) ||
+	    srv_openai_messages(r.messages, &flat, &e) ||
 	    srv_chat_prompt(c->s, flat, NULL, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
 		json_decref(j);
 		json_decref(flat);
@@ -402,6 +403,11 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 	char err[256];
 	if (json_is_string(p)) {
 		size_t n = 0;
+		if (lane_check_prompt_size(s->host, 0, json_string_length(p), &g->api, err, sizeof err, NULL)) {
+			srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
+			snprintf(e->code, sizeof e->code, "context_length_exceeded");
+			return -1;
+		}
 		int rc = tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
 		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");

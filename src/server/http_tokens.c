@@ -33,6 +33,15 @@ static const srv_field detokenize_fields[] = {
 	{0},
 };
 
+// Tokenizing costs tens of times its text in memory and time: a limit of its own, checked
+// before the body is parsed.
+static int small_enough(srv_conn *c, srv_err *e) {
+	size_t lim = c->s->cfg.max_tokenize_bytes;
+	if (c->body.len <= lim) return 0;
+	return srv_fail(e, SRV_E_TOO_LARGE, NULL, "the body of %s (%zu bytes) is larger than its limit of %zu bytes (--max-tokenize-bytes)",
+			c->path, c->body.len, lim);
+}
+
 enum MHD_Result srv_tokenize(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
@@ -40,7 +49,7 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 	int32_t *ids = NULL;
 	size_t n = 0;
 	tokenize_req r = {.parse_special = true};
-	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, tokenize_fields, NULL, &e) ||
+	if (small_enough(c, &e) || srv_parse_body(c, &j, &e) || srv_fields_known(j, tokenize_fields, NULL, &e) ||
 	    srv_fields_read(j, tokenize_fields, &r, NULL, NULL, &e))
 		goto fail;
 	const char *content = r.content;
@@ -51,7 +60,7 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 			srv_fail(&e, SRV_E_BAD_REQUEST, "messages", "send content or messages, not both");
 			goto fail;
 		}
-		if (srv_openai_messages(r.messages, &flat, &e)) goto fail;
+		if (srv_check_parts(s, r.messages, "messages", &e) || srv_openai_messages(r.messages, &flat, &e)) goto fail;
 		int rc = srv_chat_prompt(s, flat, NULL, &ids, &n32, &e);
 		json_decref(flat);
 		if (rc) goto fail;
@@ -85,7 +94,7 @@ enum MHD_Result srv_detokenize(srv_conn *c) {
 	json_t *j = NULL;
 	int32_t *ids = NULL;
 	detokenize_req r = {0};
-	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, detokenize_fields, NULL, &e) ||
+	if (small_enough(c, &e) || srv_parse_body(c, &j, &e) || srv_fields_known(j, detokenize_fields, NULL, &e) ||
 	    srv_fields_read(j, detokenize_fields, &r, NULL, NULL, &e))
 		goto fail;
 	json_t *t = r.tokens;

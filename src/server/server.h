@@ -27,6 +27,15 @@ typedef struct {
 	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
 	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
 	bool embeddings_only;       // the generation endpoints answer 400
+	// request guards (docs/api.md, "Browsers and hostile clients"); the lists are borrowed:
+	// they must outlive the server. Each entry may hold several, comma-separated.
+	const char *const *allowed_hosts; // Host names accepted besides the defaults; "*": any
+	int n_allowed_hosts;
+	const char *const *cors_origins;  // origins allowed cross-origin (CORS); "*": any
+	int n_cors_origins;
+	bool protect_control;       // with api_key: /slots, /metrics, /props and /health's details need it
+	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
+	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 } http_config;
 
 void http_config_default(http_config *c);

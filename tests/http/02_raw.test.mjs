@@ -41,14 +41,14 @@ test('malformed JSON, a non-object body and wrong types get 400 in OpenAI shape'
 
 test('a body over --max-body gets 413, with a length or chunked', async () => {
 	const head =
-		'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+		'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
 		'Authorization: Bearer test-key\r\nContent-Length: 9000000\r\n\r\n';
 	let r = await rawExchange(port, [head, '{"messages": ['], { keepOpen: true, timeoutMs: 3000 });
 	assert.equal(statusOf(r.text), 413);
 	assert.equal(JSON.parse(bodyOf(r.text)).error.code, 'request_too_large');
 	// chunked: the server reads to the end, then answers 413
 	const piece = Buffer.alloc(1 << 20, 'a');
-	const chunks = ['POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key\r\nTransfer-Encoding: chunked\r\n\r\n'];
+	const chunks = ['POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer test-key\r\nTransfer-Encoding: chunked\r\n\r\n'];
 	for (let i = 0; i < 9; i++) chunks.push(`${piece.length.toString(16)}\r\n`, piece, '\r\n');
 	chunks.push('0\r\n\r\n');
 	r = await rawExchange(port, chunks, { timeoutMs: 10000 });
@@ -60,10 +60,10 @@ test('half-sent requests hold no one up and leave nothing behind', async () => {
 	const half = net.connect(port, '127.0.0.1');
 	await new Promise((r) => half.on('connect', r));
 	half.on('error', () => {});
-	half.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\nAuthorization: Bearer test-key\r\n\r\n{"messa');
+	half.write('POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 200\r\nAuthorization: Bearer test-key\r\n\r\n{"messa');
 	const headersOnly = net.connect(port, '127.0.0.1');
 	headersOnly.on('error', () => {});
-	headersOnly.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le');
+	headersOnly.write('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le');
 	await sleep(100);
 	// others are served meanwhile
 	const r = await postJSON(`${url}/v1/completions`, { prompt: 'The sun', max_tokens: 8 });

@@ -897,6 +897,25 @@ static void test_contract(void) {
 	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == 0);
 	q.n_prompt = 0;
 	CHECK(lane_check_prompt(h, &q, &api, err, sizeof err, &bad) == LANES_EINVAL && bad == LANE_F_PROMPT);
+	// cheap size bounds before tokenizing: a message takes a token at least, a token covers
+	// at most the vocabulary's longest text
+	CHECK(lane_check_prompt_size(h, 256, 0, &api, err, sizeof err, &bad) == 0);
+	bad = LANE_F_COUNT;
+	CHECK(lane_check_prompt_size(h, 257, 0, &api, err, sizeof err, &bad) == LANES_ELIMIT && bad == LANE_F_PROMPT &&
+	      strstr(err, "257 entries"));
+	CHECK(lane_check_prompt_size(h, 0, 256 * 4, &api, err, sizeof err, &bad) == 0);
+	CHECK(lane_check_prompt_size(h, 0, (size_t)1 << 30, &api, err, sizeof err, &bad) == LANES_ELIMIT && strstr(err, "bytes"));
+	// the log-probability entries a reply may hold: n x max_tokens (the context when unset) x (1 + top)
+	lane_request lq;
+	lane_request_init(&lq);
+	lq.max_tokens = 2000;
+	CHECK(lane_output_entries(&lq, 32, 256) == 0);
+	lq.logprobs = true;
+	lq.top_logprobs = 20;
+	CHECK(lane_output_entries(&lq, 32, 256) == 32 * 2000 * 21);
+	lq.max_tokens = 0;
+	lq.top_logprobs = 0;
+	CHECK(lane_output_entries(&lq, 1, 256) == 256);
 	uint64_t s1 = lane_draw_seed(h), s2 = lane_draw_seed(h);
 	CHECK(s1 != s2 && s1 < (1ull << 53) && s2 < (1ull << 53));
 	lane_host_free(h);
