@@ -387,8 +387,8 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 			val = argv[++i];
 		}
 		const int idx = (int)(st - cli_settings_table);
-		// a second value would silently win over the first: say so instead
-		if (seen[idx / 64] >> (idx % 64) & 1) {
+		// a second value would silently win over the first (a list takes both): say so instead
+		if (st->kind != SET_LIST && (seen[idx / 64] >> (idx % 64) & 1)) {
 			cli_err("%s is given twice (%s, then %s): give it once", who, seen_as[idx] ? seen_as[idx] : "on", val ? val : "on");
 			return 2;
 		}

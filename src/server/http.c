@@ -141,7 +141,8 @@ static void sock_pending(http_server *s, srv_sock *k, bool on) {
 static void sock_last_word(http_server *s, srv_sock *k) {
 	uint64_t sent, recvd;
 	tcp_bytes(k->fd, &sent, &recvd);
-	if (atomic_load(&s->quit) || k->received || sent != k->sent_mark || recvd <= k->recv_mark) return;
+	// TCP counts a client's FIN as one received byte: a half-close after a reply is not junk
+	if (atomic_load(&s->quit) || k->received || sent != k->sent_mark || recvd <= k->recv_mark + 1) return;
 	srv_err e;
 	int status = 400;
 	const char *reason = "Bad Request";

@@ -161,11 +161,12 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 	return too_long(e, param, err);
 }
 
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32_t **ids, int32_t *n, srv_err *e) {
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, int32_t **ids, int32_t *n,
+		    srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	char err[512];
-	if (srv_check_parts(s, messages, "messages", e)) return -1;
+	if (srv_check_parts(s, messages, param, e)) return -1;
 	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", messages, "bos_token", s->bos_text, "eos_token",
 				s->eos_text, "add_generation_prompt", 1);
 	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
@@ -174,11 +175,11 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32
 	int rc = tmpl_render(s->tmpl, ctx, NULL, &text, &len, err, sizeof err);
 	json_decref(ctx);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "the chat template failed: %s", err);
+	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "the chat template failed: %s", err);
 	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
 	if (lane_check_prompt_size(s->host, 0, len + (prefill ? strlen(prefill) : 0), &msgs, err, sizeof err, NULL)) {
 		free(text);
-		return too_long(e, "messages", err);
+		return too_long(e, param, err);
 	}
 	if (prefill && *prefill) {
 		size_t pl = strlen(prefill);
@@ -195,10 +196,10 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32
 	size_t cnt = 0;
 	rc = tok_encode_chat(s->vocab, text, len, &v, &cnt, err, sizeof err);
 	free(text);
-	if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "messages", "%s", err);
+	if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, param, "%s", err);
 	if (cnt > (size_t)INT32_MAX / 2) {
 		free(v);
-		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "the prompt is too long");
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "the prompt is too long");
 	}
 	*ids = v;
 	*n = (int32_t)cnt;

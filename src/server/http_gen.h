@@ -47,8 +47,8 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 // flattened into [{role, content: string}] for the chat template.
 int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
 // Renders messages (array of {role, content: string}) with the chat template and tokenizes
-// them; prefill (may be NULL) is appended after the generation prompt.
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, int32_t **ids, int32_t *n,
+// them; prefill (may be NULL) is appended after the generation prompt. Errors name param.
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, int32_t **ids, int32_t *n,
 		    srv_err *e);
 
 // ---- a generation call: n lane requests for one HTTP request ------------------------------

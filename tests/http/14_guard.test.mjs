@@ -213,7 +213,7 @@ test('without --cors-origin a preflight gets 403 naming the flag, and no reply c
 	// OPTIONS that is no preflight: the path's methods
 	const o = await raw(g.port, 'OPTIONS', '/v1/models', { headers: { Host: '127.0.0.1' } });
 	assert.equal(o.status, 204);
-	assert.equal(o.headers.allow, 'GET, OPTIONS');
+	assert.equal(o.headers.allow, 'GET, HEAD, OPTIONS');
 });
 
 test('--cors-origin: an allowed origin gets 204 and its header on every reply, another gets 403', async () => {
@@ -256,7 +256,7 @@ test('405 lists the path\'s methods in Allow; 401 carries WWW-Authenticate: Bear
 	assert.equal(r.headers.allow, 'POST, OPTIONS');
 	r = await raw(g.port, 'POST', '/health', { headers: { ...own(g), ...json }, body: {} });
 	assert.equal(r.status, 405);
-	assert.equal(r.headers.allow, 'GET, OPTIONS');
+	assert.equal(r.headers.allow, 'GET, HEAD, OPTIONS');
 	r = await raw(g.port, 'POST', '/v1/chat/completions', { headers: { Host: '127.0.0.1', ...json }, body: chat() });
 	assert.equal(r.status, 401);
 	assert.equal(r.headers['www-authenticate'], 'Bearer');
