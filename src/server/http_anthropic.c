@@ -201,7 +201,7 @@ enum MHD_Result srv_messages(srv_conn *c) {
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
 	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) || srv_gen_check(s, &r.g, &e) ||
 	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
-	    srv_chat_prompt(s, flat, prefill, "messages", &r.g.prompt, &r.g.lr.n_prompt, &e))
+	    srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
 	free(prefill);
@@ -243,7 +243,7 @@ enum MHD_Result srv_count_tokens(srv_conn *c) {
 	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_count_fields, NULL, &e) ||
 		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) ||
 		 srv_check_model(s, r.g.model, &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
-		 srv_chat_prompt(s, flat, prefill, "messages", &r.g.prompt, &r.g.lr.n_prompt, &e);
+		 srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e);
 	const int32_t n = r.g.lr.n_prompt;
 	json_decref(j);
 	json_decref(flat);

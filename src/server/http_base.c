@@ -493,6 +493,10 @@ int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where
 		}
 		json_t *v = json_object_get(o, r->name);
 		if (!v || json_is_null(v) || r->kind == SRV_K_IGNORE) continue;
+		if (r->kind == SRV_K_HINT) {
+			*(const char **)dst = r->name;
+			continue;
+		}
 		char name[96];
 		snprintf(name, sizeof name, "%s%s%s", where ? where : "", where ? "." : "", r->name);
 		bool ign = r->kind == SRV_K_IGNORE_STR || r->kind == SRV_K_IGNORE_BOOL || r->kind == SRV_K_IGNORE_OBJECT;

@@ -196,6 +196,7 @@ enum srv_kind {
 	SRV_K_IGNORE_STR, // ignored once checked to be a string
 	SRV_K_IGNORE_BOOL, // ... a boolean
 	SRV_K_IGNORE_OBJECT, // ... an object
+	SRV_K_HINT,       // a hint that cannot change a reply: its name into a const char * (refused by --strict-params)
 };
 
 typedef struct srv_field srv_field;

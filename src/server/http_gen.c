@@ -27,6 +27,17 @@ const srv_field srv_gen_fields[] = {
 	SRV_ROW(srv_gen, stream, SRV_K_BOOL),
 	{"draft", SRV_K_BOOL, .off = offsetof(srv_gen, lr.draft)},
 	{"ignore_eos", SRV_K_BOOL, .off = offsetof(srv_gen, lr.ignore_eos)},
+	// what other servers' clients send: aliases with the same meaning, template variables
+	{"repetition_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(srv_gen, lr.sampling.repeat_penalty), NULL},
+	{"n_predict", SRV_K_JSON, .off = offsetof(srv_gen, n_predict)},
+	{"chat_template_kwargs", SRV_K_JSON, .off = offsetof(srv_gen, template_kwargs)},
+	{"reasoning_effort", SRV_K_STR, .off = offsetof(srv_gen, reasoning_effort)},
+	// hints that cannot change a reply (the prefix cache works without asking)
+	{"prompt_cache_key", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
+	{"prompt_cache_retention", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
+	{"cache_prompt", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
+	{"safety_identifier", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
+	{"id_slot", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
 	{0},
 };
 
@@ -61,6 +72,19 @@ static void gen_wire(srv_gen *g) {
 
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	if (srv_check_model(s, g->model, e)) return -1;
+	if (g->hint && s->cfg.strict_params)
+		return srv_fail(e, SRV_E_BAD_REQUEST, g->hint, "unsupported parameter: %s (--strict-params refuses hints)", g->hint);
+	if (g->hint) LOG_DEBUG(SRV_MOD, "ignored the hint %s", g->hint);
+	if (g->template_kwargs && !json_is_object(g->template_kwargs))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs must be an object");
+	if (g->template_kwargs && json_object_get(g->template_kwargs, "messages"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs may not set messages");
+	if (g->n_predict) {
+		const json_int_t np = json_is_integer(g->n_predict) ? json_integer_value(g->n_predict) : 0;
+		if (!json_is_integer(g->n_predict) || np == 0 || np < -1 || np > INT32_MAX)
+			return srv_fail(e, SRV_E_BAD_REQUEST, "n_predict", "n_predict must be -1 (no limit) or an integer of at least 1");
+		g->lr.max_tokens = np > 0 ? (int32_t)np : 0;
+	}
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_COUNT;
@@ -161,8 +185,8 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 	return too_long(e, param, err);
 }
 
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, int32_t **ids, int32_t *n,
-		    srv_err *e) {
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
+		    int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	char err[512];
@@ -170,6 +194,9 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", messages, "bos_token", s->bos_text, "eos_token",
 				s->eos_text, "add_generation_prompt", 1);
 	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	// the client's variables come after ours, so a template reads what it was sent
+	if (g && g->template_kwargs) json_object_update(ctx, g->template_kwargs);
+	if (g && g->reasoning_effort) json_object_set_new(ctx, "reasoning_effort", json_string(g->reasoning_effort));
 	char *text = NULL;
 	size_t len = 0;
 	int rc = tmpl_render(s->tmpl, ctx, NULL, &text, &len, err, sizeof err);

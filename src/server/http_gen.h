@@ -22,6 +22,10 @@ typedef struct {
 	srv_stops stops;
 	srv_biases bias;               // owned
 	const char *stream_type;       // the stream's content type (NULL: text/event-stream)
+	const char *hint;              // a hint field sent (the last one read), or NULL
+	json_t *template_kwargs;       // chat_template_kwargs: more variables for the chat template (borrowed)
+	const char *reasoning_effort;  // passed to templates that read it
+	json_t *n_predict;             // llama-server's max_tokens (-1: no limit)
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;
 } srv_gen;
@@ -47,9 +51,10 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 // flattened into [{role, content: string}] for the chat template.
 int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
 // Renders messages (array of {role, content: string}) with the chat template and tokenizes
-// them; prefill (may be NULL) is appended after the generation prompt. Errors name param.
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, int32_t **ids, int32_t *n,
-		    srv_err *e);
+// them; prefill (may be NULL) is appended after the generation prompt. g (may be NULL) adds
+// its chat_template_kwargs and reasoning_effort to the template's variables. Errors name param.
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
+		    int32_t **ids, int32_t *n, srv_err *e);
 
 // ---- a generation call: n lane requests for one HTTP request ------------------------------
 typedef struct {

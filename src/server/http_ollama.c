@@ -417,7 +417,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 						       : json_pack("[{s:s, s:s}]", "role", "user", "content", r->prompt);
 			if (!flat) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
-		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", &r->g.prompt, &r->g.lr.n_prompt, &e);
+		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", NULL, &r->g.prompt, &r->g.lr.n_prompt, &e);
 		json_decref(flat);
 	}
 	if (rc) {

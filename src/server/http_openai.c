@@ -385,7 +385,7 @@ enum MHD_Result srv_chat_completions(srv_conn *c) {
 	oai_req r;
 	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_check_parts(c->s, r.messages, "messages", &e) ||
 	    srv_openai_messages(r.messages, &flat, &e) ||
-	    srv_chat_prompt(c->s, flat, NULL, "messages", &r.g.prompt, &r.g.lr.n_prompt, &e)) {
+	    srv_chat_prompt(c->s, flat, NULL, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
 		json_decref(j);
 		json_decref(flat);
 		srv_gen_free(&r.g);

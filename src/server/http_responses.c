@@ -288,7 +288,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	r.g.lr.sampling.temperature = (float)r.temperature;
 	r.g.lr.sampling.top_p = (float)r.top_p;
 	if (srv_gen_check(s, &r.g, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(&r, &flat, &e) ||
-	    srv_chat_prompt(s, flat, NULL, "input", &r.g.prompt, &r.g.lr.n_prompt, &e))
+	    srv_chat_prompt(s, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
 	flat = NULL;

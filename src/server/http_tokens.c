@@ -61,7 +61,7 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 			goto fail;
 		}
 		if (srv_check_parts(s, r.messages, "messages", &e) || srv_openai_messages(r.messages, &flat, &e)) goto fail;
-		int rc = srv_chat_prompt(s, flat, NULL, "messages", &ids, &n32, &e);
+		int rc = srv_chat_prompt(s, flat, NULL, "messages", NULL, &ids, &n32, &e);
 		json_decref(flat);
 		if (rc) goto fail;
 		n = (size_t)n32;

@@ -1,0 +1,74 @@
+// What other servers' clients send: hint fields accepted and ignored (refused with
+// --strict-params), llama-server's and vLLM's aliases (n_predict, repetition_penalty) with
+// their meaning, and chat_template_kwargs / reasoning_effort reaching the chat template.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, postJSON, STORIES, KEY, TMP } from './lib.mjs';
+
+let srv, strict;
+before(async () => {
+	const tmpl = path.join(TMP, 'compat.jinja');
+	fs.writeFileSync(tmpl, '{% for m in messages %}{{ m.content }}{% endfor %}{% if shout %} LOUD LOUD LOUD{% endif %}' +
+		'{% if reasoning_effort is defined %} effort {{ reasoning_effort }}{% endif %}');
+	srv = await startServer(['-m', STORIES, '--api-key', KEY, '--chat-template', tmpl]);
+	strict = await startServer(['-m', STORIES, '--api-key', KEY, '--strict-params']);
+});
+after(() => [srv, strict].forEach((s) => s && s.proc.kill('SIGKILL')));
+
+const chat = (u, extra) => postJSON(`${u}/v1/chat/completions`, { messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 4, ...extra });
+const cmpl = (u, extra) => postJSON(`${u}/v1/completions`, { prompt: 'Once upon a time', ...extra });
+
+test('hint fields are accepted and change nothing; --strict-params refuses each by name', async () => {
+	const plain = await cmpl(srv.url, { max_tokens: 8, seed: 4 });
+	for (const hint of [{ prompt_cache_key: 'thread-1' }, { cache_prompt: true }, { safety_identifier: 'u1' }, { prompt_cache_retention: '24h' }, { id_slot: 0 }]) {
+		const r = await cmpl(srv.url, { max_tokens: 8, seed: 4, ...hint });
+		assert.equal(r.status, 200, JSON.stringify(r.body));
+		assert.equal(r.body.choices[0].token_sha, plain.body.choices[0].token_sha, Object.keys(hint)[0]);
+		const c = await chat(srv.url, hint);
+		assert.equal(c.status, 200);
+		const s = await cmpl(strict.url, { max_tokens: 2, ...hint });
+		assert.equal(s.status, 400);
+		assert.equal(s.body.error.param, Object.keys(hint)[0]);
+		assert.match(s.body.error.message, /--strict-params/);
+	}
+	const m = await postJSON(`${srv.url}/v1/messages`, { model: 'stories260K', max_tokens: 2, messages: [{ role: 'user', content: 'x' }], prompt_cache_key: 'k' });
+	assert.equal(m.status, 200);
+});
+
+test('n_predict and repetition_penalty mean what they mean on llama-server and vLLM', async () => {
+	const n = await cmpl(srv.url, { n_predict: 5, ignore_eos: true });
+	assert.equal(n.status, 200);
+	assert.equal(n.body.usage.completion_tokens, 5);
+	const unlimited = await cmpl(srv.url, { n_predict: -1, ignore_eos: true, stream: false, prompt: Array(500).fill(1) });
+	assert.equal(unlimited.status, 200);
+	assert.equal(unlimited.body.choices[0].finish_reason, 'length');
+	for (const bad of [0, -2, 1.5, 'ten']) {
+		const r = await cmpl(srv.url, { n_predict: bad });
+		assert.equal(r.status, 400);
+		assert.equal(r.body.error.param, 'n_predict');
+	}
+	const viaAlias = await cmpl(srv.url, { max_tokens: 24, seed: 9, repetition_penalty: 1.5 });
+	const viaOwn = await cmpl(srv.url, { max_tokens: 24, seed: 9, repeat_penalty: 1.5 });
+	assert.equal(viaAlias.body.choices[0].token_sha, viaOwn.body.choices[0].token_sha);
+	const bad = await cmpl(srv.url, { max_tokens: 2, repetition_penalty: 0 });
+	assert.equal(bad.status, 400);
+	assert.equal(bad.body.error.param, 'repetition_penalty');
+});
+
+test('chat_template_kwargs and reasoning_effort reach the chat template', async () => {
+	const base = (await chat(srv.url, {})).body.usage.prompt_tokens;
+	const loud = await chat(srv.url, { chat_template_kwargs: { shout: true } });
+	assert.equal(loud.status, 200);
+	assert.ok(loud.body.usage.prompt_tokens > base, `${loud.body.usage.prompt_tokens} > ${base}`);
+	const effort = await chat(srv.url, { reasoning_effort: 'high' });
+	assert.ok(effort.body.usage.prompt_tokens > base);
+	const quiet = await chat(srv.url, { chat_template_kwargs: { shout: false } });
+	assert.equal(quiet.body.usage.prompt_tokens, base);
+	for (const bad of [[1], 'x', { messages: [] }]) {
+		const r = await chat(srv.url, { chat_template_kwargs: bad });
+		assert.equal(r.status, 400);
+		assert.equal(r.body.error.param, 'chat_template_kwargs');
+	}
+});
