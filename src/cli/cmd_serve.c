@@ -88,6 +88,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.pooling = strcmp(s->pooling, "auto") ? s->pooling : NULL;
 	cfg.embeddings_only = s->embeddings;
 	cfg.strict_params = s->strict_params;
+	cfg.strict_model = s->strict_model;
 	cfg.allowed_hosts = s->allowed_host.v;
 	cfg.n_allowed_hosts = s->allowed_host.n;
 	cfg.cors_origins = s->cors_origin.v;

@@ -119,6 +119,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "compute threads (0 = one per core)"},
 	{.names = "--pooling", .kind = SET_CHOICE, .field = F(pooling), .dflt = "auto", .meta = "auto|last|mean|cls", .cmds = B(SERVE),
 	 .help = "how /v1/embeddings pools a text's hidden states (auto: the model's pooling_type, else last)"},
+	{.names = "--strict-model", .kind = SET_FLAG, .field = F(strict_model), .cmds = B(SERVE),
+	 .help = "a request naming another model gets 404 (default: any name means the one model served)"},
 	{.names = "--strict-params", .kind = SET_FLAG, .field = F(strict_params), .cmds = B(SERVE),
 	 .help = "refuse the hint fields other servers' clients send (prompt_cache_key, cache_prompt, ...) instead of ignoring them"},
 	{.names = "--embeddings", .kind = SET_FLAG, .field = F(embeddings), .cmds = B(SERVE),

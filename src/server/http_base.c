@@ -196,7 +196,13 @@ void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
 }
 
 int srv_check_model(http_server *s, const char *id, srv_err *e) {
-	if (!id || !strcmp(id, s->model_id)) return 0;
+	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404)
+	if (!id || !strcmp(id, s->model_id) || !s->cfg.strict_model) return 0;
+	return srv_model_lookup(s, id, e);
+}
+
+int srv_model_lookup(http_server *s, const char *id, srv_err *e) {
+	if (!strcmp(id, s->model_id)) return 0;
 	srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->model_id);
 	snprintf(e->code, sizeof e->code, "model_not_found");
 	return -1;

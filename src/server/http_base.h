@@ -166,8 +166,11 @@ int srv_sock_fd(srv_conn *c);
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
 // A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);
-// 404 model_not_found unless id (NULL: none sent) is the model this server serves.
+// A request's model: 0 for none sent, this server's model, or any name unless --strict-model;
+// else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);
+// A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model.
+int srv_model_lookup(http_server *s, const char *id, srv_err *e);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.

@@ -201,6 +201,6 @@ enum MHD_Result srv_props(srv_conn *c) {
 
 enum MHD_Result srv_model_one(srv_conn *c) {
 	srv_err e;
-	if (srv_check_model(c->s, c->path + strlen("/v1/models/"), &e)) return srv_reply_error(c, &e);
+	if (srv_model_lookup(c->s, c->path + strlen("/v1/models/"), &e)) return srv_reply_error(c, &e);
 	return srv_reply_json(c, 200, model_object(c->s), 0);
 }

@@ -25,8 +25,8 @@ static bool oll_model_ok(const http_server *s, const char *name) {
 	return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
 }
 
-static int oll_check_model(http_server *s, const char *name, srv_err *e) {
-	if (oll_model_ok(s, name)) return 0;
+static int oll_check_model(http_server *s, const char *name, bool lookup, srv_err *e) {
+	if (oll_model_ok(s, name) || (!lookup && !s->cfg.strict_model)) return 0;
 	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'", name, s->model_id);
 }
 
@@ -121,7 +121,7 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 		return srv_reply_error(c, &e);
 	}
 	const char *name = r.model ? r.model : r.name;
-	if (!name || oll_check_model(s, name, &e)) {
+	if (!name || oll_check_model(s, name, true, &e)) {
 		if (!name) srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 		json_decref(j);
 		return srv_reply_error(c, &e);
@@ -386,7 +386,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	int rc = srv_parse_body(c, &r->j, &e) || srv_fields_known(r->j, t, NULL, &e) ||
 		 srv_fields_read(r->j, t, r, NULL, &r->g.api, &e);
 	if (!rc && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
-	if (!rc) rc = oll_check_model(s, r->g.model, &e);
+	if (!rc) rc = oll_check_model(s, r->g.model, false, &e);
 	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
 	r->g.model = NULL; // checked here, in Ollama's naming
 	if (!rc) rc = oll_unsupported(r, &e) || oll_options_apply(r, &e) || srv_gen_check(s, &r->g, &e);

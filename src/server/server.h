@@ -27,6 +27,7 @@ typedef struct {
 	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
 	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
 	bool embeddings_only;       // the generation endpoints answer 400
+	bool strict_model;          // a model name that is not this server's gets 404 (default: any name means it)
 	bool strict_params;         // hint fields (prompt_cache_key, cache_prompt, ...) get a 400 instead of being ignored
 	// request guards (docs/api.md, "Browsers and hostile clients"); the lists are borrowed:
 	// they must outlive the server. Each entry may hold several, comma-separated.

@@ -110,9 +110,8 @@ test('messages: typed errors in Anthropic shape', async () => {
 	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), tools: [{ name: 'f', input_schema: { type: 'object' } }] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
 	assert.match(e.message, /tools/);
-	e = await client.messages.create({ model: 'claude-opus-4', max_tokens: 5, messages: user('hi') }).catch((x) => x);
-	assert.ok(e instanceof Anthropic.NotFoundError, String(e));
-	assert.equal(e.error.error.type, 'not_found_error');
+	const any = await client.messages.create({ model: 'claude-opus-4', max_tokens: 2, messages: user('hi') });
+	assert.equal(any.model, MODEL, 'one model served: any name means it');
 	const bad = new Anthropic({ baseURL: url, apiKey: 'nope', maxRetries: 0 });
 	e = await bad.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi') }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.AuthenticationError, String(e));
@@ -130,8 +129,8 @@ test('countTokens equals the usage.input_tokens of the same request; paths under
 	assert.deepEqual(Object.keys(count), ['input_tokens']);
 	const e = await client.messages.countTokens({ model: MODEL, messages: [] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
-	const nf = await client.messages.countTokens({ model: 'claude-3-opus', messages: user('x') }).catch((x) => x);
-	assert.ok(nf instanceof Anthropic.NotFoundError);
+	const other = await client.messages.countTokens({ model: 'claude-3-opus', messages: user('x') });
+	assert.ok(other.input_tokens > 0);
 	const r = await postJSON(`${url}/v1/messages/batches`, {});
 	assert.equal(r.status, 404);
 	assert.equal(r.body.type, 'error');

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { startServer, STORIES, KEY, rawExchange, httpRequest, statusOf, bodyOf, sleep } from './lib.mjs';
 
 let srv;
-before(async () => (srv = await startServer(['-m', STORIES, '--api-key', KEY])));
+// --strict-model: a model id that is not this server's is a 404, so every kind is checked
+before(async () => (srv = await startServer(['-m', STORIES, '--api-key', KEY, '--strict-model'])));
 after(() => srv.proc.kill('SIGKILL'));
 
 // The 18 kinds, as JSON text (-0.0 and 1e308 cannot come out of JSON.stringify).

@@ -72,3 +72,34 @@ test('chat_template_kwargs and reasoning_effort reach the chat template', async 
 		assert.equal(r.body.error.param, 'chat_template_kwargs');
 	}
 });
+
+test('a model name that matches nothing means the one model; --strict-model answers 404', async () => {
+	for (const [p, body] of [
+		['/v1/chat/completions', { model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }], max_tokens: 1 }],
+		['/v1/completions', { model: 'gpt-3.5-turbo-instruct', prompt: 'x', max_tokens: 1 }],
+		['/v1/embeddings', { model: 'text-embedding-3-small', input: 'x' }],
+	]) {
+		const r = await postJSON(`${srv.url}${p}`, body);
+		assert.equal(r.status, 200, `${p}: ${JSON.stringify(r.body)}`);
+		assert.equal(r.body.model, 'stories260K');
+	}
+	const m = await postJSON(`${srv.url}/v1/messages`, { model: 'claude-opus-4', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+	assert.equal(m.status, 200);
+	// lookups by name stay exact
+	assert.equal((await fetch(`${srv.url}/v1/models/gpt-4o`)).status, 404);
+	const exact = await startServer(['-m', STORIES, '--api-key', KEY, '--strict-model']);
+	try {
+		const r = await postJSON(`${exact.url}/v1/chat/completions`, { model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] });
+		assert.equal(r.status, 404);
+		assert.equal(r.body.error.code, 'model_not_found');
+		const a = await postJSON(`${exact.url}/v1/messages`, { model: 'claude-opus-4', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+		assert.equal(a.status, 404);
+		assert.equal(a.body.error.type, 'not_found_error');
+		const o = await postJSON(`${exact.url}/api/chat`, { model: 'llama3', messages: [{ role: 'user', content: 'x' }] });
+		assert.equal(o.status, 404);
+		assert.match(o.body.error, /not found/);
+		assert.equal((await postJSON(`${exact.url}/v1/chat/completions`, { model: 'stories260K', messages: [{ role: 'user', content: 'x' }], max_tokens: 1 })).status, 200);
+	} finally {
+		exact.proc.kill('SIGKILL');
+	}
+});
