@@ -390,11 +390,13 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	}
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
+	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
+	const int status = c->status ? c->status : 499;
 	if (c->n_prompt || c->n_gen || c->outcome)
-		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, c->status,
+		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, status,
 			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, why);
 	else
-		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s", c->method, c->path, c->status, ms, why);
+		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s", c->method, c->path, status, ms, why);
 	srv_buf_free(&c->body);
 	free(c);
 }

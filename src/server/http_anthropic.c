@@ -34,9 +34,9 @@ static json_t *stop_sequence(const srv_call *c) {
 
 static void ant_begin(srv_call *c) {
 	srv_sse(c, "message_start",
-		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i}}}", "type", "message_start", "message", "id",
+		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i, s:i}}}", "type", "message_start", "message", "id",
 			  c->id, "type", "message", "role", "assistant", "content", "model", c->s->model_id, "stop_reason",
-			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0));
+			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0, "cache_read_input_tokens", 0));
 	srv_sse(c, "content_block_start",
 		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block", "type", "text",
 			  "text", ""));
@@ -53,9 +53,9 @@ static void ant_text(srv_call *c, int i, const char *text, size_t len, const lan
 static void ant_done(srv_call *c) {
 	srv_sse(c, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
 	srv_sse(c, "message_delta",
-		json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
+		json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
 			  stop_reason(&c->ch[0]), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
-			  "output_tokens", srv_call_generated(c)));
+			  "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached));
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 

@@ -308,7 +308,9 @@ int srv_content_text(json_t *content, const char *param, const char *const *type
 		for (const char *const *t = types; *t && !ok; t++) ok = !strcmp(*t, ty);
 		if (!ok) {
 			srv_buf_free(&b);
-			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only text (%s) is", p, ty, types[0]);
+			const bool image = !strncmp(ty, "image", 5) || !strcmp(ty, "input_image");
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: %sonly text (%s) is", p, ty,
+					image ? "images are not supported by this model; " : "", types[0]);
 		}
 		json_t *tx = json_object_get(part, "text");
 		if (!json_is_string(tx)) {

@@ -132,6 +132,12 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			json_decref(flat);
 			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 		}
+		// a tool result says what is missing before its tool_call_id reads as an unknown field
+		const char *rl = json_string_value(json_object_get(m, "role"));
+		if (rl && (!strcmp(rl, "tool") || !strcmp(rl, "function"))) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s': tools are not supported", p, rl);
+			goto fail;
+		}
 		oai_msg r = {0};
 		if (srv_fields_known(m, oai_msg_fields, p, e) || srv_fields_read(m, oai_msg_fields, &r, p, NULL, e)) goto fail;
 		if (r.tool_calls && !(json_is_array(r.tool_calls) && !json_array_size(r.tool_calls))) {
@@ -427,7 +433,8 @@ void srv_sse(srv_call *c, const char *name, json_t *data) {
 
 int32_t srv_call_generated(const srv_call *c) {
 	int32_t n = 0;
-	for (int i = 0; i < c->n; i++) n += c->ch[i].n_generated;
+	// a choice that never saw its end (cancelled) counts the tokens that reached it
+	for (int i = 0; i < c->n; i++) n += c->ch[i].ended ? c->ch[i].n_generated : c->ch[i].n_tokens;
 	return n;
 }
 

@@ -220,6 +220,9 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 				"Content-Type must be application/json, got %s (curl -d sends application/x-www-form-urlencoded: "
 				"add -H 'Content-Type: application/json')",
 				why);
+	const char *enc = header(c, "Content-Encoding");
+	if (c->rt && !strcmp(method, "POST") && enc && strcasecmp(enc, "identity"))
+		return srv_fail(e, SRV_E_MEDIA_TYPE, NULL, "Content-Encoding %.40s is not supported: send the body uncompressed", enc);
 	return 0;
 }
 

@@ -401,6 +401,11 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 	    (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
 		p = json_array_get(p, 0);
 	char err[256];
+	// a list of several prompts (strings or id lists) is a batch: say so rather than call it a bad id
+	if (json_is_array(p) && json_array_size(p) > 1 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt",
+				"batch prompts are not supported: %zu prompts were sent, send one per request (or n for several completions of one)",
+				json_array_size(p));
 	if (json_is_string(p)) {
 		size_t n = 0;
 		if (lane_check_prompt_size(s->host, 0, json_string_length(p), &g->api, err, sizeof err, NULL)) {

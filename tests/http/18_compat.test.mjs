@@ -103,3 +103,52 @@ test('a model name that matches nothing means the one model; --strict-model answ
 		exact.proc.kill('SIGKILL');
 	}
 });
+
+test('clear refusals: batch prompts, tool messages, images, compressed bodies', async () => {
+	const b = await cmpl(srv.url, { prompt: ['one', 'two', 'three'], max_tokens: 1 });
+	assert.equal(b.status, 400);
+	assert.match(b.body.error.message, /batch prompts are not supported: 3 prompts/);
+	const b2 = await cmpl(srv.url, { prompt: [[1, 2], [3, 4]], max_tokens: 1 });
+	assert.match(b2.body.error.message, /batch prompts are not supported: 2 prompts/);
+	const t = await chat(srv.url, { messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'c1', content: '42' }] });
+	assert.equal(t.status, 400);
+	assert.equal(t.body.error.param, 'messages[1]');
+	assert.match(t.body.error.message, /tools are not supported/);
+	const i = await chat(srv.url, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] });
+	assert.equal(i.status, 400);
+	assert.match(i.body.error.message, /images are not supported by this model/);
+	const a = await postJSON(`${srv.url}/v1/messages`, {
+		model: 'stories260K', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'aGk=' } }] }],
+	});
+	assert.equal(a.status, 400);
+	assert.match(a.body.error.message, /images are not supported by this model/);
+	const z = await fetch(`${srv.url}/v1/completions`, {
+		method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
+		body: JSON.stringify({ prompt: 'x' }),
+	});
+	assert.equal(z.status, 415);
+	assert.match((await z.json()).error.message, /Content-Encoding gzip/);
+});
+
+test('the access log counts the tokens a cancelled stream generated', async () => {
+	const ac = new AbortController();
+	const r = await fetch(`${srv.url}/v1/completions`, {
+		method: 'POST', signal: ac.signal, headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+		body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 2000, ignore_eos: true, stream: true }),
+	});
+	const reader = r.body.getReader();
+	let got = 0;
+	while (got < 4) {
+		const { value } = await reader.read();
+		got += (new TextDecoder().decode(value).match(/^data: /gm) || []).length;
+	}
+	ac.abort();
+	let line;
+	for (let i = 0; i < 100 && !line; i++) {
+		await new Promise((res) => setTimeout(res, 50));
+		line = srv.log().split('\n').find((l) => /POST \/v1\/completions 200 cancelled/.test(l));
+	}
+	assert.ok(line, 'a cancelled line in the log');
+	const n = Number(line.match(/generated=(\d+)/)[1]);
+	assert.ok(n >= 3, line);
+});
