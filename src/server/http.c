@@ -464,14 +464,18 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 		char *src = read_file(s->template_path, &len);
 		if (!src) return base_seterr(err, errlen, LANES_EIO, "cannot read --chat-template %s: %s", s->template_path, strerror(errno));
 		int rc = tmpl_compile(&s->tmpl, src, len, e2, sizeof e2);
-		free(src);
+		if (!rc) s->template_src = src;
+		else free(src);
 		if (rc) return base_seterr(err, errlen, rc, "--chat-template %s: %s", s->template_path, e2);
 		LOG_INFO(SRV_MOD, "chat template from %s", s->template_path);
 		return 0;
 	}
 	const char *src = tok_chat_template(s->vocab);
 	if (src) {
-		if (!tmpl_compile(&s->tmpl, src, strlen(src), e2, sizeof e2)) return 0;
+		if (!tmpl_compile(&s->tmpl, src, strlen(src), e2, sizeof e2)) {
+			s->template_src = strdup(src);
+			return 0;
+		}
 		LOG_WARN(SRV_MOD, "the model's chat template does not compile (%s): using ChatML instead", e2);
 	} else {
 		LOG_WARN(SRV_MOD, "the model has no chat template: using ChatML");
@@ -479,6 +483,7 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 	const char *ml = tmpl_chatml();
 	int rc = tmpl_compile(&s->tmpl, ml, strlen(ml), e2, sizeof e2);
 	if (rc) return base_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
+	s->template_src = strdup(ml);
 	return 0;
 }
 
@@ -695,6 +700,7 @@ void http_server_free(http_server *s) {
 	free(s->api_key);
 	free(s->host_addr);
 	free(s->template_path);
+	free(s->template_src);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->slot_mu);
 	pthread_mutex_destroy(&s->sock_mu);

@@ -102,6 +102,7 @@ struct http_server {
 	int32_t n_vocab;
 	enum lane_embed pooling;       // how /v1/embeddings pools
 	char *bos_text, *eos_text;
+	char *template_src;            // the chat template in use (malloc'd), for /props
 
 	pthread_mutex_t mu;            // state changes, load error, halt reason, slots
 	char halt_reason[160];

@@ -193,9 +193,16 @@ enum MHD_Result srv_models(srv_conn *c) {
 // What this server is: the build (as `lanes --version`), the kernel set and the model.
 enum MHD_Result srv_props(srv_conn *c) {
 	const http_server *s = c->s;
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "version", base_version_string(), "build_flags",
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
 			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "model", s->model_id,
-			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes);
+			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
+	// the fields llama-server's web UIs read, once the model is in
+	const int st = atomic_load(&((http_server *)s)->state);
+	if (o && st != HTTP_LOADING && st != HTTP_FAILED) {
+		json_object_set_new(o, "chat_template", json_string(s->template_src ? s->template_src : ""));
+		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->max_ctx));
+		json_object_set_new(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
+	}
 	return srv_reply_json(c, 200, o, 0);
 }
 

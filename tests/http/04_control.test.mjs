@@ -98,6 +98,12 @@ test('/props: the build as `lanes --version` says it, the kernel set and the mod
 	assert.equal(body.model, 'stories260K');
 	assert.ok(body.total_slots >= 1);
 	assert.ok(body.build_flags.includes('-std=c11'));
+	// what llama-server's web UIs read
+	assert.ok(body.default_generation_settings.n_ctx > 0);
+	assert.equal(typeof body.chat_template, 'string');
+	assert.ok(body.chat_template.length > 0, 'the template in use (ChatML for stories260K)');
+	assert.equal(body.modalities.vision, false);
+	assert.equal(body.build_info, first);
 });
 
 test('HEAD is answered wherever GET is, and a trailing slash names the same path', async () => {
