@@ -145,7 +145,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	}
 	if (!r->s.has_seed) r->s.seed = lane_draw_seed(h);
 	const lane_sampling *sp = &r->s;
-	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed};
+	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed, sp->typical_p};
 	r->pen = (sample_penalties){sp->repeat_penalty, sp->repeat_last_n, sp->presence_penalty, sp->frequency_penalty};
 	r->serial = ++h->serial;
 	if (h->qtail) h->qtail->next = r;

@@ -35,6 +35,7 @@ typedef struct {
 	int32_t top_k;            // 0: off
 	float top_p;              // 1: off
 	float min_p;              // 0: off
+	float typical_p;          // locally typical sampling: 1 (or 0, unset): off
 	float repeat_penalty;     // 1: off; applied over the last repeat_last_n tokens
 	int32_t repeat_last_n;    // 0: the whole context
 	float presence_penalty;   // 0: off
@@ -82,6 +83,7 @@ enum lane_field {
 	LANE_F_TOP_K,
 	LANE_F_TOP_P,
 	LANE_F_MIN_P,
+	LANE_F_TYPICAL_P,
 	LANE_F_REPEAT_PENALTY,
 	LANE_F_REPEAT_LAST_N,
 	LANE_F_PRESENCE_PENALTY,

@@ -20,6 +20,7 @@ static const host_bound host[LANE_F_COUNT] = {
 	[LANE_F_TOP_K] = {"top_k", 0, INT32_MAX, false},
 	[LANE_F_TOP_P] = {"top_p", 0, 1, true},
 	[LANE_F_MIN_P] = {"min_p", 0, 1, false},
+	[LANE_F_TYPICAL_P] = {"typical_p", 0, 1, true},
 	[LANE_F_REPEAT_PENALTY] = {"repeat_penalty", 0, 100, true},
 	[LANE_F_REPEAT_LAST_N] = {"repeat_last_n", 0, INT32_MAX, false},
 	[LANE_F_PRESENCE_PENALTY] = {"presence_penalty", -2, 2, false},
@@ -37,6 +38,7 @@ void lane_request_init(lane_request *q) {
 	memset(q, 0, sizeof *q);
 	q->sampling.temperature = 1.0f;
 	q->sampling.top_p = 1.0f;
+	q->sampling.typical_p = 1.0f;
 	q->sampling.repeat_penalty = 1.0f;
 	q->draft = true;
 	q->normalize = true;
@@ -84,6 +86,7 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 	if (field(api, LANE_F_TEMPERATURE, s->temperature, err, errlen, bad) ||
 	    field(api, LANE_F_TOP_K, s->top_k, err, errlen, bad) || field(api, LANE_F_TOP_P, s->top_p, err, errlen, bad) ||
 	    field(api, LANE_F_MIN_P, s->min_p, err, errlen, bad) ||
+	    (s->typical_p && field(api, LANE_F_TYPICAL_P, s->typical_p, err, errlen, bad)) || // 0: not set
 	    field(api, LANE_F_REPEAT_PENALTY, s->repeat_penalty, err, errlen, bad) ||
 	    field(api, LANE_F_REPEAT_LAST_N, s->repeat_last_n, err, errlen, bad) ||
 	    field(api, LANE_F_PRESENCE_PENALTY, s->presence_penalty, err, errlen, bad) ||

@@ -16,6 +16,8 @@ struct sampler {
 	int32_t n_vocab;
 	cand *c;     // [n_vocab]
 	double *p;   // [n_vocab] probabilities of the sorted candidates
+	double *t;   // [n_vocab] typical sampling's scores
+	int32_t *ix; // [n_vocab] typical sampling's order
 };
 
 sample_params sample_defaults(void) {
@@ -30,6 +32,8 @@ int sample_check(const sample_params *p, char *err, size_t errlen) {
 		return base_seterr(err, errlen, LANES_EINVAL, "sample: top_p must be in (0, 1]");
 	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
 		return base_seterr(err, errlen, LANES_EINVAL, "sample: min_p must be in [0, 1]");
+	if (!(p->typical >= 0.0f && p->typical <= 1.0f))
+		return base_seterr(err, errlen, LANES_EINVAL, "sample: typical_p must be in [0, 1]");
 	return LANES_OK;
 }
 
@@ -46,7 +50,9 @@ int sampler_new(sampler **out, int32_t n_vocab) {
 	s->n_vocab = n_vocab;
 	s->c = malloc((size_t)n_vocab * sizeof *s->c);
 	s->p = malloc((size_t)n_vocab * sizeof *s->p);
-	if (!s->c || !s->p) {
+	s->t = malloc((size_t)n_vocab * sizeof *s->t);
+	s->ix = malloc((size_t)n_vocab * sizeof *s->ix);
+	if (!s->c || !s->p || !s->t || !s->ix) {
 		sampler_free(s);
 		return LANES_ENOMEM;
 	}
@@ -58,6 +64,8 @@ void sampler_free(sampler *s) {
 	if (!s) return;
 	free(s->c);
 	free(s->p);
+	free(s->t);
+	free(s->ix);
 	free(s);
 }
 
@@ -100,6 +108,51 @@ static void select_top(cand *c, int32_t n, int32_t k) {
 	}
 }
 
+// Locally typical sampling: scores |-log q - H| (q the candidate's probability, H the
+// entropy), ties in candidate order; keeps the lowest-scored up to mass `typical` (one at
+// least), then restores candidate order. Returns the candidates kept.
+static int typical_cmp(const void *a, const void *b, void *arg) {
+	const double *t = arg;
+	const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	if (t[x] != t[y]) return t[x] < t[y] ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+static int index_cmp(const void *a, const void *b) {
+	const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int32_t typical_keep(sampler *s, int32_t n, double total, float typical) {
+	double h = 0.0;
+	for (int32_t i = 0; i < n; i++) {
+		const double q = s->p[i] / total;
+		if (q > 0) h -= q * log(q);
+	}
+	for (int32_t i = 0; i < n; i++) {
+		const double q = s->p[i] / total;
+		s->t[i] = q > 0 ? fabs(-log(q) - h) : INFINITY;
+		s->ix[i] = i;
+	}
+	qsort_r(s->ix, (size_t)n, sizeof *s->ix, typical_cmp, s->t);
+	double cum = 0.0;
+	int32_t keep = n;
+	for (int32_t k = 0; k < n; k++) {
+		cum += s->p[s->ix[k]];
+		if (cum >= typical * total) {
+			keep = k + 1;
+			break;
+		}
+	}
+	// the kept set back in candidate order (indices ascending), packed to the front
+	qsort(s->ix, (size_t)keep, sizeof *s->ix, index_cmp);
+	for (int32_t k = 0; k < keep; k++) {
+		s->c[k] = s->c[s->ix[k]];
+		s->p[k] = s->p[s->ix[k]];
+	}
+	return keep;
+}
+
 int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, uint64_t choice, int64_t pos) {
 	const int32_t V = s->n_vocab;
 	if (p->temp <= 0.0f) return sample_argmax(logits, V);
@@ -113,6 +166,11 @@ int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, ui
 	if (s->c[0].logit == -INFINITY) return s->c[0].id;
 	double total = 0.0;
 	for (int32_t i = 0; i < n; i++) total += s->p[i] = exp((double)s->c[i].logit - s->c[0].logit);
+	if (p->typical > 0.0f && p->typical < 1.0f) {
+		n = typical_keep(s, n, total, p->typical);
+		total = 0.0;
+		for (int32_t i = 0; i < n; i++) total += s->p[i];
+	}
 	if (p->top_p < 1.0f) {
 		double cum = 0.0;
 		int32_t keep = n;

@@ -13,6 +13,7 @@ typedef struct {
 	float top_p;    // then keep the smallest most-likely set whose probability reaches top_p; 1 = all
 	float min_p;    // then drop tokens below min_p * the most likely one's probability; 0 = none
 	uint64_t seed;  // with the choice index and position, fixes every draw
+	float typical;  // after top-k: keep the most typical tokens (closest to the entropy) up to this mass; 0 or 1 = off
 } sample_params;
 
 // temp 0.8, top_k 40, top_p 0.95, min_p 0, seed 0. Thread-safe.
@@ -33,7 +34,7 @@ int sampler_new(sampler **out, int32_t n_vocab);
 void sampler_free(sampler *s);
 
 // The token for position pos of choice `choice` from logits (n_vocab floats, unchanged; NaN
-// counts as -inf). Filters apply in order temperature, top-k, top-p, min-p; the draw picks
+// counts as -inf). Filters apply in order temperature, top-k, typical, top-p, min-p; the draw picks
 // from what is left by cumulative probability, candidates ordered by logit then id.
 // p must have passed sample_check. Not thread-safe on s: one sampler per thread.
 int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, uint64_t choice, int64_t pos);

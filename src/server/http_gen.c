@@ -23,6 +23,7 @@ const srv_field srv_gen_fields[] = {
 	SRV_ROW(srv_gen, model, SRV_K_STR),
 	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(srv_gen, lr.sampling.top_k), NULL},
 	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(srv_gen, lr.sampling.min_p), NULL},
+	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(srv_gen, lr.sampling.typical_p), NULL},
 	{"seed", SRV_K_SEED, .off = offsetof(srv_gen, lr.sampling)},
 	SRV_ROW(srv_gen, stream, SRV_K_BOOL),
 	{"draft", SRV_K_BOOL, .off = offsetof(srv_gen, lr.draft)},

@@ -155,7 +155,7 @@ typedef struct {
 	bool raw;
 	json_t *format, *images, *context, *tools, *think, *keep_alive;
 	json_t *num_predict, *repeat_last_n;
-	json_t *mirostat, *tfs_z, *typical_p;
+	json_t *mirostat, *tfs_z;
 	char name[160];                // the model as the client named it
 } oll_req;
 
@@ -174,7 +174,7 @@ static const srv_field oll_options[] = {
 	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oll_req, g.lr.sampling.frequency_penalty), NULL},
 	{"mirostat", SRV_K_JSON, .off = offsetof(oll_req, mirostat)},
 	{"tfs_z", SRV_K_JSON, .off = offsetof(oll_req, tfs_z)},
-	{"typical_p", SRV_K_JSON, .off = offsetof(oll_req, typical_p)},
+	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(oll_req, g.lr.sampling.typical_p), NULL},
 	SRV_IGNORED("num_ctx"), SRV_IGNORED("num_keep"), SRV_IGNORED("num_batch"), SRV_IGNORED("num_gpu"),
 	SRV_IGNORED("main_gpu"), SRV_IGNORED("num_thread"), SRV_IGNORED("use_mmap"), SRV_IGNORED("use_mlock"),
 	SRV_IGNORED("low_vram"), SRV_IGNORED("numa"), SRV_IGNORED("f16_kv"), SRV_IGNORED("vocab_only"),
@@ -297,7 +297,6 @@ static int oll_options_apply(oll_req *r, srv_err *e) {
 	static const struct { const char *name; double neutral; size_t off; } fixed[] = {
 		{"mirostat", 0, offsetof(oll_req, mirostat)},
 		{"tfs_z", 1, offsetof(oll_req, tfs_z)},
-		{"typical_p", 1, offsetof(oll_req, typical_p)},
 	};
 	for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {
 		json_t *v = *(json_t **)((char *)r + fixed[k].off);

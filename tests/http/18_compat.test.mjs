@@ -152,3 +152,20 @@ test('the access log counts the tokens a cancelled stream generated', async () =
 	const n = Number(line.match(/generated=(\d+)/)[1]);
 	assert.ok(n >= 3, line);
 });
+
+test('typical_p is a sampler: repeatable for a seed, off at 1, its range refused outside (0, 1]', async () => {
+	const a = await cmpl(srv.url, { max_tokens: 24, seed: 5, typical_p: 0.3, temperature: 1.5 });
+	assert.equal(a.status, 200, JSON.stringify(a.body));
+	const b = await cmpl(srv.url, { max_tokens: 24, seed: 5, typical_p: 0.3, temperature: 1.5 });
+	assert.equal(a.body.choices[0].token_sha, b.body.choices[0].token_sha);
+	const off = await cmpl(srv.url, { max_tokens: 24, seed: 5, typical_p: 1, temperature: 1.5 });
+	const none = await cmpl(srv.url, { max_tokens: 24, seed: 5, temperature: 1.5 });
+	assert.equal(off.body.choices[0].token_sha, none.body.choices[0].token_sha);
+	for (const bad of [0, 1.5, -1, 'x']) {
+		const r = await cmpl(srv.url, { max_tokens: 1, typical_p: bad });
+		assert.equal(r.status, 400, String(bad));
+		assert.equal(r.body.error.param, 'typical_p');
+	}
+	const o = await postJSON(`${srv.url}/api/generate`, { model: 'stories260K', prompt: 'x', stream: false, options: { typical_p: 0.5, num_predict: 2 } });
+	assert.equal(o.status, 200);
+});

@@ -459,6 +459,31 @@ static void sampling(void) {
 	memset(cnt, 0, sizeof cnt);
 	for (int pos = 0; pos < 3000; pos++) cnt[sampler_pick(s3, &q, three, 0, pos)]++;
 	CHECK(cnt[1] > 0 && cnt[2] == 0);
+	// Typical 0.9 on {1, 0, -1}: scores |-log q - H| order tokens 0, 1, 2; 0.665 + 0.245 reach it.
+	q.min_p = 0, q.typical = 0.9f;
+	memset(cnt, 0, sizeof cnt);
+	for (int pos = 0; pos < 3000; pos++) cnt[sampler_pick(s3, &q, three, 0, pos)]++;
+	CHECK(cnt[0] > 0 && cnt[1] > 0 && cnt[2] == 0);
+	// A most likely token that is atypical (q 0.4 beside four of 0.15, entropy 1.5): typical 0.5
+	// keeps the four and drops it, which no top-p or min-p would.
+	float five[5] = {0.0f, -0.981f, -0.981f, -0.981f, -0.981f};
+	sampler *s5;
+	CHECK(sampler_new(&s5, 5) == 0);
+	sample_params t5 = {.temp = 1, .top_p = 1, .seed = 7, .typical = 0.5f};
+	int c5[5] = {0};
+	for (int pos = 0; pos < 4000; pos++) c5[sampler_pick(s5, &t5, five, 0, pos)]++;
+	CHECKF(c5[0] == 0 && c5[1] > 0 && c5[2] > 0 && c5[3] > 0 && c5[4] > 0, "typical picks %d %d %d %d %d", c5[0], c5[1], c5[2],
+	       c5[3], c5[4]);
+	// repeatable, and off at 1 (and at 0, unset)
+	CHECK(sampler_pick(s5, &t5, five, 0, 99) == sampler_pick(s5, &t5, five, 0, 99));
+	t5.typical = 1;
+	int on = 0;
+	for (int pos = 0; pos < 200; pos++) on += sampler_pick(s5, &t5, five, 0, pos) == 0;
+	CHECK(on > 0);
+	bad = p, bad.typical = 1.5f;
+	CHECK(sample_check(&bad, err, sizeof err) == LANES_EINVAL && strstr(err, "typical_p"));
+	sampler_free(s5);
+	q.typical = 0;
 	// NaN logits never win.
 	float nan3[3] = {NAN, 0.5f, NAN};
 	CHECK(sample_argmax(nan3, 3) == 1);
