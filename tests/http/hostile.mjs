@@ -23,7 +23,6 @@ export function prng(seed) {
 // Each says what the server does today; the last two are libmicrohttpd's own replies.
 export const KNOWN = {
 	'bad-content-length': "an invalid Content-Length (not a number, negative, past 2^64) gets libmicrohttpd's 400 or 413 with its status line and headers written twice",
-	amplification: 'a 130-byte request for n 32 × 2000 tokens × 20 logprobs runs for minutes and builds a reply of tens of MB',
 	'protocol-html': "libmicrohttpd's own replies to protocol errors (400, 413, 414, 431, 505) have an HTML body, not JSON",
 };
 
@@ -255,10 +254,11 @@ function head(method, path, len, r, extra = {}) {
 	else if (auth < 17) h['x-api-key'] = KEY;
 	else if (auth === 17) h.Authorization = 'Bearer wrong';
 	else if (auth === 18) h.Authorization = 'Basic ' + 'A'.repeat(r.int(1, 5000));
-	const ct = r.int(0, 9);
-	if (ct < 7) h['Content-Type'] = 'application/json';
-	else if (ct === 7) h['Content-Type'] = 'text/plain';
-	else if (ct === 8) h['Content-Type'] = 'application/json; charset=latin1';
+	// mostly JSON, so the mutated bodies reach the parsers past the Content-Type guard
+	const ct = r.int(0, 29);
+	if (ct < 27) h['Content-Type'] = 'application/json';
+	else if (ct === 27) h['Content-Type'] = 'text/plain';
+	else if (ct === 28) h['Content-Type'] = 'application/json; charset=latin1';
 	if (r.chance(0.3)) h['anthropic-version'] = '2023-06-01';
 	if (len !== null) h['Content-Length'] = String(len);
 	Object.assign(h, extra);
