@@ -103,7 +103,8 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	bool ok = r->prompt && r->gen && r->detok;
 	if (ok && r->embed != LANE_EMBED_OFF) {
 		r->pool_sum = calloc((size_t)h->hp.n_embd, sizeof *r->pool_sum);
-		r->vec = malloc((size_t)h->hp.n_embd * sizeof *r->vec);
+		const size_t nv = r->embed == LANE_EMBED_NONE ? (size_t)q->n_prompt : 1;
+		r->vec = malloc(nv * (size_t)h->hp.n_embd * sizeof *r->vec);
 		ok = r->pool_sum && r->vec;
 	}
 	if (ok && q->sampling.n_bias) {

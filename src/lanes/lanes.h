@@ -20,8 +20,8 @@
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
 enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
 // An embedding request's pooling of its prompt's final hidden states into one vector: the
-// last token's, the mean over every token, or the first token's.
-enum lane_embed { LANE_EMBED_OFF, LANE_EMBED_LAST, LANE_EMBED_MEAN, LANE_EMBED_CLS };
+// last token's, the mean over every token, or the first token's; or none: every token's own.
+enum lane_embed { LANE_EMBED_OFF, LANE_EMBED_LAST, LANE_EMBED_MEAN, LANE_EMBED_CLS, LANE_EMBED_NONE };
 
 typedef struct lane_api lane_api;
 
@@ -147,8 +147,9 @@ typedef struct {
 	int32_t n_prompt;         // prompt tokens
 	int32_t n_generated;      // generated tokens
 	int32_t n_cached;         // prompt tokens taken from the prefix cache
-	const float *embedding;   // LANE_EV_FINISHED of an embedding request: n_embd floats, valid
-	int32_t n_embd;           // until lane_req_free; a function of the prompt alone, bit for bit
+	const float *embedding;   // LANE_EV_FINISHED of an embedding request: n_vectors x n_embd floats
+	int32_t n_embd;           // (one, or one per prompt token for LANE_EMBED_NONE), valid until
+	int32_t n_vectors;        // lane_req_free; a function of the prompt alone, bit for bit
 } lane_event;
 
 typedef struct lane_host lane_host;

@@ -85,6 +85,7 @@ void lreq_end(lane_req *r, enum lane_ev_kind kind, enum lane_finish finish, int3
 	if (kind == LANE_EV_FINISHED && r->embed != LANE_EMBED_OFF) {
 		e->embedding = r->vec;
 		e->n_embd = r->host->hp.n_embd;
+		e->n_vectors = r->embed == LANE_EMBED_NONE ? r->n_prompt : 1;
 	}
 	uint8_t d[32];
 	sha256_ctx c = r->sha;

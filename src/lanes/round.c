@@ -94,7 +94,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 			int32_t pos = r->n_filled + k;
 			const bool last = pos == r->n_prompt - 1;
 			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, last && !embed};
-			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || (r->embed == LANE_EMBED_LAST && last) ||
+			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || r->embed == LANE_EMBED_NONE || (r->embed == LANE_EMBED_LAST && last) ||
 					   (r->embed == LANE_EMBED_CLS && pos == 0);
 			h->row_lane[n++] = r->lane;
 		}
@@ -145,6 +145,15 @@ static int forward(lane_host *h, int32_t n) {
 // and batches never change the sum); the last row ends the request with the vector.
 static void embed_row(lane_host *h, lane_req *r, const float *hid, int32_t pos) {
 	const int32_t E = h->hp.n_embd;
+	if (r->embed == LANE_EMBED_NONE) {
+		// every token its own vector, normalized alone
+		double ss = 0;
+		for (int32_t e = 0; e < E; e++) ss += (double)hid[e] * hid[e];
+		const double scale = r->normalize && ss > 0 ? 1.0 / sqrt(ss) : 1.0;
+		for (int32_t e = 0; e < E; e++) r->vec[(size_t)pos * E + e] = (float)(hid[e] * scale);
+		if (pos == r->n_prompt - 1) lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP, -1, NULL, NULL, 0);
+		return;
+	}
 	if (hid) {
 		if (r->embed == LANE_EMBED_MEAN)
 			for (int32_t e = 0; e < E; e++) r->pool_sum[e] += hid[e];

@@ -15,6 +15,7 @@
 enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp) {
 	if (cfg && !strcmp(cfg, "mean")) return LANE_EMBED_MEAN;
 	if (cfg && !strcmp(cfg, "cls")) return LANE_EMBED_CLS;
+	if (cfg && !strcmp(cfg, "none")) return LANE_EMBED_NONE;
 	if (cfg) return LANE_EMBED_LAST;
 	// the GGUF's pooling_type: 1 mean, 2 cls, 3 last; none (0), rank (4) or absent: last
 	return hp->pooling == 1 ? LANE_EMBED_MEAN : hp->pooling == 2 ? LANE_EMBED_CLS : LANE_EMBED_LAST;
@@ -214,7 +215,13 @@ static json_t *embed_reply(srv_call *c) {
 			return NULL;
 		}
 		const int32_t d = r->dimensions > 0 ? r->dimensions : ch->n_embd;
-		json_t *vec = vector_json(ch->embedding, ch->n_embd, d, r->base64);
+		const bool per_token = c->g.lr.embed == LANE_EMBED_NONE; // --pooling none: a vector per token
+		json_t *vec = per_token ? json_array() : vector_json(ch->embedding, ch->n_embd, d, r->base64);
+		for (int32_t t = 0; vec && per_token && t < ch->n_vectors; t++)
+			if (json_array_append_new(vec, vector_json(ch->embedding + (size_t)t * ch->n_embd, ch->n_embd, d, false))) {
+				json_decref(vec);
+				vec = NULL;
+			}
 		json_t *o = vec ? json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", vec) : NULL;
 		if (!o || json_array_append_new(data, o)) {
 			json_decref(data);
@@ -259,6 +266,9 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "encoding_format", "encoding_format must be \"float\" or \"base64\", got \"%s\"",
 			      r->encoding_format);
 	r->base64 = r->encoding_format && !strcmp(r->encoding_format, "base64");
+	if (!rc && s->pooling == LANE_EMBED_NONE && (r->base64 || shape != EMB_OPENAI))
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, r->base64 ? "encoding_format" : NULL,
+			      "with --pooling none a text gets a vector per token: only /v1/embeddings with float encoding sends them");
 	if (!rc && r->dims && (!json_is_integer(r->dims) || json_integer_value(r->dims) < 1 || json_integer_value(r->dims) > E))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "dimensions", "dimensions must be an integer between 1 and %d (the model's width)", E);
 	if (!rc && r->dims) r->dimensions = (int32_t)json_integer_value(r->dims);

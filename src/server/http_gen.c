@@ -480,9 +480,11 @@ static void pump(srv_call *c) {
 			ch->n_prompt = ev.n_prompt;
 			memcpy(ch->token_sha, ev.token_sha, sizeof ch->token_sha);
 			if (ev.kind == LANE_EV_FINISHED && ev.embedding) {
-				ch->embedding = malloc((size_t)ev.n_embd * sizeof *ch->embedding);
-				if (ch->embedding) memcpy(ch->embedding, ev.embedding, (size_t)ev.n_embd * sizeof *ch->embedding);
+				const size_t nf = (size_t)ev.n_embd * (size_t)ev.n_vectors;
+				ch->embedding = malloc(nf * sizeof *ch->embedding);
+				if (ch->embedding) memcpy(ch->embedding, ev.embedding, nf * sizeof *ch->embedding);
 				ch->n_embd = ch->embedding ? ev.n_embd : 0;
+				ch->n_vectors = ch->embedding ? ev.n_vectors : 0;
 			}
 			if (ev.kind == LANE_EV_FINISHED) {
 				if (ev.text_len) {

@@ -68,7 +68,7 @@ typedef struct {
 	uint64_t t_first_us, t_last_us; // first and last token events
 	int32_t n_tokens;              // token events
 	float *embedding;              // an embedding request's vector (malloc'd), n_embd floats
-	int32_t n_embd, n_prompt;
+	int32_t n_embd, n_vectors, n_prompt;
 } srv_choice;
 
 // What an API adapter does with the call's events. Streamed calls write SSE into c->out.

@@ -127,3 +127,22 @@ test('--pooling mean differs from last; --embeddings refuses generation', async 
 	assert.equal(g.status, 400);
 	assert.match(g.body.error.message, /embeddings only/);
 });
+
+test('--pooling none: a unit vector per token, each the same as the last-token pooling of its prefix', async () => {
+	const srv = await startServer(['-m', STORIES, '--pooling', 'none']);
+	servers.push(srv);
+	const ids = (await postJSON(`${url}/tokenize`, { content: 'Once upon a time', add_special: true, parse_special: false })).body.tokens;
+	const r = await raw({ input: ids }, srv.url);
+	assert.equal(r.status, 200, JSON.stringify(r.body));
+	const vs = r.body.data[0].embedding;
+	assert.equal(vs.length, ids.length);
+	for (const v of vs) assert.ok(Math.abs(norm(v) - 1) < 1e-5);
+	// causal attention: token i's state is the last-token embedding of the first i + 1 ids
+	for (const i of [0, ids.length - 1]) {
+		const last = await raw({ input: ids.slice(0, i + 1) });
+		assert.deepEqual(vs[i], last.body.data[0].embedding, `token ${i}`);
+	}
+	const b = await raw({ input: 'x', encoding_format: 'base64' }, srv.url);
+	assert.equal(b.status, 400);
+	assert.equal(b.body.error.param, 'encoding_format');
+});
