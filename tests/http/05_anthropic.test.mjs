@@ -139,3 +139,20 @@ test('countTokens equals the usage.input_tokens of the same request; paths under
 	assert.equal(o.status, 404);
 	assert.deepEqual(Object.keys(o.body), ['error']);
 });
+
+test('streamed usage carries the same fields as the reply: message_start and message_delta name cache_read_input_tokens', async () => {
+	const body = { model: MODEL, max_tokens: 6, seed: 11, system: 'You tell stories.', messages: user('Once upon a time there was a cat') };
+	const reply = await client.messages.create(body); // warms the prefix cache for the stream
+	const again = await client.messages.create(body);
+	assert.ok(again.usage.cache_read_input_tokens > 0, 'the second request reads its prefix from the cache');
+	let start, delta;
+	for await (const ev of await client.messages.create({ ...body, stream: true })) {
+		if (ev.type === 'message_start') start = ev.message.usage;
+		if (ev.type === 'message_delta') delta = ev.usage;
+	}
+	assert.deepEqual(Object.keys(start).sort(), Object.keys(reply.usage).sort());
+	assert.deepEqual(Object.keys(delta).sort(), Object.keys(reply.usage).sort());
+	assert.equal(delta.cache_read_input_tokens, again.usage.cache_read_input_tokens);
+	assert.equal(delta.input_tokens, again.usage.input_tokens);
+	assert.equal(delta.output_tokens, again.usage.output_tokens);
+});
