@@ -241,7 +241,7 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 int lane_check_prompt_size(const lane_host *h, size_t n_parts, size_t n_bytes, const lane_api *api, char *err,
 			   size_t errlen, enum lane_field *bad);
 // The log-probability entries (each token and each alternative) n choices of q may report
-// at most: n x max_tokens (max_ctx when unset) x (1 + top_logprobs), 0 without logprobs.
+// at most: n x min(max_tokens, max_ctx) (max_ctx when unset) x (1 + top_logprobs), 0 without logprobs.
 // Thread-safe.
 int64_t lane_output_entries(const lane_request *q, int32_t n, int32_t max_ctx);
 // A fresh seed for a request that gave none: 53 bits, so JSON clients keep it exact; drawn

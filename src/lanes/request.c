@@ -169,7 +169,8 @@ int lane_check_prompt_size(const lane_host *h, size_t n_parts, size_t n_bytes, c
 
 int64_t lane_output_entries(const lane_request *q, int32_t n, int32_t max_ctx) {
 	if (!q->logprobs) return 0;
-	const int64_t tokens = q->max_tokens > 0 ? q->max_tokens : max_ctx;
+	// a max_tokens past the context is capped there, as submit caps it
+	const int64_t tokens = q->max_tokens > 0 && q->max_tokens < max_ctx ? q->max_tokens : max_ctx;
 	return (int64_t)(n > 0 ? n : 1) * tokens * (1 + (q->top_logprobs > 0 ? q->top_logprobs : 0));
 }
 

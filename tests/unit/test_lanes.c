@@ -905,14 +905,17 @@ static void test_contract(void) {
 	      strstr(err, "257 entries"));
 	CHECK(lane_check_prompt_size(h, 0, 256 * 4, &api, err, sizeof err, &bad) == 0);
 	CHECK(lane_check_prompt_size(h, 0, (size_t)1 << 30, &api, err, sizeof err, &bad) == LANES_ELIMIT && strstr(err, "bytes"));
-	// the log-probability entries a reply may hold: n x max_tokens (the context when unset) x (1 + top)
+	// the log-probability entries a reply may hold: n x max_tokens (capped at the context, the
+	// context when unset) x (1 + top)
 	lane_request lq;
 	lane_request_init(&lq);
-	lq.max_tokens = 2000;
+	lq.max_tokens = 200;
 	CHECK(lane_output_entries(&lq, 32, 256) == 0);
 	lq.logprobs = true;
 	lq.top_logprobs = 20;
-	CHECK(lane_output_entries(&lq, 32, 256) == 32 * 2000 * 21);
+	CHECK(lane_output_entries(&lq, 32, 256) == 32 * 200 * 21);
+	lq.max_tokens = 2000;
+	CHECK(lane_output_entries(&lq, 32, 256) == 32 * 256 * 21);
 	lq.max_tokens = 0;
 	lq.top_logprobs = 0;
 	CHECK(lane_output_entries(&lq, 1, 256) == 256);
