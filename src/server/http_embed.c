@@ -245,6 +245,20 @@ static int check_model_tagged(http_server *s, const char *id, srv_err *e) {
 	return srv_check_model(s, id, e);
 }
 
+// The reply is built whole: its vectors (one per token with --pooling none) at about 24 bytes
+// a value as JSON text (6 as base64) must fit --max-output-bytes before any work is done.
+static int reply_size_check(http_server *s, const embed_req *r, int32_t E, srv_err *e) {
+	uint64_t vectors = 0;
+	for (int i = 0; i < r->g.n; i++) vectors += s->pooling == LANE_EMBED_NONE ? (uint64_t)r->g.n_prompts[i] : 1;
+	const uint64_t bytes = vectors * (uint64_t)(r->dimensions > 0 ? r->dimensions : E) * (r->base64 ? 6 : 24);
+	if (bytes <= s->cfg.max_output_bytes) return 0;
+	return srv_fail(e, SRV_E_BAD_REQUEST, r->shape == EMB_OLLAMA_LEGACY ? "prompt" : "input",
+			"%llu vectors of %d values would take about %llu bytes, more than a reply may hold (%zu, --max-output-bytes): "
+			"send fewer or shorter inputs%s",
+			(unsigned long long)vectors, r->dimensions > 0 ? r->dimensions : E, (unsigned long long)bytes,
+			s->cfg.max_output_bytes, r->base64 || s->pooling == LANE_EMBED_NONE ? "" : ", or base64");
+}
+
 static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	http_server *s = c->s;
 	srv_err e;
@@ -279,6 +293,7 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	if (!rc)
 		rc = shape == EMB_OLLAMA_LEGACY ? read_inputs(s, r->prompt, "prompt", true, &r->g, &e)
 						: read_inputs(s, r->input, "input", shape == EMB_OLLAMA && r->truncate, &r->g, &e);
+	if (!rc) rc = reply_size_check(s, r, E, &e);
 	if (rc) {
 		json_decref(j);
 		srv_gen_free(&r->g);

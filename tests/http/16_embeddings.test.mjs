@@ -146,3 +146,16 @@ test('--pooling none: a unit vector per token, each the same as the last-token p
 	assert.equal(b.status, 400);
 	assert.equal(b.body.error.param, 'encoding_format');
 });
+
+test('a reply that could not fit --max-output-bytes is refused before any work, naming input', async () => {
+	const srv = await startServer(['-m', STORIES, '--pooling', 'none', '--max-output-bytes', '65536']);
+	servers.push(srv);
+	const long = Array.from({ length: 100 }, (_, i) => 1 + (i % 50)); // 100 tokens x 64 values x ~24 bytes
+	const r = await raw({ input: long }, srv.url);
+	assert.equal(r.status, 400);
+	assert.equal(r.body.error.param, 'input');
+	assert.match(r.body.error.message, /--max-output-bytes/);
+	const short = await raw({ input: long.slice(0, 10) }, srv.url);
+	assert.equal(short.status, 200);
+	assert.equal(short.body.data[0].embedding.length, 10);
+});
