@@ -66,6 +66,12 @@ typedef struct {
 	// and stops are unused, the prefix cache neither read nor written).
 	enum lane_embed embed;
 	bool normalize;           // an embedding is L2-normalized (default true)
+	// Constrained decoding (NULL: none): every token drawn is one the grammar allows, and an
+	// end-of-generation token only where its text is whole. The host takes its own reference.
+	// With triggers the constraint starts where the text first contains one (lazy).
+	struct grammar *grammar;
+	const char *const *grammar_triggers; // copied at submit
+	int n_grammar_triggers;
 } lane_request;
 
 // Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
