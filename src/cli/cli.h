@@ -33,5 +33,11 @@ int cli_load_model(const char *path, model **m, tok_vocab **voc);
 int cli_load_vocab(const char *path, tok_vocab **voc);
 // The kv type of a validated --kv-type value.
 enum kv_type cli_kv_type(const char *name);
+// All of the file at path, NUL-terminated (free() it), its size in *len; NULL on error (errno).
+char *cli_read_file(const char *path, size_t *len);
+// The grammar `lanes run` constrains to: --grammar FILE (GBNF) or --json-schema FILE; *g NULL
+// when neither is given. 0, or 1 after printing the error.
+struct grammar;
+int cli_grammar(const cli_settings *s, struct grammar **g);
 
 #endif

@@ -1,6 +1,7 @@
 // cli: `lanes run -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [sampling] [--print-ids]` — generates a
 // continuation through the lane host and streams its text to stdout.
 #include "base/base.h"
+#include "grammar/grammar.h"
 #include "cli/cli.h"
 #include "lanes/lanes.h"
 #include "model/model.h"
@@ -35,9 +36,10 @@ int cmd_run(const cli_settings *s) {
 	tok_vocab *voc = NULL;
 	lane_host *host = NULL;
 	lane_req *req = NULL;
+	grammar *gram = NULL;
 	int32_t *ids = NULL, *gen = NULL;
 	size_t n_ids = 0;
-	if (cli_load_model(s->model, &m, &voc)) goto out;
+	if (cli_grammar(s, &gram) || cli_load_model(s->model, &m, &voc)) goto out;
 	const model_hparams *hp = model_hparams_of(m);
 	if (prompt) {
 		if (tok_encode(voc, prompt, strlen(prompt), true, true, &ids, &n_ids, err, sizeof err)) {
@@ -90,6 +92,7 @@ int cmd_run(const cli_settings *s) {
 	q.max_tokens = (int32_t)n_predict;
 	q.sampling = (lane_sampling){.temperature = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .min_p = sp.min_p,
 				     .repeat_penalty = 1, .seed = sp.seed, .has_seed = true};
+	q.grammar = gram;
 	LOG_INFO("run", "%s: %.1f MiB of weights used in place (%.1f KiB copied); %zu prompt tokens, seed %llu, kv %s", hp->arch,
 		 model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, n_ids, (unsigned long long)sp.seed, kv_name);
 	uint64_t t0 = base_now_us(), t1 = 0;
@@ -135,6 +138,7 @@ out:
 	lane_host_free(host);
 	free(gen);
 	free(ids);
+	grammar_unref(gram);
 	tok_vocab_free(voc);
 	model_free(m);
 	return rc;

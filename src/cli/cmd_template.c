@@ -19,25 +19,6 @@ static char *token_text(const gguf *g, const char *key_id) {
 	return gguf_str_dup(gguf_arr_str(toks, (uint64_t)id));
 }
 
-static char *read_file(const char *path, size_t *len) {
-	FILE *f = fopen(path, "rb");
-	if (!f) return NULL;
-	size_t cap = 65536, n = 0;
-	char *buf = malloc(cap + 1);
-	while (buf) {
-		n += fread(buf + n, 1, cap - n, f);
-		if (n < cap) break;
-		char *nb = realloc(buf, cap * 2 + 1);
-		if (!nb) { free(buf); buf = NULL; break; }
-		buf = nb;
-		cap *= 2;
-	}
-	if (buf && ferror(f)) { free(buf); buf = NULL; }
-	fclose(f);
-	if (buf) { buf[n] = 0; *len = n; }
-	return buf;
-}
-
 int cmd_template(const cli_settings *set) {
 	const char *model_path = set->model, *file = set->file, *messages = set->messages, *bos = set->bos, *eos = set->eos;
 	const bool gen = set->add_generation_prompt;
@@ -64,7 +45,7 @@ int cmd_template(const cli_settings *set) {
 		model_eos = token_text(g, "tokenizer.ggml.eos_token_id");
 		gguf_free(g);
 	} else {
-		src = read_file(file, &len);
+		src = cli_read_file(file, &len);
 		if (!src) {
 			cli_err("cannot read %s", file);
 			return 1;

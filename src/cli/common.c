@@ -2,8 +2,11 @@
 // model or a vocabulary — each printing its own error in the `lanes CMD: ...` style.
 #include "cli/cli.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
+#include "grammar/schema.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,4 +83,62 @@ int cli_load_vocab(const char *path, tok_vocab **voc) {
 	gguf_free(g);
 	if (rc) cli_err("%s: %s", path, err);
 	return rc ? -1 : 0;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return NULL;
+	size_t cap = 65536, n = 0;
+	char *buf = malloc(cap + 1);
+	while (buf) {
+		n += fread(buf + n, 1, cap - n, f);
+		if (n < cap) break;
+		char *nb = realloc(buf, cap * 2 + 1);
+		if (!nb) { free(buf); buf = NULL; break; }
+		buf = nb;
+		cap *= 2;
+	}
+	if (buf && ferror(f)) { free(buf); buf = NULL; }
+	fclose(f);
+	if (buf) { buf[n] = 0; *len = n; }
+	return buf;
+}
+
+int cli_grammar(const cli_settings *s, grammar **g) {
+	*g = NULL;
+	if (!s->grammar_file && !s->json_schema_file) return 0;
+	if (s->grammar_file && s->json_schema_file) return cli_usage_error(s, "give one of --grammar and --json-schema");
+	const char *path = s->grammar_file ? s->grammar_file : s->json_schema_file;
+	size_t len = 0;
+	char *text = cli_read_file(path, &len), *gbnf = NULL, err[512];
+	if (!text) {
+		cli_err("cannot read %s: %s", path, strerror(errno));
+		return 1;
+	}
+	int rc = 0;
+	if (s->json_schema_file) {
+		json_error_t je;
+		json_t *schema = json_loadb(text, len, 0, &je);
+		if (!schema) {
+			cli_err("%s: line %d: %s", path, je.line, je.text);
+			free(text);
+			return 1;
+		}
+		rc = grammar_schema_gbnf(schema, "root", &gbnf, err, sizeof err);
+		json_decref(schema);
+		free(text);
+		if (rc) {
+			cli_err("%s: %s", path, err);
+			return 1;
+		}
+		text = gbnf;
+		len = strlen(gbnf);
+	}
+	rc = grammar_compile(g, text, len, NULL, err, sizeof err);
+	free(text);
+	if (rc) {
+		cli_err("%s: %s", s->json_schema_file ? "the schema's grammar" : path, err);
+		return 1;
+	}
+	return 0;
 }

@@ -25,6 +25,7 @@ typedef struct {
 // Every value any command takes; each setting of the table writes one field.
 typedef struct {
 	// files and texts
+	const char *grammar_file, *json_schema_file;
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model;
 	// choices (validated: one of the setting's choices)

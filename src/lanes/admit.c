@@ -127,6 +127,11 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		lreq_unref(r);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
+	if ((rc = lane_constrain_attach(h, r, q, err, errlen))) {
+		lreq_unref(r);
+		lreq_unref(r);
+		return rc;
+	}
 	memcpy(r->prompt, q->prompt, (size_t)q->n_prompt * sizeof *r->prompt);
 	sha256_init(&r->sha);
 	pthread_mutex_lock(&h->mu);

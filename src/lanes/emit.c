@@ -87,22 +87,34 @@ static float logprobs(const float *logits, int32_t n_vocab, int32_t tok, lane_to
 	return logits[tok] - lse;
 }
 
-// The request's token at absolute position pos: penalties and biases on a copy of the
-// logits, then the sampler's draw at (seed, choice, pos).
-static int32_t pick(lane_host *h, const lane_req *r, const float *lg, int32_t pos) {
+// The request's token at absolute position pos: penalties, biases and the grammar's mask on
+// a copy of the logits, then the sampler's draw at (seed, choice, pos). -1 when the grammar
+// allows no token (-2: out of memory).
+static int32_t pick(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	int32_t nv = h->hp.n_vocab;
 	float *x = h->scratch;
 	memcpy(x, lg, (size_t)nv * sizeof *x);
 	const lane_sampling *s = &r->s;
 	sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
 	for (int32_t i = 0; i < s->n_bias; i++) x[s->bias[i].token] += s->bias[i].bias;
-	return sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
+	int rc = lane_constrain_mask(r, x, nv);
+	if (rc) return rc == LANES_ENOMEM ? -2 : -1;
+	int32_t tok = sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
+	// every candidate may be banned by biases the grammar did not forbid: none is left
+	return r->gm && x[tok] == -INFINITY ? -1 : tok;
 }
 
 // Takes the sampled token of lane r: records it, emits its text, ends the request when a
 // stop token, stop string, length or the context says so.
 static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const lane_top *top, int32_t n_top) {
-	if (is_stop_token(h, r, tok)) {
+	// under a grammar an end-of-generation token comes only where the text is whole: it ends
+	// the request even with ignore_eos
+	const bool eog = r->gm && tok_is_eog(h->vocab, tok);
+	if (r->gm && grammar_matcher_accept(r->gm, tok)) {
+		lane_finish(h, r, LANE_EV_FAILED, 0, -1, "the grammar refused the token drawn", NULL, 0);
+		return;
+	}
+	if (eog || is_stop_token(h, r, tok)) {
 		const char *t;
 		size_t n = 0;
 		tok_stream_flush(r->detok, &t, &n);
@@ -118,7 +130,9 @@ static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const l
 	size_t n = 0;
 	tok_stream_push(r->detok, tok, &t, &n);
 	bool length = r->n_gen >= r->max_tokens;
-	if (length) {
+	// the grammar's sentence is whole and nothing may follow: it ends as at a stop token
+	const bool done = r->gm && grammar_matcher_finished(r->gm);
+	if (length || done) {
 		if (n && pending_add(r, t, n)) goto oom;
 		tok_stream_flush(r->detok, &t, &n);
 	}
@@ -130,10 +144,11 @@ static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const l
 		lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP_SEQUENCE, si, NULL, NULL, 0);
 		return;
 	}
-	size_t emit = length ? r->n_pending : safe_prefix(r);
+	size_t emit = length || done ? r->n_pending : safe_prefix(r);
 	if (lreq_emit_token(r, tok, r->pending, emit, lp, top, n_top) || lane_fault(h, r)) goto oom;
 	pending_drop(r, emit);
-	if (length) lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_LENGTH, -1, NULL, NULL, 0);
+	if (done) lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP, -1, NULL, NULL, 0);
+	else if (length) lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_LENGTH, -1, NULL, NULL, 0);
 	return;
 oom:
 	lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
@@ -143,6 +158,10 @@ oom:
 int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg) {
 	int32_t pos = r->n_prompt + r->n_gen; // absolute position of the token drawn now
 	int32_t tok = pick(h, r, lg, pos);
+	if (tok < 0) {
+		lane_finish(h, r, LANE_EV_FAILED, 0, -1, tok == -2 ? "out of memory" : "the grammar allows no token here", NULL, 0);
+		return -1;
+	}
 	int32_t n_top = r->top_logprobs;
 	float lp = 0;
 	if (r->logprobs) lp = logprobs(lg, h->hp.n_vocab, tok, h->top, n_top);

@@ -88,6 +88,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->work, NULL);
 	pthread_mutex_init(&h->snap_mu, NULL);
+	pthread_mutex_init(&h->gv_mu, NULL);
 	int32_t n_ctx = h->hp.n_ctx_train > 0 ? h->hp.n_ctx_train : cfg.ctx;
 	kv_config kc;
 	if (cfg.window_max > 0) {
@@ -188,5 +189,7 @@ void lane_host_free(lane_host *h) {
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->work);
 	pthread_mutex_destroy(&h->snap_mu);
+	pthread_mutex_destroy(&h->gv_mu);
+	grammar_vocab_free(h->gvocab);
 	free(h);
 }

@@ -3,6 +3,7 @@
 #ifndef LANES_LANES_INT_H
 #define LANES_LANES_INT_H
 
+#include "grammar/grammar.h"
 #include "lanes/lanes.h"
 #include "sample/sample.h"
 
@@ -44,6 +45,8 @@ struct lane_req {
 	int32_t top_logprobs;
 	enum lane_embed embed;
 	bool normalize;
+	grammar *grammar;         // constrained decoding: the host's reference (NULL: none)
+	grammar_matcher *gm;      // where the generated text stands in it
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 
@@ -126,6 +129,8 @@ struct lane_host {
 	float *scratch;           // n_vocab floats for sampling
 	lane_top *top;
 	sampler *sampler;
+	pthread_mutex_t gv_mu;    // guards building gvocab, on the first constrained submit
+	grammar_vocab *_Atomic gvocab; // the vocabulary as grammars see it (NULL until then)
 	int32_t *counts;          // n_vocab occurrence counts, zero between uses
 	// speculative decoding
 	kv_cache *dkv;            // the draft model's KV, one sequence per lane
@@ -173,6 +178,16 @@ void lane_calibrate(lane_host *h);
 // Emit (emit.c): samples r's next token from lg, emits its text, and ends r when a stop
 // token, stop string or its length says so; returns the token.
 int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg);
+
+// Constrained decoding (constrain.c).
+// The grammar fields of q: 0, or LANES_EINVAL with err. Thread-safe.
+int lane_constrain_check(const lane_request *q, char *err, size_t errlen);
+// At submit: r gets its matcher at the grammar's start (and the host builds the grammar
+// vocabulary on first use). 0, LANES_EINVAL or LANES_ENOMEM with err.
+int lane_constrain_attach(lane_host *h, lane_req *r, const lane_request *q, char *err, size_t errlen);
+// Sets the logits in x (nv of them) of every token r's grammar forbids now to -inf.
+// 0; LANES_EINVAL when it allows none; LANES_ENOMEM.
+int lane_constrain_mask(lane_req *r, float *x, int32_t nv);
 
 // Finals (finals.c): ends r with its terminal event, releases its lane and KV pages, and
 // drops the host's reference.

@@ -27,6 +27,8 @@ void lreq_unref(lane_req *r) {
 	free(r->pool_sum);
 	free(r->vec);
 	free(r->pending);
+	grammar_matcher_free(r->gm);
+	grammar_unref(r->grammar);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	free(r);

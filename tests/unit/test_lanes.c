@@ -2,6 +2,7 @@
 // in random prompt pieces and after a prefix-cache warm-up; random submit/cancel/halt ends
 // every request exactly once and frees every lane and page; injected faults stay local.
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "lanes/lanes.h"
 #include "model/model.h"
 #include "plan/plan.h"
@@ -801,6 +802,90 @@ static void test_embed(void) {
 	free(solo), free(conc), free(direct);
 }
 
+// Constrained decoding keeps every promise: requests under a grammar (from the first token,
+// or lazily from a trigger) beside free ones give the same tokens solo, concurrent, in
+// pieces, from the prefix cache, on 1 thread and drafted; and every text follows its grammar.
+static const char *const G_TRIGGERS[] = {" the"};
+static void test_grammar_exact(void) {
+	static const char json[] = "root ::= \"{\\\"name\\\": \\\"\" [a-z ]{1,12} \"\\\", \\\"age\\\": \" [1-9] [0-9]? \"}\"\n";
+	static const char lazy[] = "root ::= \" the\" ([ a-z]{0,6} \".\")\n";
+	char err[256];
+	grammar *g[2] = {NULL, NULL};
+	CHECKF(grammar_compile(&g[0], json, strlen(json), NULL, err, sizeof err) == 0, "json grammar: %s", err);
+	CHECKF(grammar_compile(&g[1], lazy, strlen(lazy), NULL, err, sizeof err) == 0, "lazy grammar: %s", err);
+	if (!g[0] || !g[1]) { grammar_unref(g[0]); grammar_unref(g[1]); return; }
+	static req_spec s[NREQ];
+	const int n = NREQ / 2;
+	make_specs(s, n, 7, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < n; i++) {
+		lane_request *q = &s[i].q;
+		q->max_tokens = MAXGEN;
+		if (i % 3 == 2) continue; // free requests run beside the constrained ones
+		q->grammar = g[i % 3];
+		if (i % 3 == 1) q->grammar_triggers = G_TRIGGERS, q->n_grammar_triggers = 1;
+	}
+	static result solo[NREQ], conc[NREQ], pieces[NREQ], cached[NREQ], threads1[NREQ], drafted[NREQ];
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, n, solo, false);
+	lane_host_free(h);
+	h = host(8, 0, false, 2);
+	run_all(h, s, n, conc, true);
+	lane_host_free(h);
+	h = host(5, 3, false, 2);
+	run_all(h, s, n, pieces, true);
+	lane_host_free(h);
+	h = host(4, 7, true, 1);
+	run_all(h, s, n, threads1, true);
+	run_all(h, s, n, cached, true);
+	lane_host_free(h);
+	for (int i = 0; i < n; i++) s[i].q.draft = true;
+	h = host(8, 0, false, 2);
+	run_all(h, s, n, drafted, true);
+	lane_host_free(h);
+	int whole = 0, triggered = 0;
+	// a vocabulary of one unusable token: the texts are checked byte by byte
+	grammar_vocab *bytes_only = NULL;
+	const char *none[] = {""};
+	const uint32_t zero[] = {0};
+	const bool unusable[] = {false};
+	CHECK(grammar_vocab_new(&bytes_only, 1, none, zero, unusable, NULL, 0) == 0);
+	for (int i = 0; i < n && bytes_only; i++) {
+		CHECKF(solo[i].terminals == 1 && solo[i].end == LANE_EV_FINISHED, "grammar req %d: finished once (%s)", i, solo[i].reason);
+		CHECKF(same(&solo[i], &conc[i]), "grammar req %d: solo = concurrent", i);
+		CHECKF(same(&solo[i], &pieces[i]), "grammar req %d: whole = pieces", i);
+		CHECKF(same(&solo[i], &threads1[i]), "grammar req %d: 2 threads = 1 thread", i);
+		CHECKF(same(&solo[i], &cached[i]), "grammar req %d: fresh = prefix cache", i);
+		CHECKF(same(&solo[i], &drafted[i]), "grammar req %d: drafted = undrafted", i);
+		if (!s[i].q.grammar) continue;
+		// the text follows the grammar: whole when it stopped, a prefix when cut by length
+		grammar_matcher *m = NULL;
+		const bool is_lazy = s[i].q.n_grammar_triggers > 0;
+		const char *text = solo[i].text;
+		size_t len = solo[i].text_len;
+		if (is_lazy) {
+			const char *at = memmem(text, len, " the", 4);
+			if (!at) continue;
+			triggered++;
+			len -= (size_t)(at - text);
+			text = at;
+		}
+		CHECKF(grammar_matcher_new(&m, s[i].q.grammar, bytes_only, NULL, 0, err, sizeof err) == 0, "matcher: %s", err);
+		if (!m) continue;
+		CHECKF(grammar_matcher_accept_bytes(m, text, len) == 0, "grammar req %d: its text follows the grammar: %.*s", i,
+		       (int)solo[i].text_len, solo[i].text);
+		if (solo[i].finish == LANE_FINISH_STOP) {
+			CHECKF(grammar_matcher_accepting(m), "grammar req %d: a stopped text is whole: %.*s", i, (int)len, text);
+			whole += !is_lazy;
+		}
+		grammar_matcher_free(m);
+	}
+	grammar_vocab_free(bytes_only);
+	CHECKF(whole > 0, "constrained requests finished whole documents (%d)", whole);
+	fprintf(stderr, "grammar: %d whole documents, %d lazy requests triggered\n", whole, triggered);
+	grammar_unref(g[0]);
+	grammar_unref(g[1]);
+}
+
 static void with_model(const char *name, void (*fn)(void)) {
 	char path[1024], err[512];
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
@@ -979,5 +1064,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_config_refused);
 	with_model("stories260K.gguf", test_embed);
 	with_model("ref-qwen2-Q8_0.gguf", test_embed);
+	with_model("stories260K.gguf", test_grammar_exact);
+	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);
 	T_DONE("lanes");
 }
