@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_TRIGGERS 16
 
@@ -77,4 +78,89 @@ int lane_constrain_mask(lane_req *r, float *x, int32_t nv) {
 			if (!(bits >> (i & 63) & 1)) x[i] = -INFINITY;
 	}
 	return any ? 0 : LANES_EINVAL;
+}
+
+// The mask worker: while the forward pass runs, it computes the masks the live constrained
+// lanes' next draws will need, so sampling finds them in the matchers' caches. It only reads
+// matchers the engine leaves alone until lane_constrain_join; a mask is a function of the
+// state alone, so when it runs never changes a token.
+struct lane_masker {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool busy, quit;
+	grammar_matcher *todo[LANE_SNAP_MAX_LANES];
+	int n;
+};
+
+static void *masker_main(void *arg) {
+	struct lane_masker *w = arg;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
+		if (w->quit) break;
+		int n = w->n;
+		pthread_mutex_unlock(&w->mu);
+		for (int i = 0; i < n; i++) {
+			const uint64_t *m;
+			(void)grammar_matcher_mask(w->todo[i], &m); // a failure shows again at the draw
+		}
+		pthread_mutex_lock(&w->mu);
+		w->busy = false;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+void lane_constrain_prefetch(lane_host *h) {
+	grammar_matcher *todo[LANE_SNAP_MAX_LANES];
+	int n = 0;
+	for (int32_t i = 0; i < h->cfg.lanes && n < LANE_SNAP_MAX_LANES; i++)
+		if (h->lanes[i] && h->lanes[i]->gm) todo[n++] = h->lanes[i]->gm;
+	if (!n) return;
+	struct lane_masker *w = h->masker;
+	if (!w) {
+		// started on first use: hosts that never see a grammar run no extra thread
+		if (!(w = calloc(1, sizeof *w))) return;
+		pthread_mutex_init(&w->mu, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		if (pthread_create(&w->thread, NULL, masker_main, w)) {
+			pthread_mutex_destroy(&w->mu);
+			pthread_cond_destroy(&w->cv);
+			free(w);
+			return;
+		}
+		h->masker = w;
+	}
+	pthread_mutex_lock(&w->mu);
+	memcpy(w->todo, todo, (size_t)n * sizeof *todo);
+	w->n = n;
+	w->busy = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void lane_constrain_join(lane_host *h) {
+	struct lane_masker *w = h->masker;
+	if (!w) return;
+	pthread_mutex_lock(&w->mu);
+	while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void lane_constrain_free(lane_host *h) {
+	struct lane_masker *w = h->masker;
+	if (!w) return;
+	pthread_mutex_lock(&w->mu);
+	w->quit = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+	h->masker = NULL;
+	grammar_vocab_free(h->gvocab);
+	h->gvocab = NULL;
 }

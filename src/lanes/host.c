@@ -189,7 +189,7 @@ void lane_host_free(lane_host *h) {
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->work);
 	pthread_mutex_destroy(&h->snap_mu);
+	lane_constrain_free(h);
 	pthread_mutex_destroy(&h->gv_mu);
-	grammar_vocab_free(h->gvocab);
 	free(h);
 }

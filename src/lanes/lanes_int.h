@@ -131,6 +131,7 @@ struct lane_host {
 	sampler *sampler;
 	pthread_mutex_t gv_mu;    // guards building gvocab, on the first constrained submit
 	grammar_vocab *_Atomic gvocab; // the vocabulary as grammars see it (NULL until then)
+	struct lane_masker *masker; // computes masks beside the forward pass (NULL until a grammar runs)
 	int32_t *counts;          // n_vocab occurrence counts, zero between uses
 	// speculative decoding
 	kv_cache *dkv;            // the draft model's KV, one sequence per lane
@@ -188,6 +189,12 @@ int lane_constrain_attach(lane_host *h, lane_req *r, const lane_request *q, char
 // Sets the logits in x (nv of them) of every token r's grammar forbids now to -inf.
 // 0; LANES_EINVAL when it allows none; LANES_ENOMEM.
 int lane_constrain_mask(lane_req *r, float *x, int32_t nv);
+// Around a forward pass: the masks the live constrained lanes need next are computed on the
+// mask worker meanwhile; join waits for it (before any request may end).
+void lane_constrain_prefetch(lane_host *h);
+void lane_constrain_join(lane_host *h);
+// Stops the mask worker and frees the grammar vocabulary.
+void lane_constrain_free(lane_host *h);
 
 // Finals (finals.c): ends r with its terminal event, releases its lane and KV pages, and
 // drops the host's reference.

@@ -124,10 +124,12 @@ static int forward(lane_host *h, int32_t n) {
 	int32_t nh;
 	int rc = ensure_hidden(h, n, &nh) ? 0 : base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	uint64_t t0 = base_now_us();
+	lane_constrain_prefetch(h);
 	if (!rc)
 		rc = model_forward_hidden(h->m, h->kv, h->pool, h->ws, h->rows, n, h->logits, nh ? h->row_hidden : NULL,
 					  h->hidden, err, sizeof err);
 	uint64_t dt = base_now_us() - t0;
+	lane_constrain_join(h);
 	h->stats.forward_us += dt;
 	lane_observe(&h->stats.forward_seconds, dt / 1e6);
 	h->stats.rounds++;
