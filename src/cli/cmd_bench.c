@@ -29,7 +29,7 @@ static int32_t bench_token(const model *m, int64_t i) {
 static double run_pp(bench_ctx *b, int64_t n) {
 	char err[256];
 	kv_seq_clear(b->kv, 0);
-	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1};
+	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1, NULL};
 	uint64_t t0 = base_now_ns();
 	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
 		cli_err("%s", err);
@@ -44,7 +44,7 @@ static double run_tg(bench_ctx *b, int64_t n) {
 	kv_seq_clear(b->kv, 0);
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
-		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true};
+		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true, NULL};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
 			cli_err("%s", err);
 			return -1;
@@ -64,7 +64,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 		kv_seq_clear(b->kv, 0);
 		for (int64_t i0 = 0; i0 < depth; i0 += 512) {
 			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
-			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1};
+			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1, NULL};
 			if (model_forward(b->m, b->kv, b->pool, b->rows, m, b->logits, err, sizeof err)) {
 				cli_err("%s", err);
 				return -1;
@@ -76,7 +76,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 	kv_seq_truncate(b->kv, 0, depth);
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
-		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true};
+		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true, NULL};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
 			cli_err("%s", err);
 			return -1;

@@ -44,6 +44,7 @@ struct lane_req {
 	int32_t top_logprobs;
 	enum lane_embed embed;
 	bool normalize;
+	model_lora_set lora;      // its adapters (n = 0: none)
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 
