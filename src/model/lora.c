@@ -212,11 +212,10 @@ int model_lora_load(model_lora **out, const model *m, const char *path, char *er
 	*out = NULL;
 	gguf *g;
 	char msg[512];
-	int rc = gguf_open(&g, path, msg, sizeof msg);
-	if (!rc) {
-		rc = model_lora_from_gguf(out, m, g, msg, sizeof msg);
-		gguf_free(g);
-	}
+	int rc = gguf_open(&g, path, err, errlen); // its message names the file
+	if (rc) return rc;
+	rc = model_lora_from_gguf(out, m, g, msg, sizeof msg);
+	gguf_free(g);
 	if (rc) base_seterr(err, errlen, rc, "%s: %s", path, msg);
 	return rc;
 }
