@@ -127,11 +127,14 @@ int cmd_bench(const cli_settings *set) {
 	const int64_t n_pp = set->n_prompt, n_tg = set->n_gen, reps = set->reps, threads = set->threads, depth = set->depth;
 	const bool json = set->json;
 	const enum kv_type kvt = cli_kv_type(kv_name);
+	if (set->lora.n && set->concurrent <= 0) return cli_usage_error(set, "--lora goes with --concurrent M");
 	char err[512];
 	int rc = 1;
 	model *m = NULL, *dm = NULL;
 	tok_vocab *voc = NULL;
 	bench_ctx b = {0};
+	model_lora **loras = NULL;
+	model_lora_set all = {0}, one[MODEL_LORA_MAX];
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = base_now_us();
@@ -147,6 +150,10 @@ int cmd_bench(const cli_settings *set) {
 				      .threads = (int32_t)threads, .kv_type = kvt, .draft = set->draft, .repetitive = set->repetitive};
 		if (set->draft_model && cli_load_model(set->draft_model, &dm, NULL)) goto out;
 		o.draft_model = dm;
+		if (cli_load_loras(m, &set->lora, &all, &loras)) goto out;
+		for (int32_t k = 0; k < all.n; k++) one[k] = (model_lora_set){.n = 1, .use = {all.use[k]}};
+		o.lora_sets = one;
+		o.n_lora_sets = all.n;
 		rc = bench_concurrent(m, voc, model_path, &o, json);
 		goto out;
 	}
@@ -238,6 +245,7 @@ out:
 	kv_free(b.kv);
 	base_pool_free(b.pool);
 	tok_vocab_free(voc);
+	cli_free_loras(loras, all.n);
 	model_free(dm);
 	model_free(m);
 	return rc;

@@ -30,6 +30,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "with --lora: the base model the adapter is for"},
 	{.names = "--lora", .kind = SET_LIST, .field = F(lora), .meta = "PATH[:SCALE]", .cmds = B(RUN) | B(LOGITS),
 	 .help = "a LoRA adapter (GGUF) for the model, its scale 1 unless given; several add up in order"},
+	{.names = "--lora", .kind = SET_LIST, .field = F(lora), .meta = "PATH[:SCALE]", .cmds = B(BENCH),
+	 .help = "with --concurrent: a LoRA adapter; request i uses adapter i mod the adapters given"},
 	{.names = "--lora", .kind = SET_INT, .field = F(lora_rank), .min = 1, .max = 4096, .meta = "RANK", .cmds = B(GEN),
 	 .help = "write a random LoRA adapter of this rank for -m BASE instead of a model"},
 	{.names = "--lora-zero-b", .kind = SET_FLAG, .field = F(lora_zero_b), .cmds = B(GEN),

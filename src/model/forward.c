@@ -43,22 +43,67 @@ static uint64_t take(layout *L, uint64_t count, uint64_t elem) {
 }
 
 // ---- adapters: each row's low-rank terms on top of the shared base matmul ----------------
-// Rows are taken LORA_CHUNK at a time per adapter; the kernels reduce each row on its own, so
-// a row's terms do not depend on which rows share its chunk.
+// The rows of one adapter form a group; threads claim groups (or pieces of one, when groups
+// are fewer than threads) and run them alone. The kernels reduce each row on its own, so a
+// row's terms do not depend on which rows share its group or piece.
 #define LORA_CHUNK 32
 
 typedef struct lora_pass {
 	base_pool *pool;
+	int nth;
 	const model_row *rows;
 	int64_t n;
 	int32_t slots;   // the most adapters one row has
-	float *xg;       // [LORA_CHUNK][max in] rows gathered for one adapter
-	float *t;        // [LORA_CHUNK][max rank] x . A^T
-	float *u;        // [LORA_CHUNK][max out] t . B^T
-	int32_t *sel;    // [n] rows of one adapter
+	size_t per_th;   // floats of scratch per thread
+	float *f;        // [nth][per_th]: rows gathered for one piece, x . A^T, t . B^T
+	int64_t wide, rank; // the scratch's widest input and largest rank
+	int32_t *sel;    // [n] rows grouped by adapter
 	int32_t *ridx;   // [n] the row of each output-head input
+	int32_t *item;   // [n + 1] first entry of sel of each piece
+	const model_lora **item_lora; // [n] the adapter of each piece
 	uint8_t *done;   // [n]
 } lora_pass;
+
+typedef struct {
+	lora_pass *lp;
+	int l, kind, slot;
+	const float *x;
+	int64_t n_in, n_out, n_items;
+	const int32_t *ridx;
+	float *y;
+	atomic_llong next;
+} lora_job;
+
+static void lora_task(void *arg, int ith, int nth) {
+	lora_job *j = arg;
+	lora_pass *lp = j->lp;
+	float *xg = lp->f + (size_t)ith * lp->per_th, *t = xg + (size_t)LORA_CHUNK * lp->wide, *u = t + (size_t)LORA_CHUNK * lp->rank;
+	const int64_t zero = 0;
+	for (;;) {
+		const int64_t it = atomic_fetch_add(&j->next, 1);
+		if (it >= j->n_items) break;
+		const model_lora *a = lp->item_lora[it];
+		const lora_pair *p = lora_pair_of(a, j->l, j->kind);
+		const tensor_mat *ta = &p->a, *tb = &p->b;
+		for (int64_t c0 = lp->item[it]; c0 < lp->item[it + 1]; c0 += LORA_CHUNK) {
+			const int64_t c = lp->item[it + 1] - c0 < LORA_CHUNK ? lp->item[it + 1] - c0 : LORA_CHUNK;
+			for (int64_t q = 0; q < c; q++)
+				memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
+			tensor_matmuls(NULL, 1, &ta, &zero, xg, c, &t);
+			tensor_matmuls(NULL, 1, &tb, &zero, t, c, &u);
+			for (int64_t q = 0; q < c; q++) {
+				const int64_t r = lp->sel[c0 + q];
+				const model_lora_set *o = lp->rows[j->ridx ? j->ridx[r] : r].lora;
+				// llama.cpp's scale: the user's times alpha / r, or the user's alone without alpha
+				const float us = o->use[j->slot].scale, sc = a->alpha != 0.0f ? us * a->alpha / (float)p->r : us;
+				float *yr = j->y + (size_t)r * (size_t)j->n_out;
+				const float *ur = u + q * j->n_out;
+				for (int64_t e = 0; e < j->n_out; e++) yr[e] = yr[e] + sc * ur[e];
+			}
+		}
+	}
+	(void)nth;
+}
 
 // y[i] (n_out floats apart, i < n) += scale * B (A x[i]) for each row's adapters in its order;
 // row i of x and y is rows[ridx ? ridx[i] : i]. l < 0: the output head.
@@ -66,37 +111,51 @@ static void lora_add(lora_pass *lp, int l, int kind, const float *x, int64_t n_i
 		     float *y, int64_t n_out) {
 	if (!lp) return;
 	for (int32_t s = 0; s < lp->slots; s++) {
+		// the groups of this slot: rows in order of their adapter's first row
 		memset(lp->done, 0, (size_t)n);
+		int64_t ns = 0, ng = 0;
+		int32_t *gstart = lp->item; // reused: group starts, then pieces
 		for (int64_t i = 0; i < n; i++) {
 			const model_lora_set *set = lp->rows[ridx ? ridx[i] : i].lora;
 			if (lp->done[i] || !set || s >= set->n) continue;
 			const model_lora *a = set->use[s].lora;
-			const lora_pair *p = lora_pair_of(a, l, kind);
-			int64_t cnt = 0;
-			for (int64_t j = i; j < n; j++) {
-				const model_lora_set *o = lp->rows[ridx ? ridx[j] : j].lora;
-				if (!lp->done[j] && o && s < o->n && o->use[s].lora == a) lp->sel[cnt++] = (int32_t)j, lp->done[j] = 1;
+			const int64_t g0 = ns;
+			for (int64_t k = i; k < n; k++) {
+				const model_lora_set *o = lp->rows[ridx ? ridx[k] : k].lora;
+				if (!lp->done[k] && o && s < o->n && o->use[s].lora == a) lp->sel[ns++] = (int32_t)k, lp->done[k] = 1;
 			}
-			if (!p) continue;
-			const tensor_mat *ta = &p->a, *tb = &p->b;
-			const int64_t zero = 0;
-			for (int64_t c0 = 0; c0 < cnt; c0 += LORA_CHUNK) {
-				const int64_t c = cnt - c0 < LORA_CHUNK ? cnt - c0 : LORA_CHUNK;
-				for (int64_t q = 0; q < c; q++)
-					memcpy(lp->xg + q * n_in, x + (size_t)lp->sel[c0 + q] * (size_t)n_in, (size_t)n_in * sizeof(float));
-				tensor_matmuls(lp->pool, 1, &ta, &zero, lp->xg, c, &lp->t);
-				tensor_matmuls(lp->pool, 1, &tb, &zero, lp->t, c, &lp->u);
-				for (int64_t q = 0; q < c; q++) {
-					const int64_t r = lp->sel[c0 + q];
-					const model_lora_set *o = lp->rows[ridx ? ridx[r] : r].lora;
-					// llama.cpp's scale: the user's times alpha / r, or the user's alone without alpha
-					const float sc = a->alpha != 0.0f ? o->use[s].scale * a->alpha / (float)p->r : o->use[s].scale;
-					float *yr = y + (size_t)r * (size_t)n_out;
-					const float *ur = lp->u + q * n_out;
-					for (int64_t e = 0; e < n_out; e++) yr[e] = yr[e] + sc * ur[e];
-				}
+			if (!lora_pair_of(a, l, kind)) {
+				ns = g0; // this adapter leaves the weight alone
+				continue;
+			}
+			lp->item_lora[ng] = a;
+			gstart[ng++] = (int32_t)g0;
+		}
+		if (!ng) continue;
+		gstart[ng] = (int32_t)ns;
+		// Fewer groups than threads: cut each into pieces so every thread has work.
+		const int64_t cuts = ng >= lp->nth ? 1 : (lp->nth + ng - 1) / ng;
+		int64_t ni = ng;
+		if (cuts > 1) {
+			int32_t bounds[2 * MODEL_LORA_MAX + 2];
+			const model_lora *la[2 * MODEL_LORA_MAX + 2];
+			const int64_t cap = (int64_t)(sizeof bounds / sizeof bounds[0]) - 1;
+			int64_t ni2 = 0;
+			for (int64_t g = 0; g < ng && ni2 < cap; g++) {
+				const int64_t cnt = gstart[g + 1] - gstart[g], per = (cnt + cuts - 1) / cuts;
+				for (int64_t c0 = 0; c0 < cnt && ni2 < cap; c0 += per) bounds[ni2] = gstart[g] + (int32_t)c0, la[ni2++] = lp->item_lora[g];
+			}
+			if (ni2 < cap) {
+				for (int64_t i = 0; i < ni2; i++) gstart[i] = bounds[i], lp->item_lora[i] = la[i];
+				gstart[ni2] = (int32_t)ns;
+				ni = ni2;
 			}
 		}
+		lora_job j = {.lp = lp, .l = l, .kind = kind, .slot = s, .x = x, .n_in = n_in, .n_out = n_out, .n_items = ni,
+			      .ridx = ridx, .y = y};
+		atomic_init(&j.next, 0);
+		if (lp->pool && ni > 1) base_pool_run(lp->pool, lora_task, &j);
+		else lora_task(&j, 0, 1);
 	}
 }
 
@@ -447,8 +506,10 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 	if (qd > wide) wide = qd;
 	if (hp->n_ff > wide) wide = hp->n_ff;
 	const int64_t out_w = output && hp->n_vocab > wide ? hp->n_vocab : wide;
-	const size_t fl = (size_t)LORA_CHUNK * ((size_t)wide + (size_t)rank + (size_t)out_w);
-	const size_t need = fl * sizeof(float) + (size_t)n * (2 * sizeof(int32_t) + 1);
+	const int nth = base_pool_threads(pool);
+	const size_t per_th = ((size_t)LORA_CHUNK * ((size_t)wide + (size_t)rank + (size_t)out_w) + 15) & ~(size_t)15;
+	const size_t fl = per_th * (size_t)nth;
+	const size_t need = fl * sizeof(float) + (size_t)n * sizeof(void *) + (size_t)(3 * n + 1) * sizeof(int32_t) + (size_t)n;
 	if (need > w->lora_bytes) {
 		void *p = realloc(w->lora_buf, need);
 		if (!p) return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for the adapters' scratch");
@@ -456,11 +517,13 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 		w->lora_bytes = need;
 	}
 	float *f = w->lora_buf;
-	*lp = (lora_pass){.pool = pool, .rows = rows, .n = n, .slots = slots, .xg = f, .t = f + (size_t)LORA_CHUNK * wide,
-			  .u = f + (size_t)LORA_CHUNK * (wide + rank)};
-	lp->sel = (int32_t *)(f + fl);
+	*lp = (lora_pass){.pool = pool, .nth = nth, .rows = rows, .n = n, .slots = slots, .per_th = per_th, .f = f,
+			  .wide = wide, .rank = rank};
+	lp->item_lora = (const model_lora **)(f + fl);
+	lp->sel = (int32_t *)(lp->item_lora + n);
 	lp->ridx = lp->sel + n;
-	lp->done = (uint8_t *)(lp->ridx + n);
+	lp->item = lp->ridx + n;
+	lp->done = (uint8_t *)(lp->item + n + 1);
 	*out = lp;
 	return LANES_OK;
 }
