@@ -32,8 +32,8 @@ static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "
 
 // Runs each sequence's prompt in one pass (rows of all sequences interleaved), then one
 // decode row per sequence; logits of every row, sequence by sequence, into out.
-static int run_seqs(const model *m, int nseq, const int32_t *const *ids, int P, const model_lora_set *const *sets,
-		    float *out) {
+static int run_seqs(const model *m, base_pool *pool, int nseq, const int32_t *const *ids, int P,
+		    const model_lora_set *const *sets, float *out) {
 	char err[256];
 	const int V = model_hparams_of(m)->n_vocab;
 	kv_config c = model_kv_config(m, KV_F16S, nseq, P + 16, 16);
@@ -44,12 +44,12 @@ static int run_seqs(const model *m, int nseq, const int32_t *const *ids, int P, 
 	int rc = 0;
 	for (int i = 0; i < P; i++)
 		for (int q = 0; q < nseq; q++) rows[i * nseq + q] = (model_row){ids[q][i], i, q, true, sets[q]};
-	if ((rc = model_forward(m, kv, NULL, rows, (int64_t)nseq * P, lg, err, sizeof err))) goto out;
+	if ((rc = model_forward(m, kv, pool, rows, (int64_t)nseq * P, lg, err, sizeof err))) goto out;
 	for (int i = 0; i < P; i++)
 		for (int q = 0; q < nseq; q++)
 			memcpy(out + ((size_t)q * (P + 1) + i) * V, lg + ((size_t)i * nseq + q) * V, (size_t)V * sizeof *lg);
 	for (int q = 0; q < nseq; q++) rows[q] = (model_row){ids[q][P], P, q, true, sets[q]};
-	if ((rc = model_forward(m, kv, NULL, rows, nseq, lg, err, sizeof err))) goto out;
+	if ((rc = model_forward(m, kv, pool, rows, nseq, lg, err, sizeof err))) goto out;
 	for (int q = 0; q < nseq; q++) memcpy(out + ((size_t)q * (P + 1) + P) * V, lg + (size_t)q * V, (size_t)V * sizeof *lg);
 out:
 	if (rc) fprintf(stderr, "forward: %s\n", err);
@@ -145,9 +145,9 @@ static void accuracy(const model *m, const char *type, int rank, float scale) {
 		model_lora_set set = {.n = 1, .use = {{a, scale}}};
 		const int32_t *ids[1] = {prompt};
 		const model_lora_set *with[1] = {&set}, *none[1] = {NULL};
-		CHECK(run_seqs(m, 1, ids, P, with, la) == 0);
-		CHECK(run_seqs(merged, 1, ids, P, none, lm) == 0);
-		CHECK(run_seqs(m, 1, ids, P, none, lb) == 0);
+		CHECK(run_seqs(m, NULL, 1, ids, P, with, la) == 0);
+		CHECK(run_seqs(merged, NULL, 1, ids, P, none, lm) == 0);
+		CHECK(run_seqs(m, NULL, 1, ids, P, none, lb) == 0);
 		const float d = max_diff(la, lm, nv), moved = max_diff(la, lb, nv);
 		printf("%-7s %-5s r%-3d adapter vs merged: max %.5f (bar %.5f); adapter vs base: max %.3f\n",
 		       tensor_kernels_name(model_kernels(m)), type, rank, d, tol, moved);
@@ -184,12 +184,27 @@ static void exactness(const model *m) {
 	const int32_t *ids[5] = {prompt, other, prompt, other, prompt};
 	const model_lora_set *sets[5] = {&s1, &s2, NULL, &s12, &sz};
 	float *solo = malloc(5 * nv * 4), *mixed = malloc(5 * nv * 4), *base = malloc(nv * 4);
-	for (int q = 0; q < 5; q++) CHECK(run_seqs(m, 1, &ids[q], P, &sets[q], solo + q * nv) == 0);
-	CHECK(run_seqs(m, 5, ids, P, sets, mixed) == 0);
+	for (int q = 0; q < 5; q++) CHECK(run_seqs(m, NULL, 1, &ids[q], P, &sets[q], solo + q * nv) == 0);
+	CHECK(run_seqs(m, NULL, 5, ids, P, sets, mixed) == 0);
 	const model_lora_set *none[1] = {NULL};
-	CHECK(run_seqs(m, 1, ids, P, none, base) == 0);
+	CHECK(run_seqs(m, NULL, 1, ids, P, none, base) == 0);
 	CHECKF(!memcmp(solo + 4 * nv, base, nv * 4), "B = 0: logits differ from the base's");
 	for (int q = 0; q < 5; q++) CHECKF(!memcmp(solo + q * nv, mixed + q * nv, nv * 4), "sequence %d: mixed pass differs from alone", q);
+	// threads split the adapters' rows (and one adapter's rows into pieces): the same bits
+	for (int nth = 2; nth <= 3; nth++) {
+		base_pool *pool = NULL;
+		CHECK(base_pool_new(&pool, nth) == 0);
+		CHECK(run_seqs(m, pool, 5, ids, P, sets, mixed) == 0);
+		for (int q = 0; q < 5; q++)
+			CHECKF(!memcmp(solo + q * nv, mixed + q * nv, nv * 4), "%d threads, sequence %d: differs from alone", nth, q);
+		const model_lora_set *one[5] = {&s2, &s2, &s2, &s2, &s2};
+		float *alone = malloc(nv * 4);
+		CHECK(run_seqs(m, pool, 5, ids, P, one, mixed) == 0);
+		CHECK(run_seqs(m, NULL, 1, &ids[1], P, &one[1], alone) == 0);
+		CHECKF(!memcmp(alone, mixed + nv, nv * 4), "%d threads, one adapter's rows in pieces: differs from alone", nth);
+		free(alone);
+		base_pool_free(pool);
+	}
 	CHECKF(memcmp(solo, solo + 3 * nv, nv * 4) != 0, "two adapters give what one gives");
 	// a row may not carry an adapter loaded for another model
 	model *other_m = load(base_path);
