@@ -17,6 +17,8 @@ typedef struct {
 	bool draft;           // requests allow drafting (n-gram, and the draft model when given)
 	const model *draft_model;
 	bool repetitive;      // prompts repeat one short phrase (where prompt lookup shines)
+	const model_lora_set *lora_sets; // request i adds lora_sets[i % n_lora_sets] (the filler none)
+	int32_t n_lora_sets;
 } bench_lanes_opts;
 
 typedef struct {

@@ -109,6 +109,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 		q.sampling.repeat_penalty = 1;
 		q.sampling.has_seed = true;
 		q.draft = o->draft;
+		q.lora = o->n_lora_sets && !filler ? &o->lora_sets[i % o->n_lora_sets] : NULL;
 		if ((rc = lane_submit(h, &q, &st[i].req, err, errlen))) goto out;
 	}
 	tally t = {.gaps = gaps, .cap_gaps = cap_gaps, .open = M};

@@ -31,6 +31,10 @@ int cli_threads(int64_t want, base_pool **pool);
 int cli_load_model(const char *path, model **m, tok_vocab **voc);
 // the vocabulary of a GGUF file (a model or a vocab-only file).
 int cli_load_vocab(const char *path, tok_vocab **voc);
+// the --lora PATH[:SCALE] adapters for m, in order, into set (*loras: set->n of them, to free
+// with cli_free_loras);
+int cli_load_loras(const model *m, const cli_list *l, model_lora_set *set, model_lora ***loras);
+void cli_free_loras(model_lora **loras, int n);
 // The kv type of a validated --kv-type value.
 enum kv_type cli_kv_type(const char *name);
 // All of the file at path, NUL-terminated (free() it), its size in *len; NULL on error (errno).

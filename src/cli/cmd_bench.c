@@ -29,7 +29,7 @@ static int32_t bench_token(const model *m, int64_t i) {
 static double run_pp(bench_ctx *b, int64_t n) {
 	char err[256];
 	kv_seq_clear(b->kv, 0);
-	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1};
+	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1, NULL};
 	uint64_t t0 = base_now_ns();
 	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
 		cli_err("%s", err);
@@ -44,7 +44,7 @@ static double run_tg(bench_ctx *b, int64_t n) {
 	kv_seq_clear(b->kv, 0);
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
-		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true};
+		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true, NULL};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
 			cli_err("%s", err);
 			return -1;
@@ -64,7 +64,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 		kv_seq_clear(b->kv, 0);
 		for (int64_t i0 = 0; i0 < depth; i0 += 512) {
 			const int64_t m = depth - i0 < 512 ? depth - i0 : 512;
-			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1};
+			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1, NULL};
 			if (model_forward(b->m, b->kv, b->pool, b->rows, m, b->logits, err, sizeof err)) {
 				cli_err("%s", err);
 				return -1;
@@ -76,7 +76,7 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 	kv_seq_truncate(b->kv, 0, depth);
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
-		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true};
+		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true, NULL};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
 			cli_err("%s", err);
 			return -1;
@@ -127,11 +127,14 @@ int cmd_bench(const cli_settings *set) {
 	const int64_t n_pp = set->n_prompt, n_tg = set->n_gen, reps = set->reps, threads = set->threads, depth = set->depth;
 	const bool json = set->json;
 	const enum kv_type kvt = cli_kv_type(kv_name);
+	if (set->lora.n && set->concurrent <= 0) return cli_usage_error(set, "--lora goes with --concurrent M");
 	char err[512];
 	int rc = 1;
 	model *m = NULL, *dm = NULL;
 	tok_vocab *voc = NULL;
 	bench_ctx b = {0};
+	model_lora **loras = NULL;
+	model_lora_set all = {0}, one[MODEL_LORA_MAX];
 	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = base_now_us();
@@ -147,6 +150,10 @@ int cmd_bench(const cli_settings *set) {
 				      .threads = (int32_t)threads, .kv_type = kvt, .draft = set->draft, .repetitive = set->repetitive};
 		if (set->draft_model && cli_load_model(set->draft_model, &dm, NULL)) goto out;
 		o.draft_model = dm;
+		if (cli_load_loras(m, &set->lora, &all, &loras)) goto out;
+		for (int32_t k = 0; k < all.n; k++) one[k] = (model_lora_set){.n = 1, .use = {all.use[k]}};
+		o.lora_sets = one;
+		o.n_lora_sets = all.n;
 		rc = bench_concurrent(m, voc, model_path, &o, json);
 		goto out;
 	}
@@ -238,6 +245,7 @@ out:
 	kv_free(b.kv);
 	base_pool_free(b.pool);
 	tok_vocab_free(voc);
+	cli_free_loras(loras, all.n);
 	model_free(dm);
 	model_free(m);
 	return rc;

@@ -1,5 +1,6 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family model with random weights (and a real vocabulary) for tests and benchmarks.
+// a llama-family model with random weights (and a real vocabulary) for tests and benchmarks;
+// `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "cli/ftype.h"
@@ -176,7 +177,131 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	return rc;
 }
 
+// ---- a random LoRA adapter ----------------------------------------------------------------
+// The weights an adapter may target, as llama.cpp names them.
+static bool lora_target(const gguf_tensor *t) {
+	static const char *const kinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+	if (t->n_dims != 2) return false;
+	if (!strcmp(t->name, "output.weight")) return true;
+	int l, used = 0;
+	if (sscanf(t->name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		const size_t n = strlen(kinds[k]);
+		if (!strncmp(t->name + used, kinds[k], n) && !strcmp(t->name + used + n, ".weight")) return true;
+	}
+	return false;
+}
+
+// Fills n values of the tensor called name with noise of std scale (0: zeros) and converts them.
+static int lora_fill(base_pool *pool, const char *name, uint64_t seed, float scale, uint32_t type, int64_t rows,
+		     int64_t cols, float *f, void *q) {
+	uint64_t key = base_hash64(name, strlen(name), seed);
+	fill_job j = {.dst = f, .i0 = 0, .n = rows * cols, .key = key, .mean = 0, .scale = scale};
+	if (scale != 0) base_pool_run(pool, fill_slice, &j);
+	else memset(f, 0, (size_t)(rows * cols) * sizeof *f);
+	return tensor_quantize_rows(type, f, q, rows, cols, pool);
+}
+
+// `lanes gen --lora RANK -m BASE -o OUT.gguf`: every attention and dense FFN matrix of BASE
+// (and output.weight when it has one) gets A (std 1/sqrt(n_in)) and B (std 0.2/sqrt(r), or 0),
+// alpha = r: a term about a fifth of the base matmul's size.
+static int gen_lora(const cli_settings *set) {
+	if (!set->model) return cli_usage_error(set, "--lora RANK needs -m BASE");
+	const int64_t r = set->lora_rank, threads = set->threads > 0 ? set->threads : base_cpu_count();
+	const int ti = gguf_ttype_by_name(set->type);
+	if (ti != GGUF_T_F32 && ti != GGUF_T_F16 && ti != GGUF_T_BF16 && ti != GGUF_T_Q8_0) {
+		cli_err("an adapter's --type is F32, F16, BF16 or Q8_0, not '%s'", set->type);
+		return 2;
+	}
+	const uint32_t type = (uint32_t)ti;
+	if (type == GGUF_T_Q8_0 && r % 32) {
+		cli_err("Q8_0 rows hold blocks of 32: --lora %lld is not a multiple of 32", (long long)r);
+		return 2;
+	}
+	char err[512] = "";
+	int rc = 0, nt = 0;
+	gguf *g = NULL;
+	gguf_writer *w = NULL;
+	base_pool *pool = NULL;
+	float *f = NULL;
+	void *q = NULL;
+	gguf_str arch;
+	if ((rc = gguf_open(&g, set->model, err, sizeof err))) goto done;
+	if (gguf_get_str(g, "general.architecture", &arch)) {
+		rc = LANES_EFORMAT;
+		snprintf(err, sizeof err, "%s: no general.architecture", set->model);
+		goto done;
+	}
+	char arch_s[64], name[160];
+	snprintf(arch_s, sizeof arch_s, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
+	snprintf(name, sizeof name, "lanes-gen lora r%lld %s", (long long)r, set->lora_zero_b ? "zero-B" : "random");
+	if (!(w = gguf_writer_new()) || (rc = base_pool_new(&pool, (int)threads)) ||
+	    (rc = gguf_writer_set_str(w, "general.architecture", arch_s)) || (rc = gguf_writer_set_str(w, "general.type", "adapter")) ||
+	    (rc = gguf_writer_set_str(w, "general.name", name)) || (rc = gguf_writer_set_str(w, "adapter.type", "lora")) ||
+	    (rc = gguf_writer_set_f32(w, "adapter.lora.alpha", (float)r))) {
+		rc = rc ? rc : LANES_ENOMEM;
+		snprintf(err, sizeof err, "%s", base_strerror(rc));
+		goto done;
+	}
+	uint64_t total = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		if (!lora_target(t)) continue;
+		const int64_t n_in = t->ne[0], n_out = t->ne[1];
+		if (r > n_in) {
+			rc = LANES_EINVAL;
+			snprintf(err, sizeof err, "%s: rank %lld is larger than its %lld inputs", t->name, (long long)r, (long long)n_in);
+			goto done;
+		}
+		const int64_t most = (n_in > n_out ? n_in : n_out) * r;
+		float *nf = realloc(f, (size_t)most * sizeof *f);
+		void *nq = nf ? realloc(q, (size_t)most * sizeof *f) : NULL;
+		if (nf) f = nf;
+		if (nq) q = nq;
+		if (!nf || !nq) {
+			rc = LANES_ENOMEM;
+			snprintf(err, sizeof err, "out of memory");
+			goto done;
+		}
+		char nm[2][160];
+		snprintf(nm[0], sizeof nm[0], "%s.lora_a", t->name);
+		snprintf(nm[1], sizeof nm[1], "%s.lora_b", t->name);
+		const int64_t ne_a[2] = {n_in, r}, ne_b[2] = {r, n_out};
+		const float sa = 1.0f / sqrtf((float)n_in), sb = set->lora_zero_b ? 0.0f : 0.2f / sqrtf((float)r);
+		for (int h = 0; h < 2 && !rc; h++) {
+			const int64_t *ne = h ? ne_b : ne_a;
+			const uint64_t nb = (uint64_t)ne[1] * tensor_row_bytes(type, ne[0]);
+			rc = lora_fill(pool, nm[h], (uint64_t)set->seed, h ? sb : sa, type, ne[1], ne[0], f, q);
+			if (!rc) rc = gguf_writer_add_tensor(w, nm[h], type, 2, ne, q, nb);
+			if (rc) snprintf(err, sizeof err, "%s: %s", nm[h], base_strerror(rc));
+			total += nb;
+		}
+		nt++;
+	}
+	if (rc) goto done;
+	if (!nt) {
+		rc = LANES_EINVAL;
+		snprintf(err, sizeof err, "%s: no attention or FFN matrix to adapt", set->model);
+		goto done;
+	}
+	if ((rc = gguf_writer_write(w, set->output, err, sizeof err))) goto done;
+	printf("%s: LoRA rank %lld for %s (%s), %d targets, %s, %.2f MiB\n", set->output, (long long)r, set->model, arch_s, nt,
+	       tensor_traits_of(type)->name, total / 1048576.0);
+done:
+	if (rc) cli_err("%s", err);
+	free(f);
+	free(q);
+	base_pool_free(pool);
+	gguf_writer_free(w);
+	gguf_free(g);
+	return rc ? 1 : 0;
+}
+
 int cmd_gen(const cli_settings *set) {
+	if (set->lora_rank) return gen_lora(set);
+	if (set->lora_zero_b) return cli_usage_error(set, "--lora-zero-b goes with --lora RANK");
+	if (!set->shape || !set->vocab) return cli_usage_error(set, "give --shape NAME and --vocab VOCAB.gguf (or --lora RANK -m BASE)");
+	if (set->model) return cli_usage_error(set, "-m BASE goes with --lora RANK");
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
 	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
 	const gen_shape *s = NULL;

@@ -1,5 +1,5 @@
-// cli: `lanes logits -m MODEL --ids 1,2,3 -o OUT.f32 [--threads T]` — the float32 logits of
-// every prompt position, row-major [positions][vocab], little-endian.
+// cli: `lanes logits -m MODEL --ids 1,2,3 -o OUT.f32 [--lora PATH[:SCALE]] [--threads T]` — the
+// float32 logits of every prompt position, row-major [positions][vocab], little-endian.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "model/model.h"
@@ -22,12 +22,15 @@ int cmd_logits(const cli_settings *s) {
 	float *logits = NULL;
 	model_row *rows = NULL;
 	FILE *f = NULL;
+	model_lora **loras = NULL;
+	model_lora_set set = {0};
 	if (cli_parse_ids(s->ids, &ids, &n)) goto out;
 	if (n > INT32_MAX / 2) {
 		cli_err("too many ids");
 		goto out;
 	}
 	if (cli_load_model(s->model, &m, NULL)) goto out;
+	if (cli_load_loras(m, &s->lora, &set, &loras)) goto out;
 	const int64_t V = model_hparams_of(m)->n_vocab;
 	if (cli_threads(s->threads, &pool)) goto out;
 	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)n, 16);
@@ -48,7 +51,7 @@ int cmd_logits(const cli_settings *s) {
 	}
 	for (int64_t i0 = 0; i0 < (int64_t)n; i0 += c) {
 		const int64_t k = (int64_t)n - i0 < c ? (int64_t)n - i0 : c;
-		for (int64_t i = 0; i < k; i++) rows[i] = (model_row){ids[i0 + i], (int32_t)(i0 + i), 0, true};
+		for (int64_t i = 0; i < k; i++) rows[i] = (model_row){ids[i0 + i], (int32_t)(i0 + i), 0, true, set.n ? &set : NULL};
 		if (model_forward(m, kv, pool, rows, k, logits, err, sizeof err)) {
 			cli_err("%s", err);
 			goto out;
@@ -74,6 +77,7 @@ out:
 	free(ids);
 	kv_free(kv);
 	base_pool_free(pool);
+	cli_free_loras(loras, set.n);
 	model_free(m);
 	return rc;
 }

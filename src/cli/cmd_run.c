@@ -1,5 +1,5 @@
-// cli: `lanes run -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [sampling] [--print-ids]` — generates a
-// continuation through the lane host and streams its text to stdout.
+// cli: `lanes run -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [sampling] [--lora PATH[:SCALE]]
+// [--print-ids]` — generates a continuation through the lane host and streams its text to stdout.
 #include "base/base.h"
 #include "grammar/grammar.h"
 #include "cli/cli.h"
@@ -39,7 +39,9 @@ int cmd_run(const cli_settings *s) {
 	grammar *gram = NULL;
 	int32_t *ids = NULL, *gen = NULL;
 	size_t n_ids = 0;
-	if (cli_grammar(s, &gram) || cli_load_model(s->model, &m, &voc)) goto out;
+	model_lora **loras = NULL;
+	model_lora_set set = {0};
+	if (cli_grammar(s, &gram) || cli_load_model(s->model, &m, &voc) || cli_load_loras(m, &s->lora, &set, &loras)) goto out;
 	const model_hparams *hp = model_hparams_of(m);
 	if (prompt) {
 		if (tok_encode(voc, prompt, strlen(prompt), true, true, &ids, &n_ids, err, sizeof err)) {
@@ -90,6 +92,7 @@ int cmd_run(const cli_settings *s) {
 	q.prompt = ids;
 	q.n_prompt = (int32_t)n_ids;
 	q.max_tokens = (int32_t)n_predict;
+	q.lora = set.n ? &set : NULL;
 	q.sampling = (lane_sampling){.temperature = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .min_p = sp.min_p,
 				     .repeat_penalty = 1, .seed = sp.seed, .has_seed = true};
 	q.grammar = gram;
@@ -140,6 +143,7 @@ out:
 	free(ids);
 	grammar_unref(gram);
 	tok_vocab_free(voc);
+	cli_free_loras(loras, set.n);
 	model_free(m);
 	return rc;
 }

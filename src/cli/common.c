@@ -6,6 +6,7 @@
 #include "grammar/schema.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,63 @@ int cli_load_model(const char *path, model **m, tok_vocab **voc) {
 		return -1;
 	}
 	return 0;
+}
+
+// "PATH:SCALE" when what follows the last ':' is a number, else all of it is the path.
+static void split_lora(const char *arg, char *path, size_t n, float *scale) {
+	const char *c = strrchr(arg, ':');
+	char *end = NULL;
+	double v = 0;
+	if (c && c[1]) {
+		errno = 0;
+		v = strtod(c + 1, &end);
+	}
+	if (c && c[1] && end && !*end && !errno && isfinite(v)) {
+		snprintf(path, n, "%.*s", (int)(c - arg), arg);
+		*scale = (float)v;
+	} else {
+		snprintf(path, n, "%s", arg);
+		*scale = 1.0f;
+	}
+}
+
+int cli_load_loras(const model *m, const cli_list *l, model_lora_set *set, model_lora ***loras) {
+	memset(set, 0, sizeof *set);
+	*loras = NULL;
+	if (!l->n) return 0;
+	if (l->n > MODEL_LORA_MAX) {
+		cli_err("at most %d --lora adapters", MODEL_LORA_MAX);
+		return -1;
+	}
+	model_lora **a = calloc((size_t)l->n, sizeof *a);
+	if (!a) {
+		cli_err("out of memory");
+		return -1;
+	}
+	for (int i = 0; i < l->n; i++) {
+		char path[4096], err[768];
+		float scale;
+		split_lora(l->v[i], path, sizeof path, &scale);
+		if (model_lora_load(&a[i], m, path, err, sizeof err)) {
+			cli_err("%s", err);
+			cli_free_loras(a, i);
+			return -1;
+		}
+		model_lora_info info;
+		model_lora_info_of(a[i], &info);
+		LOG_INFO("lora", "%s: rank %d, alpha %g, scale %g, %d matrices (%s), %.2f MiB", path, info.rank, info.alpha, scale,
+			 info.n_targets, info.targets, info.bytes / 1048576.0);
+		set->use[i].lora = a[i];
+		set->use[i].scale = scale;
+	}
+	set->n = l->n;
+	*loras = a;
+	return 0;
+}
+
+void cli_free_loras(model_lora **loras, int n) {
+	for (int i = 0; loras && i < n; i++) model_lora_free(loras[i]);
+	free(loras);
 }
 
 int cli_load_vocab(const char *path, tok_vocab **voc) {

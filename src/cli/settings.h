@@ -33,12 +33,12 @@ typedef struct {
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
-	int64_t max_output_bytes, max_tokenize_bytes;
+	int64_t max_output_bytes, max_tokenize_bytes, lora_rank;
 	double temp, top_p, min_p, round_ms, drain_s, header_timeout;
-	cli_list allowed_host, cors_origin; // repeatable
+	cli_list allowed_host, cors_origin, lora; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
-		embeddings, strict_params, strict_model;
+		embeddings, strict_params, strict_model, lora_zero_b;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
 	uint64_t given[2];  // bit i: setting i was given (flag or environment)

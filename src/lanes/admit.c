@@ -3,6 +3,7 @@
 // queue's head in FIFO order while a lane and the KV pages the request will need are free.
 #include "lanes/lanes_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +58,7 @@ void lane_start_admitted(lane_host *h) {
 		if (!r || r->started) continue;
 		r->started = true;
 		lane_draft_start(h, r);
-		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF) {
+		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF && !r->lora.n) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 		}
@@ -68,6 +69,11 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	*out = NULL;
 	int rc = lane_check_params(q, q->api, h->hp.n_vocab, err, errlen, NULL);
 	if (!rc) rc = lane_check_prompt(h, q, q->api, err, errlen, NULL);
+	if (!rc && q->lora && (q->lora->n < 0 || q->lora->n > MODEL_LORA_MAX))
+		rc = base_seterr(err, errlen, LANES_EINVAL, "at most %d adapters per request", MODEL_LORA_MAX);
+	for (int32_t i = 0; !rc && q->lora && i < q->lora->n; i++)
+		if (!q->lora->use[i].lora || model_lora_base(q->lora->use[i].lora) != h->m || !isfinite(q->lora->use[i].scale))
+			rc = base_seterr(err, errlen, LANES_EINVAL, "adapter %d: not loaded for this model, or a scale that is not finite", i);
 	if (rc) {
 		atomic_fetch_add(&h->rejected, 1);
 		return rc;
@@ -84,6 +90,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->explicit_max = q->max_tokens > 0;
 	r->embed = q->embed;
 	r->normalize = q->normalize;
+	if (q->lora) r->lora = *q->lora;
 	if (q->embed != LANE_EMBED_OFF) r->max_tokens = 0;
 	// past the context, generation ends there with "length": the cap depends on the prompt
 	// and the host's largest context alone, never on what else runs

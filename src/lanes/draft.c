@@ -60,7 +60,7 @@ static int32_t catch_up(lane_host *h, lane_req *r) {
 	while (r->dkv_len <= last) {
 		int32_t n = 0;
 		for (int32_t p = r->dkv_len; p <= last && n < LANE_DRAFT_CHUNK; p++, n++)
-			h->drows[n] = (model_row){ctx_at(r, p), p, r->lane, p == last};
+			h->drows[n] = (model_row){ctx_at(r, p), p, r->lane, p == last, NULL};
 		if (model_forward_ws(dm, h->dkv, h->pool, h->dws, h->drows, n, h->dlogits, err, sizeof err)) {
 			LOG_WARN("lanes", "draft model: %s", err);
 			return -1;
@@ -93,7 +93,7 @@ static void propose_model(lane_host *h, lane_req **rs, const int32_t *ks, int32_
 			lane_req *r = rs[i];
 			if (r->n_draft != step || step >= ks[i]) continue;
 			int32_t pos = r->n_prompt + r->n_gen - 1 + step;
-			h->drows[m++] = (model_row){r->drafts[step - 1], pos, r->lane, true};
+			h->drows[m++] = (model_row){r->drafts[step - 1], pos, r->lane, true, NULL};
 		}
 		if (!m) break;
 		if (model_forward_ws(dm, h->dkv, h->pool, h->dws, h->drows, m, h->dlogits, err, sizeof err)) {

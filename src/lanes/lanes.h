@@ -72,6 +72,9 @@ typedef struct {
 	struct grammar *grammar;
 	const char *const *grammar_triggers; // copied at submit
 	int n_grammar_triggers;
+	// Adapters every row of the request adds, loaded for the host's model (copied at submit;
+	// the adapters must outlive the request). NULL: none. Such a request skips the prefix cache.
+	const model_lora_set *lora;
 } lane_request;
 
 // Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.

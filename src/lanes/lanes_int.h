@@ -47,6 +47,7 @@ struct lane_req {
 	bool normalize;
 	grammar *grammar;         // constrained decoding: the host's reference (NULL: none)
 	grammar_matcher *gm;      // where the generated text stands in it
+	model_lora_set lora;      // its adapters (n = 0: none)
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 

@@ -64,11 +64,11 @@ static int32_t add_decode_rows(lane_host *h) {
 			continue;
 		}
 		int32_t pos = r->n_prompt + r->n_gen - 1;
-		h->rows[n] = (model_row){r->last, pos, i, true};
+		h->rows[n] = (model_row){r->last, pos, i, true, r->lora.n ? &r->lora : NULL};
 		h->row_hidden[n] = false;
 		h->row_lane[n++] = i;
 		for (int32_t k = 0; k < r->n_draft; k++) {
-			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true};
+			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true, r->lora.n ? &r->lora : NULL};
 			h->row_hidden[n] = false;
 			h->row_lane[n++] = i;
 		}
@@ -93,7 +93,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 		for (int32_t k = 0; k < take; k++) {
 			int32_t pos = r->n_filled + k;
 			const bool last = pos == r->n_prompt - 1;
-			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, last && !embed};
+			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, last && !embed, r->lora.n ? &r->lora : NULL};
 			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || r->embed == LANE_EMBED_NONE || (r->embed == LANE_EMBED_LAST && last) ||
 					   (r->embed == LANE_EMBED_CLS && pos == 0);
 			h->row_lane[n++] = r->lane;
@@ -191,7 +191,7 @@ static void sample_rows(lane_host *h, int32_t n) {
 		if (!r) continue;
 		if (r->n_gen == 0 && h->rows[i].pos == r->n_prompt - 1) {
 			h->stats.prompt_tokens++;
-			if (h->cfg.prefix_cache) kv_prefix_publish(h->kv, r->lane, r->prompt, r->n_prompt);
+			if (h->cfg.prefix_cache && !r->lora.n) kv_prefix_publish(h->kv, r->lane, r->prompt, r->n_prompt);
 		}
 		if (h->rows[i].pos == r->n_prompt - 1) {
 			lane_emit_sampled(h, r, lg);
@@ -233,7 +233,7 @@ void lane_calibrate(lane_host *h) {
 	char err[128];
 	for (int rep = 0; rep < 2; rep++)
 		for (int k = 0; k < 2; k++) {
-			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1};
+			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1, NULL};
 			uint64_t t0 = base_now_us();
 			int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, rows, sizes[k], h->logits, err, sizeof err);
 			double dt = (double)(base_now_us() - t0);

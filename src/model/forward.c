@@ -27,6 +27,7 @@ typedef struct {
 	int32_t *sel;  // [n] rows of one expert
 	int32_t *slot; // [n] their slots
 	double *cs;    // [n][n_rot] rope tables
+	struct lora_pass *lp; // the rows' adapters; NULL when no row has one
 } scratch;
 
 // Carves a zero-initialized block into fields; all sizes overflow-checked.
@@ -39,6 +40,123 @@ static uint64_t take(layout *L, uint64_t count, uint64_t elem) {
 	uint64_t b, at = L->off;
 	if (!ck_mul(count, elem, &b) || !ck_add(b, 63, &b) || !ck_add(L->off, b & ~(uint64_t)63, &L->off)) L->bad = true;
 	return at;
+}
+
+// ---- adapters: each row's low-rank terms on top of the shared base matmul ----------------
+// The rows of one adapter form a group; threads claim groups (or pieces of one, when groups
+// are fewer than threads) and run them alone. The kernels reduce each row on its own, so a
+// row's terms do not depend on which rows share its group or piece.
+#define LORA_CHUNK 32
+
+typedef struct lora_pass {
+	base_pool *pool;
+	int nth;
+	const model_row *rows;
+	int64_t n;
+	int32_t slots;   // the most adapters one row has
+	size_t per_th;   // floats of scratch per thread
+	float *f;        // [nth][per_th]: rows gathered for one piece, x . A^T, t . B^T
+	int64_t wide, rank; // the scratch's widest input and largest rank
+	int32_t *sel;    // [n] rows grouped by adapter
+	int32_t *ridx;   // [n] the row of each output-head input
+	int32_t *item;   // [n + 1] first entry of sel of each piece
+	const model_lora **item_lora; // [n] the adapter of each piece
+	uint8_t *done;   // [n]
+} lora_pass;
+
+typedef struct {
+	lora_pass *lp;
+	int l, kind, slot;
+	const float *x;
+	int64_t n_in, n_out, n_items;
+	const int32_t *ridx;
+	float *y;
+	atomic_llong next;
+} lora_job;
+
+static void lora_task(void *arg, int ith, int nth) {
+	lora_job *j = arg;
+	lora_pass *lp = j->lp;
+	float *xg = lp->f + (size_t)ith * lp->per_th, *t = xg + (size_t)LORA_CHUNK * lp->wide, *u = t + (size_t)LORA_CHUNK * lp->rank;
+	const int64_t zero = 0;
+	for (;;) {
+		const int64_t it = atomic_fetch_add(&j->next, 1);
+		if (it >= j->n_items) break;
+		const model_lora *a = lp->item_lora[it];
+		const lora_pair *p = lora_pair_of(a, j->l, j->kind);
+		const tensor_mat *ta = &p->a, *tb = &p->b;
+		for (int64_t c0 = lp->item[it]; c0 < lp->item[it + 1]; c0 += LORA_CHUNK) {
+			const int64_t c = lp->item[it + 1] - c0 < LORA_CHUNK ? lp->item[it + 1] - c0 : LORA_CHUNK;
+			for (int64_t q = 0; q < c; q++)
+				memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
+			tensor_matmuls(NULL, 1, &ta, &zero, xg, c, &t);
+			tensor_matmuls(NULL, 1, &tb, &zero, t, c, &u);
+			for (int64_t q = 0; q < c; q++) {
+				const int64_t r = lp->sel[c0 + q];
+				const model_lora_set *o = lp->rows[j->ridx ? j->ridx[r] : r].lora;
+				// llama.cpp's scale: the user's times alpha / r, or the user's alone without alpha
+				const float us = o->use[j->slot].scale, sc = a->alpha != 0.0f ? us * a->alpha / (float)p->r : us;
+				float *yr = j->y + (size_t)r * (size_t)j->n_out;
+				const float *ur = u + q * j->n_out;
+				for (int64_t e = 0; e < j->n_out; e++) yr[e] = yr[e] + sc * ur[e];
+			}
+		}
+	}
+	(void)nth;
+}
+
+// y[i] (n_out floats apart, i < n) += scale * B (A x[i]) for each row's adapters in its order;
+// row i of x and y is rows[ridx ? ridx[i] : i]. l < 0: the output head.
+static void lora_add(lora_pass *lp, int l, int kind, const float *x, int64_t n_in, int64_t n, const int32_t *ridx,
+		     float *y, int64_t n_out) {
+	if (!lp) return;
+	for (int32_t s = 0; s < lp->slots; s++) {
+		// the groups of this slot: rows in order of their adapter's first row
+		memset(lp->done, 0, (size_t)n);
+		int64_t ns = 0, ng = 0;
+		int32_t *gstart = lp->item; // reused: group starts, then pieces
+		for (int64_t i = 0; i < n; i++) {
+			const model_lora_set *set = lp->rows[ridx ? ridx[i] : i].lora;
+			if (lp->done[i] || !set || s >= set->n) continue;
+			const model_lora *a = set->use[s].lora;
+			const int64_t g0 = ns;
+			for (int64_t k = i; k < n; k++) {
+				const model_lora_set *o = lp->rows[ridx ? ridx[k] : k].lora;
+				if (!lp->done[k] && o && s < o->n && o->use[s].lora == a) lp->sel[ns++] = (int32_t)k, lp->done[k] = 1;
+			}
+			if (!lora_pair_of(a, l, kind)) {
+				ns = g0; // this adapter leaves the weight alone
+				continue;
+			}
+			lp->item_lora[ng] = a;
+			gstart[ng++] = (int32_t)g0;
+		}
+		if (!ng) continue;
+		gstart[ng] = (int32_t)ns;
+		// Fewer groups than threads: cut each into pieces so every thread has work.
+		const int64_t cuts = ng >= lp->nth ? 1 : (lp->nth + ng - 1) / ng;
+		int64_t ni = ng;
+		if (cuts > 1) {
+			int32_t bounds[2 * MODEL_LORA_MAX + 2];
+			const model_lora *la[2 * MODEL_LORA_MAX + 2];
+			const int64_t cap = (int64_t)(sizeof bounds / sizeof bounds[0]) - 1;
+			int64_t ni2 = 0;
+			for (int64_t g = 0; g < ng && ni2 < cap; g++) {
+				const int64_t cnt = gstart[g + 1] - gstart[g], per = (cnt + cuts - 1) / cuts;
+				for (int64_t c0 = 0; c0 < cnt && ni2 < cap; c0 += per) bounds[ni2] = gstart[g] + (int32_t)c0, la[ni2++] = lp->item_lora[g];
+			}
+			if (ni2 < cap) {
+				for (int64_t i = 0; i < ni2; i++) gstart[i] = bounds[i], lp->item_lora[i] = la[i];
+				gstart[ni2] = (int32_t)ns;
+				ni = ni2;
+			}
+		}
+		lora_job j = {.lp = lp, .l = l, .kind = kind, .slot = s, .x = x, .n_in = n_in, .n_out = n_out, .n_items = ni,
+			      .ridx = ridx, .y = y};
+		atomic_init(&j.next, 0);
+		if (lp->pool && ni > 1) base_pool_run(lp->pool, lora_task, &j);
+		else lora_task(&j, 0, 1);
+	}
 }
 
 typedef struct {
@@ -100,13 +218,17 @@ static void mm_multi(base_pool *pool, int nw, const mweight *const *w, int64_t m
 }
 
 // SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks.
+// lp: the dense FFN of layer l takes the rows' adapters (NULL for experts).
 static void ffn(const model *m, base_pool *pool, const mweight *gate, const mweight *up, const mweight *down,
-		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y) {
+		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y, lora_pass *lp, int l) {
 	const mweight *gu[2] = {gate, up};
 	float *const out[2] = {g, u};
 	mm_multi(pool, 2, gu, mat, x, n, out);
+	lora_add(lp, l, LK_GATE, x, gate->k, n, NULL, g, gate->rows);
+	lora_add(lp, l, LK_UP, x, up->k, n, NULL, u, up->rows);
 	tensor_k_swiglu(m->ks, g, u, g, n * gate->rows);
 	mm(pool, down, mat, g, n, y);
+	lora_add(lp, l, LK_DOWN, g, down->k, n, NULL, y, down->rows);
 }
 
 static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, scratch *s) {
@@ -125,7 +247,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 				}
 		if (!cnt) continue;
 		tensor_gather_rows(s->h, E, s->sel, cnt, E, s->xg);
-		ffn(m, pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t);
+		ffn(m, pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t, NULL, 0);
 		for (int64_t i = 0; i < cnt; i++)
 			memcpy(s->ys + ((size_t)s->sel[i] * K + s->slot[i]) * E, s->t + i * E, (size_t)E * sizeof(float));
 	}
@@ -140,7 +262,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 	}
 	if (!m->shexp) return;
 	mm(pool, &ly->gate_inp_shexp, 0, s->h, n, s->sg);
-	ffn(m, pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg);
+	ffn(m, pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, NULL, 0);
 	for (int64_t r = 0; r < n; r++) {
 		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
 		for (int64_t i = 0; i < E; i++) s->t[r * E + i] += gate * s->xg[r * E + i];
@@ -158,6 +280,9 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	const mweight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
 	float *const qkv_out[3] = {s->q, s->k, s->v};
 	mm_multi(pool, 3, qkv, 0, s->h, n, qkv_out);
+	lora_add(s->lp, l, LK_Q, s->h, E, n, NULL, s->q, qd);
+	lora_add(s->lp, l, LK_K, s->h, E, n, NULL, s->k, kvd);
+	lora_add(s->lp, l, LK_V, s->h, E, n, NULL, s->v, kvd);
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
@@ -176,12 +301,13 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
 	mm(pool, &ly->wo, 0, s->att, n, s->t);
+	lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
 	add_bias(s->t, ly->bo, n, E);
 	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 
 	for (int64_t r = 0; r < n; r++) tensor_k_rmsnorm(m->ks, s->x + r * E, ly->ffn_norm, E, hp->rms_eps, s->h + r * E);
 	if (hp->n_experts) moe(m, ly, pool, n, s);
-	else ffn(m, pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t);
+	else ffn(m, pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, s->lp, l);
 	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 }
 
@@ -217,6 +343,14 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: sequence %d is not a kv slot", (long long)i, r->seq);
 		else if (r->pos < 0 || r->pos == INT32_MAX)
 			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: bad position %d", (long long)i, r->pos);
+		else if (r->lora && (r->lora->n < 0 || r->lora->n > MODEL_LORA_MAX))
+			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: %d adapters (at most %d)", (long long)i, r->lora->n,
+					  MODEL_LORA_MAX);
+		for (int32_t k = 0; !rc && r->lora && k < r->lora->n; k++)
+			if (!r->lora->use[k].lora || r->lora->use[k].lora->m != m || !isfinite(r->lora->use[k].scale))
+				rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: adapter %d is %s", (long long)i, k,
+						  !r->lora->use[k].lora ? "missing" : r->lora->use[k].lora->m != m ? "loaded for another model"
+						  : "given a scale that is not finite");
 		sp[i] = (seqpos){r->seq, r->pos};
 		if (r->pos + 1 > *max_pos) *max_pos = r->pos + 1;
 	}
@@ -309,6 +443,8 @@ struct model_ws {
 	bool fused;
 	uint64_t bytes;
 	char *fb, *ib, *db;
+	void *lora_buf;   // the adapters' scratch, grown at the first pass that has adapters
+	size_t lora_bytes;
 };
 
 uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos) {
@@ -342,11 +478,55 @@ int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int3
 
 void model_ws_free(model_ws *w) {
 	if (!w) return;
-	free(w->fb), free(w->ib), free(w->db);
+	free(w->fb), free(w->ib), free(w->db), free(w->lora_buf);
 	free(w);
 }
 
 uint64_t model_ws_size(const model_ws *w) { return w->bytes; }
+
+// The adapters' part of a pass: *out stays NULL when no row has an adapter (the pass is then
+// the base model's, bit for bit); else lp gets scratch from w, grown to what these rows need.
+static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_row *rows, int64_t n, lora_pass *lp,
+		      lora_pass **out, char *err, size_t errlen) {
+	*out = NULL;
+	const model_hparams *hp = &m->hp;
+	int32_t slots = 0, rank = 0;
+	bool output = false;
+	for (int64_t i = 0; i < n; i++) {
+		const model_lora_set *set = rows[i].lora;
+		if (!set) continue;
+		if (set->n > slots) slots = set->n;
+		for (int32_t k = 0; k < set->n; k++) {
+			if (set->use[k].lora->rank > rank) rank = set->use[k].lora->rank;
+			output |= set->use[k].lora->kinds >> LK_OUTPUT & 1;
+		}
+	}
+	if (!slots) return LANES_OK;
+	int64_t wide = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim;
+	if (qd > wide) wide = qd;
+	if (hp->n_ff > wide) wide = hp->n_ff;
+	const int64_t out_w = output && hp->n_vocab > wide ? hp->n_vocab : wide;
+	const int nth = base_pool_threads(pool);
+	const size_t per_th = ((size_t)LORA_CHUNK * ((size_t)wide + (size_t)rank + (size_t)out_w) + 15) & ~(size_t)15;
+	const size_t fl = per_th * (size_t)nth;
+	const size_t need = fl * sizeof(float) + (size_t)n * sizeof(void *) + (size_t)(3 * n + 1) * sizeof(int32_t) + (size_t)n;
+	if (need > w->lora_bytes) {
+		void *p = realloc(w->lora_buf, need);
+		if (!p) return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for the adapters' scratch");
+		w->lora_buf = p;
+		w->lora_bytes = need;
+	}
+	float *f = w->lora_buf;
+	*lp = (lora_pass){.pool = pool, .nth = nth, .rows = rows, .n = n, .slots = slots, .per_th = per_th, .f = f,
+			  .wide = wide, .rank = rank};
+	lp->item_lora = (const model_lora **)(f + fl);
+	lp->sel = (int32_t *)(lp->item_lora + n);
+	lp->ridx = lp->sel + n;
+	lp->item = lp->ridx + n;
+	lp->done = (uint8_t *)(lp->item + n + 1);
+	*out = lp;
+	return LANES_OK;
+}
 
 int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		     float *logits, char *err, size_t errlen) {
@@ -380,6 +560,8 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
 		.cs = (double *)(db + p.cs),
 	};
+	lora_pass lp;
+	if ((rc = lora_setup(m, pool, w, rows, n, &lp, &s.lp, err, errlen))) return rc;
 	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) return rc;
 
 	const uint64_t E = hp->n_embd;
@@ -394,8 +576,12 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 	// Output head over the rows that asked, gathered in batch order.
 	int64_t nl = 0;
 	for (int64_t r = 0; r < n; r++)
-		if (rows[r].logits) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
+		if (rows[r].logits) {
+			if (s.lp) s.lp->ridx[nl] = (int32_t)r;
+			tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
+		}
 	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
+	if (nl) lora_add(s.lp, -1, LK_OUTPUT, s.h, (int64_t)E, nl, s.lp ? s.lp->ridx : NULL, logits, hp->n_vocab);
 	int64_t nh = 0;
 	for (int64_t r = 0; r < n && want; r++)
 		if (want[r]) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, hidden + nh++ * E);

@@ -83,12 +83,51 @@ int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, ch
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
 			  int32_t page_tokens);
 
+// ---- LoRA adapters (lora.c) ---------------------------------------------------------------
+// A GGUF LoRA adapter as llama.cpp's convert_lora_to_gguf.py writes it (general.type adapter,
+// adapter.type lora, adapter.lora.alpha; pairs `<base tensor>.lora_a` [n_in -> r] and
+// `.lora_b` [r -> n_out] in F32, F16, BF16 or Q8_0), checked against one loaded model and laid
+// out for its kernel set. Targets: attn_q/k/v/output, ffn_gate/up/down of dense layers, output.
+typedef struct model_lora model_lora;
+
+// Reads and checks path against m (architecture, names, shapes, types); copies what it needs,
+// so the file is closed on return. Returns 0, or LANES_EFORMAT / LANES_EUNSUPPORTED /
+// LANES_EIO / LANES_ENOMEM with a message naming the file and the key or tensor at fault.
+// Thread-safe: m is only read. The adapter must not outlive m.
+int model_lora_load(model_lora **out, const model *m, const char *path, char *err, size_t errlen);
+// The same over an open gguf, which stays the caller's.
+int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *err, size_t errlen);
+void model_lora_free(model_lora *a); // accepts NULL; no pass may be using it
+
+typedef struct {
+	int32_t rank;       // the largest r of its pairs
+	float alpha;        // adapter.lora.alpha (0: absent, the scale is the user's alone)
+	int32_t n_targets;  // weight matrices it adapts
+	uint64_t bytes;     // memory it holds (its matrices as the kernel set reads them)
+	char targets[128];  // the kinds it adapts, "attn_q,attn_k,...,output"
+} model_lora_info;
+void model_lora_info_of(const model_lora *a, model_lora_info *out); // thread-safe
+const model *model_lora_base(const model_lora *a);                  // the model it was loaded for
+
+// The adapters one row adds, in order: each targeted weight W gives y = W x + sum_i
+// scale_i * (alpha/r) * B_i (A_i x) (alpha/r as llama.cpp: 1 when alpha is 0), each term in
+// f32, added in this order. Many rows may point at one set.
+#define MODEL_LORA_MAX 8
+typedef struct {
+	int32_t n;
+	struct {
+		const model_lora *lora; // loaded for the model that runs the row
+		float scale;            // the user's scale
+	} use[MODEL_LORA_MAX];
+} model_lora_set;
+
 // One row of a batch.
 typedef struct {
 	int32_t token;  // vocabulary id
 	int32_t pos;    // absolute position in its sequence
 	int32_t seq;    // KV sequence slot
 	bool logits;    // write this row's logits
+	const model_lora_set *lora; // adapters this row adds (NULL or n = 0: the base model alone)
 } model_row;
 
 // Runs n rows through the model. Rows may come from many sequences, prompt rows and decode
@@ -96,7 +135,8 @@ typedef struct {
 // kv_seq_len before the call), each once, in any order. Writes their K/V into kv, grows
 // the sequences, and writes n_vocab logits for each row with `logits` set into logits
 // (flagged rows in batch order). A row's logits depend only on its token, position and its
-// sequence's KV — never on the other rows, the thread count or how a prompt was cut.
+// sequence's KV (and its own adapters) — never on the other rows, the thread count or how a
+// prompt was cut.
 // pool: threads to use (NULL: the caller alone). On error kv is unchanged: LANES_EINVAL
 // (bad rows or a kv that does not fit the model), LANES_ELIMIT (not enough free pages),
 // LANES_ENOMEM. Thread-safe on distinct kv caches (m is only read); one call per kv at a time.

@@ -46,4 +46,30 @@ struct model {
 	double pack_ms;           // time spent repacking at load
 };
 
+// The weights an adapter may target, per layer, then the output head.
+enum lora_kind { LK_Q, LK_K, LK_V, LK_O, LK_GATE, LK_UP, LK_DOWN, LK_LAYER, LK_OUTPUT = LK_LAYER, LK_COUNT };
+
+// One adapted weight: A [r rows of n_in], B [n_out rows of r], as the model's kernel set reads them.
+typedef struct {
+	int32_t r, n_in, n_out;
+	tensor_mat a, b;
+} lora_pair;
+
+struct model_lora {
+	const model *m;
+	float alpha;            // adapter.lora.alpha; 0: the scale is the user's alone
+	int32_t rank;           // the largest r
+	int32_t n_pairs;
+	lora_pair *pairs;
+	lora_pair **by;         // [n_layers * LK_LAYER + 1]: layer l's kind k at l * LK_LAYER + k, the output last
+	unsigned kinds;         // bit k: some pair of kind k
+	void *mem;              // the matrices' bytes (packed or as stored)
+	uint64_t bytes;
+};
+
+// The pair of a for layer l's kind k (l < 0: the output head), or NULL.
+static inline const lora_pair *lora_pair_of(const model_lora *a, int l, int k) {
+	return a->by[l < 0 ? (size_t)a->m->hp.n_layers * LK_LAYER : (size_t)l * LK_LAYER + (size_t)k];
+}
+
 #endif

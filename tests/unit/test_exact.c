@@ -31,7 +31,7 @@ static int feed(const model *m, kv_cache *kv, base_pool *pool, int32_t seq, cons
 	model_row rows[P];
 	for (int i0 = from; i0 < to; i0 += piece) {
 		int n = to - i0 < piece ? to - i0 : piece;
-		for (int i = 0; i < n; i++) rows[i] = (model_row){ids[i0 + i], i0 + i, seq, true};
+		for (int i = 0; i < n; i++) rows[i] = (model_row){ids[i0 + i], i0 + i, seq, true, NULL};
 		int rc = model_forward(m, kv, pool, rows, n, out + (size_t)i0 * V, err, sizeof err);
 		if (rc) {
 			fprintf(stderr, "forward: %s\n", err);
@@ -95,9 +95,9 @@ static void mixed_batches(fixture *f, enum kv_type t) {
 		// Others first, then sequence 0's rows in reverse order, interleaved with decode-like singles.
 		for (int s = 0; s < 2; s++)
 			for (int i = 0; i < steps[st][s + 1] && done[s] < P; i++, done[s]++)
-				rows[n++] = (model_row){other[s][done[s]], done[s], s + 1, (done[s] & 1) == 0};
+				rows[n++] = (model_row){other[s][done[s]], done[s], s + 1, (done[s] & 1) == 0, NULL};
 		int first = n;
-		for (int i = n0 - 1; i >= 0; i--) rows[n++] = (model_row){f->ids[done0 + i], done0 + i, 0, true};
+		for (int i = n0 - 1; i >= 0; i--) rows[n++] = (model_row){f->ids[done0 + i], done0 + i, 0, true, NULL};
 		// Swap one other-sequence row into the middle of sequence 0's block.
 		if (first > 0 && n - first > 2) {
 			model_row tmp = rows[first - 1];
@@ -125,12 +125,12 @@ static void mixed_batches(fixture *f, enum kv_type t) {
 	float la[512], lb[512];
 	bool dec_same = a == b;
 	for (int i = 0; i < 8 && dec_same && V <= 512; i++) {
-		model_row r = {a, P + i, 0, true};
+		model_row r = {a, P + i, 0, true, NULL};
 		CHECK(model_forward(f->m, solo, NULL, &r, 1, la, err, sizeof err) == 0);
 		int n = 0;
-		rows[n++] = (model_row){other[0][(i * 7) % P], done[0] + i, 1, true};
-		rows[n++] = (model_row){b, P + i, 0, true};
-		rows[n++] = (model_row){other[1][(i * 5) % P], done[1] + i, 2, i % 2 == 0};
+		rows[n++] = (model_row){other[0][(i * 7) % P], done[0] + i, 1, true, NULL};
+		rows[n++] = (model_row){b, P + i, 0, true, NULL};
+		rows[n++] = (model_row){other[1][(i * 5) % P], done[1] + i, 2, i % 2 == 0, NULL};
 		CHECK(model_forward(f->m, kv, pool, rows, n, out, err, sizeof err) == 0);
 		memcpy(lb, out + (size_t)V, (size_t)V * sizeof *lb);
 		dec_same = same(la, lb, (size_t)V);
@@ -153,19 +153,19 @@ static void bad_batches(fixture *f) {
 	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
 	float *out = malloc((size_t)64 * f->V * sizeof *out);
 	model_row rows[64];
-	for (int i = 0; i < 64; i++) rows[i] = (model_row){f->ids[i], i, 0, false};
+	for (int i = 0; i < 64; i++) rows[i] = (model_row){f->ids[i], i, 0, false, NULL};
 	CHECK(model_forward(f->m, kv, NULL, rows, 40, out, err, sizeof err) == 0);
 	CHECK(kv_seq_len(kv, 0) == 40 && kv_pages_free(kv) == 1);
 	// A gap, a repeat, a bad token, a bad sequence: EINVAL, nothing changes.
-	model_row gap = {1, 41, 0, true}, rep[2] = {{1, 40, 0, true}, {1, 40, 0, true}};
-	model_row tok = {f->V, 40, 0, true}, seq = {1, 0, 7, true};
+	model_row gap = {1, 41, 0, true, NULL}, rep[2] = {{1, 40, 0, true, NULL}, {1, 40, 0, true, NULL}};
+	model_row tok = {f->V, 40, 0, true, NULL}, seq = {1, 0, 7, true, NULL};
 	CHECK(model_forward(f->m, kv, NULL, &gap, 1, out, err, sizeof err) == LANES_EINVAL);
 	CHECK(strstr(err, "position 41") != NULL);
 	CHECK(model_forward(f->m, kv, NULL, rep, 2, out, err, sizeof err) == LANES_EINVAL);
 	CHECK(model_forward(f->m, kv, NULL, &tok, 1, out, err, sizeof err) == LANES_EINVAL);
 	CHECK(model_forward(f->m, kv, NULL, &seq, 1, out, err, sizeof err) == LANES_EINVAL);
 	// Out of pages: sequence 1 wants 2 pages, 1 is free.
-	for (int i = 0; i < 20; i++) rows[i] = (model_row){f->ids[i], i, 1, true};
+	for (int i = 0; i < 20; i++) rows[i] = (model_row){f->ids[i], i, 1, true, NULL};
 	CHECK(model_forward(f->m, kv, NULL, rows, 20, out, err, sizeof err) == LANES_ELIMIT);
 	CHECK(kv_seq_len(kv, 0) == 40 && kv_seq_len(kv, 1) == 0 && kv_pages_free(kv) == 1);
 	// A kv cache of another shape is refused.

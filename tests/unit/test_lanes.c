@@ -708,7 +708,7 @@ static void embed_direct(const int32_t *ids, int32_t n, enum lane_embed mode, fl
 	model_row rows[64];
 	bool want[64];
 	float *hid = malloc((size_t)n * E * sizeof *hid);
-	for (int32_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], i, 0, false}, want[i] = true;
+	for (int32_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], i, 0, false, NULL}, want[i] = true;
 	CHECKF(kv && w && model_forward_hidden(M, kv, NULL, w, rows, n, NULL, want, hid, err, sizeof err) == 0, "%s", err);
 	double *sum = calloc((size_t)E, sizeof *sum), ss = 0;
 	for (int32_t i = 0; i < n; i++) {

@@ -318,7 +318,7 @@ static void arch_case(const char *label, synth s) {
 	kv_cache *kv;
 	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
 	model_row rows[P];
-	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, true};
+	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, true, NULL};
 	CHECKF(model_forward(m, kv, NULL, rows, P, lg, err, sizeof err) == 0, "%s: %s", label, err);
 	bool finite = true;
 	for (int i = 0; i < P * s.V; i++) finite &= isfinite(lg[i]);

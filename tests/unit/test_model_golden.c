@@ -18,7 +18,7 @@ static int run_prompt(const model *m, const int32_t *ids, int64_t n, float *out)
 	kv_cache *kv;
 	if (kv_new(&kv, &c, err, sizeof err)) return -1;
 	model_row *rows = calloc((size_t)n, sizeof *rows);
-	for (int64_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], (int32_t)i, 0, true};
+	for (int64_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], (int32_t)i, 0, true, NULL};
 	int rc = model_forward(m, kv, NULL, rows, n, out, err, sizeof err);
 	if (rc) fprintf(stderr, "forward: %s\n", err);
 	free(rows);
@@ -114,14 +114,14 @@ static void stories_greedy(void) {
 		const int64_t P = (int64_t)json_array_size(ji);
 		model_row rows[256];
 		for (int64_t i = 0; i < P; i++)
-			rows[i] = (model_row){(int32_t)json_integer_value(json_array_get(ji, (size_t)i)), (int32_t)i, 0, i == P - 1};
+			rows[i] = (model_row){(int32_t)json_integer_value(json_array_get(ji, (size_t)i)), (int32_t)i, 0, i == P - 1, NULL};
 		CHECK(model_forward(m, kv, NULL, rows, P, lg, err, sizeof err) == 0);
 		int same = 0, n = (int)json_array_size(jg);
 		for (int i = 0; i < n; i++) {
 			int tok = argmax(lg, V);
 			if (tok != (int)json_integer_value(json_array_get(jg, (size_t)i))) break;
 			same++;
-			model_row r = {tok, (int32_t)(P + i), 0, true};
+			model_row r = {tok, (int32_t)(P + i), 0, true, NULL};
 			if (model_forward(m, kv, NULL, &r, 1, lg, err, sizeof err)) break;
 		}
 		CHECKF(same == n, "case %zu: greedy agrees for %d of %d tokens", c, same, n);
