@@ -109,12 +109,13 @@ static int run(const char *path) {
 
 int main(int argc, char **argv) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
+	if (argc > 1) {
+		int rc = 0;
+		for (int i = 1; i < argc; i++) rc |= run(argv[i]);
+		return rc;
+	}
 	const char *shared = getenv("LANES_SHARED");
-	if (!shared || !*shared) shared = "../shared";
-	char vpath[1024];
-	snprintf(vpath, sizeof vpath, "%s/vocab/ggml-vocab-qwen2.gguf", shared);
-	if (argc < 2) return run(vpath);
-	int rc = 0;
-	for (int i = 1; i < argc; i++) rc |= run(argv[i]);
-	return rc;
+	char path[1024];
+	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", shared && *shared ? shared : "../shared");
+	return run(path);
 }

@@ -467,6 +467,35 @@ static void test_real_vocab(void) {
 	tok_vocab_free(tv);
 }
 
+// A nesting deeper than the matcher's table bounds: its caches start afresh between calls
+// and the position survives (every ')' must still be matched).
+static void test_deep_flush(void) {
+	grammar *g = compile("root ::= \"(\" root \")\" | \"x\"");
+	grammar_vocab *v = small_vocab((const char *[]){"(", ")", "x"}, 3);
+	grammar_matcher *m;
+	char err[128];
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	if (!g) return;
+	enum { DEPTH = 300000, CHUNK = 1000 };
+	char buf[CHUNK];
+	bool ok = true;
+	memset(buf, '(', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok);
+	const uint64_t *mask;
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 5); // '(' and 'x'
+	CHECK(grammar_matcher_accept(m, 2) == 0 && grammar_matcher_mask(m, &mask) == 0 && mask[0] == 2);
+	memset(buf, ')', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK - 1 && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept_bytes(m, buf, CHUNK - 1) == 0 && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept(m, 1) == 0 && grammar_matcher_finished(m));
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 8); // only the eog id
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	grammar_vocab_free(v);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_parse_errors();
@@ -477,6 +506,7 @@ int main(void) {
 	test_left_recursion();
 	test_hostile();
 	test_masks_synthetic();
+	test_deep_flush();
 	test_real_vocab();
 	T_DONE("grammar");
 }
