@@ -554,8 +554,14 @@ static bool parse_alternates(parser *P, int32_t rule, bool nested) {
 	for (;;) {
 		ivec seq = {0};
 		bool ok = parse_sequence(P, &seq, nested) && push(P, &seq, EL(EL_END, 0));
-		prule *r = &P->rules[rule];
-		for (int32_t i = 0; ok && i < seq.n; i++) ok = push(P, &r->body, seq.v[i]), P->n_elem--;
+		ivec *b = &P->rules[rule].body;
+		if (ok && b->n + seq.n > b->cap) { // already counted against max_elements
+			int32_t cap = (b->n + seq.n) * 2;
+			uint32_t *nv = realloc(b->v, (size_t)cap * sizeof *nv);
+			if (nv) b->v = nv, b->cap = cap;
+			else ok = oom(P);
+		}
+		if (ok) memcpy(b->v + b->n, seq.v, (size_t)seq.n * sizeof *seq.v), b->n += seq.n;
 		free(seq.v);
 		if (!ok) return false;
 		if (P->p >= P->n || P->s[P->p] != '|') return true;
@@ -811,13 +817,14 @@ int grammar_vocab_new(grammar_vocab **out, int32_t n, const char *const *piece, 
 	if (!v->off || !v->usable || !v->eog || !v->eog_ids || !v->toks) goto oom;
 	int64_t total = 0;
 	v->off[0] = 0;
+	for (int32_t i = 0; i < n; i++) v->usable[i] = usable[i] && len[i] > 0 && piece[i];
+	for (size_t i = 0; i < n_eog; i++)
+		if (eog[i] >= 0 && eog[i] < n && !v->eog[eog[i]]) v->eog[eog[i]] = true, v->eog_ids[v->n_eog++] = eog[i];
 	for (int32_t i = 0; i < n; i++) {
-		v->usable[i] = usable[i] && len[i] > 0 && piece[i];
+		v->usable[i] = v->usable[i] && !v->eog[i]; // eog follows acceptance alone
 		total += v->usable[i] ? len[i] : 0;
 		v->off[i + 1] = total;
 	}
-	for (size_t i = 0; i < n_eog; i++)
-		if (eog[i] >= 0 && eog[i] < n && !v->eog[eog[i]]) v->eog[eog[i]] = true, v->eog_ids[v->n_eog++] = eog[i];
 	v->bytes = malloc((size_t)total + 1);
 	if (!v->bytes) goto oom;
 	for (int32_t i = 0; i < n; i++) {
@@ -1344,6 +1351,10 @@ int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *
 			int n_triggers, char *err, size_t errlen) {
 	*out = NULL;
 	if (errlen) err[0] = 0;
+	if (!g || !v) {
+		snprintf(err, errlen, "no grammar or no vocabulary");
+		return LANES_EINVAL;
+	}
 	if (n_triggers < 0 || (n_triggers && !triggers)) {
 		snprintf(err, errlen, "bad trigger list");
 		return LANES_EINVAL;
