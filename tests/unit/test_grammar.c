@@ -232,6 +232,10 @@ static void test_utf8(void) {
 	CHECK(g && first_bad(g, v, "\xCE\x91", &acc) == 1);
 	CHECK(g && first_bad(g, v, "\xE2\x82\xAC", &acc) == 0);
 	grammar_unref(g);
+	g = compile("root ::= [\xCE\xB1-\xCF\x89]+ \"\xE2\x82\xAC\""); // the same range written raw, then a raw literal
+	CHECK(g && first_bad(g, v, "\xCE\xB2\xCF\x89\xE2\x82\xAC", &acc) == 7 && acc);
+	CHECK(g && first_bad(g, v, "\xCE\xB2\xE2\x82\xAD", &acc) == 4);
+	grammar_unref(g);
 	g = compile("root ::= . \"!\"");
 	CHECK(g && first_bad(g, v, "\xF0\x9F\x98\x80!", &acc) == 5 && acc);
 	CHECK(g && first_bad(g, v, "\xFF", &acc) == 0);
@@ -300,9 +304,17 @@ static void test_hostile(void) {
 	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "max_stacks"));
 	grammar_unref(g);
 	free(s);
+	// ambiguity past max_stacks: the byte that would need a third stack is refused
+	lim.max_elements = 0, lim.max_stacks = 2;
+	const char *amb = "root ::= \"x\" (\"ab\" | \"ac\" | \"ad\") | \"y\" (\"a\" | \"b\")";
+	CHECK(grammar_compile(&g, amb, strlen(amb), &lim, err, sizeof err) == 0);
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	CHECK(m && grammar_matcher_accept_bytes(m, "x", 1) == LANES_EINVAL && grammar_matcher_accept_bytes(m, "ya", 2) == 0);
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	bool acc;
 	// nested nullable repetitions: expansion is shared, not exponential
 	g = compile("root ::= x{0,1000} x{0,1000} x{0,1000} \"b\"\nx ::= \"a\"?");
-	bool acc;
 	CHECK(g && first_bad(g, v, "aab", &acc) == 3 && acc);
 	grammar_unref(g);
 	g = compile("root ::= (\"a\"{1000}){1000}");
