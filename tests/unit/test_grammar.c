@@ -508,6 +508,55 @@ static void test_deep_flush(void) {
 	grammar_vocab_free(v);
 }
 
+// Random token soup: every text compiles or fails with a message; for those that compile,
+// masks along a random walk match brute force over the synthetic vocabulary.
+static void test_random_grammars(void) {
+	static const char *parts[] = {"root ::= ", "a ::= ", "b ::= ", "a", "b", "root", "\"x\"", "\"{\"", "\"ab\"", "[a-z]",
+				      "[^\"]", ".", "(", ")", "|", "*", "+", "?", "{1,2}", "{0,}", "\n", " ", "#c\n", "\"\\u00e9\"",
+				      "[\\xE2-\\xE3]", "\"\"", "{3}"};
+	grammar_vocab *v = small_vocab(syn, NSYN);
+	uint64_t seed = 42;
+	int compiled = 0;
+	for (int it = 0; it < 3000; it++) {
+		char text[512];
+		size_t n = 0;
+		int k = 1 + (int)((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 60);
+		n += (size_t)snprintf(text, sizeof text, "root ::= ");
+		for (int i = 0; i < k * 2 && n < 400; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			n += (size_t)snprintf(text + n, sizeof text - n, "%s", parts[(seed >> 33) % (sizeof parts / sizeof *parts)]);
+		}
+		char err[256] = "";
+		grammar *g = NULL;
+		int rc = grammar_compile(&g, text, n, NULL, err, sizeof err);
+		CHECKF((rc == 0) == (g != NULL) && (rc == 0 || (err[0] && (rc == LANES_EFORMAT || rc == LANES_ELIMIT))),
+		       "'%s': rc %d '%s'", text, rc, err);
+		if (!g) continue;
+		grammar_matcher *m;
+		if (grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err)) { grammar_unref(g); continue; }
+		if (compiled++ < 150) { // brute force is quadratic in the path: a sample is enough
+			int32_t path[8];
+			size_t np = 0;
+			for (; np < 8; np++) {
+				const uint64_t *mask;
+				if (grammar_matcher_mask(m, &mask)) break;
+				int32_t cand[NSYN + 1], nc = 0;
+				for (int32_t id = 0; id < NSYN; id++)
+					if (mask[id / 64] >> (id % 64) & 1) cand[nc++] = id;
+				if (!nc) break;
+				seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+				path[np] = cand[(seed >> 33) % (uint64_t)nc];
+				if (grammar_matcher_accept(m, path[np])) { CHECKF(0, "'%s': a masked token is refused", text); break; }
+			}
+			masks_vs_brute(g, v, NULL, 0, path, np, text);
+		}
+		grammar_matcher_free(m);
+		grammar_unref(g);
+	}
+	CHECKF(compiled > 100, "only %d random grammars compiled", compiled);
+	grammar_vocab_free(v);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_parse_errors();
@@ -518,6 +567,7 @@ int main(void) {
 	test_left_recursion();
 	test_hostile();
 	test_masks_synthetic();
+	test_random_grammars();
 	test_deep_flush();
 	test_real_vocab();
 	T_DONE("grammar");
