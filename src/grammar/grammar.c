@@ -139,6 +139,11 @@ static int32_t new_rule(parser *P, const char *name, size_t len) {
 	return P->n_rules++;
 }
 
+static inline uint64_t mix64(uint64_t x) {
+	x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
 static uint32_t hash_bytes(const void *p, size_t n) {
 	const unsigned char *s = p;
 	uint32_t h = 2166136261u;
@@ -172,7 +177,9 @@ static uint32_t hash_rule(const void *ctx, int32_t id) {
 	return hash_bytes(P->rules[id].name, P->rules[id].name_len);
 }
 
-static uint32_t hash_set(const void *ctx, int32_t id) { return hash_bytes(((const parser *)ctx)->sets[id], 32); }
+static uint32_t hash_bits(const uint64_t b[4]) { return (uint32_t)mix64(b[0] ^ mix64(b[1] ^ mix64(b[2] ^ mix64(b[3])))); }
+
+static uint32_t hash_set(const void *ctx, int32_t id) { return hash_bits(((const parser *)ctx)->sets[id]); }
 
 // The rule named s[0..len), created (undefined) on first sight; -1 on error.
 static int32_t rule_named(parser *P, const char *s, size_t len) {
@@ -189,7 +196,7 @@ static int32_t rule_named(parser *P, const char *s, size_t len) {
 
 static int32_t set_id(parser *P, const uint64_t b[4]) {
 	if (!idtab_reserve(&P->set_ht, &P->set_ht_cap, P->n_sets, hash_set, P, 256)) return oom(P), -1;
-	uint32_t h = hash_bytes(b, 32) & (P->set_ht_cap - 1);
+	uint32_t h = hash_bits(b) & (P->set_ht_cap - 1);
 	for (; P->set_ht[h] >= 0; h = (h + 1) & (P->set_ht_cap - 1))
 		if (!memcmp(P->sets[P->set_ht[h]], b, 32)) return P->set_ht[h];
 	if (P->n_sets == P->cap_sets) {
@@ -205,7 +212,10 @@ static int32_t set_id(parser *P, const uint64_t b[4]) {
 
 static bool push_range(parser *P, ivec *v, unsigned lo, unsigned hi) {
 	uint64_t b[4] = {0};
-	for (unsigned c = lo; c <= hi; c++) b[c >> 6] |= 1ull << (c & 63);
+	for (unsigned w = 0; w < 4; w++) {
+		unsigned a = lo > w * 64 ? lo : w * 64, z = hi < w * 64 + 63 ? hi : w * 64 + 63;
+		if (a <= z) b[w] = (z - a == 63 ? ~0ull : (1ull << (z - a + 1)) - 1) << (a - w * 64);
+	}
 	int32_t id = set_id(P, b);
 	return id >= 0 && push(P, v, EL(EL_TERM, id));
 }
@@ -931,11 +941,6 @@ struct grammar_matcher {
 	uint64_t **ac_mask;
 	int32_t ac_cur;
 };
-
-static inline uint64_t mix64(uint64_t x) {
-	x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
 
 static uint32_t hash_pair(int32_t pos, int32_t parent) {
 	return (uint32_t)mix64((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent);
