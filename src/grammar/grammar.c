@@ -1210,8 +1210,28 @@ static int32_t trigger_state(grammar_matcher *m, int k) {
 	return s;
 }
 
+// Walks the trie from grammar state s, setting the tokens that survive: the hot loop of masks.
+static int walk_grammar(grammar_matcher *m, uint64_t *mk, int32_t s) {
+	const grammar_vocab *v = m->v;
+	const tnode *node = v->node;
+	int32_t *sd = m->sd;
+	sd[0] = s;
+	for (int32_t i = 0; i < v->n_nodes;) {
+		uint32_t db = node[i].depth_byte, d = db >> 8;
+		int32_t p = sd[d - 1], *tr = m->st[p].trans, t;
+		t = tr && tr[db & 255] != ST_UNKNOWN ? tr[db & 255] : step(m, p, (unsigned char)db);
+		if (t == ST_OOM) return LANES_ENOMEM;
+		if (t < 0) { i = node[i].skip; continue; }
+		sd[d] = t;
+		set_tokens(v, mk, i);
+		i++;
+	}
+	return 0;
+}
+
 // Walks the trie from grammar state s (ac < 0) or trigger state ac, setting the tokens that survive.
 static int walk(grammar_matcher *m, uint64_t *mk, int32_t s, int32_t ac) {
+	if (ac < 0) return walk_grammar(m, mk, s);
 	const grammar_vocab *v = m->v;
 	m->sd[0] = s, m->acd[0] = ac;
 	for (int32_t i = 0; i < v->n_nodes;) {
