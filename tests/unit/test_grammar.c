@@ -417,9 +417,10 @@ static bool mask_after(grammar *g, const grammar_vocab *v, const char *s, uint64
 	return *out != NULL;
 }
 
-static void test_real_vocab(void) {
+static void test_real_vocab(const char *name) {
 	char path[1024], err[512];
-	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", t_shared());
+	t_case("%s", name);
+	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", t_shared(), name);
 	gguf *gf;
 	if (gguf_open(&gf, path, err, sizeof err)) { CHECKF(0, "%s: %s", path, err); return; }
 	tok_vocab *tv = NULL;
@@ -569,6 +570,7 @@ int main(void) {
 	test_masks_synthetic();
 	test_random_grammars();
 	test_deep_flush();
-	test_real_vocab();
+	test_real_vocab("qwen2");
+	test_real_vocab("llama-spm");
 	T_DONE("grammar");
 }
