@@ -870,6 +870,10 @@ int grammar_vocab_new(grammar_vocab **out, int32_t n, const char *const *piece, 
 	for (; depth > 0; depth--) v->node[open[depth]].skip = v->n_nodes;
 	v->tok_at[v->n_nodes] = v->n_toks;
 	free(open);
+	tnode *nn = realloc(v->node, ((size_t)v->n_nodes + 1) * sizeof *nn); // shared prefixes leave most unused
+	int32_t *nt = realloc(v->tok_at, ((size_t)v->n_nodes + 1) * sizeof *nt);
+	if (nn) v->node = nn;
+	if (nt) v->tok_at = nt;
 	*out = v;
 	return 0;
 oom:
