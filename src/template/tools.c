@@ -36,6 +36,8 @@ struct tool_format {
 // <|python_tag|>, firefunction also holds <|start_header_id|>). Llama 3's <|python_tag|> calls of
 // builtin tools are left as content.
 static const struct tool_format formats[] = {
+	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
+	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
 	{.name = "functionary-v3.2", .detect = {">>>all"}, .args_text = true, .bare_first = true, .trigger = ">>>",
 	 .open = "", .call = ">>>%N\n%A", .sep = "", .close = ""},
 	{.name = "functionary-v3.1", .detect = {"<function="}, .args_text = true, .trigger = "<function=", .open = "",
@@ -94,6 +96,8 @@ static bool plain_name(const char *s) {
 	return true;
 }
 
+static bool is_str(const json_t *v, const char *s) { return json_is_string(v) && !strcmp(json_string_value(v), s); }
+
 // Checks tools and returns them normalized: description and parameters always present, so
 // templates that read tool.parameters.properties or concatenate the description render.
 static int check_tools(const json_t *tools, json_t **out, char *err, size_t errlen) {
@@ -118,9 +122,8 @@ static int check_tools(const json_t *tools, json_t **out, char *err, size_t errl
 		else if (desc && !json_is_string(desc) && !json_is_null(desc))
 			at = ".function.description", msg = "must be a string";
 		else if (params && !json_is_null(params) &&
-			 (!json_is_object(params) ||
-			  (json_object_get(params, "type") &&
-			   !json_equal(json_object_get(params, "type"), json_string("object")))))
+			 (!json_is_object(params) || (json_object_get(params, "type") &&
+						      !is_str(json_object_get(params, "type"), "object"))))
 			at = ".function.parameters", msg = "must be a JSON Schema of type object";
 		for (size_t j = 0; !msg && j < i; j++)
 			if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(res, j), "function"),
@@ -166,24 +169,32 @@ static const char *content_of(const json_t *m) {
 	return s ? s : "";
 }
 
-// The instructions the fallback puts in the system turn: the tools and the call syntax.
-static char *fallback_prompt(const json_t *tools) {
+// The instructions the fallback (or a template that never renders tools) puts in the system
+// turn: the tools, and f's call syntax shown with placeholders.
+static char *tools_prompt(const tool_format *f, const json_t *tools) {
 	char *list = NULL;
 	size_t cap = 0;
-	FILE *f = open_memstream(&list, &cap);
-	if (!f) return NULL;
+	FILE *o = open_memstream(&list, &cap);
+	if (!o) return NULL;
 	fputs("You can call functions to help with the user's request. The functions are listed within "
-	      "<tools></tools> as JSON:\n<tools>\n", f);
+	      "<tools></tools> as JSON:\n<tools>\n", o);
 	for (size_t i = 0; i < json_array_size(tools); i++) {
 		char *s = json_dumps(json_array_get(tools, i), JSON_COMPACT | JSON_ENSURE_ASCII);
-		if (s) fprintf(f, "%s\n", s);
+		if (s) fprintf(o, "%s\n", s);
 		free(s);
 	}
-	fputs("</tools>\nTo call one, reply with a JSON object holding its name and arguments within "
-	      "<tool_call></tool_call>, one per call:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-	      "<arguments-object>}\n</tool_call>\nA function's result comes back within <tool_response></tool_response>.",
-	      f);
-	fclose(f);
+	fprintf(o, "</tools>\nTo call one, reply with its name and its arguments as a JSON object, in this form:\n%s", f->open);
+	for (const char *p = f->call; *p; p++) {
+		if (*p != '%' || !p[1]) {
+			fputc(*p, o);
+			continue;
+		}
+		p++;
+		fputs(*p == 'N' ? "<function-name>" : *p == 'A' ? "<arguments-object>" : *p == 'I' ? "<9 letters or digits>" : "0", o);
+	}
+	fprintf(o, "%s\n", f->close);
+	if (f->fallback) fputs("A function's result comes back within <tool_response></tool_response>.", o);
+	fclose(o);
 	return list;
 }
 
@@ -204,7 +215,7 @@ static int push_text(json_t *msgs, const char *role, const char *text) {
 }
 
 static int fallback_messages(const tool_format *f, const json_t *tools, const json_t *in, json_t *out) {
-	char *prompt = tools && json_array_size(tools) ? fallback_prompt(tools) : NULL;
+	char *prompt = tools && json_array_size(tools) ? tools_prompt(f, tools) : NULL;
 	if (tools && json_array_size(tools) && !prompt) return LANES_ENOMEM;
 	int rc = 0;
 	size_t i = 0;
@@ -257,6 +268,9 @@ static int convert_message(const tool_format *f, const json_t *m, size_t i, json
 	const char *role = json_string_value(json_object_get(m, "role"));
 	if (!json_is_object(m) || !role)
 		return base_seterr(err, errlen, LANES_EINVAL, "messages[%zu]: must be an object with a string role", i);
+	const json_t *content = json_object_get(m, "content");
+	if (content && !json_is_string(content) && !json_is_null(content))
+		return base_seterr(err, errlen, LANES_EINVAL, "messages[%zu].content: must be a string", i);
 	json_t *c = json_deep_copy(m);
 	if (!c) return LANES_ENOMEM;
 	const json_t *calls = json_object_get(m, "tool_calls");
@@ -319,7 +333,7 @@ static const json_t *call_name(const json_t *msgs, size_t upto, const char *id) 
 	for (size_t i = upto; id && i-- > 0;) {
 		const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
 		for (size_t j = 0; j < json_array_size(calls); j++)
-			if (json_equal(json_object_get(json_array_get(calls, j), "id"), json_string(id)))
+			if (is_str(json_object_get(json_array_get(calls, j), "id"), id))
 				return json_object_get(json_object_get(json_array_get(calls, j), "function"), "name");
 	}
 	return NULL;
@@ -369,7 +383,7 @@ int tool_render_context(const tool_format *f, const json_t *tools, const json_t 
 			}
 		}
 		if (!rc && f->tools_in_system && json_array_size(nt)) {
-			char *p = fallback_prompt(nt);
+			char *p = tools_prompt(f, nt);
 			json_t *m0 = json_array_get(res, 0);
 			bool sys0 = m0 && !strcmp(json_string_value(json_object_get(m0, "role")), "system");
 			size_t n = p ? strlen(p) + (sys0 ? strlen(content_of(m0)) : 0) + 2 : 0;
@@ -638,7 +652,8 @@ static size_t marker_tail(const char *t, size_t n, const char *s) {
 }
 
 // Text that opens a call but does not follow the layout stays content and no call is reported:
-// in auto mode a reply that merely mentions a marker must not turn into a broken call.
+// in auto mode a reply that merely mentions a marker must not turn into a broken call. Text
+// after the last call is dropped (a model that has called ends its turn there).
 int tool_parse(const tool_format *f, const char *text, size_t len, bool final, tool_parsed *out, char *err,
 	       size_t errlen) {
 	memset(out, 0, sizeof *out);

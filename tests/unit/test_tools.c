@@ -127,6 +127,78 @@ static void test_render_every_template(void) {
 	json_decref(conv);
 }
 
+static int is_named(const json_t *m, const char *name) {
+	const char *s = json_string_value(json_object_get(m, "name"));
+	return s && !strcmp(s, name);
+}
+
+// Renders conv (JSON text) with tools through the template in file, as the server would.
+static char *render_file(const char *file, const char *tools_json, const char *conv_json, char *err, size_t errlen) {
+	char *src = read_template(file), *out = NULL;
+	json_t *tools = json_loads(tools_json, 0, NULL), *conv = json_loads(conv_json, 0, NULL), *msgs = NULL, *tl = NULL;
+	const tool_format *f = tool_format_of(src);
+	tmpl *t = NULL;
+	size_t n;
+	if (src && !tool_render_context(f, tools, conv, &msgs, &tl, err, errlen) &&
+	    !tmpl_compile(&t, src, strlen(src), err, errlen)) {
+		json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", msgs, "bos_token", "<s>", "eos_token", "</s>",
+					"add_generation_prompt", 1);
+		if (tl) json_object_set(ctx, "tools", tl);
+		if (tool_template_vars(f, tl, "2026-12-02", ctx) || tmpl_render(t, ctx, "2026-12-02", &out, &n, err, errlen))
+			out = NULL;
+		json_decref(ctx);
+	}
+	tmpl_free(t);
+	json_decref(msgs);
+	json_decref(tl);
+	json_decref(tools);
+	json_decref(conv);
+	free(src);
+	return out;
+}
+
+static const char *TWO_CALLS =
+	"[{\"role\": \"user\", \"content\": \"Weather in Paris and the time?\"},"
+	"{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": ["
+	"{\"id\": \"call_one\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}},"
+	"{\"id\": \"call_two\", \"type\": \"function\", \"function\": {\"name\": \"get_time\", \"arguments\": \"{}\"}}]},"
+	"{\"role\": \"tool\", \"tool_call_id\": \"call_one\", \"content\": \"sunny\"},"
+	"{\"role\": \"tool\", \"tool_call_id\": \"call_two\", \"content\": \"noon\"}]";
+
+// Templates with rules of their own about calls render parallel calls too.
+static void test_render_shapes(void) {
+	char err[512] = "";
+	// Mistral wants 9-character ids, and a result must carry its call's id
+	char *out = render_file("mistralai-Mistral-Nemo-Instruct-2407.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out, "%s", err);
+	const char *id = out ? strstr(out, "\"id\": \"") : NULL, *res = out ? strstr(out, "\"call_id\": \"") : NULL;
+	CHECK(id && res && !memcmp(id + 7, res + 12, 10) && id[16] == '"');
+	free(out);
+	// Llama 3 refuses two calls in one turn: each call gets its own turn
+	out = render_file("meta-llama-Llama-3.1-8B-Instruct.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out && strstr(out, "{\"name\": \"get_time\", \"parameters\": {}}") &&
+		       strstr(out, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// Qwen: both calls in one turn, both results in one user turn
+	out = render_file("Qwen-Qwen2.5-7B-Instruct.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out && strstr(out, "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}") &&
+		       strstr(out, "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\nnoon\n</tool_response><|im_end|>"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// Gemma has no system role and wants turns to alternate: the fallback keeps both rules
+	out = render_file("google-gemma-2-2b-it.jinja", TOOLS, CONV, err, sizeof err);
+	CHECKF(out && strstr(out, "<start_of_turn>user\nYou can call functions") && strstr(out, "Be brief.\nWeather in Paris?"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// a tool result names the call it answers
+	json_t *conv = json_loads(TWO_CALLS, 0, NULL), *m = NULL, *t = NULL;
+	CHECK(tool_render_context(tool_format_of("<tool_call>"), NULL, conv, &m, &t, err, sizeof err) == 0);
+	CHECK(is_named(json_array_get(m, 3), "get_time") && !t);
+	json_decref(m);
+	json_decref(conv);
+}
+
 static void expect_err(const char *tools_json, const char *conv_json, const char *want) {
 	json_t *tools = tools_json ? json_loads(tools_json, 0, NULL) : NULL, *conv = json_loads(conv_json, 0, NULL);
 	json_t *m = NULL, *t = NULL;
@@ -277,6 +349,40 @@ static void test_parse_malformed(void) {
 	tool_parsed_free(&p);
 }
 
+// Hostile text: every family's replies, cut and mutated, under every family's parser.
+static void test_parse_hostile(void) {
+	uint32_t seed = 12345;
+	for (size_t i = 0; i < N_OUTPUTS; i++)
+		for (size_t j = 0; j < N_OUTPUTS; j++) {
+			const tool_format *f = family(OUTPUTS[j].family);
+			char text[1024];
+			snprintf(text, sizeof text, "%s%s", OUTPUTS[i].content, OUTPUTS[i].two ? OUTPUTS[i].two : OUTPUTS[i].one);
+			size_t len = strlen(text);
+			for (int round = 0; round < 40; round++) {
+				seed = seed * 1103515245u + 12345u;
+				text[(seed >> 8) % len] = (char)(seed >> 20);
+				for (int final = 0; final < 2; final++) {
+					tool_parsed p;
+					char err[256];
+					int rc = tool_parse(f, text, (seed >> 4) % (len + 1), final, &p, err, sizeof err);
+					CHECK(rc == 0 || rc == LANES_EINVAL);
+					if (rc == 0) CHECK(p.safe_len <= p.content_len && p.content_off <= p.content_len);
+					if (rc == 0) tool_parsed_free(&p);
+				}
+			}
+		}
+	json_t *m = NULL, *t = NULL;
+	char err[256];
+	json_t *conv = json_loads("[{\"role\": \"assistant\", \"tool_calls\": [7, {\"function\": 3}]}, {\"role\": 5}]", 0, NULL);
+	CHECK(tool_render_context(family("mistral"), NULL, conv, &m, &t, err, sizeof err) == LANES_EINVAL);
+	CHECKF(strstr(err, "messages[0].tool_calls[0]"), "%s", err);
+	json_decref(conv);
+	conv = json_loads("[{\"role\": \"tool\"}, {\"content\": \"x\"}]", 0, NULL);
+	CHECK(tool_render_context(family("hermes"), NULL, conv, &m, &t, err, sizeof err) == LANES_EINVAL);
+	CHECKF(strstr(err, "messages[1]"), "%s", err);
+	json_decref(conv);
+}
+
 // ---- grammars -----------------------------------------------------------------------------
 
 static void test_grammar(void) {
@@ -312,9 +418,11 @@ static void test_grammar(void) {
 int main(void) {
 	test_format_of();
 	test_render_every_template();
+	test_render_shapes();
 	test_render_errors();
 	test_parse_round_trip();
 	test_parse_malformed();
+	test_parse_hostile();
 	test_grammar();
 	T_DONE("test_tools");
 }
