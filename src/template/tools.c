@@ -295,7 +295,9 @@ static int convert_message(const tool_format *f, const json_t *m, size_t i, json
 			json_decref(c);
 			return base_seterr(err, errlen, LANES_EINVAL, "messages[%zu].tool_calls[%zu]%s: %s", i, j, bad, what);
 		}
-		if (f->args_text) {
+		if (f->args_text && json_is_string(args)) {
+			json_decref(obj); // the client's own text: the bytes the model wrote stay the prompt's
+		} else if (f->args_text) {
 			char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
 			json_object_set_new(fn, "arguments", json_string(s ? s : "{}"));
 			free(s);
@@ -318,7 +320,7 @@ static int convert_message(const tool_format *f, const json_t *m, size_t i, json
 	}
 	if (json_array_size(calls)) {
 		if (f->plan_field) json_object_set_new(c, "tool_plan", json_string(content_of(m)));
-		json_object_set_new(c, "content", f->content_null && !*content_of(m) ? json_null() : json_string(content_of(m)));
+		json_object_set_new(c, "content", f->content_null ? json_null() : json_string(content_of(m)));
 	} else if (calls) {
 		json_object_del(c, "tool_calls");
 	}
@@ -371,6 +373,12 @@ int tool_render_context(const tool_format *f, const json_t *tools, const json_t 
 		for (size_t i = 0; !rc && i < json_array_size(conv); i++) {
 			json_t *m = json_array_get(conv, i);
 			json_t *calls = json_object_get(m, "tool_calls");
+			const char *text = json_string_value(json_object_get(json_array_get(messages, i), "content"));
+			if (f->content_null && json_array_size(calls) && text && *text) {
+				// the template shows either text or calls in a turn: the text gets a turn of its own
+				json_t *t = json_pack("{s:s, s:s}", "role", "assistant", "content", text);
+				rc = !t || json_array_append_new(res, t) ? LANES_ENOMEM : 0;
+			}
 			if (!f->one_call_per_turn || json_array_size(calls) < 2) {
 				rc = json_array_append(res, m) ? LANES_ENOMEM : 0;
 				continue;

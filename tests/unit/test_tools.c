@@ -41,19 +41,19 @@ static const struct {
 	{"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
 	{"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral",
 	 "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \""},
-	{"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1", "<function=get_weather>{\"city\":\"Paris\"}</function>"},
-	{"meetkai-functionary-medium-v3.2.jinja", "functionary-v3.2", ">>>get_weather\n{\"city\":\"Paris\"}"},
+	{"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1", "<function=get_weather>{\"city\": \"Paris\"}</function>"},
+	{"meetkai-functionary-medium-v3.2.jinja", "functionary-v3.2", ">>>get_weather\n{\"city\": \"Paris\"}"},
 	{"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "command-r", "Action:\n```json\n[\n    {\n        \"tool_name\": \"get_weather\""},
 	{"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "command-r",
 	 "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
 	{"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-r1",
-	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```<｜tool▁call▁end｜>"},
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
 	{"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1",
-	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```<｜tool▁call▁end｜>"},
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
 	{"llama-cpp-deepseek-r1.jinja", "deepseek-r1",
-	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```<｜tool▁call▁end｜>"},
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
 	{"fireworks-ai-llama-3-firefunction-v2.jinja", "firefunction-v2",
-	 " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}]"},
+	 " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
 	{"google-gemma-2-2b-it.jinja", "fallback",
 	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>"},
 	{"microsoft-Phi-3.5-mini-instruct.jinja", "fallback",
@@ -189,6 +189,15 @@ static void test_render_shapes(void) {
 	// Gemma has no system role and wants turns to alternate: the fallback keeps both rules
 	out = render_file("google-gemma-2-2b-it.jinja", TOOLS, CONV, err, sizeof err);
 	CHECKF(out && strstr(out, "<start_of_turn>user\nYou can call functions") && strstr(out, "Be brief.\nWeather in Paris?"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// DeepSeek R1 shows a turn's text or its calls, never both: the text gets its own turn
+	const char *with_text = "[{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": "
+				"\"Let me look.\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": "
+				"{\"name\": \"get_time\", \"arguments\": \"{}\"}}]}]";
+	out = render_file("llama-cpp-deepseek-r1.jinja", TOOLS, with_text, err, sizeof err);
+	CHECKF(out && strstr(out, "<｜Assistant｜>Let me look.<｜end▁of▁sentence｜><｜Assistant｜><｜tool▁calls▁begin｜>"
+				  "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"),
 	       "%s %s", err, out ? out : "");
 	free(out);
 	// a tool result names the call it answers
