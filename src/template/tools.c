@@ -666,6 +666,7 @@ int tool_parse(const tool_format *f, const char *text, size_t len, bool final, t
 	       size_t errlen) {
 	memset(out, 0, sizeof *out);
 	if (!f) f = tool_format_of(NULL);
+	if (!text) text = "", len = 0;
 	out->calls = json_array();
 	if (!out->calls) return LANES_ENOMEM;
 	cursor c = {.t = text, .len = len};
