@@ -286,13 +286,41 @@ static int literal(sg *g, sb *b, const char *s, size_t n) {
 	return sb_put(g, b, "\"");
 }
 
-// Appends a JSON value, serialized compactly, as a literal followed by whitespace.
-static int json_literal(sg *g, sb *b, const json_t *v) {
+// Appends a JSON value as literals of its compact text, whitespace allowed between tokens.
+static int json_literal(sg *g, sb *b, const json_t *v, int depth) {
+	if (depth > SG_MAX_DEPTH) return fail(g, LANES_ELIMIT, "a value nested deeper than %d levels", SG_MAX_DEPTH);
+	bool obj = json_is_object(v);
+	if (obj || json_is_array(v)) {
+		sb_put(g, b, obj ? "\"{\" " : "\"[\" ");
+		helper(g, b, H_WS);
+		size_t n = obj ? json_object_size(v) : json_array_size(v), i = 0;
+		const char *key;
+		json_t *x;
+		void *it = obj ? json_object_iter((json_t *)v) : NULL;
+		for (; i < n && !g->rc; i++) {
+			sb_put(g, b, i ? " \",\" " : " ");
+			if (i) helper(g, b, H_WS), sb_put(g, b, " ");
+			if (obj) {
+				key = json_object_iter_key(it), x = json_object_iter_value(it);
+				it = json_object_iter_next((json_t *)v, it);
+				json_t *k = json_string(key);
+				json_literal(g, b, k, depth + 1);
+				json_decref(k);
+				sb_put(g, b, " \":\" ");
+				helper(g, b, H_WS);
+				sb_put(g, b, " ");
+			} else x = json_array_get(v, i);
+			json_literal(g, b, x, depth + 1);
+		}
+		sb_put(g, b, obj ? " \"}\" " : " \"]\" ");
+		return helper(g, b, H_WS);
+	}
 	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	if (!s) return fail(g, LANES_ENOMEM, "out of memory");
 	literal(g, b, s, strlen(s));
 	free(s);
-	return g->rc;
+	sb_put(g, b, " ");
+	return helper(g, b, H_WS);
 }
 
 // Appends code point c as it may appear inside a GBNF character class.
@@ -1035,16 +1063,16 @@ static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
 		const json_t *v = e ? json_array_get(e, i) : c;
 		if (!value_fits(v, types)) continue;
 		if (kept++) sb_put(g, &body, " | ");
-		json_literal(g, &body, v);
+		json_literal(g, &body, v, 0);
 	}
 	if (!g->rc && !kept) fail(g, LANES_EINVAL, "no value of '%s' has the schema's type", e ? "enum" : "const");
 	if (g->rc) return sb_free(g, &body), g->rc;
 	if (kept > 1) sb_put(g, out, "( ");
 	sb_add(g, out, body.p, body.n);
-	sb_put(g, out, kept > 1 ? " ) " : " ");
+	if (kept > 1) sb_put(g, out, " )");
 	sb_free(g, &body);
 	(void)name;
-	return helper(g, out, H_WS);
+	return g->rc;
 }
 
 static int gen_union(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
@@ -1152,7 +1180,7 @@ static int trie_rule(sg *g, tnode *t, int at, const char *hint, sb *out) {
 }
 
 static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
-	if (!ps->n) return helper(g, out, H_STRING);
+	if (!ps->n) return helper(g, out, H_STRING), sb_put(g, out, " \":\" "), helper(g, out, H_WS);
 	size_t total = 1;
 	for (size_t i = 0; i < ps->n; i++) total += strlen(ps->v[i].key);
 	tnode *t = malloc(total * sizeof *t);
@@ -1229,6 +1257,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	if (ap && !json_is_boolean(ap) && !json_is_object(ap)) fail(g, LANES_EINVAL, "'additionalProperties' must be a boolean or a schema");
 	else if (json_is_object(ap) || json_is_true(ap)) extra = ap;
 	else if (!ap && !json_object_get(s, "properties") && !all) extra = json_true();
+	if (!g->rc && !ps.n && json_is_true(extra)) return free(ps.v), helper(g, out, H_OBJECT);
 	sb kv[SG_MAX_PROPS + 1];
 	size_t nk = 0;
 	bool req[SG_MAX_PROPS + 1];
