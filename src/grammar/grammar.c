@@ -146,23 +146,37 @@ static uint32_t hash_bytes(const void *p, size_t n) {
 	return h;
 }
 
+// Grows an open-addressing table of ids (-1 empty) to keep it under half full; hash gives an
+// id's hash. false on OOM (the table is unchanged then).
+typedef uint32_t (*id_hash_fn)(const void *ctx, int32_t id);
+static bool idtab_reserve(int32_t **tab, uint32_t *cap, int32_t count, id_hash_fn hash, const void *ctx, uint32_t init) {
+	if ((uint32_t)count * 2 < *cap) return true;
+	uint32_t nc = *cap ? *cap * 2 : init;
+	int32_t *nh = malloc(nc * sizeof *nh);
+	if (!nh) return false;
+	memset(nh, 0xff, nc * sizeof *nh);
+	for (uint32_t i = 0; i < *cap; i++) {
+		int32_t id = (*tab)[i];
+		if (id < 0) continue;
+		uint32_t h = hash(ctx, id) & (nc - 1);
+		while (nh[h] >= 0) h = (h + 1) & (nc - 1);
+		nh[h] = id;
+	}
+	free(*tab);
+	*tab = nh, *cap = nc;
+	return true;
+}
+
+static uint32_t hash_rule(const void *ctx, int32_t id) {
+	const parser *P = ctx;
+	return hash_bytes(P->rules[id].name, P->rules[id].name_len);
+}
+
+static uint32_t hash_set(const void *ctx, int32_t id) { return hash_bytes(((const parser *)ctx)->sets[id], 32); }
+
 // The rule named s[0..len), created (undefined) on first sight; -1 on error.
 static int32_t rule_named(parser *P, const char *s, size_t len) {
-	if ((uint32_t)P->n_rules * 2 >= P->ht_cap) {
-		uint32_t cap = P->ht_cap ? P->ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return oom(P), -1;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (uint32_t i = 0; i < P->ht_cap; i++) {
-			int32_t r = P->ht[i];
-			if (r < 0) continue;
-			uint32_t h = hash_bytes(P->rules[r].name, P->rules[r].name_len) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = r;
-		}
-		free(P->ht);
-		P->ht = nh, P->ht_cap = cap;
-	}
+	if (!idtab_reserve(&P->ht, &P->ht_cap, P->n_rules, hash_rule, P, 256)) return oom(P), -1;
 	uint32_t h = hash_bytes(s, len) & (P->ht_cap - 1);
 	for (; P->ht[h] >= 0; h = (h + 1) & (P->ht_cap - 1)) {
 		prule *r = &P->rules[P->ht[h]];
@@ -174,19 +188,7 @@ static int32_t rule_named(parser *P, const char *s, size_t len) {
 }
 
 static int32_t set_id(parser *P, const uint64_t b[4]) {
-	if ((uint32_t)P->n_sets * 2 >= P->set_ht_cap) {
-		uint32_t cap = P->set_ht_cap ? P->set_ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return oom(P), -1;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 0; i < P->n_sets; i++) {
-			uint32_t h = hash_bytes(P->sets[i], 32) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(P->set_ht);
-		P->set_ht = nh, P->set_ht_cap = cap;
-	}
+	if (!idtab_reserve(&P->set_ht, &P->set_ht_cap, P->n_sets, hash_set, P, 256)) return oom(P), -1;
 	uint32_t h = hash_bytes(b, 32) & (P->set_ht_cap - 1);
 	for (; P->set_ht[h] >= 0; h = (h + 1) & (P->set_ht_cap - 1))
 		if (!memcmp(P->sets[P->set_ht[h]], b, 32)) return P->set_ht[h];
@@ -878,8 +880,8 @@ typedef struct {
 enum { ST_DEAD = -1, ST_UNKNOWN = -2, ST_OOM = -3 };
 #define MAX_TRIGGER_BYTES 4096
 // Caches are flushed between calls past these bounds; a walk itself is bounded by the trie.
-#define TRANS_BUDGET (32u << 20)
-#define MASK_BUDGET (64u << 20)
+#define TRANS_BUDGET (16u << 20)
+#define MASK_BUDGET (32u << 20)
 #define MAX_NODES (1 << 20)
 #define MAX_STATES (1 << 18)
 
@@ -928,21 +930,20 @@ static inline uint64_t mix64(uint64_t x) {
 	return x ^ (x >> 33);
 }
 
+static uint32_t hash_pair(int32_t pos, int32_t parent) {
+	return (uint32_t)mix64((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent);
+}
+
+static uint32_t hash_node(const void *ctx, int32_t id) {
+	const gnode *x = &((const grammar_matcher *)ctx)->nodes[id];
+	return hash_pair(x->pos, x->parent);
+}
+
+static uint32_t hash_state(const void *ctx, int32_t id) { return ((const grammar_matcher *)ctx)->st[id].hash; }
+
 static int32_t node_intern(grammar_matcher *m, int32_t pos, int32_t parent) {
-	if ((uint32_t)m->n_nodes * 2 >= m->node_ht_cap) {
-		uint32_t cap = m->node_ht_cap ? m->node_ht_cap * 2 : 1024;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return ST_OOM;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 1; i < m->n_nodes; i++) {
-			uint32_t h = (uint32_t)mix64((uint64_t)(uint32_t)m->nodes[i].pos << 32 | (uint32_t)m->nodes[i].parent) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(m->node_ht);
-		m->node_ht = nh, m->node_ht_cap = cap;
-	}
-	uint32_t h = (uint32_t)mix64((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent) & (m->node_ht_cap - 1);
+	if (!idtab_reserve(&m->node_ht, &m->node_ht_cap, m->n_nodes, hash_node, m, 1024)) return ST_OOM;
+	uint32_t h = hash_pair(pos, parent) & (m->node_ht_cap - 1);
 	for (; m->node_ht[h] >= 0; h = (h + 1) & (m->node_ht_cap - 1)) {
 		gnode *x = &m->nodes[m->node_ht[h]];
 		if (x->pos == pos && x->parent == parent) return m->node_ht[h];
@@ -967,19 +968,7 @@ static uint32_t stacks_hash(const int32_t *s, int32_t n) {
 // The state holding stacks s[0..n) (sorted, distinct); ST_OOM.
 static int32_t state_intern(grammar_matcher *m, const int32_t *s, int32_t n) {
 	uint32_t hash = stacks_hash(s, n);
-	if ((uint32_t)m->n_st * 2 >= m->st_ht_cap) {
-		uint32_t cap = m->st_ht_cap ? m->st_ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return ST_OOM;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 0; i < m->n_st; i++) {
-			uint32_t h = m->st[i].hash & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(m->st_ht);
-		m->st_ht = nh, m->st_ht_cap = cap;
-	}
+	if (!idtab_reserve(&m->st_ht, &m->st_ht_cap, m->n_st, hash_state, m, 256)) return ST_OOM;
 	uint32_t h = hash & (m->st_ht_cap - 1);
 	for (; m->st_ht[h] >= 0; h = (h + 1) & (m->st_ht_cap - 1)) {
 		gstate *x = &m->st[m->st_ht[h]];

@@ -104,6 +104,48 @@ static void test_parse_errors(void) {
 	grammar_vocab_free(v);
 }
 
+// Layouts GBNF files use: a rule opened on one line and continued on the next, `|` ending a
+// line, groups spanning lines, right-recursive whitespace, comments after items.
+static void test_layouts(void) {
+	grammar_vocab *v = small_vocab((const char *[]){"a"}, 1);
+	static const struct {
+		const char *gbnf, *good, *bad;
+		size_t bad_at;
+	} cases[] = {
+		{"root  ::= (expr \"=\" ws term \"\\n\")+\n"
+		 "expr  ::= term ([-+*/] term)*\n"
+		 "term  ::= ident | num | \"(\" ws expr \")\" ws\n"
+		 "ident ::= [a-z] [a-z0-9_]* ws\n"
+		 "num   ::= [0-9]+ ws\n"
+		 "ws    ::= [ \\t\\n]*\n",
+		 "x1 = (a+2*b)\ny=3\n", "x = = 1\n", 4},
+		{"root ::= (decl)*\n\n"
+		 "decl ::= type name \"(\" \")\" \"{\" stmt* \"}\"\n"
+		 "type ::= \"int\" ws | \"char\" ws\n"
+		 "name ::= [a-zA-Z_] [a-zA-Z_0-9]*\n"
+		 "stmt ::=\n"
+		 "    ( type name ws \"=\" ws [0-9]+ \";\" ) |\n"
+		 "    ( \"return\" ws [0-9]+ \";\" ) |\n"
+		 "    ( \"//\" [^\\n]* \"\\n\" )   # a comment line\n"
+		 "ws ::= ([ \\t\\n] ws)?\n",
+		 "int main(){int x = 1;// hi\nreturn 0;}", "int main(){return x;}", 18},
+		{"root ::= item+\n\n# line breaks are not item text\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\n",
+		 "- one\n- tw\xC3\xB6\n", "- a\xE2\x80\xA8\n", 5},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		grammar *g = compile(cases[i].gbnf);
+		CHECKF(g != NULL, "case %zu does not compile", i);
+		if (!g) continue;
+		bool acc;
+		size_t at = first_bad(g, v, cases[i].good, &acc);
+		CHECKF(at == strlen(cases[i].good) && acc, "case %zu: good text stops at %zu", i, at);
+		at = first_bad(g, v, cases[i].bad, &acc);
+		CHECKF(at == cases[i].bad_at, "case %zu: bad text stops at %zu, want %zu", i, at, cases[i].bad_at);
+		grammar_unref(g);
+	}
+	grammar_vocab_free(v);
+}
+
 static void test_json(void) {
 	grammar *g = compile(json_gbnf);
 	CHECK(g != NULL);
@@ -425,15 +467,46 @@ static void test_real_vocab(void) {
 	tok_vocab_free(tv);
 }
 
+// A nesting deeper than the matcher's table bounds: its caches start afresh between calls
+// and the position survives (every ')' must still be matched).
+static void test_deep_flush(void) {
+	grammar *g = compile("root ::= \"(\" root \")\" | \"x\"");
+	grammar_vocab *v = small_vocab((const char *[]){"(", ")", "x"}, 3);
+	grammar_matcher *m;
+	char err[128];
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	if (!g) return;
+	enum { DEPTH = 300000, CHUNK = 1000 };
+	char buf[CHUNK];
+	bool ok = true;
+	memset(buf, '(', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok);
+	const uint64_t *mask;
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 5); // '(' and 'x'
+	CHECK(grammar_matcher_accept(m, 2) == 0 && grammar_matcher_mask(m, &mask) == 0 && mask[0] == 2);
+	memset(buf, ')', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK - 1 && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept_bytes(m, buf, CHUNK - 1) == 0 && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept(m, 1) == 0 && grammar_matcher_finished(m));
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 8); // only the eog id
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	grammar_vocab_free(v);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_parse_errors();
+	test_layouts();
 	test_json();
 	test_repeat();
 	test_utf8();
 	test_left_recursion();
 	test_hostile();
 	test_masks_synthetic();
+	test_deep_flush();
 	test_real_vocab();
 	T_DONE("grammar");
 }
