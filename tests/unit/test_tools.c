@@ -2,19 +2,13 @@
 // tools, a call and a result renders through that template in the family's shape, calls the
 // model writes parse back (whole and streamed prefix by prefix), and grammars name the tools.
 #include "base/base.h"
+#include "grammar/grammar.h"
 #include "template/template.h"
 #include "template/tools.h"
 
 #include "t.h"
 
 #include <jansson.h>
-
-// Until the JSON Schema compiler is in the tree: any object, under the root name asked for.
-__attribute__((weak)) int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char *err,
-					      size_t errlen) {
-	if (json_object_get(schema, "pattern")) return base_seterr(err, errlen, LANES_EINVAL, "unsupported keyword 'pattern' at /");
-	return asprintf(out, "%s ::= \"{\" [^}]* \"}\"\n", root) < 0 ? LANES_ENOMEM : 0;
-}
 
 static const char *TOOLS = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
 			   "\"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
@@ -399,32 +393,118 @@ static void test_parse_hostile(void) {
 
 // ---- grammars -----------------------------------------------------------------------------
 
+// A matcher over a vocabulary of the 256 bytes, so accept_bytes can follow any text.
+static grammar_vocab *byte_vocab(void) {
+	static char bytes[256];
+	const char *piece[256];
+	uint32_t len[256];
+	bool usable[256];
+	for (int i = 0; i < 256; i++) bytes[i] = (char)i, piece[i] = &bytes[i], len[i] = 1, usable[i] = true;
+	grammar_vocab *v = NULL;
+	return grammar_vocab_new(&v, 256, piece, len, usable, NULL, 0) ? NULL : v;
+}
+
+// Whether text (from its first byte) is a whole sentence of gbnf; lazy: with the triggers.
+static int accepts(const grammar_vocab *v, const char *gbnf, const char *text, const char *const *trig, int nt) {
+	grammar *g = NULL;
+	grammar_matcher *m = NULL;
+	char err[256] = "";
+	if (grammar_compile(&g, gbnf, strlen(gbnf), NULL, err, sizeof err)) {
+		fprintf(stderr, "grammar does not compile: %s\n%s\n", err, gbnf);
+		return -1;
+	}
+	int ok = !grammar_matcher_new(&m, g, v, trig, nt, err, sizeof err) &&
+		 !grammar_matcher_accept_bytes(m, text, strlen(text)) && grammar_matcher_accepting(m) &&
+		 grammar_matcher_triggered(m);
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	return ok;
+}
+
+static const char *STRICT_TOOLS =
+	"[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", "
+	"\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "
+	"[\"city\"], \"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}]";
+
+// Rewrites the first occurrence of from in s to to (s has room).
+static void replace(char *s, size_t cap, const char *from, const char *to) {
+	char *p = strstr(s, from);
+	if (!p) return;
+	char rest[2048];
+	snprintf(rest, sizeof rest, "%s", p + strlen(from));
+	snprintf(p, cap - (size_t)(p - s), "%s%s", to, rest);
+}
+
+// The calls each family's model writes follow its grammar; wrong names, arguments against the
+// schema and broken syntax do not.
 static void test_grammar(void) {
-	json_t *tools = json_loads(TOOLS, 0, NULL);
-	for (size_t i = 0; i < N_OUTPUTS; i++) {
+	json_t *tools = json_loads(STRICT_TOOLS, 0, NULL);
+	grammar_vocab *v = byte_vocab();
+	CHECK(v);
+	for (size_t i = 0; v && i < N_OUTPUTS; i++) {
 		const tool_format *f = family(OUTPUTS[i].family);
 		t_case("%s", OUTPUTS[i].family);
+		bool v32 = !strcmp(OUTPUTS[i].family, "functionary-v3.2");
 		char *g = NULL, err[256] = "";
 		const char *const *trig = NULL;
 		int nt = 0;
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_AUTO, NULL, true, &g, &trig, &nt, err, sizeof err) == 0);
-		CHECK(g && strstr(g, "root ::=") && strstr(g, "get_weather") && strstr(g, "get_time"));
-		CHECK(nt == 1 && trig && trig[0][0]);
+		// the grammar holds the template's own layout, compact arguments
+		char one[1024], two[1024];
+		snprintf(one, sizeof one, "%s", OUTPUTS[i].one);
+		snprintf(two, sizeof two, "%s", OUTPUTS[i].two ? OUTPUTS[i].two : "");
+		replace(one, sizeof one, "{\"city\": \"Paris\"}", "{\"city\":\"Paris\"}");
+		replace(two, sizeof two, "{\"city\": \"Paris\"}", "{\"city\":\"Paris\"}");
+		replace(two, sizeof two, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
+			"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_REQUIRED, NULL, true, &g, &trig, &nt, err, sizeof err) == 0 && nt == 0);
+		if (!g) continue;
+		CHECKF(accepts(v, g, one, NULL, 0) == 1, "%s: required grammar refuses [%s]", OUTPUTS[i].family, one);
+		if (*two) CHECKF(accepts(v, g, two, NULL, 0) == 1, "%s: refuses [%s]", OUTPUTS[i].family, two);
+		char bad[1024];
+		snprintf(bad, sizeof bad, "%s", one);
+		replace(bad, sizeof bad, "get_weather", "get_wetter");
+		CHECK(accepts(v, g, bad, NULL, 0) == 0);
+		snprintf(bad, sizeof bad, "%s", one);
+		replace(bad, sizeof bad, "\"city\"", "\"town\"");
+		CHECK(accepts(v, g, bad, NULL, 0) == 0);
+		snprintf(bad, sizeof bad, "%s", one);
+		bad[strlen(bad) - 1] = 0;
+		CHECK(accepts(v, g, bad, NULL, 0) == 0);
+		CHECK(accepts(v, g, "It is sunny.", NULL, 0) == 0);
 		free(g);
 		g = NULL;
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "get_time", false, &g, &trig, &nt, err, sizeof err) == 0);
-		CHECK(g && strstr(g, "get_time") && !strstr(g, "get_weather") && nt == 0);
+		// named: only that tool; without parallel: one call
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "get_weather", false, &g, &trig, &nt, err, sizeof err) == 0);
+		if (g) {
+			CHECK(accepts(v, g, one, NULL, 0) == 1);
+			if (*two) CHECK(accepts(v, g, two, NULL, 0) == 0);
+			CHECK(!strstr(g, "get_time"));
+		}
 		free(g);
+		g = NULL;
+		// auto: text, then a call opened by the trigger
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_AUTO, NULL, true, &g, &trig, &nt, err, sizeof err) == 0);
+		CHECK(nt == 1 && trig && trig[0][0]);
+		if (g && nt == 1) {
+			char text[1200];
+			snprintf(text, sizeof text, "Let me see. %s%s", v32 ? ">>>" : "", one);
+			CHECKF(accepts(v, g, text, trig, nt) == 1, "%s: auto refuses [%s]", OUTPUTS[i].family, text);
+			snprintf(text, sizeof text, "Let me see. %s%s", v32 ? ">>>" : "", bad);
+			CHECK(accepts(v, g, text, trig, nt) == 0);
+		}
+		free(g);
+		g = NULL;
 		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "nope", false, &g, &trig, &nt, err, sizeof err) == LANES_EINVAL);
 		CHECK(!g && strstr(err, "nope"));
 	}
 	t_case("%s", "");
+	grammar_vocab_free(v);
 	json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
-				 "\"object\", \"pattern\": \"x\"}}}]", 0, NULL);
+				 "\"object\", \"propertyNames\": {}}}}]", 0, NULL);
 	char *g = NULL, err[256] = "";
 	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, err, sizeof err) ==
 	      LANES_EINVAL);
-	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "pattern"), "%s", err);
+	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "propertyNames"), "%s", err);
 	json_decref(bad);
 	json_decref(tools);
 }
