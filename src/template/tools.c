@@ -491,7 +491,11 @@ int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice cho
 		if (choice == TOOL_CHOICE_NAMED && (!name || strcmp(tn, name))) continue;
 		char root[32], *s = NULL;
 		snprintf(root, sizeof root, "tool-%zu-args", i);
-		rc = grammar_schema_gbnf(json_object_get(fn, "parameters"), root, &s, err, errlen);
+		// the client's schema as given: the normalized copy's added keys would change its meaning
+		const json_t *params = json_object_get(json_object_get(json_array_get(tools, i), "function"), "parameters");
+		json_t *any = json_is_object(params) ? NULL : json_pack("{s:s}", "type", "object");
+		rc = grammar_schema_gbnf(any ? any : params, root, &s, err, errlen);
+		json_decref(any);
 		if (rc) {
 			char inner[256];
 			snprintf(inner, sizeof inner, "%s", err ? err : "");

@@ -498,10 +498,15 @@ static void test_grammar(void) {
 		CHECK(!g && strstr(err, "nope"));
 	}
 	t_case("%s", "");
+	// a tool without parameters takes any object
+	char *g = NULL, err[256] = "";
+	CHECK(tool_grammar(family("hermes"), tools, TOOL_CHOICE_NAMED, "get_time", false, &g, NULL, NULL, err, sizeof err) == 0);
+	CHECK(g && accepts(v, g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>", NULL, 0) == 1);
+	free(g);
+	g = NULL;
 	grammar_vocab_free(v);
 	json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
 				 "\"object\", \"propertyNames\": {}}}}]", 0, NULL);
-	char *g = NULL, err[256] = "";
 	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, err, sizeof err) ==
 	      LANES_EINVAL);
 	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "propertyNames"), "%s", err);
