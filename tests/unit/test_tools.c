@@ -80,52 +80,6 @@ static void test_format_of(void) {
 	CHECK(!strcmp(tool_format_name(tool_format_of(tmpl_chatml())), "fallback"));
 }
 
-// Every family's real template renders the tools, the call and the result in its own shape.
-static void test_render_every_template(void) {
-	json_t *tools = json_loads(TOOLS, 0, NULL), *conv = json_loads(CONV, 0, NULL);
-	for (size_t i = 0; i < N_FILES; i++) {
-		t_case("%s", FILES[i].file);
-		char *src = read_template(FILES[i].file), err[512] = "";
-		if (!src) continue;
-		const tool_format *f = tool_format_of(src);
-		json_t *msgs = NULL, *tl = NULL;
-		int rc = tool_render_context(f, tools, conv, &msgs, &tl, err, sizeof err);
-		CHECKF(rc == 0, "%s: %s", FILES[i].file, err);
-		tmpl *t = NULL;
-		CHECK(tmpl_compile(&t, src, strlen(src), err, sizeof err) == 0);
-		json_t *ctx = json_pack("{s:o, s:s, s:s, s:b}", "messages", msgs, "bos_token", "<s>", "eos_token", "</s>",
-					"add_generation_prompt", 1);
-		if (tl) json_object_set(ctx, "tools", tl);
-		CHECK(tool_template_vars(f, tl, "2026-12-02", ctx) == 0);
-		char *out = NULL;
-		size_t n = 0;
-		rc = t ? tmpl_render(t, ctx, "2026-12-02", &out, &n, err, sizeof err) : -1;
-		CHECKF(rc == 0, "%s: %s", FILES[i].file, err);
-		if (out) {
-			CHECKF(strstr(out, FILES[i].call), "%s: no call in its shape [%s] in\n%s", FILES[i].file, FILES[i].call, out);
-			CHECKF(strstr(out, "Weather in a city") && strstr(out, "get_time") && count(out, "get_weather") >= 2, "%s: no tool list in\n%s",
-			       FILES[i].file, out);
-			CHECKF(strstr(out, "22 C and sunny") && strstr(out, "Weather in Paris?"), "%s: no result in\n%s",
-			       FILES[i].file, out);
-			if (!strcmp(FILES[i].family, "fallback"))
-				CHECKF(strstr(out, "<tool_response>\n22 C and sunny\n</tool_response>"), "%s", out);
-		}
-		free(out);
-		json_decref(ctx);
-		json_decref(tl);
-		tmpl_free(t);
-		free(src);
-	}
-	t_case("%s", "");
-	json_decref(tools);
-	json_decref(conv);
-}
-
-static int is_named(const json_t *m, const char *name) {
-	const char *s = json_string_value(json_object_get(m, "name"));
-	return s && !strcmp(s, name);
-}
-
 // Renders conv (JSON text) with tools through the template in file, as the server would.
 static char *render_file(const char *file, const char *tools_json, const char *conv_json, char *err, size_t errlen) {
 	char *src = read_template(file), *out = NULL;
@@ -149,6 +103,31 @@ static char *render_file(const char *file, const char *tools_json, const char *c
 	json_decref(conv);
 	free(src);
 	return out;
+}
+
+// Every family's real template renders the tools, the call and the result in its own shape.
+static void test_render_every_template(void) {
+	for (size_t i = 0; i < N_FILES; i++) {
+		t_case("%s", FILES[i].file);
+		char err[512] = "";
+		char *out = render_file(FILES[i].file, TOOLS, CONV, err, sizeof err);
+		CHECKF(out, "%s: %s", FILES[i].file, err);
+		if (!out) continue;
+		CHECKF(strstr(out, FILES[i].call), "%s: no call in its shape [%s] in\n%s", FILES[i].file, FILES[i].call, out);
+		CHECKF(strstr(out, "Weather in a city") && strstr(out, "get_time") && count(out, "get_weather") >= 2,
+		       "%s: no tool list in\n%s", FILES[i].file, out);
+		CHECKF(strstr(out, "22 C and sunny") && strstr(out, "Weather in Paris?"), "%s: no result in\n%s", FILES[i].file,
+		       out);
+		if (!strcmp(FILES[i].family, "fallback"))
+			CHECKF(strstr(out, "<tool_response>\n22 C and sunny\n</tool_response>"), "%s", out);
+		free(out);
+	}
+	t_case("%s", "");
+}
+
+static int is_named(const json_t *m, const char *name) {
+	const char *s = json_string_value(json_object_get(m, "name"));
+	return s && !strcmp(s, name);
 }
 
 static const char *TWO_CALLS =
