@@ -13,6 +13,7 @@
 // #/$defs/... and #/definitions/..., string format date/time/date-time/uuid, minLength/
 // maxLength, pattern (a plain regex), integer minimum/maximum (exclusive too), nullable;
 // annotations (title, description, examples, default, $schema, $id, $comment) are ignored.
+// Keys in declared order; extra keys only with additionalProperties true/a schema or no properties.
 // On success *out is malloc'd GBNF (free() it) and 0 is returned. Otherwise LANES_EINVAL with
 // "unsupported keyword 'KEY' at /json/pointer" (or what else is wrong, and where) in err,
 // LANES_ELIMIT when the schema is too deep or large, LANES_ENOMEM. Never relaxes silently.

@@ -1,0 +1,253 @@
+// tests: JSON Schema to GBNF. Every unsupported keyword is refused with its pointer; limits end
+// hostile schemas; and for each schema of tests/corpus/schema the grammar, compiled by the
+// grammar engine, takes its valid documents byte by byte and refuses its invalid ones.
+#include "base/base.h"
+#include "grammar/grammar.h"
+#include "grammar/schema.h"
+#include "t.h"
+
+#include <dirent.h>
+#include <jansson.h>
+
+static grammar_vocab *vocab; // one byte-sized piece: accept_bytes needs a vocabulary only
+
+static int gbnf_of(const char *schema_text, char **out, char *err, size_t errlen) {
+	json_error_t je;
+	json_t *s = json_loads(schema_text, JSON_DECODE_ANY, &je);
+	if (!s) return snprintf(err, errlen, "bad test JSON: %s", je.text), -100;
+	int rc = grammar_schema_gbnf(s, "root", out, err, errlen);
+	json_decref(s);
+	return rc;
+}
+
+// Whether text is a whole sentence of g, taken byte by byte.
+static bool takes(grammar *g, const char *text) {
+	grammar_matcher *m = NULL;
+	char err[128];
+	if (grammar_matcher_new(&m, g, vocab, NULL, 0, err, sizeof err)) return false;
+	bool ok = true;
+	for (size_t i = 0; text[i] && ok; i++) ok = grammar_matcher_accept_bytes(m, text + i, 1) == 0;
+	ok = ok && grammar_matcher_accepting(m);
+	grammar_matcher_free(m);
+	return ok;
+}
+
+static grammar *compile(const char *gbnf) {
+	grammar *g = NULL;
+	char err[256];
+	if (grammar_compile(&g, gbnf, strlen(gbnf), NULL, err, sizeof err)) fprintf(stderr, "compile: %s\n%s", err, gbnf);
+	return g;
+}
+
+static grammar *schema_grammar(const char *schema_text) {
+	char *gbnf = NULL, err[256];
+	int rc = gbnf_of(schema_text, &gbnf, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", schema_text, err);
+	grammar *g = rc ? NULL : compile(gbnf);
+	free(gbnf);
+	return g;
+}
+
+static void test_refusals(void) {
+	static const struct {
+		const char *schema;
+		int code;
+		const char *msg;
+	} cases[] = {
+		{"{\"not\": {}}", LANES_EINVAL, "unsupported keyword 'not' at the root"},
+		{"{\"type\": \"object\", \"properties\": {\"a\": {\"if\": {}, \"then\": {}}}}", LANES_EINVAL, "unsupported keyword 'if' at /properties/a"},
+		{"{\"type\": \"object\", \"patternProperties\": {\"^x\": {}}}", LANES_EINVAL, "unsupported keyword 'patternProperties' at the root"},
+		{"{\"type\": \"object\", \"properties\": {\"a/b\": {\"dependentRequired\": {}}}}", LANES_EINVAL, "unsupported keyword 'dependentRequired' at /properties/a~1b"},
+		{"{\"type\": \"array\", \"items\": {\"type\": \"array\", \"uniqueItems\": true}}", LANES_EINVAL, "unsupported keyword 'uniqueItems' at /items"},
+		{"{\"type\": \"integer\", \"multipleOf\": 3}", LANES_EINVAL, "unsupported keyword 'multipleOf'"},
+		{"{\"type\": \"string\", \"x-custom\": 1}", LANES_EINVAL, "unsupported keyword 'x-custom'"},
+		{"{\"type\": \"string\", \"format\": \"email\"}", LANES_EINVAL, "unsupported format 'email' at the root"},
+		{"{\"$ref\": \"https://example.com/s.json\"}", LANES_EINVAL, "unsupported $ref"},
+		{"{\"$ref\": \"#/$defs/missing\", \"$defs\": {}}", LANES_EINVAL, "does not resolve"},
+		{"{\"$ref\": \"#\"}", LANES_EINVAL, "left recursion"},
+		{"{\"$ref\": \"#/$defs/a\", \"type\": \"string\", \"$defs\": {\"a\": {}}}", LANES_EINVAL, "unsupported keyword 'type' beside '$ref'"},
+		{"{\"anyOf\": [{\"$ref\": \"#\"}, {\"type\": \"null\"}]}", LANES_EINVAL, "left recursion"},
+		{"{\"type\": \"string\", \"pattern\": \"[a-z]+\"}", LANES_EINVAL, "anchored"},
+		{"{\"type\": \"string\", \"pattern\": \"^(a)\\\\1$\"}", LANES_EINVAL, "backreference"},
+		{"{\"type\": \"string\", \"pattern\": \"^(?=a)a$\"}", LANES_EINVAL, "lookaround"},
+		{"{\"type\": \"string\", \"pattern\": \"^a\\\\bb$\"}", LANES_EINVAL, "word boundary"},
+		{"{\"type\": \"string\", \"pattern\": \"^a(b$\"}", LANES_EINVAL, "unclosed '('"},
+		{"{\"type\": \"string\", \"pattern\": \"^a^b$\"}", LANES_EINVAL, "'^' inside the pattern"},
+		{"{\"type\": \"string\", \"pattern\": \"^a$\", \"maxLength\": 3}", LANES_EINVAL, "beside 'pattern'"},
+		{"{\"type\": \"number\", \"maximum\": 1.5}", LANES_EINVAL, "unsupported keyword 'maximum' for a number"},
+		{"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", LANES_EINVAL, "no integer"},
+		{"{\"type\": \"string\", \"minLength\": 5, \"maxLength\": 4}", LANES_EINVAL, "minLength exceeds maxLength"},
+		{"{\"type\": \"string\", \"maxLength\": 5000}", LANES_ELIMIT, "exceeds 1000"},
+		{"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", LANES_EINVAL, "required property 'a' is not in properties"},
+		{"{\"type\": \"array\", \"items\": [{}]}", LANES_EINVAL, "prefixItems"},
+		{"{\"type\": \"strings\"}", LANES_EINVAL, "unknown type 'strings'"},
+		{"{\"enum\": []}", LANES_EINVAL, "'enum' must be a non-empty array"},
+		{"{\"type\": \"string\", \"enum\": [1, 2]}", LANES_EINVAL, "no value of 'enum'"},
+		{"false", LANES_EINVAL, "schema false"},
+		{"[1]", LANES_EINVAL, "a schema must be an object or a boolean"},
+		{"{\"allOf\": [{\"type\": \"string\"}]}", LANES_EINVAL, "only object schemas merge"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char *out = NULL, err[512] = "";
+		int rc = gbnf_of(cases[i].schema, &out, err, sizeof err);
+		CHECKF(rc == cases[i].code && strstr(err, cases[i].msg) && !out, "%s: rc %d, '%s' (want '%s')", cases[i].schema, rc,
+		       err, cases[i].msg);
+		free(out);
+	}
+	char *out = NULL, err[256];
+	json_t *s = json_pack("{s:s}", "type", "string");
+	CHECK(grammar_schema_gbnf(s, "bad name", &out, err, sizeof err) == LANES_EINVAL && strstr(err, "root rule name"));
+	CHECK(grammar_schema_gbnf(s, "", &out, err, sizeof err) == LANES_EINVAL);
+	json_decref(s);
+}
+
+static void test_annotations_ignored(void) {
+	grammar *g = schema_grammar("{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", \"$id\": \"x\", \"title\": \"t\","
+				    " \"description\": \"d\", \"examples\": [1], \"default\": 2, \"$comment\": \"c\", \"readOnly\": true,"
+				    " \"writeOnly\": false, \"deprecated\": false, \"type\": \"integer\"}");
+	CHECK(g && takes(g, "12") && !takes(g, "\"12\""));
+	grammar_unref(g);
+}
+
+// A schema nested past the depth bound, and schemas whose grammar would pass 1 MiB, end with
+// LANES_ELIMIT in bounded time.
+static void test_limits(void) {
+	json_t *s = json_pack("{s:s}", "type", "integer");
+	for (int i = 0; i < 5000 && s; i++) s = json_pack("{s:s,s:o}", "type", "array", "items", s);
+	char *out = NULL, err[256] = "";
+	CHECKF(s && grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "deeper than 64"), "%s", err);
+	json_decref(s);
+	// 1,000 enum values of 1,500 bytes: a 1.5 MB schema
+	char *big = malloc(1501);
+	memset(big, 'x', 1500), big[1500] = 0;
+	json_t *e = json_array();
+	for (int i = 0; i < 1000; i++) big[0] = (char)('a' + i % 26), big[1] = (char)('a' + i / 26), json_array_append_new(e, json_string(big));
+	s = json_pack("{s:o}", "enum", e);
+	CHECKF(grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "exceed"), "%s", err);
+	json_decref(s);
+	free(big);
+	e = json_array();
+	for (int i = 0; i < 5000; i++) json_array_append_new(e, json_integer(i));
+	s = json_pack("{s:o}", "enum", e);
+	CHECKF(grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "more than"), "%s", err);
+	json_decref(s);
+	json_t *p = json_object();
+	for (int i = 0; i < 2000; i++) {
+		char k[16];
+		snprintf(k, sizeof k, "p%d", i);
+		json_object_set_new(p, k, json_pack("{s:s}", "type", "integer"));
+	}
+	s = json_pack("{s:s,s:o}", "type", "object", "properties", p);
+	CHECKF(grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "properties"), "%s", err);
+	json_decref(s);
+	// $ref cycles that match no text end too: one through allOf, one of plain $refs
+	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"allOf\": [{\"$ref\": \"#/$defs/a\"}]}", &out, err,
+		      sizeof err) == LANES_ELIMIT);
+	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}, \"$ref\": \"#/$defs/a\"}",
+		      &out, err, sizeof err) == LANES_EINVAL && strstr(err, "left recursion"));
+	CHECK(!out);
+}
+
+static void test_corpus(void) {
+	DIR *d = opendir("tests/corpus/schema");
+	CHECK(d != NULL);
+	int files = 0;
+	for (struct dirent *de; d && (de = readdir(d));) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json")) continue;
+		char path[512];
+		snprintf(path, sizeof path, "tests/corpus/schema/%s", de->d_name);
+		t_case("%s", de->d_name);
+		json_error_t je;
+		json_t *f = json_load_file(path, 0, &je);
+		CHECKF(f != NULL, "%s: %s", path, je.text);
+		char *gbnf = NULL, err[512] = "";
+		int rc = f ? grammar_schema_gbnf(json_object_get(f, "schema"), "root", &gbnf, err, sizeof err) : -1;
+		CHECKF(rc == 0, "%s: %s", path, err);
+		grammar *g = rc ? NULL : compile(gbnf);
+		CHECKF(g != NULL, "%s compiles", path);
+		files++;
+		size_t i;
+		json_t *doc;
+		json_array_foreach(json_object_get(f, "valid"), i, doc) {
+			// compact and pretty-printed: both shapes a model writes
+			char *a = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+			char *b = json_dumps(doc, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+			CHECKF(g && takes(g, a), "%s: valid document refused: %s", path, a);
+			CHECKF(g && takes(g, b), "%s: valid document refused: %s", path, b);
+			free(a), free(b);
+		}
+		json_array_foreach(json_object_get(f, "invalid"), i, doc) {
+			char *a = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+			CHECKF(g && !takes(g, a), "%s: invalid document taken: %s", path, a);
+			free(a);
+		}
+		grammar_unref(g);
+		free(gbnf);
+		json_decref(f);
+	}
+	if (d) closedir(d);
+	t_case("%s", "");
+	CHECKF(files >= 11, "%d corpus files", files);
+}
+
+// What the corpus cannot say as parsed JSON: raw text a model might write.
+static void test_raw_text(void) {
+	grammar *g = schema_grammar("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}, \"required\": [\"name\"],"
+				    " \"additionalProperties\": {\"type\": \"integer\"}}");
+	CHECK(g && takes(g, "{\"name\":\"x\",\"nam\":1,\"names\":2}"));
+	CHECK(g && !takes(g, "{\"name\":\"x\",\"name\":1}")); // an extra key never repeats a declared one
+	CHECK(g && !takes(g, "{\"name\":\"x\",\"n\\u0061me\":1}")); // nor spells one with escapes
+	grammar_unref(g);
+	g = schema_grammar("{\"type\": \"string\"}");
+	CHECK(g && takes(g, "\"\\ud83d\\ude00 \\n\\\"\""));
+	CHECK(g && !takes(g, "\"\\ud83d\"")); // a lone surrogate is no character
+	CHECK(g && !takes(g, "\"a\nb\""));    // raw control characters are not JSON
+	grammar_unref(g);
+	// whitespace is bounded: a model cannot spin on it
+	g = schema_grammar("{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}");
+	char text[64];
+	snprintf(text, sizeof text, "[\n%20s1]", "");
+	CHECK(g && takes(g, text));
+	snprintf(text, sizeof text, "[\n%21s1]", "");
+	CHECK(g && !takes(g, text));
+	grammar_unref(g);
+	g = schema_grammar("{\"type\": \"integer\", \"minimum\": -12, \"maximum\": 1234}");
+	CHECK(g && takes(g, "-12") && takes(g, "0") && takes(g, "1234") && takes(g, "999"));
+	CHECK(g && !takes(g, "-13") && !takes(g, "1235") && !takes(g, "01") && !takes(g, "-0") && !takes(g, "12345"));
+	grammar_unref(g);
+	g = schema_grammar("{\"type\": \"string\", \"pattern\": \"^a.c[^x-z\\\"]?$\"}");
+	CHECK(g && takes(g, "\"abc\"") && takes(g, "\"a\\\"cq\"") && takes(g, "\"a\\\\c\""));
+	CHECK(g && !takes(g, "\"a\\nc\"") && !takes(g, "\"abcy\"") && !takes(g, "\"abc\\\"\""));
+	grammar_unref(g);
+}
+
+static void test_json_object(void) {
+	const char *text = grammar_json_object_gbnf();
+	CHECK(text == grammar_json_object_gbnf());
+	grammar *g = compile(text);
+	CHECK(g && takes(g, "{\"a\": [1, -2.5e3, {\"b\": null}], \"c\": \"x\", \"d\": true}"));
+	CHECK(g && takes(g, "{}") && takes(g, "{\n  \"a\": {}\n}"));
+	CHECK(g && !takes(g, "[1]") && !takes(g, "{\"a\":1,}") && !takes(g, "\"x\"") && !takes(g, "{a:1}"));
+	grammar_unref(g);
+}
+
+int main(void) {
+	char piece[] = "x";
+	const char *pieces[] = {piece};
+	uint32_t len[] = {1};
+	bool usable[] = {true, false};
+	const char *p2[] = {piece, ""};
+	uint32_t l2[] = {1, 0};
+	int32_t eog = 1;
+	(void)pieces, (void)len;
+	grammar_vocab_new(&vocab, 2, p2, l2, usable, &eog, 1);
+	test_refusals();
+	test_annotations_ignored();
+	test_limits();
+	test_corpus();
+	test_raw_text();
+	test_json_object();
+	grammar_vocab_free(vocab);
+	T_DONE("test_schema");
+}
