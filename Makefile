@@ -65,6 +65,14 @@ $(BUILD)/build-id: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' > $@
 
+# The web page's files as C arrays (xxd -i), compiled into the server.
+WEBUI    := $(sort $(wildcard src/server/webui/*))
+$(BUILD)/gen/webui_files.h: $(WEBUI)
+	@mkdir -p $(dir $@)
+	cd src/server/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+$(BUILD)/src/server/http_webui.o: $(BUILD)/gen/webui_files.h
+$(BUILD)/src/server/http_webui.o: EXTRA := -I$(BUILD)/gen
+
 # x86 kernels are compiled for their instruction set; CPUID picks them at run time.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c

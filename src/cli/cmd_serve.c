@@ -96,6 +96,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.protect_control = s->protect_control;
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
+	cfg.no_webui = s->no_webui;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, s->model, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 

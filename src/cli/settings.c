@@ -77,6 +77,7 @@ const cli_setting cli_settings_table[] = {
 	 .help = "answer requests whose Host names NAME (* = any), besides loopback names and addresses"},
 	{.names = "--cors-origin", .kind = SET_LIST, .field = F(cors_origin), .meta = "ORIGIN", .cmds = B(SERVE),
 	 .help = "let pages of ORIGIN (http://host:port; * = any) call the API from a browser (CORS)"},
+	{.names = "--no-webui", .kind = SET_FLAG, .field = F(no_webui), .cmds = B(SERVE), .help = "serve no web page at /"},
 	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = "16777216", .min = 1024,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
 	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = "1048576", .min = 16,

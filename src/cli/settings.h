@@ -37,7 +37,7 @@ typedef struct {
 	cli_list allowed_host, cors_origin; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
-		embeddings, strict_params, strict_model;
+		embeddings, strict_params, strict_model, no_webui;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
 	uint64_t given[2];  // bit i: setting i was given (flag or environment)
