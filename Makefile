@@ -29,7 +29,7 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing -ffp-contract=off
-LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lm -lpthread
+LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lcurl -lm -lpthread
 
 ifneq ($(SANITIZE),)
 override BUILD := $(BUILD)/san

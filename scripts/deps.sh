@@ -1,7 +1,7 @@
 #!/bin/sh
 # Makes sure the Debian packages lanes builds and tests with are present:
 # installs them when run as root, otherwise prints the exact apt-get line.
-PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev pkg-config xxd"
+PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-openssl-dev pkg-config xxd"
 # --node: also the Node.js clients the HTTP tests drive (npm ci, from package-lock.json)
 if [ "$1" = "--node" ]; then
 	shift

@@ -12,7 +12,7 @@
 // The subcommands; a setting names those that take it as bits (1u << CMD_x).
 enum cli_cmd {
 	CMD_INFO, CMD_QUANTIZE, CMD_GEN, CMD_TOKENIZE, CMD_DETOKENIZE, CMD_TEMPLATE,
-	CMD_RUN, CMD_LOGITS, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_COUNT
+	CMD_RUN, CMD_LOGITS, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_PULL, CMD_LS, CMD_RM, CMD_COUNT
 };
 
 // A repeatable option's values, in the order given (they point into argv).
@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
 	// files and texts
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
-	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model;
+	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir;
 	// choices (validated: one of the setting's choices)
 	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling;
 	// numbers
