@@ -37,12 +37,7 @@ enum MHD_Result srv_webui(srv_conn *c) {
 					"base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
 		MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		srv_reply_headers(c, r, 200);
-		c->status = 200;
-		c->replied = true;
-		enum MHD_Result ok = MHD_queue_response(c->mc, 200, r);
-		MHD_destroy_response(r);
-		return ok;
+		return srv_reply_response(c, 200, r);
 	}
 	srv_err e;
 	srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such file: %s", url);
