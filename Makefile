@@ -29,7 +29,7 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 $(WARN) -D_GNU_SOURCE -pthread -Isrc -fno-strict-aliasing -ffp-contract=off
-LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lm -lpthread
+LDLIBS   := -lmicrohttpd -lpcre2-8 -ljansson -lcurl -lm -lpthread
 
 ifneq ($(SANITIZE),)
 override BUILD := $(BUILD)/san
@@ -64,6 +64,14 @@ $(BUILD)/src/base/version.o: $(BUILD)/build-id
 $(BUILD)/build-id: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' > $@
+
+# The web page's files as C arrays (xxd -i), compiled into the server.
+WEBUI    := $(sort $(wildcard src/server/webui/*))
+$(BUILD)/gen/webui_files.h: $(WEBUI)
+	@mkdir -p $(dir $@)
+	cd src/server/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+$(BUILD)/src/server/http_webui.o: $(BUILD)/gen/webui_files.h
+$(BUILD)/src/server/http_webui.o: EXTRA := -I$(BUILD)/gen
 
 # x86 kernels are compiled for their instruction set; CPUID picks them at run time.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c

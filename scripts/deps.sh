@@ -1,7 +1,7 @@
 #!/bin/sh
 # Makes sure the Debian packages lanes builds and tests with are present:
 # installs them when run as root, otherwise prints the exact apt-get line.
-PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev pkg-config"
+PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-openssl-dev pkg-config xxd"
 # --node: also the Node.js clients the HTTP tests drive (npm ci, from package-lock.json)
 if [ "$1" = "--node" ]; then
 	shift
@@ -14,7 +14,11 @@ if [ "$1" = "--node" ]; then
 			exit 1
 		fi
 	fi
-	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ ! -d node_modules/ollama ] || [ package-lock.json -nt node_modules ]; then
+	# the web page's test drives Debian's Chromium (it skips without one)
+	if [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null 2>&1; then
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } >&2 || exit 1
+	fi
+	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ ! -d node_modules/ollama ] || [ ! -d node_modules/puppeteer-core ] || [ package-lock.json -nt node_modules ]; then
 		npm ci --no-audit --no-fund >&2 || exit 1
 	fi
 fi

@@ -21,6 +21,14 @@ int cmd_logits(const cli_settings *s);
 int cmd_bench(const cli_settings *s);
 int cmd_serve(const cli_settings *s);
 int cmd_plan(const cli_settings *s);
+int cmd_pull(const cli_settings *s);
+int cmd_ls(const cli_settings *s);
+int cmd_rm(const cli_settings *s);
+// The model cache (cmd_pull.c): ref (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, an http(s) URL)
+// downloaded unless cached; its path into path. Prints its error and returns -1, else 0.
+int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n);
+// Whether serve's -m names something to pull rather than a file.
+bool cli_is_pull_ref(const char *model);
 
 // Each prints its error (cli_err) and returns -1, else 0:
 // "1,2,3" or "[1, 2, 3]" into a malloc'd list;

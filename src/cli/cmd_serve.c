@@ -60,10 +60,16 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 int cmd_serve(const cli_settings *s) {
 	LOG_INFO("serve", "%s; kernels %s; built with %s", base_version_string(),
 		 tensor_kernels_name(tensor_kernels_default()), base_build_flags());
+	char pulled[4096];
+	const char *model_path = s->model;
+	if (cli_is_pull_ref(s->model)) {
+		if (cli_pull(s, s->model, pulled, sizeof pulled)) return 1;
+		model_path = pulled;
+	}
 	http_config cfg;
 	http_config_default(&cfg);
 	const double drain_s = s->drain_s;
-	cfg.model_path = s->model;
+	cfg.model_path = model_path;
 	cfg.host = s->host;
 	cfg.port = (int)s->port;
 	cfg.alias = s->alias;
@@ -96,8 +102,9 @@ int cmd_serve(const cli_settings *s) {
 	cfg.protect_control = s->protect_control;
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
+	cfg.no_webui = s->no_webui;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
-	if (s->memory && plan_serve(&cfg, s->model, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
+	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 
 	// every thread the server starts inherits this mask: the signals come to sigtimedwait here
 	sigset_t set;
@@ -113,7 +120,7 @@ int cmd_serve(const cli_settings *s) {
 		cli_err("%s", err);
 		return 1;
 	}
-	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), s->model);
+	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
 
 	int rc = 0, signals = 0;
 	bool halted = false;

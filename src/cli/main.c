@@ -21,6 +21,9 @@ static const cli_command commands[] = {
 	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
 	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)", "-m MODEL", 0},
 	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},
+	{CMD_PULL, "pull", cmd_pull, "download a model into the cache (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, URL)", "REF", 1},
+	{CMD_LS, "ls", cmd_ls, "list the models in the cache", "", 0},
+	{CMD_RM, "rm", cmd_rm, "delete a model from the cache", "NAME", 1},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -75,6 +75,10 @@ static const srv_route routes[] = {
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
+	{"GET", "/", 0, SRV_OPENAI, srv_webui},
+	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
+	{"GET", "/ui/app.css", 0, SRV_OPENAI, srv_webui},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

@@ -112,6 +112,8 @@ static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
 	return ok;
 }
 
+enum MHD_Result srv_reply_response(srv_conn *c, int status, struct MHD_Response *r) { return queue(c, status, r); }
+
 enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
 	if (!r) return MHD_NO;

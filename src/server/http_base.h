@@ -156,6 +156,8 @@ struct srv_conn {
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
 enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
+// r (which it destroys) with the connection's common headers (CORS, Allow, WWW-Authenticate).
+enum MHD_Result srv_reply_response(srv_conn *c, int status, struct MHD_Response *r);
 enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len);
 enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e);
 // The headers every reply with this status carries (CORS, Allow, WWW-Authenticate); the

@@ -27,6 +27,9 @@ enum MHD_Result srv_count_tokens(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 enum MHD_Result srv_embeddings(srv_conn *c);
 
+// the web page (http_webui.c): its files, compiled in
+enum MHD_Result srv_webui(srv_conn *c);
+
 // Ollama's API (http_ollama.c; its embeddings in http_embed.c)
 enum MHD_Result srv_ollama_version(srv_conn *c);
 enum MHD_Result srv_ollama_tags(srv_conn *c);

@@ -38,6 +38,7 @@ typedef struct {
 	bool protect_control;       // with api_key: /slots, /metrics, /props and /health's details need it
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
+	bool no_webui;              // GET / and the page's files answer 404
 } http_config;
 
 void http_config_default(http_config *c);

@@ -1,0 +1,463 @@
+// cli: the model cache — `lanes pull REF` downloads a GGUF with libcurl (resumed into a .part
+// file, size and the hub's SHA-256 checked, validated as GGUF before it takes its name),
+// `lanes ls` lists the cache and `lanes rm NAME` deletes; `lanes serve -m hf:...` pulls first.
+#include "base/base.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PULL_TRIES 5
+
+typedef struct {
+	char url[4096];
+	char rel[1024]; // where it goes under the cache folder
+	bool hub;       // from the hub: the token and its checksum headers apply
+} pull_ref;
+
+static void cache_dir(const cli_settings *s, char *out, size_t n) {
+	if (s->models_dir && *s->models_dir) snprintf(out, n, "%s", s->models_dir);
+	else snprintf(out, n, "%s/.cache/lanes/models", getenv("HOME") ? getenv("HOME") : ".");
+}
+
+// A name from a reference or a listing: words of [A-Za-z0-9._+-], never "." or "..".
+static bool safe_path(const char *p, bool slashes) {
+	if (!*p) return false;
+	for (const char *w = p; *w;) {
+		const char *e = w;
+		while (*e && *e != '/') {
+			if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *e)) return false;
+			e++;
+		}
+		const size_t len = (size_t)(e - w);
+		if (!len || (len == 1 && w[0] == '.') || (len == 2 && w[0] == '.' && w[1] == '.')) return false;
+		if (*e && !slashes) return false;
+		w = *e ? e + 1 : e;
+		if (*e && !*w) return false;
+	}
+	return true;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+	const size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+static const char *endpoint(const cli_settings *s) { return s->hf_endpoint && *s->hf_endpoint ? s->hf_endpoint : "https://huggingface.co"; }
+
+static void auth_header(const cli_settings *s, const pull_ref *r, struct curl_slist **h) {
+	if (!r->hub || !s->hf_token || !*s->hf_token) return;
+	char line[1024];
+	snprintf(line, sizeof line, "Authorization: Bearer %s", s->hf_token);
+	*h = curl_slist_append(*h, line);
+}
+
+static size_t to_buf(char *p, size_t sz, size_t n, void *ud) {
+	char **buf = ud;
+	size_t have = *buf ? strlen(*buf) : 0, add = sz * n;
+	if (have + add > (64u << 20)) return 0; // a listing is never this large
+	char *nb = realloc(*buf, have + add + 1);
+	if (!nb) return 0;
+	memcpy(nb + have, p, add);
+	nb[have + add] = 0;
+	*buf = nb;
+	return add;
+}
+
+// ORG/REPO:QUANT: the .gguf file of the repository's listing whose name holds QUANT.
+static int pick_file(const cli_settings *s, const char *org, const char *repo, const char *quant, char *file, size_t n) {
+	char url[4096];
+	snprintf(url, sizeof url, "%s/api/models/%s/%s/tree/main", endpoint(s), org, repo);
+	CURL *c = curl_easy_init();
+	if (!c) return -1;
+	char *body = NULL;
+	struct curl_slist *h = NULL;
+	pull_ref hub = {.hub = true};
+	auth_header(s, &hub, &h);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_buf);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+	CURLcode rc = curl_easy_perform(c);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	if (rc != CURLE_OK) {
+		cli_err("%s: %s", url, curl_easy_strerror(rc));
+		free(body);
+		return -1;
+	}
+	json_t *arr = json_loads(body ? body : "", 0, NULL);
+	free(body);
+	if (!json_is_array(arr)) {
+		cli_err("%s: not a file listing", url);
+		json_decref(arr);
+		return -1;
+	}
+	int found = 0;
+	size_t i;
+	json_t *e;
+	char best[1024] = "";
+	json_array_foreach(arr, i, e) {
+		const char *p = json_string_value(json_object_get(e, "path"));
+		if (!p || !ends_with(p, ".gguf") || !strcasestr(p, quant) || !safe_path(p, true)) continue;
+		// the first of a split model's parts is not a whole model: prefer a single file
+		if (!found || (strstr(best, "-of-") && !strstr(p, "-of-"))) snprintf(best, sizeof best, "%s", p);
+		found++;
+	}
+	json_decref(arr);
+	if (!found) {
+		cli_err("%s/%s has no .gguf file matching '%s'", org, repo, quant);
+		return -1;
+	}
+	if (found > 1) LOG_INFO("pull", "%d files match '%s': taking %s", found, quant, best);
+	snprintf(file, n, "%s", best);
+	return 0;
+}
+
+static int parse_ref(const cli_settings *s, const char *ref, pull_ref *r) {
+	memset(r, 0, sizeof *r);
+	if (!strncmp(ref, "https://", 8) || !strncmp(ref, "http://", 7)) {
+		const char *host = strstr(ref, "//") + 2, *slash = strchr(host, '/');
+		char name[512], hostname[256];
+		const char *q = slash ? slash + strcspn(slash, "?#") : host + strlen(host);
+		const char *b = q;
+		while (b > host && b[-1] != '/') b--;
+		snprintf(hostname, sizeof hostname, "%.*s", (int)((slash ? slash : q) - host), host);
+		snprintf(name, sizeof name, "%.*s", (int)(q - b), b);
+		for (char *p = hostname; *p; p++)
+			if (*p == ':') *p = '_';
+		if (!slash || !safe_path(hostname, false) || !safe_path(name, false) || !ends_with(name, ".gguf")) {
+			cli_err("'%s': a URL must end in a file name NAME.gguf", ref);
+			return -1;
+		}
+		snprintf(r->url, sizeof r->url, "%s", ref);
+		snprintf(r->rel, sizeof r->rel, "url/%s/%s", hostname, name);
+		return 0;
+	}
+	if (!strncmp(ref, "hf:", 3)) ref += 3;
+	char org[256], repo[256], file[1024] = "";
+	const char *a = strchr(ref, '/');
+	if (!a || a - ref >= (long)sizeof org) goto bad;
+	snprintf(org, sizeof org, "%.*s", (int)(a - ref), ref);
+	const char *b = a + 1 + strcspn(a + 1, "/:");
+	if (b - a - 1 >= (long)sizeof repo) goto bad;
+	snprintf(repo, sizeof repo, "%.*s", (int)(b - a - 1), a + 1);
+	if (!safe_path(org, false) || !safe_path(repo, false)) goto bad;
+	if (*b == ':') {
+		if (!safe_path(b + 1, false)) goto bad;
+		if (pick_file(s, org, repo, b + 1, file, sizeof file)) return -1;
+	} else if (*b == '/') {
+		snprintf(file, sizeof file, "%s", b + 1);
+		if (!safe_path(file, true) || !ends_with(file, ".gguf")) goto bad;
+	} else goto bad;
+	snprintf(r->url, sizeof r->url, "%s/%s/%s/resolve/main/%s", endpoint(s), org, repo, file);
+	snprintf(r->rel, sizeof r->rel, "%s/%s/%s", org, repo, file);
+	r->hub = true;
+	return 0;
+bad:
+	cli_err("'%s' is not a model reference: hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT or an https:// URL", ref);
+	return -1;
+}
+
+static int mkdirs(const char *path) {
+	char p[4096];
+	snprintf(p, sizeof p, "%s", path);
+	for (char *q = p + 1; *q; q++) {
+		if (*q != '/') continue;
+		*q = 0;
+		if (mkdir(p, 0755) && errno != EEXIST) return -1;
+		*q = '/';
+	}
+	return 0;
+}
+
+// ---- one transfer --------------------------------------------------------------------------
+
+typedef struct {
+	FILE *f;
+	CURL *c;
+	int64_t have, total;        // bytes in the .part file; the whole file's size (-1: unknown)
+	char sha[65];               // the hub's SHA-256 of the file ("": none published)
+	int64_t linked_size;        // X-Linked-Size (-1: none)
+	bool restart_checked, tty;
+	uint64_t t0_us, last_us;
+	int64_t t0_bytes;
+	int last_step;
+} xfer;
+
+static void header_value(const char *line, size_t n, const char *name, char *out, size_t on) {
+	const size_t k = strlen(name);
+	if (n <= k || strncasecmp(line, name, k) || line[k] != ':') return;
+	const char *v = line + k + 1;
+	const char *end = line + n;
+	while (v < end && (*v == ' ' || *v == '\t')) v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ')) end--;
+	if (end - v >= 2 && !strncmp(v, "W/", 2)) v += 2;
+	if (end > v && *v == '"') v++, end -= end[-1] == '"';
+	snprintf(out, on, "%.*s", (int)(end - v), v);
+}
+
+static bool is_sha(const char *h) {
+	if (strlen(h) != 64) return false;
+	for (const char *p = h; *p; p++)
+		if (!strchr("0123456789abcdef", *p)) return false;
+	return true;
+}
+
+// Headers of every response on the way (the hub's 302 carries X-Linked-ETag and X-Linked-Size).
+static size_t on_header(char *line, size_t sz, size_t n, void *ud) {
+	xfer *x = ud;
+	char v[256] = "";
+	header_value(line, sz * n, "x-linked-etag", v, sizeof v);
+	if (is_sha(v) && !x->sha[0]) snprintf(x->sha, sizeof x->sha, "%s", v);
+	v[0] = 0;
+	header_value(line, sz * n, "x-linked-size", v, sizeof v);
+	if (v[0] && x->linked_size < 0) x->linked_size = strtoll(v, NULL, 10);
+	v[0] = 0;
+	header_value(line, sz * n, "etag", v, sizeof v); // a bare LFS oid is its SHA-256 too
+	if (x->sha[0] == 0 && is_sha(v)) snprintf(x->sha, sizeof x->sha, "%s", v);
+	return sz * n;
+}
+
+static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
+	xfer *x = ud;
+	if (!x->restart_checked) {
+		long code = 0;
+		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
+		if (code != 206 && x->have) { // the server sent the whole file: start over
+			if (ftruncate(fileno(x->f), 0) || fseek(x->f, 0, SEEK_SET)) return 0;
+			x->have = 0;
+		}
+		x->restart_checked = true;
+	}
+	if (fwrite(p, sz, n, x->f) != n) return 0;
+	x->have += (int64_t)(sz * n);
+	return sz * n;
+}
+
+static void fmt_mib(int64_t b, char *out, size_t n) { snprintf(out, n, "%.1f MiB", (double)b / 1048576.0); }
+
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ut, curl_off_t un) {
+	xfer *x = ud;
+	const uint64_t now = base_now_us();
+	int64_t total = x->linked_size > 0 ? x->linked_size : x->total;
+	if (total <= 0 && dltotal > 0) total = x->t0_bytes + dltotal;
+	char a[32], b[32];
+	fmt_mib(x->have, a, sizeof a);
+	fmt_mib(total, b, sizeof b);
+	const double secs = (double)(now - x->t0_us) / 1e6, rate = secs > 0 ? (double)(x->have - x->t0_bytes) / secs : 0;
+	if (x->tty) {
+		if (now - x->last_us < 100000) return 0;
+		x->last_us = now;
+		const double frac = total > 0 ? (double)x->have / (double)total : 0;
+		char bar[31];
+		for (int i = 0; i < 30; i++) bar[i] = i < (int)(frac * 30) ? '#' : '.';
+		bar[30] = 0;
+		fprintf(stderr, "\r[%s] %s / %s  %.1f MiB/s  ETA %.0f s   ", bar, a, b, rate / 1048576.0,
+			rate > 0 && total > x->have ? (double)(total - x->have) / rate : 0.0);
+	} else if (total > 0) {
+		const int step = (int)(x->have * 10 / total); // a plain line every tenth
+		if (step > x->last_step) {
+			x->last_step = step;
+			fprintf(stderr, "pull: %d%% (%s of %s, %.1f MiB/s)\n", step * 10, a, b, rate / 1048576.0);
+		}
+	}
+	return 0;
+}
+
+// The download of r into part, resumed where it stopped; 0 when the server says it is whole.
+static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfer *x) {
+	struct curl_slist *h = NULL;
+	auth_header(s, r, &h);
+	for (int attempt = 1;; attempt++) {
+		struct stat st;
+		x->have = stat(part, &st) ? 0 : st.st_size;
+		x->f = fopen(part, "ab");
+		if (!x->f) {
+			cli_err("%s: %s", part, strerror(errno));
+			curl_slist_free_all(h);
+			return -1;
+		}
+		x->c = curl_easy_init();
+		x->restart_checked = false;
+		x->t0_us = base_now_us();
+		x->t0_bytes = x->have;
+		char range[64];
+		snprintf(range, sizeof range, "%lld-", (long long)x->have);
+		curl_easy_setopt(x->c, CURLOPT_URL, r->url);
+		curl_easy_setopt(x->c, CURLOPT_FOLLOWLOCATION, 1L);
+		curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, h);
+		if (x->have) curl_easy_setopt(x->c, CURLOPT_RANGE, range);
+		curl_easy_setopt(x->c, CURLOPT_HEADERFUNCTION, on_header);
+		curl_easy_setopt(x->c, CURLOPT_HEADERDATA, x);
+		curl_easy_setopt(x->c, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(x->c, CURLOPT_WRITEDATA, x);
+		curl_easy_setopt(x->c, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(x->c, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(x->c, CURLOPT_XFERINFODATA, x);
+		curl_easy_setopt(x->c, CURLOPT_LOW_SPEED_LIMIT, 1L); // a stalled connection is retried
+		curl_easy_setopt(x->c, CURLOPT_LOW_SPEED_TIME, 60L);
+		curl_easy_setopt(x->c, CURLOPT_USERAGENT, "lanes");
+		CURLcode rc = curl_easy_perform(x->c);
+		long code = 0;
+		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
+		curl_easy_cleanup(x->c);
+		const bool wrote = !fclose(x->f);
+		if (x->tty) fprintf(stderr, "\n");
+		if (rc == CURLE_OK && code == 416 && x->have > 0) break; // the .part file was already whole
+		if (rc == CURLE_OK && code >= 400) {
+			cli_err("%s: HTTP %ld%s", r->url, code, code == 401 || code == 403 ? " (a gated repository? give --hf-token or HF_TOKEN)" : "");
+			curl_slist_free_all(h);
+			return -1;
+		}
+		if (rc == CURLE_OK && wrote) break;
+		if (attempt >= PULL_TRIES || rc == CURLE_WRITE_ERROR || !wrote) {
+			cli_err("%s: %s after %d tries", r->url, wrote ? curl_easy_strerror(rc) : "cannot write", attempt);
+			curl_slist_free_all(h);
+			return -1;
+		}
+		LOG_WARN("pull", "%s (%lld bytes so far): resuming", curl_easy_strerror(rc), (long long)x->have);
+	}
+	curl_slist_free_all(h);
+	return 0;
+}
+
+static int file_sha(const char *path, char out[65]) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return -1;
+	sha256_ctx c;
+	sha256_init(&c);
+	const size_t cap = 1 << 20;
+	unsigned char *buf = malloc(cap);
+	size_t n;
+	while (buf && (n = fread(buf, 1, cap, f)) > 0) sha256_update(&c, buf, n);
+	const bool bad = !buf || ferror(f);
+	free(buf);
+	fclose(f);
+	uint8_t d[32];
+	sha256_final(&c, d);
+	for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+	return bad ? -1 : 0;
+}
+
+int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n) {
+	pull_ref r;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) return -1;
+	if (parse_ref(s, ref, &r)) return -1;
+	char dir[2048], part[4200];
+	cache_dir(s, dir, sizeof dir);
+	snprintf(path, n, "%s/%s", dir, r.rel);
+	struct stat st;
+	if (!stat(path, &st)) {
+		LOG_INFO("pull", "%s is in the cache", r.rel);
+		return 0;
+	}
+	snprintf(part, sizeof part, "%s.part", path);
+	if (mkdirs(part)) {
+		cli_err("%s: %s", part, strerror(errno));
+		return -1;
+	}
+	LOG_INFO("pull", "%s -> %s", r.url, path);
+	xfer x = {.linked_size = -1, .total = -1, .tty = isatty(2), .last_step = -1};
+	if (fetch(s, &r, part, &x)) return -1;
+	if (stat(part, &st)) {
+		cli_err("%s: %s", part, strerror(errno));
+		return -1;
+	}
+	if (x.linked_size >= 0 && st.st_size != x.linked_size) {
+		cli_err("%s: %lld bytes, the hub says %lld: removed", r.rel, (long long)st.st_size, (long long)x.linked_size);
+		unlink(part);
+		return -1;
+	}
+	char sha[65];
+	if (x.sha[0]) {
+		if (file_sha(part, sha)) {
+			cli_err("%s: cannot read it back", part);
+			return -1;
+		}
+		if (strcmp(sha, x.sha)) {
+			cli_err("%s: SHA-256 %s, the hub publishes %s: removed", r.rel, sha, x.sha);
+			unlink(part);
+			return -1;
+		}
+	} else LOG_WARN("pull", "no SHA-256 published for %s: only the GGUF structure is checked", r.rel);
+	char err[512];
+	gguf *g = NULL;
+	if (gguf_open(&g, part, err, sizeof err)) {
+		cli_err("%s is not a GGUF file (%s): removed", r.rel, err);
+		unlink(part);
+		return -1;
+	}
+	gguf_free(g);
+	if (rename(part, path)) {
+		cli_err("%s: %s", path, strerror(errno));
+		return -1;
+	}
+	LOG_INFO("pull", "%s: %lld bytes%s", r.rel, (long long)st.st_size, x.sha[0] ? ", SHA-256 checked" : "");
+	return 0;
+}
+
+bool cli_is_pull_ref(const char *m) {
+	if (!m) return false;
+	struct stat st;
+	if (!stat(m, &st)) return false; // a file of that name wins
+	if (!strncmp(m, "hf:", 3) || !strncmp(m, "https://", 8) || !strncmp(m, "http://", 7)) return true;
+	const char *slash = strchr(m, '/'), *colon = strchr(m, ':'); // ORG/REPO:QUANT
+	return slash && colon && colon > slash && !strchr(slash + 1, '/');
+}
+
+int cmd_pull(const cli_settings *s) {
+	char path[4096];
+	if (cli_pull(s, s->pos[0], path, sizeof path)) return 1;
+	printf("%s\n", path);
+	return 0;
+}
+
+// ---- ls and rm -----------------------------------------------------------------------------
+
+static size_t ls_root;
+static int ls_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+	if (flag == FTW_F && ends_with(p, ".gguf")) printf("%10.1f MiB  %s\n", (double)st->st_size / 1048576.0, p + ls_root + 1);
+	if (flag == FTW_F && ends_with(p, ".gguf.part")) printf("%10.1f MiB  %s (partial)\n", (double)st->st_size / 1048576.0, p + ls_root + 1);
+	return 0;
+}
+
+int cmd_ls(const cli_settings *s) {
+	char dir[2048];
+	cache_dir(s, dir, sizeof dir);
+	ls_root = strlen(dir);
+	struct stat st;
+	if (stat(dir, &st)) return 0; // nothing pulled yet
+	return nftw(dir, ls_one, 16, FTW_PHYS) ? 1 : 0;
+}
+
+int cmd_rm(const cli_settings *s) {
+	char dir[2048], path[4096], part[4200];
+	cache_dir(s, dir, sizeof dir);
+	const char *name = s->pos[0];
+	if (!strncmp(name, "hf:", 3)) name += 3;
+	if (!safe_path(name, true) || !ends_with(name, ".gguf")) {
+		cli_err("'%s' is not a cached model: give a name as `lanes ls` prints it", s->pos[0]);
+		return 2;
+	}
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	snprintf(part, sizeof part, "%s.part", path);
+	const bool a = !unlink(path), b = !unlink(part);
+	if (!a && !b) {
+		cli_err("%s is not in the cache", name);
+		return 1;
+	}
+	printf("removed %s\n", name);
+	return 0;
+}

@@ -1,0 +1,272 @@
+// lanes' page: a chat over /v1/chat/completions and a dashboard of /slots and /metrics.
+// Model text only ever reaches the page through textContent: it never becomes markup.
+'use strict';
+const $ = (id) => document.getElementById(id);
+const STORE = 'lanes.conversations', SETTINGS = 'lanes.settings', KEY = 'lanes.apikey';
+
+// ---- storage ------------------------------------------------------------------------------
+function loadJSON(k, dflt) {
+	try { const v = JSON.parse(localStorage.getItem(k)); return v == null ? dflt : v; } catch { return dflt; }
+}
+let convs = loadJSON(STORE, []);
+if (!Array.isArray(convs)) convs = [];
+convs = convs.filter((c) => c && typeof c === 'object' && Array.isArray(c.messages));
+let current = convs.length ? convs[0].id : null;
+const save = () => { try { localStorage.setItem(STORE, JSON.stringify(convs)); } catch { /* quota: keep in memory */ } };
+const conv = () => convs.find((c) => c.id === current);
+
+const fields = ['system', 'temperature', 'top_p', 'max_tokens', 'seed'];
+const settings = loadJSON(SETTINGS, {});
+for (const f of fields) if (typeof settings[f] === 'string') $(f).value = settings[f];
+for (const f of fields) $(f).addEventListener('change', () => { settings[f] = $(f).value; localStorage.setItem(SETTINGS, JSON.stringify(settings)); });
+$('apikey').value = localStorage.getItem(KEY) || '';
+$('apikey').addEventListener('change', () => localStorage.setItem(KEY, $('apikey').value));
+
+function headers(json) {
+	const h = {};
+	if (json) h['Content-Type'] = 'application/json';
+	const k = $('apikey').value;
+	if (k) h.Authorization = 'Bearer ' + k;
+	return h;
+}
+function askKey() {
+	const k = prompt('This server needs an API key (--api-key):', $('apikey').value);
+	if (k != null) { $('apikey').value = k; localStorage.setItem(KEY, k); }
+	return k != null;
+}
+
+// ---- safe markdown: fenced code, inline code, bold, paragraphs; all as text nodes ---------
+function el(tag, cls, text) {
+	const e = document.createElement(tag);
+	if (cls) e.className = cls;
+	if (text != null) e.textContent = text;
+	return e;
+}
+function inline(parent, text) {
+	const re = /(`[^`\n]+`|\*\*[^*\n]+\*\*)/g;
+	let last = 0, m;
+	while ((m = re.exec(text))) {
+		if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+		const t = m[0];
+		parent.appendChild(t[0] === '`' ? el('code', null, t.slice(1, -1)) : el('strong', null, t.slice(2, -2)));
+		last = m.index + t.length;
+	}
+	if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+}
+function render(parent, text) {
+	parent.replaceChildren();
+	const parts = String(text).split(/^```[^\n]*\n?/m);
+	parts.forEach((part, i) => {
+		if (i % 2) {
+			const pre = el('pre');
+			pre.appendChild(el('code', null, part.replace(/\n$/, '')));
+			parent.appendChild(pre);
+		} else {
+			if (!part) return;
+			const p = el('p'); // white-space: pre-wrap keeps the text's own line breaks
+			inline(p, part);
+			parent.appendChild(p);
+		}
+	});
+}
+
+// ---- the chat -----------------------------------------------------------------------------
+function drawList() {
+	const ul = $('convs');
+	ul.replaceChildren();
+	for (const c of convs) {
+		const li = el('li', c.id === current ? 'on' : null, c.title || 'New chat');
+		const del = el('button', null, '×');
+		del.title = 'delete';
+		del.onclick = (ev) => { ev.stopPropagation(); convs = convs.filter((x) => x !== c); if (current === c.id) current = convs[0]?.id ?? null; save(); draw(); };
+		li.appendChild(del);
+		li.onclick = () => { current = c.id; draw(); };
+		ul.appendChild(li);
+	}
+}
+function msgNode(m, i, c) {
+	const d = el('div', 'msg ' + (m.role === 'user' ? 'user' : 'assistant'));
+	d.appendChild(el('div', 'role', m.role));
+	const body = el('div', 'body');
+	render(body, m.content || '');
+	d.appendChild(body);
+	if (m.role === 'assistant') {
+		const st = el('div', 'stats');
+		st.appendChild(el('span', null, m.stats || ''));
+		const copy = el('button', null, 'copy');
+		copy.onclick = () => navigator.clipboard?.writeText(m.content || '');
+		const regen = el('button', null, 'regenerate');
+		regen.onclick = () => { if (busy) return; c.messages.splice(i); save(); draw(); generate(c); };
+		st.append(copy, regen);
+		d.appendChild(st);
+	}
+	return d;
+}
+function draw() {
+	drawList();
+	const box = $('messages');
+	box.replaceChildren();
+	const c = conv();
+	if (!c) return;
+	c.messages.forEach((m, i) => box.appendChild(msgNode(m, i, c)));
+	box.scrollTop = box.scrollHeight;
+}
+
+let busy = null; // the AbortController of the reply being streamed
+async function generate(c) {
+	const m = {role: 'assistant', content: '', stats: ''};
+	c.messages.push(m);
+	const node = msgNode(m, c.messages.length - 1, c);
+	$('messages').appendChild(node);
+	const body = node.querySelector('.body'), stats = node.querySelector('.stats span');
+	const msgs = [];
+	if ($('system').value.trim()) msgs.push({role: 'system', content: $('system').value});
+	for (const x of c.messages.slice(0, -1)) msgs.push({role: x.role, content: x.content});
+	const req = {messages: msgs, stream: true, stream_options: {include_usage: true}};
+	for (const f of ['temperature', 'top_p', 'max_tokens', 'seed']) if ($(f).value !== '') req[f] = Number($(f).value);
+	busy = new AbortController();
+	$('stop').disabled = false;
+	$('send').disabled = true;
+	const t0 = performance.now();
+	let first = 0, n = 0, note = '';
+	try {
+		const r = await fetch('/v1/chat/completions', {method: 'POST', headers: headers(true), body: JSON.stringify(req), signal: busy.signal});
+		if (r.status === 401 && askKey()) { c.messages.pop(); node.remove(); busy = null; return generate(c); }
+		if (!r.ok) {
+			let msg = r.status + ' ' + r.statusText;
+			try { msg = (await r.json()).error.message; } catch { /* not JSON */ }
+			throw new Error(msg);
+		}
+		const rd = r.body.getReader(), dec = new TextDecoder();
+		let buf = '';
+		for (;;) {
+			const {value, done} = await rd.read();
+			if (done) break;
+			buf += dec.decode(value, {stream: true});
+			let i;
+			while ((i = buf.indexOf('\n')) >= 0) {
+				const line = buf.slice(0, i).trim();
+				buf = buf.slice(i + 1);
+				if (!line.startsWith('data:')) continue;
+				const data = line.slice(5).trim();
+				if (data === '[DONE]') continue;
+				let ev;
+				try { ev = JSON.parse(data); } catch { continue; }
+				if (ev.error) throw new Error(ev.error.message || 'error');
+				if (ev.usage) n = ev.usage.completion_tokens;
+				const delta = ev.choices?.[0]?.delta?.content;
+				if (delta) {
+					if (!first) first = performance.now();
+					if (!ev.usage) n++;
+					m.content += delta;
+					render(body, m.content);
+					$('messages').scrollTop = $('messages').scrollHeight;
+				}
+			}
+		}
+	} catch (e) {
+		note = e.name === 'AbortError' ? ' · stopped' : ' · error: ' + e.message;
+	}
+	const t1 = performance.now();
+	const rate = first && n > 1 && t1 > first ? ((n - 1) / ((t1 - first) / 1000)).toFixed(1) + ' tok/s' : '';
+	m.stats = [n + ' tokens', rate, first ? 'TTFT ' + Math.round(first - t0) + ' ms' : ''].filter(Boolean).join(' · ') + note;
+	stats.textContent = m.stats;
+	busy = null;
+	$('stop').disabled = true;
+	$('send').disabled = false;
+	save();
+}
+$('stop').onclick = () => busy?.abort();
+$('new').onclick = () => { current = null; draw(); $('input').focus(); };
+$('form').onsubmit = (ev) => {
+	ev.preventDefault();
+	const text = $('input').value;
+	if (!text.trim() || busy) return;
+	let c = conv();
+	if (!c) {
+		c = {id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: text.slice(0, 40), messages: []};
+		convs.unshift(c);
+		current = c.id;
+	}
+	c.messages.push({role: 'user', content: text});
+	$('input').value = '';
+	save();
+	draw();
+	generate(c);
+};
+$('input').addEventListener('keydown', (ev) => { if (ev.key === 'Enter' && !ev.shiftKey) { ev.preventDefault(); $('form').requestSubmit(); } });
+
+// ---- the dashboard ------------------------------------------------------------------------
+const tabs = {chat: $('tab-chat'), dash: $('tab-dash')};
+for (const [name, b] of Object.entries(tabs)) b.onclick = () => {
+	for (const [n, x] of Object.entries(tabs)) { x.classList.toggle('on', n === name); $(n).hidden = n !== name; }
+};
+function metrics(text) {
+	const v = {};
+	for (const line of text.split('\n')) {
+		if (!line || line[0] === '#') continue;
+		const sp = line.lastIndexOf(' ');
+		const name = line.slice(0, sp).replace(/\{.*\}/, (l) => (l.includes('le=') ? '#' : ''));
+		if (name.includes('#')) continue;
+		v[name] = (v[name] || 0) + Number(line.slice(sp + 1));
+	}
+	return v;
+}
+const history = []; // {t, decode, prompt, rounds} per second, the last minute
+let prev = null;
+function card(label, value) {
+	const d = el('div', 'card');
+	d.append(el('b', null, value), el('span', null, label));
+	return d;
+}
+function plot(label, key, unit) {
+	const cv = el('canvas');
+	cv.width = 260; cv.height = 80;
+	const g = cv.getContext('2d');
+	const ys = history.map((h) => h[key]);
+	const max = Math.max(1, ...ys);
+	g.strokeStyle = '#36c'; g.beginPath();
+	ys.forEach((y, i) => { const x = (i / 59) * 256 + 2, yy = 76 - (y / max) * 60; i ? g.lineTo(x, yy) : g.moveTo(x, yy); });
+	g.stroke();
+	g.fillStyle = '#556'; g.font = '11px sans-serif';
+	g.fillText(label + ': ' + (ys.length ? ys[ys.length - 1].toFixed(1) : '–') + ' ' + unit + ' (max ' + max.toFixed(1) + ')', 4, 12);
+	return cv;
+}
+async function poll() {
+	try {
+		const h = await fetch('/health', {headers: headers()});
+		const hj = await h.json();
+		$('health').textContent = hj.status + (hj.progress != null && hj.status === 'loading' ? ' ' + Math.round(hj.progress * 100) + '%' : '');
+		if ($('dash').hidden) return;
+		const [sr, mr] = await Promise.all([fetch('/slots', {headers: headers()}), fetch('/metrics', {headers: headers()})]);
+		if (!sr.ok || !mr.ok) { $('cards').replaceChildren(card('needs the API key (--protect-control)', sr.status)); return; }
+		const sl = await sr.json(), mv = metrics(await mr.text());
+		const now = performance.now() / 1000;
+		const cur = {t: now, gen: mv.lanes_generated_tokens_total || 0, prompt: mv.lanes_prompt_tokens_total || 0, rounds: mv.lanes_round_seconds_count || 0};
+		if (prev && now > prev.t) {
+			const dt = now - prev.t;
+			history.push({decode: (cur.gen - prev.gen) / dt, prompt: (cur.prompt - prev.prompt) / dt, rounds: (cur.rounds - prev.rounds) / dt});
+			if (history.length > 60) history.shift();
+		}
+		prev = cur;
+		const busyN = sl.lanes.filter((l) => l.phase !== 'idle').length;
+		const drafted = mv.lanes_draft_tokens_total || 0, acc = mv.lanes_draft_accepted_tokens_total || 0;
+		const cards = [card('lanes busy', busyN + ' / ' + sl.lanes.length), card('queue', String(sl.queue_depth)),
+			card('KV pages used', (mv.lanes_kv_pages_used || 0) + ' / ' + ((mv.lanes_kv_pages_used || 0) + (mv.lanes_kv_pages_free || 0))),
+			card('draft acceptance', drafted ? Math.round((100 * acc) / drafted) + '%' : '–')];
+		if (sl.window) cards.push(card('window (demand ' + sl.window.demand_tokens + ')', sl.window.tokens + ' / ' + sl.window.max_tokens));
+		$('cards').replaceChildren(...cards);
+		$('plots').replaceChildren(plot('decode', 'decode', 'tok/s'), plot('prompt', 'prompt', 'tok/s'), plot('rounds', 'rounds', '/s'));
+		const tb = $('lanes').tBodies[0];
+		tb.replaceChildren(...sl.lanes.map((l) => {
+			const tr = el('tr');
+			tr.dataset.phase = l.phase;
+			tr.append(el('td', null, String(l.id)), el('td', 'phase-' + l.phase, l.phase),
+				el('td', null, l.phase === 'idle' ? '' : l.filled_tokens + '/' + l.prompt_tokens + ' prompt, ' + l.generated_tokens + ' out'));
+			return tr;
+		}));
+	} catch { $('health').textContent = 'unreachable'; }
+}
+setInterval(poll, 1000);
+poll();
+draw();

@@ -1,0 +1,138 @@
+// The web page in a real browser (headless Chromium through puppeteer-core): a streamed reply
+// grows on screen, stop frees the lane as the dashboard shows, the conversation survives a
+// reload, and model text holding markup stays text. Skips when Chromium is not installed.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, bigModel, STORIES, TMP, getJSON, sleep } from './lib.mjs';
+
+const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => fs.existsSync(p));
+let puppeteer = null;
+try { puppeteer = (await import('puppeteer-core')).default; } catch { /* skipped below */ }
+const why = !CHROMIUM ? 'no chromium (apt-get install chromium)' : !puppeteer ? 'no puppeteer-core (npm ci)' : null;
+
+let srv, browser;
+before(async () => {
+	if (why) return;
+	// the larger random-weight model decodes slowly enough to watch a reply grow and stop it
+	srv = await startServer(['-m', bigModel(), '--lanes', '2']);
+	browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu'] });
+});
+after(async () => {
+	await browser?.close();
+	srv?.proc.kill('SIGKILL');
+});
+
+const bodyText = (page) => page.$eval('#messages .msg.assistant:last-child .body', (e) => e.textContent).catch(() => '');
+
+test('chat: a streamed reply grows, stop frees the lane, a reload keeps the conversation', { skip: why || false }, async () => {
+	const page = await browser.newPage();
+	await page.goto(srv.url + '/');
+	await page.$eval('#max_tokens', (e) => { e.value = '2000'; });
+	await page.$eval('#temperature', (e) => { e.value = '1.5'; });
+	await page.type('#input', 'Once upon a time');
+	await page.keyboard.press('Enter');
+	// the reply appears token by token: several different lengths are seen while it streams
+	const lengths = new Set();
+	for (let i = 0; i < 600 && lengths.size < 4; i++) {
+		const n = (await bodyText(page)).length;
+		if (n) lengths.add(n);
+		await sleep(50);
+	}
+	assert.ok(lengths.size >= 4, `the reply grew in steps: ${[...lengths]}`);
+	assert.equal(await page.$eval('#stop', (e) => e.disabled), false);
+	// the dashboard shows the busy lane, then, after stop, every lane idle
+	await page.click('#tab-dash');
+	await page.waitForSelector('#lanes tr[data-phase="live"]', { timeout: 20000 });
+	await page.$eval('#stop', (e) => e.click());
+	await page.waitForFunction(() => {
+		const rows = [...document.querySelectorAll('#lanes tbody tr')];
+		return rows.length && rows.every((r) => r.dataset.phase === 'idle');
+	}, { timeout: 20000 });
+	const slots = await getJSON(`${srv.url}/slots`);
+	assert.ok(slots.body.lanes.every((l) => l.phase === 'idle'), 'the server freed the lane');
+	await page.click('#tab-chat');
+	const stats = await page.$eval('#messages .msg.assistant:last-child .stats span', (e) => e.textContent);
+	assert.match(stats, /stopped/);
+	assert.match(stats, /TTFT \d+ ms/);
+	const partial = await bodyText(page);
+	await page.screenshot({ path: path.join(TMP, 'webui-chat.png') });
+	await page.reload();
+	await page.waitForSelector('#convs li');
+	assert.equal(await page.$$eval('#convs li', (l) => l.length), 1);
+	assert.equal(await page.$eval('#messages .msg.user .body', (e) => e.textContent), 'Once upon a time');
+	assert.equal(await bodyText(page), partial);
+	await page.close();
+});
+
+test('model text holding markup renders as text, never as elements', { skip: why || false }, async () => {
+	const page = await browser.newPage();
+	await page.goto(srv.url + '/');
+	const evil = 'Hi <script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=2"> **bold**\n\n```\n<b>code</b>\n```';
+	await page.evaluate((content) => {
+		localStorage.setItem('lanes.conversations', JSON.stringify([{ id: 'x', title: '<img src=x onerror=alert(1)>',
+			messages: [{ role: 'user', content: 'say it' }, { role: 'assistant', content }] }]));
+	}, evil);
+	await page.reload();
+	await page.waitForSelector('#messages .msg.assistant');
+	await sleep(200);
+	const r = await page.evaluate(() => ({
+		pwned: window.__pwned,
+		made: document.querySelectorAll('#messages script, #messages img, #messages b, #convs img').length,
+		text: document.querySelector('#messages .msg.assistant .body').textContent,
+		code: document.querySelector('#messages .msg.assistant pre code')?.textContent,
+		strong: document.querySelector('#messages .msg.assistant strong')?.textContent,
+		title: document.querySelector('#convs li').firstChild.textContent,
+	}));
+	assert.equal(r.pwned, undefined);
+	assert.equal(r.made, 0);
+	assert.ok(r.text.includes('<script>window.__pwned=1</script>'), r.text);
+	assert.ok(r.text.includes('<img src=x onerror="window.__pwned=2">'), r.text);
+	assert.equal(r.code, '<b>code</b>');
+	assert.equal(r.strong, 'bold');
+	assert.equal(r.title, '<img src=x onerror=alert(1)>');
+	await page.close();
+});
+
+test('a 200-message conversation loads (figures printed, not asserted)', { skip: why || false }, async (t) => {
+	const page = await browser.newPage();
+	await page.goto(srv.url + '/');
+	await page.evaluate(() => {
+		const messages = [];
+		for (let i = 0; i < 200; i++) messages.push({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}: ` + 'Once upon a time there was a little dog. '.repeat(8) + '\n\n```\ncode ' + i + '\n```' });
+		localStorage.setItem('lanes.conversations', JSON.stringify([{ id: 'big', title: 'big', messages }]));
+	});
+	const t0 = Date.now();
+	await page.reload({ waitUntil: 'load' });
+	await page.waitForFunction(() => document.querySelectorAll('#messages .msg').length === 200);
+	const ms = Date.now() - t0;
+	const m = await page.metrics();
+	t.diagnostic(`200 messages: load ${ms} ms, JS heap ${(m.JSHeapUsedSize / 1048576).toFixed(1)} MiB, ${m.Nodes} DOM nodes`);
+	await page.close();
+});
+
+test('--no-webui: GET / is 404, the API still answers', async () => {
+	const s = await startServer(['-m', STORIES, '--no-webui']);
+	try {
+		assert.equal((await fetch(s.url + '/')).status, 404);
+		assert.equal((await fetch(s.url + '/ui/app.js')).status, 404);
+		assert.equal((await fetch(s.url + '/v1/models')).status, 200);
+	} finally {
+		s.proc.kill('SIGKILL');
+	}
+});
+
+test('the page is served with a strict Content-Security-Policy', async () => {
+	const s = await startServer(['-m', STORIES]);
+	try {
+		const r = await fetch(s.url + '/');
+		assert.equal(r.status, 200);
+		assert.match(r.headers.get('content-type'), /text\/html/);
+		assert.match(r.headers.get('content-security-policy'), /script-src 'self'/);
+		assert.match(await r.text(), /<script src="\/ui\/app.js"><\/script>/);
+		assert.match((await fetch(s.url + '/ui/app.js')).headers.get('content-type'), /javascript/);
+	} finally {
+		s.proc.kill('SIGKILL');
+	}
+});
