@@ -805,10 +805,10 @@ static void test_embed(void) {
 // Constrained decoding keeps every promise: requests under a grammar (from the first token,
 // or lazily from a trigger) beside free ones give the same tokens solo, concurrent, in
 // pieces, from the prefix cache, on 1 thread and drafted; and every text follows its grammar.
-static const char *const G_TRIGGERS[] = {" the"};
+static const char *const G_TRIGGERS[] = {"e"};
 static void test_grammar_exact(void) {
 	static const char json[] = "root ::= \"{\\\"name\\\": \\\"\" [a-z ]{1,12} \"\\\", \\\"age\\\": \" [1-9] [0-9]? \"}\"\n";
-	static const char lazy[] = "root ::= \" the\" ([ a-z]{0,6} \".\")\n";
+	static const char lazy[] = "root ::= \"e\" [ a-z]{0,6} \".\"\n";
 	char err[256];
 	grammar *g[2] = {NULL, NULL};
 	CHECKF(grammar_compile(&g[0], json, strlen(json), NULL, err, sizeof err) == 0, "json grammar: %s", err);
@@ -863,7 +863,7 @@ static void test_grammar_exact(void) {
 		const char *text = solo[i].text;
 		size_t len = solo[i].text_len;
 		if (is_lazy) {
-			const char *at = memmem(text, len, " the", 4);
+			const char *at = memmem(text, len, "e", 1);
 			if (!at) continue;
 			triggered++;
 			len -= (size_t)(at - text);
