@@ -368,7 +368,8 @@ static int cmp_special(const void *a, const void *b, void *arg) {
 	return (x > y) - (x < y);
 }
 
-// What llama.cpp infers from token texts: EOT/EOM/FIM ids, the EOG set, control overrides.
+// What llama.cpp infers from token texts: EOT/EOM/FIM ids and the EOG set. A token found by
+// its text keeps its stored type: only that type decides whether text parsing matches it.
 static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, char *err, size_t errlen) {
 	for (size_t k = 0; k < sizeof special_keys / sizeof special_keys[0]; k++) {
 		int s = special_keys[k].slot;
@@ -377,7 +378,6 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 			int32_t id = find_cstr(v, *nm);
 			if (id >= 0) {
 				sp[s] = id;
-				v->attr[id] |= TOK_A_CONTROL;
 				break;
 			}
 		}
@@ -390,10 +390,7 @@ static int infer_specials(tok_vocab *v, int32_t sp[SP_COUNT], const gguf *g, cha
 		if (sp[fim_eog[k]] >= 0) eog[sp[fim_eog[k]]] = 1;
 	for (const char *const *nm = eog_names; *nm; nm++) {
 		int32_t id = find_cstr(v, *nm);
-		if (id >= 0) {
-			eog[id] = 1;
-			v->attr[id] |= TOK_A_CONTROL;
-		}
+		if (id >= 0) eog[id] = 1;
 	}
 	for (const char *const *nm = always_render_names; *nm; nm++) {
 		int32_t id = find_cstr(v, *nm);

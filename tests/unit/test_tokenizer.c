@@ -497,6 +497,19 @@ static void test_special(void) {
 	CHECK(!tok_encode_chat(q, chat, strlen(chat), &ids, &n, err, sizeof err) && n > 0 && ids[0] == im_start);
 	free(ids);
 
+	// Qwen2: "</s>" is a plain token there (it still ends a generation, found by its text):
+	// special parsing leaves it to the ordinary tokenizer, so the text reads the same both ways.
+	const int32_t s_end = tok_find(q, "</s>", 4);
+	CHECK(s_end >= 0 && tok_token_type(q, s_end) == TOK_TYPE_NORMAL && tok_is_eog(q, s_end));
+	na = enc(q, "a</s>b", true, a, 256);
+	nb = enc(q, "a</s>b", false, b, 256);
+	CHECK(na == nb && na > 0 && !memcmp(a, b, (size_t)na * sizeof *a) && !has_id(q, "a</s>b", true, s_end));
+	CHECK(!tok_encode_chat(q, "x</s>y", 6, &ids, &n, err, sizeof err) && (long)n == enc(q, "x</s>y", false, c, 256) &&
+	      !memcmp(ids, c, n * sizeof *ids));
+	free(ids);
+	na = enc(q, "a<|im_end|>b", true, a, 256);
+	CHECK(na == 3 && a[1] == im_end);
+
 	// GPT-2: <|endoftext|>.
 	CHECK(enc_is(g2, "<|endoftext|>", 13, false, true, (const int32_t[]){50256, -2}));
 	CHECK(!has_id(g2, "<|endoftext|>", false, 50256));
