@@ -33,6 +33,11 @@ const char *tool_format_name(const tool_format *f);
 int tool_render_context(const tool_format *f, const json_t *tools, const json_t *messages, json_t **out_messages,
 			json_t **out_tools, char *err, size_t errlen);
 
+// Sets in context (the render's variables) what f's template reads beside messages and tools:
+// firefunction v2's `functions` (the tools as JSON text) and `datetime` (date_ymd). tools: as
+// tool_render_context's *out_tools. 0 or LANES_ENOMEM. Thread-safe.
+int tool_template_vars(const tool_format *f, const json_t *tools, const char *date_ymd, json_t *context);
+
 enum tool_choice { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
 
 // The GBNF (start rule `root`) that generated text must follow for f's calls: one call (or,
@@ -54,6 +59,7 @@ typedef struct {
 	const char *partial_name; // open call: its name once known (points into text), else NULL
 	size_t partial_name_len;
 	size_t args_off, args_len; // open call: the bytes of its arguments' JSON text seen so far
+	size_t content_off;   // bytes of syntax before the content (functionary v3.2's "all\n"): content is [content_off, content_len)
 } tool_parsed;
 
 // Parses text (len bytes) generated under f. final: the text is whole (an open call is then an

@@ -1,0 +1,442 @@
+// tests: tool-call formats — each family is picked from its real template, a conversation with
+// tools, a call and a result renders through that template in the family's shape, calls the
+// model writes parse back (whole and streamed prefix by prefix), and grammars name the tools.
+#include "base/base.h"
+#include "template/template.h"
+#include "template/tools.h"
+
+#include "t.h"
+
+#include <jansson.h>
+
+// Until the JSON Schema compiler is in the tree: any object, under the root name asked for.
+__attribute__((weak)) int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char *err,
+					      size_t errlen) {
+	if (json_object_get(schema, "pattern")) return base_seterr(err, errlen, LANES_EINVAL, "unsupported keyword 'pattern' at /");
+	return asprintf(out, "%s ::= \"{\" [^}]* \"}\"\n", root) < 0 ? LANES_ENOMEM : 0;
+}
+
+static const char *TOOLS = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+			   "\"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+			   "{\"type\": \"string\", \"description\": \"the city\"}}, \"required\": [\"city\"]}}},"
+			   "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"description\": \"Time now\"}}]";
+
+static const char *CONV = "[{\"role\": \"system\", \"content\": \"Be brief.\"},"
+			  "{\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+			  "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_abc123\", \"type\": "
+			  "\"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+			  "{\"role\": \"tool\", \"tool_call_id\": \"call_abc123\", \"content\": \"22 C and sunny\"}]";
+
+static const struct {
+	const char *file, *family, *call; // call: how the rendered conversation shows the call
+} FILES[] = {
+	{"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+	{"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+	{"Qwen-Qwen2.5-7B-Instruct.jinja", "hermes",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+	{"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+	{"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+	{"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+	{"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral",
+	 "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \""},
+	{"meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1", "<function=get_weather>{\"city\": \"Paris\"}</function>"},
+	{"meetkai-functionary-medium-v3.2.jinja", "functionary-v3.2", ">>>get_weather\n{\"city\": \"Paris\"}"},
+	{"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "command-r", "Action:\n```json\n[\n    {\n        \"tool_name\": \"get_weather\""},
+	{"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "command-r",
+	 "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+	{"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-r1",
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
+	{"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1",
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
+	{"llama-cpp-deepseek-r1.jinja", "deepseek-r1",
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"},
+	{"fireworks-ai-llama-3-firefunction-v2.jinja", "firefunction-v2",
+	 " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+	{"google-gemma-2-2b-it.jinja", "fallback",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>"},
+	{"microsoft-Phi-3.5-mini-instruct.jinja", "fallback",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>"},
+};
+#define N_FILES (sizeof FILES / sizeof FILES[0])
+
+static char *read_template(const char *file) {
+	char path[512];
+	snprintf(path, sizeof path, "%s/chat-templates/%s", t_shared(), file);
+	return t_read_file(path, NULL);
+}
+
+static int count(const char *s, const char *sub) {
+	int n = 0;
+	for (const char *p = s; (p = strstr(p, sub)); p++) n++;
+	return n;
+}
+
+static void test_format_of(void) {
+	for (size_t i = 0; i < N_FILES; i++) {
+		char *src = read_template(FILES[i].file);
+		CHECKF(src, "cannot read %s", FILES[i].file);
+		if (!src) continue;
+		const char *got = tool_format_name(tool_format_of(src));
+		CHECKF(!strcmp(got, FILES[i].family), "%s: %s, want %s", FILES[i].file, got, FILES[i].family);
+		free(src);
+	}
+	CHECK(!strcmp(tool_format_name(tool_format_of(NULL)), "fallback"));
+	CHECK(!strcmp(tool_format_name(tool_format_of(tmpl_chatml())), "fallback"));
+}
+
+// Every family's real template renders the tools, the call and the result in its own shape.
+static void test_render_every_template(void) {
+	json_t *tools = json_loads(TOOLS, 0, NULL), *conv = json_loads(CONV, 0, NULL);
+	for (size_t i = 0; i < N_FILES; i++) {
+		t_case("%s", FILES[i].file);
+		char *src = read_template(FILES[i].file), err[512] = "";
+		if (!src) continue;
+		const tool_format *f = tool_format_of(src);
+		json_t *msgs = NULL, *tl = NULL;
+		int rc = tool_render_context(f, tools, conv, &msgs, &tl, err, sizeof err);
+		CHECKF(rc == 0, "%s: %s", FILES[i].file, err);
+		tmpl *t = NULL;
+		CHECK(tmpl_compile(&t, src, strlen(src), err, sizeof err) == 0);
+		json_t *ctx = json_pack("{s:o, s:s, s:s, s:b}", "messages", msgs, "bos_token", "<s>", "eos_token", "</s>",
+					"add_generation_prompt", 1);
+		if (tl) json_object_set(ctx, "tools", tl);
+		CHECK(tool_template_vars(f, tl, "2026-12-02", ctx) == 0);
+		char *out = NULL;
+		size_t n = 0;
+		rc = t ? tmpl_render(t, ctx, "2026-12-02", &out, &n, err, sizeof err) : -1;
+		CHECKF(rc == 0, "%s: %s", FILES[i].file, err);
+		if (out) {
+			CHECKF(strstr(out, FILES[i].call), "%s: no call in its shape [%s] in\n%s", FILES[i].file, FILES[i].call, out);
+			CHECKF(strstr(out, "Weather in a city") && strstr(out, "get_time") && count(out, "get_weather") >= 2, "%s: no tool list in\n%s",
+			       FILES[i].file, out);
+			CHECKF(strstr(out, "22 C and sunny") && strstr(out, "Weather in Paris?"), "%s: no result in\n%s",
+			       FILES[i].file, out);
+			if (!strcmp(FILES[i].family, "fallback"))
+				CHECKF(strstr(out, "<tool_response>\n22 C and sunny\n</tool_response>"), "%s", out);
+		}
+		free(out);
+		json_decref(ctx);
+		json_decref(tl);
+		tmpl_free(t);
+		free(src);
+	}
+	t_case("%s", "");
+	json_decref(tools);
+	json_decref(conv);
+}
+
+static int is_named(const json_t *m, const char *name) {
+	const char *s = json_string_value(json_object_get(m, "name"));
+	return s && !strcmp(s, name);
+}
+
+// Renders conv (JSON text) with tools through the template in file, as the server would.
+static char *render_file(const char *file, const char *tools_json, const char *conv_json, char *err, size_t errlen) {
+	char *src = read_template(file), *out = NULL;
+	json_t *tools = json_loads(tools_json, 0, NULL), *conv = json_loads(conv_json, 0, NULL), *msgs = NULL, *tl = NULL;
+	const tool_format *f = tool_format_of(src);
+	tmpl *t = NULL;
+	size_t n;
+	if (src && !tool_render_context(f, tools, conv, &msgs, &tl, err, errlen) &&
+	    !tmpl_compile(&t, src, strlen(src), err, errlen)) {
+		json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", msgs, "bos_token", "<s>", "eos_token", "</s>",
+					"add_generation_prompt", 1);
+		if (tl) json_object_set(ctx, "tools", tl);
+		if (tool_template_vars(f, tl, "2026-12-02", ctx) || tmpl_render(t, ctx, "2026-12-02", &out, &n, err, errlen))
+			out = NULL;
+		json_decref(ctx);
+	}
+	tmpl_free(t);
+	json_decref(msgs);
+	json_decref(tl);
+	json_decref(tools);
+	json_decref(conv);
+	free(src);
+	return out;
+}
+
+static const char *TWO_CALLS =
+	"[{\"role\": \"user\", \"content\": \"Weather in Paris and the time?\"},"
+	"{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": ["
+	"{\"id\": \"call_one\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}},"
+	"{\"id\": \"call_two\", \"type\": \"function\", \"function\": {\"name\": \"get_time\", \"arguments\": \"{}\"}}]},"
+	"{\"role\": \"tool\", \"tool_call_id\": \"call_one\", \"content\": \"sunny\"},"
+	"{\"role\": \"tool\", \"tool_call_id\": \"call_two\", \"content\": \"noon\"}]";
+
+// Templates with rules of their own about calls render parallel calls too.
+static void test_render_shapes(void) {
+	char err[512] = "";
+	// Mistral wants 9-character ids, and a result must carry its call's id
+	char *out = render_file("mistralai-Mistral-Nemo-Instruct-2407.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out, "%s", err);
+	const char *id = out ? strstr(out, "\"id\": \"") : NULL, *res = out ? strstr(out, "\"call_id\": \"") : NULL;
+	CHECK(id && res && !memcmp(id + 7, res + 12, 10) && id[16] == '"');
+	free(out);
+	// Llama 3 refuses two calls in one turn: each call gets its own turn
+	out = render_file("meta-llama-Llama-3.1-8B-Instruct.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out && strstr(out, "{\"name\": \"get_time\", \"parameters\": {}}") &&
+		       strstr(out, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// Qwen: both calls in one turn, both results in one user turn
+	out = render_file("Qwen-Qwen2.5-7B-Instruct.jinja", TOOLS, TWO_CALLS, err, sizeof err);
+	CHECKF(out && strstr(out, "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}") &&
+		       strstr(out, "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\nnoon\n</tool_response><|im_end|>"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// Gemma has no system role and wants turns to alternate: the fallback keeps both rules
+	out = render_file("google-gemma-2-2b-it.jinja", TOOLS, CONV, err, sizeof err);
+	CHECKF(out && strstr(out, "<start_of_turn>user\nYou can call functions") && strstr(out, "Be brief.\nWeather in Paris?"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// DeepSeek R1 shows a turn's text or its calls, never both: the text gets its own turn
+	const char *with_text = "[{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": "
+				"\"Let me look.\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": "
+				"{\"name\": \"get_time\", \"arguments\": \"{}\"}}]}]";
+	out = render_file("llama-cpp-deepseek-r1.jinja", TOOLS, with_text, err, sizeof err);
+	CHECKF(out && strstr(out, "<｜Assistant｜>Let me look.<｜end▁of▁sentence｜><｜Assistant｜><｜tool▁calls▁begin｜>"
+				  "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"),
+	       "%s %s", err, out ? out : "");
+	free(out);
+	// a tool result names the call it answers
+	json_t *conv = json_loads(TWO_CALLS, 0, NULL), *m = NULL, *t = NULL;
+	CHECK(tool_render_context(tool_format_of("<tool_call>"), NULL, conv, &m, &t, err, sizeof err) == 0);
+	CHECK(is_named(json_array_get(m, 3), "get_time") && !t);
+	json_decref(m);
+	json_decref(conv);
+}
+
+static void expect_err(const char *tools_json, const char *conv_json, const char *want) {
+	json_t *tools = tools_json ? json_loads(tools_json, 0, NULL) : NULL, *conv = json_loads(conv_json, 0, NULL);
+	json_t *m = NULL, *t = NULL;
+	char err[256] = "";
+	int rc = tool_render_context(tool_format_of(NULL), tools, conv, &m, &t, err, sizeof err);
+	CHECKF(rc == LANES_EINVAL && strstr(err, want), "want error [%s], got %d [%s]", want, rc, err);
+	CHECK(!m && !t);
+	json_decref(tools);
+	json_decref(conv);
+}
+
+static void test_render_errors(void) {
+	const char *user = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+	expect_err("[{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, {\"type\": \"function\", \"function\": "
+		   "{\"name\": \"bad name\"}}]", user, "tools[1].function.name");
+	expect_err("[{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, {\"type\": \"function\", \"function\": "
+		   "{\"name\": \"a\"}}]", user, "tools[1].function.name: repeats");
+	expect_err("[{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": {\"type\": \"string\"}}}]", user,
+		   "tools[0].function.parameters");
+	expect_err("[{\"type\": \"retrieval\"}]", user, "tools[0].type");
+	expect_err("{}", user, "tools: must be an array");
+	expect_err(NULL, "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"x\", "
+		   "\"function\": {\"name\": \"a\", \"arguments\": \"{oops\"}}]}]", "messages[1].tool_calls[0].function.arguments");
+}
+
+// ---- parsing ------------------------------------------------------------------------------
+
+static const struct {
+	const char *family, *content; // content: what comes before the calls, as the model writes it
+	const char *one, *two;        // one call (get_weather Paris), two calls (then get_time {})
+} OUTPUTS[] = {
+	{"hermes", "Let me check. ", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n"
+	 "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"},
+	{"llama3", "", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL},
+	{"mistral", "", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]",
+	 "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}, "
+	 "{\"name\": \"get_time\", \"arguments\": {}, \"id\": \"zzzzzzzz9\"}]"},
+	{"functionary-v3.1", "Sure. ", "<function=get_weather>{\"city\": \"Paris\"}</function>",
+	 "<function=get_weather>{\"city\": \"Paris\"}</function><function=get_time>{}</function>"},
+	{"functionary-v3.2", "all\nLet me check.", "get_weather\n{\"city\": \"Paris\"}", "get_weather\n{\"city\": \"Paris\"}>>>get_time\n{}"},
+	{"command-r", "<|START_THINKING|>I will look it up.<|END_THINKING|>",
+	 "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n]<|END_ACTION|>",
+	 "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}},\n"
+	 "    {\"tool_call_id\": \"1\", \"tool_name\": \"get_time\", \"parameters\": {}}\n]<|END_ACTION|>"},
+	{"deepseek-r1", "I should call it.\n",
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+	 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"
+	 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+	{"firefunction-v2", "", " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+	 " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+	{"fallback", "Checking.\n", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>"},
+};
+#define N_OUTPUTS (sizeof OUTPUTS / sizeof OUTPUTS[0])
+
+static const tool_format *family(const char *name) {
+	static const char *src[] = {"<tool_call>", "<|start_header_id|> ipython", "[TOOL_CALLS]", "<function=", ">>>all",
+				    "<|START_ACTION|>", "<｜tool▁calls▁begin｜>", " functools[", NULL};
+	for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+		const tool_format *f = tool_format_of(src[i]);
+		if (!strcmp(tool_format_name(f), name)) return f;
+	}
+	return NULL;
+}
+
+static json_t *want_calls(int n) {
+	return json_loads(n == 1 ? "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"
+				 : "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
+				   "\"arguments\": {}}]",
+			  0, NULL);
+}
+
+// Parses text whole and then prefix by prefix, as a stream would, and checks both.
+static void check_parse(const tool_format *f, const char *content, const char *calls, int ncalls) {
+	char text[2048];
+	snprintf(text, sizeof text, "%s%s", content, calls);
+	size_t len = strlen(text), clen = strlen(content);
+	tool_parsed p;
+	char err[256] = "";
+	int rc = tool_parse(f, text, len, true, &p, err, sizeof err);
+	json_t *want = want_calls(ncalls);
+	CHECKF(rc == 0 && json_equal(p.calls, want), "%s: [%s] parses to %s (%s)", tool_format_name(f), text,
+	       rc ? "error" : json_dumps(p.calls, JSON_COMPACT), err);
+	CHECKF(rc == 0 && p.content_len == clen && !p.open, "%s: content %zu, want %zu", tool_format_name(f),
+	       rc ? 0 : p.content_len, clen);
+	if (!rc) tool_parsed_free(&p);
+	size_t shown = 0;
+	for (size_t k = 0; k <= len; k++) {
+		rc = tool_parse(f, text, k, false, &p, err, sizeof err);
+		CHECKF(rc == 0, "%s prefix %zu: %s", tool_format_name(f), k, err);
+		if (rc) break;
+		// a stream never shows marker bytes as content, and never takes back what it showed
+		CHECKF(p.safe_len <= clen && p.safe_len >= shown, "%s prefix %zu: safe %zu, content %zu",
+		       tool_format_name(f), k, p.safe_len, clen);
+		shown = p.safe_len > shown ? p.safe_len : shown;
+		// complete calls so far are the first calls of the whole text
+		for (size_t j = 0; j < json_array_size(p.calls); j++)
+			CHECKF(json_equal(json_array_get(p.calls, j), json_array_get(want, j)), "%s prefix %zu: call %zu",
+			       tool_format_name(f), k, j);
+		if (p.open && p.partial_name)
+			CHECKF(!strncmp(p.partial_name, "get_", 4), "%s prefix %zu: name", tool_format_name(f), k);
+		if (p.args_len)
+			CHECKF(p.args_off + p.args_len == k && text[p.args_off] == '{', "%s prefix %zu: args at %zu",
+			       tool_format_name(f), k, p.args_off);
+		tool_parsed_free(&p);
+	}
+	json_decref(want);
+}
+
+static void test_parse_round_trip(void) {
+	for (size_t i = 0; i < N_OUTPUTS; i++) {
+		const tool_format *f = family(OUTPUTS[i].family);
+		CHECKF(f, "no family %s", OUTPUTS[i].family);
+		if (!f) continue;
+		t_case("%s", OUTPUTS[i].family);
+		check_parse(f, "", OUTPUTS[i].one, 1);
+		if (*OUTPUTS[i].content) {
+			// after text, functionary v3.2 opens its call itself
+			char call[512];
+			snprintf(call, sizeof call, "%s%s", strcmp(OUTPUTS[i].family, "functionary-v3.2") ? "" : ">>>", OUTPUTS[i].one);
+			check_parse(f, OUTPUTS[i].content, call, 1);
+		}
+		if (OUTPUTS[i].two) check_parse(f, "", OUTPUTS[i].two, 2);
+		// a reply without calls is all content
+		const char *plain = !strcmp(OUTPUTS[i].family, "functionary-v3.2") ? "all\nIt is sunny." : "It is sunny.";
+		tool_parsed p;
+		char err[256];
+		CHECK(tool_parse(f, plain, strlen(plain), true, &p, err, sizeof err) == 0);
+		CHECK(json_array_size(p.calls) == 0 && p.content_len == strlen(plain) && !p.open);
+		CHECK(p.content_len - p.content_off == strlen("It is sunny."));
+		tool_parsed_free(&p);
+	}
+	t_case("%s", "");
+}
+
+static void test_parse_malformed(void) {
+	const tool_format *f = family("hermes");
+	// a marker that opens no well-formed call stays content, and no call is reported
+	const char *t = "Use <tool_call> tags like <tool_call>{name: x}</tool_call>.";
+	tool_parsed p;
+	char err[256] = "";
+	CHECK(tool_parse(f, t, strlen(t), true, &p, err, sizeof err) == 0);
+	CHECK(json_array_size(p.calls) == 0 && p.content_len == strlen(t));
+	tool_parsed_free(&p);
+	// a call cut short by the end of the reply is an error, not content
+	t = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
+	CHECK(tool_parse(f, t, strlen(t), true, &p, err, sizeof err) == LANES_EINVAL && strstr(err, "cut short"));
+	// while streaming it is the open call, with its name and arguments so far
+	CHECK(tool_parse(f, t, strlen(t), false, &p, err, sizeof err) == 0);
+	CHECK(p.open && p.partial_name && p.partial_name_len == 11 && !memcmp(p.partial_name, "get_weather", 11));
+	CHECK(p.content_len == 0 && p.args_len == strlen("{\"city\": \"Par"));
+	tool_parsed_free(&p);
+}
+
+// Hostile text: every family's replies, cut and mutated, under every family's parser.
+static void test_parse_hostile(void) {
+	uint32_t seed = 12345;
+	for (size_t i = 0; i < N_OUTPUTS; i++)
+		for (size_t j = 0; j < N_OUTPUTS; j++) {
+			const tool_format *f = family(OUTPUTS[j].family);
+			char text[1024];
+			snprintf(text, sizeof text, "%s%s", OUTPUTS[i].content, OUTPUTS[i].two ? OUTPUTS[i].two : OUTPUTS[i].one);
+			size_t len = strlen(text);
+			for (int round = 0; round < 40; round++) {
+				seed = seed * 1103515245u + 12345u;
+				text[(seed >> 8) % len] = (char)(seed >> 20);
+				for (int final = 0; final < 2; final++) {
+					tool_parsed p;
+					char err[256];
+					int rc = tool_parse(f, text, (seed >> 4) % (len + 1), final, &p, err, sizeof err);
+					CHECK(rc == 0 || rc == LANES_EINVAL);
+					if (rc == 0) CHECK(p.safe_len <= p.content_len && p.content_off <= p.content_len);
+					if (rc == 0) tool_parsed_free(&p);
+				}
+			}
+		}
+	json_t *m = NULL, *t = NULL;
+	char err[256];
+	json_t *conv = json_loads("[{\"role\": \"assistant\", \"tool_calls\": [7, {\"function\": 3}]}, {\"role\": 5}]", 0, NULL);
+	CHECK(tool_render_context(family("mistral"), NULL, conv, &m, &t, err, sizeof err) == LANES_EINVAL);
+	CHECKF(strstr(err, "messages[0].tool_calls[0]"), "%s", err);
+	json_decref(conv);
+	conv = json_loads("[{\"role\": \"tool\"}, {\"content\": \"x\"}]", 0, NULL);
+	CHECK(tool_render_context(family("hermes"), NULL, conv, &m, &t, err, sizeof err) == LANES_EINVAL);
+	CHECKF(strstr(err, "messages[1]"), "%s", err);
+	json_decref(conv);
+}
+
+// ---- grammars -----------------------------------------------------------------------------
+
+static void test_grammar(void) {
+	json_t *tools = json_loads(TOOLS, 0, NULL);
+	for (size_t i = 0; i < N_OUTPUTS; i++) {
+		const tool_format *f = family(OUTPUTS[i].family);
+		t_case("%s", OUTPUTS[i].family);
+		char *g = NULL, err[256] = "";
+		const char *const *trig = NULL;
+		int nt = 0;
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_AUTO, NULL, true, &g, &trig, &nt, err, sizeof err) == 0);
+		CHECK(g && strstr(g, "root ::=") && strstr(g, "get_weather") && strstr(g, "get_time"));
+		CHECK(nt == 1 && trig && trig[0][0]);
+		free(g);
+		g = NULL;
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "get_time", false, &g, &trig, &nt, err, sizeof err) == 0);
+		CHECK(g && strstr(g, "get_time") && !strstr(g, "get_weather") && nt == 0);
+		free(g);
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "nope", false, &g, &trig, &nt, err, sizeof err) == LANES_EINVAL);
+		CHECK(!g && strstr(err, "nope"));
+	}
+	t_case("%s", "");
+	json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+				 "\"object\", \"pattern\": \"x\"}}}]", 0, NULL);
+	char *g = NULL, err[256] = "";
+	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, err, sizeof err) ==
+	      LANES_EINVAL);
+	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "pattern"), "%s", err);
+	json_decref(bad);
+	json_decref(tools);
+}
+
+int main(void) {
+	test_format_of();
+	test_render_every_template();
+	test_render_shapes();
+	test_render_errors();
+	test_parse_round_trip();
+	test_parse_malformed();
+	test_parse_hostile();
+	test_grammar();
+	T_DONE("test_tools");
+}
