@@ -10,7 +10,9 @@
 #include <string.h>
 
 typedef struct {
-	json_t *j; // the request: stop sequences point into it
+	json_t *j;       // the request: stop sequences point into it
+	int blocks;      // stream: content blocks started
+	bool text_open;  // stream: the last block is a text block still open
 } ant_state;
 
 static void ant_free(void *p) {
@@ -32,29 +34,83 @@ static json_t *stop_sequence(const srv_call *c) {
 	return json_string(c->g.stops.s[ch->stop_index]);
 }
 
+// The stop reason of a turn that made tool calls.
+static const char *turn_stop(const srv_call *c, bool calls) { return calls ? "tool_use" : stop_reason(&c->ch[0]); }
+
+// ---- tool use in a stream: blocks start as the parser finds them ---------------------------------
+
+static void block_stop(srv_call *c, int index) {
+	srv_sse(c, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", index));
+}
+
+static void text_start(srv_call *c) {
+	ant_state *st = c->st;
+	srv_sse(c, "content_block_start",
+		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", st->blocks++, "content_block", "type",
+			  "text", "text", ""));
+	st->text_open = true;
+}
+
+static void text_delta(srv_call *c, const char *text, size_t len) {
+	ant_state *st = c->st;
+	srv_sse(c, "content_block_delta",
+		json_pack("{s:s, s:i, s:{s:s, s:s%}}", "type", "content_block_delta", "index", st->blocks - 1, "delta", "type",
+			  "text_delta", "text", text, len));
+}
+
+static void sink_content(srv_call *c, int i, const char *text, size_t len) {
+	ant_state *st = c->st;
+	if (!st->text_open) text_start(c);
+	text_delta(c, text, len);
+}
+
+static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {
+	ant_state *st = c->st;
+	if (st->text_open) block_stop(c, st->blocks - 1), st->text_open = false;
+	srv_sse(c, "content_block_start",
+		json_pack("{s:s, s:i, s:{s:s, s:s, s:s%, s:{}}}", "type", "content_block_start", "index", st->blocks++, "content_block",
+			  "type", "tool_use", "id", id, "name", name, name_len, "input"));
+}
+
+static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {
+	ant_state *st = c->st;
+	srv_sse(c, "content_block_delta",
+		json_pack("{s:s, s:i, s:{s:s, s:s%}}", "type", "content_block_delta", "index", st->blocks - 1, "delta", "type",
+			  "input_json_delta", "partial_json", text, len));
+}
+
+static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
+	ant_state *st = c->st;
+	block_stop(c, st->blocks - 1);
+}
+
+static const srv_tool_sink ant_sink = {sink_content, sink_start, sink_args, sink_end};
+
 static void ant_begin(srv_call *c) {
 	srv_sse(c, "message_start",
 		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i, s:i}}}", "type", "message_start", "message", "id",
 			  c->id, "type", "message", "role", "assistant", "content", "model", c->s->model_id, "stop_reason",
 			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0, "cache_read_input_tokens", 0));
-	srv_sse(c, "content_block_start",
-		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block", "type", "text",
-			  "text", ""));
+	// with tools the blocks start as the text shows what they are
+	if (!c->g.parse_calls) text_start(c);
 	srv_sse(c, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
 static void ant_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
-	if (!c->g.stream || !len) return;
-	srv_sse(c, "content_block_delta",
-		json_pack("{s:s, s:i, s:{s:s, s:s%}}", "type", "content_block_delta", "index", 0, "delta", "type", "text_delta",
-			  "text", text, len));
+	if (!c->g.stream) return;
+	if (c->g.parse_calls) srv_tools_stream(c, 0, false, &ant_sink);
+	else if (len) text_delta(c, text, len);
 }
 
 static void ant_done(srv_call *c) {
-	srv_sse(c, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
+	ant_state *st = c->st;
+	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &ant_sink);
+	if (!st->blocks) text_start(c);
+	if (st->text_open) block_stop(c, st->blocks - 1);
+	const srv_tool_stream *ts = &c->ch[0].tools;
 	srv_sse(c, "message_delta",
 		json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
-			  stop_reason(&c->ch[0]), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
+			  turn_stop(c, c->g.parse_calls && ts->n_started && !ts->plain), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
 			  "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached));
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
@@ -65,9 +121,23 @@ static void ant_fail(srv_call *c) {
 
 static json_t *ant_reply(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
-	return json_pack("{s:s, s:s, s:s, s:[{s:s, s:s%}], s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
-			 "message", "role", "assistant", "content", "type", "text", "text", ch->text.p ? ch->text.p : "",
-			 ch->text.len, "model", c->s->model_id, "stop_reason", stop_reason(ch), "stop_sequence", stop_sequence(c),
+	const char *text = ch->text.p ? ch->text.p : "";
+	size_t clen = ch->text.len;
+	json_t *calls = NULL;
+	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
+	json_t *content = json_array();
+	size_t sp = 0;
+	while (sp < clen && strchr(" \t\r\n", text[sp])) sp++;
+	// a turn of calls alone has no text block
+	if (sp < clen || !json_array_size(calls)) json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, clen));
+	size_t k;
+	json_t *v;
+	json_array_foreach(calls, k, v) json_array_append_new(content, json_pack("{s:s, s:O, s:O, s:O}", "type", "tool_use", "id",
+						json_object_get(v, "id"), "name", json_object_get(v, "name"), "input", json_object_get(v, "input")));
+	const bool with_calls = json_array_size(calls);
+	json_decref(calls);
+	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
+			 "message", "role", "assistant", "content", content, "model", c->s->model_id, "stop_reason", turn_stop(c, with_calls), "stop_sequence", stop_sequence(c),
 			 "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
 			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
 }
@@ -121,13 +191,6 @@ static const srv_field ant_msg_fields[] = {
 // Fields accepted only at their neutral value, and the one that is required.
 static int ant_neutral(const ant_req *r, srv_err *e) {
 	json_t *v;
-	if ((v = r->tools) && !(json_is_array(v) && !json_array_size(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool use is not supported)");
-	if ((v = r->tool_choice)) {
-		const char *t = json_string_value(json_object_get(v, "type"));
-		if (!t || (strcmp(t, "none") && strcmp(t, "auto")))
-			return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool use is not supported)");
-	}
 	if ((v = r->thinking)) {
 		const char *t = json_string_value(json_object_get(v, "type"));
 		if (!t || strcmp(t, "disabled"))
@@ -136,6 +199,129 @@ static int ant_neutral(const ant_req *r, srv_err *e) {
 	if ((v = r->metadata) && !json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
 	if (!r->g.lr.max_tokens) return srv_fail(e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
 	return 0;
+}
+
+// tools [{name, description, input_schema}] and tool_choice {type: auto|any|tool|none, name}
+// as OpenAI's, for the tool format.
+static int ant_tools(http_server *s, ant_req *r, srv_err *e) {
+	json_t *tools = r->tools, *tc = r->tool_choice;
+	if (tools && !json_is_array(tools)) return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools: must be an array");
+	enum tool_choice choice = TOOL_CHOICE_AUTO;
+	const char *name = NULL;
+	bool parallel = true;
+	if (tc) {
+		static const struct { const char *s; enum tool_choice c; } modes[] = {
+			{"auto", TOOL_CHOICE_AUTO}, {"any", TOOL_CHOICE_REQUIRED}, {"tool", TOOL_CHOICE_NAMED}, {"none", TOOL_CHOICE_NONE}};
+		const char *t = json_string_value(json_object_get(tc, "type"));
+		size_t k = 0;
+		while (t && k < sizeof modes / sizeof modes[0] && strcmp(t, modes[k].s)) k++;
+		json_t *dp = json_object_get(tc, "disable_parallel_tool_use");
+		if (!t || k == sizeof modes / sizeof modes[0] || (dp && !json_is_boolean(dp)))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice",
+					"tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}, with a name for \"tool\"");
+		choice = modes[k].c;
+		name = json_string_value(json_object_get(tc, "name"));
+		if (choice == TOOL_CHOICE_NAMED && !name)
+			return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "tool_choice.name: field required for type \"tool\"");
+		parallel = !json_is_true(dp);
+	}
+	json_t *oai = json_array();
+	size_t k;
+	json_t *t;
+	json_array_foreach(tools, k, t) {
+		const char *ty = json_string_value(json_object_get(t, "type"));
+		json_t *n = json_object_get(t, "name"), *d = json_object_get(t, "description"), *sc = json_object_get(t, "input_schema");
+		if (!json_is_object(t) || (ty && strcmp(ty, "custom")) || !json_is_string(n) || !json_is_object(sc) ||
+		    (d && !json_is_string(d))) {
+			json_decref(oai);
+			return srv_fail(e, SRV_E_BAD_REQUEST, "tools",
+					"tools.%zu: a tool is {name, description, input_schema} (server tools are not supported)", k);
+		}
+		json_t *fn = json_pack("{s:O, s:O}", "name", n, "parameters", sc);
+		if (fn && d) json_object_set(fn, "description", d);
+		json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+	}
+	r->g.tool_id_prefix = "toolu_";
+	int rc = srv_tools_set(s, &r->g, oai, choice, name, parallel, "tools", e);
+	json_decref(oai);
+	return rc;
+}
+
+// A tool_result's content: a string or text blocks.
+static int result_text(json_t *content, const char *p, char **out, srv_err *e) {
+	return srv_content_text(content, p, text_blocks, out, e);
+}
+
+// One message's blocks: text, tool_use (assistant turns) and tool_result (user turns) as OpenAI
+// messages appended to flat; *text_only tells a plain turn (a prefill when it comes last).
+static int ant_blocks(const char *role, json_t *content, const char *pc, json_t *flat, char **text, bool *text_only, srv_err *e) {
+	*text_only = true;
+	if (!json_is_array(content)) return srv_content_text(content, pc, text_blocks, text, e);
+	const bool assistant = !strcmp(role, "assistant");
+	srv_buf b = {0};
+	json_t *calls = json_array();
+	size_t k;
+	json_t *bl;
+	json_array_foreach(content, k, bl) {
+		char p[128];
+		snprintf(p, sizeof p, "%s.%zu", pc, k);
+		const char *ty = json_string_value(json_object_get(bl, "type"));
+		if (ty && !strcmp(ty, "tool_use") && assistant) {
+			json_t *id = json_object_get(bl, "id"), *n = json_object_get(bl, "name"), *in = json_object_get(bl, "input");
+			if (!json_is_string(id) || !json_is_string(n) || !json_is_object(in)) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a tool_use block is {id, name, input: object}", p);
+				goto fail;
+			}
+			char *args = json_dumps(in, JSON_COMPACT);
+			json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name", n,
+							       "arguments", args ? args : "{}"));
+			free(args);
+			*text_only = false;
+		} else if (ty && !strcmp(ty, "tool_result") && !assistant) {
+			json_t *id = json_object_get(bl, "tool_use_id"), *err = json_object_get(bl, "is_error");
+			char pr[160], *rt = NULL;
+			snprintf(pr, sizeof pr, "%s.content", p);
+			if (!json_is_string(id) || (err && !json_is_boolean(err))) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a tool_result block is {tool_use_id, content, is_error}", p);
+				goto fail;
+			}
+			if (result_text(json_object_get(bl, "content"), pr, &rt, e)) goto fail;
+			json_t *o = json_pack("{s:s, s:O, s:s+}", "role", "tool", "tool_call_id", id, "content", json_is_true(err) ? "Error: " : "", rt);
+			free(rt);
+			json_array_append_new(flat, o);
+			*text_only = false;
+		} else {
+			static const char *const one[] = {"text", NULL};
+			json_t *arr = json_pack("[O]", bl);
+			char *t = NULL;
+			int rc = srv_content_text(arr, pc, one, &t, e);
+			json_decref(arr);
+			if (rc) {
+				snprintf(e->param, sizeof e->param, "%s", p);
+				goto fail;
+			}
+			srv_buf_adds(&b, t);
+			free(t);
+		}
+	}
+	if (json_array_size(calls)) {
+		json_array_append_new(flat, json_pack("{s:s, s:s%, s:O}", "role", "assistant", "content", b.p ? b.p : "", b.len, "tool_calls", calls));
+		srv_buf_free(&b);
+		*text = NULL;
+	} else {
+		srv_buf_add(&b, "", 1);
+		*text = b.p;
+		if (!*text) {
+			json_decref(calls);
+			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+	}
+	json_decref(calls);
+	return 0;
+fail:
+	srv_buf_free(&b);
+	json_decref(calls);
+	return -1;
 }
 
 // system + messages into [{role, content}]; a final assistant turn becomes *prefill.
@@ -175,12 +361,14 @@ static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill,
 			goto fail;
 		}
 		char *text = NULL;
-		if (srv_content_text(content, pc, text_blocks, &text, e)) goto fail;
-		if (i == n - 1 && !strcmp(role, "assistant")) {
+		bool plain = true;
+		if (ant_blocks(role, content, pc, flat, &text, &plain, e)) goto fail;
+		if (i == n - 1 && !strcmp(role, "assistant") && plain) {
 			*prefill = text;
 			break;
 		}
-		json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
+		// a user turn of tool results alone adds no user message
+		if (text && (plain || *text)) json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
 		free(text);
 	}
 	*out = flat;
@@ -200,6 +388,7 @@ enum MHD_Result srv_messages(srv_conn *c) {
 	srv_gen_init(&r.g, &ant_lane_api);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
 	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) || srv_gen_check(s, &r.g, &e) ||
+	    ant_tools(s, &r, &e) ||
 	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
 	    srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
@@ -242,7 +431,7 @@ enum MHD_Result srv_count_tokens(srv_conn *c) {
 	r.g.lr.max_tokens = 1; // not part of this request
 	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_count_fields, NULL, &e) ||
 		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) ||
-		 srv_check_model(s, r.g.model, &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
+		 srv_check_model(s, r.g.model, &e) || ant_tools(s, &r, &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
 		 srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e);
 	const int32_t n = r.g.lr.n_prompt;
 	json_decref(j);

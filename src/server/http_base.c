@@ -331,15 +331,6 @@ int srv_content_text(json_t *content, const char *param, const char *const *type
 }
 
 
-int srv_no_tools(json_t *tools, json_t *tool_choice, srv_err *e) {
-	if (tools && !(json_is_array(tools) && !json_array_size(tools)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "unsupported parameter: tools (tool calls are not supported)");
-	const char *t = json_string_value(tool_choice);
-	if (tool_choice && !(t && (!strcmp(t, "none") || !strcmp(t, "auto"))))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tool_choice", "unsupported parameter: tool_choice (tool calls are not supported)");
-	return 0;
-}
-
 // ---- field tables -------------------------------------------------------------------------------
 
 static bool row_named(const srv_field *t, const char *key) {

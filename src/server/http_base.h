@@ -230,9 +230,6 @@ typedef struct {
 	int n;
 } srv_biases;
 
-// OpenAI's tools and tool_choice, accepted only empty, "none" or "auto" (NULL: not sent).
-int srv_no_tools(json_t *tools, json_t *tool_choice, srv_err *e);
-
 // 400 naming every key of o that no row of t names, param the first (where.key when where is set).
 int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *e);
 // Reads every row of t that o has (absent or null: the destination is left as it is) into

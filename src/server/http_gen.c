@@ -5,6 +5,7 @@
 // call waits its connection is suspended; one waker thread watches the eventfds and the
 // clients' sockets (a reset cancels at once; a half-close is probed) and resumes it.
 #include "server/http_gen.h"
+#include "grammar/grammar.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -55,6 +56,10 @@ void srv_gen_free(srv_gen *g) {
 	for (int i = 0; g->prompts && i < g->n; i++) free(g->prompts[i]);
 	free(g->prompts);
 	free(g->n_prompts);
+	grammar_unref(g->grammar);
+	json_decref(g->tools);
+	g->grammar = NULL;
+	g->tools = NULL;
 	g->prompt = NULL;
 	g->bias.p = NULL;
 	g->prompts = NULL;
@@ -69,6 +74,9 @@ static void gen_wire(srv_gen *g) {
 	g->lr.n_stop_strs = g->stops.n;
 	g->lr.sampling.bias = g->bias.p;
 	g->lr.sampling.n_bias = g->bias.n;
+	g->lr.grammar = g->grammar;
+	g->lr.grammar_triggers = g->triggers;
+	g->lr.n_grammar_triggers = g->n_triggers;
 }
 
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
@@ -106,6 +114,7 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 // One OpenAI chat message as read.
 typedef struct {
 	json_t *role, *content, *tool_calls;
+	const char *tool_call_id;
 } oai_msg;
 
 static const srv_field oai_msg_fields[] = {
@@ -114,8 +123,43 @@ static const srv_field oai_msg_fields[] = {
 	SRV_IGNORED("name"),
 	SRV_IGNORED("refusal"),
 	SRV_ROW(oai_msg, tool_calls, SRV_K_JSON),
+	SRV_ROW(oai_msg, tool_call_id, SRV_K_STR),
 	{0},
 };
+
+// An assistant turn's tool_calls, checked and copied as [{id, type, function: {name, arguments}}].
+static int oai_tool_calls(json_t *calls, const char *p, json_t **out, srv_err *e) {
+	*out = NULL;
+	if (!json_is_array(calls)) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an array", p);
+	json_t *copy = json_array();
+	size_t k;
+	json_t *tc;
+	json_array_foreach(calls, k, tc) {
+		char pk[128];
+		snprintf(pk, sizeof pk, "%s[%zu]", p, k);
+		json_t *id = json_object_get(tc, "id"), *ty = json_object_get(tc, "type"), *fn = json_object_get(tc, "function");
+		json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+		const char *bad = !json_is_object(tc)                                   ? ""
+				  : !json_is_string(id)                                 ? ".id"
+				  : ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "function")) ? ".type"
+				  : !json_is_object(fn)                                 ? ".function"
+				  : !json_is_string(name)                               ? ".function.name"
+				  : !json_is_string(args)                               ? ".function.arguments"
+										        : NULL;
+		if (bad) {
+			json_decref(copy);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s%s is missing or not valid (a tool call is {id, type: \"function\", "
+					"function: {name, arguments: JSON text}})", pk, bad);
+		}
+		if (!copy || json_array_append_new(copy, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
+								   "name", name, "arguments", args))) {
+			json_decref(copy);
+			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+	}
+	*out = copy;
+	return 0;
+}
 
 int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 	static const char *const part_types[] = {"text", NULL};
@@ -133,18 +177,8 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			json_decref(flat);
 			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 		}
-		// a tool result says what is missing before its tool_call_id reads as an unknown field
-		const char *rl = json_string_value(json_object_get(m, "role"));
-		if (rl && (!strcmp(rl, "tool") || !strcmp(rl, "function"))) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s': tools are not supported", p, rl);
-			goto fail;
-		}
 		oai_msg r = {0};
 		if (srv_fields_known(m, oai_msg_fields, p, e) || srv_fields_read(m, oai_msg_fields, &r, p, NULL, e)) goto fail;
-		if (r.tool_calls && !(json_is_array(r.tool_calls) && !json_array_size(r.tool_calls))) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "unsupported parameter: %s.tool_calls (tool calls are not supported)", p);
-			goto fail;
-		}
 		const char *role = json_string_value(r.role);
 		char pr[80];
 		snprintf(pr, sizeof pr, "%s.role", p);
@@ -153,19 +187,45 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			goto fail;
 		}
 		if (!strcmp(role, "developer")) role = "system";
-		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-			srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s '%s' is not supported: system, developer, user or assistant", pr, role);
+		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")) {
+			srv_fail(e, SRV_E_BAD_REQUEST, pr, "%s '%s' is not supported: system, developer, user, assistant or tool", pr, role);
 			goto fail;
 		}
-		char pc[80], *text = NULL;
+		const bool tool = !strcmp(role, "tool"), assistant = !strcmp(role, "assistant");
+		char pc[80], pt[80], *text = NULL;
 		snprintf(pc, sizeof pc, "%s.content", p);
-		if (!r.content && strcmp(role, "assistant")) {
+		snprintf(pt, sizeof pt, "%s.tool_calls", p);
+		json_t *calls = NULL;
+		if (r.tool_calls && !assistant) {
+			srv_fail(e, SRV_E_BAD_REQUEST, pt, "%s: only assistant turns make tool calls", pt);
+			goto fail;
+		}
+		if (r.tool_call_id && !tool) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.tool_call_id: only tool turns answer a tool call", p);
+			goto fail;
+		}
+		if (tool && !r.tool_call_id) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.tool_call_id is required in a tool turn", p);
+			goto fail;
+		}
+		if (!r.content && !assistant) {
 			srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s is required", pc);
 			goto fail;
 		}
-		if (srv_content_text(r.content, pc, part_types, &text, e)) goto fail;
+		if (r.tool_calls && json_array_size(r.tool_calls) && oai_tool_calls(r.tool_calls, pt, &calls, e)) goto fail;
+		if (r.tool_calls && !json_is_array(r.tool_calls)) {
+			srv_fail(e, SRV_E_BAD_REQUEST, pt, "%s must be an array", pt);
+			goto fail;
+		}
+		if (srv_content_text(r.content, pc, part_types, &text, e)) {
+			json_decref(calls);
+			goto fail;
+		}
 		json_t *o = json_pack("{s:s, s:s}", "role", role, "content", text);
 		free(text);
+		if (o && calls) json_object_set_new(o, "tool_calls", calls);
+		else json_decref(calls);
+		if (o && tool) json_object_set_new(o, "tool_call_id", json_string(r.tool_call_id));
 		if (!o || json_array_append_new(flat, o)) {
 			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 			goto fail;
@@ -192,14 +252,36 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 	return too_long(e, param, err);
 }
 
+// A conversation that holds tool calls or results: the tool format shapes it.
+static bool has_tool_turns(json_t *messages) {
+	size_t i;
+	json_t *m;
+	json_array_foreach(messages, i, m) {
+		const char *role = json_string_value(json_object_get(m, "role"));
+		if (json_object_get(m, "tool_calls") || (role && !strcmp(role, "tool"))) return true;
+	}
+	return false;
+}
+
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	char err[512];
 	if (srv_check_parts(s, messages, param, e)) return -1;
-	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", messages, "bos_token", s->bos_text, "eos_token",
-				s->eos_text, "add_generation_prompt", 1);
+	// tools offered or tool turns: the family's shapes for the template (the fallback's as text)
+	json_t *shaped = NULL, *tools = NULL;
+	if ((g && g->tools) || has_tool_turns(messages)) {
+		int rc = tool_render_context(tool_format_of(s->template_src), g ? g->tools : NULL, messages, &shaped, &tools, err,
+					     sizeof err);
+		if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, strncmp(err, "tools", 5) ? param : "tools", "%s", err);
+	}
+	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", shaped ? shaped : messages, "bos_token", s->bos_text,
+				"eos_token", s->eos_text, "add_generation_prompt", 1);
+	json_decref(shaped);
+	if (ctx && tools) json_object_set_new(ctx, "tools", tools);
+	else json_decref(tools);
 	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	// the client's variables come after ours, so a template reads what it was sent
 	if (g && g->template_kwargs) json_object_update(ctx, g->template_kwargs);
@@ -619,7 +701,7 @@ void srv_call_free(srv_call *c) {
 		c->conn->call = NULL;
 	}
 	if (c->api && c->api->free_state) c->api->free_state(c->st);
-	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding);
+	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding), json_decref(c->ch[i].tools.ids);
 	free(c->ch);
 	free(c->req);
 	srv_gen_free(&c->g);

@@ -6,6 +6,7 @@
 #define LANES_HTTP_GEN_H
 
 #include "server/http_base.h"
+#include "template/tools.h"
 
 // What a non-streamed reply's size counts for each log-probability entry (a token or an
 // alternative) beside the text: about what one takes in the JSON.
@@ -28,6 +29,13 @@ typedef struct {
 	json_t *n_predict;             // llama-server's max_tokens (-1: no limit)
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;
+	// constrained decoding and tools (http_tools.c)
+	struct grammar *grammar;       // owned reference (NULL: unconstrained)
+	const char *const *triggers;   // static: the grammar is lazy from the first of these
+	int n_triggers;
+	json_t *tools;                 // OpenAI-shaped tools rendered into the prompt (owned; NULL: none)
+	const char *tool_id_prefix;    // "call_", "toolu_": the ids given to parsed calls
+	bool parse_calls;              // the output is parsed into tool calls
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
@@ -56,6 +64,47 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e);
 
+// ---- constrained decoding and tool calls (http_tools.c) -----------------------------------
+// GBNF text into g's grammar; 400 naming param with the compiler's message (line, column).
+int srv_grammar_text(srv_gen *g, const char *text, size_t len, const char *param, srv_err *e);
+// A JSON Schema into g's grammar; 400 naming param with the keyword at fault.
+int srv_grammar_schema(srv_gen *g, const json_t *schema, const char *param, srv_err *e);
+// Any JSON object into g's grammar.
+int srv_grammar_json_object(srv_gen *g, srv_err *e);
+// OpenAI's tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name"}}
+// (flat: Responses' {"type": "function", "name"}); *name points into v. NULL: auto.
+int srv_tool_choice(json_t *v, bool flat, enum tool_choice *out, const char **name, srv_err *e);
+// Tools offered (OpenAI-shaped, borrowed; NULL or empty: none): checked, rendered into the
+// prompt, and unless choice is none, a grammar for the calls and their parsing from the output.
+// param names tools in the API's words. 0, or -1 with e naming the field at fault.
+int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
+		  const char *param, srv_err *e);
+
+// One choice's tool calls as the output gives them, streamed or whole.
+typedef struct {
+	size_t content_sent;           // stream: bytes of content sent
+	int n_started;                 // calls announced (their ids in ids)
+	size_t cur_sent;               // of the last call announced, bytes of its arguments sent
+	size_t cur_off;                // where those arguments begin in the text
+	bool cur_done;                 // that call is complete
+	bool plain;                    // the output did not parse as calls: it is all content
+	json_t *ids;                   // the ids given to the calls, in order (owned)
+} srv_tool_stream;
+
+// What an adapter does with a choice's parsed output as it streams.
+typedef struct {
+	void (*content)(srv_call *c, int i, const char *text, size_t len);
+	void (*call_start)(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len);
+	void (*call_args)(srv_call *c, int i, int k, const char *text, size_t len);
+	void (*call_end)(srv_call *c, int i, int k, const char *id, json_t *call); // call: as srv_tool_calls gives
+} srv_tool_sink;
+// Sends what choice i's text now adds: content up to where a call could begin (all of it when
+// final), each call's start, its arguments as they grow, its end.
+void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink);
+// Choice i's whole output: the content's length and the calls
+// [{"id", "name", "arguments": JSON text, "input": object}] (new reference; empty: none).
+int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls);
+
 // ---- a generation call: n lane requests for one HTTP request ------------------------------
 typedef struct {
 	bool ended;
@@ -69,6 +118,7 @@ typedef struct {
 	int32_t n_tokens;              // token events
 	float *embedding;              // an embedding request's vector (malloc'd), n_embd floats
 	int32_t n_embd, n_vectors, n_prompt;
+	srv_tool_stream tools;         // tool calls parsed from text
 } srv_choice;
 
 // What an API adapter does with the call's events. Streamed calls write SSE into c->out.

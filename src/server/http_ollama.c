@@ -309,8 +309,6 @@ static int oll_options_apply(oll_req *r, srv_err *e) {
 
 // Fields whose meaning lanes would silently drop are refused.
 static int oll_unsupported(const oll_req *r, srv_err *e) {
-	if (r->format && !json_is_null(r->format))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "format", "format (structured output) is not supported yet");
 	if (r->tools && !(json_is_array(r->tools) && !json_array_size(r->tools)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools are not supported");
 	if (r->images && !(json_is_array(r->images) && !json_array_size(r->images)))
@@ -320,6 +318,15 @@ static int oll_unsupported(const oll_req *r, srv_err *e) {
 	if (r->suffix && *r->suffix) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix (fill in the middle) is not supported");
 	if (r->templ && *r->templ) return srv_fail(e, SRV_E_BAD_REQUEST, "template", "a per-request template is not supported");
 	return 0;
+}
+
+// format: "json" (any JSON object) or a JSON Schema into the request's grammar.
+static int oll_format(oll_req *r, srv_err *e) {
+	json_t *f = r->format;
+	if (!f || json_is_null(f) || (json_is_string(f) && !json_string_length(f))) return 0;
+	if (json_is_string(f) && !strcmp(json_string_value(f), "json")) return srv_grammar_json_object(&r->g, e);
+	if (json_is_object(f)) return srv_grammar_schema(&r->g, f, "format", e);
+	return srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
 }
 
 // Ollama chat messages as the chat template reads them: {role, content} strings.
@@ -388,7 +395,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	if (!rc) rc = oll_check_model(s, r->g.model, false, &e);
 	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
 	r->g.model = NULL; // checked here, in Ollama's naming
-	if (!rc) rc = oll_unsupported(r, &e) || oll_options_apply(r, &e) || srv_gen_check(s, &r->g, &e);
+	if (!rc) rc = oll_unsupported(r, &e) || oll_options_apply(r, &e) || srv_gen_check(s, &r->g, &e) || oll_format(r, &e);
 	if (!rc && !chat && (!r->prompt || !*r->prompt)) {
 		// Ollama's way to load a model: an empty prompt answers done at once
 		json_decref(r->j);

@@ -41,6 +41,11 @@ static void oai_free(void *p) {
 
 static const char *finish_name(const srv_choice *ch) { return ch->finish == LANE_FINISH_LENGTH ? "length" : "stop"; }
 
+// A streamed choice that announced tool calls ends with "tool_calls".
+static const char *stream_finish(const srv_call *c, const srv_choice *ch) {
+	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain ? "tool_calls" : finish_name(ch);
+}
+
 static json_t *usage(const srv_call *c) {
 	int32_t gen = srv_call_generated(c);
 	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", c->g.lr.n_prompt, "completion_tokens", gen, "total_tokens",
@@ -119,9 +124,39 @@ static void oai_begin(srv_call *c) {
 	}
 }
 
+// ---- tool calls in a stream -----------------------------------------------------------------------
+
+static void delta(srv_call *c, int i, json_t *d) {
+	srv_sse(c, NULL, chunk(c, json_pack("[{s:i, s:o, s:n, s:n}]", "index", i, "delta", d, "logprobs", "finish_reason")));
+}
+
+static void sink_content(srv_call *c, int i, const char *text, size_t len) { delta(c, i, json_pack("{s:s%}", "content", text, len)); }
+
+static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {
+	delta(c, i, json_pack("{s:[{s:i, s:s, s:s, s:{s:s%, s:s}}]}", "tool_calls", "index", k, "id", id, "type", "function", "function",
+			      "name", name, name_len, "arguments", ""));
+}
+
+static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {
+	delta(c, i, json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", k, "function", "arguments", text, len));
+}
+
+static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) { (void)c, (void)i, (void)k, (void)id, (void)call; }
+
+static const srv_tool_sink oai_sink = {sink_content, sink_start, sink_args, sink_end};
+
 static void oai_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	oai_state *st = c->st;
 	bool with_lp = c->g.lr.logprobs && tok;
+	if (c->g.stream && st->chat && c->g.parse_calls) {
+		// the text goes out as the parser splits it; a token's logprobs in a chunk of their own
+		srv_tools_stream(c, i, false, &oai_sink);
+		if (with_lp)
+			srv_sse(c, NULL, chunk(c, json_pack("[{s:i, s:{}, s:{s:[o], s:n}, s:n}]", "index", i, "delta", "logprobs", "content",
+							    chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top),
+							    "refusal", "finish_reason")));
+		return;
+	}
 	if (!c->g.stream) {
 		if (!with_lp) return;
 		if (st->chat) json_array_append_new(st->lp[i], chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top));
@@ -156,8 +191,9 @@ static void oai_choice_end(srv_call *c, int i) {
 	oai_state *st = c->st;
 	const srv_choice *ch = &c->ch[i];
 	json_t *o;
+	if (st->chat && c->g.parse_calls) srv_tools_stream(c, i, true, &oai_sink);
 	if (st->chat)
-		o = json_pack("{s:i, s:{}, s:n, s:s, s:s}", "index", i, "delta", "logprobs", "finish_reason", finish_name(ch),
+		o = json_pack("{s:i, s:{}, s:n, s:s, s:s}", "index", i, "delta", "logprobs", "finish_reason", stream_finish(c, ch),
 			      "token_sha", ch->token_sha);
 	else
 		o = json_pack("{s:i, s:s, s:n, s:s, s:s}", "index", i, "text", "", "logprobs", "finish_reason", finish_name(ch),
@@ -188,9 +224,32 @@ static json_t *oai_reply(srv_call *c) {
 		json_t *o;
 		if (st->chat) {
 			json_t *lp = c->g.lr.logprobs ? json_pack("{s:O, s:n}", "content", st->lp[i], "refusal") : json_null();
+			size_t clen = ch->text.len;
+			json_t *calls = NULL;
+			if (c->g.parse_calls && srv_tool_calls(c, i, &clen, &calls)) {
+				json_decref(lp);
+				json_decref(choices);
+				return NULL;
+			}
+			const bool with_calls = calls && json_array_size(calls);
 			o = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s, s:s}", "index", i, "message", "role", "assistant", "content",
-				      text, ch->text.len, "refusal", "logprobs", lp, "finish_reason", finish_name(ch), "token_sha",
-				      ch->token_sha);
+				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls ? "tool_calls" : finish_name(ch),
+				      "token_sha", ch->token_sha);
+			json_t *msg = json_object_get(o, "message");
+			if (msg && with_calls) {
+				// content null when the turn is only calls, as OpenAI sends it
+				size_t sp = 0;
+				while (sp < clen && strchr(" \t\r\n", text[sp])) sp++;
+				if (sp == clen) json_object_set_new(msg, "content", json_null());
+				json_t *tc = json_array();
+				size_t k;
+				json_t *v;
+				json_array_foreach(calls, k, v) json_array_append_new(tc, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id",
+						json_object_get(v, "id"), "type", "function", "function", "name", json_object_get(v, "name"),
+						"arguments", json_object_get(v, "arguments")));
+				json_object_set_new(msg, "tool_calls", tc);
+			}
+			json_decref(calls);
 		} else {
 			srv_buf t = {0};
 			if (st->echo) srv_buf_adds(&t, st->echo_text);
@@ -221,7 +280,10 @@ static const srv_api oai_api = {oai_begin, oai_text, oai_choice_end, oai_done, o
 typedef struct {
 	srv_gen g;
 	json_t *messages, *prompt;   // chat; completions
-	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix; // neutral values only
+	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix;
+	const char *grammar;         // GBNF text (llama-server's extension)
+	json_t *json_schema;         // a JSON Schema (llama-server's extension)
+	bool parallel_tool_calls;
 	bool echo;                   // completions
 	int best_of;                 // completions (0: not sent)
 	bool include_usage;          // stream_options.include_usage
@@ -252,6 +314,8 @@ static const srv_field oai_fields[] = {
 	{"logit_bias", SRV_K_BIAS, LANE_F_LOGIT_BIAS, offsetof(oai_req, g.bias), NULL},
 	{"stream_options", SRV_K_OBJECT, .sub = stream_options_fields},
 	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
+	SRV_ROW(oai_req, grammar, SRV_K_STR),
+	SRV_ROW(oai_req, json_schema, SRV_K_JSON),
 	SRV_IGNORED_AS("user", STR),
 	{0},
 };
@@ -268,7 +332,7 @@ static const srv_field chat_fields[] = {
 	SRV_ROW(oai_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(oai_req, modalities, SRV_K_JSON),
 	SRV_IGNORED_AS("metadata", OBJECT),
-	SRV_IGNORED_AS("parallel_tool_calls", BOOL),
+	SRV_ROW(oai_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_IGNORED_AS("service_tier", STR),
 	{0},
 };
@@ -297,13 +361,6 @@ static const oai_endpoint cmpl_ep = {cmpl_fields, &cmpl_api, false, 16, "cmpl-"}
 // Parameters we accept only at their neutral value; anything else is refused by name.
 static int neutral(const oai_req *r, srv_err *e) {
 	json_t *v;
-	if ((v = r->response_format)) {
-		const char *t = json_string_value(json_object_get(v, "type"));
-		if (!t || strcmp(t, "text"))
-			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format",
-					"unsupported parameter: response_format (only {\"type\": \"text\"} is supported)");
-	}
-	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
 	if ((v = r->modalities)) {
 		bool ok = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
 			  !strcmp(json_string_value(json_array_get(v, 0)), "text");
@@ -316,6 +373,62 @@ static int neutral(const oai_req *r, srv_err *e) {
 	return 0;
 }
 
+// response_format, grammar and json_schema into the request's grammar; tools and tool_choice.
+static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
+	json_t *rf = r->response_format, *schema = NULL;
+	const char *type = NULL;
+	if (rf) {
+		type = json_string_value(json_object_get(rf, "type"));
+		if (!type || (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema")))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format",
+					"response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+		if (!strcmp(type, "text")) type = NULL;
+	}
+	if (type && !strcmp(type, "json_schema")) {
+		json_t *js = json_object_get(rf, "json_schema");
+		if (!json_is_object(js))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format.json_schema",
+					"response_format.json_schema must be an object {name, schema, strict}");
+		json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+		if (name && !json_is_string(name))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format.json_schema.name", "response_format.json_schema.name must be a string");
+		if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format.json_schema.strict", "response_format.json_schema.strict must be a boolean");
+		if (!(schema = json_object_get(js, "schema")))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "response_format.json_schema.schema", "response_format.json_schema.schema is required");
+	}
+	// llama-server's {type: json_object, schema}
+	if (type && !strcmp(type, "json_object")) schema = json_object_get(rf, "schema");
+	const int formats = !!type + !!r->grammar + !!r->json_schema;
+	if (formats > 1)
+		return srv_fail(e, SRV_E_BAD_REQUEST, r->grammar ? "grammar" : "json_schema",
+				"send one of response_format, json_schema and grammar");
+	enum tool_choice choice;
+	const char *name;
+	if (srv_tool_choice(r->tool_choice, false, &choice, &name, e)) return -1;
+	if (json_is_array(r->tools)) {
+		size_t k;
+		json_t *t;
+		json_array_foreach(r->tools, k, t) {
+			const char *ty = json_string_value(json_object_get(t, "type"));
+			if (!ty || strcmp(ty, "function"))
+				return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools[%zu].type must be \"function\"", k);
+		}
+	}
+	const bool calls = json_array_size(r->tools) && choice != TOOL_CHOICE_NONE;
+	if (formats && calls)
+		return srv_fail(e, SRV_E_BAD_REQUEST, type ? "response_format" : r->grammar ? "grammar" : "json_schema",
+				"%s cannot be combined with tool calls: send tool_choice \"none\" or leave out the tools",
+				type ? "response_format" : r->grammar ? "grammar" : "json_schema");
+	int rc = 0;
+	if (schema) rc = srv_grammar_schema(&r->g, schema, !strcmp(type, "json_schema") ? "response_format.json_schema.schema" : "response_format.schema", e);
+	else if (type) rc = srv_grammar_json_object(&r->g, e);
+	else if (r->grammar) rc = srv_grammar_text(&r->g, r->grammar, strlen(r->grammar), "grammar", e);
+	else if (r->json_schema) rc = srv_grammar_schema(&r->g, r->json_schema, "json_schema", e);
+	if (rc) return rc;
+	return srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", e);
+}
+
 // The body read with the endpoint's fields and checked against the request contract;
 // top_logprobs is -1 when neither top_logprobs nor completions' logprobs was sent.
 static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r, srv_err *e) {
@@ -323,6 +436,7 @@ static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r,
 	srv_gen_init(&r->g, ep->api);
 	r->g.lr.max_tokens = ep->max_tokens;
 	r->g.lr.top_logprobs = -1;
+	r->parallel_tool_calls = true;
 	if (srv_parse_body(c, j, e) || srv_fields_known(*j, ep->fields, NULL, e) ||
 	    srv_fields_read(*j, ep->fields, r, NULL, &r->g.api, e) || neutral(r, e))
 		return -1;
@@ -333,7 +447,7 @@ static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r,
 		return srv_fail(e, SRV_E_BAD_REQUEST, "top_logprobs", "top_logprobs needs logprobs: true");
 	if (r->best_of && r->best_of != r->g.n)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "best_of", "unsupported parameter: best_of (only best_of = n)");
-	return srv_gen_check(c->s, &r->g, e);
+	return srv_gen_check(c->s, &r->g, e) || oai_constrain(c->s, r, e);
 }
 
 static oai_state *state_new(json_t *j, const oai_req *r, bool chat) {

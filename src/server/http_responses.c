@@ -17,6 +17,9 @@ typedef struct {
 	json_t *max_output_tokens; // echoed back
 	double temperature, top_p;
 	bool truncation_auto;      // echoed back: "auto" when sent, else "disabled"
+	int items;                 // stream: output items added
+	bool msg_open;             // stream: the message item is open
+	size_t msg_len;            // stream: bytes of its text sent
 } resp_state;
 
 static void resp_free(void *p) {
@@ -39,13 +42,46 @@ static json_t *text_part(const char *text, size_t len) {
 	return json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", text, len, "annotations", "logprobs");
 }
 
-// The output message; content NULL gives an empty content list.
-static json_t *message_item(srv_call *c, const char *status, bool with_text) {
+// The output message with the first len bytes of text; with_text false: an empty content list.
+static json_t *message_item_n(srv_call *c, const char *status, bool with_text, size_t len) {
 	resp_state *st = c->st;
 	const srv_buf *t = &c->ch[0].text;
-	json_t *content = with_text ? json_pack("[o]", text_part(t->p ? t->p : "", t->len)) : json_array();
+	json_t *content = with_text ? json_pack("[o]", text_part(t->p ? t->p : "", len)) : json_array();
 	return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", st->item_id, "type", "message", "status", status, "role",
 			 "assistant", "content", content);
+}
+
+static json_t *message_item(srv_call *c, const char *status, bool with_text) {
+	return message_item_n(c, status, with_text, c->ch[0].text.len);
+}
+
+// A function_call output item; its id follows from the call's id.
+static json_t *call_item(const char *call_id, const char *name, size_t name_len, const char *args, size_t args_len,
+			 const char *status) {
+	char id[80];
+	snprintf(id, sizeof id, "fc_%s", strncmp(call_id, "call_", 5) ? call_id : call_id + 5);
+	return json_pack("{s:s, s:s, s:s, s:s%, s:s%, s:s}", "id", id, "type", "function_call", "call_id", call_id, "name", name,
+			 name_len, "arguments", args, args_len, "status", status);
+}
+
+// The output items of the finished text: a message (unless the turn is calls alone) and the calls.
+static json_t *output_items(srv_call *c, const char *status) {
+	size_t clen = c->ch[0].text.len;
+	json_t *calls = NULL;
+	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
+	json_t *out = json_array();
+	const char *t = c->ch[0].text.p ? c->ch[0].text.p : "";
+	size_t sp = 0;
+	while (sp < clen && strchr(" \t\r\n", t[sp])) sp++;
+	if (sp < clen || !json_array_size(calls)) json_array_append_new(out, message_item_n(c, status, true, clen));
+	size_t k;
+	json_t *v;
+	json_array_foreach(calls, k, v) {
+		const char *n = json_string_value(json_object_get(v, "name")), *a = json_string_value(json_object_get(v, "arguments"));
+		json_array_append_new(out, call_item(json_string_value(json_object_get(v, "id")), n, strlen(n), a, strlen(a), "completed"));
+	}
+	json_decref(calls);
+	return out;
 }
 
 // The response object in a given status; output and usage as far as they are known.
@@ -67,8 +103,7 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 static json_t *final_response(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
 	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
-	json_t *r = response(c, incomplete ? "incomplete" : "completed",
-			     json_pack("[o]", message_item(c, incomplete ? "incomplete" : "completed", true)), true);
+	json_t *r = response(c, incomplete ? "incomplete" : "completed", output_items(c, incomplete ? "incomplete" : "completed"), true);
 	if (!r) return NULL;
 	if (incomplete) json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
 	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
@@ -85,36 +120,89 @@ static void event(srv_call *c, const char *type, json_t *data) {
 	srv_sse(c, type, data);
 }
 
-static void resp_begin(srv_call *c) {
+static void msg_open(srv_call *c) {
 	resp_state *st = c->st;
+	st->msg_open = true;
+	event(c, "response.output_item.added",
+	      json_pack("{s:i, s:o}", "output_index", st->items, "item", message_item(c, "in_progress", false)));
+	event(c, "response.content_part.added", json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", st->items,
+							  "content_index", 0, "part", text_part("", 0)));
+}
+
+static void msg_delta(srv_call *c, const char *text, size_t len) {
+	resp_state *st = c->st;
+	st->msg_len += len;
+	event(c, "response.output_text.delta", json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index",
+							 st->items, "content_index", 0, "delta", text, len, "logprobs"));
+}
+
+// Closes the message item with the text sent so far.
+static void msg_close(srv_call *c, const char *status) {
+	resp_state *st = c->st;
+	const char *text = c->ch[0].text.p ? c->ch[0].text.p : "";
+	const size_t len = st->msg_len;
+	event(c, "response.output_text.done", json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index",
+							st->items, "content_index", 0, "text", text, len, "logprobs"));
+	event(c, "response.content_part.done", json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", st->items,
+							 "content_index", 0, "part", text_part(text, len)));
+	event(c, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", st->items, "item", message_item_n(c, status, true, len)));
+	st->items++;
+	st->msg_open = false;
+}
+
+static void sink_content(srv_call *c, int i, const char *text, size_t len) {
+	resp_state *st = c->st;
+	if (!st->msg_open) msg_open(c);
+	msg_delta(c, text, len);
+}
+
+static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {
+	resp_state *st = c->st;
+	if (st->msg_open) msg_close(c, "completed");
+	event(c, "response.output_item.added",
+	      json_pack("{s:i, s:o}", "output_index", st->items, "item", call_item(id, name, name_len, "", 0, "in_progress")));
+}
+
+static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {
+	resp_state *st = c->st;
+	char item[80];
+	snprintf(item, sizeof item, "fc_%s", c->ch[0].tools.ids ? json_string_value(json_array_get(c->ch[0].tools.ids, (size_t)k)) + 5 : "");
+	event(c, "response.function_call_arguments.delta",
+	      json_pack("{s:s, s:i, s:s%}", "item_id", item, "output_index", st->items, "delta", text, len));
+}
+
+static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
+	resp_state *st = c->st;
+	const char *n = json_string_value(json_object_get(call, "name")), *a = json_string_value(json_object_get(call, "arguments"));
+	json_t *item = call_item(id, n ? n : "", n ? strlen(n) : 0, a ? a : "", a ? strlen(a) : 0, "completed");
+	event(c, "response.function_call_arguments.done",
+	      json_pack("{s:O, s:i, s:s}", "item_id", json_object_get(item, "id"), "output_index", st->items, "arguments", a ? a : ""));
+	event(c, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", st->items, "item", item));
+	st->items++;
+}
+
+static const srv_tool_sink resp_sink = {sink_content, sink_start, sink_args, sink_end};
+
+static void resp_begin(srv_call *c) {
 	event(c, "response.created", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
 	event(c, "response.in_progress", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
-	event(c, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, "in_progress", false)));
-	event(c, "response.content_part.added",
-	      json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "part", text_part("", 0)));
+	// with tools the items open as the text shows what they are
+	if (!c->g.parse_calls) msg_open(c);
 }
 
 static void resp_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
-	resp_state *st = c->st;
-	if (!c->g.stream || !len) return;
-	event(c, "response.output_text.delta",
-	      json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "delta",
-			text, len, "logprobs"));
+	if (!c->g.stream) return;
+	if (c->g.parse_calls) srv_tools_stream(c, 0, false, &resp_sink);
+	else if (len) msg_delta(c, text, len);
 }
 
 static void resp_done(srv_call *c) {
 	resp_state *st = c->st;
 	const srv_choice *ch = &c->ch[0];
-	const char *text = ch->text.p ? ch->text.p : "";
 	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
-	event(c, "response.output_text.done",
-	      json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "text",
-			text, ch->text.len, "logprobs"));
-	event(c, "response.content_part.done",
-	      json_pack("{s:s, s:i, s:i, s:o}", "item_id", st->item_id, "output_index", 0, "content_index", 0, "part",
-			text_part(text, ch->text.len)));
-	event(c, "response.output_item.done",
-	      json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, incomplete ? "incomplete" : "completed", true)));
+	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &resp_sink);
+	if (!st->items && !st->msg_open) msg_open(c);
+	if (st->msg_open) msg_close(c, incomplete ? "incomplete" : "completed");
 	event(c, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", final_response(c)));
 }
 
@@ -137,7 +225,8 @@ typedef struct {
 	const char *instructions;
 	const char *truncation;    // "auto" or "disabled": a prompt that does not fit is refused either way
 	double temperature, top_p; // echoed back as sent
-	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background; // neutral values only
+	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background;
+	bool parallel_tool_calls;
 } resp_req;
 
 // The Responses API's bounds where they are narrower than the host's.
@@ -163,7 +252,7 @@ static const srv_field resp_fields[] = {
 	SRV_ROW(resp_req, background, SRV_K_JSON),
 	SRV_IGNORED_AS("metadata", OBJECT),
 	SRV_IGNORED_AS("user", STR),
-	SRV_IGNORED_AS("parallel_tool_calls", BOOL),
+	SRV_ROW(resp_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_ROW(resp_req, truncation, SRV_K_STR),
 	SRV_IGNORED_AS("service_tier", STR),
 	SRV_IGNORED_AS("stream_options", OBJECT),
@@ -173,12 +262,17 @@ static const srv_field resp_fields[] = {
 // One input item as read.
 typedef struct {
 	json_t *type, *role, *content;
+	json_t *call_id, *name, *arguments, *output; // function_call and function_call_output items
 } resp_item;
 
 static const srv_field resp_item_fields[] = {
 	SRV_ROW(resp_item, type, SRV_K_JSON),
 	SRV_ROW(resp_item, role, SRV_K_JSON),
 	SRV_ROW(resp_item, content, SRV_K_JSON),
+	SRV_ROW(resp_item, call_id, SRV_K_JSON),
+	SRV_ROW(resp_item, name, SRV_K_JSON),
+	SRV_ROW(resp_item, arguments, SRV_K_JSON),
+	SRV_ROW(resp_item, output, SRV_K_JSON),
 	SRV_IGNORED("id"),
 	SRV_IGNORED("status"),
 	{0},
@@ -187,6 +281,7 @@ static const srv_field resp_item_fields[] = {
 // text's keys (format is checked by value).
 static const srv_field text_fields[] = {
 	SRV_IGNORED("format"),
+	SRV_IGNORED_AS("verbosity", STR),
 	{0},
 };
 
@@ -198,13 +293,8 @@ static int resp_neutral(const resp_req *r, srv_err *e) {
 	if (r->previous_response_id)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
 				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
-	if (srv_no_tools(r->tools, r->tool_choice, e)) return -1;
 	if ((v = r->text)) {
-		json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
-		if (json_is_null(f)) f = NULL; // null is the same as left out
-		const char *t = f ? json_string_value(json_object_get(f, "type")) : "text";
-		if (!json_is_object(v) || !t || strcmp(t, "text"))
-			return srv_fail(e, SRV_E_BAD_REQUEST, "text.format", "unsupported parameter: text.format (only {\"type\": \"text\"})");
+		if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "text", "text must be an object");
 		if (srv_fields_known(v, text_fields, "text", e)) return -1;
 	}
 	if ((v = r->reasoning) && !(json_is_object(v) && !json_object_size(v)))
@@ -216,6 +306,68 @@ static int resp_neutral(const resp_req *r, srv_err *e) {
 	const char *tr = r->truncation;
 	if (tr && strcmp(tr, "auto") && strcmp(tr, "disabled"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "truncation", "truncation must be \"auto\" or \"disabled\"");
+	return 0;
+}
+
+// text.format into the grammar; tools [{type: function, name, description, parameters}] and
+// tool_choice as OpenAI chat's.
+static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
+	json_t *f = json_object_get(r->text, "format");
+	const char *t = json_is_null(f) || !f ? "text" : json_string_value(json_object_get(f, "type"));
+	if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "text.format",
+				"text.format.type must be \"text\", \"json_object\" or \"json_schema\"");
+	const bool formatted = strcmp(t, "text");
+	enum tool_choice choice;
+	const char *name;
+	if (srv_tool_choice(r->tool_choice, true, &choice, &name, e)) return -1;
+	if (r->tools && !json_is_array(r->tools)) return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools must be an array");
+	if (formatted && json_array_size(r->tools) && choice != TOOL_CHOICE_NONE)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "text.format",
+				"text.format cannot be combined with tool calls: send tool_choice \"none\" or leave out the tools");
+	int rc = 0;
+	if (!strcmp(t, "json_object")) rc = srv_grammar_json_object(&r->g, e);
+	if (!strcmp(t, "json_schema")) {
+		json_t *sc = json_object_get(f, "schema");
+		rc = sc ? srv_grammar_schema(&r->g, sc, "text.format.schema", e)
+			: srv_fail(e, SRV_E_BAD_REQUEST, "text.format.schema", "text.format.schema is required");
+	}
+	if (rc) return rc;
+	json_t *oai = json_array();
+	size_t k;
+	json_t *tl;
+	json_array_foreach(r->tools, k, tl) {
+		const char *ty = json_string_value(json_object_get(tl, "type"));
+		json_t *n = json_object_get(tl, "name"), *d = json_object_get(tl, "description"), *p = json_object_get(tl, "parameters");
+		if (!ty || strcmp(ty, "function") || !json_is_string(n) || (d && !json_is_string(d) && !json_is_null(d)) ||
+		    (p && !json_is_object(p) && !json_is_null(p))) {
+			json_decref(oai);
+			return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools[%zu] must be {type: \"function\", name, description, parameters}", k);
+		}
+		json_t *fn = json_pack("{s:O}", "name", n);
+		if (fn && json_is_string(d)) json_object_set(fn, "description", d);
+		if (fn && json_is_object(p)) json_object_set(fn, "parameters", p);
+		json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+	}
+	rc = srv_tools_set(s, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", e);
+	json_decref(oai);
+	return rc;
+}
+
+// A function_call input item onto the assistant turn before it (one made when there is none).
+static int call_turn(json_t *flat, const resp_item *it, const char *p, srv_err *e) {
+	if (!json_is_string(it->call_id) || !json_is_string(it->name) || !json_is_string(it->arguments))
+		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a function_call item is {call_id, name, arguments: JSON text}", p);
+	json_t *last = json_array_get(flat, json_array_size(flat) - 1);
+	const char *role = json_string_value(json_object_get(last, "role"));
+	if (!last || !role || strcmp(role, "assistant")) {
+		last = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+		json_array_append_new(flat, last);
+	}
+	json_t *calls = json_object_get(last, "tool_calls");
+	if (!calls) json_object_set_new(last, "tool_calls", calls = json_array());
+	json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", it->call_id, "type", "function", "function", "name",
+					       it->name, "arguments", it->arguments));
 	return 0;
 }
 
@@ -244,11 +396,27 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 			resp_item it = {0};
 			srv_fields_read(m, resp_item_fields, &it, p, NULL, e); // JSON rows only: it cannot fail
 			const char *type = json_string_value(it.type);
+			if (srv_fields_known(m, resp_item_fields, p, e)) goto fail;
+			if (type && !strcmp(type, "function_call")) {
+				if (call_turn(flat, &it, p, e)) goto fail;
+				continue;
+			}
+			if (type && !strcmp(type, "function_call_output")) {
+				char *res = NULL;
+				if (!json_is_string(it.call_id)) {
+					srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.call_id must be a string", p);
+					goto fail;
+				}
+				snprintf(pc, sizeof pc, "%s.output", p);
+				if (srv_content_text(it.output, pc, part_types, &res, e)) goto fail;
+				json_array_append_new(flat, json_pack("{s:s, s:O, s:s}", "role", "tool", "tool_call_id", it.call_id, "content", res));
+				free(res);
+				continue;
+			}
 			if (type && strcmp(type, "message")) {
-				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only messages", p, type);
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: message, function_call or function_call_output", p, type);
 				goto fail;
 			}
-			if (srv_fields_known(m, resp_item_fields, p, e)) goto fail;
 			const char *role = json_string_value(it.role);
 			if (role && !strcmp(role, "developer")) role = "system";
 			if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
@@ -280,14 +448,14 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	resp_state *st = NULL;
-	resp_req r = {.temperature = 1.0, .top_p = 1.0};
+	resp_req r = {.temperature = 1.0, .top_p = 1.0, .parallel_tool_calls = true};
 	srv_gen_init(&r.g, &resp_lane_api);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, resp_fields, NULL, &e) ||
 	    srv_fields_read(j, resp_fields, &r, NULL, &r.g.api, &e) || resp_neutral(&r, &e))
 		goto fail;
 	r.g.lr.sampling.temperature = (float)r.temperature;
 	r.g.lr.sampling.top_p = (float)r.top_p;
-	if (srv_gen_check(s, &r.g, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(&r, &flat, &e) ||
+	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(&r, &flat, &e) ||
 	    srv_chat_prompt(s, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);

@@ -196,10 +196,10 @@ test('typed errors: 400 naming the field, 404 model, 401 key, unsupported parame
 	// one model served: any name means it (as llama-server; --strict-model for the 404)
 	const any = await client.chat.completions.create({ model: 'gpt-4o', messages: m, max_tokens: 2 });
 	assert.equal(any.model, 'stories260K');
-	e = await client.chat.completions.create({ messages: m, tools: [{ type: 'function', function: { name: 'f' } }] }).catch((x) => x);
+	e = await client.chat.completions.create({ messages: m, tools: [{ type: 'custom', custom: { name: 'f' } }] }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.match(e.message, /tools/);
-	e = await client.chat.completions.create({ messages: m, response_format: { type: 'json_object' } }).catch((x) => x);
+	e = await client.chat.completions.create({ messages: m, response_format: { type: 'xml' } }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.match(e.message, /response_format/);
 	e = await client.chat.completions.create({ messages: m, frobnicate: 1, audio: {} }).catch((x) => x);

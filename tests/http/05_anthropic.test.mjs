@@ -107,7 +107,7 @@ test('messages: typed errors in Anthropic shape', async () => {
 	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
 	assert.match(e.message, /image/);
-	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), tools: [{ name: 'f', input_schema: { type: 'object' } }] }).catch((x) => x);
+	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), tools: [{ type: 'web_search_20250305', name: 'web_search' }] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
 	assert.match(e.message, /tools/);
 	const any = await client.messages.create({ model: 'claude-opus-4', max_tokens: 2, messages: user('hi') });

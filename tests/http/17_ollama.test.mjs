@@ -103,7 +103,7 @@ test('errors in Ollama\'s shape; what lanes cannot honour is refused, runner tun
 		[{ model: 'stories260K', messages: [] }, /messages/],
 		[{ model: 'stories260K', messages: [{ role: 'tool', content: 'x' }] }, /tools are not supported/],
 		[{ model: 'stories260K', messages: [{ role: 'user', content: 'x', images: ['aGk='] }] }, /images are not supported/],
-		[{ model: 'stories260K', messages: user('x'), format: 'json' }, /format/],
+		[{ model: 'stories260K', messages: user('x'), format: 'yaml' }, /format/],
 		[{ model: 'stories260K', messages: user('x'), options: { temperature: 'hot' } }, /options.temperature/],
 		[{ model: 'stories260K', messages: user('x'), options: { num_predict: 0 } }, /num_predict/],
 		[{ model: 'stories260K', messages: user('x'), options: { mirostat: 2 } }, /mirostat/],

@@ -110,10 +110,10 @@ test('clear refusals: batch prompts, tool messages, images, compressed bodies', 
 	assert.match(b.body.error.message, /batch prompts are not supported: 3 prompts/);
 	const b2 = await cmpl(srv.url, { prompt: [[1, 2], [3, 4]], max_tokens: 1 });
 	assert.match(b2.body.error.message, /batch prompts are not supported: 2 prompts/);
-	const t = await chat(srv.url, { messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'c1', content: '42' }] });
+	const t = await chat(srv.url, { messages: [{ role: 'user', content: 'x' }, { role: 'function', name: 'f', content: '42' }] });
 	assert.equal(t.status, 400);
-	assert.equal(t.body.error.param, 'messages[1]');
-	assert.match(t.body.error.message, /tools are not supported/);
+	assert.equal(t.body.error.param, 'messages[1].role');
+	assert.match(t.body.error.message, /'function' is not supported/);
 	const i = await chat(srv.url, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] });
 	assert.equal(i.status, 400);
 	assert.match(i.body.error.message, /images are not supported by this model/);
