@@ -548,16 +548,71 @@ static int gen_int(sg *g, const json_t *s, sb *out) {
 	return helper(g, out, H_WS);
 }
 
-static int gen_num(sg *g, const json_t *s, sb *out) {
-	static const char *const keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-	for (int i = 0; i < 4; i++) {
-		const json_t *x = json_object_get(s, keys[i]);
-		// a number at least 0 is one without a sign; other float ranges are not expressible here
-		if (x && !(i == 0 && json_is_number(x) && json_number_value(x) == 0))
-			return fail(g, LANES_EINVAL, "unsupported keyword '%s' for a number (only minimum 0 is supported)", keys[i]);
+// Reads a number's bound: *set when given (a whole number), *ex when exclusive.
+static int num_bound(sg *g, const json_t *s, const char *key, const char *exkey, bool upper, double *v, bool *set, bool *ex) {
+	const json_t *x = json_object_get(s, key), *e = json_object_get(s, exkey);
+	*set = *ex = false;
+	if (x && !json_is_number(x)) return fail(g, LANES_EINVAL, "'%s' must be a number", key);
+	if (e && !json_is_number(e) && !json_is_boolean(e)) return fail(g, LANES_EINVAL, "'%s' must be a number", exkey);
+	if (x) *v = json_number_value(x), *set = true, *ex = json_is_true(e);
+	if (json_is_number(e) && (!*set || (upper ? json_number_value(e) <= *v : json_number_value(e) >= *v)))
+		*v = json_number_value(e), *set = *ex = true;
+	// a whole bound splits the text at its integral part; another one is not expressible here
+	if (*set && (*v != floor(*v) || fabs(*v) > 1e15))
+		return fail(g, LANES_EINVAL, "unsupported keyword '%s' for a number: only whole bounds up to 1e15 are supported", *ex ? exkey : key);
+	return 0;
+}
+
+// Appends alternatives for magnitudes in [lo, hi] (excluded ends as said; has_hi false: no
+// upper end) written with sign, a fraction, and no exponent.
+static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int64_t hi, bool hi_ex, const char *sign, bool *first) {
+	static const char *const any = "( \".\" [0-9]{1,16} )?", *const zero = "( \".\" \"0\"{1,16} )?",
+			  *const nonzero = "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
+	int64_t a = lo_ex ? lo + 1 : lo, b = has_hi ? hi - 1 : 9999999999999999;
+	char d[24];
+	if (a <= b) {
+		sb in = {0};
+		bool f = true;
+		naturals(g, &in, (uint64_t)a, (uint64_t)b, "", &f);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, "( "), sb_add(g, out, in.p, in.n), sb_put(g, out, " ) "), sb_put(g, out, any);
+		sb_free(g, &in);
 	}
-	if (!json_object_get(s, "minimum")) return helper(g, out, H_NUM);
-	sb_put(g, out, "( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? ");
+	if (lo_ex && (!has_hi || lo < hi)) {
+		snprintf(d, sizeof d, "\"%lld\" ", (long long)lo);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, d), sb_put(g, out, nonzero);
+	}
+	if (has_hi && !hi_ex && (lo_ex ? hi > lo : hi >= lo)) {
+		snprintf(d, sizeof d, "\"%lld\" ", (long long)hi);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, d), sb_put(g, out, zero);
+	}
+}
+
+static int gen_num(sg *g, const json_t *s, sb *out) {
+	double lo = 0, hi = 0;
+	bool has_lo, has_hi, lo_ex, hi_ex;
+	if (num_bound(g, s, "minimum", "exclusiveMinimum", false, &lo, &has_lo, &lo_ex) ||
+	    num_bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi, &hi_ex))
+		return g->rc;
+	if (!has_lo && !has_hi) return helper(g, out, H_NUM);
+	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex))))
+		return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	int64_t l = (int64_t)lo, h = (int64_t)hi;
+	bool first = true;
+	sb_put(g, out, "( ");
+	// at least zero: the integral part against the bounds; below zero: the magnitude
+	if (!has_hi || h >= 0) {
+		bool from0 = !has_lo || l < 0;
+		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first);
+	}
+	if (!has_lo || l < 0) {
+		bool below = has_hi && h < 0;
+		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first);
+	}
+	if (first) return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	sb_put(g, out, " ) ");
 	return helper(g, out, H_WS);
 }
 
@@ -1075,6 +1130,90 @@ static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
 	return g->rc;
 }
 
+// s with its $ref chain followed (NULL: not an object, or an error set).
+static const json_t *deref(sg *g, const json_t *s) {
+	for (int hops = 0; json_is_object(s) && json_is_string(json_object_get(s, "$ref")) && !g->rc; hops++) {
+		if (hops >= SG_MAX_DEPTH) return fail(g, LANES_ELIMIT, "$ref chain longer than %d", SG_MAX_DEPTH), NULL;
+		s = resolve(g, json_string_value(json_object_get(s, "$ref")));
+	}
+	return json_is_object(s) && !g->rc ? s : NULL;
+}
+
+static int value_kind(const json_t *v) {
+	int k = 0;
+	for (int t = 1; t <= T_INT; t <<= 1) k |= value_fits(v, t) ? t : 0;
+	return k;
+}
+
+// The types a schema's documents may have (integers and numbers count as one), following $ref.
+static int kinds(sg *g, const json_t *s, int depth) {
+	if (json_is_false(s)) return 0;
+	if (depth > SG_MAX_DEPTH || !(s = deref(g, s))) return T_ALL;
+	int k = 0;
+	const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const"), *a = json_object_get(s, "anyOf");
+	size_t i;
+	json_t *x;
+	if (!a) a = json_object_get(s, "oneOf");
+	if (c) k = value_kind(c);
+	else if (json_is_array(e)) json_array_foreach(e, i, x) k |= value_kind(x);
+	else if (json_is_array(a)) json_array_foreach(a, i, x) k |= kinds(g, x, depth + 1);
+	else if (json_object_get(s, "allOf")) k = T_OBJ;
+	else k = types_of(g, s);
+	if (json_is_true(json_object_get(s, "nullable"))) k |= T_NULL;
+	return k & (T_INT | T_NUM) ? k | T_INT | T_NUM : k;
+}
+
+// The values a property may take when it is a const or an enum; NULL otherwise.
+static const json_t *fixed_values(sg *g, const json_t *s, json_t **own) {
+	*own = NULL;
+	if (!(s = deref(g, s))) return NULL;
+	const json_t *c = json_object_get(s, "const");
+	if (c) return *own = json_pack("[O]", c);
+	const json_t *e = json_object_get(s, "enum");
+	return json_is_array(e) ? e : NULL;
+}
+
+// Two object schemas no document satisfies both of: a property both require takes values
+// from disjoint const/enum sets (a tagged union).
+static bool tagged_apart(sg *g, const json_t *a, const json_t *b) {
+	a = deref(g, a), b = deref(g, b);
+	const json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+	size_t i, j;
+	json_t *x, *y;
+	json_array_foreach(ra, i, x) {
+		const char *key = json_string_value(x);
+		bool both = false;
+		json_array_foreach(rb, j, y) both |= key && json_is_string(y) && !strcmp(key, json_string_value(y));
+		if (!both) continue;
+		json_t *oa, *ob;
+		const json_t *va = fixed_values(g, json_object_get(json_object_get(a, "properties"), key), &oa);
+		const json_t *vb = fixed_values(g, json_object_get(json_object_get(b, "properties"), key), &ob);
+		bool apart = va && vb;
+		for (size_t p = 0; apart && p < json_array_size(va); p++)
+			for (size_t q = 0; apart && q < json_array_size(vb); q++) apart = !json_equal(json_array_get(va, p), json_array_get(vb, q));
+		json_decref(oa), json_decref(ob);
+		if (apart) return true;
+	}
+	return false;
+}
+
+// oneOf becomes a union only when no document can match two alternatives (else anyOf's
+// union would take documents oneOf refuses).
+static int one_of_apart(sg *g, const json_t *a) {
+	size_t n = json_array_size(a);
+	int *k = malloc(n * sizeof *k);
+	if (!k) return fail(g, LANES_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) k[i] = kinds(g, json_array_get(a, i), 0);
+	for (size_t i = 0; i < n && !g->rc; i++)
+		for (size_t j = i + 1; j < n && !g->rc; j++) {
+			int both = k[i] & k[j];
+			if (both && !(both == T_OBJ && tagged_apart(g, json_array_get(a, i), json_array_get(a, j))) && !g->rc)
+				fail(g, LANES_EINVAL, "unsupported keyword 'oneOf': alternatives %zu and %zu may both match (anyOf would fit)", i, j);
+		}
+	free(k);
+	return g->rc;
+}
+
 static int gen_union(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
 	const json_t *a = json_object_get(s, kw);
@@ -1082,6 +1221,7 @@ static int gen_union(sg *g, const json_t *s, const char *hint, const char *name,
 	if (only_keys(g, s, 0, kw)) return g->rc;
 	if (!json_is_array(a) || !json_array_size(a)) return fail(g, LANES_EINVAL, "'%s' must be a non-empty array", kw);
 	if (json_array_size(a) > SG_MAX_ENUM) return fail(g, LANES_ELIMIT, "'%s' has more than %d schemas", kw, SG_MAX_ENUM);
+	if (!strcmp(kw, "oneOf") && one_of_apart(g, a)) return g->rc;
 	sb body = {0};
 	size_t old = ptr_push(g, kw);
 	for (size_t i = 0; i < json_array_size(a) && !g->rc; i++) {

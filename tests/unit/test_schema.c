@@ -75,6 +75,7 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"pattern\": \"^a^b$\"}", LANES_EINVAL, "'^' inside the pattern"},
 		{"{\"type\": \"string\", \"pattern\": \"^a$\", \"maxLength\": 3}", LANES_EINVAL, "beside 'pattern'"},
 		{"{\"type\": \"number\", \"maximum\": 1.5}", LANES_EINVAL, "unsupported keyword 'maximum' for a number"},
+		{"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", LANES_EINVAL, "no number lies"},
 		{"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", LANES_EINVAL, "no integer"},
 		{"{\"type\": \"string\", \"minLength\": 5, \"maxLength\": 4}", LANES_EINVAL, "minLength exceeds maxLength"},
 		{"{\"type\": \"string\", \"maxLength\": 5000}", LANES_ELIMIT, "exceeds 1000"},
@@ -86,6 +87,9 @@ static void test_refusals(void) {
 		{"false", LANES_EINVAL, "schema false"},
 		{"[1]", LANES_EINVAL, "a schema must be an object or a boolean"},
 		{"{\"allOf\": [{\"type\": \"string\"}]}", LANES_EINVAL, "only object schemas merge"},
+		{"{\"oneOf\": [{\"type\": \"number\"}, {\"type\": \"integer\"}]}", LANES_EINVAL, "alternatives 0 and 1 may both match"},
+		{"{\"oneOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"required\": [\"a\"], \"properties\": {\"a\": {}}}]}",
+		 LANES_EINVAL, "unsupported keyword 'oneOf'"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char *out = NULL, err[512] = "";
