@@ -52,6 +52,7 @@ typedef struct {
 	sg_ref *refs;
 	int nrefs, refcap;
 	int lead;          // refs at or past this index are open with no input consumed since
+	int64_t work;      // pairs compared to prove oneOf alternatives apart
 	char **names;      // open-addressed set of rule names taken
 	size_t nnames, namecap;
 } sg;
@@ -236,13 +237,11 @@ static char *name_new(sg *g, const char *hint) {
 
 // Writes the rule name ::= body into the output; the body's bytes move there.
 static int rule_emit(sg *g, const char *name, sb *body) {
-	size_t n = strlen(name) + body->n + 6;
 	g->used -= body->n; // counted once the rule text holds it
 	sb_put(g, &g->out, name);
 	sb_put(g, &g->out, " ::= ");
 	sb_add(g, &g->out, body->p ? body->p : "", body->n);
 	sb_put(g, &g->out, "\n");
-	(void)n;
 	free(body->p);
 	*body = (sb){0};
 	return g->rc;
@@ -1050,6 +1049,7 @@ static int gen_ref(sg *g, const json_t *s, const char *name, sb *out) {
 	}
 	const json_t *t = resolve(g, ref);
 	if (!t) return g->rc;
+	if (g->nrefs >= 1024) return fail(g, LANES_ELIMIT, "more than 1024 distinct $ref targets");
 	if (g->nrefs == g->refcap) {
 		int cap = g->refcap ? g->refcap * 2 : 16;
 		sg_ref *v = realloc(g->refs, (size_t)cap * sizeof *v);
@@ -1101,10 +1101,10 @@ static bool value_fits(const json_t *v, int types) {
 	return false;
 }
 
-static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
+static int gen_enum(sg *g, const json_t *s, sb *out) {
 	const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const");
 	if (e && c) return fail(g, LANES_EINVAL, "unsupported keyword 'const' beside 'enum'");
-	if (only_keys(g, s, K_CORE & ~0, e ? "enum" : "const")) return g->rc;
+	if (only_keys(g, s, K_CORE, e ? "enum" : "const")) return g->rc;
 	static const char *const others[] = {"anyOf", "oneOf", "allOf"};
 	for (int i = 0; i < 3; i++)
 		if (json_object_get(s, others[i])) return fail(g, LANES_EINVAL, "unsupported keyword '%s' beside '%s'", others[i], e ? "enum" : "const");
@@ -1126,7 +1126,6 @@ static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
 	sb_add(g, out, body.p, body.n);
 	if (kept > 1) sb_put(g, out, " )");
 	sb_free(g, &body);
-	(void)name;
 	return g->rc;
 }
 
@@ -1184,11 +1183,14 @@ static bool tagged_apart(sg *g, const json_t *a, const json_t *b) {
 		const char *key = json_string_value(x);
 		bool both = false;
 		json_array_foreach(rb, j, y) both |= key && json_is_string(y) && !strcmp(key, json_string_value(y));
+		g->work += (int64_t)json_array_size(rb);
 		if (!both) continue;
 		json_t *oa, *ob;
 		const json_t *va = fixed_values(g, json_object_get(json_object_get(a, "properties"), key), &oa);
 		const json_t *vb = fixed_values(g, json_object_get(json_object_get(b, "properties"), key), &ob);
 		bool apart = va && vb;
+		g->work += 1 + (int64_t)(va ? json_array_size(va) : 0) * (int64_t)(vb ? json_array_size(vb) : 0);
+		if (g->work > (1 << 22)) apart = false, fail(g, LANES_ELIMIT, "'oneOf' is too large to prove its alternatives apart");
 		for (size_t p = 0; apart && p < json_array_size(va); p++)
 			for (size_t q = 0; apart && q < json_array_size(vb); q++) apart = !json_equal(json_array_get(va, p), json_array_get(vb, q));
 		json_decref(oa), json_decref(ob);
@@ -1250,7 +1252,7 @@ typedef struct {
 } props;
 
 // Adds the properties and required names of object schema o to ps.
-static int collect(sg *g, const json_t *o, props *ps, bool merged) {
+static int collect(sg *g, const json_t *o, props *ps) {
 	const json_t *p = json_object_get(o, "properties"), *req = json_object_get(o, "required");
 	if (p && !json_is_object(p)) return fail(g, LANES_EINVAL, "'properties' must be an object");
 	if (req && !json_is_array(req)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
@@ -1275,7 +1277,6 @@ static int collect(sg *g, const json_t *o, props *ps, bool merged) {
 		if (k == ps->n) return fail(g, LANES_EINVAL, "required property '%.100s' is not in properties", json_string_value(v));
 		ps->v[k].required = true;
 	}
-	(void)merged;
 	return 0;
 }
 
@@ -1322,7 +1323,12 @@ static int trie_rule(sg *g, tnode *t, int at, const char *hint, sb *out) {
 static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
 	if (!ps->n) return helper(g, out, H_STRING), sb_put(g, out, " \":\" "), helper(g, out, H_WS);
 	size_t total = 1;
-	for (size_t i = 0; i < ps->n; i++) total += strlen(ps->v[i].key);
+	for (size_t i = 0; i < ps->n; i++) {
+		// the trie's rules nest one level per character
+		if (strlen(ps->v[i].key) > 256)
+			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties");
+		total += strlen(ps->v[i].key);
+	}
 	tnode *t = malloc(total * sizeof *t);
 	if (!t) return fail(g, LANES_ENOMEM, "out of memory");
 	int nt = 1;
@@ -1357,7 +1363,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	const json_t *all = json_object_get(s, "allOf"), *ap = json_object_get(s, "additionalProperties");
 	props ps = {calloc(SG_MAX_PROPS, sizeof(prop)), 0};
 	if (!ps.v) return fail(g, LANES_ENOMEM, "out of memory");
-	collect(g, s, &ps, false);
+	collect(g, s, &ps);
 	if (all && !g->rc) {
 		if (!json_is_array(all) || !json_array_size(all)) fail(g, LANES_EINVAL, "'allOf' must be a non-empty array");
 		if (ap) fail(g, LANES_EINVAL, "unsupported keyword 'additionalProperties' beside 'allOf'");
@@ -1385,7 +1391,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 						break;
 					}
 				}
-				collect(g, x, &ps, true);
+				collect(g, x, &ps);
 			}
 			ptr_pop(g, o);
 		}
@@ -1398,9 +1404,11 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	else if (json_is_object(ap) || json_is_true(ap)) extra = ap;
 	else if (!ap && !json_object_get(s, "properties") && !all) extra = json_true();
 	if (!g->rc && !ps.n && json_is_true(extra)) return free(ps.v), helper(g, out, H_OBJECT);
-	sb kv[SG_MAX_PROPS + 1];
+	// one text per property kept, and one for extra keys: on the heap, as objects nest
+	sb *kv = calloc(SG_MAX_PROPS + 1, sizeof *kv);
+	bool *req = calloc(SG_MAX_PROPS + 1, sizeof *req);
 	size_t nk = 0;
-	bool req[SG_MAX_PROPS + 1];
+	if (!kv || !req) fail(g, LANES_ENOMEM, "out of memory");
 	for (size_t i = 0; i < ps.n && !g->rc; i++) {
 		if (json_is_false(ps.v[i].schema)) {
 			if (ps.v[i].required) fail(g, LANES_EINVAL, "required property '%.100s' has schema false", ps.v[i].key);
@@ -1511,9 +1519,10 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	sb_put(g, &body, " \"}\" ");
 	helper(g, &body, H_WS);
 	sb_free(g, &start);
-	for (size_t i = 0; i < nk + (extra != NULL); i++) sb_free(g, &kv[i]);
+	for (size_t i = 0; kv && i < nk + (extra != NULL); i++) sb_free(g, &kv[i]);
 	for (size_t i = 0; tails && i < nk + 2; i++) free(tails[i]);
 	free(tails);
+	free(kv), free(req);
 	free(ps.v);
 	if (g->rc) return sb_free(g, &body), g->rc;
 	return rule_ref(g, name, hint, &body, out);
@@ -1613,7 +1622,7 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 		int types = 0;
 		if (g->rc) (void)0;
 		else if (json_object_get(s, "$ref")) gen_ref(g, s, nm, dst);
-		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, nm, dst);
+		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, dst);
 		else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) gen_union(g, s, hint, nm, dst);
 		else if (json_object_get(s, "allOf")) {
 			types = json_object_get(s, "type") ? types_of(g, s) : T_OBJ;
