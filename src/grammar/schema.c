@@ -378,6 +378,14 @@ static int only_keys(sg *g, const json_t *s, int allowed, const char *beside) {
 	return 0;
 }
 
+// Whether every key of s but key is an annotation.
+static bool alone(const json_t *s, const char *key) {
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)s, k, v) if (strcmp(k, key) && key_kind(k) != K_ANNOT) return false;
+	return true;
+}
+
 // Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0).
 static int count_of(sg *g, const json_t *s, const char *key, int64_t *v) {
 	const json_t *x = json_object_get(s, key);
@@ -1624,7 +1632,13 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 		else if (json_object_get(s, "$ref")) gen_ref(g, s, nm, dst);
 		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, dst);
 		else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) gen_union(g, s, hint, nm, dst);
-		else if (json_object_get(s, "allOf")) {
+		else if (json_array_size(json_object_get(s, "allOf")) == 1 && alone(s, "allOf")) {
+			// one member alone (as generators wrap a $ref to give it a default): that member
+			size_t old = ptr_push(g, "allOf");
+			ptr_push(g, "0");
+			gen(g, json_array_get(json_object_get(s, "allOf"), 0), hint, nm, dst);
+			ptr_pop(g, old);
+		} else if (json_object_get(s, "allOf")) {
 			types = json_object_get(s, "type") ? types_of(g, s) : T_OBJ;
 			if (!g->rc && types != T_OBJ) fail(g, LANES_EINVAL, "unsupported keyword 'allOf' beside a type other than object");
 			if (!g->rc) g->lead = g->nrefs, gen_obj(g, s, hint, nm, dst);

@@ -86,7 +86,7 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"enum\": [1, 2]}", LANES_EINVAL, "no value of 'enum'"},
 		{"false", LANES_EINVAL, "schema false"},
 		{"[1]", LANES_EINVAL, "a schema must be an object or a boolean"},
-		{"{\"allOf\": [{\"type\": \"string\"}]}", LANES_EINVAL, "only object schemas merge"},
+		{"{\"allOf\": [{\"type\": \"string\"}, {\"maxLength\": 3}]}", LANES_EINVAL, "only object schemas merge"},
 		{"{\"oneOf\": [{\"type\": \"number\"}, {\"type\": \"integer\"}]}", LANES_EINVAL, "alternatives 0 and 1 may both match"},
 		{"{\"oneOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"required\": [\"a\"], \"properties\": {\"a\": {}}}]}",
 		 LANES_EINVAL, "unsupported keyword 'oneOf'"},
@@ -110,6 +110,10 @@ static void test_annotations_ignored(void) {
 				    " \"description\": \"d\", \"examples\": [1], \"default\": 2, \"$comment\": \"c\", \"readOnly\": true,"
 				    " \"writeOnly\": false, \"deprecated\": false, \"type\": \"integer\"}");
 	CHECK(g && takes(g, "12") && !takes(g, "\"12\""));
+	grammar_unref(g);
+	// allOf of one member, as generators wrap a $ref to give it a default: that member
+	g = schema_grammar("{\"$defs\": {\"c\": {\"enum\": [\"red\", \"blue\"]}}, \"allOf\": [{\"$ref\": \"#/$defs/c\"}], \"default\": \"red\"}");
+	CHECK(g && takes(g, "\"blue\"") && !takes(g, "\"green\""));
 	grammar_unref(g);
 }
 
@@ -152,7 +156,7 @@ static void test_limits(void) {
 	json_decref(s);
 	free(key);
 	// $ref cycles that match no text end too: one through allOf, one of plain $refs
-	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"allOf\": [{\"$ref\": \"#/$defs/a\"}]}", &out, err,
+	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"allOf\": [{\"$ref\": \"#/$defs/a\"}, {}]}", &out, err,
 		      sizeof err) == LANES_ELIMIT);
 	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}, \"$ref\": \"#/$defs/a\"}",
 		      &out, err, sizeof err) == LANES_EINVAL && strstr(err, "left recursion"));
