@@ -1583,9 +1583,7 @@ static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, s
 			sb_put(g, &body, " ");
 			sb_add(g, &body, item.p, item.n);
 			sb_put(g, &body, " )");
-			if (lo == 0 && hi == 1) sb_put(g, &body, "?");
-			else if (lo == 1 && hi == 1) (void)0;
-			else repeat(g, &body, lo, hi);
+			repeat(g, &body, lo, hi);
 		}
 		if (!k && !m) sb_put(g, &body, " )?");
 	}
@@ -1622,13 +1620,12 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 	else if (!json_is_object(s)) fail(g, LANES_EINVAL, "a schema must be an object or a boolean");
 	else if (!only_keys(g, s, K_CORE | K_OBJ | K_ARR | K_STR | K_NUM, NULL)) {
 		const json_t *nl = json_object_get(s, "nullable");
-		if (nl && !json_is_boolean(nl)) fail(g, LANES_EINVAL, "'nullable' must be a boolean");
 		bool nullable = json_is_true(nl);
 		sb in = {0};
 		sb *dst = nullable ? &in : out;
 		const char *nm = nullable ? NULL : name;
 		int types = 0;
-		if (g->rc) (void)0;
+		if (nl && !json_is_boolean(nl)) fail(g, LANES_EINVAL, "'nullable' must be a boolean");
 		else if (json_object_get(s, "$ref")) gen_ref(g, s, nm, dst);
 		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, dst);
 		else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) gen_union(g, s, hint, nm, dst);
@@ -1749,5 +1746,6 @@ static void object_init(void) {
 
 const char *grammar_json_object_gbnf(void) {
 	pthread_once(&sg_object_once, object_init);
+	// out of memory at the first call: the empty object, still a valid one
 	return sg_object_text ? sg_object_text : "root ::= \"{\" \"}\"";
 }
