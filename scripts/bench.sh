@@ -72,3 +72,5 @@ echo "best read bandwidth seen: $bwN GB/s ($THREADS threads); tg_limit = bytes o
 for v in llama-spm qwen2 gpt-2; do
 	"$BUILD/bench/tok_bench" "$LANES_SHARED/vocab/ggml-vocab-$v.gguf" 2>/dev/null | tail -n 1
 done
+# constrained decoding: mask + accept per token along a JSON document, cold and warm
+"$BUILD/bench/grammar_bench" "$LANES_SHARED/vocab/ggml-vocab-llama-spm.gguf" "$LANES_SHARED/vocab/ggml-vocab-qwen2.gguf"

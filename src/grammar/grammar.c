@@ -139,6 +139,11 @@ static int32_t new_rule(parser *P, const char *name, size_t len) {
 	return P->n_rules++;
 }
 
+static inline uint64_t mix64(uint64_t x) {
+	x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
 static uint32_t hash_bytes(const void *p, size_t n) {
 	const unsigned char *s = p;
 	uint32_t h = 2166136261u;
@@ -146,23 +151,39 @@ static uint32_t hash_bytes(const void *p, size_t n) {
 	return h;
 }
 
+// Grows an open-addressing table of ids (-1 empty) to keep it under half full; hash gives an
+// id's hash. false on OOM (the table is unchanged then).
+typedef uint32_t (*id_hash_fn)(const void *ctx, int32_t id);
+static bool idtab_reserve(int32_t **tab, uint32_t *cap, int32_t count, id_hash_fn hash, const void *ctx, uint32_t init) {
+	if ((uint32_t)count * 2 < *cap) return true;
+	uint32_t nc = *cap ? *cap * 2 : init;
+	int32_t *nh = malloc(nc * sizeof *nh);
+	if (!nh) return false;
+	memset(nh, 0xff, nc * sizeof *nh);
+	for (uint32_t i = 0; i < *cap; i++) {
+		int32_t id = (*tab)[i];
+		if (id < 0) continue;
+		uint32_t h = hash(ctx, id) & (nc - 1);
+		while (nh[h] >= 0) h = (h + 1) & (nc - 1);
+		nh[h] = id;
+	}
+	free(*tab);
+	*tab = nh, *cap = nc;
+	return true;
+}
+
+static uint32_t hash_rule(const void *ctx, int32_t id) {
+	const parser *P = ctx;
+	return hash_bytes(P->rules[id].name, P->rules[id].name_len);
+}
+
+static uint32_t hash_bits(const uint64_t b[4]) { return (uint32_t)mix64(b[0] ^ mix64(b[1] ^ mix64(b[2] ^ mix64(b[3])))); }
+
+static uint32_t hash_set(const void *ctx, int32_t id) { return hash_bits(((const parser *)ctx)->sets[id]); }
+
 // The rule named s[0..len), created (undefined) on first sight; -1 on error.
 static int32_t rule_named(parser *P, const char *s, size_t len) {
-	if ((uint32_t)P->n_rules * 2 >= P->ht_cap) {
-		uint32_t cap = P->ht_cap ? P->ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return oom(P), -1;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (uint32_t i = 0; i < P->ht_cap; i++) {
-			int32_t r = P->ht[i];
-			if (r < 0) continue;
-			uint32_t h = hash_bytes(P->rules[r].name, P->rules[r].name_len) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = r;
-		}
-		free(P->ht);
-		P->ht = nh, P->ht_cap = cap;
-	}
+	if (!idtab_reserve(&P->ht, &P->ht_cap, P->n_rules, hash_rule, P, 256)) return oom(P), -1;
 	uint32_t h = hash_bytes(s, len) & (P->ht_cap - 1);
 	for (; P->ht[h] >= 0; h = (h + 1) & (P->ht_cap - 1)) {
 		prule *r = &P->rules[P->ht[h]];
@@ -174,20 +195,8 @@ static int32_t rule_named(parser *P, const char *s, size_t len) {
 }
 
 static int32_t set_id(parser *P, const uint64_t b[4]) {
-	if ((uint32_t)P->n_sets * 2 >= P->set_ht_cap) {
-		uint32_t cap = P->set_ht_cap ? P->set_ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return oom(P), -1;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 0; i < P->n_sets; i++) {
-			uint32_t h = hash_bytes(P->sets[i], 32) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(P->set_ht);
-		P->set_ht = nh, P->set_ht_cap = cap;
-	}
-	uint32_t h = hash_bytes(b, 32) & (P->set_ht_cap - 1);
+	if (!idtab_reserve(&P->set_ht, &P->set_ht_cap, P->n_sets, hash_set, P, 256)) return oom(P), -1;
+	uint32_t h = hash_bits(b) & (P->set_ht_cap - 1);
 	for (; P->set_ht[h] >= 0; h = (h + 1) & (P->set_ht_cap - 1))
 		if (!memcmp(P->sets[P->set_ht[h]], b, 32)) return P->set_ht[h];
 	if (P->n_sets == P->cap_sets) {
@@ -203,7 +212,10 @@ static int32_t set_id(parser *P, const uint64_t b[4]) {
 
 static bool push_range(parser *P, ivec *v, unsigned lo, unsigned hi) {
 	uint64_t b[4] = {0};
-	for (unsigned c = lo; c <= hi; c++) b[c >> 6] |= 1ull << (c & 63);
+	for (unsigned w = 0; w < 4; w++) {
+		unsigned a = lo > w * 64 ? lo : w * 64, z = hi < w * 64 + 63 ? hi : w * 64 + 63;
+		if (a <= z) b[w] = (z - a == 63 ? ~0ull : (1ull << (z - a + 1)) - 1) << (a - w * 64);
+	}
 	int32_t id = set_id(P, b);
 	return id >= 0 && push(P, v, EL(EL_TERM, id));
 }
@@ -552,8 +564,14 @@ static bool parse_alternates(parser *P, int32_t rule, bool nested) {
 	for (;;) {
 		ivec seq = {0};
 		bool ok = parse_sequence(P, &seq, nested) && push(P, &seq, EL(EL_END, 0));
-		prule *r = &P->rules[rule];
-		for (int32_t i = 0; ok && i < seq.n; i++) ok = push(P, &r->body, seq.v[i]), P->n_elem--;
+		ivec *b = &P->rules[rule].body;
+		if (ok && b->n + seq.n > b->cap) { // already counted against max_elements
+			int32_t cap = (b->n + seq.n) * 2;
+			uint32_t *nv = realloc(b->v, (size_t)cap * sizeof *nv);
+			if (nv) b->v = nv, b->cap = cap;
+			else ok = oom(P);
+		}
+		if (ok) memcpy(b->v + b->n, seq.v, (size_t)seq.n * sizeof *seq.v), b->n += seq.n;
 		free(seq.v);
 		if (!ok) return false;
 		if (P->p >= P->n || P->s[P->p] != '|') return true;
@@ -809,13 +827,14 @@ int grammar_vocab_new(grammar_vocab **out, int32_t n, const char *const *piece, 
 	if (!v->off || !v->usable || !v->eog || !v->eog_ids || !v->toks) goto oom;
 	int64_t total = 0;
 	v->off[0] = 0;
+	for (int32_t i = 0; i < n; i++) v->usable[i] = usable[i] && len[i] > 0 && piece[i];
+	for (size_t i = 0; i < n_eog; i++)
+		if (eog[i] >= 0 && eog[i] < n && !v->eog[eog[i]]) v->eog[eog[i]] = true, v->eog_ids[v->n_eog++] = eog[i];
 	for (int32_t i = 0; i < n; i++) {
-		v->usable[i] = usable[i] && len[i] > 0 && piece[i];
+		v->usable[i] = v->usable[i] && !v->eog[i]; // eog follows acceptance alone
 		total += v->usable[i] ? len[i] : 0;
 		v->off[i + 1] = total;
 	}
-	for (size_t i = 0; i < n_eog; i++)
-		if (eog[i] >= 0 && eog[i] < n && !v->eog[eog[i]]) v->eog[eog[i]] = true, v->eog_ids[v->n_eog++] = eog[i];
 	v->bytes = malloc((size_t)total + 1);
 	if (!v->bytes) goto oom;
 	for (int32_t i = 0; i < n; i++) {
@@ -851,6 +870,10 @@ int grammar_vocab_new(grammar_vocab **out, int32_t n, const char *const *piece, 
 	for (; depth > 0; depth--) v->node[open[depth]].skip = v->n_nodes;
 	v->tok_at[v->n_nodes] = v->n_toks;
 	free(open);
+	tnode *nn = realloc(v->node, ((size_t)v->n_nodes + 1) * sizeof *nn); // shared prefixes leave most unused
+	int32_t *nt = realloc(v->tok_at, ((size_t)v->n_nodes + 1) * sizeof *nt);
+	if (nn) v->node = nn;
+	if (nt) v->tok_at = nt;
 	*out = v;
 	return 0;
 oom:
@@ -878,8 +901,8 @@ typedef struct {
 enum { ST_DEAD = -1, ST_UNKNOWN = -2, ST_OOM = -3 };
 #define MAX_TRIGGER_BYTES 4096
 // Caches are flushed between calls past these bounds; a walk itself is bounded by the trie.
-#define TRANS_BUDGET (32u << 20)
-#define MASK_BUDGET (64u << 20)
+#define TRANS_BUDGET (16u << 20)
+#define MASK_BUDGET (32u << 20)
 #define MAX_NODES (1 << 20)
 #define MAX_STATES (1 << 18)
 
@@ -923,26 +946,20 @@ struct grammar_matcher {
 	int32_t ac_cur;
 };
 
-static inline uint64_t mix64(uint64_t x) {
-	x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
+static uint32_t hash_pair(int32_t pos, int32_t parent) {
+	return (uint32_t)mix64((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent);
 }
 
+static uint32_t hash_node(const void *ctx, int32_t id) {
+	const gnode *x = &((const grammar_matcher *)ctx)->nodes[id];
+	return hash_pair(x->pos, x->parent);
+}
+
+static uint32_t hash_state(const void *ctx, int32_t id) { return ((const grammar_matcher *)ctx)->st[id].hash; }
+
 static int32_t node_intern(grammar_matcher *m, int32_t pos, int32_t parent) {
-	if ((uint32_t)m->n_nodes * 2 >= m->node_ht_cap) {
-		uint32_t cap = m->node_ht_cap ? m->node_ht_cap * 2 : 1024;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return ST_OOM;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 1; i < m->n_nodes; i++) {
-			uint32_t h = (uint32_t)mix64((uint64_t)(uint32_t)m->nodes[i].pos << 32 | (uint32_t)m->nodes[i].parent) & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(m->node_ht);
-		m->node_ht = nh, m->node_ht_cap = cap;
-	}
-	uint32_t h = (uint32_t)mix64((uint64_t)(uint32_t)pos << 32 | (uint32_t)parent) & (m->node_ht_cap - 1);
+	if (!idtab_reserve(&m->node_ht, &m->node_ht_cap, m->n_nodes, hash_node, m, 1024)) return ST_OOM;
+	uint32_t h = hash_pair(pos, parent) & (m->node_ht_cap - 1);
 	for (; m->node_ht[h] >= 0; h = (h + 1) & (m->node_ht_cap - 1)) {
 		gnode *x = &m->nodes[m->node_ht[h]];
 		if (x->pos == pos && x->parent == parent) return m->node_ht[h];
@@ -967,19 +984,7 @@ static uint32_t stacks_hash(const int32_t *s, int32_t n) {
 // The state holding stacks s[0..n) (sorted, distinct); ST_OOM.
 static int32_t state_intern(grammar_matcher *m, const int32_t *s, int32_t n) {
 	uint32_t hash = stacks_hash(s, n);
-	if ((uint32_t)m->n_st * 2 >= m->st_ht_cap) {
-		uint32_t cap = m->st_ht_cap ? m->st_ht_cap * 2 : 256;
-		int32_t *nh = malloc(cap * sizeof *nh);
-		if (!nh) return ST_OOM;
-		memset(nh, 0xff, cap * sizeof *nh);
-		for (int32_t i = 0; i < m->n_st; i++) {
-			uint32_t h = m->st[i].hash & (cap - 1);
-			while (nh[h] >= 0) h = (h + 1) & (cap - 1);
-			nh[h] = i;
-		}
-		free(m->st_ht);
-		m->st_ht = nh, m->st_ht_cap = cap;
-	}
+	if (!idtab_reserve(&m->st_ht, &m->st_ht_cap, m->n_st, hash_state, m, 256)) return ST_OOM;
 	uint32_t h = hash & (m->st_ht_cap - 1);
 	for (; m->st_ht[h] >= 0; h = (h + 1) & (m->st_ht_cap - 1)) {
 		gstate *x = &m->st[m->st_ht[h]];
@@ -1209,8 +1214,28 @@ static int32_t trigger_state(grammar_matcher *m, int k) {
 	return s;
 }
 
+// Walks the trie from grammar state s, setting the tokens that survive: the hot loop of masks.
+static int walk_grammar(grammar_matcher *m, uint64_t *mk, int32_t s) {
+	const grammar_vocab *v = m->v;
+	const tnode *node = v->node;
+	int32_t *sd = m->sd;
+	sd[0] = s;
+	for (int32_t i = 0; i < v->n_nodes;) {
+		uint32_t db = node[i].depth_byte, d = db >> 8;
+		int32_t p = sd[d - 1], *tr = m->st[p].trans, t;
+		t = tr && tr[db & 255] != ST_UNKNOWN ? tr[db & 255] : step(m, p, (unsigned char)db);
+		if (t == ST_OOM) return LANES_ENOMEM;
+		if (t < 0) { i = node[i].skip; continue; }
+		sd[d] = t;
+		set_tokens(v, mk, i);
+		i++;
+	}
+	return 0;
+}
+
 // Walks the trie from grammar state s (ac < 0) or trigger state ac, setting the tokens that survive.
 static int walk(grammar_matcher *m, uint64_t *mk, int32_t s, int32_t ac) {
+	if (ac < 0) return walk_grammar(m, mk, s);
 	const grammar_vocab *v = m->v;
 	m->sd[0] = s, m->acd[0] = ac;
 	for (int32_t i = 0; i < v->n_nodes;) {
@@ -1355,6 +1380,10 @@ int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *
 			int n_triggers, char *err, size_t errlen) {
 	*out = NULL;
 	if (errlen) err[0] = 0;
+	if (!g || !v) {
+		snprintf(err, errlen, "no grammar or no vocabulary");
+		return LANES_EINVAL;
+	}
 	if (n_triggers < 0 || (n_triggers && !triggers)) {
 		snprintf(err, errlen, "bad trigger list");
 		return LANES_EINVAL;

@@ -65,6 +65,17 @@ static size_t first_bad(grammar *g, const grammar_vocab *v, const char *s, bool 
 	return i;
 }
 
+// Whether text fails to compile with LANES_EFORMAT and a message holding want.
+static bool refused(const char *text, const char *want) {
+	char err[256] = "";
+	grammar *g = NULL;
+	int rc = grammar_compile(&g, text, strlen(text), NULL, err, sizeof err);
+	if (rc == LANES_EFORMAT && !g && strstr(err, want)) return true;
+	fprintf(stderr, "'%s': rc %d '%s', want '%s'\n", text, rc, err, want);
+	grammar_unref(g);
+	return false;
+}
+
 static void test_parse_errors(void) {
 	static const struct {
 		const char *text, *want;
@@ -85,13 +96,7 @@ static void test_parse_errors(void) {
 		{"root ::= []\n", "line 1, column 10: empty character class"},
 		{"root ::= \"\\U00110000\"\n", "past U+10FFFF"},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		char err[256] = "";
-		grammar *g = NULL;
-		int rc = grammar_compile(&g, cases[i].text, strlen(cases[i].text), NULL, err, sizeof err);
-		CHECKF(rc == LANES_EFORMAT && !g && strstr(err, cases[i].want), "case %zu: rc %d err '%s', want '%s'", i, rc, err,
-		       cases[i].want);
-	}
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) CHECKF(refused(cases[i].text, cases[i].want), "case %zu", i);
 	// a rule goes on over lines that do not start a new one; comments anywhere
 	grammar *g = compile("root ::= \"a\" # first\n   \"b\"\n  | \"c\"\nother ::= \"z\"\n");
 	CHECK(g != NULL);
@@ -101,6 +106,48 @@ static void test_parse_errors(void) {
 	CHECK(first_bad(g, v, "c", &acc) == 1 && acc);
 	CHECK(first_bad(g, v, "a", &acc) == 1 && !acc);
 	grammar_unref(g);
+	grammar_vocab_free(v);
+}
+
+// Layouts GBNF files use: a rule opened on one line and continued on the next, `|` ending a
+// line, groups spanning lines, right-recursive whitespace, comments after items.
+static void test_layouts(void) {
+	grammar_vocab *v = small_vocab((const char *[]){"a"}, 1);
+	static const struct {
+		const char *gbnf, *good, *bad;
+		size_t bad_at;
+	} cases[] = {
+		{"root  ::= (expr \"=\" ws term \"\\n\")+\n"
+		 "expr  ::= term ([-+*/] term)*\n"
+		 "term  ::= ident | num | \"(\" ws expr \")\" ws\n"
+		 "ident ::= [a-z] [a-z0-9_]* ws\n"
+		 "num   ::= [0-9]+ ws\n"
+		 "ws    ::= [ \\t\\n]*\n",
+		 "x1 = (a+2*b)\ny=3\n", "x = = 1\n", 4},
+		{"root ::= (decl)*\n\n"
+		 "decl ::= type name \"(\" \")\" \"{\" stmt* \"}\"\n"
+		 "type ::= \"int\" ws | \"char\" ws\n"
+		 "name ::= [a-zA-Z_] [a-zA-Z_0-9]*\n"
+		 "stmt ::=\n"
+		 "    ( type name ws \"=\" ws [0-9]+ \";\" ) |\n"
+		 "    ( \"return\" ws [0-9]+ \";\" ) |\n"
+		 "    ( \"//\" [^\\n]* \"\\n\" )   # a comment line\n"
+		 "ws ::= ([ \\t\\n] ws)?\n",
+		 "int main(){int x = 1;// hi\nreturn 0;}", "int main(){return x;}", 18},
+		{"root ::= item+\n\n# line breaks are not item text\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\n",
+		 "- one\n- tw\xC3\xB6\n", "- a\xE2\x80\xA8\n", 5},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		grammar *g = compile(cases[i].gbnf);
+		CHECKF(g != NULL, "case %zu does not compile", i);
+		if (!g) continue;
+		bool acc;
+		size_t at = first_bad(g, v, cases[i].good, &acc);
+		CHECKF(at == strlen(cases[i].good) && acc, "case %zu: good text stops at %zu", i, at);
+		at = first_bad(g, v, cases[i].bad, &acc);
+		CHECKF(at == cases[i].bad_at, "case %zu: bad text stops at %zu, want %zu", i, at, cases[i].bad_at);
+		grammar_unref(g);
+	}
 	grammar_vocab_free(v);
 }
 
@@ -190,6 +237,10 @@ static void test_utf8(void) {
 	CHECK(g && first_bad(g, v, "\xCE\x91", &acc) == 1);
 	CHECK(g && first_bad(g, v, "\xE2\x82\xAC", &acc) == 0);
 	grammar_unref(g);
+	g = compile("root ::= [\xCE\xB1-\xCF\x89]+ \"\xE2\x82\xAC\""); // the same range written raw, then a raw literal
+	CHECK(g && first_bad(g, v, "\xCE\xB2\xCF\x89\xE2\x82\xAC", &acc) == 7 && acc);
+	CHECK(g && first_bad(g, v, "\xCE\xB2\xE2\x82\xAD", &acc) == 4);
+	grammar_unref(g);
 	g = compile("root ::= . \"!\"");
 	CHECK(g && first_bad(g, v, "\xF0\x9F\x98\x80!", &acc) == 5 && acc);
 	CHECK(g && first_bad(g, v, "\xFF", &acc) == 0);
@@ -206,12 +257,7 @@ static void test_left_recursion(void) {
 		{"root ::= x\nx ::= y? x \"a\" | \"b\"\ny ::= \"c\"", "rule 'x' is left-recursive"},
 		{"root ::= (\"a\"?)*", "rule 'root' is left-recursive"},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		char err[256] = "";
-		grammar *g = NULL;
-		int rc = grammar_compile(&g, cases[i].text, strlen(cases[i].text), NULL, err, sizeof err);
-		CHECKF(rc == LANES_EFORMAT && strstr(err, cases[i].want), "case %zu: rc %d '%s'", i, rc, err);
-	}
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) CHECKF(refused(cases[i].text, cases[i].want), "case %zu", i);
 	grammar *g = compile("root ::= \"(\" root \")\" | \"x\""); // right and middle recursion are fine
 	grammar_vocab *v = small_vocab((const char *[]){"a"}, 1);
 	bool acc;
@@ -258,9 +304,17 @@ static void test_hostile(void) {
 	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "max_stacks"));
 	grammar_unref(g);
 	free(s);
+	// ambiguity past max_stacks: the byte that would need a third stack is refused
+	lim.max_elements = 0, lim.max_stacks = 2;
+	const char *amb = "root ::= \"x\" (\"ab\" | \"ac\" | \"ad\") | \"y\" (\"a\" | \"b\")";
+	CHECK(grammar_compile(&g, amb, strlen(amb), &lim, err, sizeof err) == 0);
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	CHECK(m && grammar_matcher_accept_bytes(m, "x", 1) == LANES_EINVAL && grammar_matcher_accept_bytes(m, "ya", 2) == 0);
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	bool acc;
 	// nested nullable repetitions: expansion is shared, not exponential
 	g = compile("root ::= x{0,1000} x{0,1000} x{0,1000} \"b\"\nx ::= \"a\"?");
-	bool acc;
 	CHECK(g && first_bad(g, v, "aab", &acc) == 3 && acc);
 	grammar_unref(g);
 	g = compile("root ::= (\"a\"{1000}){1000}");
@@ -363,9 +417,10 @@ static bool mask_after(grammar *g, const grammar_vocab *v, const char *s, uint64
 	return *out != NULL;
 }
 
-static void test_real_vocab(void) {
+static void test_real_vocab(const char *name) {
 	char path[1024], err[512];
-	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", t_shared());
+	t_case("%s", name);
+	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", t_shared(), name);
 	gguf *gf;
 	if (gguf_open(&gf, path, err, sizeof err)) { CHECKF(0, "%s: %s", path, err); return; }
 	tok_vocab *tv = NULL;
@@ -425,15 +480,97 @@ static void test_real_vocab(void) {
 	tok_vocab_free(tv);
 }
 
+// A nesting deeper than the matcher's table bounds: its caches start afresh between calls
+// and the position survives (every ')' must still be matched).
+static void test_deep_flush(void) {
+	grammar *g = compile("root ::= \"(\" root \")\" | \"x\"");
+	grammar_vocab *v = small_vocab((const char *[]){"(", ")", "x"}, 3);
+	grammar_matcher *m;
+	char err[128];
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	if (!g) return;
+	enum { DEPTH = 300000, CHUNK = 1000 };
+	char buf[CHUNK];
+	bool ok = true;
+	memset(buf, '(', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok);
+	const uint64_t *mask;
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 5); // '(' and 'x'
+	CHECK(grammar_matcher_accept(m, 2) == 0 && grammar_matcher_mask(m, &mask) == 0 && mask[0] == 2);
+	memset(buf, ')', CHUNK);
+	for (int i = 0; i < DEPTH / CHUNK - 1 && ok; i++) ok = grammar_matcher_accept_bytes(m, buf, CHUNK) == 0;
+	CHECK(ok && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept_bytes(m, buf, CHUNK - 1) == 0 && !grammar_matcher_accepting(m));
+	CHECK(grammar_matcher_accept(m, 1) == 0 && grammar_matcher_finished(m));
+	CHECK(grammar_matcher_mask(m, &mask) == 0 && mask[0] == 8); // only the eog id
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	grammar_vocab_free(v);
+}
+
+// Random token soup: every text compiles or fails with a message; for those that compile,
+// masks along a random walk match brute force over the synthetic vocabulary.
+static void test_random_grammars(void) {
+	static const char *parts[] = {"root ::= ", "a ::= ", "b ::= ", "a", "b", "root", "\"x\"", "\"{\"", "\"ab\"", "[a-z]",
+				      "[^\"]", ".", "(", ")", "|", "*", "+", "?", "{1,2}", "{0,}", "\n", " ", "#c\n", "\"\\u00e9\"",
+				      "[\\xE2-\\xE3]", "\"\"", "{3}"};
+	grammar_vocab *v = small_vocab(syn, NSYN);
+	uint64_t seed = 42;
+	int compiled = 0;
+	for (int it = 0; it < 3000; it++) {
+		char text[512];
+		size_t n = 0;
+		int k = 1 + (int)((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 60);
+		n += (size_t)snprintf(text, sizeof text, "root ::= ");
+		for (int i = 0; i < k * 2 && n < 400; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			n += (size_t)snprintf(text + n, sizeof text - n, "%s", parts[(seed >> 33) % (sizeof parts / sizeof *parts)]);
+		}
+		char err[256] = "";
+		grammar *g = NULL;
+		int rc = grammar_compile(&g, text, n, NULL, err, sizeof err);
+		CHECKF((rc == 0) == (g != NULL) && (rc == 0 || (err[0] && (rc == LANES_EFORMAT || rc == LANES_ELIMIT))),
+		       "'%s': rc %d '%s'", text, rc, err);
+		if (!g) continue;
+		grammar_matcher *m;
+		if (grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err)) { grammar_unref(g); continue; }
+		if (compiled++ < 150) { // brute force is quadratic in the path: a sample is enough
+			int32_t path[8];
+			size_t np = 0;
+			for (; np < 8; np++) {
+				const uint64_t *mask;
+				if (grammar_matcher_mask(m, &mask)) break;
+				int32_t cand[NSYN + 1], nc = 0;
+				for (int32_t id = 0; id < NSYN; id++)
+					if (mask[id / 64] >> (id % 64) & 1) cand[nc++] = id;
+				if (!nc) break;
+				seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+				path[np] = cand[(seed >> 33) % (uint64_t)nc];
+				if (grammar_matcher_accept(m, path[np])) { CHECKF(0, "'%s': a masked token is refused", text); break; }
+			}
+			masks_vs_brute(g, v, NULL, 0, path, np, text);
+		}
+		grammar_matcher_free(m);
+		grammar_unref(g);
+	}
+	CHECKF(compiled > 100, "only %d random grammars compiled", compiled);
+	grammar_vocab_free(v);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_parse_errors();
+	test_layouts();
 	test_json();
 	test_repeat();
 	test_utf8();
 	test_left_recursion();
 	test_hostile();
 	test_masks_synthetic();
-	test_real_vocab();
+	test_random_grammars();
+	test_deep_flush();
+	test_real_vocab("qwen2");
+	test_real_vocab("llama-spm");
 	T_DONE("grammar");
 }
