@@ -20,6 +20,7 @@
 #define SG_MAX_ENUM 1024          // values of one enum, alternatives of one anyOf
 #define SG_MAX_RULES 16384        // named rules
 #define SG_MAX_REPEAT 1000        // m and n of {m,n}: the grammar engine's default bound
+#define SG_MAX_LENGTH 100000     // minLength, maxLength: past the repeat bound through chained rules
 #define SG_MAX_NAME 48            // bytes of a rule name taken from the schema
 #define SG_PTR 256                // bytes of the JSON pointer shown in messages
 #define SG_INT_DIGITS 16          // digits of an integer with no bound on that side
@@ -387,12 +388,12 @@ static bool alone(const json_t *s, const char *key) {
 }
 
 // Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0).
-static int count_of(sg *g, const json_t *s, const char *key, int64_t *v) {
+static int count_of(sg *g, const json_t *s, const char *key, int64_t max, int64_t *v) {
 	const json_t *x = json_object_get(s, key);
 	if (!x) return 0;
 	double d = json_number_value(x);
 	if (!json_is_number(x) || d < 0 || d != floor(d)) return fail(g, LANES_EINVAL, "'%s' must be a non-negative integer", key);
-	if (d > SG_MAX_REPEAT) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %d", key, d, SG_MAX_REPEAT);
+	if (d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
 	*v = (int64_t)d;
 	return 0;
 }
@@ -981,6 +982,34 @@ static int gen_pattern(sg *g, const json_t *pat, sb *out) {
 	return g->rc;
 }
 
+// Appends m to n (n < 0: any number of) string characters, each count within the repeat
+// bound: whole blocks of the bound first, then a chain of rules R(q) ::= c{0,B-1} | c{B} R(q-1).
+static int lengths(sg *g, int64_t m, int64_t n, sb *out) {
+	const int64_t B = SG_MAX_REPEAT;
+	char c[80];
+	snprintf(c, sizeof c, "%s-%s", g->root, sg_helpers[H_CHAR].name);
+	g->helpers |= 1u << H_CHAR;
+	if (m > B) sb_fmt(g, out, "( %s{%lld} ){%lld} ", c, (long long)B, (long long)(m / B));
+	if (m % B || (m > 0 && m <= B)) sb_fmt(g, out, "%s{%lld} ", c, (long long)(m > B ? m % B : m));
+	if (n < 0) return sb_fmt(g, out, "%s* ", c);
+	int64_t k = n - m;
+	if (k == 0) return g->rc;
+	if (k <= B) return sb_fmt(g, out, "%s{0,%lld} ", c, (long long)k);
+	sb r = {0};
+	sb_fmt(g, &r, "%s{0,%lld}", c, (long long)(k % B)); // R(0)
+	for (int64_t q = 1; q <= k / B && !g->rc; q++) {
+		sb body = {0};
+		sb_fmt(g, &body, "%s{0,%lld} | %s{%lld}", c, (long long)(B - 1), c, (long long)B);
+		if (k % B || q > 1) sb_put(g, &body, " "), sb_add(g, &body, r.p, r.n);
+		sb_free(g, &r);
+		if (rule_ref(g, NULL, "len", &body, &r)) break;
+	}
+	sb_add(g, out, r.p, r.n);
+	sb_put(g, out, " ");
+	sb_free(g, &r);
+	return g->rc;
+}
+
 // ---- strings ------------------------------------------------------------------------------
 static int gen_str(sg *g, const json_t *s, sb *out) {
 	const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
@@ -999,15 +1028,11 @@ static int gen_str(sg *g, const json_t *s, sb *out) {
 	if (pat && lens) return fail(g, LANES_EINVAL, "unsupported keyword 'minLength/maxLength' beside 'pattern'");
 	if (pat) return gen_pattern(g, pat, out);
 	int64_t m = 0, n = -1;
-	if (count_of(g, s, "minLength", &m) || count_of(g, s, "maxLength", &n)) return g->rc;
+	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &m) || count_of(g, s, "maxLength", SG_MAX_LENGTH, &n)) return g->rc;
 	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minLength exceeds maxLength");
 	if (m == 0 && n < 0) return helper(g, out, H_STRING);
 	sb_put(g, out, Q " ");
-	if (n != 0) {
-		helper(g, out, H_CHAR);
-		repeat(g, out, m, n);
-		sb_put(g, out, " ");
-	}
+	if (n != 0) lengths(g, m, n, out);
 	sb_put(g, out, Q " ");
 	return helper(g, out, H_WS);
 }
@@ -1540,7 +1565,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const json_t *items = json_object_get(s, "items"), *pre = json_object_get(s, "prefixItems");
 	int64_t m = 0, n = -1;
-	if (count_of(g, s, "minItems", &m) || count_of(g, s, "maxItems", &n)) return g->rc;
+	if (count_of(g, s, "minItems", SG_MAX_REPEAT, &m) || count_of(g, s, "maxItems", SG_MAX_REPEAT, &n)) return g->rc;
 	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minItems exceeds maxItems");
 	if (json_is_array(items)) return fail(g, LANES_EINVAL, "unsupported keyword 'items' as an array (use prefixItems)");
 	if (pre && !json_is_array(pre)) return fail(g, LANES_EINVAL, "'prefixItems' must be an array of schemas");

@@ -78,7 +78,8 @@ static void test_refusals(void) {
 		{"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", LANES_EINVAL, "no number lies"},
 		{"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", LANES_EINVAL, "no integer"},
 		{"{\"type\": \"string\", \"minLength\": 5, \"maxLength\": 4}", LANES_EINVAL, "minLength exceeds maxLength"},
-		{"{\"type\": \"string\", \"maxLength\": 5000}", LANES_ELIMIT, "exceeds 1000"},
+		{"{\"type\": \"string\", \"maxLength\": 200000}", LANES_ELIMIT, "exceeds 100000"},
+		{"{\"type\": \"array\", \"maxItems\": 5000}", LANES_ELIMIT, "exceeds 1000"},
 		{"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", LANES_EINVAL, "required property 'a' is not in properties"},
 		{"{\"type\": \"array\", \"items\": [{}]}", LANES_EINVAL, "prefixItems"},
 		{"{\"type\": \"strings\"}", LANES_EINVAL, "unknown type 'strings'"},
@@ -295,6 +296,19 @@ static void test_raw_text(void) {
 	grammar_unref(g);
 }
 
+// Lengths past the grammar's repeat bound are still exact.
+static void test_long_strings(void) {
+	grammar *g = schema_grammar("{\"type\": \"string\", \"minLength\": 1500, \"maxLength\": 2500}");
+	char *text = malloc(2600);
+	for (int n = 1498; n <= 2502; n++) {
+		if (n > 1502 && n < 2498 && n % 250) continue;
+		text[0] = '"', memset(text + 1, 'a', (size_t)n), text[n + 1] = '"', text[n + 2] = 0;
+		CHECKF(g && takes(g, text) == (n >= 1500 && n <= 2500), "a string of %d characters", n);
+	}
+	free(text);
+	grammar_unref(g);
+}
+
 static void test_json_object(void) {
 	const char *text = grammar_json_object_gbnf();
 	CHECK(text == grammar_json_object_gbnf());
@@ -321,6 +335,7 @@ int main(void) {
 	test_corpus();
 	test_mutations();
 	test_raw_text();
+	test_long_strings();
 	test_json_object();
 	grammar_vocab_free(vocab);
 	T_DONE("test_schema");
