@@ -20,6 +20,7 @@
 #define SG_MAX_ENUM 1024          // values of one enum, alternatives of one anyOf
 #define SG_MAX_RULES 16384        // named rules
 #define SG_MAX_REPEAT 1000        // m and n of {m,n}: the grammar engine's default bound
+#define SG_MAX_LENGTH 100000     // minLength, maxLength: past the repeat bound through chained rules
 #define SG_MAX_NAME 48            // bytes of a rule name taken from the schema
 #define SG_PTR 256                // bytes of the JSON pointer shown in messages
 #define SG_INT_DIGITS 16          // digits of an integer with no bound on that side
@@ -52,6 +53,7 @@ typedef struct {
 	sg_ref *refs;
 	int nrefs, refcap;
 	int lead;          // refs at or past this index are open with no input consumed since
+	int64_t work;      // pairs compared to prove oneOf alternatives apart
 	char **names;      // open-addressed set of rule names taken
 	size_t nnames, namecap;
 } sg;
@@ -236,13 +238,11 @@ static char *name_new(sg *g, const char *hint) {
 
 // Writes the rule name ::= body into the output; the body's bytes move there.
 static int rule_emit(sg *g, const char *name, sb *body) {
-	size_t n = strlen(name) + body->n + 6;
 	g->used -= body->n; // counted once the rule text holds it
 	sb_put(g, &g->out, name);
 	sb_put(g, &g->out, " ::= ");
 	sb_add(g, &g->out, body->p ? body->p : "", body->n);
 	sb_put(g, &g->out, "\n");
-	(void)n;
 	free(body->p);
 	*body = (sb){0};
 	return g->rc;
@@ -379,13 +379,21 @@ static int only_keys(sg *g, const json_t *s, int allowed, const char *beside) {
 	return 0;
 }
 
+// Whether every key of s but key is an annotation.
+static bool alone(const json_t *s, const char *key) {
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)s, k, v) if (strcmp(k, key) && key_kind(k) != K_ANNOT) return false;
+	return true;
+}
+
 // Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0).
-static int count_of(sg *g, const json_t *s, const char *key, int64_t *v) {
+static int count_of(sg *g, const json_t *s, const char *key, int64_t max, int64_t *v) {
 	const json_t *x = json_object_get(s, key);
 	if (!x) return 0;
 	double d = json_number_value(x);
 	if (!json_is_number(x) || d < 0 || d != floor(d)) return fail(g, LANES_EINVAL, "'%s' must be a non-negative integer", key);
-	if (d > SG_MAX_REPEAT) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %d", key, d, SG_MAX_REPEAT);
+	if (d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
 	*v = (int64_t)d;
 	return 0;
 }
@@ -548,16 +556,71 @@ static int gen_int(sg *g, const json_t *s, sb *out) {
 	return helper(g, out, H_WS);
 }
 
-static int gen_num(sg *g, const json_t *s, sb *out) {
-	static const char *const keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-	for (int i = 0; i < 4; i++) {
-		const json_t *x = json_object_get(s, keys[i]);
-		// a number at least 0 is one without a sign; other float ranges are not expressible here
-		if (x && !(i == 0 && json_is_number(x) && json_number_value(x) == 0))
-			return fail(g, LANES_EINVAL, "unsupported keyword '%s' for a number (only minimum 0 is supported)", keys[i]);
+// Reads a number's bound: *set when given (a whole number), *ex when exclusive.
+static int num_bound(sg *g, const json_t *s, const char *key, const char *exkey, bool upper, double *v, bool *set, bool *ex) {
+	const json_t *x = json_object_get(s, key), *e = json_object_get(s, exkey);
+	*set = *ex = false;
+	if (x && !json_is_number(x)) return fail(g, LANES_EINVAL, "'%s' must be a number", key);
+	if (e && !json_is_number(e) && !json_is_boolean(e)) return fail(g, LANES_EINVAL, "'%s' must be a number", exkey);
+	if (x) *v = json_number_value(x), *set = true, *ex = json_is_true(e);
+	if (json_is_number(e) && (!*set || (upper ? json_number_value(e) <= *v : json_number_value(e) >= *v)))
+		*v = json_number_value(e), *set = *ex = true;
+	// a whole bound splits the text at its integral part; another one is not expressible here
+	if (*set && (*v != floor(*v) || fabs(*v) > 1e15))
+		return fail(g, LANES_EINVAL, "unsupported keyword '%s' for a number: only whole bounds up to 1e15 are supported", *ex ? exkey : key);
+	return 0;
+}
+
+// Appends alternatives for magnitudes in [lo, hi] (excluded ends as said; has_hi false: no
+// upper end) written with sign, a fraction, and no exponent.
+static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int64_t hi, bool hi_ex, const char *sign, bool *first) {
+	static const char *const any = "( \".\" [0-9]{1,16} )?", *const zero = "( \".\" \"0\"{1,16} )?",
+			  *const nonzero = "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
+	int64_t a = lo_ex ? lo + 1 : lo, b = has_hi ? hi - 1 : 9999999999999999;
+	char d[24];
+	if (a <= b) {
+		sb in = {0};
+		bool f = true;
+		naturals(g, &in, (uint64_t)a, (uint64_t)b, "", &f);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, "( "), sb_add(g, out, in.p, in.n), sb_put(g, out, " ) "), sb_put(g, out, any);
+		sb_free(g, &in);
 	}
-	if (!json_object_get(s, "minimum")) return helper(g, out, H_NUM);
-	sb_put(g, out, "( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? ");
+	if (lo_ex && (!has_hi || lo < hi)) {
+		snprintf(d, sizeof d, "\"%lld\" ", (long long)lo);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, d), sb_put(g, out, nonzero);
+	}
+	if (has_hi && !hi_ex && (lo_ex ? hi > lo : hi >= lo)) {
+		snprintf(d, sizeof d, "\"%lld\" ", (long long)hi);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, d), sb_put(g, out, zero);
+	}
+}
+
+static int gen_num(sg *g, const json_t *s, sb *out) {
+	double lo = 0, hi = 0;
+	bool has_lo, has_hi, lo_ex, hi_ex;
+	if (num_bound(g, s, "minimum", "exclusiveMinimum", false, &lo, &has_lo, &lo_ex) ||
+	    num_bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi, &hi_ex))
+		return g->rc;
+	if (!has_lo && !has_hi) return helper(g, out, H_NUM);
+	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex))))
+		return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	int64_t l = (int64_t)lo, h = (int64_t)hi;
+	bool first = true;
+	sb_put(g, out, "( ");
+	// at least zero: the integral part against the bounds; below zero: the magnitude
+	if (!has_hi || h >= 0) {
+		bool from0 = !has_lo || l < 0;
+		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first);
+	}
+	if (!has_lo || l < 0) {
+		bool below = has_hi && h < 0;
+		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first);
+	}
+	if (first) return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	sb_put(g, out, " ) ");
 	return helper(g, out, H_WS);
 }
 
@@ -919,6 +982,34 @@ static int gen_pattern(sg *g, const json_t *pat, sb *out) {
 	return g->rc;
 }
 
+// Appends m to n (n < 0: any number of) string characters, each count within the repeat
+// bound: whole blocks of the bound first, then a chain of rules R(q) ::= c{0,B-1} | c{B} R(q-1).
+static int lengths(sg *g, int64_t m, int64_t n, sb *out) {
+	const int64_t B = SG_MAX_REPEAT;
+	char c[80];
+	snprintf(c, sizeof c, "%s-%s", g->root, sg_helpers[H_CHAR].name);
+	g->helpers |= 1u << H_CHAR;
+	if (m > B) sb_fmt(g, out, "( %s{%lld} ){%lld} ", c, (long long)B, (long long)(m / B));
+	if (m % B || (m > 0 && m <= B)) sb_fmt(g, out, "%s{%lld} ", c, (long long)(m > B ? m % B : m));
+	if (n < 0) return sb_fmt(g, out, "%s* ", c);
+	int64_t k = n - m;
+	if (k == 0) return g->rc;
+	if (k <= B) return sb_fmt(g, out, "%s{0,%lld} ", c, (long long)k);
+	sb r = {0};
+	sb_fmt(g, &r, "%s{0,%lld}", c, (long long)(k % B)); // R(0)
+	for (int64_t q = 1; q <= k / B && !g->rc; q++) {
+		sb body = {0};
+		sb_fmt(g, &body, "%s{0,%lld} | %s{%lld}", c, (long long)(B - 1), c, (long long)B);
+		if (k % B || q > 1) sb_put(g, &body, " "), sb_add(g, &body, r.p, r.n);
+		sb_free(g, &r);
+		if (rule_ref(g, NULL, "len", &body, &r)) break;
+	}
+	sb_add(g, out, r.p, r.n);
+	sb_put(g, out, " ");
+	sb_free(g, &r);
+	return g->rc;
+}
+
 // ---- strings ------------------------------------------------------------------------------
 static int gen_str(sg *g, const json_t *s, sb *out) {
 	const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
@@ -937,15 +1028,11 @@ static int gen_str(sg *g, const json_t *s, sb *out) {
 	if (pat && lens) return fail(g, LANES_EINVAL, "unsupported keyword 'minLength/maxLength' beside 'pattern'");
 	if (pat) return gen_pattern(g, pat, out);
 	int64_t m = 0, n = -1;
-	if (count_of(g, s, "minLength", &m) || count_of(g, s, "maxLength", &n)) return g->rc;
+	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &m) || count_of(g, s, "maxLength", SG_MAX_LENGTH, &n)) return g->rc;
 	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minLength exceeds maxLength");
 	if (m == 0 && n < 0) return helper(g, out, H_STRING);
 	sb_put(g, out, Q " ");
-	if (n != 0) {
-		helper(g, out, H_CHAR);
-		repeat(g, out, m, n);
-		sb_put(g, out, " ");
-	}
+	if (n != 0) lengths(g, m, n, out);
 	sb_put(g, out, Q " ");
 	return helper(g, out, H_WS);
 }
@@ -995,6 +1082,7 @@ static int gen_ref(sg *g, const json_t *s, const char *name, sb *out) {
 	}
 	const json_t *t = resolve(g, ref);
 	if (!t) return g->rc;
+	if (g->nrefs >= 1024) return fail(g, LANES_ELIMIT, "more than 1024 distinct $ref targets");
 	if (g->nrefs == g->refcap) {
 		int cap = g->refcap ? g->refcap * 2 : 16;
 		sg_ref *v = realloc(g->refs, (size_t)cap * sizeof *v);
@@ -1046,10 +1134,10 @@ static bool value_fits(const json_t *v, int types) {
 	return false;
 }
 
-static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
+static int gen_enum(sg *g, const json_t *s, sb *out) {
 	const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const");
 	if (e && c) return fail(g, LANES_EINVAL, "unsupported keyword 'const' beside 'enum'");
-	if (only_keys(g, s, K_CORE & ~0, e ? "enum" : "const")) return g->rc;
+	if (only_keys(g, s, K_CORE, e ? "enum" : "const")) return g->rc;
 	static const char *const others[] = {"anyOf", "oneOf", "allOf"};
 	for (int i = 0; i < 3; i++)
 		if (json_object_get(s, others[i])) return fail(g, LANES_EINVAL, "unsupported keyword '%s' beside '%s'", others[i], e ? "enum" : "const");
@@ -1071,7 +1159,93 @@ static int gen_enum(sg *g, const json_t *s, const char *name, sb *out) {
 	sb_add(g, out, body.p, body.n);
 	if (kept > 1) sb_put(g, out, " )");
 	sb_free(g, &body);
-	(void)name;
+	return g->rc;
+}
+
+// s with its $ref chain followed (NULL: not an object, or an error set).
+static const json_t *deref(sg *g, const json_t *s) {
+	for (int hops = 0; json_is_object(s) && json_is_string(json_object_get(s, "$ref")) && !g->rc; hops++) {
+		if (hops >= SG_MAX_DEPTH) return fail(g, LANES_ELIMIT, "$ref chain longer than %d", SG_MAX_DEPTH), NULL;
+		s = resolve(g, json_string_value(json_object_get(s, "$ref")));
+	}
+	return json_is_object(s) && !g->rc ? s : NULL;
+}
+
+static int value_kind(const json_t *v) {
+	int k = 0;
+	for (int t = 1; t <= T_INT; t <<= 1) k |= value_fits(v, t) ? t : 0;
+	return k;
+}
+
+// The types a schema's documents may have (integers and numbers count as one), following $ref.
+static int kinds(sg *g, const json_t *s, int depth) {
+	if (json_is_false(s)) return 0;
+	if (depth > SG_MAX_DEPTH || !(s = deref(g, s))) return T_ALL;
+	int k = 0;
+	const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const"), *a = json_object_get(s, "anyOf");
+	size_t i;
+	json_t *x;
+	if (!a) a = json_object_get(s, "oneOf");
+	if (c) k = value_kind(c);
+	else if (json_is_array(e)) json_array_foreach(e, i, x) k |= value_kind(x);
+	else if (json_is_array(a)) json_array_foreach(a, i, x) k |= kinds(g, x, depth + 1);
+	else if (json_object_get(s, "allOf")) k = T_OBJ;
+	else k = types_of(g, s);
+	if (json_is_true(json_object_get(s, "nullable"))) k |= T_NULL;
+	return k & (T_INT | T_NUM) ? k | T_INT | T_NUM : k;
+}
+
+// The values a property may take when it is a const or an enum; NULL otherwise.
+static const json_t *fixed_values(sg *g, const json_t *s, json_t **own) {
+	*own = NULL;
+	if (!(s = deref(g, s))) return NULL;
+	const json_t *c = json_object_get(s, "const");
+	if (c) return *own = json_pack("[O]", c);
+	const json_t *e = json_object_get(s, "enum");
+	return json_is_array(e) ? e : NULL;
+}
+
+// Two object schemas no document satisfies both of: a property both require takes values
+// from disjoint const/enum sets (a tagged union).
+static bool tagged_apart(sg *g, const json_t *a, const json_t *b) {
+	a = deref(g, a), b = deref(g, b);
+	const json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+	size_t i, j;
+	json_t *x, *y;
+	json_array_foreach(ra, i, x) {
+		const char *key = json_string_value(x);
+		bool both = false;
+		json_array_foreach(rb, j, y) both |= key && json_is_string(y) && !strcmp(key, json_string_value(y));
+		g->work += (int64_t)json_array_size(rb);
+		if (!both) continue;
+		json_t *oa, *ob;
+		const json_t *va = fixed_values(g, json_object_get(json_object_get(a, "properties"), key), &oa);
+		const json_t *vb = fixed_values(g, json_object_get(json_object_get(b, "properties"), key), &ob);
+		bool apart = va && vb;
+		g->work += 1 + (int64_t)(va ? json_array_size(va) : 0) * (int64_t)(vb ? json_array_size(vb) : 0);
+		if (g->work > (1 << 22)) apart = false, fail(g, LANES_ELIMIT, "'oneOf' is too large to prove its alternatives apart");
+		for (size_t p = 0; apart && p < json_array_size(va); p++)
+			for (size_t q = 0; apart && q < json_array_size(vb); q++) apart = !json_equal(json_array_get(va, p), json_array_get(vb, q));
+		json_decref(oa), json_decref(ob);
+		if (apart) return true;
+	}
+	return false;
+}
+
+// oneOf becomes a union only when no document can match two alternatives (else anyOf's
+// union would take documents oneOf refuses).
+static int one_of_apart(sg *g, const json_t *a) {
+	size_t n = json_array_size(a);
+	int *k = malloc(n * sizeof *k);
+	if (!k) return fail(g, LANES_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) k[i] = kinds(g, json_array_get(a, i), 0);
+	for (size_t i = 0; i < n && !g->rc; i++)
+		for (size_t j = i + 1; j < n && !g->rc; j++) {
+			int both = k[i] & k[j];
+			if (both && !(both == T_OBJ && tagged_apart(g, json_array_get(a, i), json_array_get(a, j))) && !g->rc)
+				fail(g, LANES_EINVAL, "unsupported keyword 'oneOf': alternatives %zu and %zu may both match (anyOf would fit)", i, j);
+		}
+	free(k);
 	return g->rc;
 }
 
@@ -1082,6 +1256,7 @@ static int gen_union(sg *g, const json_t *s, const char *hint, const char *name,
 	if (only_keys(g, s, 0, kw)) return g->rc;
 	if (!json_is_array(a) || !json_array_size(a)) return fail(g, LANES_EINVAL, "'%s' must be a non-empty array", kw);
 	if (json_array_size(a) > SG_MAX_ENUM) return fail(g, LANES_ELIMIT, "'%s' has more than %d schemas", kw, SG_MAX_ENUM);
+	if (!strcmp(kw, "oneOf") && one_of_apart(g, a)) return g->rc;
 	sb body = {0};
 	size_t old = ptr_push(g, kw);
 	for (size_t i = 0; i < json_array_size(a) && !g->rc; i++) {
@@ -1110,7 +1285,7 @@ typedef struct {
 } props;
 
 // Adds the properties and required names of object schema o to ps.
-static int collect(sg *g, const json_t *o, props *ps, bool merged) {
+static int collect(sg *g, const json_t *o, props *ps) {
 	const json_t *p = json_object_get(o, "properties"), *req = json_object_get(o, "required");
 	if (p && !json_is_object(p)) return fail(g, LANES_EINVAL, "'properties' must be an object");
 	if (req && !json_is_array(req)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
@@ -1135,7 +1310,6 @@ static int collect(sg *g, const json_t *o, props *ps, bool merged) {
 		if (k == ps->n) return fail(g, LANES_EINVAL, "required property '%.100s' is not in properties", json_string_value(v));
 		ps->v[k].required = true;
 	}
-	(void)merged;
 	return 0;
 }
 
@@ -1182,7 +1356,12 @@ static int trie_rule(sg *g, tnode *t, int at, const char *hint, sb *out) {
 static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
 	if (!ps->n) return helper(g, out, H_STRING), sb_put(g, out, " \":\" "), helper(g, out, H_WS);
 	size_t total = 1;
-	for (size_t i = 0; i < ps->n; i++) total += strlen(ps->v[i].key);
+	for (size_t i = 0; i < ps->n; i++) {
+		// the trie's rules nest one level per character
+		if (strlen(ps->v[i].key) > 256)
+			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties");
+		total += strlen(ps->v[i].key);
+	}
 	tnode *t = malloc(total * sizeof *t);
 	if (!t) return fail(g, LANES_ENOMEM, "out of memory");
 	int nt = 1;
@@ -1217,7 +1396,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	const json_t *all = json_object_get(s, "allOf"), *ap = json_object_get(s, "additionalProperties");
 	props ps = {calloc(SG_MAX_PROPS, sizeof(prop)), 0};
 	if (!ps.v) return fail(g, LANES_ENOMEM, "out of memory");
-	collect(g, s, &ps, false);
+	collect(g, s, &ps);
 	if (all && !g->rc) {
 		if (!json_is_array(all) || !json_array_size(all)) fail(g, LANES_EINVAL, "'allOf' must be a non-empty array");
 		if (ap) fail(g, LANES_EINVAL, "unsupported keyword 'additionalProperties' beside 'allOf'");
@@ -1245,7 +1424,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 						break;
 					}
 				}
-				collect(g, x, &ps, true);
+				collect(g, x, &ps);
 			}
 			ptr_pop(g, o);
 		}
@@ -1258,9 +1437,11 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	else if (json_is_object(ap) || json_is_true(ap)) extra = ap;
 	else if (!ap && !json_object_get(s, "properties") && !all) extra = json_true();
 	if (!g->rc && !ps.n && json_is_true(extra)) return free(ps.v), helper(g, out, H_OBJECT);
-	sb kv[SG_MAX_PROPS + 1];
+	// one text per property kept, and one for extra keys: on the heap, as objects nest
+	sb *kv = calloc(SG_MAX_PROPS + 1, sizeof *kv);
+	bool *req = calloc(SG_MAX_PROPS + 1, sizeof *req);
 	size_t nk = 0;
-	bool req[SG_MAX_PROPS + 1];
+	if (!kv || !req) fail(g, LANES_ENOMEM, "out of memory");
 	for (size_t i = 0; i < ps.n && !g->rc; i++) {
 		if (json_is_false(ps.v[i].schema)) {
 			if (ps.v[i].required) fail(g, LANES_EINVAL, "required property '%.100s' has schema false", ps.v[i].key);
@@ -1371,9 +1552,10 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	sb_put(g, &body, " \"}\" ");
 	helper(g, &body, H_WS);
 	sb_free(g, &start);
-	for (size_t i = 0; i < nk + (extra != NULL); i++) sb_free(g, &kv[i]);
+	for (size_t i = 0; kv && i < nk + (extra != NULL); i++) sb_free(g, &kv[i]);
 	for (size_t i = 0; tails && i < nk + 2; i++) free(tails[i]);
 	free(tails);
+	free(kv), free(req);
 	free(ps.v);
 	if (g->rc) return sb_free(g, &body), g->rc;
 	return rule_ref(g, name, hint, &body, out);
@@ -1383,7 +1565,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const json_t *items = json_object_get(s, "items"), *pre = json_object_get(s, "prefixItems");
 	int64_t m = 0, n = -1;
-	if (count_of(g, s, "minItems", &m) || count_of(g, s, "maxItems", &n)) return g->rc;
+	if (count_of(g, s, "minItems", SG_MAX_REPEAT, &m) || count_of(g, s, "maxItems", SG_MAX_REPEAT, &n)) return g->rc;
 	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minItems exceeds maxItems");
 	if (json_is_array(items)) return fail(g, LANES_EINVAL, "unsupported keyword 'items' as an array (use prefixItems)");
 	if (pre && !json_is_array(pre)) return fail(g, LANES_EINVAL, "'prefixItems' must be an array of schemas");
@@ -1426,9 +1608,7 @@ static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, s
 			sb_put(g, &body, " ");
 			sb_add(g, &body, item.p, item.n);
 			sb_put(g, &body, " )");
-			if (lo == 0 && hi == 1) sb_put(g, &body, "?");
-			else if (lo == 1 && hi == 1) (void)0;
-			else repeat(g, &body, lo, hi);
+			repeat(g, &body, lo, hi);
 		}
 		if (!k && !m) sb_put(g, &body, " )?");
 	}
@@ -1465,17 +1645,22 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 	else if (!json_is_object(s)) fail(g, LANES_EINVAL, "a schema must be an object or a boolean");
 	else if (!only_keys(g, s, K_CORE | K_OBJ | K_ARR | K_STR | K_NUM, NULL)) {
 		const json_t *nl = json_object_get(s, "nullable");
-		if (nl && !json_is_boolean(nl)) fail(g, LANES_EINVAL, "'nullable' must be a boolean");
 		bool nullable = json_is_true(nl);
 		sb in = {0};
 		sb *dst = nullable ? &in : out;
 		const char *nm = nullable ? NULL : name;
 		int types = 0;
-		if (g->rc) (void)0;
+		if (nl && !json_is_boolean(nl)) fail(g, LANES_EINVAL, "'nullable' must be a boolean");
 		else if (json_object_get(s, "$ref")) gen_ref(g, s, nm, dst);
-		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, nm, dst);
+		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, dst);
 		else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) gen_union(g, s, hint, nm, dst);
-		else if (json_object_get(s, "allOf")) {
+		else if (json_array_size(json_object_get(s, "allOf")) == 1 && alone(s, "allOf")) {
+			// one member alone (as generators wrap a $ref to give it a default): that member
+			size_t old = ptr_push(g, "allOf");
+			ptr_push(g, "0");
+			gen(g, json_array_get(json_object_get(s, "allOf"), 0), hint, nm, dst);
+			ptr_pop(g, old);
+		} else if (json_object_get(s, "allOf")) {
 			types = json_object_get(s, "type") ? types_of(g, s) : T_OBJ;
 			if (!g->rc && types != T_OBJ) fail(g, LANES_EINVAL, "unsupported keyword 'allOf' beside a type other than object");
 			if (!g->rc) g->lead = g->nrefs, gen_obj(g, s, hint, nm, dst);
@@ -1586,5 +1771,6 @@ static void object_init(void) {
 
 const char *grammar_json_object_gbnf(void) {
 	pthread_once(&sg_object_once, object_init);
+	// out of memory at the first call: the empty object, still a valid one
 	return sg_object_text ? sg_object_text : "root ::= \"{\" \"}\"";
 }

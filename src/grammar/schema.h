@@ -11,7 +11,7 @@
 // (and type arrays), properties, required, additionalProperties (bool or schema), items,
 // prefixItems, minItems/maxItems, enum, const, anyOf/oneOf, allOf of objects, $ref to
 // #/$defs/... and #/definitions/..., string format date/time/date-time/uuid, minLength/
-// maxLength, pattern (a plain regex), integer minimum/maximum (exclusive too), nullable;
+// maxLength, pattern (a plain regex), minimum/maximum (exclusive too; whole for numbers), nullable;
 // annotations (title, description, examples, default, $schema, $id, $comment) are ignored.
 // Keys in declared order; extra keys only with additionalProperties true/a schema or no properties.
 // On success *out is malloc'd GBNF (free() it) and 0 is returned. Otherwise LANES_EINVAL with

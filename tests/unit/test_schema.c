@@ -75,9 +75,11 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"pattern\": \"^a^b$\"}", LANES_EINVAL, "'^' inside the pattern"},
 		{"{\"type\": \"string\", \"pattern\": \"^a$\", \"maxLength\": 3}", LANES_EINVAL, "beside 'pattern'"},
 		{"{\"type\": \"number\", \"maximum\": 1.5}", LANES_EINVAL, "unsupported keyword 'maximum' for a number"},
+		{"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", LANES_EINVAL, "no number lies"},
 		{"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", LANES_EINVAL, "no integer"},
 		{"{\"type\": \"string\", \"minLength\": 5, \"maxLength\": 4}", LANES_EINVAL, "minLength exceeds maxLength"},
-		{"{\"type\": \"string\", \"maxLength\": 5000}", LANES_ELIMIT, "exceeds 1000"},
+		{"{\"type\": \"string\", \"maxLength\": 200000}", LANES_ELIMIT, "exceeds 100000"},
+		{"{\"type\": \"array\", \"maxItems\": 5000}", LANES_ELIMIT, "exceeds 1000"},
 		{"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", LANES_EINVAL, "required property 'a' is not in properties"},
 		{"{\"type\": \"array\", \"items\": [{}]}", LANES_EINVAL, "prefixItems"},
 		{"{\"type\": \"strings\"}", LANES_EINVAL, "unknown type 'strings'"},
@@ -85,7 +87,10 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"enum\": [1, 2]}", LANES_EINVAL, "no value of 'enum'"},
 		{"false", LANES_EINVAL, "schema false"},
 		{"[1]", LANES_EINVAL, "a schema must be an object or a boolean"},
-		{"{\"allOf\": [{\"type\": \"string\"}]}", LANES_EINVAL, "only object schemas merge"},
+		{"{\"allOf\": [{\"type\": \"string\"}, {\"maxLength\": 3}]}", LANES_EINVAL, "only object schemas merge"},
+		{"{\"oneOf\": [{\"type\": \"number\"}, {\"type\": \"integer\"}]}", LANES_EINVAL, "alternatives 0 and 1 may both match"},
+		{"{\"oneOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"required\": [\"a\"], \"properties\": {\"a\": {}}}]}",
+		 LANES_EINVAL, "unsupported keyword 'oneOf'"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char *out = NULL, err[512] = "";
@@ -106,6 +111,10 @@ static void test_annotations_ignored(void) {
 				    " \"description\": \"d\", \"examples\": [1], \"default\": 2, \"$comment\": \"c\", \"readOnly\": true,"
 				    " \"writeOnly\": false, \"deprecated\": false, \"type\": \"integer\"}");
 	CHECK(g && takes(g, "12") && !takes(g, "\"12\""));
+	grammar_unref(g);
+	// allOf of one member, as generators wrap a $ref to give it a default: that member
+	g = schema_grammar("{\"$defs\": {\"c\": {\"enum\": [\"red\", \"blue\"]}}, \"allOf\": [{\"$ref\": \"#/$defs/c\"}], \"default\": \"red\"}");
+	CHECK(g && takes(g, "\"blue\"") && !takes(g, "\"green\""));
 	grammar_unref(g);
 }
 
@@ -140,8 +149,15 @@ static void test_limits(void) {
 	s = json_pack("{s:s,s:o}", "type", "object", "properties", p);
 	CHECKF(grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "properties"), "%s", err);
 	json_decref(s);
+	// extra keys are told from a declared one character by character: its length is bounded
+	char *key = malloc(100001);
+	memset(key, 'k', 100000), key[100000] = 0;
+	s = json_pack("{s:s,s:{s:{}},s:b}", "type", "object", "properties", key, "additionalProperties", 1);
+	CHECKF(s && grammar_schema_gbnf(s, "root", &out, err, sizeof err) == LANES_ELIMIT && strstr(err, "longer than"), "%s", err);
+	json_decref(s);
+	free(key);
 	// $ref cycles that match no text end too: one through allOf, one of plain $refs
-	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"allOf\": [{\"$ref\": \"#/$defs/a\"}]}", &out, err,
+	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"allOf\": [{\"$ref\": \"#/$defs/a\"}, {}]}", &out, err,
 		      sizeof err) == LANES_ELIMIT);
 	CHECK(gbnf_of("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}, \"$ref\": \"#/$defs/a\"}",
 		      &out, err, sizeof err) == LANES_EINVAL && strstr(err, "left recursion"));
@@ -191,6 +207,64 @@ static void test_corpus(void) {
 	CHECKF(files >= 11, "%d corpus files", files);
 }
 
+// Collects the containers of v (objects and arrays) into *all, at most cap of them.
+static void containers(json_t *v, json_t **all, size_t *n, size_t cap) {
+	if ((!json_is_object(v) && !json_is_array(v)) || *n >= cap) return;
+	all[(*n)++] = v;
+	const char *k;
+	json_t *x;
+	size_t i;
+	if (json_is_object(v)) json_object_foreach(v, k, x) containers(x, all, n, cap);
+	else json_array_foreach(v, i, x) containers(x, all, n, cap);
+}
+
+// Corpus schemas with one part replaced at random: each ends with a message, or with GBNF
+// the grammar engine compiles, never with a crash or a grammar it refuses.
+static void test_mutations(void) {
+	static const char *const parts[] = {"{}", "true", "false", "5", "-1", "1e300", "\"x\"", "[]", "[{}]", "null",
+		"{\"type\": \"string\"}", "{\"$ref\": \"#\"}", "{\"minimum\": 3}", "{\"pattern\": \"^a*(b|c)?$\"}",
+		"{\"enum\": [1, \"a\", null]}", "{\"type\": [\"integer\", \"null\"], \"maximum\": 7}", "{\"anyOf\": [{}, {\"type\": \"null\"}]}",
+		"{\"type\": \"object\", \"additionalProperties\": true}", "{\"items\": {\"$ref\": \"#\"}}", "\"^[\""};
+	DIR *d = opendir("tests/corpus/schema");
+	uint64_t seed = 0x9E3779B97F4A7C15u;
+	int accepted = 0, refused = 0;
+	for (struct dirent *de; d && (de = readdir(d));) {
+		if (!strstr(de->d_name, ".json")) continue;
+		char path[512];
+		snprintf(path, sizeof path, "tests/corpus/schema/%s", de->d_name);
+		json_t *f = json_load_file(path, 0, NULL);
+		for (int it = 0; f && it < 60; it++) {
+			json_t *s = json_deep_copy(json_object_get(f, "schema")), *all[256];
+			size_t n = 0;
+			containers(s, all, &n, 256);
+			seed = seed * 6364136223846793005u + 1442695040888963407u;
+			json_t *at = all[(seed >> 33) % n], *part = json_loads(parts[(seed >> 13) % 20], JSON_DECODE_ANY, NULL);
+			if (json_is_object(at) && json_object_size(at)) {
+				void *iter = json_object_iter(at);
+				for (size_t k = (seed >> 7) % json_object_size(at); k--;) iter = json_object_iter_next(at, iter);
+				json_object_iter_set_new(at, iter, part);
+			} else if (json_is_array(at) && json_array_size(at)) json_array_set_new(at, (seed >> 7) % json_array_size(at), part);
+			else json_decref(part);
+			char *gbnf = NULL, err[512] = "";
+			int rc = grammar_schema_gbnf(s, "root", &gbnf, err, sizeof err);
+			if (rc == 0) {
+				grammar *g = compile(gbnf);
+				CHECKF(g != NULL, "%s, mutation %d", path, it);
+				grammar_unref(g);
+				accepted++;
+			} else {
+				CHECKF(err[0] && !gbnf, "%s, mutation %d: rc %d without a message", path, it, rc);
+				refused++;
+			}
+			free(gbnf);
+			json_decref(s);
+		}
+		json_decref(f);
+	}
+	if (d) closedir(d);
+	CHECKF(accepted > 50 && refused > 50, "%d accepted, %d refused", accepted, refused);
+}
+
 // What the corpus cannot say as parsed JSON: raw text a model might write.
 static void test_raw_text(void) {
 	grammar *g = schema_grammar("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}, \"required\": [\"name\"],"
@@ -222,6 +296,19 @@ static void test_raw_text(void) {
 	grammar_unref(g);
 }
 
+// Lengths past the grammar's repeat bound are still exact.
+static void test_long_strings(void) {
+	grammar *g = schema_grammar("{\"type\": \"string\", \"minLength\": 1500, \"maxLength\": 2500}");
+	char *text = malloc(2600);
+	for (int n = 1498; n <= 2502; n++) {
+		if (n > 1502 && n < 2498 && n % 250) continue;
+		text[0] = '"', memset(text + 1, 'a', (size_t)n), text[n + 1] = '"', text[n + 2] = 0;
+		CHECKF(g && takes(g, text) == (n >= 1500 && n <= 2500), "a string of %d characters", n);
+	}
+	free(text);
+	grammar_unref(g);
+}
+
 static void test_json_object(void) {
 	const char *text = grammar_json_object_gbnf();
 	CHECK(text == grammar_json_object_gbnf());
@@ -246,7 +333,9 @@ int main(void) {
 	test_annotations_ignored();
 	test_limits();
 	test_corpus();
+	test_mutations();
 	test_raw_text();
+	test_long_strings();
 	test_json_object();
 	grammar_vocab_free(vocab);
 	T_DONE("test_schema");
