@@ -35,7 +35,9 @@ static json_t *stop_sequence(const srv_call *c) {
 }
 
 // The stop reason of a turn that made tool calls.
-static const char *turn_stop(const srv_call *c, bool calls) { return calls ? "tool_use" : stop_reason(&c->ch[0]); }
+static const char *turn_stop(const srv_call *c, bool calls) {
+	return calls && c->ch[0].finish != LANE_FINISH_LENGTH ? "tool_use" : stop_reason(&c->ch[0]);
+}
 
 // ---- tool use in a stream: blocks start as the parser finds them ---------------------------------
 

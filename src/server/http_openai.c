@@ -41,9 +41,10 @@ static void oai_free(void *p) {
 
 static const char *finish_name(const srv_choice *ch) { return ch->finish == LANE_FINISH_LENGTH ? "length" : "stop"; }
 
-// A streamed choice that announced tool calls ends with "tool_calls".
+// A streamed choice that announced tool calls ends with "tool_calls", unless max_tokens cut it.
 static const char *stream_finish(const srv_call *c, const srv_choice *ch) {
-	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain ? "tool_calls" : finish_name(ch);
+	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain && ch->finish != LANE_FINISH_LENGTH ? "tool_calls"
+													       : finish_name(ch);
 }
 
 static json_t *usage(const srv_call *c) {
@@ -233,7 +234,7 @@ static json_t *oai_reply(srv_call *c) {
 			}
 			const bool with_calls = calls && json_array_size(calls);
 			o = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s, s:s}", "index", i, "message", "role", "assistant", "content",
-				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls ? "tool_calls" : finish_name(ch),
+				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls && ch->finish != LANE_FINISH_LENGTH ? "tool_calls" : finish_name(ch),
 				      "token_sha", ch->token_sha);
 			json_t *msg = json_object_get(o, "message");
 			if (msg && with_calls) {

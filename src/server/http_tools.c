@@ -201,11 +201,9 @@ void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink)
 			ts->cur_sent = 0;
 			ts->cur_done = false;
 		}
+		// the arguments go once the call is whole, in the compact form the reply has: raw text
+		// may run past the object (the closing marker) or be laid out otherwise
 		ts->cur_off = p.args_off;
-		if (p.args_len > ts->cur_sent) {
-			sink->call_args(c, i, k, text + p.args_off + ts->cur_sent, p.args_len - ts->cur_sent);
-			ts->cur_sent = p.args_len;
-		}
 	}
 	tool_parsed_free(&p);
 }
