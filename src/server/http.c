@@ -119,6 +119,7 @@ struct srv_sock {
 	uint64_t deadline_us;     // the request's head and body must be in by then (0: none due)
 	bool pending;             // counted in socks_pending: a request arriving or not yet answered
 	bool received;            // the current request was read whole
+	bool unread;              // it was answered before its body: what follows is that body, not junk
 	bool timed_out;           // its deadline passed: closed with a 408
 	uint64_t sent_mark, recv_mark; // TCP bytes sent and received when the last request was answered
 };
@@ -146,7 +147,7 @@ static void sock_last_word(http_server *s, srv_sock *k) {
 	uint64_t sent, recvd;
 	tcp_bytes(k->fd, &sent, &recvd);
 	// TCP counts a client's FIN as one received byte: a half-close after a reply is not junk
-	if (atomic_load(&s->quit) || k->received || sent != k->sent_mark || recvd <= k->recv_mark + 1) return;
+	if (atomic_load(&s->quit) || k->received || k->unread || sent != k->sent_mark || recvd <= k->recv_mark + 1) return;
 	srv_err e;
 	int status = 400;
 	const char *reason = "Bad Request";
@@ -226,6 +227,7 @@ static void sock_begin(srv_conn *c) {
 	pthread_mutex_lock(&c->s->sock_mu);
 	sock_pending(c->s, c->sock, true);
 	c->sock->received = false;
+	c->sock->unread = false;
 	pthread_mutex_unlock(&c->s->sock_mu);
 }
 
@@ -347,6 +349,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		srv_err e;
 		if (early_check(c, url, method, &e) || head_check(c, version, &e)) {
 			sock_received(c);
+			if (c->sock) {
+				pthread_mutex_lock(&s->sock_mu);
+				c->sock->unread = true;
+				pthread_mutex_unlock(&s->sock_mu);
+			}
 			return srv_reply_error(c, &e);
 		}
 		return MHD_YES;
