@@ -5,6 +5,7 @@
 #include "server/http_gen.h"
 #include "server/http_guard.h"
 #include "server/http_routes.h"
+#include "template/tools.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -513,6 +514,8 @@ static void *loader(void *arg) {
 	if (!rc) {
 		atomic_store(&s->progress_pm, 700);
 		rc = load_template(s, err, sizeof err);
+		// the tool-call family is read off the template once, not per request or token
+		if (!rc) s->tool_fmt = tool_format_of(s->template_src);
 	}
 	if (!rc) {
 		s->bos_text = token_string(s->vocab, tok_bos(s->vocab));
@@ -597,6 +600,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
+	s->tool_fmt = tool_format_of(NULL); // until the model's template is read
 	s->model_path = strdup(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
 	s->api_key = dup_or_null(cfg->api_key);

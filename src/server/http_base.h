@@ -103,6 +103,7 @@ struct http_server {
 	enum lane_embed pooling;       // how /v1/embeddings pools
 	char *bos_text, *eos_text;
 	char *template_src;            // the chat template in use (malloc'd), for /props
+	const struct tool_format *tool_fmt; // its tool-call family (tool_format_of)
 
 	pthread_mutex_t mu;            // state changes, load error, halt reason, slots
 	char halt_reason[160];

@@ -272,7 +272,7 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	// tools offered or tool turns: the family's shapes for the template (the fallback's as text)
 	json_t *shaped = NULL, *tools = NULL;
 	if ((g && g->tools) || has_tool_turns(messages)) {
-		int rc = tool_render_context(tool_format_of(s->template_src), g ? g->tools : NULL, messages, &shaped, &tools, err,
+		int rc = tool_render_context(s->tool_fmt, g ? g->tools : NULL, messages, &shaped, &tools, err,
 					     sizeof err);
 		if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 		if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, strncmp(err, "tools", 5) ? param : "tools", "%s", err);
