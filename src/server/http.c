@@ -395,7 +395,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	srv_conn *c = *con_cls;
 	if (!c) return;
 	*con_cls = NULL;
-	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) sock_answered(c);
+	if (c->closed_after_reply) toe = MHD_REQUEST_TERMINATED_COMPLETED_OK;
+	else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) sock_answered(c);
 	if (c->call) {
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);

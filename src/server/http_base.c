@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 // ---- buffers ------------------------------------------------------------------------------------
 
@@ -135,6 +137,33 @@ static void fixed_body(enum srv_family f, enum srv_ekind kind, char *out, size_t
 			 ekinds[kind].openai_type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
 }
 
+// A JSON reply written on the socket, and the connection closed: libmicrohttpd names only the
+// statuses it knows, and a client shown "529 Unknown" cannot tell Anthropic's overload apart.
+static enum MHD_Result reply_raw(srv_conn *c, int status, const char *reason, const char *body, int retry_after) {
+	const int fd = srv_sock_fd(c);
+	char date[64], ra[48] = "", cors[600] = "";
+	const time_t now = time(NULL);
+	struct tm tm;
+	strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+	if (retry_after > 0) snprintf(ra, sizeof ra, "Retry-After: %d\r\n", retry_after);
+	if (c->cors)
+		snprintf(cors, sizeof cors, "Access-Control-Allow-Origin: %.500s\r\n%s", c->cors, strcmp(c->cors, "*") ? "Vary: Origin\r\n" : "");
+	const size_t cap = strlen(body) + sizeof date + sizeof ra + sizeof cors + 256;
+	char *msg = malloc(cap);
+	int n = !msg ? -1 : snprintf(msg, cap,
+			 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s%s"
+			 "Connection: close\r\n\r\n%s", status, reason, date, strlen(body), ra, cors, body);
+	c->status = status;
+	c->replied = true;
+	c->closed_after_reply = true;
+	if (fd >= 0 && n > 0 && (size_t)n < cap) {
+		(void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		shutdown(fd, SHUT_WR);
+	}
+	free(msg);
+	return MHD_NO; // libmicrohttpd closes the connection without a word of its own
+}
+
 // body, or when it cannot be encoded the fixed body of kind (with kind's status).
 static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after, enum srv_ekind kind) {
 	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -143,6 +172,11 @@ static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int r
 	if (!txt) {
 		fixed_body(c->family, kind, fixed, sizeof fixed);
 		status = c->family == SRV_ANTHROPIC ? ekinds[kind].anthropic_status : ekinds[kind].status;
+	}
+	if (status == 529) {
+		enum MHD_Result ok = reply_raw(c, status, "Overloaded", txt ? txt : fixed, retry_after);
+		free(txt);
+		return ok;
 	}
 	struct MHD_Response *r = txt ? MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE)
 				     : MHD_create_response_from_buffer(strlen(fixed), fixed, MHD_RESPMEM_MUST_COPY);

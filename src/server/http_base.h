@@ -153,6 +153,7 @@ struct srv_conn {
 	char allow[48];                // the path's methods, for Allow ("": an unknown path)
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
+	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.

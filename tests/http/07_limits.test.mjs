@@ -8,7 +8,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { startServer, STORIES, KEY, BIN, TMP, getJSON, sleep, waitIdle, metric } from './lib.mjs';
+import { startServer, STORIES, KEY, BIN, TMP, getJSON, sleep, waitIdle, metric, rawExchange, httpRequest, bodyOf } from './lib.mjs';
 
 let srv, oai, ant;
 before(async () => {
@@ -40,7 +40,15 @@ test('queue full: 429 with Retry-After (OpenAI), 529 overloaded_error (Anthropic
 	assert.ok(e instanceof Anthropic.APIError);
 	assert.equal(e.error.error.type, 'overloaded_error');
 	assert.equal(e.headers.get('retry-after'), '1');
-	assert.equal(await metric(srv.url, 'lanes_requests_total{outcome="rejected"}'), rejected + 3);
+	// the status line itself names the overload, as Anthropic's does, and the reply is whole
+	const raw = (await rawExchange(srv.port, httpRequest('POST', '/v1/messages',
+		{ model: 'stories260K', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }))).text;
+	assert.match(raw, /^HTTP\/1\.1 529 Overloaded\r\n/, raw);
+	assert.match(raw, /\r\nRetry-After: 1\r\n/i, raw);
+	const body = bodyOf(raw);
+	assert.equal(Number(raw.match(/\r\nContent-Length: (\d+)\r\n/i)[1]), Buffer.byteLength(body));
+	assert.equal(JSON.parse(body).error.type, 'overloaded_error');
+	assert.equal(await metric(srv.url, 'lanes_requests_total{outcome="rejected"}'), rejected + 4);
 	ctl.abort();
 	await long;
 	assert.ok((await waitIdle(srv.url)) >= 0);
