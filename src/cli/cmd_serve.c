@@ -103,6 +103,12 @@ int cmd_serve(const cli_settings *s) {
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	cfg.no_webui = s->no_webui;
+	cfg.peers = s->peer.v;
+	cfg.n_peers = s->peer.n;
+	cfg.overflow_queue = (int)s->overflow_queue;
+	cfg.peer_poll_ms = (int)s->peer_poll_ms;
+	cfg.peer_timeout_ms = (int)s->peer_timeout_ms;
+	cfg.peer_key = s->peer_key;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 

@@ -3,6 +3,7 @@
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "server/http_gen.h"
+#include "server/http_grid.h"
 #include "server/http_guard.h"
 #include "server/http_routes.h"
 #include "template/tools.h"
@@ -33,6 +34,8 @@ void http_config_default(http_config *c) {
 	c->http_threads = 4;
 	c->max_output_bytes = 16u << 20;
 	c->max_tokenize_bytes = 1u << 20;
+	c->peer_poll_ms = 500;
+	c->peer_timeout_ms = 2000;
 	lane_config_default(&c->lanes);
 }
 
@@ -76,6 +79,10 @@ static const srv_route routes[] = {
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+	// the grid: what this server holds, and capacity held for peers (docs/deploy.md)
+	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
+	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
+	{"DELETE", "/v1/leases/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_lease_release},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -290,7 +297,8 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the model is loading: retry shortly");
 	if ((fl & SRV_R_GEN) && s->cfg.embeddings_only)
 		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "this server serves embeddings only (--embeddings): use /v1/embeddings");
-	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING)
+	// a draining server with peers still takes generation requests, to forward them
+	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING && !srv_grid_may_forward(s))
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the server is draining: retry shortly");
 	if ((fl & SRV_R_GEN) && st == HTTP_HALTED) {
 		pthread_mutex_lock(&s->mu);
@@ -359,6 +367,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		}
 		return MHD_YES;
 	}
+	if (c->fwd && !c->replied) { // the grid's thread resumed a forward
+		bool here;
+		enum MHD_Result fr = srv_grid_resume(c, &here);
+		return here ? c->rt->fn(c) : fr;
+	}
 	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
@@ -388,6 +401,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
 		return srv_reply_error(c, &e);
 	}
+	enum MHD_Result fwd;
+	if (c->gen && srv_grid_route(c, false, &fwd)) return fwd;
 	return c->rt->fn(c);
 }
 
@@ -401,11 +416,17 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
 	}
+	if (c->fwd) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->outcome = "cancelled";
+		srv_grid_done(c);
+	}
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
 	const int status = c->status ? c->status : 499;
-	if (c->n_prompt || c->n_gen || c->outcome)
+	if (c->via) // forwarded: the peer's own log has the tokens
+		LOG_INFO(SRV_MOD, "%s %s %d %s via=%s %.1f ms%s", c->method, c->path, status, c->outcome ? c->outcome : "", c->via, ms, why);
+	else if (c->n_prompt || c->n_gen || c->outcome)
 		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, status,
 			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, why);
 	else
@@ -658,6 +679,11 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return LANES_EIO;
 	}
+	int grc = srv_grid_start(s, err, errlen);
+	if (grc) {
+		http_server_free(s);
+		return grc;
+	}
 
 	struct sockaddr_in sa;
 	memset(&sa, 0, sizeof sa);
@@ -699,8 +725,10 @@ void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
 	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
+	srv_grid_release(s);
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	srv_waker_stop(s);
+	srv_grid_stop(s);
 	lane_host_free(s->host);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);

@@ -124,6 +124,8 @@ struct http_server {
 
 	srv_hist ttft, itl;
 	atomic_bool quit;
+	struct srv_grid *grid;         // peers and the overflow's thread (http_peer.c), or NULL
+	atomic_uint_least64_t leases_granted, leases_refused;
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
@@ -154,6 +156,8 @@ struct srv_conn {
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
+	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
+	const char *via;               // for the access log: the peer that answered (the server's copy)
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.

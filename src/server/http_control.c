@@ -1,6 +1,7 @@
 // server, layer 1: control reads — /health, /slots, /metrics, /v1/models. They copy the
 // lane host's last snapshot on the HTTP thread and never wait for the engine.
 #include "server/http_base.h"
+#include "server/http_grid.h"
 #include "server/http_routes.h"
 #include "tensor/tensor.h"
 
@@ -168,6 +169,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
 	srv_hist_print(&s->itl, &b);
+	if (loaded(atomic_load(&s->state))) srv_grid_metrics(s, sn, &b);
 	free(sn);
 	if (b.oom || !b.p) {
 		srv_buf_free(&b);

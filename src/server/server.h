@@ -39,6 +39,13 @@ typedef struct {
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
+	// the grid (docs/deploy.md): peers this server overflows to; the list is borrowed
+	const char *const *peers;   // base URLs, http://host:port
+	int n_peers;
+	int overflow_queue;         // forward when more requests than this wait here
+	int peer_poll_ms;           // how often each peer's beacon is read
+	int peer_timeout_ms;        // a beacon read, lease or connection to a peer slower than this fails
+	const char *peer_key;       // the key sent to peers (NULL: the client's own, and --api-key for beacons and leases)
 } http_config;
 
 void http_config_default(http_config *c);
