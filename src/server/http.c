@@ -633,6 +633,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	pthread_mutex_init(&s->sock_mu, NULL);
 	s->waker_ep = s->waker_quit = -1;
 	s->tick = sock_tick;
+	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
 	s->cfg.lanes.seed = splitmix64(base_now_ns() ^ ((uint64_t)getpid() << 32));

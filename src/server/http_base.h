@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #define SRV_MOD "http"
+#define SRV_LEASE_HEADER "x-lanes-lease" // the capacity lease a request a peer forwarded uses
 #define SRV_MAX_N 32 // most choices (n) one request may ask for
 
 // ---- a growing byte buffer; on OOM it stops growing and sets oom -------------------------
@@ -72,6 +73,7 @@ void srv_hist_print(const srv_hist *h, srv_buf *out);
 
 // ---- the server ---------------------------------------------------------------------------
 typedef struct srv_call srv_call;
+typedef struct srv_conn srv_conn;
 typedef struct {
 	int fd;          // eventfd, written by the engine's notify callback
 	bool used;
@@ -118,6 +120,8 @@ struct http_server {
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
 	void (*tick)(http_server *s, uint64_t now_us); // run by the waker about ten times a second
+	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
+	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
 	struct srv_sock *socks;        // every open connection (under sock_mu)
 	pthread_mutex_t sock_mu;
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
@@ -129,7 +133,6 @@ struct http_server {
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
-typedef struct srv_conn srv_conn;
 struct srv_route;
 struct srv_sock;
 
@@ -175,6 +178,11 @@ int srv_sock_fd(srv_conn *c);
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
 // A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);
+// A capacity lease's id as the API writes it ("lease-" and 16 hex digits), and back (0: not one).
+void srv_lease_name(uint64_t id, char *out, size_t n);
+uint64_t srv_lease_parse(const char *name);
+// The lease a request names in x-lanes-lease (0: none, or not a lease id).
+uint64_t srv_lease_of(srv_conn *c);
 // A request's model: 0 for none sent, this server's model, or any name unless --strict-model;
 // else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);

@@ -6,7 +6,6 @@
 // clients' sockets (a reset cancels at once; a half-close is probed) and resumes it.
 #include "server/http_gen.h"
 #include "grammar/grammar.h"
-#include "server/http_grid.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -780,7 +779,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		return srv_reply_error(conn, &e);
 	}
 	lane_request lr = c->g.lr;
-	lr.lease = srv_grid_lease(conn); // a peer's forward: admitted on the lane it leased
+	lr.lease = srv_lease_of(conn); // a peer's forward: admitted on the lane it leased
 	for (int i = 0; i < c->n; i++) {
 		lr.sampling.choice = i;
 		if (c->g.prompts) lr.prompt = c->g.prompts[i], lr.n_prompt = c->g.n_prompts[i];
@@ -792,7 +791,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;
 			enum MHD_Result fr; // a full queue: a peer may take the request instead
-			if (rc == LANES_EBUSY && srv_grid_route(conn, true, &fr)) return srv_call_free(c), fr;
+			if (rc == LANES_EBUSY && s->overflow && s->overflow(conn, true, &fr)) return srv_call_free(c), fr;
 			return srv_reply_error(conn, &e);
 		}
 		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);

@@ -3,7 +3,6 @@
 // picker reads, under vLLM's names. Every answer comes from the lane host's snapshot.
 #include "server/http_grid.h"
 
-#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,19 +16,6 @@ static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || s
 json_t *srv_grid_adapters(http_server *s) {
 	(void)s; // no adapter registry yet: the model alone
 	return json_array();
-}
-
-// A lease id as the API writes it.
-static void lease_name(uint64_t id, char *out, size_t n) { snprintf(out, n, "lease-%016" PRIx64, id); }
-
-// The id in "lease-" and 16 hex digits, or 0.
-static uint64_t lease_parse(const char *v) {
-	if (!v || strncmp(v, "lease-", 6) || strlen(v + 6) != 16 || strspn(v + 6, "0123456789abcdef") != 16) return 0;
-	return strtoull(v + 6, NULL, 16);
-}
-
-uint64_t srv_grid_lease(srv_conn *c) {
-	return lease_parse(MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, SRV_GRID_LEASE));
 }
 
 // ---- the beacon ---------------------------------------------------------------------------------
@@ -135,7 +121,7 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 	}
 	atomic_fetch_add(&s->leases_granted, 1);
 	char id[32];
-	lease_name(l.id, id, sizeof id);
+	srv_lease_name(l.id, id, sizeof id);
 	const uint64_t now = base_now_us();
 	const uint64_t left_ms = l.expires_us > now ? (l.expires_us - now) / 1000 : 0;
 	c->outcome = "granted";
@@ -149,7 +135,7 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 enum MHD_Result srv_lease_release(srv_conn *c) {
 	http_server *s = c->s;
 	const char *name = c->path + strlen("/v1/leases/");
-	const uint64_t id = lease_parse(name);
+	const uint64_t id = srv_lease_parse(name);
 	srv_err e;
 	if (!id || lane_lease_release(s->host, id)) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no lease '%.64s' is held: it was used, released or it lapsed", name);

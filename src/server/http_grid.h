@@ -9,8 +9,7 @@
 
 #include "server/http_base.h"
 
-#define SRV_GRID_HOP "x-lanes-hop"     // a forwarded request carries it: it is never forwarded again
-#define SRV_GRID_LEASE "x-lanes-lease" // the lease a forwarded request uses on the peer
+#define SRV_GRID_HOP "x-lanes-hop" // a forwarded request carries it: it is never forwarded again
 #define SRV_GRID_MAX_PEERS 16
 
 // ---- the lessor's side (http_grid.c) ------------------------------------------------------
@@ -20,8 +19,6 @@ enum MHD_Result srv_lease_release(srv_conn *c);
 // The adapters this server holds for its model, as the beacon lists them (a new reference).
 // The one place that knows them: forwarding reads them too.
 json_t *srv_grid_adapters(http_server *s);
-// The lease a request names in x-lanes-lease (0: none, or not a lease id).
-uint64_t srv_grid_lease(srv_conn *c);
 // /metrics: the gateway's gauges (vLLM's names), leases, and the overflow's counters.
 void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b);
 

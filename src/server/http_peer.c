@@ -380,7 +380,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg) {
 static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	grid_peer *p = &g->peers[f->peer];
 	char h[96];
-	snprintf(h, sizeof h, "%s: %.60s", SRV_GRID_LEASE, lease);
+	snprintf(h, sizeof h, "%s: %.60s", SRV_LEASE_HEADER, lease);
 	// the body as the client sent it, its key, the hop mark (never forwarded again) and the lease
 	curl_slist_free_all(f->hdrs);
 	f->hdrs = NULL;
