@@ -107,7 +107,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--peer", .kind = SET_LIST, .field = F(peer), .meta = "URL", .cmds = B(SERVE),
 	 .help = "another lanes server (http://host:port) this one overflows to when its queue is deep (repeatable)"},
 	{.names = "--overflow-queue", .kind = SET_INT, .field = F(overflow_queue), .dflt = "0", .min = 0, .max = 1000000, .meta = "N",
-	 .cmds = B(SERVE), .help = "with --peer: forward a request to a peer when more than N requests wait here"},
+	 .cmds = B(SERVE), .help = "with --peer: when more than N requests wait here, new ones take the first lane free here or on a peer"},
 	{.names = "--peer-poll-ms", .kind = SET_INT, .field = F(peer_poll_ms), .dflt = "500", .min = 10, .max = 600000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "with --peer: how often each peer's residency beacon is read"},
 	{.names = "--peer-timeout-ms", .kind = SET_INT, .field = F(peer_timeout_ms), .dflt = "2000", .min = 10, .max = 600000,

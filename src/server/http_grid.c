@@ -35,7 +35,8 @@ enum MHD_Result srv_residency(srv_conn *c) {
 		json_array_append_new(models, json_pack("{s:s, s:o, s:i, s:i, s:i, s:I, s:i}", "id", s->model_id, "adapters",
 							srv_grid_adapters(s), "window", sn->window_max ? sn->window : s->max_ctx,
 							"lanes_total", (int)s->cfg.lanes.lanes, "lanes_free", sn->lanes_free,
-							"kv_free_bytes", (json_int_t)sn->kv_free_bytes, "queue_depth", sn->queue_depth));
+							"kv_free_bytes", (json_int_t)sn->kv_free_bytes, "queue_depth",
+							sn->queue_depth + srv_grid_pending(s)));
 	json_t *body = json_pack("{s:s, s:I, s:I, s:o, s:b}", "node", node, "sequence", (json_int_t)sn->sequence, "clock_us",
 				 (json_int_t)sn->clock_us, "models", models ? models : json_array(), "draining",
 				 st == HTTP_DRAINING || st == HTTP_HALTED);
@@ -174,8 +175,9 @@ void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b) {
 	// the gateway API inference extension's model-server protocol, with vLLM's names and meanings
 	snprintf(v, sizeof v, "%d", running);
 	model_metric(b, s, "vllm:num_requests_running", "gauge", "Requests holding a lane (prompt or decoding).", v);
-	snprintf(v, sizeof v, "%d", sn->queue_depth);
-	model_metric(b, s, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane.", v);
+	// those waiting to overflow wait here too
+	snprintf(v, sizeof v, "%d", sn->queue_depth + srv_grid_pending(s));
+	model_metric(b, s, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane (here or a peer's).", v);
 	// pages held by requests over those the lanes may use; pages only the prefix cache keeps are free
 	const int32_t in_use = sn->kv_pages_used - sn->kv_pages_cached;
 	snprintf(v, sizeof v, "%.6f", sn->kv_pages_limit > 0 && in_use > 0 ? (double)in_use / sn->kv_pages_limit : 0.0);

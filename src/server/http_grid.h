@@ -29,10 +29,12 @@ int srv_grid_start(http_server *s, char *err, size_t errlen);
 void srv_grid_release(http_server *s);
 // After MHD_stop_daemon: stops the poller and frees the grid. Accepts a server without one.
 void srv_grid_stop(http_server *s);
-// A generation request whose body is in: forwarded to a peer (true, *ret being the handler's
-// answer) when this server's queue is deeper than --overflow-queue or full (full: the lane host
-// just refused it as such), or it is draining, and a peer holds the model; else false and it
-// runs here. A request that came from a peer is never forwarded again.
+// A generation request whose body is in: overflowed (true, *ret being the handler's answer)
+// when this server's queue is deeper than --overflow-queue or full (full: the lane host just
+// refused it as such), others already wait, or it is draining — and a peer holds the model.
+// It then waits (suspended, at most --queue of them) for a peer's lease, and is forwarded, or
+// for a lane here, and runs here. Else false: it runs here. A request that came from a peer is
+// never forwarded again.
 bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret);
 // While draining: whether a generation request may still go to a peer (so it is read, not refused).
 bool srv_grid_may_forward(http_server *s);
@@ -43,5 +45,7 @@ enum MHD_Result srv_grid_resume(srv_conn *c, bool *here);
 void srv_grid_done(srv_conn *c);
 // /metrics: each peer's state and the requests forwarded to it.
 void srv_grid_peer_metrics(http_server *s, srv_buf *b);
+// Requests waiting for a peer's lease or a lane here (0 without peers).
+int srv_grid_pending(http_server *s);
 
 #endif

@@ -17,6 +17,7 @@
 #define LEASE_TTL_MS 10000          // a lease the forward does not use in time goes back to the peer
 #define MAX_BEACON (1u << 20)       // largest beacon read
 #define MAX_LIMIT_MS 600000
+#define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.
 enum fwd_api { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_OLLAMA };
@@ -26,6 +27,7 @@ typedef struct {
 	// the view from its latest beacon, replaced whole at each poll (under g->mu)
 	json_t *models;                // NULL: unreachable, or no beacon yet
 	bool draining;
+	bool full;                     // it refused a lease (or failed one) since it last had a lane free
 	// the poller's (grid thread)
 	CURL *poll;
 	srv_buf body;
@@ -45,7 +47,11 @@ struct srv_grid {
 	pthread_t thread;
 	bool started;
 	atomic_bool quit;
-	srv_fwd *incoming;             // forwards for the thread to start (by next)
+	srv_fwd *pending, *pending_tail; // requests waiting for a peer's lease or a lane here (by next)
+	int n_pending;
+	int local_inflight;            // sent back to run here, not yet submitted
+	srv_fwd *leasing;              // the one whose lease request is in flight (grid thread)
+	lane_snapshot *snap;           // the grid thread's copy of this server's snapshot
 	srv_fwd *cancelled;            // forwards whose connection ended (by cnext; each holds a reference)
 	srv_fwd *held;                 // forwards the thread holds (by hprev/hnext)
 	srv_fwd *live;                 // forwards whose connection is open (by lprev/lnext)
@@ -58,6 +64,7 @@ struct srv_fwd {
 	int refs;                      // its connection's, the thread's, the cancel list's (under g->mu)
 	srv_fwd *next, *cnext, *hprev, *hnext, *lprev, *lnext;
 	bool held;                     // the thread holds it (under g->mu)
+	bool queued;                   // on the pending list (under g->mu)
 	// fixed at creation
 	srv_conn *conn;                // NULL once the connection ended (under g->mu)
 	char path[192];
@@ -72,7 +79,6 @@ struct srv_fwd {
 	CURL *easy;                    // the lease request or the forward in flight
 	bool forwarding;               // easy is the forward (else the lease request)
 	int peer;
-	uint32_t tried;                // peers already asked
 	srv_buf lease;                 // the lease request's reply
 	struct curl_slist *ctl;        // the lease request's headers
 	// shared (under g->mu)
@@ -154,6 +160,44 @@ static void thread_release(srv_grid *g, srv_fwd *f) {
 	if (last) fwd_free(f);
 }
 
+// ---- the pending list (under g->mu) ----------------------------------------------------------
+
+static void pending_push(srv_grid *g, srv_fwd *f, bool front) {
+	f->queued = true;
+	g->n_pending++;
+	if (front) {
+		f->next = g->pending;
+		g->pending = f;
+		if (!g->pending_tail) g->pending_tail = f;
+		return;
+	}
+	f->next = NULL;
+	if (g->pending_tail) g->pending_tail->next = f;
+	else g->pending = f;
+	g->pending_tail = f;
+}
+
+static void pending_remove(srv_grid *g, srv_fwd *f) {
+	if (!f->queued) return;
+	srv_fwd **pp = &g->pending, *prev = NULL;
+	while (*pp && *pp != f) prev = *pp, pp = &(*pp)->next;
+	if (!*pp) return;
+	*pp = f->next;
+	if (g->pending_tail == f) g->pending_tail = prev;
+	f->next = NULL;
+	f->queued = false;
+	g->n_pending--;
+}
+
+int srv_grid_pending(http_server *s) {
+	srv_grid *g = s->grid;
+	if (!g) return 0;
+	pthread_mutex_lock(&g->mu);
+	const int n = g->n_pending;
+	pthread_mutex_unlock(&g->mu);
+	return n;
+}
+
 // ---- peers: who may take a request ------------------------------------------------------------
 
 // The entry of peer p's view that holds want (the model, or an adapter in its list), or NULL.
@@ -169,14 +213,14 @@ static json_t *holding(const grid_peer *p, const char *want) {
 	return NULL;
 }
 
-// Under g->mu: the eligible peer not in tried with the fewest queued (then the most lanes
-// free), or -1.
-static int pick(srv_grid *g, const char *want, uint32_t tried) {
+// Under g->mu: of the peers that hold want, answered their last poll, are not draining and did
+// not refuse a lease since, the one with the fewest queued (then the most lanes free), or -1.
+static int pick(srv_grid *g, const char *want) {
 	int best = -1;
 	json_int_t bq = 0, bf = 0;
 	for (int i = 0; i < g->n; i++) {
 		const grid_peer *p = &g->peers[i];
-		json_t *m = (tried >> i) & 1 || !p->models || p->draining ? NULL : holding(p, want);
+		json_t *m = !p->models || p->draining || p->full ? NULL : holding(p, want);
 		if (!m) continue;
 		const json_int_t q = json_integer_value(json_object_get(m, "queue_depth"));
 		const json_int_t fr = json_integer_value(json_object_get(m, "lanes_free"));
@@ -258,6 +302,10 @@ static void poll_done(srv_grid *g, int i, CURLcode rc) {
 	json_decref(p->models);
 	p->models = ok ? json_incref(models) : NULL;
 	p->draining = ok && json_is_true(json_object_get(b, "draining"));
+	p->full = true;
+	size_t k;
+	json_t *m;
+	json_array_foreach(models, k, m) p->full &= json_integer_value(json_object_get(m, "lanes_free")) <= 0;
 	pthread_mutex_unlock(&g->mu);
 	if (ok != was)
 		LOG_INFO(SRV_MOD, "peer %s is %s%s", p->url, ok ? "up" : "down: ",
@@ -267,7 +315,7 @@ static void poll_done(srv_grid *g, int i, CURLcode rc) {
 	p->next_us = base_now_us() + (uint64_t)g->s->cfg.peer_poll_ms * 1000;
 }
 
-static void fwd_next(srv_grid *g, srv_fwd *f);
+static void requeue(srv_grid *g, srv_fwd *f, bool peer_full);
 
 static void lease_start(srv_grid *g, srv_fwd *f) {
 	grid_peer *p = &g->peers[f->peer];
@@ -279,7 +327,7 @@ static void lease_start(srv_grid *g, srv_fwd *f) {
 	f->easy = body ? easy_new(g, p->url, "/v1/leases", g->s->cfg.peer_timeout_ms) : NULL;
 	if (!f->easy) {
 		free(body);
-		return fwd_next(g, f);
+		return requeue(g, f, true);
 	}
 	f->forwarding = false;
 	curl_slist_free_all(f->ctl);
@@ -392,7 +440,7 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 		if ((ok = n != NULL)) f->hdrs = n;
 	}
 	f->easy = ok ? easy_new(g, p->url, f->path, 0) : NULL;
-	if (!f->easy) return fwd_next(g, f);
+	if (!f->easy) return requeue(g, f, true);
 	f->forwarding = true;
 	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->hdrs);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->body);
@@ -406,24 +454,62 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	curl_multi_add_handle(g->multi, f->easy);
 }
 
-// The next eligible peer is asked for a lease; with none left the request runs here.
-static void fwd_next(srv_grid *g, srv_fwd *f) {
+// Whether a request waiting here may run here now: a lane is free for it, or the queue is
+// shallower than --overflow-queue even with it. Draining: never (only peers take it); halted
+// or stopping: always (it ends with the server's own error).
+static bool room_here(srv_grid *g) {
+	http_server *s = g->s;
+	const int st = atomic_load(&s->state);
+	if (st == HTTP_HALTED || atomic_load(&g->quit)) return true;
+	if (st != HTTP_READY) return false;
+	lane_host_snapshot(s->host, g->snap);
+	const int in = g->local_inflight;
+	return g->snap->lanes_free > in || g->snap->queue_depth + in < s->cfg.overflow_queue;
+}
+
+// Hands the waiting requests out in order: to run here when there is room, else to the best
+// peer for a lease (one lease request at a time); the rest wait for a lane here or a peer's.
+static void dispatch(srv_grid *g) {
+	while (!g->leasing) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->pending;
+		int i = -1;
+		bool here = false;
+		if (f) {
+			here = !f->conn || room_here(g);
+			if (!here) i = pick(g, f->model);
+		}
+		if (f && (here || i >= 0)) pending_remove(g, f);
+		if (f && here && f->conn) {
+			f->local = true;
+			g->local_inflight++;
+			wake(f);
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f || (!here && i < 0)) return;
+		if (here) {
+			thread_release(g, f);
+			continue;
+		}
+		g->leasing = f;
+		f->peer = i;
+		lease_start(g, f);
+	}
+}
+
+// f got no lane from its peer (refused, unreachable): back to the head of the list; the peer
+// is not asked again until it has a lane free (its next beacon says so, or a forward to it ends).
+static void requeue(srv_grid *g, srv_fwd *f, bool peer_full) {
 	if (f->easy) {
 		curl_multi_remove_handle(g->multi, f->easy);
 		curl_easy_cleanup(f->easy);
 		f->easy = NULL;
 	}
+	if (g->leasing == f) g->leasing = NULL;
 	pthread_mutex_lock(&g->mu);
-	const int i = f->conn ? pick(g, f->model, f->tried) : -1;
-	if (i < 0 && f->conn) {
-		f->local = true;
-		wake(f);
-	}
+	if (peer_full) g->peers[f->peer].full = true;
+	pending_push(g, f, true);
 	pthread_mutex_unlock(&g->mu);
-	if (i < 0) return thread_release(g, f);
-	f->tried |= 1u << i;
-	f->peer = i;
-	lease_start(g, f);
 }
 
 // The API's own error event for a stream the peer did not end, naming the peer.
@@ -469,7 +555,7 @@ static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	if (!id) {
 		LOG_DEBUG(SRV_MOD, "peer %s leased nothing (%s, HTTP %ld)", g->peers[f->peer].url, curl_easy_strerror(rc), code);
 		json_decref(b);
-		return fwd_next(g, f);
+		return requeue(g, f, true);
 	}
 	char lease[64];
 	snprintf(lease, sizeof lease, "%s", id);
@@ -477,6 +563,7 @@ static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	curl_multi_remove_handle(g->multi, f->easy);
 	curl_easy_cleanup(f->easy);
 	f->easy = NULL;
+	g->leasing = NULL;
 	forward_start(g, f, lease);
 }
 
@@ -492,10 +579,11 @@ static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 		if (f->stream && !f->terminal) error_event(f);
 		f->done = true;
 		wake(f);
+		p->full = false; // its lane is free again
 	}
 	pthread_mutex_unlock(&g->mu);
-	// it never reached the peer: another peer, or here
-	if (never) return fwd_next(g, f);
+	// it never reached the peer: it waits again, for another peer or a lane here
+	if (never) return requeue(g, f, true);
 	thread_release(g, f);
 }
 
@@ -514,19 +602,16 @@ static void *grid_main(void *arg) {
 	srv_grid *g = arg;
 	while (!atomic_load(&g->quit)) {
 		pthread_mutex_lock(&g->mu);
-		srv_fwd *in = g->incoming, *cancel = g->cancelled;
-		g->incoming = g->cancelled = NULL;
+		srv_fwd *cancel = g->cancelled;
+		g->cancelled = NULL;
 		pthread_mutex_unlock(&g->mu);
-		while (in) {
-			srv_fwd *next = in->next;
-			fwd_next(g, in);
-			in = next;
-		}
 		while (cancel) {
 			srv_fwd *next = cancel->cnext;
 			pthread_mutex_lock(&g->mu);
+			pending_remove(g, cancel);
 			const bool held = cancel->held;
 			pthread_mutex_unlock(&g->mu);
+			if (g->leasing == cancel) g->leasing = NULL;
 			if (held) thread_release(g, cancel);
 			pthread_mutex_lock(&g->mu);
 			const bool last = unref(cancel);
@@ -541,6 +626,7 @@ static void *grid_main(void *arg) {
 			if (!p->poll && now >= p->next_us) poll_start(g, i);
 			if (!p->poll && p->next_us - now < wait_us) wait_us = p->next_us - now;
 		}
+		dispatch(g);
 		int running = 0;
 		curl_multi_perform(g->multi, &running);
 		CURLMsg *m;
@@ -548,6 +634,10 @@ static void *grid_main(void *arg) {
 		bool again = false;
 		while ((m = curl_multi_info_read(g->multi, &left)))
 			if (m->msg == CURLMSG_DONE) transfer_done(g, m->easy_handle, m->data.result), again = true;
+		// requests waiting for a lane here look again soon: lanes free up without a word to this thread
+		pthread_mutex_lock(&g->mu);
+		if (g->pending && !g->leasing && wait_us > WAIT_LOCAL_US) wait_us = WAIT_LOCAL_US;
+		pthread_mutex_unlock(&g->mu);
 		if (!again) curl_multi_poll(g->multi, NULL, 0, (int)(wait_us / 1000) + 1, NULL);
 	}
 	return NULL;
@@ -597,9 +687,22 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	free(sn);
 	char want[256];
 	full = full || lane_host_open(s->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
-	if ((!draining && !full && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want)) return false;
 	pthread_mutex_lock(&g->mu);
-	const bool any = pick(g, want, 0) >= 0;
+	const int waiting = g->n_pending;
+	pthread_mutex_unlock(&g->mu);
+	// while some wait for a peer, newcomers wait behind them: the order of arrival holds
+	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want)) return false;
+	// a peer holds the model (busy or not), and the list of those waiting has room: --queue, or
+	// as many as those peers run at once when that is more
+	json_int_t cap = s->cfg.lanes.queue > 0 ? s->cfg.lanes.queue : 1, lanes = 0;
+	int holders = 0;
+	pthread_mutex_lock(&g->mu);
+	for (int i = 0; i < g->n; i++) {
+		json_t *m = g->peers[i].models && !g->peers[i].draining ? holding(&g->peers[i], want) : NULL;
+		holders += m != NULL;
+		if (m) lanes += json_integer_value(json_object_get(m, "lanes_total"));
+	}
+	const bool any = holders && g->n_pending < (lanes > cap ? lanes : cap);
 	pthread_mutex_unlock(&g->mu);
 	srv_fwd *f = any ? calloc(1, sizeof *f) : NULL;
 	if (f) f->body = malloc(c->body.len + 1);
@@ -628,8 +731,7 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	atomic_fetch_add(&s->calls_open, 1);
 	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
 	pthread_mutex_lock(&g->mu);
-	f->next = g->incoming;
-	g->incoming = f;
+	pending_push(g, f, false);
 	f->hnext = g->held;
 	if (g->held) g->held->hprev = f;
 	g->held = f;
@@ -742,6 +844,7 @@ enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
 		if (f->local) {
+			g->local_inflight--;
 			const bool last = detach(g, f);
 			pthread_mutex_unlock(&g->mu);
 			if (last) fwd_free(f);
@@ -805,7 +908,8 @@ int srv_grid_start(http_server *s, char *err, size_t errlen) {
 	const char *key = cfg->peer_key && *cfg->peer_key ? cfg->peer_key : s->api_key;
 	if (key) snprintf(g->auth, sizeof g->auth, "Authorization: Bearer %.280s", key);
 	g->multi = curl_multi_init();
-	if (!g->multi) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start libcurl's multi interface");
+	g->snap = malloc(sizeof *g->snap);
+	if (!g->multi || !g->snap) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start libcurl's multi interface");
 	if (pthread_create(&g->thread, NULL, grid_main, g)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the peers' thread");
 	g->started = true;
 	LOG_INFO(SRV_MOD, "%d peers: overflow when more than %d requests wait; beacons every %d ms", g->n, cfg->overflow_queue,
@@ -855,6 +959,7 @@ void srv_grid_stop(http_server *s) {
 		srv_buf_free(&p->body);
 	}
 	if (g->multi) curl_multi_cleanup(g->multi);
+	free(g->snap);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 	s->grid = NULL;
@@ -863,9 +968,13 @@ void srv_grid_stop(http_server *s) {
 void srv_grid_peer_metrics(http_server *s, srv_buf *b) {
 	srv_grid *g = s->grid;
 	if (!g) return;
-	srv_buf_adds(b, "# HELP lanes_peer_up Whether the peer's last beacon arrived.\n# TYPE lanes_peer_up gauge\n");
 	char line[512];
 	pthread_mutex_lock(&g->mu);
+	snprintf(line, sizeof line,
+		 "# HELP lanes_overflow_waiting Requests waiting for a peer's lease or a lane here.\n"
+		 "# TYPE lanes_overflow_waiting gauge\nlanes_overflow_waiting %d\n"
+		 "# HELP lanes_peer_up Whether the peer's last beacon arrived.\n# TYPE lanes_peer_up gauge\n", g->n_pending);
+	srv_buf_adds(b, line);
 	for (int i = 0; i < g->n; i++) {
 		snprintf(line, sizeof line, "lanes_peer_up{peer=\"%s\"} %d\n", g->peers[i].url, g->peers[i].models != NULL);
 		srv_buf_adds(b, line);

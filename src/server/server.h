@@ -42,7 +42,7 @@ typedef struct {
 	// the grid (docs/deploy.md): peers this server overflows to; the list is borrowed
 	const char *const *peers;   // base URLs, http://host:port
 	int n_peers;
-	int overflow_queue;         // forward when more requests than this wait here
+	int overflow_queue;         // past this many waiting here, a request takes the first lane free here or on a peer
 	int peer_poll_ms;           // how often each peer's beacon is read
 	int peer_timeout_ms;        // a beacon read, lease or connection to a peer slower than this fails
 	const char *peer_key;       // the key sent to peers (NULL: the client's own, and --api-key for beacons and leases)

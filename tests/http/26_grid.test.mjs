@@ -320,6 +320,10 @@ test('B killed mid-stream: each forwarded stream ends with one error event namin
 		r.body = { ...r.body, max_tokens: 1500 };
 		return r;
 	};
+	// a request a peer forwarded is never forwarded again: here it finds the queue full
+	const hop = await postJSON(`${url}/v1/completions`, { prompt: 'x', max_tokens: 2 }, { 'x-lanes-hop': '1' });
+	assert.equal(hop.status, 429);
+	assert.equal(hop.headers.get('x-lanes-peer'), null);
 	const seen = [0, 0, 0];
 	const fwd = [1, 3, 4].map((i, k) => run(url, long(i), () => seen[k]++));
 	for (let i = 0; i < 2000 && seen.some((n) => n < 3); i++) await sleep(5);
