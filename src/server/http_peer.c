@@ -51,6 +51,7 @@ struct srv_grid {
 	int n_pending;
 	int local_inflight;            // sent back to run here, not yet submitted
 	srv_fwd *leasing;              // the one whose lease request is in flight (grid thread)
+	bool halted;                   // the server's halt reached the forwards (grid thread)
 	lane_snapshot *snap;           // the grid thread's copy of this server's snapshot
 	srv_fwd *cancelled;            // forwards whose connection ended (by cnext; each holds a reference)
 	srv_fwd *held;                 // forwards the thread holds (by hprev/hnext)
@@ -598,6 +599,31 @@ static void transfer_done(srv_grid *g, CURL *e, CURLcode rc) {
 
 // ---- the thread ---------------------------------------------------------------------------------
 
+// The server halted: a forward still under way ends as a request here does, failed with the
+// halt's reason (the API's error event, or a 500); one waiting for a lease ends here likewise.
+static void halt_forwards(srv_grid *g) {
+	http_server *s = g->s;
+	if (g->halted || atomic_load(&s->state) != HTTP_HALTED) return;
+	g->halted = true;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->held;
+		while (f && !(f->easy && f->forwarding)) f = f->hnext;
+		if (f) {
+			pthread_mutex_lock(&s->mu);
+			snprintf(f->err, sizeof f->err, "%s", s->halt_reason);
+			pthread_mutex_unlock(&s->mu);
+			if (f->stream && !f->terminal) error_event(f);
+			f->done = true;
+			wake(f);
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f) break;
+		thread_release(g, f);
+	}
+	if (g->leasing) requeue(g, g->leasing, false);
+}
+
 static void *grid_main(void *arg) {
 	srv_grid *g = arg;
 	while (!atomic_load(&g->quit)) {
@@ -626,6 +652,7 @@ static void *grid_main(void *arg) {
 			if (!p->poll && now >= p->next_us) poll_start(g, i);
 			if (!p->poll && p->next_us - now < wait_us) wait_us = p->next_us - now;
 		}
+		halt_forwards(g);
 		dispatch(g);
 		int running = 0;
 		curl_multi_perform(g->multi, &running);
@@ -756,6 +783,7 @@ static bool detach(srv_grid *g, srv_fwd *f) {
 	if (!c) return false;
 	f->conn = NULL;
 	c->fwd = NULL;
+	if (f->local) g->local_inflight--; // it runs here now, or its client left
 	if (f->lprev) f->lprev->lnext = f->lnext;
 	else g->live = f->lnext;
 	if (f->lnext) f->lnext->lprev = f->lprev;
@@ -844,7 +872,6 @@ enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
 		if (f->local) {
-			g->local_inflight--;
 			const bool last = detach(g, f);
 			pthread_mutex_unlock(&g->mu);
 			if (last) fwd_free(f);
