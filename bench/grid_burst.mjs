@@ -3,17 +3,18 @@
 // first token (p50, p99); then the first-token latency a forward adds: A's only lane held by a
 // lease, so every request goes to B, against the same requests sent to B directly.
 //
-//   node bench/grid_burst.mjs [--model FILE] [--requests 24] [--max-tokens 32] [--lanes 2] [--threads T]
+//   [LANES_BIN=build/lanes] node bench/grid_burst.mjs [--model FILE] [--requests 24] [--max-tokens 32] [--lanes 2] [--threads T]
 //        [--forward-only] (the last measurement alone)
 // Without --model it writes build/bench-models/tinyllama-1.1b-Q4_0.gguf (`lanes gen`) first.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { startServer, BIN } from '../tests/http/lib.mjs';
 
 const args = Object.fromEntries(
 	process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : '1']] : acc), []),
 );
-const bin = path.resolve(args.bin || 'build/lanes');
+const bin = BIN; // LANES_BIN, else build/lanes
 const n = Number(args.requests || 24), maxTokens = Number(args['max-tokens'] || 32), lanes = args.lanes || '2';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -31,19 +32,8 @@ function model() {
 
 async function serve(extra, nLanes = lanes) {
 	const threads = args.threads ? ['--threads', args.threads] : [];
-	const proc = spawn(bin, ['serve', '-m', model(), '--port', '0', '--lanes', nLanes, ...threads, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-	let log = '';
-	const port = await new Promise((resolve, reject) => {
-		proc.stderr.on('data', (d) => {
-			log += d;
-			const m = log.match(/listening on http:\/\/[0-9.]+:(\d+)/);
-			if (m) resolve(Number(m[1]));
-		});
-		proc.on('exit', () => reject(new Error(log)));
-	});
-	const url = `http://127.0.0.1:${port}`;
-	while ((await fetch(`${url}/health`).then((r) => r.status, () => 0)) !== 200) await sleep(50);
-	return { url, stop: () => new Promise((r) => (proc.on('exit', r), proc.kill('SIGTERM'))) };
+	const srv = await startServer(['-m', model(), '--lanes', nLanes, ...threads, ...extra]);
+	return { url: srv.url, stop: () => (srv.proc.kill('SIGTERM'), srv.exited) };
 }
 
 // One streamed completion: time to first token (ms), tokens, and who answered.
