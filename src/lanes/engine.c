@@ -1,6 +1,7 @@
 // lanes: the engine thread's loop — waits for work, admits at each round boundary, runs the
-// round and publishes the snapshot (or waits while leases hold back the queue); halt (end everything failed, no allocation) and drain
-// (refuse new submits) are asked for here from any thread.
+// round and publishes the snapshot (or waits while leases hold the queue back); halt (end
+// everything failed, no allocation) and drain (refuse new submits) are asked for here from
+// any thread.
 #include "lanes/lanes_int.h"
 
 #include <time.h>
