@@ -46,6 +46,8 @@ typedef struct {
 	int peer_poll_ms;           // how often each peer's beacon is read
 	int peer_timeout_ms;        // a beacon read, lease or connection to a peer slower than this fails
 	const char *peer_key;       // the key sent to peers (NULL: the client's own, and --api-key for beacons and leases)
+	model_progress_fn load_progress; // hears the model's load progress on the loader thread (NULL: none)
+	void *load_progress_ud;
 } http_config;
 
 void http_config_default(http_config *c);
