@@ -2,6 +2,7 @@
 // waits on the engine is suspended, so no thread waits for it), the connections' limits and
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
+#include "server/adapters.h"
 #include "server/http_gen.h"
 #include "server/http_guard.h"
 #include "server/http_routes.h"
@@ -33,6 +34,7 @@ void http_config_default(http_config *c) {
 	c->http_threads = 4;
 	c->max_output_bytes = 16u << 20;
 	c->max_tokenize_bytes = 1u << 20;
+	c->max_lora = 8;
 	lane_config_default(&c->lanes);
 }
 
@@ -76,6 +78,9 @@ static const srv_route routes[] = {
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+	{"GET", "/v1/adapters", 0, SRV_OPENAI, srv_adapters_list},
+	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_adapters_load},
+	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_unload},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -360,6 +365,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		return MHD_YES;
 	}
 	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
+	if (c->resume && !c->replied) return c->resume(c);   // work off the connection threads ended
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
 		return MHD_YES;
@@ -401,6 +407,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
 	}
+	if (c->done) c->done(c);
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
@@ -532,6 +539,10 @@ static void *loader(void *arg) {
 		atomic_store(&s->progress_pm, 750);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
+	if (!rc) {
+		atomic_store(&s->progress_pm, 900);
+		rc = srv_adapters_start(s, err, sizeof err);
+	}
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
@@ -597,6 +608,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
+	if (cfg->max_lora < 1 || cfg->max_lora > SRV_LORA_MAX)
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", SRV_LORA_MAX);
 	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
@@ -698,10 +711,12 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
+	srv_adapters_stop(s); // resumes the loads still waiting
 	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	srv_waker_stop(s);
 	lane_host_free(s->host);
+	srv_adapters_free(s);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);

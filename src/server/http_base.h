@@ -32,6 +32,7 @@ enum srv_ekind {
 	SRV_E_FORBIDDEN,   // 403: a Host or Origin this server does not answer
 	SRV_E_NOT_FOUND,   // 404
 	SRV_E_METHOD,      // 405, with Allow
+	SRV_E_CONFLICT,    // 409: the resource's state forbids it (a name taken, a limit reached)
 	SRV_E_TOO_LARGE,   // 413
 	SRV_E_MEDIA_TYPE,  // 415: a POST body that is not application/json
 	SRV_E_BUSY,        // 429 (OpenAI) / 529 (Anthropic), with Retry-After
@@ -124,6 +125,9 @@ struct http_server {
 
 	srv_hist ttft, itl;
 	atomic_bool quit;
+
+	struct srv_loras *loras;       // the adapters (server/adapters.h): set by the loader with the model
+	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
@@ -154,6 +158,11 @@ struct srv_conn {
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
+	// a request suspended for work off the connection threads (not a generation call): resume
+	// answers it when resumed, done frees what it holds when the request ends (both may be NULL)
+	enum MHD_Result (*resume)(srv_conn *c);
+	void (*done)(srv_conn *c);
+	void *job;
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
@@ -171,11 +180,14 @@ int srv_sock_fd(srv_conn *c);
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
 // A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);
-// A request's model: 0 for none sent, this server's model, or any name unless --strict-model;
-// else 404 model_not_found.
+// A request's model: 0 for none sent, this server's model, a loaded adapter, or — while no
+// adapter has ever been loaded — any name unless --strict-model; else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);
-// A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model.
+// A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model
+// or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);
+// The adapters once the model is in (NULL before): control reads may run while it loads.
+struct srv_loras *srv_loras_of(http_server *s);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.

@@ -10,6 +10,13 @@
 
 #include "lanes/lanes.h"
 
+// An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
+typedef struct {
+	const char *name;           // what requests call it ("model" or "lora")
+	const char *path;           // its GGUF file
+	float scale;                // what a request that names it gets unless it gives its own
+} http_lora;
+
 typedef struct {
 	const char *model_path;     // GGUF file, loaded in the background after listening starts
 	const char *host;           // listen address (default "127.0.0.1")
@@ -39,6 +46,9 @@ typedef struct {
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
+	const http_lora *loras;     // adapters loaded with the model (borrowed: they must outlive the server)
+	int n_loras;
+	int max_lora;               // adapters loaded at once, 1..64 (default 8)
 } http_config;
 
 void http_config_default(http_config *c);
