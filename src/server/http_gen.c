@@ -867,6 +867,9 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		}
 		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);
 	}
+	// the requests hold their adapters now: an unload need not wait for this reply to go out
+	for (int32_t i = 0; i < c->g.lora_set.n; i++) model_lora_free(c->g.lora_set.use[i].lora);
+	c->g.lora_set.n = 0;
 	set_timeout(c, 0);
 	if (c->g.stream) {
 		api->begin(c);
