@@ -78,6 +78,7 @@ static void lane_lora_bind(lane_req *r, const model_lora_set *set) {
 		const struct { uint64_t id; float scale; uint32_t pad; } k = {model_lora_id(set->use[i].lora), set->use[i].scale, 0};
 		key = base_hash64(&k, sizeof k, key);
 		r->lora_cost += info.share * LANE_LORA_MADD_COST;
+		r->lora_read[i] = (double)info.bytes / r->host->weight_bytes;
 	}
 	r->prefix_root = set->n ? (key ? key : 1) : 0;
 }

@@ -54,6 +54,7 @@ struct lane_req {
 	model_lora_set lora;      // its adapters, a reference on each until it ends (n = 0: none)
 	uint64_t prefix_root;     // where its prefix-cache chain starts: 0 for the base, else its adapter set's key
 	double lora_cost;         // its adapters' work per row, in base rows (pricing)
+	double lora_read[MODEL_LORA_MAX]; // each adapter's bytes over the model's weights' (pricing)
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 
@@ -126,6 +127,9 @@ struct lane_host {
 	int32_t pages_reserved;   // sum over admitted requests
 	uint64_t round;
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
+	double weight_bytes;      // the model's weights as held: what fixed_us mostly reads
+	const model_lora **round_lora; // adapters this round's rows read so far (lanes * MODEL_LORA_MAX)
+	int32_t n_round_lora;
 	model_row *rows;
 	int32_t *row_lane;        // lane of each row
 	bool *row_hidden;         // the rows whose hidden state an embedding pools

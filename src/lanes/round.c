@@ -27,6 +27,23 @@ static int ensure_rows(lane_host *h, int32_t n) {
 // counts rows as they are.
 static double row_weight(const lane_host *h, const lane_req *r) { return h->cfg.hooks.budget ? 1.0 : 1.0 + r->lora_cost; }
 
+// What reading r's adapters costs this pass, in base rows, for those no earlier row of the
+// round brought: each a share of the round's fixed cost (mostly the reading of the model's own
+// weights) as large as its bytes are of the model's. The rows of one adapter share the reading.
+static double lora_reads(lane_host *h, const lane_req *r) {
+	if (h->cfg.hooks.budget || h->row_us <= 0) return 0;
+	double c = 0;
+	for (int32_t k = 0; k < r->lora.n; k++) {
+		const model_lora *a = r->lora.use[k].lora;
+		int32_t i = 0;
+		while (i < h->n_round_lora && h->round_lora[i] != a) i++;
+		if (i < h->n_round_lora) continue;
+		if (h->n_round_lora < h->cfg.lanes * MODEL_LORA_MAX) h->round_lora[h->n_round_lora++] = a;
+		c += h->fixed_us * r->lora_read[k] / h->row_us;
+	}
+	return c;
+}
+
 // Base rows of prompt this round may carry after decode and draft rows costing decode base
 // rows: the budget hook's figure, else the share of --round-ms the pricing model leaves.
 static double prompt_budget(const lane_host *h, double decode) {
@@ -78,7 +95,7 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 			h->row_hidden[n] = false;
 			h->row_lane[n++] = i;
 		}
-		*cost += (1 + r->n_draft) * row_weight(h, r);
+		*cost += (1 + r->n_draft) * row_weight(h, r) + lora_reads(h, r);
 	}
 	return n;
 }
@@ -90,6 +107,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode) {
 	for (;;) {
 		lane_req *r = budget >= 1 ? next_piece(h) : NULL;
 		if (!r) break;
+		budget -= lora_reads(h, r);
 		const double w = row_weight(h, r);
 		const double fit = floor(budget / w);
 		int32_t take = imin(r->n_prompt - r->n_filled, fit < 1 ? 1 : fit > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : (int32_t)fit);
@@ -226,6 +244,7 @@ static void sample_rows(lane_host *h, int32_t n) {
 void lane_run_round(lane_host *h) {
 	lane_start_admitted(h);
 	lane_propose(h);
+	h->n_round_lora = 0;
 	double decode;
 	int32_t n = add_decode_rows(h, &decode);
 	n = add_prompt_pieces(h, n, decode);

@@ -83,18 +83,23 @@ static void *loader_main(void *arg) {
 	return NULL;
 }
 
-// One adapter given at start, NAME=PATH[:SCALE] already split.
-static int load_at_start(http_server *s, const http_lora *l, char *err, size_t errlen) {
+// Adapter i given at start, NAME=PATH[:SCALE] already split.
+static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
+	const http_lora *l = &s->cfg.loras[i];
 	if (!strcmp(l->name, s->model_id))
 		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the name is the base model's", l->name);
+	for (int k = 0; k < i; k++)
+		if (!strcmp(s->cfg.loras[k].name, l->name))
+			return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: two adapters have that name", l->name);
 	if (!(fabsf(l->scale) <= SRV_LORA_SCALE_MAX))
 		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the scale must be between -%d and %d", l->name,
 				   SRV_LORA_SCALE_MAX, SRV_LORA_SCALE_MAX);
 	lora_job j = {.scale = l->scale};
 	snprintf(j.name, sizeof j.name, "%s", l->name);
 	snprintf(j.path, sizeof j.path, "%s", l->path);
-	int rc = srv_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, err, errlen);
-	if (rc) return base_seterr(err, errlen, rc, "--lora %s=%s: %s", l->name, l->path, err);
+	char why[256];
+	int rc = srv_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
+	if (rc) return base_seterr(err, errlen, rc, "--lora %s=%s: %s", l->name, l->path, why);
 	run_load(s, &j);
 	if (j.rc) return base_seterr(err, errlen, j.rc, "--lora %s: %s", l->name, j.err);
 	return 0;
@@ -112,7 +117,7 @@ int srv_adapters_start(http_server *s, char *err, size_t errlen) {
 	if (s->cfg.n_loras > s->cfg.max_lora)
 		return base_seterr(err, errlen, LANES_EINVAL, "%d --lora adapters, more than --max-lora %d", s->cfg.n_loras, s->cfg.max_lora);
 	for (int i = 0; i < s->cfg.n_loras; i++) {
-		int rc = load_at_start(s, &s->cfg.loras[i], err, errlen);
+		int rc = load_at_start(s, i, err, errlen);
 		if (rc) return rc;
 	}
 	if (pthread_create(&L->thread, NULL, loader_main, s))
@@ -369,19 +374,27 @@ void srv_adapters_models(http_server *s, json_t *data, const char *only) {
 	free(sn);
 }
 
-// Names of the adapters with requests of one kind, comma-separated, into b.
+// Names of the adapters with requests of one kind, comma-separated, into b: each once, though
+// two versions of it may have requests.
 static void names_with(const srv_lora_info *v, int n, const lane_snapshot *sn, bool running, srv_buf *b) {
+	bool *said = n ? calloc((size_t)n, sizeof *said) : NULL;
 	bool first = true;
-	for (int32_t k = 0; k < sn->n_lora; k++) {
+	for (int32_t k = 0; said && k < sn->n_lora; k++) {
 		if (!(running ? sn->lora[k].running : sn->lora[k].waiting)) continue;
-		for (int i = 0; i < n; i++)
-			if (v[i].lora_id == sn->lora[k].id) {
+		for (int i = 0; i < n; i++) {
+			if (v[i].lora_id != sn->lora[k].id) continue;
+			int j = 0; // the first entry with this name stands for it
+			while (j < i && strcmp(v[j].name, v[i].name)) j++;
+			if (!said[j]) {
 				if (!first) srv_buf_adds(b, ",");
 				srv_buf_adds(b, v[i].name);
+				said[j] = true;
 				first = false;
-				break;
 			}
+			break;
+		}
 	}
+	free(said);
 }
 
 void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out) {

@@ -268,3 +268,19 @@ test('loading, replacing and unloading adapters while 8 streams run changes none
 	const b2full = await complete(S1.url, { lora: [{ name: 'b', scale: 1 }], prompt: 'The sun', max_tokens: 12, temperature: 0 });
 	assert.equal(b2full.sha, d.sha, 'b version 2 at scale 1 is d');
 });
+
+test('lanes serve stops with a message naming the file when a --lora adapter cannot be loaded', () => {
+	const run = (...args) => spawnSync(BIN, ['serve', '-m', STORIES, '--port', '0', ...args], { encoding: 'utf8', timeout: 60000 });
+	let r = run('--lora', `x=${file('other')}`);
+	assert.equal(r.status, 1);
+	assert.match(r.stderr, /--lora x: .*other\.gguf: lora: tensor blk\.0\.\S+ has shape/);
+	r = run('--lora', `a=${file('a')}`, '--lora', `b=${file('b')}`, '--max-lora', '1');
+	assert.equal(r.status, 1);
+	assert.match(r.stderr, /2 --lora adapters, more than --max-lora 1/);
+	r = run('--lora', `stories260K=${file('a')}`);
+	assert.equal(r.status, 1);
+	assert.match(r.stderr, /the name is the base model's/);
+	r = run('--lora', `a=${file('a')}`, '--lora', `a=${file('b')}`);
+	assert.equal(r.status, 1);
+	assert.match(r.stderr, /--lora a: two adapters have that name/);
+});
