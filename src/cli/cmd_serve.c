@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,17 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 		 plan_format_size(pr.compute_reserve_bytes, d, sizeof d));
 	if (cfg->draft_model) LOG_WARN("serve", "the draft model's memory is not part of the plan");
 	return 0;
+}
+
+// The load's bar on a terminal, drawn by the loader thread once the listening line is out.
+typedef struct {
+	cli_progress bar;
+	atomic_bool shown;
+} serve_bar;
+
+static void serve_progress(void *ud, uint64_t done, uint64_t total) {
+	serve_bar *b = ud;
+	if (atomic_load(&b->shown)) cli_progress_model(&b->bar, done, total);
 }
 
 // --lora NAME=PATH[:SCALE] (or PATH[:SCALE]: the name is the file's, without .gguf) into l;
@@ -127,6 +139,11 @@ int cmd_serve(const cli_settings *s) {
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	cfg.no_webui = s->no_webui;
+	serve_bar bar;
+	cli_progress_start(&bar.bar, "load", true, false);
+	atomic_init(&bar.shown, false);
+	cfg.load_progress = serve_progress;
+	cfg.load_progress_ud = &bar;
 	cfg.max_lora = (int)s->max_lora;
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
@@ -171,6 +188,7 @@ int cmd_serve(const cli_settings *s) {
 		goto out;
 	}
 	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
+	atomic_store(&bar.shown, true);
 
 	bool halted = false;
 	uint64_t deadline = 0, halt_at = 0;
