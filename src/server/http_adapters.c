@@ -7,7 +7,6 @@
 #include "server/http_base.h"
 #include "server/http_routes.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +236,12 @@ static void load_done(srv_conn *c) {
 // The loader resumed the connection: the job's outcome is the reply.
 static enum MHD_Result load_resume(srv_conn *c) {
 	lora_job *j = c->job;
+	struct srv_lora_loader *L = c->s->lora_loader;
+	pthread_mutex_lock(&L->mu); // the loader wrote the outcome before it let go of this lock
+	const bool done = j->done;
+	if (!done) MHD_suspend_connection(c->mc); // not ours to answer yet: wait for the loader's resume
+	pthread_mutex_unlock(&L->mu);
+	if (!done) return MHD_YES;
 	srv_err e;
 	if (j->rc) {
 		const enum srv_ekind k = j->rc == LANES_ENOMEM ? SRV_E_INTERNAL : j->rc == LANES_ECANCELLED ? SRV_E_UNAVAILABLE
