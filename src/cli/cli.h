@@ -39,6 +39,9 @@ int cli_threads(int64_t want, base_pool **pool);
 int cli_load_model(const char *path, model **m, tok_vocab **voc);
 // the vocabulary of a GGUF file (a model or a vocab-only file).
 int cli_load_vocab(const char *path, tok_vocab **voc);
+// "PATH:SCALE" when what follows the last ':' is a number (*scale), else all of arg is the
+// path (scale 1);
+void cli_split_lora(const char *arg, char *path, size_t n, float *scale);
 // the --lora PATH[:SCALE] adapters for m, in order, into set (*loras: set->n of them, to free
 // with cli_free_loras);
 int cli_load_loras(const model *m, const cli_list *l, model_lora_set *set, model_lora ***loras);

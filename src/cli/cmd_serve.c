@@ -69,6 +69,30 @@ static void serve_progress(void *ud, uint64_t done, uint64_t total) {
 	if (atomic_load(&b->shown)) cli_progress_model(&b->bar, done, total);
 }
 
+// --lora NAME=PATH[:SCALE] (or PATH[:SCALE]: the name is the file's, without .gguf) into l;
+// the strings go into buf (len bytes a entry). 0, or 1 with the message printed.
+static int split_serve_lora(const char *arg, http_lora *l, char *buf, size_t len) {
+	const char *eq = strchr(arg, '=');
+	char *name = buf, *path = buf + len / 2;
+	cli_split_lora(eq ? eq + 1 : arg, path, len / 2, &l->scale);
+	if (eq) {
+		snprintf(name, len / 2, "%.*s", (int)(eq - arg), arg);
+	} else {
+		const char *b = strrchr(path, '/');
+		b = b ? b + 1 : path;
+		size_t n = strlen(b);
+		if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+		snprintf(name, len / 2, "%.*s", (int)n, b);
+	}
+	if (!*path) {
+		cli_err("--lora %s: no file (NAME=PATH[:SCALE])", arg);
+		return 1;
+	}
+	l->name = name;
+	l->path = path;
+	return 0;
+}
+
 int cmd_serve(const cli_settings *s) {
 	LOG_INFO("serve", "%s; kernels %s; built with %s", base_version_string(),
 		 tensor_kernels_name(tensor_kernels_default()), base_build_flags());
@@ -126,8 +150,33 @@ int cmd_serve(const cli_settings *s) {
 	atomic_init(&bar.shown, false);
 	cfg.load_progress = serve_progress;
 	cfg.load_progress_ud = &bar;
-	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
-	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
+	cfg.max_lora = (int)s->max_lora;
+	enum { LORA_BUF = 8192 };
+	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
+	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;
+	if (s->lora.n && (!loras || !lora_buf)) {
+		cli_err("out of memory");
+		free(loras);
+		free(lora_buf);
+		return 1;
+	}
+	for (int i = 0; i < s->lora.n; i++)
+		if (split_serve_lora(s->lora.v[i], &loras[i], lora_buf + (size_t)i * LORA_BUF, LORA_BUF)) {
+			free(loras);
+			free(lora_buf);
+			return 1;
+		}
+	cfg.loras = loras;
+	cfg.n_loras = s->lora.n;
+	int rc = 0, signals = 0;
+	if (!s->memory && s->window) {
+		rc = cli_usage_error(s, "--window needs --memory");
+		goto out;
+	}
+	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) {
+		rc = 1;
+		goto out;
+	}
 
 	// every thread the server starts inherits this mask: the signals come to sigtimedwait here
 	sigset_t set;
@@ -141,12 +190,12 @@ int cmd_serve(const cli_settings *s) {
 	http_server *srv = NULL;
 	if (http_server_new(&srv, &cfg, err, sizeof err)) {
 		cli_err("%s", err);
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
 	atomic_store(&bar.shown, true);
 
-	int rc = 0, signals = 0;
 	bool halted = false;
 	uint64_t deadline = 0, halt_at = 0;
 	for (;;) {
@@ -197,5 +246,8 @@ int cmd_serve(const cli_settings *s) {
 		}
 	}
 	http_server_free(srv);
+out:
+	free(loras);
+	free(lora_buf);
 	return rc;
 }

@@ -77,8 +77,7 @@ int cli_load_model(const char *path, model **m, tok_vocab **voc) {
 	return 0;
 }
 
-// "PATH:SCALE" when what follows the last ':' is a number, else all of it is the path.
-static void split_lora(const char *arg, char *path, size_t n, float *scale) {
+void cli_split_lora(const char *arg, char *path, size_t n, float *scale) {
 	const char *c = strrchr(arg, ':');
 	char *end = NULL;
 	double v = 0;
@@ -111,7 +110,7 @@ int cli_load_loras(const model *m, const cli_list *l, model_lora_set *set, model
 	for (int i = 0; i < l->n; i++) {
 		char path[4096], err[768];
 		float scale;
-		split_lora(l->v[i], path, sizeof path, &scale);
+		cli_split_lora(l->v[i], path, sizeof path, &scale);
 		if (model_lora_load(&a[i], m, path, err, sizeof err)) {
 			cli_err("%s", err);
 			cli_free_loras(a, i);

@@ -142,14 +142,16 @@ void kv_put(kv_cache *kv, const tensor_kernels *ks, int32_t layer, int32_t seq, 
 tensor_kv_view kv_view(kv_cache *kv, int32_t layer, int32_t seq, int32_t first);
 
 // ---- prefix cache: full pages keyed by the hash of their whole token prefix -------------
+// The chain of hashes starts at root: KV written under different roots (the base model, an
+// adapter set) is never shared, even for the same tokens. Root 0 is the base model's.
 // Attaches to the empty sequence seq the cached pages that hold tokens[0..n) page by page
 // (only whole pages, stopping at the first miss) and returns the tokens now in seq.
 // Not thread-safe.
-int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
+int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Offers seq's whole pages for positions [0, n) to the cache (tokens: the ids at those
 // positions, already written); pages whose prefix is cached already are left alone.
 // Not thread-safe.
-void kv_prefix_publish(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
+void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Drops every cached page that no sequence holds. Not thread-safe.
 void kv_prefix_clear(kv_cache *kv);
 

@@ -141,14 +141,14 @@ void kv_prefix_clear(kv_cache *kv) {
 	}
 }
 
-int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n) {
+int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n) {
 	kv_seq *s = kv__seq(kv, seq);
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || s->len || !p || n < pt) return s ? s->len : 0;
 	int32_t whole = n / pt;
 	if (kv__seq_reserve(kv, s, whole)) return 0;
-	uint64_t key = 0;
+	uint64_t key = root;
 	int32_t got = 0;
 	for (; got < whole; got++) {
 		const int32_t *tok = tokens + (size_t)got * pt;
@@ -169,13 +169,13 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, const int32_t *tokens, int32
 	return s->len;
 }
 
-void kv_prefix_publish(kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n) {
+void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n) {
 	kv_seq *s = kv__seq(kv, seq);
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || !p) return;
 	if (n > s->len) n = s->len;
-	uint64_t key = 0;
+	uint64_t key = root;
 	for (int32_t i = 0; i < n / pt; i++) {
 		const int32_t *tok = tokens + (size_t)i * pt;
 		uint64_t k = chain(key, tok, pt);

@@ -85,12 +85,30 @@ void lane_start_admitted(lane_host *h) {
 		if (!r || r->started) continue;
 		r->started = true;
 		lane_draft_start(h, r);
-		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF && !r->lora.n) {
-			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
+		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF) {
+			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prefix_root, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;
 		}
 	}
+}
+
+// r takes a reference on each adapter of set, the key its prefix-cache chain starts from (a
+// function of the adapters' ids and scales, in order: another set or version never shares a
+// page), and the price of its rows' terms.
+static void lane_lora_bind(lane_req *r, const model_lora_set *set) {
+	r->lora = *set;
+	uint64_t key = 0;
+	for (int32_t i = 0; i < set->n; i++) {
+		model_lora_ref(set->use[i].lora);
+		model_lora_info info;
+		model_lora_info_of(set->use[i].lora, &info);
+		const struct { uint64_t id; float scale; uint32_t pad; } k = {model_lora_id(set->use[i].lora), set->use[i].scale, 0};
+		key = base_hash64(&k, sizeof k, key);
+		r->lora_cost += info.share * LANE_LORA_MADD_COST;
+		r->lora_read[i] = (double)info.bytes / r->host->weight_bytes;
+	}
+	r->prefix_root = set->n ? (key ? key : 1) : 0;
 }
 
 int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, size_t errlen) {
@@ -118,7 +136,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->explicit_max = q->max_tokens > 0;
 	r->embed = q->embed;
 	r->normalize = q->normalize;
-	if (q->lora) r->lora = *q->lora;
+	if (q->lora) lane_lora_bind(r, q->lora);
 	if (q->embed != LANE_EMBED_OFF) r->max_tokens = 0;
 	// past the context, generation ends there with "length": the cap depends on the prompt
 	// and the host's largest context alone, never on what else runs

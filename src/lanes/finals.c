@@ -19,6 +19,7 @@ void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_fi
 		 const char *reason, const char *text, size_t len) {
 	if (r->lane >= 0) lane_window_record(h, r);
 	release_lane(h, r);
+	lane_lora_release(r); // no pass uses them after this: an unloaded adapter may go now
 	switch (kind) {
 	case LANE_EV_FINISHED: h->stats.finished++; break;
 	case LANE_EV_CANCELLED: h->stats.cancelled++; break;

@@ -119,6 +119,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->scratch = malloc((size_t)h->hp.n_vocab * sizeof(float));
 	h->top = calloc(LANE_MAX_TOP_LOGPROBS, sizeof *h->top);
 	h->ctxbuf = malloc(4096 * sizeof *h->ctxbuf);
+	h->round_lora = malloc((size_t)cfg.lanes * MODEL_LORA_MAX * sizeof *h->round_lora);
+	model_memory mm;
+	model_memory_of(m, &mm);
+	h->weight_bytes = mm.total_bytes ? (double)mm.total_bytes : 1;
 	if (!rc && cfg.draft_model) rc = lane_draft_open(h, kc.n_pages, err, errlen);
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
 	// the host's own accounting of its compute memory, from the sizes it allocated
@@ -126,7 +130,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
 			   lane_draft_held_bytes(h);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
-	if (!rc && (!h->lanes || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf || !h->cap_rows))
+	if (!rc && (!h->lanes || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf ||
+			 !h->cap_rows || !h->round_lora))
 		rc = LANES_ENOMEM;
 	if (!rc && cfg.window_max > 0) lane_window_set(h, cfg.window);
 	if (rc) {
@@ -185,6 +190,7 @@ void lane_host_free(lane_host *h) {
 	free(h->counts);
 	sampler_free(h->sampler);
 	free(h->rows);
+	free(h->round_lora);
 	free(h->row_lane);
 	free(h->row_hidden);
 	free(h->hidden);

@@ -72,8 +72,10 @@ typedef struct {
 	struct grammar *grammar;
 	const char *const *grammar_triggers; // copied at submit
 	int n_grammar_triggers;
-	// Adapters every row of the request adds, loaded for the host's model (copied at submit;
-	// the adapters must outlive the request). NULL: none. Such a request skips the prefix cache.
+	// Adapters every row of the request adds, loaded for the host's model (copied at submit,
+	// when the host takes a reference on each that it drops as the request ends: the caller may
+	// drop its own at once). NULL: none. The prefix cache keys on the set (each adapter's
+	// model_lora_id and scale, in order): KV cached under one set is never reused by another.
 	const model_lora_set *lora;
 	// A capacity lease (lane_lease_new) the request uses: it takes one of the lease's lanes and
 	// its share of the pages, and is admitted before requests without one. 0, or a lease that is
@@ -305,7 +307,15 @@ typedef struct {
 } lane_snap_lane;
 
 #define LANE_SNAP_MAX_LANES 64
+#define LANE_SNAP_MAX_LORA 64
 #define LANE_HIST_BUCKETS 12
+
+// One adapter the requests not yet ended add, by its model_lora_id.
+typedef struct {
+	uint64_t id;
+	int32_t running;          // admitted requests (filling or live) that add it
+	int32_t waiting;          // queued requests that add it
+} lane_snap_lora;
 
 // Upper bounds (seconds) of the duration histograms' buckets; the last is +Inf.
 extern const double lane_hist_bounds[LANE_HIST_BUCKETS];
@@ -343,6 +353,8 @@ typedef struct {
 	uint64_t kv_reserved_bytes; // the whole reservation
 	uint64_t kv_used_bytes;   // pages held
 	uint64_t compute_bytes;   // workspace, logits and scratch the host allocated
+	int32_t n_lora;           // adapters in use, the first LANE_SNAP_MAX_LORA of them by lane, then queue order
+	lane_snap_lora lora[LANE_SNAP_MAX_LORA];
 	bool halting;             // a halt was asked for
 	bool halted;              // and every request it took over has ended
 	bool draining;

@@ -14,6 +14,10 @@
 #define LANE_DEMAND_SAMPLES 256 // recent requests' sizes the window follows
 #define LANE_PROMPT_ROWS 512     // prompt rows one round carries at most
 #define LANE_DRAFT_CHUNK 512     // rows per draft-model pass while it catches up
+// What one multiply-add of an adapter's term costs against one of the base model's matmuls:
+// the terms run in f32 over small matrices, rows grouped by adapter, where the base's kernels
+// reuse each quantized weight across the whole batch.
+#define LANE_LORA_MADD_COST 4.0
 
 typedef struct ev_node {
 	struct ev_node *next;
@@ -54,7 +58,10 @@ struct lane_req {
 	bool normalize;
 	grammar *grammar;         // constrained decoding: the host's reference (NULL: none)
 	grammar_matcher *gm;      // where the generated text stands in it
-	model_lora_set lora;      // its adapters (n = 0: none)
+	model_lora_set lora;      // its adapters, a reference on each until it ends (n = 0: none)
+	uint64_t prefix_root;     // where its prefix-cache chain starts: 0 for the base, else its adapter set's key
+	double lora_cost;         // its adapters' work per row, in base rows (pricing)
+	double lora_read[MODEL_LORA_MAX]; // each adapter's bytes over the model's weights' (pricing)
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 
@@ -135,6 +142,9 @@ struct lane_host {
 	_Atomic int32_t pages_reserved; // sum over admitted requests (changed by the engine; leases read it under mu)
 	uint64_t round;
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
+	double weight_bytes;      // the model's weights as held: what fixed_us mostly reads
+	const model_lora **round_lora; // adapters this round's rows read so far (lanes * MODEL_LORA_MAX)
+	int32_t n_round_lora;
 	model_row *rows;
 	int32_t *row_lane;        // lane of each row
 	bool *row_hidden;         // the rows whose hidden state an embedding pools
@@ -211,6 +221,9 @@ void lane_constrain_prefetch(lane_host *h);
 void lane_constrain_join(lane_host *h);
 // Stops the mask worker and frees the grammar vocabulary.
 void lane_constrain_free(lane_host *h);
+
+// Drops r's references on its adapters (once: the set is empty after).
+void lane_lora_release(lane_req *r);
 
 // Finals (finals.c): ends r with its terminal event, releases its lane and KV pages, and
 // drops the host's reference.

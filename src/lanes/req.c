@@ -29,9 +29,15 @@ void lreq_unref(lane_req *r) {
 	free(r->pending);
 	grammar_matcher_free(r->gm);
 	grammar_unref(r->grammar);
+	lane_lora_release(r);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	free(r);
+}
+
+void lane_lora_release(lane_req *r) {
+	for (int32_t i = 0; i < r->lora.n; i++) model_lora_free(r->lora.use[i].lora);
+	r->lora.n = 0;
 }
 
 static void push(lane_req *r, ev_node *n) {

@@ -23,15 +23,36 @@ static int ensure_rows(lane_host *h, int32_t n) {
 	return 0;
 }
 
-// Prompt rows this round may carry after n_decode decode and draft rows: the budget hook's
-// figure, else the share of --round-ms the pricing model leaves.
-static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
+// What one of r's rows costs, in base rows: 1 plus its adapters' terms. A budget hook
+// counts rows as they are.
+static double row_weight(const lane_host *h, const lane_req *r) { return h->cfg.hooks.budget ? 1.0 : 1.0 + r->lora_cost; }
+
+// What reading r's adapters costs this pass, in base rows, for those no earlier row of the
+// round brought: each a share of the round's fixed cost (mostly the reading of the model's own
+// weights) as large as its bytes are of the model's. The rows of one adapter share the reading.
+static double lora_reads(lane_host *h, const lane_req *r) {
+	if (h->cfg.hooks.budget || h->row_us <= 0) return 0;
+	double c = 0;
+	for (int32_t k = 0; k < r->lora.n; k++) {
+		const model_lora *a = r->lora.use[k].lora;
+		int32_t i = 0;
+		while (i < h->n_round_lora && h->round_lora[i] != a) i++;
+		if (i < h->n_round_lora) continue;
+		if (h->n_round_lora < h->cfg.lanes * MODEL_LORA_MAX) h->round_lora[h->n_round_lora++] = a;
+		c += h->fixed_us * r->lora_read[k] / h->row_us;
+	}
+	return c;
+}
+
+// Base rows of prompt this round may carry after decode and draft rows costing decode base
+// rows: the budget hook's figure, else the share of --round-ms the pricing model leaves.
+static double prompt_budget(const lane_host *h, double decode) {
 	if (h->cfg.hooks.budget) {
-		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, n_decode, h->row_us, h->fixed_us, h->cfg.round_ms);
+		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, (int32_t)ceil(decode), h->row_us, h->fixed_us, h->cfg.round_ms);
 		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 	}
-	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
-	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
+	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - decode * h->row_us;
+	double n = h->row_us > 0 ? floor(left / h->row_us) : 512;
 	// a page of prompt per round at least, so busy decoding never starves a filling lane
 	return n < h->cfg.page_tokens ? h->cfg.page_tokens : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 }
@@ -53,9 +74,11 @@ static lane_req *next_piece(lane_host *h) {
 	return k >= 0 && k < n ? h->lanes[f[k].lane] : NULL;
 }
 
-// A decode row for every live lane, each followed by its draft rows; returns the rows' count.
-static int32_t add_decode_rows(lane_host *h) {
+// A decode row for every live lane, each followed by its draft rows; returns the rows' count
+// and their cost in base rows in *cost.
+static int32_t add_decode_rows(lane_host *h, double *cost) {
 	int32_t n = 0;
+	*cost = 0;
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->n_filled < r->n_prompt) continue;
@@ -72,18 +95,22 @@ static int32_t add_decode_rows(lane_host *h) {
 			h->row_hidden[n] = false;
 			h->row_lane[n++] = i;
 		}
+		*cost += (1 + r->n_draft) * row_weight(h, r) + lora_reads(h, r);
 	}
 	return n;
 }
 
-// After the n decode and draft rows, prompt pieces in admission order (or the row policy's)
-// until the budget is spent; returns the rows' count.
-static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
-	int32_t budget = prompt_budget(h, n);
+// After the n decode and draft rows (costing decode base rows), prompt pieces in admission
+// order (or the row policy's) until the budget is spent; returns the rows' count.
+static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode) {
+	double budget = prompt_budget(h, decode);
 	for (;;) {
-		lane_req *r = budget > 0 ? next_piece(h) : NULL;
+		lane_req *r = budget >= 1 ? next_piece(h) : NULL;
 		if (!r) break;
-		int32_t take = imin(r->n_prompt - r->n_filled, budget);
+		budget -= lora_reads(h, r);
+		const double w = row_weight(h, r);
+		const double fit = floor(budget / w);
+		int32_t take = imin(r->n_prompt - r->n_filled, fit < 1 ? 1 : fit > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : (int32_t)fit);
 		if (h->cfg.piece > 0) take = imin(take, h->cfg.piece);
 		if (ensure_rows(h, n + take) || lane_fault(h, r)) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
@@ -98,7 +125,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n) {
 					   (r->embed == LANE_EMBED_CLS && pos == 0);
 			h->row_lane[n++] = r->lane;
 		}
-		budget -= take;
+		budget -= take * w;
 		// mark the piece as taken so the loop moves on; the KV length confirms it after forward
 		r->n_filled += take;
 	}
@@ -191,7 +218,7 @@ static void sample_rows(lane_host *h, int32_t n) {
 		if (!r) continue;
 		if (r->n_gen == 0 && h->rows[i].pos == r->n_prompt - 1) {
 			h->stats.prompt_tokens++;
-			if (h->cfg.prefix_cache && !r->lora.n) kv_prefix_publish(h->kv, r->lane, r->prompt, r->n_prompt);
+			if (h->cfg.prefix_cache) kv_prefix_publish(h->kv, r->lane, r->prefix_root, r->prompt, r->n_prompt);
 		}
 		if (h->rows[i].pos == r->n_prompt - 1) {
 			lane_emit_sampled(h, r, lg);
@@ -217,8 +244,10 @@ static void sample_rows(lane_host *h, int32_t n) {
 void lane_run_round(lane_host *h) {
 	lane_start_admitted(h);
 	lane_propose(h);
-	int32_t n = add_decode_rows(h);
-	n = add_prompt_pieces(h, n);
+	h->n_round_lora = 0;
+	double decode;
+	int32_t n = add_decode_rows(h, &decode);
+	n = add_prompt_pieces(h, n, decode);
 	if (n == 0 || forward(h, n)) return;
 	sample_rows(h, n);
 }
@@ -244,6 +273,6 @@ void lane_calibrate(lane_host *h) {
 	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
 	if (h->row_us < 1) h->row_us = 1;
 	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
-	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %d prompt rows",
+	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows",
 		 h->row_us, h->fixed_us, h->cfg.round_ms, prompt_budget(h, 0));
 }

@@ -13,6 +13,21 @@ void lane_observe(lane_hist *hi, double seconds) {
 	hi->sum += seconds;
 }
 
+// Counts one request's adapters in the snapshot's list (running: admitted, else queued).
+static void count_lora(lane_snapshot *s, const lane_req *r, bool running) {
+	for (int32_t k = 0; k < r->lora.n; k++) {
+		const uint64_t id = model_lora_id(r->lora.use[k].lora);
+		int32_t i = 0;
+		while (i < s->n_lora && s->lora[i].id != id) i++;
+		if (i == s->n_lora) {
+			if (i == LANE_SNAP_MAX_LORA) continue;
+			s->lora[s->n_lora++] = (lane_snap_lora){id, 0, 0};
+		}
+		if (running) s->lora[i].running++;
+		else s->lora[i].waiting++;
+	}
+}
+
 void lane_publish(lane_host *h) {
 	lane_snapshot *s = &h->stats;
 	s->sequence++;
@@ -29,6 +44,9 @@ void lane_publish(lane_host *h) {
 		l->draft_k = r ? r->draft_k : 0;
 		l->draft_acceptance = r && r->n_drafted ? (float)r->n_accepted / (float)r->n_drafted : 0;
 	}
+	s->n_lora = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++)
+		if (h->lanes[i]) count_lora(s, h->lanes[i], true);
 	int32_t total = kv_pages_limit(h->kv);
 	s->kv_pages_free = kv_pages_free(h->kv);
 	s->kv_pages_used = total - s->kv_pages_free + kv_pages_over_limit(h->kv);
@@ -45,6 +63,7 @@ void lane_publish(lane_host *h) {
 	s->kv_pages_cached = kv_pages_cached(h->kv);
 	pthread_mutex_lock(&h->mu);
 	s->queue_depth = h->qlen;
+	for (const lane_req *r = h->qhead; r; r = r->next) count_lora(s, r, false);
 	s->halting = h->halting;
 	s->draining = h->draining;
 	pthread_mutex_unlock(&h->mu);

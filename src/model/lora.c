@@ -38,6 +38,27 @@ static bool parse_target(const char *base, int n_layers, int *layer, int *kind) 
 	return false;
 }
 
+// Ids of adapters loaded in this process: never reused, so a cache keyed on one never
+// mistakes a later adapter at a freed one's address for it.
+static atomic_uint_least64_t lora_ids;
+
+// Multiply-adds a row of the base model takes in its matrices (the experts a token uses).
+static uint64_t base_madds(const model *m) {
+	const model_hparams *hp = &m->hp;
+	uint64_t n = m->output.data ? (uint64_t)m->output.k * (uint64_t)m->output.rows : 0;
+	for (int32_t l = 0; l < hp->n_layers; l++) {
+		const mlayer *y = &m->layers[l];
+		const mweight *one[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->ffn_gate, &y->ffn_up, &y->ffn_down, &y->gate_inp,
+					&y->gate_shexp, &y->up_shexp, &y->down_shexp};
+		const mweight *exps[] = {&y->gate_exps, &y->up_exps, &y->down_exps};
+		for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+			if (one[i]->data) n += (uint64_t)one[i]->k * (uint64_t)one[i]->rows;
+		for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++)
+			if (exps[i]->data) n += (uint64_t)exps[i]->k * (uint64_t)exps[i]->rows * (uint64_t)hp->n_experts_used;
+	}
+	return n ? n : 1;
+}
+
 static bool ends_with(const char *s, const char *suffix) {
 	const size_t n = strlen(s), k = strlen(suffix);
 	return n >= k && !strcmp(s + n - k, suffix);
@@ -87,6 +108,13 @@ static void place(const tensor_kernels *ks, const gguf_tensor *t, uint8_t *dst, 
 	tensor_mat_init(tm, ks, t->type, t->ne[1], t->ne[0], 1, dst, NULL, NULL);
 }
 
+static void lora_destroy(model_lora *a) {
+	free(a->mem);
+	free(a->pairs);
+	free(a->by);
+	free(a);
+}
+
 int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *err, size_t errlen) {
 	*out = NULL;
 	const model_hparams *hp = &m->hp;
@@ -113,6 +141,7 @@ int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *
 		goto fail;
 	}
 	a->m = m;
+	atomic_init(&a->refs, 1);
 	a->alpha = arc ? 0.0f : alpha;
 	// Pair the tensors by the weight they name.
 	for (int64_t i = 0; i < nt; i++) {
@@ -196,7 +225,10 @@ int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *
 		a->by[at] = pr;
 		a->kinds |= 1u << (at == slots - 1 ? LK_OUTPUT : at % LK_LAYER);
 		if (pr->r > a->rank) a->rank = pr->r;
+		a->madds += (uint64_t)pr->r * (uint64_t)(pr->n_in + pr->n_out);
 	}
+	a->share = (double)a->madds / (double)base_madds(m);
+	a->id = atomic_fetch_add(&lora_ids, 1) + 1;
 	free(ta);
 	free(tb);
 	*out = a;
@@ -204,7 +236,7 @@ int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *
 fail:
 	free(ta);
 	free(tb);
-	model_lora_free(a);
+	if (a) lora_destroy(a);
 	return rc;
 }
 
@@ -220,18 +252,31 @@ int model_lora_load(model_lora **out, const model *m, const char *path, char *er
 	return rc;
 }
 
-void model_lora_free(model_lora *a) {
-	if (!a) return;
-	free(a->mem);
-	free(a->pairs);
-	free(a->by);
-	free(a);
+// The count is the one field a shared adapter changes: a const reader may hold a reference.
+const model_lora *model_lora_ref(const model_lora *a) {
+	atomic_fetch_add(&((model_lora *)a)->refs, 1);
+	return a;
+}
+
+void model_lora_on_free(model_lora *a, void (*fn)(void *arg, const model_lora *a), void *arg) {
+	a->on_free = fn;
+	a->on_free_arg = arg;
+}
+
+uint64_t model_lora_id(const model_lora *a) { return a->id; }
+
+void model_lora_free(const model_lora *ca) {
+	model_lora *a = (model_lora *)ca;
+	if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
+	if (a->on_free) a->on_free(a->on_free_arg, a);
+	lora_destroy(a);
 }
 
 const model *model_lora_base(const model_lora *a) { return a->m; }
 
 void model_lora_info_of(const model_lora *a, model_lora_info *out) {
-	*out = (model_lora_info){.rank = a->rank, .alpha = a->alpha, .n_targets = a->n_pairs, .bytes = a->bytes};
+	*out = (model_lora_info){.rank = a->rank, .alpha = a->alpha, .n_targets = a->n_pairs, .bytes = a->bytes,
+				 .madds = a->madds, .share = a->share};
 	size_t k = 0;
 	for (int i = 0; i < LK_COUNT; i++)
 		if (a->kinds >> i & 1)

@@ -100,17 +100,30 @@ typedef struct model_lora model_lora;
 // Reads and checks path against m (architecture, names, shapes, types); copies what it needs,
 // so the file is closed on return. Returns 0, or LANES_EFORMAT / LANES_EUNSUPPORTED /
 // LANES_EIO / LANES_ENOMEM with a message naming the file and the key or tensor at fault.
-// Thread-safe: m is only read. The adapter must not outlive m.
+// Thread-safe: m is only read. The adapter must not outlive m. It comes with one reference,
+// the caller's.
 int model_lora_load(model_lora **out, const model *m, const char *path, char *err, size_t errlen);
 // The same over an open gguf, which stays the caller's.
 int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *err, size_t errlen);
-void model_lora_free(model_lora *a); // accepts NULL; no pass may be using it
+// References: whoever may still run a pass with the adapter holds one. model_lora_ref adds one
+// and returns a; model_lora_free drops one (accepts NULL) and frees the adapter with the last.
+// Both thread-safe; exact under any interleaving.
+const model_lora *model_lora_ref(const model_lora *a);
+void model_lora_free(const model_lora *a);
+// Called once, on the thread that drops the last reference, just before the adapter is
+// freed (fn must not take a reference). Set it before sharing the adapter. Not thread-safe.
+void model_lora_on_free(model_lora *a, void (*fn)(void *arg, const model_lora *a), void *arg);
+// A number no other adapter loaded in this process has or will have (a freed adapter's
+// address may be reused; its id is not). Thread-safe.
+uint64_t model_lora_id(const model_lora *a);
 
 typedef struct {
 	int32_t rank;       // the largest r of its pairs
 	float alpha;        // adapter.lora.alpha (0: absent, the scale is the user's alone)
 	int32_t n_targets;  // weight matrices it adapts
 	uint64_t bytes;     // memory it holds (its matrices as the kernel set reads them)
+	uint64_t madds;     // multiply-adds one row's terms take: sum over pairs of r * (n_in + n_out)
+	double share;       // madds over the multiply-adds of the base model's own row
 	char targets[128];  // the kinds it adapts, "attn_q,attn_k,...,output"
 } model_lora_info;
 void model_lora_info_of(const model_lora *a, model_lora_info *out); // thread-safe

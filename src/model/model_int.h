@@ -4,6 +4,8 @@
 
 #include "model/model.h"
 
+#include <stdatomic.h>
+
 // A weight matrix (or a stack of them, one per expert) in the mapping.
 typedef struct {
 	const void *data;   // first byte, in the mapping; NULL when the tensor is absent
@@ -57,6 +59,12 @@ typedef struct {
 
 struct model_lora {
 	const model *m;
+	atomic_int refs;        // model_lora_ref / model_lora_free; freed at zero
+	uint64_t id;            // unique in the process: never reused, even after a free
+	uint64_t madds;         // multiply-adds one row's terms take (sum of r * (n_in + n_out))
+	double share;           // madds over the base model's per row
+	void (*on_free)(void *arg, const struct model_lora *a); // model_lora_on_free
+	void *on_free_arg;
 	float alpha;            // adapter.lora.alpha; 0: the scale is the user's alone
 	int32_t rank;           // the largest r
 	int32_t n_pairs;

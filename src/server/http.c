@@ -2,6 +2,7 @@
 // waits on the engine is suspended, so no thread waits for it), the connections' limits and
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
+#include "server/adapters.h"
 #include "server/http_gen.h"
 #include "server/http_grid.h"
 #include "server/http_guard.h"
@@ -36,6 +37,7 @@ void http_config_default(http_config *c) {
 	c->max_tokenize_bytes = 1u << 20;
 	c->peer_poll_ms = 500;
 	c->peer_timeout_ms = 2000;
+	c->max_lora = 8;
 	lane_config_default(&c->lanes);
 }
 
@@ -83,6 +85,9 @@ static const srv_route routes[] = {
 	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
 	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
 	{"DELETE", "/v1/leases/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_lease_release},
+	{"GET", "/v1/adapters", 0, SRV_OPENAI, srv_adapters_list},
+	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_adapters_load},
+	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_unload},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -373,6 +378,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		return here ? c->rt->fn(c) : fr;
 	}
 	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
+	if (c->resume && !c->replied) return c->resume(c);   // work off the connection threads ended
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
 		return MHD_YES;
@@ -420,6 +426,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->outcome = "cancelled";
 		srv_grid_done(c);
 	}
+	if (c->done) c->done(c);
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
@@ -525,12 +532,14 @@ const char *const srv_load_stage_name[] = {
 	[SRV_LOAD_OPEN] = "opening the model file",      [SRV_LOAD_WEIGHTS] = "reading and repacking weights",
 	[SRV_LOAD_VOCAB] = "reading the vocabulary",     [SRV_LOAD_TEMPLATE] = "compiling the chat template",
 	[SRV_LOAD_DRAFT] = "loading the draft model",    [SRV_LOAD_ENGINE] = "starting the engine",
+	[SRV_LOAD_ADAPTERS] = "loading the LoRA adapters",
 };
 
 // Where each stage starts on /health's 0..1 scale (parts per million); the weights take most.
 static const int stage_ppm[] = {[SRV_LOAD_OPEN] = 0,           [SRV_LOAD_WEIGHTS] = 20000,
 				[SRV_LOAD_VOCAB] = 800000,     [SRV_LOAD_TEMPLATE] = 830000,
-				[SRV_LOAD_DRAFT] = 850000,     [SRV_LOAD_ENGINE] = 900000};
+				[SRV_LOAD_DRAFT] = 850000,     [SRV_LOAD_ENGINE] = 900000,
+				[SRV_LOAD_ADAPTERS] = 950000};
 
 static void load_stage(http_server *s, enum srv_load_stage st) {
 	atomic_store(&s->load_stage, st);
@@ -578,6 +587,10 @@ static void *loader(void *arg) {
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ENGINE);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
+	}
+	if (!rc) {
+		load_stage(s, SRV_LOAD_ADAPTERS);
+		rc = srv_adapters_start(s, err, sizeof err);
 	}
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
 	pthread_mutex_lock(&s->mu);
@@ -644,6 +657,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
+	if (cfg->max_lora < 1 || cfg->max_lora > SRV_LORA_MAX)
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", SRV_LORA_MAX);
 	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
@@ -751,12 +766,14 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
+	srv_adapters_stop(s); // resumes the loads still waiting
 	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
 	srv_grid_release(s);
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	srv_waker_stop(s);
 	srv_grid_stop(s);
 	lane_host_free(s->host);
+	srv_adapters_free(s);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);

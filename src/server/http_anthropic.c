@@ -91,7 +91,7 @@ static const srv_tool_sink ant_sink = {sink_content, sink_start, sink_args, sink
 static void ant_begin(srv_call *c) {
 	srv_sse(c, "message_start",
 		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i, s:i}}}", "type", "message_start", "message", "id",
-			  c->id, "type", "message", "role", "assistant", "content", "model", c->s->model_id, "stop_reason",
+			  c->id, "type", "message", "role", "assistant", "content", "model", srv_call_model(c), "stop_reason",
 			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0, "cache_read_input_tokens", 0));
 	// with tools the blocks start as the text shows what they are
 	if (!c->g.parse_calls) text_start(c);
@@ -139,7 +139,7 @@ static json_t *ant_reply(srv_call *c) {
 	const bool with_calls = json_array_size(calls);
 	json_decref(calls);
 	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
-			 "message", "role", "assistant", "content", content, "model", c->s->model_id, "stop_reason", turn_stop(c, with_calls), "stop_sequence", stop_sequence(c),
+			 "message", "role", "assistant", "content", content, "model", srv_call_model(c), "stop_reason", turn_stop(c, with_calls), "stop_sequence", stop_sequence(c),
 			 "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
 			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
 }

@@ -2,6 +2,7 @@
 // replies, ids, histograms, and the field tables that read a request's JSON. It calls no
 // other server file.
 #include "server/http_base.h"
+#include "server/adapters.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -54,6 +55,7 @@ static const struct {
 	[SRV_E_FORBIDDEN] = {403, "invalid_request_error", "forbidden", 403, "permission_error", 0},
 	[SRV_E_NOT_FOUND] = {404, "invalid_request_error", NULL, 404, "not_found_error", 0},
 	[SRV_E_METHOD] = {405, "invalid_request_error", NULL, 405, "invalid_request_error", 0},
+	[SRV_E_CONFLICT] = {409, "invalid_request_error", "conflict", 409, "invalid_request_error", 0},
 	[SRV_E_TOO_LARGE] = {413, "invalid_request_error", "request_too_large", 413, "request_too_large", 0},
 	[SRV_E_MEDIA_TYPE] = {415, "invalid_request_error", "unsupported_media_type", 415, "invalid_request_error", 0},
 	[SRV_E_BUSY] = {429, "rate_limit_error", "rate_limit_exceeded", 529, "overloaded_error", 1},
@@ -243,15 +245,28 @@ uint64_t srv_lease_of(srv_conn *c) {
 	return srv_lease_parse(MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, SRV_LEASE_HEADER));
 }
 
+struct srv_loras *srv_loras_of(http_server *s) {
+	const int st = atomic_load(&s->state);
+	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->loras : NULL;
+}
+
 int srv_check_model(http_server *s, const char *id, srv_err *e) {
-	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404)
-	if (!id || !strcmp(id, s->model_id) || !s->cfg.strict_model) return 0;
+	if (!id || !strcmp(id, s->model_id)) return 0;
+	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404).
+	// Once an adapter has been loaded a name never falls back to the base: it names an adapter or nothing.
+	struct srv_loras *l = srv_loras_of(s);
+	if (!s->cfg.strict_model && !(l && srv_loras_ever(l))) return 0;
 	return srv_model_lookup(s, id, e);
 }
 
 int srv_model_lookup(http_server *s, const char *id, srv_err *e) {
-	if (!strcmp(id, s->model_id)) return 0;
-	srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->model_id);
+	struct srv_loras *l = srv_loras_of(s);
+	if (!strcmp(id, s->model_id) || (l && srv_loras_has(l, id))) return 0;
+	if (l && srv_loras_ever(l))
+		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s' and the adapters GET /v1/adapters lists",
+			 id, s->model_id);
+	else
+		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->model_id);
 	snprintf(e->code, sizeof e->code, "model_not_found");
 	return -1;
 }

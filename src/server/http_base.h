@@ -33,6 +33,7 @@ enum srv_ekind {
 	SRV_E_FORBIDDEN,   // 403: a Host or Origin this server does not answer
 	SRV_E_NOT_FOUND,   // 404
 	SRV_E_METHOD,      // 405, with Allow
+	SRV_E_CONFLICT,    // 409: the resource's state forbids it (a name taken, a limit reached)
 	SRV_E_TOO_LARGE,   // 413
 	SRV_E_MEDIA_TYPE,  // 415: a POST body that is not application/json
 	SRV_E_BUSY,        // 429 (OpenAI) / 529 (Anthropic), with Retry-After
@@ -73,7 +74,7 @@ void srv_hist_print(const srv_hist *h, srv_buf *out);
 
 // ---- the server ---------------------------------------------------------------------------
 // The loader's steps, in order, as /health names them while loading.
-enum srv_load_stage { SRV_LOAD_OPEN, SRV_LOAD_WEIGHTS, SRV_LOAD_VOCAB, SRV_LOAD_TEMPLATE, SRV_LOAD_DRAFT, SRV_LOAD_ENGINE };
+enum srv_load_stage { SRV_LOAD_OPEN, SRV_LOAD_WEIGHTS, SRV_LOAD_VOCAB, SRV_LOAD_TEMPLATE, SRV_LOAD_DRAFT, SRV_LOAD_ENGINE, SRV_LOAD_ADAPTERS };
 extern const char *const srv_load_stage_name[];
 
 typedef struct srv_call srv_call;
@@ -135,6 +136,9 @@ struct http_server {
 	atomic_bool quit;
 	struct srv_grid *grid;         // peers and the overflow's thread (http_peer.c), or NULL
 	atomic_uint_least64_t leases_granted, leases_refused;
+
+	struct srv_loras *loras;       // the adapters (server/adapters.h): set by the loader with the model
+	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
@@ -166,6 +170,11 @@ struct srv_conn {
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
 	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
 	const char *via;               // for the access log: the peer that answered (the server's copy)
+	// a request suspended for work off the connection threads (not a generation call): resume
+	// answers it when resumed, done frees what it holds when the request ends (both may be NULL)
+	enum MHD_Result (*resume)(srv_conn *c);
+	void (*done)(srv_conn *c);
+	void *job;
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
@@ -188,11 +197,14 @@ void srv_lease_name(uint64_t id, char *out, size_t n);
 uint64_t srv_lease_parse(const char *name);
 // The lease a request names in x-lanes-lease (0: none, or not a lease id).
 uint64_t srv_lease_of(srv_conn *c);
-// A request's model: 0 for none sent, this server's model, or any name unless --strict-model;
-// else 404 model_not_found.
+// A request's model: 0 for none sent, this server's model, a loaded adapter, or — while no
+// adapter has ever been loaded — any name unless --strict-model; else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);
-// A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model.
+// A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model
+// or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);
+// The adapters once the model is in (NULL before): control reads may run while it loads.
+struct srv_loras *srv_loras_of(http_server *s);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.

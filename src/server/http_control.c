@@ -167,6 +167,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 			 (unsigned long long)sn->draft_accepted[p]);
 		srv_buf_adds(&b, line);
 	}
+	srv_adapters_metrics(s, sn, &b);
 	lane_hist_print(&sn->round_seconds, "lanes_round_seconds", "Duration of engine rounds.", &b);
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
@@ -189,9 +190,11 @@ static json_t *model_object(http_server *s) {
 	return m;
 }
 
+// The base model, then each adapter with its parent (the base) and root (its file), as vLLM lists them.
 enum MHD_Result srv_models(srv_conn *c) {
-	json_t *m = model_object(c->s);
-	return srv_reply_json(c, 200, m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL, 0);
+	json_t *m = model_object(c->s), *data = m ? json_pack("[o]", m) : NULL;
+	if (data) srv_adapters_models(c->s, data, NULL);
+	return srv_reply_json(c, 200, data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL, 0);
 }
 
 // What this server is: the build (as `lanes --version`), the kernel set and the model.
@@ -212,6 +215,17 @@ enum MHD_Result srv_props(srv_conn *c) {
 
 enum MHD_Result srv_model_one(srv_conn *c) {
 	srv_err e;
-	if (srv_model_lookup(c->s, c->path + strlen("/v1/models/"), &e)) return srv_reply_error(c, &e);
-	return srv_reply_json(c, 200, model_object(c->s), 0);
+	const char *id = c->path + strlen("/v1/models/");
+	if (srv_model_lookup(c->s, id, &e)) return srv_reply_error(c, &e);
+	if (!strcmp(id, c->s->model_id)) return srv_reply_json(c, 200, model_object(c->s), 0);
+	json_t *data = json_array();
+	if (data) srv_adapters_models(c->s, data, id);
+	json_t *one = json_array_get(data, 0);
+	json_incref(one);
+	json_decref(data);
+	if (!one) { // unloaded since the lookup
+		srv_model_lookup(c->s, id, &e);
+		return srv_reply_error(c, &e);
+	}
+	return srv_reply_json(c, 200, one, 0);
 }

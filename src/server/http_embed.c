@@ -199,7 +199,7 @@ static json_t *ollama_reply(srv_call *c) {
 		return o;
 	}
 	const json_int_t ns = (json_int_t)((base_now_us() - c->conn->t0_us) * 1000);
-	return json_pack("{s:s, s:o, s:I, s:i, s:I}", "model", c->s->model_id, "embeddings", vs, "total_duration", ns,
+	return json_pack("{s:s, s:o, s:I, s:i, s:I}", "model", srv_call_model(c), "embeddings", vs, "total_duration", ns,
 			 "load_duration", 0, "prompt_eval_count", (json_int_t)tokens);
 }
 
@@ -230,7 +230,7 @@ static json_t *embed_reply(srv_call *c) {
 		tokens += ch->n_prompt;
 	}
 	if (!data) return NULL;
-	return json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", c->s->model_id, "usage",
+	return json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", srv_call_model(c), "usage",
 			 "prompt_tokens", (json_int_t)tokens, "total_tokens", (json_int_t)tokens);
 }
 
@@ -275,6 +275,7 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, t, NULL, &e) || srv_fields_read(j, t, r, NULL, NULL, &e);
 	if (!rc && shape != EMB_OPENAI && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(s, r->g.model, &e);
+	if (!rc) rc = srv_gen_bind(s, &r->g, &e); // an adapter's name: its hidden states
 	const int32_t E = model_hparams_of(s->m)->n_embd;
 	if (!rc && r->encoding_format && strcmp(r->encoding_format, "float") && strcmp(r->encoding_format, "base64"))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "encoding_format", "encoding_format must be \"float\" or \"base64\", got \"%s\"",

@@ -6,6 +6,9 @@
 // clients' sockets (a reset cancels at once; a half-close is probed) and resumes it.
 #include "server/http_gen.h"
 #include "grammar/grammar.h"
+#include "server/adapters.h"
+
+#include <math.h>
 
 #include <errno.h>
 #include <stddef.h>
@@ -34,6 +37,7 @@ const srv_field srv_gen_fields[] = {
 	{"n_predict", SRV_K_JSON, .off = offsetof(srv_gen, n_predict)},
 	{"chat_template_kwargs", SRV_K_JSON, .off = offsetof(srv_gen, template_kwargs)},
 	{"reasoning_effort", SRV_K_STR, .off = offsetof(srv_gen, reasoning_effort)},
+	{"lora", SRV_K_JSON, .off = offsetof(srv_gen, lora)},
 	// hints that cannot change a reply (the prefix cache works without asking)
 	{"prompt_cache_key", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
 	{"prompt_cache_retention", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
@@ -58,6 +62,8 @@ void srv_gen_free(srv_gen *g) {
 	free(g->n_prompts);
 	grammar_unref(g->grammar);
 	json_decref(g->tools);
+	for (int32_t i = 0; i < g->lora_set.n; i++) model_lora_free(g->lora_set.use[i].lora);
+	g->lora_set.n = 0;
 	g->grammar = NULL;
 	g->tools = NULL;
 	g->prompt = NULL;
@@ -77,10 +83,76 @@ static void gen_wire(srv_gen *g) {
 	g->lr.grammar = g->grammar;
 	g->lr.grammar_triggers = g->triggers;
 	g->lr.n_grammar_triggers = g->n_triggers;
+	g->lr.lora = g->lora_set.n ? &g->lora_set : NULL;
+}
+
+// Appends adapter a (a reference the set takes over) at scale to g's set; a scale of 0 turns it
+// off, as in llama-server, so it is dropped.
+static int set_add(srv_gen *g, const model_lora *a, float scale, const char *name, const char *param, srv_err *e) {
+	model_lora_set *set = &g->lora_set;
+	for (int32_t i = 0; i < set->n; i++)
+		if (set->use[i].lora == a) {
+			model_lora_free(a);
+			return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: the adapter '%s' is named twice", param, name);
+		}
+	if (scale == 0) {
+		model_lora_free(a);
+		return 0;
+	}
+	if (set->n == MODEL_LORA_MAX) {
+		model_lora_free(a);
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "at most %d adapters per request", MODEL_LORA_MAX);
+	}
+	set->use[set->n].lora = a;
+	set->use[set->n++].scale = scale;
+	return 0;
+}
+
+static int no_adapter(srv_err *e, const char *param, const char *what) {
+	srv_fail(e, SRV_E_NOT_FOUND, param, "%s: no such adapter is loaded (GET /v1/adapters lists them)", what);
+	snprintf(e->code, sizeof e->code, "model_not_found");
+	return -1;
+}
+
+int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
+	struct srv_loras *l = srv_loras_of(s);
+	const model_lora *a;
+	float scale;
+	char name[SRV_LORA_NAME_MAX + 1];
+	if (g->model && l && strcmp(g->model, s->model_id) && !srv_loras_bind(l, g->model, 0, &a, &scale, name)) {
+		if (set_add(g, a, scale, name, "model", e)) return -1;
+		memcpy(g->model_name, name, sizeof g->model_name);
+	}
+	if (!g->lora) return 0;
+	if (!json_is_array(g->lora))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "lora", "lora must be an array of {\"name\" or \"id\", \"scale\"}");
+	size_t i;
+	json_t *it;
+	json_array_foreach(g->lora, i, it) {
+		char p[32], what[96];
+		snprintf(p, sizeof p, "lora[%zu]", i);
+		json_t *nm = json_object_get(it, "name"), *id = json_object_get(it, "id"), *sc = json_object_get(it, "scale");
+		const char *k;
+		json_t *v;
+		json_object_foreach(it, k, v)
+			if (strcmp(k, "name") && strcmp(k, "id") && strcmp(k, "scale"))
+				return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.%s: unknown field (an entry is {\"name\" or \"id\", \"scale\"})", p, k);
+		if (!json_is_object(it) || !nm == !id || (nm && !json_is_string(nm)) || (id && !json_is_integer(id)))
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be {\"name\": string} or {\"id\": integer}, with an optional \"scale\"", p);
+		if (sc && (!json_is_number(sc) || !(fabs(json_number_value(sc)) <= SRV_LORA_SCALE_MAX)))
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.scale must be a number between -%d and %d", p, SRV_LORA_SCALE_MAX,
+					SRV_LORA_SCALE_MAX);
+		if (nm) snprintf(what, sizeof what, "%s: '%.64s'", p, json_string_value(nm));
+		else snprintf(what, sizeof what, "%s: id %lld", p, (long long)json_integer_value(id));
+		if (!l || srv_loras_bind(l, nm ? json_string_value(nm) : NULL, id ? json_integer_value(id) : -1, &a, &scale, name))
+			return no_adapter(e, p, what);
+		if (set_add(g, a, sc ? (float)json_number_value(sc) : scale, name, p, e)) return -1;
+	}
+	return 0;
 }
 
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
-	if (srv_check_model(s, g->model, e)) return -1;
+	if (srv_check_model(s, g->model, e) || srv_gen_bind(s, g, e)) return -1;
 	if (g->hint && s->cfg.strict_params)
 		return srv_fail(e, SRV_E_BAD_REQUEST, g->hint, "unsupported parameter: %s (--strict-params refuses hints)", g->hint);
 	if (g->hint) LOG_DEBUG(SRV_MOD, "ignored the hint %s", g->hint);
@@ -514,6 +586,8 @@ void srv_sse(srv_call *c, const char *name, json_t *data) {
 	free(txt);
 }
 
+const char *srv_call_model(const srv_call *c) { return c->g.model_name[0] ? c->g.model_name : c->s->model_id; }
+
 int32_t srv_call_generated(const srv_call *c) {
 	int32_t n = 0;
 	// a choice that never saw its end (cancelled) counts the tokens that reached it
@@ -796,6 +870,9 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		}
 		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);
 	}
+	// the requests hold their adapters now: an unload need not wait for this reply to go out
+	for (int32_t i = 0; i < c->g.lora_set.n; i++) model_lora_free(c->g.lora_set.use[i].lora);
+	c->g.lora_set.n = 0;
 	set_timeout(c, 0);
 	if (c->g.stream) {
 		api->begin(c);

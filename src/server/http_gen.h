@@ -5,6 +5,7 @@
 #ifndef LANES_HTTP_GEN_H
 #define LANES_HTTP_GEN_H
 
+#include "server/adapters.h"
 #include "server/http_base.h"
 #include "template/tools.h"
 
@@ -36,6 +37,10 @@ typedef struct {
 	json_t *tools;                 // OpenAI-shaped tools rendered into the prompt (owned; NULL: none)
 	const char *tool_id_prefix;    // "call_", "toolu_": the ids given to parsed calls
 	bool parse_calls;              // the output is parsed into tool calls
+	// adapters: "model" naming one, then "lora" (llama-server's [{"name"|"id", "scale"}])
+	json_t *lora;                  // "lora" as sent (borrowed)
+	model_lora_set lora_set;       // the versions bound at the check, a reference on each (owned)
+	char model_name[SRV_LORA_NAME_MAX + 1]; // the adapter "model" named ("": the base): replies name it
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
@@ -46,10 +51,14 @@ extern const srv_field srv_gen_fields[];
 void srv_gen_init(srv_gen *g, const lane_api *api);
 // Frees g's storage (not g). Accepts a g that srv_gen_run took over: it cleared it.
 void srv_gen_free(srv_gen *g);
-// The model check, then lane_check_params over every field read, and a non-streamed
-// reply's log-probability entries against --max-output-bytes; cheap, so adapters run it
-// before building the prompt. 0, or -1 with e naming the field in the API's words.
+// The model check and the adapters' binding (their current versions, each held until g is
+// freed), then lane_check_params over every field read, and a non-streamed reply's
+// log-probability entries against --max-output-bytes; cheap, so adapters run it before
+// building the prompt. 0, or -1 with e naming the field in the API's words.
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e);
+// The binding alone: g->model when it names an adapter, then g->lora's entries. 0, or -1 with
+// e: 404 model_not_found for an adapter not loaded, 400 for a malformed entry.
+int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e);
 
 // ---- chat prompts ---------------------------------------------------------------------------
 // 400 context_length_exceeded naming param when the array parts (messages, input items)
@@ -185,5 +194,7 @@ void srv_sse(srv_call *c, const char *name, json_t *data);
 void srv_sse_raw(srv_call *c, const char *s);
 // Sum of generated tokens over the choices.
 int32_t srv_call_generated(const srv_call *c);
+// The model a reply names: the adapter the request named, else the server's model.
+const char *srv_call_model(const srv_call *c);
 
 #endif

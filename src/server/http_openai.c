@@ -105,7 +105,7 @@ static json_t *chunk(srv_call *c, json_t *choices) {
 	oai_state *st = c->st;
 	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "id", c->id, "object",
 			      st->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)c->created, "model",
-			      c->s->model_id, "system_fingerprint", "lanes", "choices", choices ? choices : json_array());
+			      srv_call_model(c), "system_fingerprint", "lanes", "choices", choices ? choices : json_array());
 	if (o && st->include_usage) json_object_set_new(o, "usage", json_null());
 	return o;
 }
@@ -269,7 +269,7 @@ static json_t *oai_reply(srv_call *c) {
 	if (!choices) return NULL;
 	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:I}", "id", c->id, "object",
 			 st->chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created, "model",
-			 c->s->model_id, "system_fingerprint", "lanes", "choices", choices, "usage", usage(c), "seed",
+			 srv_call_model(c), "system_fingerprint", "lanes", "choices", choices, "usage", usage(c), "seed",
 			 (json_int_t)c->g.lr.sampling.seed);
 }
 

@@ -690,7 +690,11 @@ static bool wanted(http_server *s, srv_conn *c, char *want, size_t n) {
 	json_t *a;
 	json_array_foreach(ad, i, a) adapter |= name && json_is_string(a) && !strcmp(json_string_value(a), name);
 	json_decref(ad);
-	const bool ok = json_is_object(b) && (adapter || !name || !s->cfg.strict_model || !strcmp(name, s->model_id));
+	srv_err e = {0};
+	// adapters named in "lora" may be this server's alone: such a request runs here
+	const json_t *lora = json_object_get(b, "lora");
+	const bool ok = json_is_object(b) && !(json_is_array(lora) && json_array_size(lora)) &&
+			(adapter || !name || !srv_check_model(s, name, &e));
 	snprintf(want, n, "%s", adapter ? name : s->model_id);
 	json_decref(b);
 	return ok;

@@ -91,7 +91,7 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 			      "s:s, s:[], s:f, s:s, s:n, s:{}}",
 			      "id", c->id, "object", "response", "created_at", (json_int_t)c->created, "status", status, "error",
 			      "incomplete_details", "instructions", st->instructions, "max_output_tokens", st->max_output_tokens,
-			      "model", c->s->model_id, "output", output ? output : json_array(), "parallel_tool_calls", 0,
+			      "model", srv_call_model(c), "output", output ? output : json_array(), "parallel_tool_calls", 0,
 			      "previous_response_id", "reasoning", "effort", "summary", "store", 0, "temperature", st->temperature,
 			      "text", "format", "type", "text", "tool_choice", "auto", "tools", "top_p", st->top_p, "truncation",
 			      st->truncation_auto ? "auto" : "disabled", "user", "metadata");

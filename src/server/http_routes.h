@@ -27,6 +27,20 @@ enum MHD_Result srv_count_tokens(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 enum MHD_Result srv_embeddings(srv_conn *c);
 
+// LoRA adapters (http_adapters.c): the endpoints, the adapters given at start (loaded with the
+// model, before the server is ready), the loader thread of POSTed ones, and what /v1/models
+// and /metrics say of them
+enum MHD_Result srv_adapters_list(srv_conn *c);
+enum MHD_Result srv_adapters_load(srv_conn *c);
+enum MHD_Result srv_adapters_unload(srv_conn *c);
+int srv_adapters_start(http_server *s, char *err, size_t errlen);
+void srv_adapters_stop(http_server *s); // ends the loader thread: before the daemon stops
+void srv_adapters_free(http_server *s); // after the lane host: no request holds an adapter
+// Appends a model object for each ready adapter (only: that one alone; NULL: all) to data.
+void srv_adapters_models(http_server *s, json_t *data, const char *only);
+// lanes_lora_requests_info (and vllm:lora_requests_info) from sn, and each adapter's requests.
+void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out);
+
 // the web page (http_webui.c): its files, compiled in
 enum MHD_Result srv_webui(srv_conn *c);
 

@@ -10,6 +10,13 @@
 
 #include "lanes/lanes.h"
 
+// An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
+typedef struct {
+	const char *name;           // what requests call it ("model" or "lora")
+	const char *path;           // its GGUF file
+	float scale;                // what a request that names it gets unless it gives its own
+} http_lora;
+
 typedef struct {
 	const char *model_path;     // GGUF file, loaded in the background after listening starts
 	const char *host;           // listen address (default "127.0.0.1")
@@ -48,6 +55,9 @@ typedef struct {
 	const char *peer_key;       // the key sent to peers (NULL: the client's own, and --api-key for beacons and leases)
 	model_progress_fn load_progress; // hears the model's load progress on the loader thread (NULL: none)
 	void *load_progress_ud;
+	const http_lora *loras;     // adapters loaded with the model (borrowed: they must outlive the server)
+	int n_loras;
+	int max_lora;               // adapters loaded at once, 1..64 (default 8)
 } http_config;
 
 void http_config_default(http_config *c);

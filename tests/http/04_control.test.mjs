@@ -53,7 +53,7 @@ test('the server listens before the model loads: /health 503 loading, API 503', 
 });
 
 const STAGES = ['opening the model file', 'reading and repacking weights', 'reading the vocabulary',
-	'compiling the chat template', 'loading the draft model', 'starting the engine'];
+	'compiling the chat template', 'loading the draft model', 'starting the engine', 'loading the LoRA adapters'];
 
 test('/health reports the load in fine steps: progress and stage only move forward', () => {
 	const seen = loading.seen;

@@ -43,6 +43,16 @@ base_tok=$(last_argmax "$TMP/base" $V)
 got=$("$BIN" run -m "$M" --ids $IDS -n 1 --temp 0 --print-ids --lora "$TMP/z.gguf" 2> /dev/null | tail -n 1)
 same "$got" "[$base_tok]" "run --lora zero: the base's token"
 
+# run takes --lora repeatably: a zero adapter after a changes nothing, a second random one does
+"$BIN" gen --lora 4 -m "$M" -o "$TMP/b.gguf" --seed 9 > /dev/null 2>&1 && ok || bad "gen --lora b"
+run8() { "$BIN" run -m "$M" --ids $IDS -n 8 --temp 0 --print-ids "$@" 2> /dev/null | tail -n 1; }
+alone=$(run8 --lora "$TMP/a.gguf")
+same "$(run8 --lora "$TMP/a.gguf" --lora "$TMP/z.gguf:3")" "$alone" "run --lora a --lora zero: a's tokens"
+[ "$(run8 --lora "$TMP/a.gguf" --lora "$TMP/b.gguf:2")" != "$alone" ] && ok || bad "run --lora a --lora b: b changed nothing"
+"$BIN" logits -m "$M" --ids $IDS -o "$TMP/ab" --lora "$TMP/a.gguf" --lora "$TMP/b.gguf:2" 2> /dev/null && ok || bad "logits --lora a --lora b"
+want=$(last_argmax "$TMP/ab" $V)
+same "$(run8 --lora "$TMP/a.gguf" --lora "$TMP/b.gguf:2" | tr -d '[]' | cut -d, -f1)" "$want" "run --lora a --lora b: first token = the logits' argmax"
+
 # bad adapters and arguments
 "$BIN" gen --lora 4 -m "$SHARED/models/ref-llama-F32.gguf" -o "$TMP/other.gguf" > /dev/null 2>&1 && ok || bad "gen for ref-llama"
 expect_fail "other.gguf: lora: tensor .*\.lora_[ab] has shape" "$BIN" logits -m "$M" --ids 1,2 -o "$TMP/x" --lora "$TMP/other.gguf"

@@ -338,7 +338,7 @@ static void kv_types_and_limit(void) {
 	for (int i = 0; i < 16; i++) tok[i] = i + 1;
 	CHECK(kv_seq_grow(kv, 0, 16) == 0); // pages 0..3
 	memset(kv_k_at(kv, 1, 0, 15), 7, kv_row_bytes(kv));
-	kv_prefix_publish(kv, 0, tok, 16);
+	kv_prefix_publish(kv, 0, 0, tok, 16);
 	CHECK(kv_seq_grow(kv, 1, 12) == 0); // pages 4..6
 	kv_set_limit(kv, 3);
 	CHECK(kv_pages_limit(kv) == 3 && kv_pages_free(kv) == 0 && kv_pages_over_limit(kv) == 4);

@@ -5,10 +5,14 @@
 #include "t.h"
 
 #include "cli/cli.h"
+#include "lanes/lanes.h"
 #include "model/model.h"
+#include "server/adapters.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 static char base_path[512];
@@ -314,6 +318,397 @@ static void errors(const model *m) {
 	remove(src), remove(dst);
 }
 
+// ---- the lane host and the server's registry -------------------------------------------------
+// stories260K, its adapters, and 16 requests over three adapters and the base model.
+#define NQ 16
+#define QGEN 24
+
+typedef struct {
+	int32_t prompt[64];
+	lane_request q;
+} qspec;
+
+typedef struct {
+	int32_t ids[QGEN + 1];
+	int32_t n, cached, terminals;
+	enum lane_ev_kind end;
+	char sha[65];
+} qres;
+
+static model *SM;
+static tok_vocab *SV;
+static const model *SDRAFT;
+
+static lane_host *mk_host(int lanes, int piece, bool cache, int threads) {
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = lanes;
+	c.piece = piece;
+	c.prefix_cache = cache;
+	c.threads = threads;
+	c.ctx = 2048;
+	c.draft_model = SDRAFT;
+	char err[256];
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, SM, SV, &c, err, sizeof err) == 0, "lane_host_new: %s", err);
+	return h;
+}
+
+static void q_collect(lane_req *r, qres *out) {
+	memset(out, 0, sizeof *out);
+	lane_event ev;
+	while (lane_next(r, &ev, 60 * 1000000) == 1) {
+		if (ev.kind == LANE_EV_TOKEN) {
+			if (out->n <= QGEN) out->ids[out->n] = ev.token;
+			out->n++;
+			continue;
+		}
+		out->terminals++;
+		out->end = ev.kind;
+		out->cached = ev.n_cached;
+		memcpy(out->sha, ev.token_sha, 65);
+		if (lane_next(r, &ev, 0) == 1) out->terminals++;
+		break;
+	}
+}
+
+// Runs requests [from, from + n) of s on h, all submitted at once or one by one.
+static void q_run(lane_host *h, qspec *s, int from, int n, qres *out, bool together) {
+	lane_req *r[NQ] = {0};
+	char err[256];
+	for (int i = from; i < from + n; i++) {
+		CHECKF(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0, "submit %d: %s", i, err);
+		if (!together && r[i]) q_collect(r[i], &out[i]), lane_req_free(r[i]), r[i] = NULL;
+	}
+	for (int i = from; i < from + n; i++)
+		if (r[i]) q_collect(r[i], &out[i]), lane_req_free(r[i]);
+}
+
+static bool q_same(const qres *a, const qres *b) {
+	return a->terminals == 1 && b->terminals == 1 && a->end == b->end && a->n == b->n && !strcmp(a->sha, b->sha) &&
+	       !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)(a->n < QGEN ? a->n : QGEN));
+}
+
+// Request i adds sets[i % 4]: none, A, B at 0.5, then C after A; every prompt starts with one
+// 40-token head (a prefix each set caches for itself), every third repeats a phrase (n-gram
+// drafts), greedy and seeded sampling alternate.
+static void q_specs(qspec *s, const model_lora_set *const *sets) {
+	const int32_t V = model_hparams_of(SM)->n_vocab;
+	uint64_t x = 7;
+	for (int i = 0; i < NQ; i++) {
+		memset(&s[i], 0, sizeof s[i]);
+		const int32_t n = 44 + i % 17;
+		s[i].prompt[0] = 1;
+		for (int32_t k = 1; k < n; k++) {
+			x = splitmix64(x);
+			s[i].prompt[k] = k < 40 ? 3 + (k * 37) % (V - 3) : i % 3 == 0 ? s[i].prompt[40 + (k - 40) % 3] : 3 + (int32_t)(x % (uint64_t)(V - 3));
+		}
+		lane_request *q = &s[i].q;
+		lane_request_init(q);
+		q->prompt = s[i].prompt;
+		q->n_prompt = n;
+		q->max_tokens = QGEN;
+		q->ignore_eos = true;
+		q->draft = false;
+		q->sampling.temperature = i % 2 ? 0.8f : 0;
+		q->sampling.seed = 100 + (uint64_t)i;
+		q->sampling.has_seed = true;
+		q->lora = sets[i % 4];
+	}
+}
+
+static void set_draft(qspec *s, bool on) {
+	for (int i = 0; i < NQ; i++) s[i].q.draft = on;
+}
+
+// 16 requests over three adapters and the base give the same tokens alone, all at once, in
+// prompt pieces, from the prefix cache (each set's own: a prefix cached under one set is never
+// another's), drafted by n-grams and by a draft model, on one thread or two.
+static void lanes_exact(void) {
+	t_case("stories260K");
+	char pa[512], pb[512], pc[512], pd[1024], cmd[2048];
+	tmp_path(pa, sizeof pa, "la.gguf");
+	tmp_path(pb, sizeof pb, "lb.gguf");
+	tmp_path(pc, sizeof pc, "lc.gguf");
+	CHECK(gen_adapter(pa, 8, "F32", 21, false) == 0);
+	CHECK(gen_adapter(pb, 4, "F16", 22, false) == 0);
+	CHECK(gen_adapter(pc, 16, "BF16", 23, false) == 0);
+	model_lora *A = load_lora(SM, pa), *B = load_lora(SM, pb), *C = load_lora(SM, pc);
+	CHECK(A && B && C);
+	if (!A || !B || !C) goto out;
+	const model_lora_set sa = {1, {{A, 1.0f}}}, sb = {1, {{B, 0.5f}}}, sc = {2, {{A, 1.0f}, {C, 1.5f}}};
+	const model_lora_set *sets[4] = {NULL, &sa, &sb, &sc};
+	static qspec s[NQ];
+	static qres solo[NQ], conc[NQ], pieces[NQ], warm[NQ], cached[NQ], cross[NQ], ngram[NQ], dmodel[NQ];
+	q_specs(s, sets);
+	lane_host *h = mk_host(1, 0, false, 2);
+	q_run(h, s, 0, NQ, solo, false);
+	lane_host_free(h);
+	h = mk_host(8, 0, false, 2);
+	q_run(h, s, 0, NQ, conc, true);
+	lane_host_free(h);
+	h = mk_host(5, 3, false, 2);
+	q_run(h, s, 0, NQ, pieces, true);
+	lane_host_free(h);
+	// the prefix cache: base requests first, then every set's; then all of them again
+	h = mk_host(4, 0, true, 1);
+	for (int i = 0; i < NQ; i += 4) q_run(h, s, i, 1, warm, false);
+	for (int i = 0; i < NQ; i++)
+		if (i % 4) q_run(h, s, i, 1, warm, false);
+	q_run(h, s, 0, NQ, cached, true);
+	lane_host_free(h);
+	// a reload of A is a new adapter: the head cached under the first never serves it
+	model_lora *A2 = load_lora(SM, pa);
+	const model_lora_set sa2 = {1, {{A2, 1.0f}}};
+	h = mk_host(2, 0, true, 2);
+	q_run(h, s, 1, 1, cross, false);
+	qspec again = s[1];
+	again.q.lora = &sa2;
+	lane_req *r = NULL;
+	char err[256];
+	CHECK(A2 && lane_submit(h, &again.q, &r, err, sizeof err) == 0);
+	if (r) q_collect(r, &cross[5]), lane_req_free(r);
+	lane_host_free(h);
+	model_lora_free(A2);
+	set_draft(s, true);
+	h = mk_host(8, 0, false, 2);
+	q_run(h, s, 0, NQ, ngram, true);
+	lane_snapshot snap;
+	lane_host_snapshot(h, &snap);
+	lane_host_free(h);
+	CHECKF(snap.draft_accepted[LANE_PROP_NGRAM] > 0, "n-gram drafts were accepted (%llu)", (unsigned long long)snap.draft_accepted[LANE_PROP_NGRAM]);
+	// the draft model: stories260K's Q8_0 copy, with no adapter, proposes for every request
+	snprintf(pd, sizeof pd, "%s/lanes-lora-draft-%d.gguf", t_tmp(), (int)getpid());
+	const char *bin = getenv("LANES_BIN");
+	snprintf(cmd, sizeof cmd, "'%s' quantize '%s/models/stories260K.gguf' '%s' Q8_0 >/dev/null 2>&1", bin ? bin : "build/lanes", t_shared(), pd);
+	model *dm = NULL;
+	CHECKF(system(cmd) == 0 && (dm = load(pd)) != NULL, "the draft model");
+	remove(pd);
+	SDRAFT = dm;
+	if (dm) {
+		h = mk_host(8, 0, false, 2);
+		q_run(h, s, 0, NQ, dmodel, true);
+		lane_host_snapshot(h, &snap);
+		lane_host_free(h);
+		CHECKF(snap.draft_tokens[LANE_PROP_MODEL] > 0, "the draft model proposed (%llu)", (unsigned long long)snap.draft_tokens[LANE_PROP_MODEL]);
+	}
+	SDRAFT = NULL;
+	model_free(dm);
+	set_draft(s, false);
+	int hits = 0, adapter_hits = 0;
+	for (int i = 0; i < NQ; i++) {
+		CHECKF(solo[i].terminals == 1 && solo[i].end == LANE_EV_FINISHED && solo[i].n == QGEN, "request %d ended once with %d tokens", i, QGEN);
+		CHECKF(q_same(&solo[i], &conc[i]), "request %d: solo = concurrent", i);
+		CHECKF(q_same(&solo[i], &pieces[i]), "request %d: whole = pieces", i);
+		CHECKF(q_same(&solo[i], &warm[i]), "request %d: solo = after other sets cached the same head", i);
+		CHECKF(q_same(&solo[i], &cached[i]), "request %d: fresh = prefix-cache hit", i);
+		CHECKF(q_same(&solo[i], &ngram[i]), "request %d: undrafted = n-gram drafted", i);
+		if (dm) CHECKF(q_same(&solo[i], &dmodel[i]), "request %d: undrafted = draft model", i);
+		// first of its set in the warm-up: nothing cached under its set yet, though base requests cached its head
+		if (i < 4) CHECKF(warm[i].cached == 0, "request %d: no page of another set was attached (%d tokens)", i, warm[i].cached);
+		hits += cached[i].cached > 0;
+		adapter_hits += i % 4 && cached[i].cached >= 32;
+	}
+	CHECKF(hits == NQ && adapter_hits == NQ * 3 / 4, "every request, adapters' too, ran from its set's cached head (%d, %d)", hits, adapter_hits);
+	CHECKF(q_same(&solo[1], &cross[1]) && q_same(&solo[1], &cross[5]) && cross[5].cached == 0,
+	       "a reloaded adapter gets nothing cached under the first load (%d tokens)", cross[5].cached);
+	CHECKF(!q_same(&solo[0], &solo[1]) || !q_same(&solo[0], &solo[2]), "adapters change tokens");
+out:
+	model_lora_free(A), model_lora_free(B), model_lora_free(C);
+	remove(pa), remove(pb), remove(pc);
+}
+
+// Requests bound to a registry's versions: replacing and then unloading an adapter while its
+// requests wait and run changes none of their tokens; the old version is listed as retired
+// (with its requests in the snapshot) until the last one ends and is freed then; new binds
+// see each change at once.
+static void registry_hot(void) {
+	t_case("stories260K");
+	char pa[512], pb[512], err[256];
+	tmp_path(pa, sizeof pa, "ha.gguf");
+	tmp_path(pb, sizeof pb, "hb.gguf");
+	CHECK(gen_adapter(pa, 8, "F32", 31, false) == 0);
+	CHECK(gen_adapter(pb, 8, "F32", 32, false) == 0);
+	srv_loras *reg = NULL;
+	CHECK(srv_loras_new(&reg, SM, 2) == 0);
+	uint64_t t1 = 0, t2 = 0;
+	CHECK(srv_loras_reserve(reg, "a", pa, NAN, false, &t1, err, sizeof err) == 0);
+	CHECK(srv_loras_reserve(reg, "a", pa, NAN, false, &t2, err, sizeof err) == LANES_EBUSY && strstr(err, "loading"));
+	CHECK(srv_loras_reserve(reg, "b c", pa, NAN, false, &t2, err, sizeof err) == LANES_EINVAL);
+	CHECK(srv_loras_reserve(reg, "z", pa, 2.0f, false, &t2, err, sizeof err) == 0);
+	CHECK(srv_loras_reserve(reg, "y", pa, 1.0f, false, &t2, err, sizeof err) == LANES_ELIMIT && strstr(err, "--max-lora 2"));
+	CHECK(!srv_loras_has(reg, "a") && !srv_loras_ever(reg));
+	bool freed;
+	CHECK(srv_loras_remove(reg, "a", &freed) == LANES_EBUSY);
+	srv_loras_publish(reg, "z", 999, NULL, NULL); // a stale ticket changes nothing
+	srv_loras_publish(reg, "z", t2, NULL, NULL);  // a failed first load frees the name
+	srv_lora_info *v = NULL;
+	CHECK(srv_loras_list(reg, &v) == 1 && v && v[0].state == SRV_LORA_LOADING && v[0].id == 0);
+	free(v);
+	uint32_t ver = 0;
+	srv_loras_publish(reg, "a", t1, load_lora(SM, pa), &ver);
+	CHECK(ver == 1 && srv_loras_has(reg, "a") && srv_loras_ever(reg));
+	static qspec s[NQ];
+	static qres with_a[NQ], with_b[NQ], hot[NQ], blocker_res;
+	const model_lora_set *none[4] = {NULL, NULL, NULL, NULL};
+	q_specs(s, none);
+	model_lora_set set[NQ];
+	const model_lora *a;
+	float scale;
+	// the tokens of version 1 and of version 2, each bound from the registry
+	lane_host *h = mk_host(8, 0, false, 2);
+	for (int i = 0; i < 8; i++) {
+		CHECK(srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && scale == 1.0f);
+		set[i] = (model_lora_set){1, {{a, scale}}};
+		s[i].q.lora = &set[i];
+		s[8 + i].q = s[i].q;
+	}
+	q_run(h, s, 0, 8, with_a, true);
+	for (int i = 0; i < 8; i++) model_lora_free(set[i].use[0].lora);
+	// one lane, held by a long request: eight requests on version 1 wait behind it
+	lane_host *h1 = mk_host(1, 0, false, 2);
+	lane_request long_q = s[0].q;
+	long_q.lora = NULL;
+	long_q.max_tokens = 1500;
+	lane_req *blocker = NULL, *r[8] = {0};
+	CHECK(lane_submit(h1, &long_q, &blocker, err, sizeof err) == 0);
+	for (int i = 0; i < 8; i++) {
+		CHECK(srv_loras_bind(reg, NULL, 0, &a, &scale, NULL) == 0);
+		set[i] = (model_lora_set){1, {{a, scale}}};
+		CHECK(lane_submit(h1, &s[i].q, &r[i], err, sizeof err) == 0);
+		model_lora_free(a); // each request holds its own reference
+	}
+	const uint64_t v1 = model_lora_id(set[0].use[0].lora);
+	uint64_t t3 = 0;
+	CHECK(srv_loras_reserve(reg, "a", pb, NAN, true, &t3, err, sizeof err) == 0);
+	srv_loras_publish(reg, "a", t3, load_lora(SM, pb), &ver);
+	CHECK(ver == 2);
+	for (int i = 0; i < 8; i++) {
+		CHECK(srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && model_lora_id(a) != v1);
+		set[8 + i] = (model_lora_set){1, {{a, scale}}};
+		s[8 + i].q.lora = &set[8 + i];
+	}
+	CHECK(srv_loras_remove(reg, "a", &freed) == 0 && !freed);
+	CHECK(!srv_loras_has(reg, "a") && srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == LANES_ENOTFOUND);
+	const int n = srv_loras_list(reg, &v);
+	CHECKF(n == 2 && v[0].state == SRV_LORA_RETIRED && v[1].state == SRV_LORA_RETIRED &&
+		       (v[0].lora_id == v1 || v[1].lora_id == v1) && v[0].version + v[1].version == 3,
+	       "versions 1 and 2 are listed as retired while requests hold them (%d listed)", n);
+	free(v);
+	lane_snapshot snap = {0};
+	for (int w = 0; w < 500 && !(snap.n_lora == 1 && snap.lora[0].id == v1 && snap.lora[0].waiting == 8); w++) {
+		usleep(2000);
+		lane_host_snapshot(h1, &snap);
+	}
+	CHECKF(snap.n_lora == 1 && snap.lora[0].id == v1 && snap.lora[0].waiting == 8 && snap.lora[0].running == 0,
+	       "the snapshot counts version 1's waiting requests (%d adapters)", snap.n_lora);
+	lane_cancel(blocker);
+	q_collect(blocker, &blocker_res);
+	lane_req_free(blocker);
+	q_run(h, s, 8, 8, with_b, true); // version 2, by the binds taken before it was unloaded
+	for (int i = 0; i < 8; i++) {
+		model_lora_free(set[8 + i].use[0].lora);
+		if (r[i]) q_collect(r[i], &hot[i]), lane_req_free(r[i]);
+	}
+	for (int w = 0; w < 500 && srv_loras_list(reg, &v) > 0; w++) free(v), usleep(2000);
+	CHECKF(srv_loras_list(reg, &v) == 0 && !v, "every version is freed once its requests ended");
+	for (int w = 0; w < 500 && (lane_host_snapshot(h1, &snap), snap.n_lora); w++) usleep(2000);
+	CHECKF(snap.n_lora == 0, "the snapshot lists no adapter once every request ended");
+	for (int i = 0; i < 8; i++) {
+		CHECKF(q_same(&with_a[i], &hot[i]), "request %d: version 1 replaced and unloaded while it waited: same tokens", i);
+		CHECKF(!q_same(&with_a[i], &with_b[i]), "request %d: version 2 gives other tokens", i);
+	}
+	lane_host_free(h1);
+	lane_host_free(h);
+	srv_loras_free(reg);
+	remove(pa), remove(pb);
+}
+
+// Reference counting under concurrency: four threads bind and drop versions while a fifth
+// publishes new ones and unloads and reloads the names; a version a thread holds is always
+// listed (current or retired), and once every thread is done no retired version is left.
+typedef struct {
+	srv_loras *reg;
+	int bad;
+	atomic_bool stop;
+	uint64_t binds;
+} race_arg;
+
+static void *race_binder(void *p) {
+	race_arg *ra = p;
+	uint64_t x = (uint64_t)(uintptr_t)p ^ 0x9e37;
+	while (!atomic_load(&ra->stop)) {
+		x = splitmix64(x);
+		const model_lora *a;
+		float scale;
+		if (srv_loras_bind(ra->reg, x & 1 ? "p" : "q", 0, &a, &scale, NULL)) continue;
+		model_lora_info info;
+		model_lora_info_of(a, &info); // reads the adapter: freed under us would be a use after free
+		srv_lora_info *v = NULL;
+		const int n = srv_loras_list(ra->reg, &v);
+		bool listed = false;
+		for (int i = 0; i < n; i++) listed |= v[i].lora_id == model_lora_id(a);
+		free(v);
+		if (!listed || info.rank != 4) __atomic_add_fetch(&ra->bad, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ra->binds, 1, __ATOMIC_RELAXED);
+		model_lora_free(a);
+	}
+	return NULL;
+}
+
+static void registry_race(void) {
+	t_case("registry");
+	char pa[512], err[256];
+	tmp_path(pa, sizeof pa, "ra.gguf");
+	CHECK(gen_adapter(pa, 4, "F32", 41, false) == 0);
+	race_arg ra = {0};
+	CHECK(srv_loras_new(&ra.reg, SM, 4) == 0);
+	atomic_init(&ra.stop, false);
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, race_binder, &ra) == 0);
+	int publishes = 0;
+	for (int k = 0; k < 300; k++) {
+		const char *name = k & 1 ? "p" : "q";
+		uint64_t t;
+		bool freed;
+		const bool loaded = srv_loras_has(ra.reg, name);
+		if (loaded && k % 3 == 0) {
+			CHECK(srv_loras_remove(ra.reg, name, &freed) == 0);
+			continue;
+		}
+		if (srv_loras_reserve(ra.reg, name, pa, NAN, loaded, &t, err, sizeof err)) continue;
+		srv_loras_publish(ra.reg, name, t, load_lora(SM, pa), NULL);
+		publishes++;
+	}
+	atomic_store(&ra.stop, true);
+	for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+	srv_lora_info *v = NULL;
+	const int n = srv_loras_list(ra.reg, &v);
+	int retired = 0;
+	for (int i = 0; i < n; i++) retired += v[i].state == SRV_LORA_RETIRED;
+	free(v);
+	printf("registry race: %d publishes, %llu binds\n", publishes, (unsigned long long)ra.binds);
+	CHECKF(ra.bad == 0, "%d binds held a version that was no longer listed", ra.bad);
+	CHECKF(retired == 0 && publishes > 100 && ra.binds > 100, "no retired version outlives its holders (%d left)", retired);
+	srv_loras_free(ra.reg);
+	remove(pa);
+}
+
+static void host_tests(void) {
+	char path[1024], err[512];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", t_shared());
+	CHECKF(model_load(&SM, path, err, sizeof err) == 0, "%s", err);
+	if (SM) CHECKF(tok_vocab_load(&SV, model_gguf(SM), err, sizeof err) == 0, "%s", err);
+	snprintf(base_path, sizeof base_path, "%s", path);
+	if (SM && SV) {
+		lanes_exact();
+		registry_hot();
+		registry_race();
+	}
+	tok_vocab_free(SV);
+	model_free(SM);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2;
 	snprintf(base_path, sizeof base_path, "%s/models/ref-llama-F32.gguf", t_shared());
@@ -340,5 +735,6 @@ int main(void) {
 		if (k == ns - 1) errors(m);
 		model_free(m);
 	}
+	host_tests();
 	T_DONE("lora");
 }

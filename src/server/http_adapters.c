@@ -1,0 +1,443 @@
+// server, layer 1: LoRA adapters over HTTP — GET /v1/adapters (the registry, with each
+// adapter's running and waiting requests from the lane host's snapshot), POST /v1/adapters (a
+// load: the file is read and checked on the adapter loader thread while the connection waits
+// suspended, so neither the engine nor a connection thread reads it), DELETE
+// /v1/adapters/NAME; the adapters given at start; what /v1/models and /metrics say of them.
+#include "server/adapters.h"
+#include "server/http_base.h"
+#include "server/http_routes.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct lora_job {
+	struct lora_job *next;
+	srv_conn *conn;              // the POST waiting for it, suspended
+	char name[SRV_LORA_NAME_MAX + 1];
+	char path[1024];
+	float scale;
+	bool replace;
+	uint64_t ticket;             // the registry's reservation
+	// the outcome, under the loader's lock until done
+	bool done;
+	int rc;
+	char err[768];
+	uint32_t version;
+	double ms;
+	model_lora_info info;
+} lora_job;
+
+struct srv_lora_loader {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	lora_job *head, *tail;
+	bool quit;
+};
+
+// Reads and checks the job's file against the model, then publishes it (or frees its name).
+static void run_load(http_server *s, lora_job *j) {
+	const uint64_t t0 = base_now_us();
+	model_lora *a = NULL;
+	j->rc = model_lora_load(&a, s->m, j->path, j->err, sizeof j->err);
+	if (!j->rc) model_lora_info_of(a, &j->info);
+	srv_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
+	j->ms = (double)(base_now_us() - t0) / 1000.0;
+	if (!j->rc && !j->version)
+		j->rc = base_seterr(j->err, sizeof j->err, LANES_ENOTFOUND, "the adapter '%s' was unloaded while it loaded", j->name);
+	if (!j->rc)
+		LOG_INFO(SRV_MOD, "adapter %s v%u from %s in %.0f ms: rank %d, %d matrices (%s), %.2f MiB", j->name, j->version, j->path,
+			 j->ms, j->info.rank, j->info.n_targets, j->info.targets, (double)j->info.bytes / 1048576.0);
+	else
+		LOG_WARN(SRV_MOD, "adapter %s not loaded: %s", j->name, j->err);
+}
+
+static void *loader_main(void *arg) {
+	http_server *s = arg;
+	struct srv_lora_loader *L = s->lora_loader;
+	pthread_mutex_lock(&L->mu);
+	for (;;) {
+		while (!L->head && !L->quit) pthread_cond_wait(&L->cv, &L->mu);
+		lora_job *j = L->head;
+		if (!j) break;
+		L->head = j->next;
+		if (!L->head) L->tail = NULL;
+		const bool quit = L->quit;
+		pthread_mutex_unlock(&L->mu);
+		if (quit) {
+			j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
+			srv_loras_publish(s->loras, j->name, j->ticket, NULL, NULL);
+		} else {
+			run_load(s, j);
+		}
+		pthread_mutex_lock(&L->mu);
+		j->done = true;
+		MHD_resume_connection(j->conn->mc); // the connection answers from the job
+	}
+	pthread_mutex_unlock(&L->mu);
+	return NULL;
+}
+
+// Adapter i given at start, NAME=PATH[:SCALE] already split.
+static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
+	const http_lora *l = &s->cfg.loras[i];
+	if (!strcmp(l->name, s->model_id))
+		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the name is the base model's", l->name);
+	for (int k = 0; k < i; k++)
+		if (!strcmp(s->cfg.loras[k].name, l->name))
+			return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: two adapters have that name", l->name);
+	if (!(fabsf(l->scale) <= SRV_LORA_SCALE_MAX))
+		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the scale must be between -%d and %d", l->name,
+				   SRV_LORA_SCALE_MAX, SRV_LORA_SCALE_MAX);
+	lora_job j = {.scale = l->scale};
+	snprintf(j.name, sizeof j.name, "%s", l->name);
+	snprintf(j.path, sizeof j.path, "%s", l->path);
+	char why[256];
+	int rc = srv_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
+	if (rc) return base_seterr(err, errlen, rc, "--lora %s=%s: %s", l->name, l->path, why);
+	run_load(s, &j);
+	if (j.rc) return base_seterr(err, errlen, j.rc, "--lora %s: %s", l->name, j.err);
+	return 0;
+}
+
+int srv_adapters_start(http_server *s, char *err, size_t errlen) {
+	struct srv_lora_loader *L = calloc(1, sizeof *L);
+	if (!L || srv_loras_new(&s->loras, s->m, s->cfg.max_lora)) {
+		free(L);
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&L->mu, NULL);
+	pthread_cond_init(&L->cv, NULL);
+	s->lora_loader = L;
+	if (s->cfg.n_loras > s->cfg.max_lora)
+		return base_seterr(err, errlen, LANES_EINVAL, "%d --lora adapters, more than --max-lora %d", s->cfg.n_loras, s->cfg.max_lora);
+	for (int i = 0; i < s->cfg.n_loras; i++) {
+		int rc = load_at_start(s, i, err, errlen);
+		if (rc) return rc;
+	}
+	if (pthread_create(&L->thread, NULL, loader_main, s))
+		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the adapter loader thread");
+	L->started = true;
+	return 0;
+}
+
+void srv_adapters_stop(http_server *s) {
+	struct srv_lora_loader *L = s->lora_loader;
+	if (!L || !L->started) return;
+	pthread_mutex_lock(&L->mu);
+	L->quit = true;
+	pthread_cond_signal(&L->cv);
+	pthread_mutex_unlock(&L->mu);
+	pthread_join(L->thread, NULL);
+	L->started = false;
+}
+
+void srv_adapters_free(http_server *s) {
+	struct srv_lora_loader *L = s->lora_loader;
+	if (L) {
+		pthread_mutex_destroy(&L->mu);
+		pthread_cond_destroy(&L->cv);
+		free(L);
+	}
+	s->lora_loader = NULL;
+	srv_loras_free(s->loras);
+	s->loras = NULL;
+}
+
+// ---- what the snapshot says of each adapter ------------------------------------------------
+
+static const lane_snap_lora *snap_of(const lane_snapshot *sn, uint64_t id) {
+	for (int32_t i = 0; id && i < sn->n_lora; i++)
+		if (sn->lora[i].id == id) return &sn->lora[i];
+	return NULL;
+}
+
+static const char *const state_name[] = {[SRV_LORA_LOADING] = "loading", [SRV_LORA_READY] = "ready", [SRV_LORA_RETIRED] = "retired"};
+
+static json_t *adapter_object(const http_server *s, const srv_lora_info *a, const lane_snapshot *sn) {
+	const lane_snap_lora *u = snap_of(sn, a->lora_id);
+	json_t *targets = json_array();
+	for (const char *p = a->info.targets; targets && *p;) {
+		const char *q = strchr(p, ',');
+		const size_t n = q ? (size_t)(q - p) : strlen(p);
+		json_array_append_new(targets, json_stringn(p, n));
+		p += n + (q != NULL);
+	}
+	json_t *o = json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:I, s:i, s:i, s:I, s:I}", "name", a->name, "id",
+			      (int)a->id, "version", (int)a->version, "status", state_name[a->state], "parent", s->model_id, "path",
+			      a->path, "scale", srv_real(a->scale), "rank", a->info.rank, "alpha", srv_real(a->info.alpha), "bytes",
+			      (json_int_t)a->info.bytes, "requests_running", u ? u->running : 0, "requests_waiting",
+			      u ? u->waiting : 0, "requests_total", (json_int_t)a->requests, "created", (json_int_t)a->created);
+	if (o) json_object_set_new(o, "targets", targets ? targets : json_array());
+	else json_decref(targets);
+	if (o && a->replacing) json_object_set_new(o, "replacing", json_true());
+	return o;
+}
+
+// The registry's entries and the lane host's last snapshot; NULL before the model is in.
+static srv_lora_info *list_with_snapshot(http_server *s, int *n, lane_snapshot **sn) {
+	*n = 0;
+	*sn = NULL;
+	struct srv_loras *l = srv_loras_of(s);
+	if (!l) return NULL;
+	srv_lora_info *v = NULL;
+	*n = srv_loras_list(l, &v);
+	*sn = calloc(1, sizeof **sn);
+	if (*n < 0 || !*sn) {
+		*n = 0;
+		free(v);
+		free(*sn);
+		*sn = NULL;
+		return NULL;
+	}
+	lane_host_snapshot(s->host, *sn);
+	return v;
+}
+
+enum MHD_Result srv_adapters_list(srv_conn *c) {
+	http_server *s = c->s;
+	int n;
+	lane_snapshot *sn;
+	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	json_t *data = json_array();
+	for (int i = 0; data && i < n; i++) json_array_append_new(data, adapter_object(s, &v[i], sn));
+	free(v);
+	free(sn);
+	return srv_reply_json(c, 200, json_pack("{s:s, s:o, s:i}", "object", "list", "data", data ? data : json_array(), "max_lora",
+						s->cfg.max_lora),
+			      0);
+}
+
+// ---- POST /v1/adapters -------------------------------------------------------------------
+
+typedef struct {
+	const char *name, *path;
+	json_t *scale;
+	bool replace;
+} load_req;
+
+static const srv_field load_fields[] = {
+	SRV_ROW(load_req, name, SRV_K_STR),
+	SRV_ROW(load_req, path, SRV_K_STR),
+	SRV_ROW(load_req, scale, SRV_K_JSON),
+	SRV_ROW(load_req, replace, SRV_K_BOOL),
+	{0},
+};
+
+static void load_done(srv_conn *c) {
+	free(c->job);
+	c->job = NULL;
+}
+
+// The loader resumed the connection: the job's outcome is the reply.
+static enum MHD_Result load_resume(srv_conn *c) {
+	lora_job *j = c->job;
+	struct srv_lora_loader *L = c->s->lora_loader;
+	pthread_mutex_lock(&L->mu); // the loader wrote the outcome before it let go of this lock
+	const bool done = j->done;
+	if (!done) MHD_suspend_connection(c->mc); // not ours to answer yet: wait for the loader's resume
+	pthread_mutex_unlock(&L->mu);
+	if (!done) return MHD_YES;
+	srv_err e;
+	if (j->rc) {
+		const enum srv_ekind k = j->rc == LANES_ENOMEM ? SRV_E_INTERNAL : j->rc == LANES_ECANCELLED ? SRV_E_UNAVAILABLE
+									   : j->rc == LANES_ENOTFOUND  ? SRV_E_CONFLICT
+												       : SRV_E_BAD_REQUEST;
+		srv_fail(&e, k, "path", "%s", j->err);
+		if (k == SRV_E_BAD_REQUEST) snprintf(e.code, sizeof e.code, "invalid_adapter");
+		return srv_reply_error(c, &e);
+	}
+	srv_lora_info a = {.version = j->version, .state = SRV_LORA_READY, .scale = 1, .info = j->info, .created = (int64_t)time(NULL)};
+	snprintf(a.name, sizeof a.name, "%s", j->name);
+	snprintf(a.path, sizeof a.path, "%s", j->path);
+	// the entry as the registry has it now (its id, scale, count), unless it changed since
+	int n;
+	lane_snapshot *sn;
+	srv_lora_info *v = list_with_snapshot(c->s, &n, &sn);
+	for (int i = 0; i < n; i++)
+		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, j->name) && v[i].version == j->version) a = v[i];
+	static const lane_snapshot none;
+	json_t *o = adapter_object(c->s, &a, sn ? sn : &none);
+	free(v);
+	free(sn);
+	if (o) json_object_set_new(o, "load_ms", srv_real(j->ms));
+	return srv_reply_json(c, 200, o, 0);
+}
+
+enum MHD_Result srv_adapters_load(srv_conn *c) {
+	http_server *s = c->s;
+	struct srv_lora_loader *L = s->lora_loader;
+	srv_err e;
+	json_t *j = NULL;
+	load_req r = {0};
+	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, load_fields, NULL, &e) || srv_fields_read(j, load_fields, &r, NULL, NULL, &e))
+		goto fail;
+	if (!r.name || !r.path) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, r.name ? "path" : "name", "%s is required: {\"name\", \"path\", \"scale\"?, \"replace\"?}",
+			 r.name ? "path" : "name");
+		goto fail;
+	}
+	if (!srv_lora_name_ok(r.name)) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", SRV_LORA_NAME_MAX);
+		goto fail;
+	}
+	if (!strcmp(r.name, s->model_id)) {
+		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is the base model's name", r.name);
+		goto fail;
+	}
+	if (!*r.path || strlen(r.path) >= sizeof ((lora_job *)0)->path) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "path", "path must be a file's path of 1 to %zu bytes", sizeof ((lora_job *)0)->path - 1);
+		goto fail;
+	}
+	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= SRV_LORA_SCALE_MAX))) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "scale", "scale must be a number between -%d and %d", SRV_LORA_SCALE_MAX, SRV_LORA_SCALE_MAX);
+		goto fail;
+	}
+	lora_job *job = calloc(1, sizeof *job);
+	if (!job) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		goto fail;
+	}
+	snprintf(job->name, sizeof job->name, "%s", r.name);
+	snprintf(job->path, sizeof job->path, "%s", r.path);
+	job->scale = r.scale ? (float)json_number_value(r.scale) : NAN; // NAN: 1, or the replaced version's
+	job->replace = r.replace;
+	json_decref(j);
+	j = NULL;
+	char err[256];
+	int rc = srv_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
+	if (rc) {
+		free(job);
+		srv_fail(&e, rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : SRV_E_CONFLICT, "name", "%s", err);
+		goto fail;
+	}
+	job->conn = c;
+	c->job = job;
+	c->resume = load_resume;
+	c->done = load_done;
+	// queued and suspended under the loader's lock: its resume can only follow the suspend
+	pthread_mutex_lock(&L->mu);
+	if (L->tail) L->tail->next = job;
+	else L->head = job;
+	L->tail = job;
+	MHD_suspend_connection(c->mc);
+	pthread_cond_signal(&L->cv);
+	pthread_mutex_unlock(&L->mu);
+	return MHD_YES;
+fail:
+	json_decref(j);
+	return srv_reply_error(c, &e);
+}
+
+// ---- DELETE /v1/adapters/NAME --------------------------------------------------------------
+
+enum MHD_Result srv_adapters_unload(srv_conn *c) {
+	http_server *s = c->s;
+	const char *name = c->path + strlen("/v1/adapters/");
+	srv_err e;
+	int n;
+	lane_snapshot *sn;
+	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	uint64_t id = 0;
+	for (int i = 0; i < n; i++)
+		if (v[i].state != SRV_LORA_RETIRED && !strcmp(v[i].name, name)) id = v[i].lora_id;
+	free(v);
+	bool freed = false;
+	const int rc = srv_loras_remove(s->loras, name, &freed);
+	if (rc) {
+		free(sn);
+		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
+		else srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no adapter called '%.64s' is loaded", name);
+		return srv_reply_error(c, &e);
+	}
+	const lane_snap_lora *u = sn ? snap_of(sn, id) : NULL;
+	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "name", name, "status", freed ? "unloaded" : "unloading", "requests_running",
+			      u ? u->running : 0, "requests_waiting", u ? u->waiting : 0);
+	free(sn);
+	LOG_INFO(SRV_MOD, "adapter %s unloaded%s", name, freed ? "" : ": freed when the requests holding it end");
+	// 202: the memory goes when the requests still holding it end; new requests get 404 now
+	return srv_reply_json(c, freed ? 200 : 202, o, 0);
+}
+
+// ---- what /v1/models and /metrics say ------------------------------------------------------
+
+void srv_adapters_models(http_server *s, json_t *data, const char *only) {
+	int n;
+	lane_snapshot *sn;
+	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	for (int i = 0; i < n; i++) {
+		if (v[i].state != SRV_LORA_READY || (only && strcmp(only, v[i].name))) continue;
+		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", v[i].name, "object", "model", "created",
+						      (json_int_t)v[i].created, "owned_by", "lanes", "parent", s->model_id, "root",
+						      v[i].path));
+	}
+	free(v);
+	free(sn);
+}
+
+// Names of the adapters with requests of one kind, comma-separated, into b: each once, though
+// two versions of it may have requests.
+static void names_with(const srv_lora_info *v, int n, const lane_snapshot *sn, bool running, srv_buf *b) {
+	bool *said = n ? calloc((size_t)n, sizeof *said) : NULL;
+	bool first = true;
+	for (int32_t k = 0; said && k < sn->n_lora; k++) {
+		if (!(running ? sn->lora[k].running : sn->lora[k].waiting)) continue;
+		for (int i = 0; i < n; i++) {
+			if (v[i].lora_id != sn->lora[k].id) continue;
+			int j = 0; // the first entry with this name stands for it
+			while (j < i && strcmp(v[j].name, v[i].name)) j++;
+			if (!said[j]) {
+				if (!first) srv_buf_adds(b, ",");
+				srv_buf_adds(b, v[i].name);
+				said[j] = true;
+				first = false;
+			}
+			break;
+		}
+	}
+	free(said);
+}
+
+void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out) {
+	int n = 0;
+	srv_lora_info *v = NULL;
+	struct srv_loras *l = srv_loras_of(s);
+	if (l) n = srv_loras_list(l, &v);
+	if (n < 0) n = 0;
+	srv_buf run = {0}, wait = {0};
+	names_with(v, n, sn, true, &run);
+	names_with(v, n, sn, false, &wait);
+	// the gauge's value is when the engine last published what it says (unix seconds)
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	const double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	const double at = sn->clock_us ? now - (double)(base_now_us() - sn->clock_us) / 1e6 : now;
+	static const char *const names[] = {"lanes_lora_requests_info", "vllm:lora_requests_info"};
+	char line[256];
+	for (int k = 0; k < 2; k++) {
+		snprintf(line, sizeof line, "# HELP %s Adapters of the running and the waiting requests; the value is when that was so (unix seconds).\n"
+					    "# TYPE %s gauge\n",
+			 names[k], names[k]);
+		srv_buf_adds(out, line);
+		srv_buf_adds(out, names[k]);
+		srv_buf_adds(out, "{running_lora_adapters=\"");
+		srv_buf_adds(out, run.p ? run.p : "");
+		srv_buf_adds(out, "\",waiting_lora_adapters=\"");
+		srv_buf_adds(out, wait.p ? wait.p : "");
+		snprintf(line, sizeof line, "\",max_lora=\"%d\"} %.3f\n", s->cfg.max_lora, at);
+		srv_buf_adds(out, line);
+	}
+	srv_buf_free(&run);
+	srv_buf_free(&wait);
+	srv_buf_adds(out, "# HELP lanes_lora_requests_total Requests that named each adapter.\n# TYPE lanes_lora_requests_total counter\n");
+	for (int i = 0; i < n; i++) {
+		if (v[i].state == SRV_LORA_RETIRED) continue;
+		snprintf(line, sizeof line, "lanes_lora_requests_total{adapter=\"%s\"} %llu\n", v[i].name, (unsigned long long)v[i].requests);
+		srv_buf_adds(out, line);
+	}
+	free(v);
+}
