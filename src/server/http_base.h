@@ -56,6 +56,15 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status);
 // Retry-After seconds for the kind (0: none).
 int srv_retry_after(enum srv_ekind kind);
+// The API a path's errors are shaped for when no route names it: /v1/messages… is
+// Anthropic's, /api/… Ollama's, the rest OpenAI's. path need not be NUL-terminated.
+enum srv_family srv_family_of(const char *path, size_t n);
+// The reason phrase this server writes for a status it answers itself.
+const char *srv_reason(int status);
+// A whole JSON reply written on fd without blocking — status line, Date, Content-Type,
+// Content-Length, extra (header lines, each ending in CRLF), Connection: close, then body
+// unless head_only — for replies libmicrohttpd cannot give. 0 when every byte went out.
+int srv_raw_reply(int fd, int status, const char *extra, const char *body, bool head_only);
 
 // ---- histograms (Prometheus, cumulative on output) -----------------------------------------
 #define SRV_HIST_MAX 16
@@ -117,9 +126,8 @@ struct http_server {
 	pthread_t waker;               // resumes suspended calls on events, probes and keep-alive timers
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
-	void (*tick)(http_server *s, uint64_t now_us); // run by the waker about ten times a second
-	struct srv_sock *socks;        // every open connection (under sock_mu)
-	pthread_mutex_t sock_mu;
+	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (http_sock.c)
+	struct srv_work *work;         // the threads that run routes off the connection threads (http_work.c)
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
 
 	srv_hist ttft, itl;
@@ -154,6 +162,9 @@ struct srv_conn {
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
+	bool in_work;                  // its route runs on a work thread, the connection suspended
+	bool park;                     // ... and its call waits for events: the waker resumes it
+	bool worked;                   // the route ran on a work thread and the connection was resumed
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
