@@ -207,6 +207,7 @@ struct srv_sock {
 	bool unread;                   // it was answered before its body: what follows is that body, not junk
 	bool timed_out;                // its deadline passed: closed with a 408
 	bool said;                     // the gate wrote its last reply: libmicrohttpd's close adds none
+	bool begun;                    // KEPT: bytes of the next request came (its head deadline runs)
 	uint64_t sent_mark, recv_mark; // TCP bytes sent and received when the last request was answered
 };
 
@@ -417,7 +418,10 @@ static void sock_quiet(http_server *s, srv_sock *k) {
 // New bytes, a half-close or an error on a connection whose head the gate awaits.
 static void sock_event(http_server *s, srv_sock *k, uint32_t events) {
 	struct srv_gate *g = s->gate;
-	if (k->phase == SOCK_LINGER) {
+	pthread_mutex_lock(&g->mu);
+	const enum sock_phase phase = k->phase;
+	pthread_mutex_unlock(&g->mu);
+	if (phase == SOCK_LINGER) {
 		if (sock_drain(g, k->fd) || (events & (EPOLLHUP | EPOLLERR))) sock_finish(s, k);
 		return;
 	}
@@ -434,11 +438,11 @@ static void sock_event(http_server *s, srv_sock *k, uint32_t events) {
 		sock_quiet(s, k);
 		return;
 	}
-	if (k->phase == SOCK_KEPT) {
-		// the next request began: its head has --header-timeout from now, not the idle time left
-		const uint64_t due = base_now_us() + (uint64_t)(s->cfg.header_timeout_s * 1e6);
+	if (phase == SOCK_KEPT) {
+		// the next request began: the idle deadline gives way to --header-timeout from now
 		pthread_mutex_lock(&g->mu);
-		if (due < k->deadline_us) k->deadline_us = due;
+		if (!k->begun) k->deadline_us = base_now_us() + (uint64_t)(s->cfg.header_timeout_s * 1e6);
+		k->begun = true;
 		pthread_mutex_unlock(&g->mu);
 	}
 	srv_head h;
@@ -454,6 +458,10 @@ static void sock_event(http_server *s, srv_sock *k, uint32_t events) {
 static void gate_accept(http_server *s) {
 	struct srv_gate *g = s->gate;
 	for (int b = 0; b < ACCEPT_BATCH; b++) {
+		pthread_mutex_lock(&g->mu);
+		const bool room = g->open < s->cfg.max_connections && !g->stopping;
+		pthread_mutex_unlock(&g->mu);
+		if (!room) return; // past --max-connections the rest wait in the kernel's queue
 		struct sockaddr_in sa;
 		socklen_t sl = sizeof sa;
 		int fd = accept4(g->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -523,7 +531,7 @@ static void gate_tick(http_server *s, uint64_t now) {
 		due = k;
 	}
 	pthread_mutex_unlock(&g->mu);
-	while (due) {
+	while (due) { // the gate's own: no other thread changes them now
 		srv_sock *k = due;
 		due = k->due;
 		if (k->phase == SOCK_LINGER) {
@@ -763,11 +771,14 @@ void srv_sock_answered(srv_conn *c) {
 	k->sent_mark = sent;
 	k->recv_mark = recvd;
 	k->expect = expect;
-	k->deadline_us = base_now_us() + (uint64_t)((s->cfg.header_timeout_s + s->cfg.idle_timeout_s) * 1e6);
 	const bool kept = keep && !g->stopping;
+	// the gate sees the next request's first byte and starts its head deadline then; libmicrohttpd
+	// reads it unjudged, so there the idle time and the head's share one deadline
+	k->deadline_us = base_now_us() + (uint64_t)(((kept ? 0 : s->cfg.header_timeout_s) + s->cfg.idle_timeout_s) * 1e6);
 	if (kept) {
 		MHD_suspend_connection(c->mc);
 		k->phase = SOCK_KEPT;
+		k->begun = false;
 	}
 	pthread_mutex_unlock(&g->mu);
 	if (kept) gate_watch(g, k);
