@@ -149,6 +149,7 @@ const char *srv_reason(int status) {
 	case 408: return "Request Timeout";
 	case 413: return "Content Too Large";
 	case 414: return "URI Too Long";
+	case 429: return "Too Many Requests";
 	case 431: return "Request Header Fields Too Large";
 	case 505: return "HTTP Version Not Supported";
 	case 529: return "Overloaded";

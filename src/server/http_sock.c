@@ -372,13 +372,15 @@ static void sock_finish(http_server *s, srv_sock *k) {
 	sock_give(s, k, 0);
 }
 
-// e in f's shape with status, written on fd.
+// e in f's shape with status, written on fd (with its Retry-After when it has one).
 static void sock_error(int fd, enum srv_family f, int status, const srv_err *e, bool head_only) {
 	int st;
 	json_t *body = srv_error_body(f, e, &st);
 	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
-	if (txt) srv_raw_reply(fd, status, "", txt, head_only);
+	char ra[32] = "";
+	if (srv_retry_after(e->kind) > 0) snprintf(ra, sizeof ra, "Retry-After: %d\r\n", srv_retry_after(e->kind));
+	if (txt) srv_raw_reply(fd, status, ra, txt, head_only);
 	free(txt);
 }
 
@@ -392,6 +394,7 @@ static void sock_say(http_server *s, srv_sock *k, enum srv_family f, int status,
 	sock_error(k->fd, f, status, e, head_only);
 	shutdown(k->fd, SHUT_WR);
 	pthread_mutex_lock(&s->gate->mu);
+	sock_pending(s, k, false); // answered: a drain need not wait for it
 	k->phase = SOCK_LINGER;
 	k->said = true;
 	k->deadline_us = base_now_us() + LINGER_US;
@@ -479,8 +482,15 @@ static void gate_accept(http_server *s) {
 		pthread_mutex_lock(&g->mu);
 		const struct ip_count *ic = g->ips ? ip_find(g, sa.sin_addr.s_addr) : NULL;
 		if (!k || (ic && ic->n >= (uint32_t)s->cfg.max_per_ip)) {
-			// past --max-connections-per-ip (or out of memory): closed at once, nothing sent
+			// past --max-connections-per-ip: a 429 without reading the request, and closed at once,
+			// so that one address cannot hold more than its share (out of memory: closed)
 			pthread_mutex_unlock(&g->mu);
+			if (k) {
+				srv_err e;
+				srv_fail(&e, SRV_E_BUSY, NULL, "too many connections from this address (--max-connections-per-ip %d): retry shortly",
+					 s->cfg.max_per_ip);
+				sock_error(fd, SRV_OPENAI, 429, &e, false);
+			}
 			close(fd);
 			free(k);
 			continue;

@@ -63,6 +63,30 @@ test('300 slow sockets from ten addresses leave /health answering', async (t) =>
 	assert.deepEqual(got, Array(15).fill(200));
 });
 
+test('a connection past --max-connections-per-ip gets a 429 with Retry-After and is closed; other addresses are served', async (t) => {
+	const srv = await server(t, ['--max-connections-per-ip', '2']);
+	const open = [];
+	const read = (localAddress) =>
+		new Promise((resolve) => {
+			const s = net.connect({ port: srv.port, host: '127.0.0.1', localAddress });
+			let got = '';
+			s.on('error', () => {});
+			s.on('data', (d) => (got += d.toString('latin1')));
+			s.on('close', () => resolve(got));
+			setTimeout(() => resolve(null), 1500); // still open: within the limit
+			open.push(s);
+		});
+	t.after(() => open.forEach((s) => s.destroy()));
+	assert.deepEqual(await Promise.all([read('127.0.0.5'), read('127.0.0.5')]), [null, null]);
+	const got = await read('127.0.0.5');
+	assert.equal(statusOf(got), 429, JSON.stringify(got));
+	assert.match(got, /\r\nretry-after: 1\r\n/i);
+	const e = JSON.parse(bodyOf(got)).error;
+	assert.equal(e.type, 'rate_limit_error');
+	assert.match(e.message, /max-connections-per-ip 2/);
+	assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+});
+
 const errorOf = (raw) => JSON.parse(bodyOf(raw)).error;
 
 test('framing a server cannot honour gets a 400 at once, in the API shape', async (t) => {
@@ -310,10 +334,16 @@ test('the next request on a kept-alive connection is judged the same way', async
 		[get('/health', '', 'HTTP/2.0'), 505, 'openai', /HTTP\/2\.0/],
 		[get(`/${'a'.repeat(9000)}`), 414, 'openai', /longer than 8192/],
 	];
+	const tokenize = (framing) => {
+		const b = JSON.stringify({ content: 'Once upon a time' });
+		const h = `POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n`;
+		return framing === 'chunked' ? `${h}Transfer-Encoding: chunked\r\n\r\n${b.length.toString(16)}\r\n${b}\r\n0\r\n\r\n` : `${h}Content-Length: ${b.length}\r\n\r\n${b}`;
+	};
 	for (const [bytes, status, shape, msg] of bad) {
 		const c = await session(port);
-		for (let i = 0; i < 2; i++) {
-			c.write(keep('/health'));
+		// requests with and without bodies before it; each reply read before the next is sent
+		for (const req of [keep('/health'), tokenize('length'), keep('/v1/models')]) {
+			c.write(req);
 			assert.equal(statusOf(await c.reply()), 200);
 		}
 		c.write(bytes);
@@ -335,6 +365,13 @@ test('the next request on a kept-alive connection is judged the same way', async
 	c.write(get('/health', '', 'HTTP/2.0'));
 	assert.equal(statusOf(await c.reply()), 505);
 	c.s.destroy();
+	// after a chunked body libmicrohttpd reads the next request itself: sound ones are still served
+	const d = await session(port);
+	for (const req of [tokenize('chunked'), keep('/health'), tokenize('length'), keep('/health')]) {
+		d.write(req);
+		assert.equal(statusOf(await d.reply()), 200);
+	}
+	d.s.destroy();
 });
 
 test('a kept-alive connection: idle past --idle-timeout it closes with nothing sent; a head begun then stalled gets the 408', async (t) => {
