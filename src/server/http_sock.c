@@ -391,6 +391,7 @@ static void timeout_error(http_server *s, srv_err *e) {
 // The gate's own reply, then the client's bytes are read and dropped until it closes, so that
 // the close sends no reset that could cost the client the reply.
 static void sock_say(http_server *s, srv_sock *k, enum srv_family f, int status, const srv_err *e, bool head_only) {
+	LOG_INFO(SRV_MOD, "(no request) %d %s", status, e->msg); // the access log's line for a head refused
 	sock_error(k->fd, f, status, e, head_only);
 	shutdown(k->fd, SHUT_WR);
 	pthread_mutex_lock(&s->gate->mu);
