@@ -356,20 +356,46 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 	return 0;
 }
 
+const char *const srv_load_stage_name[] = {
+	[SRV_LOAD_OPEN] = "opening the model file",      [SRV_LOAD_WEIGHTS] = "reading and repacking weights",
+	[SRV_LOAD_VOCAB] = "reading the vocabulary",     [SRV_LOAD_TEMPLATE] = "compiling the chat template",
+	[SRV_LOAD_DRAFT] = "loading the draft model",    [SRV_LOAD_ENGINE] = "starting the engine",
+};
+
+// Where each stage starts on /health's 0..1 scale (parts per million); the weights take most.
+static const int stage_ppm[] = {[SRV_LOAD_OPEN] = 0,           [SRV_LOAD_WEIGHTS] = 20000,
+				[SRV_LOAD_VOCAB] = 800000,     [SRV_LOAD_TEMPLATE] = 830000,
+				[SRV_LOAD_DRAFT] = 850000,     [SRV_LOAD_ENGINE] = 900000};
+
+static void load_stage(http_server *s, enum srv_load_stage st) {
+	atomic_store(&s->load_stage, st);
+	atomic_store(&s->progress_ppm, stage_ppm[st]);
+}
+
+// model_load_progress's reports: the weights stage's share of the scale, passed on to cfg's hook.
+static void on_weights(void *ud, uint64_t done, uint64_t total) {
+	http_server *s = ud;
+	if (atomic_load(&s->load_stage) == SRV_LOAD_OPEN) atomic_store(&s->load_stage, SRV_LOAD_WEIGHTS); // the file is open
+	const enum srv_load_stage st = atomic_load(&s->load_stage);
+	const int lo = stage_ppm[st], hi = stage_ppm[st + 1];
+	atomic_store(&s->progress_ppm, lo + (int)(total ? (double)(hi - lo) * (double)done / (double)total : 0));
+	if (s->cfg.load_progress && st == SRV_LOAD_WEIGHTS) s->cfg.load_progress(s->cfg.load_progress_ud, done, total);
+}
+
 static void *loader(void *arg) {
 	http_server *s = arg;
 	char err[512];
 	uint64_t t0 = base_now_us();
-	atomic_store(&s->progress_pm, 10);
-	int rc = model_load(&s->m, s->model_path, err, sizeof err);
+	atomic_store(&s->progress_ppm, 1000);
+	int rc = model_load_progress(&s->m, s->model_path, on_weights, s, err, sizeof err);
 	if (!rc) {
-		atomic_store(&s->progress_pm, 600);
+		load_stage(s, SRV_LOAD_VOCAB);
 		s->n_vocab = model_hparams_of(s->m)->n_vocab;
 		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
 		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
 	}
 	if (!rc) {
-		atomic_store(&s->progress_pm, 700);
+		load_stage(s, SRV_LOAD_TEMPLATE);
 		rc = load_template(s, err, sizeof err);
 		// the tool-call family is read off the template once, not per request or token
 		if (!rc) s->tool_fmt = tool_format_of(s->template_src);
@@ -380,12 +406,12 @@ static void *loader(void *arg) {
 		if (!s->bos_text || !s->eos_text) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	}
 	if (!rc && s->cfg.draft_model) {
-		atomic_store(&s->progress_pm, 720);
-		rc = model_load(&s->draft, s->cfg.draft_model, err, sizeof err);
+		load_stage(s, SRV_LOAD_DRAFT);
+		rc = model_load_progress(&s->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
 		s->cfg.lanes.draft_model = s->draft;
 	}
 	if (!rc) {
-		atomic_store(&s->progress_pm, 750);
+		load_stage(s, SRV_LOAD_ENGINE);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
@@ -394,7 +420,7 @@ static void *loader(void *arg) {
 		snprintf(s->load_err, sizeof s->load_err, "%s", err);
 		atomic_store(&s->state, HTTP_FAILED);
 	} else {
-		atomic_store(&s->progress_pm, 1000);
+		atomic_store(&s->progress_ppm, 1000000);
 		int want = HTTP_LOADING;
 		atomic_compare_exchange_strong(&s->state, &want, HTTP_READY);
 	}

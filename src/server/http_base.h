@@ -80,6 +80,10 @@ void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight);
 void srv_hist_print(const srv_hist *h, srv_buf *out);
 
 // ---- the server ---------------------------------------------------------------------------
+// The loader's steps, in order, as /health names them while loading.
+enum srv_load_stage { SRV_LOAD_OPEN, SRV_LOAD_WEIGHTS, SRV_LOAD_VOCAB, SRV_LOAD_TEMPLATE, SRV_LOAD_DRAFT, SRV_LOAD_ENGINE };
+extern const char *const srv_load_stage_name[];
+
 typedef struct srv_call srv_call;
 typedef struct {
 	int fd;          // eventfd, written by the engine's notify callback
@@ -96,7 +100,8 @@ struct http_server {
 	int port;
 
 	atomic_int state;              // enum http_state
-	atomic_int progress_pm;        // load progress, per mille
+	atomic_int progress_ppm;       // load progress, parts per million
+	atomic_int load_stage;         // what the loader does now (enum srv_load_stage)
 	char load_err[512];
 	pthread_t loader;
 	bool loader_started;

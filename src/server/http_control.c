@@ -45,7 +45,9 @@ enum MHD_Result srv_health(srv_conn *c) {
 	switch (st) {
 	case HTTP_READY: return srv_reply_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
 	case HTTP_LOADING:
-		return srv_reply_json(c, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", atomic_load(&s->progress_pm) / 1000.0), 0);
+		return srv_reply_json(c, 503, json_pack("{s:s, s:f, s:s}", "status", "loading", "progress",
+							 atomic_load(&s->progress_ppm) / 1e6, "stage",
+							 srv_load_stage_name[atomic_load(&s->load_stage)]), 0);
 	case HTTP_FAILED: {
 		char err[512];
 		pthread_mutex_lock(&s->mu);

@@ -39,6 +39,8 @@ typedef struct {
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
+	model_progress_fn load_progress; // hears the model's load progress on the loader thread (NULL: none)
+	void *load_progress_ud;
 } http_config;
 
 void http_config_default(http_config *c);
