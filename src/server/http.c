@@ -17,10 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <linux/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 void http_config_default(http_config *c) {
