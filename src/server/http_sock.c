@@ -1,11 +1,7 @@
-// server, layer 1: the connections around libmicrohttpd. The gate thread accepts on the
-// listening socket, counts connections per client address, and peeks at each request head
-// until it is whole. libmicrohttpd 0.9.75 answers a head it cannot parse with an HTML page
-// (a bad Content-Length with its status line twice) and waits for a line end behind binary
-// junk; here such a head gets its JSON error at once, and a sound one goes to libmicrohttpd,
-// which reads it again. After a reply a kept-alive connection comes back, suspended in
-// libmicrohttpd, so that its next head is judged the same way. Every connection's deadlines
-// (head, body, idle) are kept here.
+// server, layer 1: the connections around libmicrohttpd 0.9.75, which answers a head it cannot
+// parse with HTML (a bad Content-Length: its status line twice) and waits for a line end behind
+// junk. The gate thread accepts, counts connections per address and peeks at each head (the next
+// one on a kept-alive connection too): a bad one gets JSON here, a sound one goes to libmicrohttpd.
 #include "server/http_sock.h"
 
 #include <errno.h>
