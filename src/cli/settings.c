@@ -97,7 +97,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "0", .min = 0, .max = 65536, .meta = "N",
 	 .cmds = B(SERVE), .help = "open connections at once; more wait in the listen queue (0 = what the open-file limit allows, up to 16384)"},
 	{.names = "--max-connections-per-ip", .kind = SET_INT, .field = F(max_per_ip), .dflt = "64", .min = 0, .max = 65536, .meta = "N",
-	 .cmds = B(SERVE), .help = "open connections from one client address; more are closed at once (0 = no limit)"},
+	 .cmds = B(SERVE), .help = "open connections from one client address; more get a 429 and are closed at once (0 = no limit)"},
 	{.names = "--header-timeout", .kind = SET_FLOAT, .field = F(header_timeout), .dflt = "10", .min = 0.1, .max = 3600, .meta = "SECONDS",
 	 .cmds = B(SERVE), .help = "a request's head and body must arrive within this, else 408 and close"},
 	{.names = "--idle-timeout", .kind = SET_INT, .field = F(idle_timeout), .dflt = "60", .min = 1, .max = 86400, .meta = "SECONDS",

@@ -7,6 +7,8 @@
 #include "server/http_grid.h"
 #include "server/http_guard.h"
 #include "server/http_routes.h"
+#include "server/http_sock.h"
+#include "server/http_work.h"
 #include "template/tools.h"
 
 #include <arpa/inet.h>
@@ -17,10 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <linux/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 void http_config_default(http_config *c) {
@@ -47,7 +47,8 @@ enum {
 	SRV_R_AUTH = 1 << 0,  // needs the API key when one is set
 	SRV_R_MODEL = 1 << 1, // needs the model (503 while loading)
 	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
-	SRV_R_PREFIX = 1 << 3 // path matches as a prefix
+	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
+	SRV_R_WORK = 1 << 4    // runs on a work thread (reads a body, may render and tokenize a prompt)
 };
 
 struct srv_route {
@@ -65,22 +66,22 @@ static const srv_route routes[] = {
 	{"GET", "/v1/models", 0, SRV_OPENAI, srv_models},
 	{"GET", "/props", 0, SRV_OPENAI, srv_props},
 	{"GET", "/v1/models/", SRV_R_PREFIX, SRV_OPENAI, srv_model_one},
-	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
-	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_completions},
-	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
-	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL, SRV_ANTHROPIC, srv_count_tokens},
-	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OPENAI, srv_responses},
-	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_embeddings},
-	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_tokenize},
+	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
+	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_completions},
+	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
+	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_ANTHROPIC, srv_count_tokens},
+	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_responses},
+	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
+	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_tokenize},
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
 	{"GET", "/api/tags", SRV_R_AUTH, SRV_OLLAMA, srv_ollama_tags},
 	{"GET", "/api/ps", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_ps},
 	{"POST", "/api/show", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_show},
-	{"POST", "/api/generate", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OLLAMA, srv_ollama_generate},
-	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
-	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
-	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
-	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+	{"POST", "/api/generate", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_generate},
+	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
+	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embed},
+	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embeddings},
+	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_detokenize},
 	// the grid: what this server holds, and capacity held for peers (docs/deploy.md)
 	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
 	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
@@ -122,151 +123,8 @@ static const srv_route *route_find(const char *method, const char *url, char *al
 	return r || !k || strcmp(method, "OPTIONS") ? r : &preflight_route;
 }
 
-// ---- connections: deadlines, the drain's count, replies libmicrohttpd cannot give ----------
-
-// One client connection (libmicrohttpd's socket context), on the server's list.
-typedef struct srv_sock srv_sock;
-struct srv_sock {
-	struct srv_sock *prev, *next;
-	int fd;
-	uint64_t deadline_us;     // the request's head and body must be in by then (0: none due)
-	bool pending;             // counted in socks_pending: a request arriving or not yet answered
-	bool received;            // the current request was read whole
-	bool unread;              // it was answered before its body: what follows is that body, not junk
-	bool timed_out;           // its deadline passed: closed with a 408
-	uint64_t sent_mark, recv_mark; // TCP bytes sent and received when the last request was answered
-};
-
-static void tcp_bytes(int fd, uint64_t *sent, uint64_t *recvd) {
-	struct tcp_info ti;
-	socklen_t len = sizeof ti;
-	memset(&ti, 0, sizeof ti);
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len)) ti.tcpi_bytes_sent = ti.tcpi_bytes_received = 0;
-	*sent = ti.tcpi_bytes_sent;
-	*recvd = ti.tcpi_bytes_received;
-}
-
-// Under sock_mu.
-static void sock_pending(http_server *s, srv_sock *k, bool on) {
-	if (k->pending == on) return;
-	k->pending = on;
-	atomic_fetch_add(&s->socks_pending, on ? 1 : -1);
-}
-
-// A reply written straight to the socket as libmicrohttpd closes it: for bytes that never
-// became a request (a malformed request line, binary junk) and for a request cut by its
-// deadline, where libmicrohttpd itself would close with nothing sent.
-static void sock_last_word(http_server *s, srv_sock *k) {
-	uint64_t sent, recvd;
-	tcp_bytes(k->fd, &sent, &recvd);
-	// TCP counts a client's FIN as one received byte: a half-close after a reply is not junk
-	if (atomic_load(&s->quit) || k->received || k->unread || sent != k->sent_mark || recvd <= k->recv_mark + 1) return;
-	srv_err e;
-	int status = 400;
-	const char *reason = "Bad Request";
-	if (k->timed_out) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "the request did not arrive within %g s (--header-timeout)",
-			 s->cfg.header_timeout_s);
-		status = 408;
-		reason = "Request Timeout";
-	} else {
-		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "malformed or incomplete HTTP request: a request line is METHOD PATH HTTP/1.1");
-	}
-	int st;
-	json_t *body = srv_error_body(SRV_OPENAI, &e, &st);
-	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
-	json_decref(body);
-	if (!txt) return;
-	char head[192];
-	int hn = snprintf(head, sizeof head,
-			  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-			  status, reason, strlen(txt));
-	if (send(k->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn)
-		(void)!send(k->fd, txt, strlen(txt), MSG_NOSIGNAL | MSG_DONTWAIT);
-	free(txt);
-}
-
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
-	http_server *s = cls;
-	srv_sock *k = *socket_context;
-	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-		k = calloc(1, sizeof *k);
-		if (!k || !ci) {
-			free(k);
-			return;
-		}
-		k->fd = ci->connect_fd;
-		k->deadline_us = base_now_us() + (uint64_t)(s->cfg.header_timeout_s * 1e6);
-		pthread_mutex_lock(&s->sock_mu);
-		sock_pending(s, k, true);
-		k->next = s->socks;
-		if (s->socks) s->socks->prev = k;
-		s->socks = k;
-		pthread_mutex_unlock(&s->sock_mu);
-		*socket_context = k;
-		return;
-	}
-	if (!k) return;
-	*socket_context = NULL;
-	pthread_mutex_lock(&s->sock_mu);
-	sock_pending(s, k, false);
-	if (k->prev) k->prev->next = k->next;
-	else s->socks = k->next;
-	if (k->next) k->next->prev = k->prev;
-	pthread_mutex_unlock(&s->sock_mu);
-	sock_last_word(s, k);
-	free(k);
-}
-
-// The waker's tick: a connection whose request is not in by its deadline is shut for reading,
-// so that libmicrohttpd closes it (and sock_last_word answers 408).
-static void sock_tick(http_server *s, uint64_t now_us) {
-	pthread_mutex_lock(&s->sock_mu);
-	for (srv_sock *k = s->socks; k; k = k->next)
-		if (k->deadline_us && now_us >= k->deadline_us) {
-			k->deadline_us = 0;
-			k->timed_out = true;
-			shutdown(k->fd, SHUT_RD);
-		}
-	pthread_mutex_unlock(&s->sock_mu);
-}
-
-// A request began on c's connection (its head is in).
-static void sock_begin(srv_conn *c) {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	c->sock = ci ? ci->socket_context : NULL;
-	if (!c->sock) return;
-	pthread_mutex_lock(&c->s->sock_mu);
-	sock_pending(c->s, c->sock, true);
-	c->sock->received = false;
-	c->sock->unread = false;
-	pthread_mutex_unlock(&c->s->sock_mu);
-}
-
-// c's request was read whole, or answered before its body: its deadline no longer applies.
-static void sock_received(srv_conn *c) {
-	if (!c->sock) return;
-	pthread_mutex_lock(&c->s->sock_mu);
-	c->sock->received = true;
-	c->sock->deadline_us = 0;
-	pthread_mutex_unlock(&c->s->sock_mu);
-}
-
-// c's request was answered: the next one on a kept-alive connection has idle plus head time.
-static void sock_answered(srv_conn *c) {
-	srv_sock *k = c->sock;
-	if (!k) return;
-	http_server *s = c->s;
-	uint64_t sent, recvd;
-	tcp_bytes(k->fd, &sent, &recvd);
-	pthread_mutex_lock(&s->sock_mu);
-	sock_pending(s, k, false);
-	k->received = false;
-	k->sent_mark = sent;
-	k->recv_mark = recvd;
-	k->deadline_us = base_now_us() + (uint64_t)((s->cfg.header_timeout_s + s->cfg.idle_timeout_s) * 1e6);
-	pthread_mutex_unlock(&s->sock_mu);
+	srv_sock_notify(cls, mc, socket_context, code);
 }
 
 // ---- the request handler ----------------------------------------------------------------------
@@ -277,8 +135,7 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	c->rt = route_find(method, url, c->allow, sizeof c->allow);
 	if (c->rt) c->family = c->rt->family, c->gen = c->rt->flags & SRV_R_GEN;
 	// an unknown path under an API's prefix is answered in that API's shape
-	else if (!strncmp(url, "/v1/messages", 12)) c->family = SRV_ANTHROPIC;
-	else if (!strncmp(url, "/api/", 5)) c->family = SRV_OLLAMA;
+	else c->family = srv_family_of(url, strlen(url));
 	if (srv_guard(c, url, method, e)) return -1;
 	if (!c->rt) {
 		if (c->allow[0]) return srv_fail(e, SRV_E_METHOD, NULL, "method %s is not allowed on %s", method, url);
@@ -343,6 +200,9 @@ static int head_check(srv_conn *c, const char *version, srv_err *e) {
 	return 0;
 }
 
+// parsing, templates and tokenizing run off the connection threads
+static enum MHD_Result run_route(srv_conn *c) { return c->rt->flags & SRV_R_WORK ? srv_work_run(c, c->rt->fn) : c->rt->fn(c); }
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
 				  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
 	http_server *s = cls;
@@ -359,15 +219,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		if (pl > 1 && c->path[pl - 1] == '/') c->path[pl - 1] = 0; // as route_find reads it
 		c->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) && strcmp(version, "");
 		*con_cls = c;
-		sock_begin(c);
+		srv_sock_begin(c);
 		srv_err e;
 		if (early_check(c, url, method, &e) || head_check(c, version, &e)) {
-			sock_received(c);
-			if (c->sock) {
-				pthread_mutex_lock(&s->sock_mu);
-				c->sock->unread = true;
-				pthread_mutex_unlock(&s->sock_mu);
-			}
+			srv_sock_received(c, true);
 			return srv_reply_error(c, &e);
 		}
 		return MHD_YES;
@@ -375,8 +230,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 	if (c->fwd && !c->replied) { // the grid's thread resumed a forward
 		bool here;
 		enum MHD_Result fr = srv_grid_resume(c, &here);
-		return here ? c->rt->fn(c) : fr;
+		return here ? run_route(c) : fr;
 	}
+	if (c->worked) return MHD_NO; // its route ran on a work thread and gave no reply: the connection closes
 	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
 	if (c->resume && !c->replied) return c->resume(c);   // work off the connection threads ended
 	if (c->replied) {
@@ -401,7 +257,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		}
 		return MHD_YES;
 	}
-	sock_received(c);
+	srv_sock_received(c, false);
 	if (c->body_over) {
 		srv_err e;
 		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
@@ -409,7 +265,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 	}
 	enum MHD_Result fwd;
 	if (c->gen && srv_grid_route(c, false, &fwd)) return fwd;
-	return c->rt->fn(c);
+	return run_route(c);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -417,7 +273,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	if (!c) return;
 	*con_cls = NULL;
 	if (c->closed_after_reply) toe = MHD_REQUEST_TERMINATED_COMPLETED_OK;
-	else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) sock_answered(c);
+	else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_sock_answered(c);
 	if (c->call) {
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
@@ -671,9 +527,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->template_path = dup_or_null(cfg->chat_template);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->slot_mu, NULL);
-	pthread_mutex_init(&s->sock_mu, NULL);
 	s->waker_ep = s->waker_quit = -1;
-	s->tick = sock_tick;
 	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
@@ -735,23 +589,27 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
 	}
-	// TURBO: closing does not shut the socket for writing first, so sock_last_word can answer
+	// NO_LISTEN_SOCKET: the gate accepts and judges each head first (http_sock.c); TURBO: closing
+	// does not shut the socket for writing first, so a last word can still be written
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
-			 MHD_USE_ERROR_LOG;
-	s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
-				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip,
+			 MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+	// the gate enforces --max-connections and the per-address limit; libmicrohttpd's own limit,
+	// counted per thread, is set past anything the gate lets through
+	const unsigned mhd_limit = (unsigned)s->cfg.max_connections * (unsigned)cfg->http_threads + 64;
+	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_MHD_POOL,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
 				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 	if (!s->mhd) {
 		http_server_free(s);
-		return base_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
-				    cfg->host, cfg->port);
+		return base_seterr(err, errlen, LANES_EIO, "cannot start the HTTP daemon");
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = di ? di->port : cfg->port;
+	if (srv_work_start(s, err, errlen) || srv_gate_start(s, &sa, err, errlen)) {
+		http_server_free(s);
+		return LANES_EIO;
+	}
 	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {
@@ -766,12 +624,17 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
-	srv_adapters_stop(s); // resumes the loads still waiting
-	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
+	// libmicrohttpd refuses to stop with connections suspended: the adapter loads', the gate's,
+	// the waker's, the grid's and the work threads' are resumed first
+	srv_adapters_stop(s);
+	srv_gate_stop(s);
+	srv_waker_release(s);
 	srv_grid_release(s);
+	srv_work_stop(s);
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	srv_waker_stop(s);
 	srv_grid_stop(s);
+	srv_gate_free(s);
 	lane_host_free(s->host);
 	srv_adapters_free(s);
 	tmpl_free(s->tmpl);
@@ -791,7 +654,6 @@ void http_server_free(http_server *s) {
 	free(s->template_src);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->slot_mu);
-	pthread_mutex_destroy(&s->sock_mu);
 	free(s);
 }
 

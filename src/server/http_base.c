@@ -80,6 +80,12 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 
 int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
 
+enum srv_family srv_family_of(const char *path, size_t n) {
+	if (n >= 12 && !memcmp(path, "/v1/messages", 12)) return SRV_ANTHROPIC;
+	if (n >= 5 && !memcmp(path, "/api/", 5)) return SRV_OLLAMA;
+	return SRV_OPENAI;
+}
+
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
 	if (f == SRV_ANTHROPIC) {
 		*status = ekinds[e->kind].anthropic_status;
@@ -140,30 +146,50 @@ static void fixed_body(enum srv_family f, enum srv_ekind kind, char *out, size_t
 			 ekinds[kind].openai_type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
 }
 
-// A JSON reply written on the socket, and the connection closed: libmicrohttpd names only the
-// statuses it knows, and a client shown "529 Unknown" cannot tell Anthropic's overload apart.
-static enum MHD_Result reply_raw(srv_conn *c, int status, const char *reason, const char *body, int retry_after) {
-	const int fd = srv_sock_fd(c);
-	char date[64], ra[48] = "", cors[600] = "";
+const char *srv_reason(int status) {
+	switch (status) {
+	case 400: return "Bad Request";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 505: return "HTTP Version Not Supported";
+	case 529: return "Overloaded";
+	default: return "Error";
+	}
+}
+
+int srv_raw_reply(int fd, int status, const char *extra, const char *body, bool head_only) {
+	char date[64];
 	const time_t now = time(NULL);
 	struct tm tm;
 	strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
-	if (retry_after > 0) snprintf(ra, sizeof ra, "Retry-After: %d\r\n", retry_after);
-	if (c->cors)
-		snprintf(cors, sizeof cors, "Access-Control-Allow-Origin: %.500s\r\n%s", c->cors, strcmp(c->cors, "*") ? "Vary: Origin\r\n" : "");
-	const size_t cap = strlen(body) + sizeof date + sizeof ra + sizeof cors + 256;
+	const size_t cap = strlen(body) + strlen(extra) + sizeof date + 256;
 	char *msg = malloc(cap);
 	int n = !msg ? -1 : snprintf(msg, cap,
-			 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s%s"
-			 "Connection: close\r\n\r\n%s", status, reason, date, strlen(body), ra, cors, body);
+			 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
+			 "Connection: close\r\n\r\n%s", status, srv_reason(status), date, strlen(body), extra, head_only ? "" : body);
+	int rc = -1;
+	if (fd >= 0 && n > 0 && (size_t)n < cap) rc = send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n ? 0 : -1;
+	free(msg);
+	return rc;
+}
+
+// A JSON reply written on the socket, and the connection closed: libmicrohttpd names only the
+// statuses it knows, and a client shown "529 Unknown" cannot tell Anthropic's overload apart.
+static enum MHD_Result reply_raw(srv_conn *c, int status, const char *body, int retry_after) {
+	const int fd = srv_sock_fd(c);
+	char extra[600] = "";
+	int k = retry_after > 0 ? snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after) : 0;
+	if (c->cors)
+		snprintf(extra + k, sizeof extra - (size_t)k, "Access-Control-Allow-Origin: %.500s\r\n%s", c->cors,
+			 strcmp(c->cors, "*") ? "Vary: Origin\r\n" : "");
 	c->status = status;
 	c->replied = true;
 	c->closed_after_reply = true;
-	if (fd >= 0 && n > 0 && (size_t)n < cap) {
-		(void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-		shutdown(fd, SHUT_WR);
-	}
-	free(msg);
+	srv_raw_reply(fd, status, extra, body, false);
+	if (fd >= 0) shutdown(fd, SHUT_WR);
 	return MHD_NO; // libmicrohttpd closes the connection without a word of its own
 }
 
@@ -177,7 +203,7 @@ static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int r
 		status = c->family == SRV_ANTHROPIC ? ekinds[kind].anthropic_status : ekinds[kind].status;
 	}
 	if (status == 529) {
-		enum MHD_Result ok = reply_raw(c, status, "Overloaded", txt ? txt : fixed, retry_after);
+		enum MHD_Result ok = reply_raw(c, status, txt ? txt : fixed, retry_after);
 		free(txt);
 		return ok;
 	}

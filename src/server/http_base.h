@@ -58,6 +58,15 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status);
 // Retry-After seconds for the kind (0: none).
 int srv_retry_after(enum srv_ekind kind);
+// The API a path's errors are shaped for when no route names it: /v1/messages… is
+// Anthropic's, /api/… Ollama's, the rest OpenAI's. path need not be NUL-terminated.
+enum srv_family srv_family_of(const char *path, size_t n);
+// The reason phrase this server writes for a status it answers itself.
+const char *srv_reason(int status);
+// A whole JSON reply written on fd without blocking — status line, Date, Content-Type,
+// Content-Length, extra (header lines, each ending in CRLF), Connection: close, then body
+// unless head_only — for replies libmicrohttpd cannot give. 0 when every byte went out.
+int srv_raw_reply(int fd, int status, const char *extra, const char *body, bool head_only);
 
 // ---- histograms (Prometheus, cumulative on output) -----------------------------------------
 #define SRV_HIST_MAX 16
@@ -125,11 +134,10 @@ struct http_server {
 	pthread_t waker;               // resumes suspended calls on events, probes and keep-alive timers
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
-	void (*tick)(http_server *s, uint64_t now_us); // run by the waker about ten times a second
 	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
 	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
-	struct srv_sock *socks;        // every open connection (under sock_mu)
-	pthread_mutex_t sock_mu;
+	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (http_sock.c)
+	struct srv_work *work;         // the threads that run routes off the connection threads (http_work.c)
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
 
 	srv_hist ttft, itl;
@@ -175,6 +183,10 @@ struct srv_conn {
 	enum MHD_Result (*resume)(srv_conn *c);
 	void (*done)(srv_conn *c);
 	void *job;
+	bool in_work;                  // its route runs on a work thread, the connection suspended
+	bool park;                     // ... and its call waits for events: the waker resumes it
+	bool worked;                   // the route ran on a work thread and the connection was resumed
+	bool park_fwd;                 // ... and it now waits for a peer: the grid's thread resumes it
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.

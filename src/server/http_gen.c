@@ -458,6 +458,11 @@ static void call_wake(srv_call *c) {
 // returns false at once when a wake-up is pending or the server is stopping.
 static bool call_suspend(srv_call *c, uint64_t wake_at_us) {
 	http_server *s = c->s;
+	if (c->conn->in_work) { // suspended already: the work thread parks it once the route returns
+		c->wake_at_us = wake_at_us;
+		c->conn->park = true;
+		return true;
+	}
 	pthread_mutex_lock(&s->slot_mu);
 	bool ok = !c->pending && !atomic_load(&s->quit);
 	c->pending = false;
@@ -466,6 +471,18 @@ static bool call_suspend(srv_call *c, uint64_t wake_at_us) {
 		c->wake_at_us = wake_at_us;
 		MHD_suspend_connection(c->conn->mc);
 	}
+	pthread_mutex_unlock(&s->slot_mu);
+	return ok;
+}
+
+bool srv_gen_park(srv_conn *conn) {
+	srv_call *c = conn->call;
+	http_server *s = conn->s;
+	if (!c) return false;
+	pthread_mutex_lock(&s->slot_mu);
+	const bool ok = !c->pending && !atomic_load(&s->quit);
+	c->pending = false;
+	c->waiting = ok;
 	pthread_mutex_unlock(&s->slot_mu);
 	return ok;
 }
@@ -522,7 +539,6 @@ static void *waker_main(void *arg) {
 			if (c && c->waiting && c->wake_at_us && now >= c->wake_at_us) call_wake(c);
 		}
 		pthread_mutex_unlock(&s->slot_mu);
-		if (s->tick) s->tick(s, now);
 	}
 	return NULL;
 }

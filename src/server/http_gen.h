@@ -181,6 +181,10 @@ enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *
 void srv_call_free(srv_call *c);
 // A non-streamed call's connection, resumed by the waker: replies, or suspends it again.
 enum MHD_Result srv_gen_resume(srv_conn *c);
+// After a route ran on a work thread (http_work.c) and its call chose to wait: true when the
+// call now waits for the waker (the connection stays suspended), false when it must be
+// resumed at once (a wake-up came meanwhile, or the server is stopping).
+bool srv_gen_park(srv_conn *c);
 
 // ---- the waker: one thread, so that no connection thread blocks on the engine ----------------
 // Starts it over every slot's eventfd (each slot's fd must be open). 0 or a negative code.

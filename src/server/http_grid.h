@@ -36,6 +36,9 @@ void srv_grid_stop(http_server *s);
 // for a lane here, and runs here. Else false: it runs here. A request that came from a peer is
 // never forwarded again.
 bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret);
+// From the work thread whose route srv_grid_route took (the connection already suspended):
+// parks it until the grid's thread resumes it (true), or false when a wake-up came meanwhile.
+bool srv_grid_park(srv_conn *c);
 // While draining: whether a generation request may still go to a peer (so it is read, not refused).
 bool srv_grid_may_forward(http_server *s);
 // A forwarded request's connection, resumed by the grid's thread: the peer's reply, or

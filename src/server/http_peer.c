@@ -769,12 +769,28 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	f->lnext = g->live;
 	if (g->live) g->live->lprev = f;
 	g->live = f;
-	f->waiting = true;
-	MHD_suspend_connection(c->mc);
+	if (c->in_work) { // suspended already: the work thread parks it once the route returns
+		c->park_fwd = true;
+	} else {
+		f->waiting = true;
+		MHD_suspend_connection(c->mc);
+	}
 	pthread_mutex_unlock(&g->mu);
 	curl_multi_wakeup(g->multi);
 	*ret = MHD_YES;
 	return true;
+}
+
+bool srv_grid_park(srv_conn *c) {
+	srv_fwd *f = c->fwd;
+	if (!f) return false;
+	srv_grid *g = f->g;
+	pthread_mutex_lock(&g->mu);
+	const bool ok = !f->pending && !atomic_load(&g->quit);
+	f->pending = false;
+	f->waiting = ok;
+	pthread_mutex_unlock(&g->mu);
+	return ok;
 }
 
 static void set_idle(srv_conn *c) {

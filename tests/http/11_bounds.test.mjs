@@ -111,6 +111,12 @@ test('the other bounds: penalties, top_logprobs, logit_bias, stop counts, n', as
 	await refused('messages', { stop_sequences: many }, 'stop_sequences');
 	await refused('messages', { stop_sequences: 'x' }, 'stop_sequences');
 	await accepted('messages', { stop_sequences: many.slice(0, 16) });
+	// a stop string too long is refused naming its field, in every shape it can take
+	const long = 'a'.repeat(1025);
+	await refused('chat', { stop: long }, 'stop');
+	await refused('completions', { stop: ['x', long] }, 'stop');
+	await refused('messages', { stop_sequences: [long] }, 'stop_sequences');
+	await accepted('chat', { stop: 'a'.repeat(1024) });
 	await refused('chat', { n: 33 }, 'n');
 	await refused('completions', { n: 2, best_of: 3 }, 'best_of');
 });

@@ -1,0 +1,109 @@
+// server, layer 2: the work threads. libmicrohttpd lets a suspended connection be given its
+// reply from any thread and resumed from any thread, so a route runs here with its
+// connection suspended; when it returns, the connection is resumed — unless its generation
+// call now waits for the engine, in which case the waker resumes it (srv_gen_park).
+#include "server/http_work.h"
+#include "server/http_grid.h"
+
+#include <stdlib.h>
+
+typedef struct srv_job srv_job;
+struct srv_job {
+	srv_job *next;
+	srv_conn *c;
+	enum MHD_Result (*fn)(srv_conn *c);
+};
+
+struct srv_work {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	srv_job *head, *tail;          // queued, oldest first
+	bool stop;
+	pthread_t threads[SRV_WORK_THREADS];
+	int n_threads;
+};
+
+// The route has answered (or ended): the connection goes back to libmicrohttpd.
+static void job_done(srv_conn *c) {
+	c->in_work = false;
+	if (c->park) {
+		c->park = false;
+		if (srv_gen_park(c)) return; // the waker resumes it on the call's events
+	} else if (c->park_fwd) {
+		c->park_fwd = false;
+		if (srv_grid_park(c)) return; // the grid's thread resumes it
+	} else {
+		c->worked = true; // answered, or to be closed
+	}
+	MHD_resume_connection(c->mc);
+}
+
+static void *work_main(void *arg) {
+	struct srv_work *w = arg;
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+		srv_job *j = w->head;
+		if (j) {
+			w->head = j->next;
+			if (!w->head) w->tail = NULL;
+		}
+		const bool stop = w->stop;
+		pthread_mutex_unlock(&w->mu);
+		if (!j) return NULL;
+		if (!stop) {
+			j->c->in_work = true;
+			j->fn(j->c);
+		}
+		job_done(j->c);
+		free(j);
+	}
+}
+
+int srv_work_start(http_server *s, char *err, size_t errlen) {
+	struct srv_work *w = calloc(1, sizeof *w);
+	if (!w) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	s->work = w;
+	for (int i = 0; i < SRV_WORK_THREADS; i++) {
+		if (pthread_create(&w->threads[i], NULL, work_main, w)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start a work thread");
+		w->n_threads++;
+	}
+	return 0;
+}
+
+enum MHD_Result srv_work_run(srv_conn *c, enum MHD_Result (*fn)(srv_conn *c)) {
+	struct srv_work *w = c->s->work;
+	srv_job *j = calloc(1, sizeof *j);
+	if (!j) return fn(c);
+	j->c = c;
+	j->fn = fn;
+	pthread_mutex_lock(&w->mu);
+	if (w->stop) { // the server is stopping: the connection closes
+		pthread_mutex_unlock(&w->mu);
+		free(j);
+		return MHD_NO;
+	}
+	MHD_suspend_connection(c->mc);
+	if (w->tail) w->tail->next = j;
+	else w->head = j;
+	w->tail = j;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return MHD_YES;
+}
+
+void srv_work_stop(http_server *s) {
+	struct srv_work *w = s->work;
+	if (!w) return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	for (int i = 0; i < w->n_threads; i++) pthread_join(w->threads[i], NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+	s->work = NULL;
+}
