@@ -75,6 +75,9 @@ typedef struct {
 	// Adapters every row of the request adds, loaded for the host's model (copied at submit;
 	// the adapters must outlive the request). NULL: none. Such a request skips the prefix cache.
 	const model_lora_set *lora;
+	// The domain the expert observer counts the request's rows under (lane_check_domain;
+	// copied at submit). NULL or "": none (counted in the totals alone).
+	const char *domain;
 } lane_request;
 
 // Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
@@ -208,6 +211,7 @@ typedef struct {
 	int32_t window;
 	int32_t window_max;
 	double window_recent_s;   // demand counts requests that ended this recently (default 300)
+	bool experts;             // count each MoE layer's expert choices (default on; lane_host_experts)
 } lane_config;
 
 // The defaults above. Thread-safe.
@@ -346,6 +350,38 @@ typedef struct {
 // Copies the last snapshot the engine published (with the current rejected count) into *out;
 // never waits for a round. Thread-safe.
 void lane_host_snapshot(lane_host *h, lane_snapshot *out);
+
+// ---- the expert observer (lane_config.experts on a MoE model) -----------------------------
+// Every row a forward pass computes (prompt rows, decode rows and draft rows; not prompt tokens
+// taken from the prefix cache) adds its choices at every MoE layer to the counters of its
+// request's domain and phase (prompt or generated), after the pass, on the engine thread.
+#define LANE_DOMAIN_MAX 32      // bytes of a domain name
+#define LANE_EXPERT_DOMAINS 8   // named domains a window holds; later names count as "other"
+#define LANE_EXPERT_SLOTS (LANE_EXPERT_DOMAINS + 2) // unlabeled, the named ones, "other"
+enum lane_expert_phase { LANE_PHASE_PROMPT, LANE_PHASE_GENERATED, LANE_PHASE_COUNT };
+
+// A copy of the counters since the window began.
+typedef struct {
+	model_experts *counts;    // group slot * LANE_PHASE_COUNT + phase (allocated by lane_experts_init)
+	int32_t n_named;          // named domains in slots 1..n_named
+	char name[LANE_EXPERT_SLOTS][LANE_DOMAIN_MAX + 1]; // slot names: "" (unlabeled), the named, "other"
+	uint64_t window;          // windows begun before this one (each reset begins one)
+	double seconds;           // how long this window has run
+} lane_experts;
+
+// Checks a domain name: 1..LANE_DOMAIN_MAX letters, digits, '_', '-' or '.'. 0, or LANES_EINVAL
+// with err naming the rule. Thread-safe.
+int lane_check_domain(const char *domain, char *err, size_t errlen);
+// Whether h counts experts: a MoE model with lane_config.experts. Thread-safe.
+bool lane_host_observes_experts(const lane_host *h);
+// Room for a copy of h's counters in e. 0; LANES_ENOTFOUND when h counts no experts; LANES_ENOMEM.
+// Thread-safe.
+int lane_experts_init(const lane_host *h, lane_experts *e);
+void lane_experts_release(lane_experts *e); // accepts one never initialized (zeroed)
+// Copies the counters into e (initialized for h); reset then begins a new window: every counter
+// zero, no named domain. Never waits for a round: the engine holds the counters' lock only to
+// add a pass's choices. Thread-safe.
+void lane_host_experts(lane_host *h, lane_experts *e, bool reset);
 
 // Hooks for tests: when set, fault(arg, round, request_serial) returning true makes an
 // allocation for that request fail in that round. Not thread-safe against a running round:
