@@ -103,6 +103,8 @@ int cmd_serve(const cli_settings *s) {
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	cfg.no_webui = s->no_webui;
+	cfg.lanes.experts = strcmp(s->experts, "off") != 0;
+	cfg.metrics_experts = s->metrics_experts;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 

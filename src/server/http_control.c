@@ -168,6 +168,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
 	srv_hist_print(&s->itl, &b);
+	srv_metrics_experts(s, &b);
 	free(sn);
 	if (b.oom || !b.p) {
 		srv_buf_free(&b);

@@ -39,6 +39,7 @@ typedef struct {
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
+	bool metrics_experts;       // /metrics adds lanes_expert_activations_total{layer,expert}
 } http_config;
 
 void http_config_default(http_config *c);
