@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-import { startServer, mainServer, getJSON, postJSON, KEY, SHARED, BIN, TMP, STORIES, sleep } from './lib.mjs';
+import { startServer, getJSON, postJSON, KEY, SHARED, BIN, TMP, STORIES, sleep } from './lib.mjs';
 
 const MOE = path.join(SHARED, 'models/ref-moe-Q8_0.gguf');
 let srv, off, oai, ant;
@@ -189,12 +189,13 @@ test('bad labels get a clear error in the API shape', async () => {
 });
 
 test('a dense model, and the observer off, answer 404 saying why', async () => {
-	const dense = await mainServer();
+	const dense = await startServer(['-m', STORIES, '--metrics-experts']);
 	const d = await experts(dense.url);
 	assert.equal(d.status, 404);
 	assert.match(d.body.error.message, /has no experts/);
 	assert.equal((await fetch(`${dense.url}/v1/experts.svg`)).status, 404);
 	assert.ok(!(await (await fetch(`${dense.url}/metrics`)).text()).includes('lanes_expert_activations_total'));
+	dense.proc.kill('SIGKILL');
 	const o = await experts(off.url);
 	assert.equal(o.status, 404);
 	assert.match(o.body.error.message, /observer is off/);
