@@ -37,7 +37,7 @@ done
 
 corpus=${TMPDIR:-/tmp}/lanes-experts-corpus.$$
 mkdir -p "$corpus/code" "$corpus/docs" "$corpus/templates" || exit 1
-cp src/*/*.c "$corpus/code/"
+for f in src/*/*.c; do cp "$f" "$corpus/code/$(echo "$f" | tr / _)"; done
 cp docs/*.md README.md "$corpus/docs/"
 cp "$shared"/chat-templates/* "$corpus/templates/" 2>/dev/null
 em=${LANES_EXPERTS_MODEL:-$model}
