@@ -20,7 +20,7 @@ fi
 field() { printf '%s' "$1" | sed -n "s/.*\"$2\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 
 # one stream (512-token prompt, 64 tokens) and four at once: prompt tok/s from the first token's
-# time, decode tok/s after it
+# time (one stream), decode tok/s after it; then the observer's own work, timed apart from the noise
 echo "| run | observer | concurrent | prompt tok/s | decode tok/s | aggregate tok/s |"
 echo "|---|---|---|---|---|---|"
 for r in $(seq 1 "$reps"); do
@@ -28,12 +28,15 @@ for r in $(seq 1 "$reps"); do
 		for o in on off; do
 			j=$("$bin" bench -m "$model" --concurrent "$m" --req-prompt 512 -n 64 -t "$threads" --experts "$o" --json 2>/dev/null) ||
 				{ echo "| $r | $o | $m | failed | | |"; continue; }
-			ttft=$(field "$j" ttft_ms)
-			pp=$(echo "scale=1; $m * 513 * 1000 / $ttft" | bc)
+			# one stream: its 513 prompt tokens over the time to its first token
+			pp=-
+			[ "$m" = 1 ] && pp=$(echo "scale=1; 513 * 1000 / $(field "$j" ttft_ms)" | bc)
 			echo "| $r | $o | $m | $pp | $(field "$j" tg_tps) | $(field "$j" aggregate_tps) |"
 		done
 	done
 done
+
+[ -x build/bench/experts_bench ] && { echo; build/bench/experts_bench "$model" "$threads" 15 2>/dev/null; }
 
 corpus=${TMPDIR:-/tmp}/lanes-experts-corpus.$$
 mkdir -p "$corpus/code" "$corpus/docs" "$corpus/templates" || exit 1
