@@ -21,6 +21,7 @@ typedef struct {
 	double *cum;                  // [L][E + 1]: mass of the first k in rank order
 	int32_t *ws;                  // [L][OBS_LEVELS]: the working set at each level
 	double *top10;                // [L]: share of the mass on the first ceil(E/10)
+	uint8_t *hot;                 // [L][E]: 1 for the experts of the working set at OBS_HOT_SHARE%
 } obs_view;
 
 typedef struct {

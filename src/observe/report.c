@@ -10,6 +10,7 @@ const int obs_levels[OBS_LEVELS] = {50, 80, 90, 95};
 
 static void view_free(obs_view *v) {
 	free(v->act), free(v->phase_act), free(v->mass), free(v->pairs), free(v->rank), free(v->cum), free(v->ws), free(v->top10);
+	free(v->hot);
 	memset(v, 0, sizeof *v);
 }
 
@@ -26,7 +27,8 @@ static int view_new(obs_view *v, const model_experts_view *g, const char *name) 
 	v->cum = malloc((LE + (size_t)v->L) * sizeof *v->cum);
 	v->ws = malloc((size_t)v->L * OBS_LEVELS * sizeof *v->ws);
 	v->top10 = malloc((size_t)v->L * sizeof *v->top10);
-	if (v->act && v->phase_act && v->mass && v->pairs && v->rank && v->cum && v->ws && v->top10) return LANES_OK;
+	v->hot = calloc(LE, sizeof *v->hot);
+	if (v->act && v->phase_act && v->mass && v->pairs && v->rank && v->cum && v->ws && v->top10 && v->hot) return LANES_OK;
 	view_free(v);
 	return LANES_ENOMEM;
 }
@@ -67,17 +69,13 @@ static void view_rank(obs_view *v, int32_t n10) {
 			v->ws[(size_t)l * OBS_LEVELS + i] = c;
 		}
 		v->top10[l] = total > 0 ? cum[n10] / total : 0;
+		int lv = 0;
+		while (lv < OBS_LEVELS - 1 && obs_levels[lv] != OBS_HOT_SHARE) lv++;
+		for (int32_t k = 0; k < v->ws[(size_t)l * OBS_LEVELS + lv]; k++) v->hot[(size_t)l * v->E + rk[k]] = 1;
 	}
 }
 
-bool obs_hot(const obs_view *v, int32_t l, int32_t x) {
-	int lv = 0;
-	while (lv < OBS_LEVELS - 1 && obs_levels[lv] != OBS_HOT_SHARE) lv++;
-	const int32_t n = v->ws[(size_t)l * OBS_LEVELS + lv], *rk = v->rank + (size_t)l * v->E;
-	for (int32_t k = 0; k < n; k++)
-		if (rk[k] == x) return true;
-	return false;
-}
+bool obs_hot(const obs_view *v, int32_t l, int32_t x) { return v->hot[(size_t)l * v->E + x]; }
 
 void obs_report_free(obs_report *r) {
 	view_free(&r->all);
