@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "lanes/lanes.h"
 #include "model/model.h"
+#include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -155,7 +156,7 @@ static bool same_counts(const model_experts_view *v, const counts *c, const char
 // The prompts fed in mixed batches (rows of every sequence interleaved, in pieces of 1 to 14):
 // each row keeps the reference's choices, and the counters per sequence equal its counts.
 static void pass_choices(const char *name) {
-	t_case("%s", name);
+	t_case("%s %s", name, tensor_kernels_name(model_kernels(M)));
 	char err[256];
 	const model_hparams *hp = model_hparams_of(M);
 	ref64_shape rs;
@@ -509,9 +510,15 @@ static int gen_qwen2moe(const char *path) {
 int main(void) {
 	char path[1024];
 	const char *models[] = {"ref-moe-F16.gguf", "ref-moe-Q8_0.gguf"};
+	// the choices under every kernel set this CPU runs; the host's counts under the default one
+	const char *sets[8];
+	const int ns = tensor_kernels_available(sets, 8);
 	for (int i = 0; i < 2; i++) {
 		snprintf(path, sizeof path, "%s/models/%s", t_shared(), models[i]);
-		with_model(path, pass_choices);
+		for (int k = 0; k < ns; k++) {
+			CHECK(tensor_kernels_select(sets[k]) == 0);
+			with_model(path, pass_choices);
+		}
 		with_model(path, host_counts);
 	}
 	with_model(path, tokens_unchanged);
