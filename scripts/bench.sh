@@ -74,3 +74,5 @@ for v in llama-spm qwen2 gpt-2; do
 done
 # constrained decoding: mask + accept per token along a JSON document, cold and warm
 "$BUILD/bench/grammar_bench" "$LANES_SHARED/vocab/ggml-vocab-llama-spm.gguf" "$LANES_SHARED/vocab/ggml-vocab-qwen2.gguf"
+# model load without and with a progress callback (the bar and /health's progress)
+[ -s "$MODELS/tinyllama-1.1b-Q4_0.gguf" ] && "$BUILD/bench/load_bench" "$MODELS/tinyllama-1.1b-Q4_0.gguf" 5 2>/dev/null

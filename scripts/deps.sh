@@ -18,7 +18,11 @@ if [ "$1" = "--node" ]; then
 	if [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null 2>&1; then
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } >&2 || exit 1
 	fi
-	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ ! -d node_modules/ollama ] || [ ! -d node_modules/puppeteer-core ] || [ package-lock.json -nt node_modules ]; then
+	# a node_modules that links to another checkout's is that checkout's to refresh: npm ci here
+	# would empty it through the link (a fresh worktree's lock file is newer than any install)
+	stale=false
+	[ ! -L node_modules ] && [ package-lock.json -nt node_modules ] && stale=true
+	if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ ! -d node_modules/ollama ] || [ ! -d node_modules/puppeteer-core ] || $stale; then
 		npm ci --no-audit --no-fund >&2 || exit 1
 	fi
 fi

@@ -63,6 +63,8 @@ size_t base_utf8_copy(char *dst, size_t cap, const char *src, size_t n) {
 	return o;
 }
 
+static bool log_bar; // under stderr's lock
+
 void base_log(int level, const char *module, const char *fmt, ...) {
 	static const char tag[] = "EWID";
 	char line[2048], out[2048 * 4 + 2];
@@ -81,7 +83,17 @@ void base_log(int level, const char *module, const char *fmt, ...) {
 	// one fputs per line so concurrent threads do not interleave inside a line
 	out[o++] = '\n';
 	out[o] = 0;
+	flockfile(stderr);
+	if (log_bar) fputs("\r\033[K", stderr);
+	log_bar = false;
 	fputs(out, stderr);
+	funlockfile(stderr);
+}
+
+bool base_log_bar(bool drawn) {
+	const bool was = log_bar;
+	log_bar = drawn;
+	return was;
 }
 
 _Noreturn void base_panic(const char *file, int line, const char *what) {

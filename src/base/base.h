@@ -48,6 +48,9 @@ enum base_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL
 extern int base_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
 void base_log(int level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+// Whether a progress bar holds stderr's current line: a log line wipes it first. Set and
+// drawn with stderr locked (flockfile), as base_log writes. Returns what it was.
+bool base_log_bar(bool drawn);
 #define LOG(level, module, ...)                                                   \
 	do {                                                                      \
 		if ((level) <= base_log_level) base_log((level), (module), __VA_ARGS__); \

@@ -53,4 +53,24 @@ char *cli_read_file(const char *path, size_t *len);
 struct grammar;
 int cli_grammar(const cli_settings *s, struct grammar **g);
 
+// ---- progress (progress.c): one display for every long step ----------------------------------
+// On a terminal (stderr) a bar redrawn in place; otherwise a plain line at each tenth when
+// `lines`, else nothing. Nothing at all below LANES_LOG=info.
+typedef struct {
+	const char *what;  // the display's name: "pull", "load", ...
+	bool bytes;        // amounts are bytes: shown in MiB, with the rate and the time left
+	bool tty, on;      // stderr is a terminal; anything is shown
+	bool drawn;        // a bar is on screen, without its newline
+	uint64_t t0_us, last_us;
+	int64_t t0_done;   // done at the first update: the rate counts what this run adds
+	int last_step;     // the last tenth printed as a plain line
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *what, bool bytes, bool lines);
+// done of total (total <= 0: unknown); note (NULL: none) follows the bar, e.g. a tensor's name.
+void cli_progress_update(cli_progress *p, int64_t done, int64_t total, const char *note);
+void cli_progress_clear(cli_progress *p); // wipes the bar before another line is printed
+void cli_progress_end(cli_progress *p);   // leaves the bar as drawn, with its newline
+// A model_progress_fn over a started cli_progress (ud): updates it and ends it when whole.
+void cli_progress_model(void *ud, uint64_t done, uint64_t total);
+
 #endif

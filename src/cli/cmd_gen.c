@@ -385,13 +385,14 @@ int cmd_gen(const cli_settings *set) {
 			 .tied = s->tied};
 	// Values are drawn and converted a slab of rows at a time; only the converted tensor
 	// is held whole (the writer copies it).
-	uint64_t max_bytes = 0;
+	uint64_t max_bytes = 0, all_bytes = 0;
 	int64_t slab = 1 << 20; // elements per slab, at least one row
 	for (int i = 0; i < nt; i++) {
 		if (ts[i].ne[0] > slab) slab = ts[i].ne[0];
 		uint32_t type = ftype_pick(&m, ts[i].name, ts[i].n_dims, ts[i].ne, GGUF_T_F32, NULL, 0);
 		uint64_t b = (uint64_t)(ts[i].ne[1] * ts[i].ne[2]) * tensor_row_bytes(type, ts[i].ne[0]);
 		if (b > max_bytes) max_bytes = b;
+		all_bytes += b;
 	}
 	f = malloc((size_t)slab * 4);
 	q = malloc(max_bytes);
@@ -401,11 +402,16 @@ int cmd_gen(const cli_settings *set) {
 		goto done;
 	}
 	uint64_t total = 0, t0 = base_now_us();
+	cli_progress bar;
+	cli_progress_start(&bar, "gen", true, true);
 	for (int i = 0; i < nt && !rc; i++) {
 		const gen_tensor *t = &ts[i];
 		char note[256];
 		uint32_t type = ftype_pick(&m, t->name, t->n_dims, t->ne, GGUF_T_F32, note, sizeof note);
-		if (note[0]) cli_err("%s", note);
+		if (note[0]) {
+			cli_progress_clear(&bar);
+			cli_err("%s", note);
+		}
 		const int64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2];
 		const size_t rb = tensor_row_bytes(type, cols);
 		const int64_t slab_rows = slab / cols > 0 ? slab / cols : 1;
@@ -420,15 +426,18 @@ int cmd_gen(const cli_settings *set) {
 				base_pool_run(pool, fill_slice, &j);
 			}
 			rc = tensor_quantize_rows(type, f, (uint8_t *)q + r0 * rb, nr, cols, pool);
+			cli_progress_update(&bar, (int64_t)(total + (uint64_t)(r0 + nr) * rb), (int64_t)all_bytes, t->name);
 		}
 		uint64_t nb = (uint64_t)rows * rb;
 		if (!rc) rc = gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, nb);
 		if (rc) {
+			cli_progress_end(&bar);
 			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
 			goto done;
 		}
 		total += nb;
 	}
+	cli_progress_end(&bar);
 	if ((rc = gguf_writer_write(w, out_path, err, sizeof err))) goto done;
 	printf("%s: %s %s, %d tensors, vocab %lld, %.2f MiB, %.1f s\n", out_path, s->name, ft->name, nt,
 	       (long long)n_vocab, total / 1048576.0, (base_now_us() - t0) / 1e6);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #define PULL_TRIES 5
+#define GATED_HINT " (a gated repository? give --hf-token or HF_TOKEN)"
 
 typedef struct {
 	char url[4096];
@@ -90,10 +91,13 @@ static int pick_file(const cli_settings *s, const char *org, const char *repo, c
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
 	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
 	CURLcode rc = curl_easy_perform(c);
+	long code = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
-		cli_err("%s: %s", url, curl_easy_strerror(rc));
+		if (code >= 400) cli_err("%s: HTTP %ld%s", url, code, code == 401 || code == 403 ? GATED_HINT : "");
+		else cli_err("%s: %s", url, curl_easy_strerror(rc));
 		free(body);
 		return -1;
 	}
@@ -190,10 +194,10 @@ typedef struct {
 	int64_t have, total;        // bytes in the .part file; the whole file's size (-1: unknown)
 	char sha[65];               // the hub's SHA-256 of the file ("": none published)
 	int64_t linked_size;        // X-Linked-Size (-1: none)
-	bool restart_checked, tty;
-	uint64_t t0_us, last_us;
-	int64_t t0_bytes;
-	int last_step;
+	bool restart_checked, discard; // discard: an error's body, never part of the file
+	sha256_ctx hash;            // of the .part file's first `hashed` bytes, fed as they are written
+	int64_t hashed;             // -1: lost (a read failed), the file is read back at the end
+	cli_progress bar;
 } xfer;
 
 static void header_value(const char *line, size_t n, const char *name, char *out, size_t on) {
@@ -235,45 +239,51 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
 	if (!x->restart_checked) {
 		long code = 0;
 		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
-		if (code != 206 && x->have) { // the server sent the whole file: start over
+		x->discard = code >= 300;
+		if (code != 206 && x->have && !x->discard) { // the server sent the whole file: start over
 			if (ftruncate(fileno(x->f), 0) || fseek(x->f, 0, SEEK_SET)) return 0;
 			x->have = 0;
+			sha256_init(&x->hash);
+			x->hashed = 0;
 		}
 		x->restart_checked = true;
 	}
+	if (x->discard) return sz * n;
 	if (fwrite(p, sz, n, x->f) != n) return 0;
 	x->have += (int64_t)(sz * n);
+	if (x->hashed >= 0) {
+		sha256_update(&x->hash, p, sz * n);
+		x->hashed += (int64_t)(sz * n);
+	}
 	return sz * n;
 }
 
-static void fmt_mib(int64_t b, char *out, size_t n) { snprintf(out, n, "%.1f MiB", (double)b / 1048576.0); }
-
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ut, curl_off_t un) {
 	xfer *x = ud;
-	const uint64_t now = base_now_us();
 	int64_t total = x->linked_size > 0 ? x->linked_size : x->total;
-	if (total <= 0 && dltotal > 0) total = x->t0_bytes + dltotal;
-	char a[32], b[32];
-	fmt_mib(x->have, a, sizeof a);
-	fmt_mib(total, b, sizeof b);
-	const double secs = (double)(now - x->t0_us) / 1e6, rate = secs > 0 ? (double)(x->have - x->t0_bytes) / secs : 0;
-	if (x->tty) {
-		if (now - x->last_us < 100000) return 0;
-		x->last_us = now;
-		const double frac = total > 0 ? (double)x->have / (double)total : 0;
-		char bar[31];
-		for (int i = 0; i < 30; i++) bar[i] = i < (int)(frac * 30) ? '#' : '.';
-		bar[30] = 0;
-		fprintf(stderr, "\r[%s] %s / %s  %.1f MiB/s  ETA %.0f s   ", bar, a, b, rate / 1048576.0,
-			rate > 0 && total > x->have ? (double)(total - x->have) / rate : 0.0);
-	} else if (total > 0) {
-		const int step = (int)(x->have * 10 / total); // a plain line every tenth
-		if (step > x->last_step) {
-			x->last_step = step;
-			fprintf(stderr, "pull: %d%% (%s of %s, %.1f MiB/s)\n", step * 10, a, b, rate / 1048576.0);
-		}
-	}
+	if (total <= 0 && dltotal > 0) total = x->have - dlnow + dltotal; // this transfer's start plus its length
+	cli_progress_update(&x->bar, x->have, total, NULL);
 	return 0;
+}
+
+// The hash of the .part file's first x->have bytes, read back when what was fed differs (a
+// download resumed from an earlier run, or a retry after a failed write).
+static void hash_part(const char *part, xfer *x) {
+	if (x->hashed == x->have) return;
+	sha256_init(&x->hash);
+	x->hashed = 0;
+	FILE *f = fopen(part, "rb");
+	const size_t cap = 1 << 20;
+	unsigned char *buf = f ? malloc(cap) : NULL;
+	size_t n;
+	while (buf && x->hashed < x->have && (n = fread(buf, 1, cap, f)) > 0) {
+		if ((int64_t)n > x->have - x->hashed) n = (size_t)(x->have - x->hashed);
+		sha256_update(&x->hash, buf, n);
+		x->hashed += (int64_t)n;
+	}
+	if (x->hashed != x->have) x->hashed = -1;
+	free(buf);
+	if (f) fclose(f);
 }
 
 // The download of r into part, resumed where it stopped; 0 when the server says it is whole.
@@ -283,6 +293,7 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 	for (int attempt = 1;; attempt++) {
 		struct stat st;
 		x->have = stat(part, &st) ? 0 : st.st_size;
+		hash_part(part, x);
 		x->f = fopen(part, "ab");
 		if (!x->f) {
 			cli_err("%s: %s", part, strerror(errno));
@@ -291,8 +302,6 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 		}
 		x->c = curl_easy_init();
 		x->restart_checked = false;
-		x->t0_us = base_now_us();
-		x->t0_bytes = x->have;
 		char range[64];
 		snprintf(range, sizeof range, "%lld-", (long long)x->have);
 		curl_easy_setopt(x->c, CURLOPT_URL, r->url);
@@ -314,10 +323,12 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
 		curl_easy_cleanup(x->c);
 		const bool wrote = !fclose(x->f);
-		if (x->tty) fprintf(stderr, "\n");
+		if (!wrote) x->hashed = -1; // fed bytes may not all be in the file
+		cli_progress_end(&x->bar);
 		if (rc == CURLE_OK && code == 416 && x->have > 0) break; // the .part file was already whole
 		if (rc == CURLE_OK && code >= 400) {
-			cli_err("%s: HTTP %ld%s", r->url, code, code == 401 || code == 403 ? " (a gated repository? give --hf-token or HF_TOKEN)" : "");
+			cli_err("%s: HTTP %ld%s", r->url, code, code == 401 || code == 403 ? GATED_HINT : "");
+			if (!stat(part, &st) && st.st_size == 0) unlink(part); // nothing came: no partial download to list
 			curl_slist_free_all(h);
 			return -1;
 		}
@@ -369,7 +380,9 @@ int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n) {
 		return -1;
 	}
 	LOG_INFO("pull", "%s -> %s", r.url, path);
-	xfer x = {.linked_size = -1, .total = -1, .tty = isatty(2), .last_step = -1};
+	xfer x = {.linked_size = -1, .total = -1};
+	sha256_init(&x.hash);
+	cli_progress_start(&x.bar, "pull", true, true);
 	if (fetch(s, &r, part, &x)) return -1;
 	if (stat(part, &st)) {
 		cli_err("%s: %s", part, strerror(errno));
@@ -382,7 +395,11 @@ int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n) {
 	}
 	char sha[65];
 	if (x.sha[0]) {
-		if (file_sha(part, sha)) {
+		if (x.hashed == st.st_size) { // hashed as it arrived: no second read
+			uint8_t d[32];
+			sha256_final(&x.hash, d);
+			for (int i = 0; i < 32; i++) snprintf(sha + 2 * i, 3, "%02x", d[i]);
+		} else if (file_sha(part, sha)) {
 			cli_err("%s: cannot read it back", part);
 			return -1;
 		}

@@ -114,14 +114,19 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	}
 	ftype_model m;
 	describe_model(g, ft, &m);
-	uint64_t size_in = 0, size_out = 0;
+	uint64_t size_in = 0, size_out = 0, all_in = 0;
 	int n_fallback = 0, n_requant = 0;
 	int64_t nt = gguf_n_tensors(g);
+	for (int64_t i = 0; i < nt; i++) all_in += gguf_tensor_at(g, i)->nbytes;
+	// a bar on a terminal; otherwise the line per tensor below
+	cli_progress bar;
+	cli_progress_start(&bar, "quantize", true, false);
 	for (int64_t i = 0; i < nt; i++) {
 		const gguf_tensor *t = gguf_tensor_at(g, i);
 		char note[256];
 		uint32_t dst = ftype_pick(&m, t->name, t->n_dims, t->ne, t->type, note, sizeof note);
 		if (note[0]) {
+			cli_progress_clear(&bar);
 			cli_err("%s", note);
 			n_fallback++;
 		}
@@ -130,18 +135,21 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 		void *data = NULL;
 		uint64_t len = 0;
 		rc = convert_tensor(t, dst, pool, &data, &len, err, sizeof err);
-		if (rc) goto done;
-		rc = gguf_writer_add_tensor(w, t->name, dst, t->n_dims, t->ne, data, len);
+		if (!rc && (rc = gguf_writer_add_tensor(w, t->name, dst, t->n_dims, t->ne, data, len)))
+			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
 		free(data);
 		if (rc) {
-			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
+			cli_progress_end(&bar);
 			goto done;
 		}
-		fprintf(stderr, "[%3lld/%3lld] %-32s %-5s -> %-5s\n", (long long)i + 1, (long long)nt,
-			t->name, gguf_ttype_get(t->type)->name, gguf_ttype_get(dst)->name);
 		size_in += t->nbytes;
 		size_out += len;
+		if (!bar.tty)
+			fprintf(stderr, "[%3lld/%3lld] %-32s %-5s -> %-5s\n", (long long)i + 1, (long long)nt,
+				t->name, gguf_ttype_get(t->type)->name, gguf_ttype_get(dst)->name);
+		cli_progress_update(&bar, (int64_t)size_in, (int64_t)all_in, t->name);
 	}
+	cli_progress_end(&bar);
 	if (n_requant)
 		cli_err("warning: %d tensors were already quantized; requantizing loses precision", n_requant);
 	rc = gguf_writer_write(w, out, err, sizeof err);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,17 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 		 plan_format_size(pr.compute_reserve_bytes, d, sizeof d));
 	if (cfg->draft_model) LOG_WARN("serve", "the draft model's memory is not part of the plan");
 	return 0;
+}
+
+// The load's bar on a terminal, drawn by the loader thread once the listening line is out.
+typedef struct {
+	cli_progress bar;
+	atomic_bool shown;
+} serve_bar;
+
+static void serve_progress(void *ud, uint64_t done, uint64_t total) {
+	serve_bar *b = ud;
+	if (atomic_load(&b->shown)) cli_progress_model(&b->bar, done, total);
 }
 
 int cmd_serve(const cli_settings *s) {
@@ -105,6 +117,17 @@ int cmd_serve(const cli_settings *s) {
 	cfg.no_webui = s->no_webui;
 	cfg.lanes.experts = strcmp(s->experts, "off") != 0;
 	cfg.metrics_experts = s->metrics_experts;
+	cfg.peers = s->peer.v;
+	cfg.n_peers = s->peer.n;
+	cfg.overflow_queue = (int)s->overflow_queue;
+	cfg.peer_poll_ms = (int)s->peer_poll_ms;
+	cfg.peer_timeout_ms = (int)s->peer_timeout_ms;
+	cfg.peer_key = s->peer_key;
+	serve_bar bar;
+	cli_progress_start(&bar.bar, "load", true, false);
+	atomic_init(&bar.shown, false);
+	cfg.load_progress = serve_progress;
+	cfg.load_progress_ud = &bar;
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
 	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) return 1;
 
@@ -123,6 +146,7 @@ int cmd_serve(const cli_settings *s) {
 		return 1;
 	}
 	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
+	atomic_store(&bar.shown, true);
 
 	int rc = 0, signals = 0;
 	bool halted = false;

@@ -66,7 +66,11 @@ int cli_threads(int64_t want, base_pool **pool) {
 
 int cli_load_model(const char *path, model **m, tok_vocab **voc) {
 	char err[512];
-	if (model_load(m, path, err, sizeof err) || (voc && tok_vocab_load(voc, model_gguf(*m), err, sizeof err))) {
+	cli_progress bar;
+	cli_progress_start(&bar, "load", true, false);
+	const int rc = model_load_progress(m, path, cli_progress_model, &bar, err, sizeof err);
+	cli_progress_end(&bar);
+	if (rc || (voc && tok_vocab_load(voc, model_gguf(*m), err, sizeof err))) {
 		cli_err("%s", err);
 		return -1;
 	}

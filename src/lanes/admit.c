@@ -1,6 +1,7 @@
 // lanes: the queue and admission — lane_submit checks a request against the contract and
-// queues it (never blocking on the engine); at each round boundary the engine admits from the
-// queue's head in FIFO order while a lane and the KV pages the request will need are free.
+// queues it (never blocking on the engine); at each round boundary the engine admits requests
+// with a lease first, then from the queue's head in FIFO order, while a lane and the KV pages
+// the request will need are free beyond what leases hold.
 #include "lanes/lanes_int.h"
 
 #include <math.h>
@@ -12,7 +13,30 @@ static int32_t request_pages(const lane_host *h, const lane_req *r) {
 	return lane_pages_for(h, (int64_t)r->n_prompt + r->max_tokens);
 }
 
-// FIFO: a request that does not fit yet waits, and so does everything behind it.
+// Admits r to a free lane when one is free beyond those leases hold (r's own claim aside)
+// and its pages fit beside the pages admitted requests and leases hold; true when it did.
+static bool admit_one(lane_host *h, lane_req *r, int32_t *n_free) {
+	if (*n_free <= lane_lease_held_lanes(h, r)) return false;
+	int32_t lane = -1;
+	for (int32_t i = 0; i < h->cfg.lanes && lane < 0; i++)
+		if (!h->lanes[i]) lane = i;
+	if (lane < 0) return false;
+	// the request gets the window it needs (submit checked the budget allows it)
+	const int32_t tokens = r->n_prompt + r->max_tokens;
+	if (h->cfg.window_max > 0 && tokens > atomic_load(&h->window)) lane_window_set(h, tokens);
+	const int32_t total = kv_pages_limit(h->kv), need = request_pages(h, r);
+	if (h->pages_reserved + need + lane_lease_held_pages(h, r) > total) return false;
+	lane_lease_unclaim(h, r);
+	r->lane = lane;
+	r->pages_reserved = need;
+	h->pages_reserved += need;
+	h->lanes[lane] = r;
+	(*n_free)--;
+	return true;
+}
+
+// Requests with a lease first, in queue order, then the others in FIFO order: a request that
+// does not fit yet waits, and so does everything behind it (the others wait for leased ones).
 void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
 	lane_req **pp = &h->qhead, *prev = NULL;
 	while (*pp) {
@@ -21,32 +45,35 @@ void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
 			*pp = r->next;
 			if (h->qtail == r) h->qtail = prev;
 			h->qlen--;
+			lane_lease_unclaim(h, r);
 			cancelled[(*n_cancelled)++] = r;
 			continue;
 		}
 		prev = r;
 		pp = &r->next;
 	}
-	while (h->qhead) {
-		lane_req *r = h->qhead;
-		int32_t lane = -1;
-		for (int32_t i = 0; i < h->cfg.lanes && lane < 0; i++)
-			if (!h->lanes[i]) lane = i;
-		if (lane < 0) break;
-		// the request gets the window it needs (submit checked the budget allows it)
-		const int32_t tokens = r->n_prompt + r->max_tokens;
-		if (h->cfg.window_max > 0 && tokens > atomic_load(&h->window)) lane_window_set(h, tokens);
-		int32_t total = kv_pages_limit(h->kv);
-		int32_t need = request_pages(h, r);
-		if (h->pages_reserved + need > total) break;
-		h->qhead = r->next;
-		if (!h->qhead) h->qtail = NULL;
-		h->qlen--;
-		r->next = NULL;
-		r->lane = lane;
-		r->pages_reserved = need;
-		h->pages_reserved += need;
-		h->lanes[lane] = r;
+	lane_lease_expire(h, base_now_us());
+	int32_t n_free = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) n_free += !h->lanes[i];
+	for (int pass = 0; pass < 2; pass++) {
+		pp = &h->qhead;
+		prev = NULL;
+		while (*pp) {
+			lane_req *r = *pp;
+			if (r->claimed != (pass == 0)) {
+				prev = r;
+				pp = &r->next;
+				continue;
+			}
+			if (!admit_one(h, r, &n_free)) {
+				if (pass == 0) return;
+				break;
+			}
+			*pp = r->next;
+			if (h->qtail == r) h->qtail = prev;
+			h->qlen--;
+			r->next = NULL;
+		}
 	}
 }
 
@@ -61,6 +88,7 @@ void lane_start_admitted(lane_host *h) {
 		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF && !r->lora.n) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
+			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;
 		}
 	}
 }
@@ -151,7 +179,8 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		lreq_unref(r);
 		return base_seterr(err, errlen, LANES_ECANCELLED, h->halting ? "%s" : "the server is draining", h->halt_reason);
 	}
-	if (atomic_load(&h->open) >= h->cfg.queue + h->cfg.lanes) {
+	// a request with a lease takes its lane from the lease, past a full queue
+	if (!(q->lease && lane_lease_claim(h, q->lease, r)) && atomic_load(&h->open) >= h->cfg.queue + h->cfg.lanes) {
 		pthread_mutex_unlock(&h->mu);
 		atomic_fetch_add(&h->rejected, 1);
 		lreq_unref(r);

@@ -1,6 +1,7 @@
 // lanes: the engine thread's loop — waits for work, admits at each round boundary, runs the
-// round and publishes the snapshot; halt (end everything failed, no allocation) and drain
-// (refuse new submits) are asked for here from any thread.
+// round and publishes the snapshot (or waits while leases hold the queue back); halt (end
+// everything failed, no allocation) and drain (refuse new submits) are asked for here from
+// any thread.
 #include "lanes/lanes_int.h"
 
 #include <time.h>
@@ -49,6 +50,7 @@ static void halt(lane_host *h) {
 	lane_req *q = h->qhead;
 	h->qhead = h->qtail = NULL;
 	h->qlen = 0;
+	lane_lease_clear(h);
 	pthread_mutex_unlock(&h->mu);
 	halt_all(h, q);
 	h->stats.halted = true;
@@ -75,8 +77,15 @@ void *lane_engine(void *arg) {
 			break;
 		}
 		lane_admit(h, h->cancelled, &n_cancelled);
+		// nothing runs and the queue waits: leases hold the lanes or pages it needs
+		const bool held = h->qhead && !any_active(h);
+		if (held) lane_lease_wait(h);
 		pthread_mutex_unlock(&h->mu);
 		lane_end_cancelled(h, h->cancelled, n_cancelled);
+		if (held) {
+			lane_publish(h);
+			continue;
+		}
 		h->round++;
 		uint64_t t0 = base_now_us();
 		lane_run_round(h);

@@ -107,8 +107,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	int rc = kv_new(&h->kv, &kc, err, errlen);
 	if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
-	// a request queued or admitted is counted open, and no more than queue + lanes are
-	h->cancelled = calloc((size_t)cfg.queue + (size_t)cfg.lanes, sizeof *h->cancelled);
+	// a request queued or admitted is counted open: no more than queue + lanes, and as many
+	// again as leases may hold (a request with a lease passes a full queue)
+	h->cancelled = calloc((size_t)cfg.queue + 2 * (size_t)cfg.lanes, sizeof *h->cancelled);
+	h->leases = calloc((size_t)cfg.lanes, sizeof *h->leases);
 	const size_t V = (size_t)h->hp.n_vocab, max_rows = (size_t)lane_max_rows(&cfg);
 	if (!rc) rc = model_ws_new(&h->ws, m, (int64_t)max_rows, cfg.threads, model_attn_fused() ? 0 : h->max_ctx, err, errlen);
 	h->logits = malloc((size_t)max_logit_rows(&cfg) * V * sizeof(float));
@@ -126,7 +128,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
 			   lane_draft_held_bytes(h) + lane_experts_bytes(&h->hp, &cfg);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
-	if (!rc && (!h->lanes || !h->cancelled || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf || !h->cap_rows))
+	if (!rc && (!h->lanes || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf || !h->cap_rows))
 		rc = LANES_ENOMEM;
 	if (!rc) rc = lane_experts_open(h, (int32_t)max_rows, err, errlen);
 	if (!rc && cfg.window_max > 0) lane_window_set(h, cfg.window);
@@ -179,6 +181,7 @@ void lane_host_free(lane_host *h) {
 	base_pool_free(h->pool);
 	free(h->lanes);
 	free(h->cancelled);
+	free(h->leases);
 	free(h->logits);
 	free(h->scratch);
 	free(h->top);

@@ -78,6 +78,10 @@ typedef struct {
 	// The domain the expert observer counts the request's rows under (lane_check_domain;
 	// copied at submit). NULL or "": none (counted in the totals alone).
 	const char *domain;
+	// A capacity lease (lane_lease_new) the request uses: it takes one of the lease's lanes and
+	// its share of the pages, and is admitted before requests without one. 0, or a lease that is
+	// used up, released or lapsed: an ordinary request.
+	uint64_t lease;
 } lane_request;
 
 // Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
@@ -326,6 +330,7 @@ typedef struct {
 	int32_t queue_depth;
 	int32_t kv_pages_used, kv_pages_free, kv_pages_cached;
 	uint64_t prefix_hit_tokens;
+	uint64_t prefix_query_tokens; // prompt tokens of the requests that looked in the prefix cache
 	uint64_t prompt_tokens, generated_tokens;
 	uint64_t rounds;
 	uint64_t forward_us;      // time inside forward passes, summed
@@ -345,10 +350,17 @@ typedef struct {
 	bool halting;             // a halt was asked for
 	bool halted;              // and every request it took over has ended
 	bool draining;
+	// capacity, fresh at every copy (not at the round boundary): what a new request or lease could take
+	int32_t lanes_free;       // lanes no request (running or queued) or lease holds
+	uint64_t kv_free_bytes;   // KV bytes of the pages no admitted request or lease holds
+	uint64_t kv_page_bytes;   // bytes of one KV page, every layer
+	int32_t kv_pages_limit;   // pages the pool may use now
+	int32_t leases;           // leases open
+	int32_t leased_lanes;     // lanes held for leases, by the leases or by their queued requests
 } lane_snapshot;
 
-// Copies the last snapshot the engine published (with the current rejected count) into *out;
-// never waits for a round. Thread-safe.
+// Copies the last snapshot the engine published (with the current rejected count, queue depth
+// and capacity) into *out; never waits for a round. Thread-safe.
 void lane_host_snapshot(lane_host *h, lane_snapshot *out);
 
 // ---- the expert observer (lane_config.experts on a MoE model) -----------------------------
@@ -382,6 +394,29 @@ void lane_experts_release(lane_experts *e); // accepts one never initialized (ze
 // zero, no named domain. Never waits for a round: the engine holds the counters' lock only to
 // add a pass's choices. Thread-safe.
 void lane_host_experts(lane_host *h, lane_experts *e, bool reset);
+// ---- capacity leases: lanes and KV pages held for a lessee (a peer about to forward work) ----
+// A lease holds lanes (and the pages of a prompt spike) until requests that name it take them,
+// it is released, or it lapses. Requests without a lease are admitted only to the lanes and
+// pages no lease holds; a request that names one is admitted before them.
+typedef struct {
+	uint64_t id;              // what lane_request.lease and lane_lease_release name (never 0)
+	int32_t granted;          // lanes held: 1..want
+	int32_t pages;            // KV pages held for the prompt spike
+	uint64_t kv_bytes;        // their bytes
+	uint64_t expires_us;      // base_now_us() when it lapses unless used up or released first
+} lane_lease;
+
+#define LANE_LEASE_MAX_TTL_US (600ull * 1000000) // ten minutes
+
+// Holds as many lanes as are free up to want (at least one) and the KV pages spike_bytes take,
+// for ttl_us (1..LANE_LEASE_MAX_TTL_US). 0 with *out; LANES_EINVAL (want < 1, a ttl out of
+// range); LANES_EBUSY when no lane is free or not the pages (err gives the free figures);
+// LANES_ECANCELLED while draining or halting. Thread-safe; never waits for a round.
+int lane_lease_new(lane_host *h, int32_t want, uint64_t spike_bytes, uint64_t ttl_us, lane_lease *out, char *err,
+		   size_t errlen);
+// Gives back the lanes and pages of lease id that no request took yet. 0, or LANES_ENOTFOUND
+// when no such lease is held (used up, released or lapsed). Thread-safe.
+int lane_lease_release(lane_host *h, uint64_t id);
 
 // Hooks for tests: when set, fault(arg, round, request_serial) returning true makes an
 // allocation for that request fail in that round. Not thread-safe against a running round:

@@ -22,6 +22,13 @@ typedef struct ev_node {
 	// token text follows the node
 } ev_node;
 
+// A capacity lease as the host holds it (lease.c).
+struct lane_lease_slot {
+	uint64_t id;
+	int32_t lanes, pages;     // still held: not yet taken by a request
+	uint64_t expires_us;
+};
+
 struct lane_req {
 	lane_host *host;
 	atomic_int refs;          // the caller's handle and the host's
@@ -73,6 +80,8 @@ struct lane_req {
 	int32_t *gen, n_gen;      // generated ids (capacity max_tokens)
 	int32_t last;             // token fed in the next decode row
 	int32_t pages_reserved;   // KV pages promised at admission
+	bool claimed;             // queued with a lane (and claim_pages) taken from a lease (under host mu)
+	int32_t claim_pages;
 	int32_t drafts[LANE_MAX_DRAFT]; // this round's proposal
 	int32_t n_draft;
 	enum lane_proposer prop;
@@ -116,11 +125,17 @@ struct lane_host {
 	atomic_uint_least64_t seed_state; // lane_draw_seed's sequence
 	atomic_int open;          // requests submitted and not yet ended
 	atomic_uint_least64_t rejected; // submits refused
+	// capacity leases (lease.c), under mu; every lease holds a lane, so cfg.lanes slots suffice
+	struct lane_lease_slot *leases;
+	int32_t n_leases;
+	int32_t lease_lanes, lease_pages; // held by leases, not yet taken by a request
+	int32_t claim_lanes, claim_pages; // taken from leases by requests still queued
+	uint64_t lease_serial;
 
 	// engine thread only
 	lane_req **lanes;         // cfg.lanes slots, NULL when idle
 	lane_req **cancelled;     // admission's scratch: cfg.queue + cfg.lanes slots (the most ever queued)
-	int32_t pages_reserved;   // sum over admitted requests
+	_Atomic int32_t pages_reserved; // sum over admitted requests (changed by the engine; leases read it under mu)
 	uint64_t round;
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
 	model_row *rows;
@@ -215,6 +230,23 @@ void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_fi
 		 const char *reason, const char *text, size_t len);
 // Ends the n requests admission took out of the queue, then the admitted ones cancelled.
 void lane_end_cancelled(lane_host *h, lane_req **cancelled, int32_t n);
+
+// Capacity leases (lease.c); every call under h->mu.
+// Drops the leases that lapsed by now_us.
+void lane_lease_expire(lane_host *h, uint64_t now_us);
+// r (being queued) takes a lane and its share of the pages from lease id: true, or false
+// when no such lease is held (r is then an ordinary request).
+bool lane_lease_claim(lane_host *h, uint64_t id, lane_req *r);
+// A claimed r leaves the queue (admitted or cancelled): its claim ends.
+void lane_lease_unclaim(lane_host *h, lane_req *r);
+// Lanes and pages held for leases besides r's own claim (r may be NULL).
+int32_t lane_lease_held_lanes(const lane_host *h, const lane_req *r);
+int32_t lane_lease_held_pages(const lane_host *h, const lane_req *r);
+// The engine has queued work that leases hold back: waits until one may lapse or something
+// changes (50 ms at most, so cancels of queued requests are seen).
+void lane_lease_wait(lane_host *h);
+// Halt: every lease and claim ends.
+void lane_lease_clear(lane_host *h);
 
 // The elastic window (window.c): set only with window_max > 0; follow and record do nothing
 // with a fixed pool.

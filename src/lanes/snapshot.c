@@ -58,4 +58,17 @@ void lane_host_snapshot(lane_host *h, lane_snapshot *out) {
 	*out = h->snap;
 	pthread_mutex_unlock(&h->snap_mu);
 	out->rejected = atomic_load(&h->rejected);
+	// the queue and capacity as they are now: a lessee decides on them
+	out->kv_page_bytes = kv_page_bytes(h->kv);
+	pthread_mutex_lock(&h->mu);
+	lane_lease_expire(h, base_now_us());
+	out->queue_depth = h->qlen;
+	out->kv_pages_limit = kv_pages_limit(h->kv);
+	const int32_t lanes = h->cfg.lanes - atomic_load(&h->open) - h->lease_lanes;
+	const int32_t pages = out->kv_pages_limit - h->pages_reserved - lane_lease_held_pages(h, NULL);
+	out->lanes_free = lanes > 0 ? lanes : 0;
+	out->kv_free_bytes = pages > 0 ? (uint64_t)pages * out->kv_page_bytes : 0;
+	out->leases = h->n_leases;
+	out->leased_lanes = lane_lease_held_lanes(h, NULL);
+	pthread_mutex_unlock(&h->mu);
 }

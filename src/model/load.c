@@ -188,8 +188,8 @@ static int pack_size(model *m, char *err, size_t errlen) {
 // into one anonymous mapping (huge pages where the kernel gives them), threads splitting tiles.
 // From a mapped file, a repacked matrix's pages then leave this process (the mapping is
 // private and never written: a later touch reads the file again), so the peak stays near
-// one copy of the weights.
-static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
+// one copy of the weights. fn (may be NULL) hears of each matrix once it is done.
+static int pack_weights(model *m, bool mapped, model_progress_fn fn, void *ud, char *err, size_t errlen) {
 	const int cap = 16 * m->hp.n_layers + 1;
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
@@ -221,6 +221,9 @@ static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 	const uint64_t t0 = base_now_us();
 	base_pool *pool = NULL;
 	if (total && base_pool_new(&pool, base_cpu_count())) pool = NULL;
+	uint64_t done = 0, all = 0; // bytes of matrices as stored: the progress reported to fn
+	for (int i = 0; i < n; i++) all += (uint64_t)ws[i]->mat_bytes * (uint64_t)ws[i]->n_mat;
+	if (fn) fn(ud, 0, all);
 	for (int i = 0; i < n; i++) {
 		mweight *w = ws[i];
 		void *dst = off[i] == SIZE_MAX ? NULL : (uint8_t *)m->packed + off[i];
@@ -231,6 +234,8 @@ static int pack_weights(model *m, bool mapped, char *err, size_t errlen) {
 			const uintptr_t b = ((uintptr_t)w->data + w->mat_bytes * (size_t)w->n_mat) & ~(pg - 1);
 			if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 		}
+		done += (uint64_t)w->mat_bytes * (uint64_t)w->n_mat;
+		if (fn) fn(ud, done, all);
 	}
 	base_pool_free(pool);
 	m->pack_ms = (double)(base_now_us() - t0) / 1000.0;
@@ -456,13 +461,13 @@ static void main_type(model *m) {
 }
 
 enum open_mode { OPEN_MEM, OPEN_MAPPED, OPEN_META };
-static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size_t errlen);
-int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, OPEN_MEM, err, errlen); }
+static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen);
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, OPEN_MEM, NULL, NULL, err, errlen); }
 
 // OPEN_MAPPED: g maps a file, so the pages of matrices once repacked may leave this process.
 // OPEN_META: binds and checks, but neither converts nor packs (vectors needing a copy stay
-// NULL), and g stays the caller's, also on failure.
-static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size_t errlen) {
+// NULL), and g stays the caller's, also on failure. fn: pack_weights' progress reports.
+static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen) {
 	*out = NULL;
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
@@ -520,7 +525,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, char *err, size
 		if ((rc = bind_layer(&L, a, l))) goto fail;
 	main_type(m);
 	m->ks = tensor_kernels_default();
-	rc = mode == OPEN_META ? pack_size(m, err, errlen) : pack_weights(m, mode == OPEN_MAPPED, err, errlen);
+	rc = mode == OPEN_META ? pack_size(m, err, errlen) : pack_weights(m, mode == OPEN_MAPPED, fn, ud, err, errlen);
 	if (rc) goto fail;
 	*out = m;
 	return LANES_OK;
@@ -530,12 +535,16 @@ fail:
 	return rc;
 }
 
-int model_load(model **out, const char *path, char *err, size_t errlen) {
+int model_load_progress(model **out, const char *path, model_progress_fn fn, void *ud, char *err, size_t errlen) {
 	*out = NULL;
 	gguf *g;
 	int rc = gguf_open(&g, path, err, errlen);
 	if (rc) return rc;
-	return model_open(out, g, OPEN_MAPPED, err, errlen);
+	return model_open(out, g, OPEN_MAPPED, fn, ud, err, errlen);
+}
+
+int model_load(model **out, const char *path, char *err, size_t errlen) {
+	return model_load_progress(out, path, NULL, NULL, err, errlen);
 }
 
 void model_free(model *m) {
@@ -611,7 +620,7 @@ void model_memory_of(const model *m, model_memory *out) { memory_of(m, out); }
 
 int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
 	model *m;
-	int rc = model_open(&m, (gguf *)g, OPEN_META, err, errlen); // read only: g is never written
+	int rc = model_open(&m, (gguf *)g, OPEN_META, NULL, NULL, err, errlen); // read only: g is never written
 	if (rc) return rc;
 	if (hp) {
 		*hp = m->hp;

@@ -39,6 +39,13 @@ typedef struct model model;
 // Opens path, reads the hyper-parameters, binds and checks every tensor. Returns 0, or a
 // negative code with a message naming the architecture, key or tensor at fault.
 int model_load(model **out, const char *path, char *err, size_t errlen); // thread-safe
+// Load progress: done of total bytes of weight matrices read from the file and laid out for
+// the kernel set (repacked, or bound in place), reported once before the first and after each
+// matrix. done never falls; a load that succeeds reports done == total last.
+typedef void (*model_progress_fn)(void *ud, uint64_t done, uint64_t total);
+// model_load that reports to fn (NULL: none), on the calling thread only, never two at once.
+// Thread-safe as model_load, fn and ud being the caller's.
+int model_load_progress(model **out, const char *path, model_progress_fn fn, void *ud, char *err, size_t errlen);
 // The same over an open gguf, which the model then owns (freed by model_free, also on failure).
 // Thread-safe on distinct ggufs.
 int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);

@@ -3,6 +3,7 @@
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "server/http_gen.h"
+#include "server/http_grid.h"
 #include "server/http_guard.h"
 #include "server/http_routes.h"
 #include "template/tools.h"
@@ -33,6 +34,8 @@ void http_config_default(http_config *c) {
 	c->http_threads = 4;
 	c->max_output_bytes = 16u << 20;
 	c->max_tokenize_bytes = 1u << 20;
+	c->peer_poll_ms = 500;
+	c->peer_timeout_ms = 2000;
 	lane_config_default(&c->lanes);
 }
 
@@ -78,6 +81,10 @@ static const srv_route routes[] = {
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_embeddings},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_detokenize},
+	// the grid: what this server holds, and capacity held for peers (docs/deploy.md)
+	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
+	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
+	{"DELETE", "/v1/leases/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_lease_release},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -292,7 +299,8 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the model is loading: retry shortly");
 	if ((fl & SRV_R_GEN) && s->cfg.embeddings_only)
 		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "this server serves embeddings only (--embeddings): use /v1/embeddings");
-	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING)
+	// a draining server with peers still takes generation requests, to forward them
+	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING && !srv_grid_may_forward(s))
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the server is draining: retry shortly");
 	if ((fl & SRV_R_GEN) && st == HTTP_HALTED) {
 		pthread_mutex_lock(&s->mu);
@@ -361,6 +369,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		}
 		return MHD_YES;
 	}
+	if (c->fwd && !c->replied) { // the grid's thread resumed a forward
+		bool here;
+		enum MHD_Result fr = srv_grid_resume(c, &here);
+		return here ? c->rt->fn(c) : fr;
+	}
 	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
@@ -390,6 +403,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
 		return srv_reply_error(c, &e);
 	}
+	enum MHD_Result fwd;
+	if (c->gen && srv_grid_route(c, false, &fwd)) return fwd;
 	return c->rt->fn(c);
 }
 
@@ -403,11 +418,17 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
 	}
+	if (c->fwd) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->outcome = "cancelled";
+		srv_grid_done(c);
+	}
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
 	const int status = c->status ? c->status : 499;
-	if (c->n_prompt || c->n_gen || c->outcome)
+	if (c->via) // forwarded: the peer's own log has the tokens
+		LOG_INFO(SRV_MOD, "%s %s %d %s via=%s %.1f ms%s", c->method, c->path, status, c->outcome ? c->outcome : "", c->via, ms, why);
+	else if (c->n_prompt || c->n_gen || c->outcome)
 		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, status,
 			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, why);
 	else
@@ -502,20 +523,46 @@ static int load_template(http_server *s, char *err, size_t errlen) {
 	return 0;
 }
 
+const char *const srv_load_stage_name[] = {
+	[SRV_LOAD_OPEN] = "opening the model file",      [SRV_LOAD_WEIGHTS] = "reading and repacking weights",
+	[SRV_LOAD_VOCAB] = "reading the vocabulary",     [SRV_LOAD_TEMPLATE] = "compiling the chat template",
+	[SRV_LOAD_DRAFT] = "loading the draft model",    [SRV_LOAD_ENGINE] = "starting the engine",
+};
+
+// Where each stage starts on /health's 0..1 scale (parts per million); the weights take most.
+static const int stage_ppm[] = {[SRV_LOAD_OPEN] = 0,           [SRV_LOAD_WEIGHTS] = 20000,
+				[SRV_LOAD_VOCAB] = 800000,     [SRV_LOAD_TEMPLATE] = 830000,
+				[SRV_LOAD_DRAFT] = 850000,     [SRV_LOAD_ENGINE] = 900000};
+
+static void load_stage(http_server *s, enum srv_load_stage st) {
+	atomic_store(&s->load_stage, st);
+	atomic_store(&s->progress_ppm, stage_ppm[st]);
+}
+
+// model_load_progress's reports: the weights stage's share of the scale, passed on to cfg's hook.
+static void on_weights(void *ud, uint64_t done, uint64_t total) {
+	http_server *s = ud;
+	if (atomic_load(&s->load_stage) == SRV_LOAD_OPEN) atomic_store(&s->load_stage, SRV_LOAD_WEIGHTS); // the file is open
+	const enum srv_load_stage st = atomic_load(&s->load_stage);
+	const int lo = stage_ppm[st], hi = stage_ppm[st + 1];
+	atomic_store(&s->progress_ppm, lo + (int)(total ? (double)(hi - lo) * (double)done / (double)total : 0));
+	if (s->cfg.load_progress && st == SRV_LOAD_WEIGHTS) s->cfg.load_progress(s->cfg.load_progress_ud, done, total);
+}
+
 static void *loader(void *arg) {
 	http_server *s = arg;
 	char err[512];
 	uint64_t t0 = base_now_us();
-	atomic_store(&s->progress_pm, 10);
-	int rc = model_load(&s->m, s->model_path, err, sizeof err);
+	atomic_store(&s->progress_ppm, 1000);
+	int rc = model_load_progress(&s->m, s->model_path, on_weights, s, err, sizeof err);
 	if (!rc) {
-		atomic_store(&s->progress_pm, 600);
+		load_stage(s, SRV_LOAD_VOCAB);
 		s->n_vocab = model_hparams_of(s->m)->n_vocab;
 		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
 		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
 	}
 	if (!rc) {
-		atomic_store(&s->progress_pm, 700);
+		load_stage(s, SRV_LOAD_TEMPLATE);
 		rc = load_template(s, err, sizeof err);
 		// the tool-call family is read off the template once, not per request or token
 		if (!rc) s->tool_fmt = tool_format_of(s->template_src);
@@ -526,12 +573,12 @@ static void *loader(void *arg) {
 		if (!s->bos_text || !s->eos_text) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	}
 	if (!rc && s->cfg.draft_model) {
-		atomic_store(&s->progress_pm, 720);
-		rc = model_load(&s->draft, s->cfg.draft_model, err, sizeof err);
+		load_stage(s, SRV_LOAD_DRAFT);
+		rc = model_load_progress(&s->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
 		s->cfg.lanes.draft_model = s->draft;
 	}
 	if (!rc) {
-		atomic_store(&s->progress_pm, 750);
+		load_stage(s, SRV_LOAD_ENGINE);
 		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
@@ -540,7 +587,7 @@ static void *loader(void *arg) {
 		snprintf(s->load_err, sizeof s->load_err, "%s", err);
 		atomic_store(&s->state, HTTP_FAILED);
 	} else {
-		atomic_store(&s->progress_pm, 1000);
+		atomic_store(&s->progress_ppm, 1000000);
 		int want = HTTP_LOADING;
 		atomic_compare_exchange_strong(&s->state, &want, HTTP_READY);
 	}
@@ -614,6 +661,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	pthread_mutex_init(&s->sock_mu, NULL);
 	s->waker_ep = s->waker_quit = -1;
 	s->tick = sock_tick;
+	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
 	s->cfg.lanes.seed = splitmix64(base_now_ns() ^ ((uint64_t)getpid() << 32));
@@ -660,6 +708,11 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return LANES_EIO;
 	}
+	int grc = srv_grid_start(s, err, errlen);
+	if (grc) {
+		http_server_free(s);
+		return grc;
+	}
 
 	struct sockaddr_in sa;
 	memset(&sa, 0, sizeof sa);
@@ -701,8 +754,10 @@ void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
 	srv_waker_release(s); // libmicrohttpd refuses to stop with connections suspended
+	srv_grid_release(s);
 	if (s->mhd) MHD_stop_daemon(s->mhd);
 	srv_waker_stop(s);
+	srv_grid_stop(s);
 	lane_host_free(s->host);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);

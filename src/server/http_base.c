@@ -3,6 +3,7 @@
 // other server file.
 #include "server/http_base.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -229,6 +230,17 @@ void srv_new_id(http_server *s, const char *prefix, char *out, size_t n) {
 	uint64_t a = splitmix64(atomic_fetch_add(&s->id_state, 0x9e3779b97f4a7c15ull));
 	uint64_t b = splitmix64(a ^ base_now_ns());
 	snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
+void srv_lease_name(uint64_t id, char *out, size_t n) { snprintf(out, n, "lease-%016" PRIx64, id); }
+
+uint64_t srv_lease_parse(const char *v) {
+	if (!v || strncmp(v, "lease-", 6) || strlen(v + 6) != 16 || strspn(v + 6, "0123456789abcdef") != 16) return 0;
+	return strtoull(v + 6, NULL, 16);
+}
+
+uint64_t srv_lease_of(srv_conn *c) {
+	return srv_lease_parse(MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, SRV_LEASE_HEADER));
 }
 
 int srv_check_model(http_server *s, const char *id, srv_err *e) {

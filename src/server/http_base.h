@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #define SRV_MOD "http"
+#define SRV_LEASE_HEADER "x-lanes-lease" // the capacity lease a request a peer forwarded uses
 #define SRV_MAX_N 32 // most choices (n) one request may ask for
 
 // ---- a growing byte buffer; on OOM it stops growing and sets oom -------------------------
@@ -71,7 +72,12 @@ void srv_hist_observe(srv_hist *h, double seconds, uint64_t weight);
 void srv_hist_print(const srv_hist *h, srv_buf *out);
 
 // ---- the server ---------------------------------------------------------------------------
+// The loader's steps, in order, as /health names them while loading.
+enum srv_load_stage { SRV_LOAD_OPEN, SRV_LOAD_WEIGHTS, SRV_LOAD_VOCAB, SRV_LOAD_TEMPLATE, SRV_LOAD_DRAFT, SRV_LOAD_ENGINE };
+extern const char *const srv_load_stage_name[];
+
 typedef struct srv_call srv_call;
+typedef struct srv_conn srv_conn;
 typedef struct {
 	int fd;          // eventfd, written by the engine's notify callback
 	bool used;
@@ -87,7 +93,8 @@ struct http_server {
 	int port;
 
 	atomic_int state;              // enum http_state
-	atomic_int progress_pm;        // load progress, per mille
+	atomic_int progress_ppm;       // load progress, parts per million
+	atomic_int load_stage;         // what the loader does now (enum srv_load_stage)
 	char load_err[512];
 	pthread_t loader;
 	bool loader_started;
@@ -118,16 +125,19 @@ struct http_server {
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
 	void (*tick)(http_server *s, uint64_t now_us); // run by the waker about ten times a second
+	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
+	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
 	struct srv_sock *socks;        // every open connection (under sock_mu)
 	pthread_mutex_t sock_mu;
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
 
 	srv_hist ttft, itl;
 	atomic_bool quit;
+	struct srv_grid *grid;         // peers and the overflow's thread (http_peer.c), or NULL
+	atomic_uint_least64_t leases_granted, leases_refused;
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
-typedef struct srv_conn srv_conn;
 struct srv_route;
 struct srv_sock;
 
@@ -154,6 +164,8 @@ struct srv_conn {
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
+	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
+	const char *via;               // for the access log: the peer that answered (the server's copy)
 };
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
@@ -171,6 +183,11 @@ int srv_sock_fd(srv_conn *c);
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
 // A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);
+// A capacity lease's id as the API writes it ("lease-" and 16 hex digits), and back (0: not one).
+void srv_lease_name(uint64_t id, char *out, size_t n);
+uint64_t srv_lease_parse(const char *name);
+// The lease a request names in x-lanes-lease (0: none, or not a lease id).
+uint64_t srv_lease_of(srv_conn *c);
 // A request's model: 0 for none sent, this server's model, or any name unless --strict-model;
 // else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);

@@ -1,6 +1,7 @@
 // server, layer 1: control reads — /health, /slots, /metrics, /v1/models. They copy the
 // lane host's last snapshot on the HTTP thread and never wait for the engine.
 #include "server/http_base.h"
+#include "server/http_grid.h"
 #include "server/http_routes.h"
 #include "tensor/tensor.h"
 
@@ -45,7 +46,9 @@ enum MHD_Result srv_health(srv_conn *c) {
 	switch (st) {
 	case HTTP_READY: return srv_reply_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
 	case HTTP_LOADING:
-		return srv_reply_json(c, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", atomic_load(&s->progress_pm) / 1000.0), 0);
+		return srv_reply_json(c, 503, json_pack("{s:s, s:f, s:s}", "status", "loading", "progress",
+							 atomic_load(&s->progress_ppm) / 1e6, "stage",
+							 srv_load_stage_name[atomic_load(&s->load_stage)]), 0);
 	case HTTP_FAILED: {
 		char err[512];
 		pthread_mutex_lock(&s->mu);
@@ -169,6 +172,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	srv_hist_print(&s->ttft, &b);
 	srv_hist_print(&s->itl, &b);
 	srv_metrics_experts(s, &b);
+	if (loaded(atomic_load(&s->state))) srv_grid_metrics(s, sn, &b);
 	free(sn);
 	if (b.oom || !b.p) {
 		srv_buf_free(&b);

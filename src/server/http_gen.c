@@ -799,6 +799,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		return srv_reply_error(conn, &e);
 	}
 	lane_request lr = c->g.lr;
+	lr.lease = srv_lease_of(conn); // a peer's forward: admitted on the lane it leased
 	for (int i = 0; i < c->n; i++) {
 		lr.sampling.choice = i;
 		if (c->g.prompts) lr.prompt = c->g.prompts[i], lr.n_prompt = c->g.n_prompts[i];
@@ -809,6 +810,8 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;
+			enum MHD_Result fr; // a full queue: a peer may take the request instead
+			if (rc == LANES_EBUSY && s->overflow && s->overflow(conn, true, &fr)) return srv_call_free(c), fr;
 			return srv_reply_error(conn, &e);
 		}
 		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);

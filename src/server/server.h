@@ -40,6 +40,15 @@ typedef struct {
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
 	bool metrics_experts;       // /metrics adds lanes_expert_activations_total{layer,expert}
+	// the grid (docs/deploy.md): peers this server overflows to; the list is borrowed
+	const char *const *peers;   // base URLs, http://host:port
+	int n_peers;
+	int overflow_queue;         // past this many waiting here, a request takes the first lane free here or on a peer
+	int peer_poll_ms;           // how often each peer's beacon is read
+	int peer_timeout_ms;        // a beacon read, lease or connection to a peer slower than this fails
+	const char *peer_key;       // the key sent to peers (NULL: the client's own, and --api-key for beacons and leases)
+	model_progress_fn load_progress; // hears the model's load progress on the loader thread (NULL: none)
+	void *load_progress_ud;
 } http_config;
 
 void http_config_default(http_config *c);

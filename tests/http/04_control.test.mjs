@@ -15,7 +15,14 @@ before(async () => {
 			const h = await getJSON(`${url}/health`);
 			const api = await postJSON(`${url}/v1/completions`, { prompt: 'x', max_tokens: 1 });
 			const slots = await getJSON(`${url}/slots`);
-			loading = { h, api, slots };
+			// then /health as fast as it answers, until the model is ready: what it said, in order
+			const seen = [];
+			for (let i = 0; i < 100000; i++) {
+				const r = await getJSON(`${url}/health`);
+				if (r.status !== 503 || r.body.status !== 'loading') break;
+				seen.push(r.body);
+			}
+			loading = { h, api, slots, seen };
 		},
 	});
 });
@@ -43,6 +50,25 @@ test('the server listens before the model loads: /health 503 loading, API 503', 
 	assert.match(loading.api.body.error.message, /loading/);
 	assert.equal(loading.slots.status, 503);
 	assert.equal((await getJSON(`${srv.url}/health`)).status, 200);
+});
+
+const STAGES = ['opening the model file', 'reading and repacking weights', 'reading the vocabulary',
+	'compiling the chat template', 'loading the draft model', 'starting the engine'];
+
+test('/health reports the load in fine steps: progress and stage only move forward', () => {
+	const seen = loading.seen;
+	assert.ok(seen.length > 0, 'the load was seen');
+	for (const [i, h] of seen.entries()) {
+		assert.ok(h.progress >= 0 && h.progress < 1, `progress ${h.progress}`);
+		assert.ok(STAGES.includes(h.stage), `stage ${h.stage}`);
+		if (!i) continue;
+		assert.ok(h.progress >= seen[i - 1].progress, `progress fell: ${seen[i - 1].progress} then ${h.progress}`);
+		assert.ok(STAGES.indexOf(h.stage) >= STAGES.indexOf(seen[i - 1].stage), `stage went back: ${seen[i - 1].stage} then ${h.stage}`);
+	}
+	// the weights are reported matrix by matrix: several values inside that stage, not one jump
+	const weights = new Set(seen.filter((h) => h.stage === STAGES[1]).map((h) => h.progress));
+	assert.ok(weights.size >= 3, `progress while reading the weights: ${[...weights]}`);
+	console.log(`# /health while loading: ${seen.length} answers, ${new Set(seen.map((h) => h.progress)).size} distinct values`);
 });
 
 test('/health, /metrics and /slots answer while a long prompt is processed', async () => {

@@ -22,10 +22,38 @@ const files = {
 };
 const seen = []; // [path, range] of every CDN request
 let hub, endpoint;
+// A gated repository: its listing and resolve need the token; its files come from a CDN at
+// another origin, which records the Authorization header of each request.
+const TOKEN = 'hf_test_token';
+const gatedSeen = []; // {where, auth}
+let cdn, cdnUrl;
 
 before(async () => {
+	cdn = http.createServer((req, res) => {
+		gatedSeen.push({ where: 'cdn', auth: req.headers.authorization || null });
+		const r = (req.headers.range || '').match(/^bytes=(\d+)-$/);
+		const body = gguf.subarray(r ? Number(r[1]) : 0);
+		res.writeHead(r ? 206 : 200, { 'content-length': body.length });
+		res.end(body);
+	});
+	await new Promise((r) => cdn.listen(0, '127.0.0.1', r));
+	cdnUrl = `http://127.0.0.1:${cdn.address().port}`;
 	hub = http.createServer((req, res) => {
 		const u = new URL(req.url, 'http://x');
+		if (u.pathname.startsWith('/api/models/org/gated/') || u.pathname.startsWith('/org/gated/')) {
+			const auth = req.headers.authorization || null;
+			gatedSeen.push({ where: 'hub', auth });
+			if (auth !== `Bearer ${TOKEN}`) {
+				res.writeHead(401, { 'content-type': 'text/plain' });
+				return res.end('Access to model org/gated is restricted. You must have access to it and be authenticated.');
+			}
+			if (u.pathname === '/api/models/org/gated/tree/main') {
+				res.setHeader('content-type', 'application/json');
+				return res.end(JSON.stringify([{ type: 'file', path: 'gated-Q8_0.gguf', size: gguf.length }]));
+			}
+			res.writeHead(302, { location: `${cdnUrl}/gated-Q8_0.gguf`, 'x-linked-etag': `"${sha(gguf)}"`, 'x-linked-size': String(gguf.length) });
+			return res.end();
+		}
 		if (u.pathname === '/api/models/org/repo/tree/main') {
 			res.setHeader('content-type', 'application/json');
 			return res.end(JSON.stringify(Object.entries(files).map(([p, f]) => ({ type: 'file', path: p, size: f.body.length, lfs: { oid: f.oid, size: f.body.length } }))));
@@ -59,7 +87,10 @@ before(async () => {
 	await new Promise((r) => hub.listen(0, '127.0.0.1', r));
 	endpoint = `http://127.0.0.1:${hub.address().port}`;
 });
-after(() => hub?.close());
+after(() => {
+	hub?.close();
+	cdn?.close();
+});
 
 const cache = fs.mkdtempSync(path.join(TMP, 'models-'));
 function lanes(args, env = {}) {
@@ -140,4 +171,32 @@ test('lanes serve -m hf:... pulls, then serves the model', async () => {
 	} finally {
 		s.proc.kill('SIGKILL');
 	}
+});
+
+test('a gated repository: refused without a token (with a hint, no partial file); HF_TOKEN and --hf-token reach the hub, never the CDN', async () => {
+	const file = inCache('org/gated/gated-Q8_0.gguf');
+	let r = await lanes(['pull', 'hf:org/gated/gated-Q8_0.gguf'], { HF_TOKEN: '' });
+	assert.equal(r.code, 1);
+	assert.match(r.err, /HTTP 401 .*--hf-token or HF_TOKEN/);
+	assert.ok(!fs.existsSync(file) && !fs.existsSync(file + '.part'), 'the refusal left no file');
+	r = await lanes(['pull', 'org/gated:Q8_0'], { HF_TOKEN: '' });
+	assert.equal(r.code, 1);
+	assert.match(r.err, /HTTP 401 .*--hf-token or HF_TOKEN/, 'the listing says so too');
+	// the environment's token: the listing and resolve carry it, the CDN at another origin does not
+	gatedSeen.length = 0;
+	r = await lanes(['pull', 'org/gated:Q8_0'], { HF_TOKEN: TOKEN });
+	assert.equal(r.code, 0, r.err);
+	assert.ok(fs.readFileSync(file).equals(gguf), 'byte-identical');
+	assert.deepEqual(gatedSeen, [{ where: 'hub', auth: `Bearer ${TOKEN}` }, { where: 'hub', auth: `Bearer ${TOKEN}` }, { where: 'cdn', auth: null }]);
+	// the flag's token, over an environment without one
+	assert.equal((await lanes(['rm', 'org/gated/gated-Q8_0.gguf'])).code, 0);
+	gatedSeen.length = 0;
+	r = await lanes(['pull', '--hf-token', TOKEN, 'hf:org/gated/gated-Q8_0.gguf'], { HF_TOKEN: '' });
+	assert.equal(r.code, 0, r.err);
+	assert.deepEqual(gatedSeen, [{ where: 'hub', auth: `Bearer ${TOKEN}` }, { where: 'cdn', auth: null }]);
+	// a URL is not the hub: the token stays home
+	gatedSeen.length = 0;
+	r = await lanes(['pull', `${cdnUrl}/other.gguf`], { HF_TOKEN: TOKEN });
+	assert.equal(r.code, 0, r.err);
+	assert.deepEqual(gatedSeen, [{ where: 'cdn', auth: null }]);
 });

@@ -45,7 +45,9 @@ test('chat: a streamed reply grows, stop frees the lane, a reload keeps the conv
 	assert.equal(await page.$eval('#stop', (e) => e.disabled), false);
 	// the dashboard shows the busy lane, then, after stop, every lane idle
 	await page.click('#tab-dash');
-	await page.waitForSelector('#lanes tr[data-phase="live"]', { timeout: 20000 });
+	const shown = () => page.evaluate(() => ['chat', 'dash'].filter((id) => getComputedStyle(document.getElementById(id)).display !== 'none'));
+	assert.deepEqual(await shown(), ['dash'], 'the tab shows the dashboard alone');
+	await page.waitForSelector('#lanes tr[data-phase="live"]', { visible: true, timeout: 20000 });
 	await page.$eval('#stop', (e) => e.click());
 	await page.waitForFunction(() => {
 		const rows = [...document.querySelectorAll('#lanes tbody tr')];
@@ -55,6 +57,7 @@ test('chat: a streamed reply grows, stop frees the lane, a reload keeps the conv
 	assert.ok(slots.body.lanes.every((l) => l.phase === 'idle'), 'the server freed the lane');
 	assert.equal(await page.$eval('#experts', (e) => e.hidden), true, 'a dense model has no expert heat map');
 	await page.click('#tab-chat');
+	assert.deepEqual(await shown(), ['chat']);
 	const stats = await page.$eval('#messages .msg.assistant:last-child .stats span', (e) => e.textContent);
 	assert.match(stats, /stopped/);
 	assert.match(stats, /TTFT \d+ ms/);
@@ -71,7 +74,7 @@ test('chat: a streamed reply grows, stop frees the lane, a reload keeps the conv
 test('model text holding markup renders as text, never as elements', { skip: why || false }, async () => {
 	const page = await browser.newPage();
 	await page.goto(srv.url + '/');
-	const evil = 'Hi <script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=2"> **bold**\n\n```\n<b>code</b>\n```';
+	const evil = 'Hi <script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=2"> **bold**\n\n```\n<b>code</b>\n```\n## Head <b>x</b>\nafter';
 	await page.evaluate((content) => {
 		localStorage.setItem('lanes.conversations', JSON.stringify([{ id: 'x', title: '<img src=x onerror=alert(1)>',
 			messages: [{ role: 'user', content: 'say it' }, { role: 'assistant', content }] }]));
@@ -86,6 +89,7 @@ test('model text holding markup renders as text, never as elements', { skip: why
 		code: document.querySelector('#messages .msg.assistant pre code')?.textContent,
 		strong: document.querySelector('#messages .msg.assistant strong')?.textContent,
 		title: document.querySelector('#convs li').firstChild.textContent,
+		heading: document.querySelector('#messages .msg.assistant h4')?.textContent,
 	}));
 	assert.equal(r.pwned, undefined);
 	assert.equal(r.made, 0);
@@ -94,6 +98,31 @@ test('model text holding markup renders as text, never as elements', { skip: why
 	assert.equal(r.code, '<b>code</b>');
 	assert.equal(r.strong, 'bold');
 	assert.equal(r.title, '<img src=x onerror=alert(1)>');
+	assert.equal(r.heading, 'Head <b>x</b>');
+	await page.close();
+});
+
+test('while the model loads, the page shows its progress and stage, then hides them', { skip: why || false }, async () => {
+	const page = await browser.newPage();
+	// /health answers as a loading server would (the load itself is too quick to watch reliably)
+	let health = { status: 'loading', progress: 0.42, stage: 'reading and repacking weights' };
+	await page.setRequestInterception(true);
+	page.on('request', (req) => {
+		if (new URL(req.url()).pathname === '/health' && health)
+			return req.respond({ status: 503, contentType: 'application/json', body: JSON.stringify(health) });
+		req.continue();
+	});
+	await page.goto(srv.url + '/');
+	await page.waitForFunction(() => !document.querySelector('#loadbar').hidden, { timeout: 10000 });
+	const shown = await page.evaluate(() => ({ value: document.querySelector('#loadbar').value, text: document.querySelector('#health').textContent }));
+	assert.equal(shown.value, 0.42);
+	assert.match(shown.text, /loading · 42% · reading and repacking weights/);
+	health = { status: 'loading', progress: 0.9, stage: 'starting the engine' };
+	await page.waitForFunction(() => document.querySelector('#loadbar').value === 0.9, { timeout: 10000 });
+	assert.match(await page.$eval('#health', (e) => e.textContent), /90% · starting the engine/);
+	health = null; // the real server: ready
+	await page.waitForFunction(() => document.querySelector('#loadbar').hidden, { timeout: 10000 });
+	assert.equal(await page.$eval('#health', (e) => e.textContent), 'ok');
 	await page.close();
 });
 

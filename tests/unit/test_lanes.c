@@ -10,6 +10,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #define NREQ 32
@@ -113,6 +114,7 @@ static void collect(lane_req *r, result *out) {
 static const model *DRAFT; // draft model for hosts made by host(), or NULL
 static enum kv_type KVT = KV_F16S; // KV type of hosts made by host()
 static int32_t WINDOW, WINDOW_MAX; // elastic window of hosts made by host() (0: fixed pool)
+static int32_t QUEUE = -1; // queue of hosts made by host() (-1: the default)
 
 static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	lane_config c;
@@ -126,6 +128,7 @@ static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	c.kv_type = KVT;
 	c.window = WINDOW;
 	c.window_max = WINDOW_MAX;
+	if (QUEUE >= 0) c.queue = QUEUE;
 	char err[256];
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, M, V, &c, err, sizeof err);
@@ -1043,6 +1046,158 @@ static void test_config_refused(void) {
 	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "window_recent_s"));
 }
 
+// ---- capacity leases ----------------------------------------------------------------------------
+
+static lane_host *lease_host(int lanes, int queue) {
+	QUEUE = queue;
+	lane_host *h = host(lanes, 0, true, 2);
+	QUEUE = -1;
+	return h;
+}
+
+static lane_snapshot lease_snap(lane_host *h) {
+	lane_snapshot sn;
+	lane_host_snapshot(h, &sn);
+	return sn;
+}
+
+// The order in which requests saw their first event (notify callback: engine thread).
+static atomic_int lease_order;
+static void first_event(void *arg) {
+	int *at = arg;
+	if (!*at) *at = atomic_fetch_add(&lease_order, 1) + 1;
+}
+
+// A lease holds its lanes against requests without one; a request naming it is admitted
+// before them (past a full queue), with the tokens it has alone; release, expiry, refusals.
+static void test_leases(void) {
+	req_spec s[4];
+	make_specs(s, 4, 11, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < 4; i++) s[i].q.max_tokens = 16, s[i].q.ignore_eos = true;
+	static result solo[4];
+	lane_host *h = lease_host(1, 0);
+	if (!h) return;
+	run_all(h, s, 4, solo, false);
+	char err[256];
+	lane_lease l, l2;
+	const uint64_t ttl = 10 * 1000000ull;
+	CHECK(lane_lease_new(h, 0, 0, ttl, &l, err, sizeof err) == LANES_EINVAL);
+	CHECK(lane_lease_new(h, 1, 0, 0, &l, err, sizeof err) == LANES_EINVAL);
+	CHECK(lane_lease_new(h, 1, 0, LANE_LEASE_MAX_TTL_US + 1, &l, err, sizeof err) == LANES_EINVAL);
+	CHECKF(lane_lease_new(h, 1, (uint64_t)1 << 40, ttl, &l, err, sizeof err) == LANES_EBUSY && strstr(err, "KV bytes free"),
+	       "a spike larger than the pool: %s", err);
+	// want 3 of 1 lane: granted 1; then nothing is free for another lease
+	CHECKF(lane_lease_new(h, 3, 4096, ttl, &l, err, sizeof err) == 0 && l.granted == 1 && l.id && l.pages > 0, "lease: %s", err);
+	lane_snapshot sn = lease_snap(h);
+	CHECKF(sn.lanes_free == 0 && sn.leases == 1 && sn.leased_lanes == 1, "lanes_free %d leases %d leased %d", sn.lanes_free,
+	       sn.leases, sn.leased_lanes);
+	CHECK(sn.kv_free_bytes == (uint64_t)(sn.kv_pages_limit - l.pages) * sn.kv_page_bytes);
+	CHECKF(lane_lease_new(h, 1, 0, ttl, &l2, err, sizeof err) == LANES_EBUSY && strstr(err, "0 lanes free"), "busy: %s", err);
+	// a request without the lease waits, though its lane is idle
+	int at_a = 0, at_b = 0;
+	atomic_store(&lease_order, 0);
+	lane_req *a = submit1(h, &s[0].q), *b = NULL;
+	if (a) lane_req_set_notify(a, first_event, &at_a);
+	usleep(150000);
+	sn = lease_snap(h);
+	CHECKF(sn.queue_depth == 1 && at_a == 0, "held back by the lease: queue %d", sn.queue_depth);
+	// the queue (0 beyond the lane) is full, and the lessee's request passes it
+	lane_req *c = NULL;
+	CHECK(lane_submit(h, &s[2].q, &c, err, sizeof err) == LANES_EBUSY);
+	lane_request q = s[1].q;
+	q.lease = l.id;
+	b = submit1(h, &q);
+	if (b) lane_req_set_notify(b, first_event, &at_b);
+	result ra, rb;
+	if (b) collect(b, &rb);
+	if (a) collect(a, &ra);
+	CHECKF(at_b == 1 && at_a == 2, "the leased request ran first (a %d, b %d)", at_a, at_b);
+	CHECK(a && b && same(&ra, &solo[0]) && same(&rb, &solo[1]) && ra.terminals == 1 && rb.terminals == 1);
+	if (a) lane_req_set_notify(a, NULL, NULL);
+	if (b) lane_req_set_notify(b, NULL, NULL);
+	lane_req_free(a);
+	lane_req_free(b);
+	// used up: nothing to release, and every lane is free again
+	CHECK(lane_lease_release(h, l.id) == LANES_ENOTFOUND);
+	sn = lease_snap(h);
+	CHECKF(sn.lanes_free == 1 && sn.leases == 0 && sn.leased_lanes == 0, "after use: free %d leases %d", sn.lanes_free, sn.leases);
+	// release gives it back
+	CHECK(lane_lease_new(h, 1, 0, ttl, &l, err, sizeof err) == 0);
+	CHECK(lease_snap(h).lanes_free == 0);
+	CHECK(lane_lease_release(h, l.id) == 0);
+	CHECK(lane_lease_release(h, l.id) == LANES_ENOTFOUND);
+	sn = lease_snap(h);
+	CHECK(sn.lanes_free == 1 && sn.leases == 0 && sn.kv_free_bytes == (uint64_t)sn.kv_pages_limit * sn.kv_page_bytes);
+	// expiry: a request held back by a lease runs once it lapses; naming a lapsed lease is no error
+	CHECK(lane_lease_new(h, 1, 0, 40000, &l, err, sizeof err) == 0);
+	a = submit1(h, &s[2].q);
+	if (a) collect(a, &ra);
+	CHECK(a && same(&ra, &solo[2]));
+	lane_req_free(a);
+	CHECK(lane_lease_release(h, l.id) == LANES_ENOTFOUND);
+	q = s[3].q;
+	q.lease = l.id;
+	a = submit1(h, &q);
+	if (a) collect(a, &ra);
+	CHECK(a && same(&ra, &solo[3]));
+	lane_req_free(a);
+	// a draining host leases nothing
+	lane_host_drain(h);
+	CHECK(lane_lease_new(h, 1, 0, ttl, &l, err, sizeof err) == LANES_ECANCELLED);
+	lane_host_free(h);
+}
+
+// Random leases, submits with and without them, cancels and releases: every request ends
+// once, and afterwards every lane and page is free and no lease is held; a halt ends them too.
+static void test_lease_chaos(uint64_t seed) {
+	t_case("seed %llu", (unsigned long long)seed);
+	req_spec s[NREQ];
+	make_specs(s, NREQ, seed, model_hparams_of(M)->n_vocab);
+	lane_host *h = lease_host(3, 4);
+	if (!h) return;
+	lane_req *r[2 * NREQ] = {0};
+	uint64_t ids[2 * NREQ] = {0};
+	int n = 0, n_ids = 0;
+	uint64_t x = seed;
+	char err[256];
+	for (int k = 0; k < 2 * NREQ; k++) {
+		x = splitmix64(x);
+		lane_lease l;
+		if (x % 3 == 0 && lane_lease_new(h, 1 + (int32_t)(x >> 10) % 2, (x >> 20) % 8192, 1000 + (x >> 30) % 60000, &l, err,
+						  sizeof err) == 0)
+			ids[n_ids++] = l.id;
+		lane_request q = s[k % NREQ].q;
+		if (x % 2 && n_ids) q.lease = ids[(x >> 40) % (uint64_t)n_ids];
+		int rc = lane_submit(h, &q, &r[n], err, sizeof err);
+		CHECKF(rc == 0 || rc == LANES_EBUSY, "submit: %s", err);
+		if (rc == 0) n++;
+		if (x % 5 == 0 && n) lane_cancel(r[(x >> 8) % (uint64_t)n]);
+		if (x % 7 == 0 && n_ids) lane_lease_release(h, ids[(x >> 48) % (uint64_t)n_ids]);
+		if (x % 4 == 0) usleep((useconds_t)(x >> 52) % 3000);
+	}
+	const bool halt = seed % 2;
+	if (halt) lane_host_halt(h, "halt for the test");
+	for (int i = 0; i < n; i++) {
+		result res;
+		collect(r[i], &res);
+		CHECKF(res.terminals == 1, "request %d has %d terminal events", i, res.terminals);
+		lane_req_free(r[i]);
+	}
+	CHECK(lane_host_open(h) == 0);
+	// leases still held lapse within their ttl (at most 61 ms)
+	usleep(100000);
+	lane_snapshot sn = lease_snap(h);
+	if (!halt)
+		CHECKF(sn.lanes_free == 3 && sn.kv_free_bytes == (uint64_t)sn.kv_pages_limit * sn.kv_page_bytes,
+		       "everything free: %d lanes, %llu bytes", sn.lanes_free, (unsigned long long)sn.kv_free_bytes);
+	CHECKF(sn.leases == 0 && sn.leased_lanes == 0, "no lease held: %d leases, %d lanes", sn.leases, sn.leased_lanes);
+	lane_host_free(h);
+}
+
+static void lease_chaos_all(void) {
+	for (uint64_t seed = 1; seed <= 6; seed++) test_lease_chaos(seed);
+}
+
 int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
@@ -1066,5 +1221,7 @@ int main(void) {
 	with_model("ref-qwen2-Q8_0.gguf", test_embed);
 	with_model("stories260K.gguf", test_grammar_exact);
 	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);
+	with_model("stories260K.gguf", test_leases);
+	with_model("stories260K.gguf", lease_chaos_all);
 	T_DONE("lanes");
 }

@@ -210,6 +210,51 @@ static void hostile(const char *label, synth s, int want_rc, const char *want_ms
 	remove(path);
 }
 
+// model_load_progress: reports from done 0 up to total, the bytes of every matrix the forward
+// pass multiplies by (experts, the shared expert's gate and the tied output included), one
+// report per matrix after the first; never falling.
+typedef struct {
+	int n;
+	uint64_t done[256], total[256];
+} reports;
+static void on_report(void *ud, uint64_t done, uint64_t total) {
+	reports *r = ud;
+	if (r->n < 256) r->done[r->n] = done, r->total[r->n] = total;
+	r->n++;
+}
+
+static void progress_case(const char *label, synth s) {
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/progress-%s.gguf", t_tmp(), label);
+	CHECK(write_synth(&s, path) == 0);
+	reports r = {0};
+	model *m;
+	int rc = model_load_progress(&m, path, on_report, &r, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", label, err);
+	if (rc) return;
+	const gguf *g = model_gguf(m);
+	const bool tied = !gguf_find_tensor(g, "output.weight");
+	uint64_t want = 0;
+	int mats = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		// the shared expert's gate is stored as a vector and multiplied by as a one-row matrix
+		if ((t->n_dims < 2 && !strstr(t->name, "gate_inp_shexp")) || (!tied && !strcmp(t->name, "token_embd.weight"))) continue;
+		want += t->nbytes;
+		mats++;
+	}
+	CHECKF(r.n == mats + 1 && r.n <= 256, "%s: %d reports for %d matrices", label, r.n, mats);
+	CHECKF(r.n > 0 && r.done[0] == 0 && r.done[r.n - 1] == want, "%s: reports end at %llu of %llu", label,
+	       r.n ? (unsigned long long)r.done[r.n - 1] : 0ull, (unsigned long long)want);
+	bool fine = true;
+	for (int i = 0; i < r.n && i < 256; i++) fine &= r.total[i] == want && (!i || r.done[i] >= r.done[i - 1]);
+	CHECKF(fine, "%s: a report fell or changed its total", label);
+	model_free(m);
+	// a file that fails to load reports nothing past its error, and the call still fails cleanly
+	reports none = {0};
+	CHECK(model_load_progress(&m, "/nonexistent/model.gguf", on_report, &none, err, sizeof err) != 0 && none.n == 0 && !m);
+}
+
 int main(void) {
 	const synth llama = {.arch = "llama", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_F32};
 	synth s = llama;
@@ -235,6 +280,13 @@ int main(void) {
 	arch_case("qwen2moe", s);
 	s = llama, s.arch = "qwen3moe", s.qk_norm = true, s.X = 5, s.K = 3, s.FX = 32, s.moe_norm = true;
 	arch_case("qwen3moe", s);
+
+	s = llama;
+	progress_case("llama", s);
+	s.tied = true, s.wtype = GGUF_T_Q8_0;
+	progress_case("tied-q8", s);
+	s = llama, s.arch = "qwen2moe", s.bias = true, s.X = 6, s.K = 2, s.FX = 32, s.FS = 64;
+	progress_case("qwen2moe", s);
 
 	s = llama, s.arch = "gpt2";
 	hostile("arch", s, LANES_EUNSUPPORTED, "'gpt2'");

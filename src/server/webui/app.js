@@ -62,10 +62,14 @@ function render(parent, text) {
 			const pre = el('pre');
 			pre.appendChild(el('code', null, part.replace(/\n$/, '')));
 			parent.appendChild(pre);
-		} else {
-			if (!part) return;
-			const p = el('p'); // white-space: pre-wrap keeps the text's own line breaks
-			inline(p, part);
+			return;
+		}
+		// headings (# to ###) on their own lines; the text between them is one paragraph
+		for (const seg of part.split(/^(#{1,3} [^\n]*)\n?/m)) {
+			if (!seg) continue;
+			const h = seg.match(/^(#{1,3}) (.*)$/);
+			const p = h ? el('h' + (h[1].length + 2)) : el('p'); // white-space: pre-wrap keeps the text's own line breaks
+			inline(p, h ? h[2] : seg);
 			parent.appendChild(p);
 		}
 	});
@@ -95,13 +99,24 @@ function msgNode(m, i, c) {
 		const st = el('div', 'stats');
 		st.appendChild(el('span', null, m.stats || ''));
 		const copy = el('button', null, 'copy');
-		copy.onclick = () => navigator.clipboard?.writeText(m.content || '');
+		copy.onclick = () => copyText(m.content || '', copy);
 		const regen = el('button', null, 'regenerate');
 		regen.onclick = () => { if (busy) return; c.messages.splice(i); save(); draw(); generate(c); };
 		st.append(copy, regen);
 		d.appendChild(st);
 	}
 	return d;
+}
+// The clipboard API needs a secure context (https or localhost); elsewhere a selection is copied.
+function copyText(text, btn) {
+	const done = () => { btn.textContent = 'copied'; setTimeout(() => { btn.textContent = 'copy'; }, 1500); };
+	if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(text).then(done, () => {}); return; }
+	const ta = el('textarea');
+	ta.value = text;
+	document.body.appendChild(ta);
+	ta.select();
+	try { if (document.execCommand('copy')) done(); } catch { /* nothing to copy with */ }
+	ta.remove();
 }
 function draw() {
 	drawList();
@@ -275,29 +290,42 @@ async function pollExperts() {
 	$('experts-maps').replaceChildren(...maps);
 	$('experts').hidden = false;
 }
+// While the model loads: its progress and what it is doing, as /health says.
+let loading = false;
+function showHealth(hj) {
+	loading = hj.status === 'loading';
+	const pct = loading && typeof hj.progress === 'number' ? Math.round(hj.progress * 100) + '%' : '';
+	$('health').textContent = [hj.status, pct, loading ? hj.stage : ''].filter(Boolean).join(' · ');
+	$('loadbar').hidden = !loading;
+	if (loading && typeof hj.progress === 'number') $('loadbar').value = hj.progress;
+}
 async function poll() {
 	try {
 		const h = await fetch('/health', {headers: headers()});
-		const hj = await h.json();
-		$('health').textContent = hj.status + (hj.progress != null && hj.status === 'loading' ? ' ' + Math.round(hj.progress * 100) + '%' : '');
-		if ($('dash').hidden) return;
-		const [sr, mr] = await Promise.all([fetch('/slots', {headers: headers()}), fetch('/metrics', {headers: headers()})]);
-		if (!sr.ok || !mr.ok) { $('cards').replaceChildren(card('needs the API key (--protect-control)', sr.status)); return; }
-		const sl = await sr.json(), mv = metrics(await mr.text());
+		showHealth(await h.json());
+		if (loading) return;
+		// the rates are sampled every second even while the chat is shown: the plots cover the last minute
+		const mr = await fetch('/metrics', {headers: headers()});
+		const mv = mr.ok ? metrics(await mr.text()) : null;
 		const now = performance.now() / 1000;
-		const cur = {t: now, gen: mv.lanes_generated_tokens_total || 0, prompt: mv.lanes_prompt_tokens_total || 0, rounds: mv.lanes_round_seconds_count || 0};
-		if (prev && now > prev.t) {
+		const cur = mv && {t: now, gen: mv.lanes_generated_tokens_total || 0, prompt: mv.lanes_prompt_tokens_total || 0, rounds: mv.lanes_round_seconds_count || 0};
+		if (cur && prev && now > prev.t) {
 			const dt = now - prev.t;
 			history.push({decode: (cur.gen - prev.gen) / dt, prompt: (cur.prompt - prev.prompt) / dt, rounds: (cur.rounds - prev.rounds) / dt});
 			if (history.length > 60) history.shift();
 		}
 		prev = cur;
+		if ($('dash').hidden) return;
+		const sr = await fetch('/slots', {headers: headers()});
+		if (!sr.ok || !mv) { $('cards').replaceChildren(card('needs the API key (--protect-control)', sr.ok ? mr.status : sr.status)); return; }
+		const sl = await sr.json();
 		const busyN = sl.lanes.filter((l) => l.phase !== 'idle').length;
 		const drafted = mv.lanes_draft_tokens_total || 0, acc = mv.lanes_draft_accepted_tokens_total || 0;
 		const cards = [card('lanes busy', busyN + ' / ' + sl.lanes.length), card('queue', String(sl.queue_depth)),
 			card('KV pages used', (mv.lanes_kv_pages_used || 0) + ' / ' + ((mv.lanes_kv_pages_used || 0) + (mv.lanes_kv_pages_free || 0))),
 			card('draft acceptance', drafted ? Math.round((100 * acc) / drafted) + '%' : '–')];
-		if (sl.window) cards.push(card('window (demand ' + sl.window.demand_tokens + ')', sl.window.tokens + ' / ' + sl.window.max_tokens));
+		cards.push(sl.window ? card('window (demand ' + sl.window.demand_tokens + ')', sl.window.tokens + ' / ' + sl.window.max_tokens)
+			: card('window (elastic with --memory)', 'fixed'));
 		$('cards').replaceChildren(...cards);
 		$('plots').replaceChildren(plot('decode', 'decode', 'tok/s'), plot('prompt', 'prompt', 'tok/s'), plot('rounds', 'rounds', '/s'));
 		const tb = $('lanes').tBodies[0];
@@ -311,6 +339,6 @@ async function poll() {
 		await pollExperts();
 	} catch { $('health').textContent = 'unreachable'; }
 }
-setInterval(poll, 1000);
-poll();
+// every second; four times a second while the model loads
+(function tick() { poll().finally(() => setTimeout(tick, loading ? 250 : 1000)); })();
 draw();

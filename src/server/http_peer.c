@@ -1,0 +1,1020 @@
+// server, layer 1: overflow to peers — one thread polls each --peer's residency beacon and,
+// when this server's queue is deeper than --overflow-queue (or it is draining), asks an
+// eligible peer (it holds the model, is not draining, answered its last poll; fewest queued
+// first) for a lease and forwards the request there with the lease and a hop mark, relaying
+// the peer's reply: streams event by event, unchanged, and exactly one terminal event — the
+// peer's, or the API's error event naming the peer when the transfer breaks. Every transfer
+// goes through libcurl's multi interface on that thread; a connection waits suspended and the
+// thread resumes it, so no HTTP thread waits on a peer.
+#include "server/http_grid.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define LEASE_TTL_MS 10000          // a lease the forward does not use in time goes back to the peer
+#define MAX_BEACON (1u << 20)       // largest beacon read
+#define MAX_LIMIT_MS 600000
+#define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
+
+// The API a forwarded path belongs to: how its stream ends and how it reports an error.
+enum fwd_api { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_OLLAMA };
+
+typedef struct {
+	char url[256];                 // base URL, no trailing slash
+	// the view from its latest beacon, replaced whole at each poll (under g->mu)
+	json_t *models;                // NULL: unreachable, or no beacon yet
+	bool draining;
+	bool full;                     // it refused a lease (or failed one) since it last had a lane free
+	// the poller's (grid thread)
+	CURL *poll;
+	srv_buf body;
+	uint64_t next_us;
+	atomic_uint_least64_t forwarded, failed;
+} grid_peer;
+
+typedef struct srv_grid srv_grid;
+typedef struct srv_fwd srv_fwd;
+
+struct srv_grid {
+	http_server *s;
+	grid_peer peers[SRV_GRID_MAX_PEERS];
+	int n;
+	pthread_mutex_t mu;            // the peers' views, the lists below, every forward's shared part
+	CURLM *multi;
+	pthread_t thread;
+	bool started;
+	atomic_bool quit;
+	srv_fwd *pending, *pending_tail; // requests waiting for a peer's lease or a lane here (by next)
+	int n_pending;
+	int local_inflight;            // sent back to run here, not yet submitted
+	srv_fwd *leasing;              // the one whose lease request is in flight (grid thread)
+	bool halted;                   // the server's halt reached the forwards (grid thread)
+	lane_snapshot *snap;           // the grid thread's copy of this server's snapshot
+	srv_fwd *cancelled;            // forwards whose connection ended (by cnext; each holds a reference)
+	srv_fwd *held;                 // forwards the thread holds (by hprev/hnext)
+	srv_fwd *live;                 // forwards whose connection is open (by lprev/lnext)
+	char auth[320];                // Authorization for beacons and leases ("": none)
+};
+
+// A request being forwarded: shared by its connection and the grid thread.
+struct srv_fwd {
+	srv_grid *g;
+	int refs;                      // its connection's, the thread's, the cancel list's (under g->mu)
+	srv_fwd *next, *cnext, *hprev, *hnext, *lprev, *lnext;
+	bool held;                     // the thread holds it (under g->mu)
+	bool queued;                   // on the pending list (under g->mu)
+	// fixed at creation
+	srv_conn *conn;                // NULL once the connection ended (under g->mu)
+	char path[192];
+	char *body;
+	size_t body_len;
+	char model[256];               // what the peer must hold
+	uint64_t spike_bytes;
+	enum fwd_api api;
+	char auth[2][320];             // the client's key headers, or --peer-key's ("" none)
+	struct curl_slist *hdrs;       // the forward's headers
+	// the thread's
+	CURL *easy;                    // the lease request or the forward in flight
+	bool forwarding;               // easy is the forward (else the lease request)
+	int peer;
+	srv_buf lease;                 // the lease request's reply
+	struct curl_slist *ctl;        // the lease request's headers
+	// shared (under g->mu)
+	bool waiting, pending;         // the connection is suspended / a wake-up came while it was not
+	bool local;                    // no peer took it: it runs here
+	bool head;                     // the peer's status and headers are in
+	bool stream;                   // the reply is a stream, relayed event by event
+	bool done;                     // the transfer ended
+	bool terminal;                 // the peer's terminal event went through
+	long status;
+	char ctype[128], retry_after[16];
+	srv_buf in;                    // a stream: the event not yet whole; else the whole reply
+	srv_buf out;                   // a stream: bytes for the client
+	size_t out_off;
+	char err[320];                 // the transfer's failure, naming the peer ("" none)
+	long long seq;                 // Responses: the last sequence_number relayed
+};
+
+// ---- references and wake-ups (under g->mu) ----------------------------------------------------
+
+static void fwd_free(srv_fwd *f) {
+	curl_slist_free_all(f->hdrs);
+	curl_slist_free_all(f->ctl);
+	free(f->body);
+	srv_buf_free(&f->lease);
+	srv_buf_free(&f->in);
+	srv_buf_free(&f->out);
+	free(f);
+}
+
+// Drops one reference; true when f must be freed (after the lock).
+static bool unref(srv_fwd *f) { return --f->refs == 0; }
+
+static void hold_drop(srv_grid *g, srv_fwd *f) {
+	if (!f->held) return;
+	f->held = false;
+	if (f->hprev) f->hprev->hnext = f->hnext;
+	else g->held = f->hnext;
+	if (f->hnext) f->hnext->hprev = f->hprev;
+}
+
+// Resumes f's connection if it is suspended, else leaves a wake-up pending.
+static void wake(srv_fwd *f) {
+	if (!f->conn) return;
+	if (f->waiting) {
+		f->waiting = false;
+		MHD_resume_connection(f->conn->mc);
+	} else {
+		f->pending = true;
+	}
+}
+
+// From the connection's thread: suspends it until the grid thread resumes it (true), or false
+// at once when a wake-up is pending or the server is stopping.
+static bool fwd_suspend(srv_fwd *f) {
+	srv_grid *g = f->g;
+	pthread_mutex_lock(&g->mu);
+	const bool ok = !f->pending && !atomic_load(&g->quit);
+	f->pending = false;
+	if (ok) {
+		f->waiting = true;
+		MHD_suspend_connection(f->conn->mc);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return ok;
+}
+
+// The thread lets go of f (its transfer ended, or it runs here).
+static void thread_release(srv_grid *g, srv_fwd *f) {
+	if (f->easy) {
+		curl_multi_remove_handle(g->multi, f->easy);
+		curl_easy_cleanup(f->easy);
+		f->easy = NULL;
+	}
+	pthread_mutex_lock(&g->mu);
+	const bool was = f->held, last = was && unref(f);
+	hold_drop(g, f);
+	pthread_mutex_unlock(&g->mu);
+	if (last) fwd_free(f);
+}
+
+// ---- the pending list (under g->mu) ----------------------------------------------------------
+
+static void pending_push(srv_grid *g, srv_fwd *f, bool front) {
+	f->queued = true;
+	g->n_pending++;
+	if (front) {
+		f->next = g->pending;
+		g->pending = f;
+		if (!g->pending_tail) g->pending_tail = f;
+		return;
+	}
+	f->next = NULL;
+	if (g->pending_tail) g->pending_tail->next = f;
+	else g->pending = f;
+	g->pending_tail = f;
+}
+
+static void pending_remove(srv_grid *g, srv_fwd *f) {
+	if (!f->queued) return;
+	srv_fwd **pp = &g->pending, *prev = NULL;
+	while (*pp && *pp != f) prev = *pp, pp = &(*pp)->next;
+	if (!*pp) return;
+	*pp = f->next;
+	if (g->pending_tail == f) g->pending_tail = prev;
+	f->next = NULL;
+	f->queued = false;
+	g->n_pending--;
+}
+
+int srv_grid_pending(http_server *s) {
+	srv_grid *g = s->grid;
+	if (!g) return 0;
+	pthread_mutex_lock(&g->mu);
+	const int n = g->n_pending;
+	pthread_mutex_unlock(&g->mu);
+	return n;
+}
+
+// ---- peers: who may take a request ------------------------------------------------------------
+
+// The entry of peer p's view that holds want (the model, or an adapter in its list), or NULL.
+static json_t *holding(const grid_peer *p, const char *want) {
+	size_t i, k;
+	json_t *m, *a;
+	json_array_foreach(p->models, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		if (id && !strcmp(id, want)) return m;
+		json_array_foreach(json_object_get(m, "adapters"), k, a)
+			if (json_is_string(a) && !strcmp(json_string_value(a), want)) return m;
+	}
+	return NULL;
+}
+
+// Under g->mu: of the peers that hold want, answered their last poll, are not draining and did
+// not refuse a lease since, the one with the fewest queued (then the most lanes free), or -1.
+static int pick(srv_grid *g, const char *want) {
+	int best = -1;
+	json_int_t bq = 0, bf = 0;
+	for (int i = 0; i < g->n; i++) {
+		const grid_peer *p = &g->peers[i];
+		json_t *m = !p->models || p->draining || p->full ? NULL : holding(p, want);
+		if (!m) continue;
+		const json_int_t q = json_integer_value(json_object_get(m, "queue_depth"));
+		const json_int_t fr = json_integer_value(json_object_get(m, "lanes_free"));
+		if (best < 0 || q < bq || (q == bq && fr > bf)) best = i, bq = q, bf = fr;
+	}
+	return best;
+}
+
+bool srv_grid_may_forward(http_server *s) {
+	srv_grid *g = s->grid;
+	if (!g) return false;
+	bool any = false;
+	pthread_mutex_lock(&g->mu);
+	for (int i = 0; i < g->n && !any; i++) any = g->peers[i].models && !g->peers[i].draining;
+	pthread_mutex_unlock(&g->mu);
+	return any;
+}
+
+// ---- transfers ----------------------------------------------------------------------------------
+
+static size_t to_buf(char *p, size_t sz, size_t n, void *arg) {
+	srv_buf *b = arg;
+	if (b->len + sz * n > MAX_BEACON) return 0;
+	srv_buf_add(b, p, sz * n);
+	return b->oom ? 0 : sz * n;
+}
+
+static CURL *easy_new(srv_grid *g, const char *url, const char *path, long timeout_ms) {
+	CURL *e = curl_easy_init();
+	if (!e) return NULL;
+	char full[512];
+	snprintf(full, sizeof full, "%s%s", url, path);
+	curl_easy_setopt(e, CURLOPT_URL, full);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)g->s->cfg.peer_timeout_ms);
+	if (timeout_ms) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+	return e;
+}
+
+// The headers of a beacon read or a lease request (NULL on out of memory: sent without them).
+static struct curl_slist *control_headers(srv_grid *g, bool json) {
+	struct curl_slist *h = NULL;
+	if (g->auth[0]) h = curl_slist_append(h, g->auth);
+	if (json) h = curl_slist_append(h, "Content-Type: application/json");
+	return h;
+}
+
+static void poll_start(srv_grid *g, int i) {
+	grid_peer *p = &g->peers[i];
+	srv_buf_free(&p->body);
+	p->poll = easy_new(g, p->url, "/v1/residency", g->s->cfg.peer_timeout_ms);
+	if (!p->poll) return;
+	struct curl_slist *h = control_headers(g, false);
+	curl_easy_setopt(p->poll, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(p->poll, CURLOPT_PRIVATE, h); // freed with the transfer
+	curl_easy_setopt(p->poll, CURLOPT_WRITEFUNCTION, to_buf);
+	curl_easy_setopt(p->poll, CURLOPT_WRITEDATA, &p->body);
+	curl_multi_add_handle(g->multi, p->poll);
+}
+
+// A beacon arrived (or did not): the peer's view is replaced whole, never merged, so a model
+// that left it, or a peer that went away, stops being eligible at once.
+static void poll_done(srv_grid *g, int i, CURLcode rc) {
+	grid_peer *p = &g->peers[i];
+	long code = 0;
+	struct curl_slist *h = NULL;
+	curl_easy_getinfo(p->poll, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(p->poll, CURLINFO_PRIVATE, (char **)&h);
+	curl_multi_remove_handle(g->multi, p->poll);
+	curl_easy_cleanup(p->poll);
+	curl_slist_free_all(h);
+	p->poll = NULL;
+	json_t *b = rc == CURLE_OK && code == 200 && p->body.len ? json_loadb(p->body.p, p->body.len, 0, NULL) : NULL;
+	json_t *models = json_object_get(b, "models");
+	const bool ok = json_is_array(models) && json_is_boolean(json_object_get(b, "draining"));
+	pthread_mutex_lock(&g->mu);
+	const bool was = p->models != NULL;
+	json_decref(p->models);
+	p->models = ok ? json_incref(models) : NULL;
+	p->draining = ok && json_is_true(json_object_get(b, "draining"));
+	p->full = true;
+	size_t k;
+	json_t *m;
+	json_array_foreach(models, k, m) p->full &= json_integer_value(json_object_get(m, "lanes_free")) <= 0;
+	pthread_mutex_unlock(&g->mu);
+	if (ok != was)
+		LOG_INFO(SRV_MOD, "peer %s is %s%s", p->url, ok ? "up" : "down: ",
+			 ok ? "" : rc != CURLE_OK ? curl_easy_strerror(rc) : code != 200 ? "no beacon" : "a malformed beacon");
+	json_decref(b);
+	srv_buf_free(&p->body);
+	p->next_us = base_now_us() + (uint64_t)g->s->cfg.peer_poll_ms * 1000;
+}
+
+static void requeue(srv_grid *g, srv_fwd *f, bool peer_full);
+
+static void lease_start(srv_grid *g, srv_fwd *f) {
+	grid_peer *p = &g->peers[f->peer];
+	srv_buf_free(&f->lease);
+	json_t *o = json_pack("{s:s, s:i, s:I, s:i}", "model", f->model, "want_concurrency", 1, "spike_bytes",
+			      (json_int_t)f->spike_bytes, "ttl_ms", LEASE_TTL_MS);
+	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	f->easy = body ? easy_new(g, p->url, "/v1/leases", g->s->cfg.peer_timeout_ms) : NULL;
+	if (!f->easy) {
+		free(body);
+		return requeue(g, f, true);
+	}
+	f->forwarding = false;
+	curl_slist_free_all(f->ctl);
+	f->ctl = control_headers(g, true);
+	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->ctl);
+	curl_easy_setopt(f->easy, CURLOPT_COPYPOSTFIELDS, body);
+	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, to_buf);
+	curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, &f->lease);
+	curl_easy_setopt(f->easy, CURLOPT_PRIVATE, f);
+	free(body);
+	curl_multi_add_handle(g->multi, f->easy);
+}
+
+// The peer's status line and headers: the type and Retry-After are kept; at their end a
+// stream's connection is resumed so its reply can start.
+static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
+	srv_fwd *f = arg;
+	const size_t len = sz * n;
+	if (f->head) return len;
+	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
+		f->ctype[0] = f->retry_after[0] = 0; // a new response (after an interim 1xx)
+	} else if (len > 13 && !strncasecmp(p, "Content-Type:", 13)) {
+		size_t k = 13;
+		while (k < len && p[k] == ' ') k++;
+		size_t m = len - k;
+		while (m && (p[k + m - 1] == '\r' || p[k + m - 1] == '\n')) m--;
+		snprintf(f->ctype, sizeof f->ctype, "%.*s", (int)m, p + k);
+	} else if (len > 12 && !strncasecmp(p, "Retry-After:", 12)) {
+		snprintf(f->retry_after, sizeof f->retry_after, "%ld", strtol(p + 12, NULL, 10));
+	} else if (len <= 2) {
+		long code = 0;
+		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &code);
+		if (code < 200) return len;
+		srv_grid *g = f->g;
+		pthread_mutex_lock(&g->mu);
+		f->status = code;
+		f->stream = code == 200 && (!strncasecmp(f->ctype, "text/event-stream", 17) || !strncasecmp(f->ctype, "application/x-ndjson", 20));
+		f->head = true;
+		if (f->stream) wake(f);
+		pthread_mutex_unlock(&g->mu);
+	}
+	return len;
+}
+
+// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream.
+static bool terminal_event(const srv_fwd *f, const char *ev, size_t n) {
+	static const char *const ends[][5] = {
+		[API_OPENAI] = {"data: [DONE]", "data: {\"error\"", NULL},
+		[API_ANTHROPIC] = {"event: message_stop", "event: error", NULL},
+		[API_RESPONSES] = {"event: response.completed", "event: response.failed", "event: response.incomplete", "event: error", NULL},
+		[API_OLLAMA] = {"\"done\":true", "{\"error\"", NULL},
+	};
+	for (int i = 0; ends[f->api][i]; i++)
+		if (memmem(ev, n, ends[f->api][i], strlen(ends[f->api][i]))) return true;
+	return false;
+}
+
+// Under g->mu: moves the whole events at the head of f->in to f->out, noting the terminal one
+// and Responses' sequence numbers; a partial event waits for the rest.
+static void relay_events(srv_fwd *f) {
+	const char *sep = f->api == API_OLLAMA ? "\n" : "\n\n";
+	const size_t sl = strlen(sep);
+	size_t off = 0;
+	for (;;) {
+		const char *e = memmem(f->in.p + off, f->in.len - off, sep, sl);
+		if (!e) break;
+		const size_t n = (size_t)(e - (f->in.p + off)) + sl;
+		const char *ev = f->in.p + off;
+		if (terminal_event(f, ev, n)) f->terminal = true;
+		const char *q = memmem(ev, n, "\"sequence_number\":", 18);
+		if (q) f->seq = strtoll(q + 18, NULL, 10);
+		srv_buf_add(&f->out, ev, n);
+		off += n;
+	}
+	if (off) {
+		memmove(f->in.p, f->in.p + off, f->in.len - off);
+		f->in.len -= off;
+	}
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg) {
+	srv_fwd *f = arg;
+	srv_grid *g = f->g;
+	const size_t len = sz * n;
+	pthread_mutex_lock(&g->mu);
+	// the client left: the transfer stops (and the peer cancels its request)
+	bool ok = f->conn != NULL && f->in.len + len <= g->s->cfg.max_output_bytes + MAX_BEACON;
+	if (ok) srv_buf_add(&f->in, p, len);
+	if (ok && f->stream) {
+		relay_events(f);
+		if (f->out.len) wake(f);
+	}
+	ok = ok && !f->in.oom && !f->out.oom;
+	pthread_mutex_unlock(&g->mu);
+	return ok ? len : 0;
+}
+
+static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
+	grid_peer *p = &g->peers[f->peer];
+	char h[96];
+	snprintf(h, sizeof h, "%s: %.60s", SRV_LEASE_HEADER, lease);
+	// the body as the client sent it, its key, the hop mark (never forwarded again) and the lease
+	curl_slist_free_all(f->hdrs);
+	f->hdrs = NULL;
+	const char *lines[] = {"Content-Type: application/json", f->auth[0], f->auth[1], SRV_GRID_HOP ": 1", h, "Expect:"};
+	bool ok = true;
+	for (size_t i = 0; ok && i < sizeof lines / sizeof lines[0]; i++) {
+		if (!lines[i][0]) continue;
+		struct curl_slist *n = curl_slist_append(f->hdrs, lines[i]);
+		if ((ok = n != NULL)) f->hdrs = n;
+	}
+	f->easy = ok ? easy_new(g, p->url, f->path, 0) : NULL;
+	if (!f->easy) return requeue(g, f, true);
+	f->forwarding = true;
+	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->hdrs);
+	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->body);
+	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->body_len);
+	curl_easy_setopt(f->easy, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(f->easy, CURLOPT_HEADERDATA, f);
+	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f);
+	curl_easy_setopt(f->easy, CURLOPT_PRIVATE, f);
+	atomic_fetch_add(&p->forwarded, 1);
+	curl_multi_add_handle(g->multi, f->easy);
+}
+
+// Whether a request waiting here may run here now: a lane is free for it, or the queue is
+// shallower than --overflow-queue even with it. Draining: never (only peers take it); halted
+// or stopping: always (it ends with the server's own error).
+static bool room_here(srv_grid *g) {
+	http_server *s = g->s;
+	const int st = atomic_load(&s->state);
+	if (st == HTTP_HALTED || atomic_load(&g->quit)) return true;
+	if (st != HTTP_READY) return false;
+	lane_host_snapshot(s->host, g->snap);
+	const int in = g->local_inflight;
+	return g->snap->lanes_free > in || g->snap->queue_depth + in < s->cfg.overflow_queue;
+}
+
+// Hands the waiting requests out in order: to run here when there is room, else to the best
+// peer for a lease (one lease request at a time); the rest wait for a lane here or a peer's.
+static void dispatch(srv_grid *g) {
+	while (!g->leasing) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->pending;
+		int i = -1;
+		bool here = false;
+		if (f) {
+			here = !f->conn || room_here(g);
+			if (!here) i = pick(g, f->model);
+		}
+		if (f && (here || i >= 0)) pending_remove(g, f);
+		if (f && here && f->conn) {
+			f->local = true;
+			g->local_inflight++;
+			wake(f);
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f || (!here && i < 0)) return;
+		if (here) {
+			thread_release(g, f);
+			continue;
+		}
+		g->leasing = f;
+		f->peer = i;
+		lease_start(g, f);
+	}
+}
+
+// f got no lane from its peer (refused, unreachable): back to the head of the list; the peer
+// is not asked again until it has a lane free (its next beacon says so, or a forward to it ends).
+static void requeue(srv_grid *g, srv_fwd *f, bool peer_full) {
+	if (f->easy) {
+		curl_multi_remove_handle(g->multi, f->easy);
+		curl_easy_cleanup(f->easy);
+		f->easy = NULL;
+	}
+	if (g->leasing == f) g->leasing = NULL;
+	pthread_mutex_lock(&g->mu);
+	if (peer_full) g->peers[f->peer].full = true;
+	pending_push(g, f, true);
+	pthread_mutex_unlock(&g->mu);
+}
+
+// The API's own error event for a stream the peer did not end, naming the peer.
+static void error_event(srv_fwd *f) {
+	const char *name = NULL;
+	json_t *o;
+	switch (f->api) {
+	case API_ANTHROPIC:
+		name = "error";
+		o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", "api_error", "message", f->err);
+		break;
+	case API_RESPONSES:
+		name = "error";
+		o = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "server_error", "message", f->err, "param",
+			      "sequence_number", (json_int_t)f->seq + 1);
+		break;
+	case API_OLLAMA: o = json_pack("{s:s}", "error", f->err); break;
+	default: o = json_pack("{s:{s:s, s:s}}", "error", "message", f->err, "type", "server_error"); break;
+	}
+	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!t) {
+		f->out.oom = true;
+		return;
+	}
+	if (f->api == API_OLLAMA) {
+		srv_buf_adds(&f->out, t);
+		srv_buf_adds(&f->out, "\n");
+	} else {
+		if (name) srv_buf_adds(&f->out, "event: "), srv_buf_adds(&f->out, name), srv_buf_adds(&f->out, "\n");
+		srv_buf_adds(&f->out, "data: ");
+		srv_buf_adds(&f->out, t);
+		srv_buf_adds(&f->out, "\n\n");
+	}
+	free(t);
+}
+
+static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
+	long code = 0;
+	curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &code);
+	json_t *b = rc == CURLE_OK && code == 201 && f->lease.len ? json_loadb(f->lease.p, f->lease.len, 0, NULL) : NULL;
+	const char *id = json_string_value(json_object_get(b, "id"));
+	if (!id) {
+		LOG_DEBUG(SRV_MOD, "peer %s leased nothing (%s, HTTP %ld)", g->peers[f->peer].url, curl_easy_strerror(rc), code);
+		json_decref(b);
+		return requeue(g, f, true);
+	}
+	char lease[64];
+	snprintf(lease, sizeof lease, "%s", id);
+	json_decref(b);
+	curl_multi_remove_handle(g->multi, f->easy);
+	curl_easy_cleanup(f->easy);
+	f->easy = NULL;
+	g->leasing = NULL;
+	forward_start(g, f, lease);
+}
+
+static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
+	grid_peer *p = &g->peers[f->peer];
+	pthread_mutex_lock(&g->mu);
+	const bool never = !f->head && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST);
+	if (!never) {
+		if (rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
+		else if (f->stream && !f->terminal) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
+		if (f->err[0]) atomic_fetch_add(&p->failed, 1);
+		// a stream gets exactly one terminal event: the peer's, or this one (the partial event dropped)
+		if (f->stream && !f->terminal) error_event(f);
+		f->done = true;
+		wake(f);
+		p->full = false; // its lane is free again
+	}
+	pthread_mutex_unlock(&g->mu);
+	// it never reached the peer: it waits again, for another peer or a lane here
+	if (never) return requeue(g, f, true);
+	thread_release(g, f);
+}
+
+static void transfer_done(srv_grid *g, CURL *e, CURLcode rc) {
+	for (int i = 0; i < g->n; i++)
+		if (g->peers[i].poll == e) return poll_done(g, i, rc);
+	srv_fwd *f = NULL;
+	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&f);
+	if (f && f->forwarding) forward_done(g, f, rc);
+	else if (f) lease_done(g, f, rc);
+}
+
+// ---- the thread ---------------------------------------------------------------------------------
+
+// The server halted: a forward still under way ends as a request here does, failed with the
+// halt's reason (the API's error event, or a 500); one waiting for a lease ends here likewise.
+static void halt_forwards(srv_grid *g) {
+	http_server *s = g->s;
+	if (g->halted || atomic_load(&s->state) != HTTP_HALTED) return;
+	g->halted = true;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->held;
+		while (f && !(f->easy && f->forwarding)) f = f->hnext;
+		if (f) {
+			pthread_mutex_lock(&s->mu);
+			snprintf(f->err, sizeof f->err, "%s", s->halt_reason);
+			pthread_mutex_unlock(&s->mu);
+			if (f->stream && !f->terminal) error_event(f);
+			f->done = true;
+			wake(f);
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f) break;
+		thread_release(g, f);
+	}
+	if (g->leasing) requeue(g, g->leasing, false);
+}
+
+static void *grid_main(void *arg) {
+	srv_grid *g = arg;
+	while (!atomic_load(&g->quit)) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *cancel = g->cancelled;
+		g->cancelled = NULL;
+		pthread_mutex_unlock(&g->mu);
+		while (cancel) {
+			srv_fwd *next = cancel->cnext;
+			pthread_mutex_lock(&g->mu);
+			pending_remove(g, cancel);
+			const bool held = cancel->held;
+			pthread_mutex_unlock(&g->mu);
+			if (g->leasing == cancel) g->leasing = NULL;
+			if (held) thread_release(g, cancel);
+			pthread_mutex_lock(&g->mu);
+			const bool last = unref(cancel);
+			pthread_mutex_unlock(&g->mu);
+			if (last) fwd_free(cancel);
+			cancel = next;
+		}
+		const uint64_t now = base_now_us();
+		uint64_t wait_us = 1000000;
+		for (int i = 0; i < g->n; i++) {
+			grid_peer *p = &g->peers[i];
+			if (!p->poll && now >= p->next_us) poll_start(g, i);
+			if (!p->poll && p->next_us - now < wait_us) wait_us = p->next_us - now;
+		}
+		halt_forwards(g);
+		dispatch(g);
+		int running = 0;
+		curl_multi_perform(g->multi, &running);
+		CURLMsg *m;
+		int left = 0;
+		bool again = false;
+		while ((m = curl_multi_info_read(g->multi, &left)))
+			if (m->msg == CURLMSG_DONE) transfer_done(g, m->easy_handle, m->data.result), again = true;
+		// requests waiting for a lane here look again soon: lanes free up without a word to this thread
+		pthread_mutex_lock(&g->mu);
+		if (g->pending && !g->leasing && wait_us > WAIT_LOCAL_US) wait_us = WAIT_LOCAL_US;
+		pthread_mutex_unlock(&g->mu);
+		if (!again) curl_multi_poll(g->multi, NULL, 0, (int)(wait_us / 1000) + 1, NULL);
+	}
+	return NULL;
+}
+
+// ---- the connection's side ----------------------------------------------------------------------
+
+static enum fwd_api api_of(const char *path) {
+	if (!strncmp(path, "/v1/messages", 12)) return API_ANTHROPIC;
+	if (!strncmp(path, "/v1/responses", 13)) return API_RESPONSES;
+	if (!strncmp(path, "/api/", 5)) return API_OLLAMA;
+	return API_OPENAI;
+}
+
+// What a peer must hold for the request: an adapter of this server's that it names, else the
+// model (any other name means the model here, unless --strict-model). false: it runs here.
+static bool wanted(http_server *s, srv_conn *c, char *want, size_t n) {
+	json_t *b = json_loadb(c->body.p, c->body.len, 0, NULL);
+	const char *name = json_string_value(json_object_get(b, "model"));
+	json_t *ad = srv_grid_adapters(s);
+	bool adapter = false;
+	size_t i;
+	json_t *a;
+	json_array_foreach(ad, i, a) adapter |= name && json_is_string(a) && !strcmp(json_string_value(a), name);
+	json_decref(ad);
+	const bool ok = json_is_object(b) && (adapter || !name || !s->cfg.strict_model || !strcmp(name, s->model_id));
+	snprintf(want, n, "%s", adapter ? name : s->model_id);
+	json_decref(b);
+	return ok;
+}
+
+static const char *header(srv_conn *c, const char *name) {
+	return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
+}
+
+bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
+	http_server *s = c->s;
+	srv_grid *g = s->grid;
+	if (!g || header(c, SRV_GRID_HOP)) return false;
+	const bool draining = atomic_load(&s->state) == HTTP_DRAINING;
+	lane_snapshot *sn = malloc(sizeof *sn);
+	if (!sn) return false;
+	lane_host_snapshot(s->host, sn);
+	const int32_t depth = sn->queue_depth;
+	// the prompt's KV on the peer, from its text: about four bytes a token
+	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
+	free(sn);
+	char want[256];
+	full = full || lane_host_open(s->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
+	pthread_mutex_lock(&g->mu);
+	const int waiting = g->n_pending;
+	pthread_mutex_unlock(&g->mu);
+	// while some wait for a peer, newcomers wait behind them: the order of arrival holds
+	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want)) return false;
+	// a peer holds the model (busy or not), and the list of those waiting has room: --queue, or
+	// as many as those peers run at once when that is more
+	json_int_t cap = s->cfg.lanes.queue > 0 ? s->cfg.lanes.queue : 1, lanes = 0;
+	int holders = 0;
+	pthread_mutex_lock(&g->mu);
+	for (int i = 0; i < g->n; i++) {
+		json_t *m = g->peers[i].models && !g->peers[i].draining ? holding(&g->peers[i], want) : NULL;
+		holders += m != NULL;
+		if (m) lanes += json_integer_value(json_object_get(m, "lanes_total"));
+	}
+	const bool any = holders && g->n_pending < (lanes > cap ? lanes : cap);
+	pthread_mutex_unlock(&g->mu);
+	srv_fwd *f = any ? calloc(1, sizeof *f) : NULL;
+	if (f) f->body = malloc(c->body.len + 1);
+	if (!f || !f->body) {
+		free(f);
+		return false; // no peer holds it (or no memory): here; a draining server refuses it there
+	}
+	memcpy(f->body, c->body.p, c->body.len);
+	f->body_len = c->body.len;
+	f->g = g;
+	f->conn = c;
+	f->refs = 2; // the connection's and the thread's
+	f->held = true;
+	f->api = api_of(c->path);
+	f->spike_bytes = spike;
+	snprintf(f->path, sizeof f->path, "%s", c->path);
+	snprintf(f->model, sizeof f->model, "%s", want);
+	if (s->cfg.peer_key && *s->cfg.peer_key) {
+		snprintf(f->auth[0], sizeof f->auth[0], "Authorization: Bearer %s", s->cfg.peer_key);
+	} else {
+		const char *a = header(c, MHD_HTTP_HEADER_AUTHORIZATION), *x = header(c, "x-api-key");
+		if (a) snprintf(f->auth[0], sizeof f->auth[0], "Authorization: %s", a);
+		if (x) snprintf(f->auth[1], sizeof f->auth[1], "x-api-key: %s", x);
+	}
+	c->fwd = f;
+	atomic_fetch_add(&s->calls_open, 1);
+	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+	pthread_mutex_lock(&g->mu);
+	pending_push(g, f, false);
+	f->hnext = g->held;
+	if (g->held) g->held->hprev = f;
+	g->held = f;
+	f->lnext = g->live;
+	if (g->live) g->live->lprev = f;
+	g->live = f;
+	f->waiting = true;
+	MHD_suspend_connection(c->mc);
+	pthread_mutex_unlock(&g->mu);
+	curl_multi_wakeup(g->multi);
+	*ret = MHD_YES;
+	return true;
+}
+
+static void set_idle(srv_conn *c) {
+	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)c->s->cfg.idle_timeout_s);
+}
+
+// Under g->mu: f's connection is done with it (ended, or the request runs here).
+static bool detach(srv_grid *g, srv_fwd *f) {
+	srv_conn *c = f->conn;
+	if (!c) return false;
+	f->conn = NULL;
+	c->fwd = NULL;
+	if (f->local) g->local_inflight--; // it runs here now, or its client left
+	if (f->lprev) f->lprev->lnext = f->lnext;
+	else g->live = f->lnext;
+	if (f->lnext) f->lnext->lprev = f->lprev;
+	atomic_fetch_sub(&c->s->calls_open, 1);
+	// a transfer still running is cancelled by the thread, which needs its own reference
+	if (f->held) {
+		f->refs++;
+		f->cnext = g->cancelled;
+		g->cancelled = f;
+	}
+	return unref(f);
+}
+
+static ssize_t fwd_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+	srv_fwd *f = cls;
+	srv_grid *g = f->g;
+	(void)pos;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		if (f->out.oom || atomic_load(&g->quit)) {
+			pthread_mutex_unlock(&g->mu);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		if (f->out_off < f->out.len) {
+			size_t n = f->out.len - f->out_off;
+			if (n > max) n = max;
+			memcpy(buf, f->out.p + f->out_off, n);
+			f->out_off += n;
+			if (f->out_off == f->out.len) f->out_off = f->out.len = 0;
+			pthread_mutex_unlock(&g->mu);
+			return (ssize_t)n;
+		}
+		const bool done = f->done;
+		if (done && f->err[0] && f->conn) f->conn->outcome = "failed";
+		pthread_mutex_unlock(&g->mu);
+		if (done) {
+			set_idle(f->conn);
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		}
+		if (fwd_suspend(f)) return 0; // resumed when the peer sends more
+	}
+}
+
+// The peer's stream, relayed as it comes.
+static enum MHD_Result reply_stream(srv_conn *c, srv_fwd *f) {
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, fwd_reader, f, NULL);
+	if (!r) return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	MHD_add_response_header(r, "x-lanes-peer", c->via);
+	srv_reply_headers(c, r, 200);
+	c->status = 200;
+	c->replied = true;
+	enum MHD_Result ok = MHD_queue_response(c->mc, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	return ok;
+}
+
+// The peer's whole reply (status, type and body as it sent them), or the API's error naming it.
+static enum MHD_Result reply_whole(srv_conn *c, srv_fwd *f) {
+	set_idle(c);
+	if (f->err[0] || !f->head) {
+		srv_err e;
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", f->err[0] ? f->err : "the peer did not answer");
+		c->outcome = "failed";
+		return srv_reply_error(c, &e);
+	}
+	const int ra = atoi(f->retry_after);
+	if (f->status == 529) { // Anthropic's overload: its status line is written as the server writes its own
+		json_t *j = json_loadb(f->in.p ? f->in.p : "", f->in.len, 0, NULL);
+		if (j) return srv_reply_json(c, 529, j, ra);
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(f->in.len, f->in.p ? f->in.p : (char *)"", MHD_RESPMEM_MUST_COPY);
+	if (!r) return MHD_NO;
+	if (f->ctype[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
+	if (f->retry_after[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, f->retry_after);
+	MHD_add_response_header(r, "x-lanes-peer", c->via);
+	return srv_reply_response(c, (int)f->status, r);
+}
+
+enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
+	srv_fwd *f = c->fwd;
+	*here = false;
+	srv_grid *g = f->g;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		if (f->local) {
+			const bool last = detach(g, f);
+			pthread_mutex_unlock(&g->mu);
+			if (last) fwd_free(f);
+			curl_multi_wakeup(g->multi);
+			set_idle(c);
+			*here = true; // no peer took it
+			return MHD_YES;
+		}
+		const bool quit = atomic_load(&g->quit), stream = f->head && f->stream, done = f->done;
+		if (stream || done) {
+			c->via = g->peers[f->peer].url;
+			c->outcome = "forwarded";
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (quit) return MHD_NO;
+		if (stream) return reply_stream(c, f);
+		if (done) return reply_whole(c, f);
+		if (fwd_suspend(f)) return MHD_YES;
+	}
+}
+
+void srv_grid_done(srv_conn *c) {
+	srv_fwd *f = c->fwd;
+	if (!f) return;
+	srv_grid *g = f->g;
+	pthread_mutex_lock(&g->mu);
+	const bool last = detach(g, f);
+	pthread_mutex_unlock(&g->mu);
+	if (last) fwd_free(f);
+	curl_multi_wakeup(g->multi);
+}
+
+// ---- start and stop -----------------------------------------------------------------------------
+
+int srv_grid_start(http_server *s, char *err, size_t errlen) {
+	const http_config *cfg = &s->cfg;
+	if (cfg->n_peers < 0 || cfg->n_peers > SRV_GRID_MAX_PEERS)
+		return base_seterr(err, errlen, LANES_EINVAL, "at most %d --peer", SRV_GRID_MAX_PEERS);
+	if (cfg->overflow_queue < 0) return base_seterr(err, errlen, LANES_EINVAL, "--overflow-queue must be at least 0");
+	if (cfg->peer_poll_ms < 10 || cfg->peer_poll_ms > MAX_LIMIT_MS || cfg->peer_timeout_ms < 10 || cfg->peer_timeout_ms > MAX_LIMIT_MS)
+		return base_seterr(err, errlen, LANES_EINVAL, "--peer-poll-ms and --peer-timeout-ms must be 10..%d", MAX_LIMIT_MS);
+	for (int i = 0; i < cfg->n_peers; i++) {
+		const char *u = cfg->peers[i];
+		const size_t n = strlen(u);
+		if ((strncmp(u, "http://", 7) && strncmp(u, "https://", 8)) || n > 200 || strpbrk(u, " \r\n\t?#\"\\"))
+			return base_seterr(err, errlen, LANES_EINVAL, "--peer '%.200s': give a base URL, http://HOST:PORT", u);
+	}
+	if (!cfg->n_peers) return 0;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) return base_seterr(err, errlen, LANES_EIO, "cannot start libcurl");
+	srv_grid *g = calloc(1, sizeof *g);
+	if (!g) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	g->s = s;
+	pthread_mutex_init(&g->mu, NULL);
+	s->grid = g;
+	for (int i = 0; i < cfg->n_peers; i++) {
+		size_t n = strlen(cfg->peers[i]);
+		while (n > 8 && cfg->peers[i][n - 1] == '/') n--;
+		snprintf(g->peers[i].url, sizeof g->peers[i].url, "%.*s", (int)n, cfg->peers[i]);
+	}
+	g->n = cfg->n_peers;
+	const char *key = cfg->peer_key && *cfg->peer_key ? cfg->peer_key : s->api_key;
+	if (key) snprintf(g->auth, sizeof g->auth, "Authorization: Bearer %.280s", key);
+	g->multi = curl_multi_init();
+	g->snap = malloc(sizeof *g->snap);
+	if (!g->multi || !g->snap) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start libcurl's multi interface");
+	if (pthread_create(&g->thread, NULL, grid_main, g)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the peers' thread");
+	g->started = true;
+	LOG_INFO(SRV_MOD, "%d peers: overflow when more than %d requests wait; beacons every %d ms", g->n, cfg->overflow_queue,
+		 cfg->peer_poll_ms);
+	return 0;
+}
+
+void srv_grid_release(http_server *s) {
+	srv_grid *g = s->grid;
+	if (!g) return;
+	pthread_mutex_lock(&g->mu);
+	atomic_store(&g->quit, true);
+	for (srv_fwd *f = g->live; f; f = f->lnext) wake(f);
+	pthread_mutex_unlock(&g->mu);
+}
+
+void srv_grid_stop(http_server *s) {
+	srv_grid *g = s->grid;
+	if (!g) return;
+	atomic_store(&g->quit, true);
+	if (g->started) {
+		curl_multi_wakeup(g->multi);
+		pthread_join(g->thread, NULL);
+	}
+	// every connection has ended: what the thread still holds goes
+	while (g->cancelled) {
+		srv_fwd *f = g->cancelled;
+		g->cancelled = f->cnext;
+		if (unref(f)) fwd_free(f);
+	}
+	while (g->held) {
+		srv_fwd *f = g->held;
+		if (f->easy) curl_multi_remove_handle(g->multi, f->easy), curl_easy_cleanup(f->easy), f->easy = NULL;
+		hold_drop(g, f);
+		if (unref(f)) fwd_free(f);
+	}
+	for (int i = 0; i < g->n; i++) {
+		grid_peer *p = &g->peers[i];
+		if (p->poll) {
+			struct curl_slist *h = NULL;
+			curl_easy_getinfo(p->poll, CURLINFO_PRIVATE, (char **)&h);
+			curl_multi_remove_handle(g->multi, p->poll);
+			curl_easy_cleanup(p->poll);
+			curl_slist_free_all(h);
+		}
+		json_decref(p->models);
+		srv_buf_free(&p->body);
+	}
+	if (g->multi) curl_multi_cleanup(g->multi);
+	free(g->snap);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
+	s->grid = NULL;
+}
+
+void srv_grid_peer_metrics(http_server *s, srv_buf *b) {
+	srv_grid *g = s->grid;
+	if (!g) return;
+	char line[512];
+	pthread_mutex_lock(&g->mu);
+	snprintf(line, sizeof line,
+		 "# HELP lanes_overflow_waiting Requests waiting for a peer's lease or a lane here.\n"
+		 "# TYPE lanes_overflow_waiting gauge\nlanes_overflow_waiting %d\n"
+		 "# HELP lanes_peer_up Whether the peer's last beacon arrived.\n# TYPE lanes_peer_up gauge\n", g->n_pending);
+	srv_buf_adds(b, line);
+	for (int i = 0; i < g->n; i++) {
+		snprintf(line, sizeof line, "lanes_peer_up{peer=\"%s\"} %d\n", g->peers[i].url, g->peers[i].models != NULL);
+		srv_buf_adds(b, line);
+	}
+	pthread_mutex_unlock(&g->mu);
+	srv_buf_adds(b, "# HELP lanes_overflow_requests_total Requests forwarded to a peer, and those whose transfer failed.\n"
+			"# TYPE lanes_overflow_requests_total counter\n");
+	for (int i = 0; i < g->n; i++) {
+		snprintf(line, sizeof line,
+			 "lanes_overflow_requests_total{peer=\"%s\",outcome=\"forwarded\"} %llu\n"
+			 "lanes_overflow_requests_total{peer=\"%s\",outcome=\"failed\"} %llu\n",
+			 g->peers[i].url, (unsigned long long)atomic_load(&g->peers[i].forwarded), g->peers[i].url,
+			 (unsigned long long)atomic_load(&g->peers[i].failed));
+		srv_buf_adds(b, line);
+	}
+}
