@@ -19,6 +19,7 @@ typedef struct {
 	bool repetitive;      // prompts repeat one short phrase (where prompt lookup shines)
 	const model_lora_set *lora_sets; // request i adds lora_sets[i % n_lora_sets] (the filler none)
 	int32_t n_lora_sets;
+	bool no_experts;      // the host runs without the expert observer (MoE models)
 } bench_lanes_opts;
 
 typedef struct {

@@ -77,6 +77,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	cfg.ctx = (int32_t)(ctx < 64 ? 64 : ctx);
 	cfg.prefix_cache = false;
 	cfg.draft_model = o->draft_model;
+	cfg.experts = !o->no_experts;
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, m, voc, &cfg, err, errlen);
 	if (rc) return rc;

@@ -24,6 +24,7 @@ int cmd_plan(const cli_settings *s);
 int cmd_pull(const cli_settings *s);
 int cmd_ls(const cli_settings *s);
 int cmd_rm(const cli_settings *s);
+int cmd_experts(const cli_settings *s);
 // The model cache (cmd_pull.c): ref (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, an http(s) URL)
 // downloaded unless cached; its path into path. Prints its error and returns -1, else 0.
 int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n);

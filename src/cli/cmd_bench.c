@@ -110,9 +110,9 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (json)
 		printf("{\"model\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, \"tokens\": %d, \"seconds\": %.3f, "
-		       "\"aggregate_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, "
+		       "\"aggregate_tps\": %.2f, \"tg_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, "
 		       "\"draft_tokens\": %llu, \"draft_accepted\": %llu}\n",
-		       base, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
+		       base, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.tg_tps, r.ttft_ms, r.itl_p50_ms,
 		       r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted);
 	else
 		printf("%s: %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token %.0f ms; "
@@ -147,7 +147,8 @@ int cmd_bench(const cli_settings *set) {
 	if (set->concurrent > 0) {
 		bench_lanes_opts o = {.concurrent = (int32_t)set->concurrent, .lanes = (int32_t)set->lanes, .n_gen = n_tg > 0 ? (int32_t)n_tg : 1,
 				      .n_prompt = (int32_t)set->req_prompt, .fill = (int32_t)set->fill,
-				      .threads = (int32_t)threads, .kv_type = kvt, .draft = set->draft, .repetitive = set->repetitive};
+				      .threads = (int32_t)threads, .kv_type = kvt, .draft = set->draft, .repetitive = set->repetitive,
+				      .no_experts = !strcmp(set->experts, "off")};
 		if (set->draft_model && cli_load_model(set->draft_model, &dm, NULL)) goto out;
 		o.draft_model = dm;
 		if (cli_load_loras(m, &set->lora, &all, &loras)) goto out;
@@ -194,7 +195,8 @@ int cmd_bench(const cli_settings *set) {
 				 (long long)r + 1, tg[r]);
 		} else if (n_tg) {
 			// generation goes through the lane host, as every served token does
-			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt};
+			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt,
+					      .no_experts = !strcmp(set->experts, "off")};
 			bench_lanes_result res;
 			if (bench_lanes(m, voc, &o, &res, err, sizeof err)) {
 				cli_err("%s", err);

@@ -19,6 +19,7 @@ typedef struct {
 	bool qkv_bias;    // q/k/v biases (qwen2)
 	bool tied;        // no output.weight: token_embd is the output matrix too
 	bool rope_llama3; // rope_freqs.weight from Llama 3's rope scaling
+	int64_t n_expert, n_expert_used, n_ff_shexp; // MoE layers (n_ff per expert); a shared expert (qwen2moe)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -32,6 +33,14 @@ static const gen_shape shapes[] = {
 	{.name = "llama-3.2-1b", .arch = "llama", .n_embd = 2048, .n_layer = 16, .n_head = 32,
 	 .n_head_kv = 8, .n_ff = 8192, .n_ctx = 131072, .rope_base = 500000.0f, .rms_eps = 1e-5f,
 	 .tied = true, .rope_llama3 = true},
+	// Mixtral's routing (8 experts, top 2, renormalized) at a small size, and a tiny qwen2moe
+	{.name = "mixtral-mini", .arch = "llama", .n_embd = 1024, .n_layer = 8, .n_head = 16, .n_head_kv = 4,
+	 .n_ff = 3584, .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-5f, .n_expert = 8, .n_expert_used = 2},
+	{.name = "moe-mid", .arch = "llama", .n_embd = 512, .n_layer = 4, .n_head = 8, .n_head_kv = 2,
+	 .n_ff = 1536, .n_ctx = 8192, .rope_base = 10000.0f, .rms_eps = 1e-5f, .n_expert = 8, .n_expert_used = 2},
+	{.name = "qwen2moe-test", .arch = "qwen2moe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 32, .n_ctx = 4096, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .n_expert = 16,
+	 .n_expert_used = 4, .n_ff_shexp = 128},
 };
 
 // How a tensor's values are drawn: Gaussian-like with std `scale` around `mean`, or the
@@ -41,7 +50,7 @@ enum fill_kind { FILL_NOISE, FILL_ROPE_FREQS };
 typedef struct {
 	char name[64];
 	uint32_t n_dims;
-	int64_t ne[2];
+	int64_t ne[3];
 	enum fill_kind fill;
 	float mean, scale;
 } gen_tensor;
@@ -90,7 +99,7 @@ static void rope_llama3_factors(float *dst, int64_t n_rot, float base) {
 static void add_t(gen_tensor *ts, int *n, const char *name, uint32_t n_dims, int64_t ne0,
 		  int64_t ne1, enum fill_kind fill, float mean, float scale) {
 	gen_tensor *t = &ts[(*n)++];
-	*t = (gen_tensor){.n_dims = n_dims, .ne = {ne0, ne1}, .fill = fill, .mean = mean, .scale = scale};
+	*t = (gen_tensor){.n_dims = n_dims, .ne = {ne0, ne1, 1}, .fill = fill, .mean = mean, .scale = scale};
 	snprintf(t->name, sizeof t->name, "%s", name);
 }
 
@@ -99,7 +108,7 @@ static void add_t(gen_tensor *ts, int *n, const char *name, uint32_t n_dims, int
 // peaked softmax over the vocabulary, like a trained model's. Layer matrices use
 // 1/sqrt(fan_in) (smaller for the residual writers) so the residual stream stays bounded.
 static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
-	int cap = 8 + 12 * (int)s->n_layer, n = 0;
+	int cap = 8 + 16 * (int)s->n_layer, n = 0;
 	gen_tensor *ts = calloc((size_t)cap, sizeof *ts);
 	if (!ts) return -1;
 	const int64_t d = s->n_embd, hd = s->n_embd / s->n_head, dkv = hd * s->n_head_kv;
@@ -124,9 +133,27 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		if (s->qkv_bias) T("attn_v.bias", 1, dkv, 1, 0, 0.1f);
 		T("attn_output.weight", 2, d, d, 0, in_scale * resid);
 		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		T("ffn_gate.weight", 2, d, s->n_ff, 0, in_scale);
-		T("ffn_up.weight", 2, d, s->n_ff, 0, in_scale);
-		T("ffn_down.weight", 2, s->n_ff, d, 0, ff_scale * resid);
+		if (s->n_expert) {
+			// the router a little sharper than the FFN inputs, so a row's experts are distinct
+			T("ffn_gate_inp.weight", 2, d, s->n_expert, 0, 2 * in_scale);
+			T("ffn_gate_exps.weight", 3, d, s->n_ff, 0, in_scale);
+			ts[n - 1].ne[2] = s->n_expert;
+			T("ffn_up_exps.weight", 3, d, s->n_ff, 0, in_scale);
+			ts[n - 1].ne[2] = s->n_expert;
+			T("ffn_down_exps.weight", 3, s->n_ff, d, 0, ff_scale * resid);
+			ts[n - 1].ne[2] = s->n_expert;
+			if (s->n_ff_shexp) {
+				const float sh_scale = 1.0f / sqrtf((float)s->n_ff_shexp);
+				T("ffn_gate_inp_shexp.weight", 2, d, 1, 0, in_scale);
+				T("ffn_gate_shexp.weight", 2, d, s->n_ff_shexp, 0, in_scale);
+				T("ffn_up_shexp.weight", 2, d, s->n_ff_shexp, 0, in_scale);
+				T("ffn_down_shexp.weight", 2, s->n_ff_shexp, d, 0, sh_scale * resid);
+			}
+		} else {
+			T("ffn_gate.weight", 2, d, s->n_ff, 0, in_scale);
+			T("ffn_up.weight", 2, d, s->n_ff, 0, in_scale);
+			T("ffn_down.weight", 2, s->n_ff, d, 0, ff_scale * resid);
+		}
 #undef T
 	}
 	add_t(ts, &n, "output_norm.weight", 1, d, 1, FILL_NOISE, 1.0f, 0.05f);
@@ -173,6 +200,12 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(s->n_embd / s->n_head));
+	if (s->n_expert) {
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s->n_expert);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s->n_expert_used);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s->n_ff);
+	}
+	if (s->n_ff_shexp) rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
 #undef KEY
 	return rc;
 }
@@ -348,7 +381,7 @@ int cmd_gen(const cli_settings *set) {
 		goto done;
 	}
 	ftype_model m = {.ft = ft, .llama_arch = !strcmp(s->arch, "llama"), .n_layer = s->n_layer,
-			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_attn_v = s->n_layer,
+			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_expert = s->n_expert, .n_attn_v = s->n_layer,
 			 .tied = s->tied};
 	// Values are drawn and converted a slab of rows at a time; only the converted tensor
 	// is held whole (the writer copies it).
@@ -357,7 +390,7 @@ int cmd_gen(const cli_settings *set) {
 	for (int i = 0; i < nt; i++) {
 		if (ts[i].ne[0] > slab) slab = ts[i].ne[0];
 		uint32_t type = ftype_pick(&m, ts[i].name, ts[i].n_dims, ts[i].ne, GGUF_T_F32, NULL, 0);
-		uint64_t b = (uint64_t)ts[i].ne[1] * tensor_row_bytes(type, ts[i].ne[0]);
+		uint64_t b = (uint64_t)(ts[i].ne[1] * ts[i].ne[2]) * tensor_row_bytes(type, ts[i].ne[0]);
 		if (b > max_bytes) max_bytes = b;
 		all_bytes += b;
 	}
@@ -379,7 +412,7 @@ int cmd_gen(const cli_settings *set) {
 			cli_progress_clear(&bar);
 			cli_err("%s", note);
 		}
-		const int64_t cols = t->ne[0], rows = t->ne[1];
+		const int64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2];
 		const size_t rb = tensor_row_bytes(type, cols);
 		const int64_t slab_rows = slab / cols > 0 ? slab / cols : 1;
 		uint64_t key = base_hash64(t->name, strlen(t->name), (uint64_t)seed);

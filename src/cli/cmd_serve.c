@@ -139,6 +139,8 @@ int cmd_serve(const cli_settings *s) {
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	cfg.no_webui = s->no_webui;
+	cfg.lanes.experts = strcmp(s->experts, "off") != 0;
+	cfg.metrics_experts = s->metrics_experts;
 	cfg.peers = s->peer.v;
 	cfg.n_peers = s->peer.n;
 	cfg.overflow_queue = (int)s->overflow_queue;

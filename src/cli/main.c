@@ -24,6 +24,8 @@ static const cli_command commands[] = {
 	{CMD_PULL, "pull", cmd_pull, "download a model into the cache (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, URL)", "REF", 1},
 	{CMD_LS, "ls", cmd_ls, "list the models in the cache", "", 0},
 	{CMD_RM, "rm", cmd_rm, "delete a model from the cache", "NAME", 1},
+	{CMD_EXPERTS, "experts", cmd_experts, "which experts a MoE model uses on a corpus of domains: report, JSON, SVG heat map",
+	 "-m MODEL --corpus DIR", 0},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

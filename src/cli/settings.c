@@ -16,8 +16,8 @@
 #define F(x) offsetof(cli_settings, x)
 #define B(c) (1u << CMD_##c)
 #define ALL ((1u << CMD_COUNT) - 1)
-#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
-#define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
+#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
+#define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
 #define KV_CMDS (B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
 #define I32 2147483647
 #define I64 INT64_MAX
@@ -118,6 +118,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "Jinja chat template file (default: the model's, else ChatML)"},
 	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
 	 .help = "concurrent requests (default 4; with --memory the planner chooses)"},
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .dflt = "4", .min = 1, .max = 64, .meta = "N", .cmds = B(EXPERTS),
+	 .help = "corpus pieces run at once"},
 	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(PLAN),
 	 .help = "concurrent requests (default: the planner chooses)"},
 	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(SERVE),
@@ -178,12 +180,22 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--eos", .kind = SET_STR, .field = F(eos), .meta = "S", .cmds = B(TEMPLATE), .help = "eos_token text (default: the model's; empty with --file)"},
 	{.names = "--date", .kind = SET_STR, .field = F(date), .meta = "YYYY-MM-DD", .cmds = B(TEMPLATE), .help = "the day strftime_now() sees (default: today)"},
 	{.names = "--shape", .kind = SET_STR, .field = F(shape), .meta = "NAME", .cmds = B(GEN),
-	 .help = "test, tinyllama-1.1b, qwen2.5-0.5b or llama-3.2-1b"},
+	 .help = "test, tinyllama-1.1b, qwen2.5-0.5b, llama-3.2-1b, mixtral-mini, moe-mid or qwen2moe-test"},
 	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(GEN),
 	 .help = "file type: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q6_K ... (an adapter: F32, F16, BF16 or Q8_0)"},
 	{.names = "--vocab", .kind = SET_STR, .field = F(vocab), .meta = "VOCAB.gguf", .cmds = B(GEN),
 	 .help = "GGUF whose tokenizer.* keys (and vocab size) are copied"},
-	{.names = "--json", .kind = SET_FLAG, .field = F(json), .cmds = B(INFO) | B(BENCH) | B(PLAN), .help = "print one JSON object"},
+	{.names = "--json", .kind = SET_FLAG, .field = F(json), .cmds = B(INFO) | B(BENCH) | B(PLAN) | B(EXPERTS), .help = "print one JSON object"},
+	{.names = "--corpus", .kind = SET_STR, .field = F(corpus), .meta = "DIR", .cmds = B(EXPERTS), .req = B(EXPERTS),
+	 .help = "a folder with a file or a folder of files per domain (the domain is its name without the extension)"},
+	{.names = "--tokens", .kind = SET_INT, .field = F(corpus_tokens), .dflt = "0", .min = 0, .max = I64, .meta = "N",
+	 .cmds = B(EXPERTS), .help = "feed at most N tokens of each domain (0 = all of it)"},
+	{.names = "--svg", .kind = SET_STR, .field = F(svg), .meta = "OUT.svg", .cmds = B(EXPERTS),
+	 .help = "write the heat map of experts x layers per domain and the working-set curves"},
+	{.names = "--experts", .kind = SET_CHOICE, .field = F(experts), .dflt = "on", .meta = "on|off", .cmds = B(SERVE) | B(BENCH),
+	 .help = "count each MoE layer's expert choices per domain (GET /v1/experts; never changes a token)"},
+	{.names = "--metrics-experts", .kind = SET_FLAG, .field = F(metrics_experts), .cmds = B(SERVE),
+	 .help = "add lanes_expert_activations_total{layer,expert} to /metrics (a line per layer and expert)"},
 	{.names = "--hf-token", .env = "HF_TOKEN", .kind = SET_STR, .field = F(hf_token), .meta = "TOKEN", .cmds = B(PULL) | B(SERVE),
 	 .help = "Hugging Face token for gated repositories (sent to the hub only)"},
 	{.env = "LANES_MODELS", .kind = SET_STR, .field = F(models_dir), .meta = "DIR", .cmds = B(PULL) | B(LS) | B(RM) | B(SERVE),

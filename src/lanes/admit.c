@@ -120,6 +120,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	for (int32_t i = 0; !rc && q->lora && i < q->lora->n; i++)
 		if (!q->lora->use[i].lora || model_lora_base(q->lora->use[i].lora) != h->m || !isfinite(q->lora->use[i].scale))
 			rc = base_seterr(err, errlen, LANES_EINVAL, "adapter %d: not loaded for this model, or a scale that is not finite", i);
+	if (!rc && q->domain && q->domain[0]) rc = lane_check_domain(q->domain, err, errlen);
 	if (rc) {
 		atomic_fetch_add(&h->rejected, 1);
 		return rc;
@@ -137,6 +138,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->embed = q->embed;
 	r->normalize = q->normalize;
 	if (q->lora) lane_lora_bind(r, q->lora);
+	if (q->domain) snprintf(r->domain, sizeof r->domain, "%s", q->domain);
 	if (q->embed != LANE_EMBED_OFF) r->max_tokens = 0;
 	// past the context, generation ends there with "length": the cap depends on the prompt
 	// and the host's largest context alone, never on what else runs

@@ -23,6 +23,7 @@ void lane_config_default(lane_config *c) {
 	c->draft_max = 8;
 	c->seed = 0x6c616e6573ull;
 	c->window_recent_s = 300;
+	c->experts = true;
 }
 
 int32_t lane_max_rows(const lane_config *cfg) {
@@ -48,6 +49,7 @@ uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
 	b += V * (sizeof(float) + sizeof(int32_t));                 // sampling scratch and counts
 	b += rows * (sizeof(model_row) + sizeof(int32_t));          // the round's rows
 	b += lane_draft_compute_bytes(hp, cfg, nth, window);
+	b += lane_experts_bytes(hp, cfg);
 	return b;
 }
 
@@ -128,11 +130,12 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	// the host's own accounting of its compute memory, from the sizes it allocated
 	h->compute_bytes = (h->ws ? model_ws_size(h->ws) : 0) + (uint64_t)max_logit_rows(&cfg) * V * sizeof(float) +
 			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
-			   lane_draft_held_bytes(h);
+			   lane_draft_held_bytes(h) + lane_experts_bytes(&h->hp, &cfg);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
 	if (!rc && (!h->lanes || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf ||
 			 !h->cap_rows || !h->round_lora))
 		rc = LANES_ENOMEM;
+	if (!rc) rc = lane_experts_open(h, (int32_t)max_rows, err, errlen);
 	if (!rc && cfg.window_max > 0) lane_window_set(h, cfg.window);
 	if (rc) {
 		if (rc == LANES_ENOMEM) base_seterr(err, errlen, rc, "out of memory");
@@ -194,6 +197,7 @@ void lane_host_free(lane_host *h) {
 	free(h->row_lane);
 	free(h->row_hidden);
 	free(h->hidden);
+	lane_experts_close(h);
 	model_ws_free(h->ws);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->work);

@@ -77,6 +77,9 @@ typedef struct {
 	// drop its own at once). NULL: none. The prefix cache keys on the set (each adapter's
 	// model_lora_id and scale, in order): KV cached under one set is never reused by another.
 	const model_lora_set *lora;
+	// The domain the expert observer counts the request's rows under (lane_check_domain;
+	// copied at submit). NULL or "": none (counted in the totals alone).
+	const char *domain;
 	// A capacity lease (lane_lease_new) the request uses: it takes one of the lease's lanes and
 	// its share of the pages, and is admitted before requests without one. 0, or a lease that is
 	// used up, released or lapsed: an ordinary request.
@@ -214,6 +217,7 @@ typedef struct {
 	int32_t window;
 	int32_t window_max;
 	double window_recent_s;   // demand counts requests that ended this recently (default 300)
+	bool experts;             // count each MoE layer's expert choices (default on; lane_host_experts)
 } lane_config;
 
 // The defaults above. Thread-safe.
@@ -371,6 +375,37 @@ typedef struct {
 // and capacity) into *out; never waits for a round. Thread-safe.
 void lane_host_snapshot(lane_host *h, lane_snapshot *out);
 
+// ---- the expert observer (lane_config.experts on a MoE model) -----------------------------
+// Every row a forward pass computes (prompt rows, decode rows and draft rows; not prompt tokens
+// taken from the prefix cache) adds its choices at every MoE layer to the counters of its
+// request's domain and phase (prompt or generated), after the pass, on the engine thread.
+#define LANE_DOMAIN_MAX 32      // bytes of a domain name
+#define LANE_EXPERT_DOMAINS 8   // named domains a window holds; later names count as "other"
+#define LANE_EXPERT_SLOTS (LANE_EXPERT_DOMAINS + 2) // unlabeled, the named ones, "other"
+enum lane_expert_phase { LANE_PHASE_PROMPT, LANE_PHASE_GENERATED, LANE_PHASE_COUNT };
+
+// A copy of the counters since the window began.
+typedef struct {
+	model_experts *counts;    // group slot * LANE_PHASE_COUNT + phase (allocated by lane_experts_init)
+	int32_t n_named;          // named domains in slots 1..n_named
+	char name[LANE_EXPERT_SLOTS][LANE_DOMAIN_MAX + 1]; // slot names: "" (unlabeled), the named, "other"
+	uint64_t window;          // windows begun before this one (each reset begins one)
+	double seconds;           // how long this window has run
+} lane_experts;
+
+// Checks a domain name: 1..LANE_DOMAIN_MAX letters, digits, '_', '-' or '.'. 0, or LANES_EINVAL
+// with err naming the rule. Thread-safe.
+int lane_check_domain(const char *domain, char *err, size_t errlen);
+// Whether h counts experts: a MoE model with lane_config.experts. Thread-safe.
+bool lane_host_observes_experts(const lane_host *h);
+// Room for a copy of h's counters in e. 0; LANES_ENOTFOUND when h counts no experts; LANES_ENOMEM.
+// Thread-safe.
+int lane_experts_init(const lane_host *h, lane_experts *e);
+void lane_experts_release(lane_experts *e); // accepts one never initialized (zeroed)
+// Copies the counters into e (initialized for h); reset then begins a new window: every counter
+// zero, no named domain. Never waits for a round: the engine holds the counters' lock only to
+// add a pass's choices. Thread-safe.
+void lane_host_experts(lane_host *h, lane_experts *e, bool reset);
 // ---- capacity leases: lanes and KV pages held for a lessee (a peer about to forward work) ----
 // A lease holds lanes (and the pages of a prompt spike) until requests that name it take them,
 // it is released, or it lapses. Requests without a lease are admitted only to the lanes and

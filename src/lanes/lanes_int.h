@@ -62,6 +62,9 @@ struct lane_req {
 	uint64_t prefix_root;     // where its prefix-cache chain starts: 0 for the base, else its adapter set's key
 	double lora_cost;         // its adapters' work per row, in base rows (pricing)
 	double lora_read[MODEL_LORA_MAX]; // each adapter's bytes over the model's weights' (pricing)
+	char domain[LANE_DOMAIN_MAX + 1]; // the expert observer's domain ("": none)
+	uint64_t dom_window;      // the host's exp_window + 1 when dom_slot was found (engine thread)
+	int32_t dom_slot;         // its slot in that window
 	double *pool_sum;         // an embedding's running pool, n_embd values in token order
 	float *vec;               // its final vector
 
@@ -169,6 +172,15 @@ struct lane_host {
 	bool (*fault)(void *, uint64_t, uint64_t);
 	void *fault_arg;
 
+	// the expert observer (routes NULL: off)
+	model_routes *routes;     // each pass's router choices
+	int32_t *row_group;       // each row's counter group, lane_max_rows of them
+	pthread_mutex_t exp_mu;   // guards the counters and the window below (held briefly by both sides)
+	model_experts *experts;   // since the window began
+	char exp_name[LANE_EXPERT_SLOTS][LANE_DOMAIN_MAX + 1];
+	int32_t exp_named;
+	uint64_t exp_window, exp_since_us;
+
 	// published snapshot
 	pthread_mutex_t snap_mu;
 	lane_snapshot snap;
@@ -275,6 +287,15 @@ void lane_draft_start(lane_host *h, lane_req *r);
 void lane_propose(lane_host *h);
 // After the target verified nd drafts of r at decode position P, acc of them matching.
 void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int32_t P);
+
+// The expert observer (experts.c).
+// Bytes it allocates for a host of cfg over a model of hp (0 when it is off).
+uint64_t lane_experts_bytes(const model_hparams *hp, const lane_config *cfg);
+// Allocates the routes and counters when cfg.experts and the model has experts. 0, or an error.
+int lane_experts_open(lane_host *h, int32_t max_rows, char *err, size_t errlen);
+void lane_experts_close(lane_host *h);
+// After a forward pass over the round's n rows: their choices into the counters.
+void lane_experts_count(lane_host *h, int32_t n);
 
 // Snapshot (snapshot.c).
 // Counts one duration (seconds) in hi.

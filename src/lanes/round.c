@@ -249,6 +249,7 @@ void lane_run_round(lane_host *h) {
 	int32_t n = add_decode_rows(h, &decode);
 	n = add_prompt_pieces(h, n, decode);
 	if (n == 0 || forward(h, n)) return;
+	lane_experts_count(h, n);
 	sample_rows(h, n);
 }
 

@@ -28,6 +28,7 @@ typedef struct {
 	int32_t *slot; // [n] their slots
 	double *cs;    // [n][n_rot] rope tables
 	struct lora_pass *lp; // the rows' adapters; NULL when no row has one
+	model_routes *routes; // where the routers' choices are kept (NULL: nowhere)
 } scratch;
 
 // Carves a zero-initialized block into fields; all sizes overflow-checked.
@@ -237,6 +238,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 	mm(pool, &ly->gate_inp, 0, s->h, n, s->rl);
 	for (int64_t r = 0; r < n; r++)
 		tensor_moe_route(s->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, s->ids + r * K, s->rw + r * K);
+	if (s->routes) model_routes_put(s->routes, (int32_t)(ly - m->layers), s->ids, s->rw, n);
 	for (int64_t e = 0; e < X; e++) {
 		int64_t cnt = 0;
 		for (int64_t r = 0; r < n; r++)
@@ -445,6 +447,7 @@ struct model_ws {
 	char *fb, *ib, *db;
 	void *lora_buf;   // the adapters' scratch, grown at the first pass that has adapters
 	size_t lora_bytes;
+	model_routes *routes; // the caller's: where passes keep the routers' choices
 };
 
 uint64_t model_ws_bytes(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos) {
@@ -483,6 +486,8 @@ void model_ws_free(model_ws *w) {
 }
 
 uint64_t model_ws_size(const model_ws *w) { return w->bytes; }
+
+void model_ws_set_routes(model_ws *w, model_routes *r) { w->routes = r; }
 
 // The adapters' part of a pass: *out stays NULL when no row has an adapter (the pass is then
 // the base model's, bit for bit); else lp gets scratch from w, grown to what these rows need.
@@ -558,7 +563,7 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.u = (float *)(fb + p.u), .rl = (float *)(fb + p.rl), .rw = (float *)(fb + p.rw), .xg = (float *)(fb + p.xg),
 		.ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
-		.cs = (double *)(db + p.cs),
+		.cs = (double *)(db + p.cs), .routes = hp->n_experts ? w->routes : NULL,
 	};
 	lora_pass lp;
 	if ((rc = lora_setup(m, pool, w, rows, n, &lp, &s.lp, err, errlen))) return rc;

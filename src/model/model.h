@@ -190,4 +190,55 @@ int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w,
 int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
 			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen);
 
+// ---- the MoE observer's side of the pass (experts.c) --------------------------------------
+// A pass can keep what every MoE layer's router chose for each row (its top-k experts and
+// their weights, exactly as the pass used them), and counters add them up per group of rows.
+// Keeping them only copies the router's results: a row's logits are the same with or without.
+typedef struct model_routes model_routes;
+
+// Room for the choices of passes of up to max_rows rows of a MoE model. 0; LANES_EINVAL for a
+// dense model or max_rows < 1; LANES_ENOMEM. Thread-safe.
+int model_routes_new(model_routes **out, const model_hparams *hp, int64_t max_rows, char *err, size_t errlen);
+void model_routes_free(model_routes *r); // accepts NULL; no pass may be writing it
+// Passes in w write their choices into r from now on (NULL: stop). r must hold w's rows and fit
+// the model w runs. Not thread-safe against a pass in w.
+void model_ws_set_routes(model_ws *w, model_routes *r);
+// The last pass's rows, and layer l's choices of them: [rows][n_experts_used] expert ids
+// (largest weight first) and their weights. Valid until the next pass.
+int64_t model_routes_rows(const model_routes *r);
+const int32_t *model_routes_ids(const model_routes *r, int32_t l);
+const float *model_routes_weights(const model_routes *r, int32_t l);
+
+// Counters over the kept choices, in n_groups groups (a caller's split of rows: by domain and
+// phase, say). For every MoE layer: how often each expert was among a row's top k, the router
+// weight it got summed, and how often each pair of experts was chosen by the same row.
+typedef struct model_experts model_experts;
+
+// Index of the pair i < j among the n*(n-1)/2 pairs of n experts.
+static inline int64_t model_expert_pair(int32_t n, int32_t i, int32_t j) {
+	return (int64_t)i * (2 * (int64_t)n - i - 1) / 2 + (j - i - 1);
+}
+
+// Zeroed counters. 0; LANES_EINVAL (a dense model, n_groups < 1); LANES_ENOMEM. Thread-safe.
+int model_experts_new(model_experts **out, const model_hparams *hp, int32_t n_groups, char *err, size_t errlen);
+void model_experts_free(model_experts *c); // accepts NULL
+void model_experts_clear(model_experts *c);
+// Adds r's last pass: row i into group[i] (outside 0..n_groups-1: not counted). Allocates nothing.
+void model_experts_add(model_experts *c, const model_routes *r, const int32_t *group);
+// dst = src; both made for the same model and groups (else LANES_EINVAL).
+int model_experts_copy(model_experts *dst, const model_experts *src);
+
+// One group's counters, read in place (valid while c is unchanged).
+typedef struct {
+	int32_t n_layers, n_experts, n_used; // n_used: experts per row
+	int64_t n_pairs;                     // n_experts * (n_experts - 1) / 2
+	int32_t n_groups;
+	uint64_t rows;                       // rows counted (each passes every layer)
+	const uint64_t *act;                 // [n_layers][n_experts]: times among a row's top k
+	const double *mass;                  // [n_layers][n_experts]: the router weights it got
+	const uint64_t *pairs;               // [n_layers][n_pairs]: rows that chose both (model_expert_pair)
+} model_experts_view;
+// Group g's counters (0 <= g < n_groups).
+void model_experts_group(const model_experts *c, int32_t g, model_experts_view *out);
+
 #endif

@@ -80,4 +80,7 @@ static inline const lora_pair *lora_pair_of(const model_lora *a, int l, int k) {
 	return a->by[l < 0 ? (size_t)a->m->hp.n_layers * LK_LAYER : (size_t)l * LK_LAYER + (size_t)k];
 }
 
+// The pass keeps layer l's choices of its n rows (experts.c).
+void model_routes_put(model_routes *r, int32_t l, const int32_t *ids, const float *w, int64_t n);
+
 #endif

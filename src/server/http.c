@@ -66,6 +66,8 @@ static const srv_route routes[] = {
 	{"GET", "/v1/models", 0, SRV_OPENAI, srv_models},
 	{"GET", "/props", 0, SRV_OPENAI, srv_props},
 	{"GET", "/v1/models/", SRV_R_PREFIX, SRV_OPENAI, srv_model_one},
+	{"GET", "/v1/experts", 0, SRV_OPENAI, srv_experts},
+	{"GET", "/v1/experts.svg", 0, SRV_OPENAI, srv_experts_svg},
 	{"POST", "/v1/chat/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_chat_completions},
 	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_completions},
 	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},

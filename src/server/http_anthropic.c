@@ -154,7 +154,7 @@ static const char *const text_blocks[] = {"text", NULL};
 typedef struct {
 	srv_gen g;
 	json_t *messages, *system;
-	json_t *tools, *tool_choice, *thinking, *metadata; // neutral values only
+	json_t *tools, *tool_choice, *thinking; // neutral values only
 } ant_req;
 
 // Anthropic's bounds where they are narrower than the host's.
@@ -171,7 +171,6 @@ static const srv_field ant_fields[] = {
 	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(ant_req, g.lr.sampling.temperature), NULL},
 	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(ant_req, g.lr.sampling.top_p), NULL},
 	{"stop_sequences", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(ant_req, g.stops), NULL},
-	SRV_ROW(ant_req, metadata, SRV_K_JSON),
 	SRV_ROW(ant_req, tools, SRV_K_JSON),
 	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(ant_req, thinking, SRV_K_JSON),
@@ -198,7 +197,6 @@ static int ant_neutral(const ant_req *r, srv_err *e) {
 		if (!t || strcmp(t, "disabled"))
 			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "unsupported parameter: thinking (extended thinking is not supported)");
 	}
-	if ((v = r->metadata) && !json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
 	if (!r->g.lr.max_tokens) return srv_fail(e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
 	return 0;
 }

@@ -172,6 +172,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
 	srv_hist_print(&s->itl, &b);
+	srv_metrics_experts(s, &b);
 	if (loaded(atomic_load(&s->state))) srv_grid_metrics(s, sn, &b);
 	free(sn);
 	if (b.oom || !b.p) {

@@ -38,6 +38,7 @@ const srv_field srv_gen_fields[] = {
 	{"chat_template_kwargs", SRV_K_JSON, .off = offsetof(srv_gen, template_kwargs)},
 	{"reasoning_effort", SRV_K_STR, .off = offsetof(srv_gen, reasoning_effort)},
 	{"lora", SRV_K_JSON, .off = offsetof(srv_gen, lora)},
+	{"metadata", SRV_K_JSON, .off = offsetof(srv_gen, metadata)},
 	// hints that cannot change a reply (the prefix cache works without asking)
 	{"prompt_cache_key", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
 	{"prompt_cache_retention", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
@@ -151,6 +152,19 @@ int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
 	return 0;
 }
 
+// metadata: an object; its "domain", when set, the request's domain for the expert observer.
+static int srv_gen_domain(srv_gen *g, srv_err *e) {
+	if (!g->metadata) return 0;
+	if (!json_is_object(g->metadata)) return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
+	json_t *d = json_object_get(g->metadata, "domain");
+	if (!d || json_is_null(d)) return 0;
+	char err[160];
+	if (!json_is_string(d) || lane_check_domain(json_string_value(d), err, sizeof err))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "metadata.domain", "metadata.domain: %s", json_is_string(d) ? err : "must be a string");
+	g->lr.domain = json_string_value(d);
+	return 0;
+}
+
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	if (srv_check_model(s, g->model, e) || srv_gen_bind(s, g, e)) return -1;
 	if (g->hint && s->cfg.strict_params)
@@ -160,6 +174,7 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs must be an object");
 	if (g->template_kwargs && json_object_get(g->template_kwargs, "messages"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs may not set messages");
+	if (srv_gen_domain(g, e)) return -1;
 	if (g->n_predict) {
 		const json_int_t np = json_is_integer(g->n_predict) ? json_integer_value(g->n_predict) : 0;
 		if (!json_is_integer(g->n_predict) || np == 0 || np < -1 || np > INT32_MAX)
@@ -829,6 +844,11 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		srv_fail(&e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, bad), "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
 	}
+	// the body's metadata.domain, else the x-lanes-domain header (a proxy may label traffic)
+	const char *hd = g->lr.domain ? NULL : MHD_lookup_connection_value(conn->mc, MHD_HEADER_KIND, "x-lanes-domain");
+	if (!rc && hd && (rc = lane_check_domain(hd, err, sizeof err)))
+		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "x-lanes-domain: %s", err);
+	if (!rc && hd) g->lr.domain = hd;
 	srv_call *c = rc ? NULL : calloc(1, sizeof *c);
 	if (!rc && !c) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc) {

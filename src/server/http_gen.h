@@ -27,6 +27,7 @@ typedef struct {
 	const char *hint;              // a hint field sent (the last one read), or NULL
 	json_t *template_kwargs;       // chat_template_kwargs: more variables for the chat template (borrowed)
 	const char *reasoning_effort;  // passed to templates that read it
+	json_t *metadata;              // the client's labels (borrowed); "domain" names the expert observer's domain
 	json_t *n_predict;             // llama-server's max_tokens (-1: no limit)
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;

@@ -180,7 +180,8 @@ static bool json_ctype(const char *ct, char *why, size_t n) {
 
 static bool is_control(const char *url) {
 	return !strcmp(url, "/slots") || !strcmp(url, "/metrics") || !strcmp(url, "/props") || !strcmp(url, "/health") ||
-	       !strcmp(url, "/v1/residency") || !strcmp(url, "/v1/adapters");
+	       !strcmp(url, "/v1/residency") || !strcmp(url, "/v1/adapters") || !strcmp(url, "/v1/experts") ||
+	       !strcmp(url, "/v1/experts.svg");
 }
 
 int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {

@@ -332,7 +332,6 @@ static const srv_field chat_fields[] = {
 	SRV_ROW(oai_req, tools, SRV_K_JSON),
 	SRV_ROW(oai_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(oai_req, modalities, SRV_K_JSON),
-	SRV_IGNORED_AS("metadata", OBJECT),
 	SRV_ROW(oai_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_IGNORED_AS("service_tier", STR),
 	{0},

@@ -250,7 +250,6 @@ static const srv_field resp_fields[] = {
 	SRV_ROW(resp_req, reasoning, SRV_K_JSON),
 	SRV_ROW(resp_req, include, SRV_K_JSON),
 	SRV_ROW(resp_req, background, SRV_K_JSON),
-	SRV_IGNORED_AS("metadata", OBJECT),
 	SRV_IGNORED_AS("user", STR),
 	SRV_ROW(resp_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_ROW(resp_req, truncation, SRV_K_STR),

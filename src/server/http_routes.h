@@ -12,6 +12,10 @@ enum MHD_Result srv_metrics(srv_conn *c);
 enum MHD_Result srv_models(srv_conn *c);
 enum MHD_Result srv_props(srv_conn *c);
 enum MHD_Result srv_model_one(srv_conn *c);
+// the expert observer (http_experts.c): /v1/experts, /v1/experts.svg, and /metrics' expert lines
+enum MHD_Result srv_experts(srv_conn *c);
+enum MHD_Result srv_experts_svg(srv_conn *c);
+void srv_metrics_experts(http_server *s, srv_buf *b);
 // The server's own histograms (time to first token, inter-token gaps).
 void srv_metrics_init(http_server *s);
 

@@ -46,6 +46,7 @@ typedef struct {
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
 	bool no_webui;              // GET / and the page's files answer 404
+	bool metrics_experts;       // /metrics adds lanes_expert_activations_total{layer,expert}
 	// the grid (docs/deploy.md): peers this server overflows to; the list is borrowed
 	const char *const *peers;   // base URLs, http://host:port
 	int n_peers;

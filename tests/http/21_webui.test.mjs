@@ -1,11 +1,12 @@
 // The web page in a real browser (headless Chromium through puppeteer-core): a streamed reply
 // grows on screen, stop frees the lane as the dashboard shows, the conversation survives a
-// reload, and model text holding markup stays text. Skips when Chromium is not installed.
+// reload, model text holding markup stays text, and a MoE model's dashboard draws the live
+// expert heat map (a dense model's shows none). Skips when Chromium is not installed.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startServer, bigModel, STORIES, TMP, getJSON, sleep } from './lib.mjs';
+import { startServer, bigModel, STORIES, SHARED, TMP, getJSON, postJSON, sleep } from './lib.mjs';
 
 const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => fs.existsSync(p));
 let puppeteer = null;
@@ -54,6 +55,7 @@ test('chat: a streamed reply grows, stop frees the lane, a reload keeps the conv
 	}, { timeout: 20000 });
 	const slots = await getJSON(`${srv.url}/slots`);
 	assert.ok(slots.body.lanes.every((l) => l.phase === 'idle'), 'the server freed the lane');
+	assert.equal(await page.$eval('#experts', (e) => e.hidden), true, 'a dense model has no expert heat map');
 	await page.click('#tab-chat');
 	assert.deepEqual(await shown(), ['chat']);
 	const stats = await page.$eval('#messages .msg.assistant:last-child .stats span', (e) => e.textContent);
@@ -122,6 +124,35 @@ test('while the model loads, the page shows its progress and stage, then hides t
 	await page.waitForFunction(() => document.querySelector('#loadbar').hidden, { timeout: 10000 });
 	assert.equal(await page.$eval('#health', (e) => e.textContent), 'ok');
 	await page.close();
+});
+
+test('a MoE model: the dashboard draws a live heat map of experts x layers per domain', { skip: why || false }, async () => {
+	const s = await startServer(['-m', path.join(SHARED, 'models/ref-moe-Q8_0.gguf')]);
+	try {
+		const page = await browser.newPage();
+		await page.goto(s.url + '/');
+		await page.click('#tab-dash');
+		assert.equal(await page.$eval('#chat', (e) => getComputedStyle(e).display), 'none', 'the chat gives way to the dashboard');
+		await page.waitForFunction(() => !document.querySelector('#experts').hidden, { timeout: 20000 });
+		await postJSON(`${s.url}/v1/completions`, { prompt: 'int main(void) { return 0; }', max_tokens: 4, metadata: { domain: 'code' } });
+		const x = (await getJSON(`${s.url}/v1/experts`)).body;
+		// the page polls every second: wait for the poll after the request ended
+		await page.waitForFunction((rows) => document.querySelector('#experts figure[data-domain="code"] figcaption')?.textContent ===
+			`code (${rows} rows)`, { timeout: 20000 }, x.domains.code.rows);
+		const r = await page.evaluate(() => [...document.querySelectorAll('#experts figure')].map((f) => ({
+			caption: f.querySelector('figcaption').textContent,
+			cells: f.querySelectorAll('svg rect').length,
+			tips: [...f.querySelectorAll('svg rect title')].map((t) => t.textContent),
+		})));
+		assert.deepEqual(r.map((f) => f.caption.replace(/ \(\d+ rows\)/, '')), ['all', 'code']);
+		for (const f of r) assert.equal(f.cells, x.experts * x.layers.length);
+		const counts = r[1].tips.map((t) => Number(t.split(': ')[1]));
+		assert.deepEqual(counts, x.domains.code.layers.flatMap((l) => l.activations), 'each cell is its expert and layer');
+		await page.screenshot({ path: path.join(TMP, 'webui-experts.png') });
+		await page.close();
+	} finally {
+		s.proc.kill('SIGKILL');
+	}
 });
 
 test('a 200-message conversation loads (figures printed, not asserted)', { skip: why || false }, async (t) => {

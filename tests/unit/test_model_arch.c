@@ -3,6 +3,7 @@
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
+#include "ref64.h"
 
 #include "model/model.h"
 #include "tensor/tensor.h"
@@ -147,154 +148,14 @@ static int write_synth(const synth *s, const char *path) {
 	return rc;
 }
 
-// ---- the float64 reference -------------------------------------------------------------------
-// A tensor of the file dequantized to doubles; NULL when absent.
-static double *W(const gguf *g, const char *name) {
-	const gguf_tensor *t = gguf_find_tensor(g, name);
-	if (!t) return NULL;
-	int64_t n = gguf_tensor_nelem(t);
-	float *f = malloc((size_t)n * sizeof *f);
-	tensor_traits_of(t->type)->to_f32(t->data, f, n);
-	double *d = malloc((size_t)n * sizeof *d);
-	for (int64_t i = 0; i < n; i++) d[i] = f[i];
-	free(f);
-	return d;
-}
-
-static double *WL(const gguf *g, int l, const char *what) {
-	char nm[96];
-	snprintf(nm, sizeof nm, "blk.%d.%s", l, what);
-	return W(g, nm);
-}
-
-// y[o] = sum_e w[o][e] x[e] (+ b[o])
-static void mv(const double *w, const double *b, const double *x, int in, int out, double *y) {
-	for (int o = 0; o < out; o++) {
-		double s = b ? b[o] : 0;
-		for (int e = 0; e < in; e++) s += w[(size_t)o * in + e] * x[e];
-		y[o] = s;
-	}
-}
-
-static void rms(const double *x, const double *w, int n, double *y) {
-	double ss = 0;
-	for (int i = 0; i < n; i++) ss += x[i] * x[i];
-	double sc = 1 / sqrt(ss / n + 1e-5);
-	for (int i = 0; i < n; i++) y[i] = x[i] * sc * w[i];
-}
-
-static double silu(double g) { return g / (1 + exp(-g)); }
-
-static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, double *y) {
-	double *a = malloc(sizeof(double) * F), *b = malloc(sizeof(double) * F);
-	mv(g, NULL, h, E, F, a);
-	mv(u, NULL, h, E, F, b);
-	for (int i = 0; i < F; i++) a[i] = silu(a[i]) * b[i];
-	mv(d, NULL, a, F, E, y);
-	free(a), free(b);
-}
-
+// ---- the float64 reference (ref64.c) over the file's weights ---------------------------------
 static void reference(const gguf *g, const synth *s, const int32_t *ids, int P, double *logits) {
-	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D, V = s->V;
-	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
-	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
-	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
-	double *emb = W(g, "token_embd.weight"), *ff = W(g, "rope_freqs.weight");
-	for (int p = 0; p < P; p++) memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, sizeof(double) * E);
-	const double fs = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0;
-	for (int l = 0; l < s->L; l++) {
-		double *an = WL(g, l, "attn_norm.weight"), *wq = WL(g, l, "attn_q.weight"), *wk = WL(g, l, "attn_k.weight"),
-		       *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
-		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
-		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight");
-		for (int p = 0; p < P; p++) {
-			rms(x + (size_t)p * E, an, E, h);
-			mv(wq, bq, h, E, qd, q + (size_t)p * qd);
-			mv(wk, bk, h, E, kvd, k + (size_t)p * kvd);
-			mv(wv, bv, h, E, kvd, v + (size_t)p * kvd);
-			for (int hh = 0; hh < H + HKV; hh++) {
-				double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
-				if (qn) rms(vec, hh < H ? qn : kn, D, vec);
-				for (int i = 0; i < D / 2; i++) {
-					const bool neox = strcmp(s->arch, "llama") != 0;
-					const int a = neox ? i : 2 * i, b = neox ? i + D / 2 : 2 * i + 1;
-					double th = p * pow(10000.0, -2.0 * i / D) * fs / (ff ? ff[i] : 1.0);
-					double x0 = vec[a], x1 = vec[b];
-					vec[a] = x0 * cos(th) - x1 * sin(th);
-					vec[b] = x0 * sin(th) + x1 * cos(th);
-				}
-			}
-		}
-		for (int p = 0; p < P; p++) {
-			for (int hh = 0; hh < H; hh++) {
-				const int gk = hh / (H / HKV);
-				double mx = -1e300, sum = 0;
-				for (int t = 0; t <= p; t++) {
-					double d = 0;
-					for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
-					sc[t] = d / sqrt((double)D);
-					mx = fmax(mx, sc[t]);
-				}
-				for (int t = 0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
-				for (int e = 0; e < D; e++) {
-					double o = 0;
-					for (int t = 0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
-					att[hh * D + e] = o;
-				}
-			}
-			mv(wo, NULL, att, qd, E, y);
-			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
-			rms(x + (size_t)p * E, fn, E, h);
-			if (!s->X) {
-				double *wg = WL(g, l, "ffn_gate.weight"), *wu = WL(g, l, "ffn_up.weight"), *wd = WL(g, l, "ffn_down.weight");
-				ffn_ref(wg, wu, wd, h, E, s->F, y);
-				free(wg), free(wu), free(wd);
-			} else {
-				double *wr = WL(g, l, "ffn_gate_inp.weight"), *wg = WL(g, l, "ffn_gate_exps.weight"),
-				       *wu = WL(g, l, "ffn_up_exps.weight"), *wd = WL(g, l, "ffn_down_exps.weight");
-				double r[64], pr[64], ye[256], mx = -1e300, sum = 0, sel = 0;
-				int chosen[8];
-				mv(wr, NULL, h, E, s->X, r);
-				for (int e = 0; e < s->X; e++) mx = fmax(mx, r[e]);
-				for (int e = 0; e < s->X; e++) sum += pr[e] = exp(r[e] - mx);
-				for (int e = 0; e < s->X; e++) pr[e] /= sum;
-				for (int kk = 0; kk < s->K; kk++) {
-					int best = -1;
-					for (int e = 0; e < s->X; e++) {
-						bool used = false;
-						for (int t = 0; t < kk; t++) used |= chosen[t] == e;
-						if (!used && (best < 0 || pr[e] > pr[best])) best = e;
-					}
-					chosen[kk] = best;
-					sel += pr[best];
-				}
-				for (int e = 0; e < E; e++) y[e] = 0;
-				for (int kk = 0; kk < s->K; kk++) {
-					const size_t ex = (size_t)chosen[kk];
-					ffn_ref(wg + ex * s->FX * E, wu + ex * s->FX * E, wd + ex * E * s->FX, h, E, s->FX, ye);
-					const double wgt = s->moe_norm ? pr[ex] / sel : pr[ex];
-					for (int e = 0; e < E; e++) y[e] += wgt * ye[e];
-				}
-				if (s->FS) {
-					double *gi = WL(g, l, "ffn_gate_inp_shexp.weight"), *sg = WL(g, l, "ffn_gate_shexp.weight"),
-					       *su = WL(g, l, "ffn_up_shexp.weight"), *sd = WL(g, l, "ffn_down_shexp.weight"), gate;
-					mv(gi, NULL, h, E, 1, &gate);
-					ffn_ref(sg, su, sd, h, E, s->FS, ye);
-					for (int e = 0; e < E; e++) y[e] += ye[e] / (1 + exp(-gate));
-					free(gi), free(sg), free(su), free(sd);
-				}
-				free(wr), free(wg), free(wu), free(wd);
-			}
-			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
-		}
-		free(an), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
-	}
-	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
-	for (int p = 0; p < P; p++) {
-		rms(x + (size_t)p * E, on, E, h);
-		mv(out ? out : emb, NULL, h, E, V, logits + (size_t)p * V);
-	}
-	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc);
+	const ref64_shape rs = {.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
+				.V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
+				.tied = s->tied, .rope_base = 10000.0,
+				.rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
+				.rms_eps = 1e-5};
+	ref64_forward(g, &rs, ids, P, logits, NULL);
 }
 
 // ---- the checks --------------------------------------------------------------------------

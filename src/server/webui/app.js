@@ -1,4 +1,5 @@
-// lanes' page: a chat over /v1/chat/completions and a dashboard of /slots and /metrics.
+// lanes' page: a chat over /v1/chat/completions and a dashboard of /slots, /metrics and, for a
+// mixture-of-experts model, a heat map of /v1/experts.
 // Model text only ever reaches the page through textContent: it never becomes markup.
 'use strict';
 const $ = (id) => document.getElementById(id);
@@ -247,6 +248,48 @@ function plot(label, key, unit) {
 	g.fillText(label + ': ' + (ys.length ? ys[ys.length - 1].toFixed(1) : '–') + ' ' + unit + ' (max ' + max.toFixed(1) + ')', 4, 12);
 	return cv;
 }
+// ---- the expert heat map: SVG nodes built one by one, names and numbers as text and attributes ----
+const SVGNS = 'http://www.w3.org/2000/svg';
+let expertsGone = false; // a dense model, or the observer off: the page stops asking
+function svgEl(tag, attrs) {
+	const e = document.createElementNS(SVGNS, tag);
+	for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+	return e;
+}
+// log2 of activations over the uniform share: -2 blue, 0 white, +2 red (as /v1/experts.svg draws it)
+function heatColor(ratio) {
+	const t = ratio > 0 ? Math.max(-1, Math.min(1, Math.log2(ratio) / 2)) : -1;
+	const f = Math.round(255 * (1 - Math.abs(t)));
+	return t >= 0 ? `rgb(255,${f},${f})` : `rgb(${f},${f},255)`;
+}
+function heatMap(name, rows, layers, E, K) {
+	const fig = el('figure');
+	fig.dataset.domain = name;
+	fig.appendChild(el('figcaption', null, name + ' (' + rows + ' rows)'));
+	const cw = Math.max(3, Math.min(18, Math.floor(360 / E))), ch = Math.max(3, Math.min(14, Math.floor(160 / layers.length)));
+	const svg = svgEl('svg', {width: E * cw, height: layers.length * ch});
+	const uniform = (rows * K) / E;
+	layers.forEach((ly, l) => ly.activations.forEach((a, x) => {
+		const r = svgEl('rect', {x: x * cw, y: l * ch, width: cw, height: ch, fill: heatColor(uniform ? a / uniform : 1)});
+		const tip = document.createElementNS(SVGNS, 'title');
+		tip.textContent = `layer ${l}, expert ${x}: ${a}`;
+		r.appendChild(tip);
+		svg.appendChild(r);
+	}));
+	fig.appendChild(svg);
+	return fig;
+}
+async function pollExperts() {
+	if (expertsGone) return;
+	const r = await fetch('/v1/experts', {headers: headers()});
+	if (r.status === 404) { expertsGone = true; $('experts').hidden = true; return; }
+	if (!r.ok) return;
+	const x = await r.json();
+	const maps = [heatMap('all', x.rows, x.layers, x.experts, x.experts_per_token)];
+	for (const [name, d] of Object.entries(x.domains || {})) maps.push(heatMap(name, d.rows, d.layers, x.experts, x.experts_per_token));
+	$('experts-maps').replaceChildren(...maps);
+	$('experts').hidden = false;
+}
 // While the model loads: its progress and what it is doing, as /health says.
 let loading = false;
 function showHealth(hj) {
@@ -293,6 +336,7 @@ async function poll() {
 				el('td', null, l.phase === 'idle' ? '' : l.filled_tokens + '/' + l.prompt_tokens + ' prompt, ' + l.generated_tokens + ' out'));
 			return tr;
 		}));
+		await pollExperts();
 	} catch { $('health').textContent = 'unreachable'; }
 }
 // every second; four times a second while the model loads

@@ -1,0 +1,98 @@
+// server, layer 1: the expert observer's reads — GET /v1/experts (the report as JSON; ?reset=1
+// begins a new window), GET /v1/experts.svg (the heat map) and, with --metrics-experts, the
+// activations in /metrics. Each copies the counters the engine publishes and never waits for it.
+#include "observe/observe.h"
+#include "server/http_base.h"
+#include "server/http_routes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED; }
+
+// A copy of the counters into e (reset: then a new window); -1 with e's error when there are none.
+static int take(srv_conn *c, lane_experts *out, bool reset, srv_err *e) {
+	http_server *s = c->s;
+	if (!lane_host_observes_experts(s->host))
+		return model_hparams_of(s->m)->n_experts
+			       ? srv_fail(e, SRV_E_NOT_FOUND, NULL, "the expert observer is off (--experts off)")
+			       : srv_fail(e, SRV_E_NOT_FOUND, NULL, "the model %s has no experts: /v1/experts reports on mixture-of-experts models",
+					  s->model_id);
+	if (lane_experts_init(s->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	lane_host_experts(s->host, out, reset);
+	return 0;
+}
+
+// The counters a read reports; ?reset=1 (or true) begins a new window once they are taken.
+static int read_counts(srv_conn *c, lane_experts *out, srv_err *e) {
+	const char *v = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "reset");
+	const bool reset = v && (!strcmp(v, "1") || !strcasecmp(v, "true"));
+	if (v && !reset && strcmp(v, "0") && strcasecmp(v, "false"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "reset", "reset must be 1 or 0 (true or false)");
+	return take(c, out, reset, e);
+}
+
+enum MHD_Result srv_experts(srv_conn *c) {
+	if (!loaded(atomic_load(&c->s->state))) return srv_health(c);
+	srv_err e;
+	lane_experts ex;
+	if (read_counts(c, &ex, &e)) return srv_reply_error(c, &e);
+	json_t *body = obs_experts_json(&ex, c->s->model_id);
+	lane_experts_release(&ex);
+	return srv_reply_json(c, 200, body, 0);
+}
+
+enum MHD_Result srv_experts_svg(srv_conn *c) {
+	if (!loaded(atomic_load(&c->s->state))) return srv_health(c);
+	srv_err e;
+	lane_experts ex;
+	if (read_counts(c, &ex, &e)) return srv_reply_error(c, &e);
+	size_t len = 0;
+	char *svg = obs_experts_svg(&ex, c->s->model_id, &len);
+	lane_experts_release(&ex);
+	if (!svg) {
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(c, &e);
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, svg, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(svg);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "image/svg+xml");
+	// opened on its own the image runs nothing and loads nothing; its one style block is inline
+	MHD_add_response_header(r, "Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'");
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	return srv_reply_response(c, 200, r);
+}
+
+void srv_metrics_experts(http_server *s, srv_buf *b) {
+	lane_experts ex;
+	if (!s->cfg.metrics_experts || !loaded(atomic_load(&s->state)) || !lane_host_observes_experts(s->host) ||
+	    lane_experts_init(s->host, &ex))
+		return;
+	lane_host_experts(s->host, &ex, false);
+	model_experts_view g;
+	model_experts_group(ex.counts, 0, &g);
+	const size_t cells = (size_t)g.n_layers * (size_t)g.n_experts;
+	uint64_t *act = calloc(cells, sizeof *act);
+	for (int32_t k = 0; act && k < g.n_groups; k++) {
+		model_experts_group(ex.counts, k, &g);
+		for (size_t i = 0; i < cells; i++) act[i] += g.act[i];
+	}
+	if (act) {
+		srv_buf_adds(b, "# HELP lanes_expert_activations_total Times each MoE layer's router chose each expert "
+				"(since the last /v1/experts?reset=1).\n# TYPE lanes_expert_activations_total counter\n");
+		char line[160];
+		for (size_t i = 0; i < cells; i++) {
+			snprintf(line, sizeof line, "lanes_expert_activations_total{layer=\"%zu\",expert=\"%zu\"} %llu\n",
+				 i / (size_t)g.n_experts, i % (size_t)g.n_experts, (unsigned long long)act[i]);
+			srv_buf_adds(b, line);
+		}
+	}
+	free(act);
+	lane_experts_release(&ex);
+}

@@ -1,0 +1,192 @@
+// tests: the float64 reference forward pass (ref64.h) — every tensor dequantized to doubles,
+// every sum in double, attention over the whole prefix with an exact softmax.
+#include "ref64.h"
+
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ref64_shape_of(const model *m, ref64_shape *s) {
+	const model_hparams *hp = model_hparams_of(m);
+	*s = (ref64_shape){.arch = hp->arch, .E = hp->n_embd, .L = hp->n_layers, .H = hp->n_heads, .HKV = hp->n_kv_heads,
+			   .D = hp->head_dim, .V = hp->n_vocab, .F = hp->n_ff, .X = hp->n_experts, .K = hp->n_experts_used,
+			   .FX = hp->n_ff_exp, .FS = hp->n_ff_shexp, .moe_norm = hp->moe_norm,
+			   .tied = !gguf_find_tensor(model_gguf(m), "output.weight"), .rope_base = hp->rope.freq_base,
+			   .rope_scale = hp->rope.freq_scale, .rms_eps = hp->rms_eps};
+}
+
+// A tensor of the file dequantized to doubles; NULL when absent.
+static double *W(const gguf *g, const char *name) {
+	const gguf_tensor *t = gguf_find_tensor(g, name);
+	if (!t) return NULL;
+	int64_t n = gguf_tensor_nelem(t);
+	float *f = malloc((size_t)n * sizeof *f);
+	tensor_traits_of(t->type)->to_f32(t->data, f, n);
+	double *d = malloc((size_t)n * sizeof *d);
+	for (int64_t i = 0; i < n; i++) d[i] = f[i];
+	free(f);
+	return d;
+}
+
+static double *WL(const gguf *g, int l, const char *what) {
+	char nm[96];
+	snprintf(nm, sizeof nm, "blk.%d.%s", l, what);
+	return W(g, nm);
+}
+
+// y[o] = sum_e w[o][e] x[e] (+ b[o])
+static void mv(const double *w, const double *b, const double *x, int in, int out, double *y) {
+	for (int o = 0; o < out; o++) {
+		double s = b ? b[o] : 0;
+		for (int e = 0; e < in; e++) s += w[(size_t)o * in + e] * x[e];
+		y[o] = s;
+	}
+}
+
+static void rms(const double *x, const double *w, int n, double eps, double *y) {
+	double ss = 0;
+	for (int i = 0; i < n; i++) ss += x[i] * x[i];
+	double sc = 1 / sqrt(ss / n + eps);
+	for (int i = 0; i < n; i++) y[i] = x[i] * sc * w[i];
+}
+
+static double silu(double g) { return g / (1 + exp(-g)); }
+
+static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, double *y) {
+	double *a = malloc(sizeof(double) * F), *b = malloc(sizeof(double) * F);
+	mv(g, NULL, h, E, F, a);
+	mv(u, NULL, h, E, F, b);
+	for (int i = 0; i < F; i++) a[i] = silu(a[i]) * b[i];
+	mv(d, NULL, a, F, E, y);
+	free(a), free(b);
+}
+
+// The MoE FFN of one position's normed input h into y; its choices into ids/margin when set.
+static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *const *wt, const double *h, double *y,
+		    int32_t *ids, double *w, int32_t *alt, double *margin) {
+	const int E = s->E, X = s->X, K = s->K;
+	double *r = malloc(sizeof(double) * X), *pr = malloc(sizeof(double) * X), *ye = malloc(sizeof(double) * E);
+	int *chosen = malloc(sizeof(int) * K);
+	double mx = -1e300, sum = 0, sel = 0;
+	mv(wt[0], NULL, h, E, X, r);
+	for (int e = 0; e < X; e++) mx = fmax(mx, r[e]);
+	for (int e = 0; e < X; e++) sum += pr[e] = exp(r[e] - mx);
+	for (int e = 0; e < X; e++) pr[e] /= sum;
+	for (int kk = 0; kk < K; kk++) {
+		int best = -1;
+		for (int e = 0; e < X; e++) {
+			bool used = false;
+			for (int t = 0; t < kk; t++) used |= chosen[t] == e;
+			if (!used && (best < 0 || pr[e] > pr[best])) best = e;
+		}
+		chosen[kk] = best;
+		sel += pr[best];
+		if (ids) ids[kk] = best;
+	}
+	if (margin) {
+		int out = -1;
+		for (int e = 0; e < X; e++) {
+			bool used = false;
+			for (int t = 0; t < K; t++) used |= chosen[t] == e;
+			if (!used && (out < 0 || r[e] > r[out])) out = e;
+		}
+		*alt = out;
+		*margin = out < 0 ? INFINITY : r[chosen[K - 1]] - r[out];
+	}
+	for (int e = 0; e < E; e++) y[e] = 0;
+	for (int kk = 0; kk < K; kk++) {
+		const size_t ex = (size_t)chosen[kk];
+		ffn_ref(wt[1] + ex * s->FX * E, wt[2] + ex * s->FX * E, wt[3] + ex * E * s->FX, h, E, s->FX, ye);
+		const double wgt = s->moe_norm ? pr[ex] / sel : pr[ex];
+		if (w) w[kk] = wgt;
+		for (int e = 0; e < E; e++) y[e] += wgt * ye[e];
+	}
+	if (s->FS) {
+		double *gi = WL(g, l, "ffn_gate_inp_shexp.weight"), *sg = WL(g, l, "ffn_gate_shexp.weight"),
+		       *su = WL(g, l, "ffn_up_shexp.weight"), *sd = WL(g, l, "ffn_down_shexp.weight"), gate;
+		mv(gi, NULL, h, E, 1, &gate);
+		ffn_ref(sg, su, sd, h, E, s->FS, ye);
+		for (int e = 0; e < E; e++) y[e] += ye[e] / (1 + exp(-gate));
+		free(gi), free(sg), free(su), free(sd);
+	}
+	free(r), free(pr), free(ye), free(chosen);
+}
+
+void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt) {
+	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D, V = s->V;
+	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
+	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
+	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
+	double *emb = W(g, "token_embd.weight"), *ff = W(g, "rope_freqs.weight");
+	for (int p = 0; p < P; p++) memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, sizeof(double) * E);
+	const bool neox = strcmp(s->arch, "llama") != 0;
+	for (int l = 0; l < s->L; l++) {
+		double *an = WL(g, l, "attn_norm.weight"), *wq = WL(g, l, "attn_q.weight"), *wk = WL(g, l, "attn_k.weight"),
+		       *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
+		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
+		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight");
+		for (int p = 0; p < P; p++) {
+			rms(x + (size_t)p * E, an, E, s->rms_eps, h);
+			mv(wq, bq, h, E, qd, q + (size_t)p * qd);
+			mv(wk, bk, h, E, kvd, k + (size_t)p * kvd);
+			mv(wv, bv, h, E, kvd, v + (size_t)p * kvd);
+			for (int hh = 0; hh < H + HKV; hh++) {
+				double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
+				if (qn) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
+				for (int i = 0; i < D / 2; i++) {
+					const int a = neox ? i : 2 * i, b = neox ? i + D / 2 : 2 * i + 1;
+					double th = p * pow(s->rope_base, -2.0 * i / D) * s->rope_scale / (ff ? ff[i] : 1.0);
+					double x0 = vec[a], x1 = vec[b];
+					vec[a] = x0 * cos(th) - x1 * sin(th);
+					vec[b] = x0 * sin(th) + x1 * cos(th);
+				}
+			}
+		}
+		double *wt[4] = {NULL};
+		if (s->X) {
+			wt[0] = WL(g, l, "ffn_gate_inp.weight"), wt[1] = WL(g, l, "ffn_gate_exps.weight");
+			wt[2] = WL(g, l, "ffn_up_exps.weight"), wt[3] = WL(g, l, "ffn_down_exps.weight");
+		} else {
+			wt[1] = WL(g, l, "ffn_gate.weight"), wt[2] = WL(g, l, "ffn_up.weight"), wt[3] = WL(g, l, "ffn_down.weight");
+		}
+		for (int p = 0; p < P; p++) {
+			for (int hh = 0; hh < H; hh++) {
+				const int gk = hh / (H / HKV);
+				double mx = -1e300, sum = 0;
+				for (int t = 0; t <= p; t++) {
+					double d = 0;
+					for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
+					sc[t] = d / sqrt((double)D);
+					mx = fmax(mx, sc[t]);
+				}
+				for (int t = 0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
+				for (int e = 0; e < D; e++) {
+					double o = 0;
+					for (int t = 0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
+					att[hh * D + e] = o;
+				}
+			}
+			mv(wo, NULL, att, qd, E, y);
+			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
+			if (!s->X)
+				ffn_ref(wt[1], wt[2], wt[3], h, E, s->F, y);
+			else
+				moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
+					rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
+					rt ? rt->margin + (size_t)l * P + p : NULL);
+			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+		}
+		for (int i = 0; i < 4; i++) free(wt[i]);
+		free(an), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
+	}
+	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
+	for (int p = 0; logits && p < P; p++) {
+		rms(x + (size_t)p * E, on, E, s->rms_eps, h);
+		mv(out ? out : emb, NULL, h, E, V, logits + (size_t)p * V);
+	}
+	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc);
+}

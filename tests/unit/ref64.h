@@ -1,0 +1,40 @@
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert) written
+// from a file's weights, dequantized — the oracle the model and expert tests compare against.
+#ifndef LANES_REF64_H
+#define LANES_REF64_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+typedef struct {
+	const char *arch;           // "llama" rotates pairs (2i, 2i+1); the others NEOX halves
+	int E, L, H, HKV, D, V;     // embedding, layers, heads, kv heads, head width, vocabulary
+	int F;                      // dense FFN width
+	int X, K, FX, FS;           // experts, used per row, expert FFN, shared expert FFN (0: none)
+	bool moe_norm, tied;        // renormalize the chosen weights; output is token_embd
+	double rope_base, rope_scale; // rope_scale: positions are multiplied by it (1: none)
+	double rms_eps;
+} ref64_shape;
+
+// The shape of a loaded model (linear rope scaling at most; its rope_freqs are read from g).
+void ref64_shape_of(const model *m, ref64_shape *s);
+
+// Each MoE layer's choices for each position: ids [L][P][K] (largest first; ties: the lower id),
+// their weights w [L][P][K] as the FFN uses them, the best expert left out alt [L][P] (-1: none)
+// and margin [L][P]: the router logit of the K-th choice minus alt's (how far the choice is
+// from a tie; +inf when every expert is used).
+typedef struct {
+	int32_t *ids;
+	double *w;
+	int32_t *alt;
+	double *margin;
+} ref64_routes;
+
+// Runs ids[0..P) from position 0; logits [P][V] (NULL: skip the output head) and, when rt is not
+// NULL, the MoE layers' choices (caller-sized).
+void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt);
+
+#endif
