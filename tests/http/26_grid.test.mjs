@@ -302,6 +302,30 @@ test('draining: no leases, the beacon says so, and new requests still go to a pe
 	assert.equal(code, 0, D.log());
 });
 
+test('--peer-key: a peer with another key takes the overflow; the client\'s key is not what it sees', async () => {
+	const OTHER_KEY = 'peer-only-key';
+	const E = await startServer(['-m', STORIES, '--api-key', OTHER_KEY, '--lanes', '4']);
+	const F = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '1', '--queue', '4', '--overflow-queue', '0',
+		'--peer-poll-ms', '100', '--peer', E.url, '--peer-key', OTHER_KEY]);
+	try {
+		await peersUp(F.url, [E]);
+		const busy = run(F.url, {
+			path: '/v1/completions', body: { prompt: 'Once', max_tokens: 200, ignore_eos: true, stream: true },
+			text: () => '', ends: (ev) => ev.filter((e) => e.data === '[DONE]' || e.data.error).length,
+		});
+		for (let i = 0; i < 2000 && (await getJSON(`${F.url}/slots`)).body.lanes[0].phase === 'idle'; i++) await sleep(2);
+		const rs = await Promise.all([0, 2, 3].map((i) => run(F.url, request(i))));
+		for (const r of rs) assert.equal(r.status, 200, JSON.stringify(r.body));
+		assert.ok(rs.some((r) => r.peer === E.url), `one ran on the peer with its own key: ${rs.map((r) => r.peer)}`);
+		assert.equal((await busy).ends, 1);
+		// the peer refuses the client's key: only --peer-key opened it
+		const direct = await postJSON(`${E.url}/v1/completions`, { prompt: 'x', max_tokens: 1 });
+		assert.equal(direct.status, 401);
+	} finally {
+		for (const s of [E, F]) s.proc.kill('SIGKILL');
+	}
+});
+
 test('B killed mid-stream: each forwarded stream ends with one error event naming B; A keeps serving', async () => {
 	const url = A.url;
 	// A's lane and queue taken, one request at a time: what comes next overflows
