@@ -67,11 +67,11 @@ int learn_job_new(learn_job **out, learn_adapter *a, const learn_opts *o, char *
 	return LANES_OK;
 }
 
+// Ends the step; its memory stays for the next one (no page is touched twice for nothing).
 static void step_clear(learn_job *j) {
 	for (int32_t i = 0; i < j->n_ex; i++) learn_example_free(j->ex[i]);
 	free(j->ex);
-	free(j->mem);
-	j->ex = NULL, j->n_ex = 0, j->mem = NULL, j->mem_bytes = 0;
+	j->ex = NULL, j->n_ex = 0;
 	j->b = (learn_buf){0};
 	j->state = LEARN_IDLE;
 }
@@ -79,6 +79,7 @@ static void step_clear(learn_job *j) {
 void learn_job_free(learn_job *j) {
 	if (!j) return;
 	step_clear(j);
+	free(j->mem);
 	for (int64_t i = j->q_head; i < j->q_n; i++) learn_example_free(j->q[i]);
 	free(j->q);
 	free(j->lw);
@@ -143,16 +144,19 @@ static int step_begin(learn_job *j, char *err, size_t errlen) {
 	}
 	const uint64_t bytes = learn_buf_layout(j, T, Tmax, NULL, NULL);
 	learn_example **ex = learn_malloc((size_t)n * sizeof *ex);
-	void *mem = bytes ? learn_malloc((size_t)bytes) : NULL;
+	void *mem = bytes && bytes <= j->mem_bytes ? j->mem : bytes ? learn_malloc((size_t)bytes) : NULL;
 	if (!ex || !mem) {
 		free(ex);
-		free(mem);
 		return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for a step of %lld tokens (%.1f MiB)", (long long)T,
 				    (double)bytes / 1048576.0);
 	}
+	if (mem != j->mem) {
+		free(j->mem);
+		j->mem_bytes = bytes;
+	}
 	for (int32_t i = 0; i < n; i++) ex[i] = j->q[j->q_head + i], j->q_bytes -= example_bytes(ex[i]);
 	j->q_head += n;
-	j->ex = ex, j->n_ex = n, j->mem = mem, j->mem_bytes = bytes;
+	j->ex = ex, j->n_ex = n, j->mem = mem;
 	j->T = T, j->Tmax = Tmax, j->n_learned = learned, j->P = j->o.piece < T ? j->o.piece : T;
 	j->n_chunks = (int32_t)((T + j->P - 1) / j->P);
 	learn_buf_layout(j, T, Tmax, mem, &j->b);

@@ -11,33 +11,36 @@
 
 #define TILE 16 // weight rows per tile: one vector of outputs
 #define KB 256  // inputs per dequantized span: a multiple of every block size
-#define NG 64   // activation rows per group
+#define NG 256  // activation rows per group
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4))); // unaligned loads and stores
 
-static void run(base_pool *pool, int64_t items, base_task_fn fn, void *arg) {
-	if (pool && items > 1 && base_pool_threads(pool) > 1) base_pool_run(pool, fn, arg);
+// Work below this many multiply-adds costs less alone than a handoff to the pool's threads.
+#define POOL_MIN (1 << 18)
+
+static void run(base_pool *pool, int64_t items, double macs, base_task_fn fn, void *arg) {
+	if (pool && items > 1 && macs >= POOL_MIN && base_pool_threads(pool) > 1) base_pool_run(pool, fn, arg);
 	else fn(arg, 0, 1);
 }
 
 // Rows o0..o0+nr-1, inputs k0..k0+kn-1 of a matrix as f32 into tile (rows KB apart); the rows
 // past nr and the inputs from kn to the next multiple of TILE are zero.
-static void dequant_tile(const model_matrix *w, const uint8_t *mat, int64_t o0, int64_t nr, int64_t k0, int64_t kn,
-			 float *tile) {
-	const tensor_traits *tt = tensor_traits_of(w->type);
+static void dequant_tile(const tensor_kernels *ks, const model_matrix *w, const uint8_t *mat, int64_t o0, int64_t nr,
+			 int64_t k0, int64_t kn, float *tile) {
 	const gguf_ttype_info *ti = gguf_ttype_get(w->type);
 	const size_t off = (size_t)(k0 / ti->block) * ti->bytes;
 	const int64_t knp = (kn + TILE - 1) / TILE * TILE;
 	for (int64_t r = 0; r < TILE; r++) {
 		float *d = tile + r * KB;
-		if (r < nr) tt->to_f32(mat + (size_t)(o0 + r) * w->row_bytes + off, d, kn);
+		if (r < nr) tensor_k_f32_rows(ks, w->type, mat + (size_t)(o0 + r) * w->row_bytes + off, d, kn);
 		else memset(d, 0, (size_t)kn * sizeof *d);
 		for (int64_t c = kn; c < knp; c++) d[c] = 0.0f;
 	}
 }
 
 typedef struct {
+	const tensor_kernels *ks;
 	const model_matrix *w;
 	const uint8_t *mat;
 	const float *x;
@@ -53,56 +56,42 @@ typedef struct {
 static void fwd_task(void *arg, int ith, int nth) {
 	fwd_job *j = arg;
 	const int64_t K = j->w->k;
-	float tile[TILE * KB];
-	v16 wt[KB], yb[NG];
+	v16 tile_v[TILE * KB / 16], wt_v[KB], yb_v[NG];
+	float *tile = (float *)tile_v, *wt = (float *)wt_v, *yb = (float *)yb_v;
 	for (;;) {
 		const int64_t t = atomic_fetch_add(&j->next, 1);
 		if (t >= j->tiles) break;
 		const int64_t o0 = t * TILE, nr = j->w->rows - o0 < TILE ? j->w->rows - o0 : TILE;
 		for (int64_t g0 = 0; g0 < j->n; g0 += NG) {
 			const int64_t ng = j->n - g0 < NG ? j->n - g0 : NG;
-			for (int64_t i = 0; i < ng; i++) yb[i] = (v16){0};
+			memset(yb, 0, (size_t)(ng * TILE) * sizeof *yb);
 			for (int64_t k0 = 0; k0 < K; k0 += KB) {
 				const int64_t kn = K - k0 < KB ? K - k0 : KB;
-				dequant_tile(j->w, j->mat, o0, nr, k0, kn, tile);
-				for (int64_t c = 0; c < kn; c++)
-					for (int r = 0; r < TILE; r++) wt[c][r] = tile[r * KB + c];
-				int64_t i = 0;
-				for (; i + 1 < ng; i += 2) {
-					v16 a0 = yb[i], a1 = yb[i + 1];
-					const float *x0 = j->x + (g0 + i) * j->ldx + k0, *x1 = x0 + j->ldx;
-					for (int64_t c = 0; c < kn; c++) {
-						a0 += x0[c] * wt[c];
-						a1 += x1[c] * wt[c];
-					}
-					yb[i] = a0, yb[i + 1] = a1;
-				}
-				if (i < ng) {
-					v16 a0 = yb[i];
-					const float *x0 = j->x + (g0 + i) * j->ldx + k0;
-					for (int64_t c = 0; c < kn; c++) a0 += x0[c] * wt[c];
-					yb[i] = a0;
-				}
+				dequant_tile(j->ks, j->w, j->mat, o0, nr, k0, kn, tile);
+				for (int r = 0; r < TILE; r++)
+					for (int64_t c = 0; c < kn; c++) wt[c * TILE + r] = tile[r * KB + c];
+				tensor_k_f32_fwd(j->ks, wt, kn, j->x + g0 * j->ldx + k0, j->ldx, ng, yb);
 			}
 			for (int64_t i = 0; i < ng; i++) {
 				float *y = j->y + (g0 + i) * j->ldy + o0;
-				for (int64_t r = 0; r < nr; r++) y[r] = j->acc ? y[r] + j->alpha * yb[i][r] : j->alpha * yb[i][r];
+				for (int64_t r = 0; r < nr; r++) y[r] = j->acc ? y[r] + j->alpha * yb[i * TILE + r] : j->alpha * yb[i * TILE + r];
 			}
 		}
 	}
 	(void)ith, (void)nth;
 }
 
-void lk_mat_fwd(base_pool *pool, const model_matrix *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
+void lk_mat_fwd(base_pool *pool, const tensor_kernels *ks, const model_matrix *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
 		int64_t ldy, float alpha, bool acc) {
 	if (n <= 0) return;
-	fwd_job j = {.w = w, .mat = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, .x = x, .ldx = ldx, .n = n, .y = y,
+	fwd_job j = {.ks = ks, .w = w, .mat = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, .x = x, .ldx = ldx, .n = n, .y = y,
 		     .ldy = ldy, .alpha = alpha, .acc = acc, .tiles = (w->rows + TILE - 1) / TILE};
 	atomic_init(&j.next, 0);
-	run(pool, j.tiles, fwd_task, &j);
+	run(pool, j.tiles, (double)n * (double)w->rows * (double)w->k, fwd_task, &j);
 }
 
 typedef struct {
+	const tensor_kernels *ks;
 	const model_matrix *w;
 	const uint8_t *mat;
 	const float *dy;
@@ -125,35 +114,20 @@ static void bwd_task(void *arg, int ith, int nth) {
 		const int64_t k0 = s * KB, kn = K - k0 < KB ? K - k0 : KB;
 		for (int64_t o0 = 0; o0 < rows; o0 += TILE) {
 			const int64_t nr = rows - o0 < TILE ? rows - o0 : TILE;
-			dequant_tile(j->w, j->mat, o0, nr, k0, kn, tile);
-			for (int64_t i = 0; i < j->n; i++) {
-				const float *dyi = j->dy + i * j->ldy + o0;
-				float *dxi = j->dx + i * j->ldx + k0;
-				int64_t c = 0;
-				for (; c + TILE <= kn; c += TILE) {
-					v16 acc = *(const v16u *)(dxi + c);
-					for (int64_t r = 0; r < nr; r++) acc += dyi[r] * *(const v16 *)(tile + r * KB + c);
-					*(v16u *)(dxi + c) = acc;
-				}
-				if (c < kn) {
-					v16 acc = {0};
-					memcpy(&acc, dxi + c, (size_t)(kn - c) * sizeof(float));
-					for (int64_t r = 0; r < nr; r++) acc += dyi[r] * *(const v16 *)(tile + r * KB + c);
-					memcpy(dxi + c, &acc, (size_t)(kn - c) * sizeof(float));
-				}
-			}
+			dequant_tile(j->ks, j->w, j->mat, o0, nr, k0, kn, tile);
+			tensor_k_f32_bwd(j->ks, tile, KB, nr, kn, j->dy + o0, j->ldy, j->n, j->dx + k0, j->ldx);
 		}
 	}
 	(void)ith, (void)nth;
 }
 
-void lk_mat_bwd(base_pool *pool, const model_matrix *w, int64_t mat, const float *dy, int64_t ldy, int64_t n, float *dx,
+void lk_mat_bwd(base_pool *pool, const tensor_kernels *ks, const model_matrix *w, int64_t mat, const float *dy, int64_t ldy, int64_t n, float *dx,
 		int64_t ldx) {
 	if (n <= 0) return;
-	bwd_job j = {.w = w, .mat = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, .dy = dy, .ldy = ldy, .n = n,
+	bwd_job j = {.ks = ks, .w = w, .mat = (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, .dy = dy, .ldy = ldy, .n = n,
 		     .dx = dx, .ldx = ldx, .spans = (w->k + KB - 1) / KB};
 	atomic_init(&j.next, 0);
-	run(pool, j.spans, bwd_task, &j);
+	run(pool, j.spans, (double)n * (double)w->rows * (double)w->k, bwd_task, &j);
 }
 
 typedef struct {
@@ -194,5 +168,5 @@ void lk_outer(base_pool *pool, int64_t rows, int64_t cols, int64_t n, const floa
 		       .spans = (cols + KB - 1) / KB};
 	j.items = rows * j.spans;
 	atomic_init(&j.next, 0);
-	run(pool, j.items, outer_task, &j);
+	run(pool, j.items, (double)n * (double)rows * (double)cols, outer_task, &j);
 }

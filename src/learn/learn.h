@@ -137,7 +137,8 @@ void learn_job_free(learn_job *j); // accepts NULL; drops a step in progress (no
 // outside the model's vocabulary or e is longer than max_tokens; LANES_ENOMEM.
 int learn_job_add(learn_job *j, const learn_example *e, char *err, size_t errlen);
 int64_t learn_job_queued(const learn_job *j); // examples waiting for a step
-// Bytes the job holds now: gradients, queued examples, and a step's activations.
+// Bytes the job holds now: gradients, queued examples, and the activations of the largest
+// step so far (kept for the next step).
 uint64_t learn_job_bytes(const learn_job *j);
 
 enum learn_state {

@@ -93,8 +93,8 @@ struct learn_job {
 	int32_t n_ex;
 	int64_t T, Tmax, n_learned, P;
 	int32_t n_chunks;
-	void *mem;
-	uint64_t mem_bytes;
+	void *mem;                 // the step's memory, kept between steps
+	uint64_t mem_bytes;        // its size
 	learn_buf b;
 	int32_t phase, layer, chunk; // the next piece
 	double loss_sum, grad_norm;
@@ -125,11 +125,11 @@ void *learn_calloc(size_t n, size_t size);
 // the transposed product, input columns), so results never depend on the thread count.
 
 // y[i*ldy + o] = (acc ? y : 0) + alpha * sum_k x[i*ldx + k] * W[o][k] for i < n, o < rows of
-// matrix mat of w (rows dequantized as stored, in blocks of k).
-void lk_mat_fwd(base_pool *pool, const model_matrix *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
+// matrix mat of w (rows dequantized as stored, a tile at a time), by the kernel set ks.
+void lk_mat_fwd(base_pool *pool, const tensor_kernels *ks, const model_matrix *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
 		int64_t ldy, float alpha, bool acc);
 // dx[i*ldx + k] += sum_o dy[i*ldy + o] * W[o][k] for i < n, k < w->k.
-void lk_mat_bwd(base_pool *pool, const model_matrix *w, int64_t mat, const float *dy, int64_t ldy, int64_t n, float *dx,
+void lk_mat_bwd(base_pool *pool, const tensor_kernels *ks, const model_matrix *w, int64_t mat, const float *dy, int64_t ldy, int64_t n, float *dx,
 		int64_t ldx);
 // g[r][c] += alpha * sum_i p[i*ldp + r] * q[i*ldq + c] for r < rows, c < cols, i < n.
 void lk_outer(base_pool *pool, int64_t rows, int64_t cols, int64_t n, const float *p, int64_t ldp, const float *q,

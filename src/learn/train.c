@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#define KS model_kernels(j->m)
+
 // ---- layout -------------------------------------------------------------------------------------
 typedef struct {
 	uint64_t off;
@@ -133,8 +135,8 @@ static void lora_fwd(const learn_job *j, base_pool *pool, const lpair *p, const 
 	if (!p) return;
 	const learn_adapter *a = j->a;
 	const model_matrix A = lk_f32(a->w + p->a_off, p->r, p->n_in), Bm = lk_f32(a->w + p->b_off, p->n_out, p->r);
-	lk_mat_fwd(pool, &A, 0, x, p->n_in, n, u, p->r, 1.0f, false);
-	lk_mat_fwd(pool, &Bm, 0, u, p->r, n, y, p->n_out, learn_pair_scale(a, p), true);
+	lk_mat_fwd(pool, KS, &A, 0, x, p->n_in, n, u, p->r, 1.0f, false);
+	lk_mat_fwd(pool, KS, &Bm, 0, u, p->r, n, y, p->n_out, learn_pair_scale(a, p), true);
 }
 
 // The term's backward: B's and A's gradients, and dx += its share of the input's gradient.
@@ -147,10 +149,10 @@ static void lora_bwd(learn_job *j, base_pool *pool, const lpair *p, const float 
 	float *du = j->b.ldu;
 	lk_outer(pool, p->n_out, p->r, n, dy, p->n_out, u, p->r, f, j->grad + p->b_off);
 	memset(du, 0, (size_t)(n * p->r) * sizeof *du);
-	lk_mat_bwd(pool, &Bm, 0, dy, p->n_out, n, du, p->r);
+	lk_mat_bwd(pool, KS, &Bm, 0, dy, p->n_out, n, du, p->r);
 	for (int64_t i = 0; i < n * p->r; i++) du[i] *= f;
 	lk_outer(pool, p->r, p->n_in, n, du, p->r, x, p->n_in, 1.0f, j->grad + p->a_off);
-	lk_mat_bwd(pool, &A, 0, du, p->r, n, dx, p->n_in);
+	lk_mat_bwd(pool, KS, &A, 0, du, p->r, n, dx, p->n_in);
 }
 
 // ---- the FFN ------------------------------------------------------------------------------------
@@ -165,12 +167,12 @@ static void ffn_fwd(learn_job *j, base_pool *pool, const ffn_w *w, const float *
 		    float *act, float *out) {
 	const int64_t F = w->gate->rows, E = w->gate->k;
 	float **lu = j->b.lu;
-	lk_mat_fwd(pool, w->gate, w->mat, x, E, n, g, F, 1.0f, false);
+	lk_mat_fwd(pool, KS, w->gate, w->mat, x, E, n, g, F, 1.0f, false);
 	lora_fwd(j, pool, w->pg, x, n, lu[MODEL_LORA_GATE], g);
-	lk_mat_fwd(pool, w->up, w->mat, x, E, n, u, F, 1.0f, false);
+	lk_mat_fwd(pool, KS, w->up, w->mat, x, E, n, u, F, 1.0f, false);
 	lora_fwd(j, pool, w->pu, x, n, lu[MODEL_LORA_UP], u);
 	tensor_swiglu(g, u, act, n * F);
-	lk_mat_fwd(pool, w->down, w->mat, act, F, n, out, E, 1.0f, false);
+	lk_mat_fwd(pool, KS, w->down, w->mat, act, F, n, out, E, 1.0f, false);
 	lora_fwd(j, pool, w->pd, act, n, lu[MODEL_LORA_DOWN], out);
 }
 
@@ -180,12 +182,12 @@ static void ffn_bwd(learn_job *j, base_pool *pool, const ffn_w *w, const float *
 	const int64_t F = w->gate->rows, E = w->gate->k;
 	learn_buf *b = &j->b;
 	memset(b->da, 0, (size_t)(n * F) * sizeof(float));
-	lk_mat_bwd(pool, w->down, w->mat, dy, E, n, b->da, F);
+	lk_mat_bwd(pool, KS, w->down, w->mat, dy, E, n, b->da, F);
 	lora_bwd(j, pool, w->pd, act, b->lu[MODEL_LORA_DOWN], dy, n, b->da);
 	swiglu_bwd(g, u, b->da, b->dg, b->du, n * F);
-	lk_mat_bwd(pool, w->gate, w->mat, b->dg, F, n, dx, E);
+	lk_mat_bwd(pool, KS, w->gate, w->mat, b->dg, F, n, dx, E);
 	lora_bwd(j, pool, w->pg, x, b->lu[MODEL_LORA_GATE], b->dg, n, dx);
-	lk_mat_bwd(pool, w->up, w->mat, b->du, F, n, dx, E);
+	lk_mat_bwd(pool, KS, w->up, w->mat, b->du, F, n, dx, E);
 	lora_bwd(j, pool, w->pu, x, b->lu[MODEL_LORA_UP], b->du, n, dx);
 }
 
@@ -203,7 +205,7 @@ static void moe_fwd(learn_job *j, base_pool *pool, const model_layer_weights *lw
 	const model_hparams *hp = model_hparams_of(j->m);
 	learn_buf *b = &j->b;
 	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used, F = hp->n_ff_exp;
-	lk_mat_fwd(pool, &lw->router, 0, b->h2, E, n, b->rl, X, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->router, 0, b->h2, E, n, b->rl, X, 1.0f, false);
 	for (int64_t r = 0; r < n; r++) tensor_moe_route(b->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, b->ids + r * K, b->rw + r * K);
 	for (int64_t e = 0; e < X; e++) {
 		const int64_t cnt = expert_rows(b, n, K, e);
@@ -228,7 +230,7 @@ static void moe_fwd(learn_job *j, base_pool *pool, const model_layer_weights *lw
 		}
 	}
 	if (!hp->n_ff_shexp) return;
-	lk_mat_fwd(pool, &lw->router_shexp, 0, b->h2, E, n, b->sg, 1, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->router_shexp, 0, b->h2, E, n, b->sg, 1, 1.0f, false);
 	const ffn_w w = {&lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, 0, NULL, NULL, NULL};
 	ffn_fwd(j, pool, &w, b->h2, n, b->sgg, b->sgu, b->sga, b->ysh);
 	for (int64_t r = 0; r < n; r++) {
@@ -255,7 +257,7 @@ static void moe_bwd(learn_job *j, base_pool *pool, const model_layer_weights *lw
 		}
 		const ffn_w w = {&lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, 0, NULL, NULL, NULL};
 		ffn_bwd(j, pool, &w, b->h2, b->sgg, b->sgu, b->sga, b->dysh, n, b->dh2);
-		lk_mat_bwd(pool, &lw->router_shexp, 0, b->dsg, 1, n, b->dh2, E);
+		lk_mat_bwd(pool, KS, &lw->router_shexp, 0, b->dsg, 1, n, b->dh2, E);
 	}
 	// the router: d loss / d weight of each chosen expert, through the (renormalized) softmax
 	for (int64_t r = 0; r < n; r++) {
@@ -276,7 +278,7 @@ static void moe_bwd(learn_job *j, base_pool *pool, const model_layer_weights *lw
 		for (int64_t e = 0; e < X; e++) pdp += exp(rl[e] - mx) / sum * dp[e];
 		for (int64_t e = 0; e < X; e++) b->drl[r * X + e] = (float)(exp(rl[e] - mx) / sum * (dp[e] - pdp));
 	}
-	lk_mat_bwd(pool, &lw->router, 0, b->drl, X, n, b->dh2, E);
+	lk_mat_bwd(pool, KS, &lw->router, 0, b->drl, X, n, b->dh2, E);
 	for (int64_t e = 0; e < X; e++) {
 		const int64_t cnt = expert_rows(b, n, K, e);
 		if (!cnt) continue;
@@ -305,10 +307,14 @@ typedef struct {
 	atomic_llong next;
 } attn_job;
 
+// Eight running sums (a vector's worth), folded in a fixed order.
 static float dot(const float *a, const float *b, int64_t n) {
-	float s = 0.0f;
-	for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-	return s;
+	float acc[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+	for (; i < n; i++) acc[0] += a[i] * b[i];
+	return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 // Queries of the chunk over their example's keys up to themselves: items are (row, KV head).
@@ -335,10 +341,11 @@ static void attn_fwd_task(void *arg, int ith, int nth) {
 				mx = sc[p] > mx ? sc[p] : mx;
 			}
 			double sum = 0.0;
-			for (int64_t p = 0; p < np; p++) sum += exp((double)sc[p] - mx);
+			for (int64_t p = 0; p < np; p++) sc[p] = expf(sc[p] - mx), sum += sc[p];
+			const float inv = (float)(1.0 / sum);
 			for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
 			for (int64_t p = 0; p < np; p++) {
-				const float w = (float)(exp((double)sc[p] - mx) / sum), *v = vc + (st + p) * kvd + g * D;
+				const float w = sc[p] * inv, *v = vc + (st + p) * kvd + g * D;
 				for (int64_t d = 0; d < D; d++) o[d] += w * v[d];
 			}
 			b->lse[r * H + h] = (float)(mx + log(sum));
@@ -369,7 +376,7 @@ static void attn_bwd_task(void *arg, int ith, int nth) {
 				for (int64_t p = 0; p < np; p++) {
 					const float *k = kc + (st + p) * kvd + g * D, *v = vc + (st + p) * kvd + g * D;
 					float *dk = b->dk + (st + p) * kvd + g * D, *dv = b->dv + (st + p) * kvd + g * D;
-					const float pr = (float)exp((double)(scale * dot(q, k, D)) - lse);
+					const float pr = expf(scale * dot(q, k, D) - lse);
 					const float ds = pr * (dot(dO, v, D) - di) * scale;
 					for (int64_t d = 0; d < D; d++) {
 						dq[d] += ds * k[d];
@@ -401,13 +408,13 @@ static void layer_fwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 	const int64_t E = hp->n_embd, D = hp->head_dim, qd = hp->n_heads * D, kvd = (int64_t)hp->n_kv_heads * D, T = j->T;
 	const float *x = b->xs + ((size_t)l * T + i0) * E;
 	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(x + r * E, lw->attn_norm, E, hp->rms_eps, b->h + r * E);
-	lk_mat_fwd(pool, &lw->wq, 0, b->h, E, n, b->q, qd, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->wq, 0, b->h, E, n, b->q, qd, 1.0f, false);
 	lora_fwd(j, pool, learn_pair_of(a, l, MODEL_LORA_Q), b->h, n, b->lu[MODEL_LORA_Q], b->q);
 	add_bias(b->q, lw->bq, n, qd);
-	lk_mat_fwd(pool, &lw->wk, 0, b->h, E, n, b->k, kvd, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->wk, 0, b->h, E, n, b->k, kvd, 1.0f, false);
 	lora_fwd(j, pool, learn_pair_of(a, l, MODEL_LORA_K), b->h, n, b->lu[MODEL_LORA_K], b->k);
 	add_bias(b->k, lw->bk, n, kvd);
-	lk_mat_fwd(pool, &lw->wv, 0, b->h, E, n, b->v, kvd, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->wv, 0, b->h, E, n, b->v, kvd, 1.0f, false);
 	lora_fwd(j, pool, learn_pair_of(a, l, MODEL_LORA_V), b->h, n, b->lu[MODEL_LORA_V], b->v);
 	add_bias(b->v, lw->bv, n, kvd);
 	for (int64_t r = 0; r < n; r++) {
@@ -425,7 +432,7 @@ static void layer_fwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 		memcpy(b->vc + ((size_t)l * T + i0 + r) * kvd, b->v + r * kvd, (size_t)kvd * 4);
 	}
 	attn_run(j, pool, l, i0, n, attn_fwd_task, n * hp->n_kv_heads);
-	lk_mat_fwd(pool, &lw->wo, 0, b->att, qd, n, b->t, E, 1.0f, false);
+	lk_mat_fwd(pool, KS, &lw->wo, 0, b->att, qd, n, b->t, E, 1.0f, false);
 	lora_fwd(j, pool, learn_pair_of(a, l, MODEL_LORA_O), b->att, n, b->lu[MODEL_LORA_O], b->t);
 	add_bias(b->t, lw->bo, n, E);
 	for (int64_t i = 0; i < n * E; i++) b->xm[i] = x[i] + b->t[i];
@@ -463,7 +470,7 @@ static void layer_bwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 	}
 	for (int64_t r = 0; r < n; r++) rms_bwd(b->xm + r * E, lw->ffn_norm, E, hp->rms_eps, b->dh2 + r * E, b->dxm + r * E);
 	memset(b->datt, 0, (size_t)(n * qd) * 4);
-	lk_mat_bwd(pool, &lw->wo, 0, b->dxm, E, n, b->datt, qd);
+	lk_mat_bwd(pool, KS, &lw->wo, 0, b->dxm, E, n, b->datt, qd);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_O), b->att, b->lu[MODEL_LORA_O], b->dxm, n, b->datt);
 	memset(b->dq, 0, (size_t)(n * qd) * 4);
 	attn_run(j, pool, l, i0, n, attn_bwd_task, hp->n_kv_heads);
@@ -490,11 +497,11 @@ static void layer_bwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 		}
 	}
 	memset(b->dh, 0, (size_t)(n * E) * 4);
-	lk_mat_bwd(pool, &lw->wq, 0, b->dq, qd, n, b->dh, E);
+	lk_mat_bwd(pool, KS, &lw->wq, 0, b->dq, qd, n, b->dh, E);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_Q), b->h, b->lu[MODEL_LORA_Q], b->dq, n, b->dh);
-	lk_mat_bwd(pool, &lw->wk, 0, b->dkr, kvd, n, b->dh, E);
+	lk_mat_bwd(pool, KS, &lw->wk, 0, b->dkr, kvd, n, b->dh, E);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_K), b->h, b->lu[MODEL_LORA_K], b->dkr, n, b->dh);
-	lk_mat_bwd(pool, &lw->wv, 0, b->dvr, kvd, n, b->dh, E);
+	lk_mat_bwd(pool, KS, &lw->wv, 0, b->dvr, kvd, n, b->dh, E);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_V), b->h, b->lu[MODEL_LORA_V], b->dvr, n, b->dh);
 	memcpy(dy, b->dxm, (size_t)(n * E) * 4);
 	for (int64_t r = 0; r < n; r++) rms_bwd(x + r * E, lw->attn_norm, E, hp->rms_eps, b->dh + r * E, dy + r * E);
@@ -514,7 +521,7 @@ static void head(learn_job *j, base_pool *pool, int64_t i0, int64_t n) {
 		}
 	if (!nr) return;
 	const lpair *po = learn_pair_of(j->a, -1, MODEL_LORA_OUTPUT);
-	lk_mat_fwd(pool, &j->io.output, 0, b->hn, E, nr, b->lg, V, 1.0f, false);
+	lk_mat_fwd(pool, KS, &j->io.output, 0, b->hn, E, nr, b->lg, V, 1.0f, false);
 	lora_fwd(j, pool, po, b->hn, nr, b->lu[MODEL_LORA_OUTPUT], b->lg);
 	const double inv = 1.0 / (double)j->n_learned;
 	for (int64_t k = 0; k < nr; k++) {
@@ -529,7 +536,7 @@ static void head(learn_job *j, base_pool *pool, int64_t i0, int64_t n) {
 		for (int64_t v = 0; v < V; v++) lg[v] = (float)((exp((double)lg[v] - lse) - (v == tgt ? 1.0 : 0.0)) * inv);
 	}
 	memset(b->dhn, 0, (size_t)(nr * E) * 4);
-	lk_mat_bwd(pool, &j->io.output, 0, b->lg, V, nr, b->dhn, E);
+	lk_mat_bwd(pool, KS, &j->io.output, 0, b->lg, V, nr, b->dhn, E);
 	lora_bwd(j, pool, po, b->hn, b->lu[MODEL_LORA_OUTPUT], b->lg, nr, b->dhn);
 	for (int64_t k = 0; k < nr; k++)
 		rms_bwd(xl + (size_t)b->hrow[k] * E, j->io.output_norm, E, hp->rms_eps, b->dhn + k * E, b->dx + (size_t)b->hrow[k] * E);
