@@ -25,20 +25,8 @@ static void ex_list_free(ex_list *l) {
 typedef struct {
 	tok_vocab *voc;
 	tmpl *t;       // compiled at the first conversation
-	char *bos, *eos;
 	int64_t max_tokens;
 } ex_ctx;
-
-static char *token_text(const tok_vocab *v, int32_t id) {
-	size_t n = 0;
-	const char *t = id >= 0 ? tok_text(v, id, &n) : NULL;
-	char *out = malloc(n + 1);
-	if (out) {
-		if (n) memcpy(out, t, n);
-		out[n] = 0;
-	}
-	return out;
-}
 
 // The model's chat template (ChatML when it has none or it does not compile), as the server picks it.
 static int chat_template(ex_ctx *c) {
@@ -69,7 +57,7 @@ static int line_example(ex_ctx *c, const char *path, int64_t lineno, const char 
 	json_t *msgs = json_object_get(o, "messages"), *p = json_object_get(o, "prompt"), *cpl = json_object_get(o, "completion");
 	if (msgs) {
 		if (!c->t && chat_template(c)) rc = -1;
-		else if (learn_example_chat(e, c->voc, c->t, msgs, c->bos, c->eos, err, sizeof err)) rc = -1;
+		else if (learn_example_chat(e, c->voc, c->t, msgs, NULL, NULL, err, sizeof err)) rc = -1;
 	} else if (json_is_string(p) && json_is_string(cpl)) {
 		if (learn_example_text(e, c->voc, json_string_value(p), json_string_value(cpl), err, sizeof err)) rc = -1;
 	} else {
@@ -166,12 +154,6 @@ int cmd_learn(const cli_settings *s) {
 		goto out;
 	}
 	if (cli_load_model(s->model, &m, &c.voc) || cli_threads(s->threads, &pool)) goto out;
-	c.bos = token_text(c.voc, tok_bos(c.voc));
-	c.eos = token_text(c.voc, tok_eos(c.voc));
-	if (!c.bos || !c.eos) {
-		cli_err("out of memory");
-		goto out;
-	}
 	if (read_examples(&c, s->data_file, &train) || (s->eval_file && read_examples(&c, s->eval_file, &ev))) goto out;
 	const learn_adapter_opts ao = {.rank = (int32_t)s->lora_rank, .alpha = (float)s->alpha, .seed = (uint64_t)s->seed};
 	if (s->from_adapter ? learn_adapter_load(&a, m, s->from_adapter, err, sizeof err) : learn_adapter_new(&a, m, &ao, err, sizeof err)) {
@@ -265,8 +247,6 @@ out:
 	ex_list_free(&train);
 	ex_list_free(&ev);
 	tmpl_free(c.t);
-	free(c.bos);
-	free(c.eos);
 	tok_vocab_free(c.voc);
 	base_pool_free(pool);
 	model_free(m);

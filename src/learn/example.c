@@ -5,6 +5,7 @@
 #include "learn/learn_int.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,9 +112,20 @@ static int render(const tok_vocab *v, const tmpl *t, const json_t *messages, siz
 	return rc;
 }
 
+// The text of token id (empty for none), into buf.
+static const char *token_text(const tok_vocab *v, int32_t id, char *buf, size_t n) {
+	size_t len = 0;
+	const char *t = id >= 0 ? tok_text(v, id, &len) : NULL;
+	snprintf(buf, n, "%.*s", (int)len, t ? t : "");
+	return buf;
+}
+
 int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
 		       const char *eos, char *err, size_t errlen) {
 	*out = NULL;
+	char bos_buf[256], eos_buf[256];
+	if (!bos) bos = token_text(v, tok_bos(v), bos_buf, sizeof bos_buf);
+	if (!eos) eos = token_text(v, tok_eos(v), eos_buf, sizeof eos_buf);
 	const size_t nm = json_array_size(messages);
 	if (!json_is_array(messages) || !nm) return base_seterr(err, errlen, LANES_EINVAL, "learn: messages must be a non-empty array");
 	int32_t *full = NULL, *part = NULL;

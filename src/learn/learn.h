@@ -100,7 +100,8 @@ int learn_example_ids(learn_example **out, const int32_t *ids, const bool *learn
 int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, char *err,
 		       size_t errlen);
 // A conversation: messages (a JSON array of {role, content, ...}) rendered by t as the
-// server renders a chat (bos and eos the token texts, tok_encode_chat); the assistant turns
+// server renders a chat (bos and eos the texts the template sees, NULL: the vocab's BOS and
+// EOS token texts; tokens by tok_encode_chat); the assistant turns
 // are learned, each from its first token to the end of its rendering (end-of-turn marker
 // included). LANES_EINVAL when the template fails or no assistant turn has a token.
 int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,

@@ -416,6 +416,400 @@ out:
 	model_free(m);
 }
 
+// ---- a step's bits: however it is cut into calls, whatever the thread count --------------------
+static void cut_and_threads(const model *m, base_pool *pool) {
+	learn_example *ex[2] = {0};
+	learn_adapter *a1 = gc_adapter(m, 3), *a2 = gc_adapter(m, 3);
+	CHECK(a1 && a2 && make_examples(ex) == 0);
+	if (!a1 || !a2 || !ex[1]) goto out;
+	learn_job *j1 = grad_step(a1, ex, 2, 5, NULL, INFINITY), *j2 = NULL;
+	// one piece per call on two threads: the budget is exactly the next piece's price
+	learn_opts o;
+	learn_opts_default(&o);
+	o.piece = 5, o.batch = 2;
+	CHECK(learn_job_new(&j2, a2, &o, err, sizeof err) == 0);
+	for (int i = 0; j2 && i < 2; i++) CHECK(learn_job_add(j2, ex[i], err, sizeof err) == 0);
+	int pieces = 0, bad = 0;
+	while (j2 && learn_step_state(j2) != LEARN_READY && pieces < 1000) {
+		const double c = learn_step_next_cost(j2);
+		double spent = -1;
+		bad += c <= 0 || learn_step_run(j2, pool, c, &spent, err, sizeof err) != 0 || spent != c;
+		pieces++;
+	}
+	const model_hparams *hp = model_hparams_of(m);
+	// 16 tokens in chunks of 5: 4 chunks forward and backward per layer, a head for the 3 with learned tokens
+	CHECKF(pieces == 2 * 4 * hp->n_layers + 3 && !bad, "%d pieces (%d refused), expected %d", pieces, bad, 2 * 4 * hp->n_layers + 3);
+	CHECK(j1 && learn_step_state(j1) == LEARN_READY && j2 && learn_step_state(j2) == LEARN_READY);
+	if (j1 && j2 && learn_step_state(j2) == LEARN_READY) {
+		learn_step_info i1, i2;
+		learn_step_info_of(j1, &i1), learn_step_info_of(j2, &i2);
+		CHECK(i1.loss == i2.loss && i1.grad_norm == i2.grad_norm && i1.tokens == 16 && i1.learned == 8);
+		bool same = true;
+		for (int32_t i = 0; i < learn_adapter_n_pairs(a1); i++) {
+			const float *ga1, *gb1, *ga2, *gb2;
+			learn_pair p;
+			learn_adapter_pair(a1, i, &p);
+			learn_step_grad(j1, i, &ga1, &gb1), learn_step_grad(j2, i, &ga2, &gb2);
+			same &= !memcmp(ga1, ga2, (size_t)p.r * p.n_in * 4) && !memcmp(gb1, gb2, (size_t)p.n_out * p.r * 4);
+		}
+		CHECKF(same, "the gradient depends on how the step was cut or on the threads");
+	}
+	learn_job_free(j1);
+	learn_job_free(j2);
+out:
+	learn_adapter_free(a1);
+	learn_adapter_free(a2);
+	learn_example_free(ex[0]), learn_example_free(ex[1]);
+}
+
+// ---- no partial commit ----------------------------------------------------------------------------
+// All of a's parameters.
+static float *params_of(learn_adapter *a, int64_t *n) {
+	learn_adapter_info info;
+	learn_adapter_info_of(a, &info);
+	float *w = malloc((size_t)info.params * 4);
+	int64_t k = 0;
+	for (int32_t i = 0; i < learn_adapter_n_pairs(a); i++) {
+		learn_pair p;
+		learn_adapter_pair(a, i, &p);
+		memcpy(w + k, p.a, (size_t)p.r * p.n_in * 4), k += (int64_t)p.r * p.n_in;
+		memcpy(w + k, p.b, (size_t)p.n_out * p.r * 4), k += (int64_t)p.n_out * p.r;
+	}
+	*n = k;
+	return w;
+}
+
+static bool params_are(learn_adapter *a, const float *w) {
+	int64_t n;
+	float *now = params_of(a, &n);
+	const bool same = !memcmp(now, w, (size_t)n * 4);
+	free(now);
+	return same;
+}
+
+// The logits of ids through model_forward with adapter l (NULL: the base).
+static float *logits_of(const model *m, const model_lora *l, const int32_t *ids, int n) {
+	const int64_t V = model_hparams_of(m)->n_vocab;
+	kv_config c = model_kv_config(m, KV_F16S, 1, n, 16);
+	kv_cache *kv = NULL;
+	float *lg = malloc((size_t)(n * V) * 4);
+	model_row rows[64];
+	model_lora_set set = {.n = l ? 1 : 0, .use = {{l, 1.0f}}};
+	for (int i = 0; i < n; i++) rows[i] = (model_row){ids[i], i, 0, true, &set};
+	if (kv_new(&kv, &c, err, sizeof err) || model_forward(m, kv, NULL, rows, n, lg, err, sizeof err)) {
+		fprintf(stderr, "%s\n", err);
+		free(lg);
+		lg = NULL;
+	}
+	kv_free(kv);
+	return lg;
+}
+
+static void no_partial_commit(const model *m, base_pool *pool) {
+	learn_example *ex[2] = {0};
+	learn_adapter *a = gc_adapter(m, 5);
+	learn_job *j = NULL;
+	model_lora *v0 = NULL, *v1 = NULL;
+	CHECK(a && make_examples(ex) == 0);
+	if (!a || !ex[1]) goto out;
+	learn_opts o;
+	learn_opts_default(&o);
+	o.piece = 4, o.batch = 2, o.lr = 0.01f;
+	CHECK(learn_job_new(&j, a, &o, err, sizeof err) == 0);
+	learn_job *j2 = NULL;
+	CHECK(learn_job_new(&j2, a, &o, err, sizeof err) == LANES_EBUSY); // one job per adapter
+	CHECK(learn_adapter_lora(a, &v0, err, sizeof err) == 0);
+	int64_t n;
+	float *w0 = params_of(a, &n);
+	const int32_t ids[6] = {1, 307, 379, 269, 61, 224};
+	float *l0 = logits_of(m, v0, ids, 6);
+	const size_t lb = (size_t)(6 * model_hparams_of(m)->n_vocab) * 4;
+	model_lora *tmp = NULL;
+
+	// a step cut short: no commit, nothing changed
+	for (int i = 0; i < 2; i++) CHECK(learn_job_add(j, ex[i], err, sizeof err) == 0);
+	for (int p = 0; p < 9; p++) CHECK(learn_step_run(j, pool, learn_step_next_cost(j), NULL, err, sizeof err) == 0);
+	CHECK(learn_step_state(j) == LEARN_RUNNING);
+	CHECK(learn_commit(j, &tmp, NULL, err, sizeof err) == LANES_EBUSY && tmp == NULL);
+	CHECK(params_are(a, w0));
+	// aborted (a revoked or expired grant, a halt): the examples go, the adapter stays
+	learn_step_abort(j);
+	CHECK(learn_step_state(j) == LEARN_IDLE && learn_job_queued(j) == 0 && params_are(a, w0));
+	learn_adapter_info info;
+	learn_adapter_info_of(a, &info);
+	CHECK(info.version == 0);
+
+	// every allocation of a whole step and its commit failing in turn: all or nothing each time
+	int committed = 0, failures = 0;
+	for (int k = 0; k < 40 && !committed; k++) {
+		float *before = params_of(a, &n);
+		learn_adapter_info_of(a, &info);
+		const int64_t ver = info.version;
+		learn_test_fail_alloc(k);
+		int rc = 0;
+		for (int i = 0; i < 2 && !rc; i++) rc = learn_job_add(j, ex[i], err, sizeof err);
+		if (!rc) rc = learn_step_run(j, pool, INFINITY, NULL, err, sizeof err);
+		if (!rc) rc = learn_commit(j, &v1, NULL, err, sizeof err);
+		learn_test_fail_alloc(-1);
+		learn_adapter_info_of(a, &info);
+		if (rc) {
+			failures++;
+			CHECKF(rc == LANES_ENOMEM, "allocation %d: code %d", k, rc);
+			CHECKF(params_are(a, before) && info.version == ver && v1 == NULL, "allocation %d failed and something changed", k);
+			learn_step_abort(j);
+			while (learn_job_queued(j)) { // drop what was queued: run it and throw the step away
+				learn_step_run(j, pool, INFINITY, NULL, err, sizeof err);
+				learn_step_abort(j);
+			}
+		} else {
+			committed = 1;
+			CHECK(info.version == ver + 1 && v1 != NULL && !params_are(a, before));
+		}
+		free(before);
+	}
+	CHECKF(committed && failures >= 3, "a step committed after %d failing allocations", failures);
+	// the commit failing once more with the step ready: it stays ready, then commits
+	for (int i = 0; i < 2; i++) learn_job_add(j, ex[i], err, sizeof err);
+	learn_step_run(j, pool, INFINITY, NULL, err, sizeof err);
+	float *w1 = params_of(a, &n);
+	learn_test_fail_alloc(0);
+	CHECK(learn_commit(j, &tmp, NULL, err, sizeof err) == LANES_ENOMEM && tmp == NULL);
+	learn_test_fail_alloc(-1);
+	CHECK(learn_step_state(j) == LEARN_READY && params_are(a, w1));
+	CHECK(learn_commit(j, &tmp, NULL, err, sizeof err) == 0 && tmp && !params_are(a, w1));
+	learn_adapter_info_of(a, &info);
+	CHECK(info.version == 2);
+	// the versions handed out are untouched by later commits: version 0 still gives its logits
+	float *l0b = logits_of(m, v0, ids, 6), *l1 = logits_of(m, v1, ids, 6), *l2 = logits_of(m, tmp, ids, 6);
+	CHECK(l0 && l0b && l1 && l2 && !memcmp(l0, l0b, lb) && memcmp(l0, l1, lb) && memcmp(l1, l2, lb));
+	free(l0b), free(l1), free(l2), free(w1);
+	model_lora_free(tmp);
+	free(w0), free(l0);
+out:
+	model_lora_free(v0);
+	model_lora_free(v1);
+	learn_job_free(j);
+	learn_adapter_free(a);
+	learn_example_free(ex[0]), learn_example_free(ex[1]);
+}
+
+// ---- saving -----------------------------------------------------------------------------------------
+static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/lanes-learn-%d-%s", t_tmp(), (int)getpid(), name); }
+
+static void saving(const model *m) {
+	learn_adapter *a = gc_adapter(m, 21), *back = NULL;
+	model_lora *mine = NULL, *loaded = NULL;
+	char path[512], dir[512];
+	tmp_path(path, sizeof path, "a.gguf");
+	CHECK(a != NULL);
+	if (!a) return;
+	CHECK(learn_adapter_save(a, path, GGUF_T_F32, err, sizeof err) == 0);
+	// the file as llama.cpp's converter writes one
+	gguf *g = NULL;
+	CHECK(gguf_open(&g, path, err, sizeof err) == 0);
+	if (g) {
+		gguf_str sv;
+		float alpha = 0;
+		CHECK(gguf_get_str(g, "general.type", &sv) == 0 && gguf_str_eq(sv, "adapter"));
+		CHECK(gguf_get_str(g, "adapter.type", &sv) == 0 && gguf_str_eq(sv, "lora"));
+		CHECK(gguf_get_str(g, "general.architecture", &sv) == 0 && gguf_str_eq(sv, "llama"));
+		CHECK(gguf_get_f32(g, "adapter.lora.alpha", &alpha) == 0 && alpha == 8);
+		const gguf_tensor *ta = gguf_find_tensor(g, "blk.2.ffn_down.weight.lora_a"), *tb = gguf_find_tensor(g, "blk.2.ffn_down.weight.lora_b");
+		CHECK(ta && tb && ta->type == GGUF_T_F32 && ta->ne[0] == 768 && ta->ne[1] == 4 && tb->ne[0] == 4 && tb->ne[1] == 256);
+		CHECK(gguf_find_tensor(g, "output.weight.lora_a") != NULL);
+		CHECK(gguf_n_tensors(g) == 2 * learn_adapter_n_pairs(a));
+	}
+	gguf_free(g);
+	// lanes loads it back: the same logits as the adapter in memory, the same parameters
+	CHECK(learn_adapter_lora(a, &mine, err, sizeof err) == 0);
+	CHECK(model_lora_load(&loaded, m, path, err, sizeof err) == 0);
+	const int32_t ids[5] = {1, 400, 401, 300, 301};
+	float *l1 = mine ? logits_of(m, mine, ids, 5) : NULL, *l2 = loaded ? logits_of(m, loaded, ids, 5) : NULL;
+	CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)(5 * model_hparams_of(m)->n_vocab) * 4));
+	free(l1), free(l2);
+	int64_t n;
+	float *w = params_of(a, &n);
+	CHECK(learn_adapter_load(&back, m, path, err, sizeof err) == 0 && back && params_are(back, w));
+	learn_adapter_free(back);
+	back = NULL;
+	// F16: within its rounding; types that cannot hold the rows are refused
+	CHECK(learn_adapter_save(a, path, GGUF_T_F16, err, sizeof err) == 0);
+	CHECK(learn_adapter_load(&back, m, path, err, sizeof err) == 0);
+	if (back) {
+		float *w16 = params_of(back, &n), worst = 0;
+		for (int64_t i = 0; i < n; i++) worst = fmaxf(worst, fabsf(w16[i] - w[i]) / fmaxf(fabsf(w[i]), 1e-4f));
+		CHECKF(worst < 1e-3, "F16 round trip: relative error %g", worst);
+		free(w16);
+	}
+	CHECK(learn_adapter_save(a, path, GGUF_T_Q8_0, err, sizeof err) == LANES_EINVAL && strstr(err, "Q8_0"));
+	CHECK(learn_adapter_save(a, path, GGUF_T_Q4_0, err, sizeof err) == LANES_EINVAL);
+	snprintf(dir, sizeof dir, "%s/no-such-dir/a.gguf", t_tmp());
+	CHECK(learn_adapter_save(a, dir, GGUF_T_F32, err, sizeof err) != 0);
+	// the file written last is whole and no temporary is left beside it
+	char tmpname[600];
+	snprintf(tmpname, sizeof tmpname, "%s.tmp%d", path, (int)getpid());
+	CHECK(access(tmpname, F_OK) != 0);
+	free(w);
+	learn_adapter_free(back);
+	model_lora_free(mine);
+	model_lora_free(loaded);
+	learn_adapter_free(a);
+	unlink(path);
+}
+
+// ---- examples -------------------------------------------------------------------------------------
+// The text of the learned runs of e, joined by '|'.
+static void learned_text(const tok_vocab *v, const learn_example *e, char *buf, size_t n) {
+	size_t k = 0;
+	buf[0] = 0;
+	const int32_t *ids = learn_example_ids_of(e);
+	for (int64_t i = 1; i < learn_example_tokens(e);) {
+		if (!learn_example_is_learned(e, i)) {
+			i++;
+			continue;
+		}
+		int64_t j = i;
+		while (j < learn_example_tokens(e) && learn_example_is_learned(e, j)) j++;
+		char *t = NULL;
+		size_t len = 0;
+		if (!tok_detokenize(v, ids + i, (size_t)(j - i), 0, &t, &len, err, sizeof err))
+			k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s", k ? "|" : "", t);
+		free(t);
+		i = j;
+	}
+}
+
+static void examples(const model *m) {
+	tok_vocab *v = NULL;
+	CHECK(tok_vocab_load(&v, model_gguf(m), err, sizeof err) == 0);
+	if (!v) return;
+	char text[1024];
+	learn_example *e = NULL;
+	CHECK(learn_example_text(&e, v, "Once upon a time", " there was a dog.", err, sizeof err) == 0);
+	if (e) {
+		const int64_t n = learn_example_tokens(e);
+		CHECK(learn_example_ids_of(e)[0] == tok_bos(v) && learn_example_ids_of(e)[n - 1] == tok_eos(v));
+		learned_text(v, e, text, sizeof text);
+		CHECKF(!strcmp(text, " there was a dog."), "learned '%s'", text);
+		CHECK(learn_example_is_learned(e, n - 1) && !learn_example_is_learned(e, 1));
+	}
+	learn_example_free(e);
+	tmpl *t = NULL;
+	CHECK(tmpl_compile(&t, tmpl_chatml(), strlen(tmpl_chatml()), err, sizeof err) == 0);
+	json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"Be kind.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+				  "{\"role\":\"assistant\",\"content\":\"Hello there.\"},{\"role\":\"user\",\"content\":\"Bye\"},"
+				  "{\"role\":\"assistant\",\"content\":\"Good bye.\"}]",
+				  0, NULL);
+	e = NULL;
+	CHECK(t && msgs && learn_example_chat(&e, v, t, msgs, NULL, NULL, err, sizeof err) == 0);
+	if (e) {
+		learned_text(v, e, text, sizeof text);
+		CHECKF(!strcmp(text, "Hello there.<|im_end|>\n|Good bye.<|im_end|>\n"), "learned '%s'", text);
+	}
+	learn_example_free(e);
+	json_t *none = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL), *obj = json_object();
+	CHECK(learn_example_chat(&e, v, t, none, NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "assistant"));
+	CHECK(learn_example_chat(&e, v, t, obj, NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	const int32_t one[1] = {1};
+	const bool fl[1] = {true};
+	CHECK(learn_example_ids(&e, one, fl, 1, err, sizeof err) == LANES_EINVAL);
+	json_decref(none), json_decref(obj), json_decref(msgs);
+	tmpl_free(t);
+	tok_vocab_free(v);
+}
+
+// ---- learning works -------------------------------------------------------------------------------
+// The first n lines of a JSONL file of {"prompt", "completion"} as examples of at most cut tokens.
+static int read_stories(const tok_vocab *v, const char *path, int n, int cut, learn_example **ex) {
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int k = 0;
+	while (f && k < n && fgets(line, sizeof line, f)) {
+		json_t *o = json_loads(line, 0, NULL);
+		learn_example *e = NULL;
+		if (o && !learn_example_text(&e, v, json_string_value(json_object_get(o, "prompt")),
+					     json_string_value(json_object_get(o, "completion")), err, sizeof err)) {
+			const int64_t len = learn_example_tokens(e) < cut ? learn_example_tokens(e) : cut;
+			bool fl[512];
+			for (int64_t i = 0; i < len; i++) fl[i] = learn_example_is_learned(e, i);
+			if (learn_example_ids(&ex[k], learn_example_ids_of(e), fl, len, err, sizeof err) == 0) k++;
+		}
+		learn_example_free(e);
+		json_decref(o);
+	}
+	if (f) fclose(f);
+	return k;
+}
+
+static double eval_loss(const model *m, const model_lora *l, base_pool *pool, learn_example **ex, int n, double *nll) {
+	int64_t cnt = 0;
+	if (learn_eval(m, l, pool, (const learn_example *const *)ex, n, nll, &cnt, err, sizeof err)) {
+		fprintf(stderr, "%s\n", err);
+		return -1;
+	}
+	return cnt ? *nll / (double)cnt : -1;
+}
+
+static void learning(base_pool *pool) {
+	t_case("stories260K");
+	model *m = load("stories260K"), *fresh = NULL;
+	tok_vocab *v = NULL;
+	CHECK(m && tok_vocab_load(&v, model_gguf(m), err, sizeof err) == 0);
+	if (!m || !v) goto out0;
+	enum { NT = 24, NH = 8, STEPS = 30, CUT = 64 };
+	learn_example *tr[NT] = {0}, *he[NH] = {0};
+	const int nt = read_stories(v, "tests/data/learn/stories-train.jsonl", NT, CUT, tr);
+	const int nh = read_stories(v, "tests/data/learn/stories-held.jsonl", NH, CUT, he);
+	CHECKF(nt == NT && nh == NH, "read %d and %d stories", nt, nh);
+	learn_adapter *a = NULL;
+	learn_job *j = NULL;
+	model_lora *ver = NULL, *loaded = NULL;
+	const learn_adapter_opts ao = {.rank = 4, .seed = 1};
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = 0.01f, o.batch = 4;
+	CHECK(learn_adapter_new(&a, m, &ao, err, sizeof err) == 0 && learn_job_new(&j, a, &o, err, sizeof err) == 0);
+	if (!j || nt != NT || nh != NH) goto out;
+	double nll0, nll1, nll2;
+	const double before = eval_loss(m, NULL, pool, he, nh, &nll0);
+	double first = 0, last = 0;
+	for (int s = 0, k = 0; s < STEPS; s++) {
+		for (int b = 0; b < o.batch; b++) learn_job_add(j, tr[k++ % nt], err, sizeof err);
+		learn_step_info info;
+		model_lora_free(ver);
+		ver = NULL;
+		CHECK(learn_step_run(j, pool, INFINITY, NULL, err, sizeof err) == 0 && learn_commit(j, &ver, &info, err, sizeof err) == 0);
+		if (s == 0) first = info.loss;
+		last = info.loss;
+	}
+	const double after = eval_loss(m, ver, pool, he, nh, &nll1);
+	printf("stories260K: %d steps of %d examples (rank %d): training loss %.3f -> %.3f, held-out loss %.3f -> %.3f (%.0f%% lower)\n",
+	       STEPS, o.batch, ao.rank, first, last, before, after, 100 * (before - after) / before);
+	CHECKF(before > 0 && after > 0 && after < 0.8 * before, "held-out loss %.4f -> %.4f", before, after);
+	// saved and loaded into a fresh model: the same held-out loss, bit for bit
+	char path[512];
+	tmp_path(path, sizeof path, "stories.gguf");
+	CHECK(learn_adapter_save(a, path, GGUF_T_F32, err, sizeof err) == 0);
+	fresh = load("stories260K");
+	CHECK(fresh && model_lora_load(&loaded, fresh, path, err, sizeof err) == 0);
+	if (loaded) {
+		eval_loss(fresh, loaded, pool, he, nh, &nll2);
+		CHECKF(nll2 == nll1, "held-out -log p %.9f in memory, %.9f loaded from the file", nll1, nll2);
+	}
+	unlink(path);
+out:
+	model_lora_free(ver);
+	model_lora_free(loaded);
+	learn_job_free(j);
+	learn_adapter_free(a);
+	for (int i = 0; i < NT; i++) learn_example_free(tr[i]);
+	for (int i = 0; i < NH; i++) learn_example_free(he[i]);
+out0:
+	tok_vocab_free(v);
+	model_free(fresh);
+	model_free(m);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2;
 	base_pool *pool = NULL;
@@ -423,6 +817,17 @@ int main(void) {
 	gradient_check("ref-llama-F32", pool);
 	gradient_check("ref-qwen2-F16", pool);
 	gradient_check("ref-moe-F16", pool);
+	model *m = load("ref-llama-F32");
+	CHECK(m != NULL);
+	if (m) {
+		t_case("ref-llama-F32");
+		cut_and_threads(m, pool);
+		no_partial_commit(m, pool);
+		saving(m);
+		examples(m);
+	}
+	model_free(m);
+	learning(pool);
 	base_pool_free(pool);
 	T_DONE("learn");
 }
