@@ -171,12 +171,15 @@ static int step_begin(learn_job *j, char *err, size_t errlen) {
 
 double learn_step_next_cost(const learn_job *j) {
 	if (j->state == LEARN_IDLE) {
-		if (!learn_job_queued(j)) return 0.0;
-		// a step starts with its first piece: layer 0's forward over the first chunk
-		const learn_example *e = j->q[j->q_head];
-		const int64_t n = e->n < j->o.piece ? e->n : j->o.piece;
+		// a step starts with its first piece: layer 0's forward over the first chunk of the batch
 		const model_hparams *hp = model_hparams_of(j->m);
-		return (j->lmacs[0] * (double)n + (double)n * (double)(n + 1) * hp->n_heads * hp->head_dim) / j->tok_macs;
+		const int64_t ne = learn_job_queued(j) < j->o.batch ? learn_job_queued(j) : j->o.batch;
+		double rows = 0.0, ctx = 0.0;
+		for (int64_t e = 0; e < ne && rows < j->o.piece; e++) {
+			const int64_t take = j->q[j->q_head + e]->n < j->o.piece - (int64_t)rows ? j->q[j->q_head + e]->n : j->o.piece - (int64_t)rows;
+			rows += (double)take, ctx += (double)take * (double)(take + 1) / 2.0;
+		}
+		return (j->lmacs[0] * rows + 2.0 * ctx * hp->n_heads * hp->head_dim) / j->tok_macs;
 	}
 	return learn_piece_macs(j) / j->tok_macs;
 }

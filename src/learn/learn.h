@@ -87,7 +87,9 @@ int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, 
 
 // ---- examples ----------------------------------------------------------------------------
 // Token ids and, for each, whether it is learned: the loss sums -log p(ids[i] | ids[<i]) over
-// the learned tokens i >= 1. Immutable once made; any thread may read it.
+// the learned tokens i >= 1. Immutable once made; any thread may read it. The functions below
+// only read the vocabulary and template, so any thread may make examples (an HTTP thread, say,
+// before handing them to the engine's job).
 typedef struct learn_example learn_example;
 
 // From ids (n >= 2) and learn (n flags; learn[0] is ignored). LANES_EINVAL when no token is

@@ -390,10 +390,17 @@ static void attn_bwd_task(void *arg, int ith, int nth) {
 	(void)ith, (void)nth;
 }
 
+// Attention over fewer multiply-adds than this runs on the caller alone.
+#define ATTN_POOL_MIN (1 << 17)
+
 static void attn_run(const learn_job *j, base_pool *pool, int32_t l, int64_t i0, int64_t n, base_task_fn fn, int64_t items) {
+	const model_hparams *hp = model_hparams_of(j->m);
 	attn_job aj = {.j = j, .l = l, .i0 = i0, .n = n};
 	atomic_init(&aj.next, 0);
-	if (pool && items > 1 && base_pool_threads(pool) > 1) base_pool_run(pool, fn, &aj);
+	double ctx = 0.0;
+	for (int64_t i = i0; i < i0 + n; i++) ctx += (double)(i - j->b.start[i] + 1);
+	if (pool && items > 1 && base_pool_threads(pool) > 1 && 2.0 * ctx * hp->n_heads * hp->head_dim >= ATTN_POOL_MIN)
+		base_pool_run(pool, fn, &aj);
 	else fn(&aj, 0, 1);
 }
 
