@@ -68,8 +68,7 @@ static void fwd_task(void *arg, int ith, int nth) {
 			for (int64_t k0 = 0; k0 < K; k0 += KB) {
 				const int64_t kn = K - k0 < KB ? K - k0 : KB;
 				dequant_tile(j->ks, j->w, j->mat, o0, nr, k0, kn, tile);
-				for (int r = 0; r < TILE; r++)
-					for (int64_t c = 0; c < kn; c++) wt[c * TILE + r] = tile[r * KB + c];
+				tensor_k_f32_t16(j->ks, tile, KB, kn, wt);
 				tensor_k_f32_fwd(j->ks, wt, kn, j->x + g0 * j->ldx + k0, j->ldx, ng, yb);
 			}
 			for (int64_t i = 0; i < ng; i++) {

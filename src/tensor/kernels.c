@@ -256,6 +256,10 @@ void tensor_k_f32_rows(const tensor_kernels *ks, uint32_t type, const void *src,
 	ks->f32_rows(type, src, dst, n);
 }
 
+void tensor_k_f32_t16(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t kn, float *wt) {
+	ks->f32_t16(w, ldw, kn, wt);
+}
+
 void tensor_k_f32_fwd(const tensor_kernels *ks, const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n,
 		      float *y) {
 	ks->f32_fwd(wt, kn, x, ldx, n, y);

@@ -323,6 +323,8 @@ uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n
 // over a tile of nr <= 16 rows ldw floats apart. A row's results never depend on n.
 // n elements (whole blocks) of type at src as f32, bit for bit what the type's to_f32 gives.
 void tensor_k_f32_rows(const tensor_kernels *ks, uint32_t type, const void *src, float *dst, int64_t n);
+// wt[c*16 + r] = w[r*ldw + c] for r < 16, c < kn: a tile of 16 rows transposed for the forward.
+void tensor_k_f32_t16(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t kn, float *wt);
 void tensor_k_f32_fwd(const tensor_kernels *ks, const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n,
 		      float *y);
 void tensor_k_f32_bwd(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy,

@@ -480,6 +480,12 @@ static void kernel_sets(void) {
 			rows_alone &= !memcmp(y1, y + i * 16, sizeof y1) && !memcmp(dx1, dx + i * LD, KN * sizeof(float));
 		}
 		CHECKF(worst < 1e-5, "%s: the training products are %g off float64", names[k], worst);
+		float tr[LD * 16];
+		tensor_k_f32_t16(ks, w, LD, 37, tr);
+		bool transposed = true;
+		for (int r = 0; r < 16; r++)
+			for (int c = 0; c < 37; c++) transposed &= tr[c * 16 + r] == w[r * LD + c];
+		CHECKF(transposed, "%s: a tile transposed wrongly", names[k]);
 		CHECKF(rows_alone, "%s: a row's products depend on the rows beside it", names[k]);
 	}
 }
@@ -765,6 +771,48 @@ static void saving(const model *m) {
 	unlink(path);
 }
 
+// ---- adapters made in memory ----------------------------------------------------------------------
+static void lora_new(const model *m) {
+	// a new trainable adapter has B = 0: the base model's logits bit for bit
+	learn_adapter *a = NULL;
+	model_lora *l = NULL;
+	const learn_adapter_opts ao = {.rank = 4, .seed = 9};
+	CHECK(learn_adapter_new(&a, m, &ao, err, sizeof err) == 0 && learn_adapter_lora(a, &l, err, sizeof err) == 0);
+	const int32_t ids[4] = {1, 300, 301, 302};
+	float *base = logits_of(m, NULL, ids, 4), *with = l ? logits_of(m, l, ids, 4) : NULL;
+	CHECK(base && with && !memcmp(base, with, (size_t)(4 * model_hparams_of(m)->n_vocab) * 4));
+	model_lora_info info;
+	if (l) {
+		model_lora_info_of(l, &info);
+		CHECK(info.rank == 4 && info.alpha == 4 && info.n_targets == 7 * model_hparams_of(m)->n_layers &&
+		      !strcmp(info.targets, "attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down"));
+	}
+	learn_adapter_info ai;
+	if (a) {
+		learn_adapter_info_of(a, &ai);
+		CHECK(ai.optimizer_bytes == 2 * ai.param_bytes && ai.param_bytes == (uint64_t)ai.params * 4 && ai.version == 0);
+	}
+	free(base), free(with);
+	model_lora_free(l);
+	learn_adapter_free(a);
+	// shapes it cannot take, named
+	model_lora *bad = NULL;
+	const model_lora_shape out_of_range[1] = {{99, MODEL_LORA_Q, 4}}, twice[2] = {{0, MODEL_LORA_V, 4}, {0, MODEL_LORA_V, 4}},
+			       rank0[1] = {{1, MODEL_LORA_DOWN, 0}}, wide[1] = {{1, MODEL_LORA_K, 257}};
+	CHECK(model_lora_new(&bad, m, 0, out_of_range, 1, err, sizeof err) == LANES_EINVAL && strstr(err, "layer 99's attn_q"));
+	CHECK(model_lora_new(&bad, m, 0, twice, 2, err, sizeof err) == LANES_EINVAL && strstr(err, "given twice"));
+	CHECK(model_lora_new(&bad, m, 0, rank0, 1, err, sizeof err) == LANES_EINVAL && strstr(err, "ffn_down"));
+	CHECK(model_lora_new(&bad, m, 0, wide, 1, err, sizeof err) == LANES_EINVAL && strstr(err, "rank"));
+	CHECK(bad == NULL);
+	// an MoE layer's FFN and a tied head are not targets
+	model *moe = load("ref-moe-F16"), *tied = load("ref-tied-Q8_0");
+	const model_lora_shape gate[1] = {{0, MODEL_LORA_GATE, 4}}, head[1] = {{-1, MODEL_LORA_OUTPUT, 4}};
+	CHECK(moe && model_lora_new(&bad, moe, 0, gate, 1, err, sizeof err) == LANES_EINVAL && strstr(err, "ffn_gate"));
+	CHECK(tied && model_lora_new(&bad, tied, 0, head, 1, err, sizeof err) == LANES_EINVAL && strstr(err, "output"));
+	model_free(moe);
+	model_free(tied);
+}
+
 // ---- examples -------------------------------------------------------------------------------------
 // The text of the learned runs of e, joined by '|'.
 static void learned_text(const tok_vocab *v, const learn_example *e, char *buf, size_t n) {
@@ -940,6 +988,7 @@ int main(void) {
 		cut_and_threads(m, pool);
 		no_partial_commit(m, pool);
 		saving(m);
+		lora_new(m);
 		examples(m);
 	}
 	model_free(m);

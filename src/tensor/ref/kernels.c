@@ -380,6 +380,11 @@ static void ref_attn_unfused(const float *q, int32_t nq, int32_t head_dim, float
 // ---- the training products: plain multiply then add, inputs in order ----------------------------
 static void ref_f32_rows(uint32_t type, const void *src, float *dst, int64_t n) { tensor_traits_of(type)->to_f32(src, dst, n); }
 
+static void ref_f32_t16(const float *w, int64_t ldw, int64_t kn, float *wt) {
+	for (int r = 0; r < 16; r++)
+		for (int64_t c = 0; c < kn; c++) wt[c * 16 + r] = w[r * ldw + c];
+}
+
 static void ref_f32_fwd(const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n, float *y) {
 	for (int64_t i = 0; i < n; i++) {
 		float acc[16];
@@ -412,6 +417,7 @@ const tensor_kernels tensor_kernels_ref = {
 	.swiglu = tensor_swiglu,
 	.f16s_encode = tensor_f16s_encode,
 	.f32_rows = ref_f32_rows,
+	.f32_t16 = ref_f32_t16,
 	.f32_fwd = ref_f32_fwd,
 	.f32_bwd = ref_f32_bwd,
 	.cpu_ok = ref_cpu_ok,

@@ -128,6 +128,7 @@ const tensor_kernels tensor_kernels_avx2 = {
 	.swiglu = kx_swiglu,
 	.f16s_encode = kx_f16s_encode,
 	.f32_rows = kx_f32_rows,
+	.f32_t16 = kx_f32_t16,
 	.f32_fwd = kx_f32_fwd,
 	.f32_bwd = kx_f32_bwd,
 	.cpu_ok = kern_cpu_avx2,

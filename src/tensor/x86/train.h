@@ -32,6 +32,62 @@ static void kx_f32_rows(uint32_t type, const void *src, float *dst, int64_t n) {
 	}
 }
 
+// A 16-row tile transposed: blocks of VL x VL in registers, the columns past the last whole
+// block one at a time.
+#if VL == 16
+static inline void kt_block(const float *w, int64_t ldw, float *wt) {
+	__m512 r[16], t[16];
+	for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(w + i * ldw);
+	for (int i = 0; i < 8; i++) t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	for (int i = 0; i < 4; i++) {
+		r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int h = 0; h < 2; h++)
+		for (int i = 0; i < 4; i++) {
+			t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+			t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xDD);
+		}
+	for (int i = 0; i < 8; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+	}
+	for (int i = 0; i < 16; i++) _mm512_storeu_ps(wt + i * 16, r[i]);
+}
+#else
+// Rows r0..r0+7, columns c..c+7: wt[(c + j) * 16 + r0 + i] = w[(r0 + i) * ldw + c + j].
+static inline void kt_block8(const float *w, int64_t ldw, float *wt) {
+	__m256 r[8], t[8];
+	for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(w + i * ldw);
+	for (int i = 0; i < 4; i++) t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	for (int i = 0; i < 2; i++) {
+		r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+		r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x20);
+		t[4 + i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x31);
+	}
+	for (int i = 0; i < 8; i++) _mm256_storeu_ps(wt + i * 16, t[i]);
+}
+
+static inline void kt_block(const float *w, int64_t ldw, float *wt) {
+	for (int c = 0; c < 16; c += 8)
+		for (int r = 0; r < 16; r += 8) kt_block8(w + r * ldw + c, ldw, wt + c * 16 + r);
+}
+#endif
+
+static void kx_f32_t16(const float *w, int64_t ldw, int64_t kn, float *wt) {
+	int64_t c = 0;
+	for (; c + 16 <= kn; c += 16) kt_block(w + c, ldw, wt + c * 16);
+	for (; c < kn; c++)
+		for (int r = 0; r < 16; r++) wt[c * 16 + r] = w[r * ldw + c];
+}
+
 #define KT_NV (16 / VL)     // vectors per 16 outputs
 #define KT_ROWS (8 / KT_NV) // rows of x (or dy) sharing each weight vector
 
