@@ -61,7 +61,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--max-tokens", .kind = SET_INT, .field = F(max_tokens), .dflt = "512", .min = 2, .max = 1 << 24, .meta = "N",
 	 .cmds = B(LEARN), .help = "examples longer than this are cut to their first N tokens"},
 	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "64", .min = 1, .max = 65536, .meta = "N", .cmds = B(LEARN),
-	 .help = "tokens per piece of a step (results round differently per piece size, not per thread count)"},
+	 .help = "tokens per piece of a step (the gradient rounds differently per piece size; the loss does not)"},
 	{.names = "--seed", .kind = SET_INT, .field = F(seed), .dflt = "1", .min = 0, .max = I64, .meta = "S", .cmds = B(LEARN),
 	 .help = "random seed: the new adapter's A and the order of the examples"},
 	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(LEARN),

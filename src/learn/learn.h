@@ -162,7 +162,8 @@ double learn_step_next_cost(const learn_job *j);
 // the first does not fit; budget INFINITY: to the end of the step), starting a step from the
 // queue when idle (allocating its activations: on LANES_ENOMEM the queue and state are as they
 // were). *spent (may be NULL) gets the prices of the pieces run. A step's result is the same
-// bits however it is cut into calls and whatever the pool's thread count. pool may be NULL.
+// bits however it is cut into calls and whatever the pool's thread count; its loss is the same
+// bits for any piece size too (the gradient's sums over tokens group by piece). pool may be NULL.
 int learn_step_run(learn_job *j, base_pool *pool, double budget, double *spent, char *err, size_t errlen);
 // Drops the step in progress (its examples with it) at a piece boundary; the adapter and
 // its version are untouched. No-op when idle.

@@ -13,6 +13,9 @@
 
 #define KS model_kernels(j->m)
 
+// Learned rows whose logits the head holds at once (a vocabulary's worth of floats each).
+#define HEAD_ROWS 64
+
 // ---- layout -------------------------------------------------------------------------------------
 typedef struct {
 	uint64_t off;
@@ -66,7 +69,8 @@ uint64_t learn_buf_layout(const learn_job *j, int64_t T, int64_t Tmax, void *mem
 			b->sga = take(B, m, P, S * 4), b->ysh = take(B, m, P, E * 4), b->dysh = take(B, m, P, E * 4);
 		}
 	}
-	b->hn = take(B, m, P, E * 4), b->lg = take(B, m, P, V * 4), b->dhn = take(B, m, P, E * 4), b->hrow = take(B, m, P, 4);
+	b->hn = take(B, m, P, E * 4), b->lg = take(B, m, P < HEAD_ROWS ? P : HEAD_ROWS, V * 4), b->dhn = take(B, m, P, E * 4);
+	b->hrow = take(B, m, P, 4);
 	return bb.bad || bb.off > SIZE_MAX / 2 ? 0 : bb.off;
 }
 
@@ -528,23 +532,27 @@ static void head(learn_job *j, base_pool *pool, int64_t i0, int64_t n) {
 		}
 	if (!nr) return;
 	const lpair *po = learn_pair_of(j->a, -1, MODEL_LORA_OUTPUT);
-	lk_mat_fwd(pool, KS, &j->io.output, 0, b->hn, E, nr, b->lg, V, 1.0f, false);
-	lora_fwd(j, pool, po, b->hn, nr, b->lu[MODEL_LORA_OUTPUT], b->lg);
 	const double inv = 1.0 / (double)j->n_learned;
-	for (int64_t k = 0; k < nr; k++) {
-		float *lg = b->lg + k * V;
-		const int32_t tgt = b->tgt[b->hrow[k]];
-		float mx = lg[0];
-		for (int64_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-		double sum = 0.0;
-		for (int64_t v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
-		const double lse = mx + log(sum);
-		j->loss_sum += lse - lg[tgt];
-		for (int64_t v = 0; v < V; v++) lg[v] = (float)((exp((double)lg[v] - lse) - (v == tgt ? 1.0 : 0.0)) * inv);
-	}
 	memset(b->dhn, 0, (size_t)(nr * E) * 4);
-	lk_mat_bwd(pool, KS, &j->io.output, 0, b->lg, V, nr, b->dhn, E);
-	lora_bwd(j, pool, po, b->hn, b->lu[MODEL_LORA_OUTPUT], b->lg, nr, b->dhn);
+	for (int64_t k0 = 0; k0 < nr; k0 += HEAD_ROWS) {
+		const int64_t nk = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
+		float *hn = b->hn + k0 * E, *dhn = b->dhn + k0 * E;
+		lk_mat_fwd(pool, KS, &j->io.output, 0, hn, E, nk, b->lg, V, 1.0f, false);
+		lora_fwd(j, pool, po, hn, nk, b->lu[MODEL_LORA_OUTPUT], b->lg);
+		for (int64_t k = 0; k < nk; k++) {
+			float *lg = b->lg + k * V;
+			const int32_t tgt = b->tgt[b->hrow[k0 + k]];
+			float mx = lg[0];
+			for (int64_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+			double sum = 0.0;
+			for (int64_t v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+			const double lse = mx + log(sum);
+			j->loss_sum += lse - lg[tgt];
+			for (int64_t v = 0; v < V; v++) lg[v] = (float)((exp((double)lg[v] - lse) - (v == tgt ? 1.0 : 0.0)) * inv);
+		}
+		lk_mat_bwd(pool, KS, &j->io.output, 0, b->lg, V, nk, dhn, E);
+		lora_bwd(j, pool, po, hn, b->lu[MODEL_LORA_OUTPUT], b->lg, nk, dhn);
+	}
 	for (int64_t k = 0; k < nr; k++)
 		rms_bwd(xl + (size_t)b->hrow[k] * E, j->io.output_norm, E, hp->rms_eps, b->dhn + k * E, b->dx + (size_t)b->hrow[k] * E);
 }
