@@ -4,6 +4,7 @@
 // and the adapter saved as a GGUF LoRA file.
 #include "cli/cli.h"
 #include "learn/learn.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -3,6 +3,7 @@
 // assistant turns learned). Turn boundaries are found on tokens: the ids a prefix renders to
 // are compared with the whole conversation's, so a token spanning a seam is never split.
 #include "learn/learn_int.h"
+#include "template/template.h"
 
 #include <jansson.h>
 #include <stdio.h>

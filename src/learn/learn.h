@@ -28,8 +28,12 @@
 
 #include "base/base.h"
 #include "model/model.h"
-#include "template/template.h"
 #include "tokenizer/tokenizer.h"
+
+// A chat template (template/template.h) and a JSON value (jansson's), named here only, so a
+// module that runs jobs need not see either.
+typedef struct tmpl tmpl;
+typedef struct json_t json_t;
 
 // ---- trainable adapters ------------------------------------------------------------------
 typedef struct learn_adapter learn_adapter;
@@ -75,14 +79,16 @@ typedef struct {
 int32_t learn_adapter_n_pairs(const learn_adapter *a);
 void learn_adapter_pair(learn_adapter *a, int32_t i, learn_pair *out); // i < learn_adapter_n_pairs
 
-// The adapter's current weights as an inference adapter (F32 pairs) for model_forward; the
-// caller owns it (model_lora_free). LANES_ENOMEM.
+// The adapter's committed weights (a step in progress is not in them, until its commit) as an
+// inference adapter (F32 pairs) for model_forward; the caller owns it (model_lora_free).
+// LANES_ENOMEM.
 int learn_adapter_lora(const learn_adapter *a, model_lora **out, char *err, size_t errlen);
-// Writes the adapter as llama.cpp's convert_lora_to_gguf.py does (general.type adapter,
-// adapter.type lora, adapter.lora.alpha, `<base tensor>.lora_a` [n_in, r] and `.lora_b`
-// [r, n_out]) with its matrices in type (GGUF_T_F32, F16, BF16, or Q8_0 when every row's
-// length is a multiple of 32): to a temporary file beside path, then renamed over it, so
-// path holds the old file or the whole new one. LANES_EINVAL, LANES_EIO, LANES_ENOMEM.
+// Writes the adapter's committed weights as llama.cpp's convert_lora_to_gguf.py does
+// (general.type adapter, adapter.type lora, adapter.lora.alpha, `<base tensor>.lora_a`
+// [n_in, r] and `.lora_b` [r, n_out]) with its matrices in type (GGUF_T_F32, F16, BF16, or
+// Q8_0 when every row's length is a multiple of 32): to a temporary file beside path, then
+// renamed over it, so path holds the old file or the whole new one. LANES_EINVAL, LANES_EIO,
+// LANES_ENOMEM.
 int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, char *err, size_t errlen);
 
 // ---- examples ----------------------------------------------------------------------------

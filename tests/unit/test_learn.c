@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "learn/learn.h"
+#include "template/template.h"
 #include "tensor/tensor.h"
 
 #include <jansson.h>
