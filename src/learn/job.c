@@ -213,9 +213,8 @@ void learn_step_abort(learn_job *j) { step_clear(j); }
 
 int learn_step_info_of(const learn_job *j, learn_step_info *out) {
 	if (j->state == LEARN_IDLE) return LANES_ENOTFOUND;
-	int64_t learned_so_far = j->n_learned;
 	*out = (learn_step_info){.step = j->committed + 1, .examples = j->n_ex, .tokens = j->T, .learned = j->n_learned,
-				 .loss = learned_so_far ? j->loss_sum / (double)learned_so_far : 0.0, .grad_norm = j->grad_norm,
+				 .loss = j->n_learned ? j->loss_sum / (double)j->n_learned : 0.0, .grad_norm = j->grad_norm,
 				 .version = j->a->version};
 	return LANES_OK;
 }

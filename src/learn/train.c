@@ -311,6 +311,13 @@ typedef struct {
 	atomic_llong next;
 } attn_job;
 
+// The shapes an attention task works with, and layer l's stored keys and values.
+#define ATTN_DIMS(aj)                                                                                                \
+	const model_hparams *hp = model_hparams_of((aj)->j->m);                                                      \
+	const int64_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH, qd = H * D, kvd = KH * D; \
+	const float scale = (float)(1.0 / sqrt((double)D));                                                          \
+	const float *kc = (aj)->j->b.kc + (size_t)(aj)->l * (aj)->j->T * kvd, *vc = (aj)->j->b.vc + (size_t)(aj)->l * (aj)->j->T * kvd
+
 // Eight running sums (a vector's worth), folded in a fixed order.
 static float dot(const float *a, const float *b, int64_t n) {
 	float acc[8] = {0};
@@ -326,11 +333,8 @@ static void attn_fwd_task(void *arg, int ith, int nth) {
 	attn_job *aj = arg;
 	if (ith >= LEARN_ATT_THREADS) return;
 	const learn_job *j = aj->j;
-	const model_hparams *hp = model_hparams_of(j->m);
 	const learn_buf *b = &j->b;
-	const int64_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH, qd = H * D, kvd = KH * D;
-	const float scale = (float)(1.0 / sqrt((double)D));
-	const float *kc = b->kc + (size_t)aj->l * j->T * kvd, *vc = b->vc + (size_t)aj->l * j->T * kvd;
+	ATTN_DIMS(aj);
 	float *sc = b->sc + (size_t)ith * j->Tmax;
 	for (;;) {
 		const int64_t it = atomic_fetch_add(&aj->next, 1);
@@ -362,11 +366,8 @@ static void attn_fwd_task(void *arg, int ith, int nth) {
 static void attn_bwd_task(void *arg, int ith, int nth) {
 	attn_job *aj = arg;
 	const learn_job *j = aj->j;
-	const model_hparams *hp = model_hparams_of(j->m);
 	const learn_buf *b = &j->b;
-	const int64_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH, qd = H * D, kvd = KH * D;
-	const float scale = (float)(1.0 / sqrt((double)D));
-	const float *kc = b->kc + (size_t)aj->l * j->T * kvd, *vc = b->vc + (size_t)aj->l * j->T * kvd;
+	ATTN_DIMS(aj);
 	for (;;) {
 		const int64_t g = atomic_fetch_add(&aj->next, 1);
 		if (g >= KH) break;
