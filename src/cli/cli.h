@@ -18,6 +18,7 @@ int cmd_detokenize(const cli_settings *s);
 int cmd_template(const cli_settings *s);
 int cmd_run(const cli_settings *s);
 int cmd_logits(const cli_settings *s);
+int cmd_learn(const cli_settings *s);
 int cmd_bench(const cli_settings *s);
 int cmd_serve(const cli_settings *s);
 int cmd_plan(const cli_settings *s);

@@ -18,6 +18,7 @@ static const cli_command commands[] = {
 	 "(--shape NAME --vocab VOCAB.gguf | --lora RANK -m BASE) --type TYPE -o OUT.gguf", 0},
 	{CMD_RUN, "run", cmd_run, "generate text from a prompt", "-m MODEL (-p TEXT | --ids 1,2,3)", 0},
 	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},
+	{CMD_LEARN, "learn", cmd_learn, "train a LoRA adapter on examples (JSONL) and save it", "-m MODEL --data FILE.jsonl -o ADAPTER.gguf", 0},
 	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
 	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)", "-m MODEL", 0},
 	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},

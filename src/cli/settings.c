@@ -16,8 +16,8 @@
 #define F(x) offsetof(cli_settings, x)
 #define B(c) (1u << CMD_##c)
 #define ALL ((1u << CMD_COUNT) - 1)
-#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
-#define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
+#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
+#define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
 #define KV_CMDS (B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
 #define I32 2147483647
 #define I64 INT64_MAX
@@ -36,6 +36,36 @@ const cli_setting cli_settings_table[] = {
 	 .help = "write a random LoRA adapter of this rank for -m BASE instead of a model"},
 	{.names = "--lora-zero-b", .kind = SET_FLAG, .field = F(lora_zero_b), .cmds = B(GEN),
 	 .help = "with --lora: B = 0, so the adapter changes nothing"},
+	{.names = "--data", .kind = SET_STR, .field = F(data_file), .meta = "FILE.jsonl", .cmds = B(LEARN), .req = B(LEARN),
+	 .help = "training examples, one JSON object a line: {\"messages\": [...]} (the assistant turns learned) or {\"prompt\", \"completion\"}"},
+	{.names = "--eval", .kind = SET_STR, .field = F(eval_file), .meta = "FILE.jsonl", .cmds = B(LEARN),
+	 .help = "held-out examples (the same format): their loss before and after training"},
+	{.names = "-o|--output", .kind = SET_STR, .field = F(output), .meta = "ADAPTER.gguf", .cmds = B(LEARN), .req = B(LEARN),
+	 .help = "the trained adapter, a GGUF LoRA file that lanes and llama.cpp load"},
+	{.names = "--from", .kind = SET_STR, .field = F(from_adapter), .meta = "ADAPTER.gguf", .cmds = B(LEARN),
+	 .help = "go on training this adapter (its rank and alpha) instead of a new one"},
+	{.names = "--rank", .kind = SET_INT, .field = F(lora_rank), .dflt = "8", .min = 1, .max = 4096, .meta = "R", .cmds = B(LEARN),
+	 .help = "rank of the new adapter on every attention and FFN projection"},
+	{.names = "--alpha", .kind = SET_FLOAT, .field = F(alpha), .dflt = "0", .min = 0, .max = 1000000, .meta = "A", .cmds = B(LEARN),
+	 .help = "the new adapter's alpha: its terms are scaled by alpha / rank (0: alpha = rank)"},
+	{.names = "--steps", .kind = SET_INT, .field = F(steps), .dflt = "100", .min = 1, .max = 100000000, .meta = "N", .cmds = B(LEARN),
+	 .help = "optimizer steps (the examples are cycled, shuffled each pass)"},
+	{.names = "--batch", .kind = SET_INT, .field = F(batch), .dflt = "4", .min = 1, .max = 65536, .meta = "N", .cmds = B(LEARN),
+	 .help = "examples per step"},
+	{.names = "--lr", .kind = SET_FLOAT, .field = F(lr), .dflt = "0.001", .min = 0, .max = 10, .meta = "F", .cmds = B(LEARN),
+	 .help = "AdamW learning rate"},
+	{.names = "--weight-decay", .kind = SET_FLOAT, .field = F(weight_decay), .dflt = "0.01", .min = 0, .max = 100, .meta = "F",
+	 .cmds = B(LEARN), .help = "AdamW's decoupled weight decay"},
+	{.names = "--clip", .kind = SET_FLOAT, .field = F(clip), .dflt = "1", .min = 0, .max = 1000000000, .meta = "F", .cmds = B(LEARN),
+	 .help = "clip the gradient's global L2 norm to this (0 = off)"},
+	{.names = "--max-tokens", .kind = SET_INT, .field = F(max_tokens), .dflt = "512", .min = 2, .max = 1 << 24, .meta = "N",
+	 .cmds = B(LEARN), .help = "examples longer than this are cut to their first N tokens"},
+	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "64", .min = 1, .max = 65536, .meta = "N", .cmds = B(LEARN),
+	 .help = "tokens per piece of a step (the gradient rounds differently per piece size; the loss does not)"},
+	{.names = "--seed", .kind = SET_INT, .field = F(seed), .dflt = "1", .min = 0, .max = I64, .meta = "S", .cmds = B(LEARN),
+	 .help = "random seed: the new adapter's A and the order of the examples"},
+	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(LEARN),
+	 .help = "the saved adapter's type: F32, F16, BF16 or Q8_0"},
 	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(RUN), .help = "prompt text (BOS added as the vocab says)"},
 	{.names = "--ids", .kind = SET_STR, .field = F(ids), .meta = "1,2,3", .cmds = B(RUN) | B(LOGITS), .req = B(LOGITS),
 	 .help = "token ids, used exactly"},

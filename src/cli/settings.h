@@ -12,7 +12,7 @@
 // The subcommands; a setting names those that take it as bits (1u << CMD_x).
 enum cli_cmd {
 	CMD_INFO, CMD_QUANTIZE, CMD_GEN, CMD_TOKENIZE, CMD_DETOKENIZE, CMD_TEMPLATE,
-	CMD_RUN, CMD_LOGITS, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_PULL, CMD_LS, CMD_RM, CMD_EXPERTS, CMD_COUNT
+	CMD_RUN, CMD_LOGITS, CMD_LEARN, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_PULL, CMD_LS, CMD_RM, CMD_EXPERTS, CMD_COUNT
 };
 
 // A repeatable option's values, in the order given (they point into argv).
@@ -25,7 +25,7 @@ typedef struct {
 // Every value any command takes; each setting of the table writes one field.
 typedef struct {
 	// files and texts
-	const char *grammar_file, *json_schema_file;
+	const char *grammar_file, *json_schema_file, *data_file, *eval_file, *from_adapter;
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir;
 	const char *corpus, *svg;
@@ -35,9 +35,9 @@ typedef struct {
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
-	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, corpus_tokens;
+	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, corpus_tokens, steps, batch, max_tokens;
 	int64_t overflow_queue, peer_poll_ms, peer_timeout_ms;
-	double temp, top_p, min_p, round_ms, drain_s, header_timeout;
+	double temp, top_p, min_p, round_ms, drain_s, header_timeout, lr, alpha, weight_decay, clip;
 	cli_list allowed_host, cors_origin, lora, peer; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,

@@ -640,3 +640,27 @@ int model_load_meta(const char *path, model_hparams *hp, model_memory *mem, char
 	gguf_free(g);
 	return rc;
 }
+
+// ---- the weights as stored -------------------------------------------------------------------
+static model_matrix matrix_of(const mweight *w) {
+	return (model_matrix){.data = w->data, .type = w->type, .k = w->k, .rows = w->rows, .n_mat = w->n_mat,
+			      .row_bytes = w->row_bytes, .mat_bytes = w->mat_bytes};
+}
+
+void model_layer_weights_of(const model *m, int32_t l, model_layer_weights *out) {
+	const mlayer *y = &m->layers[l];
+	*out = (model_layer_weights){
+		.attn_norm = y->attn_norm, .ffn_norm = y->ffn_norm, .q_norm = y->q_norm, .k_norm = y->k_norm,
+		.bq = y->bq, .bk = y->bk, .bv = y->bv, .bo = y->bo,
+		.wq = matrix_of(&y->wq), .wk = matrix_of(&y->wk), .wv = matrix_of(&y->wv), .wo = matrix_of(&y->wo),
+		.ffn_gate = matrix_of(&y->ffn_gate), .ffn_up = matrix_of(&y->ffn_up), .ffn_down = matrix_of(&y->ffn_down),
+		.router = matrix_of(&y->gate_inp), .gate_exps = matrix_of(&y->gate_exps), .up_exps = matrix_of(&y->up_exps),
+		.down_exps = matrix_of(&y->down_exps), .gate_shexp = matrix_of(&y->gate_shexp), .up_shexp = matrix_of(&y->up_shexp),
+		.down_shexp = matrix_of(&y->down_shexp), .router_shexp = matrix_of(&y->gate_inp_shexp),
+	};
+}
+
+void model_io_weights_of(const model *m, model_io_weights *out) {
+	*out = (model_io_weights){.tok_embd = matrix_of(&m->tok_embd), .output = matrix_of(&m->output),
+				  .output_norm = m->output_norm, .tied = m->output.data == m->tok_embd.data};
+}

@@ -93,19 +93,27 @@ static int check_half(const gguf_tensor *t, int64_t k, int64_t rows, char *err, 
 	return LANES_OK;
 }
 
-// Bytes one matrix takes in the adapter's memory: packed for ks, or as stored.
-static size_t mat_bytes(const tensor_kernels *ks, const gguf_tensor *t) {
-	const size_t packed = tensor_pack_bytes(ks, t->type, t->ne[1], t->ne[0], 1);
-	return ((packed ? packed : (size_t)t->nbytes) + 63) & ~(size_t)63;
+// Bytes one matrix of rows x k of type takes in the adapter's memory: packed for ks, or as stored.
+static size_t mat_bytes_of(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k) {
+	const size_t packed = tensor_pack_bytes(ks, type, rows, k, 1);
+	return ((packed ? packed : tensor_row_bytes(type, k) * (size_t)rows) + 63) & ~(size_t)63;
+}
+
+static size_t mat_bytes(const tensor_kernels *ks, const gguf_tensor *t) { return mat_bytes_of(ks, t->type, t->ne[1], t->ne[0]); }
+
+// Copies rows x k of type from src into dst (packed where ks packs) and describes it in tm.
+static void place_rows(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k, const void *src, uint8_t *dst,
+		       tensor_mat *tm) {
+	if (tensor_pack_bytes(ks, type, rows, k, 1)) {
+		tensor_mat_init(tm, ks, type, rows, k, 1, src, dst, NULL);
+		return;
+	}
+	memcpy(dst, src, tensor_row_bytes(type, k) * (size_t)rows);
+	tensor_mat_init(tm, ks, type, rows, k, 1, dst, NULL, NULL);
 }
 
 static void place(const tensor_kernels *ks, const gguf_tensor *t, uint8_t *dst, tensor_mat *tm) {
-	if (tensor_pack_bytes(ks, t->type, t->ne[1], t->ne[0], 1)) {
-		tensor_mat_init(tm, ks, t->type, t->ne[1], t->ne[0], 1, t->data, dst, NULL);
-		return;
-	}
-	memcpy(dst, t->data, (size_t)t->nbytes);
-	tensor_mat_init(tm, ks, t->type, t->ne[1], t->ne[0], 1, dst, NULL, NULL);
+	place_rows(ks, t->type, t->ne[1], t->ne[0], t->data, dst, tm);
 }
 
 static void lora_destroy(model_lora *a) {
@@ -281,4 +289,98 @@ void model_lora_info_of(const model_lora *a, model_lora_info *out) {
 	for (int i = 0; i < LK_COUNT; i++)
 		if (a->kinds >> i & 1)
 			k += (size_t)snprintf(out->targets + k, sizeof out->targets - k, "%s%s", k ? "," : "", kind_names[i]);
+}
+
+const char *model_lora_kind_name(int32_t kind) { return kind >= 0 && kind < LK_COUNT ? kind_names[kind] : NULL; }
+
+// The weight layer l's kind k adapts, or NULL when an adapter cannot target it.
+static const mweight *target_of(const model *m, int32_t l, int32_t kind) {
+	if (kind == LK_OUTPUT) return m->output.data == m->tok_embd.data ? NULL : &m->output;
+	if (kind < 0 || kind >= LK_LAYER || l < 0 || l >= m->hp.n_layers) return NULL;
+	const mweight *w = layer_weight(&m->layers[l], kind);
+	return w->data ? w : NULL;
+}
+
+bool model_lora_target(const model *m, int32_t l, int32_t kind, int64_t *n_in, int64_t *n_out) {
+	const mweight *w = target_of(m, l, kind);
+	if (w) *n_in = w->k, *n_out = w->rows;
+	return w != NULL;
+}
+
+int model_lora_new(model_lora **out, const model *m, float alpha, const model_lora_shape *shapes, int32_t n, char *err,
+		   size_t errlen) {
+	*out = NULL;
+	const size_t slots = (size_t)m->hp.n_layers * LK_LAYER + 1;
+	if (n < 1 || (size_t)n > slots || !isfinite(alpha))
+		return base_seterr(err, errlen, LANES_EINVAL, "lora: %d pairs (1..%zu) with alpha %g", n, slots, (double)alpha);
+	model_lora *a = calloc(1, sizeof *a);
+	float *zero = NULL;
+	int rc = LANES_OK;
+	if (!a || !(a->pairs = calloc((size_t)n, sizeof *a->pairs)) || !(a->by = calloc(slots, sizeof *a->by))) {
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "lora: out of memory");
+		goto fail;
+	}
+	a->m = m;
+	a->alpha = alpha;
+	uint64_t total = 0, widest = 0;
+	for (int32_t i = 0; i < n; i++) {
+		const model_lora_shape *sh = &shapes[i];
+		const mweight *w = target_of(m, sh->layer, sh->kind);
+		const char *kn = model_lora_kind_name(sh->kind);
+		if (!w) {
+			rc = base_seterr(err, errlen, LANES_EINVAL, "lora: pair %d: layer %d's %s is not a weight an adapter can target", i,
+					  sh->layer, kn ? kn : "(unknown kind)");
+			goto fail;
+		}
+		const size_t at = sh->kind == LK_OUTPUT ? slots - 1 : (size_t)sh->layer * LK_LAYER + (size_t)sh->kind;
+		if (a->by[at] || sh->r < 1 || sh->r > w->k || sh->r > (1 << 16)) {
+			rc = base_seterr(err, errlen, LANES_EINVAL, "lora: pair %d (layer %d's %s): %s", i, sh->layer, kn,
+					  a->by[at] ? "given twice" : "rank outside 1..n_in");
+			goto fail;
+		}
+		lora_pair *pr = &a->pairs[i];
+		pr->r = sh->r, pr->n_in = (int32_t)w->k, pr->n_out = (int32_t)w->rows;
+		a->by[at] = pr;
+		a->kinds |= 1u << sh->kind;
+		if (pr->r > a->rank) a->rank = pr->r;
+		const uint64_t wa = (uint64_t)pr->r * (uint64_t)pr->n_in, wb = (uint64_t)pr->n_out * (uint64_t)pr->r;
+		widest = wa > widest ? wa : widest;
+		widest = wb > widest ? wb : widest;
+		if (!ck_add(total, mat_bytes_of(m->ks, GGUF_T_F32, pr->r, pr->n_in), &total) ||
+		    !ck_add(total, mat_bytes_of(m->ks, GGUF_T_F32, pr->n_out, pr->r), &total) || total > SIZE_MAX / 2) {
+			rc = base_seterr(err, errlen, LANES_ENOMEM, "lora: the adapter would not fit in memory");
+			goto fail;
+		}
+	}
+	a->n_pairs = n;
+	if (posix_memalign(&a->mem, 64, (size_t)total) || !(zero = calloc((size_t)widest, sizeof *zero))) {
+		a->mem = NULL;
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "lora: out of memory for %.1f MiB of adapter", (double)total / 1048576.0);
+		goto fail;
+	}
+	a->bytes = total;
+	uint8_t *p = a->mem;
+	for (int32_t i = 0; i < n; i++) {
+		lora_pair *pr = &a->pairs[i];
+		place_rows(m->ks, GGUF_T_F32, pr->r, pr->n_in, zero, p, &pr->a);
+		p += mat_bytes_of(m->ks, GGUF_T_F32, pr->r, pr->n_in);
+		place_rows(m->ks, GGUF_T_F32, pr->n_out, pr->r, zero, p, &pr->b);
+		p += mat_bytes_of(m->ks, GGUF_T_F32, pr->n_out, pr->r);
+	}
+	free(zero);
+	*out = a;
+	return LANES_OK;
+fail:
+	free(zero);
+	model_lora_free(a);
+	return rc;
+}
+
+void model_lora_fill(model_lora *a, int32_t i, const float *a_rows, const float *b_rows) {
+	LANES_ASSERT(i >= 0 && i < a->n_pairs);
+	lora_pair *pr = &a->pairs[i];
+	const tensor_kernels *ks = a->m->ks;
+	// the matrices keep their place in the adapter's memory: only their values change
+	place_rows(ks, GGUF_T_F32, pr->r, pr->n_in, a_rows, (uint8_t *)pr->a.data, &pr->a);
+	place_rows(ks, GGUF_T_F32, pr->n_out, pr->r, b_rows, (uint8_t *)pr->b.data, &pr->b);
 }

@@ -129,6 +129,34 @@ typedef struct {
 void model_lora_info_of(const model_lora *a, model_lora_info *out); // thread-safe
 const model *model_lora_base(const model_lora *a);                  // the model it was loaded for
 
+// The weights an adapter may target; llama.cpp's names (model_lora_kind_name) with `blk.L.`
+// before and `.weight` after: "attn_q" ... "ffn_down" per layer, then the output head.
+enum model_lora_kind {
+	MODEL_LORA_Q, MODEL_LORA_K, MODEL_LORA_V, MODEL_LORA_O, MODEL_LORA_GATE, MODEL_LORA_UP, MODEL_LORA_DOWN,
+	MODEL_LORA_OUTPUT, MODEL_LORA_KINDS
+};
+const char *model_lora_kind_name(int32_t kind); // "attn_q"; NULL outside the list
+// The inputs and outputs of layer l's weight of that kind (l ignored for the output head).
+// False when an adapter cannot target it: no such layer or kind, an MoE layer's FFN, a tied
+// output head. Thread-safe.
+bool model_lora_target(const model *m, int32_t l, int32_t kind, int64_t *n_in, int64_t *n_out);
+
+// An adapter made in memory (training): one pair per shape, in the order given.
+typedef struct {
+	int32_t layer; // ignored for MODEL_LORA_OUTPUT
+	int32_t kind;  // enum model_lora_kind
+	int32_t r;     // rank, 1..n_in
+} model_lora_shape;
+// A new adapter for m with alpha (0: absent) and n pairs, its matrices F32 and zero (B = 0:
+// the base's logits bit for bit until it is filled). LANES_EINVAL with a message naming the
+// pair for a weight it cannot target (model_lora_target), a rank outside 1..n_in or a weight
+// given twice; LANES_ENOMEM. Thread-safe; the adapter must not outlive m.
+int model_lora_new(model_lora **out, const model *m, float alpha, const model_lora_shape *shapes, int32_t n,
+		   char *err, size_t errlen);
+// Writes pair i (the i-th shape given to model_lora_new) from a [r][n_in] and b [n_out][r]
+// floats. Never allocates or fails. Only while no pass uses a: an adapter in use is immutable.
+void model_lora_fill(model_lora *a, int32_t i, const float *a_rows, const float *b_rows);
+
 // The adapters one row adds, in order: each targeted weight W gives y = W x + sum_i
 // scale_i * (alpha/r) * B_i (A_i x) (alpha/r as llama.cpp: 1 when alpha is 0), each term in
 // f32, added in this order. Many rows may point at one set.
@@ -240,5 +268,38 @@ typedef struct {
 } model_experts_view;
 // Group g's counters (0 <= g < n_groups).
 void model_experts_group(const model_experts *c, int32_t g, model_experts_view *out);
+
+// ---- the weights as stored, for passes other than forward (training) ---------------------
+// A matrix (or a stack of n_mat, one per expert) as the file stores it, read-only: rows of k
+// elements of type, row_bytes apart; tensor_traits_of(type)->to_f32 reads whole blocks.
+typedef struct {
+	const void *data;       // the first row; NULL when the model has no such matrix
+	uint32_t type;          // enum gguf_ttype
+	int64_t k, rows, n_mat; // inputs, outputs per matrix, matrices
+	size_t row_bytes, mat_bytes;
+} model_matrix;
+
+typedef struct {
+	const float *attn_norm, *ffn_norm;        // [n_embd]
+	const float *q_norm, *k_norm;             // [head_dim] per-head norms (qwen3), or NULL
+	const float *bq, *bk, *bv, *bo;           // biases, or NULL
+	model_matrix wq, wk, wv, wo;              // [n_embd -> q_dim], [n_embd -> kv_dim] x2, [q_dim -> n_embd]
+	model_matrix ffn_gate, ffn_up, ffn_down;  // dense FFN (absent in MoE layers)
+	model_matrix router;                      // [n_embd -> n_experts]
+	model_matrix gate_exps, up_exps, down_exps;              // n_experts stacks
+	model_matrix gate_shexp, up_shexp, down_shexp;           // shared expert (qwen2moe)
+	model_matrix router_shexp;                // [n_embd -> 1] the shared expert's sigmoid gate
+} model_layer_weights;
+
+typedef struct {
+	model_matrix tok_embd;    // n_vocab rows of n_embd
+	model_matrix output;      // [n_embd -> n_vocab]; token_embd's rows when tied
+	const float *output_norm; // [n_embd]
+	bool tied;                // the output head is token_embd
+} model_io_weights;
+
+// Thread-safe: the views point into the loaded model and live as long as it.
+void model_layer_weights_of(const model *m, int32_t l, model_layer_weights *out);
+void model_io_weights_of(const model *m, model_io_weights *out);
 
 #endif

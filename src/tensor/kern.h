@@ -53,6 +53,12 @@ struct tensor_kernels {
 	void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);
 	void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
 	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);
+	// The training products (tensor_k_f32_rows, _t16, _fwd, _bwd).
+	void (*f32_rows)(uint32_t type, const void *src, float *dst, int64_t n);
+	void (*f32_t16)(const float *w, int64_t ldw, int64_t kn, float *wt);
+	void (*f32_fwd)(const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n, float *y);
+	void (*f32_bwd)(const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy, int64_t ldy, int64_t n, float *dx,
+			int64_t ldx);
 	bool (*cpu_ok)(void); // whether this CPU runs the set
 };
 

@@ -252,6 +252,24 @@ void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, 
 	ks->rmsnorm(x, w, n, eps, y);
 }
 
+void tensor_k_f32_rows(const tensor_kernels *ks, uint32_t type, const void *src, float *dst, int64_t n) {
+	ks->f32_rows(type, src, dst, n);
+}
+
+void tensor_k_f32_t16(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t kn, float *wt) {
+	ks->f32_t16(w, ldw, kn, wt);
+}
+
+void tensor_k_f32_fwd(const tensor_kernels *ks, const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n,
+		      float *y) {
+	ks->f32_fwd(wt, kn, x, ldx, n, y);
+}
+
+void tensor_k_f32_bwd(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy,
+		      int64_t ldy, int64_t n, float *dx, int64_t ldx) {
+	ks->f32_bwd(w, ldw, nr, kn, dy, ldy, n, dx, ldx);
+}
+
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
 	ks->swiglu(g, u, out, n);
 }

@@ -315,6 +315,20 @@ void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const 
 void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y);
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);
+// The f32 products of training (src/learn), 16 weight rows at a time, each output summed over
+// its inputs in order (a set may fuse each multiply-add): the forward
+//   y[i*16 + o] += sum_{c < kn} x[i*ldx + c] * wt[c*16 + o]   for i < n, o < 16
+// over a tile transposed to [kn][16], and the backward
+//   dx[i*ldx + c] += sum_{r < nr} dy[i*ldy + r] * w[r*ldw + c]   for i < n, c < kn
+// over a tile of nr <= 16 rows ldw floats apart. A row's results never depend on n.
+// n elements (whole blocks) of type at src as f32, bit for bit what the type's to_f32 gives.
+void tensor_k_f32_rows(const tensor_kernels *ks, uint32_t type, const void *src, float *dst, int64_t n);
+// wt[c*16 + r] = w[r*ldw + c] for r < 16, c < kn: a tile of 16 rows transposed for the forward.
+void tensor_k_f32_t16(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t kn, float *wt);
+void tensor_k_f32_fwd(const tensor_kernels *ks, const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n,
+		      float *y);
+void tensor_k_f32_bwd(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy,
+		      int64_t ldy, int64_t n, float *dx, int64_t ldx);
 // Attention of nq query heads that share one KV head (GQA): q[nq][head_dim] -> out[nq][head_dim],
 // fused (as tensor_attn; scratch: tensor_attn_scratch(nq, head_dim) floats), or unfused (as
 // tensor_attn_f16, f16 rows only; scratch: nq * n_pos floats).

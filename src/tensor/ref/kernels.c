@@ -377,6 +377,33 @@ static void ref_attn_unfused(const float *q, int32_t nq, int32_t head_dim, float
 				out + (size_t)h * head_dim);
 }
 
+// ---- the training products: plain multiply then add, inputs in order ----------------------------
+static void ref_f32_rows(uint32_t type, const void *src, float *dst, int64_t n) { tensor_traits_of(type)->to_f32(src, dst, n); }
+
+static void ref_f32_t16(const float *w, int64_t ldw, int64_t kn, float *wt) {
+	for (int r = 0; r < 16; r++)
+		for (int64_t c = 0; c < kn; c++) wt[c * 16 + r] = w[r * ldw + c];
+}
+
+static void ref_f32_fwd(const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n, float *y) {
+	for (int64_t i = 0; i < n; i++) {
+		float acc[16];
+		memcpy(acc, y + i * 16, sizeof acc);
+		for (int64_t c = 0; c < kn; c++)
+			for (int o = 0; o < 16; o++) acc[o] += x[i * ldx + c] * wt[c * 16 + o];
+		memcpy(y + i * 16, acc, sizeof acc);
+	}
+}
+
+static void ref_f32_bwd(const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy, int64_t ldy, int64_t n,
+			float *dx, int64_t ldx) {
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t r = 0; r < nr; r++) {
+			const float d = dy[i * ldy + r];
+			for (int64_t c = 0; c < kn; c++) dx[i * ldx + c] += d * w[r * ldw + c];
+		}
+}
+
 static bool ref_cpu_ok(void) { return true; }
 
 const tensor_kernels tensor_kernels_ref = {
@@ -389,5 +416,9 @@ const tensor_kernels tensor_kernels_ref = {
 	.rmsnorm = tensor_rmsnorm,
 	.swiglu = tensor_swiglu,
 	.f16s_encode = tensor_f16s_encode,
+	.f32_rows = ref_f32_rows,
+	.f32_t16 = ref_f32_t16,
+	.f32_fwd = ref_f32_fwd,
+	.f32_bwd = ref_f32_bwd,
 	.cpu_ok = ref_cpu_ok,
 };

@@ -112,6 +112,7 @@ V double v_hsumd(vd a) {
 
 #include "tensor/x86/impl.h"
 #include "tensor/x86/attn.h"
+#include "tensor/x86/train.h"
 
 const tensor_kernels tensor_kernels_avx2 = {
 	.name = "avx2",
@@ -126,5 +127,9 @@ const tensor_kernels tensor_kernels_avx2 = {
 	.rmsnorm = kx_rmsnorm,
 	.swiglu = kx_swiglu,
 	.f16s_encode = kx_f16s_encode,
+	.f32_rows = kx_f32_rows,
+	.f32_t16 = kx_f32_t16,
+	.f32_fwd = kx_f32_fwd,
+	.f32_bwd = kx_f32_bwd,
 	.cpu_ok = kern_cpu_avx2,
 };

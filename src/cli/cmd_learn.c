@@ -1,0 +1,255 @@
+// cli: `lanes learn -m MODEL --data FILE.jsonl -o ADAPTER.gguf [--rank R] [--steps N] ...` —
+// trains a LoRA adapter offline through the same jobs, steps and commits a server runs, with a
+// progress line per step (step, loss, tokens/s), the held-out loss before and after (--eval),
+// and the adapter saved as a GGUF LoRA file.
+#include "cli/cli.h"
+#include "learn/learn.h"
+#include "template/template.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	learn_example **ex;
+	int64_t n, cap;
+} ex_list;
+
+static void ex_list_free(ex_list *l) {
+	for (int64_t i = 0; i < l->n; i++) learn_example_free(l->ex[i]);
+	free(l->ex);
+	*l = (ex_list){0};
+}
+
+typedef struct {
+	tok_vocab *voc;
+	tmpl *t;       // compiled at the first conversation
+	int64_t max_tokens;
+} ex_ctx;
+
+// The model's chat template (ChatML when it has none or it does not compile), as the server picks it.
+static int chat_template(ex_ctx *c) {
+	char err[512];
+	const char *src = tok_chat_template(c->voc);
+	if (src && !tmpl_compile(&c->t, src, strlen(src), err, sizeof err)) return 0;
+	if (src) LOG_WARN("learn", "the model's chat template does not compile (%s): using ChatML", err);
+	const char *ml = tmpl_chatml();
+	if (tmpl_compile(&c->t, ml, strlen(ml), err, sizeof err)) {
+		cli_err("the ChatML template does not compile: %s", err);
+		return -1;
+	}
+	return 0;
+}
+
+// One JSONL line into an example, cut to max_tokens; *e NULL when nothing is left to learn.
+static int line_example(ex_ctx *c, const char *path, int64_t lineno, const char *line, learn_example **e) {
+	*e = NULL;
+	char err[512];
+	json_error_t je;
+	json_t *o = json_loads(line, 0, &je);
+	int rc = 0;
+	if (!json_is_object(o)) {
+		cli_err("%s:%lld: %s", path, (long long)lineno, o ? "a line is a JSON object" : je.text);
+		json_decref(o);
+		return -1;
+	}
+	json_t *msgs = json_object_get(o, "messages"), *p = json_object_get(o, "prompt"), *cpl = json_object_get(o, "completion");
+	if (msgs) {
+		if (!c->t && chat_template(c)) rc = -1;
+		else if (learn_example_chat(e, c->voc, c->t, msgs, NULL, NULL, err, sizeof err)) rc = -1;
+	} else if (json_is_string(p) && json_is_string(cpl)) {
+		if (learn_example_text(e, c->voc, json_string_value(p), json_string_value(cpl), err, sizeof err)) rc = -1;
+	} else {
+		snprintf(err, sizeof err, "a line holds \"messages\", or \"prompt\" and \"completion\" strings");
+		rc = -1;
+	}
+	json_decref(o);
+	if (rc) {
+		cli_err("%s:%lld: %s", path, (long long)lineno, err);
+		return -1;
+	}
+	const int64_t n = learn_example_tokens(*e);
+	if (n <= c->max_tokens) return 0;
+	// cut to the first max_tokens tokens
+	int32_t *ids = malloc((size_t)c->max_tokens * sizeof *ids);
+	bool *fl = malloc((size_t)c->max_tokens);
+	learn_example *cut = NULL;
+	if (ids && fl) {
+		memcpy(ids, learn_example_ids_of(*e), (size_t)c->max_tokens * sizeof *ids);
+		for (int64_t i = 0; i < c->max_tokens; i++) fl[i] = learn_example_is_learned(*e, i);
+		if (learn_example_ids(&cut, ids, fl, c->max_tokens, err, sizeof err))
+			LOG_WARN("learn", "%s:%lld: nothing to learn in its first %lld tokens: left out", path, (long long)lineno,
+				 (long long)c->max_tokens);
+	}
+	free(ids);
+	free(fl);
+	learn_example_free(*e);
+	*e = cut;
+	return 0;
+}
+
+static int read_examples(ex_ctx *c, const char *path, ex_list *out) {
+	size_t len;
+	char *text = cli_read_file(path, &len);
+	if (!text) {
+		cli_err("%s: cannot read it", path);
+		return -1;
+	}
+	int rc = 0;
+	int64_t lineno = 0;
+	for (char *line = text, *next; line && *line && !rc; line = next) {
+		next = strchr(line, '\n');
+		if (next) *next++ = 0;
+		lineno++;
+		if (!line[strspn(line, " \t\r")]) continue;
+		learn_example *e;
+		if ((rc = line_example(c, path, lineno, line, &e)) || !e) continue;
+		if (out->n == out->cap) {
+			int64_t cap = out->cap ? out->cap * 2 : 64;
+			learn_example **nx = realloc(out->ex, (size_t)cap * sizeof *nx);
+			if (!nx) {
+				learn_example_free(e);
+				cli_err("out of memory");
+				rc = -1;
+				break;
+			}
+			out->ex = nx, out->cap = cap;
+		}
+		out->ex[out->n++] = e;
+	}
+	free(text);
+	if (!rc && !out->n) {
+		cli_err("%s: no examples", path);
+		rc = -1;
+	}
+	return rc;
+}
+
+// The mean held-out loss through the inference path, or -1 after printing the error.
+static double held_out(const model *m, const model_lora *lora, base_pool *pool, const ex_list *ev, int64_t *count) {
+	char err[512];
+	double nll;
+	if (learn_eval(m, lora, pool, (const learn_example *const *)ev->ex, ev->n, &nll, count, err, sizeof err)) {
+		cli_err("%s", err);
+		return -1;
+	}
+	return *count ? nll / (double)*count : 0.0;
+}
+
+int cmd_learn(const cli_settings *s) {
+	char err[512];
+	int rc = 1;
+	model *m = NULL;
+	base_pool *pool = NULL;
+	learn_adapter *a = NULL;
+	learn_job *j = NULL;
+	model_lora *ver = NULL;
+	ex_ctx c = {.max_tokens = s->max_tokens};
+	ex_list train = {0}, ev = {0};
+	int64_t *order = NULL;
+	const int ti = gguf_ttype_by_name(s->type);
+	if (ti != GGUF_T_F32 && ti != GGUF_T_F16 && ti != GGUF_T_BF16 && ti != GGUF_T_Q8_0) {
+		rc = cli_usage_error(s, "--type is F32, F16, BF16 or Q8_0, not '%s'", s->type);
+		goto out;
+	}
+	if (cli_load_model(s->model, &m, &c.voc) || cli_threads(s->threads, &pool)) goto out;
+	if (read_examples(&c, s->data_file, &train) || (s->eval_file && read_examples(&c, s->eval_file, &ev))) goto out;
+	const learn_adapter_opts ao = {.rank = (int32_t)s->lora_rank, .alpha = (float)s->alpha, .seed = (uint64_t)s->seed};
+	if (s->from_adapter ? learn_adapter_load(&a, m, s->from_adapter, err, sizeof err) : learn_adapter_new(&a, m, &ao, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = (float)s->lr, o.weight_decay = (float)s->weight_decay, o.clip = (float)s->clip;
+	o.batch = (int32_t)s->batch, o.piece = (int32_t)s->piece, o.max_tokens = s->max_tokens;
+	if (learn_job_new(&j, a, &o, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	learn_adapter_info ai;
+	learn_adapter_info_of(a, &ai);
+	int64_t learned = 0;
+	for (int64_t i = 0; i < train.n; i++) learned += learn_example_learned(train.ex[i]);
+	printf("learn: %lld examples (%lld tokens learned), adapter rank %d alpha %g on %d weights (%s): %lld parameters, %.2f MiB, optimizer %.2f MiB\n",
+	       (long long)train.n, (long long)learned, ai.rank, (double)ai.alpha, ai.n_pairs, ai.targets, (long long)ai.params,
+	       ai.param_bytes / 1048576.0, ai.optimizer_bytes / 1048576.0);
+	double before = 0, after = 0;
+	int64_t ev_count = 0;
+	if (ev.n) {
+		if (s->from_adapter && learn_adapter_lora(a, &ver, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		if ((before = held_out(m, ver, pool, &ev, &ev_count)) < 0) goto out;
+		model_lora_free(ver);
+		ver = NULL;
+	}
+	// the examples in a shuffled order per pass, from the seed
+	if (!(order = malloc((size_t)train.n * sizeof *order))) {
+		cli_err("out of memory");
+		goto out;
+	}
+	uint64_t rng = splitmix64((uint64_t)s->seed ^ 0x6c6561726eull);
+	int64_t next = train.n, tokens = 0;
+	const uint64_t t0 = base_now_us();
+	for (int64_t step = 1; step <= s->steps; step++) {
+		for (int64_t b = 0; b < s->batch; b++) {
+			if (next == train.n) {
+				for (int64_t i = 0; i < train.n; i++) order[i] = i;
+				for (int64_t i = train.n - 1; i > 0; i--) {
+					const int64_t k = (int64_t)(splitmix64(rng++) % (uint64_t)(i + 1)), t = order[i];
+					order[i] = order[k], order[k] = t;
+				}
+				next = 0;
+			}
+			if (learn_job_add(j, train.ex[order[next++]], err, sizeof err)) {
+				cli_err("%s", err);
+				goto out;
+			}
+		}
+		const uint64_t ts = base_now_us();
+		learn_step_info info;
+		if (learn_step_run(j, pool, INFINITY, NULL, err, sizeof err) || learn_commit(j, NULL, &info, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		tokens += info.tokens;
+		const double dt = (double)(base_now_us() - ts) / 1e6, all = (double)(base_now_us() - t0) / 1e6;
+		printf("step %lld/%lld  loss %.4f  grad %.3f  tokens %lld  %.0f tok/s  (%.0f tok/s overall)\n", (long long)step,
+		       (long long)s->steps, info.loss, info.grad_norm, (long long)info.tokens, dt > 0 ? (double)info.tokens / dt : 0.0,
+		       all > 0 ? (double)tokens / all : 0.0);
+		fflush(stdout);
+	}
+	const double secs = (double)(base_now_us() - t0) / 1e6;
+	if (learn_adapter_save(a, s->output, (uint32_t)ti, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	printf("learn: %lld steps, %lld tokens in %.1f s (%.1f tok/s); adapter written to %s\n", (long long)s->steps, (long long)tokens,
+	       secs, secs > 0 ? (double)tokens / secs : 0.0, s->output);
+	if (ev.n) {
+		if (learn_adapter_lora(a, &ver, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		if ((after = held_out(m, ver, pool, &ev, &ev_count)) < 0) goto out;
+		printf("held-out loss: %.4f -> %.4f (%+.1f%%) over %lld tokens of %lld examples\n", before, after,
+		       before > 0 ? 100.0 * (after - before) / before : 0.0, (long long)ev_count, (long long)ev.n);
+	}
+	rc = 0;
+out:
+	free(order);
+	model_lora_free(ver);
+	learn_job_free(j);
+	learn_adapter_free(a);
+	ex_list_free(&train);
+	ex_list_free(&ev);
+	tmpl_free(c.t);
+	tok_vocab_free(c.voc);
+	base_pool_free(pool);
+	model_free(m);
+	return rc;
+}

@@ -1,0 +1,178 @@
+// learn/example: training examples — token ids with the tokens to learn marked — from ids, from
+// a prompt and its completion, or from a conversation rendered by the chat template (the
+// assistant turns learned). Turn boundaries are found on tokens: the ids a prefix renders to
+// are compared with the whole conversation's, so a token spanning a seam is never split.
+#include "learn/learn_int.h"
+#include "template/template.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int make(learn_example **out, const int32_t *ids, const uint8_t *flags, int64_t n, char *err, size_t errlen) {
+	*out = NULL;
+	if (n < 2 || n > INT32_MAX) return base_seterr(err, errlen, LANES_EINVAL, "learn: an example has 2 or more tokens, not %lld", (long long)n);
+	int64_t learned = 0;
+	for (int64_t i = 1; i < n; i++) learned += flags[i] != 0;
+	if (!learned) return base_seterr(err, errlen, LANES_EINVAL, "learn: the example has no token to learn");
+	learn_example *e = learn_calloc(1, sizeof *e);
+	if (e) {
+		e->ids = learn_malloc((size_t)n * sizeof *e->ids);
+		e->learn = learn_malloc((size_t)n);
+	}
+	if (!e || !e->ids || !e->learn) {
+		learn_example_free(e);
+		return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for an example");
+	}
+	e->n = n;
+	e->n_learned = learned;
+	memcpy(e->ids, ids, (size_t)n * sizeof *ids);
+	e->learn[0] = 0;
+	for (int64_t i = 1; i < n; i++) e->learn[i] = flags[i] != 0;
+	*out = e;
+	return LANES_OK;
+}
+
+int learn_example_ids(learn_example **out, const int32_t *ids, const bool *learn, int64_t n, char *err, size_t errlen) {
+	*out = NULL;
+	if (n < 2) return base_seterr(err, errlen, LANES_EINVAL, "learn: an example has 2 or more tokens, not %lld", (long long)n);
+	uint8_t *f = learn_malloc((size_t)n);
+	if (!f) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	for (int64_t i = 0; i < n; i++) f[i] = learn[i];
+	int rc = make(out, ids, f, n, err, errlen);
+	free(f);
+	return rc;
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+	size_t i = 0;
+	while (i < na && i < nb && a[i] == b[i]) i++;
+	return i;
+}
+
+int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, char *err,
+		       size_t errlen) {
+	*out = NULL;
+	const size_t pl = strlen(prompt), cl = strlen(completion);
+	char *full = learn_malloc(pl + cl + 1);
+	int32_t *pi = NULL, *fi = NULL;
+	uint8_t *f = NULL;
+	size_t pn = 0, fn = 0;
+	int rc;
+	if (!full) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	memcpy(full, prompt, pl);
+	memcpy(full + pl, completion, cl + 1);
+	if ((rc = tok_encode(v, prompt, pl, true, true, &pi, &pn, err, errlen)) ||
+	    (rc = tok_encode(v, full, pl + cl, true, true, &fi, &fn, err, errlen)))
+		goto done;
+	const int32_t eos = tok_eos(v);
+	const bool add_eos = eos >= 0 && !(fn && fi[fn - 1] == eos);
+	const size_t n = fn + (add_eos ? 1 : 0), s = common_prefix(pi, pn, fi, fn);
+	int32_t *ids = learn_malloc((n ? n : 1) * sizeof *ids);
+	f = learn_calloc(n ? n : 1, 1);
+	if (!ids || !f) {
+		free(ids);
+		rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+		goto done;
+	}
+	if (fn) memcpy(ids, fi, fn * sizeof *ids);
+	if (add_eos) ids[fn] = eos;
+	for (size_t i = s; i < n; i++) f[i] = 1;
+	rc = make(out, ids, f, (int64_t)n, err, errlen);
+	free(ids);
+done:
+	free(full);
+	free(pi);
+	free(fi);
+	free(f);
+	return rc;
+}
+
+// The ids of the first k messages rendered as the server renders a chat.
+static int render(const tok_vocab *v, const tmpl *t, const json_t *messages, size_t k, const char *bos, const char *eos,
+		  bool gen, int32_t **ids, size_t *n, char *err, size_t errlen) {
+	*ids = NULL;
+	json_t *part = json_array(), *ctx = json_object();
+	int rc = !part || !ctx ? LANES_ENOMEM : 0;
+	for (size_t i = 0; i < k && !rc; i++)
+		if (json_array_append(part, json_array_get(messages, i))) rc = LANES_ENOMEM;
+	if (!rc && (json_object_set(ctx, "messages", part) || json_object_set_new(ctx, "bos_token", json_string(bos ? bos : "")) ||
+		    json_object_set_new(ctx, "eos_token", json_string(eos ? eos : "")) ||
+		    json_object_set_new(ctx, "add_generation_prompt", json_boolean(gen))))
+		rc = LANES_ENOMEM;
+	char *text = NULL, msg[256];
+	size_t len = 0;
+	if (rc) rc = base_seterr(err, errlen, rc, "learn: out of memory");
+	else if ((rc = tmpl_render(t, ctx, NULL, &text, &len, msg, sizeof msg)))
+		rc = base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EINVAL, "learn: the chat template failed: %s", msg);
+	else rc = tok_encode_chat(v, text, len, ids, n, err, errlen);
+	free(text);
+	json_decref(part);
+	json_decref(ctx);
+	return rc;
+}
+
+// The text of token id (empty for none), into buf.
+static const char *token_text(const tok_vocab *v, int32_t id, char *buf, size_t n) {
+	size_t len = 0;
+	const char *t = id >= 0 ? tok_text(v, id, &len) : NULL;
+	snprintf(buf, n, "%.*s", (int)len, t ? t : "");
+	return buf;
+}
+
+int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
+		       const char *eos, char *err, size_t errlen) {
+	*out = NULL;
+	char bos_buf[256], eos_buf[256];
+	if (!bos) bos = token_text(v, tok_bos(v), bos_buf, sizeof bos_buf);
+	if (!eos) eos = token_text(v, tok_eos(v), eos_buf, sizeof eos_buf);
+	const size_t nm = json_array_size(messages);
+	if (!json_is_array(messages) || !nm) return base_seterr(err, errlen, LANES_EINVAL, "learn: messages must be a non-empty array");
+	int32_t *full = NULL, *part = NULL;
+	uint8_t *f = NULL;
+	size_t fn = 0, pn = 0;
+	int rc = render(v, t, messages, nm, bos, eos, false, &full, &fn, err, errlen);
+	if (!rc && !(f = learn_calloc(fn ? fn : 1, 1))) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	for (size_t i = 0; i < nm && !rc; i++) {
+		const json_t *m = json_array_get(messages, i);
+		const char *role = json_string_value(json_object_get(m, "role"));
+		if (!json_is_object(m) || !role) {
+			rc = base_seterr(err, errlen, LANES_EINVAL, "learn: message %zu has no role", i);
+			break;
+		}
+		if (strcmp(role, "assistant")) continue;
+		// the turn runs from where the prompt for it ends to where its own rendering ends
+		if ((rc = render(v, t, messages, i, bos, eos, true, &part, &pn, err, errlen))) break;
+		const size_t s = common_prefix(part, pn, full, fn);
+		free(part);
+		part = NULL;
+		if ((rc = render(v, t, messages, i + 1, bos, eos, false, &part, &pn, err, errlen))) break;
+		const size_t e = common_prefix(part, pn, full, fn);
+		free(part);
+		part = NULL;
+		for (size_t k = s; k < e; k++) f[k] = 1;
+	}
+	if (!rc) {
+		bool any = false;
+		for (size_t k = 1; k < fn; k++) any |= f[k] != 0;
+		rc = any ? make(out, full, f, (int64_t)fn, err, errlen)
+			 : base_seterr(err, errlen, LANES_EINVAL, "learn: the conversation has no assistant turn to learn");
+	}
+	free(full);
+	free(part);
+	free(f);
+	return rc;
+}
+
+void learn_example_free(learn_example *e) {
+	if (!e) return;
+	free(e->ids);
+	free(e->learn);
+	free(e);
+}
+
+int64_t learn_example_tokens(const learn_example *e) { return e->n; }
+int64_t learn_example_learned(const learn_example *e) { return e->n_learned; }
+const int32_t *learn_example_ids_of(const learn_example *e) { return e->ids; }
+bool learn_example_is_learned(const learn_example *e, int64_t i) { return i >= 0 && i < e->n && e->learn[i]; }

@@ -1,0 +1,210 @@
+// learn: LoRA training for the llama family — trainable adapters (f32 A and B with their AdamW
+// moments), examples (token ids and the tokens whose prediction is learned), and training
+// steps cut into priced pieces that a scheduler runs between other work. A step ends in a
+// commit, which updates the adapter and makes a new inference adapter (a model_lora version),
+// or in nothing: a step never half-commits. The base weights stay frozen and are read as
+// stored (rows dequantized on the fly); all training math is f32.
+//
+// How a server drives it (every call on one thread, the engine's, between rounds):
+//   learn_adapter_new / learn_adapter_load      the adapter a grant trains (version 0)
+//   learn_adapter_lora                          version 0 as a model_lora, to serve at once
+//   learn_job_new(adapter, opts)                one job per adapter being trained
+//   learn_job_add(job, example)                 examples queue (learn_example_chat / _text)
+//   per round: cost = learn_step_next_cost(job); if it fits what the round has left,
+//              learn_step_run(job, pool, budget, &spent)   runs whole pieces within budget
+//   when learn_step_state(job) == LEARN_READY:
+//              learn_commit(job, &version, &info)  at a round boundary; the new model_lora
+//              is the caller's (requests admitted later use it; running ones keep theirs)
+//   revoke, expiry, halt: learn_step_abort(job) at a piece boundary: nothing commits
+//   save: learn_adapter_save(adapter, path, GGUF_T_F32)
+// Nothing here is thread-safe unless it says so: a job, its adapter and its examples belong
+// to one thread at a time. The model is only read.
+#ifndef LANES_LEARN_H
+#define LANES_LEARN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+// A chat template (template/template.h) and a JSON value (jansson's), named here only, so a
+// module that runs jobs need not see either.
+typedef struct tmpl tmpl;
+typedef struct json_t json_t;
+
+// ---- trainable adapters ------------------------------------------------------------------
+typedef struct learn_adapter learn_adapter;
+
+typedef struct {
+	int32_t rank;     // r of every pair (a weight with fewer inputs gets its input count)
+	float alpha;      // adapter.lora.alpha; 0: alpha = rank, so the term's factor alpha/r is 1
+	unsigned targets; // bit k: the weights of enum model_lora_kind k; 0: LEARN_TARGETS_DEFAULT
+	uint64_t seed;    // A's random start (uniform in +-1/sqrt(n_in)); B starts at 0
+} learn_adapter_opts;
+
+// Attention (q, k, v, output) and dense FFN (gate, up, down) projections: not the output head.
+#define LEARN_TARGETS_DEFAULT ((1u << MODEL_LORA_OUTPUT) - 1u)
+
+// A new adapter for m: one pair per targeted weight that m has (an MoE model's FFN and a
+// tied output head have none). LANES_EINVAL (bad options, or nothing to target),
+// LANES_ENOMEM; a message in err. The adapter must not outlive m.
+int learn_adapter_new(learn_adapter **out, const model *m, const learn_adapter_opts *o, char *err, size_t errlen);
+// An adapter to go on training from a GGUF LoRA file for m (checked as model_lora_load
+// checks it; its matrices dequantized to f32, the AdamW moments zero). Codes as model_lora_load.
+int learn_adapter_load(learn_adapter **out, const model *m, const char *path, char *err, size_t errlen);
+void learn_adapter_free(learn_adapter *a); // accepts NULL; no job may still use it
+
+typedef struct {
+	int32_t rank;             // the largest r
+	float alpha;              // as saved in adapter.lora.alpha
+	int32_t n_pairs;          // weights adapted
+	int64_t params;           // floats in all A and B
+	uint64_t param_bytes;     // A and B in f32
+	uint64_t optimizer_bytes; // the AdamW moments (two floats a parameter)
+	int64_t version;          // commits so far (0: as made or loaded)
+	char targets[128];        // the kinds adapted, "attn_q,attn_k,..."
+} learn_adapter_info;
+void learn_adapter_info_of(const learn_adapter *a, learn_adapter_info *out);
+
+// One pair's f32 matrices, writable (tests set them) except while a step runs.
+typedef struct {
+	int32_t layer, kind;  // enum model_lora_kind; layer -1 for the output head
+	int32_t r, n_in, n_out;
+	float *a;             // [r][n_in]
+	float *b;             // [n_out][r]
+} learn_pair;
+int32_t learn_adapter_n_pairs(const learn_adapter *a);
+void learn_adapter_pair(learn_adapter *a, int32_t i, learn_pair *out); // i < learn_adapter_n_pairs
+
+// The adapter's committed weights (a step in progress is not in them, until its commit) as an
+// inference adapter (F32 pairs) for model_forward; the caller owns it (model_lora_free).
+// LANES_ENOMEM.
+int learn_adapter_lora(const learn_adapter *a, model_lora **out, char *err, size_t errlen);
+// Writes the adapter's committed weights as llama.cpp's convert_lora_to_gguf.py does
+// (general.type adapter, adapter.type lora, adapter.lora.alpha, `<base tensor>.lora_a`
+// [n_in, r] and `.lora_b` [r, n_out]) with its matrices in type (GGUF_T_F32, F16, BF16, or
+// Q8_0 when every row's length is a multiple of 32): to a temporary file beside path, then
+// renamed over it, so path holds the old file or the whole new one. LANES_EINVAL, LANES_EIO,
+// LANES_ENOMEM.
+int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, char *err, size_t errlen);
+
+// ---- examples ----------------------------------------------------------------------------
+// Token ids and, for each, whether it is learned: the loss sums -log p(ids[i] | ids[<i]) over
+// the learned tokens i >= 1. Immutable once made; any thread may read it. The functions below
+// only read the vocabulary and template, so any thread may make examples (an HTTP thread, say,
+// before handing them to the engine's job).
+typedef struct learn_example learn_example;
+
+// From ids (n >= 2) and learn (n flags; learn[0] is ignored). LANES_EINVAL when no token is
+// learned; LANES_ENOMEM.
+int learn_example_ids(learn_example **out, const int32_t *ids, const bool *learn, int64_t n, char *err, size_t errlen);
+// A completion: prompt and completion tokenized as one text the way /v1/completions
+// tokenizes a prompt (BOS as the vocab says, special tokens parsed), EOS appended when the
+// vocab has one; the completion's tokens and the EOS are learned. Where a token spans the
+// seam, learning starts at the first token that differs from the prompt's own tokens.
+int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, char *err,
+		       size_t errlen);
+// A conversation: messages (a JSON array of {role, content, ...}) rendered by t as the
+// server renders a chat (bos and eos the texts the template sees, NULL: the vocab's BOS and
+// EOS token texts; tokens by tok_encode_chat); the assistant turns
+// are learned, each from its first token to the end of its rendering (end-of-turn marker
+// included). LANES_EINVAL when the template fails or no assistant turn has a token.
+int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
+		       const char *eos, char *err, size_t errlen);
+void learn_example_free(learn_example *e); // accepts NULL
+int64_t learn_example_tokens(const learn_example *e);
+int64_t learn_example_learned(const learn_example *e);
+const int32_t *learn_example_ids_of(const learn_example *e); // learn_example_tokens of them
+bool learn_example_is_learned(const learn_example *e, int64_t i);
+
+// ---- training jobs: steps in priced pieces -----------------------------------------------
+typedef struct {
+	float lr;           // AdamW learning rate
+	float beta1, beta2; // moment decays
+	float eps;
+	float weight_decay; // decoupled: each step multiplies the weights by 1 - lr * weight_decay
+	float clip;         // the gradient's global L2 norm is scaled down to at most this (0: off)
+	int32_t batch;      // examples per step (fewer when fewer are queued)
+	int32_t piece;      // tokens per piece: the grain a scheduler cuts a step into
+	int64_t max_tokens; // the longest example learn_job_add accepts
+} learn_opts;
+// lr 1e-3, betas 0.9 / 0.999, eps 1e-8, weight decay 0.01, clip 1, batch 4, piece 64,
+// max_tokens 4096.
+void learn_opts_default(learn_opts *o);
+
+typedef struct learn_job learn_job;
+
+// A job trains a (one job per adapter at a time). LANES_EINVAL for options out of range,
+// LANES_EBUSY when another job holds a, LANES_ENOMEM. The gradient buffer (one float a
+// parameter) is allocated here.
+int learn_job_new(learn_job **out, learn_adapter *a, const learn_opts *o, char *err, size_t errlen);
+void learn_job_free(learn_job *j); // accepts NULL; drops a step in progress (nothing commits)
+// Queues a copy of e for a coming step (first in, first out). LANES_EINVAL when a token is
+// outside the model's vocabulary or e is longer than max_tokens; LANES_ENOMEM.
+int learn_job_add(learn_job *j, const learn_example *e, char *err, size_t errlen);
+int64_t learn_job_queued(const learn_job *j); // examples waiting for a step
+// Bytes the job holds now: gradients, queued examples, and the activations of the largest
+// step so far (kept for the next step).
+uint64_t learn_job_bytes(const learn_job *j);
+
+enum learn_state {
+	LEARN_IDLE,    // no step: the next learn_step_run starts one from the queue
+	LEARN_RUNNING, // a step has pieces left
+	LEARN_READY,   // a step's gradient is whole: learn_commit applies it
+};
+enum learn_state learn_step_state(const learn_job *j);
+
+// The price of the next piece, in prompt-token equivalents (what a forward pass over that
+// many tokens at position 0 costs: the multiply-adds of the piece over those of one token
+// through the whole model); 0 when nothing is left to run (ready, or idle with an empty queue).
+// Pieces are a layer's forward over `piece` tokens, the output head and loss over a piece's
+// learned tokens, and a layer's backward (its forward recomputed) over `piece` tokens; a
+// piece's price counts its attention context.
+double learn_step_next_cost(const learn_job *j);
+// Runs pieces in order while the next one's price fits in what is left of budget (none when
+// the first does not fit; budget INFINITY: to the end of the step), starting a step from the
+// queue when idle (allocating its activations: on LANES_ENOMEM the queue and state are as they
+// were). *spent (may be NULL) gets the prices of the pieces run. A step's result is the same
+// bits however it is cut into calls and whatever the pool's thread count; its loss is the same
+// bits for any piece size too (the gradient's sums over tokens group by piece). pool may be NULL.
+int learn_step_run(learn_job *j, base_pool *pool, double budget, double *spent, char *err, size_t errlen);
+// Drops the step in progress (its examples with it) at a piece boundary; the adapter and
+// its version are untouched. No-op when idle.
+void learn_step_abort(learn_job *j);
+
+typedef struct {
+	int64_t step;      // steps committed by this job, this one included
+	int32_t examples;  // in the step
+	int64_t tokens;    // tokens run through the model
+	int64_t learned;   // tokens the loss is over
+	double loss;       // mean -log p over the learned tokens, before the update
+	double grad_norm;  // the gradient's global L2 norm, before clipping
+	int64_t version;   // the adapter's version after the commit
+} learn_step_info;
+// The step in progress or ready (loss and grad_norm final once ready). LANES_ENOTFOUND when idle.
+int learn_step_info_of(const learn_job *j, learn_step_info *out);
+// The gradient of the ready step's mean loss for pair i (the adapter's order): ga [r][n_in],
+// gb [n_out][r], valid until the next call on j. LANES_EBUSY unless ready.
+int learn_step_grad(const learn_job *j, int32_t i, const float **ga, const float **gb);
+// Applies a ready step: clips the gradient, one AdamW update, the version advances, and when
+// version is not NULL a new inference adapter of the updated weights goes there (the
+// caller's). All or nothing: LANES_EBUSY unless ready, LANES_ENOMEM when the new version
+// cannot be allocated — then the weights, moments and version are as they were and the step
+// stays ready (commit again, or abort).
+int learn_commit(learn_job *j, model_lora **version, learn_step_info *info, char *err, size_t errlen);
+
+// ---- evaluation through the inference path ---------------------------------------------
+// Sums -log p of every learned token of the n examples through model_forward (f16s KV cache,
+// lora NULL: the base model): *nll and *count (learned tokens). pool may be NULL. Thread-safe
+// on a model_lora nobody writes.
+int learn_eval(const model *m, const model_lora *lora, base_pool *pool, const learn_example *const *ex, int64_t n,
+	       double *nll, int64_t *count, char *err, size_t errlen);
+
+// For tests: the after-th allocation learn makes from now on fails as if memory ran out
+// (0: the next one; negative: none). Process-wide.
+void learn_test_fail_alloc(int64_t after);
+
+#endif

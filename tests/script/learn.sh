@@ -1,0 +1,54 @@
+#!/bin/sh
+# tests: `lanes learn` from the command line — a short run on stories260K prints a progress line
+# per step and a lower held-out loss, the adapter it writes changes `lanes logits --lora` and
+# can be trained further with --from, conversations train too, and bad data or options fail
+# with a message naming the file and line or the option.
+BIN=${LANES_BIN:-build/lanes}
+SHARED=${LANES_SHARED:-../shared}
+TMP=${LANES_TMP:-/tmp}/learn.$$
+M="$SHARED/models/stories260K.gguf"
+DATA="$(dirname "$0")/../data/learn"
+. "$(dirname "$0")/lib/common.sh"
+
+expect_fail() {
+	want=$1
+	shift
+	if "$@" > "$TMP/out" 2> "$TMP/err"; then bad "$* succeeded"; else grep -q -- "$want" "$TMP/err" && ok || bad "$*: '$(cat "$TMP/err")' lacks '$want'"; fi
+}
+
+LANES_LOG=error "$BIN" learn -m "$M" --data "$DATA/stories-train.jsonl" --eval "$DATA/stories-held.jsonl" --steps 8 --batch 2 \
+	--rank 4 --lr 0.01 --max-tokens 64 -t 2 -o "$TMP/a.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "learn: $(cat "$TMP/err")"
+same "$(grep -c '^step [0-9]*/8  loss [0-9.]*  grad [0-9.]*  tokens [0-9]*  [0-9]* tok/s  ([0-9]* tok/s overall)$' "$TMP/out")" 8 "progress lines"
+line=$(grep '^held-out loss: ' "$TMP/out")
+before=$(echo "$line" | sed -n 's/^held-out loss: \([0-9.]*\) -> \([0-9.]*\) .*/\1/p')
+after=$(echo "$line" | sed -n 's/^held-out loss: \([0-9.]*\) -> \([0-9.]*\) .*/\2/p')
+[ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "held-out loss did not fall: '$line'"
+grep -q "^learn: 48 examples .* rank 4 alpha 4 on 35 weights" "$TMP/out" && ok || bad "summary: $(head -n 1 "$TMP/out")"
+
+# the adapter runs through the inference path and changes the logits
+"$BIN" logits -m "$M" --ids 1,403,407,261 -o "$TMP/base" 2> /dev/null && ok || bad "logits"
+"$BIN" logits -m "$M" --ids 1,403,407,261 -o "$TMP/lora" --lora "$TMP/a.gguf" 2> "$TMP/err" && ok || bad "logits --lora: $(cat "$TMP/err")"
+cmp -s "$TMP/base" "$TMP/lora" && bad "the trained adapter left the logits as they were" || ok
+
+# training goes on from the file; conversations (ChatML here: the model has no template) train too
+printf '%s\n' '{"messages": [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once upon a time, Pip the little robot found a red ball."}]}' \
+	'{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, friend."}]}' > "$TMP/chat.jsonl"
+LANES_LOG=error "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" --from "$TMP/a.gguf" --steps 2 --batch 2 -o "$TMP/b.gguf" > "$TMP/out" 2> "$TMP/err" \
+	&& ok || bad "learn --from with conversations: $(cat "$TMP/err")"
+grep -q "^learn: 2 examples .* rank 4 alpha 4" "$TMP/out" && ok || bad "--from: $(head -n 1 "$TMP/out")"
+[ -s "$TMP/b.gguf" ] && ok || bad "--from wrote nothing"
+
+# bad data and options
+printf '%s\n' '{"prompt": "a", "completion": "b"}' 'not json' > "$TMP/bad.jsonl"
+expect_fail "bad.jsonl:2: " "$BIN" learn -m "$M" --data "$TMP/bad.jsonl" -o "$TMP/x.gguf"
+printf '%s\n' '{"text": "a"}' > "$TMP/bad2.jsonl"
+expect_fail 'bad2.jsonl:1: a line holds "messages", or "prompt" and "completion" strings' "$BIN" learn -m "$M" --data "$TMP/bad2.jsonl" -o "$TMP/x.gguf"
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}]}' > "$TMP/bad3.jsonl"
+expect_fail "bad3.jsonl:1: learn: the conversation has no assistant turn to learn" "$BIN" learn -m "$M" --data "$TMP/bad3.jsonl" -o "$TMP/x.gguf"
+expect_fail "none.jsonl: cannot read it" "$BIN" learn -m "$M" --data "$TMP/none.jsonl" -o "$TMP/x.gguf"
+expect_fail "data FILE.jsonl is required" "$BIN" learn -m "$M" -o "$TMP/x.gguf"
+expect_fail "type is F32, F16, BF16 or Q8_0, not 'Q4_0'" "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" -o "$TMP/x.gguf" --type Q4_0
+expect_fail "rank must be 1..4096, not 0" "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" -o "$TMP/x.gguf" --rank 0
+[ -e "$TMP/x.gguf" ] && bad "a failed run wrote an adapter" || ok
+echo "learn: $pass passed, $fail failed"
+[ "$fail" = 0 ]
