@@ -168,6 +168,7 @@ typedef struct {
 	const float *embedding;   // LANE_EV_FINISHED of an embedding request: n_vectors x n_embd floats
 	int32_t n_embd;           // (one, or one per prompt token for LANE_EMBED_NONE), valid until
 	int32_t n_vectors;        // lane_req_free; a function of the prompt alone, bit for bit
+	uint64_t t_us;            // when the engine queued it (base_now_us): its time, however late it is read
 } lane_event;
 
 typedef struct lane_host lane_host;
@@ -286,9 +287,11 @@ void lane_cancel(lane_req *req);
 // handle, by its reader (safe beside the engine thread).
 void lane_req_free(lane_req *req);
 // A callback run (from the engine thread, under req's lock: it must not block or call
-// lane functions on req) when req has new events. After set_notify returns, the old
-// callback is not running and will not run again. Thread-safe.
-void lane_req_set_notify(lane_req *req, void (*fn)(void *), void *arg);
+// lane functions on req) as each event is queued; ev is that event, valid during the call
+// (its top is not set), so the callback may leave the reader asleep until one it cares
+// about. After set_notify returns, the old callback is not running and will not run again.
+// Thread-safe.
+void lane_req_set_notify(lane_req *req, void (*fn)(void *arg, const lane_event *ev), void *arg);
 
 // Halt: at the next round boundary every queued and admitted request ends failed with
 // reason (copied). Further submits are refused. Idempotent. Thread-safe.

@@ -74,7 +74,7 @@ struct lane_req {
 	ev_node *head, *tail, *cur;
 	ev_node final;            // the terminal event, preallocated
 	char reason[160];
-	void (*notify)(void *);
+	void (*notify)(void *, const lane_event *);
 	void *notify_arg;
 
 	// engine state (engine thread only)

@@ -42,13 +42,14 @@ void lane_lora_release(lane_req *r) {
 
 static void push(lane_req *r, ev_node *n) {
 	n->next = NULL;
+	n->ev.t_us = base_now_us();
 	pthread_mutex_lock(&r->mu);
 	if (r->tail) r->tail->next = n;
 	else r->head = n;
 	r->tail = n;
 	pthread_cond_signal(&r->cv);
 	// under the lock, so once lane_req_set_notify(NULL) returns no callback is running
-	if (r->notify) r->notify(r->notify_arg);
+	if (r->notify) r->notify(r->notify_arg, &n->ev);
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -134,7 +135,7 @@ int lane_next(lane_req *r, lane_event *ev, int64_t timeout_us) {
 	return n != NULL;
 }
 
-void lane_req_set_notify(lane_req *r, void (*fn)(void *), void *arg) {
+void lane_req_set_notify(lane_req *r, void (*fn)(void *, const lane_event *), void *arg) {
 	pthread_mutex_lock(&r->mu);
 	r->notify = fn;
 	r->notify_arg = arg;
