@@ -564,6 +564,60 @@ static void test_semantics(void) {
 	lane_host_free(h);
 }
 
+// What a notify callback saw: each event's kind, token and time, as it was queued.
+typedef struct {
+	pthread_mutex_t mu;
+	int n;
+	enum lane_ev_kind kind[MAXGEN + 2];
+	int32_t token[MAXGEN + 2];
+	uint64_t t_us[MAXGEN + 2];
+} notes;
+
+static void note(void *arg, const lane_event *ev) {
+	notes *w = arg;
+	pthread_mutex_lock(&w->mu);
+	if (w->n < MAXGEN + 2) w->kind[w->n] = ev->kind, w->token[w->n] = ev->token, w->t_us[w->n] = ev->t_us;
+	w->n++;
+	pthread_mutex_unlock(&w->mu);
+}
+
+// The notify callback is handed each event as the engine queues it, the terminal one too,
+// with the time the reader later reads in it: a reader may sleep until the event it wants.
+static void test_notify(void) {
+	lane_host *h = host(1, 0, false, 2);
+	int32_t prompt[3] = {1, 400, 300};
+	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 24, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	static notes w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	const uint64_t t0 = base_now_us();
+	lane_req *r = submit1(h, &q);
+	lane_req_set_notify(r, note, &w);
+	lane_event ev;
+	enum lane_ev_kind kind[MAXGEN + 2];
+	int32_t token[MAXGEN + 2];
+	uint64_t t_us[MAXGEN + 2];
+	int n = 0;
+	while (n < MAXGEN + 2 && lane_next(r, &ev, 30 * 1000000) == 1) {
+		kind[n] = ev.kind, token[n] = ev.token, t_us[n] = ev.t_us;
+		n++;
+		if (ev.kind != LANE_EV_TOKEN) break;
+	}
+	lane_req_set_notify(r, NULL, NULL);
+	lane_req_free(r);
+	lane_host_free(h);
+	CHECKF(n == 25 && kind[24] == LANE_EV_FINISHED, "24 tokens and the end (%d events)", n);
+	// events queued before the callback was set are not seen: the rest are, in order
+	CHECKF(w.n >= 1 && w.n <= n, "the callback saw %d of %d events", w.n, n);
+	const int skip = n - w.n;
+	bool same = true, rising = true;
+	for (int i = 0; i < w.n && i + skip < n; i++)
+		same &= w.kind[i] == kind[i + skip] && w.t_us[i] == t_us[i + skip] && (kind[i + skip] != LANE_EV_TOKEN || w.token[i] == token[i + skip]);
+	for (int i = 1; i < n; i++) rising &= t_us[i] >= t_us[i - 1];
+	CHECKF(same, "the callback's events are the reader's, kind, token and time");
+	CHECKF(rising && t_us[0] >= t0 && t_us[n - 1] <= base_now_us(), "events carry the engine's time, in order");
+}
+
 // Speculative decoding never changes a token: 32 requests (greedy and seeded sampling at
 // several temperatures, some on repetitive prompts) give the same tokens, logprobs and
 // receipts drafted and undrafted, solo and concurrent; and drafts get accepted.
@@ -1202,6 +1256,7 @@ int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
 	with_model("stories260K.gguf", test_semantics);
+	with_model("stories260K.gguf", test_notify);
 	with_model("stories260K.gguf", test_draft_ngram);
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
