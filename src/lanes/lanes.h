@@ -203,6 +203,7 @@ typedef struct {
 	int32_t ctx;              // KV tokens across all lanes (default 8192)
 	int32_t piece;            // most prompt tokens one lane feeds per round (0: no cap)
 	double round_ms;          // target duration of a round with prompt pieces (default 100)
+	double row_us, fixed_us;  // the pricing of a row and of a round's fixed cost (0: timed at start)
 	int32_t threads;          // compute threads (0: one per core)
 	int32_t page_tokens;      // KV page size (default 16)
 	enum kv_type kv_type;     // KV cache type (default f16s)
