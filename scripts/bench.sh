@@ -2,7 +2,8 @@
 # make bench: one table — prompt processing (pp512) and decode (tg128) tok/s per weight
 # type on tinyllama-1.1b-shaped models, the read-bandwidth probe and the decode limit it
 # implies, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench (run
-# right after ours on the same file, so both see the same machine).
+# right after ours on the same file, so both see the same machine); then one stream through
+# `lanes serve` beside `lanes bench` on stories260K, the tokenizers and constrained decoding.
 BUILD=${1:-build}
 : "${LANES_SHARED:=../shared}"
 BIN="$BUILD/lanes"
@@ -69,6 +70,22 @@ print(tot)')
 done
 best_bw
 echo "best read bandwidth seen: $bwN GB/s ($THREADS threads); tg_limit = bytes of weights read per token / $bwN GB/s at the time of each row"
+# one stream through HTTP (serve as it comes, streamed and not) beside the engine alone, on
+# stories260K, whose tiny rounds show what the server adds per token; bench runs before and after
+one_stream() {
+	sm="$LANES_SHARED/models/stories260K.gguf"
+	command -v node >/dev/null 2>&1 && [ -d node_modules/openai ] || { echo "one stream: node and npm ci needed"; return; }
+	t1=$(field "$("$BIN" bench -m "$sm" -p 0 -n 256 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)" tg_tps)
+	hj=$(node bench/http_load.mjs --bin "$BIN" --model "$sm" --one-stream 256 --requests 5 --threads "$THREADS" --json 2>/dev/null)
+	t2=$(field "$("$BIN" bench -m "$sm" -p 0 -n 256 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)" tg_tps)
+	pl=$(field "$hj" plain_tps)
+	st=$(field "$hj" stream_tps)
+	[ -n "$t1" ] && [ -n "$t2" ] && [ -n "$pl" ] && [ -n "$st" ] || { echo "one stream: a run failed"; return; }
+	tg=$(echo "($t1 + $t2) / 2" | bc -l)
+	printf 'stories260K one stream: lanes bench tg256 %.0f tok/s (%.0f, %.0f); through HTTP %.0f plain (%.2f), %.0f streamed (%.2f)\n' \
+		"$tg" "$t1" "$t2" "$pl" "$(echo "$pl / $tg" | bc -l)" "$st" "$(echo "$st / $tg" | bc -l)"
+}
+one_stream
 for v in llama-spm qwen2 gpt-2; do
 	"$BUILD/bench/tok_bench" "$LANES_SHARED/vocab/ggml-vocab-$v.gguf" 2>/dev/null | tail -n 1
 done
