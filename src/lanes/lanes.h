@@ -287,11 +287,11 @@ void lane_cancel(lane_req *req);
 // Releases the caller's handle; cancels the request first if it has not ended. Once per
 // handle, by its reader (safe beside the engine thread).
 void lane_req_free(lane_req *req);
-// A callback run (from the engine thread, under req's lock: it must not block or call
-// lane functions on req) as each event is queued; ev is that event, valid during the call
-// (its top is not set), so the callback may leave the reader asleep until one it cares
-// about. After set_notify returns, the old callback is not running and will not run again.
-// Thread-safe.
+// A callback run (from the engine thread, under a lock of req's own: it must not block or
+// call lane functions on req) as each event is queued, once the reader can take it; ev is
+// a copy of that event, valid during the call (its text and top are not set), so the
+// callback may leave the reader asleep until one it cares about. After set_notify returns,
+// the old callback is not running and will not run again. Thread-safe.
 void lane_req_set_notify(lane_req *req, void (*fn)(void *arg, const lane_event *ev), void *arg);
 
 // Halt: at the next round boundary every queued and admitted request ends failed with

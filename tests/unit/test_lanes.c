@@ -606,9 +606,18 @@ static void test_notify(void) {
 		n++;
 		if (ev.kind != LANE_EV_TOKEN) break;
 	}
+	// the reader may take an event before its callback runs: the end's callback still comes
+	bool ended = false;
+	for (int w8 = 0; w8 < 3000 && !ended; w8++) {
+		pthread_mutex_lock(&w.mu);
+		ended = w.n > 0 && w.n <= MAXGEN + 2 && w.kind[w.n - 1] == LANE_EV_FINISHED;
+		pthread_mutex_unlock(&w.mu);
+		if (!ended) usleep(1000);
+	}
 	lane_req_set_notify(r, NULL, NULL);
 	lane_req_free(r);
 	lane_host_free(h);
+	CHECKF(ended, "the callback saw the end");
 	CHECKF(n == 25 && kind[24] == LANE_EV_FINISHED, "24 tokens and the end (%d events)", n);
 	// events queued before the callback was set are not seen: the rest are, in order
 	CHECKF(w.n >= 1 && w.n <= n, "the callback saw %d of %d events", w.n, n);
@@ -619,6 +628,61 @@ static void test_notify(void) {
 	for (int i = 1; i < n; i++) rising &= t_us[i] >= t_us[i - 1];
 	CHECKF(same, "the callback's events are the reader's, kind, token and time");
 	CHECKF(rising && t_us[0] >= t0 && t_us[n - 1] <= base_now_us(), "events carry the engine's time, in order");
+}
+
+// A reader takes an event while that event's callback still runs (a woken reader never
+// waits for the engine to leave the callback): the callback holds on until it is read.
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int phase;     // 0: waiting for an event; 1: the callback holds one; 2: the reader took it; -1: it never did
+	uint64_t t_us; // the held event's time
+} held = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void hold(void *arg, const lane_event *ev) {
+	(void)arg;
+	pthread_mutex_lock(&held.mu);
+	if (held.phase == 0) {
+		held.phase = 1, held.t_us = ev->t_us;
+		pthread_cond_broadcast(&held.cv);
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 3;
+		while (held.phase == 1)
+			if (pthread_cond_timedwait(&held.cv, &held.mu, &dl)) held.phase = -1;
+	}
+	pthread_mutex_unlock(&held.mu);
+}
+
+static void test_notify_apart(void) {
+	lane_host *h = host(1, 0, false, 2);
+	int32_t prompt[3] = {1, 400, 300};
+	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 8, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	lane_req *r = submit1(h, &q);
+	if (!r) {
+		lane_host_free(h);
+		return;
+	}
+	lane_req_set_notify(r, hold, NULL);
+	pthread_mutex_lock(&held.mu);
+	while (held.phase == 0) pthread_cond_wait(&held.cv, &held.mu);
+	const uint64_t want = held.t_us;
+	pthread_mutex_unlock(&held.mu);
+	lane_event ev;
+	bool got = false;
+	while (!got && lane_next(r, &ev, 5 * 1000000) == 1) got = ev.t_us == want;
+	pthread_mutex_lock(&held.mu);
+	const bool apart = got && held.phase == 1;
+	if (held.phase == 1) held.phase = 2;
+	pthread_cond_broadcast(&held.cv);
+	pthread_mutex_unlock(&held.mu);
+	CHECKF(apart, "the reader took the event while its callback ran");
+	lane_req_set_notify(r, NULL, NULL);
+	while (lane_next(r, &ev, 5 * 1000000) == 1 && ev.kind == LANE_EV_TOKEN) {}
+	lane_req_free(r);
+	lane_host_free(h);
 }
 
 // Speculative decoding never changes a token: 32 requests (greedy and seeded sampling at
@@ -1333,6 +1397,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_faults);
 	with_model("stories260K.gguf", test_semantics);
 	with_model("stories260K.gguf", test_notify);
+	with_model("stories260K.gguf", test_notify_apart);
 	with_model("stories260K.gguf", test_draft_ngram);
 	with_model("stories260K.gguf", test_draft_priced);
 	with_model("stories260K.gguf", test_draft_model);
