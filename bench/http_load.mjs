@@ -8,6 +8,7 @@
 //   node bench/http_load.mjs --model M --one-stream 256 [--requests 5] [--json] [serve's flags after --]
 //   node bench/http_load.mjs --url http://127.0.0.1:8080 [--key KEY] ...
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import path from 'node:path';
 
 const dash = process.argv.indexOf('--');
@@ -131,19 +132,34 @@ async function control(url) {
 }
 
 // One completion of n tokens, streamed or not: its tokens over the wall time of the request.
+// node:http, not fetch: fetch's web streams cost the client more per chunk than the server
+// spends on it, and on a small machine the client shares the cores being measured.
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+function post(url, body) {
+	const u = new URL(`${url}/v1/completions`);
+	const data = JSON.stringify(body);
+	return new Promise((resolve, reject) => {
+		const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+			headers: { ...headers(), 'Content-Length': Buffer.byteLength(data) } }, (res) => {
+			const parts = [];
+			res.on('data', (d) => parts.push(d));
+			res.on('end', () => resolve({ status: res.statusCode, text: Buffer.concat(parts).toString() }));
+			res.on('error', reject);
+		});
+		req.on('error', reject);
+		req.end(data);
+	});
+}
+
 async function completion(url, n, stream) {
 	const t0 = performance.now();
-	const r = await fetch(`${url}/v1/completions`, {
-		method: 'POST', headers: headers(),
-		body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: n, ignore_eos: true, stream, seed: 1,
-			...(stream ? { stream_options: { include_usage: true } } : {}) }),
-	});
-	if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
-	const text = await r.text();
+	const r = await post(url, { prompt: 'Once upon a time', max_tokens: n, ignore_eos: true, stream, seed: 1,
+		...(stream ? { stream_options: { include_usage: true } } : {}) });
+	if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${r.text}`);
 	const wall = (performance.now() - t0) / 1000;
 	let tokens = 0;
-	if (!stream) tokens = JSON.parse(text).usage.completion_tokens;
-	else for (const line of text.split('\n\n')) if (line.startsWith('data: {') && line.includes('"usage":{')) tokens = JSON.parse(line.slice(6)).usage.completion_tokens;
+	if (!stream) tokens = JSON.parse(r.text).usage.completion_tokens;
+	else for (const line of r.text.split('\n\n')) if (line.startsWith('data: {') && line.includes('"usage":{')) tokens = JSON.parse(line.slice(6)).usage.completion_tokens;
 	if (tokens !== n) throw new Error(`asked for ${n} tokens, got ${tokens}`);
 	return tokens / wall;
 }
@@ -169,5 +185,6 @@ try {
 	if (clients.length && perClient > 0) await load(srv.url);
 	if (prefill > 0) await control(srv.url);
 } finally {
+	agent.destroy();
 	await srv.stop();
 }
