@@ -314,6 +314,7 @@ int model_lora_new(model_lora **out, const model *m, float alpha, const model_lo
 	if (n < 1 || (size_t)n > slots || !isfinite(alpha))
 		return base_seterr(err, errlen, LANES_EINVAL, "lora: %d pairs (1..%zu) with alpha %g", n, slots, (double)alpha);
 	model_lora *a = calloc(1, sizeof *a);
+	if (a) atomic_init(&a->refs, 1); // the caller's: the fail path's free must free it
 	float *zero = NULL;
 	int rc = LANES_OK;
 	if (!a || !(a->pairs = calloc((size_t)n, sizeof *a->pairs)) || !(a->by = calloc(slots, sizeof *a->by))) {
@@ -343,6 +344,7 @@ int model_lora_new(model_lora **out, const model *m, float alpha, const model_lo
 		a->by[at] = pr;
 		a->kinds |= 1u << sh->kind;
 		if (pr->r > a->rank) a->rank = pr->r;
+		a->madds += (uint64_t)pr->r * (uint64_t)(pr->n_in + pr->n_out);
 		const uint64_t wa = (uint64_t)pr->r * (uint64_t)pr->n_in, wb = (uint64_t)pr->n_out * (uint64_t)pr->r;
 		widest = wa > widest ? wa : widest;
 		widest = wb > widest ? wb : widest;
@@ -368,6 +370,8 @@ int model_lora_new(model_lora **out, const model *m, float alpha, const model_lo
 		p += mat_bytes_of(m->ks, GGUF_T_F32, pr->n_out, pr->r);
 	}
 	free(zero);
+	a->share = (double)a->madds / (double)base_madds(m);
+	a->id = atomic_fetch_add(&lora_ids, 1) + 1; // a version of its own for the prefix cache
 	*out = a;
 	return LANES_OK;
 fail:
