@@ -31,6 +31,7 @@ typedef struct {
 	bool revoke;              // revocation asked for
 	srv_grant_info info;
 	learn_adapter *fresh;     // an adapter made or loaded for it, for the engine to take (NULL: the engine's own)
+	int64_t fresh_version;    // the registry's version of fresh's weights
 	int32_t rank;             // the adapter's
 	float lr;
 	int32_t batch;
@@ -61,6 +62,7 @@ typedef struct {
 	char name[SRV_LORA_NAME_MAX + 1];
 	learn_adapter *a;
 	learn_job *job;           // while its grant has work (freed when idle: its memory goes with it)
+	int64_t version;          // the registry's version of its committed weights
 	grant *g;                 // its open grant, or NULL
 } ladapter;
 
@@ -278,9 +280,8 @@ static void adopt(srv_learn *l, grant *s) {
 		snprintf(s->info.reason, sizeof s->info.reason, "the adapter '%s' is gone", s->info.adapter);
 		return;
 	}
-	learn_adapter_info ai;
-	learn_adapter_info_of(d->a, &ai);
-	s->info.version = ai.version;
+	if (s->fresh_version) d->version = s->fresh_version;
+	s->info.version = d->version;
 	d->g = s;
 	if (s->revoke) end_grant(l, d, SRV_GRANT_REVOKED, NULL);
 }
@@ -338,11 +339,7 @@ static void take_saves(srv_learn *l) {
 		t->next = NULL;
 		const ladapter *d = adapter_named(l, t->name);
 		if (!d) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ENOTFOUND, "no adapter called '%s' learns here", t->name);
-		else if (!(t->rc = learn_adapter_copy(&t->copy, d->a, t->msg, sizeof t->msg))) {
-			learn_adapter_info ai;
-			learn_adapter_info_of(d->a, &ai);
-			t->version = ai.version;
-		}
+		else if (!(t->rc = learn_adapter_copy(&t->copy, d->a, t->msg, sizeof t->msg))) t->version = d->version;
 		if (l->wr_tail) l->wr_tail->next = t;
 		else l->wr_head = t;
 		l->wr_tail = t;
@@ -390,7 +387,7 @@ static void commit(srv_learn *l, ladapter *d) {
 	s->info.steps_done++;
 	s->info.tokens_used += info.tokens;
 	s->info.last_loss = info.loss;
-	s->info.version = info.version;
+	s->info.version = d->version = v;
 	s->info.queued = s->info.queued > info.examples ? s->info.queued - info.examples : 0;
 	l->committed++;
 	l->tokens += info.tokens;
@@ -613,14 +610,16 @@ static grant *free_slot(srv_learn *l) {
 	return old;
 }
 
-// The path of the file a loaded adapter (ready) called name came from ("" when it has none).
-static bool file_of(srv_loras *reg, const char *name, char *path, size_t n) {
+// The path of the file a loaded adapter (ready) called name came from ("" when it has none),
+// and its version.
+static bool file_of(srv_loras *reg, const char *name, char *path, size_t n, int64_t *version) {
 	srv_lora_info *v = NULL;
 	const int k = srv_loras_list(reg, &v);
 	bool found = false;
 	for (int i = 0; i < k; i++)
 		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, name)) {
 			snprintf(path, n, "%s", v[i].path);
+			*version = v[i].version;
 			found = true;
 		}
 	free(v);
@@ -629,12 +628,12 @@ static bool file_of(srv_loras *reg, const char *name, char *path, size_t n) {
 
 // The adapter a grant on r->adapter trains when the engine has none of that name serving:
 // the loaded file's weights, or a new one published as version 0.
-static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, learn_adapter **out, bool *created, char *err,
-			size_t errlen) {
+static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, learn_adapter **out, int64_t *version, bool *created,
+			char *err, size_t errlen) {
 	char path[1024], why[512];
 	*out = NULL;
 	*created = false;
-	if (file_of(l->reg, r->adapter, path, sizeof path)) {
+	if (file_of(l->reg, r->adapter, path, sizeof path, version)) {
 		if (!*path)
 			return base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has no file to train on (it learned on a server since stopped?)",
 					   r->adapter);
@@ -665,6 +664,7 @@ static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, lea
 		*out = NULL;
 		return base_seterr(err, errlen, rc, "%s", why);
 	}
+	*version = v;
 	*created = true;
 	return 0;
 }
@@ -719,12 +719,13 @@ int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, b
 	if (rc) return rc;
 	// the adapter: the engine's own while the registry serves it, else the file's or a new one
 	learn_adapter *fresh = NULL;
+	int64_t fresh_version = 0;
 	int32_t rank = learned;
 	if (learned && srv_loras_has(l->reg, r->adapter)) {
 		if (r->rank && r->rank != learned)
 			rc = base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has rank %d: a grant cannot change it (leave rank out)",
 					 r->adapter, learned);
-	} else if (!(rc = make_adapter(l, r, id, &fresh, created, err, errlen))) {
+	} else if (!(rc = make_adapter(l, r, id, &fresh, &fresh_version, created, err, errlen))) {
 		learn_adapter_info ai;
 		learn_adapter_info_of(fresh, &ai);
 		rank = ai.rank;
@@ -738,6 +739,10 @@ int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, b
 		return rc;
 	}
 	s->fresh = fresh;
+	s->fresh_version = fresh_version;
+	char path[8];
+	if (!fresh_version) file_of(l->reg, r->adapter, path, sizeof path, &fresh_version);
+	s->info.version = fresh_version;
 	s->rank = rank;
 	s->ready = true;
 	name_set(l, r->adapter, rank);

@@ -37,7 +37,7 @@ typedef struct {
 	int64_t tokens_used, tokens_max;   // tokens the committed steps ran through the model
 	double last_loss;                  // the last committed step's mean loss (NAN before one)
 	int64_t expires_at;                // unix seconds (0: never)
-	int64_t version;                   // the adapter's version after its last commit
+	int64_t version;                   // the registry's version of the adapter as of its last commit
 	int64_t queued;                    // examples accepted and not yet in a committed step
 	char reason[SRV_LEARN_REASON];     // failed, halted: why
 } srv_grant_info;

@@ -315,7 +315,7 @@ static void test_grants(void) {
 	CHECK(srv_learn_grant(s.l, &r, &gi, &created, err, sizeof err) == LANES_EBUSY && strstr(err, "open grant"));
 	CHECK(feed(&s, p, 40) == 40);
 	const srv_grant_info *g = wait_grant(s.l, p, 0);
-	CHECKF(g && g->state == SRV_GRANT_EXHAUSTED && g->steps_done == 6 && g->version == 6 && g->queued == 0 && g->tokens_used > 0,
+	CHECKF(g && g->state == SRV_GRANT_EXHAUSTED && g->steps_done == 6 && g->version == 7 && g->queued == 0 && g->tokens_used > 0,
 	       "grant p: %s after %lld steps", g ? srv_grant_state_name[g->state] : "missing", g ? (long long)g->steps_done : -1);
 	CHECK(g && isfinite(g->last_loss) && LG.committed_steps == 6 && LG.tokens_trained == g->tokens_used && LG.examples == 40);
 	CHECK(reg_version(s.reg, "p") == 7); // version 0 and one per step
@@ -402,7 +402,7 @@ static void test_save(void) {
 	const uint64_t id = open_grant(&s, "w", 3, 0, 4);
 	feed(&s, id, 12);
 	const srv_grant_info *g = wait_grant(s.l, id, 0);
-	CHECK(g && g->state == SRV_GRANT_EXHAUSTED && g->version == 3);
+	CHECK(g && g->state == SRV_GRANT_EXHAUSTED && g->version == 4);
 	char path[512];
 	snprintf(path, sizeof path, "%s/lanes-learning-%d.gguf", t_tmp(), (int)getpid());
 	saved sv = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -410,7 +410,7 @@ static void test_save(void) {
 	pthread_mutex_lock(&sv.mu);
 	while (!sv.calls) pthread_cond_wait(&sv.cv, &sv.mu);
 	pthread_mutex_unlock(&sv.mu);
-	CHECK(sv.calls == 1 && sv.rc == 0 && sv.version == 3);
+	CHECK(sv.calls == 1 && sv.rc == 0 && sv.version == 4);
 	const model_lora *served = NULL;
 	model_lora *loaded = NULL;
 	float scale;
