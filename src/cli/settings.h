@@ -29,7 +29,7 @@ typedef struct {
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir;
 	// choices (validated: one of the setting's choices)
-	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling;
+	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling, *activations;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;

@@ -65,9 +65,36 @@ int tensor_kernels_force(const char *name, const char *by) {
 	return LANES_OK;
 }
 
+static _Atomic int default_act; // enum tensor_act of the default set
+
 const tensor_kernels *tensor_kernels_default(void) {
 	pthread_once(&default_once, choose_default);
-	return atomic_load(&default_set);
+	return tensor_kernels_with_act(atomic_load(&default_set), (enum tensor_act)atomic_load(&default_act));
+}
+
+int tensor_kernels_select_act(enum tensor_act act) {
+	if ((unsigned)act >= TENSOR_ACT_COUNT) return LANES_EINVAL;
+	atomic_store(&default_act, (int)act);
+	return LANES_OK;
+}
+
+const tensor_kernels *tensor_kernels_with_act(const tensor_kernels *ks, enum tensor_act act) {
+	return ks->act == act ? ks : ks->twin;
+}
+
+enum tensor_act tensor_kernels_act(const tensor_kernels *ks) { return ks->act; }
+
+static const char *const act_names[TENSOR_ACT_COUNT] = {[TENSOR_ACT_Q16] = "q16", [TENSOR_ACT_Q8] = "q8"};
+
+const char *tensor_act_name(enum tensor_act act) { return (unsigned)act < TENSOR_ACT_COUNT ? act_names[act] : "?"; }
+
+int tensor_act_parse(const char *name, enum tensor_act *out) {
+	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
+		if (name && !strcmp(name, act_names[a])) {
+			*out = (enum tensor_act)a;
+			return LANES_OK;
+		}
+	return LANES_EINVAL;
 }
 
 int tensor_kernels_select(const char *name) {

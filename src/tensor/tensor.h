@@ -265,22 +265,43 @@ void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_
 // A kernel set is one instruction set's matmul, attention and activation kernels, with the
 // weight layout its matmul reads: "ref" (portable C, weights read in place), "avx2" and
 // "avx512" (weights repacked in tiles of 16 rows, activations quantized per row to int8 in
-// blocks of 32 for the quantized types). Each set keeps the exactness contract on its own:
+// blocks of 32 for the quantized types), each in both activation widths (enum tensor_act). Each set keeps the exactness contract on its own:
 // every output reduces over k in one fixed order, whatever the batch, slicing or threads.
 // Sets differ from each other (and from the reference) by rounding only.
 typedef struct tensor_kernels tensor_kernels;
 
-// The default set: the best one CPUID allows, or the one tensor_kernels_force named.
+// The activation width of a set's quantized matmuls, one for a whole model so that every row
+// is computed the same way whatever else runs. q16 (the default): the x86 sets keep about 16
+// bits of each activation (two int8 halves per block of 32, two int8 dot products per block)
+// and "ref" keeps float activations. q8: each block of 32 activations of a row becomes int8
+// codes with one float scale (amax / 127, codes rounded to nearest even), one int8 dot
+// product per weight block: about twice the arithmetic rate, a logit error like llama.cpp's.
+// Float weight types (F32, F16, BF16) keep float activations in both.
+enum tensor_act { TENSOR_ACT_Q16, TENSOR_ACT_Q8, TENSOR_ACT_COUNT };
+// "q16" / "q8"; tensor_act_parse: LANES_EINVAL for another name.
+const char *tensor_act_name(enum tensor_act act);
+int tensor_act_parse(const char *name, enum tensor_act *out);
+
+// The default set: the best one CPUID allows, or the one tensor_kernels_force named, with
+// the activation width tensor_kernels_select_act chose (q16 unless it was called).
 // Chosen and logged once.
 const tensor_kernels *tensor_kernels_default(void);
 // Before the first use: makes name the default, logged as forced by `by` (the CLI passes
 // "LANES_KERNELS"). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
 int tensor_kernels_force(const char *name, const char *by);
-// The set called name if this CPU runs it, else NULL.
+// The set called name (width q16) if this CPU runs it, else NULL.
 const tensor_kernels *tensor_kernels_find(const char *name);
 // Makes the set called name the default for what is set up from now on (models loaded
-// after it). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
+// after it), in the width tensor_kernels_select_act chose. LANES_EINVAL for an unknown
+// name, LANES_EUNSUPPORTED when the CPU lacks it.
 int tensor_kernels_select(const char *name);
+// Makes act the activation width of the default set for what is set up from now on (models
+// loaded after it). LANES_EINVAL for an unknown width.
+int tensor_kernels_select_act(enum tensor_act act);
+// ks with activation width act: the same instructions and weight layout, so a matrix packed
+// for one serves the other.
+const tensor_kernels *tensor_kernels_with_act(const tensor_kernels *ks, enum tensor_act act);
+enum tensor_act tensor_kernels_act(const tensor_kernels *ks);
 const char *tensor_kernels_name(const tensor_kernels *ks);
 // The names of the sets this CPU runs, portable first: fills up to cap, returns the count.
 int tensor_kernels_available(const char **names, int cap);

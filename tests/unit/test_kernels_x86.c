@@ -8,10 +8,11 @@
 //    where quantizing them loses nothing: |fast - ref| <= 2^-12 A. Only float rounding is
 //    left (a few roundings per block of 32, k/32 blocks), far below this bar, while one
 //    misplaced code costs about A/k = 2^-9 A at k = 512, so a layout error cannot hide.
-//  - random activations: the same plus what 16-bit activations (two int8 halves) can cost,
-//    each x moved at most amax_b / (127 * 256) in its block b: the sum over blocks of that
-//    times sum_{i in b} |w_i| (one 8-bit pass alone would be 128x this). Float types
-//    (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
+//  - random activations: the same plus what the activation width can cost, each x moved at
+//    most amax_b / (127 * 256) (q16: two int8 halves) or amax_b / (127 * 2) (q8: half a step
+//    of one int8) in its block b: the sum over blocks of that times sum_{i in b} |w_i|. Float
+//    types (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
+// Every set runs in both widths (enum tensor_act), the reference's q8 included.
 //  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
 //    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
 //    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error.
@@ -49,8 +50,9 @@ static void make_x(float *x, int64_t n, int64_t k, bool grid, uint64_t *seed) {
 		}
 }
 
-// The activation-quantization term of the bound for one dot product.
-static double act_bound(const float *w, const float *x, int64_t k) {
+// The activation-quantization term of the bound for one dot product: steps of 1/256 (q16)
+// or 1/2 (q8) of amax / 127.
+static double act_bound(const float *w, const float *x, int64_t k, double step) {
 	double b = 0;
 	for (int64_t i0 = 0; i0 < k; i0 += 32) {
 		double amax = 0, sw = 0;
@@ -58,7 +60,7 @@ static double act_bound(const float *w, const float *x, int64_t k) {
 			amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
 			sw += fabs(w[i]);
 		}
-		b += amax / (127.0 * 256.0) * sw;
+		b += amax / 127.0 * step * sw;
 	}
 	return b;
 }
@@ -107,15 +109,17 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 				double A = 0;
 				for (int64_t i = 0; i < K; i++) A += fabs((double)wr[i] * xr[i]);
 				double tol = A * 0x1p-12 + 1e-30;
-				if (!grid && !is_float(type)) tol += act_bound(wr, xr, K);
+				if (!grid && !is_float(type))
+					tol += act_bound(wr, xr, K, tensor_kernels_act(ks) == TENSOR_ACT_Q8 ? 0.5 : 1.0 / 256.0);
 				const double e = fabs((double)y1[r * NO + o] - yr[r * NO + o]);
 				worst = e / tol > worst ? e / tol : worst;
 				worse += !(e <= tol);
 			}
-		CHECKF(worse == 0, "%s %s k=%lld %s activations: %d outputs outside the tolerance (worst %.3g x it)", tensor_kernels_name(ks),
-		       tt->name, (long long)K, grid ? "grid" : "random", worse, worst);
-		CHECKF(!differ, "%s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks), tt->name,
-		       (long long)NR);
+		CHECKF(worse == 0, "%s %s %s k=%lld %s activations: %d outputs outside the tolerance (worst %.3g x it)",
+		       tensor_kernels_name(ks), tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)K,
+		       grid ? "grid" : "random", worse, worst);
+		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
+		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
 		// A slice of rows through the second matrix of the stack: the fused pass's outputs.
 		float *y4 = y2;
 		const tensor_mat *w1 = &m;
@@ -315,11 +319,15 @@ int main(void) {
 	CHECK(base_pool_new(&pool, 3) == 0);
 	for (int s = 0; s < n; s++) {
 		const tensor_kernels *ks = tensor_kernels_find(names[s]);
-		for (int t = 0; t < N_TYPES; t++) {
-			t_case("%s type %u", names[s], all_types[t]);
-			matmul_type(ks, all_types[t], 512, pool);
-			if (is_float(all_types[t])) matmul_type(ks, all_types[t], 100, pool);
-			extremes(ks, all_types[t]);
+		for (int a = 0; a < TENSOR_ACT_COUNT; a++) {
+			const tensor_kernels *ka = tensor_kernels_with_act(ks, (enum tensor_act)a);
+			CHECK(tensor_kernels_act(ka) == (enum tensor_act)a && !strcmp(tensor_kernels_name(ka), names[s]));
+			for (int t = 0; t < N_TYPES; t++) {
+				t_case("%s %s type %u", names[s], tensor_act_name((enum tensor_act)a), all_types[t]);
+				matmul_type(ka, all_types[t], 512, pool);
+				if (is_float(all_types[t])) matmul_type(ka, all_types[t], 100, pool);
+				extremes(ka, all_types[t]);
+			}
 		}
 		const int32_t dims[] = {64, 128, 48, 8};
 		for (int d = 0; d < 4; d++)

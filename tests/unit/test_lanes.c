@@ -165,6 +165,7 @@ static void test_exact_kv(const char *name, enum kv_type kvt) {
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (!M) return;
+	t_case("%s kv %d %s", name, (int)kvt, tensor_act_name(tensor_kernels_act(model_kernels(M))));
 	CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
 	if (!V) { model_free(M); M = NULL; return; }
 	static req_spec s[NREQ];
@@ -1059,6 +1060,13 @@ int main(void) {
 	test_exact("ref-llama-Q4_K_M.gguf");
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
+	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
+	test_exact("ref-llama-Q4_K_M.gguf");
+	test_exact("ref-qwen2-Q8_0.gguf");
+	test_exact("ref-moe-Q8_0.gguf");
+	with_model("ref-llama-Q4_K_M.gguf", test_draft_ngram);
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);

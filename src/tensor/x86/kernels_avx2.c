@@ -113,18 +113,4 @@ V double v_hsumd(vd a) {
 #include "tensor/x86/impl.h"
 #include "tensor/x86/attn.h"
 
-const tensor_kernels tensor_kernels_avx2 = {
-	.name = "avx2",
-	.tile = KERN_TILE,
-	.pack_bytes = kx_pack_bytes,
-	.pack = kx_pack,
-	.act_kind = kern_x86_act_kind,
-	.act_q8 = kx_act_q8,
-	.matmul = kx_matmul,
-	.attn = kx_attn,
-	.attn_unfused = kx_attn_unfused,
-	.rmsnorm = kx_rmsnorm,
-	.swiglu = kx_swiglu,
-	.f16s_encode = kx_f16s_encode,
-	.cpu_ok = kern_cpu_avx2,
-};
+KX_SETS("avx2", tensor_kernels_avx2, tensor_kernels_avx2_q8, kern_cpu_avx2)
