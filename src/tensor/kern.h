@@ -14,8 +14,9 @@ enum kern_act { KERN_ACT_F32, KERN_ACT_Q8 };
 // x ~= d * (256*qh + ql), qh = round(x / (256 d)) in [-127, 127] and ql the rounded rest in
 // [-127, 127]; each half goes through an exact int8 dot product, so a block costs two of
 // them and keeps about 16 bits of every activation (llama.cpp keeps 8). Width q8: x ~= d * qh
-// with d = amax / 127 and qh = x / d rounded to nearest even; ql is zero and unread, and a
-// block costs one dot product. The sums below are over the block's integers either way.
+// with d = amax / 127 and qh = x / d rounded to nearest even, and a block costs one dot
+// product; its blocks are the struct's first KERN_Q8_BYTES bytes (no ql), one cache line each.
+// The sums below are over the block's integers either way.
 typedef struct {
 	float d;        // scale of one unit of the integers (256*qh + ql, or qh)
 	float ds;       // d * sum (for the min terms of affine types)
@@ -29,10 +30,13 @@ typedef struct {
 	int8_t ql[32];
 } kern_q8;
 static_assert(sizeof(kern_q8) == 96, "kern_q8 size");
+#define KERN_Q8_BYTES 64
+static_assert(offsetof(kern_q8, qh) == 32 && offsetof(kern_q8, ql) == KERN_Q8_BYTES, "kern_q8 layout");
 
 struct tensor_kernels {
 	const char *name;
 	enum tensor_act act;        // the activation width of its quantized matmuls
+	size_t act_bytes;           // bytes of one prepared block: sizeof(kern_q8), or KERN_Q8_BYTES for q8
 	const tensor_kernels *twin; // the same set in the other width
 	int tile; // outputs per packed tile; threads split outputs on multiples of it
 	// Bytes of one packed matrix (rows x k of type); NULL: the set reads rows in place.
@@ -41,13 +45,14 @@ struct tensor_kernels {
 	void (*pack)(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst,
 		     int64_t t0, int64_t t1);
 	enum kern_act (*act_kind)(uint32_t type);
-	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks of the set's width.
+	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks of the set's
+	// width, act_bytes apart.
 	void (*act_q8)(const float *x, int64_t k, kern_q8 *dst);
-	// Outputs [o0, o1) (o0 a multiple of tile) of n activation rows: y[r*ldy + o]. mat: the
-	// matrix's first byte (packed, or its first row in place); xa: rows xa_stride bytes apart,
-	// floats or kern_q8 blocks as act_kind says.
+	// Outputs [o0, o1) (o0 a multiple of tile) of n activation rows: y[r*ldy + o] = the dot, or
+	// with add y = y + the dot. mat: the matrix's first byte (packed, or its first row in place);
+	// xa: rows xa_stride bytes apart, floats or kern_q8 blocks as act_kind says.
 	void (*matmul)(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
-		       int64_t ldy, int64_t o0, int64_t o1);
+		       int64_t ldy, int64_t o0, int64_t o1, bool add);
 	// Fused attention (scratch: tensor_attn_scratch(nq, head_dim) floats) and unfused (f16
 	// rows; scores: nq * n_pos floats).
 	void (*attn)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,

@@ -330,6 +330,23 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 // and the threads of pool split the outputs of all of them, never k.
 void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 		    int64_t n, float *const *ys);
+// What a matmul call also does on the pool's threads, so that per-row work before it and the
+// residual add after it cost no hand-off of their own.
+typedef struct {
+	// Makes row r of x before anything reads it: every row once, in any order, on any thread;
+	// NULL: x is ready. All matrices of the call must then prepare their input alike.
+	void (*make_row)(void *arg, int64_t r);
+	void *arg;
+	bool add;             // ys[i][r][o] = ys[i][r][o] + the dot (one float add), not = the dot
+	void *scratch;        // prepared activations go here when it holds tensor_matmul_scratch
+	size_t scratch_bytes; // bytes; too small or NULL: the call allocates its own
+} tensor_mm_opts;
+// tensor_matmuls with o (NULL: as tensor_matmuls). Each output is the same dot product
+// either way: make_row and add change where the work runs, not its arithmetic.
+void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+			 int64_t n, float *const *ys, const tensor_mm_opts *o);
+// Bytes of scratch a call of n rows of k inputs with a matrix of ks needs at most.
+size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 
 // The forward pass's other kernels, as the set ks has them (same contracts as the
 // reference functions above; results differ from them by rounding only).

@@ -79,8 +79,9 @@ AI void keep8(const vi w[8]) {
 	__asm__ volatile("" ::"v"(w[0]), "v"(w[1]), "v"(w[2]), "v"(w[3]), "v"(w[4]), "v"(w[5]), "v"(w[6]), "v"(w[7]));
 }
 
-AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b) {
-	return (const kern_q8 *)(xa + (size_t)i * xs) + b;
+// Row i's block b: blocks of KERN_Q8_BYTES with `one` (width q8), else whole kern_q8s.
+AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b, bool one) {
+	return (const kern_q8 *)(xa + (size_t)i * xs + (size_t)b * (one ? KERN_Q8_BYTES : sizeof(kern_q8)));
 }
 
 // ---- matmul row kernels: R activation rows against one half of one tile ---------------------
@@ -182,7 +183,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const vf D = v_ldh(sc + 2 * VL * h);
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
 			const vi s = dot_row(w, x, 2, five ? 5 : 4, v_set1_32(off == 8 ? x->n8 : -off * x->sum), NCH(R), one);
 			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 			if (affine) acc[i] = v_fma(M, v_set1f(x->ds), acc[i]);
@@ -201,7 +202,7 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		const vf D = v_ldh(blk + 512 + 2 * VL * h);
 #if KX_Q8_UNSIGNED
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
 			const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R), one);
 			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 		}
@@ -211,7 +212,7 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		vi aw[8];
 		UNROLL for (int g = 0; g < 8; g++) aw[g] = v_abs8(w[g]);
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
 			vi hi = v_zeroi(), lo = v_zeroi();
 			UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
 			if (!one) UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
@@ -238,7 +239,7 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			const vf D = v_mul(D0, v_cvt(v_ldu8(sc + 16 * j + VL * h)));
 			const vf M = v_mul(M0, v_cvt(v_ldu8(sc + 128 + 16 * j + VL * h)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi s = dot_row(w, x, 2, five ? 5 : 4, v_zero_chain(), NCH(R), one);
 				acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 				acc[i] = v_fnma(M, v_set1f(x->ds), acc[i]);
@@ -270,7 +271,7 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			const vf Da = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + VL * h)));
 			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi sa = dot_row(w, x, 0, six ? 6 : 3, v_set1_32(six ? x->n32[0] : -off * x->s16[0]), 2, one);
 				const vi sb = dot_row(w, x, 1, six ? 6 : 3, v_set1_32(six ? x->n32[1] : -off * x->s16[1]), 2, one);
 				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
@@ -297,7 +298,7 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 			const vf Da = v_mul(D0, v_cvt(v_and(ca, m15))), Db = v_mul(D0, v_cvt(v_and(cb, m15)));
 			const vf Ma = v_mul(M0, v_cvt(v_srli32(ca, 4))), Mb = v_mul(M0, v_cvt(v_srli32(cb, 4)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi sa = dot_row(w, x, 0, 2, v_zero_chain(), 2, one);
 				const vi sb = dot_row(w, x, 1, 2, v_zero_chain(), 2, one);
 				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
@@ -323,13 +324,14 @@ AI void rows_float(const uint8_t *tw, int64_t k, const uint8_t *xa, size_t xs, i
 
 // ---- matmul drivers ----------------------------------------------------------------------------
 // Writes the lanes of acc that fall inside [o, o1) of row yr.
-AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
+// With add, each becomes y + a.
+AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	if (o + VL <= o1) {
-		v_storef(yr + o, a);
+		v_storef(yr + o, add ? v_add(v_loadf(yr + o), a) : a);
 	} else {
 		float t[VL];
 		v_storef(t, a);
-		for (int l = 0; o + l < o1; l++) yr[o + l] = t[l];
+		for (int l = 0; o + l < o1; l++) yr[o + l] = add ? yr[o + l] + t[l] : t[l];
 	}
 }
 
@@ -340,13 +342,13 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 #define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL, ONE)                                                       \
 	/* R rows [r0, r0 + R) against the half h of the tile at tw, into y (R a constant). */                \
 	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, const int R,      \
-			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1) {                          \
+			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add) {                \
 		vf acc[RMAX];                                                                                     \
 		CALL(R, ONE);                                                                                     \
-		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i]);                                         \
+		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
 	}                                                                                                         \
 	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
-			 int64_t ldy, int64_t o0, int64_t o1) {                                                      \
+			 int64_t ldy, int64_t o0, int64_t o1, bool add) {                                            \
 		const uint8_t *xa = xa_;                                                                          \
 		const int64_t nb = w->k / (BLOCK_ELEMS);                                                          \
 		const size_t tile_bytes = (size_t)nb * (BLOCK_BYTES);                                             \
@@ -361,11 +363,11 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 					const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
 					const uint8_t *xr = xa + (size_t)r0 * xs;                                 \
 					for (int h = 0; h < NH; h++) {                                            \
-						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1); \
-						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1); \
-						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1); \
-						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1); \
-						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1);        \
+						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1, add); \
+						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1, add); \
+						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1, add); \
+						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1, add); \
+						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1, add); \
 					}                                                                         \
 					r0 += R;                                                                  \
 				}                                                                                 \
@@ -399,7 +401,7 @@ MM_DRIVER(mm_f16, 1, 32, CALL_F16, false)
 MM_DRIVER(mm_bf16, 1, 32, CALL_BF16, false)
 
 typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, int64_t, float *, int64_t, int64_t,
-		      int64_t);
+		      int64_t, bool);
 #define MM_ENTRIES(P)                                                                                              \
 	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
 	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
@@ -409,13 +411,13 @@ static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
 static void kx_matmul8(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y,
-		       int64_t ldy, int64_t o0, int64_t o1) {
-	mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1);
+		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
-		      int64_t o0, int64_t o1) {
-	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1);
+		      int64_t o0, int64_t o1, bool add) {
+	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {
@@ -455,7 +457,6 @@ AI void act_block(const float *x, kern_q8 *o, bool one) {
 		if (VL * c < 16) u0 = v_addi(u0, u);
 		else u1 = v_addi(u1, u);
 	}
-	if (one) memset(o->ql, 0, sizeof o->ql);
 	const int32_t s0 = v_hsumi(u0), s1 = v_hsumi(u1);
 	o->d = one ? d : d * (1.0f / 256.0f);
 	o->sum = s0 + s1;
@@ -470,15 +471,15 @@ static void kx_act_q8(const float *x, int64_t k, kern_q8 *dst) {
 }
 
 static void kx_act_q8_8(const float *x, int64_t k, kern_q8 *dst) {
-	for (int64_t b = 0; b < k / 32; b++) act_block(x + 32 * b, &dst[b], true);
+	for (int64_t b = 0; b < k / 32; b++) act_block(x + 32 * b, (kern_q8 *)((uint8_t *)dst + (size_t)b * KERN_Q8_BYTES), true);
 }
 
 // The set's table in one width (the includer names the set and its CPU check).
 #define KX_SET(NAME, ACT, TWIN, ACT_Q8, MATMUL, CPU_OK)                                                             \
-	{.name = NAME, .act = ACT, .twin = &TWIN, .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack,     \
-	 .act_kind = kern_x86_act_kind, .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn,                          \
-	 .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm, .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode,  \
-	 .cpu_ok = CPU_OK}
+	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
+	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
+	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
+	 .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
 	const tensor_kernels Q16 = KX_SET(NAME, TENSOR_ACT_Q16, Q8, kx_act_q8, kx_matmul, CPU_OK);                     \
 	const tensor_kernels Q8 = KX_SET(NAME, TENSOR_ACT_Q8, Q16, kx_act_q8_8, kx_matmul8, CPU_OK);
