@@ -24,12 +24,16 @@ static int ensure_rows(lane_host *h, int32_t n) {
 }
 
 // Prompt rows this round may carry after n_decode decode and draft rows: the budget hook's
-// figure, else the share of --round-ms the pricing model leaves.
+// figure, else the share of --round-ms the pricing model leaves. A round with no decode rows
+// has no stream's latency to keep: it takes all it can, so a burst of requests starts
+// decoding together (lanes that started rounds apart end rounds apart, in small rounds that
+// cost a pass's fixed time each) and a lone prompt fills in the fewest passes.
 static int32_t prompt_budget(const lane_host *h, int32_t n_decode) {
 	if (h->cfg.hooks.budget) {
 		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, n_decode, h->row_us, h->fixed_us, h->cfg.round_ms);
 		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 	}
+	if (n_decode == 0) return LANE_PROMPT_ROWS;
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - n_decode * h->row_us;
 	int32_t n = h->row_us > 0 ? (int32_t)(left / h->row_us) : 512;
 	// a page of prompt per round at least, so busy decoding never starves a filling lane
@@ -244,6 +248,6 @@ void lane_calibrate(lane_host *h) {
 	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
 	if (h->row_us < 1) h->row_us = 1;
 	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
-	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %d prompt rows",
-		 h->row_us, h->fixed_us, h->cfg.round_ms, prompt_budget(h, 0));
+	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %d prompt rows beside a stream",
+		 h->row_us, h->fixed_us, h->cfg.round_ms, prompt_budget(h, 1));
 }
