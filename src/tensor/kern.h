@@ -62,6 +62,8 @@ struct tensor_kernels {
 	void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);
 	void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
 	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);
+	// A row of n floats to type's blocks, the reference quantizer's bytes (NULL: the reference).
+	void (*quant_row)(uint32_t type, const float *x, void *dst, int64_t n);
 	bool (*cpu_ok)(void); // whether this CPU runs the set
 };
 

@@ -294,6 +294,11 @@ uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n
 	return ks->f16s_encode(x, n, h);
 }
 
+void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float *x, void *dst, int64_t n) {
+	if (ks->quant_row) ks->quant_row(type, x, dst, n);
+	else tensor_traits_of(type)->from_f32(x, dst, n);
+}
+
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
 		   const tensor_kv_view *kvv, int32_t n_pos, float *scratch, float *out) {
 	ks->attn(q, nq, head_dim, scale, kvv, n_pos, scratch, out);

@@ -353,6 +353,9 @@ size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y);
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);
+// One row of n floats quantized to type (n a multiple of its block): the reference
+// quantizer's bytes exactly, vectorized for Q8_0 and Q4_0 (the KV block types).
+void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float *x, void *dst, int64_t n);
 // Attention of nq query heads that share one KV head (GQA): q[nq][head_dim] -> out[nq][head_dim],
 // fused (as tensor_attn; scratch: tensor_attn_scratch(nq, head_dim) floats), or unfused (as
 // tensor_attn_f16, f16 rows only; scratch: nq * n_pos floats).

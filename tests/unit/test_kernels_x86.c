@@ -15,7 +15,8 @@
 // Every set runs in both widths (enum tensor_act), the reference's q8 included.
 //  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
 //    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
-//    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error.
+//    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error;
+//    the KV block quantizers (Q8_0, Q4_0): the reference's bytes.
 #include "t.h"
 
 #include "cli/settings.h"
@@ -287,6 +288,37 @@ static void pointwise(const tensor_kernels *ks) {
 	free(x), free(w), free(a), free(b);
 }
 
+// The KV block quantizers: the reference's bytes exactly, for random rows and the edges —
+// zero blocks, ties of magnitude with both signs (the first decides Q4_0's sign), values
+// that land on halves of a step (roundf goes away from zero) and Q4_0's top code.
+static void kv_quant(const tensor_kernels *ks) {
+	const uint32_t types[2] = {GGUF_T_Q8_0, GGUF_T_Q4_0};
+	uint64_t seed = 4242;
+	float x[256];
+	uint8_t a[512], b[512];
+	int bad = 0;
+	for (int t = 0; t < 2; t++)
+		for (int rep = 0; rep < 300; rep++) {
+			for (int i = 0; i < 256; i++) x[i] = frand(&seed) * ldexpf(1.0f, rep % 20 - 10);
+			const int kind = rep % 6;
+			if (kind == 1) memset(x + 32, 0, 32 * sizeof(float));
+			if (kind == 2) // the largest magnitude twice, signs both ways round
+				x[5] = -4.0f, x[9] = 4.0f, x[32 + 2] = 4.0f, x[32 + 30] = -4.0f;
+			if (kind == 3) // a step of 1 (amax 127 for Q8_0, -8 for Q4_0) and values on halves
+				for (int b0 = 0; b0 < 256; b0 += 32)
+					for (int i = 0; i < 32; i++)
+						x[b0 + i] = i == 0 ? (t ? -8.0f : 127.0f)
+							    : (float)((int)(frand(&seed) * (t ? 7 : 126))) + (frand(&seed) < 0 ? -0.5f : 0.5f);
+			if (kind == 4)
+				for (int i = 0; i < 32; i++) x[i] = (float)(i % 17 - 8), x[32 + i] = -(float)(i % 16);
+			const tensor_traits *tt = tensor_traits_of(types[t]);
+			tt->from_f32(x, a, 256);
+			tensor_k_quantize_row(ks, types[t], x, b, 256);
+			bad += memcmp(a, b, tensor_row_bytes(types[t], 256)) != 0;
+		}
+	CHECKF(bad == 0, "%s KV quantizers: %d rows differ from the reference's bytes", tensor_kernels_name(ks), bad);
+}
+
 static void dispatch(void) {
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
@@ -343,6 +375,7 @@ int main(void) {
 		}
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);
+		kv_quant(ks);
 	}
 	base_pool_free(pool);
 	T_DONE("kernels_x86");

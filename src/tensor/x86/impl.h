@@ -474,12 +474,52 @@ static void kx_act_q8_8(const float *x, int64_t k, kern_q8 *dst) {
 	for (int64_t b = 0; b < k / 32; b++) act_block(x + 32 * b, (kern_q8 *)((uint8_t *)dst + (size_t)b * KERN_Q8_BYTES), true);
 }
 
+// ---- KV rows as Q8_0 and Q4_0 blocks: the reference quantizers' bytes, vectorized ------------
+// Q8_0: d = amax / 127, q = roundf(x / d); Q4_0: d = the largest magnitude (first on ties,
+// signed) / -8, q = min(15, trunc(x / d + 8.5)); x / d as x * (1 / d), each step a separate
+// rounding as the scalar code's. Other types take the reference.
+static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
+	if (type != GGUF_T_Q8_0 && type != GGUF_T_Q4_0) {
+		tensor_traits_of(type)->from_f32(x, dst, n);
+		return;
+	}
+	for (int64_t b = 0; b < n / 32; b++, x += 32) {
+		vf v[32 / VL];
+		vf am = v_zerof();
+		UNROLL for (int c = 0; c < 32 / VL; c++) {
+			v[c] = v_loadf(x + VL * c);
+			am = v_max(am, v_absf(v[c]));
+		}
+		const float amax = v_hmax(am);
+		if (type == GGUF_T_Q8_0) {
+			block_q8_0 *o = (block_q8_0 *)dst + b;
+			const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+			o->d = tensor_f32_to_f16(d);
+			UNROLL for (int c = 0; c < 32 / VL; c++) v_store8(o->qs + VL * c, v_cvtt(v_roundaway(v_mul(v[c], v_set1f(id)))));
+			continue;
+		}
+		block_q4_0 *o = (block_q4_0 *)dst + b;
+		float mx = 0.0f;
+		for (int j = 0; j < 32 && amax > 0.0f; j++)
+			if (fabsf(x[j]) == amax) {
+				mx = x[j];
+				break;
+			}
+		const float d = mx / -8, id = d ? 1.0f / d : 0.0f;
+		o->d = tensor_f32_to_f16(d);
+		vi q[32 / VL];
+		UNROLL for (int c = 0; c < 32 / VL; c++)
+			q[c] = v_mini(v_cvtt(v_add(v_mul(v[c], v_set1f(id)), v_set1f(8.5f))), v_set1_32(15));
+		UNROLL for (int c = 0; c < 16 / VL; c++) v_store8((int8_t *)o->qs + VL * c, v_or(q[c], v_slli32(q[c + 16 / VL], 4)));
+	}
+}
+
 // The set's table in one width (the includer names the set and its CPU check).
 #define KX_SET(NAME, ACT, TWIN, ACT_Q8, MATMUL, CPU_OK)                                                             \
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
 	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
-	 .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode, .cpu_ok = CPU_OK}
+	 .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
 	const tensor_kernels Q16 = KX_SET(NAME, TENSOR_ACT_Q16, Q8, kx_act_q8, kx_matmul, CPU_OK);                     \
 	const tensor_kernels Q8 = KX_SET(NAME, TENSOR_ACT_Q8, Q16, kx_act_q8_8, kx_matmul8, CPU_OK);
