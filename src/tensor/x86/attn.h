@@ -259,12 +259,13 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			}
 			for (int l = 0; l < nt && !blocks; l++) {
 				vf vv[ATT_MAXC] = {0};
-				if (f16 && h0 == 0) vsc[l] = 1.0f;
-				if (f16 && !kvv->vs) {
+				if (f16) { // the row straight into registers; its scale byte (f16s) into the weight
 					const int32_t j = t0 + l, pt = kvv->page_tokens;
-					const uint16_t *r = (const uint16_t *)kvv->v + (size_t)kvv->pages[j / pt] * kvv->page_stride +
-							    (size_t)(j % pt) * kvv->row_stride;
+					const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+					const uint16_t *r = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
 					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(r + VL * c);
+					if (h0 == 0)
+						vsc[l] = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
 				} else {
 					const float vs = att_row(kvv, true, t0 + l, D, vrow);
 					if (h0 == 0) vsc[l] = vs;
