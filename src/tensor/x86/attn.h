@@ -187,10 +187,10 @@ AI float att_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D, float 
 // output, whose V rows are read once per HG heads held in registers.
 AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		   float *scratch, float *out, const int nc) {
-	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq;
+	// scores, outputs, maxima and sums per head, then a tile of V rows (tensor_attn_scratch)
+	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq, *vtile = sum + nq;
 	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
-	float vrow[ATT_MAXC * VL] __attribute__((aligned(64)));
-	float ksc[VL] __attribute__((aligned(64))), vsc[TT];
+	float ksc[VL] __attribute__((aligned(64))), vsc[TT * ATT_MAXC * VL / 32];
 	float alpha[64];
 	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
 	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY, sum[h] = 0.0f;
@@ -230,9 +230,31 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			}
 			sum[hq] = sum[hq] * alpha[hq] + v_hsum(ps);
 		}
-		// the weighted V rows, positions in order; the V scale (f16s: per row; block types: per
-		// block, read with the codes) folds into each weight
+		// The tile's V rows once, for every group of heads: f16 values as floats with the row's
+		// scale (f16s), block codes as floats with each block's scale; then per group of HG heads
+		// the weighted rows in position order, each scale folded into its weight.
 		const bool f16 = kvv->enc == TENSOR_KV_F16, blocks = !f16 && kvv->off % 32 == 0 && D % 32 == 0;
+		const int nbv = blocks ? nc * VL / 32 : 1; // scales per row
+		const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+		for (int l = 0; l < nt; l++) {
+			float *vr = vtile + (size_t)l * nc * VL;
+			const int32_t j = t0 + l, pt = kvv->page_tokens;
+			if (f16) {
+				const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+				const uint16_t *r = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+				UNROLL for (int c = 0; c < nc; c++) v_storef(vr + VL * c, v_ldh(r + VL * c));
+				vsc[l] = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
+			} else if (blocks) {
+				const uint8_t *r = block_row(kvv, true, j);
+				for (int b2 = 0; b2 < nbv; b2++) {
+					vf c[32 / VL];
+					vsc[l * nbv + b2] = block_codes(kvv->enc, r + (size_t)b2 * bs, c);
+					UNROLL for (int i = 0; i < 32 / VL; i++) v_storef(vr + 32 * b2 + VL * i, c[i]);
+				}
+			} else {
+				vsc[l] = att_row(kvv, true, j, D, vr);
+			}
+		}
 		for (int32_t h0 = 0; h0 < nq; h0 += HG) {
 			const int hn = nq - h0 < HG ? nq - h0 : HG;
 			vf av[4][ATT_MAXC];
@@ -243,38 +265,21 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 				const vf al = v_set1f(alpha[h0 + a]);
 				UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_mul(v_loadf(acc + (size_t)(h0 + a) * D + VL * c), al);
 			}
-			for (int l = 0; l < nt && blocks; l++) {
-				const uint8_t *r = block_row(kvv, true, t0 + l);
-				const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-				UNROLL for (int b = 0; b < nc * VL / 32; b++) {
-					vf c[32 / VL];
-					const float d = block_codes(kvv->enc, r + (size_t)b * bs, c);
-					UNROLL for (int a = 0; a < HG; a++) {
-						if (a >= hn) break;
-						const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l] * d);
-						UNROLL for (int i = 0; i < 32 / VL; i++)
-							av[a][b * (32 / VL) + i] = v_fma(w, c[i], av[a][b * (32 / VL) + i]);
-					}
-				}
-			}
-			for (int l = 0; l < nt && !blocks; l++) {
+			for (int l = 0; l < nt; l++) {
 				vf vv[ATT_MAXC] = {0};
-				if (f16) { // the row straight into registers; its scale byte (f16s) into the weight
-					const int32_t j = t0 + l, pt = kvv->page_tokens;
-					const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-					const uint16_t *r = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
-					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(r + VL * c);
-					if (h0 == 0)
-						vsc[l] = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
-				} else {
-					const float vs = att_row(kvv, true, t0 + l, D, vrow);
-					if (h0 == 0) vsc[l] = vs;
-					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vrow + VL * c);
-				}
+				UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vtile + (size_t)l * nc * VL + VL * c);
 				UNROLL for (int a = 0; a < HG; a++) {
 					if (a >= hn) break;
-					const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l] * vsc[l]);
-					UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
+					const float p = sc[(size_t)(h0 + a) * TT + l];
+					if (nbv == 1) {
+						const vf w = v_set1f(p * vsc[l]);
+						UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
+					} else {
+						UNROLL for (int c = 0; c < nc; c++) {
+							const vf w = v_set1f(p * vsc[l * nbv + c * VL / 32]);
+							av[a][c] = v_fma(w, vv[c], av[a][c]);
+						}
+					}
 				}
 			}
 			UNROLL for (int a = 0; a < HG; a++) {
