@@ -45,12 +45,16 @@ static double lora_reads(lane_host *h, const lane_req *r) {
 }
 
 // Base rows of prompt this round may carry after decode and draft rows costing decode base
-// rows: the budget hook's figure, else the share of --round-ms the pricing model leaves.
+// rows: the budget hook's figure, else the share of --round-ms the pricing model leaves. A round
+// with no decode rows has no stream's latency to keep: it takes all it can, so a burst of
+// requests starts decoding together (lanes that started rounds apart end rounds apart, in small
+// rounds that cost a pass's fixed time each) and a lone prompt fills in the fewest passes.
 double lane_prompt_budget(const lane_host *h, double decode) {
 	if (h->cfg.hooks.budget) {
 		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, (int32_t)ceil(decode), h->row_us, h->fixed_us, h->cfg.round_ms);
 		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 	}
+	if (decode <= 0) return LANE_PROMPT_ROWS;
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - decode * h->row_us;
 	double n = h->row_us > 0 ? floor(left / h->row_us) : 512;
 	// a page of prompt per round at least, so busy decoding never starves a filling lane
@@ -278,6 +282,6 @@ void lane_calibrate(lane_host *h) {
 	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
 	if (h->row_us < 1) h->row_us = 1;
 	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
-	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows",
-		 h->row_us, h->fixed_us, h->cfg.round_ms, lane_prompt_budget(h, 0));
+	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows beside a stream",
+		 h->row_us, h->fixed_us, h->cfg.round_ms, lane_prompt_budget(h, 1));
 }

@@ -168,6 +168,7 @@ static void test_exact_kv(const char *name, enum kv_type kvt) {
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (!M) return;
+	t_case("%s kv %d %s", name, (int)kvt, tensor_act_name(tensor_kernels_act(model_kernels(M))));
 	CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
 	if (!V) { model_free(M); M = NULL; return; }
 	static req_spec s[NREQ];
@@ -453,6 +454,60 @@ static lane_req *submit1(lane_host *h, const lane_request *q) {
 	int rc = lane_submit(h, q, &r, err, sizeof err);
 	CHECKF(rc == 0, "submit: %s", err);
 	return r;
+}
+
+// The rounds a prompt takes: with no stream decoding a round takes the whole prompt (up to
+// 512 rows) whatever the pricing leaves, so a lone prompt fills in one pass; beside a live
+// stream it fills in the pieces the budget gives (a round target of 1 us: one page a round).
+static void test_idle_fill(void) {
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 2;
+	c.threads = 2;
+	c.ctx = 2048;
+	c.round_ms = 0.001;
+	c.prefix_cache = false; // the second prompt is the first: it must fill again
+	char err[256];
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "lane_host_new: %s", err);
+	if (!h) return;
+	int32_t prompt[300];
+	for (int32_t k = 0; k < 300; k++) prompt[k] = k ? 3 + (k * 7) % 400 : 1;
+	lane_request q = {.prompt = prompt, .n_prompt = 300, .max_tokens = 1, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	lane_request live = q;
+	live.n_prompt = 2;
+	live.max_tokens = 1500;
+	uint64_t rounds[2];
+	for (int pass = 0; pass < 2; pass++) {
+		// pass 1: a stream decodes beside the prompt
+		lane_req *a = pass ? submit1(h, &live) : NULL;
+		lane_event ev;
+		if (a) CHECK(lane_next(a, &ev, 30 * 1000000) == 1 && ev.kind == LANE_EV_TOKEN);
+		lane_snapshot s0, s1;
+		lane_host_snapshot(h, &s0);
+		lane_req *r = submit1(h, &q);
+		result res;
+		collect(r, &res);
+		lane_req_free(r);
+		CHECK(res.n == 1);
+		// the snapshot is published after the round that ended the request
+		for (int w = 0; w < 1000; w++) {
+			lane_host_snapshot(h, &s1);
+			if (s1.finished > s0.finished) break;
+			usleep(1000);
+		}
+		rounds[pass] = s1.rounds - s0.rounds;
+		if (a) {
+			lane_cancel(a);
+			collect(a, &res);
+			lane_req_free(a);
+		}
+	}
+	CHECKF(rounds[0] == 1, "a lone 300-token prompt fills in one round (%llu rounds)", (unsigned long long)rounds[0]);
+	CHECKF(rounds[1] >= 300 / 16, "beside a stream it fills a page a round (%llu rounds)", (unsigned long long)rounds[1]);
+	lane_host_free(h);
 }
 
 // What a user of the API sees: stop strings cut across token boundaries and never shown,
@@ -1202,6 +1257,7 @@ int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
 	with_model("stories260K.gguf", test_semantics);
+	with_model("stories260K.gguf", test_idle_fill);
 	with_model("stories260K.gguf", test_draft_ngram);
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
@@ -1214,6 +1270,13 @@ int main(void) {
 	test_exact("ref-llama-Q4_K_M.gguf");
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
+	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
+	test_exact("ref-llama-Q4_K_M.gguf");
+	test_exact("ref-qwen2-Q8_0.gguf");
+	test_exact("ref-moe-Q8_0.gguf");
+	with_model("ref-llama-Q4_K_M.gguf", test_draft_ngram);
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);
