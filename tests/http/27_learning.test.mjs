@@ -8,10 +8,9 @@
 // while a long prompt fills (shown by the order of events).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { BIN, STORIES, TMP, KEY, startServer, getJSON, postJSON, postSSE, sleep, metric } from './lib.mjs';
+import { STORIES, TMP, KEY, startServer, getJSON, postJSON, postSSE, sleep, metric, shapeModel } from './lib.mjs';
 
 const auth = { Authorization: `Bearer ${KEY}` };
 const stories = fs.readFileSync('tests/data/learn/stories-train.jsonl', 'utf8').trim().split('\n').map((l) => JSON.parse(l));
@@ -245,18 +244,8 @@ test('a saved adapter gives the trained server tokens and logprobs in a fresh se
 	}
 });
 
-// a tinyllama-1.1b-shaped model (Q4_0, stories260K's vocabulary) whose prompts take seconds, made once
-function tinyllama() {
-	const out = path.join(TMP, 'tinyllama-1.1b-Q4_0.gguf');
-	if (!fs.existsSync(out)) {
-		const r = spawnSync(BIN, ['gen', '--shape', 'tinyllama-1.1b', '--type', 'Q4_0', '--vocab', STORIES, '-o', out], { stdio: 'inherit' });
-		if (r.status !== 0) throw new Error('lanes gen failed');
-	}
-	return out;
-}
-
 test('GET /learn/grants answers while a long prompt fills', async () => {
-	const T = await startServer(['-m', tinyllama(), '--piece', '16', '--draft', 'off', '--lanes', '2']);
+	const T = await startServer(['-m', shapeModel('tinyllama-1.1b'), '--piece', '16', '--draft', 'off', '--lanes', '2']);
 	try {
 		const before0 = await ledger(T.url);
 		const ids = [];
