@@ -181,6 +181,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "serve a LoRA adapter (GGUF) as NAME (\"model\": NAME, or \"lora\": [{\"name\"}]), scale 1 unless given; NAME= may be left out: the file's name"},
 	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = "8", .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
 	 .help = "adapters loaded at once (--lora and POST /v1/adapters)"},
+	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = "0.25", .min = 0, .max = 1, .meta = "F", .cmds = B(SERVE),
+	 .help = "most of a round's prompt budget that training steps (POST /learn/grants) take; 0: learning off"},
 	{.names = "--strict-params", .kind = SET_FLAG, .field = F(strict_params), .cmds = B(SERVE),
 	 .help = "refuse the hint fields other servers' clients send (prompt_cache_key, cache_prompt, ...) instead of ignoring them"},
 	{.names = "--embeddings", .kind = SET_FLAG, .field = F(embeddings), .cmds = B(SERVE),

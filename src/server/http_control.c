@@ -175,6 +175,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 		srv_buf_adds(&b, line);
 	}
 	srv_adapters_metrics(s, sn, &b);
+	srv_learning_metrics(s, &b);
 	lane_hist_print(&sn->round_seconds, "lanes_round_seconds", "Duration of engine rounds.", &b);
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
