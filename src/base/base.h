@@ -103,6 +103,10 @@ void base_pool_free(base_pool *p);                 // accepts NULL
 int base_pool_threads(const base_pool *p);
 // Runs fn(arg, ith, nth) on every thread and returns when all are done.
 void base_pool_run(base_pool *p, base_task_fn fn, void *arg);
+// Within one job: waits until *done reaches target, spinning briefly, then yielding. For work
+// the job's threads claim and count as they finish it; a thread waits only for claims already
+// taken, so one that has not started yet holds nobody up.
+void base_pool_wait(const _Atomic long long *done, long long target);
 int base_cpu_count(void);
 
 // ---- build: "lanes VERSION (commit C)" and the compiler and flags it was built with ------

@@ -4,6 +4,7 @@
 #include "base/base.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -146,6 +147,13 @@ void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 			pthread_mutex_unlock(&p->mu);
 			break;
 		}
+	}
+}
+
+void base_pool_wait(const _Atomic long long *done, long long target) {
+	for (int spins = 0; atomic_load(done) < target; spins++) {
+		if (spins < 20000) cpu_relax();
+		else sched_yield();
 	}
 }
 

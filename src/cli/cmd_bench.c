@@ -108,16 +108,17 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 		return 1;
 	}
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	const char *act = tensor_act_name(tensor_kernels_act(model_kernels(m)));
 	if (json)
-		printf("{\"model\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, \"tokens\": %d, \"seconds\": %.3f, "
-		       "\"aggregate_tps\": %.2f, \"tg_tps\": %.2f, \"ttft_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, "
-		       "\"draft_tokens\": %llu, \"draft_accepted\": %llu}\n",
-		       base, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.tg_tps, r.ttft_ms, r.itl_p50_ms,
-		       r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted);
+		printf("{\"model\": \"%s\", \"activations\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, "
+		       "\"tokens\": %d, \"seconds\": %.3f, \"aggregate_tps\": %.2f, \"tg_tps\": %.2f, \"ttft_ms\": %.1f, "
+		       "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, \"draft_tokens\": %llu, \"draft_accepted\": %llu}\n",
+		       base, act, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.tg_tps, r.ttft_ms,
+		       r.itl_p50_ms, r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted);
 	else
-		printf("%s: %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token %.0f ms; "
-		       "inter-token p50 %.1f ms, p99 %.1f ms; drafts %llu/%llu accepted\n",
-		       base, M, fill > 0 ? " (and a filling prompt)" : "", r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
+		printf("%s (activations %s): %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token "
+		       "%.0f ms; inter-token p50 %.1f ms, p99 %.1f ms; drafts %llu/%llu accepted\n",
+		       base, act, M, fill > 0 ? " (and a filling prompt)" : "", r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
 		       r.itl_p99_ms, (unsigned long long)r.accepted, (unsigned long long)r.drafted);
 	return 0;
 }
@@ -177,8 +178,9 @@ int cmd_bench(const cli_settings *set) {
 	const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
 	LOG_INFO("bench", "%s (%s, %s, %.1f MiB of weights in place, %.1f KiB copied), %d threads, kv %s", base, hp->arch,
 		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, base_pool_threads(b.pool), kv_name);
-	LOG_INFO("bench", "kernels %s: %.1f MiB repacked in %.0f ms; load %.2f s", tensor_kernels_name(model_kernels(m)),
-		 model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
+	const char *act = tensor_act_name(tensor_kernels_act(model_kernels(m)));
+	LOG_INFO("bench", "kernels %s, activations %s: %.1f MiB repacked in %.0f ms; load %.2f s",
+		 tensor_kernels_name(model_kernels(m)), act, model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
 	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
 	if (run_tg(&b, 1) < 0) goto out;
 	for (int64_t r = 0; r < reps; r++) {
@@ -210,8 +212,8 @@ int cmd_bench(const cli_settings *set) {
 	if (n_pp) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
 	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
 	if (json) {
-		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:s, s:I, s:s, s:f}",
-				      "model", base, "type", type, "threads", base_pool_threads(b.pool), "pp_tokens",
+		json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:s, s:I, s:s, s:f}",
+				      "model", base, "type", type, "activations", act, "threads", base_pool_threads(b.pool), "pp_tokens",
 				      (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps",
 				      tg_m, "tg_sd", tg_sd, "kernels", tensor_kernels_name(model_kernels(m)), "load_s", load_s,
 				      "packed_mib", model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m), "kv",
@@ -228,13 +230,14 @@ int cmd_bench(const cli_settings *set) {
 		free(s);
 		json_decref(o);
 	} else {
-		printf("| model | type | threads | test | t/s |\n|---|---|---|---|---|\n");
-		if (n_pp) printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_pp, pp_m, pp_sd);
+		const int nth = base_pool_threads(b.pool);
+		printf("| model | type | activations | threads | test | t/s |\n|---|---|---|---|---|---|\n");
+		if (n_pp) printf("| %s | %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_pp, pp_m, pp_sd);
 		if (n_tg && depth)
-			printf("| %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_tg,
+			printf("| %s | %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_tg,
 			       (long long)depth, tg_m, tg_sd);
 		else if (n_tg)
-			printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, base_pool_threads(b.pool), (long long)n_tg, tg_m, tg_sd);
+			printf("| %s | %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_tg, tg_m, tg_sd);
 		printf("kv %s, %s attention, peak RSS %.1f MiB\n", kv_type_name(kvt), model_attn_fused() ? "fused" : "unfused",
 		       peak_rss_mib());
 	}

@@ -153,6 +153,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.load_progress = serve_progress;
 	cfg.load_progress_ud = &bar;
 	cfg.max_lora = (int)s->max_lora;
+	cfg.learn_share = s->learn_share;
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
 	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;

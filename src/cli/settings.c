@@ -160,6 +160,9 @@ const cli_setting cli_settings_table[] = {
 	 .help = "with --memory: the window's floor and start (default min(1024, the plan's))"},
 	{.names = "--kv|--kv-type", .kind = SET_CHOICE, .field = F(kv_type), .dflt = "f16s", .meta = "f16s|f16|q8_0|q4_0", .cmds = KV_CMDS,
 	 .help = "KV cache type"},
+	{.names = "--activations", .kind = SET_CHOICE, .field = F(activations), .dflt = "q16", .meta = "q16|q8",
+	 .cmds = B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE),
+	 .help = "activation width of the quantized matmuls: q8 = int8 per block of 32 as llama.cpp (about twice the arithmetic rate, logit error below llama.cpp's), q16 = 16 bits; float weights keep float activations"},
 	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = "8192", .min = 16, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
 	 .help = "without --memory: a fixed pool of KV tokens across all lanes"},
 	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = "64", .min = 0, .max = 1000000, .meta = "N", .cmds = B(SERVE),
@@ -178,6 +181,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "serve a LoRA adapter (GGUF) as NAME (\"model\": NAME, or \"lora\": [{\"name\"}]), scale 1 unless given; NAME= may be left out: the file's name"},
 	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = "8", .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
 	 .help = "adapters loaded at once (--lora and POST /v1/adapters)"},
+	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = "0.25", .min = 0, .max = 1, .meta = "F", .cmds = B(SERVE),
+	 .help = "most of a round's prompt budget that training steps (POST /learn/grants) take; 0: learning off"},
 	{.names = "--strict-params", .kind = SET_FLAG, .field = F(strict_params), .cmds = B(SERVE),
 	 .help = "refuse the hint fields other servers' clients send (prompt_cache_key, cache_prompt, ...) instead of ignoring them"},
 	{.names = "--embeddings", .kind = SET_FLAG, .field = F(embeddings), .cmds = B(SERVE),
@@ -494,6 +499,9 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 		cli_err("wants %d argument%s, got %d", c->npos, c->npos == 1 ? "" : "s", s->npos);
 		return usage_error(c);
 	}
+	// the width the models this command loads run with
+	enum tensor_act act;
+	if (s->activations && !tensor_act_parse(s->activations, &act)) tensor_kernels_select_act(act);
 	return -1;
 }
 

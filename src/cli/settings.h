@@ -31,13 +31,13 @@ typedef struct {
 	const char *corpus, *svg;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
-	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling, *experts;
+	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling, *experts, *activations;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
 	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, corpus_tokens, steps, batch, max_tokens;
 	int64_t overflow_queue, peer_poll_ms, peer_timeout_ms;
-	double temp, top_p, min_p, round_ms, drain_s, header_timeout, lr, alpha, weight_decay, clip;
+	double temp, top_p, min_p, round_ms, drain_s, header_timeout, lr, alpha, weight_decay, clip, learn_share;
 	cli_list allowed_host, cors_origin, lora, peer; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,

@@ -11,11 +11,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-// A row of plain values: the reference converter of the row's tensor type.
+// A row of plain values: the kernel set's quantizer of the row's tensor type (the reference's bytes).
 #define ENCODE_PLAIN(fname, ttype)                                                                        \
 	static void fname(const tensor_kernels *ks, const float *x, int32_t n, int32_t group, uint8_t *row, \
 			  uint8_t *scales) {                                                                  \
-		tensor_traits_of(ttype)->from_f32(x, row, n);                                              \
+		tensor_k_quantize_row(ks, ttype, x, row, n);                                               \
 	}
 ENCODE_PLAIN(encode_f16, GGUF_T_F16)
 ENCODE_PLAIN(encode_q8_0, GGUF_T_Q8_0)

@@ -1,7 +1,7 @@
 // lanes: the engine thread's loop — waits for work, admits at each round boundary, runs the
-// round and publishes the snapshot (or waits while leases hold the queue back); halt (end
-// everything failed, no allocation) and drain (refuse new submits) are asked for here from
-// any thread.
+// round, gives the background's owner its boundary and publishes the snapshot (or waits while
+// leases hold the queue back); halt (end everything failed, no allocation) and drain (refuse
+// new submits) are asked for here from any thread.
 #include "lanes/lanes_int.h"
 
 #include <time.h>
@@ -24,9 +24,9 @@ static void halt_all(lane_host *h, lane_req *queued) {
 		if (h->lanes[i]) lane_finish(h, h->lanes[i], LANE_EV_FAILED, 0, -1, h->halt_reason, NULL, 0);
 }
 
-// Under h->mu: waits until there is work, a halt or the end.
+// Under h->mu: waits until there is work (requests, or the background's), a halt or the end.
 static void wait_for_work(lane_host *h) {
-	while (!h->quit && !h->halting && !h->qhead && !any_active(h)) {
+	while (!h->quit && !h->halting && !h->qhead && !any_active(h) && !h->bg_more && !h->bg_woken) {
 		if (h->cfg.window_max <= 0 || atomic_load(&h->window) <= h->cfg.window) {
 			pthread_cond_wait(&h->work, &h->mu);
 			continue;
@@ -53,6 +53,7 @@ static void halt(lane_host *h) {
 	lane_lease_clear(h);
 	pthread_mutex_unlock(&h->mu);
 	halt_all(h, q);
+	lane_bg_halt(h);
 	h->stats.halted = true;
 	lane_publish(h);
 	pthread_mutex_lock(&h->mu);
@@ -77,8 +78,10 @@ void *lane_engine(void *arg) {
 			break;
 		}
 		lane_admit(h, h->cancelled, &n_cancelled);
+		const bool bg = h->bg_more || h->bg_woken;
+		h->bg_woken = false;
 		// nothing runs and the queue waits: leases hold the lanes or pages it needs
-		const bool held = h->qhead && !any_active(h);
+		const bool held = h->qhead && !any_active(h) && !bg;
 		if (held) lane_lease_wait(h);
 		pthread_mutex_unlock(&h->mu);
 		lane_end_cancelled(h, h->cancelled, n_cancelled);
@@ -90,6 +93,7 @@ void *lane_engine(void *arg) {
 		uint64_t t0 = base_now_us();
 		lane_run_round(h);
 		lane_observe(&h->stats.round_seconds, (base_now_us() - t0) / 1e6);
+		lane_bg_boundary(h);
 		lane_publish(h);
 	}
 	return NULL;

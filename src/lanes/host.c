@@ -76,6 +76,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		return base_seterr(err, errlen, LANES_EINVAL, "page_tokens must be 1..4096");
 	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT)
 		return base_seterr(err, errlen, LANES_EINVAL, "--draft-max must be 0..%d", LANE_MAX_DRAFT);
+	const lane_background *bg = &cfg.background;
+	if (bg->run && (!bg->cost || !(bg->share > 0 && bg->share <= 1)))
+		return base_seterr(err, errlen, LANES_EINVAL, "background work needs its price and a share of the round in (0, 1], got %g",
+				   bg->share);
 	if (cfg.threads <= 0) cfg.threads = base_cpu_count();
 	lane_host *h = calloc(1, sizeof *h);
 	if (!h) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");

@@ -197,6 +197,27 @@ typedef struct {
 	int32_t (*propose)(void *arg, const int32_t *ctx, int32_t n, int32_t *out, int32_t k);
 } lane_hooks;
 
+// Work the host runs beside the requests (the server's training steps), on the engine thread:
+// priced in prompt rows (what a forward pass over that many prompt tokens costs), given at
+// most `share` of what a round has for prompt pieces and run after the round's forward pass.
+// It never touches a request's rows, KV or adapters, so it cannot change a token. The host
+// measures the time a unit of its price takes, so the share holds in time.
+typedef struct {
+	void *arg;
+	// The price of the next piece, in prompt rows; 0: nothing to run now.
+	double (*cost)(void *arg);
+	// Runs pieces in order while the next one's price fits in budget (prompt rows); returns
+	// the prices of those it ran.
+	double (*run)(void *arg, base_pool *pool, double budget);
+	// At every round boundary, after the round (and after lane_host_wake, even while idle): the
+	// owner's own tasks and commits. True when it has pieces for the next round (the engine
+	// then does not wait for requests).
+	bool (*boundary)(void *arg);
+	// The host halts: after every request has ended, before the halt's snapshot.
+	void (*halt)(void *arg);
+	double share;             // most of a round's prompt budget it takes: (0, 1] when run is set
+} lane_background;
+
 typedef struct {
 	int32_t lanes;            // concurrent requests (default 4)
 	int32_t queue;            // waiting requests beyond the lanes (default 64)
@@ -220,6 +241,7 @@ typedef struct {
 	int32_t window_max;
 	double window_recent_s;   // demand counts requests that ended this recently (default 300)
 	bool experts;             // count each MoE layer's expert choices (default on; lane_host_experts)
+	lane_background background; // work beside the requests (zero: none)
 } lane_config;
 
 // The defaults above. Thread-safe.
@@ -299,6 +321,9 @@ void lane_req_set_notify(lane_req *req, void (*fn)(void *arg, const lane_event *
 void lane_host_halt(lane_host *h, const char *reason);
 // Stop admitting new submits (drain); accepted requests go on. Thread-safe.
 void lane_host_drain(lane_host *h);
+// Asks for a round boundary soon, even while no request runs: the background's owner has
+// tasks for its boundary callback. Thread-safe; never waits for a round.
+void lane_host_wake(lane_host *h);
 // Requests not yet ended (queued + admitted). Thread-safe.
 int32_t lane_host_open(lane_host *h);
 

@@ -172,6 +172,12 @@ struct lane_host {
 	int32_t *ctxbuf;          // a lane's context (prompt + generated) for the n-gram search
 	bool (*fault)(void *, uint64_t, uint64_t);
 	void *fault_arg;
+	// background work (background.c): engine thread only, but bg_woken (under mu)
+	bool bg_woken;            // lane_host_wake asked for a boundary
+	bool bg_more;             // the owner had pieces to run at the last boundary
+	double bg_units;          // price this round's background pieces may take (0: none)
+	double bg_credit;         // price saved up while the next piece did not fit a round's share
+	double bg_us;             // time one unit of its price takes, as measured
 
 	// the expert observer (routes NULL: off)
 	model_routes *routes;     // each pass's router choices
@@ -214,6 +220,19 @@ void lane_start_admitted(lane_host *h);
 void lane_run_round(lane_host *h);
 // Prices a row and a round from timed forward passes (at start-up, before the engine runs).
 void lane_calibrate(lane_host *h);
+
+// Prompt rows a round may carry after decode and draft rows costing decode base rows.
+double lane_prompt_budget(const lane_host *h, double decode);
+
+// Background work (background.c).
+// Before the prompt pieces: the price the background may take this round; returns the prompt
+// rows it keeps from them (0: none runs).
+double lane_bg_reserve(lane_host *h, double decode);
+// After the forward pass: its pieces within what lane_bg_reserve kept.
+void lane_bg_run(lane_host *h);
+// At the round boundary, and at the halt.
+void lane_bg_boundary(lane_host *h);
+void lane_bg_halt(lane_host *h);
 
 // Emit (emit.c): samples r's next token from lg, emits its text, and ends r when a stop
 // token, stop string or its length says so; returns the token.

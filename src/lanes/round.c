@@ -45,12 +45,16 @@ static double lora_reads(lane_host *h, const lane_req *r) {
 }
 
 // Base rows of prompt this round may carry after decode and draft rows costing decode base
-// rows: the budget hook's figure, else the share of --round-ms the pricing model leaves.
-static double prompt_budget(const lane_host *h, double decode) {
+// rows: the budget hook's figure, else the share of --round-ms the pricing model leaves. A round
+// with no decode rows has no stream's latency to keep: it takes all it can, so a burst of
+// requests starts decoding together (lanes that started rounds apart end rounds apart, in small
+// rounds that cost a pass's fixed time each) and a lone prompt fills in the fewest passes.
+double lane_prompt_budget(const lane_host *h, double decode) {
 	if (h->cfg.hooks.budget) {
 		int32_t n = h->cfg.hooks.budget(h->cfg.hooks.arg, (int32_t)ceil(decode), h->row_us, h->fixed_us, h->cfg.round_ms);
 		return n < 0 ? 0 : n > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : n;
 	}
+	if (decode <= 0) return LANE_PROMPT_ROWS;
 	double left = h->cfg.round_ms * 1000.0 - h->fixed_us - decode * h->row_us;
 	double n = h->row_us > 0 ? floor(left / h->row_us) : 512;
 	// a page of prompt per round at least, so busy decoding never starves a filling lane
@@ -101,9 +105,10 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 }
 
 // After the n decode and draft rows (costing decode base rows), prompt pieces in admission
-// order (or the row policy's) until the budget is spent; returns the rows' count.
-static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode) {
-	double budget = prompt_budget(h, decode);
+// order (or the row policy's) until the budget, less the rows kept for background work, is
+// spent; returns the rows' count.
+static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double keep) {
+	double budget = lane_prompt_budget(h, decode) - keep;
 	for (;;) {
 		lane_req *r = budget >= 1 ? next_piece(h) : NULL;
 		if (!r) break;
@@ -240,17 +245,20 @@ static void sample_rows(lane_host *h, int32_t n) {
 
 // One round as the design orders it (the engine admitted under its lock just before): the
 // admitted lanes start, live lanes get decode and draft rows, filling lanes prompt pieces
-// within the budget, one forward pass, then row by row sample, emit and finals.
+// within the budget (less the background's share), one forward pass, then row by row sample,
+// emit and finals; the background's pieces last.
 void lane_run_round(lane_host *h) {
 	lane_start_admitted(h);
 	lane_propose(h);
 	h->n_round_lora = 0;
 	double decode;
 	int32_t n = add_decode_rows(h, &decode);
-	n = add_prompt_pieces(h, n, decode);
-	if (n == 0 || forward(h, n)) return;
-	lane_experts_count(h, n);
-	sample_rows(h, n);
+	n = add_prompt_pieces(h, n, decode, lane_bg_reserve(h, decode));
+	if (n > 0 && !forward(h, n)) {
+		lane_experts_count(h, n);
+		sample_rows(h, n);
+	}
+	lane_bg_run(h);
 }
 
 // Times forward passes of 1 and of 16 rows on lane 0 to price a row and a round (16: the
@@ -282,6 +290,6 @@ void lane_calibrate(lane_host *h) {
 	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
 	if (h->row_us < 1) h->row_us = 1;
 	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
-	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows",
-		 h->row_us, h->fixed_us, h->cfg.round_ms, prompt_budget(h, 0));
+	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows beside a stream",
+		 h->row_us, h->fixed_us, h->cfg.round_ms, lane_prompt_budget(h, 1));
 }

@@ -29,7 +29,7 @@ void *learn_calloc(size_t n, size_t size) { return learn_alloc_fails() ? NULL : 
 
 // ---- making one ------------------------------------------------------------------------------
 // An adapter with these pairs (shapes and order), its arrays zero.
-static int adapter_alloc(learn_adapter **out, const model *m, float alpha, const lpair *want, int32_t n, char *err,
+static int adapter_alloc(learn_adapter **out, const model *m, float alpha, const lpair *want, int32_t n, bool moments, char *err,
 			 size_t errlen) {
 	*out = NULL;
 	const int32_t L = model_hparams_of(m)->n_layers;
@@ -58,9 +58,11 @@ static int adapter_alloc(learn_adapter **out, const model *m, float alpha, const
 	a->n_params = (int64_t)total;
 	if (total > SIZE_MAX / 16) goto oom;
 	a->w = learn_calloc((size_t)total, sizeof(float));
-	a->m1 = learn_calloc((size_t)total, sizeof(float));
-	a->m2 = learn_calloc((size_t)total, sizeof(float));
-	if (!a->w || !a->m1 || !a->m2) goto oom;
+	if (moments) {
+		a->m1 = learn_calloc((size_t)total, sizeof(float));
+		a->m2 = learn_calloc((size_t)total, sizeof(float));
+	}
+	if (!a->w || (moments && (!a->m1 || !a->m2))) goto oom;
 	*out = a;
 	return LANES_OK;
 oom:
@@ -86,7 +88,7 @@ int learn_adapter_new(learn_adapter **out, const model *m, const learn_adapter_o
 			want[n++] = (lpair){.layer = head ? -1 : l, .kind = k, .r = o->rank < n_in ? o->rank : (int32_t)n_in,
 					    .n_in = (int32_t)n_in, .n_out = (int32_t)n_out};
 		}
-	int rc = n ? adapter_alloc(out, m, o->alpha != 0 ? o->alpha : (float)o->rank, want, n, err, errlen)
+	int rc = n ? adapter_alloc(out, m, o->alpha != 0 ? o->alpha : (float)o->rank, want, n, true, err, errlen)
 		   : base_seterr(err, errlen, LANES_EINVAL, "learn: the model has none of the weights asked for to adapt");
 	free(want);
 	if (rc) return rc;
@@ -140,7 +142,7 @@ int learn_adapter_load(learn_adapter **out, const model *m, const char *path, ch
 					    .n_out = (int32_t)b_t->ne[1]};
 		}
 	// a file without alpha scales its terms by the user's scale alone: alpha = r keeps that
-	if ((rc = adapter_alloc(out, m, info.alpha != 0 ? info.alpha : (float)info.rank, want, n, err, errlen))) goto done;
+	if ((rc = adapter_alloc(out, m, info.alpha != 0 ? info.alpha : (float)info.rank, want, n, true, err, errlen))) goto done;
 	if (info.alpha == 0)
 		for (int32_t i = 0; i < n; i++)
 			if (want[i].r != info.rank) {
@@ -167,6 +169,15 @@ done:
 	return rc;
 }
 
+int learn_adapter_copy(learn_adapter **out, const learn_adapter *a, char *err, size_t errlen) {
+	int rc = adapter_alloc(out, a->m, a->alpha, a->pairs, a->n_pairs, false, err, errlen);
+	if (rc) return rc;
+	memcpy((*out)->w, a->w, (size_t)a->n_params * sizeof *a->w);
+	(*out)->version = a->version;
+	(*out)->busy = true; // a copy is to be read: no job trains it
+	return LANES_OK;
+}
+
 void learn_adapter_free(learn_adapter *a) {
 	if (!a) return;
 	free(a->pairs);
@@ -179,7 +190,7 @@ void learn_adapter_free(learn_adapter *a) {
 
 void learn_adapter_info_of(const learn_adapter *a, learn_adapter_info *out) {
 	*out = (learn_adapter_info){.rank = a->rank, .alpha = a->alpha, .n_pairs = a->n_pairs, .params = a->n_params,
-				    .param_bytes = (uint64_t)a->n_params * 4, .optimizer_bytes = (uint64_t)a->n_params * 8,
+				    .param_bytes = (uint64_t)a->n_params * 4, .optimizer_bytes = a->m1 ? (uint64_t)a->n_params * 8 : 0,
 				    .version = a->version};
 	unsigned kinds = 0;
 	for (int32_t i = 0; i < a->n_pairs; i++) kinds |= 1u << a->pairs[i].kind;

@@ -56,6 +56,10 @@ int learn_adapter_new(learn_adapter **out, const model *m, const learn_adapter_o
 // checks it; its matrices dequantized to f32, the AdamW moments zero). Codes as model_lora_load.
 int learn_adapter_load(learn_adapter **out, const model *m, const char *path, char *err, size_t errlen);
 void learn_adapter_free(learn_adapter *a); // accepts NULL; no job may still use it
+// A copy of a's committed weights and version, without the AdamW moments, that no job may
+// train: made on a's thread, it may then be saved (learn_adapter_save) or read on any other
+// while a trains on. LANES_ENOMEM.
+int learn_adapter_copy(learn_adapter **out, const learn_adapter *a, char *err, size_t errlen);
 
 typedef struct {
 	int32_t rank;             // the largest r

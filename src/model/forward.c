@@ -27,6 +27,8 @@ typedef struct {
 	int32_t *sel;  // [n] rows of one expert
 	int32_t *slot; // [n] their slots
 	double *cs;    // [n][n_rot] rope tables
+	void *mmx;     // the matmuls' prepared activations
+	size_t mmx_bytes;
 	struct lora_pass *lp; // the rows' adapters; NULL when no row has one
 	model_routes *routes; // where the routers' choices are kept (NULL: nowhere)
 } scratch;
@@ -169,14 +171,40 @@ typedef struct {
 	scratch *s;
 	size_t att_floats; // scratch floats per thread
 	bool fused;
+	atomic_llong put_next, put_done; // rows claimed for their norms, RoPE and K/V, and done
 	atomic_llong next; // next item to claim
 } attn_job;
 
-// One item is a row's group of query heads that share a KV head; threads claim items
-// one at a time (a prompt's late rows cost more than its early ones), and an item's result
-// does not depend on which thread computes it.
+// A row's q/k norms (qwen3), RoPE, and its K and V into the cache: every row's own values,
+// so any thread may do any row.
+static void put_row(const attn_job *j, int64_t r) {
+	const model *m = j->m;
+	const model_hparams *hp = &m->hp;
+	const mlayer *ly = &m->layers[j->layer];
+	const int64_t D = hp->head_dim, qd = (int64_t)hp->n_heads * D, kvd = (int64_t)hp->n_kv_heads * D;
+	float *q = j->s->q + r * qd, *k = j->s->k + r * kvd;
+	if (ly->q_norm) {
+		for (int32_t h = 0; h < hp->n_heads; h++) tensor_k_rmsnorm(m->ks, q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
+		for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_k_rmsnorm(m->ks, k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
+	}
+	const double *cs = j->s->cs + r * hp->rope.n_rot;
+	tensor_rope_apply(&hp->rope, cs, q, hp->n_heads, (int32_t)D);
+	tensor_rope_apply(&hp->rope, cs, k, hp->n_kv_heads, (int32_t)D);
+	kv_put(j->kv, m->ks, j->layer, j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
+}
+
+// First every row's put_row (claimed a row at a time; a query may read any row of its
+// sequence, so all are written before any is read), then the attention items: a row's group
+// of query heads that share a KV head. Threads claim items one at a time (a prompt's late
+// rows cost more than its early ones), and an item's result does not depend on which thread
+// computes it.
 static void attn_task(void *arg, int ith, int nth) {
 	attn_job *j = arg;
+	for (int64_t r; (r = atomic_fetch_add(&j->put_next, 1)) < j->n;) {
+		put_row(j, r);
+		atomic_fetch_add(&j->put_done, 1);
+	}
+	base_pool_wait(&j->put_done, j->n);
 	const model_hparams *hp = &j->m->hp;
 	const int32_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH;
 	const int64_t items = j->n * KH;
@@ -204,38 +232,69 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
 		for (int64_t i = 0; i < width; i++) y[r * width + i] += b[i];
 }
 
-static void mm(base_pool *pool, const mweight *w, int64_t mat, const float *x, int64_t n, float *y) {
-	const tensor_mat *tm = &w->tm;
-	tensor_matmuls(pool, 1, &tm, &mat, x, n, &y);
+// Row r of a matmul's input made as it is prepared, on the pool's threads: the RMSNorm of row
+// ridx[r] (or r) of x into h, or SwiGLU of g and u into g. Each row is computed exactly as
+// the whole-batch loops computed it, so this only moves where the work runs.
+typedef struct {
+	const model *m;
+	const float *x, *w; // rows of width, and the norm's weights
+	float *h;
+	const int32_t *ridx;
+	const float *u;     // SwiGLU's up rows (g is h)
+	int64_t width;
+} row_maker;
+
+static void norm_row(void *arg, int64_t r) {
+	const row_maker *a = arg;
+	const int64_t src = a->ridx ? a->ridx[r] : r;
+	tensor_k_rmsnorm(a->m->ks, a->x + src * a->width, a->w, a->width, a->m->hp.rms_eps, a->h + r * a->width);
 }
 
-// Several matrices over the same input in one pass (the input is prepared once).
-static void mm_multi(base_pool *pool, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
-		     float *const *y) {
+static void glu_row(void *arg, int64_t r) {
+	const row_maker *a = arg;
+	float *g = a->h + r * a->width;
+	tensor_k_swiglu(a->m->ks, g, a->u + r * a->width, g, a->width);
+}
+
+// y = x . W^T of matrix `mat` (add: y += it), its input's rows made by mk (NULL: x is ready).
+static void mm(base_pool *pool, scratch *s, const mweight *w, int64_t mat, const float *x, int64_t n, float *y,
+	       void (*make)(void *, int64_t), const row_maker *mk, bool add) {
+	const tensor_mat *tm = &w->tm;
+	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .add = add, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes};
+	tensor_matmuls_opts(pool, 1, &tm, &mat, x, n, &y, &o);
+}
+
+// Several matrices over the same input in one pass (the input is made and prepared once).
+static void mm_multi(base_pool *pool, scratch *s, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
+		     float *const *y, void (*make)(void *, int64_t), const row_maker *mk) {
 	const tensor_mat *tm[4];
 	const int64_t mats[4] = {mat, mat, mat, mat};
 	for (int i = 0; i < nw; i++) tm[i] = &w[i]->tm;
-	tensor_matmuls(pool, nw, tm, mats, x, n, y);
+	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes};
+	tensor_matmuls_opts(pool, nw, tm, mats, x, n, y, &o);
 }
 
-// SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks.
-// lp: the dense FFN of layer l takes the rows' adapters (NULL for experts).
-static void ffn(const model *m, base_pool *pool, const mweight *gate, const mweight *up, const mweight *down,
-		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y, lora_pass *lp, int l) {
+// SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks,
+// into y (add: y += the FFN's output, the residual add done as the outputs are written).
+// norm: x's rows are made by it as gate/up read them. lp: the dense FFN of layer l takes the
+// rows' adapters (NULL for experts).
+static void ffn(const model *m, base_pool *pool, scratch *s, const mweight *gate, const mweight *up, const mweight *down,
+		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y, bool add, const row_maker *norm,
+		lora_pass *lp, int l) {
 	const mweight *gu[2] = {gate, up};
 	float *const out[2] = {g, u};
-	mm_multi(pool, 2, gu, mat, x, n, out);
+	mm_multi(pool, s, 2, gu, mat, x, n, out, norm ? norm_row : NULL, norm);
 	lora_add(lp, l, LK_GATE, x, gate->k, n, NULL, g, gate->rows);
 	lora_add(lp, l, LK_UP, x, up->k, n, NULL, u, up->rows);
-	tensor_k_swiglu(m->ks, g, u, g, n * gate->rows);
-	mm(pool, down, mat, g, n, y);
+	const row_maker glu = {.m = m, .h = g, .u = u, .width = gate->rows};
+	mm(pool, s, down, mat, g, n, y, glu_row, &glu, add);
 	lora_add(lp, l, LK_DOWN, g, down->k, n, NULL, y, down->rows);
 }
 
 static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, scratch *s) {
 	const model_hparams *hp = &m->hp;
 	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used;
-	mm(pool, &ly->gate_inp, 0, s->h, n, s->rl);
+	mm(pool, s, &ly->gate_inp, 0, s->h, n, s->rl, NULL, NULL, false);
 	for (int64_t r = 0; r < n; r++)
 		tensor_moe_route(s->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, s->ids + r * K, s->rw + r * K);
 	if (s->routes) model_routes_put(s->routes, (int32_t)(ly - m->layers), s->ids, s->rw, n);
@@ -249,7 +308,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 				}
 		if (!cnt) continue;
 		tensor_gather_rows(s->h, E, s->sel, cnt, E, s->xg);
-		ffn(m, pool, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t, NULL, 0);
+		ffn(m, pool, s, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t, false, NULL, NULL, 0);
 		for (int64_t i = 0; i < cnt; i++)
 			memcpy(s->ys + ((size_t)s->sel[i] * K + s->slot[i]) * E, s->t + i * E, (size_t)E * sizeof(float));
 	}
@@ -263,54 +322,62 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 		}
 	}
 	if (!m->shexp) return;
-	mm(pool, &ly->gate_inp_shexp, 0, s->h, n, s->sg);
-	ffn(m, pool, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, NULL, 0);
+	mm(pool, s, &ly->gate_inp_shexp, 0, s->h, n, s->sg, NULL, NULL, false);
+	ffn(m, pool, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, false, NULL, NULL, 0);
 	for (int64_t r = 0; r < n; r++) {
 		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
 		for (int64_t i = 0; i < E; i++) s->t[r * E + i] += gate * s->xg[r * E + i];
 	}
 }
 
+// One block: every matmul makes its input's rows (RMSNorm, SwiGLU) as it prepares them, the
+// residual adds happen as the outputs are written, and RoPE and the K/V writes run in the
+// attention's pool job, so no per-row work waits on one thread between hand-offs. With
+// adapters or an output bias the residual waits for them (their terms come first).
 static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  scratch *s, size_t att_floats, bool fused) {
 	const model_hparams *hp = &m->hp;
 	const mlayer *ly = &m->layers[l];
 	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D,
-		      kvd = (int64_t)hp->n_kv_heads * D, nr = hp->rope.n_rot;
+		      kvd = (int64_t)hp->n_kv_heads * D;
 
-	for (int64_t r = 0; r < n; r++) tensor_k_rmsnorm(m->ks, s->x + r * E, ly->attn_norm, E, hp->rms_eps, s->h + r * E);
+	const row_maker attn_norm = {.m = m, .x = s->x, .w = ly->attn_norm, .h = s->h, .width = E};
 	const mweight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
 	float *const qkv_out[3] = {s->q, s->k, s->v};
-	mm_multi(pool, 3, qkv, 0, s->h, n, qkv_out);
+	mm_multi(pool, s, 3, qkv, 0, s->h, n, qkv_out, norm_row, &attn_norm);
 	lora_add(s->lp, l, LK_Q, s->h, E, n, NULL, s->q, qd);
 	lora_add(s->lp, l, LK_K, s->h, E, n, NULL, s->k, kvd);
 	lora_add(s->lp, l, LK_V, s->h, E, n, NULL, s->v, kvd);
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
-	for (int64_t r = 0; r < n; r++) {
-		float *q = s->q + r * qd, *k = s->k + r * kvd;
-		if (ly->q_norm) {
-			for (int32_t h = 0; h < hp->n_heads; h++) tensor_k_rmsnorm(m->ks, q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
-			for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_k_rmsnorm(m->ks, k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
-		}
-		tensor_rope_apply(&hp->rope, s->cs + r * nr, q, hp->n_heads, (int32_t)D);
-		tensor_rope_apply(&hp->rope, s->cs + r * nr, k, hp->n_kv_heads, (int32_t)D);
-		kv_put(kv, m->ks, l, rows[r].seq, rows[r].pos, k, s->v + r * kvd);
-	}
 	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .att_floats = att_floats, .fused = fused};
+	atomic_init(&aj.put_next, 0);
+	atomic_init(&aj.put_done, 0);
 	atomic_init(&aj.next, 0);
 	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
-	mm(pool, &ly->wo, 0, s->att, n, s->t);
-	lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
-	add_bias(s->t, ly->bo, n, E);
-	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	const bool fold = !s->lp && !ly->bo; // x += the output, as it is written
+	if (fold) {
+		mm(pool, s, &ly->wo, 0, s->att, n, s->x, NULL, NULL, true);
+	} else {
+		mm(pool, s, &ly->wo, 0, s->att, n, s->t, NULL, NULL, false);
+		lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
+		add_bias(s->t, ly->bo, n, E);
+		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	}
 
-	for (int64_t r = 0; r < n; r++) tensor_k_rmsnorm(m->ks, s->x + r * E, ly->ffn_norm, E, hp->rms_eps, s->h + r * E);
-	if (hp->n_experts) moe(m, ly, pool, n, s);
-	else ffn(m, pool, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, s->lp, l);
-	for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	const row_maker ffn_norm = {.m = m, .x = s->x, .w = ly->ffn_norm, .h = s->h, .width = E};
+	if (hp->n_experts) {
+		for (int64_t r = 0; r < n; r++) norm_row((void *)&ffn_norm, r);
+		moe(m, ly, pool, n, s);
+		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	} else if (!s->lp) {
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, NULL, l);
+	} else {
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, false, &ffn_norm, s->lp, l);
+		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	}
 }
 
 typedef struct {
@@ -406,7 +473,7 @@ void model_attn_set_fused(bool fused) { atomic_store(&attn_unfused, !fused); }
 // Where the workspace's parts go for n rows on nth threads with att floats of attention
 // scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.
 typedef struct {
-	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, ids, sel, slot, cs;
+	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, mx, mx_bytes, ids, sel, slot, cs;
 	layout f, i, d;
 } ws_plan;
 
@@ -423,6 +490,12 @@ static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att,
 	p->att = take(L, un, qd * 4), p->g = take(L, un, F * 4), p->u = take(L, un, F * 4);
 	p->rl = take(L, un, X * 4), p->rw = take(L, un, K * 4), p->xg = take(L, X ? un : 0, E * 4);
 	p->ys = take(L, X ? un * K : 0, E * 4), p->sg = take(L, un, 4), p->sc = take(L, (uint64_t)nth, att * 4);
+	// the matmuls' prepared activations: the widest input, in blocks of 32 of at most 96 bytes
+	uint64_t wide = E > qd ? E : qd;
+	wide = F > wide ? F : wide;
+	p->mx_bytes = 0;
+	if (!ck_mul(un, (wide + 31) / 32 * 96, &p->mx_bytes) || !ck_add(p->mx_bytes, 64, &p->mx_bytes)) L->bad = true;
+	p->mx = take(L, p->mx_bytes, 1);
 	p->ids = take(&p->i, un, K * 4), p->sel = take(&p->i, un, 4), p->slot = take(&p->i, un, 4);
 	p->cs = take(&p->d, un, (uint64_t)hp->rope.n_rot * 8);
 	uint64_t total;
@@ -563,7 +636,8 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.u = (float *)(fb + p.u), .rl = (float *)(fb + p.rl), .rw = (float *)(fb + p.rw), .xg = (float *)(fb + p.xg),
 		.ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
-		.cs = (double *)(db + p.cs), .routes = hp->n_experts ? w->routes : NULL,
+		.cs = (double *)(db + p.cs), .mmx = fb + p.mx, .mmx_bytes = (size_t)p.mx_bytes,
+		.routes = hp->n_experts ? w->routes : NULL,
 	};
 	lora_pass lp;
 	if ((rc = lora_setup(m, pool, w, rows, n, &lp, &s.lp, err, errlen))) return rc;
@@ -578,14 +652,13 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 	}
 	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, (size_t)af, fused);
 
-	// Output head over the rows that asked, gathered in batch order.
+	// Output head over the rows that asked, gathered in batch order and normed as it reads them.
 	int64_t nl = 0;
 	for (int64_t r = 0; r < n; r++)
-		if (rows[r].logits) {
-			if (s.lp) s.lp->ridx[nl] = (int32_t)r;
-			tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, s.h + nl++ * E);
-		}
-	if (nl) mm(pool, &m->output, 0, s.h, nl, logits);
+		if (rows[r].logits) s.sel[nl++] = (int32_t)r;
+	if (s.lp) memcpy(s.lp->ridx, s.sel, (size_t)nl * sizeof *s.sel);
+	const row_maker out_norm = {.m = m, .x = s.x, .w = m->output_norm, .h = s.h, .ridx = s.sel, .width = (int64_t)E};
+	if (nl) mm(pool, &s, &m->output, 0, s.h, nl, logits, norm_row, &out_norm, false);
 	if (nl) lora_add(s.lp, -1, LK_OUTPUT, s.h, (int64_t)E, nl, s.lp ? s.lp->ridx : NULL, logits, hp->n_vocab);
 	int64_t nh = 0;
 	for (int64_t r = 0; r < n && want; r++)

@@ -222,7 +222,9 @@ json_t *obs_experts_json(const lane_experts *e, const char *model_name) {
 							    (json_int_t)v->phase_rows[LANE_PHASE_GENERATED], "layers", layers_json(v, false)));
 		for (int32_t o = d + 1; jac && o < r.n_dom; o++) {
 			char key[2 * LANE_DOMAIN_MAX + 2];
-			snprintf(key, sizeof key, "%s|%s", v->name, r.dom[o].name);
+			// the pair's names in byte order, so a client finds the pair whatever order domains came in
+			const bool ab = strcmp(v->name, r.dom[o].name) < 0;
+			snprintf(key, sizeof key, "%s|%s", ab ? v->name : r.dom[o].name, ab ? r.dom[o].name : v->name);
 			json_object_set_new(jac, key, real(jaccard(v, &r.dom[o])));
 		}
 		if (r.n_dom >= 2 && shared && own) {

@@ -3,6 +3,7 @@
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "server/adapters.h"
+#include "server/learning.h"
 #include "server/http_gen.h"
 #include "server/http_grid.h"
 #include "server/http_guard.h"
@@ -37,6 +38,7 @@ void http_config_default(http_config *c) {
 	c->peer_poll_ms = 500;
 	c->peer_timeout_ms = 2000;
 	c->max_lora = 8;
+	c->learn_share = 0.25;
 	lane_config_default(&c->lanes);
 }
 
@@ -90,6 +92,12 @@ static const srv_route routes[] = {
 	{"GET", "/v1/adapters", 0, SRV_OPENAI, srv_adapters_list},
 	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_adapters_load},
 	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_unload},
+	{"POST", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_save},
+	// learning while serving: the ledger is read off the engine's last publication
+	{"GET", "/learn/grants", 0, SRV_OPENAI, srv_learn_grants},
+	{"POST", "/learn/grants", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_learn_grant_new},
+	{"DELETE", "/learn/grants/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_learn_grant_revoke},
+	{"POST", "/learn/examples", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_learn_examples},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -443,12 +451,14 @@ static void *loader(void *arg) {
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ENGINE);
-		rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
+		rc = srv_learning_start(s, err, sizeof err);
+		if (!rc) rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ADAPTERS);
 		rc = srv_adapters_start(s, err, sizeof err);
 	}
+	if (!rc && s->learn) srv_learn_attach(s->learn, s->host, s->loras);
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
@@ -516,6 +526,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
 	if (cfg->max_lora < 1 || cfg->max_lora > SRV_LORA_MAX)
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", SRV_LORA_MAX);
+	if (!(cfg->learn_share >= 0 && cfg->learn_share <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "--learn-share must be 0..1");
 	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
@@ -619,6 +630,7 @@ void http_server_free(http_server *s) {
 	// libmicrohttpd refuses to stop with connections suspended: the adapter loads', the gate's,
 	// the waker's, the grid's and the work threads' are resumed first
 	srv_adapters_stop(s);
+	srv_learn_stop(s->learn);
 	srv_gate_stop(s);
 	srv_waker_release(s);
 	srv_grid_release(s);
@@ -628,6 +640,7 @@ void http_server_free(http_server *s) {
 	srv_grid_stop(s);
 	srv_gate_free(s);
 	lane_host_free(s->host);
+	srv_learn_free(s->learn);
 	srv_adapters_free(s);
 	tmpl_free(s->tmpl);
 	tok_vocab_free(s->vocab);

@@ -146,6 +146,7 @@ struct http_server {
 
 	struct srv_loras *loras;       // the adapters (server/adapters.h): set by the loader with the model
 	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
+	struct srv_learn *learn;       // learning while serving (server/learning.h), NULL when --learn-share is 0
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------

@@ -62,6 +62,12 @@ enum MHD_Result srv_health(srv_conn *c) {
 
 static const char *phase_name[] = {[LANE_IDLE] = "idle", [LANE_FILLING] = "filling", [LANE_LIVE] = "live"};
 
+// The activation width the model runs with (before it is in: the one it will load with).
+static const char *activations(http_server *s) {
+	const tensor_kernels *ks = loaded(atomic_load(&s->state)) ? model_kernels(s->m) : tensor_kernels_default();
+	return tensor_act_name(tensor_kernels_act(ks));
+}
+
 enum MHD_Result srv_slots(srv_conn *c) {
 	http_server *s = c->s;
 	if (!loaded(atomic_load(&s->state))) return srv_health(c);
@@ -77,8 +83,9 @@ enum MHD_Result srv_slots(srv_conn *c) {
 						       l->generated_tokens, "draft_acceptance", (double)l->draft_acceptance,
 						       "draft_k", l->draft_k));
 	}
-	json_t *body = json_pack("{s:I, s:I, s:i, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
-				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "lanes", lanes);
+	json_t *body = json_pack("{s:I, s:I, s:i, s:s, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
+				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "activations", activations(s), "lanes",
+				 lanes);
 	// the window (elastic: it follows demand; fixed: null) and the memory the host accounts for
 	json_t *win = sn->window_max ? json_pack("{s:i, s:i, s:i, s:i}", "tokens", sn->window, "demand_tokens",
 						 sn->window_demand, "floor_tokens", sn->window_floor, "max_tokens",
@@ -168,6 +175,7 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 		srv_buf_adds(&b, line);
 	}
 	srv_adapters_metrics(s, sn, &b);
+	srv_learning_metrics(s, &b);
 	lane_hist_print(&sn->round_seconds, "lanes_round_seconds", "Duration of engine rounds.", &b);
 	lane_hist_print(&sn->forward_seconds, "lanes_forward_seconds", "Duration of forward passes.", &b);
 	srv_hist_print(&s->ttft, &b);
@@ -185,8 +193,8 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 }
 
 static json_t *model_object(http_server *s) {
-	json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)0,
-			      "owned_by", "lanes");
+	json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)0,
+			      "owned_by", "lanes", "activations", activations(s));
 	if (m && loaded(atomic_load(&s->state))) json_object_set_new(m, "context_length", json_integer(s->max_ctx));
 	return m;
 }
@@ -201,8 +209,9 @@ enum MHD_Result srv_models(srv_conn *c) {
 // What this server is: the build (as `lanes --version`), the kernel set and the model.
 enum MHD_Result srv_props(srv_conn *c) {
 	const http_server *s = c->s;
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
-			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "model", s->model_id,
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
+			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "activations",
+			      activations((http_server *)s), "model", s->model_id,
 			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
 	// the fields llama-server's web UIs read, once the model is in
 	const int st = atomic_load(&((http_server *)s)->state);

@@ -45,6 +45,17 @@ void srv_adapters_models(http_server *s, json_t *data, const char *only);
 // lanes_lora_requests_info (and vllm:lora_requests_info) from sn, and each adapter's requests.
 void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out);
 
+// learning while serving (http_learning.c): grants, examples, the ledger, saving an adapter
+// that learns here; the learner made before the lane host (its hook is the host's background),
+// and what /metrics says of it
+enum MHD_Result srv_learn_grants(srv_conn *c);
+enum MHD_Result srv_learn_grant_new(srv_conn *c);
+enum MHD_Result srv_learn_grant_revoke(srv_conn *c);
+enum MHD_Result srv_learn_examples(srv_conn *c);
+enum MHD_Result srv_adapters_save(srv_conn *c);
+int srv_learning_start(http_server *s, char *err, size_t errlen);
+void srv_learning_metrics(http_server *s, srv_buf *out);
+
 // the web page (http_webui.c): its files, compiled in
 enum MHD_Result srv_webui(srv_conn *c);
 

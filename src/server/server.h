@@ -59,6 +59,7 @@ typedef struct {
 	const http_lora *loras;     // adapters loaded with the model (borrowed: they must outlive the server)
 	int n_loras;
 	int max_lora;               // adapters loaded at once, 1..64 (default 8)
+	double learn_share;         // most of a round's prompt budget training takes, 0..1 (0: learning off; default 0.25)
 } http_config;
 
 void http_config_default(http_config *c);

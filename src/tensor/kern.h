@@ -10,14 +10,17 @@
 // kern_q8 blocks of 32 (each row's blocks depend on that row alone).
 enum kern_act { KERN_ACT_F32, KERN_ACT_Q8 };
 
-// One block of 32 activations as 16-bit integers split in two int8 halves:
+// One block of 32 activations. Width q16: 16-bit integers split in two int8 halves,
 // x ~= d * (256*qh + ql), qh = round(x / (256 d)) in [-127, 127] and ql the rounded rest in
-// [-127, 127]. Each half goes through an exact int8 dot product, so a block costs two of
-// them and keeps about 16 bits of every activation (llama.cpp keeps 8).
+// [-127, 127]; each half goes through an exact int8 dot product, so a block costs two of
+// them and keeps about 16 bits of every activation (llama.cpp keeps 8). Width q8: x ~= d * qh
+// with d = amax / 127 and qh = x / d rounded to nearest even, and a block costs one dot
+// product; its blocks are the struct's first KERN_Q8_BYTES bytes (no ql), one cache line each.
+// The sums below are over the block's integers either way.
 typedef struct {
-	float d;        // scale of one unit of 256*qh + ql
+	float d;        // scale of one unit of the integers (256*qh + ql, or qh)
 	float ds;       // d * sum (for the min terms of affine types)
-	int32_t sum;    // sum of 256*qh + ql over 32
+	int32_t sum;    // sum of the integers over 32
 	int32_t s16[2]; // the same over each half of 16
 	// Ready-made starts of the integer dot products of codes stored with an offset (the dot
 	// of u - off is that of u plus -off * sum): loaded as they are, they cost no arithmetic.
@@ -27,9 +30,14 @@ typedef struct {
 	int8_t ql[32];
 } kern_q8;
 static_assert(sizeof(kern_q8) == 96, "kern_q8 size");
+#define KERN_Q8_BYTES 64
+static_assert(offsetof(kern_q8, qh) == 32 && offsetof(kern_q8, ql) == KERN_Q8_BYTES, "kern_q8 layout");
 
 struct tensor_kernels {
 	const char *name;
+	enum tensor_act act;        // the activation width of its quantized matmuls
+	size_t act_bytes;           // bytes of one prepared block: sizeof(kern_q8), or KERN_Q8_BYTES for q8
+	const tensor_kernels *twin; // the same set in the other width
 	int tile; // outputs per packed tile; threads split outputs on multiples of it
 	// Bytes of one packed matrix (rows x k of type); NULL: the set reads rows in place.
 	size_t (*pack_bytes)(uint32_t type, int64_t rows, int64_t k);
@@ -37,13 +45,14 @@ struct tensor_kernels {
 	void (*pack)(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst,
 		     int64_t t0, int64_t t1);
 	enum kern_act (*act_kind)(uint32_t type);
-	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks.
+	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks of the set's
+	// width, act_bytes apart.
 	void (*act_q8)(const float *x, int64_t k, kern_q8 *dst);
-	// Outputs [o0, o1) (o0 a multiple of tile) of n activation rows: y[r*ldy + o]. mat: the
-	// matrix's first byte (packed, or its first row in place); xa: rows xa_stride bytes apart,
-	// floats or kern_q8 blocks as act_kind says.
+	// Outputs [o0, o1) (o0 a multiple of tile) of n activation rows: y[r*ldy + o] = the dot, or
+	// with add y = y + the dot. mat: the matrix's first byte (packed, or its first row in place);
+	// xa: rows xa_stride bytes apart, floats or kern_q8 blocks as act_kind says.
 	void (*matmul)(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
-		       int64_t ldy, int64_t o0, int64_t o1);
+		       int64_t ldy, int64_t o0, int64_t o1, bool add);
 	// Fused attention (scratch: tensor_attn_scratch(nq, head_dim) floats) and unfused (f16
 	// rows; scores: nq * n_pos floats).
 	void (*attn)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
@@ -59,6 +68,8 @@ struct tensor_kernels {
 	void (*f32_fwd)(const float *wt, int64_t kn, const float *x, int64_t ldx, int64_t n, float *y);
 	void (*f32_bwd)(const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy, int64_t ldy, int64_t n, float *dx,
 			int64_t ldx);
+	// A row of n floats to type's blocks, the reference quantizer's bytes (NULL: the reference).
+	void (*quant_row)(uint32_t type, const float *x, void *dst, int64_t n);
 	bool (*cpu_ok)(void); // whether this CPU runs the set
 };
 
@@ -69,9 +80,28 @@ bool kern_cpu_avx512(void);
 // tensor_f16s_scale of every byte, for kernels that look scales up per position.
 extern const float kern_f16s_scales[256];
 
-extern const tensor_kernels tensor_kernels_ref;
-extern const tensor_kernels tensor_kernels_avx2;
-extern const tensor_kernels tensor_kernels_avx512;
+extern const tensor_kernels tensor_kernels_ref, tensor_kernels_ref_q8;
+extern const tensor_kernels tensor_kernels_avx2, tensor_kernels_avx2_q8;
+extern const tensor_kernels tensor_kernels_avx512, tensor_kernels_avx512_q8;
+
+// ---- block codes (tensor/codes.c) ------------------------------------------------------------
+// One block of a quantized row as unsigned codes: the element values are, per type,
+// Q4_0 d(u-8), Q4_1 d u + m, Q5_0 d(u-16), Q5_1 d u + m, Q8_0 d q (q the code's signed
+// bits; stored as q ^ 0x80 with q8u), Q2_K d sc_j u - dmin mn_j (sc_j = sc & 15, mn_j =
+// sc >> 4, j per 16), Q3_K d sc_j (u-4) and Q6_K d sc_j (u-32) (sc_j signed, j per 16),
+// Q4_K/Q5_K d sc_j u - dmin mn_j (j per 32).
+typedef struct {
+	uint8_t u[QK_K];
+	uint16_t d, m;      // fp16 scale and min (legacy), or super-block d and dmin (K)
+	uint8_t sc[16];     // K-quants: sub-block scales (Q3_K/Q6_K: int8, signed)
+	uint8_t mn[16];     // K-quants: sub-block mins
+} kern_codes;
+// Whether type has codes (the quantized weight types; not the float ones, nor Q8_1/Q8_K).
+bool kern_has_codes(uint32_t type);
+// Decodes the block of type at b (kern_has_codes(type)).
+void kern_decode(uint32_t type, const uint8_t *b, kern_codes *o, bool q8u);
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes q.
+void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 
 // ---- the x86 packed layout (tensor/x86/pack.c), shared by the avx2 and avx512 sets --------
 // Rows are grouped in tiles of 16 (the last one padded with zero rows). Within a tile the

@@ -4,7 +4,6 @@
 #include "tensor/kern.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +64,36 @@ int tensor_kernels_force(const char *name, const char *by) {
 	return LANES_OK;
 }
 
+static _Atomic int default_act; // enum tensor_act of the default set
+
 const tensor_kernels *tensor_kernels_default(void) {
 	pthread_once(&default_once, choose_default);
-	return atomic_load(&default_set);
+	return tensor_kernels_with_act(atomic_load(&default_set), (enum tensor_act)atomic_load(&default_act));
+}
+
+int tensor_kernels_select_act(enum tensor_act act) {
+	if ((unsigned)act >= TENSOR_ACT_COUNT) return LANES_EINVAL;
+	atomic_store(&default_act, (int)act);
+	return LANES_OK;
+}
+
+const tensor_kernels *tensor_kernels_with_act(const tensor_kernels *ks, enum tensor_act act) {
+	return ks->act == act ? ks : ks->twin;
+}
+
+enum tensor_act tensor_kernels_act(const tensor_kernels *ks) { return ks->act; }
+
+static const char *const act_names[TENSOR_ACT_COUNT] = {[TENSOR_ACT_Q16] = "q16", [TENSOR_ACT_Q8] = "q8"};
+
+const char *tensor_act_name(enum tensor_act act) { return (unsigned)act < TENSOR_ACT_COUNT ? act_names[act] : "?"; }
+
+int tensor_act_parse(const char *name, enum tensor_act *out) {
+	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
+		if (name && !strcmp(name, act_names[a])) {
+			*out = (enum tensor_act)a;
+			return LANES_OK;
+		}
+	return LANES_EINVAL;
 }
 
 int tensor_kernels_select(const char *name) {
@@ -146,7 +172,9 @@ typedef struct {
 	const float *x;
 	int64_t n, k;
 	float *const *ys;
+	const tensor_mm_opts *o;
 	enum kern_act act;
+	bool prep;         // rows are made or quantized before the dot products
 	void *xa;          // prepared activations (KERN_ACT_Q8), else x
 	size_t xa_stride;  // bytes between prepared rows
 	int64_t first[MAX_MATS + 1]; // first global tile of each matrix
@@ -154,12 +182,6 @@ typedef struct {
 	atomic_llong prep_next, prep_done; // activation rows claimed, and prepared
 	atomic_llong next; // next tile to claim
 } mm_job;
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
 
 // Multiply-adds of a matmul below which it runs on the caller alone.
 #define MM_POOL_MIN (1 << 19)
@@ -169,24 +191,24 @@ static inline void cpu_relax(void) {
 
 static void mm_run(void *arg, int ith, int nth) {
 	mm_job *j = arg;
-	if (j->act == KERN_ACT_Q8) {
-		// Threads claim rows to prepare, then wait only for claims already taken: a thread
-		// that has not started yet (descheduled, or still waking) holds nobody up.
+	if (j->prep) {
+		// Threads claim rows to make and prepare, then wait for them all (base_pool_wait).
 		const tensor_kernels *ks = j->ws[0]->ks;
 		for (;;) {
 			const int64_t r0 = atomic_fetch_add(&j->prep_next, PREP_ROWS);
 			if (r0 >= j->n) break;
 			const int64_t r1 = r0 + PREP_ROWS < j->n ? r0 + PREP_ROWS : j->n;
-			for (int64_t r = r0; r < r1; r++)
-				ks->act_q8(j->x + r * j->k, j->k, (kern_q8 *)((uint8_t *)j->xa + (size_t)r * j->xa_stride));
+			for (int64_t r = r0; r < r1; r++) {
+				if (j->o && j->o->make_row) j->o->make_row(j->o->arg, r);
+				if (j->act == KERN_ACT_Q8)
+					ks->act_q8(j->x + r * j->k, j->k, (kern_q8 *)((uint8_t *)j->xa + (size_t)r * j->xa_stride));
+			}
 			atomic_fetch_add(&j->prep_done, r1 - r0);
 		}
-		for (int spins = 0; atomic_load(&j->prep_done) < j->n; spins++) {
-			if (spins < 20000) cpu_relax();
-			else sched_yield();
-		}
+		base_pool_wait(&j->prep_done, j->n);
 	}
 	const int64_t total = j->first[j->nw];
+	const bool add = j->o && j->o->add;
 	int64_t c0 = atomic_load(&j->next);
 	for (;;) {
 		if (c0 >= total) break;
@@ -202,38 +224,50 @@ static void mm_run(void *arg, int ith, int nth) {
 			const int tile = w->ks->tile;
 			const int64_t o0 = (a - j->first[i]) * tile, o1 = (b - j->first[i]) * tile;
 			w->ks->matmul(w, (const uint8_t *)w->data + (size_t)j->mats[i] * w->mat_bytes, j->xa, j->xa_stride, j->n,
-				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows);
+				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows, add);
 		}
 		c0 = atomic_load(&j->next);
 	}
 	(void)ith, (void)nth;
 }
 
+size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k) {
+	return (size_t)n * (size_t)(k / 32) * ks->act_bytes + 64;
+}
+
 void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 		    int64_t n, float *const *ys) {
+	tensor_matmuls_opts(pool, nw, ws, mats, x, n, ys, NULL);
+}
+
+void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+			 int64_t n, float *const *ys, const tensor_mm_opts *o) {
 	LANES_ASSERT(nw >= 1 && nw <= MAX_MATS);
 	if (n <= 0) return;
 	const tensor_kernels *ks = ws[0]->ks;
-	mm_job j = {.nw = nw, .ws = ws, .mats = mats, .x = x, .n = n, .k = ws[0]->k, .ys = ys};
+	mm_job j = {.nw = nw, .ws = ws, .mats = mats, .x = x, .n = n, .k = ws[0]->k, .ys = ys, .o = o};
 	j.act = ks->act_kind(ws[0]->type);
 	for (int i = 0; i < nw; i++) {
 		LANES_ASSERT(ws[i]->ks == ks && ws[i]->k == j.k);
 		if (ks->act_kind(ws[i]->type) != j.act) { // inputs prepared differently: one pass each
-			for (int t = 0; t < nw; t++) tensor_matmuls(pool, 1, ws + t, mats + t, x, n, ys + t);
+			LANES_ASSERT(!o || !o->make_row);
+			for (int t = 0; t < nw; t++) tensor_matmuls_opts(pool, 1, ws + t, mats + t, x, n, ys + t, o);
 			return;
 		}
 		j.first[i + 1] = j.first[i] + (ws[i]->rows + ks->tile - 1) / ks->tile;
 	}
 	void *buf = NULL;
 	if (j.act == KERN_ACT_Q8) {
-		j.xa_stride = (size_t)(j.k / 32) * sizeof(kern_q8);
-		buf = malloc(j.xa_stride * (size_t)n + 64);
-		LANES_ASSERT(buf);
-		j.xa = (void *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+		j.xa_stride = (size_t)(j.k / 32) * ks->act_bytes;
+		const size_t need = tensor_matmul_scratch(ks, n, j.k);
+		void *at = o && o->scratch && o->scratch_bytes >= need ? o->scratch : (buf = malloc(need));
+		LANES_ASSERT(at);
+		j.xa = (void *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
 	} else {
 		j.xa = (void *)x;
 		j.xa_stride = (size_t)j.k * sizeof(float);
 	}
+	j.prep = j.act == KERN_ACT_Q8 || (o && o->make_row);
 	const int nth = base_pool_threads(pool);
 	const int64_t total = j.first[nw];
 	j.chunk_div = (int64_t)nth * 3;
@@ -276,6 +310,11 @@ void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, f
 
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h) {
 	return ks->f16s_encode(x, n, h);
+}
+
+void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float *x, void *dst, int64_t n) {
+	if (ks->quant_row) ks->quant_row(type, x, dst, n);
+	else tensor_traits_of(type)->from_f32(x, dst, n);
 }
 
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,

@@ -265,22 +265,43 @@ void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_
 // A kernel set is one instruction set's matmul, attention and activation kernels, with the
 // weight layout its matmul reads: "ref" (portable C, weights read in place), "avx2" and
 // "avx512" (weights repacked in tiles of 16 rows, activations quantized per row to int8 in
-// blocks of 32 for the quantized types). Each set keeps the exactness contract on its own:
+// blocks of 32 for the quantized types), each in both activation widths (enum tensor_act). Each set keeps the exactness contract on its own:
 // every output reduces over k in one fixed order, whatever the batch, slicing or threads.
 // Sets differ from each other (and from the reference) by rounding only.
 typedef struct tensor_kernels tensor_kernels;
 
-// The default set: the best one CPUID allows, or the one tensor_kernels_force named.
+// The activation width of a set's quantized matmuls, one for a whole model so that every row
+// is computed the same way whatever else runs. q16 (the default): the x86 sets keep about 16
+// bits of each activation (two int8 halves per block of 32, two int8 dot products per block)
+// and "ref" keeps float activations. q8: each block of 32 activations of a row becomes int8
+// codes with one float scale (amax / 127, codes rounded to nearest even), one int8 dot
+// product per weight block: about twice the arithmetic rate, a logit error like llama.cpp's.
+// Float weight types (F32, F16, BF16) keep float activations in both.
+enum tensor_act { TENSOR_ACT_Q16, TENSOR_ACT_Q8, TENSOR_ACT_COUNT };
+// "q16" / "q8"; tensor_act_parse: LANES_EINVAL for another name.
+const char *tensor_act_name(enum tensor_act act);
+int tensor_act_parse(const char *name, enum tensor_act *out);
+
+// The default set: the best one CPUID allows, or the one tensor_kernels_force named, with
+// the activation width tensor_kernels_select_act chose (q16 unless it was called).
 // Chosen and logged once.
 const tensor_kernels *tensor_kernels_default(void);
 // Before the first use: makes name the default, logged as forced by `by` (the CLI passes
 // "LANES_KERNELS"). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
 int tensor_kernels_force(const char *name, const char *by);
-// The set called name if this CPU runs it, else NULL.
+// The set called name (width q16) if this CPU runs it, else NULL.
 const tensor_kernels *tensor_kernels_find(const char *name);
 // Makes the set called name the default for what is set up from now on (models loaded
-// after it). LANES_EINVAL for an unknown name, LANES_EUNSUPPORTED when the CPU lacks it.
+// after it), in the width tensor_kernels_select_act chose. LANES_EINVAL for an unknown
+// name, LANES_EUNSUPPORTED when the CPU lacks it.
 int tensor_kernels_select(const char *name);
+// Makes act the activation width of the default set for what is set up from now on (models
+// loaded after it). LANES_EINVAL for an unknown width.
+int tensor_kernels_select_act(enum tensor_act act);
+// ks with activation width act: the same instructions and weight layout, so a matrix packed
+// for one serves the other.
+const tensor_kernels *tensor_kernels_with_act(const tensor_kernels *ks, enum tensor_act act);
+enum tensor_act tensor_kernels_act(const tensor_kernels *ks);
 const char *tensor_kernels_name(const tensor_kernels *ks);
 // The names of the sets this CPU runs, portable first: fills up to cap, returns the count.
 int tensor_kernels_available(const char **names, int cap);
@@ -309,6 +330,23 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 // and the threads of pool split the outputs of all of them, never k.
 void tensor_matmuls(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 		    int64_t n, float *const *ys);
+// What a matmul call also does on the pool's threads, so that per-row work before it and the
+// residual add after it cost no hand-off of their own.
+typedef struct {
+	// Makes row r of x before anything reads it: every row once, in any order, on any thread;
+	// NULL: x is ready. All matrices of the call must then prepare their input alike.
+	void (*make_row)(void *arg, int64_t r);
+	void *arg;
+	bool add;             // ys[i][r][o] = ys[i][r][o] + the dot (one float add), not = the dot
+	void *scratch;        // prepared activations go here when it holds tensor_matmul_scratch
+	size_t scratch_bytes; // bytes; too small or NULL: the call allocates its own
+} tensor_mm_opts;
+// tensor_matmuls with o (NULL: as tensor_matmuls). Each output is the same dot product
+// either way: make_row and add change where the work runs, not its arithmetic.
+void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
+			 int64_t n, float *const *ys, const tensor_mm_opts *o);
+// Bytes of scratch a call of n rows of k inputs with a matrix of ks needs at most.
+size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 
 // The forward pass's other kernels, as the set ks has them (same contracts as the
 // reference functions above; results differ from them by rounding only).
@@ -329,6 +367,9 @@ void tensor_k_f32_fwd(const tensor_kernels *ks, const float *wt, int64_t kn, con
 		      float *y);
 void tensor_k_f32_bwd(const tensor_kernels *ks, const float *w, int64_t ldw, int64_t nr, int64_t kn, const float *dy,
 		      int64_t ldy, int64_t n, float *dx, int64_t ldx);
+// One row of n floats quantized to type (n a multiple of its block): the reference
+// quantizer's bytes exactly, vectorized for Q8_0 and Q4_0 (the KV block types).
+void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float *x, void *dst, int64_t n);
 // Attention of nq query heads that share one KV head (GQA): q[nq][head_dim] -> out[nq][head_dim],
 // fused (as tensor_attn; scratch: tensor_attn_scratch(nq, head_dim) floats), or unfused (as
 // tensor_attn_f16, f16 rows only; scratch: nq * n_pos floats).

@@ -26,6 +26,16 @@ export function bigModel() {
 	return out;
 }
 
+// A `lanes gen --shape SHAPE` model (Q4_0, stories260K's vocabulary), written to TMP once.
+export function shapeModel(shape) {
+	const out = path.join(TMP, `${shape}-Q4_0.gguf`);
+	if (!fs.existsSync(out)) {
+		const r = spawnSync(BIN, ['gen', '--shape', shape, '--type', 'Q4_0', '--vocab', STORIES, '-o', out], { stdio: 'inherit' });
+		if (r.status !== 0) throw new Error('lanes gen failed');
+	}
+	return out;
+}
+
 // Starts `lanes serve` on a free port; resolves once /health says ok.
 export async function startServer(args, env = {}, { onListening } = {}) {
 	const proc = spawn(BIN, ['serve', '--port', '0', ...args], {

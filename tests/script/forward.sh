@@ -1,8 +1,8 @@
 #!/bin/sh
 # tests: `lanes run`, `lanes logits` and `lanes bench` from the command line — greedy text of
 # every stories260K case, text = detokenized ids, -p = --ids, sampling repeatable by seed and
-# independent of threads, logits files identical across threads and chunking, bench JSON,
-# and clear failures.
+# independent of threads, logits files identical across threads and chunking (in both
+# activation widths), bench JSON, and clear failures.
 BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
 TMP=${LANES_TMP:-/tmp}/forward.$$
@@ -62,6 +62,22 @@ for k in '"model": "stories260K.gguf"' '"type": "F32"' '"threads"' '"pp_tokens":
 	case "$j" in *"$k"*) ok ;; *) bad "bench --json lacks $k: $j" ;; esac
 done
 
+# Activation widths: q16 by default; q8 rounds a quantized model's activations to int8, so
+# its logits differ from q16's, and stay the same across threads and chunking.
+Q="$SHARED/models/ref-llama-Q4_0.gguf"
+qids="1,20,300,41,5,66,7,88,9,100,11"
+case "$j" in *'"activations": "q16"'*) ok ;; *) bad "bench --json lacks activations q16: $j" ;; esac
+jq8=$("$BIN" bench -m "$Q" -p 8 -n 2 -r 1 --activations q8 --json 2>/dev/null)
+case "$jq8" in *'"activations": "q8"'*) ok ;; *) bad "bench --activations q8 --json: $jq8" ;; esac
+"$BIN" logits -m "$Q" --ids "$qids" -o "$TMP/q16" 2>/dev/null || bad "logits q16 failed"
+"$BIN" logits -m "$Q" --ids "$qids" -o "$TMP/q8a" --activations q8 --threads 1 2>/dev/null || bad "logits q8 failed"
+"$BIN" logits -m "$Q" --ids "$qids" -o "$TMP/q8b" --activations q8 --threads 2 --chunk 3 2>/dev/null || bad "logits q8 failed"
+cmp -s "$TMP/q8a" "$TMP/q8b" && ok || bad "q8 logits differ between 1 thread and 2 threads in chunks of 3"
+cmp -s "$TMP/q16" "$TMP/q8a" && bad "q8 logits equal q16's: the width did not take effect" || ok
+a=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 1 --print-ids 2>/dev/null)
+b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 2 --print-ids 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --activations q8: 1 and 2 threads differ"
+
 # Failures: a non-zero exit and a message naming the problem.
 expect_fail() {
 	want=$1
@@ -76,5 +92,6 @@ expect_fail "bad token id" "$BIN" logits -m "$M" --ids 1,x -o "$TMP/l3"
 expect_fail "temp must be 0..2, not -1" "$BIN" run -m "$M" --ids 1 -n 2 --temp -1
 expect_fail "kv must be f16s, f16, q8_0 or q4_0, not .q9." "$BIN" bench -m "$M" --kv q9
 expect_fail "usage" "$BIN" run -m "$M" -n 2
+expect_fail "activations must be q16 or q8, not .q4." "$BIN" logits -m "$M" --ids 1 -o "$TMP/l4" --activations q4
 echo "forward: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -8,13 +8,15 @@
 //    where quantizing them loses nothing: |fast - ref| <= 2^-12 A. Only float rounding is
 //    left (a few roundings per block of 32, k/32 blocks), far below this bar, while one
 //    misplaced code costs about A/k = 2^-9 A at k = 512, so a layout error cannot hide.
-//  - random activations: the same plus what 16-bit activations (two int8 halves) can cost,
-//    each x moved at most amax_b / (127 * 256) in its block b: the sum over blocks of that
-//    times sum_{i in b} |w_i| (one 8-bit pass alone would be 128x this). Float types
-//    (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
+//  - random activations: the same plus what the activation width can cost, each x moved at
+//    most amax_b / (127 * 256) (q16: two int8 halves) or amax_b / (127 * 2) (q8: half a step
+//    of one int8) in its block b: the sum over blocks of that times sum_{i in b} |w_i|. Float
+//    types (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
+// Every set runs in both widths (enum tensor_act), the reference's q8 included.
 //  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
 //    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
-//    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error.
+//    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error;
+//    the KV block quantizers (Q8_0, Q4_0): the reference's bytes.
 #include "t.h"
 
 #include "cli/settings.h"
@@ -49,8 +51,9 @@ static void make_x(float *x, int64_t n, int64_t k, bool grid, uint64_t *seed) {
 		}
 }
 
-// The activation-quantization term of the bound for one dot product.
-static double act_bound(const float *w, const float *x, int64_t k) {
+// The activation-quantization term of the bound for one dot product: steps of 1/256 (q16)
+// or 1/2 (q8) of amax / 127.
+static double act_bound(const float *w, const float *x, int64_t k, double step) {
 	double b = 0;
 	for (int64_t i0 = 0; i0 < k; i0 += 32) {
 		double amax = 0, sw = 0;
@@ -58,7 +61,7 @@ static double act_bound(const float *w, const float *x, int64_t k) {
 			amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
 			sw += fabs(w[i]);
 		}
-		b += amax / (127.0 * 256.0) * sw;
+		b += amax / 127.0 * step * sw;
 	}
 	return b;
 }
@@ -107,15 +110,17 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 				double A = 0;
 				for (int64_t i = 0; i < K; i++) A += fabs((double)wr[i] * xr[i]);
 				double tol = A * 0x1p-12 + 1e-30;
-				if (!grid && !is_float(type)) tol += act_bound(wr, xr, K);
+				if (!grid && !is_float(type))
+					tol += act_bound(wr, xr, K, tensor_kernels_act(ks) == TENSOR_ACT_Q8 ? 0.5 : 1.0 / 256.0);
 				const double e = fabs((double)y1[r * NO + o] - yr[r * NO + o]);
 				worst = e / tol > worst ? e / tol : worst;
 				worse += !(e <= tol);
 			}
-		CHECKF(worse == 0, "%s %s k=%lld %s activations: %d outputs outside the tolerance (worst %.3g x it)", tensor_kernels_name(ks),
-		       tt->name, (long long)K, grid ? "grid" : "random", worse, worst);
-		CHECKF(!differ, "%s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks), tt->name,
-		       (long long)NR);
+		CHECKF(worse == 0, "%s %s %s k=%lld %s activations: %d outputs outside the tolerance (worst %.3g x it)",
+		       tensor_kernels_name(ks), tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)K,
+		       grid ? "grid" : "random", worse, worst);
+		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
+		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
 		// A slice of rows through the second matrix of the stack: the fused pass's outputs.
 		float *y4 = y2;
 		const tensor_mat *w1 = &m;
@@ -283,6 +288,37 @@ static void pointwise(const tensor_kernels *ks) {
 	free(x), free(w), free(a), free(b);
 }
 
+// The KV block quantizers: the reference's bytes exactly, for random rows and the edges —
+// zero blocks, ties of magnitude with both signs (the first decides Q4_0's sign), values
+// that land on halves of a step (roundf goes away from zero) and Q4_0's top code.
+static void kv_quant(const tensor_kernels *ks) {
+	const uint32_t types[2] = {GGUF_T_Q8_0, GGUF_T_Q4_0};
+	uint64_t seed = 4242;
+	float x[256];
+	uint8_t a[512], b[512];
+	int bad = 0;
+	for (int t = 0; t < 2; t++)
+		for (int rep = 0; rep < 300; rep++) {
+			for (int i = 0; i < 256; i++) x[i] = frand(&seed) * ldexpf(1.0f, rep % 20 - 10);
+			const int kind = rep % 6;
+			if (kind == 1) memset(x + 32, 0, 32 * sizeof(float));
+			if (kind == 2) // the largest magnitude twice, signs both ways round
+				x[5] = -4.0f, x[9] = 4.0f, x[32 + 2] = 4.0f, x[32 + 30] = -4.0f;
+			if (kind == 3) // a step of 1 (amax 127 for Q8_0, -8 for Q4_0) and values on halves
+				for (int b0 = 0; b0 < 256; b0 += 32)
+					for (int i = 0; i < 32; i++)
+						x[b0 + i] = i == 0 ? (t ? -8.0f : 127.0f)
+							    : (float)((int)(frand(&seed) * (t ? 7 : 126))) + (frand(&seed) < 0 ? -0.5f : 0.5f);
+			if (kind == 4)
+				for (int i = 0; i < 32; i++) x[i] = (float)(i % 17 - 8), x[32 + i] = -(float)(i % 16);
+			const tensor_traits *tt = tensor_traits_of(types[t]);
+			tt->from_f32(x, a, 256);
+			tensor_k_quantize_row(ks, types[t], x, b, 256);
+			bad += memcmp(a, b, tensor_row_bytes(types[t], 256)) != 0;
+		}
+	CHECKF(bad == 0, "%s KV quantizers: %d rows differ from the reference's bytes", tensor_kernels_name(ks), bad);
+}
+
 static void dispatch(void) {
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
@@ -315,11 +351,15 @@ int main(void) {
 	CHECK(base_pool_new(&pool, 3) == 0);
 	for (int s = 0; s < n; s++) {
 		const tensor_kernels *ks = tensor_kernels_find(names[s]);
-		for (int t = 0; t < N_TYPES; t++) {
-			t_case("%s type %u", names[s], all_types[t]);
-			matmul_type(ks, all_types[t], 512, pool);
-			if (is_float(all_types[t])) matmul_type(ks, all_types[t], 100, pool);
-			extremes(ks, all_types[t]);
+		for (int a = 0; a < TENSOR_ACT_COUNT; a++) {
+			const tensor_kernels *ka = tensor_kernels_with_act(ks, (enum tensor_act)a);
+			CHECK(tensor_kernels_act(ka) == (enum tensor_act)a && !strcmp(tensor_kernels_name(ka), names[s]));
+			for (int t = 0; t < N_TYPES; t++) {
+				t_case("%s %s type %u", names[s], tensor_act_name((enum tensor_act)a), all_types[t]);
+				matmul_type(ka, all_types[t], 512, pool);
+				if (is_float(all_types[t])) matmul_type(ka, all_types[t], 100, pool);
+				extremes(ka, all_types[t]);
+			}
 		}
 		const int32_t dims[] = {64, 128, 48, 8};
 		for (int d = 0; d < 4; d++)
@@ -335,6 +375,7 @@ int main(void) {
 		}
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);
+		kv_quant(ks);
 	}
 	base_pool_free(pool);
 	T_DONE("kernels_x86");

@@ -171,6 +171,7 @@ static void test_exact_kv(const char *name, enum kv_type kvt) {
 	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (!M) return;
+	t_case("%s kv %d %s", name, (int)kvt, tensor_act_name(tensor_kernels_act(model_kernels(M))));
 	CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
 	if (!V) { model_free(M); M = NULL; return; }
 	static req_spec s[NREQ];
@@ -458,6 +459,60 @@ static lane_req *submit1(lane_host *h, const lane_request *q) {
 	return r;
 }
 
+// The rounds a prompt takes: with no stream decoding a round takes the whole prompt (up to
+// 512 rows) whatever the pricing leaves, so a lone prompt fills in one pass; beside a live
+// stream it fills in the pieces the budget gives (a round target of 1 us: one page a round).
+static void test_idle_fill(void) {
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 2;
+	c.threads = 2;
+	c.ctx = 2048;
+	c.round_ms = 0.001;
+	c.prefix_cache = false; // the second prompt is the first: it must fill again
+	char err[256];
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "lane_host_new: %s", err);
+	if (!h) return;
+	int32_t prompt[300];
+	for (int32_t k = 0; k < 300; k++) prompt[k] = k ? 3 + (k * 7) % 400 : 1;
+	lane_request q = {.prompt = prompt, .n_prompt = 300, .max_tokens = 1, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	lane_request live = q;
+	live.n_prompt = 2;
+	live.max_tokens = 1500;
+	uint64_t rounds[2];
+	for (int pass = 0; pass < 2; pass++) {
+		// pass 1: a stream decodes beside the prompt
+		lane_req *a = pass ? submit1(h, &live) : NULL;
+		lane_event ev;
+		if (a) CHECK(lane_next(a, &ev, 30 * 1000000) == 1 && ev.kind == LANE_EV_TOKEN);
+		lane_snapshot s0, s1;
+		lane_host_snapshot(h, &s0);
+		lane_req *r = submit1(h, &q);
+		result res;
+		collect(r, &res);
+		lane_req_free(r);
+		CHECK(res.n == 1);
+		// the snapshot is published after the round that ended the request
+		for (int w = 0; w < 1000; w++) {
+			lane_host_snapshot(h, &s1);
+			if (s1.finished > s0.finished) break;
+			usleep(1000);
+		}
+		rounds[pass] = s1.rounds - s0.rounds;
+		if (a) {
+			lane_cancel(a);
+			collect(a, &res);
+			lane_req_free(a);
+		}
+	}
+	CHECKF(rounds[0] == 1, "a lone 300-token prompt fills in one round (%llu rounds)", (unsigned long long)rounds[0]);
+	CHECKF(rounds[1] >= 300 / 16, "beside a stream it fills a page a round (%llu rounds)", (unsigned long long)rounds[1]);
+	lane_host_free(h);
+}
+
 // What a user of the API sees: stop strings cut across token boundaries and never shown,
 // banned tokens never drawn, penalties change the text, lengths, and refusals with reasons.
 static void test_semantics(void) {
@@ -657,7 +712,8 @@ static void hold(void *arg, const lane_event *ev) {
 static void test_notify_apart(void) {
 	lane_host *h = host(1, 0, false, 2);
 	int32_t prompt[3] = {1, 400, 300};
-	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 8, .ignore_eos = true};
+	// long enough that events still come after the callback is set
+	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 64, .ignore_eos = true};
 	q.sampling.top_p = 1;
 	q.sampling.repeat_penalty = 1;
 	lane_req *r = submit1(h, &q);
@@ -666,13 +722,19 @@ static void test_notify_apart(void) {
 		return;
 	}
 	lane_req_set_notify(r, hold, NULL);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 10;
 	pthread_mutex_lock(&held.mu);
-	while (held.phase == 0) pthread_cond_wait(&held.cv, &held.mu);
+	while (held.phase == 0)
+		if (pthread_cond_timedwait(&held.cv, &held.mu, &dl)) break;
+	const bool called = held.phase == 1;
 	const uint64_t want = held.t_us;
 	pthread_mutex_unlock(&held.mu);
+	CHECKF(called, "the callback ran");
 	lane_event ev;
 	bool got = false;
-	while (!got && lane_next(r, &ev, 5 * 1000000) == 1) got = ev.t_us == want;
+	while (called && !got && lane_next(r, &ev, 5 * 1000000) == 1) got = ev.t_us == want;
 	pthread_mutex_lock(&held.mu);
 	const bool apart = got && held.phase == 1;
 	if (held.phase == 1) held.phase = 2;
@@ -1398,6 +1460,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_semantics);
 	with_model("stories260K.gguf", test_notify);
 	with_model("stories260K.gguf", test_notify_apart);
+	with_model("stories260K.gguf", test_idle_fill);
 	with_model("stories260K.gguf", test_draft_ngram);
 	with_model("stories260K.gguf", test_draft_priced);
 	with_model("stories260K.gguf", test_draft_model);
@@ -1411,6 +1474,13 @@ int main(void) {
 	test_exact("ref-llama-Q4_K_M.gguf");
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
+	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
+	test_exact("ref-llama-Q4_K_M.gguf");
+	test_exact("ref-qwen2-Q8_0.gguf");
+	test_exact("ref-moe-Q8_0.gguf");
+	with_model("ref-llama-Q4_K_M.gguf", test_draft_ngram);
+	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);

@@ -52,8 +52,9 @@ static void mm_rows1(const float (*wt)[MM_OT], int64_t nk, const float *x0, floa
 	memcpy(acc, a0, sizeof a0);
 }
 
-void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
-		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1) {
+// tensor_ref_matmul; with add, y = y + the dot.
+static void ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x, int64_t ldx, int64_t n,
+		       float *y, int64_t ldy, int64_t o0, int64_t o1, bool add) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	LANES_ASSERT(tt && k % tt->block == 0);
 	const size_t chunk_bytes = (size_t)(MM_CHUNK / tt->block) * tt->bytes;
@@ -83,9 +84,17 @@ void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, 
 				for (; r < nr; r++) mm_rows1((const float(*)[MM_OT])wt, nk, xr + r * ldx, acc[r]);
 			}
 			for (int64_t r = 0; r < nr; r++)
-				for (int i = 0; i < no; i++) y[(rb + r) * ldy + ob + i] = acc[r][i];
+				for (int i = 0; i < no; i++) {
+					float *yo = &y[(rb + r) * ldy + ob + i];
+					*yo = add ? *yo + acc[r][i] : acc[r][i];
+				}
 		}
 	}
+}
+
+void tensor_ref_matmul(uint32_t type, const void *w, size_t wstride, int64_t k, const float *x,
+		       int64_t ldx, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1) {
+	ref_matmul(type, w, wstride, k, x, ldx, n, y, ldy, o0, o1, false);
 }
 
 typedef struct {
@@ -356,12 +365,106 @@ void tensor_gather_rows(const float *src, int64_t ld, const int32_t *idx, int64_
 	for (int64_t i = 0; i < n_idx; i++) memcpy(dst + i * n, src + idx[i] * ld, (size_t)n * sizeof *dst);
 }
 
+// ---- 8-bit activations: the specification of width q8 ------------------------------------------
+// A row's block of 32: d = amax / 127, q = x / d rounded to nearest even (x * (1 / d), as the
+// vector quantizers compute it), so |x - d q| <= d / 2.
+static void ref_act_q8(const float *x, int64_t k, kern_q8 *dst) {
+	for (int64_t b = 0; b < k / 32; b++, x += 32) {
+		float amax = 0.0f;
+		for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+		const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+		kern_q8 *o = (kern_q8 *)((uint8_t *)dst + (size_t)b * KERN_Q8_BYTES);
+		int32_t s[2] = {0, 0};
+		for (int i = 0; i < 32; i++) {
+			float t = rintf(x[i] * id);
+			t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+			o->qh[i] = (int8_t)t;
+			s[i / 16] += o->qh[i];
+		}
+		o->d = d;
+		o->sum = s[0] + s[1];
+		o->s16[0] = s[0], o->s16[1] = s[1];
+		o->ds = d * (float)o->sum;
+		o->n8 = -8 * o->sum;
+		o->n32[0] = -32 * s[0], o->n32[1] = -32 * s[1];
+	}
+}
+
+// Piece t (elements 32t..32t+31) of a decoded block as signed codes c with w = a[h] c + m[h]
+// for the elements of half h (kern_codes says what each type's codes mean).
+static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], float a[2], float m[2]) {
+	const float d = tensor_f16_to_f32(dc->d), dm = tensor_f16_to_f32(dc->m);
+	const uint8_t *u = dc->u + 32 * t;
+	int off = 0;
+	a[0] = a[1] = d;
+	m[0] = m[1] = 0.0f;
+	switch (type) {
+	case GGUF_T_Q4_0: off = 8; break;
+	case GGUF_T_Q5_0: off = 16; break;
+	case GGUF_T_Q4_1:
+	case GGUF_T_Q5_1: m[0] = m[1] = dm; break;
+	case GGUF_T_Q8_0: off = 0; break;
+	case GGUF_T_Q2_K:
+		for (int h = 0; h < 2; h++) {
+			a[h] = d * (float)(dc->sc[2 * t + h] & 15);
+			m[h] = -(dm * (float)(dc->sc[2 * t + h] >> 4));
+		}
+		break;
+	case GGUF_T_Q3_K:
+	case GGUF_T_Q6_K:
+		off = type == GGUF_T_Q3_K ? 4 : 32;
+		for (int h = 0; h < 2; h++) a[h] = d * (float)(int8_t)dc->sc[2 * t + h];
+		break;
+	default: // Q4_K, Q5_K
+		a[0] = a[1] = d * (float)dc->sc[t];
+		m[0] = m[1] = -(dm * (float)dc->mn[t]);
+	}
+	for (int i = 0; i < 32; i++) c[i] = type == GGUF_T_Q8_0 ? (int8_t)u[i] : (int8_t)(u[i] - off);
+}
+
+// Outputs [o0, o1) of n rows of kern_q8 blocks: per output, blocks in k order, each piece of
+// 32 one exact integer dot per half, acc = acc + d_x * (a0 s0 + a1 s1 + m0 t0 + m1 t1).
+static void ref_mm_q8(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
+		      int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	const tensor_traits *tt = tensor_traits_of(w->type);
+	const int64_t nb = w->k / tt->block, np = tt->block / 32;
+	float acc[MM_RB];
+	kern_codes dc;
+	int8_t c[32];
+	float a[2], m[2];
+	for (int64_t o = o0; o < o1; o++) {
+		const uint8_t *row = (const uint8_t *)mat + (size_t)o * w->row_bytes;
+		for (int64_t rb = 0; rb < n; rb += MM_RB) {
+			const int64_t nr = min64(MM_RB, n - rb);
+			for (int64_t r = 0; r < nr; r++) acc[r] = 0.0f;
+			for (int64_t b = 0; b < nb; b++) {
+				kern_decode(w->type, row + (size_t)b * tt->bytes, &dc, false);
+				for (int t = 0; t < np; t++) {
+					ref_piece(w->type, &dc, t, c, a, m);
+					for (int64_t r = 0; r < nr; r++) {
+						const kern_q8 *x = (const kern_q8 *)((const uint8_t *)xa + (size_t)(rb + r) * xa_stride +
+										     (size_t)(b * np + t) * KERN_Q8_BYTES);
+						int32_t s0 = 0, s1 = 0;
+						for (int i = 0; i < 16; i++) s0 += c[i] * x->qh[i], s1 += c[16 + i] * x->qh[16 + i];
+						const float blk = (a[0] * (float)s0 + a[1] * (float)s1) +
+								  (m[0] * (float)x->s16[0] + m[1] * (float)x->s16[1]);
+						acc[r] = acc[r] + x->d * blk;
+					}
+				}
+			}
+			for (int64_t r = 0; r < nr; r++) y[(rb + r) * ldy + o] = add ? y[(rb + r) * ldy + o] + acc[r] : acc[r];
+		}
+	}
+}
+
+static enum kern_act ref_act_kind_q8(uint32_t type) { return kern_has_codes(type) ? KERN_ACT_Q8 : KERN_ACT_F32; }
+
 // ---- the reference kernel set: weights in place, float activations ---------------------------
 static enum kern_act ref_act_kind(uint32_t type) { return KERN_ACT_F32; }
 
 static void ref_mm(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
-		   int64_t ldy, int64_t o0, int64_t o1) {
-	tensor_ref_matmul(w->type, mat, w->row_bytes, w->k, xa, (int64_t)(xa_stride / sizeof(float)), n, y, ldy, o0, o1);
+		   int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	ref_matmul(w->type, mat, w->row_bytes, w->k, xa, (int64_t)(xa_stride / sizeof(float)), n, y, ldy, o0, o1, add);
 }
 
 static void ref_attn(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
@@ -406,19 +509,17 @@ static void ref_f32_bwd(const float *w, int64_t ldw, int64_t nr, int64_t kn, con
 
 static bool ref_cpu_ok(void) { return true; }
 
-const tensor_kernels tensor_kernels_ref = {
-	.name = "ref",
-	.tile = MM_OT,
-	.act_kind = ref_act_kind,
-	.matmul = ref_mm,
-	.attn = ref_attn,
-	.attn_unfused = ref_attn_unfused,
-	.rmsnorm = tensor_rmsnorm,
-	.swiglu = tensor_swiglu,
-	.f16s_encode = tensor_f16s_encode,
-	.f32_rows = ref_f32_rows,
-	.f32_t16 = ref_f32_t16,
-	.f32_fwd = ref_f32_fwd,
-	.f32_bwd = ref_f32_bwd,
-	.cpu_ok = ref_cpu_ok,
-};
+// Width q8: float weight types keep ref_mm.
+static void ref_mm_any(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
+		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	if (kern_has_codes(w->type)) ref_mm_q8(w, mat, xa, xa_stride, n, y, ldy, o0, o1, add);
+	else ref_mm(w, mat, xa, xa_stride, n, y, ldy, o0, o1, add);
+}
+
+#define REF_SET(ACT, TWIN, ACT_KIND, ACT_Q8, MATMUL)                                                               \
+	{.name = "ref", .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8), .tile = MM_OT, .act_kind = ACT_KIND, .act_q8 = ACT_Q8,             \
+	 .matmul = MATMUL, .attn = ref_attn, .attn_unfused = ref_attn_unfused, .rmsnorm = tensor_rmsnorm,            \
+	 .swiglu = tensor_swiglu, .f16s_encode = tensor_f16s_encode, .f32_rows = ref_f32_rows, .f32_t16 = ref_f32_t16, \
+	 .f32_fwd = ref_f32_fwd, .f32_bwd = ref_f32_bwd, .cpu_ok = ref_cpu_ok}
+const tensor_kernels tensor_kernels_ref = REF_SET(TENSOR_ACT_Q16, tensor_kernels_ref_q8, ref_act_kind, NULL, ref_mm);
+const tensor_kernels tensor_kernels_ref_q8 = REF_SET(TENSOR_ACT_Q8, tensor_kernels_ref, ref_act_kind_q8, ref_act_q8, ref_mm_any);

@@ -125,33 +125,39 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 // ---- fused attention over the paged store (any row encoding) ------------------------------------
 #define TT TENSOR_ATT_TILE
 
-// 32 block values d * q into dst (q8_0 codes, or q4_0 nibbles minus 8): exact in float.
-AI void deq_q8(const block_q8_0 *b, float *dst) {
-	const vf d = v_set1f(tensor_f16_to_f32(b->d));
+// A KV block's 32 codes as floats in 32 / VL vectors (q8_0: the int8 codes; q4_0: the nibbles
+// minus 8), and its scale (returned): exact, as d * q is in float.
+AI float block_codes(int enc, const uint8_t *blk, vf *c) {
+	uint16_t dh;
+	memcpy(&dh, blk, 2);
+	const float d = _cvtsh_ss(dh);
+	__m128i lo, hi;
+	if (enc == TENSOR_KV_Q8_0) {
+		lo = _mm_loadu_si128((const __m128i *)(blk + 2));
+		hi = _mm_loadu_si128((const __m128i *)(blk + 18));
+	} else {
+		const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2)), m = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+		lo = _mm_sub_epi8(_mm_and_si128(raw, m), eight);
+		hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight);
+	}
 #if VL == 16
-	for (int h = 0; h < 2; h++)
-		v_storef(dst + 16 * h,
-			 v_mul(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * h))))));
+	c[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo));
+	c[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi));
 #else
-	for (int h = 0; h < 4; h++)
-		v_storef(dst + 8 * h,
-			 v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h))))));
+	c[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+	c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+	c[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+	c[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 #endif
+	return d;
 }
 
-AI void deq_q4(const block_q4_0 *b, float *dst) {
-	const vf d = v_set1f(tensor_f16_to_f32(b->d));
-	const __m128i raw = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-	const __m128i half[2] = {_mm_sub_epi8(_mm_and_si128(raw, m), eight),
-				 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight)};
-	for (int h = 0; h < 2; h++) {
-#if VL == 16
-		v_storef(dst + 16 * h, v_mul(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(half[h]))));
-#else
-		v_storef(dst + 16 * h, v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half[h]))));
-		v_storef(dst + 16 * h + 8, v_mul(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(half[h], 8)))));
-#endif
-	}
+// Position j's row of a KV block type: the head's first block.
+AI const uint8_t *block_row(const tensor_kv_view *kvv, bool v, int32_t j) {
+	const int32_t pt = kvv->page_tokens;
+	const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+	return (v ? kvv->v : kvv->k) + (size_t)kvv->pages[j / pt] * kvv->page_stride + (size_t)(j % pt) * kvv->row_stride +
+	       (size_t)(kvv->off / 32) * bs;
 }
 
 // Position j's K (or V) values of one head as floats into o; returns its scale value.
@@ -165,10 +171,12 @@ AI float att_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D, float 
 		return sb ? kern_f16s_scales[sb[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
 	}
 	if (kvv->off % 32 || D % 32) return tensor_kv_row(kvv, v, j, D, o);
-	const uint8_t *r = base + page * kvv->page_stride + slot * kvv->row_stride;
+	const uint8_t *r = block_row(kvv, v, j);
+	const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
 	for (int32_t b = 0; b < D / 32; b++) {
-		if (kvv->enc == TENSOR_KV_Q8_0) deq_q8((const block_q8_0 *)r + kvv->off / 32 + b, o + 32 * b);
-		else deq_q4((const block_q4_0 *)r + kvv->off / 32 + b, o + 32 * b);
+		vf c[32 / VL];
+		const vf d = v_set1f(block_codes(kvv->enc, r + (size_t)b * bs, c));
+		UNROLL for (int i = 0; i < 32 / VL; i++) v_storef(o + 32 * b + VL * i, v_mul(d, c[i]));
 	}
 	return 1.0f;
 }
@@ -179,10 +187,10 @@ AI float att_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D, float 
 // output, whose V rows are read once per HG heads held in registers.
 AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		   float *scratch, float *out, const int nc) {
-	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq;
+	// scores, outputs, maxima and sums per head, then a tile of V rows (tensor_attn_scratch)
+	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq, *vtile = sum + nq;
 	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
-	float vrow[ATT_MAXC * VL] __attribute__((aligned(64)));
-	float ksc[VL] __attribute__((aligned(64))), vsc[TT];
+	float ksc[VL] __attribute__((aligned(64))), vsc[TT * ATT_MAXC * VL / 32];
 	float alpha[64];
 	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
 	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY, sum[h] = 0.0f;
@@ -222,8 +230,31 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			}
 			sum[hq] = sum[hq] * alpha[hq] + v_hsum(ps);
 		}
-		// the weighted V rows, positions in order; the V scale folds into each weight
-		const bool f16 = kvv->enc == TENSOR_KV_F16;
+		// The tile's V rows once, for every group of heads: f16 values as floats with the row's
+		// scale (f16s), block codes as floats with each block's scale; then per group of HG heads
+		// the weighted rows in position order, each scale folded into its weight.
+		const bool f16 = kvv->enc == TENSOR_KV_F16, blocks = !f16 && kvv->off % 32 == 0 && D % 32 == 0;
+		const int nbv = blocks ? nc * VL / 32 : 1; // scales per row
+		const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+		for (int l = 0; l < nt; l++) {
+			float *vr = vtile + (size_t)l * nc * VL;
+			const int32_t j = t0 + l, pt = kvv->page_tokens;
+			if (f16) {
+				const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+				const uint16_t *r = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
+				UNROLL for (int c = 0; c < nc; c++) v_storef(vr + VL * c, v_ldh(r + VL * c));
+				vsc[l] = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
+			} else if (blocks) {
+				const uint8_t *r = block_row(kvv, true, j);
+				for (int b2 = 0; b2 < nbv; b2++) {
+					vf c[32 / VL];
+					vsc[l * nbv + b2] = block_codes(kvv->enc, r + (size_t)b2 * bs, c);
+					UNROLL for (int i = 0; i < 32 / VL; i++) v_storef(vr + 32 * b2 + VL * i, c[i]);
+				}
+			} else {
+				vsc[l] = att_row(kvv, true, j, D, vr);
+			}
+		}
 		for (int32_t h0 = 0; h0 < nq; h0 += HG) {
 			const int hn = nq - h0 < HG ? nq - h0 : HG;
 			vf av[4][ATT_MAXC];
@@ -236,21 +267,19 @@ AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const ten
 			}
 			for (int l = 0; l < nt; l++) {
 				vf vv[ATT_MAXC] = {0};
-				if (f16 && h0 == 0) vsc[l] = 1.0f;
-				if (f16 && !kvv->vs) {
-					const int32_t j = t0 + l, pt = kvv->page_tokens;
-					const uint16_t *r = (const uint16_t *)kvv->v + (size_t)kvv->pages[j / pt] * kvv->page_stride +
-							    (size_t)(j % pt) * kvv->row_stride;
-					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(r + VL * c);
-				} else {
-					const float vs = att_row(kvv, true, t0 + l, D, vrow);
-					if (h0 == 0) vsc[l] = vs;
-					UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vrow + VL * c);
-				}
+				UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vtile + (size_t)l * nc * VL + VL * c);
 				UNROLL for (int a = 0; a < HG; a++) {
 					if (a >= hn) break;
-					const vf w = v_set1f(sc[(size_t)(h0 + a) * TT + l] * vsc[l]);
-					UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
+					const float p = sc[(size_t)(h0 + a) * TT + l];
+					if (nbv == 1) {
+						const vf w = v_set1f(p * vsc[l]);
+						UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
+					} else {
+						UNROLL for (int c = 0; c < nc; c++) {
+							const vf w = v_set1f(p * vsc[l * nbv + c * VL / 32]);
+							av[a][c] = v_fma(w, vv[c], av[a][c]);
+						}
+					}
 				}
 			}
 			UNROLL for (int a = 0; a < HG; a++) {

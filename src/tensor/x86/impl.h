@@ -79,8 +79,9 @@ AI void keep8(const vi w[8]) {
 	__asm__ volatile("" ::"v"(w[0]), "v"(w[1]), "v"(w[2]), "v"(w[3]), "v"(w[4]), "v"(w[5]), "v"(w[6]), "v"(w[7]));
 }
 
-AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b) {
-	return (const kern_q8 *)(xa + (size_t)i * xs) + b;
+// Row i's block b: blocks of KERN_Q8_BYTES with `one` (width q8), else whole kern_q8s.
+AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b, bool one) {
+	return (const kern_q8 *)(xa + (size_t)i * xs + (size_t)b * (one ? KERN_Q8_BYTES : sizeof(kern_q8)));
 }
 
 // ---- matmul row kernels: R activation rows against one half of one tile ---------------------
@@ -89,11 +90,28 @@ AI const kern_q8 *xrow(const uint8_t *xa, size_t xs, int i, int64_t b) {
 #define ROWS _Pragma("GCC unroll 16") for (int i = 0; i < R; i++)
 
 // One row's dot product with one block's codes: 256 (w . qh) + w . ql + init over the codes
-// of half `part` (0: elements 0..15, 1: 16..31, 2: all 32). Weights stay in registers while
-// rows go one after another; nch chains of dependent dot products (2 or 4) per row, enough
-// with the other rows' chains to fill the pipeline.
-AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int nch) {
+// of half `part` (0: elements 0..15, 1: 16..31, 2: all 32), or with `one` (width q8) w . qh +
+// init alone. Weights stay in registers while rows go one after another; nch chains of
+// dependent dot products (2 or 4) per row, enough with the other rows' chains to fill the
+// pipeline.
+AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int nch, bool one) {
 #if KX_DP16
+	if (one) {
+		const int L1 = bits <= 4 ? 8 : bits == 5 ? 4 : bits == 6 ? 2 : 1;
+		const int g0 = part == 1 ? 4 : 0, g1 = part == 0 ? 4 : 8;
+		vi acc = init;
+		UNROLL for (int a = g0; a < g1; a += L1) {
+			vi h16 = v_zeroi();
+			const int nt = g1 - a < L1 ? g1 - a : L1;
+			UNROLL for (int t = 0; t < nt; t++) {
+				const int g = a + t, off = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+				h16 = v_add16(h16, v_mul8(w[g], bcast32(x->qh + off)));
+			}
+			acc = v_addi(acc, v_widen16(h16));
+		}
+		(void)nch;
+		return acc;
+	}
 	// u8 x s8 products summed in int16 for as many codes as cannot overflow it (each pair
 	// is at most 2 * (2^bits - 1) * 127), then widened once: fewer instructions than a
 	// widening step per product.
@@ -115,6 +133,19 @@ AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int 
 	return v_addi(v_slli32(hi, 8), lo);
 #else
 	const int g0 = part == 1 ? 4 : 0, g1 = part == 0 ? 4 : 8;
+	if (one) {
+		if (nch == 4 && part == 2) {
+			vi c0 = init, c1 = v_zero_chain();
+			UNROLL for (int g = 0; g < 4; g++) {
+				c0 = v_dpb(c0, w[g], x->qh + 4 * g);
+				c1 = v_dpb(c1, w[4 + g], x->qh + 16 + 4 * g);
+			}
+			return v_addi(c0, c1);
+		}
+		vi c = init;
+		UNROLL for (int g = g0; g < g1; g++) c = v_dpb(c, w[g], x->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
+		return c;
+	}
 	if (nch == 4 && part == 2) {
 		vi h0 = v_zero_chain(), h1 = v_zero_chain(), l0 = init, l1 = v_zero_chain();
 		UNROLL for (int g = 0; g < 4; g++) {
@@ -140,7 +171,7 @@ AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int 
 
 // Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
 AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, size_t bbytes,
-		    bool five, int off, bool affine) {
+		    bool five, int off, bool affine, bool one) {
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes;
@@ -152,8 +183,8 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const vf D = v_ldh(sc + 2 * VL * h);
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
-			const vi s = dot_row(w, x, 2, five ? 5 : 4, v_set1_32(off == 8 ? x->n8 : -off * x->sum), NCH(R));
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
+			const vi s = dot_row(w, x, 2, five ? 5 : 4, v_set1_32(off == 8 ? x->n8 : -off * x->sum), NCH(R), one);
 			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 			if (affine) acc[i] = v_fma(M, v_set1f(x->ds), acc[i]);
 		}
@@ -161,7 +192,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 	}
 }
 
-AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc) {
+AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool one) {
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * 544;
@@ -171,8 +202,8 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		const vf D = v_ldh(blk + 512 + 2 * VL * h);
 #if KX_Q8_UNSIGNED
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
-			const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R));
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
+			const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R), one);
 			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 		}
 		keep8(w);
@@ -181,11 +212,11 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		vi aw[8];
 		UNROLL for (int g = 0; g < 8; g++) aw[g] = v_abs8(w[g]);
 		ROWS {
-			const kern_q8 *x = xrow(xa, xs, i, b);
+			const kern_q8 *x = xrow(xa, xs, i, b, one);
 			vi hi = v_zeroi(), lo = v_zeroi();
 			UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
-			UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
-			const vi s = v_addi(v_slli32(hi, 8), lo);
+			if (!one) UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
+			const vi s = one ? hi : v_addi(v_slli32(hi, 8), lo);
 			acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 		}
 #endif
@@ -193,7 +224,8 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 }
 
 // Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; w = d*sc*u - dmin*m.
-AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool five) {
+AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool five,
+		    bool one) {
 	const size_t sbytes = five ? 320 : 256, bbytes = 8 * sbytes + 256 + 64;
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
@@ -207,8 +239,8 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			const vf D = v_mul(D0, v_cvt(v_ldu8(sc + 16 * j + VL * h)));
 			const vf M = v_mul(M0, v_cvt(v_ldu8(sc + 128 + 16 * j + VL * h)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				const vi s = dot_row(w, x, 2, five ? 5 : 4, v_zero_chain(), NCH(R));
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
+				const vi s = dot_row(w, x, 2, five ? 5 : 4, v_zero_chain(), NCH(R), one);
 				acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
 				acc[i] = v_fnma(M, v_set1f(x->ds), acc[i]);
 			}
@@ -218,7 +250,8 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 }
 
 // Q6_K and Q3_K: sub-blocks of 16 with int8 scales; w = d*sc*(u - off).
-AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool six) {
+AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool six,
+		    bool one) {
 	const size_t sbytes = six ? 384 : 192, bbytes = 8 * sbytes + 256 + 32;
 	const int off = six ? 32 : 4;
 	ROWS acc[i] = v_zerof();
@@ -238,9 +271,9 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			const vf Da = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + VL * h)));
 			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				const vi sa = dot_row(w, x, 0, six ? 6 : 3, v_set1_32(six ? x->n32[0] : -off * x->s16[0]), 2);
-				const vi sb = dot_row(w, x, 1, six ? 6 : 3, v_set1_32(six ? x->n32[1] : -off * x->s16[1]), 2);
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
+				const vi sa = dot_row(w, x, 0, six ? 6 : 3, v_set1_32(six ? x->n32[0] : -off * x->s16[0]), 2, one);
+				const vi sb = dot_row(w, x, 1, six ? 6 : 3, v_set1_32(six ? x->n32[1] : -off * x->s16[1]), 2, one);
 				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
 				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
 			}
@@ -250,7 +283,7 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 }
 
 // Q2_K: sub-blocks of 16 with 4-bit scales and mins; w = d*sc*u - dmin*m.
-AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc) {
+AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool one) {
 	const size_t bbytes = 8 * 128 + 256 + 64;
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
@@ -265,9 +298,9 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 			const vf Da = v_mul(D0, v_cvt(v_and(ca, m15))), Db = v_mul(D0, v_cvt(v_and(cb, m15)));
 			const vf Ma = v_mul(M0, v_cvt(v_srli32(ca, 4))), Mb = v_mul(M0, v_cvt(v_srli32(cb, 4)));
 			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j);
-				const vi sa = dot_row(w, x, 0, 2, v_zero_chain(), 2);
-				const vi sb = dot_row(w, x, 1, 2, v_zero_chain(), 2);
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
+				const vi sa = dot_row(w, x, 0, 2, v_zero_chain(), 2, one);
+				const vi sb = dot_row(w, x, 1, 2, v_zero_chain(), 2, one);
 				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
 				const vf m = v_fma(Ma, v_set1f((float)x->s16[0]), v_mul(Mb, v_set1f((float)x->s16[1])));
 				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
@@ -291,13 +324,14 @@ AI void rows_float(const uint8_t *tw, int64_t k, const uint8_t *xa, size_t xs, i
 
 // ---- matmul drivers ----------------------------------------------------------------------------
 // Writes the lanes of acc that fall inside [o, o1) of row yr.
-AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
+// With add, each becomes y + a.
+AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	if (o + VL <= o1) {
-		v_storef(yr + o, a);
+		v_storef(yr + o, add ? v_add(v_loadf(yr + o), a) : a);
 	} else {
 		float t[VL];
 		v_storef(t, a);
-		for (int l = 0; o + l < o1; l++) yr[o + l] = t[l];
+		for (int l = 0; o + l < o1; l++) yr[o + l] = add ? yr[o + l] + t[l] : t[l];
 	}
 }
 
@@ -305,16 +339,16 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 // small, and a row's operations are the same in each. Long batches go in row blocks whose
 // activations stay in L2 while every tile of the slice passes over them.
 #define KX_ACT_L2 (768 * 1024)
-#define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL)                                                       \
+#define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL, ONE)                                                       \
 	/* R rows [r0, r0 + R) against the half h of the tile at tw, into y (R a constant). */                \
 	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, const int R,      \
-			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1) {                          \
+			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add) {                \
 		vf acc[RMAX];                                                                                     \
-		CALL(R);                                                                                          \
-		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i]);                                         \
+		CALL(R, ONE);                                                                                     \
+		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
 	}                                                                                                         \
 	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
-			 int64_t ldy, int64_t o0, int64_t o1) {                                                      \
+			 int64_t ldy, int64_t o0, int64_t o1, bool add) {                                            \
 		const uint8_t *xa = xa_;                                                                          \
 		const int64_t nb = w->k / (BLOCK_ELEMS);                                                          \
 		const size_t tile_bytes = (size_t)nb * (BLOCK_BYTES);                                             \
@@ -329,11 +363,11 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 					const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
 					const uint8_t *xr = xa + (size_t)r0 * xs;                                 \
 					for (int h = 0; h < NH; h++) {                                            \
-						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1); \
-						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1); \
-						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1); \
-						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1); \
-						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1);        \
+						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1, add); \
+						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1, add); \
+						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1, add); \
+						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1, add); \
+						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1, add); \
 					}                                                                         \
 					r0 += R;                                                                  \
 				}                                                                                 \
@@ -341,46 +375,49 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a) {
 		}                                                                                                 \
 	}
 
-#define CALL_Q4_0(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 288, false, 8, false)
-#define CALL_Q4_1(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 320, false, 0, true)
-#define CALL_Q5_0(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 352, true, 16, false)
-#define CALL_Q5_1(R) rows_legacy(tw, nb, xr, xs, h, R, acc, 384, true, 0, true)
-#define CALL_Q8_0(R) rows_q8_0(tw, nb, xr, xs, h, R, acc)
-#define CALL_Q4_K(R) rows_q45_K(tw, nb, xr, xs, h, R, acc, false)
-#define CALL_Q5_K(R) rows_q45_K(tw, nb, xr, xs, h, R, acc, true)
-#define CALL_Q6_K(R) rows_q63_K(tw, nb, xr, xs, h, R, acc, true)
-#define CALL_Q3_K(R) rows_q63_K(tw, nb, xr, xs, h, R, acc, false)
-#define CALL_Q2_K(R) rows_q2_K(tw, nb, xr, xs, h, R, acc)
-#define CALL_F32(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
-#define CALL_F16(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
-#define CALL_BF16(R) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
+#define CALL_Q4_0(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 288, false, 8, false, ONE)
+#define CALL_Q4_1(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 320, false, 0, true, ONE)
+#define CALL_Q5_0(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 352, true, 16, false, ONE)
+#define CALL_Q5_1(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 384, true, 0, true, ONE)
+#define CALL_Q8_0(R, ONE) rows_q8_0(tw, nb, xr, xs, h, R, acc, ONE)
+#define CALL_Q4_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, false, ONE)
+#define CALL_Q5_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, true, ONE)
+#define CALL_Q6_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, true, ONE)
+#define CALL_Q3_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, false, ONE)
+#define CALL_Q2_K(R, ONE) rows_q2_K(tw, nb, xr, xs, h, R, acc, ONE)
+#define CALL_F32(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
+#define CALL_F16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
+#define CALL_BF16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
 
-MM_DRIVER(mm_q4_0, 32, 288, CALL_Q4_0)
-MM_DRIVER(mm_q4_1, 32, 320, CALL_Q4_1)
-MM_DRIVER(mm_q5_0, 32, 352, CALL_Q5_0)
-MM_DRIVER(mm_q5_1, 32, 384, CALL_Q5_1)
-MM_DRIVER(mm_q8_0, 32, 544, CALL_Q8_0)
-MM_DRIVER(mm_q2_K, 256, 8 * 128 + 320, CALL_Q2_K)
-MM_DRIVER(mm_q3_K, 256, 8 * 192 + 288, CALL_Q3_K)
-MM_DRIVER(mm_q4_K, 256, 8 * 256 + 320, CALL_Q4_K)
-MM_DRIVER(mm_q5_K, 256, 8 * 320 + 320, CALL_Q5_K)
-MM_DRIVER(mm_q6_K, 256, 8 * 384 + 288, CALL_Q6_K)
-MM_DRIVER(mm_f32, 1, 64, CALL_F32)
-MM_DRIVER(mm_f16, 1, 32, CALL_F16)
-MM_DRIVER(mm_bf16, 1, 32, CALL_BF16)
+// Each quantized type twice: 16-bit activations (mm_*) and 8-bit (mm8_*).
+#define MM_TYPES(X)                                                                                                \
+	X(q4_0, 32, 288, CALL_Q4_0) X(q4_1, 32, 320, CALL_Q4_1) X(q5_0, 32, 352, CALL_Q5_0) X(q5_1, 32, 384, CALL_Q5_1) \
+	X(q8_0, 32, 544, CALL_Q8_0) X(q2_K, 256, 8 * 128 + 320, CALL_Q2_K) X(q3_K, 256, 8 * 192 + 288, CALL_Q3_K)        \
+	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K)
+#define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
+MM_TYPES(MM_BOTH)
+MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
+MM_DRIVER(mm_f16, 1, 32, CALL_F16, false)
+MM_DRIVER(mm_bf16, 1, 32, CALL_BF16, false)
 
 typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, int64_t, float *, int64_t, int64_t,
-		      int64_t);
-static const mm_fn mm_table[GGUF_T_COUNT] = {
-	[GGUF_T_F32] = mm_f32,   [GGUF_T_F16] = mm_f16,   [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = mm_q4_0,
-	[GGUF_T_Q4_1] = mm_q4_1, [GGUF_T_Q5_0] = mm_q5_0, [GGUF_T_Q5_1] = mm_q5_1, [GGUF_T_Q8_0] = mm_q8_0,
-	[GGUF_T_Q2_K] = mm_q2_K, [GGUF_T_Q3_K] = mm_q3_K, [GGUF_T_Q4_K] = mm_q4_K, [GGUF_T_Q5_K] = mm_q5_K,
-	[GGUF_T_Q6_K] = mm_q6_K,
-};
+		      int64_t, bool);
+#define MM_ENTRIES(P)                                                                                              \
+	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
+	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
+	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
+	[GGUF_T_Q6_K] = P##q6_K
+static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
+static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
+
+static void kx_matmul8(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y,
+		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+}
 
 static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
-		      int64_t o0, int64_t o1) {
-	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1);
+		      int64_t o0, int64_t o1, bool add) {
+	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {
@@ -392,40 +429,101 @@ static void kx_pack(uint32_t type, const void *src, size_t row_bytes, int64_t ro
 	kern_x86_pack(type, src, row_bytes, rows, k, dst, t0, t1, KX_Q8_UNSIGNED);
 }
 
-// ---- activations: 16 bits per value as two int8 halves, per block of 32 -----------------------
-// t = x / (amax/127) rounds to qh (nearest even); the rest t - qh (exact, |.| <= 1/2) times
-// 256 rounds to ql, clamped to 127: |x - d (256 qh + ql)| <= amax / (127 * 256).
+// ---- activations, per block of 32 -----------------------------------------------------------
+// t = x / (amax/127) rounds to qh (nearest even; with `one`, width q8, that is all, the
+// reference's arithmetic, so both make the same blocks). Width q16 also keeps the rest
+// t - qh (exact, |.| <= 1/2) times 256 rounded to ql, clamped to 127:
+// |x - d (256 qh + ql)| <= amax / (127 * 256).
+AI void act_block(const float *x, kern_q8 *o, bool one) {
+	vf v[32 / VL];
+	vf am = v_zerof();
+	UNROLL for (int c = 0; c < 32 / VL; c++) {
+		v[c] = v_loadf(x + VL * c);
+		am = v_max(am, v_absf(v[c]));
+	}
+	const float amax = v_hmax(am), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+	vi u0 = v_zeroi(), u1 = v_zeroi(); // the block's integers over each half
+	UNROLL for (int c = 0; c < 32 / VL; c++) {
+		const vf t = v_mul(v[c], v_set1f(id));
+		const vi h = v_cvtr(t);
+		v_store8(o->qh + VL * c, h);
+		vi u = h;
+		if (!one) {
+			const vf rest = v_mul(v_sub(t, v_cvt(h)), v_set1f(256.0f));
+			const vi l = v_cvtr(v_min(v_max(rest, v_set1f(-127.0f)), v_set1f(127.0f)));
+			v_store8(o->ql + VL * c, l);
+			u = v_addi(v_slli32(h, 8), l);
+		}
+		if (VL * c < 16) u0 = v_addi(u0, u);
+		else u1 = v_addi(u1, u);
+	}
+	const int32_t s0 = v_hsumi(u0), s1 = v_hsumi(u1);
+	o->d = one ? d : d * (1.0f / 256.0f);
+	o->sum = s0 + s1;
+	o->s16[0] = s0, o->s16[1] = s1;
+	o->ds = o->d * (float)(s0 + s1);
+	o->n8 = -8 * (s0 + s1);
+	o->n32[0] = -32 * s0, o->n32[1] = -32 * s1;
+}
+
 static void kx_act_q8(const float *x, int64_t k, kern_q8 *dst) {
-	for (int64_t b = 0; b < k / 32; b++, x += 32) {
+	for (int64_t b = 0; b < k / 32; b++) act_block(x + 32 * b, &dst[b], false);
+}
+
+static void kx_act_q8_8(const float *x, int64_t k, kern_q8 *dst) {
+	for (int64_t b = 0; b < k / 32; b++) act_block(x + 32 * b, (kern_q8 *)((uint8_t *)dst + (size_t)b * KERN_Q8_BYTES), true);
+}
+
+// ---- KV rows as Q8_0 and Q4_0 blocks: the reference quantizers' bytes, vectorized ------------
+// Q8_0: d = amax / 127, q = roundf(x / d); Q4_0: d = the largest magnitude (first on ties,
+// signed) / -8, q = min(15, trunc(x / d + 8.5)); x / d as x * (1 / d), each step a separate
+// rounding as the scalar code's. Other types take the reference.
+static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
+	if (type != GGUF_T_Q8_0 && type != GGUF_T_Q4_0) {
+		tensor_traits_of(type)->from_f32(x, dst, n);
+		return;
+	}
+	for (int64_t b = 0; b < n / 32; b++, x += 32) {
 		vf v[32 / VL];
 		vf am = v_zerof();
 		UNROLL for (int c = 0; c < 32 / VL; c++) {
 			v[c] = v_loadf(x + VL * c);
 			am = v_max(am, v_absf(v[c]));
 		}
-		const float amax = v_hmax(am), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-		kern_q8 *o = &dst[b];
-		vi u0 = v_zeroi(), u1 = v_zeroi(); // 256 qh + ql over each half
-		UNROLL for (int c = 0; c < 32 / VL; c++) {
-			const vf t = v_mul(v[c], v_set1f(id));
-			const vi h = v_cvtr(t);
-			const vf rest = v_mul(v_sub(t, v_cvt(h)), v_set1f(256.0f));
-			const vi l = v_cvtr(v_min(v_max(rest, v_set1f(-127.0f)), v_set1f(127.0f)));
-			v_store8(o->qh + VL * c, h);
-			v_store8(o->ql + VL * c, l);
-			const vi u = v_addi(v_slli32(h, 8), l);
-			if (VL * c < 16) u0 = v_addi(u0, u);
-			else u1 = v_addi(u1, u);
+		const float amax = v_hmax(am);
+		if (type == GGUF_T_Q8_0) {
+			block_q8_0 *o = (block_q8_0 *)dst + b;
+			const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+			o->d = tensor_f32_to_f16(d);
+			UNROLL for (int c = 0; c < 32 / VL; c++) v_store8(o->qs + VL * c, v_cvtt(v_roundaway(v_mul(v[c], v_set1f(id)))));
+			continue;
 		}
-		const int32_t s0 = v_hsumi(u0), s1 = v_hsumi(u1);
-		o->d = d * (1.0f / 256.0f);
-		o->sum = s0 + s1;
-		o->s16[0] = s0, o->s16[1] = s1;
-		o->ds = o->d * (float)(s0 + s1);
-		o->n8 = -8 * (s0 + s1);
-		o->n32[0] = -32 * s0, o->n32[1] = -32 * s1;
+		block_q4_0 *o = (block_q4_0 *)dst + b;
+		float mx = 0.0f;
+		for (int j = 0; j < 32 && amax > 0.0f; j++)
+			if (fabsf(x[j]) == amax) {
+				mx = x[j];
+				break;
+			}
+		const float d = mx / -8, id = d ? 1.0f / d : 0.0f;
+		o->d = tensor_f32_to_f16(d);
+		vi q[32 / VL];
+		UNROLL for (int c = 0; c < 32 / VL; c++)
+			q[c] = v_mini(v_cvtt(v_add(v_mul(v[c], v_set1f(id)), v_set1f(8.5f))), v_set1_32(15));
+		UNROLL for (int c = 0; c < 16 / VL; c++) v_store8((int8_t *)o->qs + VL * c, v_or(q[c], v_slli32(q[c + 16 / VL], 4)));
 	}
 }
+
+// The set's table in one width (the includer names the set and its CPU check).
+#define KX_SET(NAME, ACT, TWIN, ACT_Q8, MATMUL, CPU_OK)                                                             \
+	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
+	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
+	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
+	 .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row, .f32_rows = kx_f32_rows,          \
+	 .f32_t16 = kx_f32_t16, .f32_fwd = kx_f32_fwd, .f32_bwd = kx_f32_bwd, .cpu_ok = CPU_OK}
+#define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
+	const tensor_kernels Q16 = KX_SET(NAME, TENSOR_ACT_Q16, Q8, kx_act_q8, kx_matmul, CPU_OK);                     \
+	const tensor_kernels Q8 = KX_SET(NAME, TENSOR_ACT_Q8, Q16, kx_act_q8_8, kx_matmul8, CPU_OK);
 
 // ---- exp and the pointwise kernels -------------------------------------------------------------
 // e^x for x <= 88 (above it, e^88; below -87.3 it flushes to 0): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2].

@@ -72,6 +72,15 @@ V vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 V vf v_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 V vf v_absf(vf a) { return _mm512_abs_ps(a); }
 V vf v_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// roundf: halves away from zero (the truncated value, plus the sign where the rest is >= 1/2).
+V vf v_roundaway(vf t) {
+	const vf r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(t, r)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+	const vf one = _mm512_or_ps(_mm512_and_ps(t, _mm512_set1_ps(-0.0f)), _mm512_set1_ps(1.0f));
+	return _mm512_mask_add_ps(r, m, r, one);
+}
+V vi v_cvtt(vf a) { return _mm512_cvttps_epi32(a); }
+V vi v_mini(vi a, vi b) { return _mm512_min_epi32(a, b); }
 V vf v_pow2i(vf n) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23)); }
 // Reductions in one fixed order: halves folded pairwise.
 V float v_hsum(vf a) {
@@ -122,22 +131,4 @@ V double v_hsumd(vd a) {
 #include "tensor/x86/attn.h"
 #include "tensor/x86/train.h"
 
-const tensor_kernels tensor_kernels_avx512 = {
-	.name = "avx512",
-	.tile = KERN_TILE,
-	.pack_bytes = kx_pack_bytes,
-	.pack = kx_pack,
-	.act_kind = kern_x86_act_kind,
-	.act_q8 = kx_act_q8,
-	.matmul = kx_matmul,
-	.attn = kx_attn,
-	.attn_unfused = kx_attn_unfused,
-	.rmsnorm = kx_rmsnorm,
-	.swiglu = kx_swiglu,
-	.f16s_encode = kx_f16s_encode,
-	.f32_rows = kx_f32_rows,
-	.f32_t16 = kx_f32_t16,
-	.f32_fwd = kx_f32_fwd,
-	.f32_bwd = kx_f32_bwd,
-	.cpu_ok = kern_cpu_avx512,
-};
+KX_SETS("avx512", tensor_kernels_avx512, tensor_kernels_avx512_q8, kern_cpu_avx512)

@@ -5,128 +5,6 @@
 
 #include <string.h>
 
-// Decoded codes of one block of a row: u[e] unsigned, plus the block's scale data.
-typedef struct {
-	uint8_t u[QK_K];
-	uint16_t d, m;      // fp16 scale and min (legacy), or super-block d and dmin (K)
-	uint8_t sc[16];     // K-quants: sub-block scales (Q3_K/Q6_K: int8, signed)
-	uint8_t mn[16];     // K-quants: sub-block mins
-} decoded;
-
-
-// ---- native blocks -> codes ---------------------------------------------------------------
-static void dec_q4_0(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q4_0 *x = (const block_q4_0 *)b;
-	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
-	o->d = x->d;
-}
-
-static void dec_q4_1(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q4_1 *x = (const block_q4_1 *)b;
-	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
-	o->d = x->d, o->m = x->m;
-}
-
-static void dec_q5_0(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q5_0 *x = (const block_q5_0 *)b;
-	const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
-	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
-	for (int e = 0; e < 32; e++) o->u[e] |= (uint8_t)(((qh >> e) & 1) << 4);
-	o->d = x->d;
-}
-
-static void dec_q5_1(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q5_1 *x = (const block_q5_1 *)b;
-	const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
-	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
-	for (int e = 0; e < 32; e++) o->u[e] |= (uint8_t)(((qh >> e) & 1) << 4);
-	o->d = x->d, o->m = x->m;
-}
-
-static void dec_q8_0(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q8_0 *x = (const block_q8_0 *)b;
-	for (int e = 0; e < 32; e++) o->u[e] = (uint8_t)x->qs[e] ^ (q8u ? 0x80 : 0);
-	o->d = x->d;
-}
-
-static void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-	if (j < 4) {
-		*sc = q[j] & 63;
-		*m = q[j + 4] & 63;
-	} else {
-		*sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-	}
-}
-
-static void dec_q4_K(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q4_K *x = (const block_q4_K *)b;
-	for (int j = 0; j < 8; j++) {
-		k4_scale_min(j, x->scales, &o->sc[j], &o->mn[j]);
-		for (int e = 0; e < 32; e++) {
-			const uint8_t q = x->qs[32 * (j / 2) + e];
-			o->u[32 * j + e] = j & 1 ? q >> 4 : q & 15;
-		}
-	}
-	o->d = x->d, o->m = x->dmin;
-}
-
-static void dec_q5_K(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q5_K *x = (const block_q5_K *)b;
-	for (int j = 0; j < 8; j++) {
-		k4_scale_min(j, x->scales, &o->sc[j], &o->mn[j]);
-		for (int e = 0; e < 32; e++) {
-			const uint8_t q = x->qs[32 * (j / 2) + e];
-			o->u[32 * j + e] = (uint8_t)((j & 1 ? q >> 4 : q & 15) | ((x->qh[e] >> j) & 1) << 4);
-		}
-	}
-	o->d = x->d, o->m = x->dmin;
-}
-
-static void dec_q6_K(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q6_K *x = (const block_q6_K *)b;
-	for (int hh = 0; hh < 2; hh++) {
-		const uint8_t *ql = x->ql + 64 * hh, *qh = x->qh + 32 * hh;
-		uint8_t *u = o->u + 128 * hh;
-		for (int l = 0; l < 32; l++) {
-			u[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
-			u[l + 32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
-			u[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
-			u[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
-		}
-	}
-	memcpy(o->sc, x->scales, 16);
-	o->d = x->d;
-}
-
-static int k3_scale(const uint8_t *s, int j) {
-	int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
-	int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-	return lo | hi << 4;
-}
-
-static void dec_q3_K(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q3_K *x = (const block_q3_K *)b;
-	for (int e = 0; e < QK_K; e++) {
-		const int hh = e / 128, j = e % 128, k = j % 32;
-		const int q = (x->qs[32 * hh + k] >> (2 * (j / 32))) & 3;
-		const int hb = (x->hmask[k] >> (4 * hh + j / 32)) & 1;
-		o->u[e] = (uint8_t)(q | hb << 2);
-	}
-	for (int j = 0; j < 16; j++) o->sc[j] = (uint8_t)(int8_t)(k3_scale(x->scales, j) - 32);
-	o->d = x->d;
-}
-
-static void dec_q2_K(const uint8_t *b, decoded *o, bool q8u) {
-	const block_q2_K *x = (const block_q2_K *)b;
-	for (int e = 0; e < QK_K; e++) {
-		const int hh = e / 128, j = e % 128;
-		o->u[e] = (x->qs[32 * hh + j % 32] >> (2 * (j / 32))) & 3;
-	}
-	memcpy(o->sc, x->scales, 16);
-	o->d = x->d, o->m = x->dmin;
-}
-
 // ---- codes of 16 rows -> planes -------------------------------------------------------------
 // u[r] points at the 32 codes of one block of row r.
 static void planes4(uint8_t *dst, const uint8_t *const u[16]) {
@@ -170,23 +48,23 @@ static void planes2(uint8_t *dst, const uint8_t *const u[16], int shift) {
 typedef struct {
 	int64_t elems;      // elements per block (32, 256; 1 for float types)
 	size_t bytes;       // packed bytes of one tile-block
-	void (*dec)(const uint8_t *b, decoded *o, bool q8u);
+	bool codes;         // decoded by kern_decode (quantized types)
 } packer;
 
 static const packer packers[GGUF_T_COUNT] = {
-	[GGUF_T_F32] = {GGUF_BLOCK_F32, 64, NULL},
-	[GGUF_T_F16] = {GGUF_BLOCK_F16, 32, NULL},
-	[GGUF_T_BF16] = {GGUF_BLOCK_BF16, 32, NULL},
-	[GGUF_T_Q4_0] = {GGUF_BLOCK_Q4_0, 256 + 32, dec_q4_0},
-	[GGUF_T_Q4_1] = {GGUF_BLOCK_Q4_1, 256 + 64, dec_q4_1},
-	[GGUF_T_Q5_0] = {GGUF_BLOCK_Q5_0, 256 + 64 + 32, dec_q5_0},
-	[GGUF_T_Q5_1] = {GGUF_BLOCK_Q5_1, 256 + 64 + 64, dec_q5_1},
-	[GGUF_T_Q8_0] = {GGUF_BLOCK_Q8_0, 512 + 32, dec_q8_0},
-	[GGUF_T_Q2_K] = {GGUF_BLOCK_Q2_K, 8 * 128 + 256 + 64, dec_q2_K},
-	[GGUF_T_Q3_K] = {GGUF_BLOCK_Q3_K, 8 * 192 + 256 + 32, dec_q3_K},
-	[GGUF_T_Q4_K] = {GGUF_BLOCK_Q4_K, 8 * 256 + 256 + 64, dec_q4_K},
-	[GGUF_T_Q5_K] = {GGUF_BLOCK_Q5_K, 8 * 320 + 256 + 64, dec_q5_K},
-	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, dec_q6_K},
+	[GGUF_T_F32] = {GGUF_BLOCK_F32, 64, false},
+	[GGUF_T_F16] = {GGUF_BLOCK_F16, 32, false},
+	[GGUF_T_BF16] = {GGUF_BLOCK_BF16, 32, false},
+	[GGUF_T_Q4_0] = {GGUF_BLOCK_Q4_0, 256 + 32, true},
+	[GGUF_T_Q4_1] = {GGUF_BLOCK_Q4_1, 256 + 64, true},
+	[GGUF_T_Q5_0] = {GGUF_BLOCK_Q5_0, 256 + 64 + 32, true},
+	[GGUF_T_Q5_1] = {GGUF_BLOCK_Q5_1, 256 + 64 + 64, true},
+	[GGUF_T_Q8_0] = {GGUF_BLOCK_Q8_0, 512 + 32, true},
+	[GGUF_T_Q2_K] = {GGUF_BLOCK_Q2_K, 8 * 128 + 256 + 64, true},
+	[GGUF_T_Q3_K] = {GGUF_BLOCK_Q3_K, 8 * 192 + 256 + 32, true},
+	[GGUF_T_Q4_K] = {GGUF_BLOCK_Q4_K, 8 * 256 + 256 + 64, true},
+	[GGUF_T_Q5_K] = {GGUF_BLOCK_Q5_K, 8 * 320 + 256 + 64, true},
+	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
@@ -216,7 +94,7 @@ static void pack_float_tile(uint32_t type, const uint8_t *src, size_t row_bytes,
 		}
 }
 
-static void pack_block(uint32_t type, const decoded *dc, uint8_t *o) {
+static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 	const uint8_t *u[16];
 	switch (packers[type].elems) {
 	case 32:
@@ -296,7 +174,7 @@ static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, ui
 								 : (w1 & 0x0f0f0f0fu) | (w2 & 0x0f0f0f0fu) << 4;
 					wr32(o + 256 * j + 64 * g + 4 * r, v);
 				}
-				k4_scale_min(j, x->scales, &o[2048 + 16 * j + r], &o[2048 + 128 + 16 * j + r]);
+				kern_k4_scale_min(j, x->scales, &o[2048 + 16 * j + r], &o[2048 + 128 + 16 * j + r]);
 			}
 			memcpy(o + 2048 + 256 + 2 * r, &x->d, 2);
 			memcpy(o + 2048 + 288 + 2 * r, &x->dmin, 2);
@@ -313,12 +191,12 @@ void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t row
 	const int64_t nb = k / p->elems;
 	const size_t tile_bytes = (size_t)nb * p->bytes;
 	const size_t nat = tensor_traits_of(type)->bytes;
-	decoded dc[16];
+	kern_codes dc[16];
 	for (int64_t t = t0; t < t1; t++) {
 		const uint8_t *s = (const uint8_t *)src + (size_t)(t * KERN_TILE) * row_bytes;
 		uint8_t *o = (uint8_t *)dst + (size_t)t * tile_bytes;
 		const int64_t nr = rows - t * KERN_TILE < KERN_TILE ? rows - t * KERN_TILE : KERN_TILE;
-		if (!p->dec) {
+		if (!p->codes) {
 			pack_float_tile(type, s, row_bytes, nr, k, o);
 			continue;
 		}
@@ -332,7 +210,7 @@ void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t row
 		}
 		for (int64_t b = 0; b < nb; b++) {
 			for (int r = 0; r < 16; r++) {
-				if (r < nr) p->dec(s + (size_t)r * row_bytes + (size_t)b * nat, &dc[r], q8u);
+				if (r < nr) kern_decode(type, s + (size_t)r * row_bytes + (size_t)b * nat, &dc[r], q8u);
 				else memset(&dc[r], 0, sizeof dc[r]);
 			}
 			pack_block(type, dc, o + (size_t)b * p->bytes);

@@ -1,0 +1,865 @@
+// server/learning: grants and their examples (made on the HTTP threads, under the lock), the
+// engine's side (adapters that learn, their jobs, steps run in the rounds' background share,
+// commits published through the adapter registry at round boundaries, the ledger), and the
+// learn thread that writes saved adapters and wakes the engine when a grant expires.
+#include "server/learning.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MOD "learn"
+
+const char *const srv_grant_state_name[SRV_GRANT__COUNT] = {
+	[SRV_GRANT_ACTIVE] = "active",   [SRV_GRANT_EXHAUSTED] = "exhausted", [SRV_GRANT_REVOKED] = "revoked",
+	[SRV_GRANT_EXPIRED] = "expired", [SRV_GRANT_FAILED] = "failed",       [SRV_GRANT_HALTED] = "halted",
+};
+
+// A grant's slot. The HTTP side fills it (used, then ready); the engine adopts it at a round
+// boundary and from then on writes its state and counts. Every field under mu.
+typedef struct {
+	bool used;                // the slot holds a grant
+	bool ready;               // made: the engine may adopt it
+	bool adopted;             // the engine has it: the ledger lists it
+	bool revoke;              // revocation asked for
+	srv_grant_info info;
+	learn_adapter *fresh;     // an adapter made or loaded for it, for the engine to take (NULL: the engine's own)
+	int64_t fresh_version;    // the registry's version of fresh's weights
+	int32_t rank;             // the adapter's
+	float lr;
+	int32_t batch;
+	uint64_t expires_us;      // base_now_us() when it expires (0: never)
+	int64_t reserved;         // tokens used plus those of its queued examples
+} grant;
+
+typedef struct ex_task {
+	struct ex_task *next;
+	uint64_t grant;
+	learn_example *e;
+} ex_task;
+
+typedef struct save_task {
+	struct save_task *next;
+	char name[SRV_LORA_NAME_MAX + 1];
+	char path[1024];
+	learn_adapter *copy;      // the weights to write (the engine's copy)
+	int64_t version;
+	int rc;                   // set when it cannot be written (the message in msg)
+	char msg[512];
+	srv_learn_saved done;
+	void *arg;
+} save_task;
+
+// An adapter that learns here (engine thread).
+typedef struct {
+	char name[SRV_LORA_NAME_MAX + 1];
+	learn_adapter *a;
+	learn_job *job;           // while its grant has work (freed when idle: its memory goes with it)
+	int64_t version;          // the registry's version of its committed weights
+	grant *g;                 // its open grant, or NULL
+} ladapter;
+
+// A name the engine trains, as the HTTP side knows it (under mu).
+typedef struct {
+	char name[SRV_LORA_NAME_MAX + 1];
+	int32_t rank;
+} lname;
+
+struct srv_learn {
+	const model *m;
+	int32_t piece;
+	lane_host *host;
+	srv_loras *reg;
+
+	pthread_mutex_t mu;       // the slots, names, task lists and flags below
+	pthread_cond_t cv;        // the learn thread's: a save to write, a new expiry, the stop
+	grant g[SRV_LEARN_GRANTS];
+	uint64_t next_id;
+	uint64_t changes;         // grants made or revoked since the engine last looked
+	ex_task *ex_head, *ex_tail;
+	save_task *sv_head, *sv_tail; // for the engine to copy
+	save_task *wr_head, *wr_tail; // for the learn thread to write
+	lname names[SRV_LORA_MAX];
+	int n_names;
+	int64_t examples;
+	bool halted, stopping;
+	pthread_t thread;
+	bool thread_started;
+
+	// the engine's (engine thread only)
+	ladapter ad[SRV_LORA_MAX];
+	int n_ad;
+	uint64_t seen;            // changes as the engine last saw them
+	uint64_t revision, published;
+	int32_t rr;               // the adapter whose pieces go first in the next round
+	int64_t committed, aborted, tokens;
+	double train_s;
+
+	pthread_mutex_t pub_mu;   // the publication
+	srv_learn_ledger pub;
+};
+
+static int64_t unix_now(void) { return (int64_t)time(NULL); }
+
+static bool ended(const grant *s) { return s->adopted && s->info.state != SRV_GRANT_ACTIVE; }
+
+// Under mu: the slot of grant id, or NULL.
+static grant *slot_of(srv_learn *l, uint64_t id) {
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++)
+		if (l->g[i].used && l->g[i].ready && l->g[i].info.id == id) return &l->g[i];
+	return NULL;
+}
+
+// Under mu: the rank of the adapter the engine trains under name (0: none).
+static int32_t name_rank(const srv_learn *l, const char *name) {
+	for (int i = 0; i < l->n_names; i++)
+		if (!strcmp(l->names[i].name, name)) return l->names[i].rank;
+	return 0;
+}
+
+static void name_set(srv_learn *l, const char *name, int32_t rank) {
+	for (int i = 0; i < l->n_names; i++)
+		if (!strcmp(l->names[i].name, name)) {
+			l->names[i].rank = rank;
+			return;
+		}
+	if (l->n_names == SRV_LORA_MAX) return; // the engine holds as many: it refuses the grant
+	snprintf(l->names[l->n_names].name, sizeof l->names[0].name, "%s", name);
+	l->names[l->n_names++].rank = rank;
+}
+
+static void name_drop(srv_learn *l, const char *name) {
+	for (int i = 0; i < l->n_names; i++)
+		if (!strcmp(l->names[i].name, name)) {
+			l->names[i] = l->names[--l->n_names];
+			return;
+		}
+}
+
+// ---- the ledger ------------------------------------------------------------------------------
+
+// Engine: the slots the engine has, oldest first, with the totals, as the new publication.
+static void publish(srv_learn *l) {
+	uint64_t opt = 0, jobs = 0;
+	for (int i = 0; i < l->n_ad; i++) {
+		learn_adapter_info ai;
+		learn_adapter_info_of(l->ad[i].a, &ai);
+		opt += ai.optimizer_bytes;
+		if (l->ad[i].job) jobs += learn_job_bytes(l->ad[i].job);
+	}
+	pthread_mutex_lock(&l->mu);
+	pthread_mutex_lock(&l->pub_mu);
+	srv_learn_ledger *p = &l->pub;
+	p->sequence++;
+	p->clock_us = base_now_us();
+	p->revision = l->revision;
+	p->n_grants = 0;
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+		if (!l->g[i].used || !l->g[i].adopted) continue;
+		int k = p->n_grants++;
+		while (k > 0 && p->grants[k - 1].id > l->g[i].info.id) {
+			p->grants[k] = p->grants[k - 1];
+			k--;
+		}
+		p->grants[k] = l->g[i].info;
+	}
+	p->committed_steps = l->committed;
+	p->aborted_steps = l->aborted;
+	p->tokens_trained = l->tokens;
+	p->examples = l->examples;
+	p->optimizer_bytes = opt;
+	p->job_bytes = jobs;
+	p->train_seconds = l->train_s;
+	p->adapters = l->n_ad;
+	pthread_mutex_unlock(&l->pub_mu);
+	pthread_mutex_unlock(&l->mu);
+	l->published = l->revision;
+}
+
+void srv_learn_ledger_of(srv_learn *l, srv_learn_ledger *out) {
+	pthread_mutex_lock(&l->pub_mu);
+	*out = l->pub;
+	pthread_mutex_unlock(&l->pub_mu);
+}
+
+// Frees a list of examples not taken.
+static void free_examples(ex_task *t) {
+	while (t) {
+		ex_task *next = t->next;
+		learn_example_free(t->e);
+		free(t);
+		t = next;
+	}
+}
+
+// Under mu: the saves not yet copied end with why, handed to the learn thread for their callbacks.
+static void cancel_saves(srv_learn *l, const char *why) {
+	for (save_task *t = l->sv_head; t; t = t->next) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ECANCELLED, "%s", why);
+	if (!l->sv_head) return;
+	if (l->wr_tail) l->wr_tail->next = l->sv_head;
+	else l->wr_head = l->sv_head;
+	l->wr_tail = l->sv_tail;
+	l->sv_head = l->sv_tail = NULL;
+	pthread_cond_broadcast(&l->cv);
+}
+
+// ---- the engine's side ---------------------------------------------------------------------
+
+static ladapter *adapter_named(srv_learn *l, const char *name) {
+	for (int i = 0; i < l->n_ad; i++)
+		if (!strcmp(l->ad[i].name, name)) return &l->ad[i];
+	return NULL;
+}
+
+// Drops the step in progress and the queued examples of d's job (nothing commits).
+static void drop_job(srv_learn *l, ladapter *d) {
+	if (!d->job) return;
+	if (learn_step_state(d->job) != LEARN_IDLE) l->aborted++;
+	learn_job_free(d->job);
+	d->job = NULL;
+}
+
+// Under mu: d's grant ends in state st (reason: why, or NULL); its job goes with it.
+static void end_grant(srv_learn *l, ladapter *d, enum srv_grant_state st, const char *reason) {
+	grant *s = d->g;
+	drop_job(l, d);
+	d->g = NULL;
+	if (!s) return;
+	s->info.state = st;
+	s->info.queued = 0;
+	if (reason) snprintf(s->info.reason, sizeof s->info.reason, "%s", reason);
+	l->revision++;
+	LOG_INFO(MOD, "grant-%llu on %s: %s after %lld steps%s%s", (unsigned long long)s->info.id, d->name, srv_grant_state_name[st],
+		 (long long)s->info.steps_done, reason ? ": " : "", reason ? reason : "");
+}
+
+static void adapter_free_at(srv_learn *l, int i) {
+	ladapter *d = &l->ad[i];
+	drop_job(l, d);
+	learn_adapter_free(d->a);
+	l->ad[i] = l->ad[--l->n_ad];
+}
+
+// Under mu: the engine takes a grant the HTTP side made (with its new adapter, if any).
+static void adopt(srv_learn *l, grant *s) {
+	s->adopted = true;
+	l->revision++;
+	ladapter *d = adapter_named(l, s->info.adapter);
+	if (s->fresh) {
+		if (d) { // an adapter unloaded meanwhile and made again: the new one replaces it
+			drop_job(l, d);
+			learn_adapter_free(d->a);
+		} else {
+			// room: an adapter with no grant whose name the registry no longer serves goes
+			for (int i = 0; l->n_ad == SRV_LORA_MAX && i < l->n_ad; i++)
+				if (!l->ad[i].g && !srv_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
+			if (l->n_ad == SRV_LORA_MAX) {
+				learn_adapter_free(s->fresh);
+				s->fresh = NULL;
+				s->info.state = SRV_GRANT_FAILED;
+				snprintf(s->info.reason, sizeof s->info.reason, "%d adapters learn here already", SRV_LORA_MAX);
+				name_drop(l, s->info.adapter);
+				return;
+			}
+			d = &l->ad[l->n_ad++];
+			memset(d, 0, sizeof *d);
+			snprintf(d->name, sizeof d->name, "%s", s->info.adapter);
+		}
+		d->a = s->fresh;
+		s->fresh = NULL;
+	}
+	if (!d) {
+		s->info.state = SRV_GRANT_FAILED;
+		snprintf(s->info.reason, sizeof s->info.reason, "the adapter '%s' is gone", s->info.adapter);
+		return;
+	}
+	if (s->fresh_version) d->version = s->fresh_version;
+	s->info.version = d->version;
+	d->g = s;
+	if (s->revoke) end_grant(l, d, SRV_GRANT_REVOKED, NULL);
+}
+
+// Under mu: grants made and revocations asked for since the last boundary.
+static void apply_changes(srv_learn *l) {
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+		grant *s = &l->g[i];
+		if (s->used && s->ready && !s->adopted) adopt(l, s);
+	}
+	for (int i = 0; i < l->n_ad; i++)
+		if (l->ad[i].g && l->ad[i].g->revoke) end_grant(l, &l->ad[i], SRV_GRANT_REVOKED, NULL);
+}
+
+// d's job for its grant, made when it has none. Under mu.
+static int job_of(srv_learn *l, ladapter *d, char *err, size_t errlen) {
+	if (d->job) return 0;
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = d->g->lr;
+	o.batch = d->g->batch;
+	o.piece = l->piece;
+	o.max_tokens = SRV_LEARN_MAX_EXAMPLE;
+	return learn_job_new(&d->job, d->a, &o, err, errlen);
+}
+
+// Under mu: an example for grant id into its adapter's job (dropped when the grant ended).
+static void take_example(srv_learn *l, ex_task *t) {
+	char err[256];
+	for (int i = 0; i < l->n_ad; i++) {
+		ladapter *d = &l->ad[i];
+		if (!d->g || d->g->info.id != t->grant) continue;
+		int rc = job_of(l, d, err, sizeof err);
+		if (!rc) rc = learn_job_add(d->job, t->e, err, sizeof err);
+		if (rc) end_grant(l, d, SRV_GRANT_FAILED, err);
+		else l->revision++;
+		return;
+	}
+}
+
+// Under mu: the expired grants end, their steps dropped.
+static void expire(srv_learn *l, uint64_t now) {
+	for (int i = 0; i < l->n_ad; i++) {
+		grant *s = l->ad[i].g;
+		if (s && s->expires_us && now >= s->expires_us) end_grant(l, &l->ad[i], SRV_GRANT_EXPIRED, NULL);
+	}
+}
+
+// Under mu: saves asked for take a copy of the committed weights to the learn thread.
+static void take_saves(srv_learn *l) {
+	save_task *t = l->sv_head;
+	l->sv_head = l->sv_tail = NULL;
+	while (t) {
+		save_task *next = t->next;
+		t->next = NULL;
+		const ladapter *d = adapter_named(l, t->name);
+		if (!d) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ENOTFOUND, "no adapter called '%s' learns here", t->name);
+		else if (!(t->rc = learn_adapter_copy(&t->copy, d->a, t->msg, sizeof t->msg))) t->version = d->version;
+		if (l->wr_tail) l->wr_tail->next = t;
+		else l->wr_head = t;
+		l->wr_tail = t;
+		t = next;
+	}
+	pthread_cond_broadcast(&l->cv);
+}
+
+// Engine: d's whole step becomes the adapter's next version, published under its name; the
+// grant may end with it. A name the registry is loading now waits for the next boundary.
+static void commit(srv_learn *l, ladapter *d) {
+	char err[256];
+	uint64_t ticket;
+	int rc = srv_loras_reserve(l->reg, d->name, "", NAN, true, &ticket, err, sizeof err);
+	if (rc) {
+		// unloaded (or being replaced from a file): the steps have nowhere to go
+		pthread_mutex_lock(&l->mu);
+		end_grant(l, d, SRV_GRANT_FAILED, rc == LANES_EBUSY ? "the adapter is being replaced from a file" : "the adapter was unloaded");
+		if (rc != LANES_EBUSY) {
+			name_drop(l, d->name);
+			adapter_free_at(l, (int)(d - l->ad));
+		}
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	model_lora *ver = NULL;
+	learn_step_info info;
+	rc = learn_commit(d->job, &ver, &info, err, sizeof err);
+	uint32_t v = 0;
+	srv_loras_publish(l->reg, d->name, ticket, rc ? NULL : ver, &v);
+	pthread_mutex_lock(&l->mu);
+	grant *s = d->g;
+	if (rc) { // nothing changed: the weights and version are as they were
+		end_grant(l, d, SRV_GRANT_FAILED, err);
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	if (!v) { // unloaded between the reservation and the version
+		end_grant(l, d, SRV_GRANT_FAILED, "the adapter was unloaded");
+		name_drop(l, d->name);
+		adapter_free_at(l, (int)(d - l->ad));
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	s->info.steps_done++;
+	s->info.tokens_used += info.tokens;
+	s->info.last_loss = info.loss;
+	s->info.version = d->version = v;
+	s->info.queued = s->info.queued > info.examples ? s->info.queued - info.examples : 0;
+	l->committed++;
+	l->tokens += info.tokens;
+	l->revision++;
+	if (s->info.steps_done >= s->info.steps_max || s->info.tokens_used >= s->info.tokens_max)
+		end_grant(l, d, SRV_GRANT_EXHAUSTED, NULL);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static bool has_work(const ladapter *d) {
+	return d->g && d->job && (learn_step_state(d->job) != LEARN_IDLE || learn_job_queued(d->job) > 0);
+}
+
+static bool on_boundary(void *arg) {
+	srv_learn *l = arg;
+	pthread_mutex_lock(&l->mu);
+	if (l->changes != l->seen) {
+		l->seen = l->changes;
+		apply_changes(l);
+	}
+	expire(l, base_now_us());
+	ex_task *ex = l->ex_head;
+	l->ex_head = l->ex_tail = NULL;
+	for (ex_task *t = ex; t; t = t->next) take_example(l, t);
+	if (l->sv_head) take_saves(l);
+	pthread_mutex_unlock(&l->mu);
+	free_examples(ex);
+	bool more = false;
+	// from the last: an adapter dropped at its commit takes the last one's place
+	for (int i = l->n_ad - 1; i >= 0; i--) {
+		ladapter *d = &l->ad[i];
+		if (d->g && d->job && learn_step_state(d->job) == LEARN_READY) commit(l, d);
+		if (i < l->n_ad && d->job && !has_work(d)) {
+			pthread_mutex_lock(&l->mu); // an idle job's memory goes back; the next example makes another
+			drop_job(l, d);
+			pthread_mutex_unlock(&l->mu);
+		}
+	}
+	for (int i = 0; i < l->n_ad; i++) more |= has_work(&l->ad[i]);
+	if (l->revision != l->published) publish(l);
+	return more;
+}
+
+static double on_cost(void *arg) {
+	srv_learn *l = arg;
+	double c = 0;
+	for (int i = 0; i < l->n_ad; i++) {
+		const ladapter *d = &l->ad[i];
+		if (!d->g || !d->job || learn_step_state(d->job) == LEARN_READY) continue;
+		const double x = learn_step_next_cost(d->job);
+		if (x > 0 && (c == 0 || x < c)) c = x;
+	}
+	return c;
+}
+
+// The adapters' pieces within budget, a different adapter first each round.
+static double on_run(void *arg, base_pool *pool, double budget) {
+	srv_learn *l = arg;
+	const uint64_t t0 = base_now_us();
+	double spent = 0;
+	char err[256];
+	const int n = l->n_ad, first = n ? l->rr++ % n : 0;
+	for (int k = 0; k < n; k++) {
+		ladapter *d = &l->ad[(first + k) % n];
+		if (!d->g || !d->job || learn_step_state(d->job) == LEARN_READY) continue;
+		double s = 0;
+		const int rc = learn_step_run(d->job, pool, budget - spent, &s, err, sizeof err);
+		spent += s;
+		if (rc) {
+			pthread_mutex_lock(&l->mu);
+			end_grant(l, d, SRV_GRANT_FAILED, err);
+			pthread_mutex_unlock(&l->mu);
+		}
+	}
+	l->train_s += (double)(base_now_us() - t0) / 1e6;
+	return spent;
+}
+
+static void on_halt(void *arg) {
+	srv_learn *l = arg;
+	pthread_mutex_lock(&l->mu);
+	l->halted = true;
+	for (int i = 0; i < l->n_ad; i++) end_grant(l, &l->ad[i], SRV_GRANT_HALTED, "the server halted");
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+		grant *s = &l->g[i];
+		if (!s->used || !s->ready || s->adopted) continue;
+		learn_adapter_free(s->fresh);
+		s->fresh = NULL;
+		s->adopted = true;
+		s->info.state = SRV_GRANT_HALTED;
+		snprintf(s->info.reason, sizeof s->info.reason, "the server halted");
+	}
+	ex_task *ex = l->ex_head;
+	l->ex_head = l->ex_tail = NULL;
+	cancel_saves(l, "the server halted before the adapter was saved");
+	l->revision++;
+	pthread_mutex_unlock(&l->mu);
+	free_examples(ex);
+	publish(l);
+}
+
+lane_background srv_learn_background(srv_learn *l, double share) {
+	return (lane_background){.arg = l, .cost = on_cost, .run = on_run, .boundary = on_boundary, .halt = on_halt, .share = share};
+}
+
+// ---- the learn thread: saves, and the engine woken when a grant expires --------------------
+
+static void *learn_main(void *arg) {
+	srv_learn *l = arg;
+	uint64_t woken = 0; // the latest expiry the engine was woken for
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		save_task *t = l->wr_head;
+		if (t) {
+			l->wr_head = t->next;
+			if (!l->wr_head) l->wr_tail = NULL;
+			const bool stop = l->stopping;
+			pthread_mutex_unlock(&l->mu);
+			if (!t->rc && stop) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ECANCELLED, "the server is stopping");
+			if (!t->rc) t->rc = learn_adapter_save(t->copy, t->path, GGUF_T_F32, t->msg, sizeof t->msg);
+			if (!t->rc) LOG_INFO(MOD, "adapter %s v%lld saved to %s", t->name, (long long)t->version, t->path);
+			learn_adapter_free(t->copy);
+			t->done(t->arg, t->rc, t->rc ? t->msg : "", t->version);
+			free(t);
+			pthread_mutex_lock(&l->mu);
+			continue;
+		}
+		if (l->stopping) break;
+		uint64_t next = 0;
+		for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+			const grant *s = &l->g[i];
+			if (s->used && s->ready && !ended(s) && s->expires_us > woken && (!next || s->expires_us < next)) next = s->expires_us;
+		}
+		const uint64_t now = base_now_us();
+		if (next && now >= next) {
+			woken = next;
+			lane_host *h = l->host;
+			pthread_mutex_unlock(&l->mu);
+			if (h) lane_host_wake(h);
+			pthread_mutex_lock(&l->mu);
+			continue;
+		}
+		if (!next) {
+			pthread_cond_wait(&l->cv, &l->mu);
+			continue;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		const uint64_t wait = next - now;
+		ts.tv_sec += (time_t)(wait / 1000000);
+		ts.tv_nsec += (long)(wait % 1000000) * 1000;
+		if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+// ---- set-up and tear-down --------------------------------------------------------------------
+
+int srv_learn_new(srv_learn **out, const model *m, int32_t piece, char *err, size_t errlen) {
+	*out = NULL;
+	srv_learn *l = calloc(1, sizeof *l);
+	if (!l) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	l->m = m;
+	l->piece = piece > 0 ? piece : 64;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	pthread_mutex_init(&l->pub_mu, NULL);
+	publish(l);
+	if (pthread_create(&l->thread, NULL, learn_main, l)) {
+		srv_learn_free(l);
+		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the learn thread");
+	}
+	l->thread_started = true;
+	*out = l;
+	return 0;
+}
+
+void srv_learn_attach(srv_learn *l, lane_host *h, srv_loras *reg) {
+	pthread_mutex_lock(&l->mu);
+	l->host = h;
+	l->reg = reg;
+	pthread_mutex_unlock(&l->mu);
+}
+
+void srv_learn_stop(srv_learn *l) {
+	if (!l || !l->thread_started) return;
+	pthread_mutex_lock(&l->mu);
+	l->stopping = true;
+	cancel_saves(l, "the server is stopping");
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(l->thread, NULL);
+	l->thread_started = false;
+}
+
+void srv_learn_free(srv_learn *l) {
+	if (!l) return;
+	srv_learn_stop(l);
+	while (l->n_ad) adapter_free_at(l, l->n_ad - 1);
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++) learn_adapter_free(l->g[i].fresh);
+	free_examples(l->ex_head);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->pub_mu);
+	free(l);
+}
+
+// ---- the HTTP side ------------------------------------------------------------------------------
+
+// Under mu: a free slot, else the one of the oldest grant that ended (it leaves the ledger).
+static grant *free_slot(srv_learn *l) {
+	grant *old = NULL;
+	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+		grant *s = &l->g[i];
+		if (!s->used) return s;
+		if (ended(s) && (!old || s->info.id < old->info.id)) old = s;
+	}
+	return old;
+}
+
+// The path of the file a loaded adapter (ready) called name came from ("" when it has none),
+// and its version.
+static bool file_of(srv_loras *reg, const char *name, char *path, size_t n, int64_t *version) {
+	srv_lora_info *v = NULL;
+	const int k = srv_loras_list(reg, &v);
+	bool found = false;
+	for (int i = 0; i < k; i++)
+		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, name)) {
+			snprintf(path, n, "%s", v[i].path);
+			*version = v[i].version;
+			found = true;
+		}
+	free(v);
+	return found;
+}
+
+// The adapter a grant on r->adapter trains when the engine has none of that name serving:
+// the loaded file's weights, or a new one published as version 0.
+static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, learn_adapter **out, int64_t *version, bool *created,
+			char *err, size_t errlen) {
+	char path[1024], why[512];
+	*out = NULL;
+	*created = false;
+	if (file_of(l->reg, r->adapter, path, sizeof path, version)) {
+		if (!*path)
+			return base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has no file to train on (it learned on a server since stopped?)",
+					   r->adapter);
+		int rc = learn_adapter_load(out, l->m, path, why, sizeof why);
+		if (rc) return base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EINVAL, "the adapter '%s' cannot be trained: %s", r->adapter, why);
+		learn_adapter_info ai;
+		learn_adapter_info_of(*out, &ai);
+		if (r->rank && r->rank != ai.rank) {
+			learn_adapter_free(*out);
+			*out = NULL;
+			return base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has rank %d: a grant cannot change it (leave rank out)",
+					   r->adapter, ai.rank);
+		}
+		return 0;
+	}
+	uint64_t ticket;
+	int rc = srv_loras_reserve(l->reg, r->adapter, "", 1.0f, false, &ticket, why, sizeof why);
+	if (rc) return base_seterr(err, errlen, rc == LANES_EINVAL ? rc : LANES_EBUSY, "%s", why);
+	const learn_adapter_opts ao = {.rank = r->rank ? r->rank : 8, .seed = seed};
+	model_lora *v0 = NULL;
+	rc = learn_adapter_new(out, l->m, &ao, why, sizeof why);
+	if (!rc) rc = learn_adapter_lora(*out, &v0, why, sizeof why);
+	uint32_t v = 0;
+	srv_loras_publish(l->reg, r->adapter, ticket, rc ? NULL : v0, &v);
+	if (!rc && !v) rc = base_seterr(why, sizeof why, LANES_EBUSY, "the adapter '%s' was unloaded as it was made", r->adapter);
+	if (rc) {
+		learn_adapter_free(*out);
+		*out = NULL;
+		return base_seterr(err, errlen, rc, "%s", why);
+	}
+	*version = v;
+	*created = true;
+	return 0;
+}
+
+int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, bool *created, char *err, size_t errlen) {
+	*created = false;
+	if (!srv_lora_name_ok(r->adapter))
+		return base_seterr(err, errlen, LANES_EINVAL, "adapter must be a name of 1 to %d letters, digits, '.', '_' or '-'", SRV_LORA_NAME_MAX);
+	if (r->max_steps < 1 || r->max_steps > 1000000000)
+		return base_seterr(err, errlen, LANES_EINVAL, "max_steps must be between 1 and 1000000000, got %lld", (long long)r->max_steps);
+	if (r->max_tokens < 2 || r->max_tokens > ((int64_t)1 << 40))
+		return base_seterr(err, errlen, LANES_EINVAL, "max_tokens must be between 2 and %lld, got %lld", (long long)1 << 40,
+				   (long long)r->max_tokens);
+	if (!(r->lr >= 0 && r->lr <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "lr must be between 0 and 1 (0: 0.001)");
+	if (r->rank < 0 || r->rank > SRV_LEARN_MAX_RANK)
+		return base_seterr(err, errlen, LANES_EINVAL, "rank must be between 1 and %d, got %d", SRV_LEARN_MAX_RANK, r->rank);
+	if (r->batch < 0 || r->batch > SRV_LEARN_MAX_BATCH)
+		return base_seterr(err, errlen, LANES_EINVAL, "batch must be between 1 and %d, got %d", SRV_LEARN_MAX_BATCH, r->batch);
+	if (!(r->expires_s >= 0 && r->expires_s <= SRV_LEARN_MAX_EXPIRY_S))
+		return base_seterr(err, errlen, LANES_EINVAL, "expires_s must be between 0 and %.0f seconds", SRV_LEARN_MAX_EXPIRY_S);
+	pthread_mutex_lock(&l->mu);
+	int rc = 0;
+	grant *s = NULL;
+	if (!l->host || l->halted || l->stopping) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no grant is made");
+	for (int i = 0; !rc && i < SRV_LEARN_GRANTS; i++) {
+		const grant *o = &l->g[i];
+		if (o->used && !ended(o) && !strcmp(o->info.adapter, r->adapter))
+			rc = base_seterr(err, errlen, LANES_EBUSY, "the adapter '%s' has an open grant (grant-%llu): revoke it or let it end first",
+					 r->adapter, (unsigned long long)o->info.id);
+	}
+	if (!rc && !(s = free_slot(l)))
+		rc = base_seterr(err, errlen, LANES_EBUSY, "%d grants are open, the most this server holds: revoke one first", SRV_LEARN_GRANTS);
+	const int32_t learned = rc ? 0 : name_rank(l, r->adapter);
+	if (!rc) {
+		memset(s, 0, sizeof *s);
+		s->used = true;
+		s->info.id = ++l->next_id;
+		snprintf(s->info.adapter, sizeof s->info.adapter, "%s", r->adapter);
+		s->info.state = SRV_GRANT_ACTIVE;
+		s->info.steps_max = r->max_steps;
+		s->info.tokens_max = r->max_tokens;
+		s->info.last_loss = NAN;
+		s->lr = r->lr > 0 ? r->lr : 1e-3f;
+		s->batch = r->batch > 0 ? r->batch : 4;
+		if (r->expires_s > 0) {
+			s->expires_us = base_now_us() + (uint64_t)(r->expires_s * 1e6);
+			s->info.expires_at = unix_now() + (int64_t)ceil(r->expires_s);
+		}
+	}
+	const uint64_t id = s ? s->info.id : 0;
+	pthread_mutex_unlock(&l->mu);
+	if (rc) return rc;
+	// the adapter: the engine's own while the registry serves it, else the file's or a new one
+	learn_adapter *fresh = NULL;
+	int64_t fresh_version = 0;
+	int32_t rank = learned;
+	if (learned && srv_loras_has(l->reg, r->adapter)) {
+		if (r->rank && r->rank != learned)
+			rc = base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has rank %d: a grant cannot change it (leave rank out)",
+					 r->adapter, learned);
+	} else if (!(rc = make_adapter(l, r, id, &fresh, &fresh_version, created, err, errlen))) {
+		learn_adapter_info ai;
+		learn_adapter_info_of(fresh, &ai);
+		rank = ai.rank;
+	}
+	pthread_mutex_lock(&l->mu);
+	if (!rc && (l->halted || l->stopping)) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no grant is made");
+	if (rc) {
+		learn_adapter_free(fresh);
+		s->used = false;
+		pthread_mutex_unlock(&l->mu);
+		return rc;
+	}
+	s->fresh = fresh;
+	s->fresh_version = fresh_version;
+	char path[8];
+	if (!fresh_version) file_of(l->reg, r->adapter, path, sizeof path, &fresh_version);
+	s->info.version = fresh_version;
+	s->rank = rank;
+	s->ready = true;
+	name_set(l, r->adapter, rank);
+	l->changes++;
+	*out = s->info;
+	pthread_cond_broadcast(&l->cv); // its expiry, if any
+	pthread_mutex_unlock(&l->mu);
+	LOG_INFO(MOD, "grant-%llu on %s%s (rank %d): %lld steps, %lld tokens, lr %g%s", (unsigned long long)id, r->adapter,
+		 *created ? " (new)" : "", rank, (long long)r->max_steps, (long long)r->max_tokens, (double)(r->lr > 0 ? r->lr : 1e-3f),
+		 r->expires_s > 0 ? ", expiring" : "");
+	lane_host_wake(l->host);
+	return 0;
+}
+
+int srv_learn_revoke(srv_learn *l, uint64_t id, srv_grant_info *out, char *err, size_t errlen) {
+	pthread_mutex_lock(&l->mu);
+	grant *s = slot_of(l, id);
+	int rc = 0;
+	if (!s) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no grant grant-%llu", (unsigned long long)id);
+	else if (ended(s))
+		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended already (%s)", (unsigned long long)id, srv_grant_state_name[s->info.state]);
+	else if (s->revoke) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu is revoked already", (unsigned long long)id);
+	if (s) {
+		if (!rc) {
+			s->revoke = true;
+			l->changes++;
+		}
+		*out = s->info;
+		if (!ended(s)) out->state = SRV_GRANT_REVOKED;
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (!rc) lane_host_wake(l->host);
+	return rc;
+}
+
+int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_info *out, int64_t *tokens_left, char *err,
+		      size_t errlen) {
+	const int64_t n = learn_example_tokens(e);
+	if (n > SRV_LEARN_MAX_EXAMPLE)
+		return base_seterr(err, errlen, LANES_EINVAL, "the example has %lld tokens: a step takes examples of %d at most", (long long)n,
+				   SRV_LEARN_MAX_EXAMPLE);
+	ex_task *t = calloc(1, sizeof *t);
+	if (!t) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	pthread_mutex_lock(&l->mu);
+	grant *s = slot_of(l, id);
+	int rc = 0;
+	if (!s) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no grant grant-%llu", (unsigned long long)id);
+	else if (l->halted || l->stopping) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no example is taken");
+	else if (ended(s))
+		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended (%s)%s%s", (unsigned long long)id, srv_grant_state_name[s->info.state],
+				 s->info.reason[0] ? ": " : "", s->info.reason);
+	else if (s->revoke) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu was revoked", (unsigned long long)id);
+	else if (s->expires_us && base_now_us() >= s->expires_us) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has expired", (unsigned long long)id);
+	else if (n > s->info.tokens_max - s->reserved)
+		rc = base_seterr(err, errlen, LANES_ELIMIT, "grant-%llu has %lld of its %lld tokens left (those of its queued examples counted): this example has %lld",
+				 (unsigned long long)id, (long long)(s->info.tokens_max - s->reserved), (long long)s->info.tokens_max, (long long)n);
+	if (!rc) {
+		s->reserved += n;
+		s->info.queued++;
+		l->examples++;
+		t->grant = id;
+		t->e = e;
+		if (l->ex_tail) l->ex_tail->next = t;
+		else l->ex_head = t;
+		l->ex_tail = t;
+	}
+	if (s) {
+		*out = s->info;
+		*tokens_left = s->info.tokens_max - s->reserved;
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (rc) {
+		free(t);
+		return rc;
+	}
+	lane_host_wake(l->host);
+	return 0;
+}
+
+// Whether path can be written: its folder exists and takes files, and it is not a folder.
+static int writable(const char *path, char *err, size_t errlen) {
+	if (!*path || strlen(path) >= sizeof ((save_task *)0)->path)
+		return base_seterr(err, errlen, LANES_EINVAL, "path must be a file's path of 1 to %zu bytes", sizeof ((save_task *)0)->path - 1);
+	struct stat st;
+	if (!stat(path, &st) && S_ISDIR(st.st_mode)) return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: it is a folder", path);
+	char buf[1024];
+	snprintf(buf, sizeof buf, "%s", path);
+	const char *dir = dirname(buf);
+	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+		return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: the folder %s does not exist", path, dir);
+	if (access(dir, W_OK | X_OK))
+		return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: the folder %s is not writable (%s)", path, dir, strerror(errno));
+	return 0;
+}
+
+int srv_learn_save(srv_learn *l, const char *name, const char *path, srv_learn_saved done, void *arg, char *err, size_t errlen) {
+	int rc = writable(path, err, errlen);
+	if (rc) return rc;
+	save_task *t = calloc(1, sizeof *t);
+	if (!t) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	snprintf(t->name, sizeof t->name, "%s", name);
+	snprintf(t->path, sizeof t->path, "%s", path);
+	t->done = done;
+	t->arg = arg;
+	pthread_mutex_lock(&l->mu);
+	if (l->halted || l->stopping || !l->host) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: nothing is saved");
+	else if (!name_rank(l, name)) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no adapter called '%s' learns here", name);
+	if (!rc) {
+		if (l->sv_tail) l->sv_tail->next = t;
+		else l->sv_head = t;
+		l->sv_tail = t;
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (rc) {
+		free(t);
+		return rc;
+	}
+	lane_host_wake(l->host);
+	return 0;
+}

@@ -1,0 +1,129 @@
+// tensor/codes: one block of a quantized row decoded to unsigned codes and its scale data —
+// what the x86 sets repack and what the reference's 8-bit activation width multiplies, so
+// both read every format the same way. Plain C.
+#include "tensor/kern.h"
+
+#include <string.h>
+
+static void dec_q4_0(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q4_0 *x = (const block_q4_0 *)b;
+	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
+	o->d = x->d;
+}
+
+static void dec_q4_1(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q4_1 *x = (const block_q4_1 *)b;
+	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
+	o->d = x->d, o->m = x->m;
+}
+
+static void dec_q5_0(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q5_0 *x = (const block_q5_0 *)b;
+	const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
+	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
+	for (int e = 0; e < 32; e++) o->u[e] |= (uint8_t)(((qh >> e) & 1) << 4);
+	o->d = x->d;
+}
+
+static void dec_q5_1(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q5_1 *x = (const block_q5_1 *)b;
+	const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
+	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
+	for (int e = 0; e < 32; e++) o->u[e] |= (uint8_t)(((qh >> e) & 1) << 4);
+	o->d = x->d, o->m = x->m;
+}
+
+static void dec_q8_0(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q8_0 *x = (const block_q8_0 *)b;
+	for (int e = 0; e < 32; e++) o->u[e] = (uint8_t)x->qs[e] ^ (q8u ? 0x80 : 0);
+	o->d = x->d;
+}
+
+void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+static void dec_q4_K(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q4_K *x = (const block_q4_K *)b;
+	for (int j = 0; j < 8; j++) {
+		kern_k4_scale_min(j, x->scales, &o->sc[j], &o->mn[j]);
+		for (int e = 0; e < 32; e++) {
+			const uint8_t q = x->qs[32 * (j / 2) + e];
+			o->u[32 * j + e] = j & 1 ? q >> 4 : q & 15;
+		}
+	}
+	o->d = x->d, o->m = x->dmin;
+}
+
+static void dec_q5_K(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q5_K *x = (const block_q5_K *)b;
+	for (int j = 0; j < 8; j++) {
+		kern_k4_scale_min(j, x->scales, &o->sc[j], &o->mn[j]);
+		for (int e = 0; e < 32; e++) {
+			const uint8_t q = x->qs[32 * (j / 2) + e];
+			o->u[32 * j + e] = (uint8_t)((j & 1 ? q >> 4 : q & 15) | ((x->qh[e] >> j) & 1) << 4);
+		}
+	}
+	o->d = x->d, o->m = x->dmin;
+}
+
+static void dec_q6_K(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q6_K *x = (const block_q6_K *)b;
+	for (int hh = 0; hh < 2; hh++) {
+		const uint8_t *ql = x->ql + 64 * hh, *qh = x->qh + 32 * hh;
+		uint8_t *u = o->u + 128 * hh;
+		for (int l = 0; l < 32; l++) {
+			u[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
+			u[l + 32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
+			u[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+			u[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+		}
+	}
+	memcpy(o->sc, x->scales, 16);
+	o->d = x->d;
+}
+
+static int k3_scale(const uint8_t *s, int j) {
+	int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
+	int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+	return lo | hi << 4;
+}
+
+static void dec_q3_K(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q3_K *x = (const block_q3_K *)b;
+	for (int e = 0; e < QK_K; e++) {
+		const int hh = e / 128, j = e % 128, k = j % 32;
+		const int q = (x->qs[32 * hh + k] >> (2 * (j / 32))) & 3;
+		const int hb = (x->hmask[k] >> (4 * hh + j / 32)) & 1;
+		o->u[e] = (uint8_t)(q | hb << 2);
+	}
+	for (int j = 0; j < 16; j++) o->sc[j] = (uint8_t)(int8_t)(k3_scale(x->scales, j) - 32);
+	o->d = x->d;
+}
+
+static void dec_q2_K(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_q2_K *x = (const block_q2_K *)b;
+	for (int e = 0; e < QK_K; e++) {
+		const int hh = e / 128, j = e % 128;
+		o->u[e] = (x->qs[32 * hh + j % 32] >> (2 * (j / 32))) & 3;
+	}
+	memcpy(o->sc, x->scales, 16);
+	o->d = x->d, o->m = x->dmin;
+}
+
+typedef void (*dec_fn)(const uint8_t *b, kern_codes *o, bool q8u);
+static const dec_fn decoders[GGUF_T_COUNT] = {
+	[GGUF_T_Q4_0] = dec_q4_0, [GGUF_T_Q4_1] = dec_q4_1, [GGUF_T_Q5_0] = dec_q5_0, [GGUF_T_Q5_1] = dec_q5_1,
+	[GGUF_T_Q8_0] = dec_q8_0, [GGUF_T_Q2_K] = dec_q2_K, [GGUF_T_Q3_K] = dec_q3_K, [GGUF_T_Q4_K] = dec_q4_K,
+	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K,
+};
+
+bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }
+
+void kern_decode(uint32_t type, const uint8_t *b, kern_codes *o, bool q8u) { decoders[type](b, o, q8u); }
