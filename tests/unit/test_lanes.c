@@ -649,8 +649,13 @@ static void test_notify(void) {
 	q.sampling.repeat_penalty = 1;
 	static notes w = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	const uint64_t t0 = base_now_us();
+	// a request holding the one lane, so the callback is set before the next one starts
+	lane_request qb = q;
+	qb.max_tokens = 200;
+	lane_req *blocker = submit1(h, &qb);
 	lane_req *r = submit1(h, &q);
 	lane_req_set_notify(r, note, &w);
+	lane_req_free(blocker);
 	lane_event ev;
 	enum lane_ev_kind kind[MAXGEN + 2];
 	int32_t token[MAXGEN + 2];
@@ -716,12 +721,17 @@ static void test_notify_apart(void) {
 	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 64, .ignore_eos = true};
 	q.sampling.top_p = 1;
 	q.sampling.repeat_penalty = 1;
+	lane_request qb = q;
+	qb.max_tokens = 200;
+	lane_req *blocker = submit1(h, &qb); // holds the one lane until the callback is set
 	lane_req *r = submit1(h, &q);
 	if (!r) {
+		lane_req_free(blocker);
 		lane_host_free(h);
 		return;
 	}
 	lane_req_set_notify(r, hold, NULL);
+	lane_req_free(blocker);
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += 10;
