@@ -1,17 +1,23 @@
 // bench/http_load: an OpenAI-API load generator for lanes serve. Reports time to first token,
-// inter-token latency and aggregate tokens/s at several client counts, and (--prefill N)
-// the latency of /health, /metrics and /slots while an N-token prompt is processed.
+// inter-token latency and aggregate tokens/s at several client counts, (--prefill N) the
+// latency of /health, /metrics and /slots while an N-token prompt is processed, and
+// (--one-stream N) one client's decode speed, streamed and not, over N-token completions.
 //
 //   node bench/http_load.mjs --model ../shared/models/stories260K.gguf [--clients 1,4,16]
 //        [--requests 4] [--max-tokens 64] [--prefill 1500] [--lanes 16] [--threads T]
+//   node bench/http_load.mjs --model M --one-stream 256 [--requests 5] [--json] [serve's flags after --]
 //   node bench/http_load.mjs --url http://127.0.0.1:8080 [--key KEY] ...
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import path from 'node:path';
 
+const dash = process.argv.indexOf('--');
+const serveArgs = dash < 0 ? [] : process.argv.slice(dash + 1);
 const args = Object.fromEntries(
-	process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : '1']] : acc), []),
+	process.argv.slice(2, dash < 0 ? undefined : dash).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : '1']] : acc), []),
 );
-const clients = (args.clients || '1,4,16').split(',').map(Number);
+const oneStream = Number(args['one-stream'] || 0);
+const clients = oneStream ? [] : (args.clients || '1,4,16').split(',').map(Number);
 const perClient = Number(args.requests || 4);
 const maxTokens = Number(args['max-tokens'] || 64);
 const prefill = Number(args.prefill || 0);
@@ -22,7 +28,8 @@ async function start() {
 	if (args.url) return { url: args.url, stop: async () => {} };
 	if (!args.model) throw new Error('give --url of a running server or --model to start one');
 	const bin = path.resolve(args.bin || 'build/lanes');
-	const extra = ['--lanes', args.lanes || '16', '--ctx', args.ctx || '32768'];
+	// one stream runs serve as it comes (its defaults, or the flags after --)
+	const extra = oneStream ? serveArgs : ['--lanes', args.lanes || '16', '--ctx', args.ctx || '32768', ...serveArgs];
 	if (args.threads) extra.push('--threads', args.threads);
 	const proc = spawn(bin, ['serve', '-m', args.model, '--port', '0', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
 	let log = '';
@@ -124,10 +131,60 @@ async function control(url) {
 	}
 }
 
+// One completion of n tokens, streamed or not: its tokens over the wall time of the request.
+// node:http, not fetch: fetch's web streams cost the client more per chunk than the server
+// spends on it, and on a small machine the client shares the cores being measured.
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+function post(url, body) {
+	const u = new URL(`${url}/v1/completions`);
+	const data = JSON.stringify(body);
+	return new Promise((resolve, reject) => {
+		const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+			headers: { ...headers(), 'Content-Length': Buffer.byteLength(data) } }, (res) => {
+			const parts = [];
+			res.on('data', (d) => parts.push(d));
+			res.on('end', () => resolve({ status: res.statusCode, text: Buffer.concat(parts).toString() }));
+			res.on('error', reject);
+		});
+		req.on('error', reject);
+		req.end(data);
+	});
+}
+
+async function completion(url, n, stream) {
+	const t0 = performance.now();
+	const r = await post(url, { prompt: 'Once upon a time', max_tokens: n, ignore_eos: true, stream, seed: 1,
+		...(stream ? { stream_options: { include_usage: true } } : {}) });
+	if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${r.text}`);
+	const wall = (performance.now() - t0) / 1000;
+	let tokens = 0;
+	if (!stream) tokens = JSON.parse(r.text).usage.completion_tokens;
+	else for (const line of r.text.split('\n\n')) if (line.startsWith('data: {') && line.includes('"usage":{')) tokens = JSON.parse(line.slice(6)).usage.completion_tokens;
+	if (tokens !== n) throw new Error(`asked for ${n} tokens, got ${tokens}`);
+	return tokens / wall;
+}
+
+const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+
+// One client, one request at a time, streamed and not in turn: tok/s per request.
+async function single(url) {
+	await completion(url, 16, false); // warms the server: pages, the first connection
+	const res = { plain: [], stream: [] };
+	for (let k = 0; k < perClient; k++) {
+		res.plain.push(await completion(url, oneStream, false));
+		res.stream.push(await completion(url, oneStream, true));
+	}
+	const out = { tokens: oneStream, plain_tps: median(res.plain), stream_tps: median(res.stream), plain: res.plain, stream: res.stream };
+	if (args.json) console.log(JSON.stringify(out));
+	else console.log(`one stream, ${oneStream}-token completions: ${fmt(out.plain_tps)} tok/s plain, ${fmt(out.stream_tps)} tok/s streamed (medians of ${perClient})`);
+}
+
 const srv = await start();
 try {
+	if (oneStream > 0) await single(srv.url);
 	if (clients.length && perClient > 0) await load(srv.url);
 	if (prefill > 0) await control(srv.url);
 } finally {
+	agent.destroy();
 	await srv.stop();
 }

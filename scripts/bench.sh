@@ -3,8 +3,8 @@
 # (tg128) tok/s per weight type on tinyllama-1.1b-shaped models, decode as a fraction of the
 # read-bandwidth limit, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench
 # (run right after ours on the same file, so both see the same machine); then `lanes bench
-# --concurrent 1/4/16` in both widths on Q4_0, and stories260K. Every figure is printed as
-# measured; on a shared machine compare within one run.
+# --concurrent 1/4/16` in both widths on Q4_0, and stories260K, alone and one stream through
+# `lanes serve`. Every figure is printed as measured; on a shared machine compare within one run.
 BUILD=${1:-build}
 : "${LANES_SHARED:=../shared}"
 BIN="$BUILD/lanes"
@@ -138,6 +138,20 @@ if [ -s "$s" ]; then
 $(llama "$s" 128 256)
 EOF
 		printf 'llama.cpp  pp128 %s  tg256 %s\n' "$(fmt "$lpp" '%8.1f')" "$(fmt "$ltg" '%8.1f')"
+	fi
+	# one stream through HTTP (serve as it comes, streamed and not), what the server adds per
+	# token beside the engine alone; lanes bench runs again after, and their mean counts
+	if command -v node >/dev/null 2>&1; then
+		h=$(node bench/http_load.mjs --bin "$BIN" --model "$s" --one-stream 256 --requests 5 --threads "$THREADS" --json 2>/dev/null)
+		t2=$(field "$("$BIN" bench -m "$s" -p 0 -n 256 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)" tg_tps)
+		t1=$(field "$j" tg_tps)
+		tg=$([ -n "$t1" ] && [ -n "$t2" ] && echo "($t1 + $t2) / 2" | bc -l)
+		pl=$(field "$h" plain_tps)
+		st=$(field "$h" stream_tps)
+		printf 'HTTP, one stream     tg256 %s plain (%s of lanes bench), %s streamed (%s); lanes bench after: %s\n' \
+			"$(fmt "$pl" '%.1f')" "$(fmt "$(ratio "$pl" "$tg")" '%.2f' 4)" "$(fmt "$st" '%.1f')" "$(fmt "$(ratio "$st" "$tg")" '%.2f' 4)" "$(fmt "$t2" '%.1f')"
+	else
+		echo "HTTP, one stream: node is needed"
 	fi
 fi
 

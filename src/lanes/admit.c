@@ -128,6 +128,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	lane_req *r = calloc(1, sizeof *r);
 	if (!r) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_mutex_init(&r->nmu, NULL);
 	pthread_cond_init(&r->cv, NULL);
 	atomic_init(&r->refs, 2);
 	r->host = h;

@@ -1,8 +1,9 @@
 // lanes: drafting for speculative decoding, all of it — proposers (prompt lookup: the
 // continuation of the latest earlier occurrence of the context's last n-gram; a small draft
 // model decoding greedily over its own KV; a hook), the per-lane proposal size adapted to
-// acceptance, verification's bookkeeping, and the draft model's memory. Proposals only ever
-// save time: the target verifies every one.
+// acceptance and priced against the round's cost (a draft row is only worth its time when
+// it is likely enough to be accepted), verification's bookkeeping, and the draft model's
+// memory. Proposals never change a token: the target verifies every one.
 #include "lanes/lanes_int.h"
 
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #define NGRAM_MAX 3
 #define NGRAM_WINDOW 4096   // how far back the search looks
+#define DRAFT_REGAIN 0.01f  // per round a lane does not draft, its acceptance estimate regains this share of the way to 1
 
 static int32_t ctx_at(const lane_req *r, int32_t i) { return i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt]; }
 
@@ -140,18 +142,42 @@ static void custom_propose(lane_host *h, lane_req *r, int32_t k) {
 	r->prop = LANE_PROP_NGRAM;
 }
 
+// The number of drafts (up to kmax) that most raises the lanes' expected tokens per unit of
+// round time, from the pricing: each draft row costs a row, the j-th is accepted with
+// probability a^j, and the round's fixed cost is shared by its n_live lanes. 0 when a
+// draft row costs more than it is expected to save (a small model's rows are dear).
+static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n_live) {
+	const double F = h->fixed_us / (n_live > 1 ? n_live : 1), R = h->row_us;
+	double best = 1.0 / (F + R), e = 1.0, q = 1.0;
+	int32_t k_best = 0;
+	for (int32_t k = 1; k <= kmax; k++) {
+		q *= a;
+		e += q;
+		const double v = e / (F + (1 + k) * R);
+		if (v > best) best = v, k_best = k;
+	}
+	return k_best;
+}
+
 // Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
 // long) first, else the draft model when there is one, else the n-gram's weak match.
 void lane_propose(lane_host *h) {
 	lane_req *mr[LANE_SNAP_MAX_LANES];
-	int32_t mk[LANE_SNAP_MAX_LANES], nm = 0;
+	int32_t mk[LANE_SNAP_MAX_LANES], nm = 0, n_live = 0;
+	for (int32_t i = 0; i < h->cfg.lanes; i++) n_live += h->lanes[i] && h->lanes[i]->n_filled >= h->lanes[i]->n_prompt;
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r) continue;
 		r->n_draft = 0;
 		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
 		int32_t k = imin(r->draft_k, r->max_tokens - r->n_gen - 1);
-		if (k <= 0) continue;
+		if (k > 0 && !h->cfg.hooks.propose) k = drafts_worth(h, r->draft_ema, k, n_live);
+		if (k <= 0) {
+			// not drafting tells nothing of acceptance: the estimate creeps back up, so the
+			// lane tries again now and then (text may have turned repetitive)
+			r->draft_ema += (1.0f - r->draft_ema) * DRAFT_REGAIN;
+			continue;
+		}
 		if (h->cfg.hooks.propose) {
 			custom_propose(h, r, k);
 			continue;
@@ -167,7 +193,8 @@ void lane_propose(lane_host *h) {
 
 void lane_draft_start(lane_host *h, lane_req *r) {
 	r->draft_k = imin(4, h->cfg.draft_max);
-	r->draft_ema = 0.5f;
+	// optimistic: a few rows tell a repetitive text from another
+	r->draft_ema = 1.0f;
 }
 
 // Cuts the KV the rejected drafts wrote, counts, and adapts how many this lane proposes next.

@@ -70,6 +70,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
 	if (cfg.piece < 0) return base_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
 	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return base_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
+	if (!(cfg.row_us >= 0 && cfg.row_us < 1e9 && cfg.fixed_us >= 0 && cfg.fixed_us < 1e9))
+		return base_seterr(err, errlen, LANES_EINVAL, "row_us and fixed_us must be in [0, 1e9) microseconds");
 	if (cfg.page_tokens < 1 || cfg.page_tokens > 4096)
 		return base_seterr(err, errlen, LANES_EINVAL, "page_tokens must be 1..4096");
 	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT)

@@ -168,6 +168,7 @@ typedef struct {
 	const float *embedding;   // LANE_EV_FINISHED of an embedding request: n_vectors x n_embd floats
 	int32_t n_embd;           // (one, or one per prompt token for LANE_EMBED_NONE), valid until
 	int32_t n_vectors;        // lane_req_free; a function of the prompt alone, bit for bit
+	uint64_t t_us;            // when the engine queued it (base_now_us): its time, however late it is read
 } lane_event;
 
 typedef struct lane_host lane_host;
@@ -223,6 +224,7 @@ typedef struct {
 	int32_t ctx;              // KV tokens across all lanes (default 8192)
 	int32_t piece;            // most prompt tokens one lane feeds per round (0: no cap)
 	double round_ms;          // target duration of a round with prompt pieces (default 100)
+	double row_us, fixed_us;  // the pricing of a row and of a round's fixed cost (0: timed at start)
 	int32_t threads;          // compute threads (0: one per core)
 	int32_t page_tokens;      // KV page size (default 16)
 	enum kv_type kv_type;     // KV cache type (default f16s)
@@ -307,10 +309,12 @@ void lane_cancel(lane_req *req);
 // Releases the caller's handle; cancels the request first if it has not ended. Once per
 // handle, by its reader (safe beside the engine thread).
 void lane_req_free(lane_req *req);
-// A callback run (from the engine thread, under req's lock: it must not block or call
-// lane functions on req) when req has new events. After set_notify returns, the old
-// callback is not running and will not run again. Thread-safe.
-void lane_req_set_notify(lane_req *req, void (*fn)(void *), void *arg);
+// A callback run (from the engine thread, under a lock of req's own: it must not block or
+// call lane functions on req) as each event is queued, once the reader can take it; ev is
+// a copy of that event, valid during the call (its text and top are not set), so the
+// callback may leave the reader asleep until one it cares about. After set_notify returns,
+// the old callback is not running and will not run again. Thread-safe.
+void lane_req_set_notify(lane_req *req, void (*fn)(void *arg, const lane_event *ev), void *arg);
 
 // Halt: at the next round boundary every queued and admitted request ends failed with
 // reason (copied). Further submits are refused. Idempotent. Thread-safe.

@@ -74,7 +74,8 @@ struct lane_req {
 	ev_node *head, *tail, *cur;
 	ev_node final;            // the terminal event, preallocated
 	char reason[160];
-	void (*notify)(void *);
+	pthread_mutex_t nmu;      // the notify callback: held while it runs, apart from mu so readers never wait on it
+	void (*notify)(void *, const lane_event *);
 	void *notify_arg;
 
 	// engine state (engine thread only)

@@ -31,6 +31,7 @@ void lreq_unref(lane_req *r) {
 	grammar_unref(r->grammar);
 	lane_lora_release(r);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->nmu);
 	pthread_cond_destroy(&r->cv);
 	free(r);
 }
@@ -42,14 +43,21 @@ void lane_lora_release(lane_req *r) {
 
 static void push(lane_req *r, ev_node *n) {
 	n->next = NULL;
+	n->ev.t_us = base_now_us();
+	// the callback's copy: once queued, the node is the reader's to take and free
+	lane_event ev = n->ev;
+	ev.text = NULL;
 	pthread_mutex_lock(&r->mu);
 	if (r->tail) r->tail->next = n;
 	else r->head = n;
 	r->tail = n;
 	pthread_cond_signal(&r->cv);
-	// under the lock, so once lane_req_set_notify(NULL) returns no callback is running
-	if (r->notify) r->notify(r->notify_arg);
 	pthread_mutex_unlock(&r->mu);
+	// apart from mu, so a reader the callback wakes takes the event without waiting for it;
+	// under nmu, so once lane_req_set_notify(NULL) returns no callback is running
+	pthread_mutex_lock(&r->nmu);
+	if (r->notify) r->notify(r->notify_arg, &ev);
+	pthread_mutex_unlock(&r->nmu);
 }
 
 int lreq_emit_token(lane_req *r, int32_t token, const char *text, size_t len, float logprob,
@@ -134,11 +142,11 @@ int lane_next(lane_req *r, lane_event *ev, int64_t timeout_us) {
 	return n != NULL;
 }
 
-void lane_req_set_notify(lane_req *r, void (*fn)(void *), void *arg) {
-	pthread_mutex_lock(&r->mu);
+void lane_req_set_notify(lane_req *r, void (*fn)(void *, const lane_event *), void *arg) {
+	pthread_mutex_lock(&r->nmu);
 	r->notify = fn;
 	r->notify_arg = arg;
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->nmu);
 }
 
 // Only a flag: the engine is running rounds whenever a request is open, and reads it at

@@ -6,15 +6,21 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
 	float logit;
 	int32_t id;
 } cand;
 
+#define RADIX_BITS 11
+#define RADIX_PASSES ((32 + RADIX_BITS - 1) / RADIX_BITS)
+
 struct sampler {
 	int32_t n_vocab;
 	cand *c;     // [n_vocab]
+	cand *tmp;   // [n_vocab] the radix sort's other half
+	uint32_t hist[RADIX_PASSES][1 << RADIX_BITS];
 	double *p;   // [n_vocab] probabilities of the sorted candidates
 	double *t;   // [n_vocab] typical sampling's scores
 	int32_t *ix; // [n_vocab] typical sampling's order
@@ -49,10 +55,11 @@ int sampler_new(sampler **out, int32_t n_vocab) {
 	if (!s) return LANES_ENOMEM;
 	s->n_vocab = n_vocab;
 	s->c = malloc((size_t)n_vocab * sizeof *s->c);
+	s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
 	s->p = malloc((size_t)n_vocab * sizeof *s->p);
 	s->t = malloc((size_t)n_vocab * sizeof *s->t);
 	s->ix = malloc((size_t)n_vocab * sizeof *s->ix);
-	if (!s->c || !s->p || !s->t || !s->ix) {
+	if (!s->c || !s->tmp || !s->p || !s->t || !s->ix) {
 		sampler_free(s);
 		return LANES_ENOMEM;
 	}
@@ -63,6 +70,7 @@ int sampler_new(sampler **out, int32_t n_vocab) {
 void sampler_free(sampler *s) {
 	if (!s) return;
 	free(s->c);
+	free(s->tmp);
 	free(s->p);
 	free(s->t);
 	free(s->ix);
@@ -81,6 +89,41 @@ static int cand_cmp(const void *a, const void *b) {
 	const cand *x = a, *y = b;
 	if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
 	return (x->id > y->id) - (x->id < y->id);
+}
+
+// The logit as an unsigned key that ascends as the logit descends (-0 as +0, equal as they compare).
+static inline uint32_t desc_key(float f) {
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if (u == 0x80000000u) u = 0;
+	return u & 0x80000000u ? u : ~(u | 0x80000000u);
+}
+
+// Sorts the n candidates, given in id order, by cand_cmp's order: a stable radix sort on
+// the logit's key keeps equal logits in id order, in linear time for a whole vocabulary.
+static void sort_by_id_order(sampler *s, int32_t n) {
+	enum { BITS = RADIX_BITS, B = 1 << BITS, PASSES = RADIX_PASSES };
+	uint32_t(*hist)[B] = s->hist;
+	memset(hist, 0, sizeof s->hist);
+	for (int32_t i = 0; i < n; i++) {
+		const uint32_t k = desc_key(s->c[i].logit);
+		for (int d = 0; d < PASSES; d++) hist[d][(k >> (d * BITS)) & (B - 1)]++;
+	}
+	cand *from = s->c, *to = s->tmp;
+	for (int d = 0; d < PASSES; d++) {
+		uint32_t *h = hist[d], sum = 0;
+		if (h[(desc_key(from[0].logit) >> (d * BITS)) & (B - 1)] == (uint32_t)n) continue; // one digit for all
+		for (int b = 0; b < B; b++) {
+			const uint32_t c = h[b];
+			h[b] = sum;
+			sum += c;
+		}
+		for (int32_t i = 0; i < n; i++) to[h[(desc_key(from[i].logit) >> (d * BITS)) & (B - 1)]++] = from[i];
+		cand *t = from;
+		from = to;
+		to = t;
+	}
+	if (from != s->c) memcpy(s->c, from, (size_t)n * sizeof *s->c);
 }
 
 static inline bool cand_before(const cand *x, const cand *y) {
@@ -161,8 +204,10 @@ int32_t sampler_pick(sampler *s, const sample_params *p, const float *logits, ui
 	if (p->top_k > 0 && p->top_k < n) {
 		select_top(s->c, n, p->top_k);
 		n = p->top_k;
+		qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
+	} else {
+		sort_by_id_order(s, n);
 	}
-	qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
 	if (s->c[0].logit == -INFINITY) return s->c[0].id;
 	double total = 0.0;
 	for (int32_t i = 0; i < n; i++) total += s->p[i] = exp((double)s->c[i].logit - s->c[0].logit);

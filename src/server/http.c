@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -243,7 +242,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		return here ? run_route(c) : fr;
 	}
 	if (c->worked) return MHD_NO; // its route ran on a work thread and gave no reply: the connection closes
-	if (c->call && !c->replied) return srv_gen_resume(c); // the waker resumed a waiting call
+	if (c->call && !c->replied) return srv_gen_resume(c); // a waiting call was resumed
 	if (c->resume && !c->replied) return c->resume(c);   // work off the connection threads ended
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
@@ -574,15 +573,6 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
-	for (int i = 0; i < s->n_slots; i++) s->slots[i].fd = -1;
-	for (int i = 0; i < s->n_slots; i++) {
-		s->slots[i].fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (s->slots[i].fd < 0) {
-			int en = errno;
-			http_server_free(s);
-			return base_seterr(err, errlen, LANES_EIO, "eventfd: %s", strerror(en));
-		}
-	}
 
 	if (srv_waker_start(s, err, errlen)) {
 		http_server_free(s);
@@ -656,8 +646,6 @@ void http_server_free(http_server *s) {
 	tok_vocab_free(s->vocab);
 	model_free(s->m);
 	model_free(s->draft);
-	for (int i = 0; s->slots && i < s->n_slots; i++)
-		if (s->slots[i].fd >= 0) close(s->slots[i].fd);
 	free(s->slots);
 	free(s->bos_text);
 	free(s->eos_text);

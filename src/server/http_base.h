@@ -89,7 +89,6 @@ extern const char *const srv_load_stage_name[];
 typedef struct srv_call srv_call;
 typedef struct srv_conn srv_conn;
 typedef struct {
-	int fd;          // eventfd, written by the engine's notify callback
 	bool used;
 	srv_call *call;  // the call holding the slot (under slot_mu)
 	uint32_t gen;    // bumped at each use: tells a stale waker event from a current one
@@ -130,8 +129,8 @@ struct http_server {
 
 	srv_slot *slots;               // one per generation call; never closed while the host lives
 	int n_slots;
-	pthread_mutex_t slot_mu;       // slots, and the calls' suspend/resume handshake with the waker
-	pthread_t waker;               // resumes suspended calls on events, probes and keep-alive timers
+	pthread_mutex_t slot_mu;       // slots, and the calls' suspend/resume handshake with the engine and the waker
+	pthread_t waker;               // resumes suspended calls on their clients' sockets and keep-alive timers
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
 	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
@@ -185,7 +184,7 @@ struct srv_conn {
 	void (*done)(srv_conn *c);
 	void *job;
 	bool in_work;                  // its route runs on a work thread, the connection suspended
-	bool park;                     // ... and its call waits for events: the waker resumes it
+	bool park;                     // ... and its call waits for events: their notify resumes it
 	bool worked;                   // the route ran on a work thread and the connection was resumed
 	bool park_fwd;                 // ... and it now waits for a peer: the grid's thread resumes it
 };

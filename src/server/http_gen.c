@@ -1,9 +1,9 @@
 // server, layer 1: the generation call every API shares — the request as read, checked
 // against the request contract (lane_check_params, lane_check_prompt), the chat prompt;
-// then one lane request per choice, events through an eventfd the engine's notify
-// callback writes (never blocking the engine), and the reply or the SSE stream. While a
-// call waits its connection is suspended; one waker thread watches the eventfds and the
-// clients' sockets (a reset cancels at once; a half-close is probed) and resumes it.
+// then one lane request per choice, and the reply or the SSE stream. While a call waits its
+// connection is suspended: the engine's notify resumes it (a stream at each token, a reply
+// at its end), and one waker thread watches the clients' sockets (a reset cancels at once;
+// a half-close is probed) and the streams' keep-alive timers.
 #include "server/http_gen.h"
 #include "grammar/grammar.h"
 #include "server/adapters.h"
@@ -411,20 +411,10 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 
 // ---- wake-up slots and the waker --------------------------------------------------------------
 
-#define KEY_SOCK (1ull << 63)   // a waker event from the client's socket, not the slot's eventfd
 #define KEEPALIVE_US 15000000   // a stream with nothing to say sends a comment this often
 #define TICK_MS 100             // how often deadlines and stream keep-alives are looked at
 
-static uint64_t wake_key(int slot, uint32_t gen, bool sock) {
-	return (uint64_t)(uint32_t)slot | (uint64_t)(gen & 0x7fffffffu) << 32 | (sock ? KEY_SOCK : 0);
-}
-
-static void slot_notify(void *arg) {
-	srv_slot *sl = arg;
-	uint64_t one = 1;
-	ssize_t w = write(sl->fd, &one, sizeof one);
-	(void)w; // a full counter already means "wake up"
-}
+static uint64_t wake_key(int slot, uint32_t gen) { return (uint64_t)(uint32_t)slot | (uint64_t)(gen & 0x7fffffffu) << 32; }
 
 // Takes a free slot for c and watches c's socket from the waker; -1 when none is free.
 static int slot_get(http_server *s, srv_call *c) {
@@ -437,11 +427,8 @@ static int slot_get(http_server *s, srv_call *c) {
 			sl->gen++;
 			sl->call = c;
 			got = i;
-			uint64_t v;
-			ssize_t r = read(sl->fd, &v, sizeof v); // drop a stale wake-up
-			(void)r;
 			if (c->sock >= 0) {
-				struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = wake_key(i, sl->gen, true)};
+				struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = wake_key(i, sl->gen)};
 				if (epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, c->sock, &ev)) c->sock = -1;
 			}
 		}
@@ -469,7 +456,7 @@ static void call_wake(srv_call *c) {
 	}
 }
 
-// From the connection's own thread: suspends it until the waker resumes it (true), or
+// From the connection's own thread: suspends it until an event resumes it (true), or
 // returns false at once when a wake-up is pending or the server is stopping.
 static bool call_suspend(srv_call *c, uint64_t wake_at_us) {
 	http_server *s = c->s;
@@ -502,21 +489,34 @@ bool srv_gen_park(srv_conn *conn) {
 	return ok;
 }
 
-// The waker's view of one event: a slot's eventfd (engine events) or a call's socket.
+// What a token event adds to a non-streamed reply, as --max-output-bytes counts it.
+static size_t event_bytes(const srv_call *c, const lane_event *ev) {
+	return ev->text_len + (c->g.lr.logprobs ? (size_t)(1 + ev->n_top) * SRV_LOGPROB_BYTES : 0);
+}
+
+// The engine's notify, as it queues an event of one of c's requests: resumes the call. A
+// non-streamed call sleeps through its tokens until its end, or until they pass the
+// output's bound (where pump fails it), so a reply costs no wake-up per token.
+static void call_notify(void *arg, const lane_event *ev) {
+	srv_call *c = arg;
+	if (!c->g.stream && ev->kind == LANE_EV_TOKEN) {
+		c->queued_bytes += event_bytes(c, ev);
+		if (c->queued_bytes <= c->s->cfg.max_output_bytes) return;
+	}
+	pthread_mutex_lock(&c->s->slot_mu);
+	call_wake(c);
+	pthread_mutex_unlock(&c->s->slot_mu);
+}
+
+// The waker's view of one event on a call's socket.
 static void waker_event(http_server *s, const struct epoll_event *ev) {
 	const int i = (int)(uint32_t)ev->data.u64;
 	if (i < 0 || i >= s->n_slots) return;
 	srv_slot *sl = &s->slots[i];
-	const bool sock = ev->data.u64 & KEY_SOCK;
-	if (!sock) {
-		uint64_t v;
-		ssize_t r = read(sl->fd, &v, sizeof v);
-		(void)r;
-	}
 	pthread_mutex_lock(&s->slot_mu);
 	srv_call *c = sl->used ? sl->call : NULL;
-	if (c && sock && wake_key(i, sl->gen, true) != ev->data.u64) c = NULL; // a socket of a call gone before
-	if (c && sock) {
+	if (c && wake_key(i, sl->gen) != ev->data.u64) c = NULL; // a socket of a call gone before
+	if (c) {
 		if (ev->events & (EPOLLERR | EPOLLHUP)) {
 			// a reset or a failed write: the client went away; stop watching the socket
 			atomic_store(&c->gone, true);
@@ -563,12 +563,7 @@ int srv_waker_start(http_server *s, char *err, size_t errlen) {
 	s->waker_quit = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->waker_ep < 0 || s->waker_quit < 0) return base_seterr(err, errlen, LANES_EIO, "epoll: %s", strerror(errno));
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
-	int rc = epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->waker_quit, &ev);
-	for (int i = 0; !rc && i < s->n_slots; i++) {
-		ev.data.u64 = wake_key(i, 0, false);
-		rc = epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->slots[i].fd, &ev);
-	}
-	if (rc) return base_seterr(err, errlen, LANES_EIO, "epoll_ctl: %s", strerror(errno));
+	if (epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->waker_quit, &ev)) return base_seterr(err, errlen, LANES_EIO, "epoll_ctl: %s", strerror(errno));
 	if (pthread_create(&s->waker, NULL, waker_main, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the waker thread");
 	s->waker_started = true;
 	return 0;
@@ -641,15 +636,16 @@ static void pump(srv_call *c) {
 	for (int i = 0; i < c->n && !c->failed; i++) {
 		srv_choice *ch = &c->ch[i];
 		while (!ch->ended && !c->failed && lane_next(c->req[i], &ev, 0)) {
-			uint64_t now = base_now_us();
+			// the engine's time: a reply takes its tokens at the end, when they are long made
+			const uint64_t at = ev.t_us;
 			if (ev.kind == LANE_EV_TOKEN) {
-				if (ch->n_tokens == 0) srv_hist_observe(&s->ttft, (double)(now - c->conn->t0_us) / 1e6, 1), ch->t_first_us = now;
-				else srv_hist_observe(&s->itl, (double)(now - ch->t_last_us) / 1e6, 1);
-				ch->t_last_us = now;
+				if (ch->n_tokens == 0) srv_hist_observe(&s->ttft, (double)(at - c->conn->t0_us) / 1e6, 1), ch->t_first_us = at;
+				else srv_hist_observe(&s->itl, (double)(at - ch->t_last_us) / 1e6, 1);
+				ch->t_last_us = at;
 				ch->n_tokens++;
 				srv_buf_add(&ch->text, ev.text, ev.text_len);
 				c->api->text(c, i, ev.text, ev.text_len, &ev);
-				c->out_bytes += ev.text_len + (c->g.lr.logprobs ? (size_t)(1 + ev.n_top) * SRV_LOGPROB_BYTES : 0);
+				c->out_bytes += event_bytes(c, &ev);
 				if (!c->g.stream && c->out_bytes > s->cfg.max_output_bytes) {
 					c->failed = c->too_big = true;
 					snprintf(c->fail_reason, sizeof c->fail_reason,
@@ -765,7 +761,7 @@ static enum MHD_Result call_reply(srv_call *c) {
 }
 
 // A non-streamed call's step: takes the events, then replies, or ends a call whose client
-// went away, or suspends the connection until the waker resumes it.
+// went away, or suspends the connection until its end (or its socket) resumes it.
 static enum MHD_Result call_step(srv_call *c) {
 	static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
 	for (;;) {
@@ -795,12 +791,12 @@ enum MHD_Result srv_gen_resume(srv_conn *conn) { return call_step(conn->call); }
 
 void srv_call_free(srv_call *c) {
 	if (!c) return;
-	slot_put(c->s, c); // first: the waker no longer sees the call
-	for (int i = 0; i < c->n; i++) {
-		if (!c->req[i]) continue;
-		lane_req_set_notify(c->req[i], NULL, NULL);
-		lane_req_free(c->req[i]);
-	}
+	// first: neither the engine nor the waker sees the call any more
+	for (int i = 0; i < c->n; i++)
+		if (c->req[i]) lane_req_set_notify(c->req[i], NULL, NULL);
+	slot_put(c->s, c);
+	for (int i = 0; i < c->n; i++)
+		if (c->req[i]) lane_req_free(c->req[i]);
 	if (c->conn) {
 		c->conn->n_gen = srv_call_generated(c);
 		c->conn->call = NULL;
@@ -904,7 +900,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 			if (rc == LANES_EBUSY && s->overflow && s->overflow(conn, true, &fr)) return srv_call_free(c), fr;
 			return srv_reply_error(conn, &e);
 		}
-		lane_req_set_notify(c->req[i], slot_notify, &s->slots[c->slot]);
+		lane_req_set_notify(c->req[i], call_notify, c);
 	}
 	// the requests hold their adapters now: an unload need not wait for this reply to go out
 	for (int32_t i = 0; i < c->g.lora_set.n; i++) model_lora_free(c->g.lora_set.use[i].lora);

@@ -1,7 +1,7 @@
 // server, layer 1: the generation call every API adapter drives — the request as read
 // (a lane_request plus what only HTTP has), the chat prompt (template and tokenizer), lane
-// requests per choice, events through an eventfd, the reply or the SSE stream; connections
-// wait for events suspended, resumed by one waker thread.
+// requests per choice, the reply or the SSE stream; connections wait for events suspended,
+// resumed by the engine's notify (or the waker, for their sockets and timers).
 #ifndef LANES_HTTP_GEN_H
 #define LANES_HTTP_GEN_H
 
@@ -158,8 +158,9 @@ struct srv_call {
 	size_t out_off;
 	int slot;
 	int sock;
-	bool waiting;                  // suspended until the waker resumes it (under slot_mu)
+	bool waiting;                  // suspended until an event or the waker resumes it (under slot_mu)
 	bool pending;                  // a wake-up came while it was not suspended (under slot_mu)
+	size_t queued_bytes;           // engine thread: what its token events add to out_bytes
 	uint64_t wake_at_us;           // the waker resumes it then even without events (0: never)
 	atomic_bool hup;               // the client half-closed: it may still be reading, or gone
 	atomic_bool gone;              // the client's socket failed: it went away
@@ -180,10 +181,10 @@ struct srv_call {
 enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *g, const char *id_prefix);
 // Ends and frees a call (cancels its requests); from the request-completed callback.
 void srv_call_free(srv_call *c);
-// A non-streamed call's connection, resumed by the waker: replies, or suspends it again.
+// A non-streamed call's connection, resumed at its end: replies, or suspends it again.
 enum MHD_Result srv_gen_resume(srv_conn *c);
 // After a route ran on a work thread (http_work.c) and its call chose to wait: true when the
-// call now waits for the waker (the connection stays suspended), false when it must be
+// call now waits for its events (the connection stays suspended), false when it must be
 // resumed at once (a wake-up came meanwhile, or the server is stopping).
 bool srv_gen_park(srv_conn *c);
 

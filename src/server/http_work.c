@@ -1,7 +1,7 @@
 // server, layer 2: the work threads. libmicrohttpd lets a suspended connection be given its
 // reply from any thread and resumed from any thread, so a route runs here with its
 // connection suspended; when it returns, the connection is resumed — unless its generation
-// call now waits for the engine, in which case the waker resumes it (srv_gen_park).
+// call now waits for the engine, in which case the engine's notify resumes it (srv_gen_park).
 #include "server/http_work.h"
 #include "server/http_grid.h"
 
@@ -28,7 +28,7 @@ static void job_done(srv_conn *c) {
 	c->in_work = false;
 	if (c->park) {
 		c->park = false;
-		if (srv_gen_park(c)) return; // the waker resumes it on the call's events
+		if (srv_gen_park(c)) return; // resumed on the call's events
 	} else if (c->park_fwd) {
 		c->park_fwd = false;
 		if (srv_grid_park(c)) return; // the grid's thread resumes it

@@ -484,6 +484,32 @@ static void sampling(void) {
 	CHECK(sample_check(&bad, err, sizeof err) == LANES_EINVAL && strstr(err, "typical_p"));
 	sampler_free(s5);
 	q.typical = 0;
+	// A whole vocabulary is sorted by radix, a top-k by comparison: one order, so the same
+	// picks, over ties, signed zeros, tiny and huge values, -inf and NaN. The top-k sampler
+	// sees one more candidate (-inf, the last id), which its k leaves out.
+	enum { W = 3000 };
+	static float wl[W + 1];
+	sampler *sw, *sk;
+	CHECK(sampler_new(&sw, W) == 0 && sampler_new(&sk, W + 1) == 0);
+	static const float special[] = {0.0f, -0.0f, -INFINITY, NAN, 1e-40f, -1e-40f, 30.0f, -30.0f, 1e30f, -1e30f};
+	int same = 0, picks = 0;
+	for (int rep = 0; rep < 13; rep++) {
+		for (int i = 0; i < W; i++) {
+			float v = frand(&s) * (rep % 3 ? 6.0f : 0.5f);
+			if (rep % 2) v = roundf(v * 4) / 4; // many ties
+			wl[i] = i % 13 == 0 && rep > 1 ? special[(i / 13 + rep) % (rep > 5 ? 10 : 8)] : v;
+			if (rep == 12) wl[i] = i % 7 == 0 ? 1.0f : i % 2 ? -0.0f : 0.0f; // -0 ties +0
+		}
+		wl[W] = -INFINITY;
+		sample_params w = {.temp = 0.5f + 0.25f * (float)(rep % 4), .top_p = rep % 3 == 2 ? 0.9f : 1, .min_p = rep % 5 == 4 ? 0.01f : 0,
+				   .seed = 100 + (uint64_t)rep};
+		sample_params k = w;
+		k.top_k = W;
+		for (int pos = 0; pos < 40; pos++, picks++) same += sampler_pick(sw, &w, wl, 0, pos) == sampler_pick(sk, &k, wl, 0, pos);
+	}
+	CHECKF(same == picks, "radix and comparison sorts pick alike (%d of %d)", same, picks);
+	sampler_free(sw);
+	sampler_free(sk);
 	// NaN logits never win.
 	float nan3[3] = {NAN, 0.5f, NAN};
 	CHECK(sample_argmax(nan3, 3) == 1);

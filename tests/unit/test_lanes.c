@@ -115,6 +115,7 @@ static const model *DRAFT; // draft model for hosts made by host(), or NULL
 static enum kv_type KVT = KV_F16S; // KV type of hosts made by host()
 static int32_t WINDOW, WINDOW_MAX; // elastic window of hosts made by host() (0: fixed pool)
 static int32_t QUEUE = -1; // queue of hosts made by host() (-1: the default)
+static double ROW_US, FIXED_US;   // pricing of hosts made by host() (0: timed at start)
 
 static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	lane_config c;
@@ -129,6 +130,8 @@ static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	c.window = WINDOW;
 	c.window_max = WINDOW_MAX;
 	if (QUEUE >= 0) c.queue = QUEUE;
+	c.row_us = ROW_US;
+	c.fixed_us = FIXED_US;
 	char err[256];
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, M, V, &c, err, sizeof err);
@@ -619,6 +622,141 @@ static void test_semantics(void) {
 	lane_host_free(h);
 }
 
+// What a notify callback saw: each event's kind, token and time, as it was queued.
+typedef struct {
+	pthread_mutex_t mu;
+	int n;
+	enum lane_ev_kind kind[MAXGEN + 2];
+	int32_t token[MAXGEN + 2];
+	uint64_t t_us[MAXGEN + 2];
+} notes;
+
+static void note(void *arg, const lane_event *ev) {
+	notes *w = arg;
+	pthread_mutex_lock(&w->mu);
+	if (w->n < MAXGEN + 2) w->kind[w->n] = ev->kind, w->token[w->n] = ev->token, w->t_us[w->n] = ev->t_us;
+	w->n++;
+	pthread_mutex_unlock(&w->mu);
+}
+
+// The notify callback is handed each event as the engine queues it, the terminal one too,
+// with the time the reader later reads in it: a reader may sleep until the event it wants.
+static void test_notify(void) {
+	lane_host *h = host(1, 0, false, 2);
+	int32_t prompt[3] = {1, 400, 300};
+	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 24, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	static notes w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	const uint64_t t0 = base_now_us();
+	// a request holding the one lane, so the callback is set before the next one starts
+	lane_request qb = q;
+	qb.max_tokens = 200;
+	lane_req *blocker = submit1(h, &qb);
+	lane_req *r = submit1(h, &q);
+	lane_req_set_notify(r, note, &w);
+	lane_req_free(blocker);
+	lane_event ev;
+	enum lane_ev_kind kind[MAXGEN + 2];
+	int32_t token[MAXGEN + 2];
+	uint64_t t_us[MAXGEN + 2];
+	int n = 0;
+	while (n < MAXGEN + 2 && lane_next(r, &ev, 30 * 1000000) == 1) {
+		kind[n] = ev.kind, token[n] = ev.token, t_us[n] = ev.t_us;
+		n++;
+		if (ev.kind != LANE_EV_TOKEN) break;
+	}
+	// the reader may take an event before its callback runs: the end's callback still comes
+	bool ended = false;
+	for (int w8 = 0; w8 < 3000 && !ended; w8++) {
+		pthread_mutex_lock(&w.mu);
+		ended = w.n > 0 && w.n <= MAXGEN + 2 && w.kind[w.n - 1] == LANE_EV_FINISHED;
+		pthread_mutex_unlock(&w.mu);
+		if (!ended) usleep(1000);
+	}
+	lane_req_set_notify(r, NULL, NULL);
+	lane_req_free(r);
+	lane_host_free(h);
+	CHECKF(ended, "the callback saw the end");
+	CHECKF(n == 25 && kind[24] == LANE_EV_FINISHED, "24 tokens and the end (%d events)", n);
+	// events queued before the callback was set are not seen: the rest are, in order
+	CHECKF(w.n >= 1 && w.n <= n, "the callback saw %d of %d events", w.n, n);
+	const int skip = n - w.n;
+	bool same = true, rising = true;
+	for (int i = 0; i < w.n && i + skip < n; i++)
+		same &= w.kind[i] == kind[i + skip] && w.t_us[i] == t_us[i + skip] && (kind[i + skip] != LANE_EV_TOKEN || w.token[i] == token[i + skip]);
+	for (int i = 1; i < n; i++) rising &= t_us[i] >= t_us[i - 1];
+	CHECKF(same, "the callback's events are the reader's, kind, token and time");
+	CHECKF(rising && t_us[0] >= t0 && t_us[n - 1] <= base_now_us(), "events carry the engine's time, in order");
+}
+
+// A reader takes an event while that event's callback still runs (a woken reader never
+// waits for the engine to leave the callback): the callback holds on until it is read.
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int phase;     // 0: waiting for an event; 1: the callback holds one; 2: the reader took it; -1: it never did
+	uint64_t t_us; // the held event's time
+} held = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void hold(void *arg, const lane_event *ev) {
+	(void)arg;
+	pthread_mutex_lock(&held.mu);
+	if (held.phase == 0) {
+		held.phase = 1, held.t_us = ev->t_us;
+		pthread_cond_broadcast(&held.cv);
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 3;
+		while (held.phase == 1)
+			if (pthread_cond_timedwait(&held.cv, &held.mu, &dl)) held.phase = -1;
+	}
+	pthread_mutex_unlock(&held.mu);
+}
+
+static void test_notify_apart(void) {
+	lane_host *h = host(1, 0, false, 2);
+	int32_t prompt[3] = {1, 400, 300};
+	// long enough that events still come after the callback is set
+	lane_request q = {.prompt = prompt, .n_prompt = 3, .max_tokens = 64, .ignore_eos = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	lane_request qb = q;
+	qb.max_tokens = 200;
+	lane_req *blocker = submit1(h, &qb); // holds the one lane until the callback is set
+	lane_req *r = submit1(h, &q);
+	if (!r) {
+		lane_req_free(blocker);
+		lane_host_free(h);
+		return;
+	}
+	lane_req_set_notify(r, hold, NULL);
+	lane_req_free(blocker);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 10;
+	pthread_mutex_lock(&held.mu);
+	while (held.phase == 0)
+		if (pthread_cond_timedwait(&held.cv, &held.mu, &dl)) break;
+	const bool called = held.phase == 1;
+	const uint64_t want = held.t_us;
+	pthread_mutex_unlock(&held.mu);
+	CHECKF(called, "the callback ran");
+	lane_event ev;
+	bool got = false;
+	while (called && !got && lane_next(r, &ev, 5 * 1000000) == 1) got = ev.t_us == want;
+	pthread_mutex_lock(&held.mu);
+	const bool apart = got && held.phase == 1;
+	if (held.phase == 1) held.phase = 2;
+	pthread_cond_broadcast(&held.cv);
+	pthread_mutex_unlock(&held.mu);
+	CHECKF(apart, "the reader took the event while its callback ran");
+	lane_req_set_notify(r, NULL, NULL);
+	while (lane_next(r, &ev, 5 * 1000000) == 1 && ev.kind == LANE_EV_TOKEN) {}
+	lane_req_free(r);
+	lane_host_free(h);
+}
+
 // Speculative decoding never changes a token: 32 requests (greedy and seeded sampling at
 // several temperatures, some on repetitive prompts) give the same tokens, logprobs and
 // receipts drafted and undrafted, solo and concurrent; and drafts get accepted.
@@ -637,6 +775,8 @@ static void test_draft_equal(const char *what, uint64_t *accepted_out, uint64_t 
 	run_all(h, s, NREQ, plain, true);
 	lane_host_free(h);
 	for (int i = 0; i < NREQ; i++) s[i].q.draft = true;
+	// priced as a model whose rows are nearly free: every round drafts, whatever this machine's speed
+	ROW_US = 1, FIXED_US = 1000;
 	h = host(8, 0, false, 2);
 	run_all(h, s, NREQ, drafted, true);
 	lane_snapshot snap;
@@ -649,6 +789,7 @@ static void test_draft_equal(const char *what, uint64_t *accepted_out, uint64_t 
 	h = host(1, 0, false, 2);
 	run_all(h, s, NREQ / 4, drafted_solo, false);
 	lane_host_free(h);
+	ROW_US = FIXED_US = 0;
 	for (int i = 0; i < NREQ; i++) {
 		CHECKF(same(&plain[i], &drafted[i]), "%s req %d: drafted = undrafted", what, i);
 		if (i < NREQ / 4) CHECKF(same(&plain[i], &drafted_solo[i]), "%s req %d: drafted solo = undrafted", what, i);
@@ -665,6 +806,67 @@ static void test_draft_equal(const char *what, uint64_t *accepted_out, uint64_t 
 }
 
 static void test_draft_ngram(void) { test_draft_equal("n-gram", NULL, NULL); }
+
+// One request on a one-lane host priced as given, drafting: its result and the draft tokens
+// proposed and accepted for it.
+static void run_priced(double row_us, double fixed_us, const lane_request *q, result *res, uint64_t *proposed, uint64_t *accepted) {
+	lane_config c;
+	lane_config_default(&c);
+	c.lanes = 1;
+	c.ctx = 512;
+	c.row_us = row_us;
+	c.fixed_us = fixed_us;
+	char err[256];
+	lane_host *h = NULL;
+	CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "lane_host_new: %s", err);
+	if (!h) return;
+	lane_req *r = submit1(h, q);
+	collect(r, res);
+	lane_req_free(r);
+	lane_snapshot sn;
+	lane_host_snapshot(h, &sn);
+	*proposed = sn.draft_tokens[LANE_PROP_NGRAM];
+	*accepted = sn.draft_accepted[LANE_PROP_NGRAM];
+	lane_host_free(h);
+}
+
+// Drafts are priced: where a row costs much beside a round's fixed cost (a small model),
+// text whose drafts fail soon stops getting them, while text that repeats keeps them; where
+// rows are nearly free every round drafts. Tokens are the undrafted ones throughout.
+static void test_draft_priced(void) {
+	int32_t *ids = NULL;
+	size_t np = 0;
+	char err[256];
+	const char *rep = "Lily saw a cat. Lily saw a cat. Lily saw a cat. Lily saw a cat.";
+	CHECK(tok_encode(V, rep, strlen(rep), true, false, &ids, &np, err, sizeof err) == 0);
+	lane_request q = {.prompt = ids, .n_prompt = (int32_t)np, .max_tokens = 48, .ignore_eos = true, .draft = true};
+	q.sampling.top_p = 1;
+	q.sampling.repeat_penalty = 1;
+	result plain, dear, cheap;
+	uint64_t prop[2], acc[2], none;
+	lane_request off = q;
+	off.draft = false;
+	// repeating text, greedy: drafts are accepted, and kept where rows are dear
+	run_priced(100, 10, &off, &plain, &none, &none);
+	run_priced(100, 10, &q, &dear, &prop[0], &acc[0]);
+	CHECKF(same(&plain, &dear) && acc[0] >= 12, "repeating text keeps its drafts (%llu of %llu accepted)",
+	       (unsigned long long)acc[0], (unsigned long long)prop[0]);
+	// text that does not repeat (sampled hot): drafts where rows are nearly free, hardly any where dear
+	int32_t once[3] = {1, 400, 300};
+	q.prompt = off.prompt = once;
+	q.n_prompt = off.n_prompt = 3;
+	q.max_tokens = off.max_tokens = 64;
+	q.sampling.temperature = off.sampling.temperature = 1.5f;
+	q.sampling.seed = off.sampling.seed = 11;
+	q.sampling.has_seed = off.sampling.has_seed = true;
+	run_priced(100, 10, &off, &plain, &none, &none);
+	run_priced(100, 10, &q, &dear, &prop[0], &acc[0]);
+	run_priced(1, 1000, &q, &cheap, &prop[1], &acc[1]);
+	CHECK(same(&plain, &dear) && same(&plain, &cheap));
+	CHECKF(prop[1] >= 32 && prop[0] * 4 < prop[1], "drafts proposed: %llu where rows are dear, %llu where nearly free",
+	       (unsigned long long)prop[0], (unsigned long long)prop[1]);
+	free(ids);
+}
 
 // The draft model path: stories260K (F32) drafted by its own Q8_0 copy.
 static void test_draft_model(void) {
@@ -897,9 +1099,11 @@ static void test_grammar_exact(void) {
 	run_all(h, s, n, cached, true);
 	lane_host_free(h);
 	for (int i = 0; i < n; i++) s[i].q.draft = true;
+	ROW_US = 1, FIXED_US = 1000; // every round drafts
 	h = host(8, 0, false, 2);
 	run_all(h, s, n, drafted, true);
 	lane_host_free(h);
+	ROW_US = FIXED_US = 0;
 	int whole = 0, triggered = 0;
 	// a vocabulary of one unusable token: the texts are checked byte by byte
 	grammar_vocab *bytes_only = NULL;
@@ -1099,6 +1303,12 @@ static void test_config_refused(void) {
 	c.window_recent_s = 0;
 	h = NULL;
 	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "window_recent_s"));
+	// a price that is no number of microseconds is refused
+	lane_config_default(&c);
+	c.row_us = NAN;
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "row_us"));
+	c.row_us = 5, c.fixed_us = -1;
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "fixed_us"));
 }
 
 // ---- capacity leases ----------------------------------------------------------------------------
@@ -1118,7 +1328,8 @@ static lane_snapshot lease_snap(lane_host *h) {
 
 // The order in which requests saw their first event (notify callback: engine thread).
 static atomic_int lease_order;
-static void first_event(void *arg) {
+static void first_event(void *arg, const lane_event *ev) {
+	(void)ev;
 	int *at = arg;
 	if (!*at) *at = atomic_fetch_add(&lease_order, 1) + 1;
 }
@@ -1257,8 +1468,11 @@ int main(void) {
 	with_model("stories260K.gguf", chaos_all);
 	with_model("stories260K.gguf", test_faults);
 	with_model("stories260K.gguf", test_semantics);
+	with_model("stories260K.gguf", test_notify);
+	with_model("stories260K.gguf", test_notify_apart);
 	with_model("stories260K.gguf", test_idle_fill);
 	with_model("stories260K.gguf", test_draft_ngram);
+	with_model("stories260K.gguf", test_draft_priced);
 	with_model("stories260K.gguf", test_draft_model);
 	test_exact("stories260K.gguf");
 	with_model("stories260K.gguf", test_elastic);
