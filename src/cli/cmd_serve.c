@@ -123,6 +123,8 @@ int cmd_serve(const cli_settings *s) {
 	cfg.lanes.queue = (int32_t)s->queue;
 	cfg.lanes.piece = (int32_t)s->piece;
 	cfg.lanes.round_ms = s->round_ms;
+	cfg.lanes.row_us = s->price_row_us;
+	cfg.lanes.fixed_us = s->price_fixed_us;
 	cfg.lanes.threads = (int32_t)s->threads;
 	cfg.lanes.draft = strcmp(s->draft_mode, "off") ? LANE_DRAFT_AUTO : LANE_DRAFT_OFF;
 	cfg.lanes.draft_max = (int32_t)s->draft_max;
@@ -174,6 +176,10 @@ int cmd_serve(const cli_settings *s) {
 	int rc = 0, signals = 0;
 	if (!s->memory && s->window) {
 		rc = cli_usage_error(s, "--window needs --memory");
+		goto out;
+	}
+	if (s->price_fixed_us > 0 && s->price_row_us <= 0) {
+		rc = cli_usage_error(s, "--price-fixed-us needs --price-row-us");
 		goto out;
 	}
 	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) {

@@ -33,7 +33,8 @@ before(async () => {
 	const whole = fs.readFileSync(file('a'));
 	fs.writeFileSync(file('cut'), whole.subarray(0, Math.floor(whole.length * 0.8)));
 	const loras = ['--lora', `a=${file('a')}`, '--lora', `b=${file('b')}:0.5`, '--lora', file('c')];
-	S1 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '8', '--max-lora', '4', ...loras]);
+	// rows priced as cheap beside a round's fixed cost: n-gram drafts pay, on any machine
+	S1 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '8', '--max-lora', '4', '--price-row-us', '100', '--price-fixed-us', '20000', ...loras]);
 	S2 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '4', '--piece', '7', '--draft', 'off', ...loras]);
 	oai = new OpenAI({ baseURL: `${S1.url}/v1`, apiKey: KEY, maxRetries: 0 });
 	ant = new Anthropic({ baseURL: S1.url, apiKey: KEY, maxRetries: 0 });

@@ -192,7 +192,8 @@ export async function mainServer() {
 		return { url: URL_, port: Number(new URL(URL_).port) };
 	}
 	if (!mainSrv) {
-		mainSrv = await startServer(['-m', STORIES, '--api-key', KEY]);
+		// as tests/script/http.sh starts it: pricing fixed, so n-gram drafts pay on any machine
+		mainSrv = await startServer(['-m', STORIES, '--api-key', KEY, '--price-row-us', '100', '--price-fixed-us', '20000']);
 		process.on('exit', () => mainSrv.proc.kill('SIGKILL'));
 	}
 	return mainSrv;

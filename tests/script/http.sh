@@ -19,7 +19,9 @@ tmp=${LANES_TMP:-$(mktemp -d)}
 mkdir -p "$tmp"
 log="$tmp/http-serve.log"
 : >"$log"
-"$LANES_BIN" serve -m "$LANES_SHARED/models/stories260K.gguf" --port 0 --api-key test-key 2>"$log" &
+# rows priced as cheap beside a round's fixed cost, so n-gram drafts pay on any machine
+"$LANES_BIN" serve -m "$LANES_SHARED/models/stories260K.gguf" --port 0 --api-key test-key --price-row-us 100 \
+	--price-fixed-us 20000 2>"$log" &
 pid=$!
 port=""
 i=0
