@@ -275,7 +275,7 @@ typedef struct tensor_kernels tensor_kernels;
 // bits of each activation (two int8 halves per block of 32, two int8 dot products per block)
 // and "ref" keeps float activations. q8: each block of 32 activations of a row becomes int8
 // codes with one float scale (amax / 127, codes rounded to nearest even), one int8 dot
-// product per weight block: about twice the arithmetic rate, a logit error like llama.cpp's.
+// product per weight block (half q16's), a logit error like llama.cpp's.
 // Float weight types (F32, F16, BF16) keep float activations in both.
 enum tensor_act { TENSOR_ACT_Q16, TENSOR_ACT_Q8, TENSOR_ACT_COUNT };
 // "q16" / "q8"; tensor_act_parse: LANES_EINVAL for another name.
