@@ -5,6 +5,7 @@
 // versions as they were); examples from text and chats; saved adapters that lanes loads back;
 // and learning on stories260K that lowers the loss of held-out lines of the same style.
 #include "t.h"
+#include "stories.h"
 
 #include "cli/cli.h"
 #include "learn/learn.h"
@@ -900,27 +901,6 @@ static void examples(const model *m) {
 }
 
 // ---- learning works -------------------------------------------------------------------------------
-// The first n lines of a JSONL file of {"prompt", "completion"} as examples of at most cut tokens.
-static int read_stories(const tok_vocab *v, const char *path, int n, int cut, learn_example **ex) {
-	FILE *f = fopen(path, "r");
-	char line[4096];
-	int k = 0;
-	while (f && k < n && fgets(line, sizeof line, f)) {
-		json_t *o = json_loads(line, 0, NULL);
-		learn_example *e = NULL;
-		if (o && !learn_example_text(&e, v, json_string_value(json_object_get(o, "prompt")),
-					     json_string_value(json_object_get(o, "completion")), err, sizeof err)) {
-			const int64_t len = learn_example_tokens(e) < cut ? learn_example_tokens(e) : cut;
-			bool fl[512];
-			for (int64_t i = 0; i < len; i++) fl[i] = learn_example_is_learned(e, i);
-			if (learn_example_ids(&ex[k], learn_example_ids_of(e), fl, len, err, sizeof err) == 0) k++;
-		}
-		learn_example_free(e);
-		json_decref(o);
-	}
-	if (f) fclose(f);
-	return k;
-}
 
 static double eval_loss(const model *m, const model_lora *l, base_pool *pool, learn_example **ex, int n, double *nll) {
 	int64_t cnt = 0;
@@ -939,8 +919,8 @@ static void learning(base_pool *pool) {
 	if (!m || !v) goto out0;
 	enum { NT = 24, NH = 8, STEPS = 16, CUT = 64 };
 	learn_example *tr[NT] = {0}, *he[NH] = {0};
-	const int nt = read_stories(v, "tests/data/learn/stories-train.jsonl", NT, CUT, tr);
-	const int nh = read_stories(v, "tests/data/learn/stories-held.jsonl", NH, CUT, he);
+	const int nt = t_read_stories(v, "tests/data/learn/stories-train.jsonl", NT, CUT, tr);
+	const int nh = t_read_stories(v, "tests/data/learn/stories-held.jsonl", NH, CUT, he);
 	CHECKF(nt == NT && nh == NH, "read %d and %d stories", nt, nh);
 	learn_adapter *a = NULL;
 	learn_job *j = NULL;

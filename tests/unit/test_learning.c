@@ -7,6 +7,7 @@
 // a revocation, an expiry, an allocation failing during a step and a halt each end their grant
 // with no partial commit, and every request ends with exactly one terminal event.
 #include "t.h"
+#include "stories.h"
 
 #include "cli/cli.h"
 #include "server/learning.h"
@@ -175,26 +176,6 @@ static void test_hook(void) {
 static learn_example *TR[48], *HE[8];
 static int NTR, NHE;
 
-static int read_stories(const char *path, int n, int cut, learn_example **ex) {
-	FILE *fp = fopen(path, "r");
-	char line[4096];
-	int k = 0;
-	while (fp && k < n && fgets(line, sizeof line, fp)) {
-		json_t *o = json_loads(line, 0, NULL);
-		learn_example *e = NULL;
-		if (o && !learn_example_text(&e, V, json_string_value(json_object_get(o, "prompt")), json_string_value(json_object_get(o, "completion")),
-					     err, sizeof err)) {
-			const int64_t len = learn_example_tokens(e) < cut ? learn_example_tokens(e) : cut;
-			bool fl[512];
-			for (int64_t i = 0; i < len; i++) fl[i] = learn_example_is_learned(e, i);
-			if (learn_example_ids(&ex[k], learn_example_ids_of(e), fl, len, err, sizeof err) == 0) k++;
-		}
-		learn_example_free(e);
-		json_decref(o);
-	}
-	if (fp) fclose(fp);
-	return k;
-}
 
 // A copy of example i of the training set (srv_learn_example takes it).
 static learn_example *train_ex(int i) {
@@ -583,8 +564,8 @@ int main(void) {
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	CHECK(M && tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0);
 	if (!M || !V) T_DONE("learning");
-	NTR = read_stories("tests/data/learn/stories-train.jsonl", 48, 64, TR);
-	NHE = read_stories("tests/data/learn/stories-held.jsonl", 8, 64, HE);
+	NTR = t_read_stories(V, "tests/data/learn/stories-train.jsonl", 48, 64, TR);
+	NHE = t_read_stories(V, "tests/data/learn/stories-held.jsonl", 8, 64, HE);
 	CHECKF(NTR == 48 && NHE == 8, "stories: %d and %d", NTR, NHE);
 	test_hook();
 	test_grants();
