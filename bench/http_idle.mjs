@@ -7,7 +7,7 @@
 //
 //   node bench/http_idle.mjs --bin /tmp/lanes-main,build/lanes [--model ../shared/models/stories260K.gguf]
 //        [--idle 1000] [--health 300] [--ttft 20]
-import { spawn } from 'node:child_process';
+import { startServer } from '../tests/http/lib.mjs';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -24,19 +24,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function start(bin) {
 	// idle sockets must outlive the measurement: a long head deadline
-	const proc = spawn(path.resolve(bin), ['serve', '-m', model, '--port', '0', '--header-timeout', '600'], { stdio: ['ignore', 'ignore', 'pipe'] });
-	let log = '';
-	const port = await new Promise((resolve, reject) => {
-		proc.stderr.on('data', (d) => {
-			log += d;
-			const m = log.match(/listening on http:\/\/[0-9.]+:(\d+)/);
-			if (m) resolve(Number(m[1]));
-		});
-		proc.on('exit', () => reject(new Error(log)));
-	});
-	const url = `http://127.0.0.1:${port}`;
-	while ((await fetch(`${url}/health`).then((r) => r.status, () => 0)) !== 200) await sleep(50);
-	return { proc, port, stop: async () => { proc.kill('SIGKILL'); await new Promise((r) => proc.on('exit', r)); } };
+	const srv = await startServer(['-m', model, '--header-timeout', '600'], {}, { bin: path.resolve(bin) });
+	return { proc: srv.proc, port: srv.port, stop: async () => { srv.proc.kill('SIGKILL'); await srv.exited; } };
 }
 
 // Sends bytes on s and resolves with the time until the reply's first bytes matching done.

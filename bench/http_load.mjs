@@ -7,7 +7,7 @@
 //        [--requests 4] [--max-tokens 64] [--prefill 1500] [--lanes 16] [--threads T]
 //   node bench/http_load.mjs --model M --one-stream 256 [--requests 5] [--json] [serve's flags after --]
 //   node bench/http_load.mjs --url http://127.0.0.1:8080 [--key KEY] ...
-import { spawn } from 'node:child_process';
+import { startServer } from '../tests/http/lib.mjs';
 import http from 'node:http';
 import path from 'node:path';
 
@@ -31,19 +31,8 @@ async function start() {
 	// one stream runs serve as it comes (its defaults, or the flags after --)
 	const extra = oneStream ? serveArgs : ['--lanes', args.lanes || '16', '--ctx', args.ctx || '32768', ...serveArgs];
 	if (args.threads) extra.push('--threads', args.threads);
-	const proc = spawn(bin, ['serve', '-m', args.model, '--port', '0', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-	let log = '';
-	const port = await new Promise((resolve, reject) => {
-		proc.stderr.on('data', (d) => {
-			log += d;
-			const m = log.match(/listening on http:\/\/[0-9.]+:(\d+)/);
-			if (m) resolve(Number(m[1]));
-		});
-		proc.on('exit', () => reject(new Error(log)));
-	});
-	const url = `http://127.0.0.1:${port}`;
-	while ((await fetch(`${url}/health`).then((r) => r.status, () => 0)) !== 200) await sleep(50);
-	return { url, stop: async () => { proc.kill('SIGTERM'); await new Promise((r) => proc.on('exit', r)); } };
+	const srv = await startServer(['-m', args.model, ...extra], {}, { bin });
+	return { url: srv.url, stop: async () => { srv.proc.kill('SIGTERM'); await srv.exited; } };
 }
 
 const headers = () => ({ 'Content-Type': 'application/json', ...(key ? { Authorization: `Bearer ${key}` } : {}) });

@@ -36,9 +36,9 @@ export function shapeModel(shape) {
 	return out;
 }
 
-// Starts `lanes serve` on a free port; resolves once /health says ok.
-export async function startServer(args, env = {}, { onListening } = {}) {
-	const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
+// Starts `lanes serve` (bin: another build than BIN) on a free port; resolves once /health says ok.
+export async function startServer(args, env = {}, { onListening, bin = BIN } = {}) {
+	const proc = spawn(bin, ['serve', '--port', '0', ...args], {
 		env: { ...process.env, ...env },
 		stdio: ['ignore', 'pipe', 'pipe'],
 	});
