@@ -94,6 +94,7 @@ static int split_serve_lora(const char *arg, http_lora *l, char *buf, size_t len
 }
 
 int cmd_serve(const cli_settings *s) {
+	if (s->price_fixed_us > 0 && s->price_row_us <= 0) return cli_usage_error(s, "--price-fixed-us needs --price-row-us");
 	LOG_INFO("serve", "%s; kernels %s; built with %s", base_version_string(),
 		 tensor_kernels_name(tensor_kernels_default()), base_build_flags());
 	char pulled[4096];
@@ -176,10 +177,6 @@ int cmd_serve(const cli_settings *s) {
 	int rc = 0, signals = 0;
 	if (!s->memory && s->window) {
 		rc = cli_usage_error(s, "--window needs --memory");
-		goto out;
-	}
-	if (s->price_fixed_us > 0 && s->price_row_us <= 0) {
-		rc = cli_usage_error(s, "--price-fixed-us needs --price-row-us");
 		goto out;
 	}
 	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) {

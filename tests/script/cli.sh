@@ -84,6 +84,10 @@ same "$(head -n 1 "$TMP/err")" "lanes run: unknown option '--bogus'" "unknown op
 cli "$BIN" logits -m "$M" -o "$TMP/l"
 same "$(head -n 1 "$TMP/err")" "lanes logits: --ids 1,2,3 is required" "missing --ids"
 grep -q "^usage: lanes logits" "$TMP/err" && ok || bad "missing --ids: no synopsis"
+# a fixed round cost needs the row's price beside it (serve refuses before it loads anything)
+cli "$BIN" serve -m "$M" --port 0 --price-fixed-us 500
+same "$rc" 2 "--price-fixed-us alone: exit code"
+same "$(head -n 1 "$TMP/err")" "lanes serve: --price-fixed-us needs --price-row-us" "--price-fixed-us alone: message"
 # LANES_LOG still gates the log
 LANES_LOG=error "$BIN" run -m "$M" --ids 1 -n 2 --temp 0 > /dev/null 2> "$TMP/err"
 [ ! -s "$TMP/err" ] && ok || bad "LANES_LOG=error still logged: $(head -n 2 "$TMP/err")"
