@@ -291,6 +291,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->outcome = "cancelled";
 		srv_grid_done(c);
 	}
+	srv_grid_submitted(c);
 	if (c->done) c->done(c);
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";

@@ -177,6 +177,7 @@ struct srv_conn {
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
 	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
+	bool routed_here;              // the grid sent it to run here and counts it until it is submitted
 	const char *via;               // for the access log: the peer that answered (the server's copy)
 	// a request suspended for work off the connection threads (not a generation call): resume
 	// answers it when resumed, done frees what it holds when the request ends (both may be NULL)

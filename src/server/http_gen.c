@@ -7,6 +7,7 @@
 #include "server/http_gen.h"
 #include "grammar/grammar.h"
 #include "server/adapters.h"
+#include "server/http_grid.h"
 
 #include <math.h>
 
@@ -902,6 +903,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		}
 		lane_req_set_notify(c->req[i], call_notify, c);
 	}
+	srv_grid_submitted(conn);
 	// the requests hold their adapters now: an unload need not wait for this reply to go out
 	for (int32_t i = 0; i < c->g.lora_set.n; i++) model_lora_free(c->g.lora_set.use[i].lora);
 	c->g.lora_set.n = 0;

@@ -36,6 +36,9 @@ void srv_grid_stop(http_server *s);
 // for a lane here, and runs here. Else false: it runs here. A request that came from a peer is
 // never forwarded again.
 bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret);
+// A request srv_grid_route kept here is in the lane host now (or ended): it no longer counts
+// as arriving. Accepts any connection.
+void srv_grid_submitted(srv_conn *c);
 // From the work thread whose route srv_grid_route took (the connection already suspended):
 // parks it until the grid's thread resumes it (true), or false when a wake-up came meanwhile.
 bool srv_grid_park(srv_conn *c);

@@ -50,6 +50,8 @@ struct srv_grid {
 	srv_fwd *pending, *pending_tail; // requests waiting for a peer's lease or a lane here (by next)
 	int n_pending;
 	int local_inflight;            // sent back to run here, not yet submitted
+	atomic_int routing;            // routed here on arrival, not yet submitted: the snapshot lags them
+	pthread_mutex_t route_mu;      // one arrival routed at a time: each sees those routed before it
 	srv_fwd *leasing;              // the one whose lease request is in flight (grid thread)
 	bool halted;                   // the server's halt reached the forwards (grid thread)
 	lane_snapshot *snap;           // the grid thread's copy of this server's snapshot
@@ -464,7 +466,7 @@ static bool room_here(srv_grid *g) {
 	if (st == HTTP_HALTED || atomic_load(&g->quit)) return true;
 	if (st != HTTP_READY) return false;
 	lane_host_snapshot(s->host, g->snap);
-	const int in = g->local_inflight;
+	const int in = g->local_inflight + atomic_load(&g->routing);
 	return g->snap->lanes_free > in || g->snap->queue_depth + in < s->cfg.overflow_queue;
 }
 
@@ -704,15 +706,22 @@ static const char *header(srv_conn *c, const char *name) {
 	return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
 
-bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
+void srv_grid_submitted(srv_conn *c) {
+	if (!c->routed_here) return;
+	c->routed_here = false;
+	atomic_fetch_sub(&c->s->grid->routing, 1);
+}
+
+static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	http_server *s = c->s;
 	srv_grid *g = s->grid;
-	if (!g || header(c, SRV_GRID_HOP)) return false;
 	const bool draining = atomic_load(&s->state) == HTTP_DRAINING;
 	lane_snapshot *sn = malloc(sizeof *sn);
 	if (!sn) return false;
 	lane_host_snapshot(s->host, sn);
-	const int32_t depth = sn->queue_depth;
+	// those that arrived together see one snapshot: the live count finds the ones ahead of this
+	const int32_t live = lane_host_open(s->host) + atomic_load(&g->routing) - s->cfg.lanes.lanes;
+	const int32_t depth = live > sn->queue_depth ? live : sn->queue_depth;
 	// the prompt's KV on the peer, from its text: about four bytes a token
 	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
 	free(sn);
@@ -779,6 +788,21 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	curl_multi_wakeup(g->multi);
 	*ret = MHD_YES;
 	return true;
+}
+
+bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
+	srv_grid *g = c->s->grid;
+	if (!g || header(c, SRV_GRID_HOP)) return false;
+	srv_grid_submitted(c);
+	pthread_mutex_lock(&g->route_mu);
+	const bool fwd = route(c, full, ret);
+	// counted until its lane request is in, so the next arrivals see it ahead of them
+	if (!fwd && !full) {
+		c->routed_here = true;
+		atomic_fetch_add(&g->routing, 1);
+	}
+	pthread_mutex_unlock(&g->route_mu);
+	return fwd;
 }
 
 bool srv_grid_park(srv_conn *c) {
@@ -945,6 +969,7 @@ int srv_grid_start(http_server *s, char *err, size_t errlen) {
 	if (!g) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	g->s = s;
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_mutex_init(&g->route_mu, NULL);
 	s->grid = g;
 	for (int i = 0; i < cfg->n_peers; i++) {
 		size_t n = strlen(cfg->peers[i]);
@@ -1008,6 +1033,7 @@ void srv_grid_stop(http_server *s) {
 	if (g->multi) curl_multi_cleanup(g->multi);
 	free(g->snap);
 	pthread_mutex_destroy(&g->mu);
+	pthread_mutex_destroy(&g->route_mu);
 	free(g);
 	s->grid = NULL;
 }

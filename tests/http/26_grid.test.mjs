@@ -310,18 +310,22 @@ test('draining: no leases, the beacon says so, and new requests still go to a pe
 test('--peer-key: a peer with another key takes the overflow; the client\'s key is not what it sees', async () => {
 	const OTHER_KEY = 'peer-only-key';
 	const E = await startServer(['-m', STORIES, '--api-key', OTHER_KEY, '--lanes', '4']);
-	const F = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '1', '--queue', '4', '--overflow-queue', '0',
+	const F = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '1', '--queue', '4', '--overflow-queue', '1',
 		'--peer-poll-ms', '100', '--peer', E.url, '--peer-key', OTHER_KEY]);
 	try {
 		await peersUp(F.url, [E]);
 		const busy = run(F.url, {
-			path: '/v1/completions', body: { prompt: 'Once', max_tokens: 200, ignore_eos: true, stream: true },
+			path: '/v1/completions', body: { prompt: 'Once', max_tokens: 400, ignore_eos: true, stream: true },
 			text: () => '', ends: (ev) => ev.filter((e) => e.data === '[DONE]' || e.data.error).length,
 		});
 		for (let i = 0; i < 2000 && (await getJSON(`${F.url}/slots`)).body.lanes[0].phase === 'idle'; i++) await sleep(2);
-		const rs = await Promise.all([0, 2, 3].map((i) => run(F.url, request(i))));
+		// six at once, the lane taken: the queue here holds --overflow-queue of them, the peer the
+		// rest, however the arrivals fall between the host's rounds
+		const rs = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => run(F.url, request(i))));
 		for (const r of rs) assert.equal(r.status, 200, JSON.stringify(r.body));
-		assert.ok(rs.some((r) => r.peer === E.url), `one ran on the peer with its own key: ${rs.map((r) => r.peer)}`);
+		const where = rs.map((r) => r.peer ?? 'here');
+		assert.equal(where.filter((p) => p === E.url).length, 4, `four ran on the peer with its own key: ${where}`);
+		assert.equal(where.filter((p) => p === 'here').length, 2, `two waited here: ${where}`);
 		assert.equal((await busy).ends, 1);
 		// the peer refuses the client's key: only --peer-key opened it
 		const direct = await postJSON(`${E.url}/v1/completions`, { prompt: 'x', max_tokens: 1 });
