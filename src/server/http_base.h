@@ -176,6 +176,7 @@ struct srv_conn {
 	const char *cors;              // Access-Control-Allow-Origin of every reply (NULL: none)
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
+	bool unsized;                  // the reply's length is not known ahead: HTTP/1.0 ends it by closing
 	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
 	bool routed_here;              // the grid sent it to run here and counts it until it is submitted
 	const char *via;               // for the access log: the peer that answered (the server's copy)

@@ -912,6 +912,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		api->begin(c);
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, NULL);
 		if (!r) return MHD_NO;
+		conn->unsized = true;
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->g.stream_type ? c->g.stream_type : "text/event-stream");
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");

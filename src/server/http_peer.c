@@ -875,6 +875,7 @@ static ssize_t fwd_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static enum MHD_Result reply_stream(srv_conn *c, srv_fwd *f) {
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, fwd_reader, f, NULL);
 	if (!r) return MHD_NO;
+	c->unsized = true;
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no");

@@ -4,6 +4,7 @@
 // one on a kept-alive connection too): a bad one gets JSON here, a sound one goes to libmicrohttpd.
 #include "server/http_sock.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -172,6 +173,78 @@ more:
 	return 0;
 }
 
+#define CHUNK_LINE_MAX 1024 // a chunk-size line with its extensions, or a trailer line
+
+int srv_chunks_scan(const unsigned char *p, size_t n, bool eof, uint64_t max_body, srv_head *h, uint64_t *wire) {
+	h->status = 0;
+	h->msg[0] = 0;
+	size_t i = 0;
+	uint64_t body = 0;
+	size_t l0 = 0; // where the line being read began (SIZE_MAX: in a chunk's data)
+	int e;
+	for (;;) {
+		// chunk-size [BWS ; chunk-ext] CRLF
+		l0 = i;
+		uint64_t size = 0;
+		bool over = false;
+		while (i < n && isxdigit(p[i])) {
+			const unsigned d = p[i] <= '9' ? (unsigned)(p[i] - '0') : (unsigned)((p[i] | 0x20) - 'a' + 10);
+			over |= size >> 60 != 0;
+			size = size << 4 | d;
+			i++;
+		}
+		if (i >= n) goto more;
+		if (i == l0) return refuse(h, 400, "malformed chunked body: a chunk size is hex digits (byte 0x%02x at body offset %zu)", p[i], i);
+		while (i < n && (p[i] == ' ' || p[i] == '\t')) i++;
+		if (i < n && p[i] == ';')
+			while (i < n && (vchar(p[i]) || p[i] == ' ' || p[i] == '\t')) i++;
+		if (i >= n) goto more;
+		if ((p[i] != '\r' && p[i] != '\n') || (e = line_end(p, i, n)) < 0)
+			return refuse(h, 400, "malformed chunked body: the chunk size line holds byte 0x%02x (body offset %zu)", p[i], i);
+		if (e == 0) goto more;
+		i += (size_t)e;
+		if (over || size > max_body || body + size > max_body)
+			return refuse(h, 413, "the request body is larger than the limit of %llu bytes", (unsigned long long)max_body);
+		body += size;
+		if (!size) break;
+		// chunk-data CRLF
+		l0 = SIZE_MAX;
+		if (size > n - i) goto more;
+		i += (size_t)size;
+		if (i >= n) goto more;
+		if ((p[i] != '\r' && p[i] != '\n') || (e = line_end(p, i, n)) < 0)
+			return refuse(h, 400, "malformed chunked body: a chunk's data is longer than its size (body offset %zu)", i);
+		if (e == 0) goto more;
+		i += (size_t)e;
+	}
+	// trailer lines (name: value), then an empty line
+	for (;;) {
+		if (i >= n) goto more;
+		if (p[i] == '\r' || p[i] == '\n') {
+			if ((e = line_end(p, i, n)) == 0) goto more;
+			if (e < 0) return refuse(h, 400, "malformed chunked body: a CR not followed by LF after the last chunk");
+			*wire = i + (size_t)e;
+			return 1;
+		}
+		l0 = i;
+		while (i < n && tchar(p[i])) i++;
+		if (i >= n) goto more;
+		if (p[i] != ':' || i == l0)
+			return refuse(h, 400, "malformed chunked body: a trailer line is Name: value (byte 0x%02x at body offset %zu)", p[i], i);
+		while (i < n && (vchar(p[i]) || p[i] == ' ' || p[i] == '\t')) i++;
+		if (i >= n) goto more;
+		if ((p[i] != '\r' && p[i] != '\n') || (e = line_end(p, i, n)) < 0)
+			return refuse(h, 400, "malformed chunked body: a trailer line holds the control byte 0x%02x", p[i]);
+		if (e == 0) goto more;
+		i += (size_t)e;
+	}
+more:
+	if (l0 != SIZE_MAX && n - l0 > CHUNK_LINE_MAX)
+		return refuse(h, 400, "malformed chunked body: a chunk size or trailer line longer than %d bytes", CHUNK_LINE_MAX);
+	if (eof) return refuse(h, 400, "malformed chunked body: the connection closed before its last chunk");
+	return 0;
+}
+
 // ---- connections ------------------------------------------------------------------------------
 
 #define TICK_MS 100
@@ -196,6 +269,7 @@ struct srv_sock {
 	struct MHD_Connection *mc;     // libmicrohttpd's connection (NULL until it started)
 	uint64_t deadline_us;          // the head and body must be in by then; idle ones close then (0: none due)
 	uint64_t head_len;             // bytes of the head the gate handed over (0: libmicrohttpd read it unjudged)
+	bool with_body;                // ... and of the chunked body after it, judged too
 	uint64_t req_bytes;            // bytes of the current request on the wire (UINT64_MAX: unknown)
 	uint64_t expect;               // bytes libmicrohttpd read for the requests so far (UINT64_MAX: unknown)
 	bool pending;                  // counted in socks_pending: a request arriving or not yet answered
@@ -222,7 +296,7 @@ struct srv_gate {
 	int lfd, ep, quit_fd;
 	pthread_t thread;
 	bool started;
-	unsigned char peek[SRV_HEAD_MAX + 1];
+	unsigned char peek[SRV_HEAD_MAX + SRV_CHUNK_WINDOW];
 };
 
 static size_t ip_slot(const struct srv_gate *g, uint32_t addr) { return (size_t)splitmix64(addr) & g->ip_mask; }
@@ -324,11 +398,12 @@ static void sock_drop(http_server *s, srv_sock *k) {
 }
 
 // The connection goes (back) to libmicrohttpd: started there, or resumed.
-static void sock_give(http_server *s, srv_sock *k, uint64_t head_len) {
+static void sock_give(http_server *s, srv_sock *k, uint64_t head_len, bool with_body) {
 	struct srv_gate *g = s->gate;
 	epoll_ctl(g->ep, EPOLL_CTL_DEL, k->fd, NULL);
 	pthread_mutex_lock(&g->mu);
 	k->head_len = head_len;
+	k->with_body = with_body;
 	struct MHD_Connection *mc = k->mc;
 	k->phase = mc ? SOCK_MHD : SOCK_ADDING;
 	if (!mc && k->fd < g->n_adding) g->adding[k->fd] = k;
@@ -365,7 +440,7 @@ static void sock_finish(http_server *s, srv_sock *k) {
 	}
 	sock_drain(s->gate, k->fd);
 	shutdown(k->fd, SHUT_RDWR); // libmicrohttpd reads the end at once and closes
-	sock_give(s, k, 0);
+	sock_give(s, k, 0, false);
 }
 
 // e in f's shape with status, written on fd (with its Retry-After when it has one).
@@ -412,7 +487,7 @@ static void sock_quiet(http_server *s, srv_sock *k) {
 		return;
 	}
 	shutdown(k->fd, SHUT_RD); // libmicrohttpd reads the end and closes
-	sock_give(s, k, 0);
+	sock_give(s, k, 0, false);
 }
 
 // New bytes, a half-close or an error on a connection whose head the gate awaits.
@@ -446,8 +521,13 @@ static void sock_event(http_server *s, srv_sock *k, uint32_t events) {
 		pthread_mutex_unlock(&g->mu);
 	}
 	srv_head h;
-	const int v = srv_head_scan(g->peek, (size_t)r, (events & (EPOLLHUP | EPOLLRDHUP)) != 0, &h);
-	if (v > 0) sock_give(s, k, h.len);
+	const bool eof = (events & (EPOLLHUP | EPOLLRDHUP)) != 0;
+	int v = srv_head_scan(g->peek, (size_t)r, eof, &h);
+	uint64_t body = 0;
+	// a chunked body is judged too while it fits the window; past it libmicrohttpd reads the rest
+	if (v > 0 && h.chunked && !h.has_length && (size_t)r < sizeof g->peek)
+		v = srv_chunks_scan(g->peek + h.len, (size_t)r - h.len, eof, s->cfg.max_body, &h, &body);
+	if (v > 0) sock_give(s, k, h.len + body, body != 0);
 	else if (v < 0) {
 		srv_err e;
 		srv_fail(&e, h.status == 413 ? SRV_E_TOO_LARGE : SRV_E_BAD_REQUEST, NULL, "%s", h.msg);
@@ -712,7 +792,8 @@ static uint64_t request_bytes(srv_conn *c, const srv_sock *k) {
 		if (!ci) return UINT64_MAX;
 		head = ci->header_size;
 	}
-	if (MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING)) return UINT64_MAX;
+	if (MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+		return k->with_body ? head : UINT64_MAX;
 	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (!cl) return head;
 	char *end;
@@ -730,6 +811,7 @@ void srv_sock_begin(srv_conn *c) {
 	k->received = false;
 	k->unread = false;
 	k->head_len = 0;
+	k->with_body = false;
 	k->req_bytes = req;
 	pthread_mutex_unlock(&c->s->gate->mu);
 }
@@ -767,10 +849,12 @@ void srv_sock_answered(srv_conn *c) {
 	struct srv_gate *g = s->gate;
 	uint64_t sent, recvd;
 	tcp_bytes(k->fd, &sent, &recvd);
-	// libmicrohttpd keeps the connection for the next request (HTTP/1.1, no "close", the body read
-	// whole); when it has read nothing past this request, the gate can judge the next head
+	// libmicrohttpd keeps the connection for the next request (HTTP/1.1 without "close", or HTTP/1.0
+	// with "keep-alive" and a reply of known length; the body read whole); when it has read nothing past this request, the gate
+	// can judge the next head
 	const uint64_t expect = k->expect == UINT64_MAX || k->req_bytes == UINT64_MAX ? UINT64_MAX : k->expect + k->req_bytes;
-	const bool keep = c->http11 && k->received && !k->unread && expect != UINT64_MAX && !conn_token(c, "close") &&
+	const bool persist = (c->http11 || (conn_token(c, "keep-alive") && !c->unsized)) && !conn_token(c, "close");
+	const bool keep = persist && k->received && !k->unread && expect != UINT64_MAX &&
 			  bytes_read(k->fd) == expect;
 	pthread_mutex_lock(&g->mu);
 	sock_pending(s, k, false);

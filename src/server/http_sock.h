@@ -15,6 +15,7 @@
 #define SRV_TARGET_MAX 8192  // bytes of its request-target
 #define SRV_FIELDS_MAX 100   // header lines
 #define SRV_PIECES_MAX 256   // header lines, query arguments and cookies: libmicrohttpd keeps a record of each
+#define SRV_CHUNK_WINDOW 32768 // bytes of a chunked body the gate judges (at least) before libmicrohttpd reads it
 #define SRV_MHD_POOL 65536   // libmicrohttpd's memory per connection: room for any head the gate lets through
 
 typedef struct {
@@ -32,6 +33,10 @@ typedef struct {
 // libmicrohttpd will read it as written; 0: more bytes are needed; -1: refused (h->status,
 // h->msg) — at the first byte that cannot belong to a sound head, with no wait for a line end.
 int srv_head_scan(const unsigned char *p, size_t n, bool eof, srv_head *h);
+// Judges a chunked body at the start of p (n bytes; eof: no more will come), its chunks, last
+// chunk and trailer lines, as libmicrohttpd would read them. 1: whole, *wire its bytes; 0: more
+// bytes are needed; -1: refused (h->status 400, or 413 past max_body bytes, and h->msg).
+int srv_chunks_scan(const unsigned char *p, size_t n, bool eof, uint64_t max_body, srv_head *h, uint64_t *wire);
 
 // ---- connections -------------------------------------------------------------------------
 // Binds sa, listens, and starts the gate thread, which hands sound connections to s->mhd

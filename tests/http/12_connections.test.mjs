@@ -121,6 +121,58 @@ test('framing a server cannot honour gets a 400 at once, in the API shape', asyn
 	assert.equal(statusOf(r.text), 200);
 });
 
+test('a chunked body is judged before libmicrohttpd reads it: malformed framing gets JSON, sound framing its reply', async (t) => {
+	const { port } = await server(t);
+	const once = { keepOpen: true, timeoutMs: 3000 };
+	const ok = JSON.stringify({ prompt: 'Once', max_tokens: 2 });
+	const chunked = (path, body) => httpRequest('POST', path, body, { 'Transfer-Encoding': 'chunked' });
+	// each got libmicrohttpd's HTML 400 or 413 before (or a wait for bytes that never come)
+	const bad = [
+		['zz\r\n', 400, /hex digits/],
+		['-1\r\n', 400, /hex digits/],
+		['ffffffffffffffffffff\r\n', 413, /larger than the limit/],
+		['900000\r\n', 413, /larger than the limit of 8388608 bytes/],
+		[`3\r\n${ok}\r\n0\r\n\r\n`, 400, /longer than its size/],
+		[`${ok.length.toString(16)}\r\n${ok}\r\n0\r\nNoColon\r\n\r\n`, 400, /Name: value/],
+		[`${ok.length.toString(16)} junk\r\n${ok}\r\n0\r\n\r\n`, 400, /chunk size line/],
+	];
+	for (const [path, shape] of [['/v1/completions', 'openai'], ['/v1/messages', 'anthropic']]) {
+		for (const [body, status, msg] of bad) {
+			const r = await rawExchange(port, chunked(path, body), once);
+			assert.equal(statusOf(r.text), status, `${JSON.stringify(body.slice(0, 30))}: ${JSON.stringify(r.text.slice(0, 200))}`);
+			assert.match(jsonError(r.text, shape).message, msg);
+		}
+	}
+	// a body cut short by the client's close
+	let r = await rawExchange(port, chunked('/v1/completions', `${ok.length.toString(16)}\r\n${ok.slice(0, 5)}`), { timeoutMs: 3000 });
+	assert.equal(statusOf(r.text), 400, r.text.slice(0, 200));
+	assert.match(jsonError(r.text).message, /closed before its last chunk/);
+	// sound framing: extensions, a trailer, and chunks that arrive in pieces
+	const parts = [ok.slice(0, 7), ok.slice(7)];
+	const sound = [
+		[chunked('/v1/completions', `${ok.length.toString(16)};name=v\r\n${ok}\r\n0\r\nX-Trailer: 1\r\n\r\n`)],
+		[chunked('/v1/completions', `${parts[0].length.toString(16)}\r\n${parts[0]}\r\n`), `${parts[1].length.toString(16)}\r\n${parts[1]}\r\n`, '0\r\n\r\n'],
+	];
+	for (const pieces of sound) {
+		const c = await session(port);
+		for (const p of pieces) {
+			c.write(p);
+			await sleep(30);
+		}
+		const rep = await c.reply();
+		assert.equal(statusOf(rep), 200, rep.slice(0, 200));
+		assert.equal(JSON.parse(bodyOf(rep)).usage.completion_tokens, 2);
+		c.s.destroy();
+	}
+	// a body longer than the part the gate reads is passed on once that part is sound
+	const long = JSON.stringify({ content: 'Once upon a time. '.repeat(6000) });
+	let framed = '';
+	for (let i = 0; i < long.length; i += 5000) framed += `${Math.min(5000, long.length - i).toString(16)}\r\n${long.slice(i, i + 5000)}\r\n`;
+	r = await rawExchange(port, httpRequest('POST', '/tokenize', `${framed}0\r\n\r\n`, { 'Transfer-Encoding': 'chunked' }), once);
+	assert.equal(statusOf(r.text), 200, r.text.slice(0, 200));
+	assert.ok(JSON.parse(bodyOf(r.text)).tokens.length > 6000);
+});
+
 test('a request head trickled past --header-timeout is closed with a 408', async (t) => {
 	const { port } = await server(t, ['--header-timeout', '1']);
 	const s = net.connect(port, '127.0.0.1');
@@ -324,6 +376,7 @@ async function session(port) {
 }
 
 const keep = (path) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
+const keep10 = (path) => `GET ${path} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n`;
 
 test('the next request on a kept-alive connection is judged the same way', async (t) => {
 	const { port } = await server(t);
@@ -341,8 +394,9 @@ test('the next request on a kept-alive connection is judged the same way', async
 	};
 	for (const [bytes, status, shape, msg] of bad) {
 		const c = await session(port);
-		// requests with and without bodies before it; each reply read before the next is sent
-		for (const req of [keep('/health'), tokenize('length'), keep('/v1/models')]) {
+		// requests with and without bodies before it, a chunked one and HTTP/1.0 keep-alive too;
+		// each reply read before the next is sent
+		for (const req of [keep('/health'), tokenize('length'), tokenize('chunked'), keep10('/v1/models')]) {
 			c.write(req);
 			assert.equal(statusOf(await c.reply()), 200);
 		}
@@ -365,13 +419,15 @@ test('the next request on a kept-alive connection is judged the same way', async
 	c.write(get('/health', '', 'HTTP/2.0'));
 	assert.equal(statusOf(await c.reply()), 505);
 	c.s.destroy();
-	// after a chunked body libmicrohttpd reads the next request itself: sound ones are still served
-	const d = await session(port);
-	for (const req of [tokenize('chunked'), keep('/health'), tokenize('length'), keep('/health')]) {
-		d.write(req);
-		assert.equal(statusOf(await d.reply()), 200);
-	}
-	d.s.destroy();
+	// an HTTP/1.0 keep-alive stream has no length: it ends by closing, at once
+	const e = await session(port);
+	const sb = JSON.stringify({ prompt: 'Once', max_tokens: 3, stream: true });
+	e.write(`POST /v1/completions HTTP/1.0\r\nConnection: keep-alive\r\nAuthorization: Bearer ${KEY}\r\n` +
+		`Content-Type: application/json\r\nContent-Length: ${sb.length}\r\n\r\n${sb}`);
+	const streamed = await e.reply(2000);
+	assert.ok(e.closed(), `closed after the stream: ${JSON.stringify(streamed.slice(-60))}`);
+	assert.match(streamed, /data: \[DONE\]\n\n$/);
+	e.s.destroy();
 });
 
 test('a kept-alive connection: idle past --idle-timeout it closes with nothing sent; a head begun then stalled gets the 408', async (t) => {

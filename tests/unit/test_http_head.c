@@ -145,9 +145,86 @@ static void test_limits(void) {
 	CHECK(scan("HEAD / HTTP/2.0\r\n", 17, false, &h) == -1 && h.status == 505 && h.head_method);
 }
 
+static int chunks(const char *p, size_t n, bool eof, uint64_t max, srv_head *h, uint64_t *wire) {
+	return srv_chunks_scan((const unsigned char *)p, n, eof, max, h, wire);
+}
+
+// A sound chunked body needs every byte up to the empty line after its last chunk, and passes
+// whatever follows; cut short by a close it is a 400.
+static void test_sound_chunks(void) {
+	static const char *const bodies[] = {
+		"0\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\n",
+		"5\r\nhe\r\n\r\n6\r\n world\r\n0\r\n\r\n", // CR LF inside a chunk's data
+		"A;name=v;x\r\n0123456789\r\n00 ; last\r\nX-Trailer: 1\r\nY:\r\n\r\n",
+		"5\nhello\n0\n\n", // bare LF, as libmicrohttpd takes it
+		"000000000000000000000003\r\nabc\r\n0\r\n\r\n", // leading zeros are not a large size
+	};
+	for (size_t k = 0; k < sizeof bodies / sizeof *bodies; k++) {
+		const char *p = bodies[k];
+		const size_t n = strlen(p);
+		srv_head h;
+		uint64_t wire = 0;
+		CHECKF(chunks(p, n, false, 1 << 20, &h, &wire) == 1 && wire == n, "body %zu: %s", k, h.msg);
+		for (size_t i = 0; i < n; i++) {
+			CHECKF(chunks(p, i, false, 1 << 20, &h, &wire) == 0, "body %zu, %zu bytes: %s", k, i, h.msg);
+			CHECKF(chunks(p, i, true, 1 << 20, &h, &wire) == -1 && h.status == 400, "body %zu cut at %zu", k, i);
+		}
+		char both[256];
+		snprintf(both, sizeof both, "%sGET / HTTP/1.1\r\n\r\n", p);
+		CHECK(chunks(both, strlen(both), false, 1 << 20, &h, &wire) == 1 && wire == n);
+	}
+}
+
+// Each malformed body is refused with its status and a message that names the fault.
+static void test_bad_chunks(void) {
+	static const struct {
+		const char *p;
+		int status;
+		const char *msg;
+	} bad[] = {
+		{"zz\r\n", 400, "hex digits"},
+		{"-1\r\n", 400, "hex digits"},
+		{"\r\n", 400, "hex digits"},
+		{"5 x\r\nhello\r\n", 400, "chunk size line"},
+		{"5\x01\r\n", 400, "byte 0x01"},
+		{"3\r\nabcdef\r\n0\r\n\r\n", 400, "longer than its size"},
+		{"0\r\nNoColon\r\n\r\n", 400, "Name: value"},
+		{"0\r\nX: a\x01\r\n\r\n", 400, "control byte"},
+		{"0\r\n\rx", 400, "CR not followed by LF"},
+		{"ffffffffffffffffff\r\n", 413, "larger than the limit of 1024 bytes"},
+		{"401\r\n", 413, "limit of 1024"},
+		{"200\r\n", 0, NULL}, // 512 of 1024: more is needed
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		srv_head h;
+		uint64_t wire = 0;
+		const int v = chunks(bad[k].p, strlen(bad[k].p), false, 1024, &h, &wire);
+		if (!bad[k].status) {
+			CHECKF(v == 0, "body %zu: %d %s", k, v, h.msg);
+			continue;
+		}
+		CHECKF(v == -1 && h.status == bad[k].status && strstr(h.msg, bad[k].msg), "body %zu: %d %d %s", k, v, h.status, h.msg);
+	}
+	// the whole body counts against the limit, chunk by chunk
+	char two[2200];
+	snprintf(two, sizeof two, "200\r\n%0512d\r\n201\r\n", 0);
+	srv_head h;
+	uint64_t wire;
+	CHECK(chunks(two, strlen(two), false, 1024, &h, &wire) == -1 && h.status == 413);
+	// a chunk-size or trailer line that never ends is refused past its limit, not waited on
+	char longline[1100];
+	memset(longline, '0', sizeof longline - 1);
+	longline[sizeof longline - 1] = 0;
+	CHECK(chunks(longline, strlen(longline), false, 1024, &h, &wire) == -1 && h.status == 400 && strstr(h.msg, "longer than"));
+	CHECK(chunks(longline, 1000, false, 1024, &h, &wire) == 0);
+}
+
 int main(void) {
 	test_sound_heads();
 	test_refused_at_once();
 	test_limits();
+	test_sound_chunks();
+	test_bad_chunks();
 	T_DONE("http_head");
 }
