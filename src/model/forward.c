@@ -77,6 +77,16 @@ typedef struct {
 	atomic_llong next;
 } lora_job;
 
+// y[e] = y[e] + sc * u[e], in blocks of a fixed width the compiler can keep in vectors (the
+// same two operations per element as one at a time).
+static void add_scaled(float *restrict y, const float *restrict u, float sc, int64_t n) {
+	enum { W = 16 };
+	int64_t e = 0;
+	for (; e + W <= n; e += W)
+		for (int q = 0; q < W; q++) y[e + q] = y[e + q] + sc * u[e + q];
+	for (; e < n; e++) y[e] = y[e] + sc * u[e];
+}
+
 static void lora_task(void *arg, int ith, int nth) {
 	lora_job *j = arg;
 	lora_pass *lp = j->lp;
@@ -90,18 +100,23 @@ static void lora_task(void *arg, int ith, int nth) {
 		const tensor_mat *ta = &p->a, *tb = &p->b;
 		for (int64_t c0 = lp->item[it]; c0 < lp->item[it + 1]; c0 += LORA_CHUNK) {
 			const int64_t c = lp->item[it + 1] - c0 < LORA_CHUNK ? lp->item[it + 1] - c0 : LORA_CHUNK;
-			for (int64_t q = 0; q < c; q++)
-				memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
-			tensor_matmuls(NULL, 1, &ta, &zero, xg, c, &t);
+			// rows that lie together in x are read where they are, others gathered first
+			bool run = true;
+			for (int64_t q = 1; q < c && run; q++) run = lp->sel[c0 + q] == lp->sel[c0] + q;
+			const float *xin = j->x + (size_t)lp->sel[c0] * (size_t)j->n_in;
+			if (!run) {
+				for (int64_t q = 0; q < c; q++)
+					memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
+				xin = xg;
+			}
+			tensor_matmuls(NULL, 1, &ta, &zero, xin, c, &t);
 			tensor_matmuls(NULL, 1, &tb, &zero, t, c, &u);
 			for (int64_t q = 0; q < c; q++) {
 				const int64_t r = lp->sel[c0 + q];
 				const model_lora_set *o = lp->rows[j->ridx ? j->ridx[r] : r].lora;
 				// llama.cpp's scale: the user's times alpha / r, or the user's alone without alpha
 				const float us = o->use[j->slot].scale, sc = a->alpha != 0.0f ? us * a->alpha / (float)p->r : us;
-				float *yr = j->y + (size_t)r * (size_t)j->n_out;
-				const float *ur = u + q * j->n_out;
-				for (int64_t e = 0; e < j->n_out; e++) yr[e] = yr[e] + sc * ur[e];
+				add_scaled(j->y + (size_t)r * (size_t)j->n_out, u + q * j->n_out, sc, j->n_out);
 			}
 		}
 	}
