@@ -46,10 +46,17 @@ static uint64_t take(layout *L, uint64_t count, uint64_t elem) {
 }
 
 // ---- adapters: each row's low-rank terms on top of the shared base matmul ----------------
-// The rows of one adapter form a group; threads claim groups (or pieces of one, when groups
-// are fewer than threads) and run them alone. The kernels reduce each row on its own, so a
-// row's terms do not depend on which rows share its group or piece.
+// The rows of one adapter form a group. The terms of the matrices that share an input (q, k
+// and v; gate and up) go together: first x . A^T for each matrix, group and piece of
+// LORA_CHUNK rows, scaled per row, then t . B^T added to the rows' outputs. When each row has
+// one adapter at most they ride on the base matmul's pool job: x . A^T once its input rows are
+// made, and t . B^T over the outputs a thread has just written, while they are in its cache;
+// else they take a job of their own after it, in pieces of LORA_OUT outputs. Each weight is
+// read once per pass. The kernels reduce each row and each output on its own, so a row's terms
+// do not depend on which rows share its group, its piece or its thread.
 #define LORA_CHUNK 32
+#define LORA_KINDS 3
+#define LORA_OUT 256
 
 typedef struct lora_pass {
 	base_pool *pool;
@@ -58,49 +65,70 @@ typedef struct lora_pass {
 	int64_t n;
 	int32_t slots;   // the most adapters one row has
 	size_t per_th;   // floats of scratch per thread
-	float *f;        // [nth][per_th]: rows gathered for one piece, x . A^T, t . B^T
-	int64_t wide, rank; // the scratch's widest input and largest rank
+	float *f;        // [nth][per_th]: rows gathered for one piece, t . B^T, a quantized input
+	float *t;        // [LORA_KINDS][n][rank]: x . A^T of each matrix, rows in the order of sel
+	int64_t wide, rank, out_w; // the scratch's widest input, largest rank and widest output
 	int32_t *sel;    // [n] rows grouped by adapter
 	int32_t *ridx;   // [n] the row of each output-head input
-	int32_t *item;   // [n + 1] first entry of sel of each piece
-	const model_lora **item_lora; // [n] the adapter of each piece
+	int32_t *group;  // [n + 1] first entry of sel of each group
+	const model_lora **group_lora; // [n] the adapter of each group
 	uint8_t *done;   // [n]
 } lora_pass;
 
 typedef struct {
 	lora_pass *lp;
-	int l, kind, slot;
+	int l, slot, nk;
+	int kind[LORA_KINDS];
+	float *y[LORA_KINDS];
+	int64_t n_out[LORA_KINDS];
 	const float *x;
-	int64_t n_in, n_out, n_items;
+	int64_t n_in, ng;
 	const int32_t *ridx;
-	float *y;
-	atomic_llong next;
+	int64_t chunks;            // pieces of LORA_CHUNK rows over all groups
+	int64_t na, nb;            // items of the two phases
+	int64_t b_first[LORA_KINDS + 1]; // first B item of each matrix
+	atomic_llong next_a, done_a, next_b;
 } lora_job;
 
-// y[e] = y[e] + sc * u[e], in blocks of a fixed width the compiler can keep in vectors (the
-// same two operations per element as one at a time).
-static void add_scaled(float *restrict y, const float *restrict u, float sc, int64_t n) {
-	enum { W = 16 };
-	int64_t e = 0;
-	for (; e + W <= n; e += W)
-		for (int q = 0; q < W; q++) y[e + q] = y[e + q] + sc * u[e + q];
-	for (; e < n; e++) y[e] = y[e] + sc * u[e];
+// Piece c of all groups: its group, first entry of sel and row count.
+static void lora_piece(const lora_job *j, int64_t c, int64_t *g, int64_t *c0, int64_t *cnt) {
+	const int32_t *gs = j->lp->group;
+	for (int64_t k = 0; k < j->ng; k++) {
+		const int64_t pieces = (gs[k + 1] - gs[k] + LORA_CHUNK - 1) / LORA_CHUNK;
+		if (c < pieces) {
+			*g = k;
+			*c0 = gs[k] + c * LORA_CHUNK;
+			*cnt = gs[k + 1] - *c0 < LORA_CHUNK ? gs[k + 1] - *c0 : LORA_CHUNK;
+			return;
+		}
+		c -= pieces;
+	}
+	LANES_ASSERT(0);
 }
 
-static void lora_task(void *arg, int ith, int nth) {
+// The thread's scratch: rows gathered, t . B^T of rows apart in y, a quantized input.
+static float *lora_scratch(const lora_pass *lp, int ith, float **u, void **act) {
+	float *xg = lp->f + (size_t)ith * lp->per_th;
+	*u = xg + (size_t)LORA_CHUNK * lp->wide;
+	*act = *u + (size_t)LORA_CHUNK * lp->out_w;
+	return xg;
+}
+
+// x . A^T of every matrix and piece of rows, scaled per row, on each thread until all are
+// done (it waits for the others' too). Rows that lie together in x are read where they are.
+static void lora_a(void *arg, int ith) {
 	lora_job *j = arg;
 	lora_pass *lp = j->lp;
-	float *xg = lp->f + (size_t)ith * lp->per_th, *t = xg + (size_t)LORA_CHUNK * lp->wide, *u = t + (size_t)LORA_CHUNK * lp->rank;
-	const int64_t zero = 0;
-	for (;;) {
-		const int64_t it = atomic_fetch_add(&j->next, 1);
-		if (it >= j->n_items) break;
-		const model_lora *a = lp->item_lora[it];
-		const lora_pair *p = lora_pair_of(a, j->l, j->kind);
-		const tensor_mat *ta = &p->a, *tb = &p->b;
-		for (int64_t c0 = lp->item[it]; c0 < lp->item[it + 1]; c0 += LORA_CHUNK) {
-			const int64_t c = lp->item[it + 1] - c0 < LORA_CHUNK ? lp->item[it + 1] - c0 : LORA_CHUNK;
-			// rows that lie together in x are read where they are, others gathered first
+	float *u;
+	void *act;
+	float *xg = lora_scratch(lp, ith, &u, &act);
+	for (int64_t it; (it = atomic_fetch_add(&j->next_a, 1)) < j->na;) {
+		const int k = (int)(it / j->chunks);
+		int64_t g, c0, c;
+		lora_piece(j, it % j->chunks, &g, &c0, &c);
+		const model_lora *a = lp->group_lora[g];
+		const lora_pair *p = lora_pair_of(a, j->l, j->kind[k]);
+		if (p) {
 			bool run = true;
 			for (int64_t q = 1; q < c && run; q++) run = lp->sel[c0 + q] == lp->sel[c0] + q;
 			const float *xin = j->x + (size_t)lp->sel[c0] * (size_t)j->n_in;
@@ -109,72 +137,138 @@ static void lora_task(void *arg, int ith, int nth) {
 					memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
 				xin = xg;
 			}
-			tensor_matmuls(NULL, 1, &ta, &zero, xin, c, &t);
-			tensor_matmuls(NULL, 1, &tb, &zero, t, c, &u);
+			float *t = lp->t + ((size_t)k * (size_t)lp->n + (size_t)c0) * (size_t)lp->rank;
+			tensor_matmul_part(&p->a, 0, xin, j->n_in, c, t, lp->rank, 0, p->a.rows, act, false);
+			// each row's scale goes on its x . A^T: then B's products add straight into y
 			for (int64_t q = 0; q < c; q++) {
 				const int64_t r = lp->sel[c0 + q];
 				const model_lora_set *o = lp->rows[j->ridx ? j->ridx[r] : r].lora;
 				// llama.cpp's scale: the user's times alpha / r, or the user's alone without alpha
 				const float us = o->use[j->slot].scale, sc = a->alpha != 0.0f ? us * a->alpha / (float)p->r : us;
-				add_scaled(j->y + (size_t)r * (size_t)j->n_out, u + q * j->n_out, sc, j->n_out);
+				for (int64_t e = 0; e < p->r; e++) t[q * lp->rank + e] *= sc;
 			}
 		}
+		atomic_fetch_add(&j->done_a, 1);
+	}
+	base_pool_wait(&j->done_a, j->na);
+}
+
+// t . B^T of piece c of matrix k over outputs [o0, o1), added to its rows' outputs: written
+// into y where the rows lie together, else made apart and then added (the same one add).
+static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int64_t o1) {
+	lora_pass *lp = j->lp;
+	int64_t g, c0, cnt;
+	lora_piece(j, c, &g, &c0, &cnt);
+	const lora_pair *p = lora_pair_of(lp->group_lora[g], j->l, j->kind[k]);
+	if (!p) return;
+	float *u;
+	void *act;
+	lora_scratch(lp, ith, &u, &act);
+	const int64_t n_out = j->n_out[k];
+	const float *t = lp->t + ((size_t)k * (size_t)lp->n + (size_t)c0) * (size_t)lp->rank;
+	bool run = true;
+	for (int64_t q = 1; q < cnt && run; q++) run = lp->sel[c0 + q] == lp->sel[c0] + q;
+	if (run) {
+		tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, j->y[k] + (size_t)lp->sel[c0] * (size_t)n_out, n_out, o0, o1, act, true);
+		return;
+	}
+	tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, u, n_out, o0, o1, act, false);
+	for (int64_t q = 0; q < cnt; q++) {
+		float *yr = j->y[k] + (size_t)lp->sel[c0 + q] * (size_t)n_out;
+		const float *ur = u + q * n_out;
+		for (int64_t e = o0; e < o1; e++) yr[e] = yr[e] + ur[e];
+	}
+}
+
+// The terms alone, in a pass of their own: x . A^T, then t . B^T in pieces of LORA_OUT outputs.
+static void lora_task(void *arg, int ith, int nth) {
+	lora_job *j = arg;
+	lora_a(j, ith);
+	for (int64_t it; (it = atomic_fetch_add(&j->next_b, 1)) < j->nb;) {
+		int k = 0;
+		while (it >= j->b_first[k + 1]) k++;
+		const int64_t n_out = j->n_out[k], outs = (n_out + LORA_OUT - 1) / LORA_OUT, rel = it - j->b_first[k];
+		const int64_t o0 = rel % outs * LORA_OUT, o1 = o0 + LORA_OUT < n_out ? o0 + LORA_OUT : n_out;
+		lora_b(j, ith, k, rel / outs, o0, o1);
 	}
 	(void)nth;
 }
 
-// y[i] (n_out floats apart, i < n) += scale * B (A x[i]) for each row's adapters in its order;
-// row i of x and y is rows[ridx ? ridx[i] : i]. l < 0: the output head.
-static void lora_add(lora_pass *lp, int l, int kind, const float *x, int64_t n_in, int64_t n, const int32_t *ridx,
-		     float *y, int64_t n_out) {
+// The terms riding on the base matmul's pass: after its outputs [o0, o1) of matrix w are written.
+static void lora_post(void *arg, int ith, int w, int64_t o0, int64_t o1) {
+	const lora_job *j = arg;
+	for (int64_t c = 0; c < j->chunks; c++) lora_b(j, ith, w, c, o0, o1);
+}
+
+// Slot s's groups for the nk matrices (kinds[i], all reading x of n_in floats a row; ys[i]
+// n_outs[i] floats a row) into j: rows in order of their adapter's first row. False when no
+// row has a term for them.
+static bool lora_plan(lora_pass *lp, int l, int32_t s, int nk, const int *kinds, const float *x, int64_t n_in, int64_t n,
+		      const int32_t *ridx, float *const *ys, const int64_t *n_outs, lora_job *j) {
+	LANES_ASSERT(nk >= 1 && nk <= LORA_KINDS);
+	memset(lp->done, 0, (size_t)n);
+	int64_t ns = 0, ng = 0, chunks = 0;
+	for (int64_t i = 0; i < n; i++) {
+		const model_lora_set *set = lp->rows[ridx ? ridx[i] : i].lora;
+		if (lp->done[i] || !set || s >= set->n) continue;
+		const model_lora *a = set->use[s].lora;
+		const int64_t g0 = ns;
+		for (int64_t k = i; k < n; k++) {
+			const model_lora_set *o = lp->rows[ridx ? ridx[k] : k].lora;
+			if (!lp->done[k] && o && s < o->n && o->use[s].lora == a) lp->sel[ns++] = (int32_t)k, lp->done[k] = 1;
+		}
+		bool any = false;
+		for (int k = 0; k < nk; k++) any |= lora_pair_of(a, l, kinds[k]) != NULL;
+		if (!any) {
+			ns = g0; // this adapter leaves these weights alone
+			continue;
+		}
+		lp->group_lora[ng] = a;
+		lp->group[ng++] = (int32_t)g0;
+		chunks += (ns - g0 + LORA_CHUNK - 1) / LORA_CHUNK;
+	}
+	if (!ng) return false;
+	lp->group[ng] = (int32_t)ns;
+	*j = (lora_job){.lp = lp, .l = l, .slot = s, .nk = nk, .x = x, .n_in = n_in, .ng = ng, .ridx = ridx, .chunks = chunks,
+			.na = nk * chunks};
+	for (int k = 0; k < nk; k++) {
+		j->kind[k] = kinds[k];
+		j->y[k] = ys[k];
+		j->n_out[k] = n_outs[k];
+		j->b_first[k + 1] = j->b_first[k] + chunks * ((n_outs[k] + LORA_OUT - 1) / LORA_OUT);
+	}
+	j->nb = j->b_first[nk];
+	atomic_init(&j->next_a, 0);
+	atomic_init(&j->done_a, 0);
+	atomic_init(&j->next_b, 0);
+	return true;
+}
+
+// For each of the nk matrices: ys[i] (i < n) += scale * B (A x[i]) for each row's adapters in
+// its order, in passes of their own; row i of x and y is rows[ridx ? ridx[i] : i]. l < 0: the
+// output head.
+static void lora_add_kinds(lora_pass *lp, int l, int nk, const int *kinds, const float *x, int64_t n_in, int64_t n,
+			   const int32_t *ridx, float *const *ys, const int64_t *n_outs) {
 	if (!lp) return;
 	for (int32_t s = 0; s < lp->slots; s++) {
-		// the groups of this slot: rows in order of their adapter's first row
-		memset(lp->done, 0, (size_t)n);
-		int64_t ns = 0, ng = 0;
-		int32_t *gstart = lp->item; // reused: group starts, then pieces
-		for (int64_t i = 0; i < n; i++) {
-			const model_lora_set *set = lp->rows[ridx ? ridx[i] : i].lora;
-			if (lp->done[i] || !set || s >= set->n) continue;
-			const model_lora *a = set->use[s].lora;
-			const int64_t g0 = ns;
-			for (int64_t k = i; k < n; k++) {
-				const model_lora_set *o = lp->rows[ridx ? ridx[k] : k].lora;
-				if (!lp->done[k] && o && s < o->n && o->use[s].lora == a) lp->sel[ns++] = (int32_t)k, lp->done[k] = 1;
-			}
-			if (!lora_pair_of(a, l, kind)) {
-				ns = g0; // this adapter leaves the weight alone
-				continue;
-			}
-			lp->item_lora[ng] = a;
-			gstart[ng++] = (int32_t)g0;
-		}
-		if (!ng) continue;
-		gstart[ng] = (int32_t)ns;
-		// Fewer groups than threads: cut each into pieces so every thread has work.
-		const int64_t cuts = ng >= lp->nth ? 1 : (lp->nth + ng - 1) / ng;
-		int64_t ni = ng;
-		if (cuts > 1) {
-			int32_t bounds[2 * MODEL_LORA_MAX + 2];
-			const model_lora *la[2 * MODEL_LORA_MAX + 2];
-			const int64_t cap = (int64_t)(sizeof bounds / sizeof bounds[0]) - 1;
-			int64_t ni2 = 0;
-			for (int64_t g = 0; g < ng && ni2 < cap; g++) {
-				const int64_t cnt = gstart[g + 1] - gstart[g], per = (cnt + cuts - 1) / cuts;
-				for (int64_t c0 = 0; c0 < cnt && ni2 < cap; c0 += per) bounds[ni2] = gstart[g] + (int32_t)c0, la[ni2++] = lp->item_lora[g];
-			}
-			if (ni2 < cap) {
-				for (int64_t i = 0; i < ni2; i++) gstart[i] = bounds[i], lp->item_lora[i] = la[i];
-				gstart[ni2] = (int32_t)ns;
-				ni = ni2;
-			}
-		}
-		lora_job j = {.lp = lp, .l = l, .kind = kind, .slot = s, .x = x, .n_in = n_in, .n_out = n_out, .n_items = ni,
-			      .ridx = ridx, .y = y};
-		atomic_init(&j.next, 0);
-		if (lp->pool && ni > 1) base_pool_run(lp->pool, lora_task, &j);
+		lora_job j;
+		if (!lora_plan(lp, l, s, nk, kinds, x, n_in, n, ridx, ys, n_outs, &j)) continue;
+		if (lp->pool && lp->nth > 1) base_pool_run(lp->pool, lora_task, &j);
 		else lora_task(&j, 0, 1);
 	}
+}
+
+static void lora_add(lora_pass *lp, int l, int kind, const float *x, int64_t n_in, int64_t n, const int32_t *ridx,
+		     float *y, int64_t n_out) {
+	lora_add_kinds(lp, l, 1, &kind, x, n_in, n, ridx, &y, &n_out);
+}
+
+// The terms of a base matmul over the rows' own input (kinds[i] for its matrix i), planned to
+// ride on its pass (*j, true) when each row has one adapter at most; else lora_add_kinds after
+// it (false). The base outputs come first either way, then the terms.
+static bool lora_fuse(lora_pass *lp, int l, int nk, const int *kinds, const float *x, int64_t n_in, int64_t n,
+		      float *const *ys, const int64_t *n_outs, lora_job *j) {
+	return lp && lp->slots == 1 && lora_plan(lp, l, 0, nk, kinds, x, n_in, n, NULL, ys, n_outs, j);
 }
 
 typedef struct {
@@ -272,20 +366,23 @@ static void glu_row(void *arg, int64_t r) {
 }
 
 // y = x . W^T of matrix `mat` (add: y += it), its input's rows made by mk (NULL: x is ready).
+// lj: adapter terms that ride on the pass (NULL: none).
 static void mm(base_pool *pool, scratch *s, const mweight *w, int64_t mat, const float *x, int64_t n, float *y,
-	       void (*make)(void *, int64_t), const row_maker *mk, bool add) {
+	       void (*make)(void *, int64_t), const row_maker *mk, bool add, lora_job *lj) {
 	const tensor_mat *tm = &w->tm;
-	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .add = add, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes};
+	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .add = add, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes,
+				  .pre = lj ? lora_a : NULL, .post = lj ? lora_post : NULL, .hook_arg = lj};
 	tensor_matmuls_opts(pool, 1, &tm, &mat, x, n, &y, &o);
 }
 
 // Several matrices over the same input in one pass (the input is made and prepared once).
 static void mm_multi(base_pool *pool, scratch *s, int nw, const mweight *const *w, int64_t mat, const float *x, int64_t n,
-		     float *const *y, void (*make)(void *, int64_t), const row_maker *mk) {
+		     float *const *y, void (*make)(void *, int64_t), const row_maker *mk, lora_job *lj) {
 	const tensor_mat *tm[4];
 	const int64_t mats[4] = {mat, mat, mat, mat};
 	for (int i = 0; i < nw; i++) tm[i] = &w[i]->tm;
-	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes};
+	const tensor_mm_opts o = {.make_row = make, .arg = (void *)mk, .scratch = s->mmx, .scratch_bytes = s->mmx_bytes,
+				  .pre = lj ? lora_a : NULL, .post = lj ? lora_post : NULL, .hook_arg = lj};
 	tensor_matmuls_opts(pool, nw, tm, mats, x, n, y, &o);
 }
 
@@ -298,18 +395,22 @@ static void ffn(const model *m, base_pool *pool, scratch *s, const mweight *gate
 		lora_pass *lp, int l) {
 	const mweight *gu[2] = {gate, up};
 	float *const out[2] = {g, u};
-	mm_multi(pool, s, 2, gu, mat, x, n, out, norm ? norm_row : NULL, norm);
-	lora_add(lp, l, LK_GATE, x, gate->k, n, NULL, g, gate->rows);
-	lora_add(lp, l, LK_UP, x, up->k, n, NULL, u, up->rows);
+	const int gu_kinds[2] = {LK_GATE, LK_UP}, down_kind = LK_DOWN;
+	const int64_t gu_w[2] = {gate->rows, up->rows};
+	lora_job lj;
+	bool fuse = lora_fuse(lp, l, 2, gu_kinds, x, gate->k, n, out, gu_w, &lj);
+	mm_multi(pool, s, 2, gu, mat, x, n, out, norm ? norm_row : NULL, norm, fuse ? &lj : NULL);
+	if (!fuse) lora_add_kinds(lp, l, 2, gu_kinds, x, gate->k, n, NULL, out, gu_w);
 	const row_maker glu = {.m = m, .h = g, .u = u, .width = gate->rows};
-	mm(pool, s, down, mat, g, n, y, glu_row, &glu, add);
-	lora_add(lp, l, LK_DOWN, g, down->k, n, NULL, y, down->rows);
+	fuse = lora_fuse(lp, l, 1, &down_kind, g, down->k, n, &y, &down->rows, &lj);
+	mm(pool, s, down, mat, g, n, y, glu_row, &glu, add, fuse ? &lj : NULL);
+	if (!fuse) lora_add(lp, l, LK_DOWN, g, down->k, n, NULL, y, down->rows);
 }
 
 static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, scratch *s) {
 	const model_hparams *hp = &m->hp;
 	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used;
-	mm(pool, s, &ly->gate_inp, 0, s->h, n, s->rl, NULL, NULL, false);
+	mm(pool, s, &ly->gate_inp, 0, s->h, n, s->rl, NULL, NULL, false, NULL);
 	for (int64_t r = 0; r < n; r++)
 		tensor_moe_route(s->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, s->ids + r * K, s->rw + r * K);
 	if (s->routes) model_routes_put(s->routes, (int32_t)(ly - m->layers), s->ids, s->rw, n);
@@ -337,7 +438,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 		}
 	}
 	if (!m->shexp) return;
-	mm(pool, s, &ly->gate_inp_shexp, 0, s->h, n, s->sg, NULL, NULL, false);
+	mm(pool, s, &ly->gate_inp_shexp, 0, s->h, n, s->sg, NULL, NULL, false, NULL);
 	ffn(m, pool, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, false, NULL, NULL, 0);
 	for (int64_t r = 0; r < n; r++) {
 		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
@@ -359,10 +460,12 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	const row_maker attn_norm = {.m = m, .x = s->x, .w = ly->attn_norm, .h = s->h, .width = E};
 	const mweight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
 	float *const qkv_out[3] = {s->q, s->k, s->v};
-	mm_multi(pool, s, 3, qkv, 0, s->h, n, qkv_out, norm_row, &attn_norm);
-	lora_add(s->lp, l, LK_Q, s->h, E, n, NULL, s->q, qd);
-	lora_add(s->lp, l, LK_K, s->h, E, n, NULL, s->k, kvd);
-	lora_add(s->lp, l, LK_V, s->h, E, n, NULL, s->v, kvd);
+	const int qkv_kinds[3] = {LK_Q, LK_K, LK_V}, o_kind = LK_O;
+	const int64_t qkv_w[3] = {qd, kvd, kvd};
+	lora_job lj;
+	bool fuse = lora_fuse(s->lp, l, 3, qkv_kinds, s->h, E, n, qkv_out, qkv_w, &lj);
+	mm_multi(pool, s, 3, qkv, 0, s->h, n, qkv_out, norm_row, &attn_norm, fuse ? &lj : NULL);
+	if (!fuse) lora_add_kinds(s->lp, l, 3, qkv_kinds, s->h, E, n, NULL, qkv_out, qkv_w);
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
@@ -374,10 +477,12 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	else attn_task(&aj, 0, 1);
 	const bool fold = !s->lp && !ly->bo; // x += the output, as it is written
 	if (fold) {
-		mm(pool, s, &ly->wo, 0, s->att, n, s->x, NULL, NULL, true);
+		mm(pool, s, &ly->wo, 0, s->att, n, s->x, NULL, NULL, true, NULL);
 	} else {
-		mm(pool, s, &ly->wo, 0, s->att, n, s->t, NULL, NULL, false);
-		lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
+		float *const t_out = s->t;
+		fuse = lora_fuse(s->lp, l, 1, &o_kind, s->att, qd, n, &t_out, &E, &lj);
+		mm(pool, s, &ly->wo, 0, s->att, n, s->t, NULL, NULL, false, fuse ? &lj : NULL);
+		if (!fuse) lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
 		add_bias(s->t, ly->bo, n, E);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 	}
@@ -600,9 +705,14 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 	if (hp->n_ff > wide) wide = hp->n_ff;
 	const int64_t out_w = output && hp->n_vocab > wide ? hp->n_vocab : wide;
 	const int nth = base_pool_threads(pool);
-	const size_t per_th = ((size_t)LORA_CHUNK * ((size_t)wide + (size_t)rank + (size_t)out_w) + 15) & ~(size_t)15;
-	const size_t fl = per_th * (size_t)nth;
-	const size_t need = fl * sizeof(float) + (size_t)n * sizeof(void *) + (size_t)(3 * n + 1) * sizeof(int32_t) + (size_t)n;
+	// a quantized adapter's input, prepared: the widest input or the largest rank, per piece
+	const tensor_kernels *k16 = tensor_kernels_with_act(m->ks, TENSOR_ACT_Q16), *k8 = tensor_kernels_with_act(m->ks, TENSOR_ACT_Q8);
+	const int64_t kmax = wide > rank ? wide : rank;
+	const size_t a16 = tensor_matmul_scratch(k16, LORA_CHUNK, kmax), a8 = tensor_matmul_scratch(k8, LORA_CHUNK, kmax);
+	const size_t act = (a16 > a8 ? a16 : a8) + 64;
+	const size_t per_th = ((size_t)LORA_CHUNK * ((size_t)wide + (size_t)out_w) + (act + 3) / 4 + 15) & ~(size_t)15;
+	const size_t fl = per_th * (size_t)nth, tl = ((size_t)LORA_KINDS * (size_t)n * (size_t)rank + 15) & ~(size_t)15;
+	const size_t need = (fl + tl) * sizeof(float) + (size_t)n * sizeof(void *) + (size_t)(3 * n + 1) * sizeof(int32_t) + (size_t)n;
 	if (need > w->lora_bytes) {
 		void *p = realloc(w->lora_buf, need);
 		if (!p) return base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for the adapters' scratch");
@@ -611,12 +721,12 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 	}
 	float *f = w->lora_buf;
 	*lp = (lora_pass){.pool = pool, .nth = nth, .rows = rows, .n = n, .slots = slots, .per_th = per_th, .f = f,
-			  .wide = wide, .rank = rank};
-	lp->item_lora = (const model_lora **)(f + fl);
-	lp->sel = (int32_t *)(lp->item_lora + n);
+			  .t = f + fl, .wide = wide, .rank = rank, .out_w = out_w};
+	lp->group_lora = (const model_lora **)(f + fl + tl);
+	lp->sel = (int32_t *)(lp->group_lora + n);
 	lp->ridx = lp->sel + n;
-	lp->item = lp->ridx + n;
-	lp->done = (uint8_t *)(lp->item + n + 1);
+	lp->group = lp->ridx + n;
+	lp->done = (uint8_t *)(lp->group + n + 1);
 	*out = lp;
 	return LANES_OK;
 }
@@ -673,7 +783,7 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		if (rows[r].logits) s.sel[nl++] = (int32_t)r;
 	if (s.lp) memcpy(s.lp->ridx, s.sel, (size_t)nl * sizeof *s.sel);
 	const row_maker out_norm = {.m = m, .x = s.x, .w = m->output_norm, .h = s.h, .ridx = s.sel, .width = (int64_t)E};
-	if (nl) mm(pool, &s, &m->output, 0, s.h, nl, logits, norm_row, &out_norm, false);
+	if (nl) mm(pool, &s, &m->output, 0, s.h, nl, logits, norm_row, &out_norm, false, NULL);
 	if (nl) lora_add(s.lp, -1, LK_OUTPUT, s.h, (int64_t)E, nl, s.lp ? s.lp->ridx : NULL, logits, hp->n_vocab);
 	int64_t nh = 0;
 	for (int64_t r = 0; r < n && want; r++)

@@ -207,6 +207,7 @@ static void mm_run(void *arg, int ith, int nth) {
 		}
 		base_pool_wait(&j->prep_done, j->n);
 	}
+	if (j->o && j->o->pre) j->o->pre(j->o->hook_arg, ith);
 	const int64_t total = j->first[j->nw];
 	const bool add = j->o && j->o->add;
 	int64_t c0 = atomic_load(&j->next);
@@ -225,6 +226,7 @@ static void mm_run(void *arg, int ith, int nth) {
 			const int64_t o0 = (a - j->first[i]) * tile, o1 = (b - j->first[i]) * tile;
 			w->ks->matmul(w, (const uint8_t *)w->data + (size_t)j->mats[i] * w->mat_bytes, j->xa, j->xa_stride, j->n,
 				      j->ys[i], w->rows, o0, o1 < w->rows ? o1 : w->rows, add);
+			if (j->o && j->o->post) j->o->post(j->o->hook_arg, ith, i, o0, o1 < w->rows ? o1 : w->rows);
 		}
 		c0 = atomic_load(&j->next);
 	}
@@ -250,7 +252,7 @@ void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, c
 	for (int i = 0; i < nw; i++) {
 		LANES_ASSERT(ws[i]->ks == ks && ws[i]->k == j.k);
 		if (ks->act_kind(ws[i]->type) != j.act) { // inputs prepared differently: one pass each
-			LANES_ASSERT(!o || !o->make_row);
+			LANES_ASSERT(!o || (!o->make_row && !o->pre && !o->post));
 			for (int t = 0; t < nw; t++) tensor_matmuls_opts(pool, 1, ws + t, mats + t, x, n, ys + t, o);
 			return;
 		}
@@ -279,6 +281,23 @@ void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, c
 	if (nth > 1 && (total > 1 || n > 1) && work >= MM_POOL_MIN) base_pool_run(pool, mm_run, &j);
 	else mm_run(&j, 0, 1);
 	free(buf);
+}
+
+void tensor_matmul_part(const tensor_mat *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
+			int64_t ldy, int64_t o0, int64_t o1, void *scratch, bool add) {
+	const tensor_kernels *ks = w->ks;
+	LANES_ASSERT(o0 >= 0 && o0 % ks->tile == 0 && ldx >= w->k && ldy >= w->rows);
+	if (o1 > w->rows) o1 = w->rows;
+	if (n <= 0 || o0 >= o1) return;
+	const void *xa = x;
+	size_t xs = (size_t)ldx * sizeof(float);
+	if (ks->act_kind(w->type) == KERN_ACT_Q8) {
+		uint8_t *a = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+		xs = (size_t)(w->k / 32) * ks->act_bytes;
+		for (int64_t r = 0; r < n; r++) ks->act_q8(x + r * ldx, w->k, (kern_q8 *)(a + (size_t)r * xs));
+		xa = a;
+	}
+	ks->matmul(w, (const uint8_t *)w->data + (size_t)mat * w->mat_bytes, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 // ---- the other kernels of a set -------------------------------------------------------------

@@ -340,11 +340,23 @@ typedef struct {
 	bool add;             // ys[i][r][o] = ys[i][r][o] + the dot (one float add), not = the dot
 	void *scratch;        // prepared activations go here when it holds tensor_matmul_scratch
 	size_t scratch_bytes; // bytes; too small or NULL: the call allocates its own
+	// Work that rides on the pass (the adapters' terms): pre runs once on each of its threads
+	// when the input rows are made (it waits for its own work itself), post after a thread has
+	// written outputs [o0, o1) of matrix w for every row, on that thread. NULL: none.
+	void (*pre)(void *arg, int ith);
+	void (*post)(void *arg, int ith, int w, int64_t o0, int64_t o1);
+	void *hook_arg;
 } tensor_mm_opts;
 // tensor_matmuls with o (NULL: as tensor_matmuls). Each output is the same dot product
 // either way: make_row and add change where the work runs, not its arithmetic.
 void tensor_matmuls_opts(base_pool *pool, int nw, const tensor_mat *const *ws, const int64_t *mats, const float *x,
 			 int64_t n, float *const *ys, const tensor_mm_opts *o);
+// Outputs [o0, o1) of matrix mat of w for n rows of x (ldx floats apart), on this thread:
+// y[r * ldy + o] for o in the range (add: y + it), each the same dot product tensor_matmuls
+// makes. o0 is a multiple of w's tile; scratch holds tensor_matmul_scratch(w's set, n, k)
+// bytes (quantized sets prepare x there; unused for float weights).
+void tensor_matmul_part(const tensor_mat *w, int64_t mat, const float *x, int64_t ldx, int64_t n, float *y,
+			int64_t ldy, int64_t o0, int64_t o1, void *scratch, bool add);
 // Bytes of scratch a call of n rows of k inputs with a matrix of ks needs at most.
 size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 
