@@ -448,8 +448,8 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 
 // One block: every matmul makes its input's rows (RMSNorm, SwiGLU) as it prepares them, the
 // residual adds happen as the outputs are written, and RoPE and the K/V writes run in the
-// attention's pool job, so no per-row work waits on one thread between hand-offs. With
-// adapters or an output bias the residual waits for them (their terms come first).
+// attention's pool job, so no per-row work waits on one thread between hand-offs. Adapter
+// terms are added after the residual; an output bias comes first, so its residual waits.
 static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  scratch *s, size_t att_floats, bool fused) {
 	const model_hparams *hp = &m->hp;
@@ -475,14 +475,12 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	atomic_init(&aj.next, 0);
 	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
-	const bool fold = !s->lp && !ly->bo; // x += the output, as it is written
-	if (fold) {
-		mm(pool, s, &ly->wo, 0, s->att, n, s->x, NULL, NULL, true, NULL);
-	} else {
-		float *const t_out = s->t;
-		fuse = lora_fuse(s->lp, l, 1, &o_kind, s->att, qd, n, &t_out, &E, &lj);
-		mm(pool, s, &ly->wo, 0, s->att, n, s->t, NULL, NULL, false, fuse ? &lj : NULL);
-		if (!fuse) lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, s->t, E);
+	const bool fold = !ly->bo; // x += the output as it is written; the adapters' terms follow it
+	float *const o_out = fold ? s->x : s->t;
+	fuse = lora_fuse(s->lp, l, 1, &o_kind, s->att, qd, n, &o_out, &E, &lj);
+	mm(pool, s, &ly->wo, 0, s->att, n, o_out, NULL, NULL, fold, fuse ? &lj : NULL);
+	if (!fuse) lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, o_out, E);
+	if (!fold) {
 		add_bias(s->t, ly->bo, n, E);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 	}
@@ -492,11 +490,8 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 		for (int64_t r = 0; r < n; r++) norm_row((void *)&ffn_norm, r);
 		moe(m, ly, pool, n, s);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
-	} else if (!s->lp) {
-		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, NULL, l);
 	} else {
-		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, false, &ffn_norm, s->lp, l);
-		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, s->lp, l);
 	}
 }
 
