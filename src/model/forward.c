@@ -106,6 +106,13 @@ static void lora_piece(const lora_job *j, int64_t c, int64_t *g, int64_t *c0, in
 	LANES_ASSERT(0);
 }
 
+// Whether entries [c0, c0 + c) of sel are consecutive rows: then they are read and written in place.
+static bool lora_together(const lora_pass *lp, int64_t c0, int64_t c) {
+	for (int64_t q = 1; q < c; q++)
+		if (lp->sel[c0 + q] != lp->sel[c0] + q) return false;
+	return true;
+}
+
 // The thread's scratch: rows gathered, t . B^T of rows apart in y, a quantized input.
 static float *lora_scratch(const lora_pass *lp, int ith, float **u, void **act) {
 	float *xg = lp->f + (size_t)ith * lp->per_th;
@@ -129,10 +136,8 @@ static void lora_a(void *arg, int ith) {
 		const model_lora *a = lp->group_lora[g];
 		const lora_pair *p = lora_pair_of(a, j->l, j->kind[k]);
 		if (p) {
-			bool run = true;
-			for (int64_t q = 1; q < c && run; q++) run = lp->sel[c0 + q] == lp->sel[c0] + q;
 			const float *xin = j->x + (size_t)lp->sel[c0] * (size_t)j->n_in;
-			if (!run) {
+			if (!lora_together(lp, c0, c)) {
 				for (int64_t q = 0; q < c; q++)
 					memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
 				xin = xg;
@@ -166,9 +171,7 @@ static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int
 	lora_scratch(lp, ith, &u, &act);
 	const int64_t n_out = j->n_out[k];
 	const float *t = lp->t + ((size_t)k * (size_t)lp->n + (size_t)c0) * (size_t)lp->rank;
-	bool run = true;
-	for (int64_t q = 1; q < cnt && run; q++) run = lp->sel[c0 + q] == lp->sel[c0] + q;
-	if (run) {
+	if (lora_together(lp, c0, cnt)) {
 		tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, j->y[k] + (size_t)lp->sel[c0] * (size_t)n_out, n_out, o0, o1, act, true);
 		return;
 	}

@@ -850,8 +850,8 @@ void srv_sock_answered(srv_conn *c) {
 	uint64_t sent, recvd;
 	tcp_bytes(k->fd, &sent, &recvd);
 	// libmicrohttpd keeps the connection for the next request (HTTP/1.1 without "close", or HTTP/1.0
-	// with "keep-alive" and a reply of known length; the body read whole); when it has read nothing past this request, the gate
-	// can judge the next head
+	// with "keep-alive" and a reply of known length; the body read whole); when it has read nothing
+	// past this request, the gate can judge the next head
 	const uint64_t expect = k->expect == UINT64_MAX || k->req_bytes == UINT64_MAX ? UINT64_MAX : k->expect + k->req_bytes;
 	const bool persist = (c->http11 || (conn_token(c, "keep-alive") && !c->unsized)) && !conn_token(c, "close");
 	const bool keep = persist && k->received && !k->unread && expect != UINT64_MAX &&
