@@ -8,8 +8,9 @@
 // The includer defines VL (32-bit lanes per vector), NH (vectors per 16-row tile), VB (bytes
 // per vector), RMAX (activation rows per pass over a tile), KX_ROWS_2CH (rows per pass from
 // which each row's dot product runs as two chains, not four), KX_Q8_UNSIGNED (Q8_0 codes
-// packed as q ^ 0x80), KX_DP16 (products summed in int16 before widening), vi/vf/vd and the
-// v_* vocabulary functions.
+// packed as q ^ 0x80), KX_DP16 (products summed in int16 before widening), KX_GROUP (rows
+// whose q8 dot products advance in lockstep, 0 for none), vi/vf/vd and the v_* vocabulary
+// functions.
 #include "tensor/kern.h"
 
 #include <math.h>
@@ -169,6 +170,24 @@ AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int 
 // Chains per row: a lone row needs its own parallel chains, a full pass has other rows'.
 #define NCH(R) ((R) >= KX_ROWS_2CH ? 2 : 4)
 
+#if KX_GROUP
+// Width q8 in groups of KX_GROUP rows whose dot products advance in lockstep, one code vector
+// at a time (more independent chains in flight than row after row). The group's first row is
+// opaque to the compiler, so the others are addressed from it and the stride rather than kept
+// as a pointer each. A row's integer sums and float steps are those of the row path.
+AI const uint8_t *group_base(const uint8_t *xa, size_t xs, int i0, int64_t b) {
+	const uint8_t *gb = xa + (size_t)b * KERN_Q8_BYTES + (size_t)i0 * xs;
+	__asm__("" : "+r"(gb));
+	return gb;
+}
+AI const kern_q8 *group_row(const uint8_t *gb, size_t xs, int j) { return (const kern_q8 *)(gb + (size_t)j * xs); }
+// c[j] += the codes g0..g1-1 of w against row j's qh.
+AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, int g0, int g1, vi c[KX_GROUP]) {
+	UNROLL for (int g = g0; g < g1; g++) UNROLL for (int j = 0; j < KX_GROUP; j++)
+		c[j] = v_dpb(c[j], w[g], group_row(gb, xs, j)->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
+}
+#endif
+
 // Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
 AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, size_t bbytes,
 		    bool five, int off, bool affine, bool one) {
@@ -182,6 +201,26 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const uint8_t *sc = blk + (five ? 320 : 256);
 		const vf D = v_ldh(sc + 2 * VL * h);
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
+#if KX_GROUP
+		if (one && R >= KX_GROUP) {
+			UNROLL for (int i0 = 0; i0 < R; i0 += KX_GROUP) {
+				const uint8_t *gb = group_base(xa, xs, i0, b);
+				vi c[KX_GROUP];
+				UNROLL for (int j = 0; j < KX_GROUP; j++) {
+					const kern_q8 *x = group_row(gb, xs, j);
+					c[j] = v_set1_32(off == 8 ? x->n8 : -off * x->sum);
+				}
+				dot_group(w, gb, xs, 0, 8, c);
+				UNROLL for (int j = 0; j < KX_GROUP; j++) {
+					const kern_q8 *x = group_row(gb, xs, j);
+					acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
+					if (affine) acc[i0 + j] = v_fma(M, v_set1f(x->ds), acc[i0 + j]);
+				}
+			}
+			keep8(w);
+			continue;
+		}
+#endif
 		ROWS {
 			const kern_q8 *x = xrow(xa, xs, i, b, one);
 			const vi s = dot_row(w, x, 2, five ? 5 : 4, v_set1_32(off == 8 ? x->n8 : -off * x->sum), NCH(R), one);

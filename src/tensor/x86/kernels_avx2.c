@@ -15,6 +15,7 @@ typedef __m256d vd;
 #define KX_ROWS_2CH 4
 #define KX_Q8_UNSIGNED 0
 #define KX_DP16 1
+#define KX_GROUP 0
 
 #define V static inline __attribute__((always_inline))
 // ---- vocabulary ----

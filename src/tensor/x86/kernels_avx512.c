@@ -14,6 +14,7 @@ typedef __m512d vd;
 #define KX_ROWS_2CH 8
 #define KX_Q8_UNSIGNED 1
 #define KX_DP16 0
+#define KX_GROUP 4
 
 #define V static inline __attribute__((always_inline))
 // ---- vocabulary ----
