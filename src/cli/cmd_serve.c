@@ -140,6 +140,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.n_cors_origins = s->cors_origin.n;
 	cfg.protect_control = s->protect_control;
 	cfg.max_output_bytes = (size_t)s->max_output_bytes;
+	cfg.stream_flush_us = (uint32_t)lround(s->stream_flush_ms * 1000);
 	cfg.max_tokenize_bytes = (size_t)s->max_tokenize_bytes;
 	cfg.no_webui = s->no_webui;
 	cfg.lanes.experts = strcmp(s->experts, "off") != 0;

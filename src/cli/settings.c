@@ -120,6 +120,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--no-webui", .kind = SET_FLAG, .field = F(no_webui), .cmds = B(SERVE), .help = "serve no web page at /"},
 	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = "16777216", .min = 1024,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
+	{.names = "--stream-flush-ms", .kind = SET_FLOAT, .field = F(stream_flush_ms), .dflt = "2", .min = 0, .max = 1000, .meta = "MS",
+	 .cmds = B(SERVE), .help = "a stream's tokens that come within MS of its last write go out together, at most MS later (0 = each at once)"},
 	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = "1048576", .min = 16,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest /tokenize and /detokenize body in bytes"},
 	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = "8388608", .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",

@@ -35,6 +35,7 @@ void http_config_default(http_config *c) {
 	c->http_threads = 4;
 	c->max_output_bytes = 16u << 20;
 	c->max_tokenize_bytes = 1u << 20;
+	c->stream_flush_us = 2000;
 	c->peer_poll_ms = 500;
 	c->peer_timeout_ms = 2000;
 	c->max_lora = 8;
@@ -540,7 +541,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->template_path = dup_or_null(cfg->chat_template);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->slot_mu, NULL);
-	s->waker_ep = s->waker_quit = -1;
+	s->waker_ep = s->waker_quit = s->flush_fd = -1;
 	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts

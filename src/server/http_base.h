@@ -133,6 +133,9 @@ struct http_server {
 	pthread_t waker;               // resumes suspended calls on their clients' sockets and keep-alive timers
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
+	int flush_fd;                  // the waker's timer for streams' held tokens (under slot_mu:)
+	uint64_t flush_timer_at;       // when it fires (0: disarmed)
+	int n_held;                    // calls holding tokens for it
 	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
 	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
 	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (http_sock.c)

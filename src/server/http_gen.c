@@ -19,6 +19,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -437,9 +438,72 @@ static int slot_get(http_server *s, srv_call *c) {
 	return got;
 }
 
+// ---- held stream tokens: one write for the tokens that come within --stream-flush-ms ----------
+
+#define FLUSH_KEY (UINT64_MAX - 1) // the flush timer's key in the waker's epoll set
+
+// Under slot_mu: sets the flush timer to fire at `at` (0: disarms it); false if it could not.
+static bool flush_arm(http_server *s, uint64_t at) {
+	struct itimerspec its = {{0, 0}, {(time_t)(at / 1000000), (long)(at % 1000000) * 1000}};
+	if (timerfd_settime(s->flush_fd, TFD_TIMER_ABSTIME, &its, NULL)) return false;
+	s->flush_timer_at = at;
+	return true;
+}
+
+// Under slot_mu: c's held tokens go out with the wake-up being made.
+static void flush_release(http_server *s, srv_call *c) {
+	if (!c->flush_at_us) return;
+	c->flush_at_us = 0;
+	if (--s->n_held == 0 && s->flush_timer_at) flush_arm(s, 0);
+}
+
+// Under slot_mu: a stream's token event that came before flush_after_us waits for the ones
+// after it (true), so a fast stream costs a write per interval, not per token. The first token
+// after flush_after_us takes them all; the timer sends them if none comes within the interval.
+static bool flush_hold(http_server *s, srv_call *c) {
+	const uint64_t now = base_now_us();
+	if (s->flush_fd < 0 || !c->flush_after_us || now >= c->flush_after_us) return false;
+	if (!c->flush_at_us) {
+		const uint64_t at = now + s->cfg.stream_flush_us;
+		// nothing is held that the timer could not send
+		if ((!s->flush_timer_at || at < s->flush_timer_at) && !flush_arm(s, at)) return false;
+		c->flush_at_us = at;
+		s->n_held++;
+	}
+	return true;
+}
+
+static void call_wake(srv_call *c);
+
+// The waker, when the flush timer fires: resumes the calls whose tokens are due, then sets the
+// timer for the next.
+static void flush_due(http_server *s) {
+	uint64_t n;
+	ssize_t r = read(s->flush_fd, &n, sizeof n);
+	(void)r;
+	pthread_mutex_lock(&s->slot_mu);
+	s->flush_timer_at = 0; // a one-shot: it fired
+	const uint64_t now = base_now_us();
+	uint64_t next = 0;
+	for (int i = 0; i < s->n_slots && s->n_held > 0; i++) {
+		srv_call *c = s->slots[i].used ? s->slots[i].call : NULL;
+		if (!c || !c->flush_at_us) continue;
+		if (c->flush_at_us <= now) call_wake(c);
+		else if (!next || c->flush_at_us < next) next = c->flush_at_us;
+	}
+	// a timer that cannot be set sends what is held now
+	if (next && !flush_arm(s, next))
+		for (int i = 0; i < s->n_slots; i++) {
+			srv_call *c = s->slots[i].used ? s->slots[i].call : NULL;
+			if (c && c->flush_at_us) call_wake(c);
+		}
+	pthread_mutex_unlock(&s->slot_mu);
+}
+
 static void slot_put(http_server *s, srv_call *c) {
 	if (c->slot < 0) return;
 	pthread_mutex_lock(&s->slot_mu);
+	flush_release(s, c);
 	if (c->sock >= 0) epoll_ctl(s->waker_ep, EPOLL_CTL_DEL, c->sock, NULL);
 	s->slots[c->slot].used = false;
 	s->slots[c->slot].call = NULL;
@@ -449,6 +513,9 @@ static void slot_put(http_server *s, srv_call *c) {
 
 // Under slot_mu: resumes c's connection if it is suspended, else leaves a wake-up pending.
 static void call_wake(srv_call *c) {
+	http_server *s = c->s;
+	flush_release(s, c);
+	c->flush_after_us = c->g.stream && s->cfg.stream_flush_us ? base_now_us() + s->cfg.stream_flush_us : 0;
 	if (c->waiting) {
 		c->waiting = false;
 		MHD_resume_connection(c->conn->mc);
@@ -505,7 +572,7 @@ static void call_notify(void *arg, const lane_event *ev) {
 		if (c->queued_bytes <= c->s->cfg.max_output_bytes) return;
 	}
 	pthread_mutex_lock(&c->s->slot_mu);
-	call_wake(c);
+	if (!(c->g.stream && ev->kind == LANE_EV_TOKEN && flush_hold(c->s, c))) call_wake(c);
 	pthread_mutex_unlock(&c->s->slot_mu);
 }
 
@@ -543,6 +610,7 @@ static void *waker_main(void *arg) {
 		bool quit = false;
 		for (int k = 0; k < n; k++) {
 			if (evs[k].data.u64 == UINT64_MAX) quit = true;
+			else if (evs[k].data.u64 == FLUSH_KEY) flush_due(s);
 			else waker_event(s, &evs[k]);
 		}
 		if (quit) break;
@@ -565,6 +633,13 @@ int srv_waker_start(http_server *s, char *err, size_t errlen) {
 	if (s->waker_ep < 0 || s->waker_quit < 0) return base_seterr(err, errlen, LANES_EIO, "epoll: %s", strerror(errno));
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
 	if (epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->waker_quit, &ev)) return base_seterr(err, errlen, LANES_EIO, "epoll_ctl: %s", strerror(errno));
+	// without the timer every token goes out at once
+	s->flush_fd = s->cfg.stream_flush_us ? timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC) : -1;
+	struct epoll_event fev = {.events = EPOLLIN, .data.u64 = FLUSH_KEY};
+	if (s->flush_fd >= 0 && epoll_ctl(s->waker_ep, EPOLL_CTL_ADD, s->flush_fd, &fev)) {
+		close(s->flush_fd);
+		s->flush_fd = -1;
+	}
 	if (pthread_create(&s->waker, NULL, waker_main, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the waker thread");
 	s->waker_started = true;
 	return 0;
@@ -588,7 +663,8 @@ void srv_waker_stop(http_server *s) {
 	}
 	if (s->waker_ep > 0) close(s->waker_ep);
 	if (s->waker_quit > 0) close(s->waker_quit);
-	s->waker_ep = s->waker_quit = -1;
+	if (s->flush_fd >= 0) close(s->flush_fd);
+	s->waker_ep = s->waker_quit = s->flush_fd = -1;
 }
 
 // ---- SSE output ---------------------------------------------------------------------------------

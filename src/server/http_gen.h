@@ -162,6 +162,8 @@ struct srv_call {
 	bool pending;                  // a wake-up came while it was not suspended (under slot_mu)
 	size_t queued_bytes;           // engine thread: what its token events add to out_bytes
 	uint64_t wake_at_us;           // the waker resumes it then even without events (0: never)
+	uint64_t flush_after_us;       // stream: token events before then wait to go out together (under slot_mu)
+	uint64_t flush_at_us;          // stream: tokens are held; the waker resumes it then (0: none; under slot_mu)
 	atomic_bool hup;               // the client half-closed: it may still be reading, or gone
 	atomic_bool gone;              // the client's socket failed: it went away
 	bool probed;                   // after hup: something was written to see whether it is gone

@@ -45,6 +45,7 @@ typedef struct {
 	bool protect_control;       // with api_key: /slots, /metrics, /props and /health's details need it
 	size_t max_output_bytes;    // largest non-streamed generation reply (default 16 MiB)
 	size_t max_tokenize_bytes;  // largest /tokenize and /detokenize body (default 1 MiB)
+	uint32_t stream_flush_us;   // a stream's tokens within this of its last write go out together (0: each at once)
 	bool no_webui;              // GET / and the page's files answer 404
 	bool metrics_experts;       // /metrics adds lanes_expert_activations_total{layer,expert}
 	// the grid (docs/deploy.md): peers this server overflows to; the list is borrowed
