@@ -106,11 +106,13 @@ static void lora_piece(const lora_job *j, int64_t c, int64_t *g, int64_t *c0, in
 	LANES_ASSERT(0);
 }
 
-// Whether entries [c0, c0 + c) of sel are consecutive rows: then they are read and written in place.
-static bool lora_together(const lora_pass *lp, int64_t c0, int64_t c) {
-	for (int64_t q = 1; q < c; q++)
-		if (lp->sel[c0 + q] != lp->sel[c0] + q) return false;
-	return true;
+// The step between the rows of entries [c0, c0 + c) of sel when it is the same throughout (then
+// they are read and written in place, as a matrix of that row stride), else 0.
+static int64_t lora_step(const lora_pass *lp, int64_t c0, int64_t c) {
+	const int64_t step = c > 1 ? lp->sel[c0 + 1] - lp->sel[c0] : 1;
+	for (int64_t q = 2; q < c && step > 0; q++)
+		if (lp->sel[c0 + q] != lp->sel[c0] + q * step) return 0;
+	return step > 0 ? step : 0;
 }
 
 // The thread's scratch: rows gathered, t . B^T of rows apart in y, a quantized input.
@@ -122,7 +124,7 @@ static float *lora_scratch(const lora_pass *lp, int ith, float **u, void **act) 
 }
 
 // x . A^T of every matrix and piece of rows, scaled per row, on each thread until all are
-// done (it waits for the others' too). Rows that lie together in x are read where they are.
+// done (it waits for the others' too). Rows evenly spaced in x are read where they are.
 static void lora_a(void *arg, int ith) {
 	lora_job *j = arg;
 	lora_pass *lp = j->lp;
@@ -137,13 +139,14 @@ static void lora_a(void *arg, int ith) {
 		const lora_pair *p = lora_pair_of(a, j->l, j->kind[k]);
 		if (p) {
 			const float *xin = j->x + (size_t)lp->sel[c0] * (size_t)j->n_in;
-			if (!lora_together(lp, c0, c)) {
+			const int64_t step = lora_step(lp, c0, c);
+			if (!step) {
 				for (int64_t q = 0; q < c; q++)
 					memcpy(xg + q * j->n_in, j->x + (size_t)lp->sel[c0 + q] * (size_t)j->n_in, (size_t)j->n_in * sizeof(float));
 				xin = xg;
 			}
 			float *t = lp->t + ((size_t)k * (size_t)lp->n + (size_t)c0) * (size_t)lp->rank;
-			tensor_matmul_part(&p->a, 0, xin, j->n_in, c, t, lp->rank, 0, p->a.rows, act, false);
+			tensor_matmul_part(&p->a, 0, xin, (step ? step : 1) * j->n_in, c, t, lp->rank, 0, p->a.rows, act, false);
 			// each row's scale goes on its x . A^T: then B's products add straight into y
 			for (int64_t q = 0; q < c; q++) {
 				const int64_t r = lp->sel[c0 + q];
@@ -159,7 +162,7 @@ static void lora_a(void *arg, int ith) {
 }
 
 // t . B^T of piece c of matrix k over outputs [o0, o1), added to its rows' outputs: written
-// into y where the rows lie together, else made apart and then added (the same one add).
+// into y where the rows are evenly spaced, else made apart and then added (the same one add).
 static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int64_t o1) {
 	lora_pass *lp = j->lp;
 	int64_t g, c0, cnt;
@@ -171,8 +174,10 @@ static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int
 	lora_scratch(lp, ith, &u, &act);
 	const int64_t n_out = j->n_out[k];
 	const float *t = lp->t + ((size_t)k * (size_t)lp->n + (size_t)c0) * (size_t)lp->rank;
-	if (lora_together(lp, c0, cnt)) {
-		tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, j->y[k] + (size_t)lp->sel[c0] * (size_t)n_out, n_out, o0, o1, act, true);
+	const int64_t step = lora_step(lp, c0, cnt);
+	if (step) {
+		tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, j->y[k] + (size_t)lp->sel[c0] * (size_t)n_out, step * n_out, o0, o1, act,
+				   true);
 		return;
 	}
 	tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, u, n_out, o0, o1, act, false);
