@@ -161,6 +161,20 @@ static void lora_a(void *arg, int ith) {
 	base_pool_wait(&j->done_a, j->na);
 }
 
+// y[e] = y[e] + u[e], four at a time (the same one add each).
+static void add_into(float *y, const float *u, int64_t n) {
+	typedef float v4 __attribute__((vector_size(16)));
+	int64_t e = 0;
+	for (; e + 4 <= n; e += 4) {
+		v4 a, b;
+		memcpy(&a, y + e, sizeof a);
+		memcpy(&b, u + e, sizeof b);
+		a = a + b;
+		memcpy(y + e, &a, sizeof a);
+	}
+	for (; e < n; e++) y[e] = y[e] + u[e];
+}
+
 // t . B^T of piece c of matrix k over outputs [o0, o1), added to its rows' outputs: written
 // into y where the rows are evenly spaced, else made apart and then added (the same one add).
 static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int64_t o1) {
@@ -181,11 +195,8 @@ static void lora_b(const lora_job *j, int ith, int k, int64_t c, int64_t o0, int
 		return;
 	}
 	tensor_matmul_part(&p->b, 0, t, lp->rank, cnt, u, n_out, o0, o1, act, false);
-	for (int64_t q = 0; q < cnt; q++) {
-		float *yr = j->y[k] + (size_t)lp->sel[c0 + q] * (size_t)n_out;
-		const float *ur = u + q * n_out;
-		for (int64_t e = o0; e < o1; e++) yr[e] = yr[e] + ur[e];
-	}
+	for (int64_t q = 0; q < cnt; q++)
+		add_into(j->y[k] + (size_t)lp->sel[c0 + q] * (size_t)n_out + o0, u + q * n_out + o0, o1 - o0);
 }
 
 // The terms alone, in a pass of their own: x . A^T, then t . B^T in pieces of LORA_OUT outputs.
