@@ -112,6 +112,13 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 		kx_attn_unfused(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
 		return;
 	}
+#ifdef KX_NARROW
+	// heads of a multiple of the narrower set's vectors: its kernel, still in vectors
+	if (D % VL && D % KX_NARROW_VL == 0 && D / KX_NARROW_VL <= ATT_MAXC) {
+		KX_NARROW.attn_unfused(q, nq, D, scale, kvv, n_pos, scores, out);
+		return;
+	}
+#endif
 	if (D % VL || nc > ATT_MAXC) {
 		for (int32_t hq = 0; hq < nq; hq++)
 			tensor_attn_f16(q + (size_t)hq * D, D, scale, kvv, n_pos, scores + (size_t)hq * n_pos, out + (size_t)hq * D);
@@ -302,6 +309,12 @@ static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const te
 		kx_attn(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scratch, out + (size_t)64 * D);
 		return;
 	}
+#ifdef KX_NARROW
+	if (D % VL && D % KX_NARROW_VL == 0 && D / KX_NARROW_VL <= ATT_MAXC) {
+		KX_NARROW.attn(q, nq, D, scale, kvv, n_pos, scratch, out);
+		return;
+	}
+#endif
 	if (D % VL || nc > ATT_MAXC) {
 		for (int32_t hq = 0; hq < nq; hq++)
 			tensor_attn(q + (size_t)hq * D, D, scale, kvv, n_pos, scratch, out + (size_t)hq * D);
