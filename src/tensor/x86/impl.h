@@ -621,6 +621,9 @@ static void kx_rmsnorm(const float *x, const float *w, int64_t n, float eps, flo
 // Scaled f16 encode (tensor_f16s_encode's search, vectorized): the octave as the reference
 // picks it, then the scale of the octave with the least squared error (float sums).
 static uint8_t kx_f16s_encode(const float *x, int32_t n, uint16_t *h) {
+#ifdef KX_NARROW
+	if (n % VL && n % KX_NARROW_VL == 0) return KX_NARROW.f16s_encode(x, n, h);
+#endif
 	if (n % VL) return tensor_f16s_encode(x, n, h);
 	vf am = v_zerof();
 	for (int32_t i = 0; i < n; i += VL) am = v_max(am, v_absf(v_loadf(x + i)));
