@@ -143,11 +143,11 @@ static void custom_propose(lane_host *h, lane_req *r, int32_t k) {
 }
 
 // The number of drafts (up to kmax) that most raises the lanes' expected tokens per unit of
-// round time, from the pricing: each draft row costs a row, the j-th is accepted with
-// probability a^j, and the round's fixed cost is shared by its n_live lanes. 0 when a
+// round time, from the pricing: each draft row costs a row and a draw, the j-th is accepted
+// with probability a^j, and the round's fixed cost is shared by its n_live lanes. 0 when a
 // draft row costs more than it is expected to save (a small model's rows are dear).
 static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n_live) {
-	const double F = h->fixed_us / (n_live > 1 ? n_live : 1), R = h->row_us;
+	const double F = h->fixed_us / (n_live > 1 ? n_live : 1), R = h->row_us + h->draw_us;
 	double best = 1.0 / (F + R), e = 1.0, q = 1.0;
 	int32_t k_best = 0;
 	for (int32_t k = 1; k <= kmax; k++) {

@@ -209,7 +209,8 @@ static void embed_row(lane_host *h, lane_req *r, const float *hid, int32_t pos) 
 // emitting it may end its request.
 static void sample_rows(lane_host *h, int32_t n) {
 	const int32_t n_vocab = h->hp.n_vocab;
-	int32_t li = 0, hi = 0;
+	int32_t li = 0, hi = 0, drawn = 0;
+	const uint64_t t0 = base_now_us();
 	for (int32_t i = 0; i < n; i++) {
 		if (!h->rows[i].logits) {
 			h->stats.prompt_tokens++;
@@ -227,12 +228,14 @@ static void sample_rows(lane_host *h, int32_t n) {
 		}
 		if (h->rows[i].pos == r->n_prompt - 1) {
 			lane_emit_sampled(h, r, lg);
+			drawn++;
 			continue;
 		}
 		int32_t nd = r->n_draft, P = h->rows[i].pos, acc = 0;
 		lreq_ref(r); // ending it inside the drafts must not free it under us
 		for (int32_t j = 0; j <= nd; j++) {
 			int32_t tok = lane_emit_sampled(h, r, h->logits + (size_t)(li - 1 + j) * n_vocab);
+			drawn++;
 			if (r->lane < 0 || j == nd || tok != r->drafts[j]) break;
 			acc++;
 		}
@@ -240,6 +243,12 @@ static void sample_rows(lane_host *h, int32_t n) {
 		i += nd;
 		if (nd) lane_draft_verified(h, r, nd, acc, P);
 		lreq_unref(r);
+	}
+	// what a draw costs beside a row's forward work, for the drafts' price (lane_propose);
+	// prices given in the configuration stay as given
+	if (drawn && h->cfg.row_us <= 0) {
+		const double per = (double)(base_now_us() - t0) / drawn;
+		h->draw_us = h->draw_us > 0 ? 0.9 * h->draw_us + 0.1 * per : per;
 	}
 }
 
