@@ -8,6 +8,8 @@ import fs from 'node:fs';
 export const BIN = process.env.LANES_BIN ? path.resolve(process.env.LANES_BIN) : path.resolve('build/lanes');
 export const SHARED = path.resolve(process.env.LANES_SHARED || '../shared');
 export const TMP = process.env.LANES_TMP || fs.mkdtempSync('/tmp/lanes-http-');
+// a folder of our own (no LANES_TMP: a test file or a benchmark run alone) goes with us
+if (!process.env.LANES_TMP) process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
 export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
 export const KEY = process.env.LANES_KEY || 'test-key';
 export const URL_ = process.env.LANES_URL;
