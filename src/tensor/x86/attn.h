@@ -2,6 +2,10 @@
 // vocabulary of kernels_avx2.c and kernels_avx512.c, which include it after impl.h.
 // ---- unfused attention over paged f16 rows --------------------------------------------------------
 #define ATT_MAXC 16 // head_dim / VL at most
+#ifdef KX_NARROW
+// A head this set's vectors do not divide but the narrower set's do: its kernels keep it in vectors.
+AI bool narrow_head(int32_t D) { return D % VL && D % KX_NARROW_VL == 0 && D / KX_NARROW_VL <= ATT_MAXC; }
+#endif
 
 // q . k for the nj (<= VL) K rows of a group in kf (nc vectors each), in the lanes of one
 // vector: each product summed over the head's values in lanes, then the VL sums reduced
@@ -113,8 +117,7 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 		return;
 	}
 #ifdef KX_NARROW
-	// heads of a multiple of the narrower set's vectors: its kernel, still in vectors
-	if (D % VL && D % KX_NARROW_VL == 0 && D / KX_NARROW_VL <= ATT_MAXC) {
+	if (narrow_head(D)) {
 		KX_NARROW.attn_unfused(q, nq, D, scale, kvv, n_pos, scores, out);
 		return;
 	}
@@ -310,7 +313,7 @@ static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const te
 		return;
 	}
 #ifdef KX_NARROW
-	if (D % VL && D % KX_NARROW_VL == 0 && D / KX_NARROW_VL <= ATT_MAXC) {
+	if (narrow_head(D)) {
 		KX_NARROW.attn(q, nq, D, scale, kvv, n_pos, scratch, out);
 		return;
 	}

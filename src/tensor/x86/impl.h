@@ -181,9 +181,9 @@ AI const uint8_t *group_base(const uint8_t *xa, size_t xs, int i0, int64_t b) {
 	return gb;
 }
 AI const kern_q8 *group_row(const uint8_t *gb, size_t xs, int j) { return (const kern_q8 *)(gb + (size_t)j * xs); }
-// c[j] += the codes g0..g1-1 of w against row j's qh.
-AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, int g0, int g1, vi c[KX_GROUP]) {
-	UNROLL for (int g = g0; g < g1; g++) UNROLL for (int j = 0; j < KX_GROUP; j++)
+// c[j] += the block's codes against row j's qh.
+AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, vi c[KX_GROUP]) {
+	UNROLL for (int g = 0; g < 8; g++) UNROLL for (int j = 0; j < KX_GROUP; j++)
 		c[j] = v_dpb(c[j], w[g], group_row(gb, xs, j)->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
 }
 #endif
@@ -210,7 +210,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 					const kern_q8 *x = group_row(gb, xs, j);
 					c[j] = v_set1_32(off == 8 ? x->n8 : -off * x->sum);
 				}
-				dot_group(w, gb, xs, 0, 8, c);
+				dot_group(w, gb, xs, c);
 				UNROLL for (int j = 0; j < KX_GROUP; j++) {
 					const kern_q8 *x = group_row(gb, xs, j);
 					acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
