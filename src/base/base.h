@@ -1,5 +1,6 @@
-// base: error codes, logging, clocks, checked arithmetic, hashing and the thread pool
-// that every other module builds on. Knows nothing of models, files or requests.
+// base: error codes, logging, clocks, checked arithmetic, hashing, the thread pool, and files
+// confined to a folder and written whole or not at all, that every other module builds on.
+// Knows nothing of models or requests.
 #ifndef LANES_BASE_H
 #define LANES_BASE_H
 
@@ -108,6 +109,40 @@ void base_pool_run(base_pool *p, base_task_fn fn, void *arg);
 // taken, so one that has not started yet holds nobody up.
 void base_pool_wait(const _Atomic long long *done, long long target);
 int base_cpu_count(void);
+
+// ---- files: names confined to a folder; writes that land whole or not at all ----------------
+#define BASE_NAME_MAX 128 // bytes of a file name in a confined folder
+
+// Whether name may name a file in a confined folder: 1..BASE_NAME_MAX bytes of
+// [A-Za-z0-9._-], not starting with '.' (no path, no hidden or temporary file).
+bool base_name_ok(const char *name);
+// Opens the folder at path for the calls below (*dfd; close it), made with its parents
+// (mode 0700) when create is set and it is missing. LANES_EIO/LANES_ENOTFOUND with why.
+int base_dir_open(const char *path, bool create, int *dfd, char *err, size_t errlen);
+// Opens name (base_name_ok) in folder dfd for reading: never through a symlink nor out of the
+// folder, and only a regular file. *fd, or LANES_EINVAL (a bad name, not a regular file),
+// LANES_ENOTFOUND, LANES_EIO, with why (the name, never the folder's path).
+int base_file_open_in(int dfd, const char *name, int *fd, char *err, size_t errlen);
+
+// A file being written: a fresh temporary file beside its final name until committed.
+typedef struct {
+	int dfd, fd;              // the folder (owned when own_dfd) and the temporary file
+	bool own_dfd, live;       // live: begun and not yet committed or aborted
+	char tmp[48];             // the temporary file's name in the folder
+	char name[256];           // the final name in the folder
+	const char *shown;        // how messages name the file
+} base_wfile;
+// Starts writing name in folder dfd, or the path name when dfd is -1 (the operator's: any
+// folder, any name): a temporary file with a random name beside it, created O_EXCL, never
+// through a symlink, locked while written. fd is w->fd. LANES_EIO/LANES_EINVAL with why.
+int base_wfile_begin(base_wfile *w, int dfd, const char *name, char *err, size_t errlen);
+// Flushes the file to disk, renames it over the final name and flushes the folder, so a crash
+// leaves the old file or the new one, never a torn one. Ends w whatever happens (else aborted).
+int base_wfile_commit(base_wfile *w, char *err, size_t errlen);
+// Drops the temporary file. Accepts an ended or zeroed w.
+void base_wfile_abort(base_wfile *w);
+// Removes the temporary files in folder dfd that no writer holds (a crash's leftovers); the count.
+int base_dir_sweep(int dfd);
 
 // ---- build: "lanes VERSION (commit C)" and the compiler and flags it was built with ------
 const char *base_version_string(void);

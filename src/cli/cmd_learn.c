@@ -58,9 +58,9 @@ static int line_example(ex_ctx *c, const char *path, int64_t lineno, const char 
 	json_t *msgs = json_object_get(o, "messages"), *p = json_object_get(o, "prompt"), *cpl = json_object_get(o, "completion");
 	if (msgs) {
 		if (!c->t && chat_template(c)) rc = -1;
-		else if (learn_example_chat(e, c->voc, c->t, msgs, NULL, NULL, err, sizeof err)) rc = -1;
+		else if (learn_example_chat(e, c->voc, c->t, msgs, NULL, NULL, 0, err, sizeof err)) rc = -1;
 	} else if (json_is_string(p) && json_is_string(cpl)) {
-		if (learn_example_text(e, c->voc, json_string_value(p), json_string_value(cpl), err, sizeof err)) rc = -1;
+		if (learn_example_text(e, c->voc, json_string_value(p), json_string_value(cpl), 0, err, sizeof err)) rc = -1;
 	} else {
 		snprintf(err, sizeof err, "a line holds \"messages\", or \"prompt\" and \"completion\" strings");
 		rc = -1;

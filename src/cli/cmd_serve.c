@@ -158,6 +158,11 @@ int cmd_serve(const cli_settings *s) {
 	cfg.load_progress_ud = &bar;
 	cfg.max_lora = (int)s->max_lora;
 	cfg.learn_share = s->learn_share;
+	char adapters_dir[4096];
+	if (s->adapters_dir && *s->adapters_dir) snprintf(adapters_dir, sizeof adapters_dir, "%s", s->adapters_dir);
+	else snprintf(adapters_dir, sizeof adapters_dir, "%s/.cache/lanes/adapters", getenv("HOME") ? getenv("HOME") : ".");
+	cfg.adapters_dir = adapters_dir;
+	cfg.allow_unauth_mutations = s->allow_unauth_mutations;
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
 	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;

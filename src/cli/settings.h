@@ -27,7 +27,7 @@ typedef struct {
 	// files and texts
 	const char *grammar_file, *json_schema_file, *data_file, *eval_file, *from_adapter;
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
-	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir;
+	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
 	const char *corpus, *svg;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
@@ -41,7 +41,7 @@ typedef struct {
 	cli_list allowed_host, cors_origin, lora, peer; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
-		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts;
+		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
 	uint64_t given[2];  // bit i: setting i was given (flag or environment)

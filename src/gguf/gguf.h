@@ -92,6 +92,8 @@ typedef struct gguf gguf;
 // Opens and validates path. On failure returns a negative code and writes a message
 // naming the problem and its byte offset into err.
 int gguf_open(gguf **out, const char *path, char *err, size_t errlen);
+// The same over an open file (fd stays the caller's; name is how messages call it).
+int gguf_open_fd(gguf **out, int fd, const char *name, char *err, size_t errlen);
 // The same over caller-owned bytes (kept alive and unchanged while the gguf is open).
 int gguf_open_mem(gguf **out, const void *data, size_t size, char *err, size_t errlen);
 void gguf_free(gguf *g); // accepts NULL
@@ -152,7 +154,10 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf *g, const char *skip_prefix);
 // Adds a tensor; data (nbytes, must match type and shape) is copied at once.
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
 			   const int64_t *ne, const void *data, uint64_t nbytes);
-// Writes version 3 with general.alignment (default 32) to path.
+// Writes version 3 with general.alignment (default 32) to path, whole or not at all
+// (base_wfile: the old file stays until the new one is complete on disk).
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+// The same as name in folder dfd (a checked name: base_name_ok).
+int gguf_writer_write_at(gguf_writer *w, int dfd, const char *name, char *err, size_t errlen);
 
 #endif

@@ -338,30 +338,26 @@ int gguf_open_mem(gguf **out, const void *data, size_t size, char *err, size_t e
 	return open_bytes(out, data, size, false, "<memory>", err, errlen);
 }
 
+int gguf_open_fd(gguf **out, int fd, const char *path, char *err, size_t errlen) {
+	*out = NULL;
+	struct stat st;
+	if (fstat(fd, &st)) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode)) return base_seterr(err, errlen, LANES_EIO, "%s: not a regular file", path);
+	if (st.st_size < 24)
+		return base_seterr(err, errlen, LANES_EFORMAT, "%s: offset 0: truncated: %lld bytes is too short for a GGUF header",
+				    path, (long long)st.st_size);
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (m == MAP_FAILED) return base_seterr(err, errlen, LANES_EIO, "%s: mmap: %s", path, strerror(errno));
+	return open_bytes(out, m, (size_t)st.st_size, true, path, err, errlen);
+}
+
 int gguf_open(gguf **out, const char *path, char *err, size_t errlen) {
 	*out = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st)) {
-		int e = errno;
-		close(fd);
-		return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(e));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return base_seterr(err, errlen, LANES_EIO, "%s: not a regular file", path);
-	}
-	if (st.st_size < 24) {
-		close(fd);
-		return base_seterr(err, errlen, LANES_EFORMAT, "%s: offset 0: truncated: %lld bytes is too short for a GGUF header",
-				    path, (long long)st.st_size);
-	}
-	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	int e = errno;
+	const int rc = gguf_open_fd(out, fd, path, err, errlen);
 	close(fd);
-	if (m == MAP_FAILED) return base_seterr(err, errlen, LANES_EIO, "%s: mmap: %s", path, strerror(e));
-	return open_bytes(out, m, (size_t)st.st_size, true, path, err, errlen);
+	return rc;
 }
 
 uint32_t gguf_version(const gguf *g) { return g->version; }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
 	char *key;
@@ -276,29 +277,39 @@ static void pad_to(out *o, uint32_t align) {
 	}
 }
 
-int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen) {
+// Writes the file into w's temporary and commits it.
+static int write_into(gguf_writer *gw, base_wfile *w, char *err, size_t errlen) {
+	const char *path = w->shown;
 	uint32_t align = 32;
-	for (size_t i = 0; i < w->n_kv; i++)
-		if (!strcmp(w->kv[i].key, "general.alignment") && w->kv[i].val.type == GGUF_U32) {
-			uint64_t a = w->kv[i].val.u;
-			if (a == 0 || (a & (a - 1)) || a > (1u << 20))
+	for (size_t i = 0; i < gw->n_kv; i++)
+		if (!strcmp(gw->kv[i].key, "general.alignment") && gw->kv[i].val.type == GGUF_U32) {
+			uint64_t a = gw->kv[i].val.u;
+			if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
+				base_wfile_abort(w);
 				return base_seterr(err, errlen, LANES_EINVAL, "%s: general.alignment %llu is not a power of two", path, (unsigned long long)a);
+			}
 			align = (uint32_t)a;
 		}
-	FILE *f = fopen(path, "wb");
-	if (!f) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
+	const int fd = dup(w->fd);
+	FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+	if (!f) {
+		const int e = errno;
+		if (fd >= 0) close(fd);
+		base_wfile_abort(w);
+		return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(e));
+	}
 	out o = {.f = f};
 	put(&o, "GGUF", 4);
 	put_u32(&o, 3);
-	put_u64(&o, w->n_t);
-	put_u64(&o, w->n_kv);
-	for (size_t i = 0; i < w->n_kv; i++) {
-		put_str(&o, (gguf_str){w->kv[i].key, strlen(w->kv[i].key)});
-		put_value(&o, &w->kv[i].val, true);
+	put_u64(&o, gw->n_t);
+	put_u64(&o, gw->n_kv);
+	for (size_t i = 0; i < gw->n_kv; i++) {
+		put_str(&o, (gguf_str){gw->kv[i].key, strlen(gw->kv[i].key)});
+		put_value(&o, &gw->kv[i].val, true);
 	}
 	uint64_t off = 0;
-	for (size_t i = 0; i < w->n_t; i++) {
-		const wtensor *t = &w->t[i];
+	for (size_t i = 0; i < gw->n_t; i++) {
+		const wtensor *t = &gw->t[i];
 		put_str(&o, (gguf_str){t->name, strlen(t->name)});
 		put_u32(&o, t->n_dims);
 		for (uint32_t d = 0; d < t->n_dims; d++) put_u64(&o, (uint64_t)t->ne[d]);
@@ -308,12 +319,28 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
 		off += (align - off % align) % align;
 	}
 	pad_to(&o, align);
-	for (size_t i = 0; i < w->n_t; i++) {
-		put(&o, w->t[i].data, w->t[i].nbytes);
+	for (size_t i = 0; i < gw->n_t; i++) {
+		put(&o, gw->t[i].data, gw->t[i].nbytes);
 		pad_to(&o, align);
 	}
 	bool bad = o.bad;
 	if (fclose(f)) bad = true;
-	if (bad) return base_seterr(err, errlen, LANES_EIO, "%s: write failed: %s", path, strerror(errno));
-	return 0;
+	if (bad) {
+		const int e = errno;
+		base_wfile_abort(w);
+		return base_seterr(err, errlen, LANES_EIO, "%s: write failed: %s", path, strerror(e));
+	}
+	return base_wfile_commit(w, err, errlen);
+}
+
+int gguf_writer_write(gguf_writer *gw, const char *path, char *err, size_t errlen) {
+	base_wfile w;
+	int rc = base_wfile_begin(&w, -1, path, err, errlen);
+	return rc ? rc : write_into(gw, &w, err, errlen);
+}
+
+int gguf_writer_write_at(gguf_writer *gw, int dfd, const char *name, char *err, size_t errlen) {
+	base_wfile w;
+	int rc = base_wfile_begin(&w, dfd, name, err, errlen);
+	return rc ? rc : write_into(gw, &w, err, errlen);
 }

@@ -237,17 +237,16 @@ int learn_adapter_lora(const learn_adapter *a, model_lora **out, char *err, size
 int learn_lora_shell(const learn_adapter *a, model_lora **out, char *err, size_t errlen) { return lora_shell(a, out, err, errlen); }
 void learn_lora_fill(const learn_adapter *a, model_lora *l) { lora_fill_all(a, l); }
 
-int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, char *err, size_t errlen) {
+// dfd -1: path is the operator's path; else a checked name in folder dfd.
+static int save(const learn_adapter *a, int dfd, const char *path, uint32_t type, char *err, size_t errlen) {
 	if (type != GGUF_T_F32 && type != GGUF_T_F16 && type != GGUF_T_BF16 && type != GGUF_T_Q8_0)
 		return base_seterr(err, errlen, LANES_EINVAL, "learn: an adapter is saved as F32, F16, BF16 or Q8_0");
 	for (int32_t i = 0; i < a->n_pairs; i++)
 		if (!tensor_row_bytes(type, a->pairs[i].n_in) || !tensor_row_bytes(type, a->pairs[i].r))
 			return base_seterr(err, errlen, LANES_EINVAL, "learn: rows of %d and %d elements do not fit type %s", a->pairs[i].n_in,
 					    a->pairs[i].r, tensor_traits_of(type)->name);
-	char arch[sizeof model_hparams_of(a->m)->arch + 1], tmp[4096], name[200];
+	char arch[sizeof model_hparams_of(a->m)->arch + 1], name[200];
 	snprintf(arch, sizeof arch, "%s", model_hparams_of(a->m)->arch);
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= sizeof tmp)
-		return base_seterr(err, errlen, LANES_EINVAL, "learn: the path is too long");
 	gguf_writer *w = learn_alloc_fails() ? NULL : gguf_writer_new();
 	void *buf = NULL;
 	int rc = LANES_OK;
@@ -279,14 +278,17 @@ int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, 
 			if (rc) rc = base_seterr(err, errlen, rc, "learn: %s: %s", name, base_strerror(rc));
 		}
 	}
-	if (!rc) rc = gguf_writer_write(w, tmp, err, errlen);
-	if (!rc && rename(tmp, path)) {
-		rc = base_seterr(err, errlen, LANES_EIO, "learn: cannot rename %s to %s", tmp, path);
-		unlink(tmp);
-	}
-	if (rc) unlink(tmp);
+	if (!rc) rc = dfd < 0 ? gguf_writer_write(w, path, err, errlen) : gguf_writer_write_at(w, dfd, path, err, errlen);
 done:
 	free(buf);
 	gguf_writer_free(w);
 	return rc;
+}
+
+int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, char *err, size_t errlen) {
+	return save(a, -1, path, type, err, errlen);
+}
+
+int learn_adapter_save_at(const learn_adapter *a, int dfd, const char *name, uint32_t type, char *err, size_t errlen) {
+	return save(a, dfd, name, type, err, errlen);
 }

@@ -51,10 +51,24 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 	return i;
 }
 
-int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, char *err,
-		       size_t errlen) {
+// Text of len bytes that cannot encode to max_tokens tokens or fewer (max_tokens > 0).
+static int too_long(const tok_vocab *v, size_t len, int64_t max_tokens, char *err, size_t errlen) {
+	if (max_tokens <= 0 || len / (tok_max_text_len(v) + 1) < (size_t)max_tokens) return 0;
+	return base_seterr(err, errlen, LANES_EINVAL, "learn: the example's text (%zu bytes) cannot fit in %lld tokens", len,
+			   (long long)max_tokens);
+}
+
+static int too_many(int64_t n, int64_t max_tokens, char *err, size_t errlen) {
+	if (max_tokens <= 0 || n <= max_tokens) return 0;
+	return base_seterr(err, errlen, LANES_EINVAL, "learn: the example has %lld tokens: a step takes examples of %lld at most",
+			   (long long)n, (long long)max_tokens);
+}
+
+int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, int64_t max_tokens,
+		       char *err, size_t errlen) {
 	*out = NULL;
 	const size_t pl = strlen(prompt), cl = strlen(completion);
+	if (too_long(v, pl + cl, max_tokens, err, errlen)) return LANES_EINVAL;
 	char *full = learn_malloc(pl + cl + 1);
 	int32_t *pi = NULL, *fi = NULL;
 	uint8_t *f = NULL;
@@ -64,7 +78,7 @@ int learn_example_text(learn_example **out, const tok_vocab *v, const char *prom
 	memcpy(full, prompt, pl);
 	memcpy(full + pl, completion, cl + 1);
 	if ((rc = tok_encode(v, prompt, pl, true, true, &pi, &pn, err, errlen)) ||
-	    (rc = tok_encode(v, full, pl + cl, true, true, &fi, &fn, err, errlen)))
+	    (rc = tok_encode(v, full, pl + cl, true, true, &fi, &fn, err, errlen)) || (rc = too_many((int64_t)fn, max_tokens, err, errlen)))
 		goto done;
 	const int32_t eos = tok_eos(v);
 	const bool add_eos = eos >= 0 && !(fn && fi[fn - 1] == eos);
@@ -91,7 +105,7 @@ done:
 
 // The ids of the first k messages rendered as the server renders a chat.
 static int render(const tok_vocab *v, const tmpl *t, const json_t *messages, size_t k, const char *bos, const char *eos,
-		  bool gen, int32_t **ids, size_t *n, char *err, size_t errlen) {
+		  bool gen, int32_t **ids, size_t *n, size_t *text_len, char *err, size_t errlen) {
 	*ids = NULL;
 	json_t *part = json_array(), *ctx = json_object();
 	int rc = !part || !ctx ? LANES_ENOMEM : 0;
@@ -107,6 +121,7 @@ static int render(const tok_vocab *v, const tmpl *t, const json_t *messages, siz
 	else if ((rc = tmpl_render(t, ctx, NULL, &text, &len, msg, sizeof msg)))
 		rc = base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EINVAL, "learn: the chat template failed: %s", msg);
 	else rc = tok_encode_chat(v, text, len, ids, n, err, errlen);
+	if (text_len) *text_len = len;
 	free(text);
 	json_decref(part);
 	json_decref(ctx);
@@ -121,18 +136,43 @@ static const char *token_text(const tok_vocab *v, int32_t id, char *buf, size_t 
 	return buf;
 }
 
+// Bytes of a message's text: its content string, or its parts' texts.
+static size_t message_bytes(const json_t *m) {
+	const json_t *c = json_object_get(m, "content");
+	if (json_is_string(c)) return json_string_length(c);
+	size_t n = 0, i;
+	const json_t *part;
+	json_array_foreach(c, i, part) n += json_string_length(json_object_get(part, "text"));
+	return n;
+}
+
 int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
-		       const char *eos, char *err, size_t errlen) {
+		       const char *eos, int64_t max_tokens, char *err, size_t errlen) {
 	*out = NULL;
 	char bos_buf[256], eos_buf[256];
 	if (!bos) bos = token_text(v, tok_bos(v), bos_buf, sizeof bos_buf);
 	if (!eos) eos = token_text(v, tok_eos(v), eos_buf, sizeof eos_buf);
 	const size_t nm = json_array_size(messages);
 	if (!json_is_array(messages) || !nm) return base_seterr(err, errlen, LANES_EINVAL, "learn: messages must be a non-empty array");
+	if (max_tokens > 0 && (int64_t)nm > max_tokens)
+		return base_seterr(err, errlen, LANES_EINVAL, "learn: %zu messages cannot fit in %lld tokens", nm, (long long)max_tokens);
+	size_t bytes = 0, turns = 0;
+	for (size_t i = 0; i < nm; i++) {
+		const json_t *m = json_array_get(messages, i);
+		bytes += message_bytes(m);
+		turns += !strcmp(json_string_value(json_object_get(m, "role")) ? json_string_value(json_object_get(m, "role")) : "", "assistant");
+	}
+	if (too_long(v, bytes, max_tokens, err, errlen)) return LANES_EINVAL;
 	int32_t *full = NULL, *part = NULL;
 	uint8_t *f = NULL;
 	size_t fn = 0, pn = 0;
-	int rc = render(v, t, messages, nm, bos, eos, false, &full, &fn, err, errlen);
+	size_t text_len = 0;
+	int rc = render(v, t, messages, nm, bos, eos, false, &full, &fn, &text_len, err, errlen);
+	if (!rc) rc = too_many((int64_t)fn, max_tokens, err, errlen);
+	// each assistant turn renders its prefix twice: bounded before that work starts
+	if (!rc && max_tokens > 0 && turns > LEARN_RENDER_BUDGET / 2 / (text_len + 1))
+		rc = base_seterr(err, errlen, LANES_EINVAL, "learn: %zu assistant turns over %zu bytes of conversation are too many to learn from",
+				 turns, text_len);
 	if (!rc && !(f = learn_calloc(fn ? fn : 1, 1))) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
 	for (size_t i = 0; i < nm && !rc; i++) {
 		const json_t *m = json_array_get(messages, i);
@@ -143,11 +183,11 @@ int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, c
 		}
 		if (strcmp(role, "assistant")) continue;
 		// the turn runs from where the prompt for it ends to where its own rendering ends
-		if ((rc = render(v, t, messages, i, bos, eos, true, &part, &pn, err, errlen))) break;
+		if ((rc = render(v, t, messages, i, bos, eos, true, &part, &pn, NULL, err, errlen))) break;
 		const size_t s = common_prefix(part, pn, full, fn);
 		free(part);
 		part = NULL;
-		if ((rc = render(v, t, messages, i + 1, bos, eos, false, &part, &pn, err, errlen))) break;
+		if ((rc = render(v, t, messages, i + 1, bos, eos, false, &part, &pn, NULL, err, errlen))) break;
 		const size_t e = common_prefix(part, pn, full, fn);
 		free(part);
 		part = NULL;

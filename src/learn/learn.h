@@ -90,10 +90,11 @@ int learn_adapter_lora(const learn_adapter *a, model_lora **out, char *err, size
 // Writes the adapter's committed weights as llama.cpp's convert_lora_to_gguf.py does
 // (general.type adapter, adapter.type lora, adapter.lora.alpha, `<base tensor>.lora_a`
 // [n_in, r] and `.lora_b` [r, n_out]) with its matrices in type (GGUF_T_F32, F16, BF16, or
-// Q8_0 when every row's length is a multiple of 32): to a temporary file beside path, then
-// renamed over it, so path holds the old file or the whole new one. LANES_EINVAL, LANES_EIO,
-// LANES_ENOMEM.
+// Q8_0 when every row's length is a multiple of 32) through base_wfile, so path holds the old
+// file or the whole new one. LANES_EINVAL, LANES_EIO, LANES_ENOMEM.
 int learn_adapter_save(const learn_adapter *a, const char *path, uint32_t type, char *err, size_t errlen);
+// The same as name (base_name_ok) in folder dfd, never through a symlink.
+int learn_adapter_save_at(const learn_adapter *a, int dfd, const char *name, uint32_t type, char *err, size_t errlen);
 
 // ---- examples ----------------------------------------------------------------------------
 // Token ids and, for each, whether it is learned: the loss sums -log p(ids[i] | ids[<i]) over
@@ -108,16 +109,23 @@ int learn_example_ids(learn_example **out, const int32_t *ids, const bool *learn
 // A completion: prompt and completion tokenized as one text the way /v1/completions
 // tokenizes a prompt (BOS as the vocab says, special tokens parsed), EOS appended when the
 // vocab has one; the completion's tokens and the EOS are learned. Where a token spans the
-// seam, learning starts at the first token that differs from the prompt's own tokens.
-int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion, char *err,
-		       size_t errlen);
+// seam, learning starts at the first token that differs from the prompt's own tokens. With
+// max_tokens > 0, text that cannot fit in max_tokens tokens is refused before it is
+// tokenized, and one that tokenizes to more is refused too (LANES_EINVAL).
+int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion,
+		       int64_t max_tokens, char *err, size_t errlen);
 // A conversation: messages (a JSON array of {role, content, ...}) rendered by t as the
 // server renders a chat (bos and eos the texts the template sees, NULL: the vocab's BOS and
 // EOS token texts; tokens by tok_encode_chat); the assistant turns
 // are learned, each from its first token to the end of its rendering (end-of-turn marker
-// included). LANES_EINVAL when the template fails or no assistant turn has a token.
+// included). With max_tokens > 0 its cost is bounded before the work: more than max_tokens
+// messages, or text that cannot fit in max_tokens tokens, is refused before any rendering,
+// and a conversation that renders to more than max_tokens tokens, or whose turns would take
+// more than LEARN_RENDER_BUDGET bytes of rendering, before its turns are rendered apart
+// (LANES_EINVAL, as when the template fails or no assistant turn has a token).
+#define LEARN_RENDER_BUDGET ((size_t)32 << 20)
 int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
-		       const char *eos, char *err, size_t errlen);
+		       const char *eos, int64_t max_tokens, char *err, size_t errlen);
 void learn_example_free(learn_example *e); // accepts NULL
 int64_t learn_example_tokens(const learn_example *e);
 int64_t learn_example_learned(const learn_example *e);

@@ -248,16 +248,27 @@ fail:
 	return rc;
 }
 
+// Reads an adapter of m from g (freed here); messages name the file.
+static int load_from(model_lora **out, const model *m, gguf *g, const char *name, char *err, size_t errlen) {
+	char msg[512];
+	int rc = model_lora_from_gguf(out, m, g, msg, sizeof msg);
+	gguf_free(g);
+	if (rc) base_seterr(err, errlen, rc, "%s: %s", name, msg);
+	return rc;
+}
+
 int model_lora_load(model_lora **out, const model *m, const char *path, char *err, size_t errlen) {
 	*out = NULL;
 	gguf *g;
-	char msg[512];
 	int rc = gguf_open(&g, path, err, errlen); // its message names the file
-	if (rc) return rc;
-	rc = model_lora_from_gguf(out, m, g, msg, sizeof msg);
-	gguf_free(g);
-	if (rc) base_seterr(err, errlen, rc, "%s: %s", path, msg);
-	return rc;
+	return rc ? rc : load_from(out, m, g, path, err, errlen);
+}
+
+int model_lora_load_fd(model_lora **out, const model *m, int fd, const char *name, char *err, size_t errlen) {
+	*out = NULL;
+	gguf *g;
+	int rc = gguf_open_fd(&g, fd, name, err, errlen);
+	return rc ? rc : load_from(out, m, g, name, err, errlen);
 }
 
 // The count is the one field a shared adapter changes: a const reader may hold a reference.

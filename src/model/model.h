@@ -103,6 +103,8 @@ typedef struct model_lora model_lora;
 // Thread-safe: m is only read. The adapter must not outlive m. It comes with one reference,
 // the caller's.
 int model_lora_load(model_lora **out, const model *m, const char *path, char *err, size_t errlen);
+// The same from an open file (fd stays the caller's; name is how messages call it).
+int model_lora_load_fd(model_lora **out, const model *m, int fd, const char *name, char *err, size_t errlen);
 // The same over an open gguf, which stays the caller's.
 int model_lora_from_gguf(model_lora **out, const model *m, const gguf *g, char *err, size_t errlen);
 // References: whoever may still run a pass with the adapter holds one. model_lora_ref adds one

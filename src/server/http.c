@@ -50,7 +50,9 @@ enum {
 	SRV_R_MODEL = 1 << 1, // needs the model (503 while loading)
 	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
 	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
-	SRV_R_WORK = 1 << 4    // runs on a work thread (reads a body, may render and tokenize a prompt)
+	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
+	SRV_R_MUTATE = 1 << 5, // changes adapters or learning: refused when open to the network without a key
+	SRV_R_UTIL = 1 << 6    // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
 };
 
 struct srv_route {
@@ -76,7 +78,7 @@ static const srv_route routes[] = {
 	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_ANTHROPIC, srv_count_tokens},
 	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_responses},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
-	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_tokenize},
+	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_tokenize},
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
 	{"GET", "/api/tags", SRV_R_AUTH, SRV_OLLAMA, srv_ollama_tags},
 	{"GET", "/api/ps", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_ps},
@@ -85,20 +87,20 @@ static const srv_route routes[] = {
 	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embeddings},
-	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_detokenize},
+	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_detokenize},
 	// the grid: what this server holds, and capacity held for peers (docs/deploy.md)
 	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
 	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
 	{"DELETE", "/v1/leases/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_lease_release},
 	{"GET", "/v1/adapters", 0, SRV_OPENAI, srv_adapters_list},
-	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_adapters_load},
-	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_unload},
-	{"POST", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_adapters_save},
+	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_load},
+	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_unload},
+	{"POST", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_save},
 	// learning while serving: the ledger is read off the engine's last publication
 	{"GET", "/learn/grants", 0, SRV_OPENAI, srv_learn_grants},
-	{"POST", "/learn/grants", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_learn_grant_new},
-	{"DELETE", "/learn/grants/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_learn_grant_revoke},
-	{"POST", "/learn/examples", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_learn_examples},
+	{"POST", "/learn/grants", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_MUTATE | SRV_R_UTIL, SRV_OPENAI, srv_learn_grant_new},
+	{"DELETE", "/learn/grants/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX | SRV_R_MUTATE, SRV_OPENAI, srv_learn_grant_revoke},
+	{"POST", "/learn/examples", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_MUTATE | SRV_R_UTIL, SRV_OPENAI, srv_learn_examples},
 	// the web page: its files are open, the APIs it calls need the key (the page asks for it)
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
@@ -155,6 +157,10 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	if ((fl & SRV_R_AUTH) && !srv_authorized(c))
 		return srv_fail(e, SRV_E_AUTH, NULL,
 				c->rt->family == SRV_ANTHROPIC ? "invalid x-api-key" : "invalid API key: send Authorization: Bearer KEY");
+	if ((fl & SRV_R_MUTATE) && s->mutations_closed)
+		return srv_fail(e, SRV_E_FORBIDDEN, NULL,
+				"adapter and learning changes are refused on a server open to the network without a key: start it with "
+				"--api-key KEY (or --allow-unauthenticated-mutations)");
 	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -211,7 +217,10 @@ static int head_check(srv_conn *c, const char *version, srv_err *e) {
 }
 
 // parsing, templates and tokenizing run off the connection threads
-static enum MHD_Result run_route(srv_conn *c) { return c->rt->flags & SRV_R_WORK ? srv_work_run(c, c->rt->fn) : c->rt->fn(c); }
+static enum MHD_Result run_route(srv_conn *c) {
+	const unsigned fl = c->rt->flags;
+	return fl & SRV_R_WORK ? srv_work_run(c, fl & SRV_R_UTIL ? SRV_WORK_UTIL : SRV_WORK_GEN, c->rt->fn) : c->rt->fn(c);
+}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
 				  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
@@ -484,6 +493,18 @@ static void *loader(void *arg) {
 
 // ---- lifecycle --------------------------------------------------------------------------------
 
+// The adapters' folder, made when missing; without it HTTP loads and saves are refused.
+static void open_adapters_dir(http_server *s) {
+	char err[512];
+	if (!s->adapters_path) return;
+	if (base_dir_open(s->adapters_path, true, &s->adapters_dfd, err, sizeof err)) {
+		LOG_WARN(SRV_MOD, "adapters over HTTP are off: %s", err);
+		return;
+	}
+	const int swept = base_dir_sweep(s->adapters_dfd);
+	if (swept) LOG_INFO(SRV_MOD, "removed %d unfinished save%s from %s", swept, swept == 1 ? "" : "s", s->adapters_path);
+}
+
 static char *dup_or_null(const char *p) { return p && *p ? strdup(p) : NULL; }
 
 #define FD_RESERVE 256 // descriptors beside the connections: files, the listener, the pool's own
@@ -539,9 +560,10 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->api_key = dup_or_null(cfg->api_key);
 	s->host_addr = strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
 	s->template_path = dup_or_null(cfg->chat_template);
+	s->adapters_path = dup_or_null(cfg->adapters_dir);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->slot_mu, NULL);
-	s->waker_ep = s->waker_quit = s->flush_fd = -1;
+	s->waker_ep = s->waker_quit = s->flush_fd = s->adapters_dfd = -1;
 	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
 	// seeds drawn for requests without one differ across restarts
@@ -586,6 +608,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return grc;
 	}
 
+	open_adapters_dir(s);
 	struct sockaddr_in sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sin_family = AF_INET;
@@ -615,6 +638,11 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return LANES_EIO;
 	}
+	// loopback is 127.0.0.0/8: any other address lets the network in
+	s->mutations_closed = (ntohl(sa.sin_addr.s_addr) >> 24) != 127 && !s->api_key && !cfg->allow_unauth_mutations;
+	if (s->mutations_closed)
+		LOG_WARN(SRV_MOD, "listening on %s without --api-key: adapter and learning changes are refused (403); give --api-key KEY, "
+				  "or --allow-unauthenticated-mutations to take them from anyone", s->host_addr);
 	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {
@@ -656,7 +684,9 @@ void http_server_free(http_server *s) {
 	free(s->api_key);
 	free(s->host_addr);
 	free(s->template_path);
+	free(s->adapters_path);
 	free(s->template_src);
+	if (s->adapters_dfd >= 0) close(s->adapters_dfd);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->slot_mu);
 	free(s);

@@ -12,12 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct lora_job {
 	struct lora_job *next;
 	srv_conn *conn;              // the POST waiting for it, suspended
 	char name[SRV_LORA_NAME_MAX + 1];
-	char path[1024];
+	char path[1024];             // as listed: the operator's path, or the adapters' folder and file
+	char file[BASE_NAME_MAX + 1]; // a file in the adapters' folder ("": path is the operator's)
 	float scale;
 	bool replace;
 	uint64_t ticket;             // the registry's reservation
@@ -43,7 +45,17 @@ struct srv_lora_loader {
 static void run_load(http_server *s, lora_job *j) {
 	const uint64_t t0 = base_now_us();
 	model_lora *a = NULL;
-	j->rc = model_lora_load(&a, s->m, j->path, j->err, sizeof j->err);
+	if (j->file[0]) {
+		int fd;
+		// a missing or refused file is the client's 400, like a malformed one
+		if (base_file_open_in(s->adapters_dfd, j->file, &fd, j->err, sizeof j->err)) j->rc = LANES_EINVAL;
+		else {
+			j->rc = model_lora_load_fd(&a, s->m, fd, j->file, j->err, sizeof j->err);
+			close(fd);
+		}
+	} else {
+		j->rc = model_lora_load(&a, s->m, j->path, j->err, sizeof j->err);
+	}
 	if (!j->rc) model_lora_info_of(a, &j->info);
 	srv_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
 	j->ms = (double)(base_now_us() - t0) / 1000.0;
@@ -214,14 +226,35 @@ enum MHD_Result srv_adapters_list(srv_conn *c) {
 
 // ---- POST /v1/adapters -------------------------------------------------------------------
 
+int srv_adapter_file(http_server *s, const char *path, const char *file, const char *name, char out[BASE_NAME_MAX + 1], srv_err *e) {
+	if (path)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "path",
+				"paths are not taken over HTTP: put the file in the server's adapters folder (--adapters-dir) and "
+				"name it with \"file\"");
+	if (s->adapters_dfd < 0)
+		return srv_fail(e, SRV_E_CONFLICT, "file", "this server has no adapters folder (--adapters-dir): adapters load and save "
+				"over HTTP only there");
+	if (!file && name && strlen(name) + 5 <= BASE_NAME_MAX) {
+		snprintf(out, BASE_NAME_MAX + 1, "%s.gguf", name);
+		file = out;
+	}
+	if (!file || !base_name_ok(file))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "file",
+				"file must be a file name in the adapters folder: 1 to %d of A-Z a-z 0-9 . _ -, not starting with '.'",
+				BASE_NAME_MAX);
+	if (file != out) snprintf(out, BASE_NAME_MAX + 1, "%s", file);
+	return 0;
+}
+
 typedef struct {
-	const char *name, *path;
+	const char *name, *file, *path;
 	json_t *scale;
 	bool replace;
 } load_req;
 
 static const srv_field load_fields[] = {
 	SRV_ROW(load_req, name, SRV_K_STR),
+	SRV_ROW(load_req, file, SRV_K_STR),
 	SRV_ROW(load_req, path, SRV_K_STR),
 	SRV_ROW(load_req, scale, SRV_K_JSON),
 	SRV_ROW(load_req, replace, SRV_K_BOOL),
@@ -247,7 +280,7 @@ static enum MHD_Result load_resume(srv_conn *c) {
 		const enum srv_ekind k = j->rc == LANES_ENOMEM ? SRV_E_INTERNAL : j->rc == LANES_ECANCELLED ? SRV_E_UNAVAILABLE
 									   : j->rc == LANES_ENOTFOUND  ? SRV_E_CONFLICT
 												       : SRV_E_BAD_REQUEST;
-		srv_fail(&e, k, "path", "%s", j->err);
+		srv_fail(&e, k, "file", "%s", j->err);
 		if (k == SRV_E_BAD_REQUEST) snprintf(e.code, sizeof e.code, "invalid_adapter");
 		return srv_reply_error(c, &e);
 	}
@@ -274,23 +307,20 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL;
 	load_req r = {0};
+	char file[BASE_NAME_MAX + 1];
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, load_fields, NULL, &e) || srv_fields_read(j, load_fields, &r, NULL, NULL, &e))
 		goto fail;
-	if (!r.name || !r.path) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, r.name ? "path" : "name", "%s is required: {\"name\", \"path\", \"scale\"?, \"replace\"?}",
-			 r.name ? "path" : "name");
+	if (!r.name) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "name is required: {\"name\", \"file\"?, \"scale\"?, \"replace\"?}");
 		goto fail;
 	}
+	if (srv_adapter_file(s, r.path, r.file, r.name, file, &e)) goto fail;
 	if (!srv_lora_name_ok(r.name)) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", SRV_LORA_NAME_MAX);
 		goto fail;
 	}
 	if (!strcmp(r.name, s->model_id)) {
 		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is the base model's name", r.name);
-		goto fail;
-	}
-	if (!*r.path || strlen(r.path) >= sizeof ((lora_job *)0)->path) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "path", "path must be a file's path of 1 to %zu bytes", sizeof ((lora_job *)0)->path - 1);
 		goto fail;
 	}
 	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= SRV_LORA_SCALE_MAX))) {
@@ -303,7 +333,8 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 		goto fail;
 	}
 	snprintf(job->name, sizeof job->name, "%s", r.name);
-	snprintf(job->path, sizeof job->path, "%s", r.path);
+	snprintf(job->file, sizeof job->file, "%s", file);
+	snprintf(job->path, sizeof job->path, "%s/%s", s->adapters_path, file);
 	job->scale = r.scale ? (float)json_number_value(r.scale) : NAN; // NAN: 1, or the replaced version's
 	job->replace = r.replace;
 	json_decref(j);

@@ -96,7 +96,7 @@ typedef struct {
 
 struct http_server {
 	http_config cfg;               // strings point into the copies below
-	char *model_path, *alias, *api_key, *host_addr, *template_path;
+	char *model_path, *alias, *api_key, *host_addr, *template_path, *adapters_path;
 	char model_id[128];
 	struct MHD_Daemon *mhd;
 	int port;
@@ -150,6 +150,8 @@ struct http_server {
 	struct srv_loras *loras;       // the adapters (server/adapters.h): set by the loader with the model
 	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
 	struct srv_learn *learn;       // learning while serving (server/learning.h), NULL when --learn-share is 0
+	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
+	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------

@@ -75,6 +75,8 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 		    int32_t **ids, int32_t *n, srv_err *e);
 
 // ---- constrained decoding and tool calls (http_tools.c) -----------------------------------
+#define SRV_TOOLS_MAX 512     // tools one request may offer
+#define SRV_TOOLS_NODES 65536 // JSON values in their definitions together
 // GBNF text into g's grammar; 400 naming param with the compiler's message (line, column).
 int srv_grammar_text(srv_gen *g, const char *text, size_t len, const char *param, srv_err *e);
 // A JSON Schema into g's grammar; 400 naming param with the keyword at fault.

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 int srv_learning_start(http_server *s, char *err, size_t errlen) {
@@ -235,8 +236,9 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 		goto fail;
 	}
 	char err[512];
-	int rc = r.messages ? learn_example_chat(&ex, s->vocab, s->tmpl, r.messages, s->bos_text, s->eos_text, err, sizeof err)
-			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, err, sizeof err);
+	int rc = r.messages ? learn_example_chat(&ex, s->vocab, s->tmpl, r.messages, s->bos_text, s->eos_text, SRV_LEARN_MAX_EXAMPLE, err,
+						 sizeof err)
+			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, SRV_LEARN_MAX_EXAMPLE, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), r.messages ? "messages" : "completion", "%s", err);
 		goto fail;
@@ -273,7 +275,8 @@ typedef struct {
 	int rc;
 	int64_t version;
 	char name[SRV_LORA_NAME_MAX + 1];
-	char path[1024];
+	char file[BASE_NAME_MAX + 1];
+	int dfd;
 	char msg[512];
 } save_job;
 
@@ -304,16 +307,26 @@ static enum MHD_Result save_resume(srv_conn *c) {
 	if (!done) return MHD_YES;
 	srv_err e;
 	if (j->rc) {
-		srv_fail(&e, j->rc == LANES_EIO ? SRV_E_INTERNAL : kind_of(j->rc), "path", "%s", j->msg);
+		srv_fail(&e, j->rc == LANES_EIO ? SRV_E_INTERNAL : kind_of(j->rc), "file", "%s", j->msg);
 		return srv_reply_error(c, &e);
 	}
 	struct stat st;
-	const json_int_t bytes = stat(j->path, &st) ? 0 : (json_int_t)st.st_size;
+	const json_int_t bytes = fstatat(j->dfd, j->file, &st, AT_SYMLINK_NOFOLLOW) ? 0 : (json_int_t)st.st_size;
 	return srv_reply_json(c, 200,
 			      json_pack("{s:s, s:s, s:I, s:s, s:I, s:s}", "name", j->name, "status", "saved", "version", (json_int_t)j->version,
-					"path", j->path, "bytes", bytes, "type", "F32"),
+					"file", j->file, "bytes", bytes, "type", "F32"),
 			      0);
 }
+
+typedef struct {
+	const char *file, *path;
+} save_req;
+
+static const srv_field save_fields[] = {
+	SRV_ROW(save_req, file, SRV_K_STR),
+	SRV_ROW(save_req, path, SRV_K_STR),
+	{0},
+};
 
 enum MHD_Result srv_adapters_save(srv_conn *c) {
 	http_server *s = c->s;
@@ -321,30 +334,30 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	json_t *j = NULL;
 	const char *rest = c->path + strlen("/v1/adapters/"), *slash = strchr(rest, '/');
 	if (!slash || strcmp(slash, "/save") || slash == rest || (size_t)(slash - rest) > SRV_LORA_NAME_MAX) {
-		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such path: POST /v1/adapters/NAME/save {\"path\"} saves an adapter");
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such path: POST /v1/adapters/NAME/save {\"file\"?} saves an adapter");
 		return srv_reply_error(c, &e);
 	}
 	srv_learn *l = learner_or_fail(s, &e);
-	const char *path = NULL;
-	const srv_field fields[] = {{"path", SRV_K_STR, .off = 0}, {0}};
-	if (!l || srv_parse_body(c, &j, &e) || srv_fields_known(j, fields, NULL, &e) || srv_fields_read(j, fields, &path, NULL, NULL, &e))
+	save_req r = {0};
+	char name[SRV_LORA_NAME_MAX + 1], file[BASE_NAME_MAX + 1];
+	snprintf(name, sizeof name, "%.*s", (int)(slash - rest), rest);
+	if (!l || (c->body.len && (srv_parse_body(c, &j, &e) || srv_fields_known(j, save_fields, NULL, &e) ||
+				   srv_fields_read(j, save_fields, &r, NULL, NULL, &e))) ||
+	    srv_adapter_file(s, r.path, r.file, name, file, &e))
 		goto fail;
-	if (!path) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "path", "path is required: {\"path\"}, the GGUF file to write on the server");
-		goto fail;
-	}
 	save_job *job = calloc(1, sizeof *job);
 	if (!job) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		goto fail;
 	}
-	snprintf(job->name, sizeof job->name, "%.*s", (int)(slash - rest), rest);
-	snprintf(job->path, sizeof job->path, "%s", path);
+	snprintf(job->name, sizeof job->name, "%s", name);
+	snprintf(job->file, sizeof job->file, "%s", file);
+	job->dfd = s->adapters_dfd;
 	job->conn = c;
 	char err[512];
 	// saved and suspended under the lock: the learn thread's resume can only follow the suspend
 	pthread_mutex_lock(&save_mu);
-	const int rc = srv_learn_save(l, job->name, path, on_saved, job, err, sizeof err);
+	const int rc = srv_learn_save(l, job->name, job->dfd, job->file, on_saved, job, err, sizeof err);
 	if (!rc) {
 		c->job = job;
 		c->resume = save_resume;
@@ -355,7 +368,7 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	json_decref(j);
 	if (!rc) return MHD_YES;
 	free(job);
-	srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? "path" : NULL, "%s", err);
+	srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? "file" : NULL, "%s", err);
 	return srv_reply_error(c, &e);
 fail:
 	json_decref(j);

@@ -40,6 +40,9 @@ enum MHD_Result srv_adapters_unload(srv_conn *c);
 int srv_adapters_start(http_server *s, char *err, size_t errlen);
 void srv_adapters_stop(http_server *s); // ends the loader thread: before the daemon stops
 void srv_adapters_free(http_server *s); // after the lane host: no request holds an adapter
+// The file a load or save names in the adapters' folder into out: file as sent, else NAME.gguf
+// (name may be NULL); a "path" sent is a 400. 0, or -1 with e.
+int srv_adapter_file(http_server *s, const char *path, const char *file, const char *name, char out[BASE_NAME_MAX + 1], srv_err *e);
 // Appends a model object for each ready adapter (only: that one alone; NULL: all) to data.
 void srv_adapters_models(http_server *s, json_t *data, const char *only);
 // lanes_lora_requests_info (and vllm:lora_requests_info) from sn, and each adapter's requests.

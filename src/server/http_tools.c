@@ -64,9 +64,34 @@ int srv_tool_choice(json_t *v, bool flat, enum tool_choice *out, const char **na
 	return 0;
 }
 
+// JSON values in v, counted until past limit: a bound on the work v's grammar may take.
+static size_t json_nodes(const json_t *v, size_t limit) {
+	size_t n = 1, i;
+	const char *k;
+	json_t *x;
+	if (json_is_array(v))
+		json_array_foreach(v, i, x) {
+			if (n > limit) break;
+			n += json_nodes(x, limit - n);
+		}
+	else if (json_is_object(v))
+		json_object_foreach((json_t *)v, k, x) {
+			if (n > limit) break;
+			n += json_nodes(x, limit - n);
+		}
+	return n;
+}
+
 int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
 		  const char *param, srv_err *e) {
 	if (tools && !json_is_array(tools)) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s must be an array", param);
+	// the grammar's cost grows with the tools: bounded before it is built
+	if (json_array_size(tools) > SRV_TOOLS_MAX)
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: %zu tools, more than the %d a request may offer", param, json_array_size(tools),
+				SRV_TOOLS_MAX);
+	if (tools && json_nodes(tools, SRV_TOOLS_NODES) > SRV_TOOLS_NODES)
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: the tools' definitions hold more than %d JSON values together", param,
+				SRV_TOOLS_NODES);
 	const bool any = tools && json_array_size(tools);
 	if (!any) {
 		if (choice == TOOL_CHOICE_REQUIRED || choice == TOOL_CHOICE_NAMED)

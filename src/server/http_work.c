@@ -14,14 +14,21 @@ struct srv_job {
 	enum MHD_Result (*fn)(srv_conn *c);
 };
 
-struct srv_work {
+// One queue and its threads per class of work, so that one class never waits behind the other.
+typedef struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	srv_job *head, *tail;          // queued, oldest first
 	bool stop;
 	pthread_t threads[SRV_WORK_THREADS];
 	int n_threads;
+} work_queue;
+
+struct srv_work {
+	work_queue q[SRV_WORK__COUNT];
 };
+
+static const int queue_threads[SRV_WORK__COUNT] = {[SRV_WORK_GEN] = SRV_WORK_THREADS, [SRV_WORK_UTIL] = 1};
 
 // The route has answered (or ended): the connection goes back to libmicrohttpd.
 static void job_done(srv_conn *c) {
@@ -39,7 +46,7 @@ static void job_done(srv_conn *c) {
 }
 
 static void *work_main(void *arg) {
-	struct srv_work *w = arg;
+	work_queue *w = arg;
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
 		while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
@@ -61,20 +68,23 @@ static void *work_main(void *arg) {
 }
 
 int srv_work_start(http_server *s, char *err, size_t errlen) {
-	struct srv_work *w = calloc(1, sizeof *w);
-	if (!w) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	s->work = w;
-	for (int i = 0; i < SRV_WORK_THREADS; i++) {
-		if (pthread_create(&w->threads[i], NULL, work_main, w)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start a work thread");
-		w->n_threads++;
+	struct srv_work *all = calloc(1, sizeof *all);
+	if (!all) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	s->work = all;
+	for (int k = 0; k < SRV_WORK__COUNT; k++) {
+		work_queue *w = &all->q[k];
+		pthread_mutex_init(&w->mu, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		for (int i = 0; i < queue_threads[k]; i++) {
+			if (pthread_create(&w->threads[i], NULL, work_main, w)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start a work thread");
+			w->n_threads++;
+		}
 	}
 	return 0;
 }
 
-enum MHD_Result srv_work_run(srv_conn *c, enum MHD_Result (*fn)(srv_conn *c)) {
-	struct srv_work *w = c->s->work;
+enum MHD_Result srv_work_run(srv_conn *c, enum srv_work_class k, enum MHD_Result (*fn)(srv_conn *c)) {
+	work_queue *w = &c->s->work->q[k];
 	srv_job *j = calloc(1, sizeof *j);
 	if (!j) return fn(c);
 	j->c = c;
@@ -95,15 +105,21 @@ enum MHD_Result srv_work_run(srv_conn *c, enum MHD_Result (*fn)(srv_conn *c)) {
 }
 
 void srv_work_stop(http_server *s) {
-	struct srv_work *w = s->work;
-	if (!w) return;
-	pthread_mutex_lock(&w->mu);
-	w->stop = true;
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	for (int i = 0; i < w->n_threads; i++) pthread_join(w->threads[i], NULL);
-	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
-	free(w);
+	struct srv_work *all = s->work;
+	if (!all) return;
+	for (int k = 0; k < SRV_WORK__COUNT; k++) {
+		work_queue *w = &all->q[k];
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	for (int k = 0; k < SRV_WORK__COUNT; k++) {
+		work_queue *w = &all->q[k];
+		for (int i = 0; i < w->n_threads; i++) pthread_join(w->threads[i], NULL);
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+	}
+	free(all);
 	s->work = NULL;
 }

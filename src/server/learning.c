@@ -48,7 +48,8 @@ typedef struct ex_task {
 typedef struct save_task {
 	struct save_task *next;
 	char name[SRV_LORA_NAME_MAX + 1];
-	char path[1024];
+	int dfd;                  // the folder it is written in (borrowed)
+	char file[BASE_NAME_MAX + 1];
 	learn_adapter *copy;      // the weights to write (the engine's copy)
 	int64_t version;
 	int rc;                   // set when it cannot be written (the message in msg)
@@ -507,8 +508,8 @@ static void *learn_main(void *arg) {
 			const bool stop = l->stopping;
 			pthread_mutex_unlock(&l->mu);
 			if (!t->rc && stop) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ECANCELLED, "the server is stopping");
-			if (!t->rc) t->rc = learn_adapter_save(t->copy, t->path, GGUF_T_F32, t->msg, sizeof t->msg);
-			if (!t->rc) LOG_INFO(MOD, "adapter %s v%lld saved to %s", t->name, (long long)t->version, t->path);
+			if (!t->rc) t->rc = learn_adapter_save_at(t->copy, t->dfd, t->file, GGUF_T_F32, t->msg, sizeof t->msg);
+			if (!t->rc) LOG_INFO(MOD, "adapter %s v%lld saved as %s", t->name, (long long)t->version, t->file);
 			learn_adapter_free(t->copy);
 			t->done(t->arg, t->rc, t->rc ? t->msg : "", t->version);
 			free(t);
@@ -822,29 +823,15 @@ int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_inf
 	return 0;
 }
 
-// Whether path can be written: its folder exists and takes files, and it is not a folder.
-static int writable(const char *path, char *err, size_t errlen) {
-	if (!*path || strlen(path) >= sizeof ((save_task *)0)->path)
-		return base_seterr(err, errlen, LANES_EINVAL, "path must be a file's path of 1 to %zu bytes", sizeof ((save_task *)0)->path - 1);
-	struct stat st;
-	if (!stat(path, &st) && S_ISDIR(st.st_mode)) return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: it is a folder", path);
-	char buf[1024];
-	snprintf(buf, sizeof buf, "%s", path);
-	const char *dir = dirname(buf);
-	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
-		return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: the folder %s does not exist", path, dir);
-	if (access(dir, W_OK | X_OK))
-		return base_seterr(err, errlen, LANES_EINVAL, "cannot write %s: the folder %s is not writable (%s)", path, dir, strerror(errno));
-	return 0;
-}
-
-int srv_learn_save(srv_learn *l, const char *name, const char *path, srv_learn_saved done, void *arg, char *err, size_t errlen) {
-	int rc = writable(path, err, errlen);
-	if (rc) return rc;
+int srv_learn_save(srv_learn *l, const char *name, int dfd, const char *file, srv_learn_saved done, void *arg, char *err,
+		   size_t errlen) {
+	int rc = 0;
+	if (!base_name_ok(file)) return base_seterr(err, errlen, LANES_EINVAL, "'%.64s' is not a file name", file);
 	save_task *t = calloc(1, sizeof *t);
 	if (!t) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	snprintf(t->name, sizeof t->name, "%s", name);
-	snprintf(t->path, sizeof t->path, "%s", path);
+	t->dfd = dfd;
+	snprintf(t->file, sizeof t->file, "%s", file);
 	t->done = done;
 	t->arg = arg;
 	pthread_mutex_lock(&l->mu);

@@ -102,14 +102,15 @@ int srv_learn_revoke(srv_learn *l, uint64_t id, srv_grant_info *out, char *err, 
 // expired), LANES_ELIMIT (more tokens than the grant has left), LANES_ECANCELLED, LANES_ENOMEM.
 int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_info *out, int64_t *tokens_left, char *err,
 		      size_t errlen);
-// Writes the committed weights of the adapter called name (one this server trains) to path,
-// F32, through a temporary file renamed over it: the engine copies them at its next round
-// boundary and the learn thread writes the copy, then calls done(arg, rc, message, version)
-// once, on that thread. LANES_EINVAL (a path that cannot be written, said why),
-// LANES_ENOTFOUND (no adapter of that name trains here), LANES_ECANCELLED, LANES_ENOMEM: then
-// done is not called.
+// Writes the committed weights of the adapter called name (one this server trains) as file
+// (base_name_ok) in folder dfd, F32, whole or not at all (base_wfile): the engine copies them
+// at its next round boundary and the learn thread writes the copy, then calls done(arg, rc,
+// message, version) once, on that thread. dfd must stay open until then. LANES_EINVAL (a bad
+// name), LANES_ENOTFOUND (no adapter of that name trains here), LANES_ECANCELLED,
+// LANES_ENOMEM: then done is not called.
 typedef void (*srv_learn_saved)(void *arg, int rc, const char *msg, int64_t version);
-int srv_learn_save(srv_learn *l, const char *name, const char *path, srv_learn_saved done, void *arg, char *err, size_t errlen);
+int srv_learn_save(srv_learn *l, const char *name, int dfd, const char *file, srv_learn_saved done, void *arg, char *err,
+		   size_t errlen);
 // A copy of the last publication. Never waits for a round.
 void srv_learn_ledger_of(srv_learn *l, srv_learn_ledger *out);
 

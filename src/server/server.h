@@ -61,6 +61,8 @@ typedef struct {
 	int n_loras;
 	int max_lora;               // adapters loaded at once, 1..64 (default 8)
 	double learn_share;         // most of a round's prompt budget training takes, 0..1 (0: learning off; default 0.25)
+	const char *adapters_dir;   // the folder HTTP adapter loads and saves name files in (NULL: none; they are refused)
+	bool allow_unauth_mutations; // adapter and learning changes even when open to the network without api_key
 } http_config;
 
 void http_config_default(http_config *c);

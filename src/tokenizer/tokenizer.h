@@ -64,6 +64,9 @@ enum tok_type tok_token_type(const tok_vocab *v, int32_t id);
 // The token's vocabulary string (not NUL-terminated, *len bytes; GPT-2 byte-encoded for BPE,
 // with ▁ for SPM). NULL for bad ids. Valid while v lives.
 const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
+// Bytes of the longest vocabulary string: no token stands for more bytes of text, so a text
+// of more than n times this cannot encode to n tokens or fewer.
+size_t tok_max_text_len(const tok_vocab *v);
 // Id of the token whose vocabulary string is exactly text[0..len); -1 when none.
 int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
 // The token's score (tokenizer.ggml.scores; 0 when absent or bad id).

@@ -640,6 +640,8 @@ const char *tok_text(const tok_vocab *v, int32_t id, size_t *len) {
 	return v->tokens.arena + v->tokens.off[id];
 }
 
+size_t tok_max_text_len(const tok_vocab *v) { return v->tokens.max_len; }
+
 int32_t tok_find(const tok_vocab *v, const char *text, size_t len) {
 	return (int32_t)tok_strtab_find(&v->tokens, text, len);
 }

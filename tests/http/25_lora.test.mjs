@@ -34,7 +34,8 @@ before(async () => {
 	fs.writeFileSync(file('cut'), whole.subarray(0, Math.floor(whole.length * 0.8)));
 	const loras = ['--lora', `a=${file('a')}`, '--lora', `b=${file('b')}:0.5`, '--lora', file('c')];
 	// rows priced as cheap beside a round's fixed cost: n-gram drafts pay, on any machine
-	S1 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '8', '--max-lora', '4', '--price-row-us', '100', '--price-fixed-us', '20000', ...loras]);
+	S1 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '8', '--max-lora', '4', '--price-row-us', '100', '--price-fixed-us', '20000',
+		'--adapters-dir', DIR, ...loras]);
 	S2 = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '4', '--piece', '7', '--draft', 'off', ...loras]);
 	oai = new OpenAI({ baseURL: `${S1.url}/v1`, apiKey: KEY, maxRetries: 0 });
 	ant = new Anthropic({ baseURL: S1.url, apiKey: KEY, maxRetries: 0 });
@@ -66,7 +67,7 @@ test('/v1/models and /v1/adapters list the base and its adapters', async () => {
 test('the residency beacon lists the adapters a peer may forward to, and drops one as it unloads', async () => {
 	const beacon = async () => (await getJSON(`${S1.url}/v1/residency`)).body.models[0].adapters;
 	assert.deepEqual(await beacon(), ['a', 'b', 'c']);
-	const r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', path: file('a') });
+	const r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', file: 'a.gguf' });
 	assert.equal(r.status, 200, JSON.stringify(r.body));
 	assert.deepEqual(await beacon(), ['a', 'b', 'c', 'd']);
 	const del = await fetch(`${S1.url}/v1/adapters/d`, { method: 'DELETE', headers: auth });
@@ -175,25 +176,30 @@ test('16 requests over three adapters and the base: solo = concurrent = pieces =
 
 test('bad adapter files and requests get a clear 4xx, and the server keeps serving', async () => {
 	const post = (body) => postJSON(`${S1.url}/v1/adapters`, body);
-	let r = await post({ name: 'x', path: file('other') });
+	let r = await post({ name: 'x', file: 'other.gguf' });
 	assert.equal(r.status, 400);
 	assert.match(r.body.error.message, /other\.gguf: lora: tensor blk\.0\.\S+\.lora_[ab] has shape/);
-	r = await post({ name: 'x', path: file('cut') });
+	r = await post({ name: 'x', file: 'cut.gguf' });
 	assert.equal(r.status, 400);
 	assert.match(r.body.error.message, /cut\.gguf/);
-	r = await post({ name: 'x', path: STORIES });
+	fs.copyFileSync(STORIES, path.join(DIR, 'model.gguf'));
+	r = await post({ name: 'x', file: 'model.gguf' });
 	assert.equal(r.status, 400);
 	assert.match(r.body.error.message, /general\.type/);
-	r = await post({ name: 'x', path: path.join(TMP, 'none.gguf') });
+	r = await post({ name: 'x', file: 'none.gguf' });
 	assert.equal(r.status, 400);
-	assert.equal((await post({ name: 'a', path: file('d') })).status, 409, 'a name taken');
-	assert.equal((await post({ name: 'stories260K', path: file('d') })).status, 409, 'the base model\'s name');
-	assert.equal((await post({ name: 'no/slash', path: file('d') })).status, 400);
-	assert.equal((await post({ name: 'x' })).status, 400);
-	assert.equal((await post({ name: 'x', path: file('d'), scale: 'big' })).status, 400);
-	assert.equal((await post({ name: 'x', path: file('d'), extra: 1 })).status, 400);
-	assert.equal((await post({ name: 'zz', path: file('d'), replace: true })).status, 404);
-	const noKey = await fetch(`${S1.url}/v1/adapters`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'x', path: file('d') }) });
+	r = await post({ name: 'x', path: file('d') });
+	assert.equal(r.status, 400, 'a path is not taken over HTTP');
+	assert.match(r.body.error.message, /--adapters-dir/);
+	assert.equal((await post({ name: 'a', file: 'd.gguf' })).status, 409, 'a name taken');
+	assert.equal((await post({ name: 'stories260K', file: 'd.gguf' })).status, 409, 'the base model\'s name');
+	assert.equal((await post({ name: 'no/slash', file: 'd.gguf' })).status, 400);
+	assert.equal((await post({})).status, 400);
+	assert.equal((await post({ name: 'x' })).status, 400, 'x.gguf is not in the folder');
+	assert.equal((await post({ name: 'x', file: 'd.gguf', scale: 'big' })).status, 400);
+	assert.equal((await post({ name: 'x', file: 'd.gguf', extra: 1 })).status, 400);
+	assert.equal((await post({ name: 'zz', file: 'd.gguf', replace: true })).status, 404);
+	const noKey = await fetch(`${S1.url}/v1/adapters`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'x', file: 'd.gguf' }) });
 	assert.equal(noKey.status, 401);
 	assert.equal((await fetch(`${S1.url}/v1/adapters/zz`, { method: 'DELETE', headers: auth })).status, 404);
 	assert.deepEqual((await adapters(S1.url)).data.map((x) => x.name), ['a', 'b', 'c'], 'nothing was added');
@@ -202,11 +208,11 @@ test('bad adapter files and requests get a clear 4xx, and the server keeps servi
 });
 
 test('--max-lora bounds the adapters loaded; a POSTed one serves at once and DELETE frees its name', async () => {
-	let r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', path: file('d'), scale: 0.75 });
+	let r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', file: 'd.gguf', scale: 0.75 });
 	assert.equal(r.status, 200, JSON.stringify(r.body));
 	assert.deepEqual([r.body.name, r.body.version, r.body.scale, r.body.rank, r.body.status], ['d', 1, 0.75, 8, 'ready']);
 	assert.ok(r.body.load_ms >= 0);
-	r = await postJSON(`${S1.url}/v1/adapters`, { name: 'e', path: file('d') });
+	r = await postJSON(`${S1.url}/v1/adapters`, { name: 'e', file: 'd.gguf' });
 	assert.equal(r.status, 409);
 	assert.match(r.body.error.message, /--max-lora 4/);
 	const viaName = await complete(S1.url, { model: 'd', prompt: 'The sun', max_tokens: 12, temperature: 0 });
@@ -244,9 +250,9 @@ test('loading, replacing and unloading adapters while 8 streams run changes none
 	const line = info.find((l) => l.startsWith('vllm:lora_requests_info{'));
 	assert.match(line, /running_lora_adapters="[^"]*\ba\b[^"]*",waiting_lora_adapters="[^"]*",max_lora="4"\} \d+\.\d+$/);
 	assert.equal(info.find((l) => l.startsWith('lanes_lora_requests_info{')).replace('lanes_', 'vllm:'), line);
-	let r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', path: file('d') });
+	let r = await postJSON(`${S1.url}/v1/adapters`, { name: 'd', file: 'd.gguf' });
 	assert.equal(r.status, 200);
-	r = await postJSON(`${S1.url}/v1/adapters`, { name: 'b', path: file('d'), replace: true });
+	r = await postJSON(`${S1.url}/v1/adapters`, { name: 'b', file: 'd.gguf', replace: true });
 	assert.equal(r.status, 200);
 	assert.equal(r.body.version, 2);
 	const inUse = !done[1] || !done[3]; // the streams on a (a machine fast enough may have ended them)

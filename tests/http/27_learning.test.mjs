@@ -14,10 +14,11 @@ import { STORIES, TMP, KEY, startServer, getJSON, postJSON, postSSE, sleep, metr
 
 const auth = { Authorization: `Bearer ${KEY}` };
 const stories = fs.readFileSync('tests/data/learn/stories-train.jsonl', 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const ADAPTERS = path.join(TMP, 'learning-adapters');
 let S;
 
 before(async () => {
-	S = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '4', '--draft', 'off']);
+	S = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '4', '--draft', 'off', '--adapters-dir', ADAPTERS]);
 });
 
 after(() => {
@@ -107,7 +108,7 @@ test('bad grants and examples get clear 4xx errors and the server goes on', asyn
 	}
 	assert.equal((await del('/learn/grants/grant-999')).status, 404);
 	assert.equal((await del('/learn/grants/nothing')).status, 404);
-	assert.equal((await postJSON(`${S.url}/v1/adapters/none/save`, { path: path.join(TMP, 'x.gguf') })).status, 404);
+	assert.equal((await postJSON(`${S.url}/v1/adapters/none/save`, { file: 'x.gguf' })).status, 404);
 	assert.equal((await postJSON(`${S.url}/v1/adapters/none/load`, { path: 'x' })).status, 404);
 	assert.equal((await getJSON(`${S.url}/health`)).status, 200);
 	assert.equal((await ledger()).sequence, 1, 'refused mutations publish nothing');
@@ -219,12 +220,13 @@ test('revoked and expired grants stop at a step boundary with no partial commit'
 });
 
 test('a saved adapter gives the trained server tokens and logprobs in a fresh server', async () => {
-	const out = path.join(TMP, 'persona-saved.gguf');
-	const bad = await postJSON(`${S.url}/v1/adapters/persona/save`, { path: path.join(TMP, 'no-such-dir', 'x.gguf') });
+	const out = path.join(ADAPTERS, 'persona-saved.gguf');
+	const bad = await postJSON(`${S.url}/v1/adapters/persona/save`, { file: 'no-such-dir/x.gguf' });
 	assert.equal(bad.status, 400);
-	assert.equal(bad.body.error.param, 'path');
-	const r = await postJSON(`${S.url}/v1/adapters/persona/save`, { path: out });
+	assert.equal(bad.body.error.param, 'file');
+	const r = await postJSON(`${S.url}/v1/adapters/persona/save`, { file: 'persona-saved.gguf' });
 	assert.equal(r.status, 200, JSON.stringify(r.body));
+	assert.equal(r.body.file, 'persona-saved.gguf');
 	assert.equal(r.body.version, await version('persona'));
 	assert.equal(r.body.bytes, fs.statSync(out).size);
 	const F = await startServer(['-m', STORIES, '--lora', `persona=${out}`, '--learn-share', '0']);

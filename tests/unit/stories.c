@@ -13,7 +13,7 @@ int t_read_stories(const tok_vocab *v, const char *path, int n, int cut, learn_e
 		json_t *o = json_loads(line, 0, NULL);
 		learn_example *e = NULL;
 		if (o && !learn_example_text(&e, v, json_string_value(json_object_get(o, "prompt")),
-					     json_string_value(json_object_get(o, "completion")), err, sizeof err)) {
+					     json_string_value(json_object_get(o, "completion")), 0, err, sizeof err)) {
 			const int64_t len = learn_example_tokens(e) < cut ? learn_example_tokens(e) : cut;
 			bool fl[512];
 			for (int64_t i = 0; i < len; i++) fl[i] = learn_example_is_learned(e, i);

@@ -867,7 +867,7 @@ static void examples(const model *m) {
 	if (!v) return;
 	char text[1024];
 	learn_example *e = NULL;
-	CHECK(learn_example_text(&e, v, "Once upon a time", " there was a dog.", err, sizeof err) == 0);
+	CHECK(learn_example_text(&e, v, "Once upon a time", " there was a dog.", 0, err, sizeof err) == 0);
 	if (e) {
 		const int64_t n = learn_example_tokens(e);
 		CHECK(learn_example_ids_of(e)[0] == tok_bos(v) && learn_example_ids_of(e)[n - 1] == tok_eos(v));
@@ -883,15 +883,15 @@ static void examples(const model *m) {
 				  "{\"role\":\"assistant\",\"content\":\"Good bye.\"}]",
 				  0, NULL);
 	e = NULL;
-	CHECK(t && msgs && learn_example_chat(&e, v, t, msgs, NULL, NULL, err, sizeof err) == 0);
+	CHECK(t && msgs && learn_example_chat(&e, v, t, msgs, NULL, NULL, 0, err, sizeof err) == 0);
 	if (e) {
 		learned_text(v, e, text, sizeof text);
 		CHECKF(!strcmp(text, "Hello there.<|im_end|>\n|Good bye.<|im_end|>\n"), "learned '%s'", text);
 	}
 	learn_example_free(e);
 	json_t *none = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL), *obj = json_object();
-	CHECK(learn_example_chat(&e, v, t, none, NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "assistant"));
-	CHECK(learn_example_chat(&e, v, t, obj, NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	CHECK(learn_example_chat(&e, v, t, none, NULL, NULL, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "assistant"));
+	CHECK(learn_example_chat(&e, v, t, obj, NULL, NULL, 0, err, sizeof err) == LANES_EINVAL);
 	const int32_t one[1] = {1};
 	const bool fl[1] = {true};
 	CHECK(learn_example_ids(&e, one, fl, 1, err, sizeof err) == LANES_EINVAL);

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "server/learning.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -348,14 +349,15 @@ static void test_grants(void) {
 	       (unsigned long long)LG.sequence);
 
 	// saving writes the committed weights: loaded back, the held-out loss is the same bits
-	char path[512];
-	snprintf(path, sizeof path, "%s/lanes-learning-%d.gguf", t_tmp(), (int)getpid());
-	CHECK(srv_learn_save(s.l, "p", "/nonexistent-dir/x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "does not exist"));
-	CHECK(srv_learn_save(s.l, "p", t_tmp(), NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "folder"));
-	CHECK(srv_learn_save(s.l, "nope", path, NULL, NULL, err, sizeof err) == LANES_ENOTFOUND);
+	// saves take a file name in a folder, never a path
+	const int dfd = open(t_tmp(), O_RDONLY | O_DIRECTORY);
+	CHECK(srv_learn_save(s.l, "p", dfd, "../x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "not a file name"));
+	CHECK(srv_learn_save(s.l, "p", dfd, "/tmp/x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	CHECK(srv_learn_save(s.l, "p", dfd, ".hidden", NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	CHECK(srv_learn_save(s.l, "nope", dfd, "x.gguf", NULL, NULL, err, sizeof err) == LANES_ENOTFOUND);
 	model_lora_free(pl);
 	unserve(&s);
-	unlink(path);
+	close(dfd);
 }
 
 // Saving: done once, from the learn thread.
@@ -384,10 +386,12 @@ static void test_save(void) {
 	feed(&s, id, 12);
 	const srv_grant_info *g = wait_grant(s.l, id, 0);
 	CHECK(g && g->state == SRV_GRANT_EXHAUSTED && g->version == 4);
-	char path[512];
-	snprintf(path, sizeof path, "%s/lanes-learning-%d.gguf", t_tmp(), (int)getpid());
+	char path[512], file[64];
+	snprintf(file, sizeof file, "lanes-learning-%d.gguf", (int)getpid());
+	snprintf(path, sizeof path, "%s/%s", t_tmp(), file);
+	const int dfd = open(t_tmp(), O_RDONLY | O_DIRECTORY);
 	saved sv = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-	CHECKF(srv_learn_save(s.l, "w", path, on_saved, &sv, err, sizeof err) == 0, "save: %s", err);
+	CHECKF(srv_learn_save(s.l, "w", dfd, file, on_saved, &sv, err, sizeof err) == 0, "save: %s", err);
 	pthread_mutex_lock(&sv.mu);
 	while (!sv.calls) pthread_cond_wait(&sv.cv, &sv.mu);
 	pthread_mutex_unlock(&sv.mu);
@@ -405,6 +409,7 @@ static void test_save(void) {
 	model_lora_free(loaded);
 	unserve(&s);
 	unlink(path);
+	close(dfd);
 }
 
 // ---- exactness beside training ---------------------------------------------------------------
@@ -436,6 +441,7 @@ static void test_beside(void) {
 	lane_req *r[N + 1];
 	for (int i = 0; i < N; i++) r[i] = submit(s.h, i % 2 ? v2 : NULL, 100 + i, 64);
 	r[N] = submit(s.h, t0, 100, 64); // version 0 of t: B = 0, the base's tokens
+	lane_req *holder = submit(s.h, NULL, 99, 1900); // keeps requests running until a step commits, however slow the machine
 	for (int i = 0; i < N; i++) {
 		if (r[i]) collect(r[i], &beside[i]);
 		lane_req_free(r[i]);
@@ -445,7 +451,18 @@ static void test_beside(void) {
 	result zero;
 	if (r[N]) collect(r[N], &zero);
 	lane_req_free(r[N]);
-	srv_learn_ledger_of(s.l, &LG);
+	for (int w = 0; w < 6000; w++) {
+		srv_learn_ledger_of(s.l, &LG);
+		if (LG.committed_steps > steps0) break;
+		usleep(10000);
+	}
+	if (holder) {
+		lane_cancel(holder);
+		result held;
+		collect(holder, &held);
+		CHECK(held.terminals == 1);
+	}
+	lane_req_free(holder);
 	CHECKF(!strcmp(zero.sha, alone[0].sha), "version 0 of a new adapter: %s, the base: %s", zero.sha, alone[0].sha);
 	CHECKF(LG.committed_steps > steps0, "no step was committed while the requests ran (%lld)", (long long)LG.committed_steps);
 	printf("beside training: %d requests bit for bit while %lld steps committed\n", N + 1, (long long)(LG.committed_steps - steps0));
