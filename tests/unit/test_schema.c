@@ -73,6 +73,8 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"pattern\": \"^a\\\\bb$\"}", LANES_EINVAL, "word boundary"},
 		{"{\"type\": \"string\", \"pattern\": \"^a(b$\"}", LANES_EINVAL, "unclosed '('"},
 		{"{\"type\": \"string\", \"pattern\": \"^a^b$\"}", LANES_EINVAL, "'^' inside the pattern"},
+		{"{\"type\": \"string\", \"pattern\": \"^x(ab|)*$\"}", LANES_EINVAL, "'*' repeats a group that can match the empty string"},
+		{"{\"type\": \"string\", \"pattern\": \"^((a|)b?){2,}$\"}", LANES_EINVAL, "'{' repeats a group that can match the empty string"},
 		{"{\"type\": \"string\", \"pattern\": \"^a$\", \"maxLength\": 3}", LANES_EINVAL, "beside 'pattern'"},
 		{"{\"type\": \"number\", \"maximum\": 1.5}", LANES_EINVAL, "unsupported keyword 'maximum' for a number"},
 		{"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", LANES_EINVAL, "no number lies"},
