@@ -1468,7 +1468,7 @@ oom:
 // so the budget covers the whole grammar; then the others, those whose ambiguity grew most
 // for the text it took first (a doubling of the stacks is worth EXPLORE_DOUBLING bytes).
 #define EXPLORE_PER_STACK 32 // work any grammar may take (steps, stacks stepped, expansions) per max_stacks
-#define EXPLORE_PER_ELEM 32  // and per element, up to max_explore
+#define EXPLORE_PER_ELEM 8   // and per element, up to max_explore
 #define EXPLORE_DOUBLING 8
 #define EXPLORE_TEXT 48         // bytes of the text shown in a refusal (its end)
 
