@@ -135,12 +135,24 @@ bench: deps-check $(BUILD)/lanes $(BENCHES)
 run: all
 	$(BUILD)/lanes serve -m $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
-# libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`.
-FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+# libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`. The
+# library is built once for them, instrumented, each file with its own flags as above.
+FUZZ_CC    ?= clang
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -pthread -Isrc -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB   := $(BUILD)/fuzz/liblanes.a
 fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+$(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
+$(BUILD)/fuzz/obj/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
+$(BUILD)/fuzz/obj/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
+$(BUILD)/fuzz/obj/src/server/http_webui.o: $(BUILD)/gen/webui_files.h
+$(BUILD)/fuzz/obj/src/server/http_webui.o: EXTRA := -I$(BUILD)/gen
+$(FUZZ_LIB): $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,7 @@
 // grammar: the GBNF compiler (text → rules of byte-set and rule-reference elements, UTF-8
-// classes split into byte sequences) and the matcher: a lazily built DFA over interned
-// stacks, a walk of the vocabulary trie per state for masks, and lazy trigger matching.
+// classes split into byte sequences, reachable states explored for ambiguity) and the matcher:
+// a lazily built DFA over interned stacks, a walk of the vocabulary trie per state for masks,
+// and lazy trigger matching.
 #include "grammar/grammar.h"
 
 #include "base/base.h"
@@ -39,6 +40,7 @@ void grammar_default_limits(grammar_limits *l) {
 	l->max_depth = 64;
 	l->max_repeat = 1000;
 	l->max_stacks = 4096;
+	l->max_explore = 1 << 20;
 }
 
 // ---- parser -------------------------------------------------------------------------------
@@ -684,6 +686,9 @@ done:
 	return found;
 }
 
+// Refuses g (P->rc) when a state reachable within the exploration budget is past max_stacks.
+static void explore(parser *P, grammar *g, const int32_t *alt_rule);
+
 static void grammar_free(grammar *g) {
 	if (!g) return;
 	free(g->elem), free(g->alt_first), free(g->alt_start), free(g->sets), free(g);
@@ -727,14 +732,17 @@ static int finish(parser *P, grammar **out) {
 	g->sets = P->sets, g->n_sets = P->n_sets, P->sets = NULL;
 	bool *nul = nullable_rules(g, alt_rule);
 	int32_t lr = nul ? left_recursive(g, nul, alt_rule) : -2;
-	free(nul), free(alt_rule);
-	if (lr == -2) return grammar_free(g), oom(P), P->rc;
+	free(nul);
+	if (lr == -2) return free(alt_rule), grammar_free(g), oom(P), P->rc;
 	if (lr >= 0) {
 		prule *u = &P->rules[P->rules[lr].owner];
 		perr(P, LANES_EFORMAT, u->def_at, "rule '%.*s' is left-recursive%s", (int)u->name_len, u->name,
 		     P->rules[lr].name ? "" : " (through a group or repetition in it)");
-		return grammar_free(g), P->rc;
+		return free(alt_rule), grammar_free(g), P->rc;
 	}
+	explore(P, g, alt_rule);
+	free(alt_rule);
+	if (P->rc) return grammar_free(g), P->rc;
 	*out = g;
 	return 0;
 }
@@ -751,6 +759,7 @@ int grammar_compile(grammar **out, const char *text, size_t len, const grammar_l
 		if (lim->max_depth > 0) P.lim.max_depth = lim->max_depth;
 		if (lim->max_repeat > 0) P.lim.max_repeat = lim->max_repeat;
 		if (lim->max_stacks > 0) P.lim.max_stacks = lim->max_stacks;
+		if (lim->max_explore > 0) P.lim.max_explore = lim->max_explore;
 	}
 	if (len > P.lim.max_text) {
 		snprintf(err, errlen, "the grammar is %zu bytes, past the limit of %zu", len, P.lim.max_text);
@@ -929,6 +938,8 @@ struct grammar_matcher {
 	uint64_t *vis; // visited (pos, parent) keys, stamped by generation
 	uint32_t *vis_gen;
 	uint32_t vis_cap, vis_max, gen; // vis_max: expansions one transition may take
+	uint64_t expanded; // expansions over the matcher's life
+	bool over;         // the last transition died past max_stacks, not for want of a stack
 	int32_t *sd;  // (max_len + 1) states along a trie walk
 	int32_t *acd; // (max_len + 1) trigger states along a walk
 	uint64_t *empty; // an all-zero mask
@@ -1050,6 +1061,7 @@ static int32_t close_state(grammar_matcher *m) {
 	if (++m->gen == 0) memset(m->vis_gen, 0, m->vis_cap * sizeof *m->vis_gen), m->gen = 1;
 	uint32_t budget = m->vis_max, used = 0;
 	int32_t max_out = g->lim.max_stacks;
+	m->over = false;
 	while (m->n_work) {
 		if (used * 2 >= m->vis_cap && !grow_visited(m)) return m->n_work = 0, ST_OOM;
 		uint64_t key = (uint64_t)m->work[--m->n_work];
@@ -1058,7 +1070,8 @@ static int32_t close_state(grammar_matcher *m) {
 		for (; m->vis_gen[h] == m->gen; h = (h + 1) & (m->vis_cap - 1))
 			if (m->vis[h] == key) { seen = true; break; }
 		if (seen) continue;
-		if (used++ >= budget) return m->n_work = 0, ST_DEAD;
+		if (used++ >= budget) return m->n_work = 0, m->over = true, ST_DEAD;
+		m->expanded++;
 		m->vis[h] = key, m->vis_gen[h] = m->gen;
 		int32_t pos = (int32_t)(key >> 32), parent = (int32_t)(uint32_t)key;
 		uint32_t e = g->elem[pos];
@@ -1078,7 +1091,7 @@ static int32_t close_state(grammar_matcher *m) {
 				if (!work_push(m, g->alt_start[a], ret)) return m->n_work = 0, ST_OOM;
 		}
 		if (top >= 0) {
-			if (m->n_out >= max_out) return m->n_work = 0, ST_DEAD;
+			if (m->n_out >= max_out) return m->n_work = 0, m->over = true, ST_DEAD;
 			if (m->n_out == m->cap_out) {
 				int32_t cap = m->cap_out ? m->cap_out * 2 : 64;
 				int32_t *no = realloc(m->outv, (size_t)cap * sizeof *no);
@@ -1099,6 +1112,7 @@ static int32_t close_state(grammar_matcher *m) {
 static int32_t compute_step(grammar_matcher *m, int32_t s, unsigned char b) {
 	const grammar *g = m->g;
 	m->n_work = 0;
+	m->over = false;
 	for (int32_t i = 0; i < m->st[s].n; i++) {
 		int32_t id = m->stk[m->st[s].off + i];
 		if (!id) continue;
@@ -1376,6 +1390,30 @@ static int build_ac(grammar_matcher *m) {
 	return m->ac_mask ? 0 : LANES_ENOMEM;
 }
 
+// A matcher over g and v at no state yet, with room for n_triggers triggers; NULL on OOM.
+static grammar_matcher *matcher_alloc(grammar *g, const grammar_vocab *v, int n_triggers) {
+	grammar_matcher *m = calloc(1, sizeof *m);
+	if (!m) return NULL;
+	m->g = grammar_ref(g), m->v = v;
+	m->words = ((size_t)v->n + 63) / 64;
+	m->cap_nodes = 1024;
+	m->nodes = malloc((size_t)m->cap_nodes * sizeof *m->nodes);
+	m->vis_cap = 1024;
+	m->vis_max = (uint32_t)g->lim.max_stacks * 16u;
+	m->vis = malloc(m->vis_cap * sizeof *m->vis), m->vis_gen = calloc(m->vis_cap, sizeof *m->vis_gen);
+	m->sd = malloc(((size_t)v->max_len + 1) * sizeof *m->sd), m->acd = malloc(((size_t)v->max_len + 1) * sizeof *m->acd);
+	m->empty = calloc(m->words + 1, sizeof *m->empty);
+	m->n_trig = n_triggers;
+	m->trig = calloc((size_t)n_triggers + 1, sizeof *m->trig);
+	m->trig_len = calloc((size_t)n_triggers + 1, sizeof *m->trig_len);
+	m->trig_state = calloc((size_t)n_triggers + 1, sizeof *m->trig_state);
+	if (!m->nodes || !m->vis || !m->vis_gen || !m->sd || !m->acd || !m->empty || !m->trig || !m->trig_len || !m->trig_state)
+		return grammar_matcher_free(m), NULL;
+	m->nodes[0] = (gnode){-1, -1};
+	m->n_nodes = 1;
+	return m;
+}
+
 int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *v, const char *const *triggers,
 			int n_triggers, char *err, size_t errlen) {
 	*out = NULL;
@@ -1400,25 +1438,8 @@ int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *
 		snprintf(err, errlen, "the triggers hold %zu bytes, past the limit of %d", total, MAX_TRIGGER_BYTES);
 		return LANES_EINVAL;
 	}
-	grammar_matcher *m = calloc(1, sizeof *m);
+	grammar_matcher *m = matcher_alloc(g, v, n_triggers);
 	if (!m) return LANES_ENOMEM;
-	m->g = grammar_ref(g), m->v = v;
-	m->words = ((size_t)v->n + 63) / 64;
-	m->cap_nodes = 1024;
-	m->nodes = malloc((size_t)m->cap_nodes * sizeof *m->nodes);
-	m->vis_cap = 1024;
-	m->vis_max = (uint32_t)g->lim.max_stacks * 16u;
-	m->vis = malloc(m->vis_cap * sizeof *m->vis), m->vis_gen = calloc(m->vis_cap, sizeof *m->vis_gen);
-	m->sd = malloc(((size_t)v->max_len + 1) * sizeof *m->sd), m->acd = malloc(((size_t)v->max_len + 1) * sizeof *m->acd);
-	m->empty = calloc(m->words + 1, sizeof *m->empty);
-	m->n_trig = n_triggers;
-	m->trig = calloc((size_t)n_triggers + 1, sizeof *m->trig);
-	m->trig_len = calloc((size_t)n_triggers + 1, sizeof *m->trig_len);
-	m->trig_state = calloc((size_t)n_triggers + 1, sizeof *m->trig_state);
-	if (!m->nodes || !m->vis || !m->vis_gen || !m->sd || !m->acd || !m->empty || !m->trig || !m->trig_len || !m->trig_state)
-		goto oom;
-	m->nodes[0] = (gnode){-1, -1};
-	m->n_nodes = 1;
 	for (int i = 0; i < n_triggers; i++) {
 		m->trig_len[i] = strlen(triggers[i]);
 		if (!(m->trig[i] = strdup(triggers[i]))) goto oom;
@@ -1439,4 +1460,214 @@ int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *
 oom:
 	grammar_matcher_free(m);
 	return LANES_ENOMEM;
+}
+
+// ---- compile-time exploration ---------------------------------------------------------------
+// The states reachable from the start, one step per class of bytes no top of a state tells
+// apart. States whose stacks reach an element no earlier state did go first, breadth first,
+// so the budget covers the whole grammar; then the others, those whose ambiguity grew most
+// for the text it took first (a doubling of the stacks is worth EXPLORE_DOUBLING bytes).
+#define EXPLORE_PER_STACK 32 // work any grammar may take (steps, stacks stepped, expansions) per max_stacks
+#define EXPLORE_PER_ELEM 8   // and per element, up to max_explore
+#define EXPLORE_DOUBLING 8
+#define EXPLORE_TEXT 48         // bytes of the text shown in a refusal (its end)
+
+static const grammar_vocab no_vocab; // exploration steps over bytes, never tokens
+
+typedef struct {
+	int32_t *from;       // (n_st) the state each was first reached from, -1 for the start
+	unsigned char *via;  // (n_st) the byte it was reached by
+	int32_t *depth;      // (n_st) bytes of that text
+	int64_t *key;        // (n_st) the heap's order: larger first, then older
+	int32_t cap;
+	int32_t *fifo, fifo_head, fifo_n, fifo_cap; // states that reached a new element
+	int32_t *heap, heap_n, heap_cap;            // the others
+	bool *seen;          // (n_elem) elements some state's stacks stand at
+	int32_t *set_mark;   // (n_sets) the last state whose classes the set split
+	uint64_t cls[256][4]; // one state's byte classes
+} explorer;
+
+static bool heap_before(const explorer *X, int32_t a, int32_t b) { return X->key[a] > X->key[b] || (X->key[a] == X->key[b] && a < b); }
+
+static void heap_push(explorer *X, int32_t t) {
+	int32_t i = X->heap_n++;
+	for (; i && heap_before(X, t, X->heap[(i - 1) / 2]); i = (i - 1) / 2) X->heap[i] = X->heap[(i - 1) / 2];
+	X->heap[i] = t;
+}
+
+static int32_t heap_pop(explorer *X) {
+	int32_t top = X->heap[0], last = X->heap[--X->heap_n], i = 0;
+	for (;;) {
+		int32_t c = 2 * i + 1;
+		if (c >= X->heap_n) break;
+		if (c + 1 < X->heap_n && heap_before(X, X->heap[c + 1], X->heap[c])) c++;
+		if (!heap_before(X, X->heap[c], last)) break;
+		X->heap[i] = X->heap[c], i = c;
+	}
+	if (X->heap_n) X->heap[i] = last;
+	return top;
+}
+
+static bool grow32(int32_t **v, int32_t *cap, int32_t need) {
+	if (need <= *cap) return true;
+	int32_t c = *cap ? *cap * 2 : 256;
+	while (c < need) c *= 2;
+	int32_t *nv = realloc(*v, (size_t)c * sizeof *nv);
+	if (!nv) return false;
+	*v = nv, *cap = c;
+	return true;
+}
+
+// Records state t, first reached from s (-1: none) by byte b, and queues it. false on OOM.
+static bool explore_add(explorer *X, const grammar_matcher *m, int32_t t, int32_t s, unsigned char b) {
+	if (t >= X->cap) {
+		int32_t cap = X->cap ? X->cap * 2 : 256;
+		while (cap <= t) cap *= 2;
+		int32_t *f = realloc(X->from, (size_t)cap * sizeof *f), *d = f ? realloc(X->depth, (size_t)cap * sizeof *d) : NULL;
+		if (f) X->from = f;
+		if (d) X->depth = d;
+		unsigned char *v = d ? realloc(X->via, (size_t)cap) : NULL;
+		if (v) X->via = v;
+		int64_t *k = v ? realloc(X->key, (size_t)cap * sizeof *k) : NULL;
+		if (!k) return false;
+		X->key = k, X->cap = cap;
+	}
+	const gstate *st = &m->st[t];
+	X->from[t] = s, X->via[t] = b, X->depth[t] = s < 0 ? 0 : X->depth[s] + 1;
+	X->key[t] = (int64_t)(31 - __builtin_clz((unsigned)st->n | 1)) * EXPLORE_DOUBLING - X->depth[t];
+	bool novel = false;
+	for (int32_t i = 0; i < st->n; i++) {
+		int32_t id = m->stk[st->off + i];
+		if (id && !X->seen[m->nodes[id].pos]) X->seen[m->nodes[id].pos] = true, novel = true;
+	}
+	if (novel) {
+		if (!grow32(&X->fifo, &X->fifo_cap, X->fifo_n + 1)) return false;
+		X->fifo[X->fifo_n++] = t;
+	} else {
+		if (!grow32(&X->heap, &X->heap_cap, X->heap_n + 1)) return false;
+		heap_push(X, t);
+	}
+	return true;
+}
+
+// The classes of bytes no top of state s tells apart, among those some top takes, refined set
+// by set: one representative byte of each in rep; returns how many, *work the sets' cost.
+static int byte_classes(explorer *X, const grammar_matcher *m, int32_t s, unsigned char rep[256], int64_t *work) {
+	const grammar *g = m->g;
+	const gstate *st = &m->st[s];
+	uint64_t seen[4] = {0};
+	int n = 0;
+	for (int32_t i = 0; i < st->n; i++) {
+		int32_t id = m->stk[st->off + i];
+		if (!id) continue;
+		int32_t set = EL_ARG(g->elem[m->nodes[id].pos]);
+		if (X->set_mark[set] == s) continue;
+		X->set_mark[set] = s;
+		const uint64_t *b = g->sets[set];
+		const int n0 = n;
+		*work += n0 + 1;
+		for (int c = 0; c < n0; c++) {
+			uint64_t in[4], out[4], any_in = 0, any_out = 0;
+			for (int w = 0; w < 4; w++) in[w] = X->cls[c][w] & b[w], out[w] = X->cls[c][w] & ~b[w], any_in |= in[w], any_out |= out[w];
+			if (any_in && any_out) memcpy(X->cls[c], in, sizeof in), memcpy(X->cls[n++], out, sizeof out);
+		}
+		uint64_t fresh[4], any = 0;
+		for (int w = 0; w < 4; w++) fresh[w] = b[w] & ~seen[w], seen[w] |= b[w], any |= fresh[w];
+		if (any) memcpy(X->cls[n++], fresh, sizeof fresh);
+	}
+	for (int c = 0; c < n; c++) {
+		int w = 0;
+		while (!X->cls[c][w]) w++;
+		rep[c] = (unsigned char)(w * 64 + __builtin_ctzll(X->cls[c][w]));
+	}
+	return n;
+}
+
+// The user rule whose alternative holds element pos.
+static int32_t pos_owner(const parser *P, const grammar *g, const int32_t *alt_rule, int32_t pos) {
+	int32_t lo = 0, hi = g->n_alts - 1;
+	while (lo < hi) { // the last alternative starting at or before pos
+		int32_t mid = (lo + hi + 1) / 2;
+		if (g->alt_start[mid] <= pos) lo = mid;
+		else hi = mid - 1;
+	}
+	return P->rules[alt_rule[lo]].owner;
+}
+
+// The user rule met most often down one stack the failed step built (exponential ambiguity
+// recurs through the ambiguous rule), the one nearer the top on a tie.
+static int32_t explore_blame(const parser *P, const grammar_matcher *m, const int32_t *alt_rule) {
+	const grammar *g = m->g;
+	int32_t *count = calloc((size_t)g->n_rules + 1, sizeof *count), best = g->root;
+	if (!count) return best;
+	int32_t most = 0;
+	for (int32_t id = m->n_nodes - 1; id > 0; id = m->nodes[id].parent) {
+		int32_t r = pos_owner(P, g, alt_rule, m->nodes[id].pos);
+		if (++count[r] > most) most = count[r], best = r;
+	}
+	free(count);
+	return best;
+}
+
+// Writes the end of the text that leads to state s and then byte b (b < 0: none), quoted.
+static void explore_text(const explorer *X, int32_t s, int b, char *out, size_t n) {
+	unsigned char tail[EXPLORE_TEXT];
+	size_t k = 0, len = 0;
+	if (b >= 0) tail[k++] = (unsigned char)b, len++;
+	for (int32_t t = s; t >= 0 && X->from[t] >= 0; t = X->from[t], len++)
+		if (k < EXPLORE_TEXT) tail[k++] = X->via[t];
+	size_t o = (size_t)snprintf(out, n, "%s", len > k ? "\"..." : "\"");
+	while (k-- && o + 5 < n) {
+		unsigned char c = tail[k];
+		if (c == '"' || c == '\\') o += (size_t)snprintf(out + o, n - o, "\\%c", c);
+		else if (c >= 0x20 && c < 0x7F) out[o++] = (char)c, out[o] = 0;
+		else o += (size_t)snprintf(out + o, n - o, "\\x%02X", c);
+	}
+	if (o + 1 < n) snprintf(out + o, n - o, "\"");
+}
+
+static void explore(parser *P, grammar *g, const int32_t *alt_rule) {
+	explorer *X = calloc(1, sizeof *X);
+	grammar_matcher *m = matcher_alloc(g, &no_vocab, 0);
+	bool ok = X && m;
+	if (ok) {
+		X->seen = calloc((size_t)g->n_elem + 1, sizeof *X->seen);
+		X->set_mark = malloc(((size_t)g->n_sets + 1) * sizeof *X->set_mark);
+		ok = X->seen && X->set_mark;
+	}
+	int64_t budget = (int64_t)EXPLORE_PER_STACK * g->lim.max_stacks + (int64_t)EXPLORE_PER_ELEM * g->n_elem, work = 0;
+	if (budget > g->lim.max_explore) budget = g->lim.max_explore;
+	int32_t s = -1;
+	int b = -1;
+	bool over = false;
+	if (ok) {
+		memset(X->set_mark, 0xff, ((size_t)g->n_sets + 1) * sizeof *X->set_mark);
+		m->start = start_state(m);
+		over = m->over;
+		ok = m->start != ST_OOM && (m->start < 0 || explore_add(X, m, m->start, -1, 0));
+	}
+	while (ok && !over && work + (int64_t)m->expanded < budget && (X->fifo_head < X->fifo_n || X->heap_n)) {
+		s = X->fifo_head < X->fifo_n ? X->fifo[X->fifo_head++] : heap_pop(X);
+		unsigned char rep[256];
+		int nc = byte_classes(X, m, s, rep, &work);
+		for (int c = 0; ok && !over && c < nc; c++) {
+			int32_t n_st = m->n_st;
+			work += 1 + m->st[s].n;
+			int32_t t = compute_step(m, s, rep[c]);
+			if (t == ST_OOM) ok = false;
+			else if (m->over) over = true, b = rep[c];
+			else if (t == n_st) ok = explore_add(X, m, t, s, rep[c]);
+		}
+	}
+	if (!ok) oom(P);
+	else if (over) {
+		prule *u = &P->rules[explore_blame(P, m, alt_rule)];
+		char text[EXPLORE_TEXT * 4 + 16] = "";
+		if (s >= 0) explore_text(X, s, b, text, sizeof text);
+		perr(P, LANES_ELIMIT, u->def_at, "rule '%.*s' is too ambiguous: %s%s a match would follow more than %d parses at once (max_stacks)",
+		     (int)u->name_len, u->name, s >= 0 ? "after " : "at the start", text, (int)g->lim.max_stacks);
+	}
+	grammar_matcher_free(m);
+	if (X) free(X->from), free(X->via), free(X->depth), free(X->key), free(X->fifo), free(X->heap), free(X->seen), free(X->set_mark);
+	free(X);
 }

@@ -18,9 +18,12 @@ typedef struct {
 	int32_t max_depth;      // nesting of groups in the text
 	int32_t max_repeat;     // m and n of {m,n}
 	int32_t max_stacks;     // stacks one matcher state may hold (ambiguity); past it accept fails
+	int64_t max_explore;    // work (steps, stacks stepped, expansions) compile may spend looking
+	                        // for a state past max_stacks
 } grammar_limits;
 
-// Defaults: 1 MiB text, 65536 rules, 4M elements, depth 64, repeat 1000, 4096 stacks. Thread-safe.
+// Defaults: 1 MiB text, 65536 rules, 4M elements, depth 64, repeat 1000, 4096 stacks, 1M of
+// work explored. Thread-safe.
 void grammar_default_limits(grammar_limits *l);
 
 typedef struct grammar grammar;
@@ -29,9 +32,13 @@ typedef struct grammar grammar;
 // `{m,}`, `{m,n}`, "literals" and [classes] with \n \t \r \\ \" \] \xHH \uHHHH \UHHHHHHHH
 // escapes, ranges and ^ negation, `.` any character, # comments) with start rule `root`.
 // Characters are Unicode code points matched as their UTF-8 bytes. Undefined rules and left
-// recursion are refused. 0 with *out holding one reference; LANES_EFORMAT with
-// "line L, column C: message" in err; LANES_ELIMIT; LANES_ENOMEM. lim NULL: the defaults.
-// Thread-safe.
+// recursion are refused. The states reachable from the start are explored breadth first,
+// those reaching grammar elements not yet seen first, within a budget that grows with the
+// grammar up to max_explore: one whose stacks pass max_stacks is refused (LANES_ELIMIT naming
+// the rule and a text that leads there), so ambiguity found here never ends a generation
+// midway. 0 with *out holding one reference; LANES_EFORMAT with "line L, column C: message"
+// in err; LANES_ELIMIT (with the position too where one applies); LANES_ENOMEM. lim NULL:
+// the defaults. Thread-safe.
 int grammar_compile(grammar **out, const char *text, size_t len, const grammar_limits *lim, char *err,
 		    size_t errlen);
 // Another reference to g (returned). Thread-safe.
@@ -63,7 +70,8 @@ int grammar_matcher_new(grammar_matcher **out, grammar *g, const grammar_vocab *
 void grammar_matcher_free(grammar_matcher *m); // accepts NULL
 // The tokens allowed next: bit (id % 64) of (*mask)[id / 64] is set when id may follow;
 // (n + 63) / 64 words. Valid until the next call on m. The same state gives the same mask,
-// whatever came before. 0 or LANES_ENOMEM.
+// whatever came before. It may hold no token: every way on is past max_stacks beyond what
+// compile explored, or no token's bytes fit. 0 or LANES_ENOMEM.
 int grammar_matcher_mask(grammar_matcher *m, const uint64_t **mask);
 // Takes token id. An eog id is taken only in an accepting state (and ends the matcher).
 // 0, or LANES_EINVAL when the grammar does not allow id here (m is unchanged then).

@@ -836,14 +836,15 @@ static int rx_class(sg *g, rx *r, cset *c, bool *neg) {
 	return g->rc;
 }
 
-static int rx_alt(sg *g, rx *r, sb *out, bool *wrapped);
+static int rx_alt(sg *g, rx *r, sb *out, bool *wrapped, bool *nullable);
 
-// Reads one atom of the pattern into out; *empty when it matches only "".
-static int rx_atom(sg *g, rx *r, sb *out, bool *empty) {
+// Reads one atom of the pattern into out; *empty when it matches only "", *nullable when it
+// may match "".
+static int rx_atom(sg *g, rx *r, sb *out, bool *empty, bool *nullable) {
 	char c = *r->p;
 	cset cs = {0};
 	bool neg = false, ctl = true;
-	*empty = false;
+	*empty = *nullable = false;
 	if (c == '(') {
 		r->p++;
 		if (r->p < r->end && *r->p == '?') {
@@ -857,7 +858,7 @@ static int rx_atom(sg *g, rx *r, sb *out, bool *empty) {
 		if (++r->depth > SG_MAX_DEPTH) return fail(g, LANES_ELIMIT, "pattern nests groups deeper than %d", SG_MAX_DEPTH);
 		sb in = {0};
 		bool wrapped = false;
-		rx_alt(g, r, &in, &wrapped);
+		rx_alt(g, r, &in, &wrapped, nullable);
 		r->depth--;
 		if (!g->rc && (r->p >= r->end || *r->p != ')')) fail(g, LANES_EINVAL, "pattern has an unclosed '('");
 		r->p++;
@@ -891,8 +892,9 @@ static int rx_atom(sg *g, rx *r, sb *out, bool *empty) {
 	return g->rc;
 }
 
-// Reads a quantifier after an atom, if any, into out.
-static int rx_quant(sg *g, rx *r, sb *out) {
+// Reads a quantifier after an atom, if any, into out; *nullable (in: the atom's) when the
+// result may match "".
+static int rx_quant(sg *g, rx *r, sb *out, bool *nullable) {
 	if (r->p >= r->end) return 0;
 	char c = *r->p;
 	int64_t m = 1, n = 1;
@@ -916,29 +918,42 @@ static int rx_quant(sg *g, rx *r, sb *out) {
 	if (r->p < r->end && *r->p == '?') r->p++; // lazy: the same language when the whole text must match
 	if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?' || *r->p == '{'))
 		return fail(g, LANES_EINVAL, "pattern repeats a repetition");
+	// GBNF refuses an unbounded repetition of what may be empty as left recursion
+	if (n < 0 && *nullable)
+		return fail(g, LANES_EINVAL, "unsupported pattern feature: '%c' repeats a group that can match the empty string "
+			    "(write (ab)* for (ab|)*)", c);
+	*nullable = *nullable || m == 0;
 	return repeat(g, out, m, n);
 }
 
-static int rx_alt(sg *g, rx *r, sb *out, bool *wrapped) {
+// Reads alternatives into out; *wrapped when out is one group, *nullable when it may match "".
+static int rx_alt(sg *g, rx *r, sb *out, bool *wrapped, bool *nullable) {
 	sb alts = {0};
 	int nalt = 0;
 	bool empty_alt = false;
+	*nullable = false;
 	while (!g->rc) {
 		sb seq = {0};
+		bool seq_nullable = true;
 		while (!g->rc && r->p < r->end && *r->p != '|' && *r->p != ')') {
 			sb atom = {0};
-			bool empty;
-			rx_atom(g, r, &atom, &empty);
+			bool empty, nul;
+			rx_atom(g, r, &atom, &empty, &nul);
 			if (!g->rc && !empty) {
 				if (seq.n) sb_put(g, &seq, " ");
 				sb_add(g, &seq, atom.p, atom.n);
 				if (r->p < r->end && (*r->p == '?' || *r->p == '*' || *r->p == '+' || *r->p == '{')) {
 					// quantifiers apply to one element: wrap alternations and sequences
-					rx_quant(g, r, &seq);
+					rx_quant(g, r, &seq, &nul);
 				}
-			} else if (!g->rc) rx_quant(g, r, &atom);
+				seq_nullable = seq_nullable && nul;
+			} else if (!g->rc) {
+				nul = false; // a quantifier on nothing matches nothing
+				rx_quant(g, r, &atom, &nul);
+			}
 			sb_free(g, &atom);
 		}
+		*nullable = *nullable || seq_nullable;
 		if (!seq.n) empty_alt = true;
 		else {
 			if (nalt++) sb_put(g, &alts, " | ");
@@ -969,8 +984,8 @@ static int gen_pattern(sg *g, const json_t *pat, sb *out) {
 		return fail(g, LANES_EINVAL, "unsupported pattern: it must be anchored, starting with '^' and ending with '$'");
 	rx r = {p + 1, p + n - 1, 0};
 	sb body = {0};
-	bool wrapped;
-	rx_alt(g, &r, &body, &wrapped);
+	bool wrapped, nullable;
+	rx_alt(g, &r, &body, &wrapped, &nullable);
 	if (!g->rc && r.p < r.end) fail(g, LANES_EINVAL, "pattern has an unmatched ')'");
 	if (!g->rc) {
 		sb_put(g, out, Q " ");

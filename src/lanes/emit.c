@@ -1,6 +1,7 @@
 // lanes: emit — a row's logits become the request's token (penalties, biases, the draw at
 // (seed, choice, position)), its logprobs, and text through the streaming detokenizer, held
-// back while it may still become a stop string; a stop token, stop string or length ends it.
+// back while it may still become a stop string; a stop token, stop string or length ends it,
+// and so does a grammar that allows no token.
 #include "lanes/lanes_int.h"
 
 #include "sample/sample.h"
@@ -104,6 +105,15 @@ static int32_t pick(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	return r->gm && x[tok] == -INFINITY ? -1 : tok;
 }
 
+// Ends r with the text it holds back and what its detokenizer still holds, as finish fin.
+static void finish_flushed(lane_host *h, lane_req *r, enum lane_finish fin) {
+	const char *t;
+	size_t n = 0;
+	tok_stream_flush(r->detok, &t, &n);
+	if (n && pending_add(r, t, n)) { lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0); return; }
+	lane_finish(h, r, LANE_EV_FINISHED, fin, -1, NULL, r->pending, r->n_pending);
+}
+
 // Takes the sampled token of lane r: records it, emits its text, ends the request when a
 // stop token, stop string, length or the context says so.
 static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const lane_top *top, int32_t n_top) {
@@ -115,11 +125,7 @@ static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const l
 		return;
 	}
 	if (eog || is_stop_token(h, r, tok)) {
-		const char *t;
-		size_t n = 0;
-		tok_stream_flush(r->detok, &t, &n);
-		if (n && pending_add(r, t, n)) { lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0); return; }
-		lane_finish(h, r, LANE_EV_FINISHED, LANE_FINISH_STOP, -1, NULL, r->pending, r->n_pending);
+		finish_flushed(h, r, LANE_FINISH_STOP);
 		return;
 	}
 	r->gen[r->n_gen++] = tok;
@@ -158,8 +164,12 @@ oom:
 int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg) {
 	int32_t pos = r->n_prompt + r->n_gen; // absolute position of the token drawn now
 	int32_t tok = pick(h, r, lg, pos);
+	if (tok == -2) {
+		lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
+		return -1;
+	}
 	if (tok < 0) {
-		lane_finish(h, r, LANE_EV_FAILED, 0, -1, tok == -2 ? "out of memory" : "the grammar allows no token here", NULL, 0);
+		finish_flushed(h, r, LANE_FINISH_GRAMMAR);
 		return -1;
 	}
 	int32_t n_top = r->top_logprobs;

@@ -141,7 +141,9 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 		      enum lane_field *bad);
 
 enum lane_ev_kind { LANE_EV_TOKEN, LANE_EV_FINISHED, LANE_EV_CANCELLED, LANE_EV_FAILED };
-enum lane_finish { LANE_FINISH_STOP, LANE_FINISH_LENGTH, LANE_FINISH_STOP_SEQUENCE };
+// GRAMMAR: the grammar allows no token here (ambiguity past its stacks that compile did not
+// reach, or biases that ban every token it allows); the text so far is all emitted.
+enum lane_finish { LANE_FINISH_STOP, LANE_FINISH_LENGTH, LANE_FINISH_STOP_SEQUENCE, LANE_FINISH_GRAMMAR };
 
 typedef struct {
 	int32_t token;

@@ -24,8 +24,8 @@ static void ant_free(void *p) {
 
 static const char *stop_reason(const srv_choice *ch) {
 	static const char *const names[] = {[LANE_FINISH_STOP] = "end_turn", [LANE_FINISH_LENGTH] = "max_tokens",
-					    [LANE_FINISH_STOP_SEQUENCE] = "stop_sequence"};
-	return names[ch->finish <= LANE_FINISH_STOP_SEQUENCE ? ch->finish : 0];
+					    [LANE_FINISH_STOP_SEQUENCE] = "stop_sequence", [LANE_FINISH_GRAMMAR] = "max_tokens"};
+	return names[ch->finish <= LANE_FINISH_GRAMMAR ? ch->finish : 0];
 }
 
 static json_t *stop_sequence(const srv_call *c) {
@@ -36,7 +36,7 @@ static json_t *stop_sequence(const srv_call *c) {
 
 // The stop reason of a turn that made tool calls.
 static const char *turn_stop(const srv_call *c, bool calls) {
-	return calls && c->ch[0].finish != LANE_FINISH_LENGTH ? "tool_use" : stop_reason(&c->ch[0]);
+	return calls && !srv_choice_cut(&c->ch[0]) ? "tool_use" : stop_reason(&c->ch[0]);
 }
 
 // ---- tool use in a stream: blocks start as the parser finds them ---------------------------------
@@ -110,10 +110,11 @@ static void ant_done(srv_call *c) {
 	if (!st->blocks) text_start(c);
 	if (st->text_open) block_stop(c, st->blocks - 1);
 	const srv_tool_stream *ts = &c->ch[0].tools;
-	srv_sse(c, "message_delta",
-		json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
-			  turn_stop(c, c->g.parse_calls && ts->n_started && !ts->plain), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
-			  "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached));
+	json_t *d = json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
+			      turn_stop(c, c->g.parse_calls && ts->n_started && !ts->plain), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
+			      "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached);
+	srv_finish_note(json_object_get(d, "delta"), &c->ch[0]);
+	srv_sse(c, "message_delta", d);
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
@@ -138,10 +139,12 @@ static json_t *ant_reply(srv_call *c) {
 						json_object_get(v, "id"), "name", json_object_get(v, "name"), "input", json_object_get(v, "input")));
 	const bool with_calls = json_array_size(calls);
 	json_decref(calls);
-	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
+	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
 			 "message", "role", "assistant", "content", content, "model", srv_call_model(c), "stop_reason", turn_stop(c, with_calls), "stop_sequence", stop_sequence(c),
 			 "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
 			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
+	srv_finish_note(m, ch);
+	return m;
 }
 
 static const srv_api ant_api = {ant_begin, ant_text, NULL, ant_done, ant_fail, ant_reply, ant_free};

@@ -691,6 +691,12 @@ void srv_sse(srv_call *c, const char *name, json_t *data) {
 
 const char *srv_call_model(const srv_call *c) { return c->g.model_name[0] ? c->g.model_name : c->s->model_id; }
 
+bool srv_choice_cut(const srv_choice *ch) { return ch->finish == LANE_FINISH_LENGTH || ch->finish == LANE_FINISH_GRAMMAR; }
+
+void srv_finish_note(json_t *o, const srv_choice *ch) {
+	if (o && ch->finish == LANE_FINISH_GRAMMAR) json_object_set_new(o, "lanes_stop_reason", json_string("grammar_dead_end"));
+}
+
 int32_t srv_call_generated(const srv_call *c) {
 	int32_t n = 0;
 	// a choice that never saw its end (cancelled) counts the tokens that reached it

@@ -206,5 +206,11 @@ void srv_sse_raw(srv_call *c, const char *s);
 int32_t srv_call_generated(const srv_call *c);
 // The model a reply names: the adapter the request named, else the server's model.
 const char *srv_call_model(const srv_call *c);
+// The choice was cut before its text was whole: by max_tokens, or by a grammar that allows
+// no token there; every API shows both as its length finish.
+bool srv_choice_cut(const srv_choice *ch);
+// Names the real end in o as "lanes_stop_reason" where the API's own finish cannot tell it
+// (a grammar's dead end: "grammar_dead_end"); leaves o alone otherwise. o may be NULL.
+void srv_finish_note(json_t *o, const srv_choice *ch);
 
 #endif

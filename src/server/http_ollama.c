@@ -270,7 +270,8 @@ static json_t *oll_final(srv_call *c, const char *text, size_t len) {
 	if (!o) return NULL;
 	const uint64_t now = base_now_us(), t0 = c->conn->t0_us;
 	const uint64_t first = ch->t_first_us ? ch->t_first_us : now;
-	json_object_set_new(o, "done_reason", json_string(ch->finish == LANE_FINISH_LENGTH ? "length" : "stop"));
+	json_object_set_new(o, "done_reason", json_string(srv_choice_cut(ch) ? "length" : "stop"));
+	srv_finish_note(o, ch);
 	json_object_set_new(o, "total_duration", json_integer((json_int_t)((now - t0) * 1000)));
 	json_object_set_new(o, "load_duration", json_integer(0));
 	json_object_set_new(o, "prompt_eval_count", json_integer(c->g.lr.n_prompt - ch->n_cached));

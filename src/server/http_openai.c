@@ -39,12 +39,11 @@ static void oai_free(void *p) {
 	free(st);
 }
 
-static const char *finish_name(const srv_choice *ch) { return ch->finish == LANE_FINISH_LENGTH ? "length" : "stop"; }
+static const char *finish_name(const srv_choice *ch) { return srv_choice_cut(ch) ? "length" : "stop"; }
 
-// A streamed choice that announced tool calls ends with "tool_calls", unless max_tokens cut it.
+// A streamed choice that announced tool calls ends with "tool_calls", unless it was cut.
 static const char *stream_finish(const srv_call *c, const srv_choice *ch) {
-	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain && ch->finish != LANE_FINISH_LENGTH ? "tool_calls"
-													       : finish_name(ch);
+	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain && !srv_choice_cut(ch) ? "tool_calls" : finish_name(ch);
 }
 
 static json_t *usage(const srv_call *c) {
@@ -199,6 +198,7 @@ static void oai_choice_end(srv_call *c, int i) {
 	else
 		o = json_pack("{s:i, s:s, s:n, s:s, s:s}", "index", i, "text", "", "logprobs", "finish_reason", finish_name(ch),
 			      "token_sha", ch->token_sha);
+	srv_finish_note(o, ch);
 	srv_sse(c, NULL, chunk(c, json_pack("[o]", o)));
 }
 
@@ -234,7 +234,7 @@ static json_t *oai_reply(srv_call *c) {
 			}
 			const bool with_calls = calls && json_array_size(calls);
 			o = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s, s:s}", "index", i, "message", "role", "assistant", "content",
-				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls && ch->finish != LANE_FINISH_LENGTH ? "tool_calls" : finish_name(ch),
+				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls && !srv_choice_cut(ch) ? "tool_calls" : finish_name(ch),
 				      "token_sha", ch->token_sha);
 			json_t *msg = json_object_get(o, "message");
 			if (msg && with_calls) {
@@ -260,6 +260,7 @@ static json_t *oai_reply(srv_call *c) {
 				      "finish_reason", finish_name(ch), "token_sha", ch->token_sha);
 			srv_buf_free(&t);
 		}
+		srv_finish_note(o, ch);
 		if (!o) {
 			json_decref(choices);
 			return NULL;

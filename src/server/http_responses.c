@@ -102,10 +102,14 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 
 static json_t *final_response(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
-	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
+	bool incomplete = srv_choice_cut(ch);
 	json_t *r = response(c, incomplete ? "incomplete" : "completed", output_items(c, incomplete ? "incomplete" : "completed"), true);
 	if (!r) return NULL;
-	if (incomplete) json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+	if (incomplete) {
+		json_t *d = json_pack("{s:s}", "reason", "max_output_tokens");
+		srv_finish_note(d, ch);
+		json_object_set_new(r, "incomplete_details", d);
+	}
 	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
 	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.lr.sampling.seed));
 	return r;
@@ -199,7 +203,7 @@ static void resp_text(srv_call *c, int i, const char *text, size_t len, const la
 static void resp_done(srv_call *c) {
 	resp_state *st = c->st;
 	const srv_choice *ch = &c->ch[0];
-	bool incomplete = ch->finish == LANE_FINISH_LENGTH;
+	bool incomplete = srv_choice_cut(ch);
 	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &resp_sink);
 	if (!st->items && !st->msg_open) msg_open(c);
 	if (st->msg_open) msg_close(c, incomplete ? "incomplete" : "completed");

@@ -7,11 +7,17 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 bool kern_cpu_avx2(void) {
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+	// F16C from CPUID leaf 1 (ECX bit 29): clang before 15 has no "f16c" for __builtin_cpu_supports
+	unsigned a, b, c = 0, d;
+	const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
 	return false;
 #endif

@@ -8,11 +8,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-// Runs every regular file in dir; returns how many ran, -1 when dir cannot be read.
-static inline int replay_dir(const char *dir) {
+static inline uint64_t replay_now_us(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+// Runs data through the target; returns how long it took in microseconds.
+static inline uint64_t replay_one(const uint8_t *data, size_t size) {
+	const uint64_t t0 = replay_now_us();
+	LLVMFuzzerTestOneInput(data, size);
+	return replay_now_us() - t0;
+}
+
+// Runs every regular file in dir; returns how many ran, -1 when dir cannot be read. *slowest_us
+// (when not NULL) keeps the longest run it saw.
+static inline int replay_dir_timed(const char *dir, uint64_t *slowest_us) {
 	DIR *d = opendir(dir);
 	if (!d) return -1;
 	int n = 0;
@@ -30,12 +45,15 @@ static inline int replay_dir(const char *dir) {
 		size_t got = buf && len > 0 ? fread(buf, 1, (size_t)len, f) : 0;
 		fclose(f);
 		if (!buf) continue;
-		LLVMFuzzerTestOneInput(buf, got);
+		const uint64_t dt = replay_one(buf, got);
+		if (slowest_us && dt > *slowest_us) *slowest_us = dt;
 		free(buf);
 		n++;
 	}
 	closedir(d);
 	return n;
 }
+
+static inline int replay_dir(const char *dir) { return replay_dir_timed(dir, NULL); }
 
 #endif

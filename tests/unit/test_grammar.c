@@ -65,16 +65,18 @@ static size_t first_bad(grammar *g, const grammar_vocab *v, const char *s, bool 
 	return i;
 }
 
-// Whether text fails to compile with LANES_EFORMAT and a message holding want.
-static bool refused(const char *text, const char *want) {
+// Whether text fails to compile with code want_rc and a message holding want.
+static bool refused_as(const char *text, int want_rc, const char *want) {
 	char err[256] = "";
 	grammar *g = NULL;
 	int rc = grammar_compile(&g, text, strlen(text), NULL, err, sizeof err);
-	if (rc == LANES_EFORMAT && !g && strstr(err, want)) return true;
+	if (rc == want_rc && !g && strstr(err, want)) return true;
 	fprintf(stderr, "'%s': rc %d '%s', want '%s'\n", text, rc, err, want);
 	grammar_unref(g);
 	return false;
 }
+
+static bool refused(const char *text, const char *want) { return refused_as(text, LANES_EFORMAT, want); }
 
 static void test_parse_errors(void) {
 	static const struct {
@@ -296,17 +298,20 @@ static void test_hostile(void) {
 	s = repeat_text("root ::= \"a\"", "{100}", 12, "");
 	CHECK(grammar_compile(&g, s, strlen(s), &lim, err, sizeof err) == LANES_ELIMIT && strstr(err, "elements"));
 	free(s);
-	// a wide alternation compiles, but its start is past max_stacks
+	// a wide alternation: its start is past max_stacks, refused at compile
 	grammar_vocab *v = small_vocab((const char *[]){"a", "b"}, 2);
 	s = repeat_text("root ::= ", "\"a\" | ", 20000, "\"b\"");
-	CHECK(grammar_compile(&g, s, strlen(s), NULL, err, sizeof err) == 0);
-	grammar_matcher *m = NULL;
-	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "max_stacks"));
-	grammar_unref(g);
+	CHECKF(grammar_compile(&g, s, strlen(s), NULL, err, sizeof err) == LANES_ELIMIT && !g && strstr(err, "rule 'root'") &&
+		       strstr(err, "at the start") && strstr(err, "max_stacks"), "%s", err);
 	free(s);
-	// ambiguity past max_stacks: the byte that would need a third stack is refused
+	// ambiguity past max_stacks after a byte: refused at compile, naming the text; past the
+	// exploration budget it compiles, and the byte that would need a third stack is refused
+	grammar_matcher *m = NULL;
 	lim.max_elements = 0, lim.max_stacks = 2;
 	const char *amb = "root ::= \"x\" (\"ab\" | \"ac\" | \"ad\") | \"y\" (\"a\" | \"b\")";
+	CHECKF(grammar_compile(&g, amb, strlen(amb), &lim, err, sizeof err) == LANES_ELIMIT && strstr(err, "line 1, column 1: rule 'root'") &&
+		       strstr(err, "after \"x\" a match would follow more than 2 parses"), "%s", err);
+	lim.max_explore = 1;
 	CHECK(grammar_compile(&g, amb, strlen(amb), &lim, err, sizeof err) == 0);
 	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
 	CHECK(m && grammar_matcher_accept_bytes(m, "x", 1) == LANES_EINVAL && grammar_matcher_accept_bytes(m, "ya", 2) == 0);
@@ -320,6 +325,61 @@ static void test_hostile(void) {
 	g = compile("root ::= (\"a\"{1000}){1000}");
 	CHECK(g && first_bad(g, v, "aaaaab", &acc) == 5 && !acc);
 	grammar_unref(g);
+	grammar_vocab_free(v);
+}
+
+// Ambiguity that grows only after some text is refused at compile time, with the rule and a
+// text that leads there; ambiguity that stays bounded compiles. Past the exploration budget
+// a grammar compiles, and where every way on is past max_stacks its mask holds no token.
+static void test_late_ambiguity(void) {
+	static const struct {
+		const char *text, *want;
+	} late[] = {
+		{"root ::= \"Answer: \" a\na ::= \"x\" a \"y\" | \"x\" a \"y\" | \"\"\n", "line 2, column 1: rule 'a' is too ambiguous: after \"Answer: xxxxxxxxxx"},
+		{"root ::= \"{\" ws \"\\\"k\\\":\" ws v ws \"}\"\nv ::= \"[\" v \"]\" | \"[\" v \"]\" | \"0\"\nws ::= \" \"?\n", "rule 'v' is too ambiguous: after \"{\\\"k\\\":[[[[[[[[["},
+	};
+	for (size_t i = 0; i < sizeof late / sizeof *late; i++) {
+		CHECKF(refused_as(late[i].text, LANES_ELIMIT, late[i].want), "late %zu", i);
+		CHECKF(refused_as(late[i].text, LANES_ELIMIT, "more than 4096 parses at once (max_stacks)"), "late %zu", i);
+	}
+	char err[256];
+	// bounded ambiguity: alternatives that meet again, a nesting that is deep but not ambiguous
+	grammar_vocab *v = small_vocab((const char *[]){"a", "x", "y", "(", ")"}, 5);
+	bool acc;
+	grammar *g = compile("root ::= \"Answer: \" (\"a\" | \"a\" | \"a\" \"a\")*\n");
+	char *s = repeat_text("Answer: ", "a", 5000, "");
+	CHECK(g && first_bad(g, v, s, &acc) == strlen(s) && acc);
+	grammar_unref(g);
+	free(s);
+	g = compile("root ::= \"(\" root \")\" | \"x\"");
+	s = repeat_text("", "(", 3000, "x");
+	CHECK(g && first_bad(g, v, s, &acc) == strlen(s) && !acc);
+	grammar_unref(g);
+	free(s);
+	// past the budget: the text leads on until every way is past max_stacks, then no token fits
+	grammar_limits lim;
+	grammar_default_limits(&lim);
+	lim.max_explore = 50;
+	g = NULL;
+	CHECK(grammar_compile(&g, late[0].text, strlen(late[0].text), &lim, err, sizeof err) == 0);
+	// after ten x: 1024 frames, each with two x tops and a y top; the eleventh x needs 6144
+	CHECK(g && first_bad(g, v, "Answer: xxxxxxxxxxyyyyy", &acc) == strlen("Answer: xxxxxxxxxxyyyyy"));
+	CHECK(g && first_bad(g, v, "Answer: xxxxxxxxxxx", &acc) == strlen("Answer: xxxxxxxxxx"));
+	grammar_unref(g);
+	lim.max_stacks = 2, lim.max_explore = 1;
+	const char *dead = "root ::= \"ax\" (\"yy\" | \"yx\" | \"ya\")";
+	g = NULL;
+	CHECK(grammar_compile(&g, dead, strlen(dead), &lim, err, sizeof err) == 0);
+	grammar_matcher *m = NULL;
+	const uint64_t *mask;
+	CHECK(g && grammar_matcher_new(&m, g, v, NULL, 0, err, sizeof err) == 0);
+	CHECK(m && grammar_matcher_mask(m, &mask) == 0 && mask[0] == 1); // "a"
+	CHECK(m && grammar_matcher_accept(m, 0) == 0 && grammar_matcher_mask(m, &mask) == 0 && mask[0] == 0);
+	CHECK(m && !grammar_matcher_accepting(m) && !grammar_matcher_finished(m));
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	lim.max_explore = 0;
+	CHECKF(grammar_compile(&g, dead, strlen(dead), &lim, err, sizeof err) == LANES_ELIMIT && strstr(err, "after \"ax\""), "%s", err);
 	grammar_vocab_free(v);
 }
 
@@ -567,6 +627,7 @@ int main(void) {
 	test_utf8();
 	test_left_recursion();
 	test_hostile();
+	test_late_ambiguity();
 	test_masks_synthetic();
 	test_random_grammars();
 	test_deep_flush();

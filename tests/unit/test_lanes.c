@@ -461,6 +461,46 @@ static lane_req *submit1(lane_host *h, const lane_request *q) {
 	return r;
 }
 
+// A grammar that allows no token ends its request as a finish, never a failure, with the text
+// so far all out: past what compile explored (every way on needs more stacks than the grammar
+// may hold), and where biases ban every token the grammar allows.
+static void test_grammar_dead_end(void) {
+	lane_host *h = host(2, 0, false, 2);
+	if (!h) return;
+	char err[256];
+	grammar_limits lim;
+	grammar_default_limits(&lim);
+	lim.max_stacks = 2, lim.max_explore = 1;
+	const char *past = "root ::= \"Onc\" (\"ea\" | \"eb\" | \"ec\")"; // the 'c' would need three stacks
+	const char *hi = "root ::= \"Hi\" [\\x01]";
+	grammar *g[2] = {NULL, NULL};
+	CHECKF(grammar_compile(&g[0], past, strlen(past), &lim, err, sizeof err) == 0, "%s", err);
+	CHECKF(grammar_compile(&g[1], hi, strlen(hi), NULL, err, sizeof err) == 0, "%s", err);
+	size_t l = 0;
+	const char *p = tok_piece(V, 4, 0, &l);
+	CHECKF(p && l == 1 && p[0] == 1, "token 4 is the byte 0x01");
+	lane_bias ban = {4, -INFINITY};
+	int32_t bos = 1;
+	static const char *const want[2] = {"On", "Hi"};
+	for (int i = 0; i < 2 && g[0] && g[1]; i++) {
+		lane_request q = {.prompt = &bos, .n_prompt = 1, .max_tokens = 40, .grammar = g[i]};
+		q.sampling.top_p = 1;
+		q.sampling.repeat_penalty = 1;
+		if (i == 1) q.sampling.bias = &ban, q.sampling.n_bias = 1;
+		result res;
+		lane_req *r = submit1(h, &q);
+		if (r) collect(r, &res);
+		lane_req_free(r);
+		CHECKF(r && res.terminals == 1 && res.end == LANE_EV_FINISHED && res.finish == LANE_FINISH_GRAMMAR,
+		       "dead end %d: one terminal, finished by the grammar (end %d, finish %d: %s)", i, res.end, res.finish, res.reason);
+		CHECKF(r && res.n >= 1 && res.text_len == strlen(want[i]) && !memcmp(res.text, want[i], res.text_len),
+		       "dead end %d: the text so far, all of it: '%.*s' in %d tokens", i, (int)res.text_len, res.text, res.n);
+	}
+	grammar_unref(g[0]);
+	grammar_unref(g[1]);
+	lane_host_free(h);
+}
+
 // The rounds a prompt takes: with no stream decoding a round takes the whole prompt (up to
 // 512 rows) whatever the pricing leaves, so a lone prompt fills in one pass; beside a live
 // stream it fills in the pieces the budget gives (a round target of 1 us: one page a round).
@@ -1500,6 +1540,7 @@ int main(void) {
 	with_model("ref-qwen2-Q8_0.gguf", test_embed);
 	with_model("stories260K.gguf", test_grammar_exact);
 	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);
+	with_model("stories260K.gguf", test_grammar_dead_end);
 	with_model("stories260K.gguf", test_leases);
 	with_model("stories260K.gguf", lease_chaos_all);
 	T_DONE("lanes");

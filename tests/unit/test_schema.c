@@ -73,6 +73,8 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"pattern\": \"^a\\\\bb$\"}", LANES_EINVAL, "word boundary"},
 		{"{\"type\": \"string\", \"pattern\": \"^a(b$\"}", LANES_EINVAL, "unclosed '('"},
 		{"{\"type\": \"string\", \"pattern\": \"^a^b$\"}", LANES_EINVAL, "'^' inside the pattern"},
+		{"{\"type\": \"string\", \"pattern\": \"^x(ab|)*$\"}", LANES_EINVAL, "'*' repeats a group that can match the empty string"},
+		{"{\"type\": \"string\", \"pattern\": \"^((a|)b?){2,}$\"}", LANES_EINVAL, "'{' repeats a group that can match the empty string"},
 		{"{\"type\": \"string\", \"pattern\": \"^a$\", \"maxLength\": 3}", LANES_EINVAL, "beside 'pattern'"},
 		{"{\"type\": \"number\", \"maximum\": 1.5}", LANES_EINVAL, "unsupported keyword 'maximum' for a number"},
 		{"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", LANES_EINVAL, "no number lies"},
@@ -319,6 +321,21 @@ static void test_json_object(void) {
 	grammar_unref(g);
 }
 
+// Alternatives that overlap under recursion: the schema has GBNF, and the grammar engine
+// refuses it at compile time (a 400 for the client), before a generation could get there.
+static void test_late_ambiguity(void) {
+	const char *amb = "{\"type\": \"object\", \"properties\": {\"answer\": {\"$ref\": \"#/$defs/v\"}}, \"required\": [\"answer\"],"
+			  " \"$defs\": {\"v\": {\"anyOf\": [{\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/v\"}},"
+			  " {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/v\"}}, {\"type\": \"integer\"}]}}}";
+	char *gbnf = NULL, err[512] = "";
+	CHECKF(gbnf_of(amb, &gbnf, err, sizeof err) == 0, "%s", err);
+	grammar *g = NULL;
+	int rc = gbnf ? grammar_compile(&g, gbnf, strlen(gbnf), NULL, err, sizeof err) : -1;
+	CHECKF(rc == LANES_ELIMIT && !g && strstr(err, "rule 'root-v") && strstr(err, "after \"{\\\"answer\\\":[[[[") &&
+		       strstr(err, "max_stacks"), "rc %d: %s", rc, err);
+	free(gbnf);
+}
+
 int main(void) {
 	char piece[] = "x";
 	const char *pieces[] = {piece};
@@ -337,6 +354,7 @@ int main(void) {
 	test_raw_text();
 	test_long_strings();
 	test_json_object();
+	test_late_ambiguity();
 	grammar_vocab_free(vocab);
 	T_DONE("test_schema");
 }
