@@ -9,6 +9,7 @@
 #include "server/http_grid.h"
 
 #include <curl/curl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #define MAX_BEACON (1u << 20)       // largest beacon read
 #define MAX_LIMIT_MS 600000
 #define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
+#define MAX_PEER_LANES 64           // the most lanes a server runs (--lanes): a beacon claiming more is believed this far
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.
 enum fwd_api { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_OLLAMA };
@@ -527,7 +529,7 @@ static void error_event(srv_fwd *f) {
 	case API_RESPONSES:
 		name = "error";
 		o = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "server_error", "message", f->err, "param",
-			      "sequence_number", (json_int_t)f->seq + 1);
+			      "sequence_number", (json_int_t)(f->seq < LLONG_MAX ? f->seq + 1 : f->seq));
 		break;
 	case API_OLLAMA: o = json_pack("{s:s}", "error", f->err); break;
 	default: o = json_pack("{s:{s:s, s:s}}", "error", "message", f->err, "type", "server_error"); break;
@@ -555,6 +557,9 @@ static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &code);
 	json_t *b = rc == CURLE_OK && code == 201 && f->lease.len ? json_loadb(f->lease.p, f->lease.len, 0, NULL) : NULL;
 	const char *id = json_string_value(json_object_get(b, "id"));
+	// it goes into a header line: a token, never a second header
+	if (id && (!*id || strlen(id) > 60 || id[strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")]))
+		id = NULL;
 	if (!id) {
 		LOG_DEBUG(SRV_MOD, "peer %s leased nothing (%s, HTTP %ld)", g->peers[f->peer].url, curl_easy_strerror(rc), code);
 		json_decref(b);
@@ -740,7 +745,8 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	for (int i = 0; i < g->n; i++) {
 		json_t *m = g->peers[i].models && !g->peers[i].draining ? holding(&g->peers[i], want) : NULL;
 		holders += m != NULL;
-		if (m) lanes += json_integer_value(json_object_get(m, "lanes_total"));
+		const json_int_t n = json_integer_value(json_object_get(m, "lanes_total"));
+		if (m) lanes += n < 0 ? 0 : n > MAX_PEER_LANES ? MAX_PEER_LANES : n;
 	}
 	const bool any = holders && g->n_pending < (lanes > cap ? lanes : cap);
 	pthread_mutex_unlock(&g->mu);
