@@ -377,16 +377,30 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
 	return len;
 }
 
-// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream.
+// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream. An SSE
+// event's lines are matched from their start (a JSON string never holds a newline, so text
+// that quotes an end cannot pass for one); an NDJSON line is read as the object it is.
 static bool terminal_event(const srv_fwd *f, const char *ev, size_t n) {
 	static const char *const ends[][5] = {
-		[API_OPENAI] = {"data: [DONE]", "data: {\"error\"", NULL},
-		[API_ANTHROPIC] = {"event: message_stop", "event: error", NULL},
-		[API_RESPONSES] = {"event: response.completed", "event: response.failed", "event: response.incomplete", "event: error", NULL},
-		[API_OLLAMA] = {"\"done\":true", "{\"error\"", NULL},
+		[API_OPENAI] = {"data: [DONE]\n", "data: {\"error\"", NULL},
+		[API_ANTHROPIC] = {"event: message_stop\n", "event: error\n", NULL},
+		[API_RESPONSES] = {"event: response.completed\n", "event: response.failed\n", "event: response.incomplete\n", "event: error\n", NULL},
 	};
-	for (int i = 0; ends[f->api][i]; i++)
-		if (memmem(ev, n, ends[f->api][i], strlen(ends[f->api][i]))) return true;
+	if (f->api == API_OLLAMA) {
+		json_t *o = json_loadb(ev, n, 0, NULL);
+		const bool end = json_is_true(json_object_get(o, "done")) || json_object_get(o, "error");
+		json_decref(o);
+		return end;
+	}
+	for (const char *l = ev; l < ev + n;) {
+		const char *nl = memchr(l, '\n', (size_t)(ev + n - l));
+		const size_t len = nl ? (size_t)(nl - l) + 1 : (size_t)(ev + n - l);
+		for (int i = 0; ends[f->api][i]; i++) {
+			const size_t k = strlen(ends[f->api][i]);
+			if (len >= k && !memcmp(l, ends[f->api][i], k)) return true;
+		}
+		l += len;
+	}
 	return false;
 }
 
@@ -406,6 +420,10 @@ static void relay_events(srv_fwd *f) {
 		if (q) f->seq = strtoll(q + 18, NULL, 10);
 		srv_buf_add(&f->out, ev, n);
 		off += n;
+		if (f->terminal) { // the client's stream ends here: what the peer sends after is dropped
+			off = f->in.len;
+			break;
+		}
 	}
 	if (off) {
 		memmove(f->in.p, f->in.p + off, f->in.len - off);
@@ -425,7 +443,8 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg) {
 		relay_events(f);
 		if (f->out.len) wake(f);
 	}
-	ok = ok && !f->in.oom && !f->out.oom;
+	// the peer's terminal event is relayed: the transfer ends, whatever else the peer would send
+	ok = ok && !f->in.oom && !f->out.oom && !f->terminal;
 	pthread_mutex_unlock(&g->mu);
 	return ok ? len : 0;
 }
@@ -580,8 +599,10 @@ static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	pthread_mutex_lock(&g->mu);
 	const bool never = !f->head && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST);
 	if (!never) {
-		if (rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
-		else if (f->stream && !f->terminal) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
+		// the peer's own end went through (what followed was dropped)
+		if (f->stream && f->terminal) f->err[0] = 0;
+		else if (rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
+		else if (f->stream) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
 		if (f->err[0]) atomic_fetch_add(&p->failed, 1);
 		// a stream gets exactly one terminal event: the peer's, or this one (the partial event dropped)
 		if (f->stream && !f->terminal) error_event(f);
