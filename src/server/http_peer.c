@@ -19,6 +19,7 @@
 #define MAX_BEACON (1u << 20)       // largest beacon read
 #define MAX_LIMIT_MS 600000
 #define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
+#define PEER_KEEPALIVE_MS 15000     // a lanes stream with nothing to say sends a comment this often (http_gen.c)
 #define MAX_PEER_LANES 64           // the most lanes a server runs (--lanes): a beacon claiming more is believed this far
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.
@@ -78,11 +79,13 @@ struct srv_fwd {
 	char model[256];               // what the peer must hold
 	uint64_t spike_bytes;
 	enum fwd_api api;
+	bool want_stream;              // the client asked for a stream: the peer's head comes at once
 	char auth[2][320];             // the client's key headers, or --peer-key's ("" none)
 	struct curl_slist *hdrs;       // the forward's headers
 	// the thread's
 	CURL *easy;                    // the lease request or the forward in flight
 	bool forwarding;               // easy is the forward (else the lease request)
+	uint64_t last_us;              // the forward began, or the peer's last byte came
 	int peer;
 	srv_buf lease;                 // the lease request's reply
 	struct curl_slist *ctl;        // the lease request's headers
@@ -351,6 +354,7 @@ static void lease_start(srv_grid *g, srv_fwd *f) {
 static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
 	srv_fwd *f = arg;
 	const size_t len = sz * n;
+	f->last_us = base_now_us();
 	if (f->head) return len;
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
 		f->ctype[0] = f->retry_after[0] = 0; // a new response (after an interim 1xx)
@@ -434,10 +438,19 @@ static void relay_events(srv_fwd *f) {
 static size_t on_body(char *p, size_t sz, size_t n, void *arg) {
 	srv_fwd *f = arg;
 	srv_grid *g = f->g;
-	const size_t len = sz * n;
+	const size_t len = sz * n, cap = g->s->cfg.max_output_bytes + MAX_BEACON;
+	f->last_us = base_now_us();
 	pthread_mutex_lock(&g->mu);
 	// the client left: the transfer stops (and the peer cancels its request)
-	bool ok = f->conn != NULL && f->in.len + len <= g->s->cfg.max_output_bytes + MAX_BEACON;
+	bool ok = f->conn != NULL;
+	if (ok && f->in.len + len > cap) {
+		snprintf(f->err, sizeof f->err, "the peer %s sent %s of more than %zu bytes", g->peers[f->peer].url,
+			 f->stream ? "an event" : "a reply", cap);
+		ok = false;
+	} else if (ok && f->stream && f->out.len - f->out_off > cap) { // what the client has not read yet is bounded too
+		snprintf(f->err, sizeof f->err, "the peer %s sent more than %zu bytes the client had not read", g->peers[f->peer].url, cap);
+		ok = false;
+	}
 	if (ok) srv_buf_add(&f->in, p, len);
 	if (ok && f->stream) {
 		relay_events(f);
@@ -466,6 +479,7 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	f->easy = ok ? easy_new(g, p->url, f->path, 0) : NULL;
 	if (!f->easy) return requeue(g, f, true);
 	f->forwarding = true;
+	f->last_us = base_now_us();
 	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->hdrs);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->body);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->body_len);
@@ -599,10 +613,11 @@ static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	pthread_mutex_lock(&g->mu);
 	const bool never = !f->head && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST);
 	if (!never) {
-		// the peer's own end went through (what followed was dropped)
+		// the peer's own end went through (what followed was dropped); else a limit or deadline
+		// here may have ended it, and said why
 		if (f->stream && f->terminal) f->err[0] = 0;
-		else if (rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
-		else if (f->stream) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
+		else if (!f->err[0] && rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
+		else if (!f->err[0] && f->stream) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
 		if (f->err[0]) atomic_fetch_add(&p->failed, 1);
 		// a stream gets exactly one terminal event: the peer's, or this one (the partial event dropped)
 		if (f->stream && !f->terminal) error_event(f);
@@ -652,6 +667,35 @@ static void halt_forwards(srv_grid *g) {
 	if (g->leasing) requeue(g, g->leasing, false);
 }
 
+// A streamed forward whose peer went quiet past what a lanes peer allows ends as a broken
+// transfer: its head is due within --peer-timeout-ms, then a byte (a keep-alive comment at
+// least) within PEER_KEEPALIVE_MS more. A reply not streamed takes as long as it runs. Returns
+// when the next such deadline falls (UINT64_MAX: none).
+static uint64_t end_stalled(srv_grid *g) {
+	const uint64_t now = base_now_us(), head_us = (uint64_t)g->s->cfg.peer_timeout_ms * 1000;
+	const uint64_t quiet_us = head_us + PEER_KEEPALIVE_MS * 1000ull;
+	uint64_t next = UINT64_MAX;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->held;
+		for (; f; f = f->hnext) {
+			if (!f->easy || !f->forwarding || !f->want_stream) continue;
+			const uint64_t due = f->last_us + (f->head ? quiet_us : head_us);
+			if (now < due) {
+				if (due < next) next = due;
+				continue;
+			}
+			if (f->head) snprintf(f->err, sizeof f->err, "the peer %s sent nothing for %llu ms", g->peers[f->peer].url,
+					      (unsigned long long)(quiet_us / 1000));
+			else snprintf(f->err, sizeof f->err, "the peer %s sent no reply in %d ms", g->peers[f->peer].url, g->s->cfg.peer_timeout_ms);
+			break;
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f) return next;
+		forward_done(g, f, CURLE_OPERATION_TIMEDOUT);
+	}
+}
+
 static void *grid_main(void *arg) {
 	srv_grid *g = arg;
 	while (!atomic_load(&g->quit)) {
@@ -681,6 +725,8 @@ static void *grid_main(void *arg) {
 			if (!p->poll && p->next_us - now < wait_us) wait_us = p->next_us - now;
 		}
 		halt_forwards(g);
+		const uint64_t due = end_stalled(g), at = base_now_us();
+		if (due != UINT64_MAX) wait_us = due <= at ? 0 : due - at < wait_us ? due - at : wait_us;
 		dispatch(g);
 		int running = 0;
 		curl_multi_perform(g->multi, &running);
@@ -709,8 +755,11 @@ static enum fwd_api api_of(const char *path) {
 
 // What a peer must hold for the request: an adapter of this server's that it names, else the
 // model (any other name means the model here, unless --strict-model). false: it runs here.
-static bool wanted(http_server *s, srv_conn *c, char *want, size_t n) {
+// *stream: the client asked for a stream (Ollama's paths stream unless told not to).
+static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stream) {
 	json_t *b = json_loadb(c->body.p, c->body.len, 0, NULL);
+	const json_t *st = json_object_get(b, "stream");
+	*stream = api_of(c->path) == API_OLLAMA ? !json_is_false(st) : json_is_true(st);
 	const char *name = json_string_value(json_object_get(b, "model"));
 	json_t *ad = srv_grid_adapters(s);
 	bool adapter = false;
@@ -752,12 +801,13 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
 	free(sn);
 	char want[256];
+	bool stream = false;
 	full = full || lane_host_open(s->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
 	pthread_mutex_lock(&g->mu);
 	const int waiting = g->n_pending;
 	pthread_mutex_unlock(&g->mu);
 	// while some wait for a peer, newcomers wait behind them: the order of arrival holds
-	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want)) return false;
+	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want, &stream)) return false;
 	// a peer holds the model (busy or not), and the list of those waiting has room: --queue, or
 	// as many as those peers run at once when that is more
 	json_int_t cap = s->cfg.lanes.queue > 0 ? s->cfg.lanes.queue : 1, lanes = 0;
@@ -784,6 +834,7 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	f->refs = 2; // the connection's and the thread's
 	f->held = true;
 	f->api = api_of(c->path);
+	f->want_stream = stream;
 	f->spike_bytes = spike;
 	snprintf(f->path, sizeof f->path, "%s", c->path);
 	snprintf(f->model, sizeof f->model, "%s", want);
