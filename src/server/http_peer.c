@@ -975,6 +975,18 @@ static enum MHD_Result reply_whole(srv_conn *c, srv_fwd *f) {
 		c->outcome = "failed";
 		return srv_reply_error(c, &e);
 	}
+	// relayed only when it is a reply: a JSON object with a success or an error status
+	json_t *body = f->in.len ? json_loadb(f->in.p, f->in.len, 0, NULL) : NULL;
+	const bool object = json_is_object(body);
+	json_decref(body);
+	if (!object || f->status < 200 || (f->status >= 300 && f->status < 400) || f->status > 599) {
+		srv_err e;
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "the peer %s answered HTTP %ld %s", c->via, f->status,
+			 object ? "(not a reply)" : "with a body that is not a JSON object");
+		atomic_fetch_add(&f->g->peers[f->peer].failed, 1);
+		c->outcome = "failed";
+		return srv_reply_error(c, &e);
+	}
 	const int ra = atoi(f->retry_after);
 	if (f->status == 529) { // Anthropic's overload: its status line is written as the server writes its own
 		json_t *j = json_loadb(f->in.p ? f->in.p : "", f->in.len, 0, NULL);
