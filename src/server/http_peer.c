@@ -488,7 +488,6 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f);
 	curl_easy_setopt(f->easy, CURLOPT_PRIVATE, f);
-	atomic_fetch_add(&p->forwarded, 1);
 	curl_multi_add_handle(g->multi, f->easy);
 }
 
@@ -613,6 +612,7 @@ static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	pthread_mutex_lock(&g->mu);
 	const bool never = !f->head && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST);
 	if (!never) {
+		atomic_fetch_add(&p->forwarded, 1);
 		// the peer's own end went through (what followed was dropped); else a limit or deadline
 		// here may have ended it, and said why
 		if (f->stream && f->terminal) f->err[0] = 0;
