@@ -143,7 +143,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--peer-poll-ms", .kind = SET_INT, .field = F(peer_poll_ms), .dflt = "500", .min = 10, .max = 600000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "with --peer: how often each peer's residency beacon is read"},
 	{.names = "--peer-timeout-ms", .kind = SET_INT, .field = F(peer_timeout_ms), .dflt = "2000", .min = 10, .max = 600000,
-	 .meta = "MS", .cmds = B(SERVE), .help = "with --peer: a beacon read, lease request or connection slower than this fails"},
+	 .meta = "MS", .cmds = B(SERVE), .help = "with --peer: a beacon read, lease request, connection or streamed reply's head slower than this fails"},
 	{.names = "--peer-key", .kind = SET_STR, .field = F(peer_key), .meta = "KEY", .cmds = B(SERVE),
 	 .help = "with --peer: the key sent to peers (default: a forwarded request's own, and --api-key for beacons and leases)"},
 	{.names = "--chat-template", .kind = SET_STR, .field = F(chat_template), .meta = "FILE", .cmds = B(SERVE),
