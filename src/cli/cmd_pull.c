@@ -1,6 +1,8 @@
 // cli: the model cache — `lanes pull REF` downloads a GGUF with libcurl (resumed into a .part
 // file, size and the hub's SHA-256 checked, validated as GGUF before it takes its name),
 // `lanes ls` lists the cache and `lanes rm NAME` deletes; `lanes serve -m hf:...` pulls first.
+// What a hub sends is bounded: redirects, stalls, sizes, names. A .part file a broken transfer
+// leaves is resumed by the next pull; one whose bytes cannot be the file's is removed.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
@@ -9,6 +11,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,9 @@
 #include <unistd.h>
 
 #define PULL_TRIES 5
+#define PULL_REDIRECTS 10 // the hub's resolve takes one or two to its CDN
+#define MAX_LISTING (64u << 20)
+#define MAX_NAME 400      // bytes of a name from a reference or a listing (a component: 255)
 #define GATED_HINT " (a gated repository? give --hf-token or HF_TOKEN)"
 
 typedef struct {
@@ -30,9 +36,10 @@ static void cache_dir(const cli_settings *s, char *out, size_t n) {
 	else snprintf(out, n, "%s/.cache/lanes/models", getenv("HOME") ? getenv("HOME") : ".");
 }
 
-// A name from a reference or a listing: words of [A-Za-z0-9._+-], never "." or "..".
+// A name from a reference or a listing: words of [A-Za-z0-9._+-], never "." or "..", short
+// enough to be a file name.
 static bool safe_path(const char *p, bool slashes) {
-	if (!*p) return false;
+	if (!*p || strlen(p) > MAX_NAME) return false;
 	for (const char *w = p; *w;) {
 		const char *e = w;
 		while (*e && *e != '/') {
@@ -40,7 +47,7 @@ static bool safe_path(const char *p, bool slashes) {
 			e++;
 		}
 		const size_t len = (size_t)(e - w);
-		if (!len || (len == 1 && w[0] == '.') || (len == 2 && w[0] == '.' && w[1] == '.')) return false;
+		if (!len || len > 255 || (len == 1 && w[0] == '.') || (len == 2 && w[0] == '.' && w[1] == '.')) return false;
 		if (*e && !slashes) return false;
 		w = *e ? e + 1 : e;
 		if (*e && !*w) return false;
@@ -62,15 +69,52 @@ static void auth_header(const cli_settings *s, const pull_ref *r, struct curl_sl
 	*h = curl_slist_append(*h, line);
 }
 
+// A name the hub sent, fit for one line of a terminal: odd bytes as \xNN, cut short.
+static void shown(const char *p, char *out, size_t n) {
+	size_t k = 0;
+	for (; *p && k + 8 < n; p++) {
+		const unsigned char ch = (unsigned char)*p;
+		k += (size_t)snprintf(out + k, n - k, ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\'' ? "%c" : "\\x%02x", ch);
+	}
+	snprintf(out + k, n - k, "%s", *p ? "..." : "");
+}
+
+// The options every transfer takes: redirects bounded and kept to HTTP(S), stalls bounded.
+static void transfer_opts(const cli_settings *s, CURL *c) {
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, (long)PULL_REDIRECTS);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)s->pull_stall_s);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); // less than a byte a second for that long
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)s->pull_stall_s);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "lanes");
+}
+
+// A failed transfer's reason, in the words of the knob or limit that ended it.
+static void why_failed(const cli_settings *s, CURLcode rc, char *out, size_t n) {
+	if (rc == CURLE_OPERATION_TIMEDOUT) snprintf(out, n, "nothing arrived for %lld s (LANES_PULL_STALL_S)", (long long)s->pull_stall_s);
+	else if (rc == CURLE_TOO_MANY_REDIRECTS) snprintf(out, n, "too many redirects (more than %d)", PULL_REDIRECTS);
+	else snprintf(out, n, "%s", curl_easy_strerror(rc));
+}
+
+typedef struct {
+	char *p;
+	size_t len, cap;
+} listing;
+
 static size_t to_buf(char *p, size_t sz, size_t n, void *ud) {
-	char **buf = ud;
-	size_t have = *buf ? strlen(*buf) : 0, add = sz * n;
-	if (have + add > (64u << 20)) return 0; // a listing is never this large
-	char *nb = realloc(*buf, have + add + 1);
-	if (!nb) return 0;
-	memcpy(nb + have, p, add);
-	nb[have + add] = 0;
-	*buf = nb;
+	listing *b = ud;
+	const size_t add = sz * n;
+	if (b->len + add > MAX_LISTING) return 0; // a listing is never this large
+	if (b->len + add + 1 > b->cap) {
+		const size_t cap = (b->len + add + 1) * 2;
+		char *nb = realloc(b->p, cap);
+		if (!nb) return 0;
+		b->p = nb, b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, add);
+	b->len += add;
 	return add;
 }
 
@@ -80,12 +124,12 @@ static int pick_file(const cli_settings *s, const char *org, const char *repo, c
 	snprintf(url, sizeof url, "%s/api/models/%s/%s/tree/main", endpoint(s), org, repo);
 	CURL *c = curl_easy_init();
 	if (!c) return -1;
-	char *body = NULL;
+	listing body = {0};
 	struct curl_slist *h = NULL;
 	pull_ref hub = {.hub = true};
 	auth_header(s, &hub, &h);
 	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+	transfer_opts(s, c);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_buf);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
@@ -96,34 +140,47 @@ static int pick_file(const cli_settings *s, const char *org, const char *repo, c
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
+		char why[256];
+		why_failed(s, rc, why, sizeof why);
 		if (code >= 400) cli_err("%s: HTTP %ld%s", url, code, code == 401 || code == 403 ? GATED_HINT : "");
-		else cli_err("%s: %s", url, curl_easy_strerror(rc));
-		free(body);
+		else if (rc == CURLE_WRITE_ERROR) cli_err("%s: the file listing is larger than %u MiB", url, MAX_LISTING >> 20);
+		else cli_err("%s: %s", url, why);
+		free(body.p);
 		return -1;
 	}
-	json_t *arr = json_loads(body ? body : "", 0, NULL);
-	free(body);
+	json_t *arr = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
+	free(body.p);
 	if (!json_is_array(arr)) {
 		cli_err("%s: not a file listing", url);
 		json_decref(arr);
 		return -1;
 	}
-	int found = 0;
+	int found = 0, unsafe = 0;
 	size_t i;
 	json_t *e;
-	char best[1024] = "";
+	char best[1024] = "", first_unsafe[128] = "";
 	json_array_foreach(arr, i, e) {
 		const char *p = json_string_value(json_object_get(e, "path"));
-		if (!p || !ends_with(p, ".gguf") || !strcasestr(p, quant) || !safe_path(p, true)) continue;
+		if (!p || !ends_with(p, ".gguf") || !strcasestr(p, quant)) continue;
+		if (!safe_path(p, true)) { // it would leave the cache, or is no file name: never written
+			if (!unsafe++) shown(p, first_unsafe, sizeof first_unsafe);
+			continue;
+		}
 		// the first of a split model's parts is not a whole model: prefer a single file
 		if (!found || (strstr(best, "-of-") && !strstr(p, "-of-"))) snprintf(best, sizeof best, "%s", p);
 		found++;
 	}
 	json_decref(arr);
+	if (!found && unsafe) {
+		cli_err("%s/%s lists no .gguf file matching '%s' with a safe name (refused %d, such as '%s')", org, repo, quant, unsafe,
+			first_unsafe);
+		return -1;
+	}
 	if (!found) {
 		cli_err("%s/%s has no .gguf file matching '%s'", org, repo, quant);
 		return -1;
 	}
+	if (unsafe) LOG_WARN("pull", "%d file names of %s/%s refused as unsafe, such as '%s'", unsafe, org, repo, first_unsafe);
 	if (found > 1) LOG_INFO("pull", "%d files match '%s': taking %s", found, quant, best);
 	snprintf(file, n, "%s", best);
 	return 0;
@@ -191,10 +248,14 @@ static int mkdirs(const char *path) {
 typedef struct {
 	FILE *f;
 	CURL *c;
+	const cli_settings *s;
 	int64_t have, total;        // bytes in the .part file; the whole file's size (-1: unknown)
 	char sha[65];               // the hub's SHA-256 of the file ("": none published)
 	int64_t linked_size;        // X-Linked-Size (-1: none)
+	int64_t range_start;        // a 206's Content-Range start (-1: none)
 	bool restart_checked, discard; // discard: an error's body, never part of the file
+	char why[256];              // why a callback stopped the transfer ("": it did not)
+	bool drop;                  // ... and the .part file goes too: its bytes are not the file's
 	sha256_ctx hash;            // of the .part file's first `hashed` bytes, fed as they are written
 	int64_t hashed;             // -1: lost (a read failed), the file is read back at the end
 	cli_progress bar;
@@ -219,41 +280,86 @@ static bool is_sha(const char *h) {
 	return true;
 }
 
+// A byte count as a header gives it: digits only, or -1.
+static int64_t count_of(const char *v) {
+	if (!*v || strlen(v) > 18 || v[strspn(v, "0123456789")]) return -1;
+	return strtoll(v, NULL, 10);
+}
+
 // Headers of every response on the way (the hub's 302 carries X-Linked-ETag and X-Linked-Size).
 static size_t on_header(char *line, size_t sz, size_t n, void *ud) {
 	xfer *x = ud;
 	char v[256] = "";
+	if (sz * n >= 5 && !strncmp(line, "HTTP/", 5)) x->range_start = -1; // a new response
 	header_value(line, sz * n, "x-linked-etag", v, sizeof v);
 	if (is_sha(v) && !x->sha[0]) snprintf(x->sha, sizeof x->sha, "%s", v);
 	v[0] = 0;
 	header_value(line, sz * n, "x-linked-size", v, sizeof v);
-	if (v[0] && x->linked_size < 0) x->linked_size = strtoll(v, NULL, 10);
+	if (v[0] && x->linked_size < 0) x->linked_size = count_of(v);
 	v[0] = 0;
 	header_value(line, sz * n, "etag", v, sizeof v); // a bare LFS oid is its SHA-256 too
 	if (x->sha[0] == 0 && is_sha(v)) snprintf(x->sha, sizeof x->sha, "%s", v);
+	v[0] = 0;
+	header_value(line, sz * n, "content-range", v, sizeof v); // bytes START-END/TOTAL
+	if (!strncmp(v, "bytes ", 6)) {
+		char start[32] = "";
+		snprintf(start, sizeof start, "%.*s", (int)strcspn(v + 6, "-"), v + 6);
+		x->range_start = count_of(start);
+		const char *slash = strchr(v, '/');
+		if (slash && count_of(slash + 1) >= 0) x->total = count_of(slash + 1);
+	}
 	return sz * n;
+}
+
+// Stops the transfer with a reason; drop: the .part file is not the file's beginning.
+static size_t stop(xfer *x, bool drop, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static size_t stop(xfer *x, bool drop, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->why, sizeof x->why, fmt, ap);
+	va_end(ap);
+	x->drop = drop;
+	return 0;
 }
 
 static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
 	xfer *x = ud;
+	const int64_t max = x->s->pull_max_bytes;
 	if (!x->restart_checked) {
 		long code = 0;
+		curl_off_t len = -1;
 		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
+		curl_easy_getinfo(x->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
 		x->discard = code >= 300;
-		if (code != 206 && x->have && !x->discard) { // the server sent the whole file: start over
-			if (ftruncate(fileno(x->f), 0) || fseek(x->f, 0, SEEK_SET)) return 0;
+		if (x->discard) return 0; // an error's body is never read: its status says it all
+		if (code == 206 && x->range_start < 0) return stop(x, false, "the hub answered 206 without a Content-Range");
+		if (code == 206 && x->range_start != x->have && x->range_start != 0)
+			return stop(x, false, "the hub answered 206 from byte %lld when asked for bytes %lld-", (long long)x->range_start,
+				    (long long)x->have);
+		if (code != 206 || x->range_start == 0) x->total = len; // the whole file from its start
+		if ((code != 206 || x->range_start == 0) && x->have) { // the server sent the whole file: start over
+			if (ftruncate(fileno(x->f), 0) || fseek(x->f, 0, SEEK_SET)) return stop(x, false, "cannot write: %s", strerror(errno));
 			x->have = 0;
 			sha256_init(&x->hash);
 			x->hashed = 0;
 		}
 		x->restart_checked = true;
+		if (x->linked_size > max)
+			return stop(x, true, "the hub says %lld bytes, larger than %lld bytes (LANES_PULL_MAX_BYTES)", (long long)x->linked_size,
+				    (long long)max);
+		if (x->total > max)
+			return stop(x, true, "%lld bytes, larger than %lld bytes (LANES_PULL_MAX_BYTES)", (long long)x->total, (long long)max);
 	}
-	if (x->discard) return sz * n;
-	if (fwrite(p, sz, n, x->f) != n) return 0;
-	x->have += (int64_t)(sz * n);
+	const int64_t add = (int64_t)(sz * n);
+	// a body that runs past the size published for it is not the file, however it ends
+	if (x->linked_size >= 0 && x->have + add > x->linked_size)
+		return stop(x, true, "more than the %lld bytes the hub publishes", (long long)x->linked_size);
+	if (x->have + add > max) return stop(x, true, "larger than %lld bytes (LANES_PULL_MAX_BYTES)", (long long)max);
+	if (fwrite(p, sz, n, x->f) != n) return stop(x, false, "cannot write: %s", strerror(errno));
+	x->have += add;
 	if (x->hashed >= 0) {
 		sha256_update(&x->hash, p, sz * n);
-		x->hashed += (int64_t)(sz * n);
+		x->hashed += add;
 	}
 	return sz * n;
 }
@@ -286,10 +392,24 @@ static void hash_part(const char *part, xfer *x) {
 	if (f) fclose(f);
 }
 
+// Whether a failed transfer is worth another try: the network broke, not the hub's answer.
+static bool transient(CURLcode rc) {
+	switch (rc) {
+	case CURLE_PARTIAL_FILE: case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING:
+	case CURLE_OPERATION_TIMEDOUT: case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_SSL_CONNECT_ERROR:
+		return true;
+	default:
+		return false;
+	}
+}
+
 // The download of r into part, resumed where it stopped; 0 when the server says it is whole.
+// On failure the .part file stays (a later pull resumes it) unless it is empty or not the file's.
 static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfer *x) {
 	struct curl_slist *h = NULL;
 	auth_header(s, r, &h);
+	int rc_out = 0;
 	for (int attempt = 1;; attempt++) {
 		struct stat st;
 		x->have = stat(part, &st) ? 0 : st.st_size;
@@ -301,11 +421,13 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 			return -1;
 		}
 		x->c = curl_easy_init();
-		x->restart_checked = false;
+		x->restart_checked = x->discard = false;
+		x->why[0] = 0;
+		x->range_start = -1;
 		char range[64];
 		snprintf(range, sizeof range, "%lld-", (long long)x->have);
 		curl_easy_setopt(x->c, CURLOPT_URL, r->url);
-		curl_easy_setopt(x->c, CURLOPT_FOLLOWLOCATION, 1L);
+		transfer_opts(s, x->c);
 		curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, h);
 		if (x->have) curl_easy_setopt(x->c, CURLOPT_RANGE, range);
 		curl_easy_setopt(x->c, CURLOPT_HEADERFUNCTION, on_header);
@@ -315,9 +437,6 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 		curl_easy_setopt(x->c, CURLOPT_NOPROGRESS, 0L);
 		curl_easy_setopt(x->c, CURLOPT_XFERINFOFUNCTION, on_progress);
 		curl_easy_setopt(x->c, CURLOPT_XFERINFODATA, x);
-		curl_easy_setopt(x->c, CURLOPT_LOW_SPEED_LIMIT, 1L); // a stalled connection is retried
-		curl_easy_setopt(x->c, CURLOPT_LOW_SPEED_TIME, 60L);
-		curl_easy_setopt(x->c, CURLOPT_USERAGENT, "lanes");
 		CURLcode rc = curl_easy_perform(x->c);
 		long code = 0;
 		curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code);
@@ -325,23 +444,34 @@ static int fetch(const cli_settings *s, const pull_ref *r, const char *part, xfe
 		const bool wrote = !fclose(x->f);
 		if (!wrote) x->hashed = -1; // fed bytes may not all be in the file
 		cli_progress_end(&x->bar);
-		if (rc == CURLE_OK && code == 416 && x->have > 0) break; // the .part file was already whole
-		if (rc == CURLE_OK && code >= 400) {
+		if (code == 416 && x->have > 0) break; // the .part file was already whole
+		if (x->discard || (rc == CURLE_OK && code >= 300)) { // an error, or a redirect with nowhere to go
 			cli_err("%s: HTTP %ld%s", r->url, code, code == 401 || code == 403 ? GATED_HINT : "");
-			if (!stat(part, &st) && st.st_size == 0) unlink(part); // nothing came: no partial download to list
-			curl_slist_free_all(h);
-			return -1;
+			rc_out = -1;
+			break;
+		}
+		if (x->why[0]) {
+			cli_err("%s: %s%s", r->rel, x->why, x->drop ? ": removed" : "");
+			if (x->drop) unlink(part);
+			rc_out = -1;
+			break;
 		}
 		if (rc == CURLE_OK && wrote) break;
-		if (attempt >= PULL_TRIES || rc == CURLE_WRITE_ERROR || !wrote) {
-			cli_err("%s: %s after %d tries", r->url, wrote ? curl_easy_strerror(rc) : "cannot write", attempt);
-			curl_slist_free_all(h);
-			return -1;
+		if (attempt >= PULL_TRIES || !transient(rc) || !wrote) {
+			char why[256];
+			why_failed(s, rc, why, sizeof why);
+			if (!wrote) cli_err("%s: cannot write: %s", part, strerror(errno));
+			else if (!transient(rc)) cli_err("%s: %s", r->url, why);
+			else cli_err("%s: %s after %d tries", r->url, why, attempt);
+			rc_out = -1;
+			break;
 		}
 		LOG_WARN("pull", "%s (%lld bytes so far): resuming", curl_easy_strerror(rc), (long long)x->have);
 	}
 	curl_slist_free_all(h);
-	return 0;
+	struct stat st;
+	if (rc_out && !stat(part, &st) && st.st_size == 0) unlink(part); // nothing came: no partial download to list
+	return rc_out;
 }
 
 static int file_sha(const char *path, char out[65]) {
@@ -380,7 +510,7 @@ int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n) {
 		return -1;
 	}
 	LOG_INFO("pull", "%s -> %s", r.url, path);
-	xfer x = {.linked_size = -1, .total = -1};
+	xfer x = {.s = s, .linked_size = -1, .total = -1, .range_start = -1};
 	sha256_init(&x.hash);
 	cli_progress_start(&x.bar, "pull", true, true);
 	if (fetch(s, &r, part, &x)) return -1;

@@ -9,6 +9,7 @@
 #include "server/http_grid.h"
 
 #include <curl/curl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 #define MAX_BEACON (1u << 20)       // largest beacon read
 #define MAX_LIMIT_MS 600000
 #define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
+#define PEER_KEEPALIVE_MS 15000     // a lanes stream with nothing to say sends a comment this often (http_gen.c)
+#define MAX_PEER_LANES 64           // the most lanes a server runs (--lanes): a beacon claiming more is believed this far
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.
 enum fwd_api { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_OLLAMA };
@@ -76,11 +79,13 @@ struct srv_fwd {
 	char model[256];               // what the peer must hold
 	uint64_t spike_bytes;
 	enum fwd_api api;
+	bool want_stream;              // the client asked for a stream: the peer's head comes at once
 	char auth[2][320];             // the client's key headers, or --peer-key's ("" none)
 	struct curl_slist *hdrs;       // the forward's headers
 	// the thread's
 	CURL *easy;                    // the lease request or the forward in flight
 	bool forwarding;               // easy is the forward (else the lease request)
+	uint64_t last_us;              // the forward began, or the peer's last byte came
 	int peer;
 	srv_buf lease;                 // the lease request's reply
 	struct curl_slist *ctl;        // the lease request's headers
@@ -349,6 +354,7 @@ static void lease_start(srv_grid *g, srv_fwd *f) {
 static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
 	srv_fwd *f = arg;
 	const size_t len = sz * n;
+	f->last_us = base_now_us();
 	if (f->head) return len;
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
 		f->ctype[0] = f->retry_after[0] = 0; // a new response (after an interim 1xx)
@@ -375,16 +381,30 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
 	return len;
 }
 
-// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream.
+// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream. An SSE
+// event's lines are matched from their start (a JSON string never holds a newline, so text
+// that quotes an end cannot pass for one); an NDJSON line is read as the object it is.
 static bool terminal_event(const srv_fwd *f, const char *ev, size_t n) {
 	static const char *const ends[][5] = {
-		[API_OPENAI] = {"data: [DONE]", "data: {\"error\"", NULL},
-		[API_ANTHROPIC] = {"event: message_stop", "event: error", NULL},
-		[API_RESPONSES] = {"event: response.completed", "event: response.failed", "event: response.incomplete", "event: error", NULL},
-		[API_OLLAMA] = {"\"done\":true", "{\"error\"", NULL},
+		[API_OPENAI] = {"data: [DONE]\n", "data: {\"error\"", NULL},
+		[API_ANTHROPIC] = {"event: message_stop\n", "event: error\n", NULL},
+		[API_RESPONSES] = {"event: response.completed\n", "event: response.failed\n", "event: response.incomplete\n", "event: error\n", NULL},
 	};
-	for (int i = 0; ends[f->api][i]; i++)
-		if (memmem(ev, n, ends[f->api][i], strlen(ends[f->api][i]))) return true;
+	if (f->api == API_OLLAMA) {
+		json_t *o = json_loadb(ev, n, 0, NULL);
+		const bool end = json_is_true(json_object_get(o, "done")) || json_object_get(o, "error");
+		json_decref(o);
+		return end;
+	}
+	for (const char *l = ev; l < ev + n;) {
+		const char *nl = memchr(l, '\n', (size_t)(ev + n - l));
+		const size_t len = nl ? (size_t)(nl - l) + 1 : (size_t)(ev + n - l);
+		for (int i = 0; ends[f->api][i]; i++) {
+			const size_t k = strlen(ends[f->api][i]);
+			if (len >= k && !memcmp(l, ends[f->api][i], k)) return true;
+		}
+		l += len;
+	}
 	return false;
 }
 
@@ -404,6 +424,10 @@ static void relay_events(srv_fwd *f) {
 		if (q) f->seq = strtoll(q + 18, NULL, 10);
 		srv_buf_add(&f->out, ev, n);
 		off += n;
+		if (f->terminal) { // the client's stream ends here: what the peer sends after is dropped
+			off = f->in.len;
+			break;
+		}
 	}
 	if (off) {
 		memmove(f->in.p, f->in.p + off, f->in.len - off);
@@ -414,16 +438,26 @@ static void relay_events(srv_fwd *f) {
 static size_t on_body(char *p, size_t sz, size_t n, void *arg) {
 	srv_fwd *f = arg;
 	srv_grid *g = f->g;
-	const size_t len = sz * n;
+	const size_t len = sz * n, cap = g->s->cfg.max_output_bytes + MAX_BEACON;
+	f->last_us = base_now_us();
 	pthread_mutex_lock(&g->mu);
 	// the client left: the transfer stops (and the peer cancels its request)
-	bool ok = f->conn != NULL && f->in.len + len <= g->s->cfg.max_output_bytes + MAX_BEACON;
+	bool ok = f->conn != NULL;
+	if (ok && f->in.len + len > cap) {
+		snprintf(f->err, sizeof f->err, "the peer %s sent %s of more than %zu bytes", g->peers[f->peer].url,
+			 f->stream ? "an event" : "a reply", cap);
+		ok = false;
+	} else if (ok && f->stream && f->out.len - f->out_off > cap) { // what the client has not read yet is bounded too
+		snprintf(f->err, sizeof f->err, "the peer %s sent more than %zu bytes the client had not read", g->peers[f->peer].url, cap);
+		ok = false;
+	}
 	if (ok) srv_buf_add(&f->in, p, len);
 	if (ok && f->stream) {
 		relay_events(f);
 		if (f->out.len) wake(f);
 	}
-	ok = ok && !f->in.oom && !f->out.oom;
+	// the peer's terminal event is relayed: the transfer ends, whatever else the peer would send
+	ok = ok && !f->in.oom && !f->out.oom && !f->terminal;
 	pthread_mutex_unlock(&g->mu);
 	return ok ? len : 0;
 }
@@ -445,6 +479,7 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	f->easy = ok ? easy_new(g, p->url, f->path, 0) : NULL;
 	if (!f->easy) return requeue(g, f, true);
 	f->forwarding = true;
+	f->last_us = base_now_us();
 	curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->hdrs);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDS, f->body);
 	curl_easy_setopt(f->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->body_len);
@@ -453,7 +488,6 @@ static void forward_start(srv_grid *g, srv_fwd *f, const char *lease) {
 	curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f);
 	curl_easy_setopt(f->easy, CURLOPT_PRIVATE, f);
-	atomic_fetch_add(&p->forwarded, 1);
 	curl_multi_add_handle(g->multi, f->easy);
 }
 
@@ -527,7 +561,7 @@ static void error_event(srv_fwd *f) {
 	case API_RESPONSES:
 		name = "error";
 		o = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "server_error", "message", f->err, "param",
-			      "sequence_number", (json_int_t)f->seq + 1);
+			      "sequence_number", (json_int_t)(f->seq < LLONG_MAX ? f->seq + 1 : f->seq));
 		break;
 	case API_OLLAMA: o = json_pack("{s:s}", "error", f->err); break;
 	default: o = json_pack("{s:{s:s, s:s}}", "error", "message", f->err, "type", "server_error"); break;
@@ -555,6 +589,9 @@ static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &code);
 	json_t *b = rc == CURLE_OK && code == 201 && f->lease.len ? json_loadb(f->lease.p, f->lease.len, 0, NULL) : NULL;
 	const char *id = json_string_value(json_object_get(b, "id"));
+	// it goes into a header line: a token, never a second header
+	if (id && (!*id || strlen(id) > 60 || id[strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")]))
+		id = NULL;
 	if (!id) {
 		LOG_DEBUG(SRV_MOD, "peer %s leased nothing (%s, HTTP %ld)", g->peers[f->peer].url, curl_easy_strerror(rc), code);
 		json_decref(b);
@@ -575,8 +612,12 @@ static void forward_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	pthread_mutex_lock(&g->mu);
 	const bool never = !f->head && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST);
 	if (!never) {
-		if (rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
-		else if (f->stream && !f->terminal) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
+		atomic_fetch_add(&p->forwarded, 1);
+		// the peer's own end went through (what followed was dropped); else a limit or deadline
+		// here may have ended it, and said why
+		if (f->stream && f->terminal) f->err[0] = 0;
+		else if (!f->err[0] && rc != CURLE_OK) snprintf(f->err, sizeof f->err, "the peer %s broke off: %s", p->url, curl_easy_strerror(rc));
+		else if (!f->err[0] && f->stream) snprintf(f->err, sizeof f->err, "the peer %s ended the stream without its end", p->url);
 		if (f->err[0]) atomic_fetch_add(&p->failed, 1);
 		// a stream gets exactly one terminal event: the peer's, or this one (the partial event dropped)
 		if (f->stream && !f->terminal) error_event(f);
@@ -626,6 +667,35 @@ static void halt_forwards(srv_grid *g) {
 	if (g->leasing) requeue(g, g->leasing, false);
 }
 
+// A streamed forward whose peer went quiet past what a lanes peer allows ends as a broken
+// transfer: its head is due within --peer-timeout-ms, then a byte (a keep-alive comment at
+// least) within PEER_KEEPALIVE_MS more. A reply not streamed takes as long as it runs. Returns
+// when the next such deadline falls (UINT64_MAX: none).
+static uint64_t end_stalled(srv_grid *g) {
+	const uint64_t now = base_now_us(), head_us = (uint64_t)g->s->cfg.peer_timeout_ms * 1000;
+	const uint64_t quiet_us = head_us + PEER_KEEPALIVE_MS * 1000ull;
+	uint64_t next = UINT64_MAX;
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		srv_fwd *f = g->held;
+		for (; f; f = f->hnext) {
+			if (!f->easy || !f->forwarding || !f->want_stream) continue;
+			const uint64_t due = f->last_us + (f->head ? quiet_us : head_us);
+			if (now < due) {
+				if (due < next) next = due;
+				continue;
+			}
+			if (f->head) snprintf(f->err, sizeof f->err, "the peer %s sent nothing for %llu ms", g->peers[f->peer].url,
+					      (unsigned long long)(quiet_us / 1000));
+			else snprintf(f->err, sizeof f->err, "the peer %s sent no reply in %d ms", g->peers[f->peer].url, g->s->cfg.peer_timeout_ms);
+			break;
+		}
+		pthread_mutex_unlock(&g->mu);
+		if (!f) return next;
+		forward_done(g, f, CURLE_OPERATION_TIMEDOUT);
+	}
+}
+
 static void *grid_main(void *arg) {
 	srv_grid *g = arg;
 	while (!atomic_load(&g->quit)) {
@@ -655,6 +725,8 @@ static void *grid_main(void *arg) {
 			if (!p->poll && p->next_us - now < wait_us) wait_us = p->next_us - now;
 		}
 		halt_forwards(g);
+		const uint64_t due = end_stalled(g), at = base_now_us();
+		if (due != UINT64_MAX) wait_us = due <= at ? 0 : due - at < wait_us ? due - at : wait_us;
 		dispatch(g);
 		int running = 0;
 		curl_multi_perform(g->multi, &running);
@@ -683,8 +755,11 @@ static enum fwd_api api_of(const char *path) {
 
 // What a peer must hold for the request: an adapter of this server's that it names, else the
 // model (any other name means the model here, unless --strict-model). false: it runs here.
-static bool wanted(http_server *s, srv_conn *c, char *want, size_t n) {
+// *stream: the client asked for a stream (Ollama's paths stream unless told not to).
+static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stream) {
 	json_t *b = json_loadb(c->body.p, c->body.len, 0, NULL);
+	const json_t *st = json_object_get(b, "stream");
+	*stream = api_of(c->path) == API_OLLAMA ? !json_is_false(st) : json_is_true(st);
 	const char *name = json_string_value(json_object_get(b, "model"));
 	json_t *ad = srv_grid_adapters(s);
 	bool adapter = false;
@@ -726,12 +801,13 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
 	free(sn);
 	char want[256];
+	bool stream = false;
 	full = full || lane_host_open(s->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
 	pthread_mutex_lock(&g->mu);
 	const int waiting = g->n_pending;
 	pthread_mutex_unlock(&g->mu);
 	// while some wait for a peer, newcomers wait behind them: the order of arrival holds
-	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want)) return false;
+	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want, &stream)) return false;
 	// a peer holds the model (busy or not), and the list of those waiting has room: --queue, or
 	// as many as those peers run at once when that is more
 	json_int_t cap = s->cfg.lanes.queue > 0 ? s->cfg.lanes.queue : 1, lanes = 0;
@@ -740,7 +816,8 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	for (int i = 0; i < g->n; i++) {
 		json_t *m = g->peers[i].models && !g->peers[i].draining ? holding(&g->peers[i], want) : NULL;
 		holders += m != NULL;
-		if (m) lanes += json_integer_value(json_object_get(m, "lanes_total"));
+		const json_int_t n = json_integer_value(json_object_get(m, "lanes_total"));
+		if (m) lanes += n < 0 ? 0 : n > MAX_PEER_LANES ? MAX_PEER_LANES : n;
 	}
 	const bool any = holders && g->n_pending < (lanes > cap ? lanes : cap);
 	pthread_mutex_unlock(&g->mu);
@@ -757,6 +834,7 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	f->refs = 2; // the connection's and the thread's
 	f->held = true;
 	f->api = api_of(c->path);
+	f->want_stream = stream;
 	f->spike_bytes = spike;
 	snprintf(f->path, sizeof f->path, "%s", c->path);
 	snprintf(f->model, sizeof f->model, "%s", want);
@@ -894,6 +972,18 @@ static enum MHD_Result reply_whole(srv_conn *c, srv_fwd *f) {
 	if (f->err[0] || !f->head) {
 		srv_err e;
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", f->err[0] ? f->err : "the peer did not answer");
+		c->outcome = "failed";
+		return srv_reply_error(c, &e);
+	}
+	// relayed only when it is a reply: a JSON object with a success or an error status
+	json_t *body = f->in.len ? json_loadb(f->in.p, f->in.len, 0, NULL) : NULL;
+	const bool object = json_is_object(body);
+	json_decref(body);
+	if (!object || f->status < 200 || (f->status >= 300 && f->status < 400) || f->status > 599) {
+		srv_err e;
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "the peer %s answered HTTP %ld %s", c->via, f->status,
+			 object ? "(not a reply)" : "with a body that is not a JSON object");
+		atomic_fetch_add(&f->g->peers[f->peer].failed, 1);
 		c->outcome = "failed";
 		return srv_reply_error(c, &e);
 	}

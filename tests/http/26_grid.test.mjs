@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { startServer, STORIES, SHARED, KEY, getJSON, postJSON, readSSE, sleep } from './lib.mjs';
+import { startServer, STORIES, SHARED, KEY, getJSON, postJSON, readSSE, readNDJSON, sleep } from './lib.mjs';
 
 const OTHER = path.join(SHARED, 'models/ref-llama-Q4_0.gguf');
 const MODEL = 'stories260K';
@@ -75,21 +75,6 @@ function request(i) {
 			body: { model: MODEL, prompt: `Story ${i}:`, stream: true, options: { num_predict: 64, seed: 100 + i, temperature: 0.8 } },
 			text: (ls) => ls.map((l) => l.response || '').join(''), ends: (ls) => ls.filter((l) => l.done || l.error).length };
 	}
-}
-
-async function readNDJSON(res) {
-	const out = [];
-	let buf = '';
-	const dec = new TextDecoder();
-	for await (const chunk of res.body) {
-		buf += dec.decode(chunk, { stream: true });
-		let k;
-		while ((k = buf.indexOf('\n')) >= 0) {
-			if (k) out.push(JSON.parse(buf.slice(0, k)));
-			buf = buf.slice(k + 1);
-		}
-	}
-	return out;
 }
 
 // Runs r on url: status, the peer that answered (x-lanes-peer), its text and terminal events.

@@ -114,6 +114,23 @@ export async function readSSE(response, onEvent) {
 	return events;
 }
 
+// Reads an NDJSON response (Ollama's streams) into its objects; a half line at the end is an error.
+export async function readNDJSON(res) {
+	const out = [];
+	let buf = '';
+	const dec = new TextDecoder();
+	for await (const chunk of res.body) {
+		buf += dec.decode(chunk, { stream: true });
+		let k;
+		while ((k = buf.indexOf('\n')) >= 0) {
+			if (k) out.push(JSON.parse(buf.slice(0, k)));
+			buf = buf.slice(k + 1);
+		}
+	}
+	if (buf) throw new Error(`a half line ends the stream: ${buf.slice(0, 200)}`);
+	return out;
+}
+
 export async function postSSE(url, body, headers = {}, onEvent) {
 	const r = await fetch(url, {
 		method: 'POST',
