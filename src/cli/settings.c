@@ -262,7 +262,7 @@ const cli_setting cli_settings_table[] = {
 	 .cmds = B(SERVE), .help = "how long a drain lets running requests finish"},
 };
 const int cli_settings_count = (int)(sizeof cli_settings_table / sizeof cli_settings_table[0]);
-_Static_assert(sizeof cli_settings_table / sizeof cli_settings_table[0] <= 128, "cli_settings.given holds 128 bits");
+_Static_assert(sizeof cli_settings_table / sizeof cli_settings_table[0] <= 256, "cli_settings.given holds 256 bits");
 
 static const char *cmd_name = "lanes"; // "lanes run" once cli_setup has seen the command
 

@@ -44,7 +44,7 @@ typedef struct {
 		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;
-	uint64_t given[2];  // bit i: setting i was given (flag or environment)
+	uint64_t given[4];  // bit i: setting i was given (flag or environment)
 	const struct cli_command *cmd; // the command they were parsed for
 } cli_settings;
 
