@@ -25,21 +25,19 @@ static void ex_list_free(ex_list *l) {
 
 typedef struct {
 	tok_vocab *voc;
-	tmpl *t;       // compiled at the first conversation
+	chat_tmpl chat;     // loaded at the first conversation
+	bool chat_loaded;
 	int64_t max_tokens;
 } ex_ctx;
 
 // The model's chat template (ChatML when it has none or it does not compile), as the server picks it.
 static int chat_template(ex_ctx *c) {
 	char err[512];
-	const char *src = tok_chat_template(c->voc);
-	if (src && !tmpl_compile(&c->t, src, strlen(src), err, sizeof err)) return 0;
-	if (src) LOG_WARN("learn", "the model's chat template does not compile (%s): using ChatML", err);
-	const char *ml = tmpl_chatml();
-	if (tmpl_compile(&c->t, ml, strlen(ml), err, sizeof err)) {
-		cli_err("the ChatML template does not compile: %s", err);
+	if (chat_load(&c->chat, c->voc, NULL, err, sizeof err)) {
+		cli_err("%s", err);
 		return -1;
 	}
+	c->chat_loaded = true;
 	return 0;
 }
 
@@ -57,8 +55,8 @@ static int line_example(ex_ctx *c, const char *path, int64_t lineno, const char 
 	}
 	json_t *msgs = json_object_get(o, "messages"), *p = json_object_get(o, "prompt"), *cpl = json_object_get(o, "completion");
 	if (msgs) {
-		if (!c->t && chat_template(c)) rc = -1;
-		else if (learn_example_chat(e, c->voc, c->t, msgs, NULL, NULL, 0, err, sizeof err)) rc = -1;
+		if (!c->chat_loaded && chat_template(c)) rc = -1;
+		else if (learn_example_chat(e, &c->chat, msgs, 0, err, sizeof err)) rc = -1;
 	} else if (json_is_string(p) && json_is_string(cpl)) {
 		if (learn_example_text(e, c->voc, json_string_value(p), json_string_value(cpl), 0, err, sizeof err)) rc = -1;
 	} else {
@@ -247,7 +245,7 @@ out:
 	learn_adapter_free(a);
 	ex_list_free(&train);
 	ex_list_free(&ev);
-	tmpl_free(c.t);
+	chat_free(&c.chat);
 	tok_vocab_free(c.voc);
 	base_pool_free(pool);
 	model_free(m);

@@ -3,7 +3,6 @@
 // assistant turns learned). Turn boundaries are found on tokens: the ids a prefix renders to
 // are compared with the whole conversation's, so a token spanning a seam is never split.
 #include "learn/learn_int.h"
-#include "template/template.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -104,36 +103,27 @@ done:
 }
 
 // The ids of the first k messages rendered as the server renders a chat.
-static int render(const tok_vocab *v, const tmpl *t, const json_t *messages, size_t k, const char *bos, const char *eos,
-		  bool gen, int32_t **ids, size_t *n, size_t *text_len, char *err, size_t errlen) {
+static int render(const chat_tmpl *c, const json_t *messages, size_t k, bool gen, int32_t **ids, size_t *n, size_t *text_len, char *err,
+		  size_t errlen) {
 	*ids = NULL;
-	json_t *part = json_array(), *ctx = json_object();
-	int rc = !part || !ctx ? LANES_ENOMEM : 0;
+	json_t *part = json_array();
+	int rc = !part ? LANES_ENOMEM : 0;
 	for (size_t i = 0; i < k && !rc; i++)
 		if (json_array_append(part, json_array_get(messages, i))) rc = LANES_ENOMEM;
-	if (!rc && (json_object_set(ctx, "messages", part) || json_object_set_new(ctx, "bos_token", json_string(bos ? bos : "")) ||
-		    json_object_set_new(ctx, "eos_token", json_string(eos ? eos : "")) ||
-		    json_object_set_new(ctx, "add_generation_prompt", json_boolean(gen))))
-		rc = LANES_ENOMEM;
-	char *text = NULL, msg[256];
+	if (rc) {
+		json_decref(part);
+		return base_seterr(err, errlen, rc, "learn: out of memory");
+	}
+	const chat_input in = {.messages = part, .add_generation_prompt = gen};
+	char msg[512], *text = NULL;
 	size_t len = 0;
-	if (rc) rc = base_seterr(err, errlen, rc, "learn: out of memory");
-	else if ((rc = tmpl_render(t, ctx, NULL, &text, &len, msg, sizeof msg)))
-		rc = base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EINVAL, "learn: the chat template failed: %s", msg);
-	else rc = tok_encode_chat(v, text, len, ids, n, err, errlen);
-	if (text_len) *text_len = len;
+	rc = chat_render(c, &in, &text, &len, NULL, msg, sizeof msg);
+	if (!rc) rc = tok_encode_chat(c->v, text, len, ids, n, msg, sizeof msg);
+	if (!rc && text_len) *text_len = len;
 	free(text);
 	json_decref(part);
-	json_decref(ctx);
+	if (rc) rc = base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EINVAL, "learn: %s", msg);
 	return rc;
-}
-
-// The text of token id (empty for none), into buf.
-static const char *token_text(const tok_vocab *v, int32_t id, char *buf, size_t n) {
-	size_t len = 0;
-	const char *t = id >= 0 ? tok_text(v, id, &len) : NULL;
-	snprintf(buf, n, "%.*s", (int)len, t ? t : "");
-	return buf;
 }
 
 // Bytes of a message's text: its content string, or its parts' texts.
@@ -146,12 +136,9 @@ static size_t message_bytes(const json_t *m) {
 	return n;
 }
 
-int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
-		       const char *eos, int64_t max_tokens, char *err, size_t errlen) {
+int learn_example_chat(learn_example **out, const chat_tmpl *c, const json_t *messages, int64_t max_tokens, char *err, size_t errlen) {
 	*out = NULL;
-	char bos_buf[256], eos_buf[256];
-	if (!bos) bos = token_text(v, tok_bos(v), bos_buf, sizeof bos_buf);
-	if (!eos) eos = token_text(v, tok_eos(v), eos_buf, sizeof eos_buf);
+	const tok_vocab *v = c->v;
 	const size_t nm = json_array_size(messages);
 	if (!json_is_array(messages) || !nm) return base_seterr(err, errlen, LANES_EINVAL, "learn: messages must be a non-empty array");
 	if (max_tokens > 0 && (int64_t)nm > max_tokens)
@@ -167,7 +154,7 @@ int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, c
 	uint8_t *f = NULL;
 	size_t fn = 0, pn = 0;
 	size_t text_len = 0;
-	int rc = render(v, t, messages, nm, bos, eos, false, &full, &fn, &text_len, err, errlen);
+	int rc = render(c, messages, nm, false, &full, &fn, &text_len, err, errlen);
 	if (!rc) rc = too_many((int64_t)fn, max_tokens, err, errlen);
 	// each assistant turn renders its prefix twice: bounded before that work starts
 	if (!rc && max_tokens > 0 && turns > LEARN_RENDER_BUDGET / 2 / (text_len + 1))
@@ -183,11 +170,11 @@ int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, c
 		}
 		if (strcmp(role, "assistant")) continue;
 		// the turn runs from where the prompt for it ends to where its own rendering ends
-		if ((rc = render(v, t, messages, i, bos, eos, true, &part, &pn, NULL, err, errlen))) break;
+		if ((rc = render(c, messages, i, true, &part, &pn, NULL, err, errlen))) break;
 		const size_t s = common_prefix(part, pn, full, fn);
 		free(part);
 		part = NULL;
-		if ((rc = render(v, t, messages, i + 1, bos, eos, false, &part, &pn, NULL, err, errlen))) break;
+		if ((rc = render(c, messages, i + 1, false, &part, &pn, NULL, err, errlen))) break;
 		const size_t e = common_prefix(part, pn, full, fn);
 		free(part);
 		part = NULL;

@@ -27,13 +27,9 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "chat/chat.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-
-// A chat template (template/template.h) and a JSON value (jansson's), named here only, so a
-// module that runs jobs need not see either.
-typedef struct tmpl tmpl;
-typedef struct json_t json_t;
 
 // ---- trainable adapters ------------------------------------------------------------------
 typedef struct learn_adapter learn_adapter;
@@ -114,9 +110,9 @@ int learn_example_ids(learn_example **out, const int32_t *ids, const bool *learn
 // tokenized, and one that tokenizes to more is refused too (LANES_EINVAL).
 int learn_example_text(learn_example **out, const tok_vocab *v, const char *prompt, const char *completion,
 		       int64_t max_tokens, char *err, size_t errlen);
-// A conversation: messages (a JSON array of {role, content, ...}) rendered by t as the
-// server renders a chat (bos and eos the texts the template sees, NULL: the vocab's BOS and
-// EOS token texts; tokens by tok_encode_chat); the assistant turns
+// A conversation: messages (a JSON array of {role, content, ...}) rendered by c as the
+// server renders a chat (chat_prompt: its template, tool-call family, bos and eos texts); the
+// assistant turns
 // are learned, each from its first token to the end of its rendering (end-of-turn marker
 // included). With max_tokens > 0 its cost is bounded before the work: more than max_tokens
 // messages, or text that cannot fit in max_tokens tokens, is refused before any rendering,
@@ -124,8 +120,7 @@ int learn_example_text(learn_example **out, const tok_vocab *v, const char *prom
 // more than LEARN_RENDER_BUDGET bytes of rendering, before its turns are rendered apart
 // (LANES_EINVAL, as when the template fails or no assistant turn has a token).
 #define LEARN_RENDER_BUDGET ((size_t)32 << 20)
-int learn_example_chat(learn_example **out, const tok_vocab *v, const tmpl *t, const json_t *messages, const char *bos,
-		       const char *eos, int64_t max_tokens, char *err, size_t errlen);
+int learn_example_chat(learn_example **out, const chat_tmpl *c, const json_t *messages, int64_t max_tokens, char *err, size_t errlen);
 void learn_example_free(learn_example *e); // accepts NULL
 int64_t learn_example_tokens(const learn_example *e);
 int64_t learn_example_learned(const learn_example *e);

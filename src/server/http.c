@@ -10,7 +10,7 @@
 #include "server/http_routes.h"
 #include "server/http_sock.h"
 #include "server/http_work.h"
-#include "template/tools.h"
+#include "chat/chat.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -328,41 +328,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 // ---- loading ----------------------------------------------------------------------------------
 
-static char *read_file(const char *path, size_t *len) {
-	FILE *f = fopen(path, "rb");
-	if (!f) return NULL;
-	srv_buf b = {0};
-	char tmp[65536];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) srv_buf_add(&b, tmp, n);
-	bool bad = ferror(f) || b.oom;
-	fclose(f);
-	if (bad) {
-		srv_buf_free(&b);
-		return NULL;
-	}
-	if (!b.p) srv_buf_add(&b, "", 1), b.len = 0;
-	*len = b.len;
-	return b.p;
-}
-
-static char *token_string(const tok_vocab *v, int32_t id) {
-	size_t n = 0;
-	const char *t = id >= 0 ? tok_text(v, id, &n) : NULL;
-	char *out = malloc(n + 1);
-	if (out) {
-		if (n) memcpy(out, t, n);
-		out[n] = 0;
-	}
-	return out;
-}
-
 // The "try" lines, runnable as printed: the key when one is set; for a model with no chat
 // template of its own, a plain completion first (what such a model was trained to write).
 static void print_try(const http_server *s) {
 	char auth[300] = "";
 	if (s->api_key) snprintf(auth, sizeof auth, " -H 'Authorization: Bearer %s'", s->api_key);
-	const bool own_template = s->template_path || tok_chat_template(s->vocab);
+	const bool own_template = s->chat.own;
 	if (!own_template)
 		LOG_INFO(SRV_MOD,
 			 "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d "
@@ -372,36 +343,6 @@ static void print_try(const http_server *s) {
 		 "%s: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
 		 "'{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":64}'",
 		 own_template ? "try" : "or chat", s->host_addr, s->port, auth);
-}
-
-static int load_template(http_server *s, char *err, size_t errlen) {
-	char e2[512];
-	if (s->template_path) {
-		size_t len;
-		char *src = read_file(s->template_path, &len);
-		if (!src) return base_seterr(err, errlen, LANES_EIO, "cannot read --chat-template %s: %s", s->template_path, strerror(errno));
-		int rc = tmpl_compile(&s->tmpl, src, len, e2, sizeof e2);
-		if (!rc) s->template_src = src;
-		else free(src);
-		if (rc) return base_seterr(err, errlen, rc, "--chat-template %s: %s", s->template_path, e2);
-		LOG_INFO(SRV_MOD, "chat template from %s", s->template_path);
-		return 0;
-	}
-	const char *src = tok_chat_template(s->vocab);
-	if (src) {
-		if (!tmpl_compile(&s->tmpl, src, strlen(src), e2, sizeof e2)) {
-			s->template_src = strdup(src);
-			return 0;
-		}
-		LOG_WARN(SRV_MOD, "the model's chat template does not compile (%s): using ChatML instead", e2);
-	} else {
-		LOG_WARN(SRV_MOD, "the model has no chat template: using ChatML");
-	}
-	const char *ml = tmpl_chatml();
-	int rc = tmpl_compile(&s->tmpl, ml, strlen(ml), e2, sizeof e2);
-	if (rc) return base_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
-	s->template_src = strdup(ml);
-	return 0;
 }
 
 const char *const srv_load_stage_name[] = {
@@ -446,14 +387,7 @@ static void *loader(void *arg) {
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_TEMPLATE);
-		rc = load_template(s, err, sizeof err);
-		// the tool-call family is read off the template once, not per request or token
-		if (!rc) s->tool_fmt = tool_format_of(s->template_src);
-	}
-	if (!rc) {
-		s->bos_text = token_string(s->vocab, tok_bos(s->vocab));
-		s->eos_text = token_string(s->vocab, tok_eos(s->vocab));
-		if (!s->bos_text || !s->eos_text) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+		rc = chat_load(&s->chat, s->vocab, s->template_path, err, sizeof err);
 	}
 	if (!rc && s->cfg.draft_model) {
 		load_stage(s, SRV_LOAD_DRAFT);
@@ -554,7 +488,6 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
-	s->tool_fmt = tool_format_of(NULL); // until the model's template is read
 	s->model_path = strdup(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
 	s->api_key = dup_or_null(cfg->api_key);
@@ -672,20 +605,17 @@ void http_server_free(http_server *s) {
 	lane_host_free(s->host);
 	srv_learn_free(s->learn);
 	srv_adapters_free(s);
-	tmpl_free(s->tmpl);
+	chat_free(&s->chat);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);
 	model_free(s->draft);
 	free(s->slots);
-	free(s->bos_text);
-	free(s->eos_text);
 	free(s->model_path);
 	free(s->alias);
 	free(s->api_key);
 	free(s->host_addr);
 	free(s->template_path);
 	free(s->adapters_path);
-	free(s->template_src);
 	if (s->adapters_dfd >= 0) close(s->adapters_dfd);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->slot_mu);

@@ -5,7 +5,7 @@
 #define LANES_HTTP_BASE_H
 
 #include "server/server.h"
-#include "template/template.h"
+#include "chat/chat.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -112,14 +112,11 @@ struct http_server {
 	model *m;
 	model *draft;                  // draft model for speculative decoding, or NULL
 	tok_vocab *vocab;
-	tmpl *tmpl;
 	lane_host *host;
 	int32_t max_ctx;               // tokens one request may use
 	int32_t n_vocab;
 	enum lane_embed pooling;       // how /v1/embeddings pools
-	char *bos_text, *eos_text;
-	char *template_src;            // the chat template in use (malloc'd), for /props
-	const struct tool_format *tool_fmt; // its tool-call family (tool_format_of)
+	chat_tmpl chat;                     // the chat template, its tool-call family, bos and eos texts
 
 	pthread_mutex_t mu;            // state changes, load error, halt reason, slots
 	char halt_reason[160];

@@ -216,7 +216,7 @@ enum MHD_Result srv_props(srv_conn *c) {
 	// the fields llama-server's web UIs read, once the model is in
 	const int st = atomic_load(&((http_server *)s)->state);
 	if (o && st != HTTP_LOADING && st != HTTP_FAILED) {
-		json_object_set_new(o, "chat_template", json_string(s->template_src ? s->template_src : ""));
+		json_object_set_new(o, "chat_template", json_string(s->chat.src ? s->chat.src : ""));
 		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->max_ctx));
 		json_object_set_new(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
 	}

@@ -341,15 +341,10 @@ int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e
 	return too_long(e, param, err);
 }
 
-// A conversation that holds tool calls or results: the tool format shapes it.
-static bool has_tool_turns(json_t *messages) {
-	size_t i;
-	json_t *m;
-	json_array_foreach(messages, i, m) {
-		const char *role = json_string_value(json_object_get(m, "role"));
-		if (json_object_get(m, "tool_calls") || (role && !strcmp(role, "tool"))) return true;
-	}
-	return false;
+// The rendered prompt against the context: refused before it is tokenized.
+static int fits(void *arg, size_t bytes, char *err, size_t errlen) {
+	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
+	return lane_check_prompt_size(((http_server *)arg)->host, 0, bytes, &msgs, err, errlen, NULL);
 }
 
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
@@ -358,50 +353,15 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	*n = 0;
 	char err[512];
 	if (srv_check_parts(s, messages, param, e)) return -1;
-	// tools offered or tool turns: the family's shapes for the template (the fallback's as text)
-	json_t *shaped = NULL, *tools = NULL;
-	if ((g && g->tools) || has_tool_turns(messages)) {
-		int rc = tool_render_context(s->tool_fmt, g ? g->tools : NULL, messages, &shaped, &tools, err,
-					     sizeof err);
-		if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-		if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, strncmp(err, "tools", 5) ? param : "tools", "%s", err);
-	}
-	json_t *ctx = json_pack("{s:O, s:s, s:s, s:b}", "messages", shaped ? shaped : messages, "bos_token", s->bos_text,
-				"eos_token", s->eos_text, "add_generation_prompt", 1);
-	json_decref(shaped);
-	if (ctx && tools) json_object_set_new(ctx, "tools", tools);
-	else json_decref(tools);
-	if (!ctx) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	// the client's variables come after ours, so a template reads what it was sent
-	if (g && g->template_kwargs) json_object_update(ctx, g->template_kwargs);
-	if (g && g->reasoning_effort) json_object_set_new(ctx, "reasoning_effort", json_string(g->reasoning_effort));
-	char *text = NULL;
-	size_t len = 0;
-	int rc = tmpl_render(s->tmpl, ctx, NULL, &text, &len, err, sizeof err);
-	json_decref(ctx);
-	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "the chat template failed: %s", err);
-	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
-	if (lane_check_prompt_size(s->host, 0, len + (prefill ? strlen(prefill) : 0), &msgs, err, sizeof err, NULL)) {
-		free(text);
-		return too_long(e, param, err);
-	}
-	if (prefill && *prefill) {
-		size_t pl = strlen(prefill);
-		char *t = realloc(text, len + pl + 1);
-		if (!t) {
-			free(text);
-			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-		}
-		memcpy(t + len, prefill, pl + 1);
-		text = t;
-		len += pl;
-	}
+	const chat_input in = {.messages = messages, .tools = g ? g->tools : NULL, .kwargs = g ? g->template_kwargs : NULL,
+			       .reasoning_effort = g ? g->reasoning_effort : NULL, .prefill = prefill, .add_generation_prompt = true};
 	int32_t *v = NULL;
 	size_t cnt = 0;
-	rc = tok_encode_chat(s->vocab, text, len, &v, &cnt, err, sizeof err);
-	free(text);
-	if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, param, "%s", err);
+	enum chat_fault fault;
+	int rc = chat_prompt(&s->chat, &in, fits, s, &v, &cnt, &fault, err, sizeof err);
+	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	if (rc && fault == CHAT_F_SIZE) return too_long(e, param, err);
+	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, fault == CHAT_F_TOOLS ? "tools" : param, "%s", err);
 	if (cnt > (size_t)INT32_MAX / 2) {
 		free(v);
 		return srv_fail(e, SRV_E_BAD_REQUEST, param, "the prompt is too long");

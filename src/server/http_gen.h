@@ -7,7 +7,7 @@
 
 #include "server/adapters.h"
 #include "server/http_base.h"
-#include "template/tools.h"
+#include "chat/chat.h"
 
 // What a non-streamed reply's size counts for each log-probability entry (a token or an
 // alternative) beside the text: about what one takes in the JSON.

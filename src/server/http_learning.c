@@ -236,8 +236,7 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 		goto fail;
 	}
 	char err[512];
-	int rc = r.messages ? learn_example_chat(&ex, s->vocab, s->tmpl, r.messages, s->bos_text, s->eos_text, SRV_LEARN_MAX_EXAMPLE, err,
-						 sizeof err)
+	int rc = r.messages ? learn_example_chat(&ex, &s->chat, r.messages, SRV_LEARN_MAX_EXAMPLE, err, sizeof err)
 			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, SRV_LEARN_MAX_EXAMPLE, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), r.messages ? "messages" : "completion", "%s", err);

@@ -154,9 +154,9 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	json_object_set_new(info, k, json_integer(hp->n_embd));
 	snprintf(k, sizeof k, "%s.block_count", hp->arch);
 	json_object_set_new(info, k, json_integer(hp->n_layers));
-	const char *chat_tmpl = tok_chat_template(s->vocab);
+	const char *tsrc = tok_chat_template(s->vocab);
 	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:[s,s]}", "modelfile", "", "parameters", "", "template",
-			      chat_tmpl ? chat_tmpl : "", "details", details(s), "model_info", info, "capabilities", "completion",
+			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", "completion",
 			      "embedding");
 	return srv_reply_json(c, 200, o, 0);
 }

@@ -110,7 +110,7 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 	}
 	// none: the model is not told of tools it may not call, and its text is not parsed
 	if (choice == TOOL_CHOICE_NONE) return 0;
-	const tool_format *f = s->tool_fmt;
+	const tool_format *f = s->chat.fmt;
 	char err[400], *gbnf = NULL;
 	const char *const *trig = NULL;
 	int n_trig = 0;
@@ -161,7 +161,7 @@ int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls) {
 	if (!c->g.parse_calls || ch->tools.plain) return 0;
 	tool_parsed p;
 	char err[256];
-	const tool_format *f = c->s->tool_fmt;
+	const tool_format *f = c->s->chat.fmt;
 	if (tool_parse(f, ch->text.p ? ch->text.p : "", ch->text.len, true, &p, err, sizeof err)) {
 		// a call cut short (by length) is not a call: the text stays the reply's content
 		LOG_DEBUG(SRV_MOD, "the output holds no whole tool call: %s", err);
@@ -181,7 +181,7 @@ void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink)
 	const char *text = ch->text.p ? ch->text.p : "";
 	tool_parsed p;
 	char err[256];
-	const tool_format *f = c->s->tool_fmt;
+	const tool_format *f = c->s->chat.fmt;
 	if (ts->plain || tool_parse(f, text, ch->text.len, final, &p, err, sizeof err)) {
 		// the text holds no whole call: what was not sent as content goes now
 		ts->plain = ts->n_started == 0;

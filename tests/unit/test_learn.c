@@ -876,27 +876,28 @@ static void examples(const model *m) {
 		CHECK(learn_example_is_learned(e, n - 1) && !learn_example_is_learned(e, 1));
 	}
 	learn_example_free(e);
-	tmpl *t = NULL;
-	CHECK(tmpl_compile(&t, tmpl_chatml(), strlen(tmpl_chatml()), err, sizeof err) == 0);
+	chat_tmpl ct = {0};
+	CHECK(chat_load_src(&ct, v, tmpl_chatml(), strlen(tmpl_chatml()), err, sizeof err) == 0);
+	const chat_tmpl *t = ct.t ? &ct : NULL;
 	json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"Be kind.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
 				  "{\"role\":\"assistant\",\"content\":\"Hello there.\"},{\"role\":\"user\",\"content\":\"Bye\"},"
 				  "{\"role\":\"assistant\",\"content\":\"Good bye.\"}]",
 				  0, NULL);
 	e = NULL;
-	CHECK(t && msgs && learn_example_chat(&e, v, t, msgs, NULL, NULL, 0, err, sizeof err) == 0);
+	CHECK(t && msgs && learn_example_chat(&e, t, msgs, 0, err, sizeof err) == 0);
 	if (e) {
 		learned_text(v, e, text, sizeof text);
 		CHECKF(!strcmp(text, "Hello there.<|im_end|>\n|Good bye.<|im_end|>\n"), "learned '%s'", text);
 	}
 	learn_example_free(e);
 	json_t *none = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL), *obj = json_object();
-	CHECK(learn_example_chat(&e, v, t, none, NULL, NULL, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "assistant"));
-	CHECK(learn_example_chat(&e, v, t, obj, NULL, NULL, 0, err, sizeof err) == LANES_EINVAL);
+	CHECK(learn_example_chat(&e, t, none, 0, err, sizeof err) == LANES_EINVAL && strstr(err, "assistant"));
+	CHECK(learn_example_chat(&e, t, obj, 0, err, sizeof err) == LANES_EINVAL);
 	const int32_t one[1] = {1};
 	const bool fl[1] = {true};
 	CHECK(learn_example_ids(&e, one, fl, 1, err, sizeof err) == LANES_EINVAL);
 	json_decref(none), json_decref(obj), json_decref(msgs);
-	tmpl_free(t);
+	chat_free(&ct);
 	tok_vocab_free(v);
 }
 

@@ -4,7 +4,7 @@
 #include "base/base.h"
 #include "grammar/grammar.h"
 #include "template/template.h"
-#include "template/tools.h"
+#include "chat/chat.h"
 
 #include "t.h"
 

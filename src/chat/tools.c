@@ -1,8 +1,8 @@
-// template, tools: one table row per tool-call family — how its template is recognized, how
+// chat, tools: one table row per tool-call family — how its template is recognized, how
 // messages and tools are shaped for it, the layout of its calls (which both the grammar and the
 // parser read), and the texts that open a call. Layouts are strings where %N is the tool's
 // name, %A its arguments (a JSON object), %I a 9-character id and %D a small number.
-#include "template/tools.h"
+#include "chat/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,132 @@
+// chat: a conversation to the prompt the model reads. The chat template is chosen once (a
+// file, the model's own, else ChatML); messages, tools and the client's variables are shaped
+// for the template's tool-call family and rendered as Hugging Face does, then tokenized — one
+// path for the server, `lanes learn` and `lanes template`. The tool-call families are one table
+// (tools.c): how a family's template is recognized, how tools and tool turns reach it, the
+// grammar a call follows, and how generated text is parsed back into calls. Thread-safe: a
+// chat is immutable once loaded.
+#ifndef LANES_CHAT_H
+#define LANES_CHAT_H
+
+#include "template/template.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- tool-call families ---------------------------------------------------------------------
+typedef struct tool_format tool_format;
+
+// The format for the template whose source is src (NULL: the model has none): the family whose
+// markers the source holds, else the fallback — ChatML-style prompts with Hermes
+// <tool_call>{"name", "arguments"}</tool_call> calls and the tools listed in the system turn —
+// so tools work on every model. Static storage. Thread-safe.
+const tool_format *tool_format_of(const char *src);
+// "hermes", "llama3", "mistral", "functionary-v3.1", "functionary-v3.2", "command-r",
+// "deepseek-r1", "firefunction-v2", "fallback". Thread-safe.
+const char *tool_format_name(const tool_format *f);
+
+// tools: OpenAI's [{"type": "function", "function": {"name", "description"?, "parameters"?}}],
+// checked (names unique and plain, parameters an object schema). messages: OpenAI chat messages
+// as the server flattened them ({role, content: string}, assistant turns with "tool_calls"
+// [{id, type, function: {name, arguments: JSON text}}], {role: "tool", tool_call_id, content}).
+// Sets *out_messages (new reference) to what the template renders — arguments as objects for
+// native families; for the fallback, the tool list in the system turn and calls and results as
+// text — and *out_tools to what the template's `tools` variable holds (NULL: do not set it).
+// tools may be NULL (a conversation with tool turns but no tools offered now).
+// 0, or LANES_EINVAL with err naming what is wrong (e.g. "tools[1].function.name: ..."),
+// LANES_ENOMEM. Thread-safe.
+int tool_render_context(const tool_format *f, const json_t *tools, const json_t *messages, json_t **out_messages,
+			json_t **out_tools, char *err, size_t errlen);
+
+// Sets in context (the render's variables) what f's template reads beside messages and tools:
+// firefunction v2's `functions` (the tools as JSON text) and `datetime` (date_ymd). tools: as
+// tool_render_context's *out_tools. 0 or LANES_ENOMEM. Thread-safe.
+int tool_template_vars(const tool_format *f, const json_t *tools, const char *date_ymd, json_t *context);
+
+enum tool_choice { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
+
+// The GBNF (start rule `root`) that generated text must follow for f's calls: one call (or,
+// with parallel, one or more) of any tool in tools, or of `name` alone (TOOL_CHOICE_NAMED),
+// each call's arguments constrained by its parameters schema. TOOL_CHOICE_AUTO gives the same
+// grammar and sets *triggers (static strings, *n_triggers of them) to the texts that open a
+// call, for a lazy matcher; required and named give no triggers (a call from the first byte).
+// *gbnf is malloc'd. 0, LANES_EINVAL (a schema keyword unsupported, named), LANES_ENOMEM.
+// Thread-safe.
+int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice choice, const char *name, bool parallel,
+		 char **gbnf, const char *const **triggers, int *n_triggers, char *err, size_t errlen);
+
+// Generated text split into content and calls.
+typedef struct {
+	size_t content_len;   // bytes of text before the first call: the reply's content
+	size_t safe_len;      // of those, bytes a stream may send now (none may begin a call marker)
+	json_t *calls;        // [{"name": string, "arguments": object}], the complete calls in order (owned)
+	bool open;            // a call has begun and is not complete yet
+	const char *partial_name; // open call: its name once known (points into text), else NULL
+	size_t partial_name_len;
+	size_t args_off, args_len; // open call: the bytes of its arguments' JSON text seen so far
+	size_t content_off;   // bytes of syntax before the content (functionary v3.2's "all\n"): content is [content_off, content_len)
+} tool_parsed;
+
+// Parses text (len bytes) generated under f. final: the text is whole (an open call is then an
+// error: LANES_EINVAL with what was cut short). Text that is not a call stays content.
+// 0, LANES_EINVAL, LANES_ENOMEM. Free out with tool_parsed_free. Thread-safe.
+int tool_parse(const tool_format *f, const char *text, size_t len, bool final, tool_parsed *out, char *err,
+	       size_t errlen);
+void tool_parsed_free(tool_parsed *p);
+
+
+// ---- a model's chat ---------------------------------------------------------------------------
+typedef struct {
+	tmpl *t;                    // the compiled template
+	char *src;                  // its source (malloc'd)
+	const tool_format *fmt;     // its tool-call family (tool_format_of(src))
+	const tok_vocab *v;         // the vocabulary the prompt is tokenized with (borrowed; NULL: render only)
+	char *bos, *eos;            // the texts the template sees as bos_token and eos_token (malloc'd)
+	bool own;                   // the template is the model's or a file's, not the ChatML fallback
+	char origin[64];            // where it came from, for messages ("the model's", "--chat-template", "ChatML")
+} chat_tmpl;
+
+// Chooses and compiles the template once: the file at path when given (its errors are
+// errors), else v's tokenizer.chat_template, else ChatML (a warning says so, and why when the
+// model's does not compile). bos and eos: v's BOS and EOS token texts (v may be NULL: none).
+// 0, or LANES_EIO / LANES_EFORMAT / LANES_ENOMEM with err naming the file or the template.
+int chat_load(chat_tmpl *c, const tok_vocab *v, const char *path, char *err, size_t errlen);
+// The same over source text (a file's already read, or a model's), with no fallback.
+int chat_load_src(chat_tmpl *c, const tok_vocab *v, const char *src, size_t len, char *err, size_t errlen);
+void chat_free(chat_tmpl *c); // accepts a zeroed c
+
+// What one prompt is rendered from. messages: OpenAI-shaped chat messages as the server
+// flattens them ({role, content: string}, assistant tool_calls, tool results); NULL: the
+// template sees no messages variable.
+typedef struct {
+	const json_t *messages;
+	const json_t *tools;        // OpenAI-shaped tools offered (NULL: none)
+	const json_t *kwargs;       // the client's template variables, set after ours (NULL: none)
+	const char *reasoning_effort; // passed to templates that read it (NULL: not set)
+	const char *prefill;        // text after the generation prompt (NULL: none)
+	bool add_generation_prompt;
+	const char *date_ymd;       // strftime_now's date (NULL: today)
+	const char *bos, *eos;      // the texts the template sees, instead of c's (NULL: c's)
+	bool as_given;              // messages and tools reach the template unshaped, as apply_chat_template sends them
+} chat_input;
+
+// Which part of a chat_input a failure is about.
+enum chat_fault { CHAT_F_NONE, CHAT_F_MESSAGES, CHAT_F_TOOLS, CHAT_F_TEMPLATE, CHAT_F_SIZE };
+
+// The prompt's text: tools and tool turns shaped for c's family, the variables set, the
+// template rendered, prefill appended. *text malloc'd. 0, or LANES_EINVAL / LANES_ELIMIT /
+// LANES_ENOMEM with err and *fault (may be NULL) saying what is at fault.
+int chat_render(const chat_tmpl *c, const chat_input *in, char **text, size_t *len, enum chat_fault *fault, char *err,
+		size_t errlen);
+// A bound on the rendered text checked before it is tokenized: 0, or a code with err set.
+typedef int (*chat_check_fn)(void *arg, size_t bytes, char *err, size_t errlen);
+// chat_render, then check (may be NULL) on its length (CHAT_F_SIZE when it refuses), then the
+// text tokenized as a chat prompt (special tokens parsed, BOS as the vocab says). *ids
+// malloc'd, *n of them. Codes as chat_render, and the tokenizer's.
+int chat_prompt(const chat_tmpl *c, const chat_input *in, chat_check_fn check, void *check_arg, int32_t **ids, size_t *n,
+		enum chat_fault *fault, char *err, size_t errlen);
+
+#endif
