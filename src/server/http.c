@@ -2,8 +2,8 @@
 // waits on the engine is suspended, so no thread waits for it), the connections' limits and
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
-#include "server/adapters.h"
-#include "server/learning.h"
+#include "model/loras.h"
+#include "learn/live.h"
 #include "server/http_gen.h"
 #include "server/http_grid.h"
 #include "server/http_guard.h"
@@ -403,7 +403,7 @@ static void *loader(void *arg) {
 		load_stage(s, SRV_LOAD_ADAPTERS);
 		rc = srv_adapters_start(s, err, sizeof err);
 	}
-	if (!rc && s->learn) srv_learn_attach(s->learn, s->host, s->loras);
+	if (!rc && s->learn) learn_live_attach(s->learn, s->host, s->loras);
 	if (!rc) s->max_ctx = lane_host_max_context(s->host);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
@@ -481,8 +481,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
 	if (cfg->http_threads < 1 || cfg->http_threads > 256)
 		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
-	if (cfg->max_lora < 1 || cfg->max_lora > SRV_LORA_MAX)
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", SRV_LORA_MAX);
+	if (cfg->max_lora < 1 || cfg->max_lora > MODEL_LORAS_MAX)
+		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", MODEL_LORAS_MAX);
 	if (!(cfg->learn_share >= 0 && cfg->learn_share <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "--learn-share must be 0..1");
 	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	http_server *s = calloc(1, sizeof *s);
@@ -593,7 +593,7 @@ void http_server_free(http_server *s) {
 	// libmicrohttpd refuses to stop with connections suspended: the adapter loads', the gate's,
 	// the waker's, the grid's and the work threads' are resumed first
 	srv_adapters_stop(s);
-	srv_learn_stop(s->learn);
+	learn_live_stop(s->learn);
 	srv_gate_stop(s);
 	srv_waker_release(s);
 	srv_grid_release(s);
@@ -603,7 +603,7 @@ void http_server_free(http_server *s) {
 	srv_grid_stop(s);
 	srv_gate_free(s);
 	lane_host_free(s->host);
-	srv_learn_free(s->learn);
+	learn_live_free(s->learn);
 	srv_adapters_free(s);
 	chat_free(&s->chat);
 	tok_vocab_free(s->vocab);

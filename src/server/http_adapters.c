@@ -3,7 +3,7 @@
 // load: the file is read and checked on the adapter loader thread while the connection waits
 // suspended, so neither the engine nor a connection thread reads it), DELETE
 // /v1/adapters/NAME; the adapters given at start; what /v1/models and /metrics say of them.
-#include "server/adapters.h"
+#include "model/loras.h"
 #include "server/http_base.h"
 #include "server/http_routes.h"
 
@@ -17,7 +17,7 @@
 typedef struct lora_job {
 	struct lora_job *next;
 	srv_conn *conn;              // the POST waiting for it, suspended
-	char name[SRV_LORA_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1];
 	char path[1024];             // as listed: the operator's path, or the adapters' folder and file
 	char file[BASE_NAME_MAX + 1]; // a file in the adapters' folder ("": path is the operator's)
 	float scale;
@@ -57,7 +57,7 @@ static void run_load(http_server *s, lora_job *j) {
 		j->rc = model_lora_load(&a, s->m, j->path, j->err, sizeof j->err);
 	}
 	if (!j->rc) model_lora_info_of(a, &j->info);
-	srv_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
+	model_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
 	j->ms = (double)(base_now_us() - t0) / 1000.0;
 	if (!j->rc && !j->version)
 		j->rc = base_seterr(j->err, sizeof j->err, LANES_ENOTFOUND, "the adapter '%s' was unloaded while it loaded", j->name);
@@ -82,7 +82,7 @@ static void *loader_main(void *arg) {
 		pthread_mutex_unlock(&L->mu);
 		if (quit) {
 			j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
-			srv_loras_publish(s->loras, j->name, j->ticket, NULL, NULL);
+			model_loras_publish(s->loras, j->name, j->ticket, NULL, NULL);
 		} else {
 			run_load(s, j);
 		}
@@ -102,14 +102,14 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 	for (int k = 0; k < i; k++)
 		if (!strcmp(s->cfg.loras[k].name, l->name))
 			return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: two adapters have that name", l->name);
-	if (!(fabsf(l->scale) <= SRV_LORA_SCALE_MAX))
+	if (!(fabsf(l->scale) <= MODEL_LORA_SCALE_MAX))
 		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the scale must be between -%d and %d", l->name,
-				   SRV_LORA_SCALE_MAX, SRV_LORA_SCALE_MAX);
+				   MODEL_LORA_SCALE_MAX, MODEL_LORA_SCALE_MAX);
 	lora_job j = {.scale = l->scale};
 	snprintf(j.name, sizeof j.name, "%s", l->name);
 	snprintf(j.path, sizeof j.path, "%s", l->path);
 	char why[256];
-	int rc = srv_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
+	int rc = model_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
 	if (rc) return base_seterr(err, errlen, rc, "--lora %s=%s: %s", l->name, l->path, why);
 	run_load(s, &j);
 	if (j.rc) return base_seterr(err, errlen, j.rc, "--lora %s: %s", l->name, j.err);
@@ -118,7 +118,7 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 
 int srv_adapters_start(http_server *s, char *err, size_t errlen) {
 	struct srv_lora_loader *L = calloc(1, sizeof *L);
-	if (!L || srv_loras_new(&s->loras, s->m, s->cfg.max_lora)) {
+	if (!L || model_loras_new(&s->loras, s->m, s->cfg.max_lora)) {
 		free(L);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
@@ -156,7 +156,7 @@ void srv_adapters_free(http_server *s) {
 		free(L);
 	}
 	s->lora_loader = NULL;
-	srv_loras_free(s->loras);
+	model_loras_free(s->loras);
 	s->loras = NULL;
 }
 
@@ -168,9 +168,9 @@ static const lane_snap_lora *snap_of(const lane_snapshot *sn, uint64_t id) {
 	return NULL;
 }
 
-static const char *const state_name[] = {[SRV_LORA_LOADING] = "loading", [SRV_LORA_READY] = "ready", [SRV_LORA_RETIRED] = "retired"};
+static const char *const state_name[] = {[MODEL_LORAS_LOADING] = "loading", [MODEL_LORAS_READY] = "ready", [MODEL_LORAS_RETIRED] = "retired"};
 
-static json_t *adapter_object(const http_server *s, const srv_lora_info *a, const lane_snapshot *sn) {
+static json_t *adapter_object(const http_server *s, const model_loras_entry *a, const lane_snapshot *sn) {
 	const lane_snap_lora *u = snap_of(sn, a->lora_id);
 	json_t *targets = json_array();
 	for (const char *p = a->info.targets; targets && *p;) {
@@ -191,13 +191,13 @@ static json_t *adapter_object(const http_server *s, const srv_lora_info *a, cons
 }
 
 // The registry's entries and the lane host's last snapshot; NULL before the model is in.
-static srv_lora_info *list_with_snapshot(http_server *s, int *n, lane_snapshot **sn) {
+static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapshot **sn) {
 	*n = 0;
 	*sn = NULL;
-	struct srv_loras *l = srv_loras_of(s);
+	struct model_loras *l = model_loras_of(s);
 	if (!l) return NULL;
-	srv_lora_info *v = NULL;
-	*n = srv_loras_list(l, &v);
+	model_loras_entry *v = NULL;
+	*n = model_loras_list(l, &v);
 	*sn = calloc(1, sizeof **sn);
 	if (*n < 0 || !*sn) {
 		*n = 0;
@@ -214,7 +214,7 @@ enum MHD_Result srv_adapters_list(srv_conn *c) {
 	http_server *s = c->s;
 	int n;
 	lane_snapshot *sn;
-	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
 	json_t *data = json_array();
 	for (int i = 0; data && i < n; i++) json_array_append_new(data, adapter_object(s, &v[i], sn));
 	free(v);
@@ -284,15 +284,15 @@ static enum MHD_Result load_resume(srv_conn *c) {
 		if (k == SRV_E_BAD_REQUEST) snprintf(e.code, sizeof e.code, "invalid_adapter");
 		return srv_reply_error(c, &e);
 	}
-	srv_lora_info a = {.version = j->version, .state = SRV_LORA_READY, .scale = 1, .info = j->info, .created = (int64_t)time(NULL)};
+	model_loras_entry a = {.version = j->version, .state = MODEL_LORAS_READY, .scale = 1, .info = j->info, .created = (int64_t)time(NULL)};
 	snprintf(a.name, sizeof a.name, "%s", j->name);
 	snprintf(a.path, sizeof a.path, "%s", j->path);
 	// the entry as the registry has it now (its id, scale, count), unless it changed since
 	int n;
 	lane_snapshot *sn;
-	srv_lora_info *v = list_with_snapshot(c->s, &n, &sn);
+	model_loras_entry *v = list_with_snapshot(c->s, &n, &sn);
 	for (int i = 0; i < n; i++)
-		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, j->name) && v[i].version == j->version) a = v[i];
+		if (v[i].state == MODEL_LORAS_READY && !strcmp(v[i].name, j->name) && v[i].version == j->version) a = v[i];
 	static const lane_snapshot none;
 	json_t *o = adapter_object(c->s, &a, sn ? sn : &none);
 	free(v);
@@ -315,16 +315,16 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 		goto fail;
 	}
 	if (srv_adapter_file(s, r.path, r.file, r.name, file, &e)) goto fail;
-	if (!srv_lora_name_ok(r.name)) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", SRV_LORA_NAME_MAX);
+	if (!model_lora_name_ok(r.name)) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", MODEL_LORA_NAME_MAX);
 		goto fail;
 	}
 	if (!strcmp(r.name, s->model_id)) {
 		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is the base model's name", r.name);
 		goto fail;
 	}
-	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= SRV_LORA_SCALE_MAX))) {
-		srv_fail(&e, SRV_E_BAD_REQUEST, "scale", "scale must be a number between -%d and %d", SRV_LORA_SCALE_MAX, SRV_LORA_SCALE_MAX);
+	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= MODEL_LORA_SCALE_MAX))) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "scale", "scale must be a number between -%d and %d", MODEL_LORA_SCALE_MAX, MODEL_LORA_SCALE_MAX);
 		goto fail;
 	}
 	lora_job *job = calloc(1, sizeof *job);
@@ -340,7 +340,7 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 	json_decref(j);
 	j = NULL;
 	char err[256];
-	int rc = srv_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
+	int rc = model_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
 	if (rc) {
 		free(job);
 		srv_fail(&e, rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : SRV_E_CONFLICT, "name", "%s", err);
@@ -372,13 +372,13 @@ enum MHD_Result srv_adapters_unload(srv_conn *c) {
 	srv_err e;
 	int n;
 	lane_snapshot *sn;
-	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
 	uint64_t id = 0;
 	for (int i = 0; i < n; i++)
-		if (v[i].state != SRV_LORA_RETIRED && !strcmp(v[i].name, name)) id = v[i].lora_id;
+		if (v[i].state != MODEL_LORAS_RETIRED && !strcmp(v[i].name, name)) id = v[i].lora_id;
 	free(v);
 	bool freed = false;
-	const int rc = srv_loras_remove(s->loras, name, &freed);
+	const int rc = model_loras_remove(s->loras, name, &freed);
 	if (rc) {
 		free(sn);
 		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
@@ -399,9 +399,9 @@ enum MHD_Result srv_adapters_unload(srv_conn *c) {
 void srv_adapters_models(http_server *s, json_t *data, const char *only) {
 	int n;
 	lane_snapshot *sn;
-	srv_lora_info *v = list_with_snapshot(s, &n, &sn);
+	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
 	for (int i = 0; i < n; i++) {
-		if (v[i].state != SRV_LORA_READY || (only && strcmp(only, v[i].name))) continue;
+		if (v[i].state != MODEL_LORAS_READY || (only && strcmp(only, v[i].name))) continue;
 		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", v[i].name, "object", "model", "created",
 						      (json_int_t)v[i].created, "owned_by", "lanes", "parent", s->model_id, "root",
 						      v[i].path));
@@ -412,7 +412,7 @@ void srv_adapters_models(http_server *s, json_t *data, const char *only) {
 
 // Names of the adapters with requests of one kind, comma-separated, into b: each once, though
 // two versions of it may have requests.
-static void names_with(const srv_lora_info *v, int n, const lane_snapshot *sn, bool running, srv_buf *b) {
+static void names_with(const model_loras_entry *v, int n, const lane_snapshot *sn, bool running, srv_buf *b) {
 	bool *said = n ? calloc((size_t)n, sizeof *said) : NULL;
 	bool first = true;
 	for (int32_t k = 0; said && k < sn->n_lora; k++) {
@@ -435,9 +435,9 @@ static void names_with(const srv_lora_info *v, int n, const lane_snapshot *sn, b
 
 void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out) {
 	int n = 0;
-	srv_lora_info *v = NULL;
-	struct srv_loras *l = srv_loras_of(s);
-	if (l) n = srv_loras_list(l, &v);
+	model_loras_entry *v = NULL;
+	struct model_loras *l = model_loras_of(s);
+	if (l) n = model_loras_list(l, &v);
 	if (n < 0) n = 0;
 	srv_buf run = {0}, wait = {0};
 	names_with(v, n, sn, true, &run);
@@ -466,7 +466,7 @@ void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out)
 	srv_buf_free(&wait);
 	srv_buf_adds(out, "# HELP lanes_lora_requests_total Requests that named each adapter.\n# TYPE lanes_lora_requests_total counter\n");
 	for (int i = 0; i < n; i++) {
-		if (v[i].state == SRV_LORA_RETIRED) continue;
+		if (v[i].state == MODEL_LORAS_RETIRED) continue;
 		snprintf(line, sizeof line, "lanes_lora_requests_total{adapter=\"%s\"} %llu\n", v[i].name, (unsigned long long)v[i].requests);
 		srv_buf_adds(out, line);
 	}

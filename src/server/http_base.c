@@ -2,7 +2,7 @@
 // replies, ids, histograms, and the field tables that read a request's JSON. It calls no
 // other server file.
 #include "server/http_base.h"
-#include "server/adapters.h"
+#include "model/loras.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -271,7 +271,7 @@ uint64_t srv_lease_of(srv_conn *c) {
 	return srv_lease_parse(MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, SRV_LEASE_HEADER));
 }
 
-struct srv_loras *srv_loras_of(http_server *s) {
+struct model_loras *model_loras_of(http_server *s) {
 	const int st = atomic_load(&s->state);
 	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->loras : NULL;
 }
@@ -280,15 +280,15 @@ int srv_check_model(http_server *s, const char *id, srv_err *e) {
 	if (!id || !strcmp(id, s->model_id)) return 0;
 	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404).
 	// Once an adapter has been loaded a name never falls back to the base: it names an adapter or nothing.
-	struct srv_loras *l = srv_loras_of(s);
-	if (!s->cfg.strict_model && !(l && srv_loras_ever(l))) return 0;
+	struct model_loras *l = model_loras_of(s);
+	if (!s->cfg.strict_model && !(l && model_loras_ever(l))) return 0;
 	return srv_model_lookup(s, id, e);
 }
 
 int srv_model_lookup(http_server *s, const char *id, srv_err *e) {
-	struct srv_loras *l = srv_loras_of(s);
-	if (!strcmp(id, s->model_id) || (l && srv_loras_has(l, id))) return 0;
-	if (l && srv_loras_ever(l))
+	struct model_loras *l = model_loras_of(s);
+	if (!strcmp(id, s->model_id) || (l && model_loras_has(l, id))) return 0;
+	if (l && model_loras_ever(l))
 		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s' and the adapters GET /v1/adapters lists",
 			 id, s->model_id);
 	else

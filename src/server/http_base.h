@@ -144,9 +144,9 @@ struct http_server {
 	struct srv_grid *grid;         // peers and the overflow's thread (http_peer.c), or NULL
 	atomic_uint_least64_t leases_granted, leases_refused;
 
-	struct srv_loras *loras;       // the adapters (server/adapters.h): set by the loader with the model
+	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
 	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
-	struct srv_learn *learn;       // learning while serving (server/learning.h), NULL when --learn-share is 0
+	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
 	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
 	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
 };
@@ -220,7 +220,7 @@ int srv_check_model(http_server *s, const char *id, srv_err *e);
 // or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);
 // The adapters once the model is in (NULL before): control reads may run while it loads.
-struct srv_loras *srv_loras_of(http_server *s);
+struct model_loras *model_loras_of(http_server *s);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.

@@ -6,7 +6,7 @@
 // a half-close is probed) and the streams' keep-alive timers.
 #include "server/http_gen.h"
 #include "grammar/grammar.h"
-#include "server/adapters.h"
+#include "model/loras.h"
 #include "server/http_grid.h"
 
 #include <math.h>
@@ -118,11 +118,11 @@ static int no_adapter(srv_err *e, const char *param, const char *what) {
 }
 
 int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
-	struct srv_loras *l = srv_loras_of(s);
+	struct model_loras *l = model_loras_of(s);
 	const model_lora *a;
 	float scale;
-	char name[SRV_LORA_NAME_MAX + 1];
-	if (g->model && l && strcmp(g->model, s->model_id) && !srv_loras_bind(l, g->model, 0, &a, &scale, name)) {
+	char name[MODEL_LORA_NAME_MAX + 1];
+	if (g->model && l && strcmp(g->model, s->model_id) && !model_loras_bind(l, g->model, 0, &a, &scale, name)) {
 		if (set_add(g, a, scale, name, "model", e)) return -1;
 		memcpy(g->model_name, name, sizeof g->model_name);
 	}
@@ -142,12 +142,12 @@ int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
 				return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.%s: unknown field (an entry is {\"name\" or \"id\", \"scale\"})", p, k);
 		if (!json_is_object(it) || !nm == !id || (nm && !json_is_string(nm)) || (id && !json_is_integer(id)))
 			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be {\"name\": string} or {\"id\": integer}, with an optional \"scale\"", p);
-		if (sc && (!json_is_number(sc) || !(fabs(json_number_value(sc)) <= SRV_LORA_SCALE_MAX)))
-			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.scale must be a number between -%d and %d", p, SRV_LORA_SCALE_MAX,
-					SRV_LORA_SCALE_MAX);
+		if (sc && (!json_is_number(sc) || !(fabs(json_number_value(sc)) <= MODEL_LORA_SCALE_MAX)))
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.scale must be a number between -%d and %d", p, MODEL_LORA_SCALE_MAX,
+					MODEL_LORA_SCALE_MAX);
 		if (nm) snprintf(what, sizeof what, "%s: '%.64s'", p, json_string_value(nm));
 		else snprintf(what, sizeof what, "%s: id %lld", p, (long long)json_integer_value(id));
-		if (!l || srv_loras_bind(l, nm ? json_string_value(nm) : NULL, id ? json_integer_value(id) : -1, &a, &scale, name))
+		if (!l || model_loras_bind(l, nm ? json_string_value(nm) : NULL, id ? json_integer_value(id) : -1, &a, &scale, name))
 			return no_adapter(e, p, what);
 		if (set_add(g, a, sc ? (float)json_number_value(sc) : scale, name, p, e)) return -1;
 	}

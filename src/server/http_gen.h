@@ -5,7 +5,7 @@
 #ifndef LANES_HTTP_GEN_H
 #define LANES_HTTP_GEN_H
 
-#include "server/adapters.h"
+#include "model/loras.h"
 #include "server/http_base.h"
 #include "chat/chat.h"
 
@@ -41,7 +41,7 @@ typedef struct {
 	// adapters: "model" naming one, then "lora" (llama-server's [{"name"|"id", "scale"}])
 	json_t *lora;                  // "lora" as sent (borrowed)
 	model_lora_set lora_set;       // the versions bound at the check, a reference on each (owned)
-	char model_name[SRV_LORA_NAME_MAX + 1]; // the adapter "model" named ("": the base): replies name it
+	char model_name[MODEL_LORA_NAME_MAX + 1]; // the adapter "model" named ("": the base): replies name it
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,

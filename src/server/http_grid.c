@@ -2,7 +2,7 @@
 // what it could take now), capacity leases over HTTP, and the gauges a gateway's endpoint
 // picker reads, under vLLM's names. Every answer comes from the lane host's snapshot.
 #include "server/http_grid.h"
-#include "server/adapters.h"
+#include "model/loras.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -16,11 +16,11 @@ static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || s
 
 json_t *srv_grid_adapters(http_server *s) {
 	json_t *names = json_array();
-	struct srv_loras *l = srv_loras_of(s);
-	srv_lora_info *all = NULL;
-	const int n = l ? srv_loras_list(l, &all) : 0;
+	struct model_loras *l = model_loras_of(s);
+	model_loras_entry *all = NULL;
+	const int n = l ? model_loras_list(l, &all) : 0;
 	for (int i = 0; names && i < n; i++)
-		if (all[i].state == SRV_LORA_READY) json_array_append_new(names, json_string(all[i].name));
+		if (all[i].state == MODEL_LORAS_READY) json_array_append_new(names, json_string(all[i].name));
 	free(all);
 	return names;
 }

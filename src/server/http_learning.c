@@ -5,7 +5,7 @@
 // the learn thread while the connection waits suspended), and the lanes_learn_* metrics.
 #include "server/http_base.h"
 #include "server/http_routes.h"
-#include "server/learning.h"
+#include "learn/live.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,20 +18,20 @@
 
 int srv_learning_start(http_server *s, char *err, size_t errlen) {
 	if (!(s->cfg.learn_share > 0)) return 0;
-	int rc = srv_learn_new(&s->learn, s->m, 0, err, errlen);
-	if (!rc) s->cfg.lanes.background = srv_learn_background(s->learn, s->cfg.learn_share);
+	int rc = learn_live_new(&s->learn, s->m, 0, err, errlen);
+	if (!rc) s->cfg.lanes.background = learn_live_background(s->learn, s->cfg.learn_share);
 	return rc;
 }
 
 // The learner once the model is in (NULL before, and when learning is off).
-static srv_learn *learner(http_server *s) {
+static learn_live *learner(http_server *s) {
 	const int st = atomic_load(&s->state);
 	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->learn : NULL;
 }
 
 // 404 when learning is off on this server; else the learner.
-static srv_learn *learner_or_fail(http_server *s, srv_err *e) {
-	srv_learn *l = learner(s);
+static learn_live *learner_or_fail(http_server *s, srv_err *e) {
+	learn_live *l = learner(s);
 	if (!l) srv_fail(e, SRV_E_NOT_FOUND, NULL, "learning is off on this server: start it with --learn-share above 0");
 	return l;
 }
@@ -61,11 +61,11 @@ static uint64_t grant_parse(const json_t *v) {
 	return *end || errno ? 0 : (uint64_t)id;
 }
 
-static json_t *grant_object(const srv_grant_info *g) {
+static json_t *grant_object(const learn_grant_info *g) {
 	char id[32];
 	grant_name(g->id, id, sizeof id);
 	json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:I}", "id", id, "adapter", g->adapter, "state",
-			      srv_grant_state_name[g->state], "steps_done", (json_int_t)g->steps_done, "steps_max", (json_int_t)g->steps_max,
+			      learn_grant_state_name[g->state], "steps_done", (json_int_t)g->steps_done, "steps_max", (json_int_t)g->steps_max,
 			      "tokens_used", (json_int_t)g->tokens_used, "tokens_max", (json_int_t)g->tokens_max, "last_loss",
 			      isfinite(g->last_loss) ? json_real(g->last_loss) : json_null(), "expires_at",
 			      g->expires_at ? json_integer(g->expires_at) : json_null(), "version", (json_int_t)g->version, "queued",
@@ -90,12 +90,12 @@ static int number(json_t *body, const char *name, double lo, double hi, bool int
 enum MHD_Result srv_learn_grants(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
-	srv_learn *l = learner(s);
+	learn_live *l = learner(s);
 	// while the model loads nothing is published yet: sequence 0
 	if (!l && atomic_load(&s->state) != HTTP_LOADING && !learner_or_fail(s, &e)) return srv_reply_error(c, &e);
-	srv_learn_ledger *lg = calloc(1, sizeof *lg);
+	learn_ledger *lg = calloc(1, sizeof *lg);
 	if (!lg) return MHD_NO;
-	if (l) srv_learn_ledger_of(l, lg);
+	if (l) learn_live_ledger_of(l, lg);
 	json_t *grants = json_array();
 	for (int i = 0; grants && i < lg->n_grants; i++) json_array_append_new(grants, grant_object(&lg->grants[i]));
 	json_t *o = json_pack("{s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:i}", "sequence", (json_int_t)lg->sequence,
@@ -111,7 +111,7 @@ enum MHD_Result srv_learn_grants(srv_conn *c) {
 // ---- POST /learn/grants ---------------------------------------------------------------------
 
 static const srv_field grant_fields[] = {
-	{"adapter", SRV_K_STR, .off = offsetof(srv_grant_req, adapter)},
+	{"adapter", SRV_K_STR, .off = offsetof(learn_grant_req, adapter)},
 	SRV_IGNORED("max_steps"), SRV_IGNORED("max_tokens"), SRV_IGNORED("lr"), SRV_IGNORED("rank"),
 	SRV_IGNORED("batch"), SRV_IGNORED("expires_s"),
 	{0},
@@ -121,14 +121,14 @@ enum MHD_Result srv_learn_grant_new(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
-	srv_learn *l = learner_or_fail(s, &e);
-	srv_grant_req r = {0};
+	learn_live *l = learner_or_fail(s, &e);
+	learn_grant_req r = {0};
 	double steps = 0, tokens = 0, lr = 0, rank = 0, batch = 0, expires = 0;
 	if (!l || srv_parse_body(c, &j, &e) || srv_fields_known(j, grant_fields, NULL, &e) ||
 	    srv_fields_read(j, grant_fields, &r, NULL, NULL, &e) || number(j, "max_steps", 1, 1e9, true, &steps, &e) ||
 	    number(j, "max_tokens", 2, (double)((int64_t)1 << 40), true, &tokens, &e) || number(j, "lr", 0, 1, false, &lr, &e) ||
-	    number(j, "rank", 1, SRV_LEARN_MAX_RANK, true, &rank, &e) || number(j, "batch", 1, SRV_LEARN_MAX_BATCH, true, &batch, &e) ||
-	    number(j, "expires_s", 0, SRV_LEARN_MAX_EXPIRY_S, false, &expires, &e))
+	    number(j, "rank", 1, LEARN_LIVE_MAX_RANK, true, &rank, &e) || number(j, "batch", 1, LEARN_LIVE_MAX_BATCH, true, &batch, &e) ||
+	    number(j, "expires_s", 0, LEARN_LIVE_MAX_EXPIRY_S, false, &expires, &e))
 		goto fail;
 	if (!r.adapter || !steps || !tokens) {
 		const char *miss = !r.adapter ? "adapter" : !steps ? "max_steps" : "max_tokens";
@@ -146,10 +146,10 @@ enum MHD_Result srv_learn_grant_new(srv_conn *c) {
 	r.rank = (int32_t)rank;
 	r.batch = (int32_t)batch;
 	r.expires_s = expires;
-	srv_grant_info g;
+	learn_grant_info g;
 	bool created = false;
 	char err[512];
-	const int rc = srv_learn_grant(l, &r, &g, &created, err, sizeof err);
+	const int rc = learn_live_grant(l, &r, &g, &created, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? "adapter" : NULL, "%s", err);
 		goto fail;
@@ -171,7 +171,7 @@ fail:
 
 enum MHD_Result srv_learn_grant_revoke(srv_conn *c) {
 	srv_err e;
-	srv_learn *l = learner_or_fail(c->s, &e);
+	learn_live *l = learner_or_fail(c->s, &e);
 	if (!l) return srv_reply_error(c, &e);
 	const char *name = c->path + strlen("/learn/grants/");
 	json_t *v = json_string(name);
@@ -181,9 +181,9 @@ enum MHD_Result srv_learn_grant_revoke(srv_conn *c) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "'%.64s' is not a grant's id (grant-N)", name);
 		return srv_reply_error(c, &e);
 	}
-	srv_grant_info g;
+	learn_grant_info g;
 	char err[512];
-	const int rc = srv_learn_revoke(l, id, &g, err, sizeof err);
+	const int rc = learn_live_revoke(l, id, &g, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), NULL, "%s", err);
 		return srv_reply_error(c, &e);
@@ -213,7 +213,7 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 	json_t *j = NULL;
 	learn_example *ex = NULL;
 	example_req r = {0};
-	srv_learn *l = learner_or_fail(s, &e);
+	learn_live *l = learner_or_fail(s, &e);
 	if (!l || srv_parse_body(c, &j, &e) || srv_fields_known(j, example_fields, NULL, &e) ||
 	    srv_fields_read(j, example_fields, &r, NULL, NULL, &e))
 		goto fail;
@@ -236,16 +236,16 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 		goto fail;
 	}
 	char err[512];
-	int rc = r.messages ? learn_example_chat(&ex, &s->chat, r.messages, SRV_LEARN_MAX_EXAMPLE, err, sizeof err)
-			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, SRV_LEARN_MAX_EXAMPLE, err, sizeof err);
+	int rc = r.messages ? learn_example_chat(&ex, &s->chat, r.messages, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err)
+			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), r.messages ? "messages" : "completion", "%s", err);
 		goto fail;
 	}
 	const int64_t n = learn_example_tokens(ex), learned = learn_example_learned(ex);
-	srv_grant_info g;
+	learn_grant_info g;
 	int64_t left = 0;
-	rc = srv_learn_example(l, id, ex, &g, &left, err, sizeof err);
+	rc = learn_live_example(l, id, ex, &g, &left, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? (r.messages ? "messages" : "completion") : "grant", "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "grant_tokens_exceeded");
@@ -273,7 +273,7 @@ typedef struct {
 	bool done;
 	int rc;
 	int64_t version;
-	char name[SRV_LORA_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1];
 	char file[BASE_NAME_MAX + 1];
 	int dfd;
 	char msg[512];
@@ -332,13 +332,13 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL;
 	const char *rest = c->path + strlen("/v1/adapters/"), *slash = strchr(rest, '/');
-	if (!slash || strcmp(slash, "/save") || slash == rest || (size_t)(slash - rest) > SRV_LORA_NAME_MAX) {
+	if (!slash || strcmp(slash, "/save") || slash == rest || (size_t)(slash - rest) > MODEL_LORA_NAME_MAX) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such path: POST /v1/adapters/NAME/save {\"file\"?} saves an adapter");
 		return srv_reply_error(c, &e);
 	}
-	srv_learn *l = learner_or_fail(s, &e);
+	learn_live *l = learner_or_fail(s, &e);
 	save_req r = {0};
-	char name[SRV_LORA_NAME_MAX + 1], file[BASE_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1], file[BASE_NAME_MAX + 1];
 	snprintf(name, sizeof name, "%.*s", (int)(slash - rest), rest);
 	if (!l || (c->body.len && (srv_parse_body(c, &j, &e) || srv_fields_known(j, save_fields, NULL, &e) ||
 				   srv_fields_read(j, save_fields, &r, NULL, NULL, &e))) ||
@@ -356,7 +356,7 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	char err[512];
 	// saved and suspended under the lock: the learn thread's resume can only follow the suspend
 	pthread_mutex_lock(&save_mu);
-	const int rc = srv_learn_save(l, job->name, job->dfd, job->file, on_saved, job, err, sizeof err);
+	const int rc = learn_live_save(l, job->name, job->dfd, job->file, on_saved, job, err, sizeof err);
 	if (!rc) {
 		c->job = job;
 		c->resume = save_resume;
@@ -377,17 +377,17 @@ fail:
 // ---- /metrics ---------------------------------------------------------------------------------
 
 void srv_learning_metrics(http_server *s, srv_buf *out) {
-	srv_learn *l = learner(s);
+	learn_live *l = learner(s);
 	if (!l) return;
-	srv_learn_ledger *lg = malloc(sizeof *lg);
+	learn_ledger *lg = malloc(sizeof *lg);
 	if (!lg) return;
-	srv_learn_ledger_of(l, lg);
-	int64_t by[SRV_GRANT__COUNT] = {0};
+	learn_live_ledger_of(l, lg);
+	int64_t by[LEARN_GRANT__COUNT] = {0};
 	for (int i = 0; i < lg->n_grants; i++) by[lg->grants[i].state]++;
 	char line[512];
 	srv_buf_adds(out, "# HELP lanes_learn_grants Grants listed by GET /learn/grants, by state.\n# TYPE lanes_learn_grants gauge\n");
-	for (int k = 0; k < SRV_GRANT__COUNT; k++) {
-		snprintf(line, sizeof line, "lanes_learn_grants{state=\"%s\"} %lld\n", srv_grant_state_name[k], (long long)by[k]);
+	for (int k = 0; k < LEARN_GRANT__COUNT; k++) {
+		snprintf(line, sizeof line, "lanes_learn_grants{state=\"%s\"} %lld\n", learn_grant_state_name[k], (long long)by[k]);
 		srv_buf_adds(out, line);
 	}
 	snprintf(line, sizeof line,

@@ -2,7 +2,7 @@
 // GET /api/version, /api/tags, /api/ps, POST /api/show, and POST /api/generate and
 // /api/chat (NDJSON streaming by default, `stream: false` for one object), with Ollama's
 // `options`, reply fields (done, done_reason, counts, durations in ns) and {"error"} shape.
-#include "server/adapters.h"
+#include "model/loras.h"
 #include "server/http_gen.h"
 #include "server/http_routes.h"
 
@@ -28,23 +28,23 @@ static bool oll_model_ok(const http_server *s, const char *name) {
 
 // The loaded adapter name calls (":latest" allowed), into out; false when it calls none.
 static bool oll_adapter(http_server *s, const char *name, char *out) {
-	struct srv_loras *l = srv_loras_of(s);
+	struct model_loras *l = model_loras_of(s);
 	size_t n = name ? strlen(name) : 0;
 	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7;
-	if (!l || !n || n > SRV_LORA_NAME_MAX) return false;
+	if (!l || !n || n > MODEL_LORA_NAME_MAX) return false;
 	memcpy(out, name, n);
 	out[n] = 0;
-	return srv_loras_has(l, out);
+	return model_loras_has(l, out);
 }
 
 // Any name means the one model unless --strict-model, until an adapter has been loaded.
 static int oll_check_model(http_server *s, const char *name, bool lookup, srv_err *e) {
-	char a[SRV_LORA_NAME_MAX + 1];
-	struct srv_loras *l = srv_loras_of(s);
-	if (oll_model_ok(s, name) || oll_adapter(s, name, a) || (!lookup && !s->cfg.strict_model && !(l && srv_loras_ever(l))))
+	char a[MODEL_LORA_NAME_MAX + 1];
+	struct model_loras *l = model_loras_of(s);
+	if (oll_model_ok(s, name) || oll_adapter(s, name, a) || (!lookup && !s->cfg.strict_model && !(l && model_loras_ever(l))))
 		return 0;
 	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'%s", name, s->model_id,
-			l && srv_loras_ever(l) ? " and the adapters GET /v1/adapters lists" : "");
+			l && model_loras_ever(l) ? " and the adapters GET /v1/adapters lists" : "");
 }
 
 static void now_iso(char *out, size_t n) {
@@ -174,7 +174,7 @@ typedef struct {
 	json_t *num_predict, *repeat_last_n;
 	json_t *mirostat, *tfs_z;
 	char name[160];                // the model as the client named it
-	char lora[SRV_LORA_NAME_MAX + 1]; // the adapter it names, without a tag
+	char lora[MODEL_LORA_NAME_MAX + 1]; // the adapter it names, without a tag
 } oll_req;
 
 // Options lanes honours; the ones that only tune Ollama's own runner are accepted and ignored.

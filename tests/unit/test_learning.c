@@ -1,4 +1,4 @@
-// tests: learning while serving (src/server/learning.c over the lane host's background hook).
+// tests: learning while serving (src/learn/live.c over the lane host's background hook).
 // The hook: pieces run only when their price fits the round's share, the engine keeps going
 // while the owner has work and sleeps when it has none, the halt reaches the owner once. Grants
 // on stories260K: a grant's steps lower the held-out loss and each is a new version in the
@@ -10,7 +10,7 @@
 #include "stories.h"
 
 #include "cli/cli.h"
-#include "server/learning.h"
+#include "learn/live.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -178,7 +178,7 @@ static learn_example *TR[48], *HE[8];
 static int NTR, NHE;
 
 
-// A copy of example i of the training set (srv_learn_example takes it).
+// A copy of example i of the training set (learn_live_example takes it).
 static learn_example *train_ex(int i) {
 	const learn_example *e = TR[i % NTR];
 	const int64_t n = learn_example_tokens(e);
@@ -190,34 +190,34 @@ static learn_example *train_ex(int i) {
 }
 
 typedef struct {
-	srv_learn *l;
-	srv_loras *reg;
+	learn_live *l;
+	model_loras *reg;
 	lane_host *h;
 } server;
 
 static bool serve(server *s, double share) {
 	memset(s, 0, sizeof *s);
-	CHECK(srv_loras_new(&s->reg, M, 16) == 0);
-	CHECKF(srv_learn_new(&s->l, M, 32, err, sizeof err) == 0, "srv_learn_new: %s", err);
+	CHECK(model_loras_new(&s->reg, M, 16) == 0);
+	CHECKF(learn_live_new(&s->l, M, 32, err, sizeof err) == 0, "learn_live_new: %s", err);
 	if (!s->reg || !s->l) return false;
-	const lane_background bg = srv_learn_background(s->l, share);
+	const lane_background bg = learn_live_background(s->l, share);
 	s->h = host_with(&bg, 4);
 	if (!s->h) return false;
-	srv_learn_attach(s->l, s->h, s->reg);
+	learn_live_attach(s->l, s->h, s->reg);
 	return true;
 }
 
 static void unserve(server *s) {
-	srv_learn_stop(s->l);
+	learn_live_stop(s->l);
 	lane_host_free(s->h);
-	srv_learn_free(s->l);
-	srv_loras_free(s->reg);
+	learn_live_free(s->l);
+	model_loras_free(s->reg);
 }
 
-static srv_learn_ledger LG; // one at a time: the tests run on one thread
+static learn_ledger LG; // one at a time: the tests run on one thread
 
-static const srv_grant_info *grant_in(srv_learn *l, uint64_t id) {
-	srv_learn_ledger_of(l, &LG);
+static const learn_grant_info *grant_in(learn_live *l, uint64_t id) {
+	learn_live_ledger_of(l, &LG);
 	for (int i = 0; i < LG.n_grants; i++)
 		if (LG.grants[i].id == id) return &LG.grants[i];
 	return NULL;
@@ -225,32 +225,32 @@ static const srv_grant_info *grant_in(srv_learn *l, uint64_t id) {
 
 // Waits (up to 60 s) until grant id is listed in a state other than active (or, with
 // steps > 0, has committed that many steps); returns its entry in LG.
-static const srv_grant_info *wait_grant(srv_learn *l, uint64_t id, int64_t steps) {
+static const learn_grant_info *wait_grant(learn_live *l, uint64_t id, int64_t steps) {
 	for (int i = 0; i < 60000; i++) {
-		const srv_grant_info *g = grant_in(l, id);
-		if (g && (g->state != SRV_GRANT_ACTIVE || (steps > 0 && g->steps_done >= steps))) return g;
+		const learn_grant_info *g = grant_in(l, id);
+		if (g && (g->state != LEARN_GRANT_ACTIVE || (steps > 0 && g->steps_done >= steps))) return g;
 		usleep(1000);
 	}
 	return grant_in(l, id);
 }
 
 // The registry's version of name (0: not ready).
-static uint32_t reg_version(srv_loras *reg, const char *name) {
-	srv_lora_info *v = NULL;
-	const int n = srv_loras_list(reg, &v);
+static uint32_t reg_version(model_loras *reg, const char *name) {
+	model_loras_entry *v = NULL;
+	const int n = model_loras_list(reg, &v);
 	uint32_t ver = 0;
 	for (int i = 0; i < n; i++)
-		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, name)) ver = v[i].version;
+		if (v[i].state == MODEL_LORAS_READY && !strcmp(v[i].name, name)) ver = v[i].version;
 	free(v);
 	return ver;
 }
 
 static uint64_t open_grant(server *s, const char *name, int64_t steps, double expires_s, int32_t rank) {
-	srv_grant_req r = {.adapter = name, .max_steps = steps, .max_tokens = 1 << 30, .lr = 0.02f, .rank = rank, .batch = 4,
+	learn_grant_req r = {.adapter = name, .max_steps = steps, .max_tokens = 1 << 30, .lr = 0.02f, .rank = rank, .batch = 4,
 			   .expires_s = expires_s};
-	srv_grant_info gi;
+	learn_grant_info gi;
 	bool created;
-	CHECKF(srv_learn_grant(s->l, &r, &gi, &created, err, sizeof err) == 0, "grant on %s: %s", name, err);
+	CHECKF(learn_live_grant(s->l, &r, &gi, &created, err, sizeof err) == 0, "grant on %s: %s", name, err);
 	return gi.id;
 }
 
@@ -258,9 +258,9 @@ static int feed(server *s, uint64_t id, int n) {
 	int ok = 0;
 	for (int i = 0; i < n; i++) {
 		learn_example *e = train_ex(i);
-		srv_grant_info gi;
+		learn_grant_info gi;
 		int64_t left;
-		if (e && srv_learn_example(s->l, id, e, &gi, &left, err, sizeof err) == 0) ok++;
+		if (e && learn_live_example(s->l, id, e, &gi, &left, err, sizeof err) == 0) ok++;
 		else learn_example_free(e);
 	}
 	return ok;
@@ -277,59 +277,59 @@ static void test_grants(void) {
 	t_case("stories260K grants");
 	server s;
 	if (!serve(&s, 0.5)) return;
-	srv_learn_ledger_of(s.l, &LG);
+	learn_live_ledger_of(s.l, &LG);
 	CHECK(LG.sequence == 1 && LG.n_grants == 0 && LG.revision == 0);
 	// bad grants
-	srv_grant_info gi;
+	learn_grant_info gi;
 	bool created;
-	srv_grant_req bad[] = {{.adapter = "a b", .max_steps = 1, .max_tokens = 10}, {.adapter = "x", .max_steps = 0, .max_tokens = 10},
+	learn_grant_req bad[] = {{.adapter = "a b", .max_steps = 1, .max_tokens = 10}, {.adapter = "x", .max_steps = 0, .max_tokens = 10},
 			       {.adapter = "x", .max_steps = 1, .max_tokens = 1}, {.adapter = "x", .max_steps = 1, .max_tokens = 10, .rank = 9999},
 			       {.adapter = "x", .max_steps = 1, .max_tokens = 10, .lr = 5}};
-	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(srv_learn_grant(s.l, &bad[i], &gi, &created, err, sizeof err) == LANES_EINVAL);
-	CHECK(!srv_loras_has(s.reg, "x"));
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(learn_live_grant(s.l, &bad[i], &gi, &created, err, sizeof err) == LANES_EINVAL);
+	CHECK(!model_loras_has(s.reg, "x"));
 
 	// a grant makes the adapter, served at once as version 0 (B = 0: the base's tokens)
 	const double before = held_out(NULL);
-	srv_grant_req r = {.adapter = "p", .max_steps = 6, .max_tokens = 1 << 30, .lr = 0.02f, .rank = 4, .batch = 4};
-	CHECKF(srv_learn_grant(s.l, &r, &gi, &created, err, sizeof err) == 0 && created, "grant: %s", err);
+	learn_grant_req r = {.adapter = "p", .max_steps = 6, .max_tokens = 1 << 30, .lr = 0.02f, .rank = 4, .batch = 4};
+	CHECKF(learn_live_grant(s.l, &r, &gi, &created, err, sizeof err) == 0 && created, "grant: %s", err);
 	const uint64_t p = gi.id;
-	CHECK(srv_loras_has(s.reg, "p") && reg_version(s.reg, "p") == 1);
-	CHECK(srv_learn_grant(s.l, &r, &gi, &created, err, sizeof err) == LANES_EBUSY && strstr(err, "open grant"));
+	CHECK(model_loras_has(s.reg, "p") && reg_version(s.reg, "p") == 1);
+	CHECK(learn_live_grant(s.l, &r, &gi, &created, err, sizeof err) == LANES_EBUSY && strstr(err, "open grant"));
 	CHECK(feed(&s, p, 40) == 40);
-	const srv_grant_info *g = wait_grant(s.l, p, 0);
-	CHECKF(g && g->state == SRV_GRANT_EXHAUSTED && g->steps_done == 6 && g->version == 7 && g->queued == 0 && g->tokens_used > 0,
-	       "grant p: %s after %lld steps", g ? srv_grant_state_name[g->state] : "missing", g ? (long long)g->steps_done : -1);
+	const learn_grant_info *g = wait_grant(s.l, p, 0);
+	CHECKF(g && g->state == LEARN_GRANT_EXHAUSTED && g->steps_done == 6 && g->version == 7 && g->queued == 0 && g->tokens_used > 0,
+	       "grant p: %s after %lld steps", g ? learn_grant_state_name[g->state] : "missing", g ? (long long)g->steps_done : -1);
 	CHECK(g && isfinite(g->last_loss) && LG.committed_steps == 6 && LG.tokens_trained == g->tokens_used && LG.examples == 40);
 	CHECK(reg_version(s.reg, "p") == 7); // version 0 and one per step
 	// the examples after the last step go unused; a grant that ended takes none
 	learn_example *e = train_ex(0);
 	int64_t left;
-	CHECK(srv_learn_example(s.l, p, e, &gi, &left, err, sizeof err) == LANES_EBUSY && strstr(err, "exhausted"));
+	CHECK(learn_live_example(s.l, p, e, &gi, &left, err, sizeof err) == LANES_EBUSY && strstr(err, "exhausted"));
 	learn_example_free(e);
 	e = train_ex(0);
-	CHECK(srv_learn_example(s.l, 999, e, &gi, &left, err, sizeof err) == LANES_ENOTFOUND);
+	CHECK(learn_live_example(s.l, 999, e, &gi, &left, err, sizeof err) == LANES_ENOTFOUND);
 	learn_example_free(e);
 	// the last version lowers the held-out loss
 	const model_lora *pl = NULL;
 	float scale;
-	CHECK(srv_loras_bind(s.reg, "p", -1, &pl, &scale, NULL) == 0);
+	CHECK(model_loras_bind(s.reg, "p", -1, &pl, &scale, NULL) == 0);
 	const double after = pl ? held_out(pl) : -1;
 	printf("learning: 6 steps through the rounds: held-out loss %.4f -> %.4f\n", before, after);
 	CHECKF(after > 0 && after < before, "held-out loss %.4f -> %.4f", before, after);
 
 	// a token cap: examples beyond what is left are refused, and the grant ends when its tokens are used
-	srv_grant_req capped = {.adapter = "p", .max_steps = 100, .max_tokens = learn_example_tokens(TR[0]) + learn_example_tokens(TR[1]), .lr = 0.01f};
-	CHECKF(srv_learn_grant(s.l, &capped, &gi, &created, err, sizeof err) == 0 && !created, "grant: %s", err);
+	learn_grant_req capped = {.adapter = "p", .max_steps = 100, .max_tokens = learn_example_tokens(TR[0]) + learn_example_tokens(TR[1]), .lr = 0.01f};
+	CHECKF(learn_live_grant(s.l, &capped, &gi, &created, err, sizeof err) == 0 && !created, "grant: %s", err);
 	const uint64_t c = gi.id;
 	CHECK(feed(&s, c, 1) == 1);
 	e = train_ex(2);
-	CHECK(learn_example_tokens(e) > learn_example_tokens(TR[1]) ? srv_learn_example(s.l, c, e, &gi, &left, err, sizeof err) == LANES_ELIMIT : true);
+	CHECK(learn_example_tokens(e) > learn_example_tokens(TR[1]) ? learn_live_example(s.l, c, e, &gi, &left, err, sizeof err) == LANES_ELIMIT : true);
 	learn_example_free(e);
 	e = train_ex(1);
-	CHECK(srv_learn_example(s.l, c, e, &gi, &left, err, sizeof err) == 0 && left == 0);
+	CHECK(learn_live_example(s.l, c, e, &gi, &left, err, sizeof err) == 0 && left == 0);
 	g = wait_grant(s.l, c, 0);
-	CHECKF(g && g->state == SRV_GRANT_EXHAUSTED && g->tokens_used == capped.max_tokens, "capped: %s, %lld tokens",
-	       g ? srv_grant_state_name[g->state] : "missing", g ? (long long)g->tokens_used : -1);
+	CHECKF(g && g->state == LEARN_GRANT_EXHAUSTED && g->tokens_used == capped.max_tokens, "capped: %s, %lld tokens",
+	       g ? learn_grant_state_name[g->state] : "missing", g ? (long long)g->tokens_used : -1);
 
 	// the sequence moves only when something changed: none for a 512-token request
 	const uint64_t q = open_grant(&s, "p", 5, 0, 0);
@@ -340,21 +340,21 @@ static void test_grants(void) {
 	if (rq) collect(rq, &res);
 	lane_req_free(rq);
 	CHECK(rq && res.terminals == 1 && res.n == 512);
-	srv_learn_ledger_of(s.l, &LG);
+	learn_live_ledger_of(s.l, &LG);
 	CHECKF(LG.sequence == seq, "the ledger was published %llu times during a request with no learning", (unsigned long long)(LG.sequence - seq));
-	CHECK(srv_learn_revoke(s.l, q, &gi, err, sizeof err) == 0 && gi.state == SRV_GRANT_REVOKED);
-	CHECK(srv_learn_revoke(s.l, q, &gi, err, sizeof err) == LANES_EBUSY);
+	CHECK(learn_live_revoke(s.l, q, &gi, err, sizeof err) == 0 && gi.state == LEARN_GRANT_REVOKED);
+	CHECK(learn_live_revoke(s.l, q, &gi, err, sizeof err) == LANES_EBUSY);
 	g = wait_grant(s.l, q, 0);
-	CHECKF(g && g->state == SRV_GRANT_REVOKED && LG.sequence == seq + 1, "revoked: sequence %llu -> %llu", (unsigned long long)seq,
+	CHECKF(g && g->state == LEARN_GRANT_REVOKED && LG.sequence == seq + 1, "revoked: sequence %llu -> %llu", (unsigned long long)seq,
 	       (unsigned long long)LG.sequence);
 
 	// saving writes the committed weights: loaded back, the held-out loss is the same bits
 	// saves take a file name in a folder, never a path
 	const int dfd = open(t_tmp(), O_RDONLY | O_DIRECTORY);
-	CHECK(srv_learn_save(s.l, "p", dfd, "../x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "not a file name"));
-	CHECK(srv_learn_save(s.l, "p", dfd, "/tmp/x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL);
-	CHECK(srv_learn_save(s.l, "p", dfd, ".hidden", NULL, NULL, err, sizeof err) == LANES_EINVAL);
-	CHECK(srv_learn_save(s.l, "nope", dfd, "x.gguf", NULL, NULL, err, sizeof err) == LANES_ENOTFOUND);
+	CHECK(learn_live_save(s.l, "p", dfd, "../x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL && strstr(err, "not a file name"));
+	CHECK(learn_live_save(s.l, "p", dfd, "/tmp/x.gguf", NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	CHECK(learn_live_save(s.l, "p", dfd, ".hidden", NULL, NULL, err, sizeof err) == LANES_EINVAL);
+	CHECK(learn_live_save(s.l, "nope", dfd, "x.gguf", NULL, NULL, err, sizeof err) == LANES_ENOTFOUND);
 	model_lora_free(pl);
 	unserve(&s);
 	close(dfd);
@@ -384,14 +384,14 @@ static void test_save(void) {
 	if (!serve(&s, 0.5)) return;
 	const uint64_t id = open_grant(&s, "w", 3, 0, 4);
 	feed(&s, id, 12);
-	const srv_grant_info *g = wait_grant(s.l, id, 0);
-	CHECK(g && g->state == SRV_GRANT_EXHAUSTED && g->version == 4);
+	const learn_grant_info *g = wait_grant(s.l, id, 0);
+	CHECK(g && g->state == LEARN_GRANT_EXHAUSTED && g->version == 4);
 	char path[512], file[64];
 	snprintf(file, sizeof file, "lanes-learning-%d.gguf", (int)getpid());
 	snprintf(path, sizeof path, "%s/%s", t_tmp(), file);
 	const int dfd = open(t_tmp(), O_RDONLY | O_DIRECTORY);
 	saved sv = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-	CHECKF(srv_learn_save(s.l, "w", dfd, file, on_saved, &sv, err, sizeof err) == 0, "save: %s", err);
+	CHECKF(learn_live_save(s.l, "w", dfd, file, on_saved, &sv, err, sizeof err) == 0, "save: %s", err);
 	pthread_mutex_lock(&sv.mu);
 	while (!sv.calls) pthread_cond_wait(&sv.cv, &sv.mu);
 	pthread_mutex_unlock(&sv.mu);
@@ -399,7 +399,7 @@ static void test_save(void) {
 	const model_lora *served = NULL;
 	model_lora *loaded = NULL;
 	float scale;
-	CHECK(srv_loras_bind(s.reg, "w", -1, &served, &scale, NULL) == 0);
+	CHECK(model_loras_bind(s.reg, "w", -1, &served, &scale, NULL) == 0);
 	CHECKF(model_lora_load(&loaded, M, path, err, sizeof err) == 0, "load: %s", err);
 	if (served && loaded) {
 		const double a = held_out(served), b = held_out(loaded);
@@ -423,7 +423,7 @@ static void test_beside(void) {
 	wait_grant(s.l, first, 0);
 	const model_lora *v2 = NULL;
 	float scale;
-	CHECK(srv_loras_bind(s.reg, "v", -1, &v2, &scale, NULL) == 0);
+	CHECK(model_loras_bind(s.reg, "v", -1, &v2, &scale, NULL) == 0);
 	enum { N = 8 };
 	result alone[N], beside[N];
 	for (int i = 0; i < N; i++) {
@@ -434,9 +434,9 @@ static void test_beside(void) {
 	// then with a grant training a new adapter: its version 0 is bound before any commit
 	const uint64_t id = open_grant(&s, "t", 1000, 0, 8);
 	const model_lora *t0 = NULL;
-	CHECK(srv_loras_bind(s.reg, "t", -1, &t0, &scale, NULL) == 0);
+	CHECK(model_loras_bind(s.reg, "t", -1, &t0, &scale, NULL) == 0);
 	CHECK(feed(&s, id, 48) == 48);
-	srv_learn_ledger_of(s.l, &LG);
+	learn_live_ledger_of(s.l, &LG);
 	const int64_t steps0 = LG.committed_steps;
 	lane_req *r[N + 1];
 	for (int i = 0; i < N; i++) r[i] = submit(s.h, i % 2 ? v2 : NULL, 100 + i, 64);
@@ -452,7 +452,7 @@ static void test_beside(void) {
 	if (r[N]) collect(r[N], &zero);
 	lane_req_free(r[N]);
 	for (int w = 0; w < 6000; w++) {
-		srv_learn_ledger_of(s.l, &LG);
+		learn_live_ledger_of(s.l, &LG);
 		if (LG.committed_steps > steps0) break;
 		usleep(10000);
 	}
@@ -468,10 +468,10 @@ static void test_beside(void) {
 	printf("beside training: %d requests bit for bit while %lld steps committed\n", N + 1, (long long)(LG.committed_steps - steps0));
 	// each version keys the prefix cache on its own: a prompt cached under version 0 is not
 	// reused by the last one
-	srv_learn_revoke(s.l, id, &(srv_grant_info){0}, err, sizeof err);
+	learn_live_revoke(s.l, id, &(learn_grant_info){0}, err, sizeof err);
 	wait_grant(s.l, id, 0);
 	const model_lora *tn = NULL;
-	CHECK(srv_loras_bind(s.reg, "t", -1, &tn, &scale, NULL) == 0 && tn && model_lora_id(tn) != model_lora_id(t0));
+	CHECK(model_loras_bind(s.reg, "t", -1, &tn, &scale, NULL) == 0 && tn && model_lora_id(tn) != model_lora_id(t0));
 	result cached0, cachedn, fresh;
 	run1(s.h, t0, 500, 48, &cached0);
 	run1(s.h, tn, 500, 48, &cachedn);
@@ -507,15 +507,15 @@ static void test_custody(void) {
 	// revoked during a step: the step is dropped, its adapter keeps the versions committed
 	uint64_t id = open_grant(&s, "r", 1000, 0, 4);
 	feed(&s, id, 48);
-	const srv_grant_info *g = wait_grant(s.l, id, 2);
+	const learn_grant_info *g = wait_grant(s.l, id, 2);
 	const int64_t aborted = LG.aborted_steps;
 	for (int i = 0; i < 4; i++) r[i] = submit(s.h, NULL, 200 + i, 32);
-	srv_grant_info gi;
-	CHECK(srv_learn_revoke(s.l, id, &gi, err, sizeof err) == 0);
+	learn_grant_info gi;
+	CHECK(learn_live_revoke(s.l, id, &gi, err, sizeof err) == 0);
 	requests_end(r, 4);
 	g = wait_grant(s.l, id, 0);
-	CHECKF(g && g->state == SRV_GRANT_REVOKED && reg_version(s.reg, "r") == 1 + g->steps_done && g->queued == 0,
-	       "revoked: %s, %lld steps, registry version %u", g ? srv_grant_state_name[g->state] : "missing", g ? (long long)g->steps_done : -1,
+	CHECKF(g && g->state == LEARN_GRANT_REVOKED && reg_version(s.reg, "r") == 1 + g->steps_done && g->queued == 0,
+	       "revoked: %s, %lld steps, registry version %u", g ? learn_grant_state_name[g->state] : "missing", g ? (long long)g->steps_done : -1,
 	       reg_version(s.reg, "r"));
 	CHECKF(LG.aborted_steps == aborted + 1, "steps dropped: %lld -> %lld", (long long)aborted, (long long)LG.aborted_steps);
 	usleep(20000);
@@ -524,17 +524,17 @@ static void test_custody(void) {
 	// expired: it stops at the next boundary, even with the engine idle
 	id = open_grant(&s, "r", 1000, 0.2, 0);
 	g = wait_grant(s.l, id, 0);
-	CHECKF(g && g->state == SRV_GRANT_EXPIRED && g->expires_at > 0, "idle grant: %s", g ? srv_grant_state_name[g->state] : "missing");
+	CHECKF(g && g->state == LEARN_GRANT_EXPIRED && g->expires_at > 0, "idle grant: %s", g ? learn_grant_state_name[g->state] : "missing");
 	learn_example *e = train_ex(0);
 	int64_t left;
-	CHECK(srv_learn_example(s.l, id, e, &gi, &left, err, sizeof err) == LANES_EBUSY);
+	CHECK(learn_live_example(s.l, id, e, &gi, &left, err, sizeof err) == LANES_EBUSY);
 	learn_example_free(e);
 	const uint32_t v_before = reg_version(s.reg, "r");
 	id = open_grant(&s, "r", 1000, 0.3, 0);
 	feed(&s, id, 48);
 	g = wait_grant(s.l, id, 0);
-	CHECKF(g && g->state == SRV_GRANT_EXPIRED && reg_version(s.reg, "r") == v_before + g->steps_done, "training grant: %s",
-	       g ? srv_grant_state_name[g->state] : "missing");
+	CHECKF(g && g->state == LEARN_GRANT_EXPIRED && reg_version(s.reg, "r") == v_before + g->steps_done, "training grant: %s",
+	       g ? learn_grant_state_name[g->state] : "missing");
 
 	// an allocation failing during a step (at its start, in a piece's memory, at its commit): the
 	// grant fails, no partial commit
@@ -547,11 +547,11 @@ static void test_custody(void) {
 		g = wait_grant(s.l, id, 0);
 		learn_test_fail_alloc(-1);
 		requests_end(r, 4);
-		CHECKF(g && g->state == SRV_GRANT_FAILED && strstr(g->reason, "out of memory") && reg_version(s.reg, "f") == 1 + g->steps_done,
-		       "allocation %d: %s (%s), %lld steps, version %u", k, g ? srv_grant_state_name[g->state] : "missing", g ? g->reason : "",
+		CHECKF(g && g->state == LEARN_GRANT_FAILED && strstr(g->reason, "out of memory") && reg_version(s.reg, "f") == 1 + g->steps_done,
+		       "allocation %d: %s (%s), %lld steps, version %u", k, g ? learn_grant_state_name[g->state] : "missing", g ? g->reason : "",
 		       g ? (long long)g->steps_done : -1, reg_version(s.reg, "f"));
 		// unloaded: the next grant on the name makes a new adapter
-		srv_loras_remove(s.reg, "f", &(bool){false});
+		model_loras_remove(s.reg, "f", &(bool){false});
 	}
 
 	// halted during training: every grant ends halted, every request once, nothing partial
@@ -562,14 +562,14 @@ static void test_custody(void) {
 	lane_host_halt(s.h, "a test halt");
 	requests_end(r, 4);
 	g = wait_grant(s.l, id, 0);
-	CHECKF(g && g->state == SRV_GRANT_HALTED && reg_version(s.reg, "h") == 1 + g->steps_done, "halted: %s",
-	       g ? srv_grant_state_name[g->state] : "missing");
-	for (int i = 0; i < LG.n_grants; i++) CHECK(LG.grants[i].state != SRV_GRANT_ACTIVE);
-	srv_grant_req again = {.adapter = "h", .max_steps = 1, .max_tokens = 100};
+	CHECKF(g && g->state == LEARN_GRANT_HALTED && reg_version(s.reg, "h") == 1 + g->steps_done, "halted: %s",
+	       g ? learn_grant_state_name[g->state] : "missing");
+	for (int i = 0; i < LG.n_grants; i++) CHECK(LG.grants[i].state != LEARN_GRANT_ACTIVE);
+	learn_grant_req again = {.adapter = "h", .max_steps = 1, .max_tokens = 100};
 	bool created;
-	CHECK(srv_learn_grant(s.l, &again, &gi, &created, err, sizeof err) == LANES_ECANCELLED);
+	CHECK(learn_live_grant(s.l, &again, &gi, &created, err, sizeof err) == LANES_ECANCELLED);
 	e = train_ex(0);
-	CHECK(srv_learn_example(s.l, id, e, &gi, &left, err, sizeof err) != 0);
+	CHECK(learn_live_example(s.l, id, e, &gi, &left, err, sizeof err) != 0);
 	learn_example_free(e);
 	unserve(&s);
 }

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "lanes/lanes.h"
 #include "model/model.h"
-#include "server/adapters.h"
+#include "model/loras.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -535,25 +535,25 @@ static void registry_hot(void) {
 	tmp_path(pb, sizeof pb, "hb.gguf");
 	CHECK(gen_adapter(pa, 8, "F32", 31, false) == 0);
 	CHECK(gen_adapter(pb, 8, "F32", 32, false) == 0);
-	srv_loras *reg = NULL;
-	CHECK(srv_loras_new(&reg, SM, 2) == 0);
+	model_loras *reg = NULL;
+	CHECK(model_loras_new(&reg, SM, 2) == 0);
 	uint64_t t1 = 0, t2 = 0;
-	CHECK(srv_loras_reserve(reg, "a", pa, NAN, false, &t1, err, sizeof err) == 0);
-	CHECK(srv_loras_reserve(reg, "a", pa, NAN, false, &t2, err, sizeof err) == LANES_EBUSY && strstr(err, "loading"));
-	CHECK(srv_loras_reserve(reg, "b c", pa, NAN, false, &t2, err, sizeof err) == LANES_EINVAL);
-	CHECK(srv_loras_reserve(reg, "z", pa, 2.0f, false, &t2, err, sizeof err) == 0);
-	CHECK(srv_loras_reserve(reg, "y", pa, 1.0f, false, &t2, err, sizeof err) == LANES_ELIMIT && strstr(err, "--max-lora 2"));
-	CHECK(!srv_loras_has(reg, "a") && !srv_loras_ever(reg));
+	CHECK(model_loras_reserve(reg, "a", pa, NAN, false, &t1, err, sizeof err) == 0);
+	CHECK(model_loras_reserve(reg, "a", pa, NAN, false, &t2, err, sizeof err) == LANES_EBUSY && strstr(err, "loading"));
+	CHECK(model_loras_reserve(reg, "b c", pa, NAN, false, &t2, err, sizeof err) == LANES_EINVAL);
+	CHECK(model_loras_reserve(reg, "z", pa, 2.0f, false, &t2, err, sizeof err) == 0);
+	CHECK(model_loras_reserve(reg, "y", pa, 1.0f, false, &t2, err, sizeof err) == LANES_ELIMIT && strstr(err, "--max-lora 2"));
+	CHECK(!model_loras_has(reg, "a") && !model_loras_ever(reg));
 	bool freed;
-	CHECK(srv_loras_remove(reg, "a", &freed) == LANES_EBUSY);
-	srv_loras_publish(reg, "z", 999, NULL, NULL); // a stale ticket changes nothing
-	srv_loras_publish(reg, "z", t2, NULL, NULL);  // a failed first load frees the name
-	srv_lora_info *v = NULL;
-	CHECK(srv_loras_list(reg, &v) == 1 && v && v[0].state == SRV_LORA_LOADING && v[0].id == 0);
+	CHECK(model_loras_remove(reg, "a", &freed) == LANES_EBUSY);
+	model_loras_publish(reg, "z", 999, NULL, NULL); // a stale ticket changes nothing
+	model_loras_publish(reg, "z", t2, NULL, NULL);  // a failed first load frees the name
+	model_loras_entry *v = NULL;
+	CHECK(model_loras_list(reg, &v) == 1 && v && v[0].state == MODEL_LORAS_LOADING && v[0].id == 0);
 	free(v);
 	uint32_t ver = 0;
-	srv_loras_publish(reg, "a", t1, load_lora(SM, pa), &ver);
-	CHECK(ver == 1 && srv_loras_has(reg, "a") && srv_loras_ever(reg));
+	model_loras_publish(reg, "a", t1, load_lora(SM, pa), &ver);
+	CHECK(ver == 1 && model_loras_has(reg, "a") && model_loras_ever(reg));
 	static qspec s[NQ];
 	static qres with_a[NQ], with_b[NQ], hot[NQ], blocker_res;
 	const model_lora_set *none[4] = {NULL, NULL, NULL, NULL};
@@ -564,7 +564,7 @@ static void registry_hot(void) {
 	// the tokens of version 1 and of version 2, each bound from the registry
 	lane_host *h = mk_host(8, 0, false, 2);
 	for (int i = 0; i < 8; i++) {
-		CHECK(srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && scale == 1.0f);
+		CHECK(model_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && scale == 1.0f);
 		set[i] = (model_lora_set){1, {{a, scale}}};
 		s[i].q.lora = &set[i];
 		s[8 + i].q = s[i].q;
@@ -579,25 +579,25 @@ static void registry_hot(void) {
 	lane_req *blocker = NULL, *r[8] = {0};
 	CHECK(lane_submit(h1, &long_q, &blocker, err, sizeof err) == 0);
 	for (int i = 0; i < 8; i++) {
-		CHECK(srv_loras_bind(reg, NULL, 0, &a, &scale, NULL) == 0);
+		CHECK(model_loras_bind(reg, NULL, 0, &a, &scale, NULL) == 0);
 		set[i] = (model_lora_set){1, {{a, scale}}};
 		CHECK(lane_submit(h1, &s[i].q, &r[i], err, sizeof err) == 0);
 		model_lora_free(a); // each request holds its own reference
 	}
 	const uint64_t v1 = model_lora_id(set[0].use[0].lora);
 	uint64_t t3 = 0;
-	CHECK(srv_loras_reserve(reg, "a", pb, NAN, true, &t3, err, sizeof err) == 0);
-	srv_loras_publish(reg, "a", t3, load_lora(SM, pb), &ver);
+	CHECK(model_loras_reserve(reg, "a", pb, NAN, true, &t3, err, sizeof err) == 0);
+	model_loras_publish(reg, "a", t3, load_lora(SM, pb), &ver);
 	CHECK(ver == 2);
 	for (int i = 0; i < 8; i++) {
-		CHECK(srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && model_lora_id(a) != v1);
+		CHECK(model_loras_bind(reg, "a", 0, &a, &scale, NULL) == 0 && model_lora_id(a) != v1);
 		set[8 + i] = (model_lora_set){1, {{a, scale}}};
 		s[8 + i].q.lora = &set[8 + i];
 	}
-	CHECK(srv_loras_remove(reg, "a", &freed) == 0 && !freed);
-	CHECK(!srv_loras_has(reg, "a") && srv_loras_bind(reg, "a", 0, &a, &scale, NULL) == LANES_ENOTFOUND);
-	const int n = srv_loras_list(reg, &v);
-	CHECKF(n == 2 && v[0].state == SRV_LORA_RETIRED && v[1].state == SRV_LORA_RETIRED &&
+	CHECK(model_loras_remove(reg, "a", &freed) == 0 && !freed);
+	CHECK(!model_loras_has(reg, "a") && model_loras_bind(reg, "a", 0, &a, &scale, NULL) == LANES_ENOTFOUND);
+	const int n = model_loras_list(reg, &v);
+	CHECKF(n == 2 && v[0].state == MODEL_LORAS_RETIRED && v[1].state == MODEL_LORAS_RETIRED &&
 		       (v[0].lora_id == v1 || v[1].lora_id == v1) && v[0].version + v[1].version == 3,
 	       "versions 1 and 2 are listed as retired while requests hold them (%d listed)", n);
 	free(v);
@@ -616,8 +616,8 @@ static void registry_hot(void) {
 		model_lora_free(set[8 + i].use[0].lora);
 		if (r[i]) q_collect(r[i], &hot[i]), lane_req_free(r[i]);
 	}
-	for (int w = 0; w < 500 && srv_loras_list(reg, &v) > 0; w++) free(v), usleep(2000);
-	CHECKF(srv_loras_list(reg, &v) == 0 && !v, "every version is freed once its requests ended");
+	for (int w = 0; w < 500 && model_loras_list(reg, &v) > 0; w++) free(v), usleep(2000);
+	CHECKF(model_loras_list(reg, &v) == 0 && !v, "every version is freed once its requests ended");
 	for (int w = 0; w < 500 && (lane_host_snapshot(h1, &snap), snap.n_lora); w++) usleep(2000);
 	CHECKF(snap.n_lora == 0, "the snapshot lists no adapter once every request ended");
 	for (int i = 0; i < 8; i++) {
@@ -626,7 +626,7 @@ static void registry_hot(void) {
 	}
 	lane_host_free(h1);
 	lane_host_free(h);
-	srv_loras_free(reg);
+	model_loras_free(reg);
 	remove(pa), remove(pb);
 }
 
@@ -634,7 +634,7 @@ static void registry_hot(void) {
 // publishes new ones and unloads and reloads the names; a version a thread holds is always
 // listed (current or retired), and once every thread is done no retired version is left.
 typedef struct {
-	srv_loras *reg;
+	model_loras *reg;
 	int bad;
 	atomic_bool stop;
 	uint64_t binds;
@@ -647,11 +647,11 @@ static void *race_binder(void *p) {
 		x = splitmix64(x);
 		const model_lora *a;
 		float scale;
-		if (srv_loras_bind(ra->reg, x & 1 ? "p" : "q", 0, &a, &scale, NULL)) continue;
+		if (model_loras_bind(ra->reg, x & 1 ? "p" : "q", 0, &a, &scale, NULL)) continue;
 		model_lora_info info;
 		model_lora_info_of(a, &info); // reads the adapter: freed under us would be a use after free
-		srv_lora_info *v = NULL;
-		const int n = srv_loras_list(ra->reg, &v);
+		model_loras_entry *v = NULL;
+		const int n = model_loras_list(ra->reg, &v);
 		bool listed = false;
 		for (int i = 0; i < n; i++) listed |= v[i].lora_id == model_lora_id(a);
 		free(v);
@@ -668,7 +668,7 @@ static void registry_race(void) {
 	tmp_path(pa, sizeof pa, "ra.gguf");
 	CHECK(gen_adapter(pa, 4, "F32", 41, false) == 0);
 	race_arg ra = {0};
-	CHECK(srv_loras_new(&ra.reg, SM, 4) == 0);
+	CHECK(model_loras_new(&ra.reg, SM, 4) == 0);
 	atomic_init(&ra.stop, false);
 	pthread_t th[4];
 	for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, race_binder, &ra) == 0);
@@ -677,26 +677,26 @@ static void registry_race(void) {
 		const char *name = k & 1 ? "p" : "q";
 		uint64_t t;
 		bool freed;
-		const bool loaded = srv_loras_has(ra.reg, name);
+		const bool loaded = model_loras_has(ra.reg, name);
 		if (loaded && k % 3 == 0) {
-			CHECK(srv_loras_remove(ra.reg, name, &freed) == 0);
+			CHECK(model_loras_remove(ra.reg, name, &freed) == 0);
 			continue;
 		}
-		if (srv_loras_reserve(ra.reg, name, pa, NAN, loaded, &t, err, sizeof err)) continue;
-		srv_loras_publish(ra.reg, name, t, load_lora(SM, pa), NULL);
+		if (model_loras_reserve(ra.reg, name, pa, NAN, loaded, &t, err, sizeof err)) continue;
+		model_loras_publish(ra.reg, name, t, load_lora(SM, pa), NULL);
 		publishes++;
 	}
 	atomic_store(&ra.stop, true);
 	for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-	srv_lora_info *v = NULL;
-	const int n = srv_loras_list(ra.reg, &v);
+	model_loras_entry *v = NULL;
+	const int n = model_loras_list(ra.reg, &v);
 	int retired = 0;
-	for (int i = 0; i < n; i++) retired += v[i].state == SRV_LORA_RETIRED;
+	for (int i = 0; i < n; i++) retired += v[i].state == MODEL_LORAS_RETIRED;
 	free(v);
 	printf("registry race: %d publishes, %llu binds\n", publishes, (unsigned long long)ra.binds);
 	CHECKF(ra.bad == 0, "%d binds held a version that was no longer listed", ra.bad);
 	CHECKF(retired == 0 && publishes > 100 && ra.binds > 100, "no retired version outlives its holders (%d left)", retired);
-	srv_loras_free(ra.reg);
+	model_loras_free(ra.reg);
 	remove(pa);
 }
 

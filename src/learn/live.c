@@ -1,8 +1,8 @@
-// server/learning: grants and their examples (made on the HTTP threads, under the lock), the
+// learn/live: grants and their examples (made on the HTTP threads, under the lock), the
 // engine's side (adapters that learn, their jobs, steps run in the rounds' background share,
 // commits published through the adapter registry at round boundaries, the ledger), and the
 // learn thread that writes saved adapters and wakes the engine when a grant expires.
-#include "server/learning.h"
+#include "learn/live.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -17,9 +17,9 @@
 
 #define MOD "learn"
 
-const char *const srv_grant_state_name[SRV_GRANT__COUNT] = {
-	[SRV_GRANT_ACTIVE] = "active",   [SRV_GRANT_EXHAUSTED] = "exhausted", [SRV_GRANT_REVOKED] = "revoked",
-	[SRV_GRANT_EXPIRED] = "expired", [SRV_GRANT_FAILED] = "failed",       [SRV_GRANT_HALTED] = "halted",
+const char *const learn_grant_state_name[LEARN_GRANT__COUNT] = {
+	[LEARN_GRANT_ACTIVE] = "active",   [LEARN_GRANT_EXHAUSTED] = "exhausted", [LEARN_GRANT_REVOKED] = "revoked",
+	[LEARN_GRANT_EXPIRED] = "expired", [LEARN_GRANT_FAILED] = "failed",       [LEARN_GRANT_HALTED] = "halted",
 };
 
 // A grant's slot. The HTTP side fills it (used, then ready); the engine adopts it at a round
@@ -29,7 +29,7 @@ typedef struct {
 	bool ready;               // made: the engine may adopt it
 	bool adopted;             // the engine has it: the ledger lists it
 	bool revoke;              // revocation asked for
-	srv_grant_info info;
+	learn_grant_info info;
 	learn_adapter *fresh;     // an adapter made or loaded for it, for the engine to take (NULL: the engine's own)
 	int64_t fresh_version;    // the registry's version of fresh's weights
 	int32_t rank;             // the adapter's
@@ -47,20 +47,20 @@ typedef struct ex_task {
 
 typedef struct save_task {
 	struct save_task *next;
-	char name[SRV_LORA_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1];
 	int dfd;                  // the folder it is written in (borrowed)
 	char file[BASE_NAME_MAX + 1];
 	learn_adapter *copy;      // the weights to write (the engine's copy)
 	int64_t version;
 	int rc;                   // set when it cannot be written (the message in msg)
 	char msg[512];
-	srv_learn_saved done;
+	learn_live_saved done;
 	void *arg;
 } save_task;
 
 // An adapter that learns here (engine thread).
 typedef struct {
-	char name[SRV_LORA_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1];
 	learn_adapter *a;
 	learn_job *job;           // while its grant has work (freed when idle: its memory goes with it)
 	int64_t version;          // the registry's version of its committed weights
@@ -69,25 +69,25 @@ typedef struct {
 
 // A name the engine trains, as the HTTP side knows it (under mu).
 typedef struct {
-	char name[SRV_LORA_NAME_MAX + 1];
+	char name[MODEL_LORA_NAME_MAX + 1];
 	int32_t rank;
 } lname;
 
-struct srv_learn {
+struct learn_live {
 	const model *m;
 	int32_t piece;
 	lane_host *host;
-	srv_loras *reg;
+	model_loras *reg;
 
 	pthread_mutex_t mu;       // the slots, names, task lists and flags below
 	pthread_cond_t cv;        // the learn thread's: a save to write, a new expiry, the stop
-	grant g[SRV_LEARN_GRANTS];
+	grant g[LEARN_LIVE_GRANTS];
 	uint64_t next_id;
 	uint64_t changes;         // grants made or revoked since the engine last looked
 	ex_task *ex_head, *ex_tail;
 	save_task *sv_head, *sv_tail; // for the engine to copy
 	save_task *wr_head, *wr_tail; // for the learn thread to write
-	lname names[SRV_LORA_MAX];
+	lname names[MODEL_LORAS_MAX];
 	int n_names;
 	int64_t examples;
 	bool halted, stopping;
@@ -95,7 +95,7 @@ struct srv_learn {
 	bool thread_started;
 
 	// the engine's (engine thread only)
-	ladapter ad[SRV_LORA_MAX];
+	ladapter ad[MODEL_LORAS_MAX];
 	int n_ad;
 	uint64_t seen;            // changes as the engine last saw them
 	uint64_t revision, published;
@@ -104,39 +104,39 @@ struct srv_learn {
 	double train_s;
 
 	pthread_mutex_t pub_mu;   // the publication
-	srv_learn_ledger pub;
+	learn_ledger pub;
 };
 
 static int64_t unix_now(void) { return (int64_t)time(NULL); }
 
-static bool ended(const grant *s) { return s->adopted && s->info.state != SRV_GRANT_ACTIVE; }
+static bool ended(const grant *s) { return s->adopted && s->info.state != LEARN_GRANT_ACTIVE; }
 
 // Under mu: the slot of grant id, or NULL.
-static grant *slot_of(srv_learn *l, uint64_t id) {
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++)
+static grant *slot_of(learn_live *l, uint64_t id) {
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++)
 		if (l->g[i].used && l->g[i].ready && l->g[i].info.id == id) return &l->g[i];
 	return NULL;
 }
 
 // Under mu: the rank of the adapter the engine trains under name (0: none).
-static int32_t name_rank(const srv_learn *l, const char *name) {
+static int32_t name_rank(const learn_live *l, const char *name) {
 	for (int i = 0; i < l->n_names; i++)
 		if (!strcmp(l->names[i].name, name)) return l->names[i].rank;
 	return 0;
 }
 
-static void name_set(srv_learn *l, const char *name, int32_t rank) {
+static void name_set(learn_live *l, const char *name, int32_t rank) {
 	for (int i = 0; i < l->n_names; i++)
 		if (!strcmp(l->names[i].name, name)) {
 			l->names[i].rank = rank;
 			return;
 		}
-	if (l->n_names == SRV_LORA_MAX) return; // the engine holds as many: it refuses the grant
+	if (l->n_names == MODEL_LORAS_MAX) return; // the engine holds as many: it refuses the grant
 	snprintf(l->names[l->n_names].name, sizeof l->names[0].name, "%s", name);
 	l->names[l->n_names++].rank = rank;
 }
 
-static void name_drop(srv_learn *l, const char *name) {
+static void name_drop(learn_live *l, const char *name) {
 	for (int i = 0; i < l->n_names; i++)
 		if (!strcmp(l->names[i].name, name)) {
 			l->names[i] = l->names[--l->n_names];
@@ -147,7 +147,7 @@ static void name_drop(srv_learn *l, const char *name) {
 // ---- the ledger ------------------------------------------------------------------------------
 
 // Engine: the slots the engine has, oldest first, with the totals, as the new publication.
-static void publish(srv_learn *l) {
+static void publish(learn_live *l) {
 	uint64_t opt = 0, jobs = 0;
 	for (int i = 0; i < l->n_ad; i++) {
 		learn_adapter_info ai;
@@ -157,12 +157,12 @@ static void publish(srv_learn *l) {
 	}
 	pthread_mutex_lock(&l->mu);
 	pthread_mutex_lock(&l->pub_mu);
-	srv_learn_ledger *p = &l->pub;
+	learn_ledger *p = &l->pub;
 	p->sequence++;
 	p->clock_us = base_now_us();
 	p->revision = l->revision;
 	p->n_grants = 0;
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) {
 		if (!l->g[i].used || !l->g[i].adopted) continue;
 		int k = p->n_grants++;
 		while (k > 0 && p->grants[k - 1].id > l->g[i].info.id) {
@@ -184,7 +184,7 @@ static void publish(srv_learn *l) {
 	l->published = l->revision;
 }
 
-void srv_learn_ledger_of(srv_learn *l, srv_learn_ledger *out) {
+void learn_live_ledger_of(learn_live *l, learn_ledger *out) {
 	pthread_mutex_lock(&l->pub_mu);
 	*out = l->pub;
 	pthread_mutex_unlock(&l->pub_mu);
@@ -201,7 +201,7 @@ static void free_examples(ex_task *t) {
 }
 
 // Under mu: the saves not yet copied end with why, handed to the learn thread for their callbacks.
-static void cancel_saves(srv_learn *l, const char *why) {
+static void cancel_saves(learn_live *l, const char *why) {
 	for (save_task *t = l->sv_head; t; t = t->next) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ECANCELLED, "%s", why);
 	if (!l->sv_head) return;
 	if (l->wr_tail) l->wr_tail->next = l->sv_head;
@@ -213,14 +213,14 @@ static void cancel_saves(srv_learn *l, const char *why) {
 
 // ---- the engine's side ---------------------------------------------------------------------
 
-static ladapter *adapter_named(srv_learn *l, const char *name) {
+static ladapter *adapter_named(learn_live *l, const char *name) {
 	for (int i = 0; i < l->n_ad; i++)
 		if (!strcmp(l->ad[i].name, name)) return &l->ad[i];
 	return NULL;
 }
 
 // Drops the step in progress and the queued examples of d's job (nothing commits).
-static void drop_job(srv_learn *l, ladapter *d) {
+static void drop_job(learn_live *l, ladapter *d) {
 	if (!d->job) return;
 	if (learn_step_state(d->job) != LEARN_IDLE) l->aborted++;
 	learn_job_free(d->job);
@@ -228,7 +228,7 @@ static void drop_job(srv_learn *l, ladapter *d) {
 }
 
 // Under mu: d's grant ends in state st (reason: why, or NULL); its job goes with it.
-static void end_grant(srv_learn *l, ladapter *d, enum srv_grant_state st, const char *reason) {
+static void end_grant(learn_live *l, ladapter *d, enum learn_grant_state st, const char *reason) {
 	grant *s = d->g;
 	drop_job(l, d);
 	d->g = NULL;
@@ -237,11 +237,11 @@ static void end_grant(srv_learn *l, ladapter *d, enum srv_grant_state st, const 
 	s->info.queued = 0;
 	if (reason) snprintf(s->info.reason, sizeof s->info.reason, "%s", reason);
 	l->revision++;
-	LOG_INFO(MOD, "grant-%llu on %s: %s after %lld steps%s%s", (unsigned long long)s->info.id, d->name, srv_grant_state_name[st],
+	LOG_INFO(MOD, "grant-%llu on %s: %s after %lld steps%s%s", (unsigned long long)s->info.id, d->name, learn_grant_state_name[st],
 		 (long long)s->info.steps_done, reason ? ": " : "", reason ? reason : "");
 }
 
-static void adapter_free_at(srv_learn *l, int i) {
+static void adapter_free_at(learn_live *l, int i) {
 	ladapter *d = &l->ad[i];
 	drop_job(l, d);
 	learn_adapter_free(d->a);
@@ -249,7 +249,7 @@ static void adapter_free_at(srv_learn *l, int i) {
 }
 
 // Under mu: the engine takes a grant the HTTP side made (with its new adapter, if any).
-static void adopt(srv_learn *l, grant *s) {
+static void adopt(learn_live *l, grant *s) {
 	s->adopted = true;
 	l->revision++;
 	ladapter *d = adapter_named(l, s->info.adapter);
@@ -259,13 +259,13 @@ static void adopt(srv_learn *l, grant *s) {
 			learn_adapter_free(d->a);
 		} else {
 			// room: an adapter with no grant whose name the registry no longer serves goes
-			for (int i = 0; l->n_ad == SRV_LORA_MAX && i < l->n_ad; i++)
-				if (!l->ad[i].g && !srv_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
-			if (l->n_ad == SRV_LORA_MAX) {
+			for (int i = 0; l->n_ad == MODEL_LORAS_MAX && i < l->n_ad; i++)
+				if (!l->ad[i].g && !model_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
+			if (l->n_ad == MODEL_LORAS_MAX) {
 				learn_adapter_free(s->fresh);
 				s->fresh = NULL;
-				s->info.state = SRV_GRANT_FAILED;
-				snprintf(s->info.reason, sizeof s->info.reason, "%d adapters learn here already", SRV_LORA_MAX);
+				s->info.state = LEARN_GRANT_FAILED;
+				snprintf(s->info.reason, sizeof s->info.reason, "%d adapters learn here already", MODEL_LORAS_MAX);
 				name_drop(l, s->info.adapter);
 				return;
 			}
@@ -277,62 +277,62 @@ static void adopt(srv_learn *l, grant *s) {
 		s->fresh = NULL;
 	}
 	if (!d) {
-		s->info.state = SRV_GRANT_FAILED;
+		s->info.state = LEARN_GRANT_FAILED;
 		snprintf(s->info.reason, sizeof s->info.reason, "the adapter '%s' is gone", s->info.adapter);
 		return;
 	}
 	if (s->fresh_version) d->version = s->fresh_version;
 	s->info.version = d->version;
 	d->g = s;
-	if (s->revoke) end_grant(l, d, SRV_GRANT_REVOKED, NULL);
+	if (s->revoke) end_grant(l, d, LEARN_GRANT_REVOKED, NULL);
 }
 
 // Under mu: grants made and revocations asked for since the last boundary.
-static void apply_changes(srv_learn *l) {
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+static void apply_changes(learn_live *l) {
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) {
 		grant *s = &l->g[i];
 		if (s->used && s->ready && !s->adopted) adopt(l, s);
 	}
 	for (int i = 0; i < l->n_ad; i++)
-		if (l->ad[i].g && l->ad[i].g->revoke) end_grant(l, &l->ad[i], SRV_GRANT_REVOKED, NULL);
+		if (l->ad[i].g && l->ad[i].g->revoke) end_grant(l, &l->ad[i], LEARN_GRANT_REVOKED, NULL);
 }
 
 // d's job for its grant, made when it has none. Under mu.
-static int job_of(srv_learn *l, ladapter *d, char *err, size_t errlen) {
+static int job_of(learn_live *l, ladapter *d, char *err, size_t errlen) {
 	if (d->job) return 0;
 	learn_opts o;
 	learn_opts_default(&o);
 	o.lr = d->g->lr;
 	o.batch = d->g->batch;
 	o.piece = l->piece;
-	o.max_tokens = SRV_LEARN_MAX_EXAMPLE;
+	o.max_tokens = LEARN_LIVE_MAX_EXAMPLE;
 	return learn_job_new(&d->job, d->a, &o, err, errlen);
 }
 
 // Under mu: an example for grant id into its adapter's job (dropped when the grant ended).
-static void take_example(srv_learn *l, ex_task *t) {
+static void take_example(learn_live *l, ex_task *t) {
 	char err[256];
 	for (int i = 0; i < l->n_ad; i++) {
 		ladapter *d = &l->ad[i];
 		if (!d->g || d->g->info.id != t->grant) continue;
 		int rc = job_of(l, d, err, sizeof err);
 		if (!rc) rc = learn_job_add(d->job, t->e, err, sizeof err);
-		if (rc) end_grant(l, d, SRV_GRANT_FAILED, err);
+		if (rc) end_grant(l, d, LEARN_GRANT_FAILED, err);
 		else l->revision++;
 		return;
 	}
 }
 
 // Under mu: the expired grants end, their steps dropped.
-static void expire(srv_learn *l, uint64_t now) {
+static void expire(learn_live *l, uint64_t now) {
 	for (int i = 0; i < l->n_ad; i++) {
 		grant *s = l->ad[i].g;
-		if (s && s->expires_us && now >= s->expires_us) end_grant(l, &l->ad[i], SRV_GRANT_EXPIRED, NULL);
+		if (s && s->expires_us && now >= s->expires_us) end_grant(l, &l->ad[i], LEARN_GRANT_EXPIRED, NULL);
 	}
 }
 
 // Under mu: saves asked for take a copy of the committed weights to the learn thread.
-static void take_saves(srv_learn *l) {
+static void take_saves(learn_live *l) {
 	save_task *t = l->sv_head;
 	l->sv_head = l->sv_tail = NULL;
 	while (t) {
@@ -351,14 +351,14 @@ static void take_saves(srv_learn *l) {
 
 // Engine: d's whole step becomes the adapter's next version, published under its name; the
 // grant may end with it. A name the registry is loading now waits for the next boundary.
-static void commit(srv_learn *l, ladapter *d) {
+static void commit(learn_live *l, ladapter *d) {
 	char err[256];
 	uint64_t ticket;
-	int rc = srv_loras_reserve(l->reg, d->name, "", NAN, true, &ticket, err, sizeof err);
+	int rc = model_loras_reserve(l->reg, d->name, "", NAN, true, &ticket, err, sizeof err);
 	if (rc) {
 		// unloaded (or being replaced from a file): the steps have nowhere to go
 		pthread_mutex_lock(&l->mu);
-		end_grant(l, d, SRV_GRANT_FAILED, rc == LANES_EBUSY ? "the adapter is being replaced from a file" : "the adapter was unloaded");
+		end_grant(l, d, LEARN_GRANT_FAILED, rc == LANES_EBUSY ? "the adapter is being replaced from a file" : "the adapter was unloaded");
 		if (rc != LANES_EBUSY) {
 			name_drop(l, d->name);
 			adapter_free_at(l, (int)(d - l->ad));
@@ -370,16 +370,16 @@ static void commit(srv_learn *l, ladapter *d) {
 	learn_step_info info;
 	rc = learn_commit(d->job, &ver, &info, err, sizeof err);
 	uint32_t v = 0;
-	srv_loras_publish(l->reg, d->name, ticket, rc ? NULL : ver, &v);
+	model_loras_publish(l->reg, d->name, ticket, rc ? NULL : ver, &v);
 	pthread_mutex_lock(&l->mu);
 	grant *s = d->g;
 	if (rc) { // nothing changed: the weights and version are as they were
-		end_grant(l, d, SRV_GRANT_FAILED, err);
+		end_grant(l, d, LEARN_GRANT_FAILED, err);
 		pthread_mutex_unlock(&l->mu);
 		return;
 	}
 	if (!v) { // unloaded between the reservation and the version
-		end_grant(l, d, SRV_GRANT_FAILED, "the adapter was unloaded");
+		end_grant(l, d, LEARN_GRANT_FAILED, "the adapter was unloaded");
 		name_drop(l, d->name);
 		adapter_free_at(l, (int)(d - l->ad));
 		pthread_mutex_unlock(&l->mu);
@@ -394,7 +394,7 @@ static void commit(srv_learn *l, ladapter *d) {
 	l->tokens += info.tokens;
 	l->revision++;
 	if (s->info.steps_done >= s->info.steps_max || s->info.tokens_used >= s->info.tokens_max)
-		end_grant(l, d, SRV_GRANT_EXHAUSTED, NULL);
+		end_grant(l, d, LEARN_GRANT_EXHAUSTED, NULL);
 	pthread_mutex_unlock(&l->mu);
 }
 
@@ -403,7 +403,7 @@ static bool has_work(const ladapter *d) {
 }
 
 static bool on_boundary(void *arg) {
-	srv_learn *l = arg;
+	learn_live *l = arg;
 	pthread_mutex_lock(&l->mu);
 	if (l->changes != l->seen) {
 		l->seen = l->changes;
@@ -433,7 +433,7 @@ static bool on_boundary(void *arg) {
 }
 
 static double on_cost(void *arg) {
-	srv_learn *l = arg;
+	learn_live *l = arg;
 	double c = 0;
 	for (int i = 0; i < l->n_ad; i++) {
 		const ladapter *d = &l->ad[i];
@@ -446,7 +446,7 @@ static double on_cost(void *arg) {
 
 // The adapters' pieces within budget, a different adapter first each round.
 static double on_run(void *arg, base_pool *pool, double budget) {
-	srv_learn *l = arg;
+	learn_live *l = arg;
 	const uint64_t t0 = base_now_us();
 	double spent = 0;
 	char err[256];
@@ -459,7 +459,7 @@ static double on_run(void *arg, base_pool *pool, double budget) {
 		spent += s;
 		if (rc) {
 			pthread_mutex_lock(&l->mu);
-			end_grant(l, d, SRV_GRANT_FAILED, err);
+			end_grant(l, d, LEARN_GRANT_FAILED, err);
 			pthread_mutex_unlock(&l->mu);
 		}
 	}
@@ -468,17 +468,17 @@ static double on_run(void *arg, base_pool *pool, double budget) {
 }
 
 static void on_halt(void *arg) {
-	srv_learn *l = arg;
+	learn_live *l = arg;
 	pthread_mutex_lock(&l->mu);
 	l->halted = true;
-	for (int i = 0; i < l->n_ad; i++) end_grant(l, &l->ad[i], SRV_GRANT_HALTED, "the server halted");
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+	for (int i = 0; i < l->n_ad; i++) end_grant(l, &l->ad[i], LEARN_GRANT_HALTED, "the server halted");
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) {
 		grant *s = &l->g[i];
 		if (!s->used || !s->ready || s->adopted) continue;
 		learn_adapter_free(s->fresh);
 		s->fresh = NULL;
 		s->adopted = true;
-		s->info.state = SRV_GRANT_HALTED;
+		s->info.state = LEARN_GRANT_HALTED;
 		snprintf(s->info.reason, sizeof s->info.reason, "the server halted");
 	}
 	ex_task *ex = l->ex_head;
@@ -490,14 +490,14 @@ static void on_halt(void *arg) {
 	publish(l);
 }
 
-lane_background srv_learn_background(srv_learn *l, double share) {
+lane_background learn_live_background(learn_live *l, double share) {
 	return (lane_background){.arg = l, .cost = on_cost, .run = on_run, .boundary = on_boundary, .halt = on_halt, .share = share};
 }
 
 // ---- the learn thread: saves, and the engine woken when a grant expires --------------------
 
 static void *learn_main(void *arg) {
-	srv_learn *l = arg;
+	learn_live *l = arg;
 	uint64_t woken = 0; // the latest expiry the engine was woken for
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
@@ -518,7 +518,7 @@ static void *learn_main(void *arg) {
 		}
 		if (l->stopping) break;
 		uint64_t next = 0;
-		for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+		for (int i = 0; i < LEARN_LIVE_GRANTS; i++) {
 			const grant *s = &l->g[i];
 			if (s->used && s->ready && !ended(s) && s->expires_us > woken && (!next || s->expires_us < next)) next = s->expires_us;
 		}
@@ -549,9 +549,9 @@ static void *learn_main(void *arg) {
 
 // ---- set-up and tear-down --------------------------------------------------------------------
 
-int srv_learn_new(srv_learn **out, const model *m, int32_t piece, char *err, size_t errlen) {
+int learn_live_new(learn_live **out, const model *m, int32_t piece, char *err, size_t errlen) {
 	*out = NULL;
-	srv_learn *l = calloc(1, sizeof *l);
+	learn_live *l = calloc(1, sizeof *l);
 	if (!l) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	l->m = m;
 	l->piece = piece > 0 ? piece : 64;
@@ -560,7 +560,7 @@ int srv_learn_new(srv_learn **out, const model *m, int32_t piece, char *err, siz
 	pthread_mutex_init(&l->pub_mu, NULL);
 	publish(l);
 	if (pthread_create(&l->thread, NULL, learn_main, l)) {
-		srv_learn_free(l);
+		learn_live_free(l);
 		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the learn thread");
 	}
 	l->thread_started = true;
@@ -568,14 +568,14 @@ int srv_learn_new(srv_learn **out, const model *m, int32_t piece, char *err, siz
 	return 0;
 }
 
-void srv_learn_attach(srv_learn *l, lane_host *h, srv_loras *reg) {
+void learn_live_attach(learn_live *l, lane_host *h, model_loras *reg) {
 	pthread_mutex_lock(&l->mu);
 	l->host = h;
 	l->reg = reg;
 	pthread_mutex_unlock(&l->mu);
 }
 
-void srv_learn_stop(srv_learn *l) {
+void learn_live_stop(learn_live *l) {
 	if (!l || !l->thread_started) return;
 	pthread_mutex_lock(&l->mu);
 	l->stopping = true;
@@ -586,11 +586,11 @@ void srv_learn_stop(srv_learn *l) {
 	l->thread_started = false;
 }
 
-void srv_learn_free(srv_learn *l) {
+void learn_live_free(learn_live *l) {
 	if (!l) return;
-	srv_learn_stop(l);
+	learn_live_stop(l);
 	while (l->n_ad) adapter_free_at(l, l->n_ad - 1);
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++) learn_adapter_free(l->g[i].fresh);
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) learn_adapter_free(l->g[i].fresh);
 	free_examples(l->ex_head);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
@@ -601,9 +601,9 @@ void srv_learn_free(srv_learn *l) {
 // ---- the HTTP side ------------------------------------------------------------------------------
 
 // Under mu: a free slot, else the one of the oldest grant that ended (it leaves the ledger).
-static grant *free_slot(srv_learn *l) {
+static grant *free_slot(learn_live *l) {
 	grant *old = NULL;
-	for (int i = 0; i < SRV_LEARN_GRANTS; i++) {
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) {
 		grant *s = &l->g[i];
 		if (!s->used) return s;
 		if (ended(s) && (!old || s->info.id < old->info.id)) old = s;
@@ -613,12 +613,12 @@ static grant *free_slot(srv_learn *l) {
 
 // The path of the file a loaded adapter (ready) called name came from ("" when it has none),
 // and its version.
-static bool file_of(srv_loras *reg, const char *name, char *path, size_t n, int64_t *version) {
-	srv_lora_info *v = NULL;
-	const int k = srv_loras_list(reg, &v);
+static bool file_of(model_loras *reg, const char *name, char *path, size_t n, int64_t *version) {
+	model_loras_entry *v = NULL;
+	const int k = model_loras_list(reg, &v);
 	bool found = false;
 	for (int i = 0; i < k; i++)
-		if (v[i].state == SRV_LORA_READY && !strcmp(v[i].name, name)) {
+		if (v[i].state == MODEL_LORAS_READY && !strcmp(v[i].name, name)) {
 			snprintf(path, n, "%s", v[i].path);
 			*version = v[i].version;
 			found = true;
@@ -629,7 +629,7 @@ static bool file_of(srv_loras *reg, const char *name, char *path, size_t n, int6
 
 // The adapter a grant on r->adapter trains when the engine has none of that name serving:
 // the loaded file's weights, or a new one published as version 0.
-static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, learn_adapter **out, int64_t *version, bool *created,
+static int make_adapter(learn_live *l, const learn_grant_req *r, uint64_t seed, learn_adapter **out, int64_t *version, bool *created,
 			char *err, size_t errlen) {
 	char path[1024], why[512];
 	*out = NULL;
@@ -651,14 +651,14 @@ static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, lea
 		return 0;
 	}
 	uint64_t ticket;
-	int rc = srv_loras_reserve(l->reg, r->adapter, "", 1.0f, false, &ticket, why, sizeof why);
+	int rc = model_loras_reserve(l->reg, r->adapter, "", 1.0f, false, &ticket, why, sizeof why);
 	if (rc) return base_seterr(err, errlen, rc == LANES_EINVAL ? rc : LANES_EBUSY, "%s", why);
 	const learn_adapter_opts ao = {.rank = r->rank ? r->rank : 8, .seed = seed};
 	model_lora *v0 = NULL;
 	rc = learn_adapter_new(out, l->m, &ao, why, sizeof why);
 	if (!rc) rc = learn_adapter_lora(*out, &v0, why, sizeof why);
 	uint32_t v = 0;
-	srv_loras_publish(l->reg, r->adapter, ticket, rc ? NULL : v0, &v);
+	model_loras_publish(l->reg, r->adapter, ticket, rc ? NULL : v0, &v);
 	if (!rc && !v) rc = base_seterr(why, sizeof why, LANES_EBUSY, "the adapter '%s' was unloaded as it was made", r->adapter);
 	if (rc) {
 		learn_adapter_free(*out);
@@ -670,41 +670,41 @@ static int make_adapter(srv_learn *l, const srv_grant_req *r, uint64_t seed, lea
 	return 0;
 }
 
-int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, bool *created, char *err, size_t errlen) {
+int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *out, bool *created, char *err, size_t errlen) {
 	*created = false;
-	if (!srv_lora_name_ok(r->adapter))
-		return base_seterr(err, errlen, LANES_EINVAL, "adapter must be a name of 1 to %d letters, digits, '.', '_' or '-'", SRV_LORA_NAME_MAX);
+	if (!model_lora_name_ok(r->adapter))
+		return base_seterr(err, errlen, LANES_EINVAL, "adapter must be a name of 1 to %d letters, digits, '.', '_' or '-'", MODEL_LORA_NAME_MAX);
 	if (r->max_steps < 1 || r->max_steps > 1000000000)
 		return base_seterr(err, errlen, LANES_EINVAL, "max_steps must be between 1 and 1000000000, got %lld", (long long)r->max_steps);
 	if (r->max_tokens < 2 || r->max_tokens > ((int64_t)1 << 40))
 		return base_seterr(err, errlen, LANES_EINVAL, "max_tokens must be between 2 and %lld, got %lld", (long long)1 << 40,
 				   (long long)r->max_tokens);
 	if (!(r->lr >= 0 && r->lr <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "lr must be between 0 and 1 (0: 0.001)");
-	if (r->rank < 0 || r->rank > SRV_LEARN_MAX_RANK)
-		return base_seterr(err, errlen, LANES_EINVAL, "rank must be between 1 and %d, got %d", SRV_LEARN_MAX_RANK, r->rank);
-	if (r->batch < 0 || r->batch > SRV_LEARN_MAX_BATCH)
-		return base_seterr(err, errlen, LANES_EINVAL, "batch must be between 1 and %d, got %d", SRV_LEARN_MAX_BATCH, r->batch);
-	if (!(r->expires_s >= 0 && r->expires_s <= SRV_LEARN_MAX_EXPIRY_S))
-		return base_seterr(err, errlen, LANES_EINVAL, "expires_s must be between 0 and %.0f seconds", SRV_LEARN_MAX_EXPIRY_S);
+	if (r->rank < 0 || r->rank > LEARN_LIVE_MAX_RANK)
+		return base_seterr(err, errlen, LANES_EINVAL, "rank must be between 1 and %d, got %d", LEARN_LIVE_MAX_RANK, r->rank);
+	if (r->batch < 0 || r->batch > LEARN_LIVE_MAX_BATCH)
+		return base_seterr(err, errlen, LANES_EINVAL, "batch must be between 1 and %d, got %d", LEARN_LIVE_MAX_BATCH, r->batch);
+	if (!(r->expires_s >= 0 && r->expires_s <= LEARN_LIVE_MAX_EXPIRY_S))
+		return base_seterr(err, errlen, LANES_EINVAL, "expires_s must be between 0 and %.0f seconds", LEARN_LIVE_MAX_EXPIRY_S);
 	pthread_mutex_lock(&l->mu);
 	int rc = 0;
 	grant *s = NULL;
 	if (!l->host || l->halted || l->stopping) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no grant is made");
-	for (int i = 0; !rc && i < SRV_LEARN_GRANTS; i++) {
+	for (int i = 0; !rc && i < LEARN_LIVE_GRANTS; i++) {
 		const grant *o = &l->g[i];
 		if (o->used && !ended(o) && !strcmp(o->info.adapter, r->adapter))
 			rc = base_seterr(err, errlen, LANES_EBUSY, "the adapter '%s' has an open grant (grant-%llu): revoke it or let it end first",
 					 r->adapter, (unsigned long long)o->info.id);
 	}
 	if (!rc && !(s = free_slot(l)))
-		rc = base_seterr(err, errlen, LANES_EBUSY, "%d grants are open, the most this server holds: revoke one first", SRV_LEARN_GRANTS);
+		rc = base_seterr(err, errlen, LANES_EBUSY, "%d grants are open, the most this server holds: revoke one first", LEARN_LIVE_GRANTS);
 	const int32_t learned = rc ? 0 : name_rank(l, r->adapter);
 	if (!rc) {
 		memset(s, 0, sizeof *s);
 		s->used = true;
 		s->info.id = ++l->next_id;
 		snprintf(s->info.adapter, sizeof s->info.adapter, "%s", r->adapter);
-		s->info.state = SRV_GRANT_ACTIVE;
+		s->info.state = LEARN_GRANT_ACTIVE;
 		s->info.steps_max = r->max_steps;
 		s->info.tokens_max = r->max_tokens;
 		s->info.last_loss = NAN;
@@ -722,7 +722,7 @@ int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, b
 	learn_adapter *fresh = NULL;
 	int64_t fresh_version = 0;
 	int32_t rank = learned;
-	if (learned && srv_loras_has(l->reg, r->adapter)) {
+	if (learned && model_loras_has(l->reg, r->adapter)) {
 		if (r->rank && r->rank != learned)
 			rc = base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has rank %d: a grant cannot change it (leave rank out)",
 					 r->adapter, learned);
@@ -758,13 +758,13 @@ int srv_learn_grant(srv_learn *l, const srv_grant_req *r, srv_grant_info *out, b
 	return 0;
 }
 
-int srv_learn_revoke(srv_learn *l, uint64_t id, srv_grant_info *out, char *err, size_t errlen) {
+int learn_live_revoke(learn_live *l, uint64_t id, learn_grant_info *out, char *err, size_t errlen) {
 	pthread_mutex_lock(&l->mu);
 	grant *s = slot_of(l, id);
 	int rc = 0;
 	if (!s) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no grant grant-%llu", (unsigned long long)id);
 	else if (ended(s))
-		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended already (%s)", (unsigned long long)id, srv_grant_state_name[s->info.state]);
+		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended already (%s)", (unsigned long long)id, learn_grant_state_name[s->info.state]);
 	else if (s->revoke) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu is revoked already", (unsigned long long)id);
 	if (s) {
 		if (!rc) {
@@ -772,19 +772,19 @@ int srv_learn_revoke(srv_learn *l, uint64_t id, srv_grant_info *out, char *err, 
 			l->changes++;
 		}
 		*out = s->info;
-		if (!ended(s)) out->state = SRV_GRANT_REVOKED;
+		if (!ended(s)) out->state = LEARN_GRANT_REVOKED;
 	}
 	pthread_mutex_unlock(&l->mu);
 	if (!rc) lane_host_wake(l->host);
 	return rc;
 }
 
-int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_info *out, int64_t *tokens_left, char *err,
+int learn_live_example(learn_live *l, uint64_t id, learn_example *e, learn_grant_info *out, int64_t *tokens_left, char *err,
 		      size_t errlen) {
 	const int64_t n = learn_example_tokens(e);
-	if (n > SRV_LEARN_MAX_EXAMPLE)
+	if (n > LEARN_LIVE_MAX_EXAMPLE)
 		return base_seterr(err, errlen, LANES_EINVAL, "the example has %lld tokens: a step takes examples of %d at most", (long long)n,
-				   SRV_LEARN_MAX_EXAMPLE);
+				   LEARN_LIVE_MAX_EXAMPLE);
 	ex_task *t = calloc(1, sizeof *t);
 	if (!t) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	pthread_mutex_lock(&l->mu);
@@ -793,7 +793,7 @@ int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_inf
 	if (!s) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no grant grant-%llu", (unsigned long long)id);
 	else if (l->halted || l->stopping) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no example is taken");
 	else if (ended(s))
-		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended (%s)%s%s", (unsigned long long)id, srv_grant_state_name[s->info.state],
+		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended (%s)%s%s", (unsigned long long)id, learn_grant_state_name[s->info.state],
 				 s->info.reason[0] ? ": " : "", s->info.reason);
 	else if (s->revoke) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu was revoked", (unsigned long long)id);
 	else if (s->expires_us && base_now_us() >= s->expires_us) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has expired", (unsigned long long)id);
@@ -823,7 +823,7 @@ int srv_learn_example(srv_learn *l, uint64_t id, learn_example *e, srv_grant_inf
 	return 0;
 }
 
-int srv_learn_save(srv_learn *l, const char *name, int dfd, const char *file, srv_learn_saved done, void *arg, char *err,
+int learn_live_save(learn_live *l, const char *name, int dfd, const char *file, learn_live_saved done, void *arg, char *err,
 		   size_t errlen) {
 	int rc = 0;
 	if (!base_name_ok(file)) return base_seterr(err, errlen, LANES_EINVAL, "'%.64s' is not a file name", file);

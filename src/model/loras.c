@@ -1,8 +1,8 @@
-// server/adapters: the registry of named LoRA adapters — names taken while their file loads,
+// model/loras: the registry of named LoRA adapters — names taken while their file loads,
 // current versions held by the registry, retired versions listed until the last request
 // holding one ends (the adapter's free callback takes it off the list). A reference is never
 // dropped under the registry's lock: the last one runs that callback, which takes the lock.
-#include "server/adapters.h"
+#include "model/loras.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -12,34 +12,34 @@
 #include <time.h>
 
 typedef struct {
-	srv_lora_info info;
+	model_loras_entry info;
 	const model_lora *a;      // ready: the current version (the registry's reference)
 	char next_path[1024];     // replacing: the new version's file and scale
 	float next_scale;
 	uint64_t ticket;          // the load in progress (loading or replacing) that may publish
 } entry;
 
-struct srv_loras {
+struct model_loras {
 	pthread_mutex_t mu;
 	const model *m;
 	int max;
-	entry e[SRV_LORA_MAX];    // names, in the order they were taken
+	entry e[MODEL_LORAS_MAX];    // names, in the order they were taken
 	int n;
-	srv_lora_info *old;       // retired versions still held by requests
+	model_loras_entry *old;       // retired versions still held by requests
 	int n_old, cap_old;
 	uint64_t next_ticket;
 	bool ever;
 };
 
 // Under mu: takes entry i off the list, keeping the others' order.
-static void unlist(srv_loras *r, int i) {
+static void unlist(model_loras *r, int i) {
 	memmove(&r->e[i], &r->e[i + 1], (size_t)(r->n - i - 1) * sizeof r->e[0]);
 	r->n--;
 }
 
-bool srv_lora_name_ok(const char *name) {
+bool model_lora_name_ok(const char *name) {
 	const size_t n = name ? strlen(name) : 0;
-	if (n < 1 || n > SRV_LORA_NAME_MAX) return false;
+	if (n < 1 || n > MODEL_LORA_NAME_MAX) return false;
 	for (size_t i = 0; i < n; i++) {
 		const char c = name[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
@@ -48,20 +48,20 @@ bool srv_lora_name_ok(const char *name) {
 	return true;
 }
 
-int srv_loras_new(srv_loras **out, const model *m, int max_names) {
+int model_loras_new(model_loras **out, const model *m, int max_names) {
 	*out = NULL;
-	srv_loras *r = calloc(1, sizeof *r);
+	model_loras *r = calloc(1, sizeof *r);
 	if (!r) return LANES_ENOMEM;
 	pthread_mutex_init(&r->mu, NULL);
 	r->m = m;
-	r->max = max_names < 1 ? 1 : max_names > SRV_LORA_MAX ? SRV_LORA_MAX : max_names;
+	r->max = max_names < 1 ? 1 : max_names > MODEL_LORAS_MAX ? MODEL_LORAS_MAX : max_names;
 	*out = r;
 	return 0;
 }
 
-void srv_loras_free(srv_loras *r) {
+void model_loras_free(model_loras *r) {
 	if (!r) return;
-	const model_lora *drop[SRV_LORA_MAX];
+	const model_lora *drop[MODEL_LORAS_MAX];
 	int nd = 0;
 	pthread_mutex_lock(&r->mu);
 	for (int i = 0; i < r->n; i++)
@@ -74,10 +74,10 @@ void srv_loras_free(srv_loras *r) {
 	free(r);
 }
 
-int srv_loras_max(const srv_loras *r) { return r->max; }
+int model_loras_max(const model_loras *r) { return r->max; }
 
 // Under mu: the entry called name, or NULL.
-static entry *find(srv_loras *r, const char *name) {
+static entry *find(model_loras *r, const char *name) {
 	for (int i = 0; i < r->n; i++)
 		if (!strcmp(r->e[i].info.name, name)) return &r->e[i];
 	return NULL;
@@ -85,7 +85,7 @@ static entry *find(srv_loras *r, const char *name) {
 
 // The adapter's last reference went: its retired record goes with it.
 static void on_free(void *arg, const model_lora *a) {
-	srv_loras *r = arg;
+	model_loras *r = arg;
 	const uint64_t id = model_lora_id(a);
 	pthread_mutex_lock(&r->mu);
 	for (int i = 0; i < r->n_old; i++)
@@ -98,42 +98,42 @@ static void on_free(void *arg, const model_lora *a) {
 
 // Under mu: e's current version joins the retired list; returns the reference to drop
 // (after unlocking). NULL when there is no room to list it: it is dropped unlisted.
-static const model_lora *retire(srv_loras *r, entry *e) {
+static const model_lora *retire(model_loras *r, entry *e) {
 	const model_lora *a = e->a;
 	e->a = NULL;
 	if (!a) return NULL;
 	if (r->n_old == r->cap_old) {
 		const int cap = r->cap_old ? 2 * r->cap_old : 8;
-		srv_lora_info *p = realloc(r->old, (size_t)cap * sizeof *p);
+		model_loras_entry *p = realloc(r->old, (size_t)cap * sizeof *p);
 		if (!p) return a;
 		r->old = p;
 		r->cap_old = cap;
 	}
-	srv_lora_info *o = &r->old[r->n_old++];
+	model_loras_entry *o = &r->old[r->n_old++];
 	*o = e->info;
-	o->state = SRV_LORA_RETIRED;
+	o->state = MODEL_LORAS_RETIRED;
 	o->replacing = false;
 	return a;
 }
 
 // Under mu: whether a name has number id.
-static bool id_taken(const srv_loras *r, uint32_t id) {
+static bool id_taken(const model_loras *r, uint32_t id) {
 	for (int i = 0; i < r->n; i++)
 		if (r->e[i].info.id == id) return true;
 	return false;
 }
 
-int srv_loras_reserve(srv_loras *r, const char *name, const char *path, float scale, bool replace, uint64_t *ticket,
+int model_loras_reserve(model_loras *r, const char *name, const char *path, float scale, bool replace, uint64_t *ticket,
 		      char *err, size_t errlen) {
-	if (!srv_lora_name_ok(name))
+	if (!model_lora_name_ok(name))
 		return base_seterr(err, errlen, LANES_EINVAL, "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'",
-				   SRV_LORA_NAME_MAX);
+				   MODEL_LORA_NAME_MAX);
 	int rc = 0;
 	pthread_mutex_lock(&r->mu);
 	entry *e = find(r, name);
 	if (replace) {
 		if (!e) rc = base_seterr(err, errlen, LANES_ENOTFOUND, "no adapter called '%s' is loaded: there is nothing to replace", name);
-		else if (e->info.state != SRV_LORA_READY || e->info.replacing)
+		else if (e->info.state != MODEL_LORAS_READY || e->info.replacing)
 			rc = base_seterr(err, errlen, LANES_EBUSY, "the adapter '%s' is loading: wait for it to end", name);
 		else {
 			e->info.replacing = true;
@@ -143,7 +143,7 @@ int srv_loras_reserve(srv_loras *r, const char *name, const char *path, float sc
 		}
 	} else if (e) {
 		rc = base_seterr(err, errlen, LANES_EBUSY, "an adapter called '%s' is %s: DELETE it first, or send \"replace\": true", name,
-				 e->info.state == SRV_LORA_LOADING ? "loading" : "loaded");
+				 e->info.state == MODEL_LORAS_LOADING ? "loading" : "loaded");
 	} else if (r->n >= r->max) {
 		rc = base_seterr(err, errlen, LANES_ELIMIT, "%d adapters are loaded, the most this server holds (--max-lora %d): DELETE one first",
 				 r->n, r->max);
@@ -156,7 +156,7 @@ int srv_loras_reserve(srv_loras *r, const char *name, const char *path, float sc
 		snprintf(e->info.name, sizeof e->info.name, "%s", name);
 		snprintf(e->info.path, sizeof e->info.path, "%s", path);
 		e->info.scale = isnan(scale) ? 1.0f : scale;
-		e->info.state = SRV_LORA_LOADING;
+		e->info.state = MODEL_LORAS_LOADING;
 		e->info.id = id;
 		e->ticket = *ticket = ++r->next_ticket;
 	}
@@ -164,7 +164,7 @@ int srv_loras_reserve(srv_loras *r, const char *name, const char *path, float sc
 	return rc;
 }
 
-void srv_loras_publish(srv_loras *r, const char *name, uint64_t ticket, model_lora *a, uint32_t *version) {
+void model_loras_publish(model_loras *r, const char *name, uint64_t ticket, model_lora *a, uint32_t *version) {
 	if (a) model_lora_on_free(a, on_free, r); // before anyone else can hold it
 	const model_lora *drop = NULL;
 	uint32_t v = 0;
@@ -173,10 +173,10 @@ void srv_loras_publish(srv_loras *r, const char *name, uint64_t ticket, model_lo
 	if (e && e->ticket != ticket) e = NULL; // unloaded (and maybe taken again) while this loaded
 	if (!e) {
 		drop = a;
-	} else if (e->info.state == SRV_LORA_LOADING) {
+	} else if (e->info.state == MODEL_LORAS_LOADING) {
 		if (a) {
 			e->a = a;
-			e->info.state = SRV_LORA_READY;
+			e->info.state = MODEL_LORAS_READY;
 			e->info.version = 1;
 			r->ever = true;
 		} else {
@@ -202,11 +202,11 @@ void srv_loras_publish(srv_loras *r, const char *name, uint64_t ticket, model_lo
 	if (version) *version = v;
 }
 
-int srv_loras_remove(srv_loras *r, const char *name, bool *freed) {
+int model_loras_remove(model_loras *r, const char *name, bool *freed) {
 	*freed = false;
 	pthread_mutex_lock(&r->mu);
 	entry *e = find(r, name);
-	if (!e || e->info.state == SRV_LORA_LOADING) {
+	if (!e || e->info.state == MODEL_LORAS_LOADING) {
 		pthread_mutex_unlock(&r->mu);
 		return e ? LANES_EBUSY : LANES_ENOTFOUND;
 	}
@@ -222,12 +222,12 @@ int srv_loras_remove(srv_loras *r, const char *name, bool *freed) {
 	return 0;
 }
 
-int srv_loras_bind(srv_loras *r, const char *name, int64_t id, const model_lora **a, float *scale, char *name_out) {
+int model_loras_bind(model_loras *r, const char *name, int64_t id, const model_lora **a, float *scale, char *name_out) {
 	*a = NULL;
 	pthread_mutex_lock(&r->mu);
 	entry *e = NULL;
 	for (int i = 0; i < r->n && !e; i++)
-		if (r->e[i].info.state == SRV_LORA_READY && (name ? !strcmp(r->e[i].info.name, name) : r->e[i].info.id == id)) e = &r->e[i];
+		if (r->e[i].info.state == MODEL_LORAS_READY && (name ? !strcmp(r->e[i].info.name, name) : r->e[i].info.id == id)) e = &r->e[i];
 	if (e) {
 		*a = model_lora_ref(e->a);
 		*scale = e->info.scale;
@@ -238,26 +238,26 @@ int srv_loras_bind(srv_loras *r, const char *name, int64_t id, const model_lora 
 	return e ? 0 : LANES_ENOTFOUND;
 }
 
-bool srv_loras_has(srv_loras *r, const char *name) {
+bool model_loras_has(model_loras *r, const char *name) {
 	pthread_mutex_lock(&r->mu);
 	const entry *e = find(r, name);
-	const bool ok = e && e->info.state == SRV_LORA_READY;
+	const bool ok = e && e->info.state == MODEL_LORAS_READY;
 	pthread_mutex_unlock(&r->mu);
 	return ok;
 }
 
-bool srv_loras_ever(srv_loras *r) {
+bool model_loras_ever(model_loras *r) {
 	pthread_mutex_lock(&r->mu);
 	const bool ever = r->ever;
 	pthread_mutex_unlock(&r->mu);
 	return ever;
 }
 
-int srv_loras_list(srv_loras *r, srv_lora_info **out) {
+int model_loras_list(model_loras *r, model_loras_entry **out) {
 	*out = NULL;
 	pthread_mutex_lock(&r->mu);
 	const int n = r->n + r->n_old;
-	srv_lora_info *v = n ? malloc((size_t)n * sizeof *v) : NULL;
+	model_loras_entry *v = n ? malloc((size_t)n * sizeof *v) : NULL;
 	if (v) {
 		for (int i = 0; i < r->n; i++) v[i] = r->e[i].info;
 		if (r->n_old) memcpy(v + r->n, r->old, (size_t)r->n_old * sizeof *v);
