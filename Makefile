@@ -66,12 +66,12 @@ $(BUILD)/build-id: FORCE
 	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' > $@
 
 # The web page's files as C arrays (xxd -i), compiled into the server.
-WEBUI    := $(sort $(wildcard src/server/webui/*))
+WEBUI    := $(sort $(wildcard src/server/ops/webui/*))
 $(BUILD)/gen/webui_files.h: $(WEBUI)
 	@mkdir -p $(dir $@)
-	cd src/server/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
-$(BUILD)/src/server/http_webui.o: $(BUILD)/gen/webui_files.h
-$(BUILD)/src/server/http_webui.o: EXTRA := -I$(BUILD)/gen
+	cd src/server/ops/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+$(BUILD)/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
+$(BUILD)/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 
 # x86 kernels are compiled for their instruction set; CPUID picks them at run time.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -147,8 +147,8 @@ $(BUILD)/fuzz/obj/%.o: %.c
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
-$(BUILD)/fuzz/obj/src/server/http_webui.o: $(BUILD)/gen/webui_files.h
-$(BUILD)/fuzz/obj/src/server/http_webui.o: EXTRA := -I$(BUILD)/gen
+$(BUILD)/fuzz/obj/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
+$(BUILD)/fuzz/obj/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)

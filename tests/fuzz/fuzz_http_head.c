@@ -1,7 +1,7 @@
-// fuzz: the gate's judges of a request head and of a chunked body (server/http_sock.h) on
+// fuzz: the gate's judges of a request head and of a chunked body (server/net/sock.h) on
 // arbitrary bytes: each answers whole, more or refused, within the bytes it was given; a whole
 // head is whole on its own bytes, and one that needs more is refused when no more will come.
-#include "server/http_sock.h"
+#include "server/net/sock.h"
 
 #include <stdint.h>
 #include <stdlib.h>

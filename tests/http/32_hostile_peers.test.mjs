@@ -10,7 +10,7 @@ import { startServer, STORIES, KEY, getJSON, readSSE, readNDJSON, sleep, waitIdl
 
 const MODEL = 'stories260K';
 const TIMEOUT_MS = 1000; // A's --peer-timeout-ms
-const KEEPALIVE_MS = 15000; // a lanes stream with nothing to say sends a comment this often (http_gen.c)
+const KEEPALIVE_MS = 15000; // a lanes stream with nothing to say sends a comment this often (gen/gen.c)
 const MAX_OUTPUT = 65536; // A's --max-output-bytes
 const SANITIZER = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Undefined|Leak)/;
 const LEASE_ID = 'lease-00000000000000aa';

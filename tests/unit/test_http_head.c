@@ -3,7 +3,7 @@
 // first bad byte, with no wait for a line end; the size and count limits sit exactly where
 // they are documented; a refusal takes the shape of the API its path belongs to.
 #include "t.h"
-#include "server/http_sock.h"
+#include "server/net/sock.h"
 
 static int scan(const char *p, size_t n, bool eof, srv_head *h) { return srv_head_scan((const unsigned char *)p, n, eof, h); }
 

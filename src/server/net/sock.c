@@ -1,8 +1,8 @@
-// server, layer 1: the connections around libmicrohttpd 0.9.75, which answers a head it cannot
+// server/net/sock: the connections around libmicrohttpd 0.9.75, which answers a head it cannot
 // parse with HTML (a bad Content-Length: its status line twice) and waits for a line end behind
 // junk. The gate thread accepts, counts connections per address and peeks at each head (the next
 // one on a kept-alive connection too): a bad one gets JSON here, a sound one goes to libmicrohttpd.
-#include "server/http_sock.h"
+#include "server/net/sock.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,8 +1,8 @@
-// server, layer 1: control reads — /health, /slots, /metrics, /v1/models. They copy the
+// server/ops/control: control reads — /health, /slots, /metrics, /v1/models. They copy the
 // lane host's last snapshot on the HTTP thread and never wait for the engine.
-#include "server/http_base.h"
-#include "server/http_grid.h"
-#include "server/http_routes.h"
+#include "server/net/base.h"
+#include "server/grid/grid.h"
+#include "server/routes.h"
 #include "tensor/tensor.h"
 
 #include <math.h>

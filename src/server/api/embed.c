@@ -1,10 +1,10 @@
-// server, layer 2: the embedding endpoints — POST /v1/embeddings (OpenAI) and Ollama's
+// server/api/embed: the embedding endpoints — POST /v1/embeddings (OpenAI) and Ollama's
 // /api/embed and /api/embeddings. Each input (a string, or token ids) is one prompt-only lane
 // request through the rounds, pooled as --pooling says and L2-normalized (Ollama's legacy
 // endpoint: not normalized); "dimensions" truncates and renormalizes, "encoding_format"
 // base64 sends the float32 bytes.
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -1,9 +1,9 @@
-// server, layer 2: the work threads. libmicrohttpd lets a suspended connection be given its
+// server/net/work: the work threads. libmicrohttpd lets a suspended connection be given its
 // reply from any thread and resumed from any thread, so a route runs here with its
 // connection suspended; when it returns, the connection is resumed — unless its generation
 // call now waits for the engine, in which case the engine's notify resumes it (srv_gen_park).
-#include "server/http_work.h"
-#include "server/http_grid.h"
+#include "server/net/work.h"
+#include "server/grid/grid.h"
 
 #include <stdlib.h>
 

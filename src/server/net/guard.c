@@ -1,8 +1,8 @@
-// server, layer 1: request guards, run from the request handler before a body is read.
+// server/net/guard: request guards, run from the request handler before a body is read.
 // A page on another site can make a browser send requests here (simple POSTs need no
 // preflight), and through DNS rebinding read the answers under its own name; the Host, the
 // Origin and the Content-Type checks close both, and CORS opens them again per origin.
-#include "server/http_guard.h"
+#include "server/net/guard.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

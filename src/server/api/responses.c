@@ -1,9 +1,9 @@
-// server: the OpenAI Responses adapter (POST /v1/responses, stateless) — input and
+// server/api/responses: the OpenAI Responses adapter (POST /v1/responses, stateless) — input and
 // instructions into the chat template, the response object, and the event stream that
 // the official client's responses.stream() accumulates (created … completed), with
 // response.failed for a request that ends failed.
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <stddef.h>
 #include <stdio.h>

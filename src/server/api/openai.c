@@ -1,8 +1,8 @@
-// server: the OpenAI adapters — POST /v1/chat/completions and POST /v1/completions: request
+// server/api/openai: the OpenAI adapters — POST /v1/chat/completions and POST /v1/completions: request
 // parsing (every field checked and named on error; unsupported parameters refused), the
 // reply and chunk shapes, logprobs in both formats, usage, and the halt's error event.
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <stddef.h>
 #include <stdio.h>

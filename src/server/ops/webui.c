@@ -1,8 +1,8 @@
-// server: the web page at GET / — index.html, app.js and app.css from src/server/webui, compiled
+// server/ops/webui: the web page at GET / — index.html, app.js and app.css from src/server/ops/webui, compiled
 // in by the Makefile (xxd -i into webui_files.h). Nothing is fetched at run time; a strict
 // Content-Security-Policy keeps the page to its own script even if model text were misused.
-#include "server/http_base.h"
-#include "server/http_routes.h"
+#include "server/net/base.h"
+#include "server/routes.h"
 
 #include <string.h>
 

@@ -1,29 +1,29 @@
-// server: what the daemon (http.c) calls in the layers below it — every endpoint, and the
+// server/routes: what the daemon (server.c) calls in the layers below it — every endpoint, and the
 // metrics set-up. Each endpoint file includes this to keep its definitions in step.
-#ifndef LANES_HTTP_ROUTES_H
-#define LANES_HTTP_ROUTES_H
+#ifndef LANES_SERVER_ROUTES_H
+#define LANES_SERVER_ROUTES_H
 
-#include "server/http_base.h"
+#include "server/net/base.h"
 
-// control reads (http_control.c): answered from the lane host's last snapshot
+// control reads (ops/control.c): answered from the lane host's last snapshot
 enum MHD_Result srv_health(srv_conn *c);
 enum MHD_Result srv_slots(srv_conn *c);
 enum MHD_Result srv_metrics(srv_conn *c);
 enum MHD_Result srv_models(srv_conn *c);
 enum MHD_Result srv_props(srv_conn *c);
 enum MHD_Result srv_model_one(srv_conn *c);
-// the expert observer (http_experts.c): /v1/experts, /v1/experts.svg, and /metrics' expert lines
+// the expert observer (ops/experts.c): /v1/experts, /v1/experts.svg, and /metrics' expert lines
 enum MHD_Result srv_experts(srv_conn *c);
 enum MHD_Result srv_experts_svg(srv_conn *c);
 void srv_metrics_experts(http_server *s, srv_buf *b);
 // The server's own histograms (time to first token, inter-token gaps).
 void srv_metrics_init(http_server *s);
 
-// tokenizer utilities (http_tokens.c)
+// tokenizer utilities (api/tokens.c)
 enum MHD_Result srv_tokenize(srv_conn *c);
 enum MHD_Result srv_detokenize(srv_conn *c);
 
-// API adapters (http_openai.c, http_anthropic.c, http_responses.c)
+// API adapters (api/openai.c, api/anthropic.c, api/responses.c)
 enum MHD_Result srv_chat_completions(srv_conn *c);
 enum MHD_Result srv_completions(srv_conn *c);
 enum MHD_Result srv_messages(srv_conn *c);
@@ -31,7 +31,7 @@ enum MHD_Result srv_count_tokens(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
 enum MHD_Result srv_embeddings(srv_conn *c);
 
-// LoRA adapters (http_adapters.c): the endpoints, the adapters given at start (loaded with the
+// LoRA adapters (ops/adapters.c): the endpoints, the adapters given at start (loaded with the
 // model, before the server is ready), the loader thread of POSTed ones, and what /v1/models
 // and /metrics say of them
 enum MHD_Result srv_adapters_list(srv_conn *c);
@@ -48,7 +48,7 @@ void srv_adapters_models(http_server *s, json_t *data, const char *only);
 // lanes_lora_requests_info (and vllm:lora_requests_info) from sn, and each adapter's requests.
 void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out);
 
-// learning while serving (http_learning.c): grants, examples, the ledger, saving an adapter
+// learning while serving (ops/learning.c): grants, examples, the ledger, saving an adapter
 // that learns here; the learner made before the lane host (its hook is the host's background),
 // and what /metrics says of it
 enum MHD_Result srv_learn_grants(srv_conn *c);
@@ -59,10 +59,10 @@ enum MHD_Result srv_adapters_save(srv_conn *c);
 int srv_learning_start(http_server *s, char *err, size_t errlen);
 void srv_learning_metrics(http_server *s, srv_buf *out);
 
-// the web page (http_webui.c): its files, compiled in
+// the web page (ops/webui.c): its files, compiled in
 enum MHD_Result srv_webui(srv_conn *c);
 
-// Ollama's API (http_ollama.c; its embeddings in http_embed.c)
+// Ollama's API (api/ollama.c; its embeddings in api/embed.c)
 enum MHD_Result srv_ollama_version(srv_conn *c);
 enum MHD_Result srv_ollama_tags(srv_conn *c);
 enum MHD_Result srv_ollama_ps(srv_conn *c);

@@ -1,11 +1,11 @@
-// server, layer 1: LoRA adapters over HTTP — GET /v1/adapters (the registry, with each
+// server/ops/adapters: LoRA adapters over HTTP — GET /v1/adapters (the registry, with each
 // adapter's running and waiting requests from the lane host's snapshot), POST /v1/adapters (a
 // load: the file is read and checked on the adapter loader thread while the connection waits
 // suspended, so neither the engine nor a connection thread reads it), DELETE
 // /v1/adapters/NAME; the adapters given at start; what /v1/models and /metrics say of them.
 #include "model/loras.h"
-#include "server/http_base.h"
-#include "server/http_routes.h"
+#include "server/net/base.h"
+#include "server/routes.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
-// server: the Anthropic Messages adapter (POST /v1/messages) — system and text blocks into
+// server/api/anthropic: the Anthropic Messages adapter (POST /v1/messages) — system and text blocks into
 // the chat template (a trailing assistant turn is a prefill the reply continues), the
 // message reply, the event stream (message_start … message_stop) and its error event.
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-// server, layer 0: the HTTP plumbing — buffers, errors and their shapes per API family,
+// server/net/base: the HTTP plumbing — buffers, errors and their shapes per API family,
 // replies, ids, histograms, and the field tables that read a request's JSON. It calls no
 // other server file.
-#include "server/http_base.h"
+#include "server/net/base.h"
 #include "model/loras.h"
 
 #include <inttypes.h>

@@ -1,7 +1,7 @@
-// server, layer 2: the tokenizer utilities — POST /tokenize (text, or chat messages rendered
+// server/api/tokens: the tokenizer utilities — POST /tokenize (text, or chat messages rendered
 // as /v1/chat/completions renders them) and POST /detokenize.
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,11 +1,11 @@
-// server, layer 2: the work threads. A route that parses a body, renders a chat template and
+// server/net/work: the work threads. A route that parses a body, renders a chat template and
 // tokenizes a prompt may take seconds on a large request; it runs here while its connection
 // is suspended, so that the connection threads keep serving every other connection (control
 // reads first among them) meanwhile.
-#ifndef LANES_HTTP_WORK_H
-#define LANES_HTTP_WORK_H
+#ifndef LANES_SERVER_NET_WORK_H
+#define LANES_SERVER_NET_WORK_H
 
-#include "server/http_gen.h"
+#include "server/gen/gen.h"
 
 #define SRV_WORK_THREADS 2
 

@@ -1,8 +1,8 @@
-// server, layer 1: structured outputs and tool calls as every adapter uses them — a GBNF
+// server/gen/tools: structured outputs and tool calls as every adapter uses them — a GBNF
 // text, a JSON Schema or "any JSON object" into the request's grammar; tools and tool_choice
 // into the prompt's tools and the calls' grammar; the output parsed back into calls, whole or
 // as a stream of content, call starts, argument deltas and call ends.
-#include "server/http_gen.h"
+#include "server/gen/gen.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
 

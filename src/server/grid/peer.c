@@ -1,4 +1,4 @@
-// server, layer 1: overflow to peers — one thread polls each --peer's residency beacon and,
+// server/grid/peer: overflow to peers — one thread polls each --peer's residency beacon and,
 // when this server's queue is deeper than --overflow-queue (or it is draining), asks an
 // eligible peer (it holds the model, is not draining, answered its last poll; fewest queued
 // first) for a lease and forwards the request there with the lease and a hop mark, relaying
@@ -6,7 +6,7 @@
 // peer's, or the API's error event naming the peer when the transfer breaks. Every transfer
 // goes through libcurl's multi interface on that thread; a connection waits suspended and the
 // thread resumes it, so no HTTP thread waits on a peer.
-#include "server/http_grid.h"
+#include "server/grid/grid.h"
 
 #include <curl/curl.h>
 #include <limits.h>
@@ -19,7 +19,7 @@
 #define MAX_BEACON (1u << 20)       // largest beacon read
 #define MAX_LIMIT_MS 600000
 #define WAIT_LOCAL_US 5000          // how often requests waiting for a lane here look for one
-#define PEER_KEEPALIVE_MS 15000     // a lanes stream with nothing to say sends a comment this often (http_gen.c)
+#define PEER_KEEPALIVE_MS 15000     // a lanes stream with nothing to say sends a comment this often (gen/gen.c)
 #define MAX_PEER_LANES 64           // the most lanes a server runs (--lanes): a beacon claiming more is believed this far
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.

@@ -1,13 +1,13 @@
-// server, layer 1: the generation call every API shares — the request as read, checked
+// server/gen/gen: the generation call every API shares — the request as read, checked
 // against the request contract (lane_check_params, lane_check_prompt), the chat prompt;
 // then one lane request per choice, and the reply or the SSE stream. While a call waits its
 // connection is suspended: the engine's notify resumes it (a stream at each token, a reply
 // at its end), and one waker thread watches the clients' sockets (a reset cancels at once;
 // a half-close is probed) and the streams' keep-alive timers.
-#include "server/http_gen.h"
+#include "server/gen/gen.h"
 #include "grammar/grammar.h"
 #include "model/loras.h"
-#include "server/http_grid.h"
+#include "server/grid/grid.h"
 
 #include <math.h>
 

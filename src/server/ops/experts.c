@@ -1,9 +1,9 @@
-// server, layer 1: the expert observer's reads — GET /v1/experts (the report as JSON; ?reset=1
+// server/ops/experts: the expert observer's reads — GET /v1/experts (the report as JSON; ?reset=1
 // begins a new window), GET /v1/experts.svg (the heat map) and, with --metrics-experts, the
 // activations in /metrics. Each copies the counters the engine publishes and never waits for it.
 #include "observe/observe.h"
-#include "server/http_base.h"
-#include "server/http_routes.h"
+#include "server/net/base.h"
+#include "server/routes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
-// server, layer 1: learning while serving over HTTP — POST /learn/grants (open a grant, making
+// server/ops/learning: learning while serving over HTTP — POST /learn/grants (open a grant, making
 // its adapter when the name is new), DELETE /learn/grants/ID (revoke), POST /learn/examples
 // (queue an example), GET /learn/grants (the ledger, read off the engine's last publication:
 // it never waits for a round), POST /v1/adapters/NAME/save (the committed weights written by
 // the learn thread while the connection waits suspended), and the lanes_learn_* metrics.
-#include "server/http_base.h"
-#include "server/http_routes.h"
+#include "server/net/base.h"
+#include "server/routes.h"
 #include "learn/live.h"
 
 #include <errno.h>

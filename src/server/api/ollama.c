@@ -1,10 +1,10 @@
-// server, layer 2: Ollama's API as a compatibility layer over the same lane requests —
+// server/api/ollama: Ollama's API as a compatibility layer over the same lane requests —
 // GET /api/version, /api/tags, /api/ps, POST /api/show, and POST /api/generate and
 // /api/chat (NDJSON streaming by default, `stream: false` for one object), with Ollama's
 // `options`, reply fields (done, done_reason, counts, durations in ns) and {"error"} shape.
 #include "model/loras.h"
-#include "server/http_gen.h"
-#include "server/http_routes.h"
+#include "server/gen/gen.h"
+#include "server/routes.h"
 
 #include <stddef.h>
 #include <stdint.h>

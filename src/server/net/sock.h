@@ -1,12 +1,12 @@
-// server, layer 1: the connections around libmicrohttpd — the listening socket and the gate
+// server/net/sock: the connections around libmicrohttpd — the listening socket and the gate
 // thread that accepts on it, the limits per client address, every connection's deadlines, and
 // each request head read with MSG_PEEK and judged before libmicrohttpd parses it. A head that
 // libmicrohttpd would refuse with its own HTML, misread or wait on is answered here in the
 // API's JSON shape; a sound one is handed to libmicrohttpd, which reads it again.
-#ifndef LANES_HTTP_SOCK_H
-#define LANES_HTTP_SOCK_H
+#ifndef LANES_SERVER_NET_SOCK_H
+#define LANES_SERVER_NET_SOCK_H
 
-#include "server/http_base.h"
+#include "server/net/base.h"
 
 #include <netinet/in.h>
 

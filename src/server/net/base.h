@@ -1,8 +1,8 @@
-// server, layer 0: the HTTP plumbing every other server file uses and that uses none of
+// server/net/base: the HTTP plumbing every other server file uses and that uses none of
 // them — the server and connection state, byte buffers, errors shaped per API family,
 // replies, ids, histograms, and the JSON field tables that read a request.
-#ifndef LANES_HTTP_BASE_H
-#define LANES_HTTP_BASE_H
+#ifndef LANES_SERVER_NET_BASE_H
+#define LANES_SERVER_NET_BASE_H
 
 #include "server/server.h"
 #include "chat/chat.h"
@@ -135,13 +135,13 @@ struct http_server {
 	int n_held;                    // calls holding tokens for it
 	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
 	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
-	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (http_sock.c)
-	struct srv_work *work;         // the threads that run routes off the connection threads (http_work.c)
+	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (net/sock.c)
+	struct srv_work *work;         // the threads that run routes off the connection threads (net/work.c)
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
 
 	srv_hist ttft, itl;
 	atomic_bool quit;
-	struct srv_grid *grid;         // peers and the overflow's thread (http_peer.c), or NULL
+	struct srv_grid *grid;         // peers and the overflow's thread (grid/peer.c), or NULL
 	atomic_uint_least64_t leases_granted, leases_refused;
 
 	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
@@ -179,7 +179,7 @@ struct srv_conn {
 	bool bare;                     // --protect-control without the key: /health says no more than its status
 	bool closed_after_reply;       // the reply went out on the socket itself and the connection closed
 	bool unsized;                  // the reply's length is not known ahead: HTTP/1.0 ends it by closing
-	struct srv_fwd *fwd;           // forwarded to a peer (http_peer.c), or NULL
+	struct srv_fwd *fwd;           // forwarded to a peer (grid/peer.c), or NULL
 	bool routed_here;              // the grid sent it to run here and counts it until it is submitted
 	const char *via;               // for the access log: the peer that answered (the server's copy)
 	// a request suspended for work off the connection threads (not a generation call): resume

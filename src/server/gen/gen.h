@@ -1,12 +1,12 @@
-// server, layer 1: the generation call every API adapter drives — the request as read
+// server/gen/gen: the generation call every API adapter drives — the request as read
 // (a lane_request plus what only HTTP has), the chat prompt (template and tokenizer), lane
 // requests per choice, the reply or the SSE stream; connections wait for events suspended,
 // resumed by the engine's notify (or the waker, for their sockets and timers).
-#ifndef LANES_HTTP_GEN_H
-#define LANES_HTTP_GEN_H
+#ifndef LANES_SERVER_GEN_GEN_H
+#define LANES_SERVER_GEN_GEN_H
 
 #include "model/loras.h"
-#include "server/http_base.h"
+#include "server/net/base.h"
 #include "chat/chat.h"
 
 // What a non-streamed reply's size counts for each log-probability entry (a token or an
@@ -31,7 +31,7 @@ typedef struct {
 	json_t *n_predict;             // llama-server's max_tokens (-1: no limit)
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;
-	// constrained decoding and tools (http_tools.c)
+	// constrained decoding and tools (gen/tools.c)
 	struct grammar *grammar;       // owned reference (NULL: unconstrained)
 	const char *const *triggers;   // static: the grammar is lazy from the first of these
 	int n_triggers;
@@ -74,7 +74,7 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e);
 
-// ---- constrained decoding and tool calls (http_tools.c) -----------------------------------
+// ---- constrained decoding and tool calls (gen/tools.c) -----------------------------------
 #define SRV_TOOLS_MAX 512     // tools one request may offer
 #define SRV_TOOLS_NODES 65536 // JSON values in their definitions together
 // GBNF text into g's grammar; 400 naming param with the compiler's message (line, column).
@@ -187,7 +187,7 @@ enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *
 void srv_call_free(srv_call *c);
 // A non-streamed call's connection, resumed at its end: replies, or suspends it again.
 enum MHD_Result srv_gen_resume(srv_conn *c);
-// After a route ran on a work thread (http_work.c) and its call chose to wait: true when the
+// After a route ran on a work thread (net/work.c) and its call chose to wait: true when the
 // call now waits for its events (the connection stays suspended), false when it must be
 // resumed at once (a wake-up came meanwhile, or the server is stopping).
 bool srv_gen_park(srv_conn *c);

@@ -1,18 +1,18 @@
-// server, layer 1 (beside the generation call): the grid — what makes this server one of
+// server/grid/grid: the grid — what makes this server one of
 // several. The residency beacon (GET /v1/residency) and capacity leases (POST and DELETE
 // /v1/leases) answer from the lane host without waiting on it; /metrics gains the gauges a
-// gateway's endpoint picker reads under vLLM's names. Overflow (http_peer.c): one thread polls
+// gateway's endpoint picker reads under vLLM's names. Overflow (grid/peer.c): one thread polls
 // the peers' beacons and forwards requests to them through libcurl's multi interface, so no
 // HTTP thread ever waits on a peer.
-#ifndef LANES_HTTP_GRID_H
-#define LANES_HTTP_GRID_H
+#ifndef LANES_SERVER_GRID_GRID_H
+#define LANES_SERVER_GRID_GRID_H
 
-#include "server/http_base.h"
+#include "server/net/base.h"
 
 #define SRV_GRID_HOP "x-lanes-hop" // a forwarded request carries it: it is never forwarded again
 #define SRV_GRID_MAX_PEERS 16
 
-// ---- the lessor's side (http_grid.c) ------------------------------------------------------
+// ---- the lessor's side (grid/grid.c) ------------------------------------------------------
 enum MHD_Result srv_residency(srv_conn *c);
 enum MHD_Result srv_lease_new(srv_conn *c);
 enum MHD_Result srv_lease_release(srv_conn *c);
@@ -22,7 +22,7 @@ json_t *srv_grid_adapters(http_server *s);
 // /metrics: the gateway's gauges (vLLM's names), leases, and the overflow's counters.
 void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b);
 
-// ---- overflow to peers (http_peer.c) --------------------------------------------------------
+// ---- overflow to peers (grid/peer.c) --------------------------------------------------------
 // Checks the peers and starts the poller when there are any. 0, or a negative code with err.
 int srv_grid_start(http_server *s, char *err, size_t errlen);
 // Before MHD_stop_daemon: every forward waiting on a peer is resumed and ends.

@@ -1,7 +1,7 @@
-// server, layer 1: the grid's lessor side — the residency beacon (what this server holds and
+// server/grid/grid: the grid's lessor side — the residency beacon (what this server holds and
 // what it could take now), capacity leases over HTTP, and the gauges a gateway's endpoint
 // picker reads, under vLLM's names. Every answer comes from the lane host's snapshot.
-#include "server/http_grid.h"
+#include "server/grid/grid.h"
 #include "model/loras.h"
 
 #include <stddef.h>

@@ -1,15 +1,15 @@
-// server, layer 3: the libmicrohttpd daemon (epoll in a small thread pool; a request that
+// server/server: the libmicrohttpd daemon (epoll in a small thread pool; a request that
 // waits on the engine is suspended, so no thread waits for it), the connections' limits and
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "model/loras.h"
 #include "learn/live.h"
-#include "server/http_gen.h"
-#include "server/http_grid.h"
-#include "server/http_guard.h"
-#include "server/http_routes.h"
-#include "server/http_sock.h"
-#include "server/http_work.h"
+#include "server/gen/gen.h"
+#include "server/grid/grid.h"
+#include "server/net/guard.h"
+#include "server/routes.h"
+#include "server/net/sock.h"
+#include "server/net/work.h"
 #include "chat/chat.h"
 
 #include <arpa/inet.h>
@@ -550,7 +550,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
 	}
-	// NO_LISTEN_SOCKET: the gate accepts and judges each head first (http_sock.c); TURBO: closing
+	// NO_LISTEN_SOCKET: the gate accepts and judges each head first (net/sock.c); TURBO: closing
 	// does not shut the socket for writing first, so a last word can still be written
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
 			 MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;

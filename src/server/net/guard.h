@@ -1,11 +1,11 @@
-// server, layer 1: the guards a request passes before anything is read — its Host against
+// server/net/guard: the guards a request passes before anything is read — its Host against
 // the names this server answers to (DNS rebinding), its Origin against --cors-origin
 // (pages of other sites), application/json on POST bodies, the API key on control reads
 // with --protect-control — and the answer to OPTIONS (CORS preflights).
-#ifndef LANES_HTTP_GUARD_H
-#define LANES_HTTP_GUARD_H
+#ifndef LANES_SERVER_NET_GUARD_H
+#define LANES_SERVER_NET_GUARD_H
 
-#include "server/http_base.h"
+#include "server/net/base.h"
 
 // Checks cfg's guard settings (--allowed-host, --cors-origin, --protect-control); 0, or
 // LANES_EINVAL with err naming the bad value.
