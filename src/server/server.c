@@ -76,7 +76,7 @@ static const srv_route routes[] = {
 	{"POST", "/v1/completions", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_completions},
 	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
 	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_ANTHROPIC, srv_count_tokens},
-	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OPENAI, srv_responses},
+	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_RESPONSES, srv_responses},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_tokenize},
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},

@@ -100,7 +100,8 @@ const APIS = {
 			.replace('"sequence_number":1', '"sequence_number":9223372036854775807'),
 		end: () => sse('response.completed', { type: 'response.completed', sequence_number: 99, response: { status: 'completed' } }),
 		terminal: (e) => ['response.completed', 'response.failed', 'response.incomplete', 'error'].includes(e.event),
-		error: (e) => (e.event === 'error' ? e.data?.message : undefined),
+		// the response as created, failed: the same end a failure here gives
+		error: (e) => (e.event === 'response.failed' && e.data?.response?.status === 'failed' ? e.data.response.error?.message : undefined),
 		whole: (b) => b.error?.message,
 		quoting: 'event: response.completed',
 	},
@@ -397,6 +398,37 @@ test('streams that break off without their terminal event, or quote it in their 
 				assert.ok(r.ms < 10000, `${name}: answered in ${r.ms} ms`);
 			});
 		}
+	}
+});
+
+// A failure here ends each API's stream with these (09_halt pins them); a relayed break-off the same
+const LOCAL_END = {
+	openai: (m) => ({ event: null, data: { error: { message: m, type: 'server_error' } } }),
+	anthropic: (m) => ({ event: 'error', data: { type: 'error', error: { type: 'api_error', message: m } } }),
+	responses: (m, created) => ({
+		event: 'response.failed',
+		data: { response: { ...created, status: 'failed', error: { code: 'server_error', message: m } }, type: 'response.failed', sequence_number: 2 },
+	}),
+	ollama: (m) => ({ event: null, data: { error: m } }),
+};
+
+test('a stream that breaks off: its last event is the one a failure here gives, the response as created included', async () => {
+	const created = { id: 'resp_7', object: 'response', created_at: 1, status: 'in_progress', model: MODEL, output: [], usage: null };
+	for (const [name, api] of Object.entries(APIS)) {
+		P.reset();
+		P.forward = (req, res) => {
+			res.writeHead(200, { 'content-type': api.ndjson ? 'application/x-ndjson' : 'text/event-stream' });
+			if (name === 'responses') {
+				res.write(sse('response.created', { type: 'response.created', sequence_number: 0, response: created }));
+				res.write(sse('response.output_text.delta', { type: 'response.output_text.delta', sequence_number: 1, delta: 'Once' }));
+			} else res.write(api.chunk('Once'));
+			res.write('', () => res.destroy());
+		};
+		await overflowing(async () => {
+			const r = await call(A, api, true);
+			const msg = failedNaming(r, api, P);
+			assert.deepEqual(r.events.at(-1), LOCAL_END[name](msg, created), name);
+		});
 	}
 });
 

@@ -118,10 +118,6 @@ static void ant_done(srv_call *c) {
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
-static void ant_fail(srv_call *c) {
-	srv_sse(c, "error", json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", "api_error", "message", c->fail_reason));
-}
-
 static json_t *ant_reply(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
 	const char *text = ch->text.p ? ch->text.p : "";
@@ -147,7 +143,7 @@ static json_t *ant_reply(srv_call *c) {
 	return m;
 }
 
-static const srv_api ant_api = {ant_begin, ant_text, NULL, ant_done, ant_fail, ant_reply, ant_free};
+static const srv_api ant_api = {.begin = ant_begin, .text = ant_text, .done = ant_done, .reply = ant_reply, .free_state = ant_free, .family = SRV_ANTHROPIC};
 
 // ---- parsing ------------------------------------------------------------------------------------
 

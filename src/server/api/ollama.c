@@ -239,17 +239,7 @@ static void oll_free(void *p) {
 	free(r);
 }
 
-static void ndjson(srv_call *c, json_t *o) {
-	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (!t) {
-		c->out.oom = true;
-		return;
-	}
-	srv_buf_adds(&c->out, t);
-	srv_buf_adds(&c->out, "\n");
-	free(t);
-}
+static void ndjson(srv_call *c, json_t *o) { srv_sse(c, NULL, o); }
 
 // The head of every reply object: model, created_at, and the text as the endpoint puts it.
 static json_t *oll_object(srv_call *c, const char *text, size_t len, bool done) {
@@ -291,14 +281,12 @@ static void oll_begin(srv_call *c) { (void)c; }
 
 static void oll_done(srv_call *c) { ndjson(c, oll_final(c, "", 0)); }
 
-static void oll_fail(srv_call *c) { ndjson(c, json_pack("{s:s}", "error", c->fail_reason)); }
-
 static json_t *oll_reply(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
 	return oll_final(c, ch->text.p ? ch->text.p : "", ch->text.len);
 }
 
-static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .fail = oll_fail, .reply = oll_reply, .free_state = oll_free};
+static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .reply = oll_reply, .free_state = oll_free, .family = SRV_OLLAMA};
 
 // Ollama's num_predict (-1 and -2: to the window) and repeat_last_n (-1: the whole context,
 // 0: no penalty), and the options lanes can only take at their neutral values.

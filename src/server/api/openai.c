@@ -212,10 +212,6 @@ static void oai_done(srv_call *c) {
 	srv_sse_raw(c, "data: [DONE]\n\n");
 }
 
-static void oai_fail(srv_call *c) {
-	srv_sse(c, NULL, json_pack("{s:{s:s, s:s}}", "error", "message", c->fail_reason, "type", "server_error"));
-}
-
 static json_t *oai_reply(srv_call *c) {
 	oai_state *st = c->st;
 	json_t *choices = json_array();
@@ -274,7 +270,7 @@ static json_t *oai_reply(srv_call *c) {
 			 (json_int_t)c->g.lr.sampling.seed);
 }
 
-static const srv_api oai_api = {oai_begin, oai_text, oai_choice_end, oai_done, oai_fail, oai_reply, oai_free};
+static const srv_api oai_api = {.begin = oai_begin, .text = oai_text, .choice_end = oai_choice_end, .done = oai_done, .reply = oai_reply, .free_state = oai_free, .family = SRV_OPENAI};
 
 // ---- parsing ------------------------------------------------------------------------------------
 

@@ -20,12 +20,14 @@ typedef struct {
 	int items;                 // stream: output items added
 	bool msg_open;             // stream: the message item is open
 	size_t msg_len;            // stream: bytes of its text sent
+	srv_stream_seen seen;      // stream: the response it opened with, for its failure
 } resp_state;
 
 static void resp_free(void *p) {
 	resp_state *st = p;
 	if (!st) return;
 	json_decref(st->j);
+	json_decref(st->seen.response);
 	json_decref(st->instructions);
 	json_decref(st->max_output_tokens);
 	free(st);
@@ -188,7 +190,10 @@ static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
 static const srv_tool_sink resp_sink = {sink_content, sink_start, sink_args, sink_end};
 
 static void resp_begin(srv_call *c) {
-	event(c, "response.created", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
+	resp_state *st = c->st;
+	json_t *r = response(c, "in_progress", NULL, false);
+	st->seen.response = json_incref(r); // never changed after: the failure repeats it
+	event(c, "response.created", json_pack("{s:o}", "response", r));
 	event(c, "response.in_progress", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
 	// with tools the items open as the text shows what they are
 	if (!c->g.parse_calls) msg_open(c);
@@ -210,15 +215,18 @@ static void resp_done(srv_call *c) {
 	event(c, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", final_response(c)));
 }
 
+// The family's response.failed, after the response the stream opened with: what a relay of
+// this stream would send in its place.
 static void resp_fail(srv_call *c) {
-	json_t *r = response(c, "failed", json_pack("[o]", message_item(c, "incomplete", true)), true);
-	if (r) json_object_set_new(r, "error", json_pack("{s:s, s:s}", "code", "server_error", "message", c->fail_reason));
-	event(c, "response.failed", r ? json_pack("{s:o}", "response", r) : NULL);
+	resp_state *st = c->st;
+	st->seen.seq = c->seq;
+	srv_stream_error(SRV_RESPONSES, &c->out, &st->seen, c->fail_reason);
+	c->seq = st->seen.seq;
 }
 
 static json_t *resp_reply(srv_call *c) { return final_response(c); }
 
-static const srv_api resp_api = {resp_begin, resp_text, NULL, resp_done, resp_fail, resp_reply, resp_free};
+static const srv_api resp_api = {.begin = resp_begin, .text = resp_text, .done = resp_done, .fail = resp_fail, .reply = resp_reply, .free_state = resp_free, .family = SRV_RESPONSES};
 
 // ---- parsing ------------------------------------------------------------------------------------
 

@@ -631,23 +631,7 @@ void srv_waker_stop(http_server *s) {
 
 void srv_sse_raw(srv_call *c, const char *s) { srv_buf_adds(&c->out, s); }
 
-void srv_sse(srv_call *c, const char *name, json_t *data) {
-	char *txt = data ? json_dumps(data, JSON_COMPACT) : NULL;
-	json_decref(data);
-	if (!txt) {
-		c->out.oom = true;
-		return;
-	}
-	if (name) {
-		srv_buf_adds(&c->out, "event: ");
-		srv_buf_adds(&c->out, name);
-		srv_buf_adds(&c->out, "\n");
-	}
-	srv_buf_adds(&c->out, "data: ");
-	srv_buf_adds(&c->out, txt);
-	srv_buf_adds(&c->out, "\n\n");
-	free(txt);
-}
+void srv_sse(srv_call *c, const char *name, json_t *data) { srv_stream_event(c->api->family, &c->out, name, data); }
 
 const char *srv_call_model(const srv_call *c) { return c->g.model_name[0] ? c->g.model_name : c->s->model_id; }
 
@@ -729,7 +713,8 @@ static void pump(srv_call *c) {
 	for (int i = 0; i < c->n; i++) all &= c->ch[i].ended;
 	if (c->failed) {
 		call_cancel(c);
-		if (c->g.stream) c->api->fail(c);
+		if (c->g.stream && c->api->fail) c->api->fail(c);
+		else if (c->g.stream) srv_stream_error(c->api->family, &c->out, &(srv_stream_seen){0}, c->fail_reason);
 		c->over = true;
 		c->conn->outcome = "failed";
 	} else if (all) {

@@ -140,9 +140,10 @@ typedef struct {
 	void (*text)(srv_call *c, int i, const char *text, size_t len, const lane_event *tok);
 	void (*choice_end)(srv_call *c, int i); // stream: choice i finished
 	void (*done)(srv_call *c);     // stream: every choice finished — the closing events
-	void (*fail)(srv_call *c);     // stream: the API's error event for c->fail_reason
+	void (*fail)(srv_call *c);     // stream: its error event for c->fail_reason (NULL: the family's alone)
 	json_t *(*reply)(srv_call *c); // non-stream: the reply once every choice finished
 	void (*free_state)(void *st);
+	enum srv_family family;        // its stream's framing and error event
 } srv_api;
 
 struct srv_call {
@@ -199,7 +200,7 @@ int srv_waker_start(http_server *s, char *err, size_t errlen);
 void srv_waker_release(http_server *s);
 // Stops and joins it (after MHD_stop_daemon). Accepts a server whose waker never started.
 void srv_waker_stop(http_server *s);
-// Appends one SSE event ("event: name" when name is set) with data (stolen) to c->out.
+// Appends one event in the call's family's framing (srv_stream_event), data stolen, to c->out.
 void srv_sse(srv_call *c, const char *name, json_t *data);
 void srv_sse_raw(srv_call *c, const char *s);
 // Sum of generated tokens over the choices.

@@ -23,7 +23,6 @@
 #define MAX_PEER_LANES 64           // the most lanes a server runs (--lanes): a beacon claiming more is believed this far
 
 // The API a forwarded path belongs to: how its stream ends and how it reports an error.
-enum fwd_api { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_OLLAMA };
 
 typedef struct {
 	char url[256];                 // base URL, no trailing slash
@@ -78,7 +77,7 @@ struct srv_fwd {
 	size_t body_len;
 	char model[256];               // what the peer must hold
 	uint64_t spike_bytes;
-	enum fwd_api api;
+	enum srv_family api;
 	bool want_stream;              // the client asked for a stream: the peer's head comes at once
 	char auth[2][320];             // the client's key headers, or --peer-key's ("" none)
 	struct curl_slist *hdrs;       // the forward's headers
@@ -102,7 +101,7 @@ struct srv_fwd {
 	srv_buf out;                   // a stream: bytes for the client
 	size_t out_off;
 	char err[320];                 // the transfer's failure, naming the peer ("" none)
-	long long seq;                 // Responses: the last sequence_number relayed
+	srv_stream_seen seen;          // what the relayed stream said that its error event repeats
 };
 
 // ---- references and wake-ups (under g->mu) ----------------------------------------------------
@@ -111,6 +110,7 @@ static void fwd_free(srv_fwd *f) {
 	curl_slist_free_all(f->hdrs);
 	curl_slist_free_all(f->ctl);
 	free(f->body);
+	json_decref(f->seen.response);
 	srv_buf_free(&f->lease);
 	srv_buf_free(&f->in);
 	srv_buf_free(&f->out);
@@ -381,37 +381,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg) {
 	return len;
 }
 
-// Whether one whole event (SSE block, or NDJSON line) of f's API ends its stream. An SSE
-// event's lines are matched from their start (a JSON string never holds a newline, so text
-// that quotes an end cannot pass for one); an NDJSON line is read as the object it is.
-static bool terminal_event(const srv_fwd *f, const char *ev, size_t n) {
-	static const char *const ends[][5] = {
-		[API_OPENAI] = {"data: [DONE]\n", "data: {\"error\"", NULL},
-		[API_ANTHROPIC] = {"event: message_stop\n", "event: error\n", NULL},
-		[API_RESPONSES] = {"event: response.completed\n", "event: response.failed\n", "event: response.incomplete\n", "event: error\n", NULL},
-	};
-	if (f->api == API_OLLAMA) {
-		json_t *o = json_loadb(ev, n, 0, NULL);
-		const bool end = json_is_true(json_object_get(o, "done")) || json_object_get(o, "error");
-		json_decref(o);
-		return end;
-	}
-	for (const char *l = ev; l < ev + n;) {
-		const char *nl = memchr(l, '\n', (size_t)(ev + n - l));
-		const size_t len = nl ? (size_t)(nl - l) + 1 : (size_t)(ev + n - l);
-		for (int i = 0; ends[f->api][i]; i++) {
-			const size_t k = strlen(ends[f->api][i]);
-			if (len >= k && !memcmp(l, ends[f->api][i], k)) return true;
-		}
-		l += len;
-	}
-	return false;
-}
-
 // Under g->mu: moves the whole events at the head of f->in to f->out, noting the terminal one
 // and Responses' sequence numbers; a partial event waits for the rest.
 static void relay_events(srv_fwd *f) {
-	const char *sep = f->api == API_OLLAMA ? "\n" : "\n\n";
+	const char *sep = srv_families[f->api].ndjson ? "\n" : "\n\n";
 	const size_t sl = strlen(sep);
 	size_t off = 0;
 	for (;;) {
@@ -419,9 +392,8 @@ static void relay_events(srv_fwd *f) {
 		if (!e) break;
 		const size_t n = (size_t)(e - (f->in.p + off)) + sl;
 		const char *ev = f->in.p + off;
-		if (terminal_event(f, ev, n)) f->terminal = true;
-		const char *q = memmem(ev, n, "\"sequence_number\":", 18);
-		if (q) f->seq = strtoll(q + 18, NULL, 10);
+		if (srv_stream_ends(f->api, ev, n)) f->terminal = true;
+		srv_stream_note(f->api, &f->seen, ev, n);
 		srv_buf_add(&f->out, ev, n);
 		off += n;
 		if (f->terminal) { // the client's stream ends here: what the peer sends after is dropped
@@ -549,40 +521,9 @@ static void requeue(srv_grid *g, srv_fwd *f, bool peer_full) {
 	pthread_mutex_unlock(&g->mu);
 }
 
-// The API's own error event for a stream the peer did not end, naming the peer.
-static void error_event(srv_fwd *f) {
-	const char *name = NULL;
-	json_t *o;
-	switch (f->api) {
-	case API_ANTHROPIC:
-		name = "error";
-		o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", "api_error", "message", f->err);
-		break;
-	case API_RESPONSES:
-		name = "error";
-		o = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "server_error", "message", f->err, "param",
-			      "sequence_number", (json_int_t)(f->seq < LLONG_MAX ? f->seq + 1 : f->seq));
-		break;
-	case API_OLLAMA: o = json_pack("{s:s}", "error", f->err); break;
-	default: o = json_pack("{s:{s:s, s:s}}", "error", "message", f->err, "type", "server_error"); break;
-	}
-	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (!t) {
-		f->out.oom = true;
-		return;
-	}
-	if (f->api == API_OLLAMA) {
-		srv_buf_adds(&f->out, t);
-		srv_buf_adds(&f->out, "\n");
-	} else {
-		if (name) srv_buf_adds(&f->out, "event: "), srv_buf_adds(&f->out, name), srv_buf_adds(&f->out, "\n");
-		srv_buf_adds(&f->out, "data: ");
-		srv_buf_adds(&f->out, t);
-		srv_buf_adds(&f->out, "\n\n");
-	}
-	free(t);
-}
+// The API's own error event for a stream the peer did not end, naming the peer: the bytes a
+// failure of the same stream made here would send.
+static void error_event(srv_fwd *f) { srv_stream_error(f->api, &f->out, &f->seen, f->err); }
 
 static void lease_done(srv_grid *g, srv_fwd *f, CURLcode rc) {
 	long code = 0;
@@ -746,20 +687,13 @@ static void *grid_main(void *arg) {
 
 // ---- the connection's side ----------------------------------------------------------------------
 
-static enum fwd_api api_of(const char *path) {
-	if (!strncmp(path, "/v1/messages", 12)) return API_ANTHROPIC;
-	if (!strncmp(path, "/v1/responses", 13)) return API_RESPONSES;
-	if (!strncmp(path, "/api/", 5)) return API_OLLAMA;
-	return API_OPENAI;
-}
-
 // What a peer must hold for the request: an adapter of this server's that it names, else the
 // model (any other name means the model here, unless --strict-model). false: it runs here.
 // *stream: the client asked for a stream (Ollama's paths stream unless told not to).
 static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stream) {
 	json_t *b = json_loadb(c->body.p, c->body.len, 0, NULL);
 	const json_t *st = json_object_get(b, "stream");
-	*stream = api_of(c->path) == API_OLLAMA ? !json_is_false(st) : json_is_true(st);
+	*stream = srv_families[srv_family_of(c->path, strlen(c->path))].ndjson ? !json_is_false(st) : json_is_true(st);
 	const char *name = json_string_value(json_object_get(b, "model"));
 	json_t *ad = srv_grid_adapters(s);
 	bool adapter = false;
@@ -833,7 +767,7 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	f->conn = c;
 	f->refs = 2; // the connection's and the thread's
 	f->held = true;
-	f->api = api_of(c->path);
+	f->api = srv_family_of(c->path, strlen(c->path));
 	f->want_stream = stream;
 	f->spike_bytes = spike;
 	snprintf(f->path, sizeof f->path, "%s", c->path);

@@ -80,10 +80,101 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 
 int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
 
+const srv_family_info srv_families[SRV_FAMILY__COUNT] = {
+	[SRV_OPENAI] = {"openai", "", false, {"data: [DONE]\n", "data: {\"error\"", NULL}},
+	[SRV_ANTHROPIC] = {"anthropic", "/v1/messages", false, {"event: message_stop\n", "event: error\n", NULL}},
+	[SRV_RESPONSES] = {"responses", "/v1/responses", false,
+			   {"event: response.completed\n", "event: response.failed\n", "event: response.incomplete\n", "event: error\n", NULL}},
+	[SRV_OLLAMA] = {"ollama", "/api/", true, {NULL}},
+};
+
 enum srv_family srv_family_of(const char *path, size_t n) {
-	if (n >= 12 && !memcmp(path, "/v1/messages", 12)) return SRV_ANTHROPIC;
-	if (n >= 5 && !memcmp(path, "/api/", 5)) return SRV_OLLAMA;
+	for (int f = 0; f < SRV_FAMILY__COUNT; f++) {
+		const size_t k = strlen(srv_families[f].prefix);
+		if (k && n >= k && !memcmp(path, srv_families[f].prefix, k)) return (enum srv_family)f;
+	}
 	return SRV_OPENAI;
+}
+
+void srv_stream_event(enum srv_family f, srv_buf *out, const char *name, json_t *data) {
+	char *txt = data ? json_dumps(data, JSON_COMPACT) : NULL;
+	json_decref(data);
+	if (!txt) {
+		out->oom = true;
+		return;
+	}
+	if (srv_families[f].ndjson) {
+		srv_buf_adds(out, txt);
+		srv_buf_adds(out, "\n");
+	} else {
+		if (name) srv_buf_adds(out, "event: "), srv_buf_adds(out, name), srv_buf_adds(out, "\n");
+		srv_buf_adds(out, "data: ");
+		srv_buf_adds(out, txt);
+		srv_buf_adds(out, "\n\n");
+	}
+	free(txt);
+}
+
+void srv_stream_error(enum srv_family f, srv_buf *out, srv_stream_seen *seen, const char *msg) {
+	switch (f) {
+	case SRV_ANTHROPIC:
+		srv_stream_event(f, out, "error", json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", "api_error", "message", msg));
+		return;
+	case SRV_RESPONSES: {
+		// the response as response.created showed it, failed; a copy, since the stream may go on being read
+		json_t *r = seen->response ? json_deep_copy(seen->response) : json_object();
+		if (r) {
+			json_object_set_new(r, "status", json_string("failed"));
+			json_object_set_new(r, "error", json_pack("{s:s, s:s}", "code", "server_error", "message", msg));
+		}
+		json_t *d = r ? json_pack("{s:o, s:s, s:I}", "response", r, "type", "response.failed", "sequence_number", (json_int_t)seen->seq) : NULL;
+		if (seen->seq < INT64_MAX) seen->seq++;
+		srv_stream_event(f, out, "response.failed", d);
+		return;
+	}
+	case SRV_OLLAMA: srv_stream_event(f, out, NULL, json_pack("{s:s}", "error", msg)); return;
+	default: srv_stream_event(f, out, NULL, json_pack("{s:{s:s, s:s}}", "error", "message", msg, "type", "server_error")); return;
+	}
+}
+
+void srv_stream_note(enum srv_family f, srv_stream_seen *seen, const char *ev, size_t n) {
+	if (f != SRV_RESPONSES) return;
+	const char *q = memmem(ev, n, "\"sequence_number\":", 18);
+	if (q) {
+		const long long v = strtoll(q + 18, NULL, 10);
+		seen->seq = v < INT64_MAX ? v + 1 : v;
+	}
+	static const char created[] = "event: response.created\n";
+	if (n < sizeof created - 1 || memcmp(ev, created, sizeof created - 1)) return;
+	const char *d = memmem(ev, n, "\ndata: ", 7);
+	json_t *o = d ? json_loadb(d + 7, n - (size_t)(d + 7 - ev), 0, NULL) : NULL;
+	json_t *r = json_object_get(o, "response");
+	if (json_is_object(r)) {
+		json_decref(seen->response);
+		seen->response = json_incref(r);
+	}
+	json_decref(o);
+}
+
+bool srv_stream_ends(enum srv_family f, const char *ev, size_t n) {
+	// a JSON line is read as the object it is; an SSE event's lines are matched from their start
+	// (a JSON string never holds a newline, so text that quotes an end cannot pass for one)
+	if (srv_families[f].ndjson) {
+		json_t *o = json_loadb(ev, n, 0, NULL);
+		const bool end = json_is_true(json_object_get(o, "done")) || json_object_get(o, "error");
+		json_decref(o);
+		return end;
+	}
+	for (const char *l = ev; l < ev + n;) {
+		const char *nl = memchr(l, '\n', (size_t)(ev + n - l));
+		const size_t len = nl ? (size_t)(nl - l) + 1 : (size_t)(ev + n - l);
+		for (int i = 0; srv_families[f].ends[i]; i++) {
+			const size_t k = strlen(srv_families[f].ends[i]);
+			if (len >= k && !memcmp(l, srv_families[f].ends[i], k)) return true;
+		}
+		l += len;
+	}
+	return false;
 }
 
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {

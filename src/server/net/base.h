@@ -42,7 +42,16 @@ enum srv_ekind {
 	SRV_E__COUNT
 };
 
-enum srv_family { SRV_OPENAI, SRV_ANTHROPIC, SRV_OLLAMA };
+// The API families: each answers its own paths with its own error body, and streams in its
+// own framing, ending and error event. The APIs and the grid's relay read them from here alone.
+enum srv_family { SRV_OPENAI, SRV_ANTHROPIC, SRV_RESPONSES, SRV_OLLAMA, SRV_FAMILY__COUNT };
+typedef struct {
+	const char *name;      // "openai", "anthropic", "responses", "ollama"
+	const char *prefix;    // its paths start so ("": every path no other family has)
+	bool ndjson;           // its streams are JSON lines, else server-sent events
+	const char *ends[5];   // SSE: how an event that ends a stream starts a line
+} srv_family_info;
+extern const srv_family_info srv_families[SRV_FAMILY__COUNT];
 
 typedef struct {
 	enum srv_ekind kind;
@@ -58,9 +67,23 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status);
 // Retry-After seconds for the kind (0: none).
 int srv_retry_after(enum srv_ekind kind);
-// The API a path's errors are shaped for when no route names it: /v1/messages… is
-// Anthropic's, /api/… Ollama's, the rest OpenAI's. path need not be NUL-terminated.
+// The family a path belongs to by its prefix (srv_families). path need not be NUL-terminated.
 enum srv_family srv_family_of(const char *path, size_t n);
+// What a stream told its client that its error event repeats: the Responses object as
+// response.created sent it (a reference, or NULL), and the next sequence number.
+typedef struct {
+	json_t *response;
+	int64_t seq;
+} srv_stream_seen;
+// One stream event in f's framing (SSE with name when set, or a JSON line), data stolen.
+void srv_stream_event(enum srv_family f, srv_buf *out, const char *name, json_t *data);
+// The event that ends f's stream as failed with msg, after what seen says was sent (Responses
+// advances seen->seq); the same bytes whether the stream was made here or relayed from a peer.
+void srv_stream_error(enum srv_family f, srv_buf *out, srv_stream_seen *seen, const char *msg);
+// Notes what event ev (n bytes, whole) of a stream of f says that srv_stream_error repeats.
+void srv_stream_note(enum srv_family f, srv_stream_seen *seen, const char *ev, size_t n);
+// Whether whole event ev (n bytes) ends a stream of f: its finish or its error.
+bool srv_stream_ends(enum srv_family f, const char *ev, size_t n);
 // The reason phrase this server writes for a status it answers itself.
 const char *srv_reason(int status);
 // A whole JSON reply written on fd without blocking — status line, Date, Content-Type,
