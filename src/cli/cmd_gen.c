@@ -25,6 +25,9 @@ typedef struct {
 static const gen_shape shapes[] = {
 	{.name = "test", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-5f},
+	// the test shape's size with a long window: agents' prompts of tens of thousands of tokens
+	{.name = "agent", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 131072, .rope_base = 1000000.0f, .rms_eps = 1e-5f},
 	{.name = "tinyllama-1.1b", .arch = "llama", .n_embd = 2048, .n_layer = 22, .n_head = 32,
 	 .n_head_kv = 4, .n_ff = 5632, .n_ctx = 2048, .rope_base = 10000.0f, .rms_eps = 1e-5f},
 	{.name = "qwen2.5-0.5b", .arch = "qwen2", .n_embd = 896, .n_layer = 24, .n_head = 14,
@@ -92,6 +95,47 @@ static void rope_llama3_factors(float *dst, int64_t n_rot, float base) {
 			double smooth = (old_ctx / wavelen - lo) / (hi - lo);
 			dst[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
 		}
+	}
+}
+
+// ---- the end token ------------------------------------------------------------------------
+// Residual dimension `dim` is 1 in every embedding and no layer writes it, so after the final
+// norm it is about 1 at every position; only the end token's output row reads it, with weight
+// `logit`: a random model then ends its turns, as a trained one does.
+typedef struct {
+	int32_t id;   // the end token; -1: off
+	int64_t dim;
+	float logit;
+} gen_end;
+
+// The chat turn's end: a ChatML or Llama 3 marker where the vocabulary has one, else its eot or eos.
+static int32_t end_token(const gguf *v) {
+	const gguf_value *toks = gguf_get_arr(v, "tokenizer.ggml.tokens");
+	static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<|end|>"};
+	for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++)
+		for (uint64_t i = 0; toks && i < toks->arr.n; i++) {
+			const gguf_str t = gguf_arr_str(toks, i);
+			if (t.len == strlen(marks[k]) && !memcmp(t.ptr, marks[k], t.len)) return (int32_t)i;
+		}
+	uint32_t id;
+	if (!gguf_get_u32(v, "tokenizer.ggml.eot_token_id", &id) || !gguf_get_u32(v, "tokenizer.ggml.eos_token_id", &id)) return (int32_t)id;
+	return -1;
+}
+
+static void end_edit(const gen_end *e, const char *name, float *f, int64_t r0, int64_t nr, int64_t cols) {
+	if (e->id < 0) return;
+	const bool embd = !strcmp(name, "token_embd.weight"), out = !strcmp(name, "output.weight");
+	// the writers of the residual stream: their output row `dim` stays 0
+	const char *leaf = strchr(name, '.') ? strchr(strchr(name, '.') + 1, '.') : NULL;
+	const bool writer = leaf && (!strcmp(leaf, ".attn_output.weight") || !strcmp(leaf, ".ffn_down.weight"));
+	for (int64_t r = r0; r < r0 + nr; r++) {
+		float *row = f + (r - r0) * cols;
+		if (embd) row[e->dim] = 1.0f;
+		else if (writer && r == e->dim) memset(row, 0, (size_t)cols * sizeof *row);
+		else if (out && r == e->id) {
+			memset(row, 0, (size_t)cols * sizeof *row);
+			row[e->dim] = e->logit;
+		} else if (out) row[e->dim] = 0.0f;
 	}
 }
 
@@ -380,6 +424,17 @@ int cmd_gen(const cli_settings *set) {
 		snprintf(err, sizeof err, "out of memory");
 		goto done;
 	}
+	gen_end end = {.id = -1, .dim = s->n_embd - 1, .logit = (float)set->end_logit};
+	if (set->end_logit > 0) {
+		// the chat turn's end where the vocabulary has one (<|im_end|>, <|eot_id|>), else its eos
+		end.id = end_token(v);
+		if (s->tied || s->n_expert || end.id < 0 || end.id >= n_vocab) {
+			rc = LANES_EINVAL;
+			snprintf(err, sizeof err, "--end-logit: %s", end.id < 0 || end.id >= n_vocab ? "the vocabulary names no end token"
+								    : "only for untied shapes without experts");
+			goto done;
+		}
+	}
 	ftype_model m = {.ft = ft, .llama_arch = !strcmp(s->arch, "llama"), .n_layer = s->n_layer,
 			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_expert = s->n_expert, .n_attn_v = s->n_layer,
 			 .tied = s->tied};
@@ -424,6 +479,7 @@ int cmd_gen(const cli_settings *set) {
 				fill_job j = {.dst = f, .i0 = r0 * cols, .n = nr * cols, .key = key,
 					      .mean = t->mean, .scale = t->scale};
 				base_pool_run(pool, fill_slice, &j);
+				end_edit(&end, t->name, f, r0, nr, cols);
 			}
 			rc = tensor_quantize_rows(type, f, (uint8_t *)q + r0 * rb, nr, cols, pool);
 			cli_progress_update(&bar, (int64_t)(total + (uint64_t)(r0 + nr) * rb), (int64_t)all_bytes, t->name);
