@@ -143,6 +143,43 @@ ctest('chat: completions.parse with zodResponseFormat gives the parsed object', 
 	assert.ok(Number.isInteger(p.legs));
 });
 
+// Tools and a format together (the Agents SDK sends both for every agent with an output type):
+// each reply is a call that validates or the format's JSON that validates, on chat and Responses,
+// the same whether it runs alone or beside others; a grammar of the client's own still cannot join calls.
+ctest('tools and a response format together: a call or the format, solo = concurrent', async () => {
+	const REPORT = { type: 'object', properties: { sunny: { type: 'boolean' }, city: { type: 'string', maxLength: 10 } }, required: ['sunny', 'city'], additionalProperties: false };
+	const chat = (seed) => oai.chat.completions.create({ messages: msgs, tools: TOOLS, parallel_tool_calls: false, max_tokens: MAX, seed, response_format: { type: 'json_schema', json_schema: { name: 'report', schema: REPORT, strict: true } } });
+	const kinds = new Set();
+	const solo = [];
+	for (const seed of [1, 2, 3, 4, 5, 6]) {
+		const ch = (await chat(seed)).choices[0];
+		if (ch.finish_reason === 'length') cut();
+		if (ch.message.tool_calls?.length) {
+			assert.equal(ch.finish_reason, 'tool_calls');
+			ch.message.tool_calls.forEach(checkCall);
+			kinds.add('call');
+		} else {
+			assert.ok(ajv.validate(REPORT, JSON.parse(ch.message.content)), ch.message.content);
+			kinds.add('format');
+		}
+		solo.push(JSON.stringify(ch.message));
+	}
+	const together = await Promise.all([1, 2, 3, 4, 5, 6].map(chat));
+	assert.deepEqual(together.map((r) => JSON.stringify(r.choices[0].message).replace(/"call_[0-9a-f]+"/g, '')), solo.map((m) => m.replace(/"call_[0-9a-f]+"/g, '')));
+	assert.ok(kinds.size >= 1);
+	const rtools = TOOLS.map((t) => ({ type: 'function', name: t.function.name, description: t.function.description, parameters: t.function.parameters }));
+	for (const seed of [1, 2]) {
+		const r = await oai.responses.create({ input: 'What is the weather in Paris?', tools: rtools, parallel_tool_calls: false, max_output_tokens: MAX, seed, text: { format: { type: 'json_schema', name: 'report', schema: REPORT, strict: true } } });
+		assert.equal(r.status, 'completed');
+		const call = r.output.find((o) => o.type === 'function_call');
+		if (call) assert.ok(ajv.validate(SCHEMAS[call.name], JSON.parse(call.arguments)), call.arguments);
+		else assert.ok(ajv.validate(REPORT, JSON.parse(r.output_text)), r.output_text);
+	}
+	const e = await oai.chat.completions.create({ messages: msgs, max_tokens: 4, tools: TOOLS, grammar: 'root ::= "a"' }).catch((x) => x);
+	assert.equal(e.status, 400);
+	assert.equal(e.param, 'grammar');
+});
+
 test('chat: bad schemas and grammars are 400s naming the parameter, hostile ones quickly', async () => {
 	let e = await oai.chat.completions.create({ messages: msgs, max_tokens: 4, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', patternProperties: { a: {} } } } } }).catch((x) => x);
 	assert.equal(e.status, 400);

@@ -413,10 +413,10 @@ static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
 		}
 	}
 	const bool calls = json_array_size(r->tools) && choice != TOOL_CHOICE_NONE;
-	if (formats && calls)
-		return srv_fail(e, SRV_E_BAD_REQUEST, type ? "response_format" : r->grammar ? "grammar" : "json_schema",
-				"%s cannot be combined with tool calls: send tool_choice \"none\" or leave out the tools",
-				type ? "response_format" : r->grammar ? "grammar" : "json_schema");
+	// a format joins the calls (gen/tools.c); a GBNF text of the client's own cannot
+	if (r->grammar && calls)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "grammar",
+				"grammar cannot be combined with tool calls: send tool_choice \"none\", leave out the tools, or use response_format");
 	int rc = 0;
 	if (schema) rc = srv_grammar_schema(&r->g, schema, !strcmp(type, "json_schema") ? "response_format.json_schema.schema" : "response_format.schema", e);
 	else if (type) rc = srv_grammar_json_object(&r->g, e);

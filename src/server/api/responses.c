@@ -328,14 +328,10 @@ static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
 	if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "text.format",
 				"text.format.type must be \"text\", \"json_object\" or \"json_schema\"");
-	const bool formatted = strcmp(t, "text");
 	enum tool_choice choice;
 	const char *name;
 	if (srv_tool_choice(r->tool_choice, true, &choice, &name, e)) return -1;
 	if (r->tools && !json_is_array(r->tools)) return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools must be an array");
-	if (formatted && json_array_size(r->tools) && choice != TOOL_CHOICE_NONE)
-		return srv_fail(e, SRV_E_BAD_REQUEST, "text.format",
-				"text.format cannot be combined with tool calls: send tool_choice \"none\" or leave out the tools");
 	int rc = 0;
 	if (!strcmp(t, "json_object")) rc = srv_grammar_json_object(&r->g, e);
 	if (!strcmp(t, "json_schema")) {

@@ -65,10 +65,12 @@ void srv_gen_free(srv_gen *g) {
 	free(g->n_prompts);
 	grammar_unref(g->grammar);
 	json_decref(g->tools);
+	json_decref(g->format);
 	for (int32_t i = 0; i < g->lora_set.n; i++) model_lora_free(g->lora_set.use[i].lora);
 	g->lora_set.n = 0;
 	g->grammar = NULL;
 	g->tools = NULL;
+	g->format = NULL;
 	g->prompt = NULL;
 	g->bias.p = NULL;
 	g->prompts = NULL;

@@ -36,6 +36,7 @@ typedef struct {
 	const char *const *triggers;   // static: the grammar is lazy from the first of these
 	int n_triggers;
 	json_t *tools;                 // OpenAI-shaped tools rendered into the prompt (owned; NULL: none)
+	json_t *format;                // the response format's schema (owned; NULL: none): calls in auto join it
 	const char *tool_id_prefix;    // "call_", "toolu_": the ids given to parsed calls
 	bool parse_calls;              // the output is parsed into tool calls
 	// adapters: "model" naming one, then "lora" (llama-server's [{"name"|"id", "scale"}])

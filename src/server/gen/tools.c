@@ -22,6 +22,8 @@ int srv_grammar_text(srv_gen *g, const char *text, size_t len, const char *param
 	g->grammar = gr;
 	g->triggers = NULL;
 	g->n_triggers = 0;
+	json_decref(g->format);
+	g->format = NULL;
 	return 0;
 }
 
@@ -34,12 +36,40 @@ int srv_grammar_schema(srv_gen *g, const json_t *schema, const char *param, srv_
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: %s", param, err);
 	rc = srv_grammar_text(g, gbnf, strlen(gbnf), param, e);
 	free(gbnf);
+	if (!rc) g->format = json_incref((json_t *)schema);
 	return rc;
 }
 
 int srv_grammar_json_object(srv_gen *g, srv_err *e) {
 	const char *t = grammar_json_object_gbnf();
-	return srv_grammar_text(g, t, strlen(t), "response_format", e);
+	int rc = srv_grammar_text(g, t, strlen(t), "response_format", e);
+	if (!rc) g->format = json_pack("{s:s}", "type", "object");
+	return rc;
+}
+
+// The format's grammar beside the calls': the reply is either a call or the format's JSON, as
+// the OpenAI APIs allow tools and a format together (calls until the final answer).
+static int with_format(srv_gen *g, const char *calls, const char *param, srv_err *e) {
+	char err[400], *fmt = NULL;
+	int rc = grammar_schema_gbnf(g->format, "fmt", &fmt, err, sizeof err);
+	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: %s", param, err);
+	// the calls' start rule is `root`, defined once at a line's start and named nowhere else
+	const char *r = !strncmp(calls, "root ::=", 8) ? calls : strstr(calls, "\nroot ::=");
+	if (r && r != calls) r++;
+	char *text = NULL;
+	size_t cap = 0;
+	FILE *o = r ? open_memstream(&text, &cap) : NULL;
+	if (o) {
+		fprintf(o, "%s\n%.*scalls%s\nroot ::= fmt | calls\n", fmt, (int)(r - calls), calls, r + 4);
+		if (fclose(o)) free(text), text = NULL;
+	}
+	free(fmt);
+	json_t *keep = json_incref(g->format);
+	rc = text ? srv_grammar_text(g, text, strlen(text), param, e) : srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	free(text);
+	g->format = keep; // srv_grammar_text cleared it
+	return rc;
 }
 
 // ---- tools --------------------------------------------------------------------------------------
@@ -117,11 +147,13 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 	int rc = tool_grammar(f, tools, choice, name, parallel, &gbnf, &trig, &n_trig, err, sizeof err);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s", err);
-	rc = srv_grammar_text(g, gbnf, strlen(gbnf), param, e);
+	// a format in auto: the reply is a call or the format's JSON, from its first token
+	const bool fmt = choice == TOOL_CHOICE_AUTO && g->format;
+	rc = fmt ? with_format(g, gbnf, param, e) : srv_grammar_text(g, gbnf, strlen(gbnf), param, e);
 	free(gbnf);
 	if (rc) return rc;
-	g->triggers = choice == TOOL_CHOICE_AUTO ? trig : NULL;
-	g->n_triggers = choice == TOOL_CHOICE_AUTO ? n_trig : 0;
+	g->triggers = choice == TOOL_CHOICE_AUTO && !fmt ? trig : NULL;
+	g->n_triggers = choice == TOOL_CHOICE_AUTO && !fmt ? n_trig : 0;
 	json_decref(g->tools);
 	g->tools = json_incref(tools);
 	g->parse_calls = true;
