@@ -58,24 +58,68 @@ enum tool_choice { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOO
 int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice choice, const char *name, bool parallel,
 		 char **gbnf, const char *const **triggers, int *n_triggers, char *err, size_t errlen);
 
-// Generated text split into content and calls.
+// One call in generated text, as far as the text goes.
 typedef struct {
-	size_t content_len;   // bytes of text before the first call: the reply's content
-	size_t safe_len;      // of those, bytes a stream may send now (none may begin a call marker)
-	json_t *calls;        // [{"name": string, "arguments": object}], the complete calls in order (owned)
-	bool open;            // a call has begun and is not complete yet
-	const char *partial_name; // open call: its name once known (points into text), else NULL
-	size_t partial_name_len;
-	size_t args_off, args_len; // open call: the bytes of its arguments' JSON text seen so far
-	size_t content_off;   // bytes of syntax before the content (functionary v3.2's "all\n"): content is [content_off, content_len)
-} tool_parsed;
+	size_t name_off, name_len; // its name in the text
+	size_t args_off, args_len; // its arguments' JSON text so far (args_len 0: they have not begun)
+	bool whole;                // the arguments are a whole JSON object
+} tool_call_span;
 
-// Parses text (len bytes) generated under f. final: the text is whole (an open call is then an
-// error: LANES_EINVAL with what was cut short). Text that is not a call stays content.
-// 0, LANES_EINVAL, LANES_ENOMEM. Free out with tool_parsed_free. Thread-safe.
-int tool_parse(const tool_format *f, const char *text, size_t len, bool final, tool_parsed *out, char *err,
-	       size_t errlen);
-void tool_parsed_free(tool_parsed *p);
+#define TOOL_JSON_DEPTH 2048 // nesting the arguments may reach (jansson's own bound)
+
+// Generated text read incrementally into content and calls: fed the text as it grows, a scan
+// reads only the bytes it has not read, and never takes back what it reported, so a stream of
+// what it finds concatenates to what one scan of the whole text finds. A call begins once its
+// name is read (text that opens a call but leaves the layout before that stays content); its
+// arguments are every byte of its JSON object so far, and it is whole when the object closes.
+// Text that leaves the layout after a call has begun, and text after the last call, end the
+// scan. The caller allocates it; tool_scan_free frees what it holds.
+typedef struct {
+	// what the text read so far holds
+	size_t content_off;      // bytes of syntax before the content (functionary v3.2's "all\n")
+	size_t content_len;      // the content is [content_off, content_len): bytes no call can claim any more
+	tool_call_span *calls;   // n_calls of them (malloc'd); only the last may be open
+	int n_calls, cap_calls;
+	bool over;               // nothing after pos belongs to a call: the scan has ended
+	// the scan's own state
+	const tool_format *f;
+	size_t pos;              // bytes read
+	int phase;               // content, the v3.2 prefix, a layout, over
+	bool tentative;          // the layout's match may still fail back (no call of it begun yet)
+	size_t cand;             // where the match in progress began (content ends there if it holds)
+	size_t search;           // content: where the search for the trigger goes on
+	int part;                // which of the layout's strings is being matched
+	const char *lay;         // the next byte of that string to match
+	size_t dir_n;            // bytes a %N, %I or %D has taken
+	size_t dir_off;          // where it began
+	struct {
+		int st;              // what the next byte may be
+		int sub, n;          // where a number stands; hex digits an escape still needs
+		bool key;            // the string being read is a key
+		const char *lit;     // the rest of a literal being read (true, false, null)
+		int depth;
+		uint64_t stack[TOOL_JSON_DEPTH / 64]; // per depth: 1 for an array, 0 for an object
+		size_t safe;         // [args_off, safe) and the closers of the open containers are valid JSON
+		size_t esc;          // in a string: where an escape being read began
+	} js;
+} tool_scan;
+
+// Starts a scan of text generated under f (NULL: the fallback). calls_only: the grammar makes
+// the text a call from its first byte (tool_choice required or named): no content is looked
+// for until the text leaves the call's layout.
+void tool_scan_init(tool_scan *s, const tool_format *f, bool calls_only);
+// How far the text fed goes: more may come; it ended (content held back because it could open
+// a call is content now); it was cut short (by max_tokens: what was held back is dropped). At an
+// end, a call's opening cut before its name is dropped, and an open call stays open (not whole).
+enum tool_end { TOOL_MORE, TOOL_END, TOOL_CUT };
+// Reads text (the whole text so far, len bytes, the bytes fed before unchanged) from where the
+// scan stopped. 0 or LANES_ENOMEM. Not thread-safe per scan.
+int tool_scan_feed(tool_scan *s, const char *text, size_t len, enum tool_end end);
+// Call k's arguments as an object (new reference; NULL: out of memory): a whole call's parsed;
+// an open call's as far as they go — the members read whole, and a string value being read
+// closed where it was cut; a member whose key or other value was cut is left out.
+json_t *tool_scan_input(const tool_scan *s, const char *text, int k);
+void tool_scan_free(tool_scan *s); // accepts a zeroed s
 
 
 // ---- a model's chat ---------------------------------------------------------------------------

@@ -554,105 +554,15 @@ int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice cho
 
 // ---- parsing --------------------------------------------------------------------------------
 
-enum { M_NO, M_YES, M_MORE }; // a layout's match: failed, complete, cut short by the end of text
-
-typedef struct {
-	const char *t;
-	size_t len, pos;
-	const char *name; // the call's name, once read
-	size_t name_len, args_off;
-	json_t *args;
-} cursor;
+enum { PH_CONTENT, PH_PREFIX, PH_LAYOUT, PH_OVER };   // a scan's phase
+enum { PART_OPEN, PART_CALL, PART_SEP, PART_CLOSE }; // the layout string being matched
+#define TOOL_WORD_MAX 64 // a name, id or number longer than a tool's name may be is none
 
 static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-// Matches the literal l (n bytes): a space or newline in l takes any run of whitespace, and
-// whitespace may come before JSON punctuation, as models lay out calls loosely.
-static int match_lit(cursor *c, const char *l, size_t n) {
-	for (size_t i = 0; i < n; i++) {
-		if (is_space(l[i])) {
-			while (c->pos < c->len && is_space(c->t[c->pos])) c->pos++;
-			continue;
-		}
-		if (strchr("{}[],:\"", l[i]))
-			while (c->pos < c->len && is_space(c->t[c->pos])) c->pos++;
-		if (c->pos == c->len) return M_MORE;
-		if (c->t[c->pos] != l[i]) return M_NO;
-		c->pos++;
-	}
-	return M_YES;
-}
 
 static bool name_char(char c) {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
 	       c == '.';
-}
-
-// Matches one call of f's layout from skip bytes into it.
-static int match_call(cursor *c, const tool_format *f, size_t skip) {
-	const char *p = f->call + skip;
-	c->name = NULL;
-	json_decref(c->args);
-	c->args = NULL;
-	while (*p) {
-		const char *q = strchr(p, '%');
-		if (!q) q = p + strlen(p);
-		int r = match_lit(c, p, (size_t)(q - p));
-		if (r != M_YES) return r;
-		if (!*q) break;
-		size_t s = c->pos;
-		if (q[1] == 'A') {
-			while (c->pos < c->len && is_space(c->t[c->pos])) c->pos++;
-			c->args_off = c->pos;
-			if (c->pos == c->len) return M_MORE;
-			if (c->t[c->pos] != '{') return M_NO;
-			json_error_t je;
-			c->args = json_loadb(c->t + c->pos, c->len - c->pos, JSON_DISABLE_EOF_CHECK, &je);
-			if (!c->args) return json_error_code(&je) == json_error_premature_end_of_input ? M_MORE : M_NO;
-			c->pos += (size_t)je.position;
-		} else {
-			bool digits = q[1] == 'D';
-			while (c->pos < c->len && (digits ? c->t[c->pos] != '"' : name_char(c->t[c->pos]))) c->pos++;
-			if (c->pos == c->len) return M_MORE;
-			if (c->pos == s && q[1] != 'D') return M_NO;
-			if (q[1] == 'N') c->name = c->t + s, c->name_len = c->pos - s;
-		}
-		p = q + 2;
-	}
-	return M_YES;
-}
-
-// Matches the calls from c->pos and appends the complete ones to calls. M_MORE: the text may
-// go on with more of them; out then tells of the open call (its name and arguments so far).
-static int match_calls(cursor *c, const tool_format *f, bool bare, json_t *calls, tool_parsed *out) {
-	int r = bare ? M_YES : match_lit(c, f->open, strlen(f->open));
-	if (r == M_YES) r = match_call(c, f, bare ? strlen(f->trigger) : 0);
-	while (r == M_YES) {
-		json_t *call = json_pack("{s:s%, s:O}", "name", c->name, c->name_len, "arguments", c->args);
-		if (!call || json_array_append_new(calls, call)) return LANES_ENOMEM;
-		size_t before = c->pos;
-		r = match_lit(c, f->sep, strlen(f->sep));
-		if (r == M_YES) r = match_call(c, f, 0);
-		if (r == M_YES) continue;
-		if (r == M_NO) c->name = NULL, json_decref(c->args), c->args = NULL;
-		size_t after = c->pos;
-		c->pos = before;
-		int rc = match_lit(c, f->close, strlen(f->close));
-		if (rc == M_YES && (r == M_NO || *f->close)) return M_YES;
-		if (rc == M_NO && r == M_NO) return M_NO;
-		c->pos = after;
-		r = M_MORE;
-	}
-	if (r == M_MORE) {
-		out->open = true;
-		out->partial_name = c->name;
-		out->partial_name_len = c->name ? c->name_len : 0;
-		if (c->name && c->args_off > (size_t)(c->name - c->t)) {
-			out->args_off = c->args_off;
-			out->args_len = c->len - c->args_off;
-		}
-	}
-	return r;
 }
 
 // Bytes at the end of text[0, n) that could begin s.
@@ -663,59 +573,331 @@ static size_t marker_tail(const char *t, size_t n, const char *s) {
 	return 0;
 }
 
-// Text that opens a call but does not follow the layout stays content and no call is reported:
-// in auto mode a reply that merely mentions a marker must not turn into a broken call. Text
-// after the last call is dropped (a model that has called ends its turn there).
-int tool_parse(const tool_format *f, const char *text, size_t len, bool final, tool_parsed *out, char *err,
-	       size_t errlen) {
-	memset(out, 0, sizeof *out);
-	if (!f) f = tool_format_of(NULL);
-	if (!text) text = "", len = 0;
-	out->calls = json_array();
-	if (!out->calls) return LANES_ENOMEM;
-	cursor c = {.t = text, .len = len};
-	int r = M_NO;
-	size_t from = 0, at = len;
-	if (f->bare_first) {
-		// the prompt ends with ">>>": "all\n" and text, or a call's name and arguments
-		if (len < 4 && !memcmp(text, "all\n", len)) from = len;
-		else if (!memcmp(text, "all\n", 4)) from = 4;
-		else if ((r = match_calls(&c, f, true, out->calls, out)) != M_NO) at = 0;
-		else json_array_clear(out->calls), out->open = false;
-		out->content_off = from;
+// ---- the arguments: a JSON object read byte by byte --------------------------------------------
+
+enum { J_VALUE, J_FIRST_KEY, J_KEY, J_COLON, J_AFTER, J_FIRST_ITEM, J_STR, J_ESC, J_HEX, J_NUM, J_LIT };
+enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP }; // where a number stands
+enum { J_TAKE, J_DONE, J_BAD };                                         // a byte: taken, closed the object, refused
+
+static bool js_array(const tool_scan *s) { return s->js.stack[(s->js.depth - 1) / 64] >> ((s->js.depth - 1) % 64) & 1; }
+
+// Opens a container; at: the offset after its bracket.
+static int js_push(tool_scan *s, bool arr, size_t at) {
+	if (s->js.depth == TOOL_JSON_DEPTH) return J_BAD;
+	const uint64_t bit = 1ull << (s->js.depth % 64);
+	if (arr) s->js.stack[s->js.depth / 64] |= bit;
+	else s->js.stack[s->js.depth / 64] &= ~bit;
+	s->js.depth++;
+	s->js.st = arr ? J_FIRST_ITEM : J_FIRST_KEY;
+	s->js.safe = at;
+	return J_TAKE;
+}
+
+// A value ended just before at (a container: closed by the byte before at).
+static int js_after(tool_scan *s, size_t at) {
+	s->js.st = J_AFTER;
+	s->js.safe = at;
+	return J_TAKE;
+}
+
+static int js_pop(tool_scan *s, size_t at) {
+	if (--s->js.depth == 0) return J_DONE;
+	return js_after(s, at);
+}
+
+// Reads byte c at offset p of the arguments (RFC 8259's grammar, one byte at a time).
+static int js_byte(tool_scan *s, char c, size_t p) {
+	for (;;) switch (s->js.st) {
+	case J_VALUE:
+		if (is_space(c)) return J_TAKE;
+		if (c == '{' || c == '[') return js_push(s, c == '[', p + 1);
+		if (c == '"') return s->js.st = J_STR, s->js.key = false, J_TAKE;
+		if (c == '-' || (c >= '0' && c <= '9'))
+			return s->js.st = J_NUM, s->js.sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT, J_TAKE;
+		s->js.lit = c == 't' ? "rue" : c == 'f' ? "alse" : c == 'n' ? "ull" : NULL;
+		return s->js.lit ? (s->js.st = J_LIT, J_TAKE) : J_BAD;
+	case J_FIRST_ITEM:
+		if (is_space(c)) return J_TAKE;
+		if (c == ']') return js_pop(s, p + 1);
+		s->js.st = J_VALUE;
+		continue;
+	case J_FIRST_KEY:
+	case J_KEY:
+		if (is_space(c)) return J_TAKE;
+		if (c == '}' && s->js.st == J_FIRST_KEY) return js_pop(s, p + 1);
+		if (c == '"') return s->js.st = J_STR, s->js.key = true, J_TAKE;
+		return J_BAD;
+	case J_COLON:
+		if (is_space(c)) return J_TAKE;
+		return c == ':' ? (s->js.st = J_VALUE, J_TAKE) : J_BAD;
+	case J_AFTER:
+		if (is_space(c)) return J_TAKE;
+		if (c == ',') return s->js.st = js_array(s) ? J_VALUE : J_KEY, J_TAKE;
+		if (c == (js_array(s) ? ']' : '}')) return js_pop(s, p + 1);
+		return J_BAD;
+	case J_STR:
+		if (c == '"') return s->js.key ? (s->js.st = J_COLON, J_TAKE) : js_after(s, p + 1);
+		if (c == '\\') return s->js.st = J_ESC, s->js.esc = p, J_TAKE;
+		return (unsigned char)c < 0x20 ? J_BAD : J_TAKE;
+	case J_ESC:
+		if (c == 'u') return s->js.st = J_HEX, s->js.n = 4, J_TAKE;
+		return c && strchr("\"\\/bfnrt", c) ? (s->js.st = J_STR, J_TAKE) : J_BAD;
+	case J_HEX:
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return J_BAD;
+		if (--s->js.n == 0) s->js.st = J_STR;
+		return J_TAKE;
+	case J_NUM: {
+		const bool digit = c >= '0' && c <= '9', e = c == 'e' || c == 'E';
+		int *n = &s->js.sub, next = -1;
+		switch (*n) {
+		case N_MINUS: next = c == '0' ? N_ZERO : digit ? N_INT : -1; break;
+		case N_ZERO: next = c == '.' ? N_DOT : e ? N_E : -2; break;
+		case N_INT: next = digit ? N_INT : c == '.' ? N_DOT : e ? N_E : -2; break;
+		case N_DOT: next = digit ? N_FRAC : -1; break;
+		case N_FRAC: next = digit ? N_FRAC : e ? N_E : -2; break;
+		case N_E: next = c == '+' || c == '-' ? N_ESIGN : digit ? N_EXP : -1; break;
+		case N_ESIGN: next = digit ? N_EXP : -1; break;
+		case N_EXP: next = digit ? N_EXP : -2; break;
+		}
+		if (next >= 0) return *n = next, J_TAKE;
+		if (next == -1) return J_BAD;
+		js_after(s, p); // the number ended before c: c is read after it
+		continue;
 	}
-	size_t tl = strlen(f->trigger);
-	for (const char *p; r == M_NO && from < len && (p = memmem(text + from, len - from, f->trigger, tl));) {
-		json_decref(c.args);
-		c = (cursor){.t = text, .len = len, .pos = (size_t)(p - text)};
-		r = match_calls(&c, f, false, out->calls, out);
-		if (r == M_NO) {
-			json_array_clear(out->calls);
-			out->open = false, out->partial_name = NULL, out->partial_name_len = out->args_off = out->args_len = 0;
-			from = (size_t)(p - text) + 1;
+	case J_LIT:
+		if (c != *s->js.lit) return J_BAD;
+		return *++s->js.lit ? J_TAKE : js_after(s, p + 1);
+	default:
+		return J_BAD;
+	}
+}
+
+// ---- the layout ---------------------------------------------------------------------------------
+
+static void scan_over(tool_scan *s) {
+	s->phase = PH_OVER;
+	s->over = true;
+}
+
+// Starts matching the layout at at: part's string from skip bytes into it.
+static void layout_at(tool_scan *s, size_t at, int part, size_t skip, size_t search_next) {
+	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->f->call, [PART_SEP] = s->f->sep, [PART_CLOSE] = s->f->close};
+	s->phase = PH_LAYOUT;
+	s->pos = s->cand = at;
+	s->search = search_next;
+	s->part = part;
+	s->lay = strs[part] + skip;
+	s->tentative = true;
+	s->dir_n = 0;
+}
+
+// Before any call has begun the match falls back to content; between calls it may still be the
+// calls' close; anything else ends the scan.
+static void layout_fails(tool_scan *s) {
+	if (!s->tentative || (s->n_calls && s->part == PART_CLOSE)) scan_over(s);
+	else if (s->n_calls) layout_at(s, s->cand, PART_CLOSE, 0, 0);
+	else s->phase = PH_CONTENT;
+}
+
+// The end of the string being matched: after a call, the match from its separator is tentative
+// again (it may still be the calls' close).
+static void part_end(tool_scan *s) {
+	if (s->part == PART_OPEN || s->part == PART_SEP) {
+		s->part = PART_CALL;
+		s->lay = s->f->call;
+	} else if (s->part == PART_CALL) {
+		s->part = PART_SEP;
+		s->lay = s->f->sep;
+		s->cand = s->pos;
+		s->tentative = true;
+	} else {
+		scan_over(s);
+	}
+}
+
+static int call_begin(tool_scan *s, size_t name_off, size_t name_len) {
+	if (s->n_calls == s->cap_calls) {
+		int cap = s->cap_calls ? 2 * s->cap_calls : 4;
+		tool_call_span *c = realloc(s->calls, (size_t)cap * sizeof *c);
+		if (!c) return LANES_ENOMEM;
+		s->calls = c, s->cap_calls = cap;
+	}
+	s->calls[s->n_calls++] = (tool_call_span){.name_off = name_off, .name_len = name_len};
+	s->tentative = false;
+	return 0;
+}
+
+// Reads the layout from s->pos while bytes last; stops at the end of text or when the phase changes.
+static int scan_layout(tool_scan *s, const char *t, size_t len) {
+	while (s->phase == PH_LAYOUT) {
+		const char *l = s->lay;
+		if (!*l) {
+			part_end(s);
+			continue;
+		}
+		if (s->pos == len) return 0;
+		const char b = t[s->pos];
+		if (l[0] == '%' && l[1] == 'A') {
+			// every layout names its tool before the arguments: the call has begun
+			if (s->tentative) {
+				layout_fails(s);
+				continue;
+			}
+			tool_call_span *c = &s->calls[s->n_calls - 1];
+			if (!s->dir_n) {
+				if (is_space(b)) {
+					s->pos++;
+					continue;
+				}
+				if (b != '{') {
+					layout_fails(s);
+					continue;
+				}
+				memset(&s->js, 0, sizeof s->js);
+				s->js.st = J_VALUE;
+				c->args_off = s->pos;
+				s->dir_n = 1;
+			}
+			int r = J_TAKE;
+			while (s->pos < len && (r = js_byte(s, t[s->pos], s->pos)) != J_BAD) {
+				c->args_len = ++s->pos - c->args_off;
+				if (r == J_DONE) break;
+			}
+			if (r == J_BAD) {
+				scan_over(s);
+			} else if (r == J_DONE) {
+				c->whole = true;
+				s->dir_n = 0;
+				s->lay += 2;
+			}
+			continue;
+		}
+		if (l[0] == '%' && l[1]) {
+			const bool digits = l[1] == 'D', take = digits ? b != '"' : name_char(b);
+			if (take && s->dir_n < TOOL_WORD_MAX) {
+				if (!s->dir_n) s->dir_off = s->pos;
+				s->dir_n++, s->pos++;
+				continue;
+			}
+			if (take || (!s->dir_n && !digits)) {
+				layout_fails(s);
+				continue;
+			}
+			if (l[1] == 'N') {
+				if (!s->n_calls) s->content_len = s->cand;
+				if (call_begin(s, s->dir_off, s->dir_n)) return LANES_ENOMEM;
+			}
+			s->dir_n = 0;
+			s->lay += 2;
+			continue;
+		}
+		// a space in the layout takes any run of whitespace, and whitespace may come before JSON
+		// punctuation: models lay out calls loosely
+		if (is_space(*l)) {
+			if (is_space(b)) s->pos++;
+			else s->lay++;
+		} else if (strchr("{}[],:\"", *l) && is_space(b)) {
+			s->pos++;
+		} else if (b == *l) {
+			s->pos++, s->lay++;
 		} else {
-			at = (size_t)(p - text);
+			layout_fails(s);
 		}
-	}
-	json_decref(c.args);
-	if (r == LANES_ENOMEM) return tool_parsed_free(out), LANES_ENOMEM;
-	out->content_len = at < out->content_off ? out->content_off : at;
-	out->safe_len = out->content_len;
-	if (r == M_NO) out->safe_len = len - marker_tail(text, len, f->trigger);
-	if (out->safe_len < out->content_off) out->safe_len = out->content_off;
-	if (final && out->open) {
-		if (json_array_size(out->calls) && !out->partial_name) {
-			out->open = false; // the calls were whole; what follows them opened nothing
-			return 0;
-		}
-		tool_parsed_free(out);
-		return base_seterr(err, errlen, LANES_EINVAL, "the tool call in the reply is cut short");
 	}
 	return 0;
 }
 
-void tool_parsed_free(tool_parsed *p) {
-	if (!p) return;
-	json_decref(p->calls);
-	p->calls = NULL;
+// Content: looks for the trigger from s->search; holds back the bytes that could begin it.
+static void scan_content(tool_scan *s, const char *t, size_t len) {
+	const char *tr = s->f->trigger;
+	const size_t tl = strlen(tr);
+	const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
+	if (p) {
+		const size_t at = (size_t)(p - t);
+		if (at > s->content_len) s->content_len = at;
+		layout_at(s, at, *s->f->open ? PART_OPEN : PART_CALL, 0, at + 1);
+		return;
+	}
+	if (len >= tl && len - tl + 1 > s->search) s->search = len - tl + 1;
+	const size_t upto = len - marker_tail(t, len, tr);
+	if (upto > s->content_len) s->content_len = upto;
+	s->pos = len;
+}
+
+// Functionary v3.2's reply opens with "all\n" and text, or with a call's name (its ">>>" is the prompt's).
+static void scan_prefix(tool_scan *s, const char *t, size_t len) {
+	static const char all[] = "all\n";
+	const size_t n = len < 4 ? len : 4;
+	if (memcmp(t, all, n)) {
+		layout_at(s, 0, PART_CALL, strlen(s->f->trigger), 0);
+	} else if (n == 4) {
+		s->content_off = s->content_len = s->search = 4;
+		s->phase = PH_CONTENT;
+	} else {
+		s->pos = len;
+	}
+}
+
+void tool_scan_init(tool_scan *s, const tool_format *f, bool calls_only) {
+	memset(s, 0, sizeof *s);
+	s->f = f ? f : tool_format_of(NULL);
+	if (calls_only) layout_at(s, 0, s->f->bare_first ? PART_CALL : *s->f->open ? PART_OPEN : PART_CALL,
+				  s->f->bare_first ? strlen(s->f->trigger) : 0, 0);
+	else s->phase = s->f->bare_first ? PH_PREFIX : PH_CONTENT;
+}
+
+int tool_scan_feed(tool_scan *s, const char *text, size_t len, enum tool_end end) {
+	if (!text) text = "", len = 0;
+	// each phase reads until it waits for more text (the phase stays) or hands over to another
+	while (s->phase != PH_OVER) {
+		const int ph = s->phase;
+		if (ph == PH_LAYOUT && scan_layout(s, text, len)) return LANES_ENOMEM;
+		else if (ph == PH_CONTENT) scan_content(s, text, len);
+		else if (ph == PH_PREFIX) scan_prefix(s, text, len);
+		if (s->phase == ph) break;
+	}
+	if (end != TOOL_MORE && s->phase != PH_OVER) {
+		// held back: content now, unless a call's opening (dropped: it is no content)
+		if (s->phase == PH_PREFIX) s->content_off = end == TOOL_CUT ? 0 : len;
+		if (s->phase != PH_LAYOUT && end == TOOL_END) s->content_len = len;
+		scan_over(s);
+	}
+	return 0;
+}
+
+// text[off, cut), a closing quote when quote, and the closers of the open containers, parsed.
+static json_t *closed_object(const tool_scan *s, const char *t, size_t off, size_t cut, bool quote) {
+	const size_t n = cut - off + (quote ? 1 : 0) + (size_t)s->js.depth;
+	char *b = malloc(n ? n : 1);
+	if (!b) return NULL;
+	memcpy(b, t + off, cut - off);
+	size_t k = cut - off;
+	if (quote) b[k++] = '"';
+	for (int d = s->js.depth; d > 0; d--) b[k++] = s->js.stack[(d - 1) / 64] >> ((d - 1) % 64) & 1 ? ']' : '}';
+	json_t *o = json_loadb(b, k, 0, NULL);
+	free(b);
+	return o;
+}
+
+json_t *tool_scan_input(const tool_scan *s, const char *text, int k) {
+	if (k < 0 || k >= s->n_calls) return json_object();
+	const tool_call_span *c = &s->calls[k];
+	json_t *o = NULL;
+	if (c->whole) {
+		o = json_loadb(text + c->args_off, c->args_len, 0, NULL);
+		if (!o) o = json_loadb(text + c->args_off, c->args_len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+	} else if (c->args_len && k == s->n_calls - 1) {
+		const int st = s->js.st;
+		if ((st == J_STR || st == J_ESC || st == J_HEX) && !s->js.key)
+			o = closed_object(s, text, c->args_off, st == J_STR ? c->args_off + c->args_len : s->js.esc, true);
+		if (!o) o = closed_object(s, text, c->args_off, s->js.safe, false);
+	}
+	return o && json_is_object(o) ? o : (json_decref(o), json_object());
+}
+
+void tool_scan_free(tool_scan *s) {
+	if (!s) return;
+	free(s->calls);
+	s->calls = NULL;
+	s->n_calls = s->cap_calls = 0;
 }

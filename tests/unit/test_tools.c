@@ -1,6 +1,7 @@
 // tests: tool-call formats — each family is picked from its real template, a conversation with
 // tools, a call and a result renders through that template in the family's shape, calls the
-// model writes parse back (whole and streamed prefix by prefix), and grammars name the tools.
+// model writes scan back (whole, prefix by prefix and in pieces, alike; cut short), and grammars
+// name the tools.
 #include "base/base.h"
 #include "grammar/grammar.h"
 #include "template/template.h"
@@ -254,40 +255,94 @@ static json_t *want_calls(int n) {
 			  0, NULL);
 }
 
-// Parses text whole and then prefix by prefix, as a stream would, and checks both.
+// A scan's calls as [{name, arguments: object}] (an open call's as tool_scan_input gives them).
+static json_t *scan_calls(const tool_scan *s, const char *text) {
+	json_t *a = json_array();
+	for (int k = 0; k < s->n_calls; k++)
+		json_array_append_new(a, json_pack("{s:s%, s:o}", "name", text + s->calls[k].name_off, s->calls[k].name_len,
+						   "arguments", tool_scan_input(s, text, k)));
+	return a;
+}
+
+static void scan_whole(tool_scan *s, const tool_format *f, bool calls_only, const char *text, size_t len) {
+	tool_scan_init(s, f, calls_only);
+	CHECK(tool_scan_feed(s, text, len, TOOL_END) == 0);
+}
+
+// Two scans found the same: content, and calls byte for byte.
+static bool same_scan(const tool_scan *a, const tool_scan *b) {
+	if (a->content_off != b->content_off || a->content_len != b->content_len || a->n_calls != b->n_calls) return false;
+	for (int k = 0; k < a->n_calls; k++)
+		if (memcmp(&a->calls[k], &b->calls[k], sizeof a->calls[k])) return false;
+	return true;
+}
+
+// Scans text (cut to len) whole, and fed in pieces of 1 to chunk bytes: both find the same.
+static void check_pieces(const tool_format *f, bool calls_only, const char *text, size_t len, uint32_t chunk) {
+	tool_scan whole, inc;
+	scan_whole(&whole, f, calls_only, text, len);
+	tool_scan_init(&inc, f, calls_only);
+	uint32_t seed = (uint32_t)len * 2654435761u + chunk;
+	for (size_t k = 0; k < len;) {
+		seed = seed * 1103515245u + 12345u;
+		k += 1 + (seed >> 16) % chunk;
+		if (k > len) k = len;
+		CHECK(tool_scan_feed(&inc, text, k, TOOL_MORE) == 0);
+	}
+	CHECK(tool_scan_feed(&inc, text, len, TOOL_END) == 0);
+	CHECKF(same_scan(&whole, &inc), "%s: [%.*s] in pieces of up to %u: content %zu/%zu, calls %d/%d", tool_format_name(f),
+	       (int)len, text, chunk, whole.content_len, inc.content_len, whole.n_calls, inc.n_calls);
+	tool_scan_free(&whole);
+	tool_scan_free(&inc);
+}
+
+// Scans text whole and then fed prefix by prefix, as a stream is: the stream never shows marker
+// bytes as content nor takes back what it showed, its calls grow by bytes of the whole's, and
+// it ends where the whole scan ends. Every cut of the text, scanned as final, is a cut call.
 static void check_parse(const tool_format *f, const char *content, const char *calls, int ncalls) {
 	char text[2048];
 	snprintf(text, sizeof text, "%s%s", content, calls);
 	size_t len = strlen(text), clen = strlen(content);
-	tool_parsed p;
-	char err[256] = "";
-	int rc = tool_parse(f, text, len, true, &p, err, sizeof err);
-	json_t *want = want_calls(ncalls);
-	CHECKF(rc == 0 && json_equal(p.calls, want), "%s: [%s] parses to %s (%s)", tool_format_name(f), text,
-	       rc ? "error" : json_dumps(p.calls, JSON_COMPACT), err);
-	CHECKF(rc == 0 && p.content_len == clen && !p.open, "%s: content %zu, want %zu", tool_format_name(f),
-	       rc ? 0 : p.content_len, clen);
-	if (!rc) tool_parsed_free(&p);
+	tool_scan w;
+	scan_whole(&w, f, false, text, len);
+	json_t *want = want_calls(ncalls), *got = scan_calls(&w, text);
+	CHECKF(json_equal(got, want), "%s: [%s] parses to %s", tool_format_name(f), text, json_dumps(got, JSON_COMPACT));
+	CHECKF(w.content_len == clen && w.over, "%s: content %zu, want %zu", tool_format_name(f), w.content_len, clen);
+	for (int k = 0; k < w.n_calls; k++) CHECK(w.calls[k].whole && text[w.calls[k].args_off] == '{');
+	json_decref(got);
+	tool_scan s;
+	tool_scan_init(&s, f, false);
 	size_t shown = 0;
 	for (size_t k = 0; k <= len; k++) {
-		rc = tool_parse(f, text, k, false, &p, err, sizeof err);
-		CHECKF(rc == 0, "%s prefix %zu: %s", tool_format_name(f), k, err);
-		if (rc) break;
-		// a stream never shows marker bytes as content, and never takes back what it showed
-		CHECKF(p.safe_len <= clen && p.safe_len >= shown, "%s prefix %zu: safe %zu, content %zu",
-		       tool_format_name(f), k, p.safe_len, clen);
-		shown = p.safe_len > shown ? p.safe_len : shown;
-		// complete calls so far are the first calls of the whole text
-		for (size_t j = 0; j < json_array_size(p.calls); j++)
-			CHECKF(json_equal(json_array_get(p.calls, j), json_array_get(want, j)), "%s prefix %zu: call %zu",
-			       tool_format_name(f), k, j);
-		if (p.open && p.partial_name)
-			CHECKF(!strncmp(p.partial_name, "get_", 4), "%s prefix %zu: name", tool_format_name(f), k);
-		if (p.args_len)
-			CHECKF(p.args_off + p.args_len == k && text[p.args_off] == '{', "%s prefix %zu: args at %zu",
-			       tool_format_name(f), k, p.args_off);
-		tool_parsed_free(&p);
+		CHECK(tool_scan_feed(&s, text, k, TOOL_MORE) == 0);
+		CHECKF(s.content_len <= clen && s.content_len >= shown, "%s prefix %zu: content %zu, want at most %zu",
+		       tool_format_name(f), k, s.content_len, clen);
+		shown = s.content_len;
+		CHECKF(s.n_calls <= w.n_calls, "%s prefix %zu: %d calls", tool_format_name(f), k, s.n_calls);
+		for (int j = 0; j < s.n_calls && j < w.n_calls; j++) {
+			const tool_call_span *a = &s.calls[j], *b = &w.calls[j];
+			CHECKF(a->name_off == b->name_off && a->name_len == b->name_len && a->args_len <= b->args_len &&
+				       (!a->args_len || a->args_off == b->args_off) && a->whole == (a->args_len == b->args_len),
+			       "%s prefix %zu: call %d", tool_format_name(f), k, j);
+			// the open call's arguments are every byte read: nothing held back
+			if (!a->whole && a->args_len) CHECKF(a->args_off + a->args_len == k, "%s prefix %zu", tool_format_name(f), k);
+		}
+		// a reply cut here: no marker bytes in the content, the calls begun are there
+		tool_scan cut;
+		tool_scan_init(&cut, f, false);
+		CHECK(tool_scan_feed(&cut, text, k, TOOL_CUT) == 0);
+		CHECKF(cut.content_len <= clen, "%s cut %zu: content %zu", tool_format_name(f), k, cut.content_len);
+		CHECKF(cut.n_calls >= s.n_calls, "%s cut %zu: calls", tool_format_name(f), k);
+		json_t *in = cut.n_calls ? tool_scan_input(&cut, text, cut.n_calls - 1) : NULL;
+		CHECK(!cut.n_calls || json_is_object(in));
+		json_decref(in);
+		tool_scan_free(&cut);
 	}
+	CHECK(tool_scan_feed(&s, text, len, TOOL_END) == 0);
+	CHECKF(same_scan(&s, &w), "%s: prefix by prefix differs from whole", tool_format_name(f));
+	tool_scan_free(&s);
+	for (uint32_t chunk = 2; chunk < 40; chunk *= 3) check_pieces(f, false, text, len, chunk);
+	tool_scan_free(&w);
 	json_decref(want);
 }
 
@@ -307,36 +362,106 @@ static void test_parse_round_trip(void) {
 		if (OUTPUTS[i].two) check_parse(f, "", OUTPUTS[i].two, 2);
 		// a reply without calls is all content
 		const char *plain = !strcmp(OUTPUTS[i].family, "functionary-v3.2") ? "all\nIt is sunny." : "It is sunny.";
-		tool_parsed p;
-		char err[256];
-		CHECK(tool_parse(f, plain, strlen(plain), true, &p, err, sizeof err) == 0);
-		CHECK(json_array_size(p.calls) == 0 && p.content_len == strlen(plain) && !p.open);
+		tool_scan p;
+		scan_whole(&p, f, false, plain, strlen(plain));
+		CHECK(p.n_calls == 0 && p.content_len == strlen(plain) && p.over);
 		CHECK(p.content_len - p.content_off == strlen("It is sunny."));
-		tool_parsed_free(&p);
+		tool_scan_free(&p);
+		// under a grammar that makes the reply calls, a call cut in its opening leaves no content
+		const size_t ol = strlen(OUTPUTS[i].one);
+		for (size_t k = 0; k < ol; k++) {
+			scan_whole(&p, f, true, OUTPUTS[i].one, k);
+			CHECKF(p.content_len == 0, "%s: calls only, cut at %zu: content %zu", OUTPUTS[i].family, k, p.content_len);
+			tool_scan_free(&p);
+		}
+		scan_whole(&p, f, true, OUTPUTS[i].one, ol);
+		CHECK(p.n_calls == 1 && p.calls[0].whole && p.content_len == 0);
+		tool_scan_free(&p);
 	}
 	t_case("%s", "");
+}
+
+// An open call's input: the members read whole, and a string value closed where it was cut.
+static void test_parse_cut(void) {
+	static const struct { const char *args, *input; } CUTS[] = {
+		{"{", "{}"},
+		{"{\"city\": \"Par", "{\"city\": \"Par\"}"},
+		{"{\"city\": \"Paris\", \"n", "{\"city\": \"Paris\"}"},
+		{"{\"city\": \"Paris\", \"n\": ", "{\"city\": \"Paris\"}"},
+		{"{\"a\": 12", "{}"},
+		{"{\"a\": 12, \"b\"", "{\"a\": 12}"},
+		{"{\"a\": [1, {\"b\": tru", "{\"a\": [1, {}]}"},
+		{"{\"a\": [1, \"x\\u00", "{\"a\": [1, \"x\"]}"},
+		{"{\"a\": \"x\\", "{\"a\": \"x\"}"},
+		{"{\"a\": {\"b\": [[", "{\"a\": {\"b\": [[]]}}"},
+		{"{\"a\": -0.5e+3, \"b\": [true, false, null], \"c\": \"q\\\"\\u00e9\", \"d\": {}}",
+		 "{\"a\": -0.5e+3, \"b\": [true, false, null], \"c\": \"q\\\"\\u00e9\", \"d\": {}}"},
+	};
+	const tool_format *f = family("hermes");
+	for (size_t i = 0; i < sizeof CUTS / sizeof CUTS[0]; i++) {
+		char text[512];
+		snprintf(text, sizeof text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": %s", CUTS[i].args);
+		tool_scan s;
+		scan_whole(&s, f, true, text, strlen(text));
+		json_t *in = s.n_calls == 1 ? tool_scan_input(&s, text, 0) : NULL, *want = json_loads(CUTS[i].input, 0, NULL);
+		CHECKF(in && json_equal(in, want) && s.content_len == 0, "[%s] reads as %s", CUTS[i].args,
+		       in ? json_dumps(in, JSON_COMPACT) : "no call");
+		CHECKF(s.n_calls == 1 && s.calls[0].args_len == strlen(CUTS[i].args), "[%s]: arguments %zu", CUTS[i].args,
+		       s.n_calls ? s.calls[0].args_len : 0);
+		json_decref(in);
+		json_decref(want);
+		tool_scan_free(&s);
+	}
+	// arguments that are not JSON end the call where they stop being JSON, and the scan with it
+	const char *t = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"a\": 1x}}</tool_call>";
+	tool_scan s;
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 1 && !s.calls[0].whole && s.calls[0].args_len == strlen("{\"a\": 1") && s.content_len == 0);
+	tool_scan_free(&s);
 }
 
 static void test_parse_malformed(void) {
 	const tool_format *f = family("hermes");
 	// a marker that opens no well-formed call stays content, and no call is reported
 	const char *t = "Use <tool_call> tags like <tool_call>{name: x}</tool_call>.";
-	tool_parsed p;
-	char err[256] = "";
-	CHECK(tool_parse(f, t, strlen(t), true, &p, err, sizeof err) == 0);
-	CHECK(json_array_size(p.calls) == 0 && p.content_len == strlen(t));
-	tool_parsed_free(&p);
-	// a call cut short by the end of the reply is an error, not content
-	t = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
-	CHECK(tool_parse(f, t, strlen(t), true, &p, err, sizeof err) == LANES_EINVAL && strstr(err, "cut short"));
-	// while streaming it is the open call, with its name and arguments so far
-	CHECK(tool_parse(f, t, strlen(t), false, &p, err, sizeof err) == 0);
-	CHECK(p.open && p.partial_name && p.partial_name_len == 11 && !memcmp(p.partial_name, "get_weather", 11));
-	CHECK(p.content_len == 0 && p.args_len == strlen("{\"city\": \"Par"));
-	tool_parsed_free(&p);
+	tool_scan s;
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 0 && s.content_len == strlen(t));
+	tool_scan_free(&s);
+	// a call cut short by the end of the reply is the call so far, not content
+	t = "Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 1 && !s.calls[0].whole && s.content_len == strlen("Sure. "));
+	CHECK(s.calls[0].name_len == 11 && !memcmp(t + s.calls[0].name_off, "get_weather", 11));
+	CHECK(s.calls[0].args_len == strlen("{\"city\": \"Par"));
+	tool_scan_free(&s);
+	// cut before its name: the opening is dropped, the text before it stays
+	t = "Sure. <tool_call>\n{\"na";
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 0 && s.content_len == strlen("Sure. "));
+	tool_scan_free(&s);
+	// a marker at the end of a reply that may be text is text, unless max_tokens cut it
+	t = "Sure. <tool_ca";
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 0 && s.content_len == strlen(t));
+	tool_scan_free(&s);
+	tool_scan_init(&s, f, false);
+	CHECK(tool_scan_feed(&s, t, strlen(t), TOOL_CUT) == 0 && s.n_calls == 0 && s.content_len == strlen("Sure. "));
+	tool_scan_free(&s);
+	// text after the calls is no content
+	t = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\nDone, it is noon.";
+	scan_whole(&s, f, false, t, strlen(t));
+	CHECK(s.n_calls == 1 && s.calls[0].whole && s.content_len == 0);
+	tool_scan_free(&s);
+	// a name longer than any tool's is none
+	char longname[300];
+	snprintf(longname, sizeof longname, "<tool_call>\n{\"name\": \"%0100d\", \"arguments\": {}}\n</tool_call>", 0);
+	scan_whole(&s, f, false, longname, strlen(longname));
+	CHECK(s.n_calls == 0 && s.content_len == strlen(longname));
+	tool_scan_free(&s);
 }
 
-// Hostile text: every family's replies, cut and mutated, under every family's parser.
+// Hostile text: every family's replies, cut and mutated, under every family's scan, whole and in pieces.
 static void test_parse_hostile(void) {
 	uint32_t seed = 12345;
 	for (size_t i = 0; i < N_OUTPUTS; i++)
@@ -348,13 +473,18 @@ static void test_parse_hostile(void) {
 			for (int round = 0; round < 40; round++) {
 				seed = seed * 1103515245u + 12345u;
 				text[(seed >> 8) % len] = (char)(seed >> 20);
-				for (int final = 0; final < 2; final++) {
-					tool_parsed p;
-					char err[256];
-					int rc = tool_parse(f, text, (seed >> 4) % (len + 1), final, &p, err, sizeof err);
-					CHECK(rc == 0 || rc == LANES_EINVAL);
-					if (rc == 0) CHECK(p.safe_len <= p.content_len && p.content_off <= p.content_len);
-					if (rc == 0) tool_parsed_free(&p);
+				const size_t n = (seed >> 4) % (len + 1);
+				for (int only = 0; only < 2; only++) {
+					tool_scan s;
+					scan_whole(&s, f, only, text, n);
+					CHECK(s.content_off <= s.content_len && s.content_len <= n && s.over);
+					for (int k = 0; k < s.n_calls; k++)
+						CHECK(s.calls[k].name_off + s.calls[k].name_len <= n && s.calls[k].args_off + s.calls[k].args_len <= n);
+					json_t *in = s.n_calls ? tool_scan_input(&s, text, s.n_calls - 1) : NULL;
+					CHECK(!s.n_calls || json_is_object(in));
+					json_decref(in);
+					tool_scan_free(&s);
+					check_pieces(f, only, text, n, 1 + (seed >> 24) % 16);
 				}
 			}
 		}
@@ -499,6 +629,7 @@ int main(void) {
 	test_render_shapes();
 	test_render_errors();
 	test_parse_round_trip();
+	test_parse_cut();
 	test_parse_malformed();
 	test_parse_hostile();
 	test_grammar();

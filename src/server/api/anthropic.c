@@ -111,7 +111,7 @@ static void ant_done(srv_call *c) {
 	if (st->text_open) block_stop(c, st->blocks - 1);
 	const srv_tool_stream *ts = &c->ch[0].tools;
 	json_t *d = json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
-			      turn_stop(c, c->g.parse_calls && ts->n_started && !ts->plain), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
+			      turn_stop(c, c->g.parse_calls && ts->n_started), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
 			      "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached);
 	srv_finish_note(json_object_get(d, "delta"), &c->ch[0]);
 	srv_sse(c, "message_delta", d);

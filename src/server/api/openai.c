@@ -43,7 +43,7 @@ static const char *finish_name(const srv_choice *ch) { return srv_choice_cut(ch)
 
 // A streamed choice that announced tool calls ends with "tool_calls", unless it was cut.
 static const char *stream_finish(const srv_call *c, const srv_choice *ch) {
-	return c->g.parse_calls && ch->tools.n_started && !ch->tools.plain && !srv_choice_cut(ch) ? "tool_calls" : finish_name(ch);
+	return c->g.parse_calls && ch->tools.n_started && !srv_choice_cut(ch) ? "tool_calls" : finish_name(ch);
 }
 
 static json_t *usage(const srv_call *c) {

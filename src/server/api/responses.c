@@ -80,7 +80,8 @@ static json_t *output_items(srv_call *c, const char *status) {
 	json_t *v;
 	json_array_foreach(calls, k, v) {
 		const char *n = json_string_value(json_object_get(v, "name")), *a = json_string_value(json_object_get(v, "arguments"));
-		json_array_append_new(out, call_item(json_string_value(json_object_get(v, "id")), n, strlen(n), a, strlen(a), "completed"));
+		json_array_append_new(out, call_item(json_string_value(json_object_get(v, "id")), n, strlen(n), a, strlen(a),
+						     json_is_true(json_object_get(v, "whole")) ? "completed" : "incomplete"));
 	}
 	json_decref(calls);
 	return out;
@@ -180,7 +181,9 @@ static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {
 static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
 	resp_state *st = c->st;
 	const char *n = json_string_value(json_object_get(call, "name")), *a = json_string_value(json_object_get(call, "arguments"));
-	json_t *item = call_item(id, n ? n : "", n ? strlen(n) : 0, a ? a : "", a ? strlen(a) : 0, "completed");
+	// a call cut short ends with the arguments it has, incomplete
+	json_t *item = call_item(id, n ? n : "", n ? strlen(n) : 0, a ? a : "", a ? strlen(a) : 0,
+				 json_is_true(json_object_get(call, "whole")) ? "completed" : "incomplete");
 	event(c, "response.function_call_arguments.done",
 	      json_pack("{s:O, s:i, s:s}", "item_id", json_object_get(item, "id"), "output_index", st->items, "arguments", a ? a : ""));
 	event(c, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", st->items, "item", item));

@@ -832,7 +832,8 @@ void srv_call_free(srv_call *c) {
 		c->conn->call = NULL;
 	}
 	if (c->api && c->api->free_state) c->api->free_state(c->st);
-	for (int i = 0; c->ch && i < c->n; i++) srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding), json_decref(c->ch[i].tools.ids);
+	for (int i = 0; c->ch && i < c->n; i++)
+		srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding), json_decref(c->ch[i].tools.ids), tool_scan_free(&c->ch[i].tools.scan);
 	free(c->ch);
 	free(c->req);
 	srv_gen_free(&c->g);

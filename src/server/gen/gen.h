@@ -39,6 +39,7 @@ typedef struct {
 	json_t *format;                // the response format's schema (owned; NULL: none): calls in auto join it
 	const char *tool_id_prefix;    // "call_", "toolu_": the ids given to parsed calls
 	bool parse_calls;              // the output is parsed into tool calls
+	bool calls_only;               // the grammar makes the output calls from its first byte
 	// adapters: "model" naming one, then "lora" (llama-server's [{"name"|"id", "scale"}])
 	json_t *lora;                  // "lora" as sent (borrowed)
 	model_lora_set lora_set;       // the versions bound at the check, a reference on each (owned)
@@ -95,12 +96,12 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 
 // One choice's tool calls as the output gives them, streamed or whole.
 typedef struct {
+	tool_scan scan;                // stream: the text read so far (owned once scanning)
+	bool scanning;
 	size_t content_sent;           // stream: bytes of content sent
 	int n_started;                 // calls announced (their ids in ids)
 	size_t cur_sent;               // of the last call announced, bytes of its arguments sent
-	size_t cur_off;                // where those arguments begin in the text
-	bool cur_done;                 // that call is complete
-	bool plain;                    // the output did not parse as calls: it is all content
+	bool cur_done;                 // that call's end was sent
 	json_t *ids;                   // the ids given to the calls, in order (owned)
 } srv_tool_stream;
 
@@ -112,10 +113,12 @@ typedef struct {
 	void (*call_end)(srv_call *c, int i, int k, const char *id, json_t *call); // call: as srv_tool_calls gives
 } srv_tool_sink;
 // Sends what choice i's text now adds: content up to where a call could begin (all of it when
-// final), each call's start, its arguments as they grow, its end.
+// final), each call's start, the bytes its arguments gain, its end (when its object closes, or
+// at the end of the text for a call cut short). The pieces concatenate to srv_tool_calls'.
 void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink);
-// Choice i's whole output: the content's length and the calls
-// [{"id", "name", "arguments": JSON text, "input": object}] (new reference; empty: none).
+// Choice i's whole output: the content's length and the calls [{"id", "name", "arguments": the
+// JSON text as generated, "input": object, "whole": false for a call cut short (its arguments
+// so far; input as tool_scan_input)}] (new reference; empty: none). 0, or -1: out of memory.
 int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls);
 
 // ---- a generation call: n lane requests for one HTTP request ------------------------------

@@ -157,6 +157,7 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 	json_decref(g->tools);
 	g->tools = json_incref(tools);
 	g->parse_calls = true;
+	g->calls_only = choice != TOOL_CHOICE_AUTO;
 	if (!g->tool_id_prefix) g->tool_id_prefix = "call_";
 	return 0;
 }
@@ -175,14 +176,14 @@ static const char *call_id(srv_call *c, srv_tool_stream *ts, int k) {
 	return id ? id : "";
 }
 
-// One parsed call in the shape adapters use: {id, name, arguments: JSON text, input: object}.
-static json_t *call_object(srv_call *c, srv_tool_stream *ts, int k, json_t *parsed) {
-	json_t *args = json_object_get(parsed, "arguments");
-	char *text = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_t *o = json_pack("{s:s, s:O, s:s, s:O}", "id", call_id(c, ts, k), "name", json_object_get(parsed, "name"), "arguments",
-			      text ? text : "{}", "input", args);
-	free(text);
-	return o;
+// Call k of the scan over text in the shape adapters use: {id, name, arguments: the JSON text as
+// the model wrote it (so far, for an open call), input: an object, whole}.
+static json_t *call_object(srv_call *c, srv_tool_stream *ts, const tool_scan *sc, const char *text, int k) {
+	const tool_call_span *sp = &sc->calls[k];
+	json_t *input = tool_scan_input(sc, text, k);
+	if (!input) return NULL;
+	return json_pack("{s:s, s:s%, s:s%, s:o, s:b}", "id", call_id(c, ts, k), "name", text + sp->name_off, sp->name_len,
+			 "arguments", text + sp->args_off, sp->args_len, "input", input, "whole", sp->whole);
 }
 
 int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls) {
@@ -190,77 +191,51 @@ int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls) {
 	*content_len = ch->text.len;
 	*calls = json_array();
 	if (!*calls) return -1;
-	if (!c->g.parse_calls || ch->tools.plain) return 0;
-	tool_parsed p;
-	char err[256];
-	const tool_format *f = c->s->chat.fmt;
-	if (tool_parse(f, ch->text.p ? ch->text.p : "", ch->text.len, true, &p, err, sizeof err)) {
-		// a call cut short (by length) is not a call: the text stays the reply's content
-		LOG_DEBUG(SRV_MOD, "the output holds no whole tool call: %s", err);
-		return 0;
+	if (!c->g.parse_calls) return 0;
+	// one scan of the whole text: what a stream of the same text sent, piece by piece
+	const char *text = ch->text.p ? ch->text.p : "";
+	tool_scan sc;
+	tool_scan_init(&sc, c->s->chat.fmt, c->g.calls_only);
+	int rc = tool_scan_feed(&sc, text, ch->text.len, srv_choice_cut(ch) ? TOOL_CUT : TOOL_END);
+	*content_len = sc.content_len;
+	for (int k = 0; !rc && k < sc.n_calls; k++) {
+		json_t *o = call_object(c, &ch->tools, &sc, text, k);
+		rc = !o || json_array_append_new(*calls, o) ? -1 : 0;
 	}
-	*content_len = p.content_len;
-	size_t k;
-	json_t *v;
-	json_array_foreach(p.calls, k, v) json_array_append_new(*calls, call_object(c, &ch->tools, (int)k, v));
-	tool_parsed_free(&p);
-	return 0;
+	tool_scan_free(&sc);
+	if (rc) json_decref(*calls), *calls = NULL;
+	return rc;
 }
 
 void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink) {
 	srv_choice *ch = &c->ch[i];
 	srv_tool_stream *ts = &ch->tools;
 	const char *text = ch->text.p ? ch->text.p : "";
-	tool_parsed p;
-	char err[256];
-	const tool_format *f = c->s->chat.fmt;
-	if (ts->plain || tool_parse(f, text, ch->text.len, final, &p, err, sizeof err)) {
-		// the text holds no whole call: what was not sent as content goes now
-		ts->plain = ts->n_started == 0;
-		if (ts->plain && ch->text.len > ts->content_sent) sink->content(c, i, text + ts->content_sent, ch->text.len - ts->content_sent);
-		if (ts->plain) ts->content_sent = ch->text.len;
-		return;
+	if (!ts->scanning) tool_scan_init(&ts->scan, c->s->chat.fmt, c->g.calls_only), ts->scanning = true;
+	const tool_scan *sc = &ts->scan;
+	// the scan reads only what the text adds: its pieces go out as they are found
+	if (tool_scan_feed(&ts->scan, text, ch->text.len, !final ? TOOL_MORE : srv_choice_cut(ch) ? TOOL_CUT : TOOL_END)) return;
+	if (ts->n_started == 0 && sc->content_len > ts->content_sent) {
+		sink->content(c, i, text + ts->content_sent, sc->content_len - ts->content_sent);
+		ts->content_sent = sc->content_len;
 	}
-	const size_t upto = final || json_array_size(p.calls) || p.open ? p.content_len : p.safe_len;
-	if (upto > ts->content_sent && ts->n_started == 0) {
-		sink->content(c, i, text + ts->content_sent, upto - ts->content_sent);
-		ts->content_sent = upto;
-	}
-	const int n_done = (int)json_array_size(p.calls);
-	for (int k = 0; k < n_done; k++) {
-		if (k < ts->n_started - 1 || (k == ts->n_started - 1 && ts->cur_done)) continue;
-		json_t *o = call_object(c, ts, k, json_array_get(p.calls, (size_t)k));
-		const char *args = json_string_value(json_object_get(o, "arguments"));
-		if (!o || !args) break;
+	for (int k = ts->n_started && !ts->cur_done ? ts->n_started - 1 : ts->n_started; k < sc->n_calls; k++) {
+		const tool_call_span *sp = &sc->calls[k];
 		if (k >= ts->n_started) {
-			const char *name = json_string_value(json_object_get(o, "name"));
-			sink->call_start(c, i, k, call_id(c, ts, k), name, strlen(name));
-			ts->n_started = k + 1;
-			ts->cur_sent = 0;
-		}
-		// the arguments as parsed extend what the stream sent of them (compact JSON both)
-		const size_t al = strlen(args);
-		if (ts->cur_sent <= al && !strncmp(args, text + ts->cur_off, ts->cur_sent)) {
-			if (al > ts->cur_sent) sink->call_args(c, i, k, args + ts->cur_sent, al - ts->cur_sent);
-		} else {
-			LOG_DEBUG(SRV_MOD, "tool call %d: the arguments streamed differ from their parsed form", k);
-		}
-		ts->cur_sent = al;
-		ts->cur_done = true;
-		sink->call_end(c, i, k, call_id(c, ts, k), o);
-		json_decref(o);
-	}
-	if (p.open && p.partial_name && !final) {
-		const int k = n_done;
-		if (k >= ts->n_started) {
-			sink->call_start(c, i, k, call_id(c, ts, k), p.partial_name, p.partial_name_len);
+			sink->call_start(c, i, k, call_id(c, ts, k), text + sp->name_off, sp->name_len);
 			ts->n_started = k + 1;
 			ts->cur_sent = 0;
 			ts->cur_done = false;
 		}
-		// the arguments go once the call is whole, in the compact form the reply has: raw text
-		// may run past the object (the closing marker) or be laid out otherwise
-		ts->cur_off = p.args_off;
+		if (sp->args_len > ts->cur_sent) {
+			sink->call_args(c, i, k, text + sp->args_off + ts->cur_sent, sp->args_len - ts->cur_sent);
+			ts->cur_sent = sp->args_len;
+		}
+		// a call ends when its object closes, or with the scan (cut, or the text left the layout)
+		if (!sp->whole && !sc->over) break;
+		json_t *o = call_object(c, ts, sc, text, k);
+		ts->cur_done = true;
+		sink->call_end(c, i, k, call_id(c, ts, k), o);
+		json_decref(o);
 	}
-	tool_parsed_free(&p);
 }
