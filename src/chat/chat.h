@@ -80,7 +80,7 @@ typedef struct {
 	size_t content_len;      // the content is [content_off, content_len): bytes no call can claim any more
 	tool_call_span *calls;   // n_calls of them (malloc'd); only the last may be open
 	int n_calls, cap_calls;
-	bool over;               // nothing after pos belongs to a call: the scan has ended
+	bool over;               // the scan has ended: what the text adds now is neither content nor a call
 	// the scan's own state
 	const tool_format *f;
 	size_t pos;              // bytes read
@@ -113,9 +113,10 @@ void tool_scan_init(tool_scan *s, const tool_format *f, bool calls_only);
 // end, a call's opening cut before its name is dropped, and an open call stays open (not whole).
 enum tool_end { TOOL_MORE, TOOL_END, TOOL_CUT };
 // Reads text (the whole text so far, len bytes, the bytes fed before unchanged) from where the
-// scan stopped. 0 or LANES_ENOMEM. Not thread-safe per scan.
+// scan stopped. 0 or LANES_ENOMEM. One thread at a time per scan.
 int tool_scan_feed(tool_scan *s, const char *text, size_t len, enum tool_end end);
-// Call k's arguments as an object (new reference; NULL: out of memory): a whole call's parsed;
+// Call k's arguments (text: what the scan read) as an object (new reference; NULL: out of
+// memory): a whole call's parsed;
 // an open call's as far as they go — the members read whole, and a string value being read
 // closed where it was cut; a member whose key or other value was cut is left out.
 json_t *tool_scan_input(const tool_scan *s, const char *text, int k);

@@ -97,7 +97,7 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 // One choice's tool calls as the output gives them, streamed or whole.
 typedef struct {
 	tool_scan scan;                // stream: the text read so far (owned once scanning)
-	bool scanning;
+	bool scanning;                 // scan was started
 	size_t content_sent;           // stream: bytes of content sent
 	int n_started;                 // calls announced (their ids in ids)
 	size_t cur_sent;               // of the last call announced, bytes of its arguments sent
