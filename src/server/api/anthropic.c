@@ -187,8 +187,8 @@ static const srv_field ant_common_fields[] = {
 	SRV_NAMED_AS("cache_control", OBJECT), // the prefix cache works without marks
 	SRV_NAMED_AS("context_management", OBJECT),
 	SRV_NAMED_AS("mcp_servers", ARRAY),
-	SRV_NAMED("compaction"),
-	SRV_NAMED("billing_policy"),
+	SRV_NAMED_AS("compaction", OBJECT),
+	SRV_NAMED_AS("billing_policy", OBJECT),
 	SRV_NAMED_AS("speed", STR),
 	SRV_NAMED_AS("user_profile_id", STR),
 	SRV_NAMED_AS("workspace_id", STR),
@@ -204,11 +204,11 @@ static const srv_field ant_fields[] = {
 	{"stop_sequences", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(ant_req, g.stops), .sub = NULL},
 	SRV_NAMED_AS("service_tier", STR),
 	SRV_NAMED("container"),
-	SRV_NAMED("diagnostics"),
+	SRV_NAMED_AS("diagnostics", OBJECT),
 	SRV_NAMED_AS("inference_geo", STR),
 	SRV_NAMED("fallbacks"),
 	SRV_NAMED("fallback_credit_token"),
-	SRV_NAMED("thread"),
+	SRV_NAMED_AS("thread", OBJECT),
 	{0},
 };
 

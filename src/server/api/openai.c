@@ -282,7 +282,7 @@ static const srv_api oai_api = {oai_begin, oai_text, oai_choice_end, oai_done, o
 typedef struct {
 	srv_gen g;
 	json_t *messages, *prompt;   // chat; completions
-	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix;
+	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix, *function_call;
 	const char *grammar;         // GBNF text (llama-server's extension)
 	json_t *json_schema;         // a JSON Schema (llama-server's extension)
 	bool parallel_tool_calls;
@@ -337,9 +337,9 @@ static const srv_field chat_fields[] = {
 	// documented, and not done here: hosted features, audio, the deprecated functions
 	SRV_NAMED_AS("service_tier", STR),
 	SRV_NAMED_AS("audio", OBJECT),
-	SRV_NAMED("function_call"),
+	SRV_ROW(oai_req, function_call, SRV_K_JSON),
 	SRV_NAMED_AS("functions", ARRAY),
-	SRV_NAMED("moderation"),
+	SRV_NAMED_AS("moderation", OBJECT),
 	SRV_NAMED_AS("prediction", OBJECT),
 	SRV_NAMED_AS("verbosity", STR),
 	SRV_NAMED_AS("web_search_options", OBJECT),
@@ -375,13 +375,17 @@ static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 		json_t *m;
 		bool text_only = json_is_array(v);
 		json_array_foreach(v, k, m) {
-			if (!json_is_string(m))
+			const char *x = json_string_value(m);
+			if (!x || (strcmp(x, "text") && strcmp(x, "audio")))
 				return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
-			text_only &= !strcmp(json_string_value(m), "text");
+			text_only &= !strcmp(x, "text");
 		}
 		if (!json_is_array(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
 		if (!text_only) srv_ignored_add(c, "modalities"); // no audio comes out: the reply is text
 	}
+	if ((v = r->function_call) && !json_is_string(v) && !json_is_object(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "function_call", "function_call must be \"none\", \"auto\" or {\"name\"}");
+	if (v) srv_ignored_add(c, "function_call"); // the deprecated functions: tools take their place
 	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
 	if (json_is_true(v)) srv_ignored_add(c, "store"); // completions are not stored
 	if ((v = r->suffix) && !json_is_string(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix must be a string");

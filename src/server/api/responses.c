@@ -265,7 +265,7 @@ static const srv_field resp_fields[] = {
 	SRV_NAMED_AS("service_tier", STR),
 	SRV_NAMED_AS("client_metadata", OBJECT),
 	SRV_NAMED_AS("context_management", ARRAY),
-	SRV_NAMED("moderation"),
+	SRV_NAMED_AS("moderation", OBJECT),
 	SRV_NAMED_AS("max_tool_calls", INT),
 	SRV_NAMED_AS("top_logprobs", INT),
 	{0},

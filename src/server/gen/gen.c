@@ -44,10 +44,10 @@ const srv_field srv_gen_fields[] = {
 	// what lanes does not do as asked: the prefix cache works without a key, and no identity is kept
 	SRV_NAMED_AS("prompt_cache_key", STR),
 	SRV_NAMED_AS("prompt_cache_retention", STR),
-	SRV_NAMED("prompt_cache_options"),
+	SRV_NAMED_AS("prompt_cache_options", OBJECT),
 	SRV_NAMED_AS("safety_identifier", STR),
-	SRV_NAMED("cache_prompt"),
-	SRV_NAMED("id_slot"),
+	SRV_NAMED_AS("cache_prompt", BOOL),
+	SRV_NAMED_AS("id_slot", INT),
 	{0},
 };
 
