@@ -1,6 +1,7 @@
-// server/api/anthropic: the Anthropic Messages adapter (POST /v1/messages) — system and text blocks into
-// the chat template (a trailing assistant turn is a prefill the reply continues), the
-// message reply, the event stream (message_start … message_stop) and its error event.
+// server/api/anthropic: the Anthropic Messages adapter (POST /v1/messages) — system, text, tool
+// and thinking blocks into the chat template (a trailing assistant turn is a prefill the reply
+// continues), output_format into the grammar, the message reply, the event stream
+// (message_start … message_stop) and its error event.
 #include "server/gen/gen.h"
 #include "server/routes.h"
 

@@ -231,7 +231,7 @@ typedef struct {
 	double temperature, top_p; // echoed back as sent
 	json_t *store, *previous_response_id, *conversation, *prompt, *tools, *tool_choice, *text, *reasoning, *include, *background;
 	bool parallel_tool_calls;
-	bool max_sent;             // max_output_tokens was sent: echoed back (else null)
+	bool max_sent;             // the request set its limit: echoed back as max_output_tokens (else null)
 } resp_req;
 
 // The Responses API's bounds where they are narrower than the host's.
@@ -497,7 +497,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, resp_fields, NULL, &e) ||
 	    srv_fields_read(j, resp_fields, &r, NULL, &r.g.api, c, &e) || resp_neutral(c, &r, &e))
 		goto fail;
-	r.max_sent = r.g.lr.max_tokens > 0;
+	r.max_sent = r.g.lr.max_tokens > 0 || json_integer_value(r.g.n_predict) > 0; // not --max-tokens's
 	r.g.lr.sampling.temperature = (float)r.temperature;
 	r.g.lr.sampling.top_p = (float)r.top_p;
 	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(c, &r, &flat, &e) ||

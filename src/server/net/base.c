@@ -121,31 +121,27 @@ void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status) {
 // ---- what a request sent that lanes did not honour -----------------------------------------------
 
 void srv_ignored_add(srv_conn *c, const char *name) {
-	if (!c || !name || !*name) return;
+	if (!c || !name || !*name || c->ignored.cut) return;
 	srv_ignored *l = &c->ignored;
 	char clean[96];
 	size_t n = 0;
 	for (; name[n] && n < sizeof clean - 1; n++)
 		clean[n] = name[n] > 0x20 && name[n] < 0x7f && name[n] != ',' ? name[n] : '_';
 	clean[n] = 0;
-	for (const char *p = l->names; l->len && p;) { // already named?
+	for (const char *p = l->names; l->len && p;) { // named already?
 		const char *end = strchr(p, ',');
 		const size_t k = end ? (size_t)(end - p) : strlen(p);
 		if (k == n && !memcmp(p, clean, n)) return;
 		p = end ? end + 1 : NULL;
 	}
-	static const char more[] = ",...";
-	if (l->cut) return;
+	const char *sep = l->len ? "," : "";
 	// room is kept for the mark that says the list was cut
-	if (l->len + (l->len ? 1 : 0) + n + sizeof more > sizeof l->names) {
-		memcpy(l->names + l->len, more + (l->len ? 0 : 1), sizeof more - (l->len ? 0 : 1));
-		l->len += strlen(more + (l->len ? 0 : 1));
+	if (l->len + strlen(sep) + n + sizeof ",..." > sizeof l->names) {
+		l->len += (size_t)snprintf(l->names + l->len, sizeof l->names - l->len, "%s...", sep);
 		l->cut = true;
 		return;
 	}
-	if (l->len) l->names[l->len++] = ',';
-	memcpy(l->names + l->len, clean, n + 1);
-	l->len += n;
+	l->len += (size_t)snprintf(l->names + l->len, sizeof l->names - l->len, "%s%s", sep, clean);
 }
 
 int srv_ignored_refuse(srv_conn *c, srv_err *e) {
