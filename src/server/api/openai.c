@@ -373,14 +373,13 @@ static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 	if ((v = r->modalities)) {
 		size_t k;
 		json_t *m;
-		bool text_only = json_is_array(v);
+		bool text_only = true, ok = json_is_array(v);
 		json_array_foreach(v, k, m) {
 			const char *x = json_string_value(m);
-			if (!x || (strcmp(x, "text") && strcmp(x, "audio")))
-				return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
-			text_only &= !strcmp(x, "text");
+			ok &= x && (!strcmp(x, "text") || !strcmp(x, "audio"));
+			text_only &= x && !strcmp(x, "text");
 		}
-		if (!json_is_array(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
+		if (!ok) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
 		if (!text_only) srv_ignored_add(c, "modalities"); // no audio comes out: the reply is text
 	}
 	if ((v = r->function_call) && !json_is_string(v) && !json_is_object(v))
