@@ -307,13 +307,15 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
 	const int status = c->status ? c->status : 499;
+	const char *ign = c->ignored.len ? " ignored=" : "", *names = c->ignored.len ? c->ignored.names : "";
 	if (c->via) // forwarded: the peer's own log has the tokens
-		LOG_INFO(SRV_MOD, "%s %s %d %s via=%s %.1f ms%s", c->method, c->path, status, c->outcome ? c->outcome : "", c->via, ms, why);
+		LOG_INFO(SRV_MOD, "%s %s %d %s via=%s %.1f ms%s%s%s", c->method, c->path, status, c->outcome ? c->outcome : "", c->via, ms,
+			 ign, names, why);
 	else if (c->n_prompt || c->n_gen || c->outcome)
-		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s", c->method, c->path, status,
-			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, why);
+		LOG_INFO(SRV_MOD, "%s %s %d %s prompt=%d generated=%d %.1f ms%s%s%s", c->method, c->path, status,
+			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, ign, names, why);
 	else
-		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s", c->method, c->path, status, ms, why);
+		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s%s%s", c->method, c->path, status, ms, ign, names, why);
 	srv_buf_free(&c->body);
 	free(c);
 }

@@ -35,7 +35,8 @@ typedef struct {
 	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
 	bool embeddings_only;       // the generation endpoints answer 400
 	bool strict_model;          // a model name that is not this server's gets 404 (default: any name means it)
-	bool strict_params;         // hint fields (prompt_cache_key, cache_prompt, ...) get a 400 instead of being ignored
+	bool strict_params;         // what lanes accepts and cannot honour (x-lanes-ignored) gets a 400 instead
+	int32_t max_tokens;         // the output limit of a request that sets none (0: what the window allows)
 	// request guards (docs/api.md, "Browsers and hostile clients"); the lists are borrowed:
 	// they must outlive the server. Each entry may hold several, comma-separated.
 	const char *const *allowed_hosts; // Host names accepted besides the defaults; "*": any

@@ -190,9 +190,6 @@ test('typed errors: 400 naming the field, 404 model, 401 key, unsupported parame
 	e = await client.chat.completions.create({ messages: [{ role: 'user' }] }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.equal(e.param, 'messages[0].content');
-	e = await client.chat.completions.create({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }).catch((x) => x);
-	assert.ok(e instanceof OpenAI.BadRequestError);
-	assert.match(e.message, /image_url/);
 	// one model served: any name means it (as llama-server; --strict-model for the 404)
 	const any = await client.chat.completions.create({ model: 'gpt-4o', messages: m, max_tokens: 2 });
 	assert.equal(any.model, 'stories260K');
@@ -202,10 +199,10 @@ test('typed errors: 400 naming the field, 404 model, 401 key, unsupported parame
 	e = await client.chat.completions.create({ messages: m, response_format: { type: 'xml' } }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.match(e.message, /response_format/);
-	e = await client.chat.completions.create({ messages: m, frobnicate: 1, audio: {} }).catch((x) => x);
+	// fields no reference documents; audio is documented: accepted, and named
+	e = await client.chat.completions.create({ messages: m, frobnicate: 1, wibble: {}, audio: {} }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
-	assert.match(e.message, /frobnicate/);
-	assert.match(e.message, /audio/);
+	assert.match(e.message, /unsupported parameters: frobnicate, wibble$/);
 	e = await client.completions.create({ prompt: 'x'.repeat(20000), max_tokens: 10 }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.equal(e.code, 'context_length_exceeded');

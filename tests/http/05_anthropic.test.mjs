@@ -104,9 +104,10 @@ test('messages: typed errors in Anthropic shape', async () => {
 	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), temperature: 1.5 }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
 	assert.match(e.message, /temperature/);
-	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }).catch((x) => x);
-	assert.ok(e instanceof Anthropic.BadRequestError);
-	assert.match(e.message, /image/);
+	// an image this model cannot see is read as a placeholder, and named
+	const img = await client.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }).withResponse();
+	assert.equal(img.data.type, 'message');
+	assert.equal(img.response.headers.get('x-lanes-ignored'), 'image');
 	e = await client.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi'), tools: [{ type: 'web_search_20250305', name: 'web_search' }] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
 	assert.match(e.message, /tools/);
@@ -116,9 +117,10 @@ test('messages: typed errors in Anthropic shape', async () => {
 	e = await bad.messages.create({ model: MODEL, max_tokens: 5, messages: user('hi') }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.AuthenticationError, String(e));
 	assert.equal(e.error.error.type, 'authentication_error');
-	// metadata is accepted and ignored
-	const ok = await client.messages.create({ model: MODEL, max_tokens: 4, messages: user('hi'), metadata: { user_id: 'u1' } });
-	assert.equal(ok.type, 'message');
+	// metadata is accepted; its user_id is kept nowhere, and the header says so
+	const ok = await client.messages.create({ model: MODEL, max_tokens: 4, messages: user('hi'), metadata: { user_id: 'u1' } }).withResponse();
+	assert.equal(ok.data.type, 'message');
+	assert.equal(ok.response.headers.get('x-lanes-ignored'), 'metadata');
 });
 
 test('countTokens equals the usage.input_tokens of the same request; paths under /v1/messages answer in Anthropic\'s shape', async () => {

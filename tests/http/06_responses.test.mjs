@@ -72,14 +72,14 @@ test('responses.stream(): deltas and the final response', async () => {
 	assert.equal(fin.usage.output_tokens, whole.usage.output_tokens);
 });
 
-test('responses: store, previous_response_id and tools are refused with a clear 400', async () => {
-	let e = await client.responses.create({ model: MODEL, input: 'x', store: true }).catch((x) => x);
-	assert.ok(e instanceof OpenAI.BadRequestError, String(e));
-	assert.equal(e.param, 'store');
-	assert.match(e.message, /store/);
-	e = await client.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_1' }).catch((x) => x);
+test('responses: store: true runs and is named; previous_response_id and server tools are refused with a clear 400', async () => {
+	const stored = await client.responses.create({ model: MODEL, input: 'x', store: true, max_output_tokens: 2 }).withResponse();
+	assert.equal(stored.data.status, 'incomplete');
+	assert.equal(stored.response.headers.get('x-lanes-ignored'), 'store', 'nothing is kept: the header says so');
+	let e = await client.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_1' }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.equal(e.param, 'previous_response_id');
+	assert.match(e.message, /send the whole conversation/);
 	e = await client.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'web_search' }] }).catch((x) => x);
 	assert.ok(e instanceof OpenAI.BadRequestError);
 	assert.equal(e.param, 'tools');

@@ -118,7 +118,11 @@ test('the other bounds: penalties, top_logprobs, logit_bias, stop counts, n', as
 	await refused('messages', { stop_sequences: [long] }, 'stop_sequences');
 	await accepted('chat', { stop: 'a'.repeat(1024) });
 	await refused('chat', { n: 33 }, 'n');
-	await refused('completions', { n: 2, best_of: 3 }, 'best_of');
+	await refused('completions', { best_of: 33 }, 'best_of');
+	// best_of above n is documented: n completions run, and best_of is named as not honoured
+	const best = await paths.completions({ n: 2, best_of: 3 });
+	assert.equal(best.status, 200);
+	assert.equal(best.headers.get('x-lanes-ignored'), 'best_of');
 });
 
 test('nested fields are read from their own table', async () => {

@@ -97,16 +97,16 @@ test('embed: normalized vectors equal /v1/embeddings; the legacy endpoint is not
 	assert.ok(Math.abs(cos - 1) < 1e-5);
 });
 
-test('errors in Ollama\'s shape; what lanes cannot honour is refused, runner tuning ignored', async () => {
+test('errors in Ollama\'s shape; what lanes cannot honour is named or refused, runner tuning ignored', async () => {
 	const bad = [
 		[{ messages: user('x') }, /model is required/],
 		[{ model: 'stories260K', messages: [] }, /messages/],
 		[{ model: 'stories260K', messages: [{ role: 'tool', content: 'x' }] }, /tools are not supported/],
-		[{ model: 'stories260K', messages: [{ role: 'user', content: 'x', images: ['aGk='] }] }, /images are not supported/],
+		[{ model: 'stories260K', messages: [{ role: 'user', content: 'x', images: [7] }] }, /images\[0\] must be a base64 string/],
 		[{ model: 'stories260K', messages: user('x'), format: 'yaml' }, /format/],
 		[{ model: 'stories260K', messages: user('x'), options: { temperature: 'hot' } }, /options.temperature/],
 		[{ model: 'stories260K', messages: user('x'), options: { num_predict: 0 } }, /num_predict/],
-		[{ model: 'stories260K', messages: user('x'), options: { mirostat: 2 } }, /mirostat/],
+		[{ model: 'stories260K', messages: user('x'), options: { mirostat: 'on' } }, /mirostat/],
 		[{ model: 'stories260K', messages: user('x'), options: { nonsense: 1 } }, /nonsense/],
 	];
 	for (const [body, re] of bad) {
@@ -124,6 +124,13 @@ test('errors in Ollama\'s shape; what lanes cannot honour is refused, runner tun
 	});
 	assert.equal(ok.status, 200, JSON.stringify(ok.body));
 	assert.equal(ok.body.eval_count, 2);
+	assert.equal(ok.headers.get('x-lanes-ignored'), null, 'runner tuning cannot change a reply: not named');
+	// mirostat and images lanes cannot honour: the reply comes, and the header names them
+	const named = await postJSON(`${url}/api/chat`, {
+		model: 'stories260K', messages: [{ role: 'user', content: 'x', images: ['aGk='] }], stream: false, options: { num_predict: 2, mirostat: 2 },
+	});
+	assert.equal(named.status, 200, JSON.stringify(named.body));
+	assert.equal(named.headers.get('x-lanes-ignored'), 'options.mirostat,images');
 	const nokey = await fetch(`${url}/api/chat`, { method: 'POST', body: JSON.stringify({ model: 'stories260K', messages: user('x') }) });
 	assert.equal(nokey.status, 401);
 	assert.ok((await nokey.json()).error);

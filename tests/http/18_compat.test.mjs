@@ -1,4 +1,4 @@
-// What other servers' clients send: hint fields accepted and ignored (refused with
+// What other servers' clients send: hint fields accepted, ignored and named (refused with
 // --strict-params), llama-server's and vLLM's aliases (n_predict, repetition_penalty) with
 // their meaning, and chat_template_kwargs / reasoning_effort reaching the chat template.
 import { test, before, after } from 'node:test';
@@ -20,12 +20,13 @@ after(() => [srv, strict].forEach((s) => s && s.proc.kill('SIGKILL')));
 const chat = (u, extra) => postJSON(`${u}/v1/chat/completions`, { messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 4, ...extra });
 const cmpl = (u, extra) => postJSON(`${u}/v1/completions`, { prompt: 'Once upon a time', ...extra });
 
-test('hint fields are accepted and change nothing; --strict-params refuses each by name', async () => {
+test('hint fields are accepted, change nothing and are named; --strict-params refuses each by name', async () => {
 	const plain = await cmpl(srv.url, { max_tokens: 8, seed: 4 });
 	for (const hint of [{ prompt_cache_key: 'thread-1' }, { cache_prompt: true }, { safety_identifier: 'u1' }, { prompt_cache_retention: '24h' }, { id_slot: 0 }]) {
 		const r = await cmpl(srv.url, { max_tokens: 8, seed: 4, ...hint });
 		assert.equal(r.status, 200, JSON.stringify(r.body));
 		assert.equal(r.body.choices[0].token_sha, plain.body.choices[0].token_sha, Object.keys(hint)[0]);
+		assert.equal(r.headers.get('x-lanes-ignored'), Object.keys(hint)[0]);
 		const c = await chat(srv.url, hint);
 		assert.equal(c.status, 200);
 		const s = await cmpl(strict.url, { max_tokens: 2, ...hint });
@@ -104,7 +105,7 @@ test('a model name that matches nothing means the one model; --strict-model answ
 	}
 });
 
-test('clear refusals: batch prompts, tool messages, images, compressed bodies', async () => {
+test('clear refusals: batch prompts, tool messages, unknown content parts, compressed bodies', async () => {
 	const b = await cmpl(srv.url, { prompt: ['one', 'two', 'three'], max_tokens: 1 });
 	assert.equal(b.status, 400);
 	assert.match(b.body.error.message, /batch prompts are not supported: 3 prompts/);
@@ -114,14 +115,16 @@ test('clear refusals: batch prompts, tool messages, images, compressed bodies', 
 	assert.equal(t.status, 400);
 	assert.equal(t.body.error.param, 'messages[1].role');
 	assert.match(t.body.error.message, /'function' is not supported/);
-	const i = await chat(srv.url, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] });
+	// a part type no API documents (images are placeholders: tests/http/34_compat)
+	const i = await chat(srv.url, { messages: [{ role: 'user', content: [{ type: 'hologram', hologram: {} }] }] });
 	assert.equal(i.status, 400);
-	assert.match(i.body.error.message, /images are not supported by this model/);
+	assert.equal(i.body.error.param, 'messages[0].content[0]');
+	assert.match(i.body.error.message, /'hologram' is not supported/);
 	const a = await postJSON(`${srv.url}/v1/messages`, {
-		model: 'stories260K', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'aGk=' } }] }],
+		model: 'stories260K', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'hologram', source: {} }] }],
 	});
 	assert.equal(a.status, 400);
-	assert.match(a.body.error.message, /images are not supported by this model/);
+	assert.match(a.body.error.message, /'hologram' is not supported/);
 	const z = await fetch(`${srv.url}/v1/completions`, {
 		method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
 		body: JSON.stringify({ prompt: 'x' }),

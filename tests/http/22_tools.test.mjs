@@ -144,7 +144,7 @@ ctest('chat: completions.parse with zodResponseFormat gives the parsed object', 
 });
 
 // Tools and a format together (the Agents SDK sends both for every agent with an output type):
-// each reply is a call that validates or the format's JSON that validates, on chat and Responses,
+// each reply is a call that validates or the format's JSON that validates, on chat, Responses and messages,
 // the same whether it runs alone or beside others; a grammar of the client's own still cannot join calls.
 ctest('tools and a response format together: a call or the format, solo = concurrent', async () => {
 	const REPORT = { type: 'object', properties: { sunny: { type: 'boolean' }, city: { type: 'string', maxLength: 10 } }, required: ['sunny', 'city'], additionalProperties: false };
@@ -174,6 +174,14 @@ ctest('tools and a response format together: a call or the format, solo = concur
 		const call = r.output.find((o) => o.type === 'function_call');
 		if (call) assert.ok(ajv.validate(SCHEMAS[call.name], JSON.parse(call.arguments)), call.arguments);
 		else assert.ok(ajv.validate(REPORT, JSON.parse(r.output_text)), r.output_text);
+	}
+	const atools = TOOLS.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters }));
+	for (const seed of [1, 2]) {
+		const m = await postJSON(`${url}/v1/messages`, { model: 'm', max_tokens: MAX, seed, messages: msgs, tools: atools, tool_choice: { type: 'auto', disable_parallel_tool_use: true }, output_format: { type: 'json_schema', schema: REPORT } }, { 'x-api-key': KEY });
+		assert.equal(m.status, 200, JSON.stringify(m.body));
+		const use = m.body.content.find((b) => b.type === 'tool_use');
+		if (use) assert.ok(ajv.validate(SCHEMAS[use.name], use.input), JSON.stringify(use.input));
+		else assert.ok(ajv.validate(REPORT, JSON.parse(m.body.content[0].text)), m.body.content[0].text);
 	}
 	const e = await oai.chat.completions.create({ messages: msgs, max_tokens: 4, tools: TOOLS, grammar: 'root ::= "a"' }).catch((x) => x);
 	assert.equal(e.status, 400);

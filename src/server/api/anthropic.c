@@ -1,6 +1,7 @@
-// server/api/anthropic: the Anthropic Messages adapter (POST /v1/messages) — system and text blocks into
-// the chat template (a trailing assistant turn is a prefill the reply continues), the
-// message reply, the event stream (message_start … message_stop) and its error event.
+// server/api/anthropic: the Anthropic Messages adapter (POST /v1/messages) — system, text, tool
+// and thinking blocks into the chat template (a trailing assistant turn is a prefill the reply
+// continues), output_format into the grammar, the message reply, the event stream
+// (message_start … message_stop) and its error event.
 #include "server/gen/gen.h"
 #include "server/routes.h"
 
@@ -153,7 +154,8 @@ static const char *const text_blocks[] = {"text", NULL};
 typedef struct {
 	srv_gen g;
 	json_t *messages, *system;
-	json_t *tools, *tool_choice, *thinking; // neutral values only
+	json_t *tools, *tool_choice, *thinking;
+	json_t *output_format, *config_format; // output_format, output_config.format: one JSON Schema
 } ant_req;
 
 // Anthropic's bounds where they are narrower than the host's.
@@ -162,18 +164,48 @@ static const lane_api ant_lane_api = {
 	.range = {[LANE_F_MAX_TOKENS] = LANE_RANGE(1, INT32_MAX), [LANE_F_TEMPERATURE] = LANE_RANGE(0, 1)},
 };
 
-static const srv_field ant_fields[] = {
-	{NULL, SRV_K_INCLUDE, .off = offsetof(ant_req, g), .sub = srv_gen_fields},
+static const srv_field output_config_fields[] = {
+	{"format", SRV_K_JSON, .off = offsetof(ant_req, config_format)},
+	SRV_NAMED_AS("effort", STR), // no reasoning runs for it to bound
+	SRV_NAMED_AS("task_budget", OBJECT),
+	{0},
+};
+
+// What both /v1/messages and count_tokens read beside the conversation, and the hosted features
+// neither can honour.
+static const srv_field ant_common_fields[] = {
 	SRV_ROW(ant_req, messages, SRV_K_JSON),
 	SRV_ROW(ant_req, system, SRV_K_JSON),
-	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(ant_req, g.lr.max_tokens), NULL},
-	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(ant_req, g.lr.sampling.temperature), NULL},
-	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(ant_req, g.lr.sampling.top_p), NULL},
-	{"stop_sequences", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(ant_req, g.stops), NULL},
 	SRV_ROW(ant_req, tools, SRV_K_JSON),
 	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(ant_req, thinking, SRV_K_JSON),
-	SRV_IGNORED_AS("service_tier", STR),
+	SRV_ROW(ant_req, output_format, SRV_K_JSON),
+	{"output_config", SRV_K_OBJECT, .sub = output_config_fields},
+	SRV_NAMED_AS("cache_control", OBJECT), // the prefix cache works without marks
+	SRV_NAMED_AS("context_management", OBJECT),
+	SRV_NAMED_AS("mcp_servers", ARRAY),
+	SRV_NAMED_AS("compaction", OBJECT),
+	SRV_NAMED_AS("billing_policy", OBJECT),
+	SRV_NAMED_AS("speed", STR),
+	SRV_NAMED_AS("user_profile_id", STR),
+	SRV_NAMED_AS("workspace_id", STR),
+	{0},
+};
+
+static const srv_field ant_fields[] = {
+	{NULL, SRV_K_INCLUDE, .off = offsetof(ant_req, g), .sub = srv_gen_fields},
+	{NULL, SRV_K_INCLUDE, .sub = ant_common_fields},
+	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(ant_req, g.lr.max_tokens), .sub = NULL},
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(ant_req, g.lr.sampling.temperature), .sub = NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(ant_req, g.lr.sampling.top_p), .sub = NULL},
+	{"stop_sequences", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(ant_req, g.stops), .sub = NULL},
+	SRV_NAMED_AS("service_tier", STR),
+	SRV_NAMED("container"),
+	SRV_NAMED_AS("diagnostics", OBJECT),
+	SRV_NAMED_AS("inference_geo", STR),
+	SRV_NAMED("fallbacks"),
+	SRV_NAMED("fallback_credit_token"),
+	SRV_NAMED_AS("thread", OBJECT),
 	{0},
 };
 
@@ -188,14 +220,65 @@ static const srv_field ant_msg_fields[] = {
 	{0},
 };
 
-// Fields accepted only at their neutral value, and the one that is required.
-static int ant_neutral(const ant_req *r, srv_err *e) {
-	json_t *v;
-	if ((v = r->thinking)) {
-		const char *t = json_string_value(json_object_get(v, "type"));
-		if (!t || strcmp(t, "disabled"))
-			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "unsupported parameter: thinking (extended thinking is not supported)");
+// thinking in each documented form: {"type": "enabled", "budget_tokens"}, adaptive, between_tools
+// or disabled, each with an optional display. No reasoning runs yet: all but disabled are named.
+// max_tokens 0: not known (count_tokens).
+static int ant_thinking(srv_conn *c, const json_t *v, int32_t max_tokens, srv_err *e) {
+	static const char *const forms = "{\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"}, "
+					 "{\"type\": \"between_tools\"} or {\"type\": \"disabled\"}";
+	if (!v) return 0;
+	const char *t = json_string_value(json_object_get(v, "type"));
+	const bool enabled = t && !strcmp(t, "enabled");
+	if (!json_is_object(v) || !t || (!enabled && strcmp(t, "adaptive") && strcmp(t, "between_tools") && strcmp(t, "disabled")))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking: must be %s", forms);
+	const char *k;
+	json_t *x;
+	json_object_foreach((json_t *)v, k, x) {
+		const bool known = !strcmp(k, "type") || (!strcmp(k, "display") && strcmp(t, "disabled") && strcmp(t, "between_tools")) ||
+				   (!strcmp(k, "budget_tokens") && enabled);
+		if (!known) return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.%s: unsupported parameter for type \"%s\"", k, t);
 	}
+	const json_t *d = json_object_get(v, "display");
+	const char *ds = json_string_value(d);
+	if (d && !json_is_null(d) && (!ds || (strcmp(ds, "summarized") && strcmp(ds, "omitted"))))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.display: must be \"summarized\" or \"omitted\"");
+	const json_t *b = json_object_get(v, "budget_tokens");
+	if (enabled) {
+		const json_int_t n = json_is_integer(b) ? json_integer_value(b) : 0;
+		if (n < 1024) return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.budget_tokens: must be an integer of at least 1024");
+		if (max_tokens && n >= max_tokens)
+			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.budget_tokens: must be less than max_tokens");
+	}
+	if (strcmp(t, "disabled")) srv_ignored_add(c, "thinking");
+	return 0;
+}
+
+// output_format (or output_config.format): {"type": "json_schema", "schema"} into the grammar;
+// compile false only checks its shape (count_tokens: the prompt does not depend on it).
+static int ant_format(ant_req *r, bool compile, srv_err *e) {
+	const bool both = r->output_format && r->config_format;
+	json_t *f = r->output_format ? r->output_format : r->config_format;
+	const char *param = r->output_format ? "output_format" : "output_config.format";
+	if (both) return srv_fail(e, SRV_E_BAD_REQUEST, "output_format", "output_format: send it or output_config.format, not both");
+	if (!f) return 0;
+	const char *t = json_string_value(json_object_get(f, "type"));
+	json_t *sc = json_object_get(f, "schema");
+	const char *k;
+	json_t *x;
+	json_object_foreach(f, k, x) if (strcmp(k, "type") && strcmp(k, "schema"))
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s.%s: unsupported parameter", param, k);
+	if (!t || strcmp(t, "json_schema") || !json_is_object(sc))
+		return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s: must be {\"type\": \"json_schema\", \"schema\": {...}}", param);
+	if (!compile) return 0;
+	char p[48];
+	snprintf(p, sizeof p, "%s.schema", param);
+	return srv_grammar_schema(&r->g, sc, p, e);
+}
+
+// thinking, the format's shape, and the one field that is required: before srv_gen_check, whose
+// --max-tokens would fill in a max_tokens not sent.
+static int ant_check(srv_conn *c, ant_req *r, bool count, srv_err *e) {
+	if (ant_thinking(c, r->thinking, count ? 0 : r->g.lr.max_tokens, e) || ant_format(r, false, e)) return -1;
 	if (!r->g.lr.max_tokens) return srv_fail(e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
 	return 0;
 }
@@ -246,18 +329,17 @@ static int ant_tools(http_server *s, ant_req *r, srv_err *e) {
 	return rc;
 }
 
-// A tool_result's content: a string or text blocks.
-static int result_text(json_t *content, const char *p, char **out, srv_err *e) {
-	return srv_content_text(content, p, text_blocks, out, e);
-}
-
 // One message's blocks: text, tool_use (assistant turns) and tool_result (user turns) as OpenAI
 // messages appended to flat; *text_only tells a plain turn (a prefill when it comes last).
-static int ant_blocks(const char *role, json_t *content, const char *pc, json_t *flat, char **text, bool *text_only, srv_err *e) {
+// An assistant turn's thinking goes to *reasoning (malloc'd; NULL: none) for the templates that
+// render it; redacted thinking is dropped. Parts the model cannot read are named on c.
+static int ant_blocks(srv_conn *c, const char *role, json_t *content, const char *pc, json_t *flat, char **text,
+		      char **reasoning, bool *text_only, srv_err *e) {
 	*text_only = true;
-	if (!json_is_array(content)) return srv_content_text(content, pc, text_blocks, text, e);
+	*reasoning = NULL;
+	if (!json_is_array(content)) return srv_content_text(content, pc, text_blocks, c, text, e);
 	const bool assistant = !strcmp(role, "assistant");
-	srv_buf b = {0};
+	srv_buf b = {0}, th = {0};
 	json_t *calls = json_array();
 	size_t k;
 	json_t *bl;
@@ -284,16 +366,25 @@ static int ant_blocks(const char *role, json_t *content, const char *pc, json_t 
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a tool_result block is {tool_use_id, content, is_error}", p);
 				goto fail;
 			}
-			if (result_text(json_object_get(bl, "content"), pr, &rt, e)) goto fail;
+			if (srv_content_text(json_object_get(bl, "content"), pr, text_blocks, c, &rt, e)) goto fail;
 			json_t *o = json_pack("{s:s, s:O, s:s+}", "role", "tool", "tool_call_id", id, "content", json_is_true(err) ? "Error: " : "", rt);
 			free(rt);
 			json_array_append_new(flat, o);
 			*text_only = false;
+		} else if (ty && !strcmp(ty, "thinking") && assistant) {
+			json_t *tt = json_object_get(bl, "thinking");
+			if (!json_is_string(tt)) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a thinking block is {thinking, signature}", p);
+				goto fail;
+			}
+			if (th.len) srv_buf_adds(&th, "\n\n");
+			srv_buf_add(&th, json_string_value(tt), json_string_length(tt));
+		} else if (ty && !strcmp(ty, "redacted_thinking") && assistant) {
+			continue; // encrypted for another server's model: nothing here can read it
 		} else {
-			static const char *const one[] = {"text", NULL};
 			json_t *arr = json_pack("[O]", bl);
 			char *t = NULL;
-			int rc = srv_content_text(arr, pc, one, &t, e);
+			int rc = srv_content_text(arr, pc, text_blocks, c, &t, e);
 			json_decref(arr);
 			if (rc) {
 				snprintf(e->param, sizeof e->param, "%s", p);
@@ -303,8 +394,18 @@ static int ant_blocks(const char *role, json_t *content, const char *pc, json_t 
 			free(t);
 		}
 	}
+	if (th.len || th.oom) {
+		srv_buf_add(&th, "", 1);
+		if (!(*reasoning = th.p)) {
+			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+			goto fail;
+		}
+		th = (srv_buf){0};
+	}
 	if (json_array_size(calls)) {
-		json_array_append_new(flat, json_pack("{s:s, s:s%, s:O}", "role", "assistant", "content", b.p ? b.p : "", b.len, "tool_calls", calls));
+		json_t *m = json_pack("{s:s, s:s%, s:O}", "role", "assistant", "content", b.p ? b.p : "", b.len, "tool_calls", calls);
+		if (m && *reasoning) json_object_set_new(m, "reasoning_content", json_string(*reasoning));
+		json_array_append_new(flat, m);
 		srv_buf_free(&b);
 		*text = NULL;
 	} else {
@@ -312,6 +413,8 @@ static int ant_blocks(const char *role, json_t *content, const char *pc, json_t 
 		*text = b.p;
 		if (!*text) {
 			json_decref(calls);
+			free(*reasoning);
+			*reasoning = NULL;
 			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
 	}
@@ -319,12 +422,15 @@ static int ant_blocks(const char *role, json_t *content, const char *pc, json_t 
 	return 0;
 fail:
 	srv_buf_free(&b);
+	srv_buf_free(&th);
 	json_decref(calls);
 	return -1;
 }
 
-// system + messages into [{role, content}]; a final assistant turn becomes *prefill.
-static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill, srv_err *e) {
+// system + messages into [{role, content}]; a final assistant turn becomes *prefill. A system
+// message among them (Claude Code sends one for a model it does not know) stays a system turn
+// where it is: srv_chat_prompt joins it to the system prompt for a template that has none there.
+static int ant_messages(srv_conn *c, json_t *msgs, json_t *sys, json_t **out, char **prefill, srv_err *e) {
 	*out = NULL;
 	*prefill = NULL;
 	if (!json_is_array(msgs) || !json_array_size(msgs))
@@ -333,7 +439,7 @@ static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill,
 	if (!flat) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (sys) {
 		char *text = NULL;
-		if (srv_content_text(sys, "system", text_blocks, &text, e)) goto fail;
+		if (srv_content_text(sys, "system", text_blocks, c, &text, e)) goto fail;
 		json_array_append_new(flat, json_pack("{s:s, s:s}", "role", "system", "content", text));
 		free(text);
 	}
@@ -348,10 +454,10 @@ static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill,
 			goto fail;
 		}
 		ant_msg r = {0};
-		if (srv_fields_known(m, ant_msg_fields, p, e) || srv_fields_read(m, ant_msg_fields, &r, p, NULL, e)) goto fail;
+		if (srv_fields_known(m, ant_msg_fields, p, e) || srv_fields_read(m, ant_msg_fields, &r, p, NULL, c, e)) goto fail;
 		const char *role = json_string_value(r.role);
-		if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role: must be \"user\" or \"assistant\"", p);
+		if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role: must be \"user\" or \"assistant\" (or \"system\")", p);
 			goto fail;
 		}
 		json_t *content = r.content;
@@ -359,16 +465,26 @@ static int ant_messages(json_t *msgs, json_t *sys, json_t **out, char **prefill,
 			srv_fail(e, SRV_E_BAD_REQUEST, pc, "%s: field required", pc);
 			goto fail;
 		}
-		char *text = NULL;
+		char *text = NULL, *reasoning = NULL;
 		bool plain = true;
-		if (ant_blocks(role, content, pc, flat, &text, &plain, e)) goto fail;
+		if (!strcmp(role, "system")) {
+			if (srv_content_text(content, pc, text_blocks, c, &text, e)) goto fail;
+		} else if (ant_blocks(c, role, content, pc, flat, &text, &reasoning, &plain, e)) {
+			goto fail;
+		}
 		if (i == n - 1 && !strcmp(role, "assistant") && plain) {
 			*prefill = text;
+			free(reasoning);
 			break;
 		}
 		// a user turn of tool results alone adds no user message
-		if (text && (plain || *text)) json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
+		if (text && (plain || *text)) {
+			json_t *o = json_pack("{s:s, s:s}", "role", role, "content", text);
+			if (o && reasoning) json_object_set_new(o, "reasoning_content", json_string(reasoning));
+			json_array_append_new(flat, o);
+		}
 		free(text);
+		free(reasoning);
 	}
 	*out = flat;
 	return 0;
@@ -384,11 +500,11 @@ enum MHD_Result srv_messages(srv_conn *c) {
 	char *prefill = NULL;
 	ant_state *st = NULL;
 	ant_req r = {0};
-	srv_gen_init(&r.g, &ant_lane_api);
+	srv_gen_init(&r.g, &ant_lane_api, c);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
-	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) || srv_gen_check(s, &r.g, &e) ||
-	    ant_tools(s, &r, &e) ||
-	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
+	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, c, &e) || ant_check(c, &r, false, &e) || srv_gen_check(s, &r.g, &e) ||
+	    ant_format(&r, true, &e) || ant_tools(s, &r, &e) ||
+	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
 	    srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
@@ -411,11 +527,7 @@ fail:
 
 static const srv_field ant_count_fields[] = {
 	{"model", SRV_K_STR, .off = offsetof(ant_req, g.model)},
-	SRV_ROW(ant_req, messages, SRV_K_JSON),
-	SRV_ROW(ant_req, system, SRV_K_JSON),
-	SRV_ROW(ant_req, tools, SRV_K_JSON),
-	SRV_ROW(ant_req, tool_choice, SRV_K_JSON),
-	SRV_ROW(ant_req, thinking, SRV_K_JSON),
+	{NULL, SRV_K_INCLUDE, .sub = ant_common_fields},
 	{0},
 };
 
@@ -426,12 +538,12 @@ enum MHD_Result srv_count_tokens(srv_conn *c) {
 	json_t *j = NULL, *flat = NULL;
 	char *prefill = NULL;
 	ant_req r = {0};
-	srv_gen_init(&r.g, &ant_lane_api);
+	srv_gen_init(&r.g, &ant_lane_api, c);
 	r.g.lr.max_tokens = 1; // not part of this request
 	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_count_fields, NULL, &e) ||
-		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, &e) || ant_neutral(&r, &e) ||
-		 srv_check_model(s, r.g.model, &e) || ant_tools(s, &r, &e) || ant_messages(r.messages, r.system, &flat, &prefill, &e) ||
-		 srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e);
+		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, c, &e) || ant_check(c, &r, true, &e) ||
+		 srv_check_model(s, r.g.model, &e) || ant_tools(s, &r, &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
+		 srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e) || srv_ignored_refuse(c, &e);
 	const int32_t n = r.g.lr.n_prompt;
 	json_decref(j);
 	json_decref(flat);

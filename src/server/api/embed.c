@@ -270,9 +270,9 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	}
 	r->shape = shape;
 	r->truncate = true;
-	srv_gen_init(&r->g, shape == EMB_OLLAMA_LEGACY ? &legacy_api : &embed_api);
+	srv_gen_init(&r->g, shape == EMB_OLLAMA_LEGACY ? &legacy_api : &embed_api, c);
 	const srv_field *t = shape == EMB_OPENAI ? embed_fields : shape == EMB_OLLAMA ? ollama_embed_fields : ollama_legacy_fields;
-	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, t, NULL, &e) || srv_fields_read(j, t, r, NULL, NULL, &e);
+	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, t, NULL, &e) || srv_fields_read(j, t, r, NULL, NULL, c, &e);
 	if (!rc && shape != EMB_OPENAI && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(s, r->g.model, &e);
 	if (!rc) rc = srv_gen_bind(s, &r->g, &e); // an adapter's name: its hidden states

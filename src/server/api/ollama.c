@@ -133,7 +133,7 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	json_t *j = NULL;
 	show_req r = {0};
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, show_fields, NULL, &e) ||
-	    srv_fields_read(j, show_fields, &r, NULL, NULL, &e)) {
+	    srv_fields_read(j, show_fields, &r, NULL, NULL, NULL, &e)) {
 		json_decref(j);
 		return srv_reply_error(c, &e);
 	}
@@ -179,20 +179,21 @@ typedef struct {
 
 // Options lanes honours; the ones that only tune Ollama's own runner are accepted and ignored.
 static const srv_field oll_options[] = {
-	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oll_req, g.lr.sampling.temperature), NULL},
-	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oll_req, g.lr.sampling.top_p), NULL},
-	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(oll_req, g.lr.sampling.top_k), NULL},
-	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(oll_req, g.lr.sampling.min_p), NULL},
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oll_req, g.lr.sampling.temperature), .sub = NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oll_req, g.lr.sampling.top_p), .sub = NULL},
+	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(oll_req, g.lr.sampling.top_k), .sub = NULL},
+	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(oll_req, g.lr.sampling.min_p), .sub = NULL},
 	{"seed", SRV_K_SEED, .off = offsetof(oll_req, g.lr.sampling)},
 	{"num_predict", SRV_K_JSON, .off = offsetof(oll_req, num_predict)},
-	{"stop", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(oll_req, g.stops), NULL},
-	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oll_req, g.lr.sampling.repeat_penalty), NULL},
+	{"stop", SRV_K_STOP_ARRAY, LANE_F_STOP, offsetof(oll_req, g.stops), .sub = NULL},
+	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oll_req, g.lr.sampling.repeat_penalty), .sub = NULL},
 	{"repeat_last_n", SRV_K_JSON, .off = offsetof(oll_req, repeat_last_n)},
-	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oll_req, g.lr.sampling.presence_penalty), NULL},
-	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oll_req, g.lr.sampling.frequency_penalty), NULL},
+	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oll_req, g.lr.sampling.presence_penalty), .sub = NULL},
+	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oll_req, g.lr.sampling.frequency_penalty), .sub = NULL},
 	{"mirostat", SRV_K_JSON, .off = offsetof(oll_req, mirostat)},
 	{"tfs_z", SRV_K_JSON, .off = offsetof(oll_req, tfs_z)},
-	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(oll_req, g.lr.sampling.typical_p), NULL},
+	SRV_IGNORED("logits_all"), SRV_IGNORED("embedding_only"),
+	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(oll_req, g.lr.sampling.typical_p), .sub = NULL},
 	SRV_IGNORED("num_ctx"), SRV_IGNORED("num_keep"), SRV_IGNORED("num_batch"), SRV_IGNORED("num_gpu"),
 	SRV_IGNORED("main_gpu"), SRV_IGNORED("num_thread"), SRV_IGNORED("use_mmap"), SRV_IGNORED("use_mlock"),
 	SRV_IGNORED("low_vram"), SRV_IGNORED("numa"), SRV_IGNORED("f16_kv"), SRV_IGNORED("vocab_only"),
@@ -209,6 +210,8 @@ static const srv_field oll_chat_fields[] = {
 	SRV_ROW(oll_req, keep_alive, SRV_K_JSON),
 	SRV_ROW(oll_req, tools, SRV_K_JSON),
 	SRV_ROW(oll_req, think, SRV_K_JSON),
+	SRV_NAMED_AS("logprobs", BOOL), // not in this reply's shape yet
+	SRV_NAMED_AS("top_logprobs", INT),
 	{0},
 };
 
@@ -226,6 +229,11 @@ static const srv_field oll_generate_fields[] = {
 	{"options", SRV_K_OBJECT, .sub = oll_options},
 	SRV_ROW(oll_req, keep_alive, SRV_K_JSON),
 	SRV_ROW(oll_req, think, SRV_K_JSON),
+	SRV_NAMED_AS("logprobs", BOOL),
+	SRV_NAMED_AS("top_logprobs", INT),
+	SRV_NAMED("width"), // image generation's
+	SRV_NAMED("height"),
+	SRV_NAMED("steps"),
 	{0},
 };
 
@@ -289,8 +297,8 @@ static json_t *oll_reply(srv_call *c) {
 static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .reply = oll_reply, .free_state = oll_free, .family = SRV_OLLAMA};
 
 // Ollama's num_predict (-1 and -2: to the window) and repeat_last_n (-1: the whole context,
-// 0: no penalty), and the options lanes can only take at their neutral values.
-static int oll_options_apply(oll_req *r, srv_err *e) {
+// 0: no penalty), and the options lanes honours only at their neutral values (named otherwise).
+static int oll_options_apply(srv_conn *c, oll_req *r, srv_err *e) {
 	const json_t *np = r->num_predict, *rl = r->repeat_last_n;
 	const json_int_t n = json_is_integer(np) ? json_integer_value(np) : -1;
 	if ((np && !json_is_integer(np)) || n < -2 || n == 0 || n > INT32_MAX)
@@ -307,23 +315,55 @@ static int oll_options_apply(oll_req *r, srv_err *e) {
 	};
 	for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {
 		json_t *v = *(json_t **)((char *)r + fixed[k].off);
-		if (v && !(json_is_number(v) && json_number_value(v) == fixed[k].neutral))
-			return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "options.%s is not supported (only %g, its neutral value)", fixed[k].name,
-					fixed[k].neutral);
+		char name[32];
+		snprintf(name, sizeof name, "options.%s", fixed[k].name);
+		if (v && !json_is_number(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be a number", name);
+		if (v && json_number_value(v) != fixed[k].neutral) srv_ignored_add(c, name);
 	}
 	return 0;
 }
 
-// Fields whose meaning lanes would silently drop are refused.
-static int oll_unsupported(const oll_req *r, srv_err *e) {
+// images: base64 strings, each read as a placeholder (this model cannot see); *n of them.
+static int oll_images(const json_t *images, const char *p, size_t *n, srv_err *e) {
+	*n = 0;
+	if (!images || json_is_null(images)) return 0;
+	if (!json_is_array(images)) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an array of base64 strings", p);
+	size_t k;
+	json_t *v;
+	json_array_foreach(images, k, v) if (!json_is_string(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s[%zu] must be a base64 string", p, k);
+	*n = json_array_size(images);
+	return 0;
+}
+
+// text, then a placeholder per image (named on c). malloc'd.
+static char *with_images(srv_conn *c, const char *text, size_t n_images) {
+	static const char ph[] = "[image omitted: this model cannot see images]";
+	srv_buf b = {0};
+	srv_buf_adds(&b, text);
+	for (size_t k = 0; k < n_images; k++) {
+		if (b.len) srv_buf_adds(&b, "\n");
+		srv_buf_adds(&b, ph);
+	}
+	if (n_images) srv_ignored_add(c, "images");
+	srv_buf_add(&b, "", 1);
+	if (b.oom) srv_buf_free(&b);
+	return b.p;
+}
+
+// Fields lanes cannot honour: named, or refused where going on would answer something else.
+static int oll_unsupported(srv_conn *c, const oll_req *r, srv_err *e) {
 	if (r->tools && !(json_is_array(r->tools) && !json_array_size(r->tools)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools are not supported");
-	if (r->images && !(json_is_array(r->images) && !json_array_size(r->images)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "images", "images are not supported by this model");
 	if (r->context && !(json_is_array(r->context) && !json_array_size(r->context)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "context", "context (a previous reply's tokens) is not supported: send the text");
-	if (r->suffix && *r->suffix) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix (fill in the middle) is not supported");
-	if (r->templ && *r->templ) return srv_fail(e, SRV_E_BAD_REQUEST, "template", "a per-request template is not supported");
+	const json_t *t = r->think;
+	const char *ts = json_string_value(t);
+	if (t && !json_is_boolean(t) && !json_is_null(t) && !(ts && (!strcmp(ts, "high") || !strcmp(ts, "medium") || !strcmp(ts, "low"))))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "think", "think must be a boolean, \"high\", \"medium\" or \"low\"");
+	if (json_is_true(t) || ts) srv_ignored_add(c, "think"); // no reasoning runs yet
+	if (r->suffix && *r->suffix) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
+	if (r->templ && *r->templ) srv_ignored_add(c, "template"); // the model's chat template renders it
 	return 0;
 }
 
@@ -336,8 +376,9 @@ static int oll_format(oll_req *r, srv_err *e) {
 	return srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
 }
 
-// Ollama chat messages as the chat template reads them: {role, content} strings.
-static int oll_messages(json_t *msgs, json_t **out, srv_err *e) {
+// Ollama chat messages as the chat template reads them: {role, content} strings, a
+// placeholder for each image.
+static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
 	*out = NULL;
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages must be a non-empty array");
@@ -354,7 +395,10 @@ static int oll_messages(json_t *msgs, json_t **out, srv_err *e) {
 		const char *k;
 		json_t *v;
 		json_object_foreach(m, k, v) if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "images") &&
-						 strcmp(k, "tool_calls") && strcmp(k, "thinking")) bad = k;
+						 strcmp(k, "tool_calls") && strcmp(k, "thinking") && strcmp(k, "tool_name")) bad = k;
+		char pi[80];
+		snprintf(pi, sizeof pi, "%s.images", p);
+		size_t n_images = 0;
 		if (!json_is_object(m)) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 		else if (bad) srv_fail(e, SRV_E_BAD_REQUEST, p, "unknown field %s.%s", p, bad);
 		else if (!role) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
@@ -362,12 +406,14 @@ static int oll_messages(json_t *msgs, json_t **out, srv_err *e) {
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: tools are not supported", p);
 		else if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, user or assistant", p, role);
-		else if (images && !(json_is_array(images) && !json_array_size(images)))
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: images are not supported by this model", p);
-		else if (content && !json_is_string(content) && !json_is_null(content))
+		else if (oll_images(images, pi, &n_images, e)) {
+			// e names what is wrong with them
+		} else if (content && !json_is_string(content) && !json_is_null(content))
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.content must be a string", p);
 		else {
-			json_t *o = json_pack("{s:s, s:s}", "role", role, "content", json_is_string(content) ? json_string_value(content) : "");
+			char *text = with_images(c, json_is_string(content) ? json_string_value(content) : "", n_images);
+			json_t *o = text ? json_pack("{s:s, s:s}", "role", role, "content", text) : NULL;
+			free(text);
 			if (o && !json_array_append_new(flat, o)) continue;
 			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
@@ -387,7 +433,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 		return srv_reply_error(c, &e);
 	}
 	r->chat = chat;
-	srv_gen_init(&r->g, chat ? &oll_chat_api : &oll_gen_api);
+	srv_gen_init(&r->g, chat ? &oll_chat_api : &oll_gen_api, c);
 	r->g.stream = true; // Ollama streams unless told not to
 	r->g.stream_type = "application/x-ndjson";
 	// Ollama's default options
@@ -397,13 +443,15 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	r->g.lr.sampling.repeat_penalty = 1.1f;
 	const srv_field *t = chat ? oll_chat_fields : oll_generate_fields;
 	int rc = srv_parse_body(c, &r->j, &e) || srv_fields_known(r->j, t, NULL, &e) ||
-		 srv_fields_read(r->j, t, r, NULL, &r->g.api, &e);
+		 srv_fields_read(r->j, t, r, NULL, &r->g.api, c, &e);
 	if (!rc && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 	if (!rc) rc = oll_check_model(s, r->g.model, false, &e);
 	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
 	// checked here, in Ollama's naming; an adapter's name is bound by srv_gen_check
 	r->g.model = !rc && oll_adapter(s, r->g.model, r->lora) ? r->lora : NULL;
-	if (!rc) rc = oll_unsupported(r, &e) || oll_options_apply(r, &e) || srv_gen_check(s, &r->g, &e) || oll_format(r, &e);
+	size_t n_images = 0;
+	if (!rc) rc = oll_unsupported(c, r, &e) || oll_images(r->images, "images", &n_images, &e) || oll_options_apply(c, r, &e) ||
+		      srv_gen_check(s, &r->g, &e) || oll_format(r, &e);
 	if (!rc && !chat && (!r->prompt || !*r->prompt)) {
 		// Ollama's way to load a model: an empty prompt answers done at once
 		json_decref(r->j);
@@ -416,6 +464,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 		return srv_reply_json(c, 200, o, 0);
 	}
 	if (!rc && !chat && r->raw) {
+		if (n_images) srv_ignored_add(c, "images"); // a raw prompt is tokenized as sent
 		size_t n = 0;
 		char err[256];
 		int t2 = tok_encode(s->vocab, r->prompt, strlen(r->prompt), true, true, &r->g.prompt, &n, err, sizeof err);
@@ -424,11 +473,14 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	} else if (!rc) {
 		json_t *flat = NULL;
 		if (chat) {
-			rc = oll_messages(r->messages, &flat, &e);
+			rc = oll_messages(c, r->messages, &flat, &e);
 		} else {
-			flat = r->system && *r->system ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", r->system,
-								     "role", "user", "content", r->prompt)
-						       : json_pack("[{s:s, s:s}]", "role", "user", "content", r->prompt);
+			char *prompt = with_images(c, r->prompt, n_images);
+			flat = !prompt ? NULL
+			       : r->system && *r->system ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", r->system,
+								     "role", "user", "content", prompt)
+							 : json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
+			free(prompt);
 			if (!flat) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
 		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", NULL, &r->g.prompt, &r->g.lr.n_prompt, &e);

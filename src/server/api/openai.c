@@ -278,7 +278,7 @@ static const srv_api oai_api = {.begin = oai_begin, .text = oai_text, .choice_en
 typedef struct {
 	srv_gen g;
 	json_t *messages, *prompt;   // chat; completions
-	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix;
+	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix, *function_call;
 	const char *grammar;         // GBNF text (llama-server's extension)
 	json_t *json_schema;         // a JSON Schema (llama-server's extension)
 	bool parallel_tool_calls;
@@ -302,16 +302,16 @@ static const srv_field stream_options_fields[] = {
 // The fields both endpoints read.
 static const srv_field oai_fields[] = {
 	{NULL, SRV_K_INCLUDE, .off = offsetof(oai_req, g), .sub = srv_gen_fields},
-	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oai_req, g.lr.sampling.temperature), NULL},
-	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oai_req, g.lr.sampling.top_p), NULL},
-	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oai_req, g.lr.sampling.presence_penalty), NULL},
-	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oai_req, g.lr.sampling.frequency_penalty), NULL},
-	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oai_req, g.lr.sampling.repeat_penalty), NULL},
+	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(oai_req, g.lr.sampling.temperature), .sub = NULL},
+	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(oai_req, g.lr.sampling.top_p), .sub = NULL},
+	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oai_req, g.lr.sampling.presence_penalty), .sub = NULL},
+	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oai_req, g.lr.sampling.frequency_penalty), .sub = NULL},
+	{"repeat_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(oai_req, g.lr.sampling.repeat_penalty), .sub = NULL},
 	{"n", SRV_K_CHOICES, .off = offsetof(oai_req, g.n)},
-	{"stop", SRV_K_STOPS, LANE_F_STOP, offsetof(oai_req, g.stops), NULL},
-	{"logit_bias", SRV_K_BIAS, LANE_F_LOGIT_BIAS, offsetof(oai_req, g.bias), NULL},
+	{"stop", SRV_K_STOPS, LANE_F_STOP, offsetof(oai_req, g.stops), .sub = NULL},
+	{"logit_bias", SRV_K_BIAS, LANE_F_LOGIT_BIAS, offsetof(oai_req, g.bias), .sub = NULL},
 	{"stream_options", SRV_K_OBJECT, .sub = stream_options_fields},
-	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
+	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), .sub = NULL},
 	SRV_ROW(oai_req, grammar, SRV_K_STR),
 	SRV_ROW(oai_req, json_schema, SRV_K_JSON),
 	SRV_IGNORED_AS("user", STR),
@@ -321,23 +321,31 @@ static const srv_field oai_fields[] = {
 static const srv_field chat_fields[] = {
 	{NULL, SRV_K_INCLUDE, .sub = oai_fields},
 	SRV_ROW(oai_req, messages, SRV_K_JSON),
-	{"max_completion_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), NULL},
+	{"max_completion_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), .sub = NULL},
 	{"logprobs", SRV_K_BOOL, .off = offsetof(oai_req, g.lr.logprobs)},
-	{"top_logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), NULL},
+	{"top_logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), .sub = NULL},
 	SRV_ROW(oai_req, store, SRV_K_JSON),
 	SRV_ROW(oai_req, response_format, SRV_K_JSON),
 	SRV_ROW(oai_req, tools, SRV_K_JSON),
 	SRV_ROW(oai_req, tool_choice, SRV_K_JSON),
 	SRV_ROW(oai_req, modalities, SRV_K_JSON),
 	SRV_ROW(oai_req, parallel_tool_calls, SRV_K_BOOL),
-	SRV_IGNORED_AS("service_tier", STR),
+	// documented, and not done here: hosted features, audio, the deprecated functions
+	SRV_NAMED_AS("service_tier", STR),
+	SRV_NAMED_AS("audio", OBJECT),
+	SRV_ROW(oai_req, function_call, SRV_K_JSON),
+	SRV_NAMED_AS("functions", ARRAY),
+	SRV_NAMED_AS("moderation", OBJECT),
+	SRV_NAMED_AS("prediction", OBJECT),
+	SRV_NAMED_AS("verbosity", STR),
+	SRV_NAMED_AS("web_search_options", OBJECT),
 	{0},
 };
 
 static const srv_field cmpl_fields[] = {
 	{NULL, SRV_K_INCLUDE, .sub = oai_fields},
 	SRV_ROW(oai_req, prompt, SRV_K_JSON),
-	{"logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), NULL},
+	{"logprobs", SRV_K_INT, LANE_F_TOP_LOGPROBS, offsetof(oai_req, g.lr.top_logprobs), .sub = NULL},
 	SRV_ROW(oai_req, echo, SRV_K_BOOL),
 	SRV_ROW(oai_req, suffix, SRV_K_JSON),
 	SRV_ROW(oai_req, best_of, SRV_K_CHOICES),
@@ -355,18 +363,28 @@ typedef struct {
 static const oai_endpoint chat_ep = {chat_fields, &chat_api, true, 0, "chatcmpl-"};
 static const oai_endpoint cmpl_ep = {cmpl_fields, &cmpl_api, false, 16, "cmpl-"};
 
-// Parameters we accept only at their neutral value; anything else is refused by name.
-static int neutral(const oai_req *r, srv_err *e) {
+// Fields lanes honours only at their neutral value: checked, and named when they ask more.
+static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 	json_t *v;
 	if ((v = r->modalities)) {
-		bool ok = json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
-			  !strcmp(json_string_value(json_array_get(v, 0)), "text");
-		if (!ok) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "unsupported parameter: modalities (only [\"text\"])");
+		size_t k;
+		json_t *m;
+		bool text_only = true, ok = json_is_array(v);
+		json_array_foreach(v, k, m) {
+			const char *x = json_string_value(m);
+			ok &= x && (!strcmp(x, "text") || !strcmp(x, "audio"));
+			text_only &= x && !strcmp(x, "text");
+		}
+		if (!ok) return srv_fail(e, SRV_E_BAD_REQUEST, "modalities", "modalities must be an array of \"text\" and \"audio\"");
+		if (!text_only) srv_ignored_add(c, "modalities"); // no audio comes out: the reply is text
 	}
-	if (r->store && !json_is_false(r->store))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "store", "unsupported parameter: store (completions are not stored: only false)");
-	if ((v = r->suffix) && !(json_is_string(v) && !json_string_length(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "unsupported parameter: suffix");
+	if ((v = r->function_call) && !json_is_string(v) && !json_is_object(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "function_call", "function_call must be \"none\", \"auto\" or {\"name\"}");
+	if (v) srv_ignored_add(c, "function_call"); // the deprecated functions: tools take their place
+	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
+	if (json_is_true(v)) srv_ignored_add(c, "store"); // completions are not stored
+	if ((v = r->suffix) && !json_is_string(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix must be a string");
+	if (json_string_length(v)) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
 	return 0;
 }
 
@@ -430,20 +448,19 @@ static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
 // top_logprobs is -1 when neither top_logprobs nor completions' logprobs was sent.
 static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r, srv_err *e) {
 	memset(r, 0, sizeof *r);
-	srv_gen_init(&r->g, ep->api);
+	srv_gen_init(&r->g, ep->api, c);
 	r->g.lr.max_tokens = ep->max_tokens;
 	r->g.lr.top_logprobs = -1;
 	r->parallel_tool_calls = true;
 	if (srv_parse_body(c, j, e) || srv_fields_known(*j, ep->fields, NULL, e) ||
-	    srv_fields_read(*j, ep->fields, r, NULL, &r->g.api, e) || neutral(r, e))
+	    srv_fields_read(*j, ep->fields, r, NULL, &r->g.api, c, e) || neutral(c, r, e))
 		return -1;
 	bool sent = r->g.lr.top_logprobs >= 0;
 	if (!sent) r->g.lr.top_logprobs = 0;
 	if (!ep->chat) r->g.lr.logprobs = sent;
 	else if (sent && !r->g.lr.logprobs)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "top_logprobs", "top_logprobs needs logprobs: true");
-	if (r->best_of && r->best_of != r->g.n)
-		return srv_fail(e, SRV_E_BAD_REQUEST, "best_of", "unsupported parameter: best_of (only best_of = n)");
+	if (r->best_of && r->best_of != r->g.n) srv_ignored_add(c, "best_of"); // n completions, not the best n of best_of
 	return srv_gen_check(c->s, &r->g, e) || oai_constrain(c->s, r, e);
 }
 
@@ -495,7 +512,7 @@ enum MHD_Result srv_chat_completions(srv_conn *c) {
 	json_t *j = NULL, *flat = NULL;
 	oai_req r;
 	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_check_parts(c->s, r.messages, "messages", &e) ||
-	    srv_openai_messages(r.messages, &flat, &e) ||
+	    srv_openai_messages(r.messages, c, &flat, &e) ||
 	    srv_chat_prompt(c->s, flat, NULL, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
 		json_decref(j);
 		json_decref(flat);

@@ -240,8 +240,9 @@ typedef struct {
 	const char *instructions;
 	const char *truncation;    // "auto" or "disabled": a prompt that does not fit is refused either way
 	double temperature, top_p; // echoed back as sent
-	json_t *store, *previous_response_id, *tools, *tool_choice, *text, *reasoning, *include, *background;
+	json_t *store, *previous_response_id, *conversation, *prompt, *tools, *tool_choice, *text, *reasoning, *include, *background;
 	bool parallel_tool_calls;
+	bool max_sent;             // the request set its limit: echoed back as max_output_tokens (else null)
 } resp_req;
 
 // The Responses API's bounds where they are narrower than the host's.
@@ -254,9 +255,9 @@ static const srv_field resp_fields[] = {
 	{NULL, SRV_K_INCLUDE, .off = offsetof(resp_req, g), .sub = srv_gen_fields},
 	SRV_ROW(resp_req, input, SRV_K_JSON),
 	SRV_ROW(resp_req, instructions, SRV_K_STR),
-	{"max_output_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(resp_req, g.lr.max_tokens), NULL},
-	{"temperature", SRV_K_REAL, LANE_F_TEMPERATURE, offsetof(resp_req, temperature), NULL},
-	{"top_p", SRV_K_REAL, LANE_F_TOP_P, offsetof(resp_req, top_p), NULL},
+	{"max_output_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(resp_req, g.lr.max_tokens), .sub = NULL},
+	{"temperature", SRV_K_REAL, LANE_F_TEMPERATURE, offsetof(resp_req, temperature), .sub = NULL},
+	{"top_p", SRV_K_REAL, LANE_F_TOP_P, offsetof(resp_req, top_p), .sub = NULL},
 	SRV_ROW(resp_req, store, SRV_K_JSON),
 	SRV_ROW(resp_req, previous_response_id, SRV_K_JSON),
 	SRV_ROW(resp_req, tools, SRV_K_JSON),
@@ -268,8 +269,16 @@ static const srv_field resp_fields[] = {
 	SRV_IGNORED_AS("user", STR),
 	SRV_ROW(resp_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_ROW(resp_req, truncation, SRV_K_STR),
-	SRV_IGNORED_AS("service_tier", STR),
+	SRV_ROW(resp_req, conversation, SRV_K_JSON),
+	SRV_ROW(resp_req, prompt, SRV_K_JSON),
 	SRV_IGNORED_AS("stream_options", OBJECT),
+	// documented, and not done here: hosted features, and log-probabilities this output lacks
+	SRV_NAMED_AS("service_tier", STR),
+	SRV_NAMED_AS("client_metadata", OBJECT),
+	SRV_NAMED_AS("context_management", ARRAY),
+	SRV_NAMED_AS("moderation", OBJECT),
+	SRV_NAMED_AS("max_tool_calls", INT),
+	SRV_NAMED_AS("top_logprobs", INT),
 	{0},
 };
 
@@ -295,31 +304,63 @@ static const srv_field resp_item_fields[] = {
 // text's keys (format is checked by value).
 static const srv_field text_fields[] = {
 	SRV_IGNORED("format"),
-	SRV_IGNORED_AS("verbosity", STR),
+	SRV_NAMED_AS("verbosity", STR),
 	{0},
 };
 
-static int resp_neutral(const resp_req *r, srv_err *e) {
+// reasoning's keys: the effort reaches the template as chat's reasoning_effort; no summary is made.
+typedef struct {
+	const char *effort;
+} resp_reasoning;
+
+static const srv_field reasoning_fields[] = {
+	SRV_ROW(resp_reasoning, effort, SRV_K_STR),
+	SRV_NAMED_AS("summary", STR),
+	SRV_NAMED_AS("generate_summary", STR),
+	{0},
+};
+
+// What lanes cannot do as asked: named, or refused where going on would answer another
+// conversation than the client's.
+static int resp_neutral(srv_conn *c, resp_req *r, srv_err *e) {
 	json_t *v;
-	if (r->store && !json_is_false(r->store))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "store",
-				"unsupported parameter: store (this server is stateless and keeps no responses: only false)");
+	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
+	if (json_is_true(v)) srv_ignored_add(c, "store"); // nothing is kept
 	if (r->previous_response_id)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
-				"unsupported parameter: previous_response_id (this server is stateless: send the whole conversation as input)");
+				"unsupported parameter: previous_response_id (this server keeps no responses: send the whole conversation as input)");
+	if (r->conversation)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "conversation",
+				"unsupported parameter: conversation (this server keeps no conversations: send the whole conversation as input)");
+	if (r->prompt)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt",
+				"unsupported parameter: prompt (this server keeps no prompt templates: send instructions and input)");
 	if ((v = r->text)) {
 		if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "text", "text must be an object");
-		if (srv_fields_known(v, text_fields, "text", e)) return -1;
+		char none = 0; // its rows store nothing
+		if (srv_fields_known(v, text_fields, "text", e) || srv_fields_read(v, text_fields, &none, "text", NULL, c, e)) return -1;
 	}
-	if ((v = r->reasoning) && !(json_is_object(v) && !json_object_size(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "unsupported parameter: reasoning (only {})");
-	if ((v = r->include) && !(json_is_array(v) && !json_array_size(v)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "include", "unsupported parameter: include");
-	if ((v = r->background) && !json_is_false(v))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "background", "unsupported parameter: background (only false)");
+	if ((v = r->reasoning)) {
+		resp_reasoning rr = {0};
+		if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "reasoning", "reasoning must be an object");
+		if (srv_fields_known(v, reasoning_fields, "reasoning", e) || srv_fields_read(v, reasoning_fields, &rr, "reasoning", NULL, c, e))
+			return -1;
+		if (rr.effort && !r->g.reasoning_effort) r->g.reasoning_effort = rr.effort;
+	}
+	if ((v = r->include)) {
+		size_t k;
+		json_t *it;
+		if (!json_is_array(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "include", "include must be an array of strings");
+		json_array_foreach(v, k, it) if (!json_is_string(it))
+			return srv_fail(e, SRV_E_BAD_REQUEST, "include", "include[%zu] must be a string", k);
+		if (json_array_size(v)) srv_ignored_add(c, "include"); // none of the extras is produced
+	}
+	if ((v = r->background) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "background", "background must be a boolean");
+	if (json_is_true(v)) srv_ignored_add(c, "background"); // the response is made while the client waits
 	const char *tr = r->truncation;
 	if (tr && strcmp(tr, "auto") && strcmp(tr, "disabled"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "truncation", "truncation must be \"auto\" or \"disabled\"");
+	if (tr && !strcmp(tr, "auto")) srv_ignored_add(c, "truncation"); // a prompt that does not fit is refused, not cut
 	return 0;
 }
 
@@ -382,7 +423,7 @@ static int call_turn(json_t *flat, const resp_item *it, const char *p, srv_err *
 }
 
 // instructions + input into [{role, content}].
-static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
+static int resp_input(srv_conn *c, const resp_req *r, json_t **out, srv_err *e) {
 	static const char *const part_types[] = {"input_text", "output_text", "text", NULL};
 	*out = NULL;
 	json_t *flat = json_array();
@@ -404,7 +445,7 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 				goto fail;
 			}
 			resp_item it = {0};
-			srv_fields_read(m, resp_item_fields, &it, p, NULL, e); // JSON rows only: it cannot fail
+			srv_fields_read(m, resp_item_fields, &it, p, NULL, NULL, e); // JSON rows only: it cannot fail
 			const char *type = json_string_value(it.type);
 			if (srv_fields_known(m, resp_item_fields, p, e)) goto fail;
 			if (type && !strcmp(type, "function_call")) {
@@ -418,7 +459,7 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 					goto fail;
 				}
 				snprintf(pc, sizeof pc, "%s.output", p);
-				if (srv_content_text(it.output, pc, part_types, &res, e)) goto fail;
+				if (srv_content_text(it.output, pc, part_types, c, &res, e)) goto fail;
 				json_array_append_new(flat, json_pack("{s:s, s:O, s:s}", "role", "tool", "tool_call_id", it.call_id, "content", res));
 				free(res);
 				continue;
@@ -438,7 +479,7 @@ static int resp_input(const resp_req *r, json_t **out, srv_err *e) {
 				goto fail;
 			}
 			char *text = NULL;
-			if (srv_content_text(it.content, pc, part_types, &text, e)) goto fail;
+			if (srv_content_text(it.content, pc, part_types, c, &text, e)) goto fail;
 			json_array_append_new(flat, json_pack("{s:s, s:s}", "role", role, "content", text));
 			free(text);
 		}
@@ -459,13 +500,14 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	json_t *j = NULL, *flat = NULL;
 	resp_state *st = NULL;
 	resp_req r = {.temperature = 1.0, .top_p = 1.0, .parallel_tool_calls = true};
-	srv_gen_init(&r.g, &resp_lane_api);
+	srv_gen_init(&r.g, &resp_lane_api, c);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, resp_fields, NULL, &e) ||
-	    srv_fields_read(j, resp_fields, &r, NULL, &r.g.api, &e) || resp_neutral(&r, &e))
+	    srv_fields_read(j, resp_fields, &r, NULL, &r.g.api, c, &e) || resp_neutral(c, &r, &e))
 		goto fail;
+	r.max_sent = r.g.lr.max_tokens > 0 || json_integer_value(r.g.n_predict) > 0; // not --max-tokens's
 	r.g.lr.sampling.temperature = (float)r.temperature;
 	r.g.lr.sampling.top_p = (float)r.top_p;
-	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(&r, &flat, &e) ||
+	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(c, &r, &flat, &e) ||
 	    srv_chat_prompt(s, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
@@ -476,7 +518,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	}
 	st->j = j;
 	st->instructions = r.instructions ? json_string(r.instructions) : json_null();
-	st->max_output_tokens = r.g.lr.max_tokens > 0 ? json_integer(r.g.lr.max_tokens) : json_null();
+	st->max_output_tokens = r.max_sent ? json_integer(r.g.lr.max_tokens) : json_null();
 	st->temperature = r.temperature;
 	st->top_p = r.top_p;
 	st->truncation_auto = r.truncation && !strcmp(r.truncation, "auto");

@@ -50,7 +50,7 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 	size_t n = 0;
 	tokenize_req r = {.parse_special = true};
 	if (small_enough(c, &e) || srv_parse_body(c, &j, &e) || srv_fields_known(j, tokenize_fields, NULL, &e) ||
-	    srv_fields_read(j, tokenize_fields, &r, NULL, NULL, &e))
+	    srv_fields_read(j, tokenize_fields, &r, NULL, NULL, NULL, &e))
 		goto fail;
 	const char *content = r.content;
 	if (r.messages) {
@@ -60,10 +60,10 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 			srv_fail(&e, SRV_E_BAD_REQUEST, "messages", "send content or messages, not both");
 			goto fail;
 		}
-		if (srv_check_parts(s, r.messages, "messages", &e) || srv_openai_messages(r.messages, &flat, &e)) goto fail;
+		if (srv_check_parts(s, r.messages, "messages", &e) || srv_openai_messages(r.messages, c, &flat, &e)) goto fail;
 		int rc = srv_chat_prompt(s, flat, NULL, "messages", NULL, &ids, &n32, &e);
 		json_decref(flat);
-		if (rc) goto fail;
+		if (rc || srv_ignored_refuse(c, &e)) goto fail;
 		n = (size_t)n32;
 	} else {
 		if (!content) {
@@ -95,7 +95,7 @@ enum MHD_Result srv_detokenize(srv_conn *c) {
 	int32_t *ids = NULL;
 	detokenize_req r = {0};
 	if (small_enough(c, &e) || srv_parse_body(c, &j, &e) || srv_fields_known(j, detokenize_fields, NULL, &e) ||
-	    srv_fields_read(j, detokenize_fields, &r, NULL, NULL, &e))
+	    srv_fields_read(j, detokenize_fields, &r, NULL, NULL, NULL, &e))
 		goto fail;
 	json_t *t = r.tokens;
 	if (!json_is_array(t)) {

@@ -27,31 +27,33 @@
 
 const srv_field srv_gen_fields[] = {
 	SRV_ROW(srv_gen, model, SRV_K_STR),
-	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(srv_gen, lr.sampling.top_k), NULL},
-	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(srv_gen, lr.sampling.min_p), NULL},
-	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(srv_gen, lr.sampling.typical_p), NULL},
+	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(srv_gen, lr.sampling.top_k), .sub = NULL},
+	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(srv_gen, lr.sampling.min_p), .sub = NULL},
+	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(srv_gen, lr.sampling.typical_p), .sub = NULL},
 	{"seed", SRV_K_SEED, .off = offsetof(srv_gen, lr.sampling)},
 	SRV_ROW(srv_gen, stream, SRV_K_BOOL),
 	{"draft", SRV_K_BOOL, .off = offsetof(srv_gen, lr.draft)},
 	{"ignore_eos", SRV_K_BOOL, .off = offsetof(srv_gen, lr.ignore_eos)},
 	// what other servers' clients send: aliases with the same meaning, template variables
-	{"repetition_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(srv_gen, lr.sampling.repeat_penalty), NULL},
+	{"repetition_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(srv_gen, lr.sampling.repeat_penalty), .sub = NULL},
 	{"n_predict", SRV_K_JSON, .off = offsetof(srv_gen, n_predict)},
 	{"chat_template_kwargs", SRV_K_JSON, .off = offsetof(srv_gen, template_kwargs)},
 	{"reasoning_effort", SRV_K_STR, .off = offsetof(srv_gen, reasoning_effort)},
 	{"lora", SRV_K_JSON, .off = offsetof(srv_gen, lora)},
 	{"metadata", SRV_K_JSON, .off = offsetof(srv_gen, metadata)},
-	// hints that cannot change a reply (the prefix cache works without asking)
-	{"prompt_cache_key", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
-	{"prompt_cache_retention", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
-	{"cache_prompt", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
-	{"safety_identifier", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
-	{"id_slot", SRV_K_HINT, .off = offsetof(srv_gen, hint)},
+	// what lanes does not do as asked: the prefix cache works without a key, and no identity is kept
+	SRV_NAMED_AS("prompt_cache_key", STR),
+	SRV_NAMED_AS("prompt_cache_retention", STR),
+	SRV_NAMED_AS("prompt_cache_options", OBJECT),
+	SRV_NAMED_AS("safety_identifier", STR),
+	SRV_NAMED_AS("cache_prompt", BOOL),
+	SRV_NAMED_AS("id_slot", INT),
 	{0},
 };
 
-void srv_gen_init(srv_gen *g, const lane_api *api) {
+void srv_gen_init(srv_gen *g, const lane_api *api, srv_conn *conn) {
 	memset(g, 0, sizeof *g);
+	g->conn = conn;
 	lane_request_init(&g->lr); // "draft": false turns drafting off; --draft off for every request
 	g->api = *api;
 	g->n = 1;
@@ -157,10 +159,12 @@ int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
 }
 
 // metadata: an object; its "domain", when set, the request's domain for the expert observer.
+// Its other labels are kept nowhere: named.
 static int srv_gen_domain(srv_gen *g, srv_err *e) {
 	if (!g->metadata) return 0;
 	if (!json_is_object(g->metadata)) return srv_fail(e, SRV_E_BAD_REQUEST, "metadata", "metadata must be an object");
 	json_t *d = json_object_get(g->metadata, "domain");
+	if (json_object_size(g->metadata) > (d ? 1u : 0u)) srv_ignored_add(g->conn, "metadata");
 	if (!d || json_is_null(d)) return 0;
 	char err[160];
 	if (!json_is_string(d) || lane_check_domain(json_string_value(d), err, sizeof err))
@@ -171,9 +175,6 @@ static int srv_gen_domain(srv_gen *g, srv_err *e) {
 
 int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	if (srv_check_model(s, g->model, e) || srv_gen_bind(s, g, e)) return -1;
-	if (g->hint && s->cfg.strict_params)
-		return srv_fail(e, SRV_E_BAD_REQUEST, g->hint, "unsupported parameter: %s (--strict-params refuses hints)", g->hint);
-	if (g->hint) LOG_DEBUG(SRV_MOD, "ignored the hint %s", g->hint);
 	if (g->template_kwargs && !json_is_object(g->template_kwargs))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs must be an object");
 	if (g->template_kwargs && json_object_get(g->template_kwargs, "messages"))
@@ -185,6 +186,8 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 			return srv_fail(e, SRV_E_BAD_REQUEST, "n_predict", "n_predict must be -1 (no limit) or an integer of at least 1");
 		g->lr.max_tokens = np > 0 ? (int32_t)np : 0;
 	}
+	// a request that sets no limit gets the server's (--max-tokens); the window caps both
+	if (!g->lr.max_tokens && s->cfg.max_tokens > 0) g->lr.max_tokens = s->cfg.max_tokens;
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_COUNT;
@@ -252,7 +255,7 @@ static int oai_tool_calls(json_t *calls, const char *p, json_t **out, srv_err *e
 	return 0;
 }
 
-int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
+int srv_openai_messages(json_t *msgs, srv_conn *c, json_t **out, srv_err *e) {
 	static const char *const part_types[] = {"text", NULL};
 	*out = NULL;
 	if (!json_is_array(msgs) || !json_array_size(msgs))
@@ -269,7 +272,7 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 		}
 		oai_msg r = {0};
-		if (srv_fields_known(m, oai_msg_fields, p, e) || srv_fields_read(m, oai_msg_fields, &r, p, NULL, e)) goto fail;
+		if (srv_fields_known(m, oai_msg_fields, p, e) || srv_fields_read(m, oai_msg_fields, &r, p, NULL, c, e)) goto fail;
 		const char *role = json_string_value(r.role);
 		char pr[80];
 		snprintf(pr, sizeof pr, "%s.role", p);
@@ -308,7 +311,7 @@ int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e) {
 			srv_fail(e, SRV_E_BAD_REQUEST, pt, "%s must be an array", pt);
 			goto fail;
 		}
-		if (srv_content_text(r.content, pc, part_types, &text, e)) {
+		if (srv_content_text(r.content, pc, part_types, c, &text, e)) {
 			json_decref(calls);
 			goto fail;
 		}
@@ -349,18 +352,70 @@ static int fits(void *arg, size_t bytes, char *err, size_t errlen) {
 	return lane_check_prompt_size(((http_server *)arg)->host, 0, bytes, &msgs, err, errlen, NULL);
 }
 
+// Whether the template renders a system turn that comes after the conversation began, probed
+// once: many raise an error there, some drop it.
+static bool system_turns(http_server *s) {
+	const int known = atomic_load(&s->system_turns);
+	if (known) return known > 0;
+	static const char mark[] = "lanes-system-turn-probe";
+	json_t *m = json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "system", "content", "s",
+			      "role", "user", "content", "u", "role", "assistant", "content", "a", "role", "system", "content", mark,
+			      "role", "user", "content", "u");
+	const chat_input in = {.messages = m, .add_generation_prompt = true};
+	char *text = NULL, err[256];
+	size_t len = 0;
+	const bool yes = m && !chat_render(&s->chat, &in, &text, &len, NULL, err, sizeof err) && memmem(text, len, mark, sizeof mark - 1);
+	free(text);
+	json_decref(m);
+	atomic_store(&s->system_turns, yes ? 1 : -1);
+	return yes;
+}
+
+static bool is_system(const json_t *m) {
+	const char *r = json_string_value(json_object_get(m, "role"));
+	return r && !strcmp(r, "system");
+}
+
+// messages with every system turn after the first other turn joined, in order, to the leading
+// system prompt (one made when there is none); NULL when there is none such (or out of memory).
+static json_t *join_system(const json_t *messages) {
+	size_t lead = 0, late = 0, i;
+	const json_t *m;
+	while (lead < json_array_size(messages) && is_system(json_array_get(messages, lead))) lead++;
+	json_array_foreach(messages, i, m) late += i >= lead && is_system(m);
+	if (!late) return NULL;
+	srv_buf sys = {0};
+	json_array_foreach(messages, i, m) {
+		const char *t = is_system(m) ? json_string_value(json_object_get(m, "content")) : NULL;
+		if (!t) continue;
+		if (sys.len) srv_buf_adds(&sys, "\n\n");
+		srv_buf_adds(&sys, t);
+	}
+	json_t *out = json_array();
+	if (out && !sys.oom) json_array_append_new(out, json_pack("{s:s, s:s%}", "role", "system", "content", sys.p ? sys.p : "", sys.len));
+	json_array_foreach(messages, i, m)
+		if (!is_system(m)) json_array_append(out, (json_t *)m);
+	const bool ok = out && !sys.oom && json_array_size(out) == json_array_size(messages) - lead - late + 1;
+	srv_buf_free(&sys);
+	if (!ok) json_decref(out);
+	return ok ? out : NULL;
+}
+
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	char err[512];
 	if (srv_check_parts(s, messages, param, e)) return -1;
+	json_t *joined = NULL;
+	if (json_array_size(messages) > 1 && !system_turns(s) && (joined = join_system(messages))) messages = joined;
 	const chat_input in = {.messages = messages, .tools = g ? g->tools : NULL, .kwargs = g ? g->template_kwargs : NULL,
 			       .reasoning_effort = g ? g->reasoning_effort : NULL, .prefill = prefill, .add_generation_prompt = true};
 	int32_t *v = NULL;
 	size_t cnt = 0;
 	enum chat_fault fault;
 	int rc = chat_prompt(&s->chat, &in, fits, s, &v, &cnt, &fault, err, sizeof err);
+	json_decref(joined);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc && fault == CHAT_F_SIZE) return too_long(e, param, err);
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, fault == CHAT_F_TOOLS ? "tools" : param, "%s", err);
@@ -858,7 +913,9 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_PROMPT;
-	int rc = 0;
+	// --strict-params: what the adapters (and the tools) named is refused, once all of it is known
+	int rc = srv_ignored_refuse(conn, &e);
+	const bool refused = rc;
 	for (int i = 0; g->prompts && i < g->n && !rc; i++) {
 		lane_request one = g->lr;
 		one.prompt = g->prompts[i];
@@ -866,8 +923,8 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		rc = lane_check_prompt(s->host, &one, &g->api, err, sizeof err, &bad);
 		conn->n_prompt += g->n_prompts[i];
 	}
-	if (!g->prompts) rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
-	if (rc) {
+	if (!rc && !g->prompts) rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
+	if (rc && !refused) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, bad), "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
 	}

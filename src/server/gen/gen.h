@@ -15,6 +15,7 @@
 
 // ---- a request as an adapter reads it ------------------------------------------------------
 typedef struct {
+	srv_conn *conn;                // the request: what it sent and lanes ignores is named on it (srv_ignored_add)
 	lane_request lr;               // the contract; api, prompt, stops and bias point into this struct
 	lane_api api;                  // the adapter's names and bounds, each field named as the client sent it
 	int n;                         // choices
@@ -24,7 +25,6 @@ typedef struct {
 	srv_stops stops;
 	srv_biases bias;               // owned
 	const char *stream_type;       // the stream's content type (NULL: text/event-stream)
-	const char *hint;              // a hint field sent (the last one read), or NULL
 	json_t *template_kwargs;       // chat_template_kwargs: more variables for the chat template (borrowed)
 	const char *reasoning_effort;  // passed to templates that read it
 	json_t *metadata;              // the client's labels (borrowed); "domain" names the expert observer's domain
@@ -50,8 +50,8 @@ typedef struct {
 // and the draft and ignore_eos extensions.
 extern const srv_field srv_gen_fields[];
 
-// Neutral sampling, drafting allowed, one choice, the adapter's api.
-void srv_gen_init(srv_gen *g, const lane_api *api);
+// Neutral sampling, drafting allowed, one choice, the adapter's api, for conn's request.
+void srv_gen_init(srv_gen *g, const lane_api *api, srv_conn *conn);
 // Frees g's storage (not g). Accepts a g that srv_gen_run took over: it cleared it.
 void srv_gen_free(srv_gen *g);
 // The model check and the adapters' binding (their current versions, each held until g is
@@ -68,10 +68,13 @@ int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e);
 // has more entries than the context has tokens: checked before they are flattened.
 int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e);
 // OpenAI chat messages (system/developer/user/assistant, content a string or text parts)
-// flattened into [{role, content: string}] for the chat template.
-int srv_openai_messages(json_t *msgs, json_t **out, srv_err *e);
+// flattened into [{role, content: string}] for the chat template; parts the model cannot read
+// are named on c (srv_content_text).
+int srv_openai_messages(json_t *msgs, srv_conn *c, json_t **out, srv_err *e);
 // Renders messages (array of {role, content: string}) with the chat template and tokenizes
-// them; prefill (may be NULL) is appended after the generation prompt. g (may be NULL) adds
+// them; prefill (may be NULL) is appended after the generation prompt. A system message after
+// the conversation began joins the leading system prompt, in order, where the template renders
+// no system turn there. g (may be NULL) adds
 // its chat_template_kwargs and reasoning_effort to the template's variables. Errors name param.
 int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e);

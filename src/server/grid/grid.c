@@ -89,7 +89,7 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 	lease_req r = {0};
 	json_int_t want, spike, ttl;
 	if (srv_parse_body(c, &body, &e) || srv_fields_known(body, lease_fields, NULL, &e) ||
-	    srv_fields_read(body, lease_fields, &r, NULL, NULL, &e) ||
+	    srv_fields_read(body, lease_fields, &r, NULL, NULL, NULL, &e) ||
 	    int_field(r.want, "want_concurrency", 1, LANE_SNAP_MAX_LANES, 1, &want, &e) ||
 	    int_field(r.spike, "spike_bytes", 0, (json_int_t)1 << 50, 0, &spike, &e) ||
 	    int_field(r.ttl, "ttl_ms", 1, (json_int_t)(LANE_LEASE_MAX_TTL_US / 1000), 10000, &ttl, &e)) {

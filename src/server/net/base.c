@@ -202,6 +202,46 @@ void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status) {
 	}
 	if (status == 405 && c->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
 	if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (status / 100 == 2 && c->ignored.len) {
+		MHD_add_response_header(r, SRV_IGNORED_HEADER, c->ignored.names);
+		// a page's script reads a custom header only when the server says it may
+		if (c->cors) MHD_add_response_header(r, "Access-Control-Expose-Headers", SRV_IGNORED_HEADER);
+	}
+}
+
+// ---- what a request sent that lanes did not honour -----------------------------------------------
+
+void srv_ignored_add(srv_conn *c, const char *name) {
+	if (!c || !name || !*name || c->ignored.cut) return;
+	srv_ignored *l = &c->ignored;
+	char clean[96];
+	size_t n = 0;
+	for (; name[n] && n < sizeof clean - 1; n++)
+		clean[n] = name[n] > 0x20 && name[n] < 0x7f && name[n] != ',' ? name[n] : '_';
+	clean[n] = 0;
+	for (const char *p = l->names; l->len && p;) { // named already?
+		const char *end = strchr(p, ',');
+		const size_t k = end ? (size_t)(end - p) : strlen(p);
+		if (k == n && !memcmp(p, clean, n)) return;
+		p = end ? end + 1 : NULL;
+	}
+	const char *sep = l->len ? "," : "";
+	// room is kept for the mark that says the list was cut
+	if (l->len + strlen(sep) + n + sizeof ",..." > sizeof l->names) {
+		l->len += (size_t)snprintf(l->names + l->len, sizeof l->names - l->len, "%s...", sep);
+		l->cut = true;
+		return;
+	}
+	l->len += (size_t)snprintf(l->names + l->len, sizeof l->names - l->len, "%s%s", sep, clean);
+}
+
+int srv_ignored_refuse(srv_conn *c, srv_err *e) {
+	if (!c || !c->ignored.len || !c->s->cfg.strict_params) return 0;
+	char first[96];
+	const char *comma = strchr(c->ignored.names, ',');
+	snprintf(first, sizeof first, "%.*s", comma ? (int)(comma - c->ignored.names) : (int)c->ignored.len, c->ignored.names);
+	return srv_fail(e, SRV_E_BAD_REQUEST, first, "unsupported parameter%s (--strict-params refuses what lanes accepts and ignores): %s",
+			comma ? "s" : "", c->ignored.names);
 }
 
 static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
@@ -460,7 +500,29 @@ char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
 	return b.p;
 }
 
-int srv_content_text(json_t *content, const char *param, const char *const *types, char **out, srv_err *e) {
+// Parts this model cannot read, and what it reads in their place.
+static const struct {
+	const char *type, *text;
+} unread_parts[] = {
+	{"image", "[image omitted: this model cannot see images]"},
+	{"image_url", "[image omitted: this model cannot see images]"},
+	{"input_image", "[image omitted: this model cannot see images]"},
+	{"document", "[document omitted: this model cannot read documents]"},
+	{"file", "[file omitted: this model cannot read files]"},
+	{"input_file", "[file omitted: this model cannot read files]"},
+	{"input_audio", "[audio omitted: this model cannot hear audio]"},
+};
+
+// An Anthropic document of plain text ({"source": {"type": "text", "data"}}): its text.
+static const char *document_text(const json_t *part, size_t *len) {
+	const json_t *src = json_object_get(part, "source"), *data = json_object_get(src, "data");
+	const char *st = json_string_value(json_object_get(src, "type"));
+	if (!st || strcmp(st, "text") || !json_is_string(data)) return NULL;
+	*len = json_string_length(data);
+	return json_string_value(data);
+}
+
+int srv_content_text(json_t *content, const char *param, const char *const *types, srv_conn *c, char **out, srv_err *e) {
 	*out = NULL;
 	if (!content || json_is_null(content)) {
 		*out = strdup("");
@@ -486,11 +548,21 @@ int srv_content_text(json_t *content, const char *param, const char *const *type
 		}
 		bool ok = false;
 		for (const char *const *t = types; *t && !ok; t++) ok = !strcmp(*t, ty);
+		size_t u = 0, dlen = 0;
+		while (!ok && u < sizeof unread_parts / sizeof unread_parts[0] && strcmp(unread_parts[u].type, ty)) u++;
+		if (!ok && u < sizeof unread_parts / sizeof unread_parts[0]) {
+			const char *doc = !strcmp(ty, "document") ? document_text(part, &dlen) : NULL;
+			if (doc) {
+				srv_buf_add(&b, doc, dlen);
+			} else {
+				srv_buf_adds(&b, unread_parts[u].text);
+				srv_ignored_add(c, ty);
+			}
+			continue;
+		}
 		if (!ok) {
 			srv_buf_free(&b);
-			const bool image = !strncmp(ty, "image", 5) || !strcmp(ty, "input_image");
-			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: %sonly text (%s) is", p, ty,
-					image ? "images are not supported by this model; " : "", types[0]);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.type '%s' is not supported: only text (%s) is", p, ty, types[0]);
 		}
 		json_t *tx = json_object_get(part, "text");
 		if (!json_is_string(tx)) {
@@ -606,7 +678,7 @@ static int read_bias(const srv_field *r, json_t *v, srv_biases *b, const char *n
 }
 
 // One present, non-null value of row r into dst; name is the key as errors show it.
-static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, lane_api *api, bool top, srv_err *e) {
+static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, lane_api *api, bool top, srv_conn *c, srv_err *e) {
 	int64_t x = 0;
 	switch (r->kind) {
 	case SRV_K_NUM:
@@ -651,35 +723,43 @@ static int read_one(const srv_field *r, json_t *v, char *dst, const char *name, 
 	case SRV_K_OBJECT:
 		if (!json_is_object(v)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an object", name);
 		if (srv_fields_known(v, r->sub, name, e)) return -1;
-		return srv_fields_read(v, r->sub, dst, name, api, e);
+		return srv_fields_read(v, r->sub, dst, name, api, c, e);
 	default: return 0;
 	}
 }
 
-// An ignored field's value checked against its row's type.
+// An ignored field's value checked against its row's type (SRV_K_IGNORE: any).
 static int ignored_type(const srv_field *r, json_t *v, const char *name, srv_err *e) {
-	bool ok = r->kind == SRV_K_IGNORE_STR ? json_is_string(v) : r->kind == SRV_K_IGNORE_BOOL ? json_is_boolean(v) : json_is_object(v);
-	const char *what = r->kind == SRV_K_IGNORE_STR ? "a string" : r->kind == SRV_K_IGNORE_BOOL ? "a boolean" : "an object";
-	return ok ? 0 : srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be %s, got %s", name, what, type_name(v));
+	int64_t x;
+	static const char *const what[] = {[SRV_K_IGNORE_STR] = "a string", [SRV_K_IGNORE_BOOL] = "a boolean",
+					   [SRV_K_IGNORE_OBJECT] = "an object", [SRV_K_IGNORE_ARRAY] = "an array",
+					   [SRV_K_IGNORE_INT] = "an integer"};
+	bool ok;
+	switch (r->kind) {
+	case SRV_K_IGNORE_STR: ok = json_is_string(v); break;
+	case SRV_K_IGNORE_BOOL: ok = json_is_boolean(v); break;
+	case SRV_K_IGNORE_OBJECT: ok = json_is_object(v); break;
+	case SRV_K_IGNORE_ARRAY: ok = json_is_array(v); break;
+	case SRV_K_IGNORE_INT: ok = integer_of(v, &x); break;
+	default: return 0;
+	}
+	return ok ? 0 : srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be %s, got %s", name, what[r->kind], type_name(v));
 }
 
-int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_err *e) {
+int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_conn *c, srv_err *e) {
 	for (const srv_field *r = t; r->kind != SRV_K_END; r++) {
 		char *dst = (char *)base + r->off;
 		if (r->kind == SRV_K_INCLUDE) {
-			if (srv_fields_read(o, r->sub, dst, where, api, e)) return -1;
+			if (srv_fields_read(o, r->sub, dst, where, api, c, e)) return -1;
 			continue;
 		}
 		json_t *v = json_object_get(o, r->name);
-		if (!v || json_is_null(v) || r->kind == SRV_K_IGNORE) continue;
-		if (r->kind == SRV_K_HINT) {
-			*(const char **)dst = r->name;
-			continue;
-		}
+		if (!v || json_is_null(v)) continue;
 		char name[96];
 		snprintf(name, sizeof name, "%s%s%s", where ? where : "", where ? "." : "", r->name);
-		bool ign = r->kind == SRV_K_IGNORE_STR || r->kind == SRV_K_IGNORE_BOOL || r->kind == SRV_K_IGNORE_OBJECT;
-		if (ign ? ignored_type(r, v, name, e) : read_one(r, v, dst, name, api, !where, e)) return -1;
+		const bool ign = r->kind >= SRV_K_IGNORE;
+		if (ign ? ignored_type(r, v, name, e) : read_one(r, v, dst, name, api, !where, c, e)) return -1;
+		if (ign && r->named) srv_ignored_add(c, name);
 	}
 	return 0;
 }

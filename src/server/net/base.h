@@ -15,6 +15,8 @@
 #define SRV_MOD "http"
 #define SRV_LEASE_HEADER "x-lanes-lease" // the capacity lease a request a peer forwarded uses
 #define SRV_MAX_N 32 // most choices (n) one request may ask for
+#define SRV_IGNORED_HEADER "x-lanes-ignored" // names what a request sent that lanes accepted and did not honour
+#define SRV_IGNORED_MAX 512 // bytes of names one request's header lists
 
 // ---- a growing byte buffer; on OOM it stops growing and sets oom -------------------------
 typedef struct {
@@ -146,6 +148,7 @@ struct http_server {
 	atomic_int calls_open;         // generation calls not yet completed
 	atomic_uint_least64_t rejected; // API requests refused before reaching the lane host
 	atomic_uint_least64_t id_state;
+	atomic_int system_turns;       // the template renders a system turn inside a conversation: 1 yes, -1 no, 0 not probed yet
 
 	srv_slot *slots;               // one per generation call; never closed while the host lives
 	int n_slots;
@@ -177,6 +180,13 @@ struct http_server {
 // ---- one HTTP request ---------------------------------------------------------------------
 struct srv_route;
 struct srv_sock;
+
+// What a request sent that lanes accepted and did not honour, as x-lanes-ignored lists it.
+typedef struct {
+	char names[SRV_IGNORED_MAX];   // "a,b,c" (NUL-terminated)
+	size_t len;
+	bool cut;                      // a name did not fit: the list ends with ",..."
+} srv_ignored;
 
 struct srv_conn {
 	http_server *s;
@@ -214,7 +224,18 @@ struct srv_conn {
 	bool park;                     // ... and its call waits for events: their notify resumes it
 	bool worked;                   // the route ran on a work thread and the connection was resumed
 	bool park_fwd;                 // ... and it now waits for a peer: the grid's thread resumes it
+	srv_ignored ignored;           // for the header and the access log
 };
+
+// Names something c's request sent that lanes accepts and cannot honour (a field, "where.field",
+// or a kind of content such as "image"): the access log and the x-lanes-ignored header of every
+// 2xx reply list it, and --strict-params refuses the request (srv_ignored_refuse). Each name
+// once, in the order first named; bytes outside printable ASCII and commas become '_'. c NULL:
+// nothing.
+void srv_ignored_add(srv_conn *c, const char *name);
+// Under --strict-params: 400 naming everything c's request sent that lanes would ignore (param
+// the first). 0 when nothing was named, or without --strict-params.
+int srv_ignored_refuse(srv_conn *c, srv_err *e);
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
 enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
@@ -249,8 +270,11 @@ json_t *srv_real(double v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.
 char *srv_token_text(http_server *s, int32_t id, json_t **bytes);
 // Text of a message content: a string, or an array of parts whose type is one of types
-// (each {"type", "text"}). *out is malloc'd.
-int srv_content_text(json_t *content, const char *param, const char *const *types, char **out, srv_err *e);
+// (each {"type", "text"}). A part this model cannot read (image, image_url, input_image,
+// document, file, input_file, input_audio) becomes a short text saying so, named on c
+// (srv_ignored_add; c may be NULL); an Anthropic document whose source is text is its text.
+// *out is malloc'd.
+int srv_content_text(json_t *content, const char *param, const char *const *types, srv_conn *c, char **out, srv_err *e);
 
 // ---- field tables: each JSON field of an API named once, with its kind and destination ---
 enum srv_kind {
@@ -268,11 +292,12 @@ enum srv_kind {
 	SRV_K_BIAS,       // {"token id": bias} into an srv_biases; the API's lowest bias bans the token
 	SRV_K_OBJECT,     // an object read with the rows of sub, unknown keys refused
 	SRV_K_INCLUDE,    // the rows of sub, read at off (no JSON key of its own)
-	SRV_K_IGNORE,     // accepted and ignored
-	SRV_K_IGNORE_STR, // ignored once checked to be a string
+	SRV_K_IGNORE,     // accepted and not used (named: see srv_field.named); the ignored kinds come last
+	SRV_K_IGNORE_STR, // ... once checked to be a string
 	SRV_K_IGNORE_BOOL, // ... a boolean
 	SRV_K_IGNORE_OBJECT, // ... an object
-	SRV_K_HINT,       // a hint that cannot change a reply: its name into a const char * (refused by --strict-params)
+	SRV_K_IGNORE_ARRAY, // ... an array
+	SRV_K_IGNORE_INT, // ... an integer
 };
 
 typedef struct srv_field srv_field;
@@ -282,13 +307,19 @@ struct srv_field {
 	enum lane_field field;    // NUM, REAL, INT, stops, bias: whose bounds apply (lane_check_value)
 	size_t off;               // where the value goes: an offset in the struct the table reads into
 	const srv_field *sub;     // SRV_K_OBJECT and SRV_K_INCLUDE: the rows
+	bool named;               // SRV_K_IGNORE*: a field that could change a reply, named when sent (srv_ignored_add)
 };
 // A row whose JSON key is the name of its member of T.
 #define SRV_ROW(T, member, kind) {#member, (kind), .off = offsetof(T, member)}
-// A row for a field accepted and ignored.
+// A row for a field accepted and ignored in silence: it cannot change a reply (user, keep_alive).
 #define SRV_IGNORED(name) {(name), SRV_K_IGNORE, .off = 0}
-// A row for a field ignored once its value has the type T: STR, BOOL or OBJECT.
+// ... once its value has the type T: STR, BOOL, OBJECT, ARRAY or INT.
 #define SRV_IGNORED_AS(name, T) {(name), SRV_K_IGNORE_##T, .off = 0}
+// A row for a documented field lanes cannot honour (a hosted feature): accepted, and named when
+// sent (not null) — the x-lanes-ignored header, the access log, --strict-params's 400.
+#define SRV_NAMED(name) {(name), SRV_K_IGNORE, .off = 0, .named = true}
+// ... once its value has the type T.
+#define SRV_NAMED_AS(name, T) {(name), SRV_K_IGNORE_##T, .off = 0, .named = true}
 
 typedef struct {
 	const char *s[LANE_MAX_STOPS]; // point into the request's JSON
@@ -304,7 +335,8 @@ typedef struct {
 int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *e);
 // Reads every row of t that o has (absent or null: the destination is left as it is) into
 // base: types checked here, bounds with lane_check_value against api, whose name of each
-// bounded field becomes the key it was read from. 0, or -1 with e naming the field.
-int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_err *e);
+// bounded field becomes the key it was read from; the named rows sent are named on c (may be
+// NULL). 0, or -1 with e naming the field.
+int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_conn *c, srv_err *e);
 
 #endif

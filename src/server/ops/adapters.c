@@ -308,7 +308,7 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 	json_t *j = NULL;
 	load_req r = {0};
 	char file[BASE_NAME_MAX + 1];
-	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, load_fields, NULL, &e) || srv_fields_read(j, load_fields, &r, NULL, NULL, &e))
+	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, load_fields, NULL, &e) || srv_fields_read(j, load_fields, &r, NULL, NULL, NULL, &e))
 		goto fail;
 	if (!r.name) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "name is required: {\"name\", \"file\"?, \"scale\"?, \"replace\"?}");

@@ -125,7 +125,7 @@ enum MHD_Result srv_learn_grant_new(srv_conn *c) {
 	learn_grant_req r = {0};
 	double steps = 0, tokens = 0, lr = 0, rank = 0, batch = 0, expires = 0;
 	if (!l || srv_parse_body(c, &j, &e) || srv_fields_known(j, grant_fields, NULL, &e) ||
-	    srv_fields_read(j, grant_fields, &r, NULL, NULL, &e) || number(j, "max_steps", 1, 1e9, true, &steps, &e) ||
+	    srv_fields_read(j, grant_fields, &r, NULL, NULL, NULL, &e) || number(j, "max_steps", 1, 1e9, true, &steps, &e) ||
 	    number(j, "max_tokens", 2, (double)((int64_t)1 << 40), true, &tokens, &e) || number(j, "lr", 0, 1, false, &lr, &e) ||
 	    number(j, "rank", 1, LEARN_LIVE_MAX_RANK, true, &rank, &e) || number(j, "batch", 1, LEARN_LIVE_MAX_BATCH, true, &batch, &e) ||
 	    number(j, "expires_s", 0, LEARN_LIVE_MAX_EXPIRY_S, false, &expires, &e))
@@ -215,7 +215,7 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 	example_req r = {0};
 	learn_live *l = learner_or_fail(s, &e);
 	if (!l || srv_parse_body(c, &j, &e) || srv_fields_known(j, example_fields, NULL, &e) ||
-	    srv_fields_read(j, example_fields, &r, NULL, NULL, &e))
+	    srv_fields_read(j, example_fields, &r, NULL, NULL, NULL, &e))
 		goto fail;
 	const uint64_t id = grant_parse(r.grant);
 	if (!id) {
@@ -341,7 +341,7 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	char name[MODEL_LORA_NAME_MAX + 1], file[BASE_NAME_MAX + 1];
 	snprintf(name, sizeof name, "%.*s", (int)(slash - rest), rest);
 	if (!l || (c->body.len && (srv_parse_body(c, &j, &e) || srv_fields_known(j, save_fields, NULL, &e) ||
-				   srv_fields_read(j, save_fields, &r, NULL, NULL, &e))) ||
+				   srv_fields_read(j, save_fields, &r, NULL, NULL, NULL, &e))) ||
 	    srv_adapter_file(s, r.path, r.file, name, file, &e))
 		goto fail;
 	save_job *job = calloc(1, sizeof *job);
