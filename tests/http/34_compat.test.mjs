@@ -130,6 +130,24 @@ test("Codex CLI's first request runs, streamed, and the header names what lanes 
 	assert.equal(plain.headers.get('x-lanes-ignored'), null);
 });
 
+// Codex offers function tools grouped in a namespace and hosted ones (web_search): the grouped
+// functions are callable, the hosted ones named; --strict-params refuses them.
+test("Codex's namespace and hosted tools: the namespace's functions are called, web_search is named", async () => {
+	const tools = [
+		{ type: 'namespace', name: 'multi_agent_v1', description: 'sub-agents', tools: [{ type: 'function', name: 'close_agent', strict: false, parameters: { type: 'object', properties: { target: { type: 'string', maxLength: 8 } }, required: ['target'], additionalProperties: false } }] },
+		{ type: 'web_search', external_web_access: false },
+	];
+	const r = await post(srv.url, '/v1/responses', { input: 'Close it.', tools, tool_choice: { type: 'function', name: 'close_agent' }, max_output_tokens: 200, store: false });
+	assert.equal(r.status, 200, JSON.stringify(r.body));
+	assert.deepEqual(names(r), ['tools.web_search']);
+	const call = r.body.output.find((o) => o.type === 'function_call');
+	assert.equal(call?.name, 'close_agent', JSON.stringify(r.body.output));
+	assert.equal(typeof JSON.parse(call.arguments).target, 'string');
+	const refused = await post(strict.url, '/v1/responses', { input: 'x', tools, max_output_tokens: 2, store: false });
+	assert.equal(refused.status, 400);
+	assert.match(refused.body.error.message, /tools\.web_search/);
+});
+
 test('--strict-params refuses what the policy ignores, naming every field', async () => {
 	const a = await post(strict.url, '/v1/messages', claudeCode());
 	assert.equal(a.status, 400);

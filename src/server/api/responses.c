@@ -366,6 +366,20 @@ static int resp_neutral(srv_conn *c, resp_req *r, srv_err *e) {
 
 // text.format into the grammar; tools [{type: function, name, description, parameters}] and
 // tool_choice as OpenAI chat's.
+// A function tool {type, name, description, parameters} onto oai in Chat Completions' shape.
+static int resp_function(json_t *oai, json_t *tl, size_t k, srv_err *e) {
+	const char *ty = json_string_value(json_object_get(tl, "type"));
+	json_t *n = json_object_get(tl, "name"), *d = json_object_get(tl, "description"), *p = json_object_get(tl, "parameters");
+	if (!ty || strcmp(ty, "function") || !json_is_string(n) || (d && !json_is_string(d) && !json_is_null(d)) ||
+	    (p && !json_is_object(p) && !json_is_null(p)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools[%zu] must be {type: \"function\", name, description, parameters}", k);
+	json_t *fn = json_pack("{s:O}", "name", n);
+	if (fn && json_is_string(d)) json_object_set(fn, "description", d);
+	if (fn && json_is_object(p)) json_object_set(fn, "parameters", p);
+	json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+	return 0;
+}
+
 static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
 	json_t *f = json_object_get(r->text, "format");
 	const char *t = json_is_null(f) || !f ? "text" : json_string_value(json_object_get(f, "type"));
@@ -385,20 +399,22 @@ static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
 	}
 	if (rc) return rc;
 	json_t *oai = json_array();
-	size_t k;
-	json_t *tl;
+	size_t k, j;
+	json_t *tl, *in;
 	json_array_foreach(r->tools, k, tl) {
 		const char *ty = json_string_value(json_object_get(tl, "type"));
-		json_t *n = json_object_get(tl, "name"), *d = json_object_get(tl, "description"), *p = json_object_get(tl, "parameters");
-		if (!ty || strcmp(ty, "function") || !json_is_string(n) || (d && !json_is_string(d) && !json_is_null(d)) ||
-		    (p && !json_is_object(p) && !json_is_null(p))) {
-			json_decref(oai);
-			return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools[%zu] must be {type: \"function\", name, description, parameters}", k);
+		json_t *inner = json_object_get(tl, "tools");
+		if (ty && !strcmp(ty, "namespace") && json_is_array(inner)) {
+			// a namespace groups function tools (Codex's): its functions are offered as they are
+			json_array_foreach(inner, j, in) if (resp_function(oai, in, k, e)) return json_decref(oai), -1;
+		} else if (ty && strcmp(ty, "function") && json_is_object(tl)) {
+			// hosted tools (web_search, file_search, mcp, custom grammars ...) run on OpenAI's side
+			char nm[80];
+			snprintf(nm, sizeof nm, "tools.%.60s", ty);
+			srv_ignored_add(r->g.conn, nm);
+		} else if (resp_function(oai, tl, k, e)) {
+			return json_decref(oai), -1;
 		}
-		json_t *fn = json_pack("{s:O}", "name", n);
-		if (fn && json_is_string(d)) json_object_set(fn, "description", d);
-		if (fn && json_is_object(p)) json_object_set(fn, "parameters", p);
-		json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 	}
 	rc = srv_tools_set(s, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", e);
 	json_decref(oai);
