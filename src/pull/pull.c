@@ -230,7 +230,8 @@ static int not_ref(pull_ctx *x, const char *ref) {
 		    x->c->urls ? " or an https:// URL" : " or hf.co/ORG/REPO:QUANT");
 }
 
-static int parse_ref(pull_ctx *x, const char *ref, pull_ref *r) {
+// ref into r; resolve: ORG/REPO:QUANT asks the hub's listing which file (else only its form is checked).
+static int parse_ref(pull_ctx *x, const char *ref, pull_ref *r, bool resolve) {
 	const pull_config *c = x->c;
 	memset(r, 0, sizeof *r);
 	if (!strncmp(ref, "https://", 8) || !strncmp(ref, "http://", 7)) {
@@ -262,6 +263,7 @@ static int parse_ref(pull_ctx *x, const char *ref, pull_ref *r) {
 	if (!pull_safe_path(org, false) || !pull_safe_path(repo, false)) return not_ref(x, given);
 	if (*b == ':') {
 		if (!pull_safe_path(b + 1, false)) return not_ref(x, given);
+		if (!resolve) return 0;
 		int rc = pick_file(x, org, repo, b + 1, file, sizeof file);
 		if (rc) return rc;
 	} else if (*b == '/') {
@@ -608,7 +610,7 @@ int pull_model(const pull_config *c, const char *ref, pull_progress_fn fn, void 
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc) return fail(&px, LANES_EIO, "libcurl: %s", curl_easy_strerror(curl_init_rc));
 	if (!report(&px)) return fail(&px, LANES_ECANCELLED, "the pull was cancelled");
-	int rc = parse_ref(&px, ref, &r);
+	int rc = parse_ref(&px, ref, &r, true);
 	if (rc) return rc;
 	char dir[2048];
 	pull_cache_dir(c, dir, sizeof dir);
@@ -623,6 +625,12 @@ int pull_model(const pull_config *c, const char *ref, pull_progress_fn fn, void 
 		return 0;
 	}
 	return pull_into(&px, &r, path);
+}
+
+int pull_ref_check(const pull_config *c, const char *ref, char *err, size_t errlen) {
+	pull_ctx px = {.c = c, .err = err, .errlen = errlen};
+	pull_ref r;
+	return parse_ref(&px, ref, &r, false);
 }
 
 bool pull_is_ref(const char *m) {

@@ -44,6 +44,8 @@ void pull_cache_dir(const pull_config *c, char *out, size_t n);
 // arrived is not the file), LANES_EBUSY (another pull writes it now), LANES_ECANCELLED, with err.
 int pull_model(const pull_config *c, const char *ref, pull_progress_fn fn, void *ud, char *path, size_t n, char *rel,
 	       size_t reln, char *err, size_t errlen);
+// Whether ref has the form of a reference c takes, asking nothing of the hub. 0 or LANES_EINVAL, with err.
+int pull_ref_check(const pull_config *c, const char *ref, char *err, size_t errlen);
 // Whether m names something to pull rather than a file (a file of that name wins).
 bool pull_is_ref(const char *m);
 // Whether p is a name under the cache: words of [A-Za-z0-9._+-] (separated by '/' when
