@@ -1,7 +1,8 @@
 // server/api/ollama: Ollama's API as a compatibility layer over the same lane requests —
 // GET /api/version, /api/tags, /api/ps, POST /api/show, and POST /api/generate and
-// /api/chat (NDJSON streaming by default, `stream: false` for one object), with Ollama's
-// `options`, reply fields (done, done_reason, counts, durations in ns) and {"error"} shape.
+// /api/chat (NDJSON streaming by default, `stream: false` for one object; chat's tools through
+// gen/tools.c, calls in Ollama's shape), with Ollama's `options`, reply fields (done,
+// done_reason, counts, durations in ns) and {"error"} shape. The model cache is ops/cache.c's.
 #include "model/loras.h"
 #include "server/gen/gen.h"
 #include "server/routes.h"
