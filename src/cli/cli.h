@@ -8,6 +8,7 @@
 #include "cli/settings.h"
 #include "kv/kv.h"
 #include "model/model.h"
+#include "pull/pull.h"
 #include "tokenizer/tokenizer.h"
 
 int cmd_info(const cli_settings *s);
@@ -26,9 +27,11 @@ int cmd_pull(const cli_settings *s);
 int cmd_ls(const cli_settings *s);
 int cmd_rm(const cli_settings *s);
 int cmd_experts(const cli_settings *s);
-// The model cache (cmd_pull.c): ref (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, an http(s) URL)
-// downloaded unless cached; its path into path. Prints its error and returns -1, else 0.
+// The model cache (cmd_pull.c over src/pull): ref (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, an
+// http(s) URL) downloaded unless cached; its path into path. Prints its error and returns -1, else 0.
 int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n);
+// The cache settings (LANES_MODELS, the hub, its token and bounds) as src/pull takes them.
+void cli_pull_config(const cli_settings *s, pull_config *c);
 // Whether serve's -m names something to pull rather than a file.
 bool cli_is_pull_ref(const char *model);
 

@@ -164,6 +164,8 @@ int cmd_serve(const cli_settings *s) {
 	else snprintf(adapters_dir, sizeof adapters_dir, "%s/.cache/lanes/adapters", getenv("HOME") ? getenv("HOME") : ".");
 	cfg.adapters_dir = adapters_dir;
 	cfg.allow_unauth_mutations = s->allow_unauth_mutations;
+	cli_pull_config(s, &cfg.cache);
+	cfg.cache.urls = false; // over HTTP the hub's names alone: the server fetches no URL a client names
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
 	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;

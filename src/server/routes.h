@@ -72,6 +72,15 @@ enum MHD_Result srv_ollama_chat(srv_conn *c);
 enum MHD_Result srv_ollama_embed(srv_conn *c);
 enum MHD_Result srv_ollama_embeddings(srv_conn *c);
 
+// the model cache over Ollama's API (ops/cache.c): pulls run on threads of their own, stopped
+// (cancelled, their connections resumed, their threads waited for) before the daemon stops
+enum MHD_Result srv_ollama_pull(srv_conn *c);
+enum MHD_Result srv_ollama_copy(srv_conn *c);
+enum MHD_Result srv_ollama_delete(srv_conn *c);
+int srv_pulls_start(http_server *s);
+void srv_pulls_stop(http_server *s);
+void srv_pulls_free(http_server *s); // after the daemon stopped
+
 // The pooling the server uses for a model (cfg's when set, else pooling_type, else last).
 enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp);
 

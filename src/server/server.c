@@ -40,6 +40,8 @@ void http_config_default(http_config *c) {
 	c->peer_timeout_ms = 2000;
 	c->max_lora = 8;
 	c->learn_share = 0.25;
+	c->cache.stall_s = 30;
+	c->cache.max_bytes = (int64_t)1 << 40;
 	lane_config_default(&c->lanes);
 }
 
@@ -51,7 +53,7 @@ enum {
 	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
 	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
 	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
-	SRV_R_MUTATE = 1 << 5, // changes adapters or learning: refused when open to the network without a key
+	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
 	SRV_R_UTIL = 1 << 6    // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
 };
 
@@ -87,6 +89,10 @@ static const srv_route routes[] = {
 	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embed},
 	{"POST", "/api/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embeddings},
+	// the model cache `lanes pull` writes to: a pull runs on a thread of its own, a copy may copy bytes
+	{"POST", "/api/pull", SRV_R_AUTH | SRV_R_MUTATE, SRV_OLLAMA, srv_ollama_pull},
+	{"POST", "/api/copy", SRV_R_AUTH | SRV_R_MUTATE | SRV_R_WORK | SRV_R_UTIL, SRV_OLLAMA, srv_ollama_copy},
+	{"DELETE", "/api/delete", SRV_R_AUTH | SRV_R_MUTATE, SRV_OLLAMA, srv_ollama_delete},
 	{"POST", "/detokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_detokenize},
 	// the grid: what this server holds, and capacity held for peers (docs/deploy.md)
 	{"GET", "/v1/residency", 0, SRV_OPENAI, srv_residency},
@@ -159,7 +165,7 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 				c->rt->family == SRV_ANTHROPIC ? "invalid x-api-key" : "invalid API key: send Authorization: Bearer KEY");
 	if ((fl & SRV_R_MUTATE) && s->mutations_closed)
 		return srv_fail(e, SRV_E_FORBIDDEN, NULL,
-				"adapter and learning changes are refused on a server open to the network without a key: start it with "
+				"adapter, learning and model-cache changes are refused on a server open to the network without a key: start it with "
 				"--api-key KEY (or --allow-unauthenticated-mutations)");
 	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
@@ -544,6 +550,10 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	}
 
 	open_adapters_dir(s);
+	if (srv_pulls_start(s)) {
+		http_server_free(s);
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
 	struct sockaddr_in sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sin_family = AF_INET;
@@ -576,7 +586,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	// loopback is 127.0.0.0/8: any other address lets the network in
 	s->mutations_closed = (ntohl(sa.sin_addr.s_addr) >> 24) != 127 && !s->api_key && !cfg->allow_unauth_mutations;
 	if (s->mutations_closed)
-		LOG_WARN(SRV_MOD, "listening on %s without --api-key: adapter and learning changes are refused (403); give --api-key KEY, "
+		LOG_WARN(SRV_MOD, "listening on %s without --api-key: adapter, learning and model-cache changes are refused (403); give --api-key KEY, "
 				  "or --allow-unauthenticated-mutations to take them from anyone", s->host_addr);
 	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
@@ -595,6 +605,7 @@ void http_server_free(http_server *s) {
 	// libmicrohttpd refuses to stop with connections suspended: the adapter loads', the gate's,
 	// the waker's, the grid's and the work threads' are resumed first
 	srv_adapters_stop(s);
+	srv_pulls_stop(s);
 	learn_live_stop(s->learn);
 	srv_gate_stop(s);
 	srv_waker_release(s);
@@ -607,6 +618,7 @@ void http_server_free(http_server *s) {
 	lane_host_free(s->host);
 	learn_live_free(s->learn);
 	srv_adapters_free(s);
+	srv_pulls_free(s);
 	chat_free(&s->chat);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "lanes/lanes.h"
+#include "pull/pull.h"
 
 // An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
 typedef struct {
@@ -64,6 +65,7 @@ typedef struct {
 	double learn_share;         // most of a round's prompt budget training takes, 0..1 (0: learning off; default 0.25)
 	const char *adapters_dir;   // the folder HTTP adapter loads and saves name files in (NULL: none; they are refused)
 	bool allow_unauth_mutations; // adapter and learning changes even when open to the network without api_key
+	pull_config cache;          // the model cache Ollama's /api/pull, /api/copy and /api/delete work on (strings borrowed)
 } http_config;
 
 void http_config_default(http_config *c);

@@ -26,12 +26,12 @@ test('messages: reply shape and usage equal to the tokenizer counts', async () =
 	assert.ok(['end_turn', 'max_tokens'].includes(m.stop_reason));
 	assert.equal(m.stop_sequence, null);
 	const ids = (await postJSON(`${url}/tokenize`, { messages: [{ role: 'system', content: 'You tell stories.' }, ...user('Once upon a time')] })).body.tokens;
-	assert.equal(m.usage.input_tokens, ids.length);
+	assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.cache_creation_input_tokens, ids.length);
 	if (m.stop_reason === 'max_tokens') assert.equal(m.usage.output_tokens, 32);
 	// system as text blocks renders the same prompt
 	const b = await client.messages.create({ model: MODEL, max_tokens: 32, system: [{ type: 'text', text: 'You tell stories.' }], messages: [{ role: 'user', content: [{ type: 'text', text: 'Once upon a time' }] }], temperature: 0 });
 	assert.equal(b.content[0].text, m.content[0].text);
-	assert.equal(b.usage.input_tokens, m.usage.input_tokens);
+	assert.equal(b.usage.input_tokens + b.usage.cache_read_input_tokens, ids.length);
 });
 
 test('messages: max_tokens ends with stop_reason max_tokens', async () => {
@@ -68,7 +68,8 @@ test('messages: streamed events in order, text equal to the reply with the same 
 	assert.equal(fin.content[0].text, whole.content[0].text);
 	assert.equal(fin.stop_reason, whole.stop_reason);
 	assert.equal(fin.usage.output_tokens, whole.usage.output_tokens);
-	assert.equal(fin.usage.input_tokens, whole.usage.input_tokens);
+	// the prefix cache may differ between the two runs: the prompt they add up to does not
+	assert.equal(fin.usage.input_tokens + fin.usage.cache_read_input_tokens, whole.usage.input_tokens + whole.usage.cache_read_input_tokens);
 });
 
 test('messages: stop sequences, streamed and not', async () => {
@@ -123,11 +124,11 @@ test('messages: typed errors in Anthropic shape', async () => {
 	assert.equal(ok.response.headers.get('x-lanes-ignored'), 'metadata');
 });
 
-test('countTokens equals the usage.input_tokens of the same request; paths under /v1/messages answer in Anthropic\'s shape', async () => {
+test('countTokens equals the usage.input_tokens (with the cached tokens) of the same request; paths under /v1/messages answer in Anthropic\'s shape', async () => {
 	const req = { model: MODEL, system: 'You tell stories.', messages: [...user('Once upon a time'), { role: 'assistant', content: 'There' }] };
 	const count = await client.messages.countTokens(req);
 	const m = await client.messages.create({ ...req, max_tokens: 4 });
-	assert.equal(count.input_tokens, m.usage.input_tokens);
+	assert.equal(count.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
 	assert.deepEqual(Object.keys(count), ['input_tokens']);
 	const e = await client.messages.countTokens({ model: MODEL, messages: [] }).catch((x) => x);
 	assert.ok(e instanceof Anthropic.BadRequestError);
@@ -137,7 +138,7 @@ test('countTokens equals the usage.input_tokens of the same request; paths under
 	assert.equal(r.status, 404);
 	assert.equal(r.body.type, 'error');
 	assert.equal(r.body.error.type, 'not_found_error');
-	const o = await postJSON(`${url}/api/pull`, { model: 'x' });
+	const o = await postJSON(`${url}/api/push`, { model: 'x' });
 	assert.equal(o.status, 404);
 	assert.deepEqual(Object.keys(o.body), ['error']);
 });
@@ -157,4 +158,30 @@ test('streamed usage carries the same fields as the reply: message_start and mes
 	assert.equal(delta.cache_read_input_tokens, again.usage.cache_read_input_tokens);
 	assert.equal(delta.input_tokens, again.usage.input_tokens);
 	assert.equal(delta.output_tokens, again.usage.output_tokens);
+	// message_start goes out before the hit is known: the whole prompt, which the delta splits
+	assert.equal(start.input_tokens + start.cache_read_input_tokens, delta.input_tokens + delta.cache_read_input_tokens);
+});
+
+test('usage adds up as Anthropic counts it: input_tokens leave out the cached tokens, the three sum to the prompt', async () => {
+	const system = 'You tell long stories about a cat and a dog who live in a small house by the sea. '.repeat(6);
+	const body = { model: MODEL, max_tokens: 4, seed: 5, system, messages: user('Tell me about the dog and the boat') };
+	const ids = (await postJSON(`${url}/tokenize`, { messages: [{ role: 'system', content: system }, ...user('Tell me about the dog and the boat')] })).body.tokens;
+	await client.messages.create(body); // the prefix goes into the cache
+	const again = await client.messages.create(body);
+	const u = again.usage;
+	assert.ok(u.cache_read_input_tokens > 0, 'the second identical prompt reads its prefix from the cache');
+	assert.equal(u.cache_creation_input_tokens, 0);
+	assert.equal(u.input_tokens + u.cache_read_input_tokens, ids.length);
+	assert.ok(u.input_tokens < ids.length, 'the cached tokens are not counted twice');
+	// the SDK's stream helper adds message_start and message_delta up the same way
+	const m = await client.messages.stream(body).finalMessage();
+	assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, ids.length);
+	assert.ok(m.usage.cache_read_input_tokens > 0);
+	// OpenAI's prompt_tokens and Responses' input_tokens include the cached ones
+	const o = (await postJSON(`${url}/v1/chat/completions`, { messages: [{ role: 'system', content: system }, ...user('Tell me about the dog and the boat')], max_tokens: 4 })).body.usage;
+	assert.equal(o.prompt_tokens, ids.length);
+	assert.ok(o.prompt_tokens_details.cached_tokens > 0);
+	const r = (await postJSON(`${url}/v1/responses`, { instructions: system, input: 'Tell me about the dog and the boat', max_output_tokens: 4 })).body.usage;
+	assert.equal(r.input_tokens, ids.length);
+	assert.ok(r.input_tokens_details.cached_tokens > 0);
 });

@@ -101,7 +101,8 @@ test('errors in Ollama\'s shape; what lanes cannot honour is named or refused, r
 	const bad = [
 		[{ messages: user('x') }, /model is required/],
 		[{ model: 'stories260K', messages: [] }, /messages/],
-		[{ model: 'stories260K', messages: [{ role: 'tool', content: 'x' }] }, /tools are not supported/],
+		[{ model: 'stories260K', messages: [{ role: 'robot', content: 'x' }] }, /role 'robot' is not supported/],
+		[{ model: 'stories260K', messages: [{ role: 'user', content: 'x', tool_calls: [{ function: { name: 'f' } }] }] }, /only assistant turns make tool calls/],
 		[{ model: 'stories260K', messages: [{ role: 'user', content: 'x', images: [7] }] }, /images\[0\] must be a base64 string/],
 		[{ model: 'stories260K', messages: user('x'), format: 'yaml' }, /format/],
 		[{ model: 'stories260K', messages: user('x'), options: { temperature: 'hot' } }, /options.temperature/],

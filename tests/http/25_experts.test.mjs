@@ -81,7 +81,7 @@ test('domains from chat, responses, messages and the header; every row counted; 
 	add('code', rowsOf(r.usage.input_tokens, r.usage.input_tokens_details.cached_tokens, r.usage.output_tokens));
 	for (const text of [STORY, STORY.split(' ').reverse().join(' ')]) {
 		const m = await ant.messages.create({ model: 'm', max_tokens: 5, messages: [{ role: 'user', content: text }], temperature: 0, metadata: { domain: 'story' } });
-		add('story', rowsOf(m.usage.input_tokens, m.usage.cache_read_input_tokens, m.usage.output_tokens));
+		add('story', rowsOf(m.usage.input_tokens + m.usage.cache_read_input_tokens, m.usage.cache_read_input_tokens, m.usage.output_tokens));
 	}
 	const h = await postJSON(`${srv.url}/v1/completions`, { prompt: 'The sea was calm and the sky was grey over the little town.', max_tokens: 4 }, { 'x-lanes-domain': 'prose' });
 	assert.equal(h.status, 200);

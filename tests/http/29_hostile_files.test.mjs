@@ -166,7 +166,7 @@ test('kill -9 at random moments of a save leaves the old file whole, and the nex
 test('open to the network without a key, adapter and learning changes get 403 naming the flags; reads stay open', async () => {
 	const O = await startServer(['-m', STORIES, '--host', '0.0.0.0', '--adapters-dir', DIR]);
 	try {
-		assert.match(O.log(), /without --api-key: adapter and learning changes are refused/);
+		assert.match(O.log(), /without --api-key: adapter, learning and model-cache changes are refused/);
 		const post = (p, body) => postJSON(`${O.url}${p}`, body, { Authorization: '' });
 		for (const [p, body] of [['/learn/grants', { adapter: 'q', max_steps: 1, max_tokens: 10 }], ['/v1/adapters', { name: 'g', file: 'good.gguf' }],
 			['/learn/examples', { grant: 'grant-1', prompt: 'a', completion: 'b' }], ['/v1/adapters/p/save', {}]]) {

@@ -112,7 +112,7 @@ test("Claude Code's first request runs, streamed, and the header names what lane
 	const { stream, max_tokens, metadata, temperature, ...countable } = claudeCode();
 	const count = await post(srv.url, '/v1/messages/count_tokens', countable);
 	assert.equal(count.status, 200, JSON.stringify(count.body));
-	assert.equal(count.body.input_tokens, whole.body.usage.input_tokens);
+	assert.equal(count.body.input_tokens, whole.body.usage.input_tokens + whole.body.usage.cache_read_input_tokens);
 });
 
 test("Codex CLI's first request runs, streamed, and the header names what lanes ignored", async () => {

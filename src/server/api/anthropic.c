@@ -89,11 +89,19 @@ static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
 
 static const srv_tool_sink ant_sink = {sink_content, sink_start, sink_args, sink_end};
 
+// Anthropic's input_tokens leave out the cached tokens it reports beside them: the three add up to the prompt.
+static json_t *usage(const srv_call *c, int32_t n_cached, int32_t output) {
+	return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", c->g.lr.n_prompt - n_cached, "cache_creation_input_tokens", 0,
+			 "cache_read_input_tokens", n_cached, "output_tokens", output);
+}
+
+// message_start goes out at once, before the prefix-cache hit is known: its usage counts the whole
+// prompt as input; message_delta's is the final count, which the clients take over it.
 static void ant_begin(srv_call *c) {
 	srv_sse(c, "message_start",
-		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i, s:i}}}", "type", "message_start", "message", "id",
-			  c->id, "type", "message", "role", "assistant", "content", "model", srv_call_model(c), "stop_reason",
-			  "stop_sequence", "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", 0, "cache_read_input_tokens", 0));
+		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:o}}", "type", "message_start", "message", "id", c->id, "type",
+			  "message", "role", "assistant", "content", "model", srv_call_model(c), "stop_reason", "stop_sequence", "usage",
+			  usage(c, 0, 0)));
 	// with tools the blocks start as the text shows what they are
 	if (!c->g.parse_calls) text_start(c);
 	srv_sse(c, "ping", json_pack("{s:s}", "type", "ping"));
@@ -111,9 +119,9 @@ static void ant_done(srv_call *c) {
 	if (!st->blocks) text_start(c);
 	if (st->text_open) block_stop(c, st->blocks - 1);
 	const srv_tool_stream *ts = &c->ch[0].tools;
-	json_t *d = json_pack("{s:s, s:{s:s, s:o}, s:{s:i, s:i, s:i}}", "type", "message_delta", "delta", "stop_reason",
-			      turn_stop(c, c->g.parse_calls && ts->n_started), "stop_sequence", stop_sequence(c), "usage", "input_tokens", c->g.lr.n_prompt,
-			      "output_tokens", srv_call_generated(c), "cache_read_input_tokens", c->ch[0].n_cached);
+	json_t *d = json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
+			      turn_stop(c, c->g.parse_calls && ts->n_started), "stop_sequence", stop_sequence(c), "usage",
+			      usage(c, c->ch[0].n_cached, srv_call_generated(c)));
 	srv_finish_note(json_object_get(d, "delta"), &c->ch[0]);
 	srv_sse(c, "message_delta", d);
 	srv_sse(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
@@ -136,10 +144,9 @@ static json_t *ant_reply(srv_call *c) {
 						json_object_get(v, "id"), "name", json_object_get(v, "name"), "input", json_object_get(v, "input")));
 	const bool with_calls = json_array_size(calls);
 	json_decref(calls);
-	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:s, s:I}", "id", c->id, "type",
+	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:o, s:s, s:I}", "id", c->id, "type",
 			 "message", "role", "assistant", "content", content, "model", srv_call_model(c), "stop_reason", turn_stop(c, with_calls), "stop_sequence", stop_sequence(c),
-			 "usage", "input_tokens", c->g.lr.n_prompt, "output_tokens", ch->n_generated, "cache_read_input_tokens",
-			 ch->n_cached, "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
+			 "usage", usage(c, ch->n_cached, ch->n_generated), "token_sha", ch->token_sha, "seed", (json_int_t)c->g.lr.sampling.seed);
 	srv_finish_note(m, ch);
 	return m;
 }

@@ -1,7 +1,8 @@
 // server/api/ollama: Ollama's API as a compatibility layer over the same lane requests —
 // GET /api/version, /api/tags, /api/ps, POST /api/show, and POST /api/generate and
-// /api/chat (NDJSON streaming by default, `stream: false` for one object), with Ollama's
-// `options`, reply fields (done, done_reason, counts, durations in ns) and {"error"} shape.
+// /api/chat (NDJSON streaming by default, `stream: false` for one object; chat's tools through
+// gen/tools.c, calls in Ollama's shape), with Ollama's `options`, reply fields (done,
+// done_reason, counts, durations in ns) and {"error"} shape. The model cache is ops/cache.c's.
 #include "model/loras.h"
 #include "server/gen/gen.h"
 #include "server/routes.h"
@@ -14,8 +15,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-// The Ollama API version whose shapes these endpoints follow (clients compare it).
-#define OLL_API_VERSION "0.6.0"
+// The Ollama API version whose features these endpoints serve (tools in chat, capabilities, pull,
+// copy, delete); clients compare it: Codex's --oss wants 0.13.4 or newer.
+#define OLL_API_VERSION "0.13.4"
 
 // ---- model facts ------------------------------------------------------------------------------
 
@@ -127,6 +129,22 @@ static const srv_field show_fields[] = {
 	{0},
 };
 
+// What the model does here, as Ollama names it: completion and tools unless --embeddings (tools
+// work on every template: one without a tool family of its own gets the fallback's calls), and
+// embedding always; thinking when the template has a thinking block; never insert (suffix is refused).
+static json_t *capabilities(const http_server *s) {
+	json_t *a = json_array();
+	if (!s->cfg.embeddings_only) {
+		json_array_append_new(a, json_string("completion"));
+		json_array_append_new(a, json_string("tools"));
+	}
+	json_array_append_new(a, json_string("embedding"));
+	const char *t = s->chat.src;
+	if (!s->cfg.embeddings_only && t && (strstr(t, "<think>") || strstr(t, "enable_thinking") || strstr(t, "reasoning_content")))
+		json_array_append_new(a, json_string("thinking"));
+	return a;
+}
+
 enum MHD_Result srv_ollama_show(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
@@ -155,9 +173,8 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	snprintf(k, sizeof k, "%s.block_count", hp->arch);
 	json_object_set_new(info, k, json_integer(hp->n_layers));
 	const char *tsrc = tok_chat_template(s->vocab);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:[s,s]}", "modelfile", "", "parameters", "", "template",
-			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", "completion",
-			      "embedding");
+	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
+			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", capabilities(s));
 	return srv_reply_json(c, 200, o, 0);
 }
 
@@ -170,7 +187,8 @@ typedef struct {
 	json_t *messages;              // chat
 	const char *prompt, *system, *suffix, *templ; // generate
 	bool raw;
-	json_t *format, *images, *context, *tools, *think, *keep_alive;
+	bool parallel_tool_calls;      // lanes' extension, as OpenAI's (default true: Ollama's models call several)
+	json_t *format, *images, *context, *tools, *tool_choice, *think, *keep_alive;
 	json_t *num_predict, *repeat_last_n;
 	json_t *mirostat, *tfs_z;
 	char name[160];                // the model as the client named it
@@ -209,6 +227,8 @@ static const srv_field oll_chat_fields[] = {
 	{"options", SRV_K_OBJECT, .sub = oll_options},
 	SRV_ROW(oll_req, keep_alive, SRV_K_JSON),
 	SRV_ROW(oll_req, tools, SRV_K_JSON),
+	SRV_ROW(oll_req, tool_choice, SRV_K_JSON), // lanes' extensions: OpenAI's values, for a call the client needs
+	SRV_ROW(oll_req, parallel_tool_calls, SRV_K_BOOL),
 	SRV_ROW(oll_req, think, SRV_K_JSON),
 	SRV_NAMED_AS("logprobs", BOOL), // not in this reply's shape yet
 	SRV_NAMED_AS("top_logprobs", INT),
@@ -249,6 +269,12 @@ static void oll_free(void *p) {
 
 static void ndjson(srv_call *c, json_t *o) { srv_sse(c, NULL, o); }
 
+// A parsed call as Ollama writes it: arguments an object, not JSON text.
+static json_t *oll_call(const json_t *call, int k) {
+	return json_pack("{s:O, s:{s:i, s:O, s:O}}", "id", json_object_get(call, "id"), "function", "index", k, "name",
+			 json_object_get(call, "name"), "arguments", json_object_get(call, "input"));
+}
+
 // The head of every reply object: model, created_at, and the text as the endpoint puts it.
 static json_t *oll_object(srv_call *c, const char *text, size_t len, bool done) {
 	const oll_req *r = c->st;
@@ -280,18 +306,52 @@ static json_t *oll_final(srv_call *c, const char *text, size_t len) {
 	return o;
 }
 
+// ---- tool calls in a stream: the text before a call as content, each call whole in its own object
+
+static void sink_content(srv_call *c, int i, const char *text, size_t len) {
+	if (len) ndjson(c, oll_object(c, text, len, false));
+}
+
+static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {}
+
+static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {}
+
+static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) {
+	json_t *o = oll_object(c, "", 0, false);
+	if (o) json_object_set_new(json_object_get(o, "message"), "tool_calls", json_pack("[o]", oll_call(call, k)));
+	ndjson(c, o);
+}
+
+static const srv_tool_sink oll_sink = {sink_content, sink_start, sink_args, sink_end};
+
 static void oll_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	(void)i, (void)tok;
-	if (c->g.stream && len) ndjson(c, oll_object(c, text, len, false));
+	if (c->g.stream && c->g.parse_calls) srv_tools_stream(c, 0, false, &oll_sink);
+	else if (c->g.stream && len) ndjson(c, oll_object(c, text, len, false));
 }
 
 static void oll_begin(srv_call *c) { (void)c; }
 
-static void oll_done(srv_call *c) { ndjson(c, oll_final(c, "", 0)); }
+static void oll_done(srv_call *c) {
+	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &oll_sink);
+	ndjson(c, oll_final(c, "", 0));
+}
 
 static json_t *oll_reply(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
-	return oll_final(c, ch->text.p ? ch->text.p : "", ch->text.len);
+	size_t clen = ch->text.len;
+	json_t *calls = NULL;
+	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
+	json_t *o = oll_final(c, ch->text.p ? ch->text.p : "", clen);
+	if (o && json_array_size(calls)) {
+		json_t *tc = json_array();
+		size_t k;
+		json_t *v;
+		json_array_foreach(calls, k, v) json_array_append_new(tc, oll_call(v, (int)k));
+		json_object_set_new(json_object_get(o, "message"), "tool_calls", tc);
+	}
+	json_decref(calls);
+	return o;
 }
 
 static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .reply = oll_reply, .free_state = oll_free, .family = SRV_OLLAMA};
@@ -353,8 +413,6 @@ static char *with_images(srv_conn *c, const char *text, size_t n_images) {
 
 // Fields lanes cannot honour: named, or refused where going on would answer something else.
 static int oll_unsupported(srv_conn *c, const oll_req *r, srv_err *e) {
-	if (r->tools && !(json_is_array(r->tools) && !json_array_size(r->tools)))
-		return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools are not supported");
 	if (r->context && !(json_is_array(r->context) && !json_array_size(r->context)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "context", "context (a previous reply's tokens) is not supported: send the text");
 	const json_t *t = r->think;
@@ -367,22 +425,81 @@ static int oll_unsupported(srv_conn *c, const oll_req *r, srv_err *e) {
 	return 0;
 }
 
-// format: "json" (any JSON object) or a JSON Schema into the request's grammar.
-static int oll_format(oll_req *r, srv_err *e) {
+// format: "json" (any JSON object) or a JSON Schema into the request's grammar; chat's tools
+// (OpenAI's shape, as Ollama takes them) as the OpenAI path sets them: beside a format, the
+// reply is a call or the format's JSON.
+static int oll_format(http_server *s, oll_req *r, srv_err *e) {
 	json_t *f = r->format;
-	if (!f || json_is_null(f) || (json_is_string(f) && !json_string_length(f))) return 0;
-	if (json_is_string(f) && !strcmp(json_string_value(f), "json")) return srv_grammar_json_object(&r->g, e);
-	if (json_is_object(f)) return srv_grammar_schema(&r->g, f, "format", e);
-	return srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
+	enum tool_choice choice = TOOL_CHOICE_AUTO;
+	const char *name = NULL;
+	if (r->chat && srv_tool_choice(r->tool_choice, false, &choice, &name, e)) return -1;
+	const bool format = f && !json_is_null(f) && !(json_is_string(f) && !json_string_length(f));
+	int rc = 0;
+	if (!format) rc = 0;
+	else if (json_is_string(f) && !strcmp(json_string_value(f), "json")) rc = srv_grammar_json_object(&r->g, e);
+	else if (json_is_object(f)) rc = srv_grammar_schema(&r->g, f, "format", e);
+	else rc = srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
+	if (rc) return rc;
+	return r->chat ? srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", e) : 0;
 }
 
-// Ollama chat messages as the chat template reads them: {role, content} strings, a
-// placeholder for each image.
+// An assistant turn's tool_calls ({function: {name, arguments: object}}, an id when the client
+// kept one) as the chat template reads them: OpenAI's calls, each with an id; pending gets
+// {id, name} of each, for the tool turns that answer them.
+static int oll_calls(json_t *calls, size_t i, const char *p, json_t *o, json_t *pending, srv_err *e) {
+	if (!json_is_array(calls)) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.tool_calls must be an array", p);
+	json_t *out = json_array();
+	json_array_clear(pending);
+	size_t k;
+	json_t *tc;
+	json_array_foreach(calls, k, tc) {
+		json_t *fn = json_object_get(tc, "function"), *id = json_object_get(tc, "id");
+		json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+		if (!json_is_object(fn) || !json_is_string(name) || (args && !json_is_object(args) && !json_is_string(args))) {
+			json_decref(out);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.tool_calls[%zu] must be {\"function\": {\"name\", \"arguments\": {...}}}", p, k);
+		}
+		char made[48];
+		snprintf(made, sizeof made, "call_%zu_%zu", i, k); // the same conversation gets the same ids
+		const char *cid = json_is_string(id) ? json_string_value(id) : made;
+		json_t *c = json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", cid, "type", "function", "function", "name", name, "arguments",
+				      args ? json_incref(args) : json_object());
+		if (!c || json_array_append_new(out, c) || json_array_append_new(pending, json_pack("{s:s, s:O}", "id", cid, "name", name))) {
+			json_decref(out);
+			return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		}
+	}
+	json_object_set_new(o, "tool_calls", out);
+	return 0;
+}
+
+// A tool turn's result tied to the call it answers: its tool_call_id, else the first call of the
+// turn before not answered yet whose name is its tool_name (any, without one).
+static void oll_answer(json_t *m, json_t *o, json_t *pending) {
+	const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+	const char *tool = json_string_value(json_object_get(m, "tool_name"));
+	size_t k;
+	json_t *c;
+	json_array_foreach(pending, k, c) {
+		const char *cid = json_string_value(json_object_get(c, "id")), *nm = json_string_value(json_object_get(c, "name"));
+		if (id ? strcmp(id, cid) : tool && strcmp(tool, nm)) continue;
+		if (!tool) tool = nm;
+		if (!id) json_object_set_new(o, "tool_call_id", json_string(cid));
+		json_array_remove(pending, k);
+		break;
+	}
+	if (id) json_object_set_new(o, "tool_call_id", json_string(id));
+	if (tool) json_object_set_new(o, "name", json_string(tool));
+}
+
+// Ollama chat messages as the chat template reads them: {role, content} strings, a placeholder
+// for each image, an assistant turn's tool calls and the tool turns that answer them.
 static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
+	static const char *const fields[] = {"role", "content", "images", "tool_calls", "thinking", "tool_name", "tool_call_id", NULL};
 	*out = NULL;
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "messages", "messages must be a non-empty array");
-	json_t *flat = json_array();
+	json_t *flat = json_array(), *pending = json_array();
 	size_t i;
 	json_t *m;
 	json_array_foreach(msgs, i, m) {
@@ -394,32 +511,42 @@ static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
 		const char *bad = NULL;
 		const char *k;
 		json_t *v;
-		json_object_foreach(m, k, v) if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "images") &&
-						 strcmp(k, "tool_calls") && strcmp(k, "thinking") && strcmp(k, "tool_name")) bad = k;
+		json_object_foreach(m, k, v) {
+			size_t f = 0;
+			while (fields[f] && strcmp(k, fields[f])) f++;
+			if (!fields[f]) bad = k;
+		}
 		char pi[80];
 		snprintf(pi, sizeof pi, "%s.images", p);
 		size_t n_images = 0;
 		if (!json_is_object(m)) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be an object", p);
 		else if (bad) srv_fail(e, SRV_E_BAD_REQUEST, p, "unknown field %s.%s", p, bad);
 		else if (!role) srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role must be a string", p);
-		else if (!strcmp(role, "tool") || (calls && !(json_is_array(calls) && !json_array_size(calls))))
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: tools are not supported", p);
-		else if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
-			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, user or assistant", p, role);
+		else if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.role '%s' is not supported: system, user, assistant or tool", p, role);
+		else if (calls && !json_is_null(calls) && strcmp(role, "assistant") && !(json_is_array(calls) && !json_array_size(calls)))
+			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.tool_calls: only assistant turns make tool calls", p);
 		else if (oll_images(images, pi, &n_images, e)) {
 			// e names what is wrong with them
-		} else if (content && !json_is_string(content) && !json_is_null(content))
+		}
+		else if (content && !json_is_string(content) && !json_is_null(content))
 			srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.content must be a string", p);
 		else {
 			char *text = with_images(c, json_is_string(content) ? json_string_value(content) : "", n_images);
 			json_t *o = text ? json_pack("{s:s, s:s}", "role", role, "content", text) : NULL;
 			free(text);
-			if (o && !json_array_append_new(flat, o)) continue;
-			srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+			int rc = o ? 0 : srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+			if (!rc && json_array_size(calls)) rc = oll_calls(calls, i, p, o, pending, e);
+			if (!rc && !strcmp(role, "tool")) oll_answer(m, o, pending);
+			if (!rc && !json_array_append_new(flat, o)) continue;
+			if (!rc) srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+			if (rc) json_decref(o);
 		}
 		json_decref(flat);
+		json_decref(pending);
 		return -1;
 	}
+	json_decref(pending);
 	*out = flat;
 	return 0;
 }
@@ -433,6 +560,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 		return srv_reply_error(c, &e);
 	}
 	r->chat = chat;
+	r->parallel_tool_calls = true;
 	srv_gen_init(&r->g, chat ? &oll_chat_api : &oll_gen_api, c);
 	r->g.stream = true; // Ollama streams unless told not to
 	r->g.stream_type = "application/x-ndjson";
@@ -451,7 +579,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	r->g.model = !rc && oll_adapter(s, r->g.model, r->lora) ? r->lora : NULL;
 	size_t n_images = 0;
 	if (!rc) rc = oll_unsupported(c, r, &e) || oll_images(r->images, "images", &n_images, &e) || oll_options_apply(c, r, &e) ||
-		      srv_gen_check(s, &r->g, &e) || oll_format(r, &e);
+		      srv_gen_check(s, &r->g, &e) || oll_format(s, r, &e);
 	if (!rc && !chat && (!r->prompt || !*r->prompt)) {
 		// Ollama's way to load a model: an empty prompt answers done at once
 		json_decref(r->j);
@@ -483,7 +611,7 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 			free(prompt);
 			if (!flat) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
-		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", NULL, &r->g.prompt, &r->g.lr.n_prompt, &e);
+		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", &r->g, &r->g.prompt, &r->g.lr.n_prompt, &e);
 		json_decref(flat);
 	}
 	if (rc) {

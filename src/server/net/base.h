@@ -175,6 +175,7 @@ struct http_server {
 	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
 	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
 	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
+	struct srv_pulls *pulls;       // Ollama's pulls running on threads of their own (ops/cache.c)
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------

@@ -1,0 +1,428 @@
+// server/ops/cache: Ollama's model-cache endpoints over src/pull — POST /api/pull (the download
+// runs on a thread of its own while its connection waits suspended; its progress streams as
+// Ollama's NDJSON), POST /api/copy and DELETE /api/delete, confined to the cache folder `lanes
+// pull` writes to. The file this server serves is never deleted nor replaced.
+#include "pull/pull.h"
+#include "server/net/base.h"
+#include "server/routes.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PULLS_MAX 2                 // pulls running at once: another waits for one of them to end
+#define PULL_OUT_MAX (64u << 10)    // progress a slow reader may leave unread: more lines are dropped, never the last
+#define PULL_EVERY_US 250000        // a download's progress line at most this often
+
+typedef struct pull_job {
+	struct pull_job *next;
+	http_server *s;
+	srv_conn *conn;                // the request (NULL once it ended)
+	int refs;                      // the thread's and the request's
+	bool stream;
+	// under the pulls' lock
+	bool done;                     // the pull ended: rc, err and out's last line are written
+	bool waiting;                  // the connection is suspended until out grows or the pull ends
+	bool cancel;                   // the request ended or the server stops
+	bool shown;                    // a download line went out
+	srv_buf out;                   // NDJSON not yet read
+	size_t out_off;
+	uint64_t last_us;              // when the last download line went out
+	int rc;
+	char err[1024];
+	char ref[512];
+} pull_job;
+
+struct srv_pulls {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             // a pull thread ended
+	pull_job *jobs;
+	int running;
+	bool stopping;
+};
+
+int srv_pulls_start(http_server *s) {
+	struct srv_pulls *P = calloc(1, sizeof *P);
+	if (!P) return LANES_ENOMEM;
+	pthread_mutex_init(&P->mu, NULL);
+	pthread_cond_init(&P->cv, NULL);
+	s->pulls = P;
+	return 0;
+}
+
+// Under the lock: the connection reads again (a line came, or the pull ended).
+static void wake(pull_job *j) {
+	if (!j->waiting || !j->conn) return;
+	j->waiting = false;
+	MHD_resume_connection(j->conn->mc);
+}
+
+// Under the lock: drops one holder; the last frees the job.
+static void release(struct srv_pulls *P, pull_job *j) {
+	if (--j->refs) return;
+	for (pull_job **p = &P->jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	srv_buf_free(&j->out);
+	free(j);
+}
+
+void srv_pulls_stop(http_server *s) {
+	struct srv_pulls *P = s->pulls;
+	if (!P) return;
+	pthread_mutex_lock(&P->mu);
+	P->stopping = true;
+	for (pull_job *j = P->jobs; j; j = j->next) {
+		j->cancel = true;
+		wake(j); // the connection ends at once; the thread at its transfer's next progress call
+	}
+	while (P->running) pthread_cond_wait(&P->cv, &P->mu);
+	pthread_mutex_unlock(&P->mu);
+}
+
+void srv_pulls_free(http_server *s) {
+	struct srv_pulls *P = s->pulls;
+	if (!P) return;
+	while (P->jobs) {
+		pull_job *j = P->jobs;
+		P->jobs = j->next;
+		srv_buf_free(&j->out);
+		free(j);
+	}
+	pthread_mutex_destroy(&P->mu);
+	pthread_cond_destroy(&P->cv);
+	free(P);
+	s->pulls = NULL;
+}
+
+// Under the lock: one NDJSON line (o stolen); a download line is dropped while the reader lags.
+static void line(pull_job *j, json_t *o, bool droppable) {
+	if (droppable && j->out.len - j->out_off > PULL_OUT_MAX) return json_decref(o);
+	srv_stream_event(SRV_OLLAMA, &j->out, NULL, o);
+	wake(j);
+}
+
+// Ollama's line for a layer: "pulling" and the digest's first 12 hex digits (the file's name
+// when the hub publishes no checksum), the digest, and the bytes.
+static json_t *download_line(const pull_progress *p) {
+	char status[300], digest[80] = "";
+	const char *base = strrchr(p->rel, '/');
+	if (p->sha[0]) snprintf(status, sizeof status, "pulling %.12s", p->sha), snprintf(digest, sizeof digest, "sha256:%s", p->sha);
+	else snprintf(status, sizeof status, "pulling %s", base ? base + 1 : p->rel);
+	json_t *o = json_pack("{s:s}", "status", status);
+	if (o && digest[0]) json_object_set_new(o, "digest", json_string(digest));
+	if (o && p->total > 0) json_object_set_new(o, "total", json_integer(p->total));
+	if (o) json_object_set_new(o, "completed", json_integer(p->done));
+	return o;
+}
+
+static int on_progress(void *ud, const pull_progress *p) {
+	pull_job *j = ud;
+	struct srv_pulls *P = j->s->pulls;
+	pthread_mutex_lock(&P->mu);
+	const bool cancel = j->cancel;
+	const uint64_t now = base_now_us();
+	if (!cancel && j->stream) switch (p->stage) {
+		case PULL_RESOLVE:
+			line(j, json_pack("{s:s}", "status", "pulling manifest"), false);
+			break;
+		case PULL_DOWNLOAD:
+			if (j->shown && now - j->last_us < PULL_EVERY_US) break;
+			line(j, download_line(p), j->shown);
+			j->shown = true, j->last_us = now;
+			break;
+		case PULL_VERIFY:
+			line(j, download_line(p), false); // the layer whole
+			line(j, json_pack("{s:s}", "status", "verifying sha256 digest"), false);
+			break;
+		case PULL_COMMIT:
+			if (!j->shown) line(j, download_line(p), false); // in the cache already
+			j->shown = true;
+			line(j, json_pack("{s:s}", "status", "writing manifest"), false);
+			break;
+		}
+	pthread_mutex_unlock(&P->mu);
+	return cancel;
+}
+
+static void *pull_main(void *arg) {
+	pull_job *j = arg;
+	http_server *s = j->s;
+	struct srv_pulls *P = s->pulls;
+	char path[4096], rel[1024] = "";
+	const int rc = pull_model(&s->cfg.cache, j->ref, on_progress, j, path, sizeof path, rel, sizeof rel, j->err, sizeof j->err);
+	if (rc) LOG_WARN(SRV_MOD, "pull %s: %s", j->ref, j->err);
+	else LOG_INFO(SRV_MOD, "pull %s: %s in the cache", j->ref, rel);
+	pthread_mutex_lock(&P->mu);
+	j->rc = rc;
+	if (j->stream) line(j, rc ? json_pack("{s:s}", "error", j->err) : json_pack("{s:s}", "status", "success"), false);
+	j->done = true;
+	wake(j);
+	P->running--;
+	pthread_cond_broadcast(&P->cv);
+	release(P, j);
+	pthread_mutex_unlock(&P->mu);
+	return NULL;
+}
+
+// A stream's bytes as the pull writes them; the connection waits suspended for more.
+static ssize_t pull_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+	pull_job *j = cls;
+	struct srv_pulls *P = j->s->pulls;
+	ssize_t n = 0;
+	(void)pos;
+	pthread_mutex_lock(&P->mu);
+	if (j->out.oom) {
+		n = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else if (j->out_off < j->out.len) {
+		n = (ssize_t)(j->out.len - j->out_off < max ? j->out.len - j->out_off : max);
+		memcpy(buf, j->out.p + j->out_off, (size_t)n);
+		j->out_off += (size_t)n;
+		if (j->out_off == j->out.len) j->out_off = j->out.len = 0;
+	} else if (j->done) {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	} else if (P->stopping) {
+		n = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else {
+		j->waiting = true;
+		MHD_suspend_connection(j->conn->mc);
+	}
+	pthread_mutex_unlock(&P->mu);
+	return n;
+}
+
+// The request ended: a pull still running for it is cancelled (its .part file stays, resumable).
+static void pull_done(srv_conn *c) {
+	pull_job *j = c->job;
+	struct srv_pulls *P = c->s->pulls;
+	if (!j) return;
+	pthread_mutex_lock(&P->mu);
+	j->conn = NULL;
+	j->cancel |= !j->done;
+	release(P, j);
+	pthread_mutex_unlock(&P->mu);
+	c->job = NULL;
+}
+
+// The failure of a pull as its status: the reference, the hub's answer, or the server's state.
+static enum srv_ekind pull_kind(int rc) {
+	switch (rc) {
+	case LANES_EINVAL: return SRV_E_BAD_REQUEST;
+	case LANES_ENOTFOUND: return SRV_E_NOT_FOUND;
+	case LANES_EBUSY: return SRV_E_CONFLICT;
+	case LANES_ECANCELLED: return SRV_E_UNAVAILABLE;
+	default: return SRV_E_INTERNAL;
+	}
+}
+
+// stream: false — the pull's end is the reply.
+static enum MHD_Result pull_resume(srv_conn *c) {
+	pull_job *j = c->job;
+	struct srv_pulls *P = c->s->pulls;
+	srv_err e;
+	pthread_mutex_lock(&P->mu);
+	const bool done = j->done, stopping = P->stopping;
+	const int rc = j->rc;
+	if (!done && !stopping) {
+		j->waiting = true;
+		MHD_suspend_connection(c->mc);
+	}
+	if (done && rc) srv_fail(&e, pull_kind(rc), "model", "%s", j->err);
+	pthread_mutex_unlock(&P->mu);
+	if (!done && !stopping) return MHD_YES;
+	if (!done) srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping");
+	if (!done || rc) return srv_reply_error(c, &e);
+	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+}
+
+typedef struct {
+	const char *model, *name, *source, *destination;
+	bool insecure, stream;
+} cache_req;
+
+static const srv_field pull_fields[] = {
+	SRV_ROW(cache_req, model, SRV_K_STR),
+	SRV_ROW(cache_req, name, SRV_K_STR),
+	SRV_ROW(cache_req, insecure, SRV_K_BOOL),
+	SRV_ROW(cache_req, stream, SRV_K_BOOL),
+	{0},
+};
+
+enum MHD_Result srv_ollama_pull(srv_conn *c) {
+	http_server *s = c->s;
+	struct srv_pulls *P = s->pulls;
+	srv_err e;
+	json_t *body = NULL;
+	cache_req r = {.stream = true}; // Ollama streams unless told not to
+	if (srv_parse_body(c, &body, &e) || srv_fields_known(body, pull_fields, NULL, &e) ||
+	    srv_fields_read(body, pull_fields, &r, NULL, NULL, c, &e)) {
+		json_decref(body);
+		return srv_reply_error(c, &e);
+	}
+	const char *ref = r.model ? r.model : r.name;
+	if (!ref || !*ref || strlen(ref) >= sizeof ((pull_job *)0)->ref) {
+		json_decref(body);
+		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required: a hub reference, hf.co/ORG/REPO:QUANT or hf:ORG/REPO/FILE.gguf");
+		return srv_reply_error(c, &e);
+	}
+	char err[1024];
+	if (pull_ref_check(&s->cfg.cache, ref, err, sizeof err)) {
+		json_decref(body);
+		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "%s", err);
+		return srv_reply_error(c, &e);
+	}
+	pull_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		json_decref(body);
+		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
+		return srv_reply_error(c, &e);
+	}
+	snprintf(j->ref, sizeof j->ref, "%s", ref);
+	json_decref(body);
+	j->s = s;
+	j->conn = c;
+	j->refs = 2;
+	j->stream = r.stream;
+	pthread_mutex_lock(&P->mu);
+	int rc = P->stopping ? srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping")
+	       : P->running >= PULLS_MAX ? srv_fail(&e, SRV_E_BUSY, NULL, "%d pulls are running: retry when one has ended", PULLS_MAX)
+					 : 0;
+	pthread_t t;
+	pthread_attr_t at;
+	if (!rc) {
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, pull_main, j)) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "cannot start the pull's thread");
+		pthread_attr_destroy(&at);
+	}
+	if (rc) {
+		pthread_mutex_unlock(&P->mu);
+		free(j);
+		return srv_reply_error(c, &e);
+	}
+	j->next = P->jobs;
+	P->jobs = j;
+	P->running++;
+	c->job = j;
+	c->done = pull_done;
+	// a stall may last LANES_PULL_STALL_S: the idle deadline waits for the pull instead
+	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0);
+	if (!j->stream) {
+		c->resume = pull_resume;
+		j->waiting = true;
+		MHD_suspend_connection(c->mc); // under the lock: the thread's resume can only follow it
+		pthread_mutex_unlock(&P->mu);
+		return MHD_YES;
+	}
+	pthread_mutex_unlock(&P->mu);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, j, NULL);
+	if (!resp) return MHD_NO;
+	c->unsized = true;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	return srv_reply_response(c, 200, resp);
+}
+
+// ---- copy and delete -------------------------------------------------------------------------
+
+// Whether the cached file rel is a file this server serves (the model or its draft).
+static bool served(http_server *s, const char *rel) {
+	char dir[2048], p[4096], a[PATH_MAX], b[PATH_MAX];
+	pull_cache_dir(&s->cfg.cache, dir, sizeof dir);
+	snprintf(p, sizeof p, "%s/%s", dir, rel);
+	if (!realpath(p, a)) return false;
+	const char *mine[] = {s->model_path, s->cfg.draft_model};
+	for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+		if (mine[i] && realpath(mine[i], b) && !strcmp(a, b)) return true;
+	return false;
+}
+
+static enum srv_ekind cache_kind(int rc) { return rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL; }
+
+static const srv_field copy_fields[] = {
+	SRV_ROW(cache_req, source, SRV_K_STR),
+	SRV_ROW(cache_req, destination, SRV_K_STR),
+	{0},
+};
+
+enum MHD_Result srv_ollama_copy(srv_conn *c) {
+	http_server *s = c->s;
+	srv_err e;
+	json_t *body = NULL;
+	cache_req r = {0};
+	char src[1024], dst[1024], err[512];
+	int rc = 0;
+	if (srv_parse_body(c, &body, &e) || srv_fields_known(body, copy_fields, NULL, &e) ||
+	    srv_fields_read(body, copy_fields, &r, NULL, NULL, c, &e))
+		goto fail;
+	if (!r.source || !r.destination) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, r.source ? "destination" : "source", "source and destination are required");
+		goto fail;
+	}
+	if ((rc = pull_cache_find(&s->cfg.cache, r.source, src, sizeof src, err, sizeof err))) {
+		srv_fail(&e, cache_kind(rc), "source", "%s", err);
+		goto fail;
+	}
+	if ((rc = pull_cache_new_name(r.destination, dst, sizeof dst, err, sizeof err))) {
+		srv_fail(&e, cache_kind(rc), "destination", "%s", err);
+		goto fail;
+	}
+	if (served(s, dst)) {
+		srv_fail(&e, SRV_E_CONFLICT, "destination", "'%s' is the model this server serves: it cannot be replaced", r.destination);
+		goto fail;
+	}
+	if ((rc = pull_cache_copy(&s->cfg.cache, src, dst, err, sizeof err))) {
+		srv_fail(&e, cache_kind(rc), NULL, "%s", err);
+		goto fail;
+	}
+	LOG_INFO(SRV_MOD, "copied %s to %s in the model cache", src, dst);
+	json_decref(body);
+	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+fail:
+	json_decref(body);
+	return srv_reply_error(c, &e);
+}
+
+static const srv_field delete_fields[] = {
+	SRV_ROW(cache_req, model, SRV_K_STR),
+	SRV_ROW(cache_req, name, SRV_K_STR),
+	{0},
+};
+
+enum MHD_Result srv_ollama_delete(srv_conn *c) {
+	http_server *s = c->s;
+	srv_err e;
+	json_t *body = NULL;
+	cache_req r = {0};
+	char rel[1024], err[512];
+	int rc = 0;
+	if (srv_parse_body(c, &body, &e) || srv_fields_known(body, delete_fields, NULL, &e) ||
+	    srv_fields_read(body, delete_fields, &r, NULL, NULL, c, &e))
+		goto fail;
+	const char *name = r.model ? r.model : r.name;
+	if (!name) {
+		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
+		goto fail;
+	}
+	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err))) {
+		srv_fail(&e, cache_kind(rc), "model", "%s", err);
+		goto fail;
+	}
+	if (served(s, rel)) {
+		srv_fail(&e, SRV_E_CONFLICT, "model", "'%s' is the model this server serves: it cannot be deleted", name);
+		goto fail;
+	}
+	if ((rc = pull_cache_remove(&s->cfg.cache, rel, err, sizeof err))) {
+		srv_fail(&e, cache_kind(rc), "model", "%s", err);
+		goto fail;
+	}
+	LOG_INFO(SRV_MOD, "deleted %s from the model cache", rel);
+	json_decref(body);
+	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+fail:
+	json_decref(body);
+	return srv_reply_error(c, &e);
+}
