@@ -134,6 +134,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.embeddings_only = s->embeddings;
 	cfg.strict_params = s->strict_params;
 	cfg.max_tokens = (int32_t)s->serve_max_tokens;
+	cfg.responses_store = (int)s->responses_store;
 	cfg.strict_model = s->strict_model;
 	cfg.allowed_hosts = s->allowed_host.v;
 	cfg.n_allowed_hosts = s->allowed_host.n;

@@ -122,6 +122,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--no-webui", .kind = SET_FLAG, .field = F(no_webui), .cmds = B(SERVE), .help = "serve no web page at /"},
 	{.names = "--max-tokens", .kind = SET_INT, .field = F(serve_max_tokens), .dflt = "0", .min = 0, .max = INT32_MAX, .meta = "N",
 	 .cmds = B(SERVE), .help = "output tokens of a request that sets no limit (0 = what the window allows); a request's own limit wins"},
+	{.names = "--responses-store", .kind = SET_INT, .field = F(responses_store), .dflt = "256", .min = 0, .max = 65536, .meta = "N",
+	 .cmds = B(SERVE), .help = "finished /v1/responses kept for previous_response_id and GET, least recently used out (0 = none kept)"},
 	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = "16777216", .min = 1024,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
 	{.names = "--stream-flush-ms", .kind = SET_FLOAT, .field = F(stream_flush_ms), .dflt = "2", .min = 0, .max = 1000, .meta = "MS",

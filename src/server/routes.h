@@ -29,6 +29,8 @@ enum MHD_Result srv_completions(srv_conn *c);
 enum MHD_Result srv_messages(srv_conn *c);
 enum MHD_Result srv_count_tokens(srv_conn *c);
 enum MHD_Result srv_responses(srv_conn *c);
+enum MHD_Result srv_responses_get(srv_conn *c);    // GET /v1/responses/{id}[/input_items]
+enum MHD_Result srv_responses_delete(srv_conn *c); // DELETE /v1/responses/{id}
 enum MHD_Result srv_embeddings(srv_conn *c);
 
 // LoRA adapters (ops/adapters.c): the endpoints, the adapters given at start (loaded with the

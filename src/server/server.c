@@ -3,6 +3,7 @@
 // deadlines, the route table, request bodies, the API key, the access log, the background
 // model load, and the drain/halt states.
 #include "model/loras.h"
+#include "server/api/store.h"
 #include "learn/live.h"
 #include "server/gen/gen.h"
 #include "server/grid/grid.h"
@@ -28,6 +29,7 @@ void http_config_default(http_config *c) {
 	c->host = "127.0.0.1";
 	c->port = 8080;
 	c->max_body = 8u << 20;
+	c->responses_store = 256;
 	c->max_connections = 0;
 	c->max_per_ip = 64;
 	c->header_timeout_s = 10;
@@ -79,6 +81,9 @@ static const srv_route routes[] = {
 	{"POST", "/v1/messages", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_ANTHROPIC, srv_messages},
 	{"POST", "/v1/messages/count_tokens", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_ANTHROPIC, srv_count_tokens},
 	{"POST", "/v1/responses", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_RESPONSES, srv_responses},
+	// the kept responses: read and deleted under the key, as the responses themselves were made
+	{"GET", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_get},
+	{"DELETE", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_delete},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_tokenize},
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
@@ -481,6 +486,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
 	if (cfg->max_connections < 0 || cfg->max_connections > 65536)
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections must be 0..65536");
+	if (cfg->responses_store < 0 || cfg->responses_store > 65536)
+		return base_seterr(err, errlen, LANES_EINVAL, "--responses-store must be 0..65536");
 	if (cfg->max_per_ip < 0 || cfg->max_per_ip > 65536)
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections-per-ip must be 0..65536");
 	if (!(cfg->header_timeout_s >= 0.1 && cfg->header_timeout_s <= 3600))
@@ -550,7 +557,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	}
 
 	open_adapters_dir(s);
-	if (srv_pulls_start(s)) {
+	s->responses = srv_store_new(cfg->responses_store);
+	if (srv_pulls_start(s) || (cfg->responses_store > 0 && !s->responses)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
@@ -619,6 +627,7 @@ void http_server_free(http_server *s) {
 	learn_live_free(s->learn);
 	srv_adapters_free(s);
 	srv_pulls_free(s);
+	srv_store_free(s->responses);
 	chat_free(&s->chat);
 	tok_vocab_free(s->vocab);
 	model_free(s->m);

@@ -1,7 +1,9 @@
-// server/api/responses: the OpenAI Responses adapter (POST /v1/responses, stateless) — input and
+// server/api/responses: the OpenAI Responses adapter (POST /v1/responses) — input and
 // instructions into the chat template, the response object, and the event stream that
 // the official client's responses.stream() accumulates (created … completed), with
-// response.failed for a request that ends failed.
+// response.failed for a request that ends failed; finished responses kept (api/store.h) for
+// previous_response_id and GET/DELETE /v1/responses/{id}.
+#include "server/api/store.h"
 #include "server/gen/gen.h"
 #include "server/routes.h"
 
@@ -21,6 +23,8 @@ typedef struct {
 	bool msg_open;             // stream: the message item is open
 	size_t msg_len;            // stream: bytes of its text sent
 	srv_stream_seen seen;      // stream: the response it opened with, for its failure
+	json_t *previous;          // echoed back: previous_response_id (null when absent)
+	json_t *kept_input;        // the input items to keep with the finished response (NULL: not kept)
 } resp_state;
 
 static void resp_free(void *p) {
@@ -30,6 +34,8 @@ static void resp_free(void *p) {
 	json_decref(st->seen.response);
 	json_decref(st->instructions);
 	json_decref(st->max_output_tokens);
+	json_decref(st->previous);
+	json_decref(st->kept_input);
 	free(st);
 }
 
@@ -90,18 +96,20 @@ static json_t *output_items(srv_call *c, const char *status) {
 // The response object in a given status; output and usage as far as they are known.
 static json_t *response(srv_call *c, const char *status, json_t *output, bool with_usage) {
 	resp_state *st = c->st;
-	json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:O, s:O, s:s, s:o, s:b, s:n, s:{s:n, s:n}, s:b, s:f, s:{s:{s:s}}, "
+	json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:O, s:O, s:s, s:o, s:b, s:O, s:{s:n, s:n}, s:b, s:f, s:{s:{s:s}}, "
 			      "s:s, s:[], s:f, s:s, s:n, s:{}}",
 			      "id", c->id, "object", "response", "created_at", (json_int_t)c->created, "status", status, "error",
 			      "incomplete_details", "instructions", st->instructions, "max_output_tokens", st->max_output_tokens,
 			      "model", srv_call_model(c), "output", output ? output : json_array(), "parallel_tool_calls", 0,
-			      "previous_response_id", "reasoning", "effort", "summary", "store", 0, "temperature", st->temperature,
+			      "previous_response_id", st->previous, "reasoning", "effort", "summary", "store", st->kept_input != NULL, "temperature", st->temperature,
 			      "text", "format", "type", "text", "tool_choice", "auto", "tools", "top_p", st->top_p, "truncation",
 			      st->truncation_auto ? "auto" : "disabled", "user", "metadata");
 	if (!r) return NULL;
 	json_object_set_new(r, "usage", with_usage ? usage(c) : json_null());
 	return r;
 }
+
+static bool st_keep(srv_call *c) { return ((resp_state *)c->st)->kept_input != NULL; }
 
 static json_t *final_response(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
@@ -115,6 +123,8 @@ static json_t *final_response(srv_call *c) {
 	}
 	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
 	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.lr.sampling.seed));
+	// kept as it is answered: a response that failed or was cancelled never gets here
+	if (st_keep(c)) srv_store_put(c->s->responses, c->id, r, ((resp_state *)c->st)->kept_input);
 	return r;
 }
 
@@ -325,10 +335,9 @@ static const srv_field reasoning_fields[] = {
 static int resp_neutral(srv_conn *c, resp_req *r, srv_err *e) {
 	json_t *v;
 	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
-	if (json_is_true(v)) srv_ignored_add(c, "store"); // nothing is kept
-	if (r->previous_response_id)
-		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id",
-				"unsupported parameter: previous_response_id (this server keeps no responses: send the whole conversation as input)");
+	if (json_is_true(v) && !c->s->responses) srv_ignored_add(c, "store"); // --responses-store 0: nothing is kept
+	if ((v = r->previous_response_id) && !json_is_string(v))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "previous_response_id", "previous_response_id must be a string");
 	if (r->conversation)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "conversation",
 				"unsupported parameter: conversation (this server keeps no conversations: send the whole conversation as input)");
@@ -438,6 +447,38 @@ static int call_turn(json_t *flat, const resp_item *it, const char *p, srv_err *
 	return 0;
 }
 
+// The stored conversation previous_response_id names (its input items, then its output items),
+// then this request's input, as input items; without it, the input as items. *out NULL: a 404.
+static int resp_history(http_server *s, const resp_req *r, json_t **out, srv_err *e) {
+	json_t *in = r->input, *prev = NULL, *items = NULL;
+	*out = NULL;
+	if (!json_is_string(in) && !(json_is_array(in) && json_array_size(in)))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "input", "input must be a string or a non-empty array of messages");
+	const char *pid = json_string_value(r->previous_response_id);
+	if (pid && !srv_store_get(s->responses, pid, &prev, &items)) {
+		srv_fail(e, SRV_E_NOT_FOUND, "previous_response_id", "Previous response with id '%.200s' not found.", pid);
+		snprintf(e->code, sizeof e->code, "previous_response_not_found");
+		return -1;
+	}
+	if (!items && !(items = json_array())) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	json_array_extend(items, json_object_get(prev, "output"));
+	json_decref(prev);
+	if (json_is_string(in)) json_array_append_new(items, json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", in));
+	else json_array_extend(items, in);
+	// input_items lists items by id, as OpenAI gives every item one; reading them ignores it
+	size_t k;
+	json_t *it;
+	json_array_foreach(items, k, it) {
+		if (!json_is_object(it) || json_is_string(json_object_get(it, "id"))) continue;
+		const char *ty = json_string_value(json_object_get(it, "type"));
+		char id[64];
+		srv_new_id(s, ty && !strcmp(ty, "function_call") ? "fc_" : ty && !strcmp(ty, "function_call_output") ? "fco_" : "msg_", id, sizeof id);
+		json_object_set_new(it, "id", json_string(id));
+	}
+	*out = items;
+	return 0;
+}
+
 // instructions + input into [{role, content}].
 static int resp_input(srv_conn *c, const resp_req *r, json_t **out, srv_err *e) {
 	static const char *const part_types[] = {"input_text", "output_text", "text", NULL};
@@ -514,6 +555,7 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
+	json_t *items = NULL; // the input after the stored conversation, as kept with the response
 	resp_state *st = NULL;
 	resp_req r = {.temperature = 1.0, .top_p = 1.0, .parallel_tool_calls = true};
 	srv_gen_init(&r.g, &resp_lane_api, c);
@@ -523,6 +565,10 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	r.max_sent = r.g.lr.max_tokens > 0 || json_integer_value(r.g.n_predict) > 0; // not --max-tokens's
 	r.g.lr.sampling.temperature = (float)r.temperature;
 	r.g.lr.sampling.top_p = (float)r.top_p;
+	// what OpenAI keeps when store is absent: kept, unless --responses-store 0
+	const bool keep = s->responses && !json_is_false(r.store);
+	if ((keep || r.previous_response_id) && resp_history(s, &r, &items, &e)) goto fail;
+	if (r.previous_response_id) r.input = items; // the instructions are this request's alone
 	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(c, &r, &flat, &e) ||
 	    srv_chat_prompt(s, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
@@ -533,6 +579,10 @@ enum MHD_Result srv_responses(srv_conn *c) {
 		goto fail;
 	}
 	st->j = j;
+	st->previous = json_incref(r.previous_response_id ? r.previous_response_id : json_null());
+	st->kept_input = keep ? items : NULL;
+	if (!keep) json_decref(items);
+	items = NULL;
 	st->instructions = r.instructions ? json_string(r.instructions) : json_null();
 	st->max_output_tokens = r.max_sent ? json_integer(r.g.lr.max_tokens) : json_null();
 	st->temperature = r.temperature;
@@ -543,6 +593,81 @@ enum MHD_Result srv_responses(srv_conn *c) {
 fail:
 	json_decref(j);
 	json_decref(flat);
+	json_decref(items);
 	srv_gen_free(&r.g);
 	return srv_reply_error(c, &e);
+}
+
+// ---- the kept responses --------------------------------------------------------------------
+
+// The id in /v1/responses/{id}[/rest] into id; rest gets what follows it ("" for none).
+static void path_id(const srv_conn *c, char *id, size_t n, const char **rest) {
+	const char *p = c->path + strlen("/v1/responses/");
+	size_t k = strcspn(p, "/");
+	snprintf(id, n, "%.*s", (int)(k < n ? k : n - 1), p);
+	*rest = p + k;
+}
+
+static enum MHD_Result not_found(srv_conn *c, const char *id) {
+	srv_err e;
+	srv_fail(&e, SRV_E_NOT_FOUND, NULL, "Response with id '%.200s' not found.", id);
+	return srv_reply_error(c, &e);
+}
+
+// input_items' list: order (desc by default, as OpenAI), limit 1..100 (20), after an item's id.
+static enum MHD_Result input_items(srv_conn *c, json_t *input) {
+	srv_err e;
+	const char *order = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "order");
+	const char *lim = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "limit");
+	const char *after = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "after");
+	char *end = NULL;
+	long limit = lim ? strtol(lim, &end, 10) : 20;
+	if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+		json_decref(input);
+		srv_fail(&e, SRV_E_BAD_REQUEST, "order", "order must be \"asc\" or \"desc\"");
+		return srv_reply_error(c, &e);
+	}
+	if (lim && (!*lim || *end || limit < 1 || limit > 100)) {
+		json_decref(input);
+		srv_fail(&e, SRV_E_BAD_REQUEST, "limit", "limit must be an integer 1..100");
+		return srv_reply_error(c, &e);
+	}
+	const bool asc = order && !strcmp(order, "asc");
+	const size_t n = json_array_size(input);
+	size_t from = 0; // items skipped in the order asked: those up to and including after
+	if (after) {
+		while (from < n && strcmp(after, json_string_value(json_object_get(json_array_get(input, asc ? from : n - 1 - from), "id")) ?: "")) from++;
+		from = from < n ? from + 1 : n;
+	}
+	json_t *data = json_array();
+	for (size_t k = from; k < n && json_array_size(data) < (size_t)limit; k++) json_array_append(data, json_array_get(input, asc ? k : n - 1 - k));
+	const size_t got = json_array_size(data);
+	json_t *first = json_object_get(json_array_get(data, 0), "id"), *last = got ? json_object_get(json_array_get(data, got - 1), "id") : NULL;
+	json_t *body = json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id", first ? first : json_null(),
+				 "last_id", last ? last : json_null(), "has_more", from + got < n);
+	json_decref(input);
+	return srv_reply_json(c, 200, body, 0);
+}
+
+enum MHD_Result srv_responses_get(srv_conn *c) {
+	char id[128];
+	const char *rest;
+	path_id(c, id, sizeof id, &rest);
+	json_t *r = NULL, *input = NULL;
+	const bool items = !strcmp(rest, "/input_items");
+	if (*rest && !items) {
+		srv_err e;
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such endpoint: GET %s", c->path);
+		return srv_reply_error(c, &e);
+	}
+	if (!srv_store_get(c->s->responses, id, items ? NULL : &r, items ? &input : NULL)) return not_found(c, id);
+	return items ? input_items(c, input) : srv_reply_json(c, 200, r, 0);
+}
+
+enum MHD_Result srv_responses_delete(srv_conn *c) {
+	char id[128];
+	const char *rest;
+	path_id(c, id, sizeof id, &rest);
+	if (*rest || !srv_store_delete(c->s->responses, id)) return not_found(c, id);
+	return srv_reply_json(c, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1), 0);
 }

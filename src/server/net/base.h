@@ -176,6 +176,7 @@ struct http_server {
 	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
 	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
 	struct srv_pulls *pulls;       // Ollama's pulls running on threads of their own (ops/cache.c)
+	struct srv_store *responses;   // finished Responses kept (api/store.h), NULL when --responses-store is 0
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
