@@ -1,5 +1,5 @@
 // The official openai client against POST /v1/responses: responses.create streamed and not,
-// responses.stream() and its final response, incomplete replies, and the refused features.
+// responses.stream() and its final response, incomplete replies, kept responses, and the refused features.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -72,17 +72,19 @@ test('responses.stream(): deltas and the final response', async () => {
 	assert.equal(fin.usage.output_tokens, whole.usage.output_tokens);
 });
 
-test('responses: store: true runs and is named; previous_response_id and server tools are refused with a clear 400', async () => {
+test('responses: store: true is kept, not named; an unknown previous_response_id is a 404; server tools are named', async () => {
 	const stored = await client.responses.create({ model: MODEL, input: 'x', store: true, max_output_tokens: 2 }).withResponse();
 	assert.equal(stored.data.status, 'incomplete');
-	assert.equal(stored.response.headers.get('x-lanes-ignored'), 'store', 'nothing is kept: the header says so');
+	assert.equal(stored.data.store, true);
+	assert.equal(stored.response.headers.get('x-lanes-ignored'), null, 'it is kept: nothing to name');
+	assert.equal((await client.responses.retrieve(stored.data.id)).id, stored.data.id);
 	let e = await client.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_1' }).catch((x) => x);
-	assert.ok(e instanceof OpenAI.BadRequestError);
+	assert.ok(e instanceof OpenAI.NotFoundError);
 	assert.equal(e.param, 'previous_response_id');
-	assert.match(e.message, /send the whole conversation/);
-	e = await client.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'web_search' }] }).catch((x) => x);
-	assert.ok(e instanceof OpenAI.BadRequestError);
-	assert.equal(e.param, 'tools');
+	assert.equal(e.code, 'previous_response_not_found');
+	// a hosted tool runs on OpenAI's side: named, the request runs without it
+	const hosted = await client.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'web_search' }], max_output_tokens: 2, store: false }).withResponse();
+	assert.equal(hosted.response.headers.get('x-lanes-ignored'), 'tools.web_search');
 	const any = await client.responses.create({ model: 'gpt-5', input: 'x', max_output_tokens: 2 });
 	assert.equal(any.model, MODEL, 'one model served: any name means it');
 	e = await client.responses.create({ model: MODEL, input: [{ type: 'function_call_output', output: 'x' }] }).catch((x) => x);
