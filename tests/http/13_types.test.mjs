@@ -176,7 +176,7 @@ const APIS = {
 			temperature: { ok: num(0, 2) },
 			top_p: { ok: num(0, 1, true) },
 			store: { ok: BOOL },
-			previous_response_id: { ok: NONE },
+			previous_response_id: { ok: NONE, notFound: STRINGS },
 			conversation: { ok: NONE },
 			prompt: { ok: NONE },
 			client_metadata: { ok: OBJ },

@@ -121,9 +121,11 @@ test("Codex CLI's first request runs, streamed, and the header names what lanes 
 	assert.deepEqual(names(r), CODEX_IGNORED);
 	assert.ok(['response.completed', 'response.incomplete'].includes(r.events.at(-1).event), r.events.at(-1).event);
 	assert.equal(r.events.at(-1).data.response.store, false);
+	// store: true is kept (--responses-store): nothing more to name
 	const whole = await post(srv.url, '/v1/responses', codex({ stream: false, store: true }));
 	assert.equal(whole.status, 200);
-	assert.deepEqual(names(whole), [...CODEX_IGNORED, 'store'].sort());
+	assert.deepEqual(names(whole), CODEX_IGNORED);
+	assert.equal(whole.body.store, true);
 	// where nothing is ignored there is no header
 	const plain = await post(srv.url, '/v1/responses', { input: 'Once', max_output_tokens: 2, store: false, user: 'u1' });
 	assert.equal(plain.status, 200);
@@ -179,9 +181,9 @@ test('a field no reference documents is still a 400 naming it', async () => {
 	const c = await post(srv.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, verbosity: 'low', wibble: 2 });
 	assert.equal(c.status, 400);
 	assert.equal(c.body.error.param, 'wibble');
-	// previous_response_id cannot be honoured without the stored conversation: refused
+	// previous_response_id names a kept response: one never kept is a 404, not a conversation answered without it
 	const prev = await post(srv.url, '/v1/responses', codex({ stream: false, previous_response_id: 'resp_1' }));
-	assert.equal(prev.status, 400);
+	assert.equal(prev.status, 404);
 	assert.equal(prev.body.error.param, 'previous_response_id');
 });
 
