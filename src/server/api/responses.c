@@ -109,9 +109,8 @@ static json_t *response(srv_call *c, const char *status, json_t *output, bool wi
 	return r;
 }
 
-static bool st_keep(srv_call *c) { return ((resp_state *)c->st)->kept_input != NULL; }
-
 static json_t *final_response(srv_call *c) {
+	resp_state *st = c->st;
 	const srv_choice *ch = &c->ch[0];
 	bool incomplete = srv_choice_cut(ch);
 	json_t *r = response(c, incomplete ? "incomplete" : "completed", output_items(c, incomplete ? "incomplete" : "completed"), true);
@@ -124,7 +123,7 @@ static json_t *final_response(srv_call *c) {
 	json_object_set_new(r, "token_sha", json_string(ch->token_sha));
 	json_object_set_new(r, "seed", json_integer((json_int_t)c->g.lr.sampling.seed));
 	// kept as it is answered: a response that failed or was cancelled never gets here
-	if (st_keep(c)) srv_store_put(c->s->responses, c->id, r, ((resp_state *)c->st)->kept_input);
+	if (st->kept_input) srv_store_put(c->s->responses, c->id, r, st->kept_input);
 	return r;
 }
 
