@@ -557,7 +557,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	}
 
 	open_adapters_dir(s);
-	s->responses = srv_store_new(cfg->responses_store);
+	s->responses = srv_store_new(cfg->responses_store, SRV_STORE_ENTRY_MAX, SRV_STORE_TOTAL_MAX);
 	if (srv_pulls_start(s) || (cfg->responses_store > 0 && !s->responses)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");

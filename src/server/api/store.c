@@ -16,15 +16,17 @@ struct srv_store {
 	pthread_mutex_t mu;
 	entry *head, *tail;        // head: the most recently used
 	int n, max;
-	size_t bytes;
+	size_t bytes, entry_max, total_max; // of the entries' strings
 };
 
-srv_store *srv_store_new(int max) {
+srv_store *srv_store_new(int max, size_t entry_max, size_t total_max) {
 	if (max <= 0) return NULL;
 	srv_store *st = calloc(1, sizeof *st);
 	if (!st) return NULL;
 	pthread_mutex_init(&st->mu, NULL);
 	st->max = max;
+	st->entry_max = entry_max < total_max ? entry_max : total_max;
+	st->total_max = total_max;
 	return st;
 }
 
@@ -81,12 +83,12 @@ bool srv_store_put(srv_store *st, const char *id, const json_t *response, const 
 	e->input = json_dumps(input, JSON_COMPACT);
 	if (!e->id || !e->response || !e->input) return entry_free(e), false;
 	e->bytes = strlen(e->id) + strlen(e->response) + strlen(e->input);
-	if (e->bytes > SRV_STORE_ENTRY_MAX) return entry_free(e), false;
+	if (e->bytes > st->entry_max) return entry_free(e), false;
 	entry *old = NULL, *gone = NULL;
 	pthread_mutex_lock(&st->mu);
 	if ((old = find(st, id))) unlink_entry(st, old);
 	// evicted entries are chained through next and freed after the lock
-	while (st->tail && (st->n >= st->max || st->bytes + e->bytes > SRV_STORE_TOTAL_MAX)) {
+	while (st->tail && (st->n >= st->max || st->bytes + e->bytes > st->total_max)) {
 		entry *t = st->tail;
 		unlink_entry(st, t);
 		t->next = gone;

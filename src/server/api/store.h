@@ -13,8 +13,9 @@
 
 typedef struct srv_store srv_store;
 
-// A store of at most max entries (NULL when max is 0: nothing is kept; or out of memory).
-srv_store *srv_store_new(int max);
+// A store of at most max entries, entry_max bytes each and total_max bytes together (the
+// server passes SRV_STORE_*_MAX). NULL when max is 0 (nothing is kept), or out of memory.
+srv_store *srv_store_new(int max, size_t entry_max, size_t total_max);
 void srv_store_free(srv_store *st); // accepts NULL
 // Keeps id's response object and the input items that led to it (copies; an entry under id is
 // replaced), evicting the least recently used past the bounds. false: not kept (off, too big, no memory).
