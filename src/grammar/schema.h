@@ -20,6 +20,11 @@
 // Thread-safe.
 int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char *err, size_t errlen);
 
+// As grammar_schema_gbnf, for schemas that are best effort (tools not marked strict): what
+// cannot be checked is relaxed instead of refused, and the keyword named in relaxed.
+int grammar_schema_gbnf_relaxed(const json_t *schema, const char *root, char **out, char *relaxed, size_t relaxedlen,
+				char *err, size_t errlen);
+
 // GBNF with start rule `root` for any JSON object (response_format json_object). Static.
 const char *grammar_json_object_gbnf(void);
 

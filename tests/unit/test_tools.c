@@ -485,10 +485,10 @@ static void test_grammar(void) {
 	g = NULL;
 	grammar_vocab_free(v);
 	json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
-				 "\"object\", \"propertyNames\": {}}}}]", 0, NULL);
+				 "\"object\", \"patternProperties\": {}}}}]", 0, NULL);
 	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, err, sizeof err) ==
 	      LANES_EINVAL);
-	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "propertyNames"), "%s", err);
+	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "patternProperties"), "%s", err);
 	json_decref(bad);
 	json_decref(tools);
 }
