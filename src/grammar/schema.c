@@ -350,10 +350,21 @@ static int json_literal(sg *g, sb *b, const json_t *v, int depth) {
 		sb_put(g, b, obj ? " \"}\" " : " \"]\" ");
 		return helper(g, b, H_WS);
 	}
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (!s) return fail(g, LANES_ENOMEM, "out of memory");
-	literal(g, b, s, strlen(s));
-	free(s);
+	if (json_is_real(v)) {
+		// the shortest text that reads back as the same double: 1.0 is written 1, 0.1 is 0.1
+		char t[40];
+		double x = json_real_value(v);
+		if (x == floor(x) && fabs(x) < 1e15) snprintf(t, sizeof t, "%.0f", x);
+		else
+			for (int p = 1; p <= 17; p++)
+				if (snprintf(t, sizeof t, "%.*g", p, x), strtod(t, NULL) == x) break;
+		literal(g, b, t, strlen(t));
+	} else {
+		char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (!s) return fail(g, LANES_ENOMEM, "out of memory");
+		literal(g, b, s, strlen(s));
+		free(s);
+	}
 	sb_put(g, b, " ");
 	return helper(g, b, H_WS);
 }
