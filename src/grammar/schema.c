@@ -76,13 +76,13 @@ static const struct {
 	// bounded whitespace: a model cannot loop on it, and pretty-printing still fits
 	[H_WS] = {"ws", "( \" \" | \"\\n\" [ \\t]{0,20} )?", 0},
 	[H_HEX] = {"hex", "[0-9a-fA-F]", 0},
-	// \u escapes name scalar values only: a surrogate comes as a high-low pair
+	// scalar values only: raw, a surrogate is not UTF-8; escaped, it comes as a high-low pair
 	[H_CHAR] = {"char",
-		    "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] @-hex{3} | [dD] [0-7] "
+		    "[^\"\\\\\\x00-\\x1F\\x7F\\uD800-\\uDFFF] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] @-hex{3} | [dD] [0-7] "
 		    "@-hex{2} | [dD] [89abAB] @-hex{2} \"\\\\u\" [dD] [c-fC-F] @-hex{2} ) )",
 		    1u << H_HEX},
 	// characters of a key that must differ from the declared ones: no escapes, so no aliasing
-	[H_KC] = {"kc", "[^\"\\\\\\x00-\\x1F\\x7F]", 0},
+	[H_KC] = {"kc", "[^\"\\\\\\x00-\\x1F\\x7F\\uD800-\\uDFFF]", 0},
 	[H_STRING] = {"string", Q " @-char* " Q " @-ws", 1u << H_CHAR | 1u << H_WS},
 	[H_INT] = {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) @-ws", 1u << H_WS},
 	[H_NUM] = {"number", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? @-ws",
@@ -451,13 +451,15 @@ static bool alone(const sg *g, const json_t *s, const char *key) {
 	return true;
 }
 
-// Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0).
+// Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0). max < 0:
+// an upper bound, which past -max (or the repeat bound when -1) reads as none (*v -1).
 static int count_of(sg *g, const json_t *s, const char *key, int64_t max, int64_t *v) {
 	const json_t *x = json_object_get(s, key);
 	if (!x) return 0;
 	double d = json_number_value(x);
 	if (!json_is_number(x) || d < 0 || d != floor(d)) return fail(g, LANES_EINVAL, "'%s' must be a non-negative integer", key);
-	if (d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
+	if (max < 0 && d > (double)(max == -1 ? SG_MAX_LENGTH : -max)) return *v = -1, 0;
+	if (max >= 0 && d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
 	*v = (int64_t)d;
 	return 0;
 }
@@ -709,14 +711,15 @@ static int num_bound(sg *g, const json_t *s, const char *key, const char *exkey,
 
 // Appends alternatives for magnitudes in [lo, hi] (excluded ends as said; has_hi false: no
 // upper end) written with sign, a fraction, and no exponent.
-// frac: the most fraction digits (a multipleOf of 10^-frac), 16 for any.
+// The fractions a number may have: any (or, with a multipleOf, those it allows), any that is
+// not zero, a zero one (all optional but nonzero).
+typedef struct {
+	const char *any, *nonzero, *zero;
+} fracs;
+
 static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int64_t hi, bool hi_ex, const char *sign, bool *first,
-		       int frac) {
-	char any[48], zero[48], nonzero[64];
-	snprintf(any, sizeof any, "( \".\" [0-9]{1,%d} )?", frac);
-	snprintf(zero, sizeof zero, "( \".\" \"0\"{1,%d} )?", frac);
-	if (frac == 16) snprintf(nonzero, sizeof nonzero, "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}");
-	else snprintf(nonzero, sizeof nonzero, "\".\" [0-9]{0,%d} [1-9]", frac - 1);
+		       const fracs *fr) {
+	const char *any = fr->any, *zero = fr->zero, *nonzero = fr->nonzero;
 	int64_t a = lo_ex ? lo + 1 : lo, b = has_hi ? hi - 1 : 9999999999999999;
 	char d[24];
 	if (a <= b) {
@@ -742,41 +745,69 @@ static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int6
 static int gen_num(sg *g, const json_t *s, const char *hint, sb *out) {
 	double lo = 0, hi = 0;
 	bool has_lo, has_hi, lo_ex, hi_ex;
-	int frac = 16;
+	fracs fr = {"( \".\" [0-9]{1,16} )?", "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}", "( \".\" \"0\"{1,16} )?"};
+	sb nz = {0}, opt = {0}; // the fractions a multipleOf allows: all of them nonzero, and optional
 	const json_t *mo = json_object_get(s, "multipleOf");
 	if (mo) {
-		// a whole step: the integers that are its multiples; 10^-d: at most d fraction digits
-		double k = json_number_value(mo);
+		// a whole step: the integers that are its multiples; P / 10^d with P dividing 10^d: the
+		// fractions of d digits that are multiples of P (10^-d: any of at most d digits)
+		double k = json_number_value(mo), ten = 1;
 		if (!json_is_number(mo) || !(k > 0) || !isfinite(k)) return fail(g, LANES_EINVAL, "'multipleOf' must be a number above 0");
 		if (k == floor(k)) return gen_int(g, s, hint, out);
-		double ten = 1;
-		for (int d = 1; d <= 15 && frac == 16; d++) ten *= 10, frac = fabs(k * ten - 1) < 1e-12 ? d : 16;
-		if (frac < 16) {
-		} else if (!g->relax) return unsupported(g, "multipleOf", "unsupported keyword 'multipleOf' for a number: only whole steps and steps of 10^-n");
+		int d = 0;
+		uint64_t P = 0, tens = 1;
+		while (d < 9 && !P) {
+			d++, tens *= 10;
+			double v = k * (ten *= 10), r = nearbyint(v);
+			if (r >= 1 && fabs(v - r) <= 1e-9 * r) P = (uint64_t)r;
+		}
+		if (P == 1) {
+			sb_fmt(g, &nz, "\".\" [0-9]{0,%d} [1-9]", d - 1);
+			sb_fmt(g, &opt, "( \".\" [0-9]{1,%d} )?", d);
+		} else if (P && tens % P == 0 && tens / P <= 100) {
+			// each multiple of P below 10^d as d digits, its trailing zeros left out
+			sb_put(g, &nz, "\".\" ( ");
+			for (uint64_t v = P; v < tens && !g->rc; v += P) {
+				char t[24];
+				int n = snprintf(t, sizeof t, "%0*llu", d, (unsigned long long)v);
+				while (n > 1 && t[n - 1] == '0') t[--n] = 0;
+				sb_fmt(g, &nz, "%s\"%s\"", v > P ? " | " : "", t);
+			}
+			sb_put(g, &nz, " )");
+			sb_put(g, &opt, "( "), sb_add(g, &opt, nz.p, nz.n), sb_put(g, &opt, " )?");
+		} else if (!g->relax)
+			return unsupported(g, "multipleOf", "unsupported keyword 'multipleOf' for a number: only whole steps and P/10^n with P dividing 10^n");
 		else note(g, "multipleOf");
+		if (nz.n && !g->rc) fr = (fracs){opt.p, nz.p, "( \".\" \"0\" )?"};
 	}
 	if (num_bound(g, s, "minimum", "exclusiveMinimum", false, &lo, &has_lo, &lo_ex) ||
 	    num_bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi, &hi_ex))
-		return g->rc;
-	if (!has_lo && !has_hi && frac == 16) return helper(g, out, H_NUM);
+		return sb_free(g, &nz), sb_free(g, &opt), g->rc;
+	if (!has_lo && !has_hi && !nz.n) return helper(g, out, H_NUM);
 	if (!has_lo && !has_hi) {
-		sb_fmt(g, out, "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,%d} )? ", frac);
+		sb_put(g, out, "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ");
+		sb_add(g, out, opt.p, opt.n);
+		sb_free(g, &nz), sb_free(g, &opt);
+		sb_put(g, out, " ");
 		return helper(g, out, H_WS);
 	}
-	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex))))
+	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex)))) {
+		sb_free(g, &nz), sb_free(g, &opt);
 		return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	}
 	int64_t l = (int64_t)lo, h = (int64_t)hi;
 	bool first = true;
 	sb_put(g, out, "( ");
 	// at least zero: the integral part against the bounds; below zero: the magnitude
 	if (!has_hi || h >= 0) {
 		bool from0 = !has_lo || l < 0;
-		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first, frac);
+		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first, &fr);
 	}
 	if (!has_lo || l < 0) {
 		bool below = has_hi && h < 0;
-		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first, frac);
+		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first, &fr);
 	}
+	sb_free(g, &nz), sb_free(g, &opt);
 	if (first) return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
 	sb_put(g, out, " ) ");
 	return helper(g, out, H_WS);
@@ -1579,8 +1610,90 @@ static int nfa_counter(sg *g, int64_t m, int64_t n, nfa *a) {
 	return nfa_seal(g, a) ? g->rc : NFA_OK;
 }
 
+static int sig_cmp(const void *x, const void *y) {
+	const int32_t *a = x, *b = y;
+	for (int i = 0; i < 3; i++)
+		if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+	return 0;
+}
+
+// a with the states no string can tell apart merged (the coarsest bisimulation of its live
+// states, refined from accepting or not until no class splits): the same strings, fewer rules.
+static int nfa_reduce(sg *g, const nfa *a, nfa *out) {
+	uint8_t *live = calloc((size_t)a->ns + 1, 1);
+	int32_t *cls = malloc(((size_t)a->ns + 1) * sizeof *cls), *next = malloc(((size_t)a->ns + 1) * sizeof *next);
+	int32_t *sig = malloc(((size_t)a->ne * 3 + 2) * sizeof *sig), *pool = NULL, *off = NULL, *len = NULL, *ht = NULL;
+	int rc = live && cls && next && sig ? NFA_OK : fail(g, LANES_ENOMEM, "out of memory");
+	if (!rc) nfa_live(g, a, live);
+	int32_t n = 0, prev = -1;
+	for (int32_t s = 0; s < a->ns && !rc; s++) cls[s] = live[s] ? a->acc[s] : -1;
+	// per round: each live state's signature (its class, then per class of target the spans to
+	// it, merged), interned; the classes are the distinct signatures
+	while (!rc && !g->rc) {
+		size_t cap = 64, used = 0;
+		while (cap < (size_t)a->ns * 2) cap *= 2;
+		free(pool), free(off), free(len), free(ht);
+		pool = malloc(((size_t)a->ne * 3 + (size_t)a->ns + 1) * sizeof *pool);
+		off = malloc(((size_t)a->ns + 1) * sizeof *off), len = malloc(((size_t)a->ns + 1) * sizeof *len);
+		ht = malloc(cap * sizeof *ht);
+		if (!pool || !off || !len || !ht) {
+			rc = fail(g, LANES_ENOMEM, "out of memory");
+			break;
+		}
+		for (size_t i = 0; i < cap; i++) ht[i] = -1;
+		n = 0;
+		for (int32_t s = 0; s < a->ns; s++) {
+			if (!live[s]) continue;
+			int32_t k = 0;
+			for (int32_t e = a->first[s]; e < a->first[s + 1]; e++)
+				if (live[a->e[e].to]) sig[3 * k] = cls[a->e[e].to], sig[3 * k + 1] = (int32_t)a->e[e].lo, sig[3 * k + 2] = (int32_t)a->e[e].hi, k++;
+			qsort(sig, (size_t)k, 3 * sizeof *sig, sig_cmp);
+			int32_t m = 0;
+			for (int32_t i = 0; i < k; i++) {
+				// spans to one class that touch or overlap become one
+				if (m && sig[3 * (m - 1)] == sig[3 * i] && sig[3 * i + 1] <= sig[3 * (m - 1) + 2] + 1) {
+					if (sig[3 * i + 2] > sig[3 * (m - 1) + 2]) sig[3 * (m - 1) + 2] = sig[3 * i + 2];
+				} else memmove(&sig[3 * m], &sig[3 * i], 3 * sizeof *sig), m++;
+			}
+			int32_t *at = pool + used;
+			at[0] = cls[s];
+			memcpy(at + 1, sig, (size_t)m * 3 * sizeof *sig);
+			int32_t sl = 1 + 3 * m;
+			uint64_t h = base_hash64(at, (size_t)sl * sizeof *at, 0);
+			size_t j = h & (cap - 1);
+			for (; ht[j] >= 0; j = (j + 1) & (cap - 1))
+				if (len[ht[j]] == sl && !memcmp(pool + off[ht[j]], at, (size_t)sl * sizeof *at)) break;
+			if (ht[j] < 0) ht[j] = n, off[n] = (int32_t)used, len[n] = sl, used += (size_t)sl, n++;
+			next[s] = ht[j];
+			g->nfa_work += 1 + k;
+		}
+		if (g->nfa_work > SG_NFA_WORK) rc = NFA_BIG;
+		for (int32_t s = 0; s < a->ns; s++) cls[s] = live[s] ? next[s] : -1;
+		if (n == prev) break;
+		prev = n;
+	}
+	// the quotient: a state per class, its edges from the signature
+	for (int32_t c = 0; c < n && !rc && !g->rc; c++)
+		if (nfa_state(g, out) < 0) rc = NFA_BIG;
+	for (int32_t s = 0; s < a->ns && !rc && !g->rc; s++)
+		if (live[s]) out->acc[cls[s]] = a->acc[s];
+	for (int32_t c = 0; c < n && !rc && !g->rc; c++)
+		for (int32_t i = 1; i < len[c] && !rc; i += 3)
+			if (!nfa_edge(g, out, c, pool[off[c] + i], (uint32_t)pool[off[c] + i + 1], (uint32_t)pool[off[c] + i + 2])) rc = NFA_BIG;
+	out->start = live[a->start] ? cls[a->start] : 0;
+	if (!rc && !g->rc && !live[a->start]) rc = NFA_EMPTY;
+	free(live), free(cls), free(next), free(sig), free(pool), free(off), free(len), free(ht);
+	if (!rc && !g->rc) nfa_seal(g, out);
+	return g->rc ? g->rc : rc;
+}
+
 // Appends the JSON text of a's strings (no quotes): a rule per state reached past the first.
-static int nfa_emit(sg *g, const nfa *a, const char *hint, sb *out) {
+static int nfa_emit(sg *g, const nfa *orig, const char *hint, sb *out) {
+	nfa small = {0};
+	int red = nfa_reduce(g, orig, &small);
+	if (g->rc) return nfa_free(&small), g->rc;
+	if (red == NFA_EMPTY) return nfa_free(&small), NFA_EMPTY;
+	const nfa *a = red ? orig : &small;
 	uint8_t *live = calloc((size_t)a->ns + 1, 1);
 	char **names = calloc((size_t)a->ns + 1, sizeof *names);
 	sb *bodies = calloc((size_t)a->ns + 1, sizeof *bodies);
@@ -1638,6 +1751,7 @@ static int nfa_emit(sg *g, const nfa *a, const char *hint, sb *out) {
 		free(names[s]);
 	}
 	free(base), free(live), free(names), free(bodies);
+	nfa_free(&small);
 	return g->rc ? g->rc : rc;
 }
 
@@ -1760,6 +1874,7 @@ static const struct {
 		     "|" RX_N "W)$"},
 };
 #define N_FORMATS (sizeof sg_formats / sizeof sg_formats[0])
+_Static_assert(N_FORMATS <= sizeof ((sg *)0)->fmt_rule / sizeof(char *), "a rule name per format");
 
 // Appends the rule of format f (written once per grammar).
 static int format_ref(sg *g, int f, sb *out) {
@@ -1821,8 +1936,7 @@ typedef struct {
 static int str_spec(sg *g, const json_t *s, strspec *x) {
 	const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
 	*x = (strspec){.f = -1, .n = -1};
-	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &x->m) || count_of(g, s, "maxLength", INT64_MAX, &x->n)) return g->rc;
-	if (x->n > SG_MAX_LENGTH) x->n = -1; // past the grammar's bound: as good as none
+	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &x->m) || count_of(g, s, "maxLength", -1, &x->n)) return g->rc;
 	if (x->n >= 0 && x->m > x->n) return fail(g, LANES_EINVAL, "minLength exceeds maxLength");
 	if (fmt && !json_is_string(fmt)) return fail(g, LANES_EINVAL, "'format' must be a string");
 	for (size_t i = 0; fmt && i < N_FORMATS; i++)
@@ -2613,7 +2727,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	keyset ks = {0};
 	int64_t minp = 0, maxp = -1;
 	if (!g->rc) key_rules(g, json_object_get(s, "propertyNames"), &ks);
-	if (!g->rc) count_of(g, s, "minProperties", INT64_MAX, &minp), count_of(g, s, "maxProperties", INT64_MAX, &maxp);
+	if (!g->rc) count_of(g, s, "minProperties", SG_MAX_REPEAT, &minp), count_of(g, s, "maxProperties", -1, &maxp);
 	// names propertyNames refuses: an optional property is left out, a required one leaves no object
 	for (size_t i = 0; i < ps.n && !g->rc; i++) {
 		if (json_is_false(ps.v[i].schema)) continue;
@@ -2630,6 +2744,23 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 		else if (!ok) ps.v[i].schema = json_false();
 	}
 	if (ks.none) extra = NULL;
+	// a few names allowed (an enum-keyed record): each an optional property with extra's schema,
+	// so no key repeats and the object ends
+	size_t nvals = extra && ks.vals ? json_array_size(ks.vals) : 0;
+	if (nvals && nvals <= 64 && ps.n + nvals <= SG_MAX_PROPS && !g->rc) {
+		size_t old = ptr_push(g, "propertyNames");
+		for (size_t i = 0; i < nvals; i++) {
+			const char *k = json_string_value(json_array_get(ks.vals, i));
+			size_t j = 0;
+			while (j < ps.n && strcmp(ps.v[j].key, k)) j++;
+			if (j < ps.n) continue;
+			prop *x = &ps.v[ps.n++];
+			*x = (prop){.key = k, .schema = json_is_object(extra) ? extra : json_true()};
+			memcpy(x->where, g->ptr, sizeof x->where);
+		}
+		ptr_pop(g, old);
+		extra = NULL;
+	}
 	if (!g->rc) dependent_required(g, s, &ps, extra, &ks);
 	bool counted = minp > 0 || maxp >= 0;
 	if (!g->rc && !ps.n && json_is_true(extra) && ks.any && !counted) return keyset_free(g, &ks), free(ps.v), helper(g, out, H_OBJECT);
