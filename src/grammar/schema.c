@@ -2010,6 +2010,8 @@ static int gen_str(sg *g, const json_t *s, const char *hint, sb *out) {
 		if (!g->relax) {
 			sb_free(g, &x.pg);
 			if (rc == NFA_EMPTY) return fail(g, LANES_EINVAL, "no string satisfies both %s", what);
+			if (g->nfa_work > SG_NFA_WORK)
+				return unsupported(g, x.p ? "pattern" : "format", "%s: the schema's patterns, formats and lengths together are too large to check", what);
 			return unsupported(g, x.p ? "pattern" : "format", "%s together are too large to check at once", what);
 		}
 		if (lens) note(g, x.m ? "minLength" : "maxLength"), lens = false;
