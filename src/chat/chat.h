@@ -48,15 +48,24 @@ int tool_template_vars(const tool_format *f, const json_t *tools, const char *da
 
 enum tool_choice { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
 
+// What tool_grammar tells of the tools' schemas besides the grammar.
+typedef struct {
+	const char *field; // in: a tool's schema in the caller's API, for messages ("function.parameters" when NULL)
+	int bad;           // out: the tool whose schema was refused, -1 none
+	char relaxed[256]; // out: the keywords non-strict schemas relaxed, comma separated, each once ("" none)
+} tool_schema_notes;
+
 // The GBNF (start rule `root`) that generated text must follow for f's calls: one call (or,
 // with parallel, one or more) of any tool in tools, or of `name` alone (TOOL_CHOICE_NAMED),
-// each call's arguments constrained by its parameters schema. TOOL_CHOICE_AUTO gives the same
+// each call's arguments constrained by its parameters schema: exactly for a tool whose
+// function.strict is true (grammar_schema_gbnf), best effort for the others
+// (grammar_schema_gbnf_relaxed, the keywords relaxed in notes). TOOL_CHOICE_AUTO gives the same
 // grammar and sets *triggers (static strings, *n_triggers of them) to the texts that open a
 // call, for a lazy matcher; required and named give no triggers (a call from the first byte).
-// *gbnf is malloc'd. 0, LANES_EINVAL (a schema keyword unsupported, named), LANES_ENOMEM.
-// Thread-safe.
+// notes may be NULL. *gbnf is malloc'd. 0, LANES_EINVAL ("tools[i].<field>: " and the schema's
+// fault), LANES_ELIMIT, LANES_ENOMEM. Thread-safe.
 int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice choice, const char *name, bool parallel,
-		 char **gbnf, const char *const **triggers, int *n_triggers, char *err, size_t errlen);
+		 char **gbnf, const char *const **triggers, int *n_triggers, tool_schema_notes *notes, char *err, size_t errlen);
 
 // One call in generated text, as far as the text goes.
 typedef struct {

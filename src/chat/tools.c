@@ -465,9 +465,29 @@ static void gbnf_call(FILE *o, const tool_format *f, const char *name, int k, si
 	}
 }
 
+// Adds the names in list (comma separated) to the names in to (cap bytes), each once.
+static void names_merge(char *to, size_t cap, const char *list) {
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t n = e ? (size_t)(e - p) : strlen(p), have = strlen(to);
+		bool seen = false;
+		for (const char *q = to; *q && !seen;) {
+			const char *qe = strchr(q, ',');
+			size_t k = qe ? (size_t)(qe - q) : strlen(q);
+			seen = k == n && !memcmp(q, p, n);
+			q += k + (qe != NULL);
+			while (*q == ' ') q++;
+		}
+		if (!seen && have + n + 3 <= cap) snprintf(to + have, cap - have, "%s%.*s", have ? ", " : "", (int)n, p);
+		p += n + (e != NULL);
+		while (*p == ' ') p++;
+	}
+}
+
 int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice choice, const char *name, bool parallel,
-		 char **gbnf, const char *const **triggers, int *n_triggers, char *err, size_t errlen) {
+		 char **gbnf, const char *const **triggers, int *n_triggers, tool_schema_notes *notes, char *err, size_t errlen) {
 	*gbnf = NULL;
+	if (notes) notes->bad = -1, notes->relaxed[0] = 0;
 	if (triggers) *triggers = NULL;
 	if (n_triggers) *n_triggers = 0;
 	if (!f) f = tool_format_of(NULL);
@@ -492,16 +512,22 @@ int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice cho
 		char root[32], *s = NULL;
 		snprintf(root, sizeof root, "tool-%zu-args", i);
 		// the client's schema as given: the normalized copy's added keys would change its meaning
-		const json_t *params = json_object_get(json_object_get(json_array_get(tools, i), "function"), "parameters");
+		const json_t *fn0 = json_object_get(json_array_get(tools, i), "function");
+		const json_t *params = json_object_get(fn0, "parameters");
 		json_t *any = json_is_object(params) ? NULL : json_pack("{s:s}", "type", "object");
-		rc = grammar_schema_gbnf(any ? any : params, root, &s, err, errlen);
+		// strict tools are exact or refused; the others are served with what can be checked
+		char relaxed[256] = "";
+		if (json_is_true(json_object_get(fn0, "strict"))) rc = grammar_schema_gbnf(any ? any : params, root, &s, err, errlen);
+		else rc = grammar_schema_gbnf_relaxed(any ? any : params, root, &s, relaxed, sizeof relaxed, err, errlen);
 		json_decref(any);
 		if (rc) {
 			char inner[256];
 			snprintf(inner, sizeof inner, "%s", err ? err : "");
-			base_seterr(err, errlen, rc, "tools[%zu].function.parameters: %s", i, inner);
+			base_seterr(err, errlen, rc, "tools[%zu].%s: %s", i, notes && notes->field ? notes->field : "function.parameters", inner);
+			if (notes) notes->bad = (int)i;
 			break;
 		}
+		if (notes) names_merge(notes->relaxed, sizeof notes->relaxed, relaxed);
 		fprintf(o, "%s\n", s);
 		free(s);
 		fprintf(o, "call-%zu ::= ", i);

@@ -24,6 +24,8 @@
 #define SG_MAX_NAME 48            // bytes of a rule name taken from the schema
 #define SG_PTR 256                // bytes of the JSON pointer shown in messages
 #define SG_INT_DIGITS 16          // digits of an integer with no bound on that side
+#define SG_NFA_STATES 8192        // states of one automaton of a string's pattern, format and lengths
+#define SG_NFA_WORK (1 << 21)     // steps all such automata of one schema may take together
 
 #define Q "\"\\\"\"" // the GBNF literal of one double quote
 
@@ -56,11 +58,16 @@ typedef struct {
 	int64_t work;      // pairs compared to prove oneOf alternatives apart
 	char **names;      // open-addressed set of rule names taken
 	size_t nnames, namecap;
+	bool relax;        // what cannot be checked is relaxed and named, not refused (tool schemas)
+	const char *why;   // the keyword the error is about when relaxing the node would serve; NULL: refuse
+	char *relaxed;     // the keywords relaxed, comma separated (NULL: not kept)
+	size_t relaxedlen;
+	int64_t nfa_work;  // against SG_NFA_WORK
+	char *fmt_rule[16]; // the rule of each format used, by index in sg_formats
 } sg;
 
 // ---- helper rules: '@' stands for the root name ------------------------------------------
-enum { H_WS, H_HEX, H_CHAR, H_KC, H_STRING, H_INT, H_NUM, H_BOOL, H_NULL, H_VALUE, H_OBJECT, H_ARRAY,
-       H_DAY, H_CLOCK, H_DATE, H_TIME, H_DATETIME, H_UUID, H_COUNT };
+enum { H_WS, H_HEX, H_CHAR, H_KC, H_STRING, H_INT, H_NUM, H_BOOL, H_NULL, H_VALUE, H_OBJECT, H_ARRAY, H_COUNT };
 
 static const struct {
 	const char *name, *body;
@@ -69,13 +76,13 @@ static const struct {
 	// bounded whitespace: a model cannot loop on it, and pretty-printing still fits
 	[H_WS] = {"ws", "( \" \" | \"\\n\" [ \\t]{0,20} )?", 0},
 	[H_HEX] = {"hex", "[0-9a-fA-F]", 0},
-	// \u escapes name scalar values only: a surrogate comes as a high-low pair
+	// scalar values only: raw, a surrogate is not UTF-8; escaped, it comes as a high-low pair
 	[H_CHAR] = {"char",
-		    "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] @-hex{3} | [dD] [0-7] "
+		    "[^\"\\\\\\x00-\\x1F\\x7F\\uD800-\\uDFFF] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] @-hex{3} | [dD] [0-7] "
 		    "@-hex{2} | [dD] [89abAB] @-hex{2} \"\\\\u\" [dD] [c-fC-F] @-hex{2} ) )",
 		    1u << H_HEX},
 	// characters of a key that must differ from the declared ones: no escapes, so no aliasing
-	[H_KC] = {"kc", "[^\"\\\\\\x00-\\x1F\\x7F]", 0},
+	[H_KC] = {"kc", "[^\"\\\\\\x00-\\x1F\\x7F\\uD800-\\uDFFF]", 0},
 	[H_STRING] = {"string", Q " @-char* " Q " @-ws", 1u << H_CHAR | 1u << H_WS},
 	[H_INT] = {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) @-ws", 1u << H_WS},
 	[H_NUM] = {"number", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? @-ws",
@@ -88,22 +95,6 @@ static const struct {
 		      "\"{\" @-ws ( @-string \":\" @-ws @-value ( \",\" @-ws @-string \":\" @-ws @-value )* )? \"}\" @-ws",
 		      1u << H_STRING | 1u << H_VALUE | 1u << H_WS},
 	[H_ARRAY] = {"array", "\"[\" @-ws ( @-value ( \",\" @-ws @-value )* )? \"]\" @-ws", 1u << H_VALUE | 1u << H_WS},
-	// the days each month has (February: 28, as a leap year cannot be told here)
-	[H_DAY] = {"day",
-		   "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | ( \"0\" "
-		   "[469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" "
-		   "[0-8] ) )",
-		   0},
-	[H_CLOCK] = {"clock",
-		     "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [-+] ( "
-		     "[01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
-		     0},
-	[H_DATE] = {"date", Q " @-day " Q " @-ws", 1u << H_DAY | 1u << H_WS},
-	[H_TIME] = {"time", Q " @-clock " Q " @-ws", 1u << H_CLOCK | 1u << H_WS},
-	[H_DATETIME] = {"date-time", Q " @-day \"T\" @-clock " Q " @-ws", 1u << H_DAY | 1u << H_CLOCK | 1u << H_WS},
-	[H_UUID] = {"uuid",
-		    Q " @-hex{8} \"-\" @-hex{4} \"-\" @-hex{4} \"-\" @-hex{4} \"-\" @-hex{12} " Q " @-ws",
-		    1u << H_HEX | 1u << H_WS},
 };
 
 // ---- errors, buffers, pointers ------------------------------------------------------------
@@ -115,9 +106,53 @@ __attribute__((format(printf, 3, 4))) static int fail(sg *g, int code, const cha
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	g->rc = code;
+	g->why = NULL;
 	if (g->ptrlen) base_seterr(g->err, g->errlen, code, "%s at %s", msg, g->ptr);
 	else base_seterr(g->err, g->errlen, code, "%s at the root", msg);
 	return code;
+}
+
+// Fails with LANES_EINVAL for what this compiler cannot check at the current node: about
+// keyword kw, which relaxed mode then relaxes (the node to its type) instead of refusing.
+__attribute__((format(printf, 3, 4))) static int unsupported(sg *g, const char *kw, const char *fmt, ...) {
+	if (g->rc) return g->rc;
+	char msg[384];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	fail(g, LANES_EINVAL, "%s", msg);
+	g->why = kw;
+	return g->rc;
+}
+
+// Forgets the error a relaxation answers.
+static void recover(sg *g) {
+	g->rc = 0, g->why = NULL;
+	if (g->err && g->errlen) g->err[0] = 0;
+}
+
+// Adds keyword kw to the relaxed names (once; reduced to characters a header may carry).
+static void note(sg *g, const char *kw) {
+	if (!g->relaxed || !g->relaxedlen) return;
+	char name[SG_MAX_NAME + 1];
+	size_t n = 0;
+	for (const char *c = kw; *c && n < SG_MAX_NAME; c++) {
+		bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("$_-.", *c);
+		name[n++] = ok ? *c : '?';
+	}
+	name[n] = 0;
+	size_t have = strlen(g->relaxed);
+	for (const char *p = g->relaxed; *p;) {
+		const char *e = strchr(p, ',');
+		size_t k = e ? (size_t)(e - p) : strlen(p);
+		if (k == n && !memcmp(p, name, n)) return;
+		p += k + (e != NULL);
+		while (*p == ' ') p++;
+	}
+	// a list that would overflow keeps the names it has
+	if (have + n + 3 > g->relaxedlen) return;
+	snprintf(g->relaxed + have, g->relaxedlen - have, "%s%s", have ? ", " : "", name);
 }
 
 static int sb_add(sg *g, sb *b, const char *s, size_t n) {
@@ -315,10 +350,21 @@ static int json_literal(sg *g, sb *b, const json_t *v, int depth) {
 		sb_put(g, b, obj ? " \"}\" " : " \"]\" ");
 		return helper(g, b, H_WS);
 	}
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (!s) return fail(g, LANES_ENOMEM, "out of memory");
-	literal(g, b, s, strlen(s));
-	free(s);
+	if (json_is_real(v)) {
+		// the shortest text that reads back as the same double: 1.0 is written 1, 0.1 is 0.1
+		char t[40];
+		double x = json_real_value(v);
+		if (x == floor(x) && fabs(x) < 1e15) snprintf(t, sizeof t, "%.0f", x);
+		else
+			for (int p = 1; p <= 17; p++)
+				if (snprintf(t, sizeof t, "%.*g", p, x), strtod(t, NULL) == x) break;
+		literal(g, b, t, strlen(t));
+	} else {
+		char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (!s) return fail(g, LANES_ENOMEM, "out of memory");
+		literal(g, b, s, strlen(s));
+		free(s);
+	}
 	sb_put(g, b, " ");
 	return helper(g, b, H_WS);
 }
@@ -342,7 +388,9 @@ static int repeat(sg *g, sb *b, int64_t m, int64_t n) {
 }
 
 // ---- keywords -----------------------------------------------------------------------------
-enum { K_ANNOT = 1, K_CORE = 2, K_OBJ = 4, K_ARR = 8, K_STR = 16, K_NUM = 32 };
+// K_DROP: assertions not checked here whose absence only widens what a node takes, so relaxed
+// mode drops them alone (as it does keywords no draft defines: annotations to a validator).
+enum { K_ANNOT = 1, K_CORE = 2, K_OBJ = 4, K_ARR = 8, K_STR = 16, K_NUM = 32, K_DROP = 64 };
 
 static const struct {
 	const char *key;
@@ -353,10 +401,16 @@ static const struct {
 	{"writeOnly", K_ANNOT}, {"deprecated", K_ANNOT}, {"$defs", K_ANNOT}, {"definitions", K_ANNOT},
 	{"type", K_CORE}, {"enum", K_CORE}, {"const", K_CORE}, {"anyOf", K_CORE}, {"oneOf", K_CORE},
 	{"allOf", K_CORE}, {"$ref", K_CORE}, {"nullable", K_CORE},
-	{"properties", K_OBJ}, {"required", K_OBJ}, {"additionalProperties", K_OBJ},
-	{"items", K_ARR}, {"prefixItems", K_ARR}, {"minItems", K_ARR}, {"maxItems", K_ARR},
+	{"properties", K_OBJ}, {"required", K_OBJ}, {"additionalProperties", K_OBJ}, {"propertyNames", K_OBJ},
+	{"minProperties", K_OBJ}, {"maxProperties", K_OBJ}, {"dependentRequired", K_OBJ},
+	{"items", K_ARR}, {"prefixItems", K_ARR}, {"additionalItems", K_ARR}, {"minItems", K_ARR}, {"maxItems", K_ARR},
 	{"minLength", K_STR}, {"maxLength", K_STR}, {"pattern", K_STR}, {"format", K_STR},
 	{"minimum", K_NUM}, {"maximum", K_NUM}, {"exclusiveMinimum", K_NUM}, {"exclusiveMaximum", K_NUM},
+	{"multipleOf", K_NUM},
+	{"not", K_DROP}, {"if", K_DROP}, {"then", K_DROP}, {"else", K_DROP}, {"uniqueItems", K_DROP},
+	{"contains", K_DROP}, {"minContains", K_DROP}, {"maxContains", K_DROP}, {"dependentSchemas", K_DROP},
+	{"dependencies", K_DROP}, {"patternProperties", K_DROP}, {"unevaluatedProperties", K_DROP},
+	{"unevaluatedItems", K_DROP}, {"$dynamicRef", K_DROP}, {"$recursiveRef", K_DROP},
 };
 
 static int key_kind(const char *key) {
@@ -365,35 +419,47 @@ static int key_kind(const char *key) {
 	return 0;
 }
 
-// Refuses every key of s outside the kinds allowed (annotations always pass).
+// Whether relaxed mode drops key at any node (noting it): unchecked assertions, unknown words.
+static bool droppable(const sg *g, const char *key) {
+	int k = key_kind(key);
+	return g->relax && (!k || k == K_DROP);
+}
+
+// Refuses every key of s outside the kinds allowed (annotations and nullable, which gen()
+// wraps around any node, always pass); relaxed mode drops and notes them instead.
 static int only_keys(sg *g, const json_t *s, int allowed, const char *beside) {
 	const char *key;
 	json_t *v;
 	json_object_foreach((json_t *)s, key, v) {
 		int k = key_kind(key);
-		if (!k) return fail(g, LANES_EINVAL, "unsupported keyword '%s'", key);
-		if (k & (allowed | K_ANNOT) || (beside && !strcmp(key, beside))) continue;
-		if (beside) return fail(g, LANES_EINVAL, "unsupported keyword '%s' beside '%s'", key, beside);
-		return fail(g, LANES_EINVAL, "unsupported keyword '%s'", key);
+		if (k & (allowed | K_ANNOT) || (beside && !strcmp(key, beside)) || !strcmp(key, "nullable")) continue;
+		if (g->relax) {
+			note(g, key);
+			continue;
+		}
+		if (!k || k == K_DROP || !beside) return unsupported(g, key, "unsupported keyword '%s'", key);
+		return unsupported(g, key, "unsupported keyword '%s' beside '%s'", key, beside);
 	}
 	return 0;
 }
 
-// Whether every key of s but key is an annotation.
-static bool alone(const json_t *s, const char *key) {
+// Whether every key of s but key is an annotation (or one relaxed mode drops).
+static bool alone(const sg *g, const json_t *s, const char *key) {
 	const char *k;
 	json_t *v;
-	json_object_foreach((json_t *)s, k, v) if (strcmp(k, key) && key_kind(k) != K_ANNOT) return false;
+	json_object_foreach((json_t *)s, k, v) if (strcmp(k, key) && key_kind(k) != K_ANNOT && !droppable(g, k)) return false;
 	return true;
 }
 
-// Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0).
+// Reads s[key] as a whole non-negative count into *v (absent: *v unchanged, returns 0). max < 0:
+// an upper bound, which past -max (or the repeat bound when -1) reads as none (*v -1).
 static int count_of(sg *g, const json_t *s, const char *key, int64_t max, int64_t *v) {
 	const json_t *x = json_object_get(s, key);
 	if (!x) return 0;
 	double d = json_number_value(x);
 	if (!json_is_number(x) || d < 0 || d != floor(d)) return fail(g, LANES_EINVAL, "'%s' must be a non-negative integer", key);
-	if (d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
+	if (max < 0 && d > (double)(max == -1 ? SG_MAX_LENGTH : -max)) return *v = -1, 0;
+	if (max >= 0 && d > (double)max) return fail(g, LANES_ELIMIT, "'%s' of %.0f exceeds %lld", key, d, (long long)max);
 	*v = (int64_t)d;
 	return 0;
 }
@@ -534,14 +600,47 @@ static int bound(sg *g, const json_t *s, const char *key, const char *ex, bool u
 	return 0;
 }
 
-static int gen_int(sg *g, const json_t *s, sb *out) {
+static int mult_part(sg *g, uint64_t lo, uint64_t hi, uint64_t p, const char *sign, bool *first, const char *hint, sb *out);
+
+// multipleOf as the step the integers taken must be multiples of: *p 1 when every integer is
+// one, 0 when it is not expressible here (a step past 15 digits, or finer than 1e-9).
+static int int_step(sg *g, const json_t *s, uint64_t *p) {
+	const json_t *mo = json_object_get(s, "multipleOf");
+	*p = 1;
+	if (!mo) return 0;
+	double k = json_number_value(mo);
+	if (!json_is_number(mo) || !(k > 0) || !isfinite(k)) return fail(g, LANES_EINVAL, "'multipleOf' must be a number above 0");
+	// k = P / 10^d; the integers among its multiples are those of P / gcd(P, 10^d)
+	uint64_t ten = 1;
+	for (int d = 0; d <= 9; d++, ten *= 10) {
+		double v = k * (double)ten, r = nearbyint(v);
+		if (r < 1 || r > 1e15 || fabs(v - r) > 1e-9 * r) continue;
+		uint64_t a = (uint64_t)r, b = ten;
+		while (b) a %= b, a ^= b, b ^= a, a ^= b; // gcd(P, 10^d) in a
+		*p = (uint64_t)r / a;
+		return 0;
+	}
+	*p = 0;
+	return 0;
+}
+
+static int gen_int(sg *g, const json_t *s, const char *hint, sb *out) {
 	double lo = 0, hi = 0;
 	bool has_lo, has_hi;
+	uint64_t p;
 	if (bound(g, s, "minimum", "exclusiveMinimum", false, &lo, &has_lo) ||
-	    bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi))
+	    bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi) || int_step(g, s, &p))
 		return g->rc;
-	if (!has_lo && !has_hi) return helper(g, out, H_INT);
-	const int64_t big = 999999999999999999, dflt = 9999999999999999;
+	if (!p) {
+		if (!g->relax) return unsupported(g, "multipleOf", "unsupported keyword 'multipleOf': a step past 15 digits or finer than 1e-9");
+		note(g, "multipleOf"), p = 1;
+	}
+	if (!has_lo && !has_hi && p == 1) return helper(g, out, H_INT);
+	const int64_t big = 999999999999999999, dflt = p > 1 ? 999999999999999 : 9999999999999999;
+	// relaxed: a bound past 18 digits is dropped
+	if (g->relax && has_lo && fabs(lo) > 1e18) has_lo = false, note(g, "minimum");
+	if (g->relax && has_hi && fabs(hi) > 1e18) has_hi = false, note(g, "maximum");
+	if (!has_lo && !has_hi && p == 1) return helper(g, out, H_INT);
 	if ((has_lo && fabs(lo) > 1e18) || (has_hi && fabs(hi) > 1e18))
 		return fail(g, LANES_ELIMIT, "integer bounds beyond 18 digits are unsupported");
 	int64_t a = has_lo ? (int64_t)ceil(lo) : -dflt, b = has_hi ? (int64_t)floor(hi) : a > dflt ? big : dflt;
@@ -549,9 +648,40 @@ static int gen_int(sg *g, const json_t *s, sb *out) {
 	if (a < -big || b > big) return fail(g, LANES_ELIMIT, "integer bounds beyond 18 digits are unsupported");
 	if (a > b) return fail(g, LANES_EINVAL, "no integer lies between minimum and maximum");
 	bool first = true;
+	sb body = {0};
+	if (p == 1) {
+		if (a < 0) naturals(g, &body, b < 0 ? (uint64_t)-b : 1, (uint64_t)-a, "\"-\" ", &first);
+		if (b >= 0) naturals(g, &body, a > 0 ? (uint64_t)a : 0, (uint64_t)b, "", &first);
+	} else {
+		int rc = 0;
+		if (a < 0 && a == -b) {
+			// symmetric bounds: one rule for the magnitudes, with and without the sign
+			sb mag = {0}, name = {0};
+			bool f = true;
+			rc = mult_part(g, 1, (uint64_t)b, p, "", &f, hint, &mag);
+			if (!rc && !f) rule_ref(g, NULL, hint, &mag, &name);
+			else sb_free(g, &mag);
+			if (!rc && !f && !g->rc) sb_fmt(g, &body, "\"-\" %s | \"0\" | %s", name.p, name.p), first = false;
+			sb_free(g, &name);
+		} else {
+			if (a < 0) rc = mult_part(g, b < 0 ? (uint64_t)-b : 1, (uint64_t)-a, p, "\"-\" ", &first, hint, &body);
+			if (!rc && a <= 0 && b >= 0) alt_sep(g, &body, "\"0\"", &first);
+			if (!rc && b > 0) rc = mult_part(g, a > 0 ? (uint64_t)a : 1, (uint64_t)b, p, "", &first, hint, &body);
+		}
+		if (rc && !g->rc) {
+			sb_free(g, &body);
+			if (!g->relax) return unsupported(g, "multipleOf", "unsupported keyword 'multipleOf': too many multiples of %llu between the bounds to write out", (unsigned long long)p);
+			note(g, "multipleOf");
+			p = 1, first = true;
+			if (a < 0) naturals(g, &body, b < 0 ? (uint64_t)-b : 1, (uint64_t)-a, "\"-\" ", &first);
+			if (b >= 0) naturals(g, &body, a > 0 ? (uint64_t)a : 0, (uint64_t)b, "", &first);
+		}
+		if (first && !g->rc) fail(g, LANES_EINVAL, "no multiple of %llu lies between minimum and maximum", (unsigned long long)p);
+	}
+	if (g->rc) return sb_free(g, &body), g->rc;
 	sb_put(g, out, "( ");
-	if (a < 0) naturals(g, out, b < 0 ? (uint64_t)-b : 1, (uint64_t)-a, "\"-\" ", &first);
-	if (b >= 0) naturals(g, out, a > 0 ? (uint64_t)a : 0, (uint64_t)b, "", &first);
+	sb_add(g, out, body.p, body.n);
+	sb_free(g, &body);
 	sb_put(g, out, " ) ");
 	return helper(g, out, H_WS);
 }
@@ -566,16 +696,30 @@ static int num_bound(sg *g, const json_t *s, const char *key, const char *exkey,
 	if (json_is_number(e) && (!*set || (upper ? json_number_value(e) <= *v : json_number_value(e) >= *v)))
 		*v = json_number_value(e), *set = *ex = true;
 	// a whole bound splits the text at its integral part; another one is not expressible here
-	if (*set && (*v != floor(*v) || fabs(*v) > 1e15))
-		return fail(g, LANES_EINVAL, "unsupported keyword '%s' for a number: only whole bounds up to 1e15 are supported", *ex ? exkey : key);
+	if (*set && (*v != floor(*v) || fabs(*v) > 1e15)) {
+		const char *kw = *ex ? exkey : key;
+		if (!g->relax)
+			return unsupported(g, kw, "unsupported keyword '%s' for a number: only whole bounds up to 1e15 are supported", kw);
+		// relaxed: the whole number past it, inclusive, or no bound past 1e15
+		note(g, kw);
+		*ex = false;
+		if (fabs(*v) > 1e15) *set = false;
+		else *v = upper ? ceil(*v) : floor(*v);
+	}
 	return 0;
 }
 
 // Appends alternatives for magnitudes in [lo, hi] (excluded ends as said; has_hi false: no
 // upper end) written with sign, a fraction, and no exponent.
-static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int64_t hi, bool hi_ex, const char *sign, bool *first) {
-	static const char *const any = "( \".\" [0-9]{1,16} )?", *const zero = "( \".\" \"0\"{1,16} )?",
-			  *const nonzero = "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
+// The fractions a number may have: any (or, with a multipleOf, those it allows), any that is
+// not zero, a zero one (all optional but nonzero).
+typedef struct {
+	const char *any, *nonzero, *zero;
+} fracs;
+
+static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int64_t hi, bool hi_ex, const char *sign, bool *first,
+		       const fracs *fr) {
+	const char *any = fr->any, *zero = fr->zero, *nonzero = fr->nonzero;
 	int64_t a = lo_ex ? lo + 1 : lo, b = has_hi ? hi - 1 : 9999999999999999;
 	char d[24];
 	if (a <= b) {
@@ -598,27 +742,72 @@ static void magnitudes(sg *g, sb *out, int64_t lo, bool lo_ex, bool has_hi, int6
 	}
 }
 
-static int gen_num(sg *g, const json_t *s, sb *out) {
+static int gen_num(sg *g, const json_t *s, const char *hint, sb *out) {
 	double lo = 0, hi = 0;
 	bool has_lo, has_hi, lo_ex, hi_ex;
+	fracs fr = {"( \".\" [0-9]{1,16} )?", "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}", "( \".\" \"0\"{1,16} )?"};
+	sb nz = {0}, opt = {0}; // the fractions a multipleOf allows: all of them nonzero, and optional
+	const json_t *mo = json_object_get(s, "multipleOf");
+	if (mo) {
+		// a whole step: the integers that are its multiples; P / 10^d with P dividing 10^d: the
+		// fractions of d digits that are multiples of P (10^-d: any of at most d digits)
+		double k = json_number_value(mo), ten = 1;
+		if (!json_is_number(mo) || !(k > 0) || !isfinite(k)) return fail(g, LANES_EINVAL, "'multipleOf' must be a number above 0");
+		if (k == floor(k)) return gen_int(g, s, hint, out);
+		int d = 0;
+		uint64_t P = 0, tens = 1;
+		while (d < 9 && !P) {
+			d++, tens *= 10;
+			double v = k * (ten *= 10), r = nearbyint(v);
+			if (r >= 1 && fabs(v - r) <= 1e-9 * r) P = (uint64_t)r;
+		}
+		if (P == 1) {
+			sb_fmt(g, &nz, "\".\" [0-9]{0,%d} [1-9]", d - 1);
+			sb_fmt(g, &opt, "( \".\" [0-9]{1,%d} )?", d);
+		} else if (P && tens % P == 0 && tens / P <= 100) {
+			// each multiple of P below 10^d as d digits, its trailing zeros left out
+			sb_put(g, &nz, "\".\" ( ");
+			for (uint64_t v = P; v < tens && !g->rc; v += P) {
+				char t[24];
+				int n = snprintf(t, sizeof t, "%0*llu", d, (unsigned long long)v);
+				while (n > 1 && t[n - 1] == '0') t[--n] = 0;
+				sb_fmt(g, &nz, "%s\"%s\"", v > P ? " | " : "", t);
+			}
+			sb_put(g, &nz, " )");
+			sb_put(g, &opt, "( "), sb_add(g, &opt, nz.p, nz.n), sb_put(g, &opt, " )?");
+		} else if (!g->relax)
+			return unsupported(g, "multipleOf", "unsupported keyword 'multipleOf' for a number: only whole steps and P/10^n with P dividing 10^n");
+		else note(g, "multipleOf");
+		if (nz.n && !g->rc) fr = (fracs){opt.p, nz.p, "( \".\" \"0\" )?"};
+	}
 	if (num_bound(g, s, "minimum", "exclusiveMinimum", false, &lo, &has_lo, &lo_ex) ||
 	    num_bound(g, s, "maximum", "exclusiveMaximum", true, &hi, &has_hi, &hi_ex))
-		return g->rc;
-	if (!has_lo && !has_hi) return helper(g, out, H_NUM);
-	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex))))
+		return sb_free(g, &nz), sb_free(g, &opt), g->rc;
+	if (!has_lo && !has_hi && !nz.n) return helper(g, out, H_NUM);
+	if (!has_lo && !has_hi) {
+		sb_put(g, out, "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ");
+		sb_add(g, out, opt.p, opt.n);
+		sb_free(g, &nz), sb_free(g, &opt);
+		sb_put(g, out, " ");
+		return helper(g, out, H_WS);
+	}
+	if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_ex || hi_ex)))) {
+		sb_free(g, &nz), sb_free(g, &opt);
 		return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
+	}
 	int64_t l = (int64_t)lo, h = (int64_t)hi;
 	bool first = true;
 	sb_put(g, out, "( ");
 	// at least zero: the integral part against the bounds; below zero: the magnitude
 	if (!has_hi || h >= 0) {
 		bool from0 = !has_lo || l < 0;
-		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first);
+		magnitudes(g, out, from0 ? 0 : l, from0 ? false : lo_ex, has_hi, h, hi_ex, "", &first, &fr);
 	}
 	if (!has_lo || l < 0) {
 		bool below = has_hi && h < 0;
-		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first);
+		magnitudes(g, out, below ? -h : 0, below ? hi_ex : true, has_lo, -l, lo_ex, "\"-\" ", &first, &fr);
 	}
+	sb_free(g, &nz), sb_free(g, &opt);
 	if (first) return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
 	sb_put(g, out, " ) ");
 	return helper(g, out, H_WS);
@@ -974,25 +1163,20 @@ static int rx_alt(sg *g, rx *r, sb *out, bool *wrapped, bool *nullable) {
 	return g->rc;
 }
 
-// A pattern anchored by ^ and $ as the JSON text of the strings it matches.
-static int gen_pattern(sg *g, const json_t *pat, sb *out) {
-	if (!json_is_string(pat)) return fail(g, LANES_EINVAL, "'pattern' must be a string");
-	const char *p = json_string_value(pat);
-	size_t n = json_string_length(pat), bs = 0;
+// The text between a pattern's anchors as GBNF (no quotes): a side without its anchor takes
+// any characters there, as a regular expression searches.
+static int pattern_body(sg *g, const char *p, size_t n, sb *out) {
+	size_t bs = 0;
 	while (bs + 1 < n && p[n - 2 - bs] == '\\') bs++;
-	if (n < 2 || p[0] != '^' || p[n - 1] != '$' || bs % 2)
-		return fail(g, LANES_EINVAL, "unsupported pattern: it must be anchored, starting with '^' and ending with '$'");
-	rx r = {p + 1, p + n - 1, 0};
+	bool head = n && p[0] == '^', tail = n > head && p[n - 1] == '$' && bs % 2 == 0;
+	rx r = {p + head, p + n - tail, 0};
 	sb body = {0};
 	bool wrapped, nullable;
 	rx_alt(g, &r, &body, &wrapped, &nullable);
 	if (!g->rc && r.p < r.end) fail(g, LANES_EINVAL, "pattern has an unmatched ')'");
-	if (!g->rc) {
-		sb_put(g, out, Q " ");
-		if (body.n) sb_add(g, out, body.p, body.n), sb_put(g, out, " ");
-		sb_put(g, out, Q " ");
-		helper(g, out, H_WS);
-	}
+	if (!g->rc && !head) helper(g, out, H_CHAR), sb_put(g, out, "* ");
+	if (!g->rc && body.n) sb_add(g, out, body.p, body.n), sb_put(g, out, " ");
+	if (!g->rc && !tail) helper(g, out, H_CHAR), sb_put(g, out, "* ");
 	sb_free(g, &body);
 	return g->rc;
 }
@@ -1025,29 +1209,827 @@ static int lengths(sg *g, int64_t m, int64_t n, sb *out) {
 	return g->rc;
 }
 
-// ---- strings ------------------------------------------------------------------------------
-static int gen_str(sg *g, const json_t *s, sb *out) {
-	const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
-	bool lens = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
-	if (fmt) {
-		static const struct {
-			const char *name;
-			int h;
-		} fmts[] = {{"date", H_DATE}, {"time", H_TIME}, {"date-time", H_DATETIME}, {"uuid", H_UUID}};
-		if (!json_is_string(fmt)) return fail(g, LANES_EINVAL, "'format' must be a string");
-		if (pat || lens) return fail(g, LANES_EINVAL, "unsupported keyword '%s' beside 'format'", pat ? "pattern" : "minLength/maxLength");
-		for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++)
-			if (!strcmp(fmts[i].name, json_string_value(fmt))) return helper(g, out, fmts[i].h);
-		return fail(g, LANES_EINVAL, "unsupported format '%s'", json_string_value(fmt));
+// ---- automata: a pattern, a format and lengths that must all hold ---------------------------
+// Each becomes a nondeterministic automaton over code points; their product is written as one
+// rule per state (right recursion, which the matcher follows without growing its stacks).
+typedef struct {
+	int32_t from, to;
+	uint32_t lo, hi; // lo > hi: an empty move
+} nedge;
+
+typedef struct {
+	int32_t ns, cap_s, ne, cap_e, start;
+	uint8_t *acc;    // (ns) accepting
+	nedge *e;        // (ne) sorted by from once sealed
+	int32_t *first;  // (ns + 1) sealed: the edges of state s are e[first[s] .. first[s + 1])
+} nfa;
+
+enum { NFA_OK, NFA_BIG, NFA_EMPTY }; // what building or intersecting gave
+
+static void nfa_free(nfa *a) {
+	free(a->acc), free(a->e), free(a->first);
+	*a = (nfa){0};
+}
+
+// A new state, or -1 past the bounds (work is charged against the schema's budget).
+static int32_t nfa_state(sg *g, nfa *a) {
+	if (a->ns >= SG_NFA_STATES || ++g->nfa_work > SG_NFA_WORK) return -1;
+	if (a->ns == a->cap_s) {
+		int32_t cap = a->cap_s ? a->cap_s * 2 : 64;
+		uint8_t *acc = realloc(a->acc, (size_t)cap);
+		if (!acc) return fail(g, LANES_ENOMEM, "out of memory"), -1;
+		a->acc = acc, a->cap_s = cap;
 	}
-	if (pat && lens) return fail(g, LANES_EINVAL, "unsupported keyword 'minLength/maxLength' beside 'pattern'");
-	if (pat) return gen_pattern(g, pat, out);
-	int64_t m = 0, n = -1;
-	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &m) || count_of(g, s, "maxLength", SG_MAX_LENGTH, &n)) return g->rc;
-	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minLength exceeds maxLength");
-	if (m == 0 && n < 0) return helper(g, out, H_STRING);
-	sb_put(g, out, Q " ");
-	if (n != 0) lengths(g, m, n, out);
+	a->acc[a->ns] = 0;
+	return a->ns++;
+}
+
+static bool nfa_edge(sg *g, nfa *a, int32_t from, int32_t to, uint32_t lo, uint32_t hi) {
+	if (++g->nfa_work > SG_NFA_WORK) return false;
+	if (a->ne == a->cap_e) {
+		int32_t cap = a->cap_e ? a->cap_e * 2 : 128;
+		nedge *e = realloc(a->e, (size_t)cap * sizeof *e);
+		if (!e) return fail(g, LANES_ENOMEM, "out of memory"), false;
+		a->e = e, a->cap_e = cap;
+	}
+	a->e[a->ne++] = (nedge){from, to, lo, hi};
+	return true;
+}
+
+#define EPS(g, a, x, y) nfa_edge(g, a, x, y, 1, 0)
+
+// Edges from x to y for the code points of c (normalized), surrogates left out as JSON text
+// cannot carry them alone.
+static bool nfa_class(sg *g, nfa *a, int32_t x, int32_t y, const cset *c) {
+	for (size_t i = 0; i < c->n; i++) {
+		uint32_t lo = c->v[i].lo, hi = c->v[i].hi;
+		if (lo < 0xD800 && !nfa_edge(g, a, x, y, lo, hi < 0xD800 ? hi : 0xD7FF)) return false;
+		if (hi > 0xDFFF && !nfa_edge(g, a, x, y, lo > 0xDFFF ? lo : 0xE000, hi)) return false;
+	}
+	return true;
+}
+
+static int nx_alt(sg *g, rx *r, nfa *a, int32_t *s, int32_t *e);
+
+static span any_span[] = {{0, 0x10FFFF}};
+static const cset any_cp = {any_span, 1, 1}; // every code point
+
+// One atom into fragment s..e; as rx_atom reads it, so both give the same strings.
+static int nx_atom(sg *g, rx *r, nfa *a, int32_t *s, int32_t *e) {
+	char c = *r->p;
+	if (c == '(') {
+		r->p++;
+		if (r->p < r->end && *r->p == '?') {
+			r->p++;
+			if (r->p < r->end && *r->p == ':') r->p++;
+			else {
+				while (r->p < r->end && *r->p != '>') r->p++;
+				r->p++;
+			}
+		}
+		if (++r->depth > SG_MAX_DEPTH) return NFA_BIG;
+		int rc = nx_alt(g, r, a, s, e);
+		r->depth--;
+		r->p++; // ')'
+		return rc;
+	}
+	cset cs = {0};
+	bool neg = false;
+	if (c == '.') {
+		r->p++;
+		cs_add(g, &cs, 10, 10), cs_add(g, &cs, 13, 13), cs_add(g, &cs, 0x2028, 0x2029);
+		neg = true;
+	} else if (c == '[') {
+		r->p++;
+		rx_class(g, r, &cs, &neg);
+	} else if (c == '\\') {
+		r->p++;
+		rx_escape(g, r, &cs, false, &neg);
+	} else {
+		uint32_t x = rx_cp(r);
+		cs_add(g, &cs, x, x);
+	}
+	cs_norm(&cs);
+	// a negation takes no control character, as rx_atom writes it
+	if (neg && !g->rc) cs_add(g, &cs, 0, 0x1F), cs_add(g, &cs, 0x7F, 0x7F), cs_norm(&cs), cs_invert(g, &cs);
+	int rc = NFA_BIG;
+	if (!g->rc && (*s = nfa_state(g, a)) >= 0 && (*e = nfa_state(g, a)) >= 0 && nfa_class(g, a, *s, *e, &cs)) rc = NFA_OK;
+	free(cs.v);
+	return g->rc ? g->rc : rc;
+}
+
+// An atom and its quantifier: copies of the atom, read again from its text for each.
+static int nx_piece(sg *g, rx *r, nfa *a, int32_t *s, int32_t *e) {
+	const char *at = r->p;
+	int32_t s1, e1;
+	int rc = nx_atom(g, r, a, &s1, &e1);
+	if (rc) return rc;
+	const char *after = r->p;
+	int64_t m = 1, n = 1;
+	if (r->p < r->end) {
+		char c = *r->p;
+		if (c == '?') m = 0, n = 1, r->p++;
+		else if (c == '*') m = 0, n = -1, r->p++;
+		else if (c == '+') m = 1, n = -1, r->p++;
+		else if (c == '{') {
+			char *q;
+			m = n = strtoll(r->p + 1, &q, 10);
+			if (*q == ',') n = q[1] == '}' ? -1 : strtoll(q + 1, &q, 10), q += n < 0;
+			r->p = q + 1;
+		}
+		if (r->p < r->end && *r->p == '?' && r->p != after) r->p++;
+	}
+	if (m == 1 && n == 1) return *s = s1, *e = e1, NFA_OK;
+	const char *end = r->p;
+	int64_t k = n < 0 ? (m > 1 ? m : 1) : n;
+	int32_t first = nfa_state(g, a), last = nfa_state(g, a), prev = first, si = s1;
+	if (first < 0 || last < 0) return NFA_BIG;
+	// m copies, then n - m that may stop early, or a last one that repeats (n < 0)
+	for (int64_t i = 1; i <= k; i++) {
+		int32_t ei = e1;
+		if (i > 1) {
+			r->p = at;
+			if ((rc = nx_atom(g, r, a, &si, &ei))) return rc;
+		}
+		if (!EPS(g, a, prev, si) || (i > m && !EPS(g, a, prev, last))) return NFA_BIG;
+		prev = ei;
+	}
+	if (!EPS(g, a, prev, last) || (n < 0 && k && !EPS(g, a, prev, si))) return NFA_BIG;
+	r->p = end;
+	*s = first, *e = last;
+	return NFA_OK;
+}
+
+// Alternatives into fragment s..e.
+static int nx_alt(sg *g, rx *r, nfa *a, int32_t *s, int32_t *e) {
+	if ((*s = nfa_state(g, a)) < 0 || (*e = nfa_state(g, a)) < 0) return NFA_BIG;
+	for (;;) {
+		int32_t cur = nfa_state(g, a);
+		if (cur < 0 || !EPS(g, a, *s, cur)) return NFA_BIG;
+		while (r->p < r->end && *r->p != '|' && *r->p != ')') {
+			int32_t ps, pe;
+			int rc = nx_piece(g, r, a, &ps, &pe);
+			if (rc) return rc;
+			if (!EPS(g, a, cur, ps)) return NFA_BIG;
+			cur = pe;
+		}
+		if (!EPS(g, a, cur, *e)) return NFA_BIG;
+		if (r->p >= r->end || *r->p != '|') return NFA_OK;
+		r->p++;
+	}
+}
+
+// The strings regular expression p (n bytes, already read by pattern_body) matches, with any
+// characters where an anchor is missing.
+static int nfa_of_pattern(sg *g, const char *p, size_t n, nfa *a) {
+	size_t bs = 0;
+	while (bs + 1 < n && p[n - 2 - bs] == '\\') bs++;
+	bool head = n && p[0] == '^', tail = n > head && p[n - 1] == '$' && bs % 2 == 0;
+	rx r = {p + head, p + n - tail, 0};
+	int32_t s, e;
+	int rc = nx_alt(g, &r, a, &s, &e);
+	if (rc) return rc;
+	int32_t s0 = s, e0 = e;
+	// a missing anchor: a state that loops on every character first (or last)
+	if (!head && ((s0 = nfa_state(g, a)) < 0 || !nfa_class(g, a, s0, s0, &any_cp) || !EPS(g, a, s0, s))) return NFA_BIG;
+	if (!tail && ((e0 = nfa_state(g, a)) < 0 || !nfa_class(g, a, e0, e0, &any_cp) || !EPS(g, a, e, e0))) return NFA_BIG;
+	a->start = s0;
+	a->acc[e0] = 1;
+	return NFA_OK;
+}
+
+static int edge_cmp(const void *x, const void *y) {
+	const nedge *a = x, *b = y;
+	return a->from != b->from ? (a->from > b->from) - (a->from < b->from) : (a->to > b->to) - (a->to < b->to);
+}
+
+// Sorts the edges by state and indexes them.
+static int nfa_seal(sg *g, nfa *a) {
+	qsort(a->e, (size_t)a->ne, sizeof *a->e, edge_cmp);
+	free(a->first);
+	if (!(a->first = calloc((size_t)a->ns + 1, sizeof *a->first))) return fail(g, LANES_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < a->ne; i++) a->first[a->e[i].from + 1]++;
+	for (int32_t i = 0; i < a->ns; i++) a->first[i + 1] += a->first[i];
+	return 0;
+}
+
+// a without empty moves: a state takes the edges and acceptance of those its empty moves reach.
+static int nfa_direct(sg *g, nfa *a, nfa *out) {
+	if (nfa_seal(g, a)) return g->rc;
+	int32_t *stack = malloc((size_t)a->ns * sizeof *stack), *seen = malloc((size_t)a->ns * sizeof *seen);
+	int rc = stack && seen ? NFA_OK : fail(g, LANES_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < a->ns && !rc; i++) seen[i] = -1;
+	for (int32_t i = 0; i < a->ns && !rc; i++)
+		if (nfa_state(g, out) < 0) rc = NFA_BIG;
+	for (int32_t p = 0; p < a->ns && !rc; p++) {
+		int32_t n = 0;
+		stack[n++] = p, seen[p] = p;
+		while (n && !rc) {
+			int32_t q = stack[--n];
+			out->acc[p] |= a->acc[q];
+			for (int32_t k = a->first[q]; k < a->first[q + 1] && !rc; k++) {
+				const nedge *x = &a->e[k];
+				if (x->lo > x->hi) {
+					if (seen[x->to] != p) seen[x->to] = p, stack[n++] = x->to;
+				} else if (!nfa_edge(g, out, p, x->to, x->lo, x->hi)) rc = NFA_BIG;
+			}
+		}
+	}
+	out->start = a->start;
+	free(stack), free(seen);
+	if (!rc) nfa_seal(g, out);
+	return g->rc ? g->rc : rc;
+}
+
+// The pairs of states a product has made: an open-addressed table, and the queue to visit.
+typedef struct {
+	int64_t *keys; // (cap) x * (ns of b + 1) + y, -1 empty
+	int32_t *ids;  // (cap) the product's state
+	size_t cap;
+	int32_t *qa, *qb; // (n) the pairs in the order made
+	int32_t n, qcap;
+} ptab;
+
+static int ptab_grow(sg *g, ptab *t) {
+	size_t nc = t->cap ? t->cap * 2 : 1024;
+	int64_t *nk = malloc(nc * sizeof *nk);
+	int32_t *ni = malloc(nc * sizeof *ni);
+	if (!nk || !ni) return free(nk), free(ni), fail(g, LANES_ENOMEM, "out of memory");
+	for (size_t i = 0; i < nc; i++) nk[i] = -1;
+	for (size_t i = 0; i < t->cap; i++) {
+		if (t->keys[i] < 0) continue;
+		size_t h = (size_t)base_hash64(&t->keys[i], sizeof t->keys[i], 0) & (nc - 1);
+		while (nk[h] >= 0) h = (h + 1) & (nc - 1);
+		nk[h] = t->keys[i], ni[h] = t->ids[i];
+	}
+	free(t->keys), free(t->ids);
+	t->keys = nk, t->ids = ni, t->cap = nc;
+	return 0;
+}
+
+// The product's state for pair (x, y), made and queued when new; -1 past the bounds.
+static int32_t ptab_pair(sg *g, ptab *t, nfa *out, const nfa *a, const nfa *b, int32_t x, int32_t y) {
+	if (((size_t)t->n + 1) * 2 >= t->cap && ptab_grow(g, t)) return -1;
+	int64_t key = (int64_t)x * (b->ns + 1) + y;
+	size_t h = (size_t)base_hash64(&key, sizeof key, 0) & (t->cap - 1);
+	while (t->keys[h] >= 0 && t->keys[h] != key) h = (h + 1) & (t->cap - 1);
+	if (t->keys[h] == key) return t->ids[h];
+	if (t->n == t->qcap) {
+		int32_t cap = t->qcap ? t->qcap * 2 : 256;
+		int32_t *na = realloc(t->qa, (size_t)cap * sizeof *na);
+		if (na) t->qa = na;
+		int32_t *nb = na ? realloc(t->qb, (size_t)cap * sizeof *nb) : NULL;
+		if (nb) t->qb = nb;
+		if (!na || !nb) return fail(g, LANES_ENOMEM, "out of memory"), -1;
+		t->qcap = cap;
+	}
+	int32_t id = nfa_state(g, out);
+	if (id < 0) return -1;
+	t->keys[h] = key, t->ids[h] = id;
+	out->acc[id] = a->acc[x] && b->acc[y];
+	t->qa[t->n] = x, t->qb[t->n] = y, t->n++;
+	return id;
+}
+
+// The product of a and b (both without empty moves): the strings both take, from their starts.
+static int nfa_product(sg *g, const nfa *a, const nfa *b, nfa *out) {
+	ptab t = {0};
+	int rc = ptab_pair(g, &t, out, a, b, a->start, b->start) < 0 ? NFA_BIG : NFA_OK;
+	out->start = 0;
+	// the queue's order is the states' order: pair k is state k
+	for (int32_t at = 0; at < t.n && !rc; at++) {
+		int32_t x = t.qa[at], y = t.qb[at];
+		for (int32_t i = a->first[x]; i < a->first[x + 1] && !rc; i++)
+			for (int32_t j = b->first[y]; j < b->first[y + 1] && !rc; j++) {
+				const nedge *p = &a->e[i], *q = &b->e[j];
+				uint32_t lo = p->lo > q->lo ? p->lo : q->lo, hi = p->hi < q->hi ? p->hi : q->hi;
+				if (++g->nfa_work > SG_NFA_WORK) rc = NFA_BIG;
+				if (rc || lo > hi) continue;
+				int32_t id = ptab_pair(g, &t, out, a, b, p->to, q->to);
+				if (id < 0 || !nfa_edge(g, out, at, id, lo, hi)) rc = NFA_BIG;
+			}
+	}
+	free(t.keys), free(t.ids), free(t.qa), free(t.qb);
+	if (!rc && !g->rc) nfa_seal(g, out);
+	return g->rc ? g->rc : rc;
+}
+
+// Marks in live the states reachable from the start that reach an accepting one.
+static int nfa_live(sg *g, const nfa *a, uint8_t *live) {
+	int32_t *stack = malloc(((size_t)a->ns + 1) * sizeof *stack), *rfirst = calloc((size_t)a->ns + 2, sizeof *rfirst);
+	int32_t *rfrom = malloc(((size_t)a->ne + 1) * sizeof *rfrom);
+	uint8_t *from = calloc((size_t)a->ns + 1, 1);
+	if (!stack || !rfirst || !rfrom || !from) {
+		free(stack), free(rfirst), free(rfrom), free(from);
+		return fail(g, LANES_ENOMEM, "out of memory");
+	}
+	int32_t n = 0;
+	stack[n++] = a->start, from[a->start] = 1;
+	while (n) {
+		int32_t s = stack[--n];
+		for (int32_t k = a->first[s]; k < a->first[s + 1]; k++)
+			if (!from[a->e[k].to]) from[a->e[k].to] = 1, stack[n++] = a->e[k].to;
+	}
+	// the edges by target, then backwards from the accepting states
+	for (int32_t k = 0; k < a->ne; k++) rfirst[a->e[k].to + 2]++;
+	for (int32_t s = 0; s < a->ns; s++) rfirst[s + 2] += rfirst[s + 1];
+	for (int32_t k = 0; k < a->ne; k++) rfrom[rfirst[a->e[k].to + 1]++] = a->e[k].from;
+	for (int32_t s = 0; s < a->ns; s++)
+		if (from[s] && a->acc[s]) live[s] = 1, stack[n++] = s;
+	while (n) {
+		int32_t s = stack[--n];
+		for (int32_t k = rfirst[s]; k < rfirst[s + 1]; k++)
+			if (from[rfrom[k]] && !live[rfrom[k]]) live[rfrom[k]] = 1, stack[n++] = rfrom[k];
+	}
+	free(stack), free(rfirst), free(rfrom), free(from);
+	return 0;
+}
+
+// The shortest and longest strings a takes (*hi -1: no bound), over its live states.
+static int nfa_lengths(sg *g, const nfa *a, const uint8_t *live, int64_t *lo, int64_t *hi) {
+	int64_t *d = malloc((size_t)a->ns * sizeof *d), *far = malloc((size_t)a->ns * sizeof *far);
+	int32_t *q = malloc((size_t)a->ns * sizeof *q), *in = calloc((size_t)a->ns, sizeof *in);
+	*lo = 0, *hi = -1;
+	if (!d || !far || !q || !in) {
+		free(d), free(far), free(q), free(in);
+		return fail(g, LANES_ENOMEM, "out of memory");
+	}
+	// shortest: breadth first from the start
+	for (int32_t s = 0; s < a->ns; s++) d[s] = -1, far[s] = -1;
+	int32_t h = 0, t = 0;
+	d[a->start] = 0, q[t++] = a->start;
+	while (h < t) {
+		int32_t s = q[h++];
+		for (int32_t k = a->first[s]; k < a->first[s + 1]; k++)
+			if (live[a->e[k].to] && d[a->e[k].to] < 0) d[a->e[k].to] = d[s] + 1, q[t++] = a->e[k].to;
+	}
+	int64_t best = -1;
+	for (int32_t s = 0; s < a->ns; s++)
+		if (live[s] && a->acc[s] && d[s] >= 0 && (best < 0 || d[s] < best)) best = d[s];
+	*lo = best < 0 ? 0 : best;
+	// longest: in topological order of the live states; a cycle leaves some unordered
+	int32_t nl = 0;
+	for (int32_t s = 0; s < a->ns; s++) nl += live[s];
+	for (int32_t k = 0; k < a->ne; k++)
+		if (live[a->e[k].from] && live[a->e[k].to]) in[a->e[k].to]++;
+	h = t = 0;
+	for (int32_t s = 0; s < a->ns; s++)
+		if (live[s] && !in[s]) q[t++] = s;
+	far[a->start] = 0;
+	while (h < t) {
+		int32_t s = q[h++];
+		for (int32_t k = a->first[s]; k < a->first[s + 1]; k++) {
+			int32_t x = a->e[k].to;
+			if (!live[x]) continue;
+			if (far[s] >= 0 && far[s] + 1 > far[x]) far[x] = far[s] + 1;
+			if (!--in[x]) q[t++] = x;
+		}
+	}
+	if (t == nl) {
+		best = -1;
+		for (int32_t s = 0; s < a->ns; s++)
+			if (live[s] && a->acc[s] && far[s] > best) best = far[s];
+		*hi = best;
+	}
+	g->nfa_work += a->ns + a->ne;
+	free(d), free(far), free(q), free(in);
+	return 0;
+}
+
+// Strings of m to n (n < 0: any number of) characters.
+static int nfa_counter(sg *g, int64_t m, int64_t n, nfa *a) {
+	int64_t last = n < 0 ? m : n;
+	for (int64_t i = 0; i <= last; i++) {
+		int32_t s = nfa_state(g, a);
+		if (s < 0) return NFA_BIG;
+		a->acc[s] = i >= m;
+		if (i && !nfa_class(g, a, s - 1, s, &any_cp)) return NFA_BIG;
+	}
+	if (n < 0 && !nfa_class(g, a, (int32_t)last, (int32_t)last, &any_cp)) return NFA_BIG;
+	a->start = 0;
+	return nfa_seal(g, a) ? g->rc : NFA_OK;
+}
+
+static int sig_cmp(const void *x, const void *y) {
+	const int32_t *a = x, *b = y;
+	for (int i = 0; i < 3; i++)
+		if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+	return 0;
+}
+
+// a with the states no string can tell apart merged (the coarsest bisimulation of its live
+// states, refined from accepting or not until no class splits): the same strings, fewer rules.
+static int nfa_reduce(sg *g, const nfa *a, nfa *out) {
+	uint8_t *live = calloc((size_t)a->ns + 1, 1);
+	int32_t *cls = malloc(((size_t)a->ns + 1) * sizeof *cls), *next = malloc(((size_t)a->ns + 1) * sizeof *next);
+	int32_t *sig = malloc(((size_t)a->ne * 3 + 2) * sizeof *sig), *pool = NULL, *off = NULL, *len = NULL, *ht = NULL;
+	int rc = live && cls && next && sig ? NFA_OK : fail(g, LANES_ENOMEM, "out of memory");
+	if (!rc) nfa_live(g, a, live);
+	int32_t n = 0, prev = -1;
+	for (int32_t s = 0; s < a->ns && !rc; s++) cls[s] = live[s] ? a->acc[s] : -1;
+	// per round: each live state's signature (its class, then per class of target the spans to
+	// it, merged), interned; the classes are the distinct signatures
+	while (!rc && !g->rc) {
+		size_t cap = 64, used = 0;
+		while (cap < (size_t)a->ns * 2) cap *= 2;
+		free(pool), free(off), free(len), free(ht);
+		pool = malloc(((size_t)a->ne * 3 + (size_t)a->ns + 1) * sizeof *pool);
+		off = malloc(((size_t)a->ns + 1) * sizeof *off), len = malloc(((size_t)a->ns + 1) * sizeof *len);
+		ht = malloc(cap * sizeof *ht);
+		if (!pool || !off || !len || !ht) {
+			rc = fail(g, LANES_ENOMEM, "out of memory");
+			break;
+		}
+		for (size_t i = 0; i < cap; i++) ht[i] = -1;
+		n = 0;
+		for (int32_t s = 0; s < a->ns; s++) {
+			if (!live[s]) continue;
+			int32_t k = 0;
+			for (int32_t e = a->first[s]; e < a->first[s + 1]; e++)
+				if (live[a->e[e].to]) sig[3 * k] = cls[a->e[e].to], sig[3 * k + 1] = (int32_t)a->e[e].lo, sig[3 * k + 2] = (int32_t)a->e[e].hi, k++;
+			qsort(sig, (size_t)k, 3 * sizeof *sig, sig_cmp);
+			int32_t m = 0;
+			for (int32_t i = 0; i < k; i++) {
+				// spans to one class that touch or overlap become one
+				if (m && sig[3 * (m - 1)] == sig[3 * i] && sig[3 * i + 1] <= sig[3 * (m - 1) + 2] + 1) {
+					if (sig[3 * i + 2] > sig[3 * (m - 1) + 2]) sig[3 * (m - 1) + 2] = sig[3 * i + 2];
+				} else memmove(&sig[3 * m], &sig[3 * i], 3 * sizeof *sig), m++;
+			}
+			int32_t *at = pool + used;
+			at[0] = cls[s];
+			memcpy(at + 1, sig, (size_t)m * 3 * sizeof *sig);
+			int32_t sl = 1 + 3 * m;
+			uint64_t h = base_hash64(at, (size_t)sl * sizeof *at, 0);
+			size_t j = h & (cap - 1);
+			for (; ht[j] >= 0; j = (j + 1) & (cap - 1))
+				if (len[ht[j]] == sl && !memcmp(pool + off[ht[j]], at, (size_t)sl * sizeof *at)) break;
+			if (ht[j] < 0) ht[j] = n, off[n] = (int32_t)used, len[n] = sl, used += (size_t)sl, n++;
+			next[s] = ht[j];
+			g->nfa_work += 1 + k;
+		}
+		if (g->nfa_work > SG_NFA_WORK) rc = NFA_BIG;
+		for (int32_t s = 0; s < a->ns; s++) cls[s] = live[s] ? next[s] : -1;
+		if (n == prev) break;
+		prev = n;
+	}
+	// the quotient: a state per class, its edges from the signature
+	for (int32_t c = 0; c < n && !rc && !g->rc; c++)
+		if (nfa_state(g, out) < 0) rc = NFA_BIG;
+	for (int32_t s = 0; s < a->ns && !rc && !g->rc; s++)
+		if (live[s]) out->acc[cls[s]] = a->acc[s];
+	for (int32_t c = 0; c < n && !rc && !g->rc; c++)
+		for (int32_t i = 1; i < len[c] && !rc; i += 3)
+			if (!nfa_edge(g, out, c, pool[off[c] + i], (uint32_t)pool[off[c] + i + 1], (uint32_t)pool[off[c] + i + 2])) rc = NFA_BIG;
+	out->start = live[a->start] ? cls[a->start] : 0;
+	if (!rc && !g->rc && !live[a->start]) rc = NFA_EMPTY;
+	free(live), free(cls), free(next), free(sig), free(pool), free(off), free(len), free(ht);
+	if (!rc && !g->rc) nfa_seal(g, out);
+	return g->rc ? g->rc : rc;
+}
+
+// Appends the JSON text of a's strings (no quotes): a rule per state reached past the first.
+static int nfa_emit(sg *g, const nfa *orig, const char *hint, sb *out) {
+	nfa small = {0};
+	int red = nfa_reduce(g, orig, &small);
+	if (g->rc) return nfa_free(&small), g->rc;
+	if (red == NFA_EMPTY) return nfa_free(&small), NFA_EMPTY;
+	const nfa *a = red ? orig : &small;
+	uint8_t *live = calloc((size_t)a->ns + 1, 1);
+	char **names = calloc((size_t)a->ns + 1, sizeof *names);
+	sb *bodies = calloc((size_t)a->ns + 1, sizeof *bodies);
+	if (!live || !names || !bodies) {
+		free(live), free(names), free(bodies);
+		return fail(g, LANES_ENOMEM, "out of memory");
+	}
+	nfa_live(g, a, live);
+	int rc = live[a->start] ? NFA_OK : NFA_EMPTY;
+	char *base = rc || g->rc ? NULL : name_new(g, hint);
+	// bit 2: the state has an edge to a live one (it gets a rule when another leads to it)
+	for (int32_t k = 0; k < a->ne; k++)
+		if (live[a->e[k].from] && live[a->e[k].to]) live[a->e[k].from] |= 2;
+	// a state's body: per target, the class that leads there, then the target's rule
+	for (int32_t s = 0; s < a->ns && !rc && !g->rc; s++) {
+		if (!live[s]) continue;
+		sb *b = &bodies[s];
+		int alts = 0;
+		for (int32_t k = a->first[s]; k < a->first[s + 1] && !g->rc;) {
+			int32_t to = a->e[k].to;
+			cset c = {0};
+			for (; k < a->first[s + 1] && a->e[k].to == to; k++) cs_add(g, &c, a->e[k].lo, a->e[k].hi);
+			if (!live[to]) {
+				free(c.v);
+				continue;
+			}
+			cs_norm(&c);
+			if (alts++) sb_put(g, b, " | ");
+			cs_emit(g, &c, true, true, b);
+			free(c.v);
+			if (!(live[to] & 2) || g->rc) continue;
+			if (!names[to]) {
+				char nm[SG_MAX_NAME + 96];
+				snprintf(nm, sizeof nm, "%s-%d", base, (int)to);
+				if ((int)g->nnames >= SG_MAX_RULES + H_COUNT)
+					fail(g, LANES_ELIMIT, "the grammar would need more than %d rules", SG_MAX_RULES);
+				else names[to] = name_take(g, nm) ? strdup(nm) : g->rc ? NULL : name_new(g, nm);
+				if (!names[to] && !g->rc) fail(g, LANES_ENOMEM, "out of memory");
+			}
+			if (names[to]) sb_put(g, b, " "), sb_put(g, b, names[to]);
+		}
+		// optional when accepting; grouped when the start's alternatives go inline
+		if ((alts && a->acc[s]) || (alts > 1 && s == a->start)) {
+			sb w = {0};
+			sb_put(g, &w, "( "), sb_add(g, &w, b->p, b->n), sb_put(g, &w, a->acc[s] ? " )?" : " )");
+			sb_free(g, b);
+			*b = w;
+		}
+	}
+	// the start inline; every other state referred to gets its rule
+	if (!rc && !g->rc) sb_add(g, out, bodies[a->start].p ? bodies[a->start].p : "", bodies[a->start].n);
+	for (int32_t s = 0; s < a->ns; s++) {
+		if (names[s] && !g->rc && !rc) rule_emit(g, names[s], &bodies[s]);
+		sb_free(g, &bodies[s]);
+		free(names[s]);
+	}
+	free(base), free(live), free(names), free(bodies);
+	nfa_free(&small);
+	return g->rc ? g->rc : rc;
+}
+
+// ---- multiples ----------------------------------------------------------------------------
+// Appends "sign literal" alternatives for the multiples of p in [lo, hi]; false when more than
+// the enum bound.
+static bool mult_list(sg *g, uint64_t lo, uint64_t hi, uint64_t p, const char *sign, bool *first, sb *out) {
+	uint64_t m0 = (lo + p - 1) / p, m1 = hi / p;
+	if (lo > hi || m0 > m1) return true;
+	if (m1 - m0 >= SG_MAX_ENUM) return false;
+	for (uint64_t m = m0; m <= m1 && !g->rc; m++) {
+		char d[32];
+		snprintf(d, sizeof d, "\"%llu\"", (unsigned long long)(m * p));
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, d);
+	}
+	return true;
+}
+
+// Appends alternatives (sign before each) for the multiples of p (>= 2) in [lo, hi], lo >= 1:
+// written out when few; else those with more digits than lo, up to the most digits below hi,
+// by their last digits (p divides a power of ten) or by the remainder of their digits so far
+// (small p), and those with lo's digits written out when few. NFA_BIG when nothing fits.
+static int mult_part(sg *g, uint64_t lo, uint64_t hi, uint64_t p, const char *sign, bool *first, const char *hint, sb *out) {
+	if (mult_list(g, lo, hi, p, sign, first, out)) return g->rc;
+	int d0 = 0, digits = 0; // lo's digits; the most digits every number below hi may have
+	uint64_t ten = 1, top = 1;
+	for (uint64_t x = lo; x; x /= 10) d0++;
+	while (digits < 15 && top * 10 - 1 <= hi) top *= 10, digits++;
+	int t = 0;
+	uint64_t tt = 1;
+	while (t < 3 && tt % p) tt *= 10, t++;
+	bool tail = tt % p == 0 && tt / p <= 200;
+	int from = tail && t > d0 ? t : d0; // the longer ones have from + 1 digits or more
+	if (digits <= from) return NFA_BIG;
+	for (int i = 0; i < from; i++) ten *= 10;
+	// the shorter ones, when they are few (else they are left out)
+	mult_list(g, lo, ten - 1 < hi ? ten - 1 : hi, p, sign, first, out);
+	char h[SG_MAX_NAME + 8];
+	if (tail) {
+		// a first digit, then any digits, then the last t digits
+		sb end = {0}, name = {0};
+		for (uint64_t v = 0; v < tt && !g->rc; v += p) sb_fmt(g, &end, "%s\"%0*llu\"", v ? " | " : "", t, (unsigned long long)v);
+		snprintf(h, sizeof h, "%.*s-tail", SG_MAX_NAME, hint);
+		rule_ref(g, NULL, h, &end, &name);
+		alt_sep(g, out, sign, first);
+		sb_put(g, out, "[1-9] ");
+		if (digits - t > 1) sb_put(g, out, "[0-9]"), repeat(g, out, from - t, digits - t - 1), sb_put(g, out, " ");
+		sb_add(g, out, name.p ? name.p : "", name.n);
+		sb_free(g, &name);
+		return g->rc;
+	}
+	// the digits read so far and their remainder: the rules grow with both
+	if ((uint64_t)digits * p > 256) digits = (int)(256 / p);
+	if (digits <= from) return NFA_BIG;
+	nfa a = {0};
+	int32_t *id = malloc(((size_t)digits + 1) * p * sizeof *id);
+	int rc = id ? NFA_OK : fail(g, LANES_ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < ((size_t)digits + 1) * p; i++) id[i] = -1;
+	if (!rc && (a.start = nfa_state(g, &a)) < 0) rc = NFA_BIG;
+	// state (len, r): len digits read, their value r modulo p; level by level from the start
+	for (int len = 0; len < digits && !rc; len++)
+		for (uint64_t r = 0; r < p && !rc; r++) {
+			int32_t at = len ? id[(size_t)len * p + r] : a.start;
+			if (at < 0 || (!len && r)) continue;
+			for (uint32_t dg = len ? 0 : 1; dg <= 9 && !rc; dg++) {
+				uint64_t nr = (r * 10 + dg) % p;
+				size_t k = (size_t)(len + 1) * p + nr;
+				if (id[k] < 0 && (id[k] = nfa_state(g, &a)) >= 0) a.acc[id[k]] = !nr && len + 1 > from;
+				if (id[k] < 0 || !nfa_edge(g, &a, at, id[k], '0' + dg, '0' + dg)) rc = NFA_BIG;
+			}
+		}
+	free(id);
+	sb body = {0};
+	snprintf(h, sizeof h, "%.*s-mul", SG_MAX_NAME, hint);
+	if (!rc && !nfa_seal(g, &a)) rc = nfa_emit(g, &a, h, &body);
+	nfa_free(&a);
+	if (!rc && !g->rc) alt_sep(g, out, sign, first), sb_add(g, out, body.p, body.n);
+	sb_free(g, &body);
+	return g->rc ? g->rc : rc;
+}
+
+// ---- strings ------------------------------------------------------------------------------
+// Formats as regular expressions in the subset patterns use. Exact: date (leap years told),
+// time and date-time (RFC 3339: an offset, seconds, at most 6 fraction digits), uuid, ipv4
+// (dotted decimal, no leading zeros), duration (RFC 3339 appendix A). Approximated by a subset
+// that validators take: ipv6 (the eight-group and '::' forms, no embedded IPv4 or zone),
+// hostname (up to 4 labels of up to 62 characters), email (a dot-atom of letters, digits and
+// _+- ; a domain ending in a letters-only label), uri and url (http or https, such a host, an
+// optional port of 2 to 5 digits, then a path with query and fragment of URI characters).
+#define RX_DATE                                                                                               \
+	"([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))" \
+	"|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+#define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])"
+#define RX_H16 "[0-9a-fA-F]{1,4}"
+#define RX_LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,60}[A-Za-z0-9])?"
+#define RX_ULABEL "[A-Za-z0-9]+(-[A-Za-z0-9]+)*"
+#define RX_PCHAR "([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+#define RX_URL                                                                                                \
+	"^https?://" RX_ULABEL "(\\." RX_ULABEL ")*\\.[A-Za-z]{2,63}(:[0-9]{2,5})?(/(" RX_PCHAR "|/)*(\\?(" RX_PCHAR \
+	"|[/?])*)?(#(" RX_PCHAR "|[/?])*)?)?$"
+#define RX_N "[0-9]{1,9}"
+#define RX_DUR_TIME "T(" RX_N "H(" RX_N "M(" RX_N "S)?)?|" RX_N "M(" RX_N "S)?|" RX_N "S)"
+static const struct {
+	const char *name, *rx;
+} sg_formats[] = {
+	{"date", "^" RX_DATE "$"},
+	{"time", "^" RX_TIME "$"},
+	{"date-time", "^" RX_DATE "T" RX_TIME "$"},
+	{"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+	{"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
+	{"ipv6", "^(" RX_H16 "(:" RX_H16 "){7}|(" RX_H16 ":){1,7}:|(" RX_H16 ":){1,6}:" RX_H16 "|(" RX_H16 ":){1,5}(:" RX_H16
+		 "){1,2}|(" RX_H16 ":){1,4}(:" RX_H16 "){1,3}|(" RX_H16 ":){1,3}(:" RX_H16 "){1,4}|(" RX_H16 ":){1,2}(:" RX_H16
+		 "){1,5}|" RX_H16 ":(:" RX_H16 "){1,6}|:(:" RX_H16 "){1,7}|::)$"},
+	{"hostname", "^" RX_LABEL "(\\." RX_LABEL "){0,3}$"},
+	{"email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@" RX_LABEL "(\\." RX_LABEL ")*\\.[A-Za-z]{2,63}$"},
+	{"uri", RX_URL},
+	{"url", RX_URL},
+	{"duration", "^P((" RX_N "D|" RX_N "M(" RX_N "D)?|" RX_N "Y(" RX_N "M(" RX_N "D)?)?)(" RX_DUR_TIME ")?|" RX_DUR_TIME
+		     "|" RX_N "W)$"},
+};
+#define N_FORMATS (sizeof sg_formats / sizeof sg_formats[0])
+_Static_assert(N_FORMATS <= sizeof ((sg *)0)->fmt_rule / sizeof(char *), "a rule name per format");
+
+// Appends the rule of format f (written once per grammar).
+static int format_ref(sg *g, int f, sb *out) {
+	if (!g->fmt_rule[f]) {
+		sb body = {0};
+		const char *rxs = sg_formats[f].rx;
+		if (pattern_body(g, rxs, strlen(rxs), &body)) return sb_free(g, &body), g->rc;
+		sb name = {0};
+		if (rule_ref(g, NULL, sg_formats[f].name, &body, &name)) return sb_free(g, &name), g->rc;
+		g->fmt_rule[f] = name.p;
+		g->used -= name.n; // held until the end, as the names are
+	}
+	return sb_put(g, out, g->fmt_rule[f]);
+}
+
+// The automaton of the strings every part takes: pattern (p, n bytes; NULL none), format f
+// (-1 none), lengths m..len_hi (len_hi < 0: no upper bound).
+static int str_nfa(sg *g, const char *p, size_t pn, int f, int64_t m, int64_t len_hi, nfa *res) {
+	nfa parts[2] = {{0}}, raw = {0};
+	int np = 0, rc = NFA_OK;
+	if (p) rc = nfa_of_pattern(g, p, pn, &raw), rc = rc ? rc : nfa_direct(g, &raw, &parts[np++]), nfa_free(&raw);
+	if (!rc && f >= 0) {
+		rc = nfa_of_pattern(g, sg_formats[f].rx, strlen(sg_formats[f].rx), &raw);
+		rc = rc ? rc : nfa_direct(g, &raw, &parts[np++]);
+		nfa_free(&raw);
+	}
+	if (!rc && np == 2) rc = nfa_product(g, &parts[0], &parts[1], res);
+	else if (!rc && np == 1) *res = parts[0], parts[0] = (nfa){0};
+	else if (!rc) return nfa_counter(g, m, len_hi, res); // lengths alone
+	for (int i = 0; i < 2; i++) nfa_free(&parts[i]);
+	if (rc || (m == 0 && len_hi < 0)) return rc;
+	// lengths: nothing to add when the strings already keep within them
+	uint8_t *live = calloc((size_t)res->ns + 1, 1);
+	if (!live) return fail(g, LANES_ENOMEM, "out of memory");
+	int64_t lo = 0, hi = -1;
+	if (!nfa_live(g, res, live)) nfa_lengths(g, res, live, &lo, &hi);
+	free(live);
+	if (g->rc) return g->rc;
+	if (lo >= m && (len_hi < 0 || (hi >= 0 && hi <= len_hi))) return NFA_OK;
+	nfa cnt = {0}, both = {0};
+	rc = nfa_counter(g, m, len_hi, &cnt);
+	if (!rc) rc = nfa_product(g, res, &cnt, &both);
+	nfa_free(&cnt);
+	nfa_free(res);
+	*res = both;
+	return rc;
+}
+
+// What a string schema asks for: a pattern, a format, lengths.
+typedef struct {
+	const char *p; // the pattern (NULL: none, or relaxed away)
+	size_t pn;     // its bytes
+	sb pg;         // its GBNF (no quotes)
+	int f;         // the format's index in sg_formats, -1 none
+	int64_t m, n;  // minLength, maxLength (n < 0: none)
+} strspec;
+
+// Reads s's string keywords into x; what cannot be read is refused, or relaxed away and named.
+static int str_spec(sg *g, const json_t *s, strspec *x) {
+	const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
+	*x = (strspec){.f = -1, .n = -1};
+	if (count_of(g, s, "minLength", SG_MAX_LENGTH, &x->m) || count_of(g, s, "maxLength", -1, &x->n)) return g->rc;
+	if (x->n >= 0 && x->m > x->n) return fail(g, LANES_EINVAL, "minLength exceeds maxLength");
+	if (fmt && !json_is_string(fmt)) return fail(g, LANES_EINVAL, "'format' must be a string");
+	for (size_t i = 0; fmt && i < N_FORMATS; i++)
+		if (!strcmp(sg_formats[i].name, json_string_value(fmt))) x->f = (int)i;
+	if (fmt && x->f < 0) {
+		if (!g->relax) return unsupported(g, "format", "unsupported format '%.100s'", json_string_value(fmt));
+		note(g, "format");
+	}
+	if (pat && !json_is_string(pat)) return fail(g, LANES_EINVAL, "'pattern' must be a string");
+	if (!pat) return 0;
+	// the pattern alone first: one this compiler cannot read is refused, or relaxed to the rest
+	x->p = json_string_value(pat), x->pn = json_string_length(pat);
+	if (!pattern_body(g, x->p, x->pn, &x->pg)) return 0;
+	sb_free(g, &x->pg);
+	x->p = NULL;
+	if (!g->relax || g->rc != LANES_EINVAL) {
+		if (g->rc == LANES_EINVAL) g->why = "pattern";
+		return g->rc;
+	}
+	recover(g);
+	note(g, "pattern");
+	return 0;
+}
+
+// The automaton of x's strings in *a (parts: how many of pattern, format, lengths it holds;
+// none: any string, a left empty). Relaxed, parts that are together too large are dropped and
+// named down to the pattern or the format alone.
+static int str_auto(sg *g, strspec *x, nfa *a, int *parts) {
+	bool lens = x->m > 0 || x->n >= 0;
+	*parts = (x->p != NULL) + (x->f >= 0) + lens;
+	if (!*parts) return NFA_OK;
+	int rc = str_nfa(g, x->p, x->pn, x->f, x->m, x->n, a);
+	if (rc == NFA_OK || g->rc || !g->relax || *parts == 1) return g->rc ? g->rc : rc;
+	nfa_free(a);
+	if (lens) note(g, x->m ? "minLength" : "maxLength"), x->m = 0, x->n = -1;
+	if (x->p && x->f >= 0) note(g, "format"), x->f = -1;
+	*parts = 1;
+	rc = str_nfa(g, x->p, x->pn, x->f, 0, -1, a);
+	return g->rc ? g->rc : rc;
+}
+
+static int gen_str(sg *g, const json_t *s, const char *hint, sb *out) {
+	strspec x;
+	if (str_spec(g, s, &x)) return g->rc;
+	bool lens = x.m > 0 || x.n >= 0;
+	int parts = (x.p != NULL) + (x.f >= 0) + lens;
+	if (parts > 1) {
+		// all must hold: their automata's product, else (relaxed) the pattern or the format alone
+		nfa a = {0};
+		int rc = str_nfa(g, x.p, x.pn, x.f, x.m, x.n, &a);
+		sb body = {0};
+		if (!rc) {
+			char h[SG_MAX_NAME + 8];
+			snprintf(h, sizeof h, "%.*s-text", SG_MAX_NAME, hint);
+			rc = nfa_emit(g, &a, h, &body);
+		}
+		nfa_free(&a);
+		if (!rc) {
+			sb_free(g, &x.pg);
+			sb_put(g, out, Q " ");
+			if (body.n) sb_add(g, out, body.p, body.n), sb_put(g, out, " ");
+			sb_free(g, &body);
+			sb_put(g, out, Q " ");
+			return helper(g, out, H_WS);
+		}
+		sb_free(g, &body);
+		if (g->rc) return sb_free(g, &x.pg), g->rc;
+		const char *what = x.p && x.f >= 0 ? "'pattern' and 'format'"
+			: x.p				 ? "'pattern' and 'minLength'/'maxLength'"
+							 : "'format' and 'minLength'/'maxLength'";
+		if (!g->relax) {
+			sb_free(g, &x.pg);
+			if (rc == NFA_EMPTY) return fail(g, LANES_EINVAL, "no string satisfies both %s", what);
+			if (g->nfa_work > SG_NFA_WORK)
+				return unsupported(g, x.p ? "pattern" : "format", "%s: the schema's patterns, formats and lengths together are too large to check", what);
+			return unsupported(g, x.p ? "pattern" : "format", "%s together are too large to check at once", what);
+		}
+		if (lens) note(g, x.m ? "minLength" : "maxLength"), lens = false;
+		if (x.p && x.f >= 0) note(g, "format"), x.f = -1;
+	}
+	if (x.p) {
+		sb_put(g, out, Q " ");
+		sb_add(g, out, x.pg.p ? x.pg.p : "", x.pg.n);
+		sb_free(g, &x.pg);
+	} else if (x.f >= 0) {
+		sb_put(g, out, Q " ");
+		format_ref(g, x.f, out);
+		sb_put(g, out, " ");
+	} else if (!lens) return helper(g, out, H_STRING);
+	else {
+		sb_put(g, out, Q " ");
+		if (x.n != 0) lengths(g, x.m, x.n, out);
+	}
 	sb_put(g, out, Q " ");
 	return helper(g, out, H_WS);
 }
@@ -1057,7 +2039,7 @@ static int gen_str(sg *g, const json_t *s, sb *out) {
 static const json_t *resolve(sg *g, const char *ref) {
 	if (!strcmp(ref, "#")) return g->top;
 	if (strncmp(ref, "#/$defs/", 8) && strncmp(ref, "#/definitions/", 14))
-		return fail(g, LANES_EINVAL, "unsupported $ref '%.200s' (only #, #/$defs/... and #/definitions/...)", ref), NULL;
+		return unsupported(g, "$ref", "unsupported $ref '%.200s' (only #, #/$defs/... and #/definitions/...)", ref), NULL;
 	const json_t *at = g->top;
 	const char *p = ref + 2;
 	while (at && *p) {
@@ -1087,7 +2069,7 @@ static int gen_ref(sg *g, const json_t *s, const char *name, sb *out) {
 	for (int i = 0; i < g->nrefs; i++) {
 		if (strcmp(g->refs[i].ref, ref)) continue;
 		if (!g->refs[i].done && i >= g->lead)
-			return fail(g, LANES_EINVAL, "$ref '%.200s' recurses before any text is matched (left recursion)", ref);
+			return unsupported(g, "$ref", "$ref '%.200s' recurses before any text is matched (left recursion)", ref);
 		if (name) { // a rule of its own that names the target
 			sb body = {0};
 			sb_put(g, &body, g->refs[i].name);
@@ -1151,11 +2133,14 @@ static bool value_fits(const json_t *v, int types) {
 
 static int gen_enum(sg *g, const json_t *s, sb *out) {
 	const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const");
-	if (e && c) return fail(g, LANES_EINVAL, "unsupported keyword 'const' beside 'enum'");
 	if (only_keys(g, s, K_CORE, e ? "enum" : "const")) return g->rc;
-	static const char *const others[] = {"anyOf", "oneOf", "allOf"};
-	for (int i = 0; i < 3; i++)
-		if (json_object_get(s, others[i])) return fail(g, LANES_EINVAL, "unsupported keyword '%s' beside '%s'", others[i], e ? "enum" : "const");
+	// relaxed, the values alone: a node takes all of its keywords, so one alone is wider
+	static const char *const others[] = {"anyOf", "oneOf", "allOf", "$ref"};
+	for (int i = 0; i < 4; i++) {
+		if (!json_object_get(s, others[i])) continue;
+		if (!g->relax) return unsupported(g, others[i], "unsupported keyword '%s' beside '%s'", others[i], e ? "enum" : "const");
+		note(g, others[i]);
+	}
 	int types = json_object_get(s, "type") ? types_of(g, s) : T_ALL;
 	if (g->rc) return g->rc;
 	if (e && (!json_is_array(e) || !json_array_size(e))) return fail(g, LANES_EINVAL, "'enum' must be a non-empty array");
@@ -1164,11 +2149,12 @@ static int gen_enum(sg *g, const json_t *s, sb *out) {
 	sb body = {0};
 	for (size_t i = 0; i < n && !g->rc; i++) {
 		const json_t *v = e ? json_array_get(e, i) : c;
-		if (!value_fits(v, types)) continue;
+		// both given: the values of enum equal to const
+		if (!value_fits(v, types) || (e && c && !json_equal((json_t *)v, (json_t *)c))) continue;
 		if (kept++) sb_put(g, &body, " | ");
 		json_literal(g, &body, v, 0);
 	}
-	if (!g->rc && !kept) fail(g, LANES_EINVAL, "no value of '%s' has the schema's type", e ? "enum" : "const");
+	if (!g->rc && !kept) fail(g, LANES_EINVAL, "no value of '%s' has the schema's type%s", e ? "enum" : "const", e && c ? " and equals 'const'" : "");
 	if (g->rc) return sb_free(g, &body), g->rc;
 	if (kept > 1) sb_put(g, out, "( ");
 	sb_add(g, out, body.p, body.n);
@@ -1258,7 +2244,7 @@ static int one_of_apart(sg *g, const json_t *a) {
 		for (size_t j = i + 1; j < n && !g->rc; j++) {
 			int both = k[i] & k[j];
 			if (both && !(both == T_OBJ && tagged_apart(g, json_array_get(a, i), json_array_get(a, j))) && !g->rc)
-				fail(g, LANES_EINVAL, "unsupported keyword 'oneOf': alternatives %zu and %zu may both match (anyOf would fit)", i, j);
+				unsupported(g, "oneOf", "unsupported keyword 'oneOf': alternatives %zu and %zu may both match (anyOf would fit)", i, j);
 		}
 	free(k);
 	return g->rc;
@@ -1267,11 +2253,18 @@ static int one_of_apart(sg *g, const json_t *a) {
 static int gen_union(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
 	const json_t *a = json_object_get(s, kw);
-	if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf")) return fail(g, LANES_EINVAL, "unsupported keyword 'oneOf' beside 'anyOf'");
+	// relaxed, the other keywords are dropped (a node takes all of them: any one alone is wider)
+	if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf") && !g->relax)
+		return unsupported(g, "oneOf", "unsupported keyword 'oneOf' beside 'anyOf'");
 	if (only_keys(g, s, 0, kw)) return g->rc;
 	if (!json_is_array(a) || !json_array_size(a)) return fail(g, LANES_EINVAL, "'%s' must be a non-empty array", kw);
 	if (json_array_size(a) > SG_MAX_ENUM) return fail(g, LANES_ELIMIT, "'%s' has more than %d schemas", kw, SG_MAX_ENUM);
-	if (!strcmp(kw, "oneOf") && one_of_apart(g, a)) return g->rc;
+	if (!strcmp(kw, "oneOf") && one_of_apart(g, a)) {
+		// relaxed: alternatives that may overlap are taken as anyOf, which is wider
+		if (!g->relax || g->rc != LANES_EINVAL || !g->why) return g->rc;
+		note(g, g->why);
+		recover(g);
+	}
 	sb body = {0};
 	size_t old = ptr_push(g, kw);
 	for (size_t i = 0; i < json_array_size(a) && !g->rc; i++) {
@@ -1299,11 +2292,10 @@ typedef struct {
 	size_t n;
 } props;
 
-// Adds the properties and required names of object schema o to ps.
+// Adds the properties of object schema o to ps.
 static int collect(sg *g, const json_t *o, props *ps) {
-	const json_t *p = json_object_get(o, "properties"), *req = json_object_get(o, "required");
+	const json_t *p = json_object_get(o, "properties");
 	if (p && !json_is_object(p)) return fail(g, LANES_EINVAL, "'properties' must be an object");
-	if (req && !json_is_array(req)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
 	if ((p ? json_object_size(p) : 0) + ps->n > SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "an object has more than %d properties", SG_MAX_PROPS);
 	const char *key;
 	json_t *v;
@@ -1317,12 +2309,33 @@ static int collect(sg *g, const json_t *o, props *ps) {
 		memcpy(x->where, g->ptr, sizeof x->where);
 		ptr_pop(g, old);
 	}
+	return 0;
+}
+
+// Marks the names o requires in ps, once every source of properties is in. Relaxed, a name no
+// properties declare is declared with extra's schema (any value without one), as the spec reads.
+static int collect_required(sg *g, const json_t *o, const json_t *extra, props *ps) {
+	const json_t *req = json_object_get(o, "required");
+	if (req && !json_is_array(req)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
 	size_t i;
+	json_t *v;
 	json_array_foreach(req, i, v) {
 		if (!json_is_string(v)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
 		size_t k = 0;
 		while (k < ps->n && strcmp(ps->v[k].key, json_string_value(v))) k++;
-		if (k == ps->n) return fail(g, LANES_EINVAL, "required property '%.100s' is not in properties", json_string_value(v));
+		if (k == ps->n && !g->relax)
+			return unsupported(g, "required", "required property '%.100s' is not in properties", json_string_value(v));
+		if (k == ps->n) {
+			if (ps->n >= SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "an object has more than %d properties", SG_MAX_PROPS);
+			// additionalProperties false leaves no value it may take: the key is let in anyway
+			if (!json_is_object(extra) && !json_is_true(extra)) note(g, "required");
+			prop *x = &ps->v[ps->n++];
+			*x = (prop){.key = json_string_value(v), .schema = json_is_object(extra) ? extra : json_true()};
+			size_t old = ptr_push(g, "required");
+			ptr_index(g, i);
+			memcpy(x->where, g->ptr, sizeof x->where);
+			ptr_pop(g, old);
+		}
 		ps->v[k].required = true;
 	}
 	return 0;
@@ -1407,14 +2420,268 @@ static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
 	return g->rc;
 }
 
+// ---- propertyNames -----------------------------------------------------------------------
+// The names an object's keys may have.
+typedef struct {
+	bool any;           // no constraint
+	bool none;          // no name at all (propertyNames false, or a type without string)
+	json_t *vals;       // enum/const: the strings allowed (owned), else NULL
+	const json_t *text; // pattern/format/lengths: the schema the names follow
+	strspec x;          // its string keywords
+	nfa a;              // their automaton (a.ns 0: not built yet)
+	int parts;
+} keyset;
+
+static void keyset_free(sg *g, keyset *k) {
+	json_decref(k->vals);
+	sb_free(g, &k->x.pg);
+	nfa_free(&k->a);
+}
+
+// Reads propertyNames (pn, NULL absent) into k.
+static int key_rules(sg *g, const json_t *pn, keyset *k) {
+	*k = (keyset){.any = !pn || json_is_true(pn), .none = json_is_false(pn)};
+	if (k->any || k->none) return 0;
+	if (!json_is_object(pn)) return fail(g, LANES_EINVAL, "'propertyNames' must be a schema");
+	size_t old = ptr_push(g, "propertyNames");
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)pn, key, v) {
+		int kk = key_kind(key);
+		if (kk == K_ANNOT || kk == K_STR || !strcmp(key, "type") || !strcmp(key, "enum") || !strcmp(key, "const")) continue;
+		// relaxed: a keyword dropped from the names' schema only lets more names in
+		if (g->relax) note(g, key);
+		else unsupported(g, "propertyNames", "unsupported keyword '%s' in propertyNames", key);
+	}
+	int types = json_object_get(pn, "type") && !g->rc ? types_of(g, pn) : T_STR;
+	const json_t *e = json_object_get(pn, "enum"), *c = json_object_get(pn, "const");
+	if (!g->rc && e && !json_is_array(e)) fail(g, LANES_EINVAL, "'enum' must be a non-empty array");
+	if (!g->rc && !(types & T_STR)) k->none = true;
+	else if (!g->rc && (e || c)) {
+		// the strings among the values (and equal to const when both are given)
+		if (!(k->vals = json_array())) fail(g, LANES_ENOMEM, "out of memory");
+		size_t n = e ? json_array_size(e) : 1;
+		for (size_t i = 0; i < n && !g->rc; i++) {
+			const json_t *x = e ? json_array_get(e, i) : c;
+			if (json_is_string(x) && (!e || !c || json_equal((json_t *)x, (json_t *)c))) json_array_append((json_t *)k->vals, (json_t *)x);
+		}
+		k->none = !json_array_size(k->vals);
+	} else if (!g->rc && !str_spec(g, pn, &k->x)) {
+		k->any = !k->x.p && k->x.f < 0 && !k->x.m && k->x.n < 0;
+		k->text = pn;
+	}
+	ptr_pop(g, old);
+	return g->rc;
+}
+
+// Whether the automaton (built, without empty moves) takes text.
+static bool nfa_takes(sg *g, const nfa *a, const char *text) {
+	uint8_t *cur = calloc((size_t)a->ns, 1), *next = calloc((size_t)a->ns, 1);
+	bool alive = cur && next;
+	if (alive) cur[a->start] = 1;
+	rx r = {text, text + strlen(text), 0};
+	while (alive && r.p < r.end) {
+		uint32_t c = rx_cp(&r);
+		memset(next, 0, (size_t)a->ns);
+		alive = false;
+		for (int32_t s = 0; s < a->ns; s++) {
+			if (!cur[s]) continue;
+			g->nfa_work += a->first[s + 1] - a->first[s];
+			for (int32_t k = a->first[s]; k < a->first[s + 1]; k++)
+				if (c >= a->e[k].lo && c <= a->e[k].hi) next[a->e[k].to] = 1, alive = true;
+		}
+		uint8_t *t = cur;
+		cur = next, next = t;
+	}
+	bool ok = false;
+	for (int32_t s = 0; alive && s < a->ns && !ok; s++) ok = cur[s] && a->acc[s];
+	free(cur), free(next);
+	return ok;
+}
+
+// Whether k lets key in: 1 yes, 0 no, NFA_BIG when its automaton is too large to tell.
+static int key_ok(sg *g, keyset *k, const char *key) {
+	if (k->any) return 1;
+	if (k->none) return 0;
+	if (k->vals) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(k->vals, i, v) if (!strcmp(json_string_value(v), key)) return 1;
+		return 0;
+	}
+	if (!k->a.ns) {
+		int rc = str_auto(g, &k->x, &k->a, &k->parts);
+		if (rc) return rc;
+	}
+	return nfa_takes(g, &k->a, key);
+}
+
+// The automaton of the names no declared property has (none of ps's keys), for extra keys.
+static int other_names(sg *g, const props *ps, nfa *a) {
+	size_t total = 1;
+	for (size_t i = 0; i < ps->n; i++) {
+		if (strlen(ps->v[i].key) > 256)
+			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties");
+		total += strlen(ps->v[i].key);
+	}
+	tnode *t = malloc(total * sizeof *t);
+	if (!t) return fail(g, LANES_ENOMEM, "out of memory");
+	int nt = 1;
+	t[0] = (tnode){0, -1, -1, false};
+	for (size_t i = 0; i < ps->n; i++) {
+		rx r = {ps->v[i].key, ps->v[i].key + strlen(ps->v[i].key), 0};
+		int at = 0;
+		while (r.p < r.end) {
+			uint32_t cp = rx_cp(&r);
+			int c = t[at].child;
+			while (c >= 0 && t[c].cp != cp) c = t[c].next;
+			if (c < 0) {
+				c = nt++;
+				t[c] = (tnode){cp, -1, t[at].child, false};
+				t[at].child = c;
+			}
+			at = c;
+		}
+		t[at].term = true;
+	}
+	// trie node i is state i; a character no child takes leaves for the sink, which takes all
+	int rc = NFA_OK;
+	for (int i = 0; i <= nt && !rc; i++)
+		if (nfa_state(g, a) < 0) rc = NFA_BIG;
+	for (int i = 0; i < nt && !rc; i++) {
+		a->acc[i] = !t[i].term;
+		cset kids = {0};
+		for (int c = t[i].child; c >= 0 && !rc; c = t[c].next) {
+			cs_add(g, &kids, t[c].cp, t[c].cp);
+			if (!nfa_edge(g, a, i, c, t[c].cp, t[c].cp)) rc = NFA_BIG;
+		}
+		cs_norm(&kids);
+		cs_invert(g, &kids);
+		if (!rc && !g->rc && !nfa_class(g, a, i, nt, &kids)) rc = NFA_BIG;
+		free(kids.v);
+	}
+	if (!rc && !g->rc) a->acc[nt] = 1, rc = nfa_class(g, a, nt, nt, &any_cp) ? NFA_OK : NFA_BIG;
+	a->start = 0;
+	free(t);
+	if (!rc && !g->rc) nfa_seal(g, a);
+	return g->rc ? g->rc : rc;
+}
+
+// Appends the text of an extra key and its colon when k constrains the names.
+static int key_text(sg *g, keyset *k, const props *ps, const char *hint, sb *out) {
+	if (k->vals) {
+		// the allowed names no declared property has
+		int n = 0;
+		sb alts = {0};
+		size_t i;
+		json_t *v;
+		json_array_foreach(k->vals, i, v) {
+			bool taken = false;
+			for (size_t j = 0; j < ps->n && !taken; j++) taken = !strcmp(ps->v[j].key, json_string_value(v));
+			if (taken) continue;
+			if (n++) sb_put(g, &alts, " | ");
+			json_literal(g, &alts, v, 0);
+		}
+		if (n > 1) sb_put(g, out, "( ");
+		sb_add(g, out, alts.p ? alts.p : "", alts.n);
+		if (n > 1) sb_put(g, out, " )");
+		sb_free(g, &alts);
+		if (!n) return NFA_EMPTY;
+	} else if (!ps->n) {
+		gen_str(g, k->text, hint, out);
+	} else {
+		// the names' automaton against the declared names
+		nfa other = {0}, both = {0};
+		int rc = key_ok(g, k, "") < 0 ? NFA_BIG : NFA_OK;
+		if (!rc) rc = other_names(g, ps, &other);
+		if (!rc) rc = nfa_product(g, &k->a, &other, &both);
+		sb body = {0};
+		char h[SG_MAX_NAME + 8];
+		snprintf(h, sizeof h, "%.*s-key", SG_MAX_NAME, hint);
+		if (!rc) rc = nfa_emit(g, &both, h, &body);
+		nfa_free(&other), nfa_free(&both);
+		if (!rc) sb_put(g, out, Q " "), sb_add(g, out, body.p ? body.p : "", body.n), sb_put(g, out, " " Q " "), helper(g, out, H_WS);
+		sb_free(g, &body);
+		if (rc && !g->rc) return rc;
+	}
+	sb_put(g, out, " \":\" ");
+	return helper(g, out, H_WS);
+}
+
+// dependentRequired: a dependent of a property that may appear becomes required (so every
+// document is valid, a few fewer of them); a dependent the object cannot have takes the
+// property out. Until nothing changes, as dependents have dependents.
+static int dependent_required(sg *g, const json_t *s, props *ps, const json_t *extra, keyset *ks) {
+	const json_t *dr = json_object_get(s, "dependentRequired");
+	if (!dr) return 0;
+	if (!json_is_object(dr)) return fail(g, LANES_EINVAL, "'dependentRequired' must be an object of arrays of names");
+	bool changed = true;
+	for (size_t pass = 0; changed && pass <= ps->n + 1 && !g->rc; pass++) {
+		changed = false;
+		const char *a;
+		json_t *list;
+		json_object_foreach((json_t *)dr, a, list) {
+			if (!json_is_array(list)) return fail(g, LANES_EINVAL, "'dependentRequired' must be an object of arrays of names");
+			size_t ia = 0;
+			while (ia < ps->n && strcmp(ps->v[ia].key, a)) ia++;
+			if (ia < ps->n && json_is_false(ps->v[ia].schema)) continue;
+			if (ia == ps->n) {
+				// a name only extra keys may have: declared, with their schema, to be told apart
+				if (!extra || !json_array_size(list) || key_ok(g, ks, a) != 1) continue;
+				if (ps->n >= SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "an object has more than %d properties", SG_MAX_PROPS);
+				prop *x = &ps->v[ps->n++];
+				*x = (prop){.key = a, .schema = json_is_object(extra) ? extra : json_true()};
+				memcpy(x->where, g->ptr, sizeof x->where);
+				changed = true;
+			}
+			size_t k;
+			json_t *b;
+			json_array_foreach(list, k, b) {
+				if (!json_is_string(b)) return fail(g, LANES_EINVAL, "'dependentRequired' must be an object of arrays of names");
+				const char *bn = json_string_value(b);
+				size_t ib = 0;
+				while (ib < ps->n && strcmp(ps->v[ib].key, bn)) ib++;
+				if (ib < ps->n && !json_is_false(ps->v[ib].schema)) {
+					changed |= !ps->v[ib].required;
+					ps->v[ib].required = true;
+					continue;
+				}
+				if (ib == ps->n && extra && key_ok(g, ks, bn) == 1) {
+					// a name extra keys may have: declared, with their schema
+					if (ps->n >= SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "an object has more than %d properties", SG_MAX_PROPS);
+					prop *x = &ps->v[ps->n++];
+					*x = (prop){.key = bn, .schema = json_is_object(extra) ? extra : json_true(), .required = true};
+					memcpy(x->where, g->ptr, sizeof x->where);
+					changed = true;
+					continue;
+				}
+				if (ps->v[ia].required)
+					return fail(g, LANES_EINVAL, "required property '%.100s' needs '%.100s', which the object cannot have", a, bn);
+				ps->v[ia].schema = json_false();
+				changed = true;
+				break;
+			}
+		}
+	}
+	return g->rc;
+}
+
 static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const json_t *all = json_object_get(s, "allOf"), *ap = json_object_get(s, "additionalProperties");
 	props ps = {calloc(SG_MAX_PROPS, sizeof(prop)), 0};
 	if (!ps.v) return fail(g, LANES_ENOMEM, "out of memory");
+	// the schemas whose properties merge: s, then its allOf members
+	size_t nsrc = 1;
+	const json_t **src = calloc(1 + (json_is_array(all) ? json_array_size(all) : 0), sizeof *src);
+	if (!src) return free(ps.v), fail(g, LANES_ENOMEM, "out of memory");
+	src[0] = s;
 	collect(g, s, &ps);
 	if (all && !g->rc) {
 		if (!json_is_array(all) || !json_array_size(all)) fail(g, LANES_EINVAL, "'allOf' must be a non-empty array");
-		if (ap) fail(g, LANES_EINVAL, "unsupported keyword 'additionalProperties' beside 'allOf'");
+		else if (json_array_size(all) > SG_MAX_ENUM) fail(g, LANES_ELIMIT, "'allOf' has more than %d schemas", SG_MAX_ENUM);
+		// the spec applies it to s's own properties alone; relaxed, to the merged ones, as meant
+		if (ap && !g->relax) unsupported(g, "additionalProperties", "unsupported keyword 'additionalProperties' beside 'allOf'");
+		else if (ap) note(g, "additionalProperties");
 		size_t old = ptr_push(g, "allOf");
 		for (size_t i = 0; i < json_array_size(all) && !g->rc; i++) {
 			size_t o = ptr_index(g, i);
@@ -1428,18 +2695,24 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 			const json_t *t = json_object_get(x, "type");
 			// only objects merge: their properties and required names join the parent's
 			if (!json_is_object(x) || (t && !(json_is_string(t) && !strcmp(json_string_value(t), "object"))))
-				fail(g, LANES_EINVAL, "unsupported allOf member: only object schemas merge");
+				unsupported(g, "allOf", "unsupported allOf member: only object schemas merge");
 			else {
 				const char *key;
 				json_t *v;
 				json_object_foreach((json_t *)x, key, v) {
 					int kk = key_kind(key);
 					if (kk != K_ANNOT && strcmp(key, "type") && strcmp(key, "properties") && strcmp(key, "required")) {
-						fail(g, LANES_EINVAL, "unsupported keyword '%s' in an allOf member", key);
+						// relaxed: the member's other keywords are dropped, which only widens it
+						if (g->relax) {
+							note(g, key);
+							continue;
+						}
+						unsupported(g, key, "unsupported keyword '%s' in an allOf member", key);
 						break;
 					}
 				}
 				collect(g, x, &ps);
+				src[nsrc++] = x;
 			}
 			ptr_pop(g, o);
 		}
@@ -1451,7 +2724,57 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	if (ap && !json_is_boolean(ap) && !json_is_object(ap)) fail(g, LANES_EINVAL, "'additionalProperties' must be a boolean or a schema");
 	else if (json_is_object(ap) || json_is_true(ap)) extra = ap;
 	else if (!ap && !json_object_get(s, "properties") && !all) extra = json_true();
-	if (!g->rc && !ps.n && json_is_true(extra)) return free(ps.v), helper(g, out, H_OBJECT);
+	for (size_t i = 0; i < nsrc && !g->rc; i++) collect_required(g, src[i], ap ? ap : extra, &ps);
+	free(src);
+	keyset ks = {0};
+	int64_t minp = 0, maxp = -1;
+	if (!g->rc) key_rules(g, json_object_get(s, "propertyNames"), &ks);
+	if (!g->rc) count_of(g, s, "minProperties", SG_MAX_REPEAT, &minp), count_of(g, s, "maxProperties", -1, &maxp);
+	// names propertyNames refuses: an optional property is left out, a required one leaves no object
+	for (size_t i = 0; i < ps.n && !g->rc; i++) {
+		if (json_is_false(ps.v[i].schema)) continue;
+		int ok = key_ok(g, &ks, ps.v[i].key);
+		if (ok < 0 && !g->rc) {
+			if (!g->relax) {
+				unsupported(g, "propertyNames", "'propertyNames' is too large to check the property names against");
+				break;
+			}
+			note(g, "propertyNames");
+			keyset_free(g, &ks);
+			ks = (keyset){.any = true};
+		} else if (!ok && ps.v[i].required) fail(g, LANES_EINVAL, "required property '%.100s' is not a name 'propertyNames' allows", ps.v[i].key);
+		else if (!ok) ps.v[i].schema = json_false();
+	}
+	if (ks.none) extra = NULL;
+	// a few names allowed (an enum-keyed record): each an optional property with extra's schema,
+	// so no key repeats and the object ends
+	size_t nvals = extra && ks.vals ? json_array_size(ks.vals) : 0;
+	if (nvals && nvals <= 64 && ps.n + nvals <= SG_MAX_PROPS && !g->rc) {
+		size_t old = ptr_push(g, "propertyNames");
+		for (size_t i = 0; i < nvals; i++) {
+			const char *k = json_string_value(json_array_get(ks.vals, i));
+			size_t j = 0;
+			while (j < ps.n && strcmp(ps.v[j].key, k)) j++;
+			if (j < ps.n) continue;
+			prop *x = &ps.v[ps.n++];
+			*x = (prop){.key = k, .schema = json_is_object(extra) ? extra : json_true()};
+			memcpy(x->where, g->ptr, sizeof x->where);
+		}
+		ptr_pop(g, old);
+		extra = NULL;
+	}
+	if (!g->rc) dependent_required(g, s, &ps, extra, &ks);
+	bool counted = minp > 0 || maxp >= 0;
+	if (!g->rc && !ps.n && json_is_true(extra) && ks.any && !counted) return keyset_free(g, &ks), free(ps.v), helper(g, out, H_OBJECT);
+	// the extra keys' names first: there may be none left
+	sb ktext = {0};
+	if (extra && !g->rc && !ks.any) {
+		int krc = key_text(g, &ks, &ps, hint, &ktext);
+		if (krc == NFA_EMPTY) extra = NULL;
+		else if (krc == NFA_BIG && !g->relax) unsupported(g, "propertyNames", "'propertyNames' is too large to check beside the declared properties");
+		else if (krc == NFA_BIG) note(g, "propertyNames"), sb_free(g, &ktext), other_key(g, &ps, hint, &ktext);
+	} else if (extra && !g->rc) other_key(g, &ps, hint, &ktext);
+	keyset_free(g, &ks);
 	// one text per property kept, and one for extra keys: on the heap, as objects nest
 	sb *kv = calloc(SG_MAX_PROPS + 1, sizeof *kv);
 	bool *req = calloc(SG_MAX_PROPS + 1, sizeof *req);
@@ -1469,9 +2792,9 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 		sb *b = &kv[nk];
 		*b = (sb){0};
 		req[nk++] = ps.v[i].required;
-		json_t *ks = json_string(ps.v[i].key);
-		char *key = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
-		json_decref(ks);
+		json_t *kj = json_string(ps.v[i].key);
+		char *key = kj ? json_dumps(kj, JSON_ENCODE_ANY) : NULL;
+		json_decref(kj);
 		if (!key) fail(g, LANES_ENOMEM, "out of memory");
 		else {
 			size_t kn = strlen(key);
@@ -1490,11 +2813,29 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 		free(key);
 		memcpy(g->ptr, saved, sizeof saved), g->ptrlen = savedlen;
 	}
+	// how many keys: the extra ones counted (all declared ones required), or an object not empty
+	size_t nreq = 0;
+	for (size_t i = 0; i < nk; i++) nreq += req[i];
+	int64_t xlo = 0, xhi = -1, most = extra ? -1 : (int64_t)nk;
+	bool nonempty = false;
+	if (counted && !g->rc && !(minp <= (int64_t)nreq && (maxp < 0 || (most >= 0 && maxp >= most)))) {
+		const char *kw = minp > (int64_t)nreq ? "minProperties" : "maxProperties";
+		if (nreq == nk && extra) {
+			xlo = minp > (int64_t)nreq ? minp - (int64_t)nreq : 0, xhi = maxp < 0 ? -1 : maxp - (int64_t)nreq;
+			if (xhi > SG_MAX_REPEAT) xhi = -1; // past the grammar's bound: as good as none
+			if (xhi >= 0 && xhi < xlo) fail(g, LANES_EINVAL, "no object has between minProperties and maxProperties properties");
+		} else if (nreq == nk) fail(g, LANES_EINVAL, "no object has between minProperties and maxProperties properties");
+		else if (!nreq && minp == 1 && (maxp < 0 || (most >= 0 && maxp >= most))) nonempty = true;
+		else if (!g->relax)
+			unsupported(g, kw, "unsupported keyword '%s' beside optional properties (only counts of additional ones, or an object not empty)", kw);
+		else note(g, kw);
+	}
+	if (xhi == 0) extra = NULL;
 	if (extra && !g->rc) {
 		sb *b = &kv[nk];
 		*b = (sb){0};
 		req[nk] = false;
-		other_key(g, &ps, hint, b);
+		sb_add(g, b, ktext.p ? ktext.p : "", ktext.n);
 		sb_put(g, b, " ");
 		size_t old = ptr_push(g, "additionalProperties");
 		gen(g, extra, hint, NULL, b);
@@ -1528,7 +2869,8 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 			helper(g, &t, H_WS);
 			sb_put(g, &t, " ");
 			sb_add(g, &t, kv[nk].p, kv[nk].n);
-			sb_put(g, &t, " )*");
+			sb_put(g, &t, " )");
+			repeat(g, &t, xlo, xhi);
 		}
 		if (j < r && !g->rc) {
 			// reached from two places: a rule of its own
@@ -1552,14 +2894,17 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	if (extra && r >= nk && !g->rc) {
 		if (nstart++) sb_put(g, &start, " | ");
 		sb_add(g, &start, kv[nk].p, kv[nk].n);
-		sb_put(g, &start, " ( \",\" ");
-		helper(g, &start, H_WS);
-		sb_put(g, &start, " ");
-		sb_add(g, &start, kv[nk].p, kv[nk].n);
-		sb_put(g, &start, " )*");
+		if (xhi != 1) {
+			sb_put(g, &start, " ( \",\" ");
+			helper(g, &start, H_WS);
+			sb_put(g, &start, " ");
+			sb_add(g, &start, kv[nk].p, kv[nk].n);
+			sb_put(g, &start, " )");
+			repeat(g, &start, xlo ? xlo - 1 : 0, xhi < 0 ? -1 : xhi - 1);
+		}
 	}
 	if (nstart && !g->rc) {
-		bool opt = r >= nk;
+		bool opt = r >= nk && !xlo && !nonempty;
 		sb_put(g, &body, opt || nstart > 1 ? " ( " : " ");
 		sb_add(g, &body, start.p, start.n);
 		sb_put(g, &body, opt ? " )?" : nstart > 1 ? " )" : "");
@@ -1568,6 +2913,7 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 	helper(g, &body, H_WS);
 	sb_free(g, &start);
 	for (size_t i = 0; kv && i < nk + (extra != NULL); i++) sb_free(g, &kv[i]);
+	sb_free(g, &ktext);
 	for (size_t i = 0; tails && i < nk + 2; i++) free(tails[i]);
 	free(tails);
 	free(kv), free(req);
@@ -1579,10 +2925,16 @@ static int gen_obj(sg *g, const json_t *s, const char *hint, const char *name, s
 // ---- arrays -------------------------------------------------------------------------------
 static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	const json_t *items = json_object_get(s, "items"), *pre = json_object_get(s, "prefixItems");
+	const char *pre_kw = "prefixItems", *items_kw = "items";
 	int64_t m = 0, n = -1;
 	if (count_of(g, s, "minItems", SG_MAX_REPEAT, &m) || count_of(g, s, "maxItems", SG_MAX_REPEAT, &n)) return g->rc;
 	if (n >= 0 && m > n) return fail(g, LANES_EINVAL, "minItems exceeds maxItems");
-	if (json_is_array(items)) return fail(g, LANES_EINVAL, "unsupported keyword 'items' as an array (use prefixItems)");
+	// drafts before 2020-12: items as an array is the prefix, additionalItems the rest
+	if (json_is_array(items)) {
+		if (pre) return fail(g, LANES_EINVAL, "'items' as an array beside 'prefixItems'");
+		pre = items, pre_kw = "items", items = json_object_get(s, "additionalItems"), items_kw = "additionalItems";
+	} else if (pre && !items && json_object_get(s, "additionalItems"))
+		items = json_object_get(s, "additionalItems"), items_kw = "additionalItems";
 	if (pre && !json_is_array(pre)) return fail(g, LANES_EINVAL, "'prefixItems' must be an array of schemas");
 	size_t k = pre ? json_array_size(pre) : 0;
 	if (k > SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "'prefixItems' has more than %d schemas", SG_MAX_PROPS);
@@ -1597,7 +2949,7 @@ static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, s
 	helper(g, &body, H_WS);
 	int open = 0;
 	for (size_t j = 0; j < k && (n < 0 || (int64_t)j < n) && !g->rc; j++) {
-		size_t old = ptr_push(g, "prefixItems");
+		size_t old = ptr_push(g, pre_kw);
 		ptr_index(g, j);
 		sb_put(g, &body, (int64_t)j >= m ? " ( " : " ");
 		if ((int64_t)j >= m) open++;
@@ -1606,7 +2958,7 @@ static int gen_arr(sg *g, const json_t *s, const char *hint, const char *name, s
 		ptr_pop(g, old);
 	}
 	if (rest && (n < 0 || n > (int64_t)k) && !g->rc) {
-		size_t old = ptr_push(g, "items");
+		size_t old = ptr_push(g, items_kw);
 		if (items) gen(g, items, ih, NULL, &item);
 		else helper(g, &item, H_VALUE);
 		ptr_pop(g, old);
@@ -1640,15 +2992,15 @@ static int gen_type(sg *g, const json_t *s, int t, const char *hint, const char 
 	switch (t) {
 	case T_NULL: return helper(g, out, H_NULL);
 	case T_BOOL: return helper(g, out, H_BOOL);
-	case T_INT: return gen_int(g, s, out);
-	case T_NUM: return gen_num(g, s, out);
-	case T_STR: return gen_str(g, s, out);
+	case T_INT: return gen_int(g, s, hint, out);
+	case T_NUM: return gen_num(g, s, hint, out);
+	case T_STR: return gen_str(g, s, hint, out);
 	case T_OBJ: return gen_obj(g, s, hint, name, out);
 	default: return gen_arr(g, s, hint, name, out);
 	}
 }
 
-static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
+static int gen_node(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
 	if (g->rc) return g->rc;
 	if (++g->depth > SG_MAX_DEPTH) {
 		g->depth--;
@@ -1669,7 +3021,7 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 		else if (json_object_get(s, "$ref")) gen_ref(g, s, nm, dst);
 		else if (json_object_get(s, "enum") || json_object_get(s, "const")) gen_enum(g, s, dst);
 		else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) gen_union(g, s, hint, nm, dst);
-		else if (json_array_size(json_object_get(s, "allOf")) == 1 && alone(s, "allOf")) {
+		else if (json_array_size(json_object_get(s, "allOf")) == 1 && alone(g, s, "allOf")) {
 			// one member alone (as generators wrap a $ref to give it a default): that member
 			size_t old = ptr_push(g, "allOf");
 			ptr_push(g, "0");
@@ -1677,7 +3029,7 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 			ptr_pop(g, old);
 		} else if (json_object_get(s, "allOf")) {
 			types = json_object_get(s, "type") ? types_of(g, s) : T_OBJ;
-			if (!g->rc && types != T_OBJ) fail(g, LANES_EINVAL, "unsupported keyword 'allOf' beside a type other than object");
+			if (!g->rc && types != T_OBJ) unsupported(g, "allOf", "unsupported keyword 'allOf' beside a type other than object");
 			if (!g->rc) g->lead = g->nrefs, gen_obj(g, s, hint, nm, dst);
 		} else if ((types = types_of(g, s)) == T_ALL && !json_object_get(s, "type")) helper(g, dst, H_VALUE);
 		else if (!g->rc) {
@@ -1709,8 +3061,52 @@ static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *o
 	return g->rc;
 }
 
+// What relaxed mode leaves of node s: its type (the type names it gives, and null when it is
+// nullable), or any JSON value when it names none.
+static int relaxed_node(sg *g, const json_t *s, sb *out) {
+	const json_t *t = json_object_get(s, "type");
+	int bits = json_is_string(t) ? type_bit(json_string_value(t)) : 0;
+	size_t i;
+	json_t *x;
+	if (json_is_array(t)) json_array_foreach(t, i, x) bits |= json_is_string(x) ? type_bit(json_string_value(x)) : 0;
+	if (bits && json_is_true(json_object_get(s, "nullable"))) bits |= T_NULL;
+	if (bits & T_NUM) bits &= ~T_INT;
+	if (!bits || bits == (T_ALL & ~T_INT)) return helper(g, out, H_VALUE);
+	static const int hs[] = {H_NULL, H_BOOL, H_OBJECT, H_ARRAY, H_NUM, H_STRING, H_INT};
+	int n = 0;
+	for (int k = 0; k < 7; k++) n += (bits >> k) & 1;
+	if (n > 1) sb_put(g, out, "( ");
+	for (int k = 0, m = 0; k < 7; k++)
+		if (bits >> k & 1) sb_put(g, out, m++ ? " | " : ""), helper(g, out, hs[k]);
+	if (n > 1) sb_put(g, out, " )");
+	return g->rc;
+}
+
+// One node. Relaxed, a node this compiler cannot check becomes relaxed_node, its keyword noted:
+// the failure is caught at the innermost node, so every $ref target opened inside is finished.
+static int gen(sg *g, const json_t *s, const char *hint, const char *name, sb *out) {
+	if (g->rc || !g->relax) return gen_node(g, s, hint, name, out);
+	sb mine = {0};
+	char saved[sizeof g->ptr];
+	size_t savedlen = g->ptrlen;
+	memcpy(saved, g->ptr, sizeof saved);
+	gen_node(g, s, hint, name, &mine);
+	if (g->rc == LANES_EINVAL && g->why) {
+		const char *why = g->why;
+		recover(g);
+		memcpy(g->ptr, saved, sizeof saved), g->ptrlen = savedlen;
+		sb_free(g, &mine);
+		note(g, why);
+		relaxed_node(g, s, &mine);
+	}
+	if (!g->rc) sb_add(g, out, mine.p ? mine.p : "", mine.n);
+	sb_free(g, &mine);
+	return g->rc;
+}
+
 static void sg_free(sg *g) {
 	free(g->out.p);
+	for (int i = 0; i < 16; i++) free(g->fmt_rule[i]);
 	for (int i = 0; i < g->nrefs; i++) free(g->refs[i].ref), free(g->refs[i].name);
 	free(g->refs);
 	for (size_t i = 0; i < g->namecap; i++) free(g->names[i]);
@@ -1737,7 +3133,9 @@ static int helpers_emit(sg *g) {
 	return g->rc;
 }
 
-int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char *err, size_t errlen) {
+static int schema_gbnf(const json_t *schema, const char *root, char **out, bool relax, char *relaxed, size_t relaxedlen,
+		       char *err, size_t errlen) {
+	if (relaxed && relaxedlen) relaxed[0] = 0;
 	if (!out) return base_seterr(err, errlen, LANES_EINVAL, "no output pointer");
 	*out = NULL;
 	if (!schema) return base_seterr(err, errlen, LANES_EINVAL, "no schema");
@@ -1746,7 +3144,8 @@ int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char
 	for (size_t i = 0; i < rn; i++)
 		ok &= (root[i] >= 'a' && root[i] <= 'z') || (root[i] >= 'A' && root[i] <= 'Z') || (root[i] >= '0' && root[i] <= '9') || root[i] == '-';
 	if (!ok) return base_seterr(err, errlen, LANES_EINVAL, "root rule name must be 1 to 64 letters, digits or '-'");
-	sg g = {.top = schema, .root = root, .err = err, .errlen = errlen, .ptr = ""};
+	sg g = {.top = schema, .root = root, .err = err, .errlen = errlen, .ptr = "", .relax = relax, .relaxed = relaxed,
+		.relaxedlen = relaxedlen};
 	name_take(&g, root);
 	for (int i = 0; i < H_COUNT && !g.rc; i++) {
 		char n[96];
@@ -1766,12 +3165,22 @@ int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char
 	if (g.rc) {
 		int rc = g.rc;
 		sg_free(&g);
+		if (relaxed && relaxedlen) relaxed[0] = 0;
 		return rc;
 	}
 	*out = g.out.p;
 	g.out.p = NULL;
 	sg_free(&g);
 	return 0;
+}
+
+int grammar_schema_gbnf(const json_t *schema, const char *root, char **out, char *err, size_t errlen) {
+	return schema_gbnf(schema, root, out, false, NULL, 0, err, errlen);
+}
+
+int grammar_schema_gbnf_relaxed(const json_t *schema, const char *root, char **out, char *relaxed, size_t relaxedlen,
+				char *err, size_t errlen) {
+	return schema_gbnf(schema, root, out, true, relaxed, relaxedlen, err, errlen);
 }
 
 static char *sg_object_text;

@@ -565,7 +565,7 @@ static void test_grammar(void) {
 		replace(two, sizeof two, "{\"city\": \"Paris\"}", "{\"city\":\"Paris\"}");
 		replace(two, sizeof two, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
 			"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_REQUIRED, NULL, true, &g, &trig, &nt, err, sizeof err) == 0 && nt == 0);
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_REQUIRED, NULL, true, &g, &trig, &nt, NULL, err, sizeof err) == 0 && nt == 0);
 		if (!g) continue;
 		CHECKF(accepts(v, g, one, NULL, 0) == 1, "%s: required grammar refuses [%s]", OUTPUTS[i].family, one);
 		if (*two) CHECKF(accepts(v, g, two, NULL, 0) == 1, "%s: refuses [%s]", OUTPUTS[i].family, two);
@@ -583,7 +583,7 @@ static void test_grammar(void) {
 		free(g);
 		g = NULL;
 		// named: only that tool; without parallel: one call
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "get_weather", false, &g, &trig, &nt, err, sizeof err) == 0);
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "get_weather", false, &g, &trig, &nt, NULL, err, sizeof err) == 0);
 		if (g) {
 			CHECK(accepts(v, g, one, NULL, 0) == 1);
 			if (*two) CHECK(accepts(v, g, two, NULL, 0) == 0);
@@ -592,7 +592,7 @@ static void test_grammar(void) {
 		free(g);
 		g = NULL;
 		// auto: text, then a call opened by the trigger
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_AUTO, NULL, true, &g, &trig, &nt, err, sizeof err) == 0);
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_AUTO, NULL, true, &g, &trig, &nt, NULL, err, sizeof err) == 0);
 		CHECK(nt == 1 && trig && trig[0][0]);
 		if (g && nt == 1) {
 			char text[1200];
@@ -603,22 +603,30 @@ static void test_grammar(void) {
 		}
 		free(g);
 		g = NULL;
-		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "nope", false, &g, &trig, &nt, err, sizeof err) == LANES_EINVAL);
+		CHECK(tool_grammar(f, tools, TOOL_CHOICE_NAMED, "nope", false, &g, &trig, &nt, NULL, err, sizeof err) == LANES_EINVAL);
 		CHECK(!g && strstr(err, "nope"));
 	}
 	t_case("%s", "");
 	// a tool without parameters takes any object
 	char *g = NULL, err[256] = "";
-	CHECK(tool_grammar(family("hermes"), tools, TOOL_CHOICE_NAMED, "get_time", false, &g, NULL, NULL, err, sizeof err) == 0);
+	CHECK(tool_grammar(family("hermes"), tools, TOOL_CHOICE_NAMED, "get_time", false, &g, NULL, NULL, NULL, err, sizeof err) == 0);
 	CHECK(g && accepts(v, g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>", NULL, 0) == 1);
 	free(g);
 	g = NULL;
 	grammar_vocab_free(v);
+	// a tool not marked strict relaxes what cannot be checked and names it; a strict one is refused
 	json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
-				 "\"object\", \"propertyNames\": {}}}}]", 0, NULL);
-	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, err, sizeof err) ==
+				 "\"object\", \"patternProperties\": {}, \"properties\": {\"a\": {\"if\": {}, \"type\": \"string\"}}}}}]", 0, NULL);
+	tool_schema_notes notes = {0};
+	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, &notes, err, sizeof err) == 0);
+	CHECKF(!strcmp(notes.relaxed, "patternProperties, if") && notes.bad == -1, "%s", notes.relaxed);
+	free(g);
+	g = NULL;
+	json_object_set_new(json_object_get(json_array_get(bad, 0), "function"), "strict", json_true());
+	notes = (tool_schema_notes){.field = "input_schema"};
+	CHECK(tool_grammar(family("hermes"), bad, TOOL_CHOICE_REQUIRED, NULL, false, &g, NULL, NULL, &notes, err, sizeof err) ==
 	      LANES_EINVAL);
-	CHECKF(strstr(err, "tools[0].function.parameters") && strstr(err, "propertyNames"), "%s", err);
+	CHECKF(strstr(err, "tools[0].input_schema: ") && strstr(err, "patternProperties") && notes.bad == 0 && !g, "%s", err);
 	json_decref(bad);
 	json_decref(tools);
 }

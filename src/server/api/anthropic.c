@@ -328,10 +328,12 @@ static int ant_tools(http_server *s, ant_req *r, srv_err *e) {
 		}
 		json_t *fn = json_pack("{s:O, s:O}", "name", n, "parameters", sc);
 		if (fn && d) json_object_set(fn, "description", d);
+		// strict: the input is exact to the schema or the request refused
+		if (fn && json_is_boolean(json_object_get(t, "strict"))) json_object_set(fn, "strict", json_object_get(t, "strict"));
 		json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 	}
 	r->g.tool_id_prefix = "toolu_";
-	int rc = srv_tools_set(s, &r->g, oai, choice, name, parallel, "tools", e);
+	int rc = srv_tools_set(s, &r->g, oai, choice, name, parallel, "tools", "input_schema", e);
 	json_decref(oai);
 	return rc;
 }

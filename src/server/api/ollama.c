@@ -440,7 +440,7 @@ static int oll_format(http_server *s, oll_req *r, srv_err *e) {
 	else if (json_is_object(f)) rc = srv_grammar_schema(&r->g, f, "format", e);
 	else rc = srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
 	if (rc) return rc;
-	return r->chat ? srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", e) : 0;
+	return r->chat ? srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e) : 0;
 }
 
 // An assistant turn's tool_calls ({function: {name, arguments: object}}, an id when the client

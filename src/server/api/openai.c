@@ -441,7 +441,7 @@ static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
 	else if (r->grammar) rc = srv_grammar_text(&r->g, r->grammar, strlen(r->grammar), "grammar", e);
 	else if (r->json_schema) rc = srv_grammar_schema(&r->g, r->json_schema, "json_schema", e);
 	if (rc) return rc;
-	return srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", e);
+	return srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e);
 }
 
 // The body read with the endpoint's fields and checked against the request contract;

@@ -384,6 +384,7 @@ static int resp_function(json_t *oai, json_t *tl, size_t k, srv_err *e) {
 	json_t *fn = json_pack("{s:O}", "name", n);
 	if (fn && json_is_string(d)) json_object_set(fn, "description", d);
 	if (fn && json_is_object(p)) json_object_set(fn, "parameters", p);
+	if (fn && json_is_boolean(json_object_get(tl, "strict"))) json_object_set(fn, "strict", json_object_get(tl, "strict"));
 	json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 	return 0;
 }
@@ -424,7 +425,7 @@ static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
 			return json_decref(oai), -1;
 		}
 	}
-	rc = srv_tools_set(s, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", e);
+	rc = srv_tools_set(s, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", "parameters", e);
 	json_decref(oai);
 	return rc;
 }

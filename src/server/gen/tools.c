@@ -113,7 +113,7 @@ static size_t json_nodes(const json_t *v, size_t limit) {
 }
 
 int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
-		  const char *param, srv_err *e) {
+		  const char *param, const char *schema_at, srv_err *e) {
 	if (tools && !json_is_array(tools)) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s must be an array", param);
 	// the grammar's cost grows with the tools: bounded before it is built
 	if (json_array_size(tools) > SRV_TOOLS_MAX)
@@ -144,9 +144,27 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 	char err[400], *gbnf = NULL;
 	const char *const *trig = NULL;
 	int n_trig = 0;
-	int rc = tool_grammar(f, tools, choice, name, parallel, &gbnf, &trig, &n_trig, err, sizeof err);
+	tool_schema_notes notes = {.field = schema_at};
+	int rc = tool_grammar(f, tools, choice, name, parallel, &gbnf, &trig, &n_trig, &notes, err, sizeof err);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	if (rc && notes.bad >= 0) {
+		// the message begins with the tool's path; the field says it too
+		char at[96];
+		snprintf(at, sizeof at, "%s[%d].%s", param, notes.bad, schema_at);
+		return srv_fail(e, SRV_E_BAD_REQUEST, at, "%s", err);
+	}
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s", err);
+	snprintf(g->schema_relaxed, sizeof g->schema_relaxed, "%s", notes.relaxed);
+	// each keyword a tool's schema (not strict) could not check is named, once
+	for (const char *k = notes.relaxed; *k;) {
+		k += strspn(k, ", ");
+		const size_t n = strcspn(k, ", ");
+		if (!n) break;
+		char nm[96];
+		snprintf(nm, sizeof nm, "schema.%.*s", (int)(n < 80 ? n : 80), k);
+		srv_ignored_add(g->conn, nm);
+		k += n;
+	}
 	// a format in auto: the reply is a call or the format's JSON, from its first token
 	const bool fmt = choice == TOOL_CHOICE_AUTO && g->format;
 	rc = fmt ? with_format(g, gbnf, param, e) : srv_grammar_text(g, gbnf, strlen(gbnf), param, e);
