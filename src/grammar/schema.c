@@ -2312,8 +2312,8 @@ static int collect(sg *g, const json_t *o, props *ps) {
 	return 0;
 }
 
-// Marks the names o requires in ps, once every source of properties is in. Relaxed, a name no
-// properties declare is declared with extra's schema (any value without one), as the spec reads.
+// Marks the names o requires in ps, once every source of properties is in. A name no properties
+// declare is declared with extra's schema (any value without one), as the spec reads.
 static int collect_required(sg *g, const json_t *o, const json_t *extra, props *ps) {
 	const json_t *req = json_object_get(o, "required");
 	if (req && !json_is_array(req)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
@@ -2323,12 +2323,15 @@ static int collect_required(sg *g, const json_t *o, const json_t *extra, props *
 		if (!json_is_string(v)) return fail(g, LANES_EINVAL, "'required' must be an array of strings");
 		size_t k = 0;
 		while (k < ps->n && strcmp(ps->v[k].key, json_string_value(v))) k++;
-		if (k == ps->n && !g->relax)
-			return unsupported(g, "required", "required property '%.100s' is not in properties", json_string_value(v));
+		// a name no properties declare takes additionalProperties' schema, as the spec reads (zod 4's
+		// enum-keyed records); only where extra keys are barred can it not be had
+		const bool open = !extra || json_is_object(extra) || json_is_true(extra);
+		if (k == ps->n && !g->relax && !open)
+			return unsupported(g, "required", "required property '%.100s' is not in properties, and additionalProperties bars it", json_string_value(v));
 		if (k == ps->n) {
 			if (ps->n >= SG_MAX_PROPS) return fail(g, LANES_ELIMIT, "an object has more than %d properties", SG_MAX_PROPS);
 			// additionalProperties false leaves no value it may take: the key is let in anyway
-			if (!json_is_object(extra) && !json_is_true(extra)) note(g, "required");
+			if (!open) note(g, "required");
 			prop *x = &ps->v[ps->n++];
 			*x = (prop){.key = json_string_value(v), .schema = json_is_object(extra) ? extra : json_true()};
 			size_t old = ptr_push(g, "required");

@@ -106,7 +106,7 @@ static void test_refusals(void) {
 		{"{\"type\": \"string\", \"minLength\": 5, \"maxLength\": 4}", LANES_EINVAL, "minLength exceeds maxLength"},
 		{"{\"type\": \"string\", \"minLength\": 200000}", LANES_ELIMIT, "exceeds 100000"},
 		{"{\"type\": \"array\", \"maxItems\": 5000}", LANES_ELIMIT, "exceeds 1000"},
-		{"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", LANES_EINVAL, "required property 'a' is not in properties"},
+		{"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"], \"additionalProperties\": false}", LANES_EINVAL, "required property 'a' is not in properties"},
 		{"{\"type\": \"array\", \"items\": [{}], \"prefixItems\": [{}]}", LANES_EINVAL, "beside 'prefixItems'"},
 		{"{\"type\": \"strings\"}", LANES_EINVAL, "unknown type 'strings'"},
 		{"{\"enum\": []}", LANES_EINVAL, "'enum' must be a non-empty array"},
@@ -160,6 +160,9 @@ static void test_keywords(void) {
 		 {"{\"id\": 1}", "{\"id\": 1, \"ok\": true, \"i\": false}"},
 		 {"{\"id\": 1, \"toolong\": 1}", "{\"id\": 1, \"long\": true}", "{\"id\": 1, \"id\": true}", "{\"ok\": true}"}},
 		{"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"propertyNames\": false}", {"{}"}, {"{\"a\": 1}"}},
+		// zod 4's enum-keyed record: every name required, none in properties; additionalProperties gives their values
+		{"{\"type\": \"object\", \"propertyNames\": {\"enum\": [\"red\", \"blue\"]}, \"required\": [\"red\", \"blue\"], \"additionalProperties\": {\"type\": \"integer\"}}",
+		 {"{\"red\": 1, \"blue\": 2}"}, {"{\"red\": 1}", "{}", "{\"red\": \"x\", \"blue\": 2}", "{\"red\": 1, \"blue\": 2, \"green\": 3}"}},
 		// formats: exact for uuid, ipv4, date, time, date-time, duration; subsets validators take for the rest
 		{"{\"type\": \"string\", \"format\": \"uuid\"}", {"\"123e4567-e89b-12d3-a456-426614174000\""},
 		 {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""}},
