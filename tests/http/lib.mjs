@@ -28,6 +28,19 @@ export function bigModel() {
 	return out;
 }
 
+// The agents' model: `lanes gen --shape agent` (a tiny llama with a 131072-token window) over
+// Qwen2's vocabulary, so the fallback template is ChatML, with --end-logit: it ends its turns
+// with <|im_end|> after a few tokens, as agents need a model to.
+export function agentModel() {
+	const out = path.join(TMP, 'agent-F16.gguf');
+	if (!fs.existsSync(out)) {
+		const vocab = path.join(SHARED, 'vocab/ggml-vocab-qwen2.gguf');
+		const r = spawnSync(BIN, ['gen', '--shape', 'agent', '--type', 'F16', '--vocab', vocab, '--end-logit', '24', '-o', out], { stdio: 'inherit' });
+		if (r.status !== 0) throw new Error('lanes gen failed');
+	}
+	return out;
+}
+
 // A `lanes gen --shape SHAPE` model (Q4_0, stories260K's vocabulary), written to TMP once.
 export function shapeModel(shape) {
 	const out = path.join(TMP, `${shape}-Q4_0.gguf`);
@@ -50,7 +63,9 @@ export async function startServer(args, env = {}, { onListening, bin = BIN } = {
 		const onData = (d) => {
 			log += d.toString();
 			const m = log.match(/listening on http:\/\/[0-9.]+:(\d+)/);
-			if (m) resolve(Number(m[1]));
+			if (!m) return;
+			proc.stderr.off('data', onData); // the log goes on below, once
+			resolve(Number(m[1]));
 		};
 		proc.stderr.on('data', onData);
 		proc.on('exit', (code) => reject(new Error(`lanes serve exited (${code}) before listening:\n${log}`)));
