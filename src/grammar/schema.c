@@ -795,7 +795,8 @@ static int gen_num(sg *g, const json_t *s, const char *hint, sb *out) {
 		sb_free(g, &nz), sb_free(g, &opt);
 		return fail(g, LANES_EINVAL, "no number lies between minimum and maximum");
 	}
-	int64_t l = (int64_t)lo, h = (int64_t)hi;
+	// an absent bound is not read (num_bound keeps present ones whole and within 1e15)
+	int64_t l = has_lo ? (int64_t)lo : 0, h = has_hi ? (int64_t)hi : 0;
 	bool first = true;
 	sb_put(g, out, "( ");
 	// at least zero: the integral part against the bounds; below zero: the magnitude
