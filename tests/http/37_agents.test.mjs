@@ -109,10 +109,11 @@ modernTest("AI SDK: generateObject over zod's common types gives a valid object"
 		assert.ok(schema.safeParse(r.object).success, JSON.stringify(r.object));
 	}
 	// a record keyed by an enum: the SDK's draft-07 schema drops propertyNames, so the reply is held
-	// to the schema it sent (zod may then refuse keys the sent schema let in)
+	// to the schema it sent (zod may then refuse keys the sent schema let in); on chat, whose seed
+	// the SDK passes (its Responses model drops it), so the keys the model adds are the same each run
 	const tags = z.object({ tags: z.record(z.enum(['red', 'blue']), z.number().int().max(9)) });
 	const ajv = new Ajv({ strict: false });
-	for (const model of [openai.chat('agent'), openai.responses('agent')]) {
+	for (const model of [openai.chat('agent')]) {
 		sent.length = 0;
 		const text = await generateObject({ model, schema: tags, prompt: 'Make one.', maxOutputTokens: 600, maxRetries: 0, seed: 1 })
 			.then((r) => JSON.stringify(r.object), (e) => e.text);
