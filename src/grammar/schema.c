@@ -2385,18 +2385,18 @@ static int trie_rule(sg *g, tnode *t, int at, const char *hint, sb *out) {
 	return rule_ref(g, NULL, hint, &body, out);
 }
 
-static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
-	if (!ps->n) return helper(g, out, H_STRING), sb_put(g, out, " \":\" "), helper(g, out, H_WS);
+// The trie of ps's keys, a node per character (malloc'd, *nt nodes); NULL with g failed.
+static tnode *key_trie(sg *g, const props *ps, int *nt) {
 	size_t total = 1;
 	for (size_t i = 0; i < ps->n; i++) {
 		// the trie's rules nest one level per character
 		if (strlen(ps->v[i].key) > 256)
-			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties");
+			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties"), NULL;
 		total += strlen(ps->v[i].key);
 	}
 	tnode *t = malloc(total * sizeof *t);
-	if (!t) return fail(g, LANES_ENOMEM, "out of memory");
-	int nt = 1;
+	if (!t) return fail(g, LANES_ENOMEM, "out of memory"), NULL;
+	*nt = 1;
 	t[0] = (tnode){0, -1, -1, false};
 	for (size_t i = 0; i < ps->n; i++) {
 		rx r = {ps->v[i].key, ps->v[i].key + strlen(ps->v[i].key), 0};
@@ -2406,7 +2406,7 @@ static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
 			int c = t[at].child;
 			while (c >= 0 && t[c].cp != cp) c = t[c].next;
 			if (c < 0) {
-				c = nt++;
+				c = (*nt)++;
 				t[c] = (tnode){cp, -1, t[at].child, false};
 				t[at].child = c;
 			}
@@ -2414,6 +2414,14 @@ static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
 		}
 		t[at].term = true;
 	}
+	return t;
+}
+
+static int other_key(sg *g, const props *ps, const char *hint, sb *out) {
+	if (!ps->n) return helper(g, out, H_STRING), sb_put(g, out, " \":\" "), helper(g, out, H_WS);
+	int nt = 0;
+	tnode *t = key_trie(g, ps, &nt);
+	if (!t) return g->rc;
 	char h[SG_MAX_NAME + 8];
 	snprintf(h, sizeof h, "%.*s-key", SG_MAX_NAME, hint);
 	sb_put(g, out, Q " ");
@@ -2522,32 +2530,9 @@ static int key_ok(sg *g, keyset *k, const char *key) {
 
 // The automaton of the names no declared property has (none of ps's keys), for extra keys.
 static int other_names(sg *g, const props *ps, nfa *a) {
-	size_t total = 1;
-	for (size_t i = 0; i < ps->n; i++) {
-		if (strlen(ps->v[i].key) > 256)
-			return fail(g, LANES_ELIMIT, "a property name longer than 256 bytes beside additionalProperties");
-		total += strlen(ps->v[i].key);
-	}
-	tnode *t = malloc(total * sizeof *t);
-	if (!t) return fail(g, LANES_ENOMEM, "out of memory");
-	int nt = 1;
-	t[0] = (tnode){0, -1, -1, false};
-	for (size_t i = 0; i < ps->n; i++) {
-		rx r = {ps->v[i].key, ps->v[i].key + strlen(ps->v[i].key), 0};
-		int at = 0;
-		while (r.p < r.end) {
-			uint32_t cp = rx_cp(&r);
-			int c = t[at].child;
-			while (c >= 0 && t[c].cp != cp) c = t[c].next;
-			if (c < 0) {
-				c = nt++;
-				t[c] = (tnode){cp, -1, t[at].child, false};
-				t[at].child = c;
-			}
-			at = c;
-		}
-		t[at].term = true;
-	}
+	int nt = 0;
+	tnode *t = key_trie(g, ps, &nt);
+	if (!t) return g->rc;
 	// trie node i is state i; a character no child takes leaves for the sink, which takes all
 	int rc = NFA_OK;
 	for (int i = 0; i <= nt && !rc; i++)
