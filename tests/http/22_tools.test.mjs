@@ -149,7 +149,6 @@ ctest('chat: completions.parse with zodResponseFormat gives the parsed object', 
 ctest('tools and a response format together: a call or the format, solo = concurrent', async () => {
 	const REPORT = { type: 'object', properties: { sunny: { type: 'boolean' }, city: { type: 'string', maxLength: 10 } }, required: ['sunny', 'city'], additionalProperties: false };
 	const chat = (seed) => oai.chat.completions.create({ messages: msgs, tools: TOOLS, parallel_tool_calls: false, max_tokens: MAX, seed, response_format: { type: 'json_schema', json_schema: { name: 'report', schema: REPORT, strict: true } } });
-	const kinds = new Set();
 	const solo = [];
 	for (const seed of [1, 2, 3, 4, 5, 6]) {
 		const ch = (await chat(seed)).choices[0];
@@ -157,16 +156,13 @@ ctest('tools and a response format together: a call or the format, solo = concur
 		if (ch.message.tool_calls?.length) {
 			assert.equal(ch.finish_reason, 'tool_calls');
 			ch.message.tool_calls.forEach(checkCall);
-			kinds.add('call');
 		} else {
 			assert.ok(ajv.validate(REPORT, JSON.parse(ch.message.content)), ch.message.content);
-			kinds.add('format');
 		}
 		solo.push(JSON.stringify(ch.message));
 	}
 	const together = await Promise.all([1, 2, 3, 4, 5, 6].map(chat));
 	assert.deepEqual(together.map((r) => JSON.stringify(r.choices[0].message).replace(/"call_[0-9a-f]+"/g, '')), solo.map((m) => m.replace(/"call_[0-9a-f]+"/g, '')));
-	assert.ok(kinds.size >= 1);
 	const rtools = TOOLS.map((t) => ({ type: 'function', name: t.function.name, description: t.function.description, parameters: t.function.parameters }));
 	for (const seed of [1, 2]) {
 		const r = await oai.responses.create({ input: 'What is the weather in Paris?', tools: rtools, parallel_tool_calls: false, max_output_tokens: MAX, seed, text: { format: { type: 'json_schema', name: 'report', schema: REPORT, strict: true } } });

@@ -40,7 +40,6 @@ typedef struct {
 	const char *tool_id_prefix;    // "call_", "toolu_": the ids given to parsed calls
 	bool parse_calls;              // the output is parsed into tool calls
 	bool calls_only;               // the grammar makes the output calls from its first byte
-	char schema_relaxed[256];      // what the tools' schemas (not strict) relaxed: keywords, comma separated ("" none)
 	// adapters: "model" naming one, then "lora" (llama-server's [{"name"|"id", "scale"}])
 	json_t *lora;                  // "lora" as sent (borrowed)
 	model_lora_set lora_set;       // the versions bound at the check, a reference on each (owned)
@@ -94,8 +93,8 @@ int srv_grammar_json_object(srv_gen *g, srv_err *e);
 int srv_tool_choice(json_t *v, bool flat, enum tool_choice *out, const char **name, srv_err *e);
 // Tools offered (OpenAI-shaped, borrowed; NULL or empty: none): checked, rendered into the
 // prompt, and unless choice is none, a grammar for the calls and their parsing from the output.
-// A tool's schema is exact when its function.strict is true, else best effort: what it relaxed
-// goes to g->schema_relaxed. param names tools in the API's words, schema_at a tool's schema
+// A tool's schema is exact when its function.strict is true, else best effort: each keyword it
+// relaxed is named on g->conn (schema.KEYWORD in x-lanes-ignored). param names tools in the API's words, schema_at a tool's schema
 // inside one ("function.parameters", "input_schema"): a refused schema is a 400 naming
 // param[i].schema_at. 0, or -1 with e naming the field at fault.
 int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,

@@ -154,7 +154,6 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 		return srv_fail(e, SRV_E_BAD_REQUEST, at, "%s", err);
 	}
 	if (rc) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s", err);
-	snprintf(g->schema_relaxed, sizeof g->schema_relaxed, "%s", notes.relaxed);
 	// each keyword a tool's schema (not strict) could not check is named, once
 	for (const char *k = notes.relaxed; *k;) {
 		k += strspn(k, ", ");
