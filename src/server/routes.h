@@ -40,7 +40,6 @@ enum MHD_Result srv_adapters_list(srv_conn *c);
 enum MHD_Result srv_adapters_load(srv_conn *c);
 enum MHD_Result srv_adapters_unload(srv_conn *c);
 int srv_adapters_start(http_server *s, char *err, size_t errlen);
-void srv_adapters_stop(http_server *s); // ends the loader thread: before the daemon stops
 void srv_adapters_free(http_server *s); // after the lane host: no request holds an adapter
 // The file a load or save names in the adapters' folder into out: file as sent, else NAME.gguf
 // (name may be NULL); a "path" sent is a 400. 0, or -1 with e.

@@ -257,14 +257,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		}
 		return MHD_YES;
 	}
-	if (c->fwd && !c->replied) { // the grid's thread resumed a forward
+	// resumed: it goes on from the wait that ended
+	const enum srv_wait woke = srv_woke(c);
+	if (woke == SRV_WAIT_WORK) return MHD_NO; // its route ran on a work thread and gave no reply: the connection closes
+	if (woke && !c->replied) {
+		if (woke == SRV_WAIT_ENGINE) return srv_gen_resume(c);
+		if (woke != SRV_WAIT_PEER) return c->resume(c); // a load, a save, a pull
 		bool here;
 		enum MHD_Result fr = srv_grid_resume(c, &here);
 		return here ? run_route(c) : fr;
 	}
-	if (c->worked) return MHD_NO; // its route ran on a work thread and gave no reply: the connection closes
-	if (c->call && !c->replied) return srv_gen_resume(c); // a waiting call was resumed
-	if (c->resume && !c->replied) return c->resume(c);   // work off the connection threads ended
 	if (c->replied) {
 		*upload_size = 0; // a reply went out early: the rest of the body is dropped
 		return MHD_YES;
@@ -511,6 +513,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->adapters_path = dup_or_null(cfg->adapters_dir);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->slot_mu, NULL);
+	pthread_mutex_init(&s->wait_mu, NULL);
 	s->waker_ep = s->waker_quit = s->flush_fd = s->adapters_dfd = -1;
 	s->overflow = srv_grid_route;
 	atomic_init(&s->state, HTTP_LOADING);
@@ -610,9 +613,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 void http_server_free(http_server *s) {
 	if (!s) return;
 	if (s->loader_started) pthread_join(s->loader, NULL);
-	// libmicrohttpd refuses to stop with connections suspended: the adapter loads', the gate's,
-	// the waker's, the grid's and the work threads' are resumed first
-	srv_adapters_stop(s);
+	// libmicrohttpd refuses to stop with connections suspended: the pulls', the saves', the
+	// gate's, the calls', the grid's and the work threads' are woken first
 	srv_pulls_stop(s);
 	learn_live_stop(s->learn);
 	srv_gate_stop(s);
@@ -642,6 +644,7 @@ void http_server_free(http_server *s) {
 	if (s->adapters_dfd >= 0) close(s->adapters_dfd);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->slot_mu);
+	pthread_mutex_destroy(&s->wait_mu);
 	free(s);
 }
 

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-import { BIN, STORIES, SHARED, TMP, KEY, startServer, getJSON, postJSON, sleep } from './lib.mjs';
+import { BIN, STORIES, SHARED, TMP, KEY, startServer, getJSON, postJSON, sleep, assertWaitsSettled } from './lib.mjs';
 
 const auth = { Authorization: `Bearer ${KEY}` };
 const DIR = path.join(TMP, 'lora-http');
@@ -301,4 +301,8 @@ test('lanes serve stops with a message naming the file when a --lora adapter can
 	r = run('--lora', `a=${file('a')}`, '--lora', `a=${file('b')}`);
 	assert.equal(r.status, 1);
 	assert.match(r.stderr, /--lora a: two adapters have that name/);
+});
+
+test('every request that waited for an adapter load, its route or the engine was woken exactly once', async () => {
+	await assertWaitsSettled(assert, S1.url, ['load', 'work', 'engine']);
 });

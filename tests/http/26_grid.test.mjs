@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { startServer, STORIES, SHARED, KEY, getJSON, postJSON, readSSE, readNDJSON, sleep } from './lib.mjs';
+import { startServer, STORIES, SHARED, KEY, getJSON, postJSON, readSSE, readNDJSON, sleep, assertWaitsSettled } from './lib.mjs';
 
 const OTHER = path.join(SHARED, 'models/ref-llama-Q4_0.gguf');
 const MODEL = 'stories260K';
@@ -371,4 +371,8 @@ test('B killed mid-stream: each forwarded stream ends with one error event namin
 	}
 	assert.equal(up, 0);
 	assert.ok(sample(await metrics(url), 'lanes_overflow_requests_total', { peer: B.url, outcome: 'failed' }) >= 3);
+});
+
+test('every request that waited for a peer, or for its route, was woken exactly once on A', async () => {
+	await assertWaitsSettled(assert, A.url, ['work', 'peer']);
 });

@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { STORIES, TMP, KEY, startServer, getJSON, postJSON, postSSE, sleep, metric, shapeModel } from './lib.mjs';
+import { STORIES, TMP, KEY, startServer, getJSON, postJSON, postSSE, sleep, metric, shapeModel, assertWaitsSettled } from './lib.mjs';
 
 const auth = { Authorization: `Bearer ${KEY}` };
 const stories = fs.readFileSync('tests/data/learn/stories-train.jsonl', 'utf8').trim().split('\n').map((l) => JSON.parse(l));
@@ -268,4 +268,8 @@ test('GET /learn/grants answers while a long prompt fills', async () => {
 	} finally {
 		T.proc.kill('SIGKILL');
 	}
+});
+
+test('every request that waited for a save, its route or the engine was woken exactly once', async () => {
+	await assertWaitsSettled(assert, S.url, ['save', 'work', 'engine']);
 });

@@ -11,7 +11,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { Ollama } from 'ollama';
 import Ajv from 'ajv';
-import { STORIES, TMP, KEY, startServer, postJSON, sleep } from './lib.mjs';
+import { STORIES, TMP, KEY, startServer, postJSON, sleep, assertWaitsSettled } from './lib.mjs';
 
 const gguf = fs.readFileSync(STORIES);
 const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
@@ -238,4 +238,8 @@ test('pull, copy and delete are changes: open to the network without a key they 
 	const nokey = await fetch(`${srv.url}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model: 'served' }) });
 	assert.equal(nokey.status, 401);
 	assert.ok(fs.existsSync(SERVED));
+});
+
+test('every request that waited for a pull, streamed or not, cancelled or not, was woken exactly once', async () => {
+	await assertWaitsSettled(assert, srv.url, ['pull', 'work', 'engine']);
 });

@@ -232,3 +232,30 @@ export async function mainServer() {
 	}
 	return mainSrv;
 }
+
+// The one wait (GET /metrics): { parked, parks, wakes }, each by wait kind.
+export async function waits(url) {
+	const t = await (await fetch(`${url}/metrics`)).text();
+	const out = { parked: {}, parks: {}, wakes: {} };
+	for (const m of t.matchAll(/^lanes_http_(parked|parks_total|wakes_total)\{wait="([a-z]+)"\} (\d+)$/gm))
+		out[m[1].replace('_total', '')][m[2]] = Number(m[3]);
+	return out;
+}
+
+// Once every request on url has ended: nothing is parked, and every park of every kind was
+// ended by exactly one wake; each kind in used was parked at least once. The waits it read.
+export async function assertWaitsSettled(assert, url, used = []) {
+	let w;
+	for (let i = 0; i < 500; i++) {
+		w = await waits(url);
+		if (Object.values(w.parked).every((n) => n === 0)) break;
+		await sleep(10);
+	}
+	assert.ok(Object.keys(w.parks).length >= 6, 'every wait kind is listed');
+	for (const k of Object.keys(w.parks)) {
+		assert.equal(w.parked[k], 0, `no request is left waiting for ${k}`);
+		assert.equal(w.wakes[k], w.parks[k], `every park for ${k} ended with exactly one wake`);
+	}
+	for (const k of used) assert.ok(w.parks[k] > 0, `requests waited for ${k}`);
+	return w;
+}

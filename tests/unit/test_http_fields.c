@@ -1,7 +1,7 @@
 // tests: the compatibility policy's pieces in server/net/base — the list of what a request sent
 // and lanes did not honour (each name once, in order, header-safe, bounded with a mark), the
 // field tables' named rows (nested names, types still checked), --strict-params's refusal, and
-// the placeholders for content a model cannot read.
+// the placeholders for content a model cannot read; library error codes as HTTP kinds.
 #include "t.h"
 #include "server/net/base.h"
 
@@ -134,8 +134,24 @@ static void test_placeholders(void) {
 	json_decref(parts);
 }
 
+// One mapping: a code means what its blame says — busy is a full queue (429) only for the engine,
+// a resource's limit a conflict (409) but a request's a 400, a disk failure the client's only
+// when the file is one the request named.
+static void test_kinds(void) {
+	CHECK(srv_kind_of(LANES_EBUSY, SRV_BLAME_ENGINE) == SRV_E_BUSY);
+	CHECK(srv_kind_of(LANES_EBUSY, SRV_BLAME_STATE) == SRV_E_CONFLICT && srv_kind_of(LANES_EBUSY, SRV_BLAME_REQUEST) == SRV_E_CONFLICT);
+	CHECK(srv_kind_of(LANES_ELIMIT, SRV_BLAME_STATE) == SRV_E_CONFLICT && srv_kind_of(LANES_ELIMIT, SRV_BLAME_REQUEST) == SRV_E_BAD_REQUEST);
+	CHECK(srv_kind_of(LANES_EIO, SRV_BLAME_REQUEST) == SRV_E_BAD_REQUEST && srv_kind_of(LANES_EIO, SRV_BLAME_STATE) == SRV_E_INTERNAL);
+	CHECK(srv_kind_of(LANES_ENOTFOUND, SRV_BLAME_STATE) == SRV_E_NOT_FOUND);
+	for (int b = SRV_BLAME_REQUEST; b <= SRV_BLAME_ENGINE; b++) {
+		CHECK(srv_kind_of(LANES_ENOMEM, b) == SRV_E_INTERNAL && srv_kind_of(-1000, b) == SRV_E_INTERNAL);
+		CHECK(srv_kind_of(LANES_ECANCELLED, b) == SRV_E_UNAVAILABLE && srv_kind_of(LANES_EINVAL, b) == SRV_E_BAD_REQUEST);
+	}
+}
+
 int main(void) {
 	test_list();
+	test_kinds();
 	test_refuse();
 	test_rows();
 	test_placeholders();

@@ -74,7 +74,7 @@ static int input_ids(http_server *s, json_t *v, const char *p, bool truncate, in
 		size_t cnt = 0;
 		char err[256];
 		int rc = tok_encode(s->vocab, json_string_value(v), json_string_length(v), true, false, ids, &cnt, err, sizeof err);
-		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, p, "%s", err);
+		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), p, "%s", err);
 		if (cnt > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is too long", p);
 		*n = (int32_t)cnt;
 		if (truncate && *n > s->max_ctx) *n = s->max_ctx; // Ollama's truncate: the head that fits

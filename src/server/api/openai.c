@@ -542,7 +542,7 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 			return -1;
 		}
 		int rc = tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
-		if (rc) return srv_fail(e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "prompt", "%s", err);
+		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
 		g->lr.n_prompt = (int32_t)n;
 		*echo = strdup(json_string_value(p));

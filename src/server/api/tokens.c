@@ -73,7 +73,7 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 		char err[256];
 		int rc = tok_encode(s->vocab, content, strlen(content), r.add_special, r.parse_special, &ids, &n, err, sizeof err);
 		if (rc) {
-			srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "content", "%s", err);
+			srv_fail(&e, srv_kind_of(rc, SRV_BLAME_REQUEST), "content", "%s", err);
 			goto fail;
 		}
 	}
@@ -122,7 +122,7 @@ enum MHD_Result srv_detokenize(srv_conn *c) {
 	size_t len = 0;
 	int rc = tok_detokenize(s->vocab, ids, n, TOK_DECODE_STRIP_SPACE, &out, &len, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, rc == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "tokens", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_REQUEST), "tokens", "%s", err);
 		goto fail;
 	}
 	json_decref(j);

@@ -528,48 +528,26 @@ static void slot_put(http_server *s, srv_call *c) {
 	c->slot = -1;
 }
 
-// Under slot_mu: resumes c's connection if it is suspended, else leaves a wake-up pending.
+// Under slot_mu: ends c's wait for the engine, or keeps the wake for its next one.
 static void call_wake(srv_call *c) {
 	http_server *s = c->s;
 	flush_release(s, c);
 	c->flush_after_us = c->g.stream && s->cfg.stream_flush_us ? base_now_us() + s->cfg.stream_flush_us : 0;
-	if (c->waiting) {
-		c->waiting = false;
-		MHD_resume_connection(c->conn->mc);
-	} else {
-		c->pending = true;
-	}
+	c->wake_at_us = 0;
+	srv_wake(c->conn, SRV_WAIT_ENGINE);
 }
 
-// From the connection's own thread: suspends it until an event resumes it (true), or
-// returns false at once when a wake-up is pending or the server is stopping.
+// From the thread that runs the call: parks its connection until an event wakes it (true), or
+// returns false at once when a wake came first or the server is stopping.
 static bool call_suspend(srv_call *c, uint64_t wake_at_us) {
 	http_server *s = c->s;
-	if (c->conn->in_work) { // suspended already: the work thread parks it once the route returns
-		c->wake_at_us = wake_at_us;
-		c->conn->park = true;
-		return true;
-	}
-	pthread_mutex_lock(&s->slot_mu);
-	bool ok = !c->pending && !atomic_load(&s->quit);
-	c->pending = false;
+	pthread_mutex_lock(&s->slot_mu); // the waker's release sets quit under it
+	bool ok = !atomic_load(&s->quit);
 	if (ok) {
-		c->waiting = true;
 		c->wake_at_us = wake_at_us;
-		MHD_suspend_connection(c->conn->mc);
+		ok = srv_park(c->conn, SRV_WAIT_ENGINE);
+		if (!ok) c->wake_at_us = 0;
 	}
-	pthread_mutex_unlock(&s->slot_mu);
-	return ok;
-}
-
-bool srv_gen_park(srv_conn *conn) {
-	srv_call *c = conn->call;
-	http_server *s = conn->s;
-	if (!c) return false;
-	pthread_mutex_lock(&s->slot_mu);
-	const bool ok = !c->pending && !atomic_load(&s->quit);
-	c->pending = false;
-	c->waiting = ok;
 	pthread_mutex_unlock(&s->slot_mu);
 	return ok;
 }
@@ -637,7 +615,7 @@ static void *waker_main(void *arg) {
 		pthread_mutex_lock(&s->slot_mu);
 		for (int i = 0; i < s->n_slots; i++) {
 			srv_call *c = s->slots[i].used ? s->slots[i].call : NULL;
-			if (c && c->waiting && c->wake_at_us && now >= c->wake_at_us) call_wake(c);
+			if (c && c->wake_at_us && now >= c->wake_at_us) call_wake(c);
 		}
 		pthread_mutex_unlock(&s->slot_mu);
 	}
@@ -897,15 +875,6 @@ void srv_call_free(srv_call *c) {
 	free(c);
 }
 
-static enum srv_ekind submit_kind(int rc) {
-	switch (rc) {
-	case LANES_EBUSY: return SRV_E_BUSY;
-	case LANES_ECANCELLED: return SRV_E_UNAVAILABLE;
-	case LANES_ENOMEM: return SRV_E_INTERNAL;
-	default: return SRV_E_BAD_REQUEST;
-	}
-}
-
 enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const char *id_prefix) {
 	http_server *s = conn->s;
 	srv_err e;
@@ -980,7 +949,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		rc = lane_submit(s->host, &lr, &c->req[i], err, sizeof err);
 		if (rc) {
 			// the choices already queued are cancelled when the call is freed
-			srv_fail(&e, submit_kind(rc), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_PROMPT) : NULL, "%s", err);
+			srv_fail(&e, srv_kind_of(rc, SRV_BLAME_ENGINE), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_PROMPT) : NULL, "%s", err);
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;

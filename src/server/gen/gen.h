@@ -171,10 +171,8 @@ struct srv_call {
 	size_t out_off;
 	int slot;
 	int sock;
-	bool waiting;                  // suspended until an event or the waker resumes it (under slot_mu)
-	bool pending;                  // a wake-up came while it was not suspended (under slot_mu)
 	size_t queued_bytes;           // engine thread: what its token events add to out_bytes
-	uint64_t wake_at_us;           // the waker resumes it then even without events (0: never)
+	uint64_t wake_at_us;           // the waker wakes it then even without events (0: never; under slot_mu)
 	uint64_t flush_after_us;       // stream: token events before then wait to go out together (under slot_mu)
 	uint64_t flush_at_us;          // stream: tokens are held; the waker resumes it then (0: none; under slot_mu)
 	atomic_bool hup;               // the client half-closed: it may still be reading, or gone
@@ -198,10 +196,6 @@ enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *
 void srv_call_free(srv_call *c);
 // A non-streamed call's connection, resumed at its end: replies, or suspends it again.
 enum MHD_Result srv_gen_resume(srv_conn *c);
-// After a route ran on a work thread (net/work.c) and its call chose to wait: true when the
-// call now waits for its events (the connection stays suspended), false when it must be
-// resumed at once (a wake-up came meanwhile, or the server is stopping).
-bool srv_gen_park(srv_conn *c);
 
 // ---- the waker: one thread, so that no connection thread blocks on the engine ----------------
 // Starts it over every slot's eventfd (each slot's fd must be open). 0 or a negative code.

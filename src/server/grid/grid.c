@@ -124,7 +124,7 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 		return srv_reply_json(c, 409, o, 0);
 	}
 	if (rc) {
-		srv_fail(&e, rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL, NULL, "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL, "%s", err);
 		return srv_reply_error(c, &e);
 	}
 	atomic_fetch_add(&s->leases_granted, 1);

@@ -39,9 +39,6 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret);
 // A request srv_grid_route kept here is in the lane host now (or ended): it no longer counts
 // as arriving. Accepts any connection.
 void srv_grid_submitted(srv_conn *c);
-// From the work thread whose route srv_grid_route took (the connection already suspended):
-// parks it until the grid's thread resumes it (true), or false when a wake-up came meanwhile.
-bool srv_grid_park(srv_conn *c);
 // While draining: whether a generation request may still go to a peer (so it is read, not refused).
 bool srv_grid_may_forward(http_server *s);
 // A forwarded request's connection, resumed by the grid's thread: the peer's reply, or

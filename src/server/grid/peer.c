@@ -89,7 +89,6 @@ struct srv_fwd {
 	srv_buf lease;                 // the lease request's reply
 	struct curl_slist *ctl;        // the lease request's headers
 	// shared (under g->mu)
-	bool waiting, pending;         // the connection is suspended / a wake-up came while it was not
 	bool local;                    // no peer took it: it runs here
 	bool head;                     // the peer's status and headers are in
 	bool stream;                   // the reply is a stream, relayed event by event
@@ -128,28 +127,17 @@ static void hold_drop(srv_grid *g, srv_fwd *f) {
 	if (f->hnext) f->hnext->hprev = f->hprev;
 }
 
-// Resumes f's connection if it is suspended, else leaves a wake-up pending.
+// Ends f's connection's wait for the peer, or keeps the wake for its next one.
 static void wake(srv_fwd *f) {
-	if (!f->conn) return;
-	if (f->waiting) {
-		f->waiting = false;
-		MHD_resume_connection(f->conn->mc);
-	} else {
-		f->pending = true;
-	}
+	if (f->conn) srv_wake(f->conn, SRV_WAIT_PEER);
 }
 
-// From the connection's thread: suspends it until the grid thread resumes it (true), or false
-// at once when a wake-up is pending or the server is stopping.
+// From the thread that runs the connection: parks it until the grid's thread wakes it (true),
+// or false at once when a wake came first or the server is stopping.
 static bool fwd_suspend(srv_fwd *f) {
 	srv_grid *g = f->g;
-	pthread_mutex_lock(&g->mu);
-	const bool ok = !f->pending && !atomic_load(&g->quit);
-	f->pending = false;
-	if (ok) {
-		f->waiting = true;
-		MHD_suspend_connection(f->conn->mc);
-	}
+	pthread_mutex_lock(&g->mu); // the release sets quit under it
+	const bool ok = !atomic_load(&g->quit) && srv_park(f->conn, SRV_WAIT_PEER);
 	pthread_mutex_unlock(&g->mu);
 	return ok;
 }
@@ -790,12 +778,7 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	f->lnext = g->live;
 	if (g->live) g->live->lprev = f;
 	g->live = f;
-	if (c->in_work) { // suspended already: the work thread parks it once the route returns
-		c->park_fwd = true;
-	} else {
-		f->waiting = true;
-		MHD_suspend_connection(c->mc);
-	}
+	srv_park(c, SRV_WAIT_PEER); // on a work thread, it is parked when the route returns
 	pthread_mutex_unlock(&g->mu);
 	curl_multi_wakeup(g->multi);
 	*ret = MHD_YES;
@@ -815,18 +798,6 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	}
 	pthread_mutex_unlock(&g->route_mu);
 	return fwd;
-}
-
-bool srv_grid_park(srv_conn *c) {
-	srv_fwd *f = c->fwd;
-	if (!f) return false;
-	srv_grid *g = f->g;
-	pthread_mutex_lock(&g->mu);
-	const bool ok = !f->pending && !atomic_load(&g->quit);
-	f->pending = false;
-	f->waiting = ok;
-	pthread_mutex_unlock(&g->mu);
-	return ok;
 }
 
 static void set_idle(srv_conn *c) {

@@ -80,6 +80,30 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 
 int srv_retry_after(enum srv_ekind kind) { return ekinds[kind].retry_after; }
 
+// Codes not listed are the server's fault (500). A request's own faults — a file it names that
+// cannot be read included — are 400s; a resource that is busy or full is a 409, its disk a 500;
+// the lane host busy is a full queue, retried later (429).
+static const struct {
+	int rc;
+	enum srv_ekind kind[3];
+} blames[] = {
+	{LANES_EIO, {SRV_E_BAD_REQUEST, SRV_E_INTERNAL, SRV_E_BAD_REQUEST}},
+	{LANES_EFORMAT, {SRV_E_BAD_REQUEST, SRV_E_INTERNAL, SRV_E_BAD_REQUEST}},
+	{LANES_EINVAL, {SRV_E_BAD_REQUEST, SRV_E_BAD_REQUEST, SRV_E_BAD_REQUEST}},
+	{LANES_ERANGE, {SRV_E_BAD_REQUEST, SRV_E_INTERNAL, SRV_E_BAD_REQUEST}},
+	{LANES_EUNSUPPORTED, {SRV_E_BAD_REQUEST, SRV_E_INTERNAL, SRV_E_BAD_REQUEST}},
+	{LANES_ENOTFOUND, {SRV_E_NOT_FOUND, SRV_E_NOT_FOUND, SRV_E_BAD_REQUEST}},
+	{LANES_ELIMIT, {SRV_E_BAD_REQUEST, SRV_E_CONFLICT, SRV_E_BAD_REQUEST}},
+	{LANES_ECANCELLED, {SRV_E_UNAVAILABLE, SRV_E_UNAVAILABLE, SRV_E_UNAVAILABLE}},
+	{LANES_EBUSY, {SRV_E_CONFLICT, SRV_E_CONFLICT, SRV_E_BUSY}},
+};
+
+enum srv_ekind srv_kind_of(int rc, enum srv_blame b) {
+	for (size_t i = 0; i < sizeof blames / sizeof blames[0]; i++)
+		if (blames[i].rc == rc) return blames[i].kind[b];
+	return SRV_E_INTERNAL;
+}
+
 const srv_family_info srv_families[SRV_FAMILY__COUNT] = {
 	[SRV_OPENAI] = {"openai", "", false, {"data: [DONE]\n", "data: {\"error\"", NULL}},
 	[SRV_ANTHROPIC] = {"anthropic", "/v1/messages", false, {"event: message_stop\n", "event: error\n", NULL}},

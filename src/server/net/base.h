@@ -67,6 +67,14 @@ int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt
 	__attribute__((format(printf, 4, 5)));
 // The error's HTTP status and JSON body in the family's shape.
 json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status);
+// Who a library error code (LANES_E*) is about; with the code it decides the HTTP kind.
+enum srv_blame {
+	SRV_BLAME_REQUEST, // checking what the request sent (a body, a prompt, a grammar, a file it names)
+	SRV_BLAME_STATE,   // a named resource's state (an adapter, a grant, a lease, the model cache)
+	SRV_BLAME_ENGINE,  // the lane host taking a request: busy is a full queue
+};
+// The HTTP kind of library error code rc from a call of that blame: the one mapping.
+enum srv_ekind srv_kind_of(int rc, enum srv_blame b);
 // Retry-After seconds for the kind (0: none).
 int srv_retry_after(enum srv_ekind kind);
 // The family a path belongs to by its prefix (srv_families). path need not be NUL-terminated.
@@ -113,6 +121,19 @@ extern const char *const srv_load_stage_name[];
 
 typedef struct srv_call srv_call;
 typedef struct srv_conn srv_conn;
+
+// What a suspended connection waits for (net/park.c): one kind at a time, one park/wake pair.
+enum srv_wait {
+	SRV_WAIT_NONE,   // not suspended: a connection thread runs it
+	SRV_WAIT_WORK,   // its route runs on a work thread
+	SRV_WAIT_ENGINE, // its generation call waits for the engine's events (or its socket, or a timer)
+	SRV_WAIT_PEER,   // forwarded: waits for a peer's reply, or for a lane here
+	SRV_WAIT_LOAD,   // an adapter load on the load thread
+	SRV_WAIT_SAVE,   // an adapter save on the learn thread
+	SRV_WAIT_PULL,   // a model pull's progress or end
+	SRV_WAIT__COUNT
+};
+extern const char *const srv_wait_name[SRV_WAIT__COUNT];
 typedef struct {
 	bool used;
 	srv_call *call;  // the call holding the slot (under slot_mu)
@@ -152,7 +173,11 @@ struct http_server {
 
 	srv_slot *slots;               // one per generation call; never closed while the host lives
 	int n_slots;
-	pthread_mutex_t slot_mu;       // slots, and the calls' suspend/resume handshake with the engine and the waker
+	pthread_mutex_t slot_mu;       // slots, the calls' wake times and the flush timer
+	pthread_mutex_t wait_mu;       // every connection's wait (net/park.c); taken last, under any other lock
+	atomic_int parked[SRV_WAIT__COUNT];              // connections suspended now, by what they wait for
+	atomic_uint_least64_t parks[SRV_WAIT__COUNT];    // suspensions, by kind
+	atomic_uint_least64_t wakes[SRV_WAIT__COUNT];    // resumptions, by kind: equal to parks once none is parked
 	pthread_t waker;               // resumes suspended calls on their clients' sockets and keep-alive timers
 	bool waker_started;
 	int waker_ep, waker_quit;      // its epoll set and the eventfd that stops it
@@ -171,7 +196,6 @@ struct http_server {
 	atomic_uint_least64_t leases_granted, leases_refused;
 
 	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
-	struct srv_lora_loader *lora_loader; // reads POSTed adapters off the connection threads
 	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
 	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
 	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
@@ -217,15 +241,16 @@ struct srv_conn {
 	struct srv_fwd *fwd;           // forwarded to a peer (grid/peer.c), or NULL
 	bool routed_here;              // the grid sent it to run here and counts it until it is submitted
 	const char *via;               // for the access log: the peer that answered (the server's copy)
-	// a request suspended for work off the connection threads (not a generation call): resume
-	// answers it when resumed, done frees what it holds when the request ends (both may be NULL)
+	// work off the connection threads (a load, a save, a pull): resume answers it when its wait
+	// ends, done frees what it holds when the request ends (both may be NULL)
 	enum MHD_Result (*resume)(srv_conn *c);
 	void (*done)(srv_conn *c);
 	void *job;
-	bool in_work;                  // its route runs on a work thread, the connection suspended
-	bool park;                     // ... and its call waits for events: their notify resumes it
-	bool worked;                   // the route ran on a work thread and the connection was resumed
-	bool park_fwd;                 // ... and it now waits for a peer: the grid's thread resumes it
+	// the one wait (net/park.c), under s->wait_mu
+	enum srv_wait wait;            // what it is suspended for now
+	enum srv_wait then;            // what its route, running on a work thread, waits for once it returns
+	enum srv_wait woke;            // the wait that ended: what on_request goes on from when resumed
+	unsigned woken;                // wakes that came before their park, a bit per kind
 	srv_ignored ignored;           // for the header and the access log
 };
 
@@ -238,6 +263,20 @@ void srv_ignored_add(srv_conn *c, const char *name);
 // Under --strict-params: 400 naming everything c's request sent that lanes would ignore (param
 // the first). 0 when nothing was named, or without --strict-params.
 int srv_ignored_refuse(srv_conn *c, srv_err *e);
+
+// ---- the one wait (net/park.c) ------------------------------------------------------------
+// From the thread that runs c (a connection thread, or the work thread running its route):
+// suspends c until srv_wake(c, kind). A route on a work thread is parked when it returns. False
+// when a wake of that kind came first (it is used up): the caller goes on at once.
+bool srv_park(srv_conn *c, enum srv_wait kind);
+// From any thread, while c lives: ends c's wait for kind (libmicrohttpd resumes it, exactly
+// once), or, when c does not wait for it yet, keeps the wake for its next park of that kind.
+void srv_wake(srv_conn *c, enum srv_wait kind);
+// The wait whose end resumed c (SRV_WAIT_NONE: none), taken: on_request goes on from it.
+enum srv_wait srv_woke(srv_conn *c);
+// From the work thread (net/work.c) whose route on c returned: c stays suspended for what the
+// route parked it for, or is resumed (for that wait when its wake came first, else as worked).
+void srv_park_worked(srv_conn *c);
 
 // Replies (the body is stolen); retry_after > 0 adds the header.
 enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);

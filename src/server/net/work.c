@@ -1,26 +1,25 @@
 // server/net/work: the work threads. libmicrohttpd lets a suspended connection be given its
-// reply from any thread and resumed from any thread, so a route runs here with its
-// connection suspended; when it returns, the connection is resumed — unless its generation
-// call now waits for the engine, in which case the engine's notify resumes it (srv_gen_park).
+// reply from any thread and resumed from any thread, so a job runs here with its connection
+// parked, and its end wakes it through net/park.c like every other wait.
 #include "server/net/work.h"
-#include "server/grid/grid.h"
 
 #include <stdlib.h>
 
 typedef struct srv_job srv_job;
 struct srv_job {
 	srv_job *next;
-	srv_conn *c;
-	enum MHD_Result (*fn)(srv_conn *c);
+	void (*fn)(void *arg, bool stopping);
+	void *arg;
+	enum MHD_Result (*route)(srv_conn *c); // a route's job: arg is its connection
 };
 
-// One queue and its threads per class of work, so that one class never waits behind the other.
+// One queue and its threads per class of work.
 typedef struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	srv_job *head, *tail;          // queued, oldest first
 	bool stop;
-	pthread_t threads[SRV_WORK_THREADS];
+	pthread_t threads[SRV_WORK_PULLS > 2 ? SRV_WORK_PULLS : 2];
 	int n_threads;
 } work_queue;
 
@@ -28,22 +27,9 @@ struct srv_work {
 	work_queue q[SRV_WORK__COUNT];
 };
 
-static const int queue_threads[SRV_WORK__COUNT] = {[SRV_WORK_GEN] = SRV_WORK_THREADS, [SRV_WORK_UTIL] = 1};
-
-// The route has answered (or ended): the connection goes back to libmicrohttpd.
-static void job_done(srv_conn *c) {
-	c->in_work = false;
-	if (c->park) {
-		c->park = false;
-		if (srv_gen_park(c)) return; // resumed on the call's events
-	} else if (c->park_fwd) {
-		c->park_fwd = false;
-		if (srv_grid_park(c)) return; // the grid's thread resumes it
-	} else {
-		c->worked = true; // answered, or to be closed
-	}
-	MHD_resume_connection(c->mc);
-}
+static const int queue_threads[SRV_WORK__COUNT] = {
+	[SRV_WORK_GEN] = 2, [SRV_WORK_UTIL] = 1, [SRV_WORK_LOAD] = 1, [SRV_WORK_PULL] = SRV_WORK_PULLS,
+};
 
 static void *work_main(void *arg) {
 	work_queue *w = arg;
@@ -58,11 +44,13 @@ static void *work_main(void *arg) {
 		const bool stop = w->stop;
 		pthread_mutex_unlock(&w->mu);
 		if (!j) return NULL;
-		if (!stop) {
-			j->c->in_work = true;
-			j->fn(j->c);
+		if (j->route) {
+			// it runs unless the server stops, then the connection goes on as it left it
+			if (!stop) j->route(j->arg);
+			srv_park_worked(j->arg);
+		} else {
+			j->fn(j->arg, stop);
 		}
-		job_done(j->c);
 		free(j);
 	}
 }
@@ -83,25 +71,42 @@ int srv_work_start(http_server *s, char *err, size_t errlen) {
 	return 0;
 }
 
-enum MHD_Result srv_work_run(srv_conn *c, enum srv_work_class k, enum MHD_Result (*fn)(srv_conn *c)) {
-	work_queue *w = &c->s->work->q[k];
-	srv_job *j = calloc(1, sizeof *j);
-	if (!j) return fn(c);
-	j->c = c;
-	j->fn = fn;
+// Queues j; c, when set, is parked for SRV_WAIT_WORK first, under the queue's lock, so the
+// job's end can only follow its park. 0, or LANES_ECANCELLED when the server stops.
+static int post(work_queue *w, srv_job *j, srv_conn *c) {
 	pthread_mutex_lock(&w->mu);
-	if (w->stop) { // the server is stopping: the connection closes
+	if (w->stop) {
 		pthread_mutex_unlock(&w->mu);
-		free(j);
-		return MHD_NO;
+		return LANES_ECANCELLED;
 	}
-	MHD_suspend_connection(c->mc);
+	if (c) srv_park(c, SRV_WAIT_WORK);
 	if (w->tail) w->tail->next = j;
 	else w->head = j;
 	w->tail = j;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
-	return MHD_YES;
+	return 0;
+}
+
+int srv_work_post(http_server *s, enum srv_work_class k, void (*fn)(void *arg, bool stopping), void *arg) {
+	if (!s->work) return LANES_ECANCELLED;
+	srv_job *j = calloc(1, sizeof *j);
+	if (!j) return LANES_ENOMEM;
+	j->fn = fn;
+	j->arg = arg;
+	const int rc = post(&s->work->q[k], j, NULL);
+	if (rc) free(j);
+	return rc;
+}
+
+enum MHD_Result srv_work_run(srv_conn *c, enum srv_work_class k, enum MHD_Result (*route)(srv_conn *c)) {
+	srv_job *j = calloc(1, sizeof *j);
+	if (!j) return route(c); // on this thread, then
+	j->route = route;
+	j->arg = c;
+	if (!post(&c->s->work->q[k], j, c)) return MHD_YES;
+	free(j);
+	return MHD_NO; // the server stops: the connection closes
 }
 
 void srv_work_stop(http_server *s) {

@@ -5,6 +5,7 @@
 // /v1/adapters/NAME; the adapters given at start; what /v1/models and /metrics say of them.
 #include "model/loras.h"
 #include "server/net/base.h"
+#include "server/net/work.h"
 #include "server/routes.h"
 
 #include <math.h>
@@ -15,31 +16,21 @@
 #include <unistd.h>
 
 typedef struct lora_job {
-	struct lora_job *next;
-	srv_conn *conn;              // the POST waiting for it, suspended
+	http_server *s;
+	srv_conn *conn;              // the POST waiting for it, parked
 	char name[MODEL_LORA_NAME_MAX + 1];
 	char path[1024];             // as listed: the operator's path, or the adapters' folder and file
 	char file[BASE_NAME_MAX + 1]; // a file in the adapters' folder ("": path is the operator's)
 	float scale;
 	bool replace;
 	uint64_t ticket;             // the registry's reservation
-	// the outcome, under the loader's lock until done
-	bool done;
+	// the outcome, written before the job wakes the connection
 	int rc;
 	char err[768];
 	uint32_t version;
 	double ms;
 	model_lora_info info;
 } lora_job;
-
-struct srv_lora_loader {
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	lora_job *head, *tail;
-	bool quit;
-};
 
 // Reads and checks the job's file against the model, then publishes it (or frees its name).
 static void run_load(http_server *s, lora_job *j) {
@@ -60,7 +51,7 @@ static void run_load(http_server *s, lora_job *j) {
 	model_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
 	j->ms = (double)(base_now_us() - t0) / 1000.0;
 	if (!j->rc && !j->version)
-		j->rc = base_seterr(j->err, sizeof j->err, LANES_ENOTFOUND, "the adapter '%s' was unloaded while it loaded", j->name);
+		j->rc = base_seterr(j->err, sizeof j->err, LANES_EBUSY, "the adapter '%s' was unloaded while it loaded", j->name);
 	if (!j->rc)
 		LOG_INFO(SRV_MOD, "adapter %s v%u from %s in %.0f ms: rank %d, %d matrices (%s), %.2f MiB", j->name, j->version, j->path,
 			 j->ms, j->info.rank, j->info.n_targets, j->info.targets, (double)j->info.bytes / 1048576.0);
@@ -68,30 +59,16 @@ static void run_load(http_server *s, lora_job *j) {
 		LOG_WARN(SRV_MOD, "adapter %s not loaded: %s", j->name, j->err);
 }
 
-static void *loader_main(void *arg) {
-	http_server *s = arg;
-	struct srv_lora_loader *L = s->lora_loader;
-	pthread_mutex_lock(&L->mu);
-	for (;;) {
-		while (!L->head && !L->quit) pthread_cond_wait(&L->cv, &L->mu);
-		lora_job *j = L->head;
-		if (!j) break;
-		L->head = j->next;
-		if (!L->head) L->tail = NULL;
-		const bool quit = L->quit;
-		pthread_mutex_unlock(&L->mu);
-		if (quit) {
-			j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
-			model_loras_publish(s->loras, j->name, j->ticket, NULL, NULL);
-		} else {
-			run_load(s, j);
-		}
-		pthread_mutex_lock(&L->mu);
-		j->done = true;
-		MHD_resume_connection(j->conn->mc); // the connection answers from the job
+// The load thread's job (net/work.c): the file read and checked, or the load ended unread.
+static void load_job(void *arg, bool stopping) {
+	lora_job *j = arg;
+	if (stopping) {
+		j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
+		model_loras_publish(j->s->loras, j->name, j->ticket, NULL, NULL);
+	} else {
+		run_load(j->s, j);
 	}
-	pthread_mutex_unlock(&L->mu);
-	return NULL;
+	srv_wake(j->conn, SRV_WAIT_LOAD); // the connection answers from the job
 }
 
 // Adapter i given at start, NAME=PATH[:SCALE] already split.
@@ -117,45 +94,17 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 }
 
 int srv_adapters_start(http_server *s, char *err, size_t errlen) {
-	struct srv_lora_loader *L = calloc(1, sizeof *L);
-	if (!L || model_loras_new(&s->loras, s->m, s->cfg.max_lora)) {
-		free(L);
-		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
-	}
-	pthread_mutex_init(&L->mu, NULL);
-	pthread_cond_init(&L->cv, NULL);
-	s->lora_loader = L;
+	if (model_loras_new(&s->loras, s->m, s->cfg.max_lora)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (s->cfg.n_loras > s->cfg.max_lora)
 		return base_seterr(err, errlen, LANES_EINVAL, "%d --lora adapters, more than --max-lora %d", s->cfg.n_loras, s->cfg.max_lora);
 	for (int i = 0; i < s->cfg.n_loras; i++) {
 		int rc = load_at_start(s, i, err, errlen);
 		if (rc) return rc;
 	}
-	if (pthread_create(&L->thread, NULL, loader_main, s))
-		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the adapter loader thread");
-	L->started = true;
 	return 0;
 }
 
-void srv_adapters_stop(http_server *s) {
-	struct srv_lora_loader *L = s->lora_loader;
-	if (!L || !L->started) return;
-	pthread_mutex_lock(&L->mu);
-	L->quit = true;
-	pthread_cond_signal(&L->cv);
-	pthread_mutex_unlock(&L->mu);
-	pthread_join(L->thread, NULL);
-	L->started = false;
-}
-
 void srv_adapters_free(http_server *s) {
-	struct srv_lora_loader *L = s->lora_loader;
-	if (L) {
-		pthread_mutex_destroy(&L->mu);
-		pthread_cond_destroy(&L->cv);
-		free(L);
-	}
-	s->lora_loader = NULL;
 	model_loras_free(s->loras);
 	s->loras = NULL;
 }
@@ -266,20 +215,12 @@ static void load_done(srv_conn *c) {
 	c->job = NULL;
 }
 
-// The loader resumed the connection: the job's outcome is the reply.
+// The load's end woke the connection: the job's outcome is the reply.
 static enum MHD_Result load_resume(srv_conn *c) {
 	lora_job *j = c->job;
-	struct srv_lora_loader *L = c->s->lora_loader;
-	pthread_mutex_lock(&L->mu); // the loader wrote the outcome before it let go of this lock
-	const bool done = j->done;
-	if (!done) MHD_suspend_connection(c->mc); // not ours to answer yet: wait for the loader's resume
-	pthread_mutex_unlock(&L->mu);
-	if (!done) return MHD_YES;
 	srv_err e;
 	if (j->rc) {
-		const enum srv_ekind k = j->rc == LANES_ENOMEM ? SRV_E_INTERNAL : j->rc == LANES_ECANCELLED ? SRV_E_UNAVAILABLE
-									   : j->rc == LANES_ENOTFOUND  ? SRV_E_CONFLICT
-												       : SRV_E_BAD_REQUEST;
+		const enum srv_ekind k = srv_kind_of(j->rc, SRV_BLAME_REQUEST);
 		srv_fail(&e, k, "file", "%s", j->err);
 		if (k == SRV_E_BAD_REQUEST) snprintf(e.code, sizeof e.code, "invalid_adapter");
 		return srv_reply_error(c, &e);
@@ -303,7 +244,6 @@ static enum MHD_Result load_resume(srv_conn *c) {
 
 enum MHD_Result srv_adapters_load(srv_conn *c) {
 	http_server *s = c->s;
-	struct srv_lora_loader *L = s->lora_loader;
 	srv_err e;
 	json_t *j = NULL;
 	load_req r = {0};
@@ -343,22 +283,23 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 	int rc = model_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
 	if (rc) {
 		free(job);
-		srv_fail(&e, rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : SRV_E_CONFLICT, "name", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s", err);
 		goto fail;
 	}
+	job->s = s;
 	job->conn = c;
 	c->job = job;
 	c->resume = load_resume;
 	c->done = load_done;
-	// queued and suspended under the loader's lock: its resume can only follow the suspend
-	pthread_mutex_lock(&L->mu);
-	if (L->tail) L->tail->next = job;
-	else L->head = job;
-	L->tail = job;
-	MHD_suspend_connection(c->mc);
-	pthread_cond_signal(&L->cv);
-	pthread_mutex_unlock(&L->mu);
-	return MHD_YES;
+	rc = srv_work_post(s, SRV_WORK_LOAD, load_job, job);
+	if (rc) {
+		model_loras_publish(s->loras, job->name, job->ticket, NULL, NULL);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL,
+			 rc == LANES_ENOMEM ? "out of memory" : "the server is stopping");
+		return srv_reply_error(c, &e);
+	}
+	// a load that ended before this park is answered at once
+	return srv_park(c, SRV_WAIT_LOAD) ? MHD_YES : load_resume(c);
 fail:
 	json_decref(j);
 	return srv_reply_error(c, &e);

@@ -4,6 +4,7 @@
 // pull` writes to. The file this server serves is never deleted nor replaced.
 #include "pull/pull.h"
 #include "server/net/base.h"
+#include "server/net/work.h"
 #include "server/routes.h"
 
 #include <limits.h>
@@ -11,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PULLS_MAX 2                 // pulls running at once: another waits for one of them to end
 #define PULL_OUT_MAX (64u << 10)    // progress a slow reader may leave unread: more lines are dropped, never the last
 #define PULL_EVERY_US 250000        // a download's progress line at most this often
 
@@ -23,7 +23,6 @@ typedef struct pull_job {
 	bool stream;
 	// under the pulls' lock
 	bool done;                     // the pull ended: rc, err and out's last line are written
-	bool waiting;                  // the connection is suspended until out grows or the pull ends
 	bool cancel;                   // the request ended or the server stops
 	bool shown;                    // a download line went out
 	srv_buf out;                   // NDJSON not yet read
@@ -53,9 +52,7 @@ int srv_pulls_start(http_server *s) {
 
 // Under the lock: the connection reads again (a line came, or the pull ended).
 static void wake(pull_job *j) {
-	if (!j->waiting || !j->conn) return;
-	j->waiting = false;
-	MHD_resume_connection(j->conn->mc);
+	if (j->conn) srv_wake(j->conn, SRV_WAIT_PULL);
 }
 
 // Under the lock: drops one holder; the last frees the job.
@@ -148,12 +145,14 @@ static int on_progress(void *ud, const pull_progress *p) {
 	return cancel;
 }
 
-static void *pull_main(void *arg) {
+// The pull's job on a pull thread (net/work.c).
+static void pull_main(void *arg, bool stopping) {
 	pull_job *j = arg;
 	http_server *s = j->s;
 	struct srv_pulls *P = s->pulls;
 	char path[4096], rel[1024] = "";
-	const int rc = pull_model(&s->cfg.cache, j->ref, on_progress, j, path, sizeof path, rel, sizeof rel, j->err, sizeof j->err);
+	const int rc = stopping ? base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping")
+				: pull_model(&s->cfg.cache, j->ref, on_progress, j, path, sizeof path, rel, sizeof rel, j->err, sizeof j->err);
 	if (rc) LOG_WARN(SRV_MOD, "pull %s: %s", j->ref, j->err);
 	else LOG_INFO(SRV_MOD, "pull %s: %s in the cache", j->ref, rel);
 	pthread_mutex_lock(&P->mu);
@@ -165,7 +164,6 @@ static void *pull_main(void *arg) {
 	pthread_cond_broadcast(&P->cv);
 	release(P, j);
 	pthread_mutex_unlock(&P->mu);
-	return NULL;
 }
 
 // A stream's bytes as the pull writes them; the connection waits suspended for more.
@@ -175,20 +173,22 @@ static ssize_t pull_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 	ssize_t n = 0;
 	(void)pos;
 	pthread_mutex_lock(&P->mu);
-	if (j->out.oom) {
-		n = MHD_CONTENT_READER_END_WITH_ERROR;
-	} else if (j->out_off < j->out.len) {
-		n = (ssize_t)(j->out.len - j->out_off < max ? j->out.len - j->out_off : max);
-		memcpy(buf, j->out.p + j->out_off, (size_t)n);
-		j->out_off += (size_t)n;
-		if (j->out_off == j->out.len) j->out_off = j->out.len = 0;
-	} else if (j->done) {
-		n = MHD_CONTENT_READER_END_OF_STREAM;
-	} else if (P->stopping) {
-		n = MHD_CONTENT_READER_END_WITH_ERROR;
-	} else {
-		j->waiting = true;
-		MHD_suspend_connection(j->conn->mc);
+	for (;;) {
+		if (j->out.oom) {
+			n = MHD_CONTENT_READER_END_WITH_ERROR;
+		} else if (j->out_off < j->out.len) {
+			n = (ssize_t)(j->out.len - j->out_off < max ? j->out.len - j->out_off : max);
+			memcpy(buf, j->out.p + j->out_off, (size_t)n);
+			j->out_off += (size_t)n;
+			if (j->out_off == j->out.len) j->out_off = j->out.len = 0;
+		} else if (j->done) {
+			n = MHD_CONTENT_READER_END_OF_STREAM;
+		} else if (P->stopping) {
+			n = MHD_CONTENT_READER_END_WITH_ERROR;
+		} else if (!srv_park(j->conn, SRV_WAIT_PULL)) {
+			continue; // a line came meanwhile
+		}
+		break;
 	}
 	pthread_mutex_unlock(&P->mu);
 	return n;
@@ -207,30 +207,16 @@ static void pull_done(srv_conn *c) {
 	c->job = NULL;
 }
 
-// The failure of a pull as its status: the reference, the hub's answer, or the server's state.
-static enum srv_ekind pull_kind(int rc) {
-	switch (rc) {
-	case LANES_EINVAL: return SRV_E_BAD_REQUEST;
-	case LANES_ENOTFOUND: return SRV_E_NOT_FOUND;
-	case LANES_EBUSY: return SRV_E_CONFLICT;
-	case LANES_ECANCELLED: return SRV_E_UNAVAILABLE;
-	default: return SRV_E_INTERNAL;
-	}
-}
-
 // stream: false — the pull's end is the reply.
 static enum MHD_Result pull_resume(srv_conn *c) {
 	pull_job *j = c->job;
 	struct srv_pulls *P = c->s->pulls;
 	srv_err e;
 	pthread_mutex_lock(&P->mu);
-	const bool done = j->done, stopping = P->stopping;
+	bool done, stopping;
+	while (!(done = j->done) && !(stopping = P->stopping) && !srv_park(c, SRV_WAIT_PULL)) {}
 	const int rc = j->rc;
-	if (!done && !stopping) {
-		j->waiting = true;
-		MHD_suspend_connection(c->mc);
-	}
-	if (done && rc) srv_fail(&e, pull_kind(rc), "model", "%s", j->err);
+	if (done && rc) srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "model", "%s", j->err);
 	pthread_mutex_unlock(&P->mu);
 	if (!done && !stopping) return MHD_YES;
 	if (!done) srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping");
@@ -288,16 +274,10 @@ enum MHD_Result srv_ollama_pull(srv_conn *c) {
 	j->stream = r.stream;
 	pthread_mutex_lock(&P->mu);
 	int rc = P->stopping ? srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping")
-	       : P->running >= PULLS_MAX ? srv_fail(&e, SRV_E_BUSY, NULL, "%d pulls are running: retry when one has ended", PULLS_MAX)
-					 : 0;
-	pthread_t t;
-	pthread_attr_t at;
-	if (!rc) {
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &at, pull_main, j)) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "cannot start the pull's thread");
-		pthread_attr_destroy(&at);
-	}
+	       : P->running >= SRV_WORK_PULLS ? srv_fail(&e, SRV_E_BUSY, NULL, "%d pulls are running: retry when one has ended", SRV_WORK_PULLS)
+					      : 0;
+	// under the lock: the pull's first wake finds the job listed
+	if (!rc && srv_work_post(s, SRV_WORK_PULL, pull_main, j)) rc = srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping");
 	if (rc) {
 		pthread_mutex_unlock(&P->mu);
 		free(j);
@@ -312,10 +292,9 @@ enum MHD_Result srv_ollama_pull(srv_conn *c) {
 	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0);
 	if (!j->stream) {
 		c->resume = pull_resume;
-		j->waiting = true;
-		MHD_suspend_connection(c->mc); // under the lock: the thread's resume can only follow it
+		const bool parked = srv_park(c, SRV_WAIT_PULL); // under the lock: the pull's end can only follow it
 		pthread_mutex_unlock(&P->mu);
-		return MHD_YES;
+		return parked ? MHD_YES : pull_resume(c);
 	}
 	pthread_mutex_unlock(&P->mu);
 	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, j, NULL);
@@ -340,8 +319,6 @@ static bool served(http_server *s, const char *rel) {
 	return false;
 }
 
-static enum srv_ekind cache_kind(int rc) { return rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL; }
-
 static const srv_field copy_fields[] = {
 	SRV_ROW(cache_req, source, SRV_K_STR),
 	SRV_ROW(cache_req, destination, SRV_K_STR),
@@ -363,11 +340,11 @@ enum MHD_Result srv_ollama_copy(srv_conn *c) {
 		goto fail;
 	}
 	if ((rc = pull_cache_find(&s->cfg.cache, r.source, src, sizeof src, err, sizeof err))) {
-		srv_fail(&e, cache_kind(rc), "source", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "source", "%s", err);
 		goto fail;
 	}
 	if ((rc = pull_cache_new_name(r.destination, dst, sizeof dst, err, sizeof err))) {
-		srv_fail(&e, cache_kind(rc), "destination", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "destination", "%s", err);
 		goto fail;
 	}
 	if (served(s, dst)) {
@@ -375,7 +352,7 @@ enum MHD_Result srv_ollama_copy(srv_conn *c) {
 		goto fail;
 	}
 	if ((rc = pull_cache_copy(&s->cfg.cache, src, dst, err, sizeof err))) {
-		srv_fail(&e, cache_kind(rc), NULL, "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL, "%s", err);
 		goto fail;
 	}
 	LOG_INFO(SRV_MOD, "copied %s to %s in the model cache", src, dst);
@@ -408,7 +385,7 @@ enum MHD_Result srv_ollama_delete(srv_conn *c) {
 		goto fail;
 	}
 	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err))) {
-		srv_fail(&e, cache_kind(rc), "model", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "model", "%s", err);
 		goto fail;
 	}
 	if (served(s, rel)) {
@@ -416,7 +393,7 @@ enum MHD_Result srv_ollama_delete(srv_conn *c) {
 		goto fail;
 	}
 	if ((rc = pull_cache_remove(&s->cfg.cache, rel, err, sizeof err))) {
-		srv_fail(&e, cache_kind(rc), "model", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "model", "%s", err);
 		goto fail;
 	}
 	LOG_INFO(SRV_MOD, "deleted %s from the model cache", rel);

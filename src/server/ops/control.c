@@ -174,6 +174,21 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 			 (unsigned long long)sn->draft_accepted[p]);
 		srv_buf_adds(&b, line);
 	}
+	// the one wait: what suspended requests wait for, and every park matched by its wake
+	static const char *const waits[][3] = {
+		{"lanes_http_parked", "gauge", "Requests suspended now, by what they wait for."},
+		{"lanes_http_parks_total", "counter", "Suspensions of requests, by what they waited for."},
+		{"lanes_http_wakes_total", "counter", "Resumptions of requests, by the wait that ended."},
+	};
+	for (int i = 0; i < 3; i++) {
+		snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", waits[i][0], waits[i][2], waits[i][0], waits[i][1]);
+		srv_buf_adds(&b, line);
+		for (int k = SRV_WAIT_WORK; k < SRV_WAIT__COUNT; k++) {
+			const uint64_t v = i == 0 ? (uint64_t)atomic_load(&s->parked[k]) : i == 1 ? atomic_load(&s->parks[k]) : atomic_load(&s->wakes[k]);
+			snprintf(line, sizeof line, "%s{wait=\"%s\"} %llu\n", waits[i][0], srv_wait_name[k], (unsigned long long)v);
+			srv_buf_adds(&b, line);
+		}
+	}
 	srv_adapters_metrics(s, sn, &b);
 	srv_learning_metrics(s, &b);
 	lane_hist_print(&sn->round_seconds, "lanes_round_seconds", "Duration of engine rounds.", &b);

@@ -37,17 +37,6 @@ static learn_live *learner_or_fail(http_server *s, srv_err *e) {
 }
 
 // A learning call's code as the API's error kind.
-static enum srv_ekind kind_of(int rc) {
-	switch (rc) {
-	case LANES_EINVAL: return SRV_E_BAD_REQUEST;
-	case LANES_ENOTFOUND: return SRV_E_NOT_FOUND;
-	case LANES_EBUSY:
-	case LANES_ELIMIT: return SRV_E_CONFLICT;
-	case LANES_ECANCELLED: return SRV_E_UNAVAILABLE;
-	default: return SRV_E_INTERNAL;
-	}
-}
-
 static void grant_name(uint64_t id, char *out, size_t n) { snprintf(out, n, "grant-%" PRIu64, id); }
 
 // "grant-N" (or the number N) as the grant's id; 0: not one.
@@ -151,7 +140,7 @@ enum MHD_Result srv_learn_grant_new(srv_conn *c) {
 	char err[512];
 	const int rc = learn_live_grant(l, &r, &g, &created, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? "adapter" : NULL, "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), rc == LANES_EINVAL ? "adapter" : NULL, "%s", err);
 		goto fail;
 	}
 	json_decref(j);
@@ -185,7 +174,7 @@ enum MHD_Result srv_learn_grant_revoke(srv_conn *c) {
 	char err[512];
 	const int rc = learn_live_revoke(l, id, &g, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, kind_of(rc), NULL, "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL, "%s", err);
 		return srv_reply_error(c, &e);
 	}
 	// the step in progress is dropped at the next round boundary: the ledger says so then
@@ -239,7 +228,7 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 	int rc = r.messages ? learn_example_chat(&ex, &s->chat, r.messages, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err)
 			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, kind_of(rc), r.messages ? "messages" : "completion", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), r.messages ? "messages" : "completion", "%s", err);
 		goto fail;
 	}
 	const int64_t n = learn_example_tokens(ex), learned = learn_example_learned(ex);
@@ -247,7 +236,7 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 	int64_t left = 0;
 	rc = learn_live_example(l, id, ex, &g, &left, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? (r.messages ? "messages" : "completion") : "grant", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), rc == LANES_EINVAL ? (r.messages ? "messages" : "completion") : "grant", "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "grant_tokens_exceeded");
 		goto fail;
 	}
@@ -267,10 +256,9 @@ fail:
 
 // ---- POST /v1/adapters/NAME/save --------------------------------------------------------------
 
-// The outcome the learn thread writes; save_mu orders it with the connection's resume.
+// The outcome the learn thread writes before it wakes the connection.
 typedef struct {
 	srv_conn *conn;
-	bool done;
 	int rc;
 	int64_t version;
 	char name[MODEL_LORA_NAME_MAX + 1];
@@ -279,17 +267,12 @@ typedef struct {
 	char msg[512];
 } save_job;
 
-static pthread_mutex_t save_mu = PTHREAD_MUTEX_INITIALIZER;
-
 static void on_saved(void *arg, int rc, const char *msg, int64_t version) {
 	save_job *j = arg;
-	pthread_mutex_lock(&save_mu);
-	j->done = true;
 	j->rc = rc;
 	j->version = version;
 	snprintf(j->msg, sizeof j->msg, "%s", msg);
-	MHD_resume_connection(j->conn->mc);
-	pthread_mutex_unlock(&save_mu);
+	srv_wake(j->conn, SRV_WAIT_SAVE);
 }
 
 static void save_done(srv_conn *c) {
@@ -299,14 +282,9 @@ static void save_done(srv_conn *c) {
 
 static enum MHD_Result save_resume(srv_conn *c) {
 	save_job *j = c->job;
-	pthread_mutex_lock(&save_mu);
-	const bool done = j->done;
-	if (!done) MHD_suspend_connection(c->mc); // not ours to answer yet
-	pthread_mutex_unlock(&save_mu);
-	if (!done) return MHD_YES;
 	srv_err e;
 	if (j->rc) {
-		srv_fail(&e, j->rc == LANES_EIO ? SRV_E_INTERNAL : kind_of(j->rc), "file", "%s", j->msg);
+		srv_fail(&e, srv_kind_of(j->rc, SRV_BLAME_STATE), "file", "%s", j->msg);
 		return srv_reply_error(c, &e);
 	}
 	struct stat st;
@@ -354,20 +332,18 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 	job->dfd = s->adapters_dfd;
 	job->conn = c;
 	char err[512];
-	// saved and suspended under the lock: the learn thread's resume can only follow the suspend
-	pthread_mutex_lock(&save_mu);
+	c->job = job;
 	const int rc = learn_live_save(l, job->name, job->dfd, job->file, on_saved, job, err, sizeof err);
+	json_decref(j);
 	if (!rc) {
-		c->job = job;
 		c->resume = save_resume;
 		c->done = save_done;
-		MHD_suspend_connection(c->mc);
+		// a save that ended before this park is answered at once
+		return srv_park(c, SRV_WAIT_SAVE) ? MHD_YES : save_resume(c);
 	}
-	pthread_mutex_unlock(&save_mu);
-	json_decref(j);
-	if (!rc) return MHD_YES;
+	c->job = NULL;
 	free(job);
-	srv_fail(&e, kind_of(rc), rc == LANES_EINVAL ? "file" : NULL, "%s", err);
+	srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), rc == LANES_EINVAL ? "file" : NULL, "%s", err);
 	return srv_reply_error(c, &e);
 fail:
 	json_decref(j);
