@@ -86,6 +86,8 @@ void sha256_init(sha256_ctx *c);
 void sha256_update(sha256_ctx *c, const void *data, size_t n);
 void sha256_final(sha256_ctx *c, uint8_t out[32]);
 void sha256_hex(const void *data, size_t n, char out[65]);
+// HMAC-SHA256 (RFC 2104) of msg under key.
+void hmac_sha256(const void *key, size_t key_len, const void *msg, size_t n, uint8_t out[32]);
 
 // ---- 64-bit hashing and a counter-based random source ---------------------------------
 uint64_t base_hash64(const void *data, size_t n, uint64_t seed); // FNV-1a folded by splitmix

@@ -82,3 +82,26 @@ void sha256_hex(const void *data, size_t n, char out[65]) {
 	}
 	out[64] = 0;
 }
+
+void hmac_sha256(const void *key, size_t key_len, const void *msg, size_t n, uint8_t out[32]) {
+	uint8_t k[64] = {0}, pad[64], inner[32];
+	if (key_len > 64) {
+		sha256_ctx h;
+		sha256_init(&h);
+		sha256_update(&h, key, key_len);
+		sha256_final(&h, k);
+	} else if (key_len) {
+		memcpy(k, key, key_len);
+	}
+	sha256_ctx c;
+	for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
+	sha256_init(&c);
+	sha256_update(&c, pad, 64);
+	sha256_update(&c, msg, n);
+	sha256_final(&c, inner);
+	for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
+	sha256_init(&c);
+	sha256_update(&c, pad, 64);
+	sha256_update(&c, inner, 32);
+	sha256_final(&c, out);
+}

@@ -37,6 +37,8 @@ int chat_load_src(chat_tmpl *c, const tok_vocab *v, const char *src, size_t len,
 	c->src[len] = 0;
 	// the tool-call family is read off the template once, not per request or token
 	c->fmt = tool_format_of(c->src);
+	c->reason = reason_format_of(c->src);
+	c->reason_switch = c->reason && c->reason->off_var && strstr(c->src, c->reason->off_var);
 	c->own = true;
 	return 0;
 }

@@ -132,11 +132,69 @@ json_t *tool_scan_input(const tool_scan *s, const char *text, int k);
 void tool_scan_free(tool_scan *s); // accepts a zeroed s
 
 
+// ---- reasoning families (reason.c) ------------------------------------------------------------
+// How a family's replies set their thinking apart from the answer: one table row each.
+typedef struct {
+	const char *name;       // "think", "command-r7b", "harmony"
+	const char *detect[2];  // any one appearing in the template source names the family
+	const char *open;       // opens the thinking section
+	const char *close;      // closes it
+	const char *after_open; // what the template writes after open where it opens the section itself
+	const char *after;      // what the template's replies put between close and the answer
+	const char *off_var;    // the template's variable that turns thinking off when false (NULL: none)
+} reason_format;
+
+#define REASON_MARKER_MAX 64 // the longest marker a family's row holds, in bytes
+
+// The family whose markers the template source src holds; NULL: none (or src NULL). Static
+// storage. Thread-safe.
+const reason_format *reason_format_of(const char *src);
+// The family called name ("none": *out NULL); -1 when no family has that name. Thread-safe.
+int reason_format_named(const char *name, const reason_format **out);
+// f's name, "none" for NULL. Thread-safe.
+const char *reason_format_name(const reason_format *f);
+// The names --reasoning-format takes besides none and auto, "a|b|c" (static). Thread-safe.
+const char *reason_format_names(void);
+// Whether a rendered prompt (text, len bytes) ends inside a thinking section its generation
+// prompt opened, so the reply starts in it. Thread-safe.
+bool reason_opened(const reason_format *f, const char *text, size_t len);
+
+enum reason_phase { REASON_BEFORE, REASON_IN, REASON_AFTER };
+
+// A reply's text read incrementally into thinking and answer: fed the text as it grows, it reads
+// only the bytes it has not read and never takes back what it reported, so what a stream sends
+// piece by piece concatenates to what one scan of the whole text finds. The thinking is the text
+// between the markers, its surrounding whitespace trimmed; the answer is what follows the close
+// marker, its leading whitespace trimmed — or the whole text when the reply opens no section.
+// Markers never reach either. The caller allocates it; it holds no memory.
+typedef struct {
+	const reason_format *f;
+	enum reason_phase phase;
+	bool thought;             // a section was opened (the prompt's, or the reply's own)
+	size_t think_off, think_len; // the thinking so far: [think_off, think_off + think_len)
+	bool answer_known;        // where the answer begins is known
+	size_t answer_off;        // the answer: [answer_off, end of text) once answer_known
+	size_t pos;               // bytes read
+	size_t think_start;       // where the section's text begins (after the open marker)
+} reason_scan;
+
+// Starts a scan under f (NULL: the whole text is the answer). inside: the prompt opened the
+// section, so the reply starts in it.
+void reason_scan_init(reason_scan *s, const reason_format *f, bool inside);
+// Reads text (the whole text so far, len bytes; the bytes fed before unchanged) from where the
+// scan stopped. end: no more text comes — held-back bytes are placed (a close marker cut short is
+// thinking; an open marker cut short, answer). One thread at a time per scan.
+void reason_scan_feed(reason_scan *s, const char *text, size_t len, bool end);
+// Bytes of the answer the scan has released (0 until answer_known).
+size_t reason_scan_answer(const reason_scan *s, size_t len);
+
 // ---- a model's chat ---------------------------------------------------------------------------
 typedef struct {
 	tmpl *t;                    // the compiled template
 	char *src;                  // its source (malloc'd)
 	const tool_format *fmt;     // its tool-call family (tool_format_of(src))
+	const reason_format *reason; // its reasoning family (reason_format_of(src); NULL: none)
+	bool reason_switch;         // the template reads the family's off_var
 	const tok_vocab *v;         // the vocabulary the prompt is tokenized with (borrowed; NULL: render only)
 	char *bos, *eos;            // the texts the template sees as bos_token and eos_token (malloc'd)
 	bool own;                   // the template is the model's or a file's, not the ChatML fallback

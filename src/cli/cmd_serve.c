@@ -113,6 +113,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.api_key = s->api_key;
 	cfg.max_body = (size_t)s->max_body;
 	cfg.chat_template = s->chat_template;
+	cfg.reasoning_format = s->reasoning_format;
 	cfg.max_connections = (int)s->max_connections;
 	cfg.max_per_ip = (int)s->max_per_ip;
 	cfg.header_timeout_s = s->header_timeout;

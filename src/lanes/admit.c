@@ -189,6 +189,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		return rc;
 	}
 	memcpy(r->prompt, q->prompt, (size_t)q->n_prompt * sizeof *r->prompt);
+	lane_think_attach(r, q);
 	sha256_init(&r->sha);
 	pthread_mutex_lock(&h->mu);
 	if (h->halting || h->draining || h->quit) {

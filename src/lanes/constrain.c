@@ -117,7 +117,7 @@ void lane_constrain_prefetch(lane_host *h) {
 	grammar_matcher *todo[LANE_SNAP_MAX_LANES];
 	int n = 0;
 	for (int32_t i = 0; i < h->cfg.lanes && n < LANE_SNAP_MAX_LANES; i++)
-		if (h->lanes[i] && h->lanes[i]->gm) todo[n++] = h->lanes[i]->gm;
+		if (h->lanes[i] && h->lanes[i]->gm && !lane_think_holds(h->lanes[i])) todo[n++] = h->lanes[i]->gm;
 	if (!n) return;
 	struct lane_masker *w = h->masker;
 	if (!w) {

@@ -96,13 +96,17 @@ static int32_t pick(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	float *x = h->scratch;
 	memcpy(x, lg, (size_t)nv * sizeof *x);
 	const lane_sampling *s = &r->s;
+	// a spent thinking budget: the close marker's tokens, whatever the logits say
+	const int32_t forced = lane_think_forced(r);
+	if (forced >= 0) return forced;
 	sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
 	for (int32_t i = 0; i < s->n_bias; i++) x[s->bias[i].token] += s->bias[i].bias;
-	int rc = lane_constrain_mask(r, x, nv);
+	const bool gm = r->gm && !lane_think_holds(r);
+	int rc = gm ? lane_constrain_mask(r, x, nv) : 0;
 	if (rc) return rc == LANES_ENOMEM ? -2 : -1;
 	int32_t tok = sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
 	// every candidate may be banned by biases the grammar did not forbid: none is left
-	return r->gm && x[tok] == -INFINITY ? -1 : tok;
+	return gm && x[tok] == -INFINITY ? -1 : tok;
 }
 
 // Ends r with the text it holds back and what its detokenizer still holds, as finish fin.
@@ -119,8 +123,9 @@ static void finish_flushed(lane_host *h, lane_req *r, enum lane_finish fin) {
 static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const lane_top *top, int32_t n_top) {
 	// under a grammar an end-of-generation token comes only where the text is whole: it ends
 	// the request even with ignore_eos
-	const bool eog = r->gm && tok_is_eog(h->vocab, tok);
-	if (r->gm && grammar_matcher_accept(r->gm, tok)) {
+	const bool gm = r->gm && !lane_think_holds(r); // the grammar starts after the thinking
+	const bool eog = gm && tok_is_eog(h->vocab, tok);
+	if (gm && grammar_matcher_accept(r->gm, tok)) {
 		lane_finish(h, r, LANE_EV_FAILED, 0, -1, "the grammar refused the token drawn", NULL, 0);
 		return;
 	}
@@ -135,9 +140,10 @@ static void take_token(lane_host *h, lane_req *r, int32_t tok, float lp, const l
 	const char *t;
 	size_t n = 0;
 	tok_stream_push(r->detok, tok, &t, &n);
+	lane_think_took(r, t, n);
 	bool length = r->n_gen >= r->max_tokens;
 	// the grammar's sentence is whole and nothing may follow: it ends as at a stop token
-	const bool done = r->gm && grammar_matcher_finished(r->gm);
+	const bool done = gm && grammar_matcher_finished(r->gm);
 	if (length || done) {
 		if (n && pending_add(r, t, n)) goto oom;
 		tok_stream_flush(r->detok, &t, &n);

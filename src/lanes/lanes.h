@@ -47,6 +47,20 @@ typedef struct {
 	int32_t choice;           // choice index: the draw of token p is a function of (seed, choice, p)
 } lane_sampling;
 
+// A reply's thinking section and its budget. The markers are read on the request's own text;
+// the forced tokens are the request's own, so a budgeted request's tokens are a function of the
+// request alone, whatever runs beside it.
+typedef struct {
+	const char *open, *close; // the section's markers (1..LANE_THINK_MARKER bytes each; copied at submit)
+	bool inside;              // the prompt opened the section: the reply starts in it
+	int32_t budget;           // thinking tokens, counted after the open marker; then end_ids are
+	                          // taken as the next tokens in place of draws (-1: no bound)
+	const int32_t *end_ids;   // the close marker and what the template writes after it (copied at submit)
+	int32_t n_end_ids;        // 1..LANE_THINK_END
+} lane_think;
+#define LANE_THINK_MARKER 64
+#define LANE_THINK_END 64
+
 typedef struct {
 	const int32_t *prompt;    // prompt ids (copied at submit)
 	int32_t n_prompt;
@@ -68,10 +82,13 @@ typedef struct {
 	bool normalize;           // an embedding is L2-normalized (default true)
 	// Constrained decoding (NULL: none): every token drawn is one the grammar allows, and an
 	// end-of-generation token only where its text is whole. The host takes its own reference.
-	// With triggers the constraint starts where the text first contains one (lazy).
+	// With triggers the constraint starts where the text first contains one (lazy). With think,
+	// it starts after the thinking section (none is looked for unless the prompt opened one).
 	struct grammar *grammar;
 	const char *const *grammar_triggers; // copied at submit
 	int n_grammar_triggers;
+	// Reasoning (NULL: none): where the thinking section ends, and its budget (copied at submit).
+	const lane_think *think;
 	// Adapters every row of the request adds, loaded for the host's model (copied at submit,
 	// when the host takes a reference on each that it drops as the request ends: the caller may
 	// drop its own at once). NULL: none. The prefix cache keys on the set (each adapter's

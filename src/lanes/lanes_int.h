@@ -101,6 +101,16 @@ struct lane_req {
 	char *pending;            // text held back while it may start a stop string
 	size_t n_pending, cap_pending;
 	sha256_ctx sha;
+	// reasoning (think.c)
+	struct {
+		int phase;            // LANE_TH_OFF, BEFORE, IN, FORCE, AFTER
+		char open[LANE_THINK_MARKER + 1], close[LANE_THINK_MARKER + 1];
+		char buf[LANE_THINK_MARKER]; // BEFORE: the text after leading whitespace; IN: the tail that may begin close
+		size_t n_buf;
+		int32_t budget;       // -1: none
+		int32_t count;        // thinking tokens taken
+		int32_t end[LANE_THINK_END], n_end, forced;
+	} th;
 };
 
 struct lane_host {
@@ -238,6 +248,20 @@ void lane_bg_halt(lane_host *h);
 // Emit (emit.c): samples r's next token from lg, emits its text, and ends r when a stop
 // token, stop string or its length says so; returns the token.
 int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg);
+
+// Reasoning (think.c).
+enum { LANE_TH_OFF, LANE_TH_BEFORE, LANE_TH_IN, LANE_TH_FORCE, LANE_TH_AFTER };
+// q's think: 0, or LANES_EINVAL with err. Thread-safe.
+int lane_think_check(const lane_request *q, int32_t n_vocab, char *err, size_t errlen);
+// At submit: r's thinking state from q.
+void lane_think_attach(lane_req *r, const lane_request *q);
+// The token r must take next (its budget is spent), or -1: a draw.
+int32_t lane_think_forced(const lane_req *r);
+// r's grammar waits: the thinking section is not over.
+bool lane_think_holds(const lane_req *r);
+// After r took a token whose text is t (n bytes): counts it, follows the markers, starts forcing
+// at the budget.
+void lane_think_took(lane_req *r, const char *t, size_t n);
 
 // Constrained decoding (constrain.c).
 // The grammar fields of q: 0, or LANES_EINVAL with err. Thread-safe.

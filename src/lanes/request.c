@@ -124,6 +124,7 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 			return fail(LANE_F_STOP, bad,
 				    base_seterr(err, errlen, LANES_EINVAL, "%s: stop sequence %d must be 1..%d bytes", sn, i, STOP_MAX_BYTES));
 	}
+	if (lane_think_check(q, n_vocab, err, errlen)) return LANES_EINVAL;
 	return lane_constrain_check(q, err, errlen);
 }
 

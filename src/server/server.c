@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -404,6 +405,7 @@ static void *loader(void *arg) {
 		load_stage(s, SRV_LOAD_TEMPLATE);
 		rc = chat_load(&s->chat, s->vocab, s->template_path, err, sizeof err);
 	}
+	if (!rc) rc = srv_reason_load(s, err, sizeof err);
 	if (!rc && s->cfg.draft_model) {
 		load_stage(s, SRV_LOAD_DRAFT);
 		rc = model_load_progress(&s->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
@@ -502,9 +504,21 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", MODEL_LORAS_MAX);
 	if (!(cfg->learn_share >= 0 && cfg->learn_share <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "--learn-share must be 0..1");
 	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
+	const bool reason_auto = !cfg->reasoning_format || !strcmp(cfg->reasoning_format, "auto");
+	const reason_format *reason_named = NULL;
+	if (!reason_auto && reason_format_named(cfg->reasoning_format, &reason_named))
+		return base_seterr(err, errlen, LANES_EINVAL, "--reasoning-format must be auto, none or one of %s, got '%s'",
+				   reason_format_names(), cfg->reasoning_format);
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
+	s->cfg.reasoning_format = NULL; // resolved: the caller's string is not kept
+	s->reason_auto = reason_auto;
+	s->reason_named = reason_named;
+	if (getrandom(s->think_key, sizeof s->think_key, 0) != (ssize_t)sizeof s->think_key) {
+		free(s);
+		return base_seterr(err, errlen, LANES_EIO, "no random bytes for the thinking signatures' key: %s", strerror(errno));
+	}
 	s->model_path = strdup(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
 	s->api_key = dup_or_null(cfg->api_key);

@@ -26,6 +26,7 @@ typedef struct {
 	const char *api_key;        // NULL or "": every path is open
 	size_t max_body;            // largest request body in bytes (default 8 MiB)
 	const char *chat_template;  // path of a Jinja chat template (NULL: the model's, else ChatML)
+	const char *reasoning_format; // "auto" (or NULL): the template's reasoning family; "none"; or a family's name
 	int max_connections;        // open connections at once (0: as many as the open-file limit allows)
 	int max_per_ip;             // open connections from one client address (0: no limit)
 	double header_timeout_s;    // a request's head and body must arrive within this (seconds)

@@ -217,7 +217,7 @@ test('ignored fields change no token', async () => {
 	assert.deepEqual(names(cc), ['audio', 'metadata', 'modalities', 'prediction', 'prompt_cache_key', 'store', 'verbosity', 'web_search_options']);
 });
 
-test('thinking in every documented form: checked, then named (no reasoning runs yet)', async () => {
+test('thinking in every documented form: checked, then named on a model with no reasoning family', async () => {
 	const m = (thinking, max_tokens = 2048) => post(srv.url, '/v1/messages', { model: 'm', max_tokens, messages: [{ role: 'user', content: 'x' }], thinking, stop_sequences: ['.', ' '] });
 	for (const t of [{ type: 'enabled', budget_tokens: 1024 }, { type: 'enabled', budget_tokens: 2000, display: 'omitted' }, { type: 'adaptive' }, { type: 'adaptive', display: 'summarized' }]) {
 		const r = await m(t);
@@ -263,15 +263,18 @@ test('a system message inside Anthropic messages: a system turn where the templa
 	assert.equal(alone.body.input_tokens, made.body.tokens.length);
 });
 
-test('thinking and redacted_thinking blocks in history are accepted; ChatML does not render them', async () => {
+test('redacted_thinking blocks in history are accepted, thinking blocks this server did not sign refused; ChatML does not render them', async () => {
 	const turn = (content) => [{ role: 'user', content: 'Once upon a time' }, { role: 'assistant', content }, { role: 'user', content: 'More.' }];
 	const text = { type: 'text', text: 'there was a cat.' };
-	const withThinking = turn([{ type: 'thinking', thinking: 'A story about a cat.', signature: 'sig' }, { type: 'redacted_thinking', data: 'ZW5j' }, text]);
+	const foreign = await post(srv.url, '/v1/messages/count_tokens', { model: 'm', messages: turn([{ type: 'thinking', thinking: 'A story about a cat.', signature: 'sig' }, text]) });
+	assert.equal(foreign.status, 400);
+	assert.match(foreign.body.error.message, /messages\[1\].content.0.signature/);
+	const withThinking = turn([{ type: 'redacted_thinking', data: 'ZW5j' }, text]);
 	const a = await post(srv.url, '/v1/messages/count_tokens', { model: 'm', messages: withThinking });
 	const b = await post(srv.url, '/v1/messages/count_tokens', { model: 'm', messages: turn([text]) });
 	assert.equal(a.status, 200, JSON.stringify(a.body));
 	assert.equal(a.body.input_tokens, b.body.input_tokens);
-	const calls = turn([{ type: 'thinking', thinking: 'Use the tool.', signature: 's' }, { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} }]);
+	const calls = turn([{ type: 'redacted_thinking', data: 'ZW5j' }, { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} }]);
 	calls[2] = { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'done' }] };
 	const r = await post(srv.url, '/v1/messages', { model: 'm', max_tokens: 2, messages: calls, tools: [{ name: 'f', input_schema: { type: 'object' } }] });
 	assert.equal(r.status, 200, JSON.stringify(r.body));

@@ -631,6 +631,78 @@ static void test_grammar(void) {
 	json_decref(tools);
 }
 
+
+// ---- reasoning families -----------------------------------------------------------------------
+
+static void test_reason_of(void) {
+	static const struct { const char *file, *family; } want[] = {
+		{"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "think"}, {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "think"},
+		{"llama-cpp-deepseek-r1.jinja", "think"}, {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "command-r7b"},
+		{"Qwen-Qwen2.5-7B-Instruct.jinja", "none"}, {"meta-llama-Llama-3.1-8B-Instruct.jinja", "none"},
+		{"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "none"}};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		char *src = read_template(want[i].file);
+		CHECKF(src, "cannot read %s", want[i].file);
+		const char *got = reason_format_name(reason_format_of(src));
+		CHECKF(!strcmp(got, want[i].family), "%s: %s, want %s", want[i].file, got, want[i].family);
+		free(src);
+	}
+	const reason_format *f;
+	CHECK(reason_format_named("none", &f) == 0 && !f);
+	CHECK(reason_format_named("command-r7b", &f) == 0 && f && !strcmp(f->close, "<|END_THINKING|>"));
+	CHECK(reason_format_named("deepseek", &f) == -1);
+	CHECK(reason_opened(reason_format_of("<think>"), "x<｜Assistant｜><think>\n", strlen("x<｜Assistant｜><think>\n")));
+	CHECK(!reason_opened(reason_format_of("<think>"), "<think>\n\n</think>\n\n", 20));
+}
+
+// Feeds text k bytes at a time; the pieces of thinking and answer released concatenate to what one
+// whole scan finds.
+static void scan_pieces(const reason_format *f, bool inside, const char *text, size_t k, char *think, char *answer) {
+	reason_scan s;
+	reason_scan_init(&s, f, inside);
+	size_t tn = 0, an = 0;
+	const size_t len = strlen(text);
+	for (size_t n = k < len ? k : len;; n = n + k < len ? n + k : len) {
+		reason_scan_feed(&s, text, n, n == len);
+		memcpy(think + tn, text + s.think_off + tn, s.think_len - tn);
+		tn = s.think_len;
+		const size_t al = reason_scan_answer(&s, n);
+		memcpy(answer + an, text + s.answer_off + an, al - an);
+		an = al;
+		if (n == len) break;
+	}
+	think[tn] = answer[an] = 0;
+}
+
+static void test_reason_scan(void) {
+	const reason_format *think = reason_format_of("<think>"), *r7b = reason_format_of("<|START_THINKING|>");
+	static const struct { int fam; bool inside; const char *text, *think, *answer; } cases[] = {
+		{0, false, "<think>\nThe sky scatters blue.\n</think>\n\nRayleigh.", "The sky scatters blue.", "Rayleigh."},
+		{0, false, "  <think>a</think>b", "a", "b"},
+		{0, true, "Let me see.\n</think>\n\nIt is blue.", "Let me see.", "It is blue."},
+		{0, true, "cut short </thi", "cut short </thi", ""},        // never closed: thinking, the partial marker too
+		{0, false, "No thinking here.", "", "No thinking here."},
+		{0, false, "<thin", "", "<thin"},                           // an opening cut short is the answer
+		{0, false, "<thinking>x", "", "<thinking>x"},
+		{0, false, "a </think> b", "", "a </think> b"},             // a close with no open is text
+		{0, true, "</think>\n\n", "", ""},
+		{0, true, "x </ think></think>y", "x </ think>", "y"},
+		{1, false, "<|START_THINKING|>plan<|END_THINKING|>answer", "plan", "answer"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const reason_format *f = cases[i].fam ? r7b : think;
+		char t[128], a[128];
+		for (size_t k = 1; k <= 9; k++) {
+			scan_pieces(f, cases[i].inside, cases[i].text, k, t, a);
+			CHECKF(!strcmp(t, cases[i].think) && !strcmp(a, cases[i].answer), "case %zu by %zu: think '%s' answer '%s'", i, k, t, a);
+		}
+	}
+	// no family: all of it is the answer
+	char t[64], a[64];
+	scan_pieces(NULL, false, "<think>x</think>y", 3, t, a);
+	CHECK(!strcmp(t, "") && !strcmp(a, "<think>x</think>y"));
+}
+
 int main(void) {
 	test_format_of();
 	test_render_every_template();
@@ -641,5 +713,7 @@ int main(void) {
 	test_parse_malformed();
 	test_parse_hostile();
 	test_grammar();
+	test_reason_of();
+	test_reason_scan();
 	T_DONE("test_tools");
 }

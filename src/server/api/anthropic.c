@@ -14,6 +14,7 @@ typedef struct {
 	json_t *j;       // the request: stop sequences point into it
 	int blocks;      // stream: content blocks started
 	bool text_open;  // stream: the last block is a text block still open
+	bool think_open; // stream: the last block is a thinking block still open
 } ant_state;
 
 static void ant_free(void *p) {
@@ -46,8 +47,36 @@ static void block_stop(srv_call *c, int index) {
 	srv_sse(c, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", index));
 }
 
+// The thinking block ends with its signature, made over the whole of its text.
+static void think_stop(srv_call *c) {
+	ant_state *st = c->st;
+	if (!st->think_open) return;
+	const srv_buf *t = &c->ch[0].thinking;
+	char sig[SRV_THINK_SIG];
+	srv_think_sign(c->s, t->p ? t->p : "", t->len, sig);
+	srv_sse(c, "content_block_delta",
+		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", st->blocks - 1, "delta", "type",
+			  "signature_delta", "signature", sig));
+	block_stop(c, st->blocks - 1);
+	st->think_open = false;
+}
+
+static void ant_thinking(srv_call *c, int i, const char *text, size_t len) {
+	ant_state *st = c->st;
+	if (!st->think_open) {
+		srv_sse(c, "content_block_start",
+			json_pack("{s:s, s:i, s:{s:s, s:s, s:s}}", "type", "content_block_start", "index", st->blocks++, "content_block",
+				  "type", "thinking", "thinking", "", "signature", ""));
+		st->think_open = true;
+	}
+	srv_sse(c, "content_block_delta",
+		json_pack("{s:s, s:i, s:{s:s, s:s%}}", "type", "content_block_delta", "index", st->blocks - 1, "delta", "type",
+			  "thinking_delta", "thinking", text, len));
+}
+
 static void text_start(srv_call *c) {
 	ant_state *st = c->st;
+	think_stop(c);
 	srv_sse(c, "content_block_start",
 		json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", st->blocks++, "content_block", "type",
 			  "text", "text", ""));
@@ -69,6 +98,7 @@ static void sink_content(srv_call *c, int i, const char *text, size_t len) {
 
 static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {
 	ant_state *st = c->st;
+	think_stop(c);
 	if (st->text_open) block_stop(c, st->blocks - 1), st->text_open = false;
 	srv_sse(c, "content_block_start",
 		json_pack("{s:s, s:i, s:{s:s, s:s, s:s%, s:{}}}", "type", "content_block_start", "index", st->blocks++, "content_block",
@@ -102,21 +132,25 @@ static void ant_begin(srv_call *c) {
 		json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:o}}", "type", "message_start", "message", "id", c->id, "type",
 			  "message", "role", "assistant", "content", "model", srv_call_model(c), "stop_reason", "stop_sequence", "usage",
 			  usage(c, 0, 0)));
-	// with tools the blocks start as the text shows what they are
-	if (!c->g.parse_calls) text_start(c);
+	// with tools or thinking the blocks start as the text shows what they are
+	if (!c->g.parse_calls && !c->g.reasoning) text_start(c);
 	srv_sse(c, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
 static void ant_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	if (!c->g.stream) return;
+	ant_state *st = c->st;
 	if (c->g.parse_calls) srv_tools_stream(c, 0, false, &ant_sink);
+	else if (len && !st->text_open) sink_content(c, 0, text, len);
 	else if (len) text_delta(c, text, len);
 }
 
 static void ant_done(srv_call *c) {
 	ant_state *st = c->st;
 	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &ant_sink);
-	if (!st->blocks) text_start(c);
+	// a reply that never left its thinking still ends with a text block, as a turn must
+	if (!st->blocks || (st->think_open && !c->g.parse_calls)) text_start(c);
+	think_stop(c);
 	if (st->text_open) block_stop(c, st->blocks - 1);
 	const srv_tool_stream *ts = &c->ch[0].tools;
 	json_t *d = json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
@@ -134,10 +168,16 @@ static json_t *ant_reply(srv_call *c) {
 	json_t *calls = NULL;
 	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
 	json_t *content = json_array();
+	if (ch->rs.thought) {
+		char sig[SRV_THINK_SIG];
+		srv_think_sign(c->s, ch->thinking.p ? ch->thinking.p : "", ch->thinking.len, sig);
+		json_array_append_new(content, json_pack("{s:s, s:s%, s:s}", "type", "thinking", "thinking", ch->thinking.p ? ch->thinking.p : "",
+							 ch->thinking.len, "signature", sig));
+	}
 	size_t sp = 0;
 	while (sp < clen && strchr(" \t\r\n", text[sp])) sp++;
 	// a turn of calls alone has no text block
-	if (sp < clen || !json_array_size(calls)) json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, clen));
+	if (sp < clen || !json_array_size(calls) || (ch->rs.thought && !json_array_size(calls))) json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, clen));
 	size_t k;
 	json_t *v;
 	json_array_foreach(calls, k, v) json_array_append_new(content, json_pack("{s:s, s:O, s:O, s:O}", "type", "tool_use", "id",
@@ -151,7 +191,7 @@ static json_t *ant_reply(srv_call *c) {
 	return m;
 }
 
-static const srv_api ant_api = {.begin = ant_begin, .text = ant_text, .done = ant_done, .reply = ant_reply, .free_state = ant_free, .family = SRV_ANTHROPIC};
+static const srv_api ant_api = {.begin = ant_begin, .text = ant_text, .thinking = ant_thinking, .done = ant_done, .reply = ant_reply, .free_state = ant_free, .family = SRV_ANTHROPIC};
 
 // ---- parsing ------------------------------------------------------------------------------------
 
@@ -227,10 +267,10 @@ static const srv_field ant_msg_fields[] = {
 	{0},
 };
 
-// thinking in each documented form: {"type": "enabled", "budget_tokens"}, adaptive, between_tools
-// or disabled, each with an optional display. No reasoning runs yet: all but disabled are named.
-// max_tokens 0: not known (count_tokens).
-static int ant_thinking(srv_conn *c, const json_t *v, int32_t max_tokens, srv_err *e) {
+// thinking in each documented form: {"type": "enabled", "budget_tokens"} (the lane's budget),
+// adaptive and between_tools (the model's own measure) or disabled, each with an optional display
+// (omitted is named: the thinking is shown). max_tokens 0: not known (count_tokens).
+static int ant_think(srv_conn *c, srv_gen *g, const json_t *v, int32_t max_tokens, srv_err *e) {
 	static const char *const forms = "{\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"}, "
 					 "{\"type\": \"between_tools\"} or {\"type\": \"disabled\"}";
 	if (!v) return 0;
@@ -256,7 +296,11 @@ static int ant_thinking(srv_conn *c, const json_t *v, int32_t max_tokens, srv_er
 		if (max_tokens && n >= max_tokens)
 			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.budget_tokens: must be less than max_tokens");
 	}
-	if (strcmp(t, "disabled")) srv_ignored_add(c, "thinking");
+	// a model with no reasoning family has no thinking to bound or show
+	if (!c->s->reason && strcmp(t, "disabled")) srv_ignored_add(c, "thinking");
+	else if (ds && !strcmp(ds, "omitted")) srv_ignored_add(c, "thinking.display");
+	g->think = strcmp(t, "disabled") ? SRV_THINK_ON : SRV_THINK_OFF;
+	if (enabled) g->think_budget = (int32_t)json_integer_value(b);
 	return 0;
 }
 
@@ -285,7 +329,7 @@ static int ant_format(ant_req *r, bool compile, srv_err *e) {
 // thinking, the format's shape, and the one field that is required: before srv_gen_check, whose
 // --max-tokens would fill in a max_tokens not sent.
 static int ant_check(srv_conn *c, ant_req *r, bool count, srv_err *e) {
-	if (ant_thinking(c, r->thinking, count ? 0 : r->g.lr.max_tokens, e) || ant_format(r, false, e)) return -1;
+	if (ant_think(c, &r->g, r->thinking, count ? 0 : r->g.lr.max_tokens, e) || ant_format(r, false, e)) return -1;
 	if (!r->g.lr.max_tokens) return srv_fail(e, SRV_E_BAD_REQUEST, "max_tokens", "max_tokens: field required");
 	return 0;
 }
@@ -384,6 +428,12 @@ static int ant_blocks(srv_conn *c, const char *role, json_t *content, const char
 			json_t *tt = json_object_get(bl, "thinking");
 			if (!json_is_string(tt)) {
 				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s: a thinking block is {thinking, signature}", p);
+				goto fail;
+			}
+			// a block this server made comes back with its signature; one changed since does not
+			if (!srv_think_signed(c->s, json_string_value(tt), json_string_length(tt), json_string_value(json_object_get(bl, "signature")))) {
+				srv_fail(e, SRV_E_BAD_REQUEST, p, "%s.signature: Invalid signature in thinking block (not a block this server made, "
+					 "or its thinking was changed)", p);
 				goto fail;
 			}
 			if (th.len) srv_buf_adds(&th, "\n\n");

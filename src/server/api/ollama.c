@@ -131,7 +131,7 @@ static const srv_field show_fields[] = {
 
 // What the model does here, as Ollama names it: completion and tools unless --embeddings (tools
 // work on every template: one without a tool family of its own gets the fallback's calls), and
-// embedding always; thinking when the template has a thinking block; never insert (suffix is refused).
+// embedding always; thinking when replies set their thinking apart (a reasoning family); never insert (suffix is refused).
 static json_t *capabilities(const http_server *s) {
 	json_t *a = json_array();
 	if (!s->cfg.embeddings_only) {
@@ -139,9 +139,7 @@ static json_t *capabilities(const http_server *s) {
 		json_array_append_new(a, json_string("tools"));
 	}
 	json_array_append_new(a, json_string("embedding"));
-	const char *t = s->chat.src;
-	if (!s->cfg.embeddings_only && t && (strstr(t, "<think>") || strstr(t, "enable_thinking") || strstr(t, "reasoning_content")))
-		json_array_append_new(a, json_string("thinking"));
+	if (!s->cfg.embeddings_only && s->reason) json_array_append_new(a, json_string("thinking"));
 	return a;
 }
 
@@ -312,6 +310,18 @@ static void sink_content(srv_call *c, int i, const char *text, size_t len) {
 	if (len) ndjson(c, oll_object(c, text, len, false));
 }
 
+// Thinking goes in message.thinking (chat) or thinking (generate), beside an empty text.
+static void oll_think_set(srv_call *c, json_t *o, const char *text, size_t len) {
+	const oll_req *r = c->st;
+	if (o) json_object_set_new(r->chat ? json_object_get(o, "message") : o, "thinking", json_stringn(text, len));
+}
+
+static void oll_thinking(srv_call *c, int i, const char *text, size_t len) {
+	json_t *o = oll_object(c, "", 0, false);
+	oll_think_set(c, o, text, len);
+	ndjson(c, o);
+}
+
 static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {}
 
 static void sink_args(srv_call *c, int i, int k, const char *text, size_t len) {}
@@ -343,6 +353,7 @@ static json_t *oll_reply(srv_call *c) {
 	json_t *calls = NULL;
 	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
 	json_t *o = oll_final(c, ch->text.p ? ch->text.p : "", clen);
+	if (ch->rs.thought) oll_think_set(c, o, ch->thinking.p ? ch->thinking.p : "", ch->thinking.len);
 	if (o && json_array_size(calls)) {
 		json_t *tc = json_array();
 		size_t k;
@@ -354,7 +365,7 @@ static json_t *oll_reply(srv_call *c) {
 	return o;
 }
 
-static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .done = oll_done, .reply = oll_reply, .free_state = oll_free, .family = SRV_OLLAMA};
+static const srv_api oll_srv_api = {.begin = oll_begin, .text = oll_text, .thinking = oll_thinking, .done = oll_done, .reply = oll_reply, .free_state = oll_free, .family = SRV_OLLAMA};
 
 // Ollama's num_predict (-1 and -2: to the window) and repeat_last_n (-1: the whole context,
 // 0: no penalty), and the options lanes honours only at their neutral values (named otherwise).
@@ -412,14 +423,17 @@ static char *with_images(srv_conn *c, const char *text, size_t n_images) {
 }
 
 // Fields lanes cannot honour: named, or refused where going on would answer something else.
-static int oll_unsupported(srv_conn *c, const oll_req *r, srv_err *e) {
+static int oll_unsupported(srv_conn *c, oll_req *r, srv_err *e) {
 	if (r->context && !(json_is_array(r->context) && !json_array_size(r->context)))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "context", "context (a previous reply's tokens) is not supported: send the text");
 	const json_t *t = r->think;
 	const char *ts = json_string_value(t);
 	if (t && !json_is_boolean(t) && !json_is_null(t) && !(ts && (!strcmp(ts, "high") || !strcmp(ts, "medium") || !strcmp(ts, "low"))))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "think", "think must be a boolean, \"high\", \"medium\" or \"low\"");
-	if (json_is_true(t) || ts) srv_ignored_add(c, "think"); // no reasoning runs yet
+	// a level bounds the thinking as reasoning_effort does
+	if ((json_is_true(t) || ts) && !c->s->reason) srv_ignored_add(c, "think"); // no reasoning family: nothing to show
+	if (ts) srv_think_effort(&r->g, ts, "think", e);
+	else if (json_is_boolean(t)) r->g.think = json_is_true(t) ? SRV_THINK_ON : SRV_THINK_OFF;
 	if (r->suffix && *r->suffix) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
 	if (r->templ && *r->templ) srv_ignored_add(c, "template"); // the model's chat template renders it
 	return 0;

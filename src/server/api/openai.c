@@ -48,8 +48,9 @@ static const char *stream_finish(const srv_call *c, const srv_choice *ch) {
 
 static json_t *usage(const srv_call *c) {
 	int32_t gen = srv_call_generated(c);
-	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", c->g.lr.n_prompt, "completion_tokens", gen, "total_tokens",
-			 c->g.lr.n_prompt + gen, "prompt_tokens_details", "cached_tokens", c->n ? c->ch[0].n_cached : 0);
+	return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "prompt_tokens", c->g.lr.n_prompt, "completion_tokens", gen, "total_tokens",
+			 c->g.lr.n_prompt + gen, "prompt_tokens_details", "cached_tokens", c->n ? c->ch[0].n_cached : 0,
+			 "completion_tokens_details", "reasoning_tokens", srv_call_thought(c));
 }
 
 // ---- logprobs -----------------------------------------------------------------------------------
@@ -145,6 +146,11 @@ static void sink_end(srv_call *c, int i, int k, const char *id, json_t *call) { 
 
 static const srv_tool_sink oai_sink = {sink_content, sink_start, sink_args, sink_end};
 
+// The thinking as vLLM, llama-server and DeepSeek's API stream it.
+static void oai_thinking(srv_call *c, int i, const char *text, size_t len) {
+	if (((oai_state *)c->st)->chat) delta(c, i, json_pack("{s:s%}", "reasoning_content", text, len));
+}
+
 static void oai_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	oai_state *st = c->st;
 	bool with_lp = c->g.lr.logprobs && tok;
@@ -233,6 +239,8 @@ static json_t *oai_reply(srv_call *c) {
 				      text, clen, "refusal", "logprobs", lp, "finish_reason", with_calls && !srv_choice_cut(ch) ? "tool_calls" : finish_name(ch),
 				      "token_sha", ch->token_sha);
 			json_t *msg = json_object_get(o, "message");
+			if (msg && ch->rs.thought)
+				json_object_set_new(msg, "reasoning_content", json_stringn(ch->thinking.p ? ch->thinking.p : "", ch->thinking.len));
 			if (msg && with_calls) {
 				// content null when the turn is only calls, as OpenAI sends it
 				size_t sp = 0;
@@ -270,7 +278,7 @@ static json_t *oai_reply(srv_call *c) {
 			 (json_int_t)c->g.lr.sampling.seed);
 }
 
-static const srv_api oai_api = {.begin = oai_begin, .text = oai_text, .choice_end = oai_choice_end, .done = oai_done, .reply = oai_reply, .free_state = oai_free, .family = SRV_OPENAI};
+static const srv_api oai_api = {.begin = oai_begin, .text = oai_text, .thinking = oai_thinking, .choice_end = oai_choice_end, .done = oai_done, .reply = oai_reply, .free_state = oai_free, .family = SRV_OPENAI};
 
 // ---- parsing ------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ typedef struct {
 	bool truncation_auto;      // echoed back: "auto" when sent, else "disabled"
 	int items;                 // stream: output items added
 	bool msg_open;             // stream: the message item is open
+	bool rs_open;              // stream: the reasoning item is open
 	size_t msg_len;            // stream: bytes of its text sent
 	srv_stream_seen seen;      // stream: the response it opened with, for its failure
 	json_t *previous;          // echoed back: previous_response_id (null when absent)
@@ -42,7 +43,7 @@ static void resp_free(void *p) {
 static json_t *usage(const srv_call *c) {
 	int32_t gen = srv_call_generated(c);
 	return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->g.lr.n_prompt, "input_tokens_details",
-			 "cached_tokens", c->ch[0].n_cached, "output_tokens", gen, "output_tokens_details", "reasoning_tokens", 0,
+			 "cached_tokens", c->ch[0].n_cached, "output_tokens", gen, "output_tokens_details", "reasoning_tokens", srv_call_thought(c),
 			 "total_tokens", c->g.lr.n_prompt + gen);
 }
 
@@ -72,12 +73,24 @@ static json_t *call_item(const char *call_id, const char *name, size_t name_len,
 			 name_len, "arguments", args, args_len, "status", status);
 }
 
-// The output items of the finished text: a message (unless the turn is calls alone) and the calls.
+// The reasoning item: its id follows from the message's.
+static json_t *reasoning_item(srv_call *c, const char *status, bool with_text) {
+	resp_state *st = c->st;
+	const srv_buf *t = &c->ch[0].thinking;
+	char id[80];
+	snprintf(id, sizeof id, "rs_%s", st->item_id + 4);
+	json_t *content = with_text ? json_pack("[{s:s, s:s%}]", "type", "reasoning_text", "text", t->p ? t->p : "", t->len) : json_array();
+	return json_pack("{s:s, s:s, s:[], s:o, s:s}", "id", id, "type", "reasoning", "summary", "content", content, "status", status);
+}
+
+// The output items of the finished text: the reasoning, a message (unless the turn is calls
+// alone) and the calls.
 static json_t *output_items(srv_call *c, const char *status) {
 	size_t clen = c->ch[0].text.len;
 	json_t *calls = NULL;
 	if (srv_tool_calls(c, 0, &clen, &calls)) return NULL;
 	json_t *out = json_array();
+	if (c->ch[0].rs.thought) json_array_append_new(out, reasoning_item(c, status, true));
 	const char *t = c->ch[0].text.p ? c->ch[0].text.p : "";
 	size_t sp = 0;
 	while (sp < clen && strchr(" \t\r\n", t[sp])) sp++;
@@ -136,8 +149,40 @@ static void event(srv_call *c, const char *type, json_t *data) {
 	srv_sse(c, type, data);
 }
 
+static void rs_close(srv_call *c) {
+	resp_state *st = c->st;
+	if (!st->rs_open) return;
+	const srv_buf *t = &c->ch[0].thinking;
+	json_t *item = reasoning_item(c, "completed", true);
+	json_t *id = json_incref(json_object_get(item, "id"));
+	event(c, "response.reasoning_text.done",
+	      json_pack("{s:O, s:i, s:i, s:s%}", "item_id", id, "output_index", st->items, "content_index", 0, "text", t->p ? t->p : "", t->len));
+	event(c, "response.content_part.done", json_pack("{s:O, s:i, s:i, s:{s:s, s:s%}}", "item_id", id, "output_index", st->items,
+							 "content_index", 0, "part", "type", "reasoning_text", "text", t->p ? t->p : "", t->len));
+	event(c, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", st->items, "item", item));
+	json_decref(id);
+	st->items++;
+	st->rs_open = false;
+}
+
+static void resp_thinking(srv_call *c, int i, const char *text, size_t len) {
+	resp_state *st = c->st;
+	char id[80];
+	snprintf(id, sizeof id, "rs_%s", st->item_id + 4);
+	if (!st->rs_open) {
+		st->rs_open = true;
+		event(c, "response.output_item.added",
+		      json_pack("{s:i, s:o}", "output_index", st->items, "item", reasoning_item(c, "in_progress", false)));
+		event(c, "response.content_part.added", json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id", id, "output_index", st->items,
+								  "content_index", 0, "part", "type", "reasoning_text", "text", ""));
+	}
+	event(c, "response.reasoning_text.delta",
+	      json_pack("{s:s, s:i, s:i, s:s%}", "item_id", id, "output_index", st->items, "content_index", 0, "delta", text, len));
+}
+
 static void msg_open(srv_call *c) {
 	resp_state *st = c->st;
+	rs_close(c);
 	st->msg_open = true;
 	event(c, "response.output_item.added",
 	      json_pack("{s:i, s:o}", "output_index", st->items, "item", message_item(c, "in_progress", false)));
@@ -174,6 +219,7 @@ static void sink_content(srv_call *c, int i, const char *text, size_t len) {
 
 static void sink_start(srv_call *c, int i, int k, const char *id, const char *name, size_t name_len) {
 	resp_state *st = c->st;
+	rs_close(c);
 	if (st->msg_open) msg_close(c, "completed");
 	event(c, "response.output_item.added",
 	      json_pack("{s:i, s:o}", "output_index", st->items, "item", call_item(id, name, name_len, "", 0, "in_progress")));
@@ -207,13 +253,15 @@ static void resp_begin(srv_call *c) {
 	st->seen.response = json_incref(r); // never changed after: the failure repeats it
 	event(c, "response.created", json_pack("{s:o}", "response", r));
 	event(c, "response.in_progress", json_pack("{s:o}", "response", response(c, "in_progress", NULL, false)));
-	// with tools the items open as the text shows what they are
-	if (!c->g.parse_calls) msg_open(c);
+	// with tools or thinking the items open as the text shows what they are
+	if (!c->g.parse_calls && !c->g.reasoning) msg_open(c);
 }
 
 static void resp_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	if (!c->g.stream) return;
+	resp_state *st = c->st;
 	if (c->g.parse_calls) srv_tools_stream(c, 0, false, &resp_sink);
+	else if (len && !st->msg_open) sink_content(c, 0, text, len);
 	else if (len) msg_delta(c, text, len);
 }
 
@@ -222,7 +270,9 @@ static void resp_done(srv_call *c) {
 	const srv_choice *ch = &c->ch[0];
 	bool incomplete = srv_choice_cut(ch);
 	if (c->g.parse_calls) srv_tools_stream(c, 0, true, &resp_sink);
-	if (!st->items && !st->msg_open) msg_open(c);
+	// a reply that never left its thinking still ends with its message, as the reply's output does
+	if ((!st->items && !st->msg_open) || (st->rs_open && !c->g.parse_calls)) msg_open(c);
+	rs_close(c);
 	if (st->msg_open) msg_close(c, incomplete ? "incomplete" : "completed");
 	event(c, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", final_response(c)));
 }
@@ -238,7 +288,7 @@ static void resp_fail(srv_call *c) {
 
 static json_t *resp_reply(srv_call *c) { return final_response(c); }
 
-static const srv_api resp_api = {.begin = resp_begin, .text = resp_text, .done = resp_done, .fail = resp_fail, .reply = resp_reply, .free_state = resp_free, .family = SRV_RESPONSES};
+static const srv_api resp_api = {.begin = resp_begin, .text = resp_text, .thinking = resp_thinking, .done = resp_done, .fail = resp_fail, .reply = resp_reply, .free_state = resp_free, .family = SRV_RESPONSES};
 
 // ---- parsing ------------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ const srv_field srv_gen_fields[] = {
 	{"n_predict", SRV_K_JSON, .off = offsetof(srv_gen, n_predict)},
 	{"chat_template_kwargs", SRV_K_JSON, .off = offsetof(srv_gen, template_kwargs)},
 	{"reasoning_effort", SRV_K_STR, .off = offsetof(srv_gen, reasoning_effort)},
+	{"thinking_budget", SRV_K_JSON, .off = offsetof(srv_gen, thinking_budget)},
 	{"lora", SRV_K_JSON, .off = offsetof(srv_gen, lora)},
 	{"metadata", SRV_K_JSON, .off = offsetof(srv_gen, metadata)},
 	// what lanes does not do as asked: the prefix cache works without a key, and no identity is kept
@@ -57,6 +58,7 @@ void srv_gen_init(srv_gen *g, const lane_api *api, srv_conn *conn) {
 	lane_request_init(&g->lr); // "draft": false turns drafting off; --draft off for every request
 	g->api = *api;
 	g->n = 1;
+	g->think_budget = -1;
 }
 
 void srv_gen_free(srv_gen *g) {
@@ -91,6 +93,7 @@ static void gen_wire(srv_gen *g) {
 	g->lr.grammar_triggers = g->triggers;
 	g->lr.n_grammar_triggers = g->n_triggers;
 	g->lr.lora = g->lora_set.n ? &g->lora_set : NULL;
+	g->lr.think = g->reasoning ? &g->lthink : NULL;
 }
 
 // Appends adapter a (a reference the set takes over) at scale to g's set; a scale of 0 turns it
@@ -180,6 +183,14 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	if (g->template_kwargs && json_object_get(g->template_kwargs, "messages"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs may not set messages");
 	if (srv_gen_domain(g, e)) return -1;
+	if (g->reasoning_effort && srv_think_effort(g, g->reasoning_effort, "reasoning_effort", e)) return -1;
+	if (g->thinking_budget) {
+		const json_int_t b = json_is_integer(g->thinking_budget) ? json_integer_value(g->thinking_budget) : -2;
+		if (b < 0 || b > INT32_MAX)
+			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking_budget", "thinking_budget must be an integer of at least 0 (thinking tokens)");
+		g->think_budget = (int32_t)b;
+		if (g->think == SRV_THINK_DEFAULT) g->think = SRV_THINK_ON;
+	}
 	if (g->n_predict) {
 		const json_int_t np = json_is_integer(g->n_predict) ? json_integer_value(g->n_predict) : 0;
 		if (!json_is_integer(g->n_predict) || np == 0 || np < -1 || np > INT32_MAX)
@@ -401,7 +412,7 @@ static json_t *join_system(const json_t *messages) {
 	return ok ? out : NULL;
 }
 
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
@@ -409,12 +420,28 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	if (srv_check_parts(s, messages, param, e)) return -1;
 	json_t *joined = NULL;
 	if (json_array_size(messages) > 1 && !system_turns(s) && (joined = join_system(messages))) messages = joined;
-	const chat_input in = {.messages = messages, .tools = g ? g->tools : NULL, .kwargs = g ? g->template_kwargs : NULL,
+	// thinking off: the template's own switch, where it has one and the client did not set it
+	json_t *kw = g ? g->template_kwargs : NULL, *kwo = NULL;
+	const reason_format *rf = s->reason;
+	if (g && rf && rf->off_var && json_is_false(json_object_get(kw, rf->off_var))) g->think = SRV_THINK_OFF;
+	if (g && g->think == SRV_THINK_OFF && rf && s->chat.reason_switch && !json_object_get(kw, rf->off_var)) {
+		kwo = kw ? json_copy(kw) : json_object();
+		if (kwo) json_object_set_new(kwo, rf->off_var, json_false());
+		kw = kwo;
+	}
+	const chat_input in = {.messages = messages, .tools = g ? g->tools : NULL, .kwargs = kw,
 			       .reasoning_effort = g ? g->reasoning_effort : NULL, .prefill = prefill, .add_generation_prompt = true};
 	int32_t *v = NULL;
 	size_t cnt = 0;
-	enum chat_fault fault;
-	int rc = chat_prompt(&s->chat, &in, fits, s, &v, &cnt, &fault, err, sizeof err);
+	enum chat_fault fault = CHAT_F_NONE;
+	char *text = NULL;
+	size_t len = 0;
+	int rc = chat_render(&s->chat, &in, &text, &len, &fault, err, sizeof err);
+	json_decref(kwo);
+	if (!rc && g && !srv_think_prompt(s, g, prefill && *prefill, &text, &len)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+	if (!rc && (rc = fits(s, len, err, sizeof err))) fault = CHAT_F_SIZE;
+	if (!rc && (rc = tok_encode_chat(s->vocab, text, len, &v, &cnt, err, sizeof err))) fault = CHAT_F_MESSAGES;
+	free(text);
 	json_decref(joined);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (rc && fault == CHAT_F_SIZE) return too_long(e, param, err);
@@ -705,8 +732,7 @@ static void pump(srv_call *c) {
 				else srv_hist_observe(&s->itl, (double)(at - ch->t_last_us) / 1e6, 1);
 				ch->t_last_us = at;
 				ch->n_tokens++;
-				srv_buf_add(&ch->text, ev.text, ev.text_len);
-				c->api->text(c, i, ev.text, ev.text_len, &ev);
+				srv_choice_text(c, i, ev.text, ev.text_len, &ev, false);
 				c->out_bytes += event_bytes(c, &ev);
 				if (!c->g.stream && c->out_bytes > s->cfg.max_output_bytes) {
 					c->failed = c->too_big = true;
@@ -732,10 +758,8 @@ static void pump(srv_call *c) {
 				ch->n_vectors = ch->embedding ? ev.n_vectors : 0;
 			}
 			if (ev.kind == LANE_EV_FINISHED) {
-				if (ev.text_len) {
-					srv_buf_add(&ch->text, ev.text, ev.text_len);
-					c->api->text(c, i, ev.text, ev.text_len, NULL);
-				}
+				// what the scan held back is placed now, with the rest of the text
+				srv_choice_text(c, i, ev.text, ev.text_len, NULL, true);
 				if (c->api->choice_end && c->g.stream) c->api->choice_end(c, i);
 			} else {
 				c->failed = true;
@@ -866,7 +890,8 @@ void srv_call_free(srv_call *c) {
 	}
 	if (c->api && c->api->free_state) c->api->free_state(c->st);
 	for (int i = 0; c->ch && i < c->n; i++)
-		srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding), json_decref(c->ch[i].tools.ids), tool_scan_free(&c->ch[i].tools.scan);
+		srv_buf_free(&c->ch[i].text), free(c->ch[i].embedding), json_decref(c->ch[i].tools.ids), tool_scan_free(&c->ch[i].tools.scan),
+			srv_buf_free(&c->ch[i].raw), srv_buf_free(&c->ch[i].thinking);
 	free(c->ch);
 	free(c->req);
 	srv_gen_free(&c->g);
@@ -941,6 +966,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		srv_fail(&e, SRV_E_BUSY, NULL, "too many generation calls are open: retry shortly");
 		return srv_reply_error(conn, &e);
 	}
+	for (int i = 0; i < c->n; i++) reason_scan_init(&c->ch[i].rs, c->g.reasoning ? s->reason : NULL, c->g.think_inside);
 	lane_request lr = c->g.lr;
 	lr.lease = srv_lease_of(conn); // a peer's forward: admitted on the lane it leased
 	for (int i = 0; i < c->n; i++) {

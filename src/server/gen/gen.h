@@ -14,6 +14,9 @@
 #define SRV_LOGPROB_BYTES 64
 
 // ---- a request as an adapter reads it ------------------------------------------------------
+// What a request asked of the model's thinking.
+enum srv_think { SRV_THINK_DEFAULT, SRV_THINK_ON, SRV_THINK_OFF };
+
 typedef struct {
 	srv_conn *conn;                // the request: what it sent and lanes ignores is named on it (srv_ignored_add)
 	lane_request lr;               // the contract; api, prompt, stops and bias point into this struct
@@ -44,6 +47,13 @@ typedef struct {
 	json_t *lora;                  // "lora" as sent (borrowed)
 	model_lora_set lora_set;       // the versions bound at the check, a reference on each (owned)
 	char model_name[MODEL_LORA_NAME_MAX + 1]; // the adapter "model" named ("": the base): replies name it
+	// reasoning (gen/think.c)
+	enum srv_think think;          // what the client asked (default: the model's and its template's)
+	int32_t think_budget;          // thinking tokens before the lane closes the section (-1: no bound)
+	json_t *thinking_budget;       // lanes' extension "thinking_budget" as sent (borrowed): think_budget in every API
+	bool reasoning;                // the output is split into thinking and answer (a chat prompt, a reasoning family)
+	bool think_inside;             // the prompt opened the section: the reply starts in it
+	lane_think lthink;             // the lane's view (markers and end tokens the server's)
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
@@ -76,8 +86,30 @@ int srv_openai_messages(json_t *msgs, srv_conn *c, json_t **out, srv_err *e);
 // the conversation began joins the leading system prompt, in order, where the template renders
 // no system turn there. g (may be NULL) adds
 // its chat_template_kwargs and reasoning_effort to the template's variables. Errors name param.
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, const srv_gen *g,
+// With a reasoning family g's think settles the prompt's end (gen/think.c): off turns thinking off
+// through the template's switch, else closes an empty section; a grammar opens the section where
+// the template does not, so the constraint starts after it.
+int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e);
+
+// ---- reasoning (gen/think.c) ------------------------------------------------------------------
+// At load: the family (--reasoning-format, else the template's) and its end tokens. 0 or a code.
+int srv_reason_load(http_server *s, char *err, size_t errlen);
+// A reasoning_effort (OpenAI, Responses, Ollama's think levels) as g's think and budget: none
+// turns thinking off, minimal, low and medium bound it, high and xhigh leave it free; another
+// value only reaches the template. param names it in errors. 0, or -1 with e.
+int srv_think_effort(srv_gen *g, const char *effort, const char *param, srv_err *e);
+// A thinking block's signature: HMAC-SHA256 of its text under the server's key, base64.
+#define SRV_THINK_SIG 45
+void srv_think_sign(const http_server *s, const char *text, size_t len, char out[SRV_THINK_SIG]);
+// Whether sig is the signature this server gave text.
+bool srv_think_signed(const http_server *s, const char *text, size_t len, const char *sig);
+// The rendered prompt's end as g's thinking asks (with a reasoning family): g->reasoning,
+// g->think_inside and g->lthink set. A client's prefill (prefill true) is continued as sent.
+// false: out of memory.
+bool srv_think_prompt(http_server *s, srv_gen *g, bool prefill, char **text, size_t *len);
+// Reasoning tokens of the call's choices (usage's reasoning_tokens).
+int32_t srv_call_thought(const srv_call *c);
 
 // ---- constrained decoding and tool calls (gen/tools.c) -----------------------------------
 #define SRV_TOOLS_MAX 512     // tools one request may offer
@@ -141,6 +173,12 @@ typedef struct {
 	float *embedding;              // an embedding request's vector (malloc'd), n_embd floats
 	int32_t n_embd, n_vectors, n_prompt;
 	srv_tool_stream tools;         // tool calls parsed from text
+	// reasoning (g.reasoning): text holds the answer alone
+	srv_buf raw;                   // the whole text: thinking, its markers, the answer
+	srv_buf thinking;              // the thinking so far, markers and surrounding whitespace left out
+	reason_scan rs;                // where raw stands
+	int32_t n_think;               // tokens of thinking (the markers' included)
+	int32_t n_unsure;              // tokens read before the reply showed whether it thinks
 } srv_choice;
 
 // What an API adapter does with the call's events. Streamed calls write SSE into c->out.
@@ -148,6 +186,8 @@ typedef struct {
 	void (*begin)(srv_call *c);    // stream: the opening events
 	// text of choice i: tok is the token event (NULL for the terminal event's remainder)
 	void (*text)(srv_call *c, int i, const char *text, size_t len, const lane_event *tok);
+	// stream: thinking of choice i, before the answer's text (NULL: the adapter shows none)
+	void (*thinking)(srv_call *c, int i, const char *text, size_t len);
 	void (*choice_end)(srv_call *c, int i); // stream: choice i finished
 	void (*done)(srv_call *c);     // stream: every choice finished — the closing events
 	void (*fail)(srv_call *c);     // stream: its error event for c->fail_reason (NULL: the family's alone)
@@ -207,6 +247,9 @@ void srv_waker_stop(http_server *s);
 // Appends one event in the call's family's framing (srv_stream_event), data stolen, to c->out.
 void srv_sse(srv_call *c, const char *name, json_t *data);
 void srv_sse_raw(srv_call *c, const char *s);
+// Choice i's text as an event brings it (tok NULL: the terminal event's rest; end: no more comes):
+// with reasoning split into thinking and answer, each piece to the adapter as it is found.
+void srv_choice_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok, bool end);
 // Sum of generated tokens over the choices.
 int32_t srv_call_generated(const srv_call *c);
 // The model a reply names: the adapter the request named, else the server's model.

@@ -163,6 +163,13 @@ struct http_server {
 	int32_t n_vocab;
 	enum lane_embed pooling;       // how /v1/embeddings pools
 	chat_tmpl chat;                     // the chat template, its tool-call family, bos and eos texts
+	const reason_format *reason;   // how replies set their thinking apart (NULL: they do not)
+	int32_t think_end[LANE_THINK_END]; // its close marker and what the template writes after it, as tokens
+	int32_t n_think_end;
+	// set by http_server_new: --reasoning-format, and the key thinking blocks are signed with
+	bool reason_auto;              // the template's family
+	const reason_format *reason_named; // else this one (NULL: none)
+	uint8_t think_key[32];         // random per server: a signature made here is recognised here alone
 
 	pthread_mutex_t mu;            // state changes, load error, halt reason, slots
 	char halt_reason[160];

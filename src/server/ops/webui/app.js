@@ -92,6 +92,14 @@ function drawList() {
 function msgNode(m, i, c) {
 	const d = el('div', 'msg ' + (m.role === 'user' ? 'user' : 'assistant'));
 	d.appendChild(el('div', 'role', m.role));
+	if (m.role === 'assistant') {
+		// the model's thinking, folded above its answer (shown as text, never as markup)
+		const th = el('details', 'thinking');
+		th.appendChild(el('summary', null, 'thinking'));
+		th.appendChild(el('div', 'think', m.thinking || ''));
+		th.hidden = !m.thinking;
+		d.appendChild(th);
+	}
 	const body = el('div', 'body');
 	render(body, m.content || '');
 	d.appendChild(body);
@@ -130,11 +138,12 @@ function draw() {
 
 let busy = null; // the AbortController of the reply being streamed
 async function generate(c) {
-	const m = {role: 'assistant', content: '', stats: ''};
+	const m = {role: 'assistant', content: '', thinking: '', stats: ''};
 	c.messages.push(m);
 	const node = msgNode(m, c.messages.length - 1, c);
 	$('messages').appendChild(node);
 	const body = node.querySelector('.body'), stats = node.querySelector('.stats span');
+	const think = node.querySelector('.thinking'), thinkText = node.querySelector('.think');
 	const msgs = [];
 	if ($('system').value.trim()) msgs.push({role: 'system', content: $('system').value});
 	for (const x of c.messages.slice(0, -1)) msgs.push({role: x.role, content: x.content});
@@ -170,6 +179,14 @@ async function generate(c) {
 				try { ev = JSON.parse(data); } catch { continue; }
 				if (ev.error) throw new Error(ev.error.message || 'error');
 				if (ev.usage) n = ev.usage.completion_tokens;
+				const thought = ev.choices?.[0]?.delta?.reasoning_content;
+				if (thought) {
+					if (!first) first = performance.now();
+					if (!ev.usage) n++;
+					m.thinking += thought;
+					thinkText.textContent = m.thinking;
+					think.hidden = false;
+				}
 				const delta = ev.choices?.[0]?.delta?.content;
 				if (delta) {
 					if (!first) first = performance.now();
