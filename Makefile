@@ -88,6 +88,8 @@ help:
 	@echo "make test       build and run every test"
 	@echo "make bench      run the benchmarks"
 	@echo "make SANITIZE=address,undefined test   the same under ASan+UBSan"
+	@echo "make install    install lanes, its man pages, completions and systemd unit under PREFIX (/usr/local); DESTDIR stages"
+	@echo "make uninstall  remove what make install wrote"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -156,6 +158,39 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- install -------------------------------------------------------------------------------
+# `make install [PREFIX=/usr/local] [DESTDIR=staging]`: the binary, a man page for lanes and one
+# per command and the bash and zsh completions (all written by the binary from its settings
+# table), the systemd unit and the license. `make uninstall` removes exactly these.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+MANDIR      ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+DOCDIR      ?= $(PREFIX)/share/doc/lanes
+LANES_CMDS  := $(shell sed -n 's/^\t{CMD_[A-Z]*, "\([a-z]*\)".*/\1/p' src/cli/main.c)
+INSTALLED   := $(BINDIR)/lanes $(MANDIR)/man1/lanes.1 $(LANES_CMDS:%=$(MANDIR)/man1/lanes-%.1) $(BASHCOMPDIR)/lanes \
+	$(ZSHCOMPDIR)/_lanes $(UNITDIR)/lanes.service $(DOCDIR)/LICENSE
+
+.PHONY: install uninstall
+install: $(BUILD)/lanes
+	@echo "install $(DESTDIR)$(PREFIX)"
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(BUILD)/lanes $(DESTDIR)$(BINDIR)/lanes
+	$(BUILD)/lanes help --man > $(DESTDIR)$(MANDIR)/man1/lanes.1
+	for c in $(LANES_CMDS); do $(BUILD)/lanes help --man $$c > $(DESTDIR)$(MANDIR)/man1/lanes-$$c.1 || exit 1; done
+	chmod 644 $(DESTDIR)$(MANDIR)/man1/lanes.1 $(LANES_CMDS:%=$(DESTDIR)$(MANDIR)/man1/lanes-%.1)
+	$(BUILD)/lanes help --bash > $(DESTDIR)$(BASHCOMPDIR)/lanes && chmod 644 $(DESTDIR)$(BASHCOMPDIR)/lanes
+	$(BUILD)/lanes help --zsh > $(DESTDIR)$(ZSHCOMPDIR)/_lanes && chmod 644 $(DESTDIR)$(ZSHCOMPDIR)/_lanes
+	sed 's|@BINDIR@|$(BINDIR)|g' dist/lanes.service.in > $(DESTDIR)$(UNITDIR)/lanes.service && chmod 644 $(DESTDIR)$(UNITDIR)/lanes.service
+	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
+
+uninstall:
+	rm -f $(INSTALLED:%=$(DESTDIR)%)
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 .PHONY: deps-check FORCE
 .SECONDARY:

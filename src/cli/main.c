@@ -20,7 +20,7 @@ static const cli_command commands[] = {
 	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},
 	{CMD_LEARN, "learn", cmd_learn, "train a LoRA adapter on examples (JSONL) and save it", "-m MODEL --data FILE.jsonl -o ADAPTER.gguf", 0},
 	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
-	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)", "-m MODEL", 0},
+	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI, Anthropic, Responses and Ollama APIs)", "-m MODEL", 0},
 	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},
 	{CMD_PULL, "pull", cmd_pull, "download a model into the cache (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, URL)", "REF", 1},
 	{CMD_LS, "ls", cmd_ls, "list the models in the cache", "", 0},
@@ -72,6 +72,20 @@ int main(int argc, char **argv) {
 		// the reference in docs/cli.md is this output
 		if (argc == 3 && !strcmp(argv[2], "--markdown")) {
 			cli_print_markdown(stdout, commands, N_COMMANDS);
+			return 0;
+		}
+		// what `make install` writes: the manual pages and the shell completions
+		if (argc >= 3 && !strcmp(argv[2], "--man")) {
+			c = argc == 4 ? find(argv[3]) : NULL;
+			if (argc > 4 || (argc == 4 && !c)) {
+				fprintf(stderr, "lanes help --man: no command '%s'\n", argc > 3 ? argv[3] : "");
+				return 2;
+			}
+			cli_print_man(stdout, commands, N_COMMANDS, c);
+			return 0;
+		}
+		if (argc == 3 && (!strcmp(argv[2], "--bash") || !strcmp(argv[2], "--zsh"))) {
+			(argv[2][2] == 'b' ? cli_print_bash : cli_print_zsh)(stdout, commands, N_COMMANDS);
 			return 0;
 		}
 		c = argc == 3 ? find(argv[2]) : NULL;
