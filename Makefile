@@ -53,6 +53,13 @@ LIB      := $(BUILD)/liblanes.a
 
 .DEFAULT_GOAL := all
 
+# One line per file built ("  CC   src/x.c"); V=1 prints the full commands.
+ifeq ($(V),1)
+quiet =
+else
+quiet = @printf '  %-4s %s\n' '$(1)' '$(2)';
+endif
+
 # lanes_version_string(): git's names for this tree, or `unknown` outside a checkout.
 VERSION  := $(or $(shell git describe --tags --always --dirty 2>/dev/null),unknown)
 COMMIT   := $(or $(shell git rev-parse --short HEAD 2>/dev/null),unknown)
@@ -69,7 +76,7 @@ $(BUILD)/build-id: FORCE
 WEBUI    := $(sort $(wildcard src/server/ops/webui/*))
 $(BUILD)/gen/webui_files.h: $(WEBUI)
 	@mkdir -p $(dir $@)
-	cd src/server/ops/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+	$(call quiet,GEN,$@)cd src/server/ops/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
 $(BUILD)/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
 $(BUILD)/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 
@@ -93,26 +100,26 @@ help:
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/lanes: $(CLI_OBJ) $(LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
 # the CLI without main: its settings table, for the tests and benchmarks that read the environment
 $(CLI_LIB): $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(SUP_OBJ) $(CLI_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(CLI_LIB) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(CLI_LIB) $(LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(CLI_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(LDLIBS)
 
 # Installs missing Debian packages when root, else prints the apt-get line.
 deps:
@@ -146,15 +153,15 @@ FUZZ_LIB   := $(BUILD)/fuzz/liblanes.a
 fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
+	$(call quiet,CC,$<)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)

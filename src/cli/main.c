@@ -1,6 +1,6 @@
 // cli: `lanes COMMAND ...` — one table of subcommands; the settings table (settings.c)
-// parses each command's options before it runs. `lanes`, `lanes help [CMD]` and
-// `lanes --version` answer here.
+// parses each command's options before it runs. `lanes` (usage, exit 2), `lanes help [CMD]`
+// and `lanes --version` answer here.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "tensor/tensor.h"
@@ -59,7 +59,12 @@ int main(int argc, char **argv) {
 		return rc >= 0 ? rc : c->fn(&s);
 	}
 	if (cli_env_apply()) return 2;
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+	// no command is a usage error: the list on stderr, exit 2 (asked for, it goes to stdout)
+	if (argc < 2) {
+		command_list(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		command_list(stdout);
 		return 0;
 	}

@@ -258,8 +258,10 @@ const cli_setting cli_settings_table[] = {
 	{.env = "LANES_PULL_MAX_BYTES", .kind = SET_INT, .field = F(pull_max_bytes), .dflt = "1099511627776", .min = 1, .max = I64,
 	 .meta = "BYTES", .cmds = B(PULL) | B(SERVE), .help = "the largest file a pull writes: a larger published size is refused, a body past it cut off"},
 	{.names = "-h|--help", .kind = SET_FLAG, .field = F(help), .cmds = ALL, .help = "show this help"},
-	{.env = "LANES_LOG", .kind = SET_CHOICE, .field = F(log), .dflt = "info", .meta = "error|warn|info|debug", .cmds = ALL,
-	 .help = "how much goes to stderr"},
+	{.names = "--log", .env = "LANES_LOG", .kind = SET_CHOICE, .field = F(log), .dflt = "info", .meta = "error|warn|info|debug",
+	 .cmds = ALL, .help = "how much goes to stderr: info says what a user needs (listening, the model, the memory plan, requests), debug adds the engine's internals"},
+	{.names = "--log-format", .env = "LANES_LOG_FORMAT", .kind = SET_CHOICE, .field = F(log_format), .dflt = "text", .meta = "text|json",
+	 .cmds = ALL, .help = "json: each log line one object {time, level, module, msg}, and no progress bars"},
 	{.env = "LANES_KERNELS", .kind = SET_CHOICE, .field = F(kernels), .meta = "ref|avx2|avx512", .cmds = ALL,
 	 .help = "force a kernel set (default: the best this CPU runs)"},
 	{.env = "LANES_ATTN", .kind = SET_CHOICE, .field = F(attn), .dflt = "fused", .meta = "fused|unfused", .cmds = ALL,
@@ -413,8 +415,13 @@ static int load_defaults_env(cli_settings *s, enum cli_cmd c) {
 }
 
 // Hands the shared knobs to the libraries.
-static int apply_env(const cli_settings *s) {
+static void apply_log(const cli_settings *s) {
 	if (s->log) base_log_level = cli_choice_index("error|warn|info|debug", s->log);
+	base_log_json = s->log_format && !strcmp(s->log_format, "json");
+}
+
+static int apply_env(const cli_settings *s) {
+	apply_log(s);
 	if (s->attn) model_attn_set_fused(strcmp(s->attn, "unfused") != 0);
 	if (s->kernels && tensor_kernels_force(s->kernels, "LANES_KERNELS")) {
 		const char *names[8];
@@ -503,6 +510,7 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 		if (set_value(st, s, who, val)) return 2;
 		mark_given(s, idx);
 	}
+	apply_log(s); // --log and --log-format from the command line
 	if (s->help) {
 		cli_print_help(stdout, c);
 		return 0;
@@ -549,7 +557,8 @@ static void bounds_text(const cli_setting *st, char *buf, size_t n) {
 	if (st->dflt) k += (size_t)snprintf(buf, n, "default %s", st->dflt);
 	if (st->kind == SET_INT || st->kind == SET_FLOAT)
 		snprintf(buf + k, n - k, "%s%lld..%lld", k ? "; " : "", (long long)st->min, (long long)st->max);
-	if (st->kind == SET_LIST) snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
+	if (st->kind == SET_LIST) k += (size_t)snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
+	if (st->names && st->env) snprintf(buf + k, n - k, "%senv %s", k ? "; " : "", st->env);
 }
 
 // The last spelling: the long one ("--threads" of "-t|--threads").
@@ -700,11 +709,6 @@ static void man_option(FILE *f, const cli_setting *st) {
 		fputs(" [", f);
 		roff_text(f, b);
 		fputc(']', f);
-	}
-	if (st->names && st->env) {
-		fputs("; also the environment variable \\fB", f);
-		roff_text(f, st->env);
-		fputs("\\fR", f);
 	}
 	fputc('\n', f);
 }
