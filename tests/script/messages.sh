@@ -2,7 +2,7 @@
 # tests: what the binary says and how it ends — every example of docs/cli.md's exit-code table
 # exits with its code; the messages that name the fix (a LoRA file given as a model, a model
 # that is not there, a port in use, a value that is no size) come once and before any
-# "listening on"; --version writes only the version; the default log says what a user needs
+# "listening on"; --version writes only the version; serve --help names the four APIs; the default log says what a user needs
 # and no engine internals, --log debug adds them, --log-format json writes one object a line;
 # the build prints one line per file, V=1 the commands.
 BIN=${LANES_BIN:-build/lanes}
@@ -130,6 +130,12 @@ cli "$BIN" --version
 same "$rc" 0 "--version: exit code"
 grep -q "^lanes " "$TMP/out" && ok || bad "--version stdout: $(cat "$TMP/out")"
 same "$(cat "$TMP/err")" "" "--version stderr"
+
+# serve's help names the four APIs it serves
+what=$("$BIN" serve --help | sed -n 2p)
+for api in OpenAI Anthropic Responses Ollama; do
+	case "$what" in *"$api"*) ok ;; *) bad "serve --help does not name the $api API: $what" ;; esac
+done
 
 # 9. The build: one line per file; V=1 prints the command.
 cd "$ROOT" || exit 1
