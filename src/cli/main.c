@@ -43,6 +43,7 @@ static const cli_command *find(const char *name) {
 }
 
 static int version(void) {
+	base_log_level = LOG_LEVEL_ERROR; // the version alone: the kernel set's log line would repeat stdout's
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
 	printf("%s\nkernels: %s (this CPU runs", base_version_string(), tensor_kernels_name(tensor_kernels_default()));

@@ -56,7 +56,7 @@ static void choose_default(void) {
 		if (all_sets[i]->cpu_ok()) best = all_sets[i];
 	if (forced_set) best = forced_set;
 	atomic_store(&default_set, best);
-	LOG_DEBUG("tensor", "kernels: %s%s%s%s", best->name, forced_set ? " (" : "", forced_set ? forced_by : "", forced_set ? ")" : "");
+	LOG_INFO("tensor", "kernels: %s%s%s%s", best->name, forced_set ? " (" : "", forced_set ? forced_by : "", forced_set ? ")" : "");
 }
 
 int tensor_kernels_force(const char *name, const char *by) {
