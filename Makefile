@@ -95,7 +95,7 @@ help:
 	@echo "make test       build and run every test"
 	@echo "make bench      run the benchmarks"
 	@echo "make SANITIZE=address,undefined test   the same under ASan+UBSan"
-	@echo "make V=1        the same, printing each command in full (by default one line per file)"
+	@echo "make V=1        build printing each command in full (by default one line per file)"
 	@echo "make install    install lanes, its man pages, completions and systemd unit under PREFIX (/usr/local); DESTDIR stages"
 	@echo "make uninstall  remove what make install wrote"
 

@@ -42,7 +42,8 @@ run_pkgs=$(pkgs 2)
 if command -v readelf > /dev/null 2>&1 && command -v dpkg > /dev/null 2>&1; then
 	n=0
 	for lib in $(readelf -d "$BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-		case "$lib" in libc.so.* | libm.so.* | libpthread.so.* | ld-linux*) continue ;; esac # libc6, in every image
+		# libc6, in every image; a sanitizer build's runtimes
+		case "$lib" in libc.so.* | libm.so.* | libpthread.so.* | ld-linux* | lib*san.so.*) continue ;; esac
 		path=$(ldd "$BIN" | awk -v l="$lib" '$1 == l { print $3 }')
 		pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n 1 | cut -d: -f1)
 		n=$((n + 1))
