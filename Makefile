@@ -53,6 +53,13 @@ LIB      := $(BUILD)/liblanes.a
 
 .DEFAULT_GOAL := all
 
+# One line per file built ("  CC   src/x.c"); V=1 prints the full commands.
+ifeq ($(V),1)
+quiet =
+else
+quiet = @printf '  %-4s %s\n' '$(1)' '$(2)';
+endif
+
 # lanes_version_string(): git's names for this tree, or `unknown` outside a checkout.
 VERSION  := $(or $(shell git describe --tags --always --dirty 2>/dev/null),unknown)
 COMMIT   := $(or $(shell git rev-parse --short HEAD 2>/dev/null),unknown)
@@ -69,7 +76,7 @@ $(BUILD)/build-id: FORCE
 WEBUI    := $(sort $(wildcard src/server/ops/webui/*))
 $(BUILD)/gen/webui_files.h: $(WEBUI)
 	@mkdir -p $(dir $@)
-	cd src/server/ops/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+	$(call quiet,GEN,$@)cd src/server/ops/webui && for f in $(notdir $(WEBUI)); do xxd -i $$f; done > $(CURDIR)/$@.tmp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
 $(BUILD)/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
 $(BUILD)/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 
@@ -88,29 +95,32 @@ help:
 	@echo "make test       build and run every test"
 	@echo "make bench      run the benchmarks"
 	@echo "make SANITIZE=address,undefined test   the same under ASan+UBSan"
+	@echo "make V=1        build printing each command in full (by default one line per file)"
+	@echo "make install    install lanes, its man pages, completions and systemd unit under PREFIX (/usr/local); DESTDIR stages"
+	@echo "make uninstall  remove what make install wrote"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/lanes: $(CLI_OBJ) $(LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
 # the CLI without main: its settings table, for the tests and benchmarks that read the environment
 $(CLI_LIB): $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(SUP_OBJ) $(CLI_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(CLI_LIB) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SUP_OBJ) $(CLI_LIB) $(LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(CLI_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(LDLIBS)
 
 # Installs missing Debian packages when root, else prints the apt-get line.
 deps:
@@ -144,18 +154,51 @@ FUZZ_LIB   := $(BUILD)/fuzz/liblanes.a
 fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
+	$(call quiet,CC,$<)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
 $(BUILD)/fuzz/obj/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+	$(call quiet,LD,$@)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- install -------------------------------------------------------------------------------
+# `make install [PREFIX=/usr/local] [DESTDIR=staging]`: the binary, a man page for lanes and one
+# per command and the bash and zsh completions (all written by the binary from its settings
+# table), the systemd unit and the license. `make uninstall` removes exactly these.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+MANDIR      ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+DOCDIR      ?= $(PREFIX)/share/doc/lanes
+LANES_CMDS  := $(shell sed -n 's/^\t{CMD_[A-Z]*, "\([a-z]*\)".*/\1/p' src/cli/main.c)
+INSTALLED   := $(BINDIR)/lanes $(MANDIR)/man1/lanes.1 $(LANES_CMDS:%=$(MANDIR)/man1/lanes-%.1) $(BASHCOMPDIR)/lanes \
+	$(ZSHCOMPDIR)/_lanes $(UNITDIR)/lanes.service $(DOCDIR)/LICENSE
+
+.PHONY: install uninstall
+install: $(BUILD)/lanes
+	@echo "install $(DESTDIR)$(PREFIX)"
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(BUILD)/lanes $(DESTDIR)$(BINDIR)/lanes
+	$(BUILD)/lanes help --man > $(DESTDIR)$(MANDIR)/man1/lanes.1
+	for c in $(LANES_CMDS); do $(BUILD)/lanes help --man $$c > $(DESTDIR)$(MANDIR)/man1/lanes-$$c.1 || exit 1; done
+	chmod 644 $(DESTDIR)$(MANDIR)/man1/lanes.1 $(LANES_CMDS:%=$(DESTDIR)$(MANDIR)/man1/lanes-%.1)
+	$(BUILD)/lanes help --bash > $(DESTDIR)$(BASHCOMPDIR)/lanes && chmod 644 $(DESTDIR)$(BASHCOMPDIR)/lanes
+	$(BUILD)/lanes help --zsh > $(DESTDIR)$(ZSHCOMPDIR)/_lanes && chmod 644 $(DESTDIR)$(ZSHCOMPDIR)/_lanes
+	sed 's|@BINDIR@|$(BINDIR)|g' dist/lanes.service.in > $(DESTDIR)$(UNITDIR)/lanes.service && chmod 644 $(DESTDIR)$(UNITDIR)/lanes.service
+	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
+
+uninstall:
+	rm -f $(INSTALLED:%=$(DESTDIR)%)
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 .PHONY: deps-check FORCE
 .SECONDARY:

@@ -5,6 +5,8 @@ PKGS="gcc make libc6-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-
 # --node: also the Node.js clients the HTTP tests drive (npm ci, from package-lock.json)
 if [ "$1" = "--node" ]; then
 	shift
+	# tests/script/install.sh renders the installed manual pages (man -l)
+	PKGS="$PKGS man-db"
 	if ! command -v npm >/dev/null 2>&1; then
 		if [ "$(id -u)" = 0 ]; then
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >&2 || exit 1

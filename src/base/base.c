@@ -28,6 +28,7 @@ int base_seterr(char *err, size_t errlen, int code, const char *fmt, ...) {
 }
 
 int base_log_level = LOG_LEVEL_INFO;
+bool base_log_json = false;
 
 size_t base_utf8_len(const unsigned char *s, size_t n) {
 	unsigned c = s[0];
@@ -65,20 +66,47 @@ size_t base_utf8_copy(char *dst, size_t cap, const char *src, size_t n) {
 
 static bool log_bar; // under stderr's lock
 
+// The line as JSON: the time in UTC to the millisecond, the level's name, the module, the text
+// with quotes, backslashes and control characters escaped (invalid UTF-8 is U+FFFD already).
+static size_t log_json(char *out, size_t cap, int level, const char *module, const char *msg) {
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t o = (size_t)snprintf(out, cap, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\",\"msg\":\"",
+				    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+				    ts.tv_nsec / 1000000, names[level & 3], module);
+	for (const unsigned char *c = (const unsigned char *)msg; *c && o + 8 < cap; c++) {
+		if (*c == '"' || *c == '\\') out[o++] = '\\', out[o++] = (char)*c;
+		else if (*c < 0x20 || *c == 0x7f) o += (size_t)snprintf(out + o, 7, "\\u%04x", *c);
+		else out[o++] = (char)*c;
+	}
+	o += (size_t)snprintf(out + o, cap - o, "\"}");
+	return o;
+}
+
 void base_log(int level, const char *module, const char *fmt, ...) {
 	static const char tag[] = "EWID";
-	char line[2048], out[2048 * 4 + 2];
-	int n = snprintf(line, sizeof line, "%c %s: ", tag[level & 3], module);
+	char line[2048], out[2048 * 4 + 128];
+	int n = base_log_json ? 0 : snprintf(line, sizeof line, "%c %s: ", tag[level & 3], module);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
 	va_end(ap);
-	size_t len = strlen(line), o = 0;
-	for (size_t i = 0; i < len;) {
-		const unsigned char *c = (const unsigned char *)line + i;
-		size_t l = *c < 0x20 || *c == 0x7f ? 0 : base_utf8_len(c, len - i);
-		if (l) memcpy(out + o, c, l), o += l, i += l;
-		else o += (size_t)snprintf(out + o, 5, "\\x%02x", *c), i++;
+	size_t o = 0;
+	if (base_log_json) {
+		char text[sizeof line * 3];
+		base_utf8_copy(text, sizeof text, line, strlen(line));
+		o = log_json(out, sizeof out - 2, level, module, text);
+	} else {
+		size_t len = strlen(line);
+		for (size_t i = 0; i < len;) {
+			const unsigned char *c = (const unsigned char *)line + i;
+			size_t l = *c < 0x20 || *c == 0x7f ? 0 : base_utf8_len(c, len - i);
+			if (l) memcpy(out + o, c, l), o += l, i += l;
+			else o += (size_t)snprintf(out + o, 5, "\\x%02x", *c), i++;
+		}
 	}
 	// one fputs per line so concurrent threads do not interleave inside a line
 	out[o++] = '\n';

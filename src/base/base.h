@@ -47,6 +47,8 @@ size_t base_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
 // clients can neither forge lines nor reach the terminal raw.
 enum base_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 extern int base_log_level; // the callers' choice (the CLI sets it from LANES_LOG)
+// One JSON object a line instead of "I module: text": {"time", "level", "module", "msg"}.
+extern bool base_log_json;
 void base_log(int level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 // Whether a progress bar holds stderr's current line: a log line wipes it first. Set and

@@ -20,14 +20,15 @@
 #define HALT_GRACE_US 5000000 // after a halt, how long the failed requests get to write their errors
 
 // --memory: the planner sizes the lanes and the largest window from the file's metadata
-// before anything loads; the window starts at its floor and follows demand.
+// before anything loads; the window starts at its floor and follows demand. 0, else the exit
+// code with the message printed (2: the size is no size).
 static int plan_serve(http_config *cfg, const char *path, const char *memory, int32_t lanes, int32_t window) {
 	uint64_t budget;
 	char err[512], a[32], b[32], c[32], d[32];
 	if (!strcmp(memory, "auto")) budget = plan_available_memory();
 	else if (plan_parse_size(memory, &budget)) {
 		cli_err("--memory: '%s' is not a size (e.g. 4GiB, 500MB, 1.5GiB or auto)", memory);
-		return 1;
+		return 2;
 	}
 	plan_model pm;
 	plan_result pr;
@@ -95,8 +96,12 @@ static int split_serve_lora(const char *arg, http_lora *l, char *buf, size_t len
 
 int cmd_serve(const cli_settings *s) {
 	if (s->price_fixed_us > 0 && s->price_row_us <= 0) return cli_usage_error(s, "--price-fixed-us needs --price-row-us");
-	LOG_INFO("serve", "%s; kernels %s; built with %s", base_version_string(),
-		 tensor_kernels_name(tensor_kernels_default()), base_build_flags());
+	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
+	uint64_t size;
+	if (s->memory && strcmp(s->memory, "auto") && plan_parse_size(s->memory, &size)) {
+		cli_err("--memory: '%s' is not a size (e.g. 4GiB, 500MB, 1.5GiB or auto)", s->memory);
+		return 2;
+	}
 	char pulled[4096];
 	const char *model_path = s->model;
 	if (cli_is_pull_ref(s->model)) {
@@ -186,14 +191,21 @@ int cmd_serve(const cli_settings *s) {
 	cfg.loras = loras;
 	cfg.n_loras = s->lora.n;
 	int rc = 0, signals = 0;
-	if (!s->memory && s->window) {
-		rc = cli_usage_error(s, "--window needs --memory");
-		goto out;
+	char err[512];
+	if (s->memory) {
+		if ((rc = plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window))) goto out;
+	} else {
+		// the model's metadata read at once (no tensor data), so a file that cannot be served is
+		// named here, before the server listens
+		plan_model pm;
+		if (plan_model_load(&pm, model_path, err, sizeof err)) {
+			cli_err("%s", err);
+			rc = 1;
+			goto out;
+		}
 	}
-	if (s->memory && plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window)) {
-		rc = 1;
-		goto out;
-	}
+	LOG_INFO("serve", "%s; kernels %s", base_version_string(), tensor_kernels_name(tensor_kernels_default()));
+	LOG_DEBUG("serve", "built with %s", base_build_flags());
 
 	// every thread the server starts inherits this mask: the signals come to sigtimedwait here
 	sigset_t set;
@@ -203,7 +215,6 @@ int cmd_serve(const cli_settings *s) {
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	char err[512];
 	http_server *srv = NULL;
 	if (http_server_new(&srv, &cfg, err, sizeof err)) {
 		cli_err("%s", err);
@@ -219,8 +230,7 @@ int cmd_serve(const cli_settings *s) {
 		struct timespec ts = {0, 20 * 1000 * 1000};
 		int sig = sigtimedwait(&set, NULL, &ts);
 		enum http_state st = http_server_state(srv, err, sizeof err);
-		if (st == HTTP_FAILED) {
-			cli_err("%s", err);
+		if (st == HTTP_FAILED) { // the server has logged why
 			rc = 1;
 			break;
 		}

@@ -1,6 +1,6 @@
 // cli: `lanes COMMAND ...` — one table of subcommands; the settings table (settings.c)
-// parses each command's options before it runs. `lanes`, `lanes help [CMD]` and
-// `lanes --version` answer here.
+// parses each command's options before it runs. `lanes` (usage, exit 2), `lanes help [CMD]`
+// and `lanes --version` answer here.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "tensor/tensor.h"
@@ -20,7 +20,7 @@ static const cli_command commands[] = {
 	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},
 	{CMD_LEARN, "learn", cmd_learn, "train a LoRA adapter on examples (JSONL) and save it", "-m MODEL --data FILE.jsonl -o ADAPTER.gguf", 0},
 	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
-	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI and Anthropic APIs)", "-m MODEL", 0},
+	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI, Anthropic, Responses and Ollama APIs)", "-m MODEL", 0},
 	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},
 	{CMD_PULL, "pull", cmd_pull, "download a model into the cache (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, URL)", "REF", 1},
 	{CMD_LS, "ls", cmd_ls, "list the models in the cache", "", 0},
@@ -43,6 +43,7 @@ static const cli_command *find(const char *name) {
 }
 
 static int version(void) {
+	base_log_level = LOG_LEVEL_ERROR; // the version alone: the kernel set's log line would repeat stdout's
 	const char *names[8];
 	const int n = tensor_kernels_available(names, 8);
 	printf("%s\nkernels: %s (this CPU runs", base_version_string(), tensor_kernels_name(tensor_kernels_default()));
@@ -59,7 +60,12 @@ int main(int argc, char **argv) {
 		return rc >= 0 ? rc : c->fn(&s);
 	}
 	if (cli_env_apply()) return 2;
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+	// no command is a usage error: the list on stderr, exit 2 (asked for, it goes to stdout)
+	if (argc < 2) {
+		command_list(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		command_list(stdout);
 		return 0;
 	}
@@ -72,6 +78,20 @@ int main(int argc, char **argv) {
 		// the reference in docs/cli.md is this output
 		if (argc == 3 && !strcmp(argv[2], "--markdown")) {
 			cli_print_markdown(stdout, commands, N_COMMANDS);
+			return 0;
+		}
+		// what `make install` writes: the manual pages and the shell completions
+		if (argc >= 3 && !strcmp(argv[2], "--man")) {
+			c = argc == 4 ? find(argv[3]) : NULL;
+			if (argc > 4 || (argc == 4 && !c)) {
+				fprintf(stderr, "lanes help --man: no command '%s'\n", argc > 3 ? argv[3] : "");
+				return 2;
+			}
+			cli_print_man(stdout, commands, N_COMMANDS, c);
+			return 0;
+		}
+		if (argc == 3 && (!strcmp(argv[2], "--bash") || !strcmp(argv[2], "--zsh"))) {
+			(argv[2][2] == 'b' ? cli_print_bash : cli_print_zsh)(stdout, commands, N_COMMANDS);
 			return 0;
 		}
 		c = argc == 3 ? find(argv[2]) : NULL;

@@ -1,6 +1,6 @@
 // cli/progress: the one progress display of the commands (pull, gen, quantize, model loads) —
 // a bar redrawn in place when stderr is a terminal, else a plain line at each tenth or none;
-// quiet below LANES_LOG=info.
+// quiet below --log info and with --log-format json.
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -15,7 +15,7 @@ void cli_progress_start(cli_progress *p, const char *what, bool bytes, bool line
 	p->what = what;
 	p->bytes = bytes;
 	p->tty = isatty(2);
-	p->on = base_log_level >= LOG_LEVEL_INFO && (p->tty || lines);
+	p->on = base_log_level >= LOG_LEVEL_INFO && !base_log_json && (p->tty || lines);
 	p->t0_us = base_now_us();
 	p->t0_done = -1;
 	p->last_step = -1;

@@ -261,8 +261,10 @@ const cli_setting cli_settings_table[] = {
 	{.env = "LANES_PULL_MAX_BYTES", .kind = SET_INT, .field = F(pull_max_bytes), .dflt = "1099511627776", .min = 1, .max = I64,
 	 .meta = "BYTES", .cmds = B(PULL) | B(SERVE), .help = "the largest file a pull writes: a larger published size is refused, a body past it cut off"},
 	{.names = "-h|--help", .kind = SET_FLAG, .field = F(help), .cmds = ALL, .help = "show this help"},
-	{.env = "LANES_LOG", .kind = SET_CHOICE, .field = F(log), .dflt = "info", .meta = "error|warn|info|debug", .cmds = ALL,
-	 .help = "how much goes to stderr"},
+	{.names = "--log", .env = "LANES_LOG", .kind = SET_CHOICE, .field = F(log), .dflt = "info", .meta = "error|warn|info|debug",
+	 .cmds = ALL, .help = "how much goes to stderr: info says what a user needs (listening, the model, the memory plan, requests), debug adds the engine's internals"},
+	{.names = "--log-format", .env = "LANES_LOG_FORMAT", .kind = SET_CHOICE, .field = F(log_format), .dflt = "text", .meta = "text|json",
+	 .cmds = ALL, .help = "json: each log line one object {time, level, module, msg}, and no progress bars"},
 	{.env = "LANES_KERNELS", .kind = SET_CHOICE, .field = F(kernels), .meta = "ref|avx2|avx512", .cmds = ALL,
 	 .help = "force a kernel set (default: the best this CPU runs)"},
 	{.env = "LANES_ATTN", .kind = SET_CHOICE, .field = F(attn), .dflt = "fused", .meta = "fused|unfused", .cmds = ALL,
@@ -416,8 +418,13 @@ static int load_defaults_env(cli_settings *s, enum cli_cmd c) {
 }
 
 // Hands the shared knobs to the libraries.
-static int apply_env(const cli_settings *s) {
+static void apply_log(const cli_settings *s) {
 	if (s->log) base_log_level = cli_choice_index("error|warn|info|debug", s->log);
+	base_log_json = s->log_format && !strcmp(s->log_format, "json");
+}
+
+static int apply_env(const cli_settings *s) {
+	apply_log(s);
 	if (s->attn) model_attn_set_fused(strcmp(s->attn, "unfused") != 0);
 	if (s->kernels && tensor_kernels_force(s->kernels, "LANES_KERNELS")) {
 		const char *names[8];
@@ -506,6 +513,7 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 		if (set_value(st, s, who, val)) return 2;
 		mark_given(s, idx);
 	}
+	apply_log(s); // --log and --log-format from the command line
 	if (s->help) {
 		cli_print_help(stdout, c);
 		return 0;
@@ -552,7 +560,8 @@ static void bounds_text(const cli_setting *st, char *buf, size_t n) {
 	if (st->dflt) k += (size_t)snprintf(buf, n, "default %s", st->dflt);
 	if (st->kind == SET_INT || st->kind == SET_FLOAT)
 		snprintf(buf + k, n - k, "%s%lld..%lld", k ? "; " : "", (long long)st->min, (long long)st->max);
-	if (st->kind == SET_LIST) snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
+	if (st->kind == SET_LIST) k += (size_t)snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
+	if (st->names && st->env) snprintf(buf + k, n - k, "%senv %s", k ? "; " : "", st->env);
 }
 
 // The last spelling: the long one ("--threads" of "-t|--threads").
@@ -659,4 +668,234 @@ int cli_settings_check(char *err, size_t errlen) {
 		}
 	}
 	return 0;
+}
+
+// ---- man pages and shell completions ---------------------------------------------------------
+// Text for roff: backslashes doubled as \e, a line never starting with a control character.
+static void roff_text(FILE *f, const char *s) {
+	if (*s == '.' || *s == '\'') fputs("\\&", f);
+	for (; *s; s++) {
+		if (*s == '\\') fputs("\\e", f);
+		else if (*s == '-') fputs("\\-", f);
+		else if (*s == '\n') {
+			fputc('\n', f);
+			if (s[1] == '.' || s[1] == '\'') fputs("\\&", f);
+		} else fputc(*s, f);
+	}
+}
+
+static void man_option(FILE *f, const cli_setting *st) {
+	char w[64], b[96];
+	fputs(".TP\n", f);
+	if (!st->names) {
+		fputs("\\fB", f);
+		roff_text(f, st->env);
+		fputs("\\fR=\\fI", f);
+		roff_text(f, st->meta);
+		fputs("\\fR\n", f);
+	} else {
+		for (int k = 0; word_at(st->names, k, w, sizeof w); k++) {
+			fputs(k ? ", \\fB" : "\\fB", f);
+			roff_text(f, w);
+			fputs("\\fR", f);
+		}
+		if (st->kind != SET_FLAG) {
+			fputs(" \\fI", f);
+			roff_text(f, st->meta);
+			fputs("\\fR", f);
+		}
+		fputc('\n', f);
+	}
+	roff_text(f, st->help);
+	bounds_text(st, b, sizeof b);
+	if (*b) {
+		fputs(" [", f);
+		roff_text(f, b);
+		fputc(']', f);
+	}
+	fputc('\n', f);
+}
+
+static void man_head(FILE *f, const char *title, const char *name, const char *what) {
+	fprintf(f, ".TH %s 1 \"\" \"", title);
+	roff_text(f, base_version_string());
+	fputs("\" \"lanes\"\n.SH NAME\n", f);
+	roff_text(f, name);
+	fputs(" \\- ", f);
+	roff_text(f, what);
+	fputc('\n', f);
+}
+
+// The environment variables c reads (c NULL: those every command reads), the exit codes, the
+// pages to see.
+static void man_tail(FILE *f, const cli_command *c, const char *see) {
+	fputs(".SH ENVIRONMENT\n", f);
+	for (int i = 0; i < cli_settings_count; i++) {
+		const cli_setting *st = &cli_settings_table[i];
+		if (!st->names && (st->cmds == ALL || (c && takes(st, c->id)))) man_option(f, st);
+	}
+	fputs(".SH EXIT STATUS\n.TP\n0\nsuccess\n.TP\n1\nthe work failed (a file that cannot be read, a model that does not load, "
+	      "a plan that does not fit, a port in use); the message names the problem\n.TP\n2\nbad arguments: an unknown command or "
+	      "option, a value out of its range, a missing requirement\n.SH SEE ALSO\n",
+	      f);
+	roff_text(f, see);
+	fputc('\n', f);
+}
+
+void cli_print_man(FILE *f, const cli_command *cmds, int n, const cli_command *c) {
+	if (!c) {
+		man_head(f, "LANES", "lanes", "an LLM inference server: GGUF models on the CPU, served over HTTP");
+		fputs(".SH SYNOPSIS\n\\fBlanes\\fR \\fICOMMAND\\fR [\\fIoptions\\fR]\n.br\n\\fBlanes help\\fR [\\fICOMMAND\\fR]\n.br\n"
+		      "\\fBlanes \\-\\-version\\fR\n.SH DESCRIPTION\n"
+		      "\\fBlanes\\fR loads GGUF models of the llama family, runs them on the CPU and serves them over the OpenAI, "
+		      "Anthropic, Responses and Ollama HTTP APIs; its other commands inspect, convert, generate, benchmark and train. "
+		      "Results go to stdout, logs and progress to stderr. Each command's page lists its options, their defaults "
+		      "and their ranges.\n.SH COMMANDS\n",
+		      f);
+		char see[2048];
+		size_t k = 0;
+		for (int i = 0; i < n; i++) {
+			fprintf(f, ".TP\n\\fBlanes\\-%s\\fR(1)\n", cmds[i].name);
+			roff_text(f, cmds[i].what);
+			fputc('\n', f);
+			k += (size_t)snprintf(see + k, k < sizeof see ? sizeof see - k : 0, "%slanes-%s(1)", i ? ", " : "", cmds[i].name);
+		}
+		man_tail(f, NULL, see);
+		return;
+	}
+	char title[64], name[64];
+	snprintf(name, sizeof name, "lanes-%s", c->name);
+	snprintf(title, sizeof title, "LANES-%s", c->name);
+	for (char *p = title; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+	man_head(f, title, name, c->what);
+	fputs(".SH SYNOPSIS\n", f);
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&line, &len);
+	if (m) {
+		cli_print_usage_line(m, c);
+		fclose(m);
+		roff_text(f, line + strlen("usage: "));
+		free(line);
+	}
+	fputs(".SH DESCRIPTION\n", f);
+	roff_text(f, c->what);
+	fputs(".\n.SH OPTIONS\n", f);
+	for (int i = 0; i < cli_settings_count; i++)
+		if (cli_settings_table[i].names && takes(&cli_settings_table[i], c->id)) man_option(f, &cli_settings_table[i]);
+	man_tail(f, c, "lanes(1)");
+}
+
+// The words of a '|' list, separated by spaces.
+static void print_words(FILE *f, const char *list, const char *sep) {
+	char w[64];
+	for (int k = 0; word_at(list, k, w, sizeof w); k++) fprintf(f, "%s%s", k ? sep : "", w);
+}
+
+void cli_print_bash(FILE *f, const cli_command *cmds, int n) {
+	fputs("# bash completion for lanes, written by `lanes help --bash` from its settings table\n"
+	      "_lanes() {\n\tlocal cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} opts=\n"
+	      "\tCOMPREPLY=()\n\tif [ \"$COMP_CWORD\" -eq 1 ]; then\n\t\tCOMPREPLY=($(compgen -W \"",
+	      f);
+	for (int i = 0; i < n; i++) fprintf(f, "%s ", cmds[i].name);
+	fputs("help --help --version\" -- \"$cur\"))\n\t\treturn 0\n\tfi\n\tcase ${COMP_WORDS[1]} in\n\thelp)\n"
+	      "\t\t[ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"",
+	      f);
+	for (int i = 0; i < n; i++) fprintf(f, "%s%s", i ? " " : "", cmds[i].name);
+	fputs("\" -- \"$cur\"))\n\t\treturn 0 ;;\n", f);
+	for (int i = 0; i < n; i++) {
+		const cli_command *c = &cmds[i];
+		fprintf(f, "\t%s)\n\t\tcase $prev in\n", c->name);
+		// a choice completes its choices; any other value is left to the shell (file names)
+		for (int k = 0; k < cli_settings_count; k++) {
+			const cli_setting *st = &cli_settings_table[k];
+			if (!st->names || !takes(st, c->id) || st->kind == SET_FLAG) continue;
+			fputs("\t\t", f);
+			print_words(f, st->names, "|");
+			if (st->kind == SET_CHOICE) {
+				fputs(") COMPREPLY=($(compgen -W \"", f);
+				print_words(f, st->meta, " ");
+				fputs("\" -- \"$cur\")); return 0 ;;\n", f);
+			} else fputs(") return 0 ;;\n", f);
+		}
+		fputs("\t\tesac\n\t\topts=\"", f);
+		bool first = true;
+		for (int k = 0; k < cli_settings_count; k++) {
+			const cli_setting *st = &cli_settings_table[k];
+			if (!st->names || !takes(st, c->id)) continue;
+			fputs(first ? "" : " ", f);
+			print_words(f, st->names, " ");
+			first = false;
+		}
+		fputs("\" ;;\n", f);
+	}
+	fputs("\t*) return 0 ;;\n\tesac\n"
+	      "\tcase $cur in -*) COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\")) ;; esac\n\treturn 0\n}\n"
+	      "complete -o default -F _lanes lanes\n",
+	      f);
+}
+
+// Text in a single-quoted zsh _arguments spec: quotes closed and reopened, and the characters
+// that end its part (brackets in a description, colons in a value's name) escaped.
+static void zsh_text(FILE *f, const char *s, const char *specials) {
+	for (; *s; s++) {
+		if (*s == '\'') fputs("'\\''", f);
+		else if (strchr(specials, *s) || *s == '\\') fprintf(f, "\\%c", *s);
+		else fputc(*s, f);
+	}
+}
+
+void cli_print_zsh(FILE *f, const cli_command *cmds, int n) {
+	fputs("#compdef lanes\n# zsh completion for lanes, written by `lanes help --zsh` from its settings table\n"
+	      "_lanes() {\n\tlocal -a commands\n\tcommands=(\n",
+	      f);
+	for (int i = 0; i < n; i++) {
+		fprintf(f, "\t\t'%s:", cmds[i].name);
+		for (const char *p = cmds[i].what; *p; p++) fputs(*p == '\'' ? "'\\''" : (char[]){*p, 0}, f);
+		fputs("'\n", f);
+	}
+	fputs("\t\t'help:describe a command'\n\t)\n\tif (( CURRENT == 2 )); then\n"
+	      "\t\t_describe -t commands 'lanes command' commands\n\t\t_arguments '--version[print the version]' '--help[list the commands]'\n"
+	      "\t\treturn\n\tfi\n\tlocal cmd=$words[2]\n\tshift words\n\t(( CURRENT-- ))\n\tcase $cmd in\n"
+	      "\thelp) _describe -t commands 'lanes command' commands ;;\n",
+	      f);
+	for (int i = 0; i < n; i++) {
+		const cli_command *c = &cmds[i];
+		fprintf(f, "\t%s) _arguments -s", c->name);
+		for (int k = 0; k < cli_settings_count; k++) {
+			const cli_setting *st = &cli_settings_table[k];
+			if (!st->names || !takes(st, c->id)) continue;
+			char w[64];
+			for (int j = 0; word_at(st->names, j, w, sizeof w); j++) {
+				fputs(" \\\n\t\t'", f);
+				if (st->kind == SET_LIST) fputc('*', f);
+				else if (strchr(st->names, '|')) {
+					fputc('(', f);
+					print_words(f, st->names, " ");
+					fputc(')', f);
+				}
+				fprintf(f, "%s[", w);
+				zsh_text(f, st->help, "[]");
+				fputc(']', f);
+				if (st->kind == SET_CHOICE) {
+					fputs(":", f);
+					zsh_text(f, st->meta, ":");
+					fputs(":(", f);
+					print_words(f, st->meta, " ");
+					fputc(')', f);
+				} else if (st->kind == SET_STR || st->kind == SET_LIST) {
+					fputs(":", f);
+					zsh_text(f, st->meta, ":");
+					fputs(":_files", f);
+				} else if (st->kind != SET_FLAG) {
+					fputs(":", f);
+					zsh_text(f, st->meta, ":");
+					fputs(": ", f);
+				}
+				fputc('\'', f);
+			}
+		}
+		fputs(c->npos ? " \\\n\t\t'*:file:_files' ;;\n" : " ;;\n", f);
+	}
+	fputs("\tesac\n}\n_lanes \"$@\"\n", f);
 }

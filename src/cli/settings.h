@@ -31,7 +31,7 @@ typedef struct {
 	const char *corpus, *svg;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
-	const char *kv_type, *draft_mode, *log, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;
+	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
@@ -89,6 +89,11 @@ int cli_choice_index(const char *choices, const char *value);
 void cli_print_help(FILE *f, const cli_command *c);
 void cli_print_usage_line(FILE *f, const cli_command *c);
 void cli_print_markdown(FILE *f, const cli_command *cmds, int n);
+// The manual page of c in man(7) roff; c NULL: lanes(1), the command list.
+void cli_print_man(FILE *f, const cli_command *cmds, int n, const cli_command *c);
+// Completion scripts for bash and zsh: the commands, each one's options and their choices.
+void cli_print_bash(FILE *f, const cli_command *cmds, int n);
+void cli_print_zsh(FILE *f, const cli_command *cmds, int n);
 // cli_err's message, then the command's usage line; returns 2, the exit code of bad arguments.
 int cli_usage_error(const cli_settings *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Prints "lanes CMD: " and the message to stderr (CMD: the command cli_setup last saw).

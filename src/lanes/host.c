@@ -161,7 +161,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	if (cfg.window_max > 0)
 		LOG_INFO(MOD, "elastic window: %d tokens now, %d..%d, following requests of the last %.0f s", cfg.window,
 			 cfg.window, cfg.window_max, cfg.window_recent_s);
-	LOG_INFO(MOD, "compute: %.1f MiB (%d rows per pass, %s attention)", h->compute_bytes / 1048576.0,
+	LOG_DEBUG(MOD, "compute: %.1f MiB (%d rows per pass, %s attention)", h->compute_bytes / 1048576.0,
 		 (int)max_rows, h->ws && model_attn_fused() ? "fused" : "unfused");
 	*out = h;
 	return 0;

@@ -299,6 +299,6 @@ void lane_calibrate(lane_host *h) {
 	h->row_us = big > 1 ? (t[1] - t[0]) / (big - 1) : t[0];
 	if (h->row_us < 1) h->row_us = 1;
 	h->fixed_us = t[0] - h->row_us > 0 ? t[0] - h->row_us : 0;
-	LOG_INFO(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows beside a stream",
+	LOG_DEBUG(MOD, "pricing: %.0f us per row, %.0f us per round; round target %.0f ms gives %.0f prompt rows beside a stream",
 		 h->row_us, h->fixed_us, h->cfg.round_ms, lane_prompt_budget(h, 1));
 }

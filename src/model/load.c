@@ -483,7 +483,13 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	m->g = g;
 	loader L = {.m = m, .meta = mode == OPEN_META, .err = err, .errlen = errlen};
 	int rc;
-	gguf_str arch;
+	gguf_str arch, type;
+	// a LoRA file has the base's architecture but none of its shape: name what it is instead
+	if (!gguf_get_str(g, "general.type", &type) && gguf_str_eq(type, "adapter")) {
+		rc = base_seterr(err, errlen, LANES_EFORMAT,
+				 "model: this file is a LoRA adapter, not a model: give the base model with -m and this file with --lora");
+		goto fail;
+	}
 	if (gguf_get_str(g, "general.architecture", &arch)) {
 		rc = base_seterr(err, errlen, LANES_EFORMAT, "model: missing metadata key general.architecture");
 		goto fail;

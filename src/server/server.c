@@ -344,11 +344,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 // ---- loading ----------------------------------------------------------------------------------
 
-// The "try" lines, runnable as printed: the key when one is set; for a model with no chat
-// template of its own, a plain completion first (what such a model was trained to write).
+// The "try" lines, runnable as printed once the key (shown as "…" and its last 4 characters,
+// never whole in a log) is put back; for a model with no chat template of its own, a plain
+// completion first (what such a model was trained to write).
 static void print_try(const http_server *s) {
-	char auth[300] = "";
-	if (s->api_key) snprintf(auth, sizeof auth, " -H 'Authorization: Bearer %s'", s->api_key);
+	char auth[64] = "";
+	if (s->api_key) {
+		const size_t n = strlen(s->api_key);
+		snprintf(auth, sizeof auth, " -H 'Authorization: Bearer \u2026%s'", n >= 8 ? s->api_key + n - 4 : "");
+	}
 	const bool own_template = s->chat.own;
 	if (!own_template)
 		LOG_INFO(SRV_MOD,
@@ -613,7 +617,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	if (s->mutations_closed)
 		LOG_WARN(SRV_MOD, "listening on %s without --api-key: adapter, learning and model-cache changes are refused (403); give --api-key KEY, "
 				  "or --allow-unauthenticated-mutations to take them from anyone", s->host_addr);
-	LOG_INFO(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
+	LOG_DEBUG(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {
 		http_server_free(s);

@@ -93,3 +93,14 @@ test('responses: store: true is kept, not named; an unknown previous_response_id
 	const ok = await client.responses.create({ model: MODEL, input: 'x', store: false, max_output_tokens: 2 });
 	assert.equal(ok.store, false);
 });
+
+test('responses: the temperature and top_p a client sent come back as written (0.8, not 0.80000000000000004)', async () => {
+	const headers = { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` };
+	const body = { model: MODEL, input: 'Once', max_output_tokens: 2, temperature: 0.8, top_p: 0.9 };
+	const text = await (await fetch(`${url}/v1/responses`, { method: 'POST', headers, body: JSON.stringify(body) })).text();
+	assert.match(text, /"temperature":0\.8,/, text);
+	assert.match(text, /"top_p":0\.9,/, text);
+	const stream = await (await fetch(`${url}/v1/responses`, { method: 'POST', headers, body: JSON.stringify({ ...body, stream: true }) })).text();
+	assert.match(stream, /"temperature":0\.8,/);
+	assert.doesNotMatch(stream, /0\.8000000|0\.9000000/);
+});

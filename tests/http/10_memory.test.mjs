@@ -40,6 +40,7 @@ test('serve --memory: a budget nothing fits in is refused before listening', () 
 	assert.equal(r.status, 1);
 	assert.match(r.stderr, /nothing fits in 1\.0 MiB: the weights alone need/);
 	const bad = spawnSync(BIN, ['serve', '-m', STORIES, '--port', '0', '--memory', 'lots'], { encoding: 'utf8' });
-	assert.equal(bad.status, 1);
+	assert.equal(bad.status, 2, 'a value that is no size is a bad argument');
 	assert.match(bad.stderr, /'lots' is not a size/);
+	assert.doesNotMatch(bad.stderr, /I serve:/, 'refused before the banner');
 });

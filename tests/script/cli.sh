@@ -1,6 +1,6 @@
 #!/bin/sh
-# tests: the `lanes` command line as users meet it — docs/cli.md's reference equals the
-# binary's `lanes help --markdown`, every command's --help (and `lanes help CMD`) with a
+# tests: the `lanes` command line as users meet it — docs/cli.md's command table and reference
+# equal the binary's `lanes help` and `lanes help --markdown`, every command's --help (and `lanes help CMD`) with a
 # synopsis naming every option, bad values named with their range (flags and LANES_*
 # variables), `lanes` alone, `lanes --version`, and the newline that ends text on a terminal.
 BIN=${LANES_BIN:-build/lanes}
@@ -31,9 +31,23 @@ if cmp -s "$TMP/doc" "$TMP/gen"; then ok; else
 	bad "docs/cli.md disagrees with \`lanes help --markdown\` (run scripts/cli-doc.sh): $(diff "$TMP/doc" "$TMP/gen" | head -n 8)"
 fi
 
-# `lanes` alone lists the commands, exit 0.
+# docs/cli.md's command table is `lanes help`'s list, every command in it.
+awk '/^<!-- BEGIN lanes help \(/ { g = 1; next } /^<!-- END lanes help -->/ { g = 0 } g' "$DOC" > "$TMP/doc"
+"$BIN" help | sh "$(dirname "$0")/../../scripts/cli-doc.sh" --commands > "$TMP/gen"
+[ "$(wc -l < "$TMP/gen")" -gt 10 ] && ok || bad "the command table made from lanes help is short: $(cat "$TMP/gen")"
+if cmp -s "$TMP/doc" "$TMP/gen"; then ok; else
+	bad "docs/cli.md's command table disagrees with \`lanes help\` (run scripts/cli-doc.sh): $(diff "$TMP/doc" "$TMP/gen" | head -n 8)"
+fi
+
+# `lanes` alone lists the commands on stderr and exits 2 (no command is a usage error);
+# `lanes help` and `lanes --help` list them on stdout, exit 0.
 cli "$BIN"
-same "$rc" 0 "lanes alone: exit code"
+same "$rc" 2 "lanes alone: exit code"
+[ ! -s "$TMP/out" ] && grep -q "^usage: lanes COMMAND" "$TMP/err" && ok || bad "lanes alone: no usage on stderr, or output on stdout"
+cli "$BIN" --help
+same "$rc" 0 "lanes --help: exit code"
+cli "$BIN" help
+same "$rc" 0 "lanes help: exit code"
 cmds=$(sed -n 's/^  \([a-z]*\)  .*/\1/p' "$TMP/out")
 same "$(echo $cmds)" "info tokenize detokenize template quantize gen run logits learn bench serve plan pull ls rm experts" "lanes alone: the command list"
 

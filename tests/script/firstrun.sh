@@ -34,9 +34,10 @@ wait_try() {
 	done
 	return 1
 }
-# Runs the curl command printed after "$2: " in log $1, with the status appended; sets out.
+# Runs the curl command printed after "$2: " in log $1, with the status appended and the key
+# the log shows as "…" and its last 4 characters put back as $3; sets out.
 run_line() {
-	cmd=$(sed -n "s/.*$2: \(curl .*\)/\1/p" "$1" | head -n 1)
+	cmd=$(sed -n "s/.*$2: \(curl .*\)/\1/p" "$1" | sed "s/Bearer \xe2\x80\xa6[^']*'/Bearer $3'/" | head -n 1)
 	[ -n "$cmd" ] || { out="no '$2' line"; return; }
 	out=$(eval "$cmd -s -w ' status=%{http_code}'" 2>&1)
 }
@@ -52,20 +53,24 @@ done
 
 # 2. make run PORT= HOST= ARGS= serves there, with the arguments given.
 port=$(free_port)
-mk run SHARED="$SHARED" PORT="$port" HOST=127.0.0.1 ARGS="--lanes 2 --api-key k-$$" >"$TMP/run.log" 2>&1 &
+KEY="k-$$-secret"
+mk run SHARED="$SHARED" PORT="$port" HOST=127.0.0.1 ARGS="--lanes 2 --api-key $KEY" >"$TMP/run.log" 2>&1 &
 mpid=$!
 got=$(wait_listen "$TMP/run.log")
 same "$got" "$port" "make run PORT=$port listens there"
 wait_try "$TMP/run.log" || bad "make run: no try lines: $(tail -n 5 "$TMP/run.log")"
-lanes=$(curl -s "http://127.0.0.1:$port/slots" -H "Authorization: Bearer k-$$" | node -e 'let t="";process.stdin.on("data",d=>t+=d).on("end",()=>{try{console.log(JSON.parse(t).lanes.length)}catch{console.log("?")}})')
+lanes=$(curl -s "http://127.0.0.1:$port/slots" -H "Authorization: Bearer $KEY" | node -e 'let t="";process.stdin.on("data",d=>t+=d).on("end",()=>{try{console.log(JSON.parse(t).lanes.length)}catch{console.log("?")}})')
 same "$lanes" 2 "make run ARGS=--lanes 2"
 
 # 3. The try lines work as printed, with the key: a completion for a model with no chat
 # template of its own (stories260K), then the chat line.
-run_line "$TMP/run.log" try
+run_line "$TMP/run.log" try "$KEY"
 case "$out" in *'"text"'*'status=200') ok ;; *) bad "the try line with --api-key: $out" ;; esac
-case "$(grep 'try: curl' "$TMP/run.log" | head -n 1)" in *v1/completions*"Authorization: Bearer k-$$"*) ok ;; *) bad "the first try line is not a keyed completion" ;; esac
-run_line "$TMP/run.log" "or chat"
+# the key is never logged whole: "…" and its last 4 characters stand for it
+last4=$(printf '%s' "$KEY" | tail -c 4)
+case "$(grep 'try: curl' "$TMP/run.log" | head -n 1)" in *v1/completions*"Authorization: Bearer …$last4'"*) ok ;; *) bad "the first try line is not a keyed completion with the key hidden" ;; esac
+grep '^[EWID] ' "$TMP/run.log" | grep -qF "$KEY" && bad "the log shows the API key: $(grep -F "$KEY" "$TMP/run.log" | head -n 1)" || ok
+run_line "$TMP/run.log" "or chat" "$KEY"
 case "$out" in *'"content"'*'status=200') ok ;; *) bad "the chat try line with --api-key: $out" ;; esac
 kill -TERM $mpid 2>/dev/null
 pkill -TERM -f "serve -m .* --port $port " 2>/dev/null

@@ -1,6 +1,6 @@
 // tests: text from outside as base handles it — base_utf8_copy keeps whole characters and
 // replaces bytes that are not UTF-8 with U+FFFD, and base_log escapes control characters and
-// invalid bytes so a logged value can never start a line of its own.
+// invalid bytes so a logged value can never start a line of its own, in text and in JSON.
 #include "t.h"
 #include "base/base.h"
 
@@ -32,6 +32,30 @@ int main(void) {
 	size_t len = 0;
 	char *got = t_read_file(path, &len);
 	CHECKF(got && !strcmp(got, "I t: GET /a\\x0d\\x0aI http: forged\\x1b[31m\\xff \xc3\xa9\n"), "%s", got ? got : "(none)");
+	free(got);
+	close(fd);
+	unlink(path);
+
+	// --log-format json: the same value is one object on one line, its text a JSON string
+	// (quotes, backslashes and control characters escaped, invalid bytes U+FFFD)
+	snprintf(path, sizeof path, "%s/base-log-XXXXXX", t_tmp());
+	fd = mkstemp(path), saved = dup(2);
+	CHECK(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	base_log_json = true;
+	base_log(LOG_LEVEL_WARN, "t", "GET /a\r\n\"q\" \\ \x1b\xff \xc3\xa9");
+	base_log_json = false;
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	got = t_read_file(path, &len);
+	const char *body = got ? strstr(got, "Z\",\"level\"") : NULL;
+	CHECKF(got && !strncmp(got, "{\"time\":\"", 9) && strlen(got) == 23 + 9 + strlen(body) && got[len - 1] == '\n' && !strchr(got, '\r') &&
+		       strchr(got, '\n') == got + len - 1,
+	       "%s", got ? got : "(none)");
+	CHECKF(body && !strcmp(body, "Z\",\"level\":\"warn\",\"module\":\"t\",\"msg\":\"GET /a\\u000d\\u000a\\\"q\\\" \\\\ \\u001b\xef\xbf\xbd \xc3\xa9\"}\n"),
+	       "%s", got ? got : "(none)");
 	free(got);
 	close(fd);
 	unlink(path);

@@ -1,8 +1,10 @@
 // tests: the compatibility policy's pieces in server/net/base — the list of what a request sent
 // and lanes did not honour (each name once, in order, header-safe, bounded with a mark), the
 // field tables' named rows (nested names, types still checked), --strict-params's refusal, and
-// the placeholders for content a model cannot read; library error codes as HTTP kinds.
+// the placeholders for content a model cannot read, replies' numbers in their shortest form, and
+// library error codes as HTTP kinds.
 #include "t.h"
+#include <math.h>
 #include "server/net/base.h"
 
 static http_server srv; // only cfg is read
@@ -149,7 +151,39 @@ static void test_kinds(void) {
 	}
 }
 
+// Reals come back as the client wrote them (0.8, not 0.80000000000000004), each still the same
+// double, integers and strings untouched, and any double read back exactly.
+static void test_shortest(void) {
+	json_t *v = json_loads("{\"t\":0.8,\"p\":0.1,\"one\":1.0,\"n\":-0.3,\"e\":1e-05,\"big\":1e+300,\"int\":12345678901234567,"
+			       "\"s\":\"0.80000000000000004 \\\" 0.1\",\"a\":[3.0e20,0.30000000000000004,123456.789,5e-324]}",
+			       0, NULL);
+	CHECK(v != NULL);
+	char *t = srv_json_text(v);
+	CHECKF(t && !strcmp(t, "{\"t\":0.8,\"p\":0.1,\"one\":1.0,\"n\":-0.3,\"e\":1e-5,\"big\":1e300,\"int\":12345678901234567,"
+			       "\"s\":\"0.80000000000000004 \\\" 0.1\",\"a\":[3e20,0.30000000000000004,123456.789,5e-324]}"),
+	       "%s", t ? t : "(null)");
+	free(t);
+	json_decref(v);
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < 20000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		double d;
+		memcpy(&d, &x, sizeof d);
+		if (!isfinite(d)) continue;
+		if (i % 2) d = (double)(x % 100000) / 1000.0; // values a client writes
+		json_t *a = json_pack("[f]", d);
+		char *s = srv_json_text(a), *plain = json_dumps(a, JSON_COMPACT);
+		json_t *back = s ? json_loads(s, 0, NULL) : NULL;
+		CHECKF(back && json_real_value(json_array_get(back, 0)) == d && strlen(s) <= strlen(plain), "%.17g -> %s", d, s);
+		json_decref(back);
+		json_decref(a);
+		free(s);
+		free(plain);
+	}
+}
+
 int main(void) {
+	test_shortest();
 	test_list();
 	test_kinds();
 	test_refuse();

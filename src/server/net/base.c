@@ -121,7 +121,7 @@ enum srv_family srv_family_of(const char *path, size_t n) {
 }
 
 void srv_stream_event(enum srv_family f, srv_buf *out, const char *name, json_t *data) {
-	char *txt = data ? json_dumps(data, JSON_COMPACT) : NULL;
+	char *txt = data ? srv_json_text(data) : NULL;
 	json_decref(data);
 	if (!txt) {
 		out->oom = true;
@@ -350,7 +350,7 @@ static enum MHD_Result reply_raw(srv_conn *c, int status, const char *body, int 
 
 // body, or when it cannot be encoded the fixed body of kind (with kind's status).
 static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after, enum srv_ekind kind) {
-	char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	char *txt = body ? srv_json_text(body) : NULL;
 	json_decref(body);
 	char fixed[256];
 	if (!txt) {
@@ -504,6 +504,84 @@ static const char *type_name(const json_t *v) {
 json_t *srv_real(double v) {
 	if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;
 	return json_real(v);
+}
+
+// The number jansson wrote at t (len bytes, 17 significant digits) in its shortest form, at most
+// len bytes, into out; 0 when it is already shortest. Up to 15 digits a decimal names one double
+// (DBL_DIG), so only 16 and 17 need the search, which is monotonic in the digits kept.
+static size_t shortest_real(const char *t, size_t len, char *out, size_t cap) {
+	int digits = 0, lead = 1;
+	bool expo = false;
+	for (size_t i = 0; i < len && !expo; i++) {
+		if (t[i] == 'e' || t[i] == 'E') expo = true;
+		else if (t[i] >= '1' && t[i] <= '9') lead = 0, digits++;
+		else if (t[i] == '0' && !lead) digits++;
+	}
+	if (digits <= 15 || len + 1 > cap) return 0;
+	char num[40];
+	memcpy(num, t, len < sizeof num ? len : sizeof num - 1);
+	num[len < sizeof num ? len : sizeof num - 1] = 0;
+	const double x = strtod(num, NULL);
+	int lo = 1, hi = 17;
+	while (lo < hi) {
+		const int mid = (lo + hi) / 2;
+		char b[40];
+		snprintf(b, sizeof b, "%.*e", mid - 1, x);
+		if (strtod(b, NULL) == x) hi = mid;
+		else lo = mid + 1;
+	}
+	char b[48];
+	if (expo) {
+		// jansson's exponent: no '+', no leading zeros (1e-5, 3e20)
+		snprintf(b, sizeof b, "%.*g", lo, x);
+		char *e = strpbrk(b, "eE");
+		if (e) {
+			const int e10 = atoi(e + 1);
+			snprintf(e, sizeof b - (size_t)(e - b), "e%d", e10);
+		}
+	} else {
+		// as jansson wrote it, without an exponent: the digits after the point that lo needs
+		snprintf(b, sizeof b, "%.*e", lo - 1, x);
+		const int e10 = atoi(strchr(b, 'e') + 1);
+		snprintf(b, sizeof b, "%.*f", lo - 1 - e10 > 0 ? lo - 1 - e10 : 0, x);
+	}
+	if (!strpbrk(b, ".eE")) strcat(b, ".0");
+	const size_t n = strlen(b);
+	if (n > len || strtod(b, NULL) != x) return 0;
+	memcpy(out, b, n);
+	return n;
+}
+
+char *srv_json_text(const json_t *v) {
+	char *t = json_dumps(v, JSON_COMPACT);
+	if (!t) return NULL;
+	// rewritten in place: a number's shortest form is never longer than jansson's
+	size_t w = 0;
+	for (size_t r = 0; t[r];) {
+		if (t[r] == '"') {
+			t[w++] = t[r++];
+			while (t[r] && t[r] != '"') {
+				if (t[r] == '\\' && t[r + 1]) t[w++] = t[r++];
+				t[w++] = t[r++];
+			}
+			if (t[r]) t[w++] = t[r++];
+			continue;
+		}
+		if (t[r] == '-' || (t[r] >= '0' && t[r] <= '9')) {
+			size_t e = r;
+			bool real = false;
+			while (t[e] && strchr("0123456789+-.eE", t[e])) real |= t[e] == '.' || t[e] == 'e' || t[e] == 'E', e++;
+			char b[48];
+			const size_t n = real ? shortest_real(t + r, e - r, b, sizeof b) : 0;
+			if (n) memmove(t + w, b, n), w += n;
+			else memmove(t + w, t + r, e - r), w += e - r;
+			r = e;
+			continue;
+		}
+		t[w++] = t[r++];
+	}
+	t[w] = 0;
+	return t;
 }
 
 char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {

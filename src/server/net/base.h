@@ -315,6 +315,9 @@ int srv_model_lookup(http_server *s, const char *id, srv_err *e);
 struct model_loras *model_loras_of(http_server *s);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
+// v as compact JSON text (malloc'd; NULL when out of memory) whose reals are in the shortest form
+// that reads back as the same double: a 0.8 a client sent comes back as 0.8.
+char *srv_json_text(const json_t *v);
 // A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.
 char *srv_token_text(http_server *s, int32_t id, json_t **bytes);
 // Text of a message content: a string, or an array of parts whose type is one of types

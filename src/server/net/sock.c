@@ -671,9 +671,18 @@ int srv_gate_start(http_server *s, const struct sockaddr_in *sa, char *err, size
 	if (g->ep < 0 || g->quit_fd < 0 || g->lfd < 0) return base_seterr(err, errlen, LANES_EIO, "socket: %s", strerror(errno));
 	int one = 1;
 	setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(g->lfd, (const struct sockaddr *)sa, sizeof *sa) || listen(g->lfd, SOMAXCONN))
-		return base_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
-				   s->host_addr, s->cfg.port);
+	if (bind(g->lfd, (const struct sockaddr *)sa, sizeof *sa) || listen(g->lfd, SOMAXCONN)) {
+		// each cause names the setting that fixes it
+		if (errno == EADDRINUSE)
+			return base_seterr(err, errlen, LANES_EIO,
+					   "cannot listen on %s:%d: the port is in use (another server?); pick another with --port N (make run PORT=N), or --port 0 for any free one",
+					   s->host_addr, s->cfg.port);
+		if (errno == EACCES)
+			return base_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d: ports below 1024 need privileges; pick another with --port N (make run PORT=N)",
+					   s->host_addr, s->cfg.port);
+		return base_seterr(err, errlen, LANES_EIO, "cannot listen on %s:%d: %s; --host names an address of this machine (127.0.0.1, 0.0.0.0 for all)",
+				   s->host_addr, s->cfg.port, strerror(errno));
+	}
 	struct sockaddr_in got;
 	socklen_t gl = sizeof got;
 	s->port = getsockname(g->lfd, (struct sockaddr *)&got, &gl) ? s->cfg.port : ntohs(got.sin_port);
