@@ -26,6 +26,7 @@ typedef struct pull_job {
 	bool waiting;                  // the connection is suspended until out grows or the pull ends
 	bool cancel;                   // the request ended or the server stops
 	bool shown;                    // a download line went out
+	int retry_said;                // the last failed try a line said it retries after
 	srv_buf out;                   // NDJSON not yet read
 	size_t out_off;
 	uint64_t last_us;              // when the last download line went out
@@ -142,6 +143,13 @@ static int on_progress(void *ud, const pull_progress *p) {
 			if (!j->shown) line(j, download_line(p), false); // in the cache already
 			j->shown = true;
 			line(j, json_pack("{s:s}", "status", "writing manifest"), false);
+			break;
+		case PULL_RETRY: // once per wait: the wait is heard every tenth of a second
+			if (j->retry_said == p->attempt) break;
+			j->retry_said = p->attempt;
+			char status[96];
+			snprintf(status, sizeof status, "try %d failed: retrying in %g s", p->attempt, (double)p->wait_ms / 1000);
+			line(j, json_pack("{s:s}", "status", status), false);
 			break;
 		}
 	pthread_mutex_unlock(&P->mu);
@@ -340,7 +348,9 @@ static bool served(http_server *s, const char *rel) {
 	return false;
 }
 
-static enum srv_ekind cache_kind(int rc) { return rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL; }
+static enum srv_ekind cache_kind(int rc) {
+	return rc == LANES_ENOTFOUND ? SRV_E_NOT_FOUND : rc == LANES_EINVAL ? SRV_E_BAD_REQUEST : rc == LANES_EBUSY ? SRV_E_CONFLICT : SRV_E_INTERNAL;
+}
 
 static const srv_field copy_fields[] = {
 	SRV_ROW(cache_req, source, SRV_K_STR),
@@ -407,7 +417,8 @@ enum MHD_Result srv_ollama_delete(srv_conn *c) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 		goto fail;
 	}
-	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err))) {
+	// a partial download alone is deleted too: it is what a failed pull left
+	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err)) && rc != LANES_EBUSY) {
 		srv_fail(&e, cache_kind(rc), "model", "%s", err);
 		goto fail;
 	}
