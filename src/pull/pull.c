@@ -904,9 +904,8 @@ int pull_cache_find(const pull_config *c, const char *name, char *rel, size_t n,
 	const char *h = hub_ref(name);
 	if (strlen(h) >= sizeof b) return base_seterr(err, errlen, LANES_EINVAL, "'%.64s...' is not a model name", name);
 	snprintf(b, sizeof b, "%s", h);
-	size_t len = strlen(b);
-	if (len > 10 && ends_with(b, ".gguf.part")) b[len -= 5] = 0; // the partial download's own name
-	if (len > 7 && !strcmp(b + len - 7, ":latest")) b[len -= 7] = 0;
+	const size_t len = strlen(b);
+	if (len > 7 && !strcmp(b + len - 7, ":latest")) b[len - 7] = 0;
 	const char *slash = strchr(b, '/'), *colon = strrchr(b, ':');
 	char folder[512] = "";
 	const char *quant = NULL;

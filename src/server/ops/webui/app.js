@@ -258,6 +258,7 @@ function niceMax(v) {
 	return [1, 2, 2.5, 5, 10].find((m) => m * p >= v * (1 - 1e-9)) * p;
 }
 const num = (v) => (v >= 10 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1));
+const tick = (v) => String(+v.toPrecision(3)); // 12.5 stays 12.5: a tick is exact
 function chart(name, title, unit, series) {
 	const fig = el('figure', 'chart');
 	fig.dataset.chart = name;
@@ -269,7 +270,7 @@ function chart(name, title, unit, series) {
 	const ya = svgEl('g', {class: 'axis axis-y'});
 	for (const f of [0, 0.5, 1]) {
 		const y = t + ph - f * ph;
-		ya.append(svgEl('line', {x1: l - 3, x2: l, y1: y, y2: y}), svgText(l - 5, y + 3, num(max * f), 'end'));
+		ya.append(svgEl('line', {x1: l - 3, x2: l, y1: y, y2: y}), svgText(l - 5, y + 3, tick(max * f), 'end'));
 	}
 	const yt = svgText(0, 0, unit, 'middle', 'title');
 	yt.setAttribute('transform', `translate(10 ${t + ph / 2}) rotate(-90)`);
