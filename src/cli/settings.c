@@ -260,7 +260,7 @@ const cli_setting cli_settings_table[] = {
 	{.env = "LANES_PULL_RETRY_MS", .kind = SET_INT, .field = F(pull_retry_ms), .dflt = "1000", .min = 1, .max = 3600000, .meta = "MS",
 	 .cmds = B(PULL) | B(SERVE), .help = "the wait before the second try, doubled before each next one"},
 	{.env = "LANES_PULL_RETRY_MAX_MS", .kind = SET_INT, .field = F(pull_retry_max_ms), .dflt = "16000", .min = 1, .max = 3600000, .meta = "MS",
-	 .cmds = B(PULL) | B(SERVE), .help = "the longest wait between tries, and the longest Retry-After of the hub's that is waited out"},
+	 .cmds = B(PULL) | B(SERVE), .help = "the longest wait between tries, a longer Retry-After from the hub included"},
 	{.env = "LANES_PULL_MAX_BYTES", .kind = SET_INT, .field = F(pull_max_bytes), .dflt = "1099511627776", .min = 1, .max = I64,
 	 .meta = "BYTES", .cmds = B(PULL) | B(SERVE), .help = "the largest file a pull writes: a larger published size is refused, a body past it cut off"},
 	{.names = "-h|--help", .kind = SET_FLAG, .field = F(help), .cmds = ALL, .help = "show this help"},

@@ -150,13 +150,13 @@ static bool transient(CURLcode rc, long code) {
 
 static int tries(const pull_config *c) { return c->tries > 0 ? c->tries : PULL_TRIES; }
 
-// The wait after try `attempt` failed: the first wait doubled per try, capped; a Retry-After
-// (seconds, -1: none) counts when longer, within the same cap.
+// The wait after try `attempt` failed: the first wait doubled per try; a Retry-After (seconds,
+// -1: none) counts when longer; never past the cap.
 static int64_t wait_ms(const pull_config *c, int attempt, int64_t retry_after_s) {
 	const int64_t first = c->retry_ms > 0 ? c->retry_ms : PULL_RETRY_MS, cap = c->retry_max_ms > 0 ? c->retry_max_ms : PULL_RETRY_MAX_MS;
 	int64_t w = first;
 	for (int i = 1; i < attempt && w < cap; i++) w *= 2;
-	if (retry_after_s > 0 && retry_after_s <= cap / 1000 && retry_after_s * 1000 > w) w = retry_after_s * 1000;
+	if (retry_after_s > 0 && retry_after_s * 1000 > w) w = retry_after_s * 1000;
 	return w < cap ? w : cap;
 }
 

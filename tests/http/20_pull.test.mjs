@@ -269,6 +269,10 @@ test('a hub that keeps failing: tried LANES_PULL_TRIES times, its Retry-After wa
 	assert.match(r.err.trimEnd().split('\n').at(-1), /^lanes pull: http:\/\/127\.0\.0\.1:\d+\/api\/models\/org\/down\/tree\/main: HTTP 503; gave up after 3 tries over [\d.]+ s \(LANES_PULL_TRIES\)$/);
 	assert.equal([...r.err.matchAll(/trying again in 1 s/g)].length, 2, 'Retry-After: 1 is longer than the backoff: it is waited');
 	gaps(f.at).forEach((x) => assert.ok(x >= 995, `the hub's Retry-After kept (${x.toFixed(0)} ms)`));
+	// a Retry-After past the cap waits the cap
+	const again = await lanes(['pull', 'org/down:Q8_0'], { LANES_PULL_TRIES: '2', LANES_PULL_RETRY_MS: '100', LANES_PULL_RETRY_MAX_MS: '500' });
+	assert.equal(again.code, 1);
+	assert.match(again.err, /HTTP 503 \(try 1 of 2\): trying again in 0\.5 s/);
 });
 
 test('a hub still starting: the pull waits for it and gets the file', async () => {
