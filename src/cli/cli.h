@@ -34,6 +34,10 @@ int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n);
 void cli_pull_config(const cli_settings *s, pull_config *c);
 // Whether serve's -m names something to pull rather than a file.
 bool cli_is_pull_ref(const char *model);
+// -m NAME when no file has that name: the cached model `lanes ls` calls NAME (s->model then
+// points at its file). Prints its error and returns 1 when NAME is only a partial download, or
+// a reference to pull that only serve pulls; else 0.
+int cli_model_lookup(cli_settings *s);
 
 // Each prints its error (cli_err) and returns -1, else 0:
 // "1,2,3" or "[1, 2, 3]" into a malloc'd list;

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
 	if (c) {
 		cli_settings s;
 		const int rc = cli_setup(c, argc - 1, argv + 1, &s);
-		return rc >= 0 ? rc : c->fn(&s);
+		return rc >= 0 ? rc : cli_model_lookup(&s) ? 1 : c->fn(&s);
 	}
 	if (cli_env_apply()) return 2;
 	// no command is a usage error: the list on stderr, exit 2 (asked for, it goes to stdout)

@@ -252,12 +252,18 @@ const cli_setting cli_settings_table[] = {
 	 .help = "add lanes_expert_activations_total{layer,expert} to /metrics (a line per layer and expert)"},
 	{.names = "--hf-token", .env = "HF_TOKEN", .kind = SET_STR, .field = F(hf_token), .meta = "TOKEN", .cmds = B(PULL) | B(SERVE),
 	 .help = "Hugging Face token for gated repositories (sent to the hub only)"},
-	{.env = "LANES_MODELS", .kind = SET_STR, .field = F(models_dir), .meta = "DIR", .cmds = B(PULL) | B(LS) | B(RM) | B(SERVE),
-	 .help = "the model cache (default ~/.cache/lanes/models)"},
+	{.env = "LANES_MODELS", .kind = SET_STR, .field = F(models_dir), .meta = "DIR", .cmds = B(PULL) | B(LS) | B(RM) | MODEL_CMDS | B(TEMPLATE) | B(GEN),
+	 .help = "the model cache (default ~/.cache/lanes/models); -m takes a name `lanes ls` prints"},
 	{.env = "LANES_HF_ENDPOINT", .kind = SET_STR, .field = F(hf_endpoint), .dflt = "https://huggingface.co", .meta = "URL",
 	 .cmds = B(PULL) | B(SERVE), .help = "the hub that hf: references and ORG/REPO:QUANT name"},
 	{.env = "LANES_PULL_STALL_S", .kind = SET_INT, .field = F(pull_stall_s), .dflt = "30", .min = 1, .max = 3600, .meta = "SECONDS",
-	 .cmds = B(PULL) | B(SERVE), .help = "a transfer that receives nothing this long fails (a download is tried 5 times, resuming)"},
+	 .cmds = B(PULL) | B(SERVE), .help = "a transfer that receives nothing this long fails (and is tried again, resuming)"},
+	{.env = "LANES_PULL_TRIES", .kind = SET_INT, .field = F(pull_tries), .dflt = "6", .min = 1, .max = 100, .meta = "N",
+	 .cmds = B(PULL) | B(SERVE), .help = "a request the network or the hub's 429, 502, 503 or 504 failed is tried this often in all"},
+	{.env = "LANES_PULL_RETRY_MS", .kind = SET_INT, .field = F(pull_retry_ms), .dflt = "1000", .min = 1, .max = 3600000, .meta = "MS",
+	 .cmds = B(PULL) | B(SERVE), .help = "the wait before the second try, doubled before each next one"},
+	{.env = "LANES_PULL_RETRY_MAX_MS", .kind = SET_INT, .field = F(pull_retry_max_ms), .dflt = "16000", .min = 1, .max = 3600000, .meta = "MS",
+	 .cmds = B(PULL) | B(SERVE), .help = "the longest wait between tries, a longer Retry-After from the hub included"},
 	{.env = "LANES_PULL_MAX_BYTES", .kind = SET_INT, .field = F(pull_max_bytes), .dflt = "1099511627776", .min = 1, .max = I64,
 	 .meta = "BYTES", .cmds = B(PULL) | B(SERVE), .help = "the largest file a pull writes: a larger published size is refused, a body past it cut off"},
 	{.names = "-h|--help", .kind = SET_FLAG, .field = F(help), .cmds = ALL, .help = "show this help"},
@@ -465,8 +471,8 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 	if (load_defaults_env(s, c->id) || apply_env(s)) return 2;
 	s->cmd = c;
 	bool only_pos = false;
-	uint64_t seen[2] = {0, 0}; // settings given on this command line
-	const char *seen_as[2 * 64] = {0};
+	uint64_t seen[4] = {0}; // settings given on this command line (as many bits as cli_settings.given)
+	const char *seen_as[4 * 64] = {0};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (only_pos || a[0] != '-' || a[1] == 0) {

@@ -4,6 +4,7 @@
 #include "base/base.h"
 #include "gguf/gguf.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -18,9 +19,12 @@
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#define PULL_TRIES 5
+#define PULL_TRIES 6           // five retries, as Ollama's downloads take
+#define PULL_RETRY_MS 1000     // the first wait: a hub still starting gets 1+2+4+8+16 s
+#define PULL_RETRY_MAX_MS 16000
 #define PULL_REDIRECTS 10 // the hub's resolve takes one or two to its CDN
 #define MAX_LISTING (64u << 20)
 #define MAX_NAME 400      // bytes of a name from a reference or a listing (a component: 255)
@@ -41,6 +45,7 @@ typedef struct {
 	pull_progress p;
 	char *err;
 	size_t errlen;
+	uint64_t t0_us; // when the first try of the current request began
 } pull_ctx;
 
 static int fail(pull_ctx *x, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -130,9 +135,73 @@ static void why_failed(const pull_config *c, CURLcode rc, char *out, size_t n) {
 	else snprintf(out, n, "%s", curl_easy_strerror(rc));
 }
 
+// Whether a failed try is worth another: the network broke, or the hub asked to come back later.
+static bool transient(CURLcode rc, long code) {
+	if (code == 429 || code == 502 || code == 503 || code == 504) return true;
+	switch (rc) {
+	case CURLE_PARTIAL_FILE: case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING:
+	case CURLE_OPERATION_TIMEDOUT: case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_SSL_CONNECT_ERROR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int tries(const pull_config *c) { return c->tries > 0 ? c->tries : PULL_TRIES; }
+
+// The wait after try `attempt` failed: the first wait doubled per try; a Retry-After (seconds,
+// -1: none) counts when longer; never past the cap.
+static int64_t wait_ms(const pull_config *c, int attempt, int64_t retry_after_s) {
+	const int64_t first = c->retry_ms > 0 ? c->retry_ms : PULL_RETRY_MS, cap = c->retry_max_ms > 0 ? c->retry_max_ms : PULL_RETRY_MAX_MS;
+	int64_t w = first;
+	for (int i = 1; i < attempt && w < cap; i++) w *= 2;
+	if (retry_after_s > 0 && retry_after_s * 1000 > w) w = retry_after_s * 1000;
+	return w < cap ? w : cap;
+}
+
+// The failure of a request retried until it gave up: its reason and what the tries took.
+static int gave_up(pull_ctx *x, const char *url, const char *why, int attempt) {
+	const double s = (double)(base_now_us() - x->t0_us) / 1e6;
+	if (attempt <= 1) return fail(x, LANES_EIO, "%s: %s", url, why);
+	return fail(x, LANES_EIO, "%s: %s; gave up after %d tries over %.1f s (LANES_PULL_TRIES)", url, why, attempt, s);
+}
+
+// Says why try `attempt` failed and what comes next, then waits, hearing cancels: false when
+// the pull was cancelled. have: bytes a next try resumes from (0: it starts over).
+static bool retry_wait(pull_ctx *x, int attempt, const char *why, int64_t have, int64_t retry_after_s) {
+	const int64_t ms = wait_ms(x->c, attempt, retry_after_s);
+	if (have > 0)
+		LOG_WARN("pull", "%s (try %d of %d): resuming from byte %lld in %g s", why, attempt, tries(x->c), (long long)have, (double)ms / 1000);
+	else LOG_WARN("pull", "%s (try %d of %d): trying again in %g s", why, attempt, tries(x->c), (double)ms / 1000);
+	const pull_progress keep = x->p;
+	const uint64_t end = base_now_us() + (uint64_t)ms * 1000;
+	x->p.stage = PULL_RETRY, x->p.attempt = attempt;
+	for (uint64_t now = base_now_us(); now < end; now = base_now_us()) {
+		x->p.wait_ms = (int64_t)((end - now) / 1000);
+		if (!report(x)) return false;
+		const uint64_t step = end - now < 100000 ? end - now : 100000; // a cancel is heard within 0.1 s
+		nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = (long)step * 1000}, NULL);
+	}
+	x->p = keep;
+	return true;
+}
+
+// The seconds of a Retry-After header line (-1: not one, or an HTTP date).
+static int64_t retry_after(const char *line, size_t n) {
+	const char *k = "retry-after:";
+	if (n <= strlen(k) || strncasecmp(line, k, strlen(k))) return -1;
+	const char *v = line + strlen(k);
+	while (*v == ' ' || *v == '\t') v++;
+	if (*v < '0' || *v > '9') return -1;
+	const long long s = strtoll(v, NULL, 10);
+	return s > 0 && s < 86400 ? s : -1;
+}
+
 typedef struct {
 	char *p;
 	size_t len, cap;
+	int64_t retry_after_s; // the last response's Retry-After (-1: none)
 } listing;
 
 static size_t to_buf(char *p, size_t sz, size_t n, void *ud) {
@@ -150,67 +219,160 @@ static size_t to_buf(char *p, size_t sz, size_t n, void *ud) {
 	return add;
 }
 
-// ORG/REPO:QUANT: the .gguf file of the repository's listing whose name holds QUANT.
-static int pick_file(pull_ctx *x, const char *org, const char *repo, const char *quant, char *file, size_t n) {
+static size_t listing_header(char *line, size_t sz, size_t n, void *ud) {
+	listing *b = ud;
+	if (sz * n >= 5 && !strncmp(line, "HTTP/", 5)) b->retry_after_s = -1; // a new response
+	const int64_t ra = retry_after(line, sz * n);
+	if (ra > 0) b->retry_after_s = ra;
+	return sz * n;
+}
+
+// Whether the file name holds quant as a word of its own: "-Q4_K_M." holds Q4_K_M, not Q4_K.
+static bool holds_quant(const char *name, const char *quant) {
+	const size_t k = strlen(quant);
+	for (const char *p = strcasestr(name, quant); p; p = strcasestr(p + 1, quant)) {
+		const char before = p == name ? '-' : p[-1], after = p[k];
+		if (!isalnum((unsigned char)before) && !isalnum((unsigned char)after) && after != '_') return true;
+	}
+	return false;
+}
+
+const char *const pull_default_quants[] = {"Q4_K_M", "Q4_K_S", "Q4_0", "IQ4_XS", "IQ4_NL", "Q5_K_M", "Q5_K_S", "Q5_0",
+					   "Q6_K", "Q8_0", "Q3_K_L", "Q3_K_M", "Q2_K", "BF16", "F16", "F32", NULL};
+
+// A multimodal projector sits beside a model in many repositories: it is no model.
+static bool is_projector(const char *name) {
+	const char *base = strrchr(name, '/');
+	return strcasestr(base ? base + 1 : name, "mmproj") != NULL;
+}
+
+// Of names (n of them), the index ORG/REPO without :QUANT takes (-1: none), its quant into q:
+// the first default quant a single file holds, else the first part of a split one.
+static int default_pick(const char *const *names, int n, const char **q) {
+	for (int split = 0; split < 2; split++)
+		for (int k = 0; pull_default_quants[k]; k++)
+			for (int i = 0; i < n; i++)
+				if (!is_projector(names[i]) && holds_quant(names[i], pull_default_quants[k]) && (strstr(names[i], "-of-") != NULL) == split &&
+				    (!split || strstr(names[i], "00001-of-"))) {
+					*q = pull_default_quants[k];
+					return i;
+				}
+	return -1;
+}
+
+// The repository's file listing into *out (a JSON array), tried again after a transient failure.
+static int read_listing(pull_ctx *x, const char *org, const char *repo, json_t **out) {
 	const pull_config *c = x->c;
 	char url[4096];
 	snprintf(url, sizeof url, "%s/api/models/%s/%s/tree/main", endpoint(c), org, repo);
-	CURL *h = curl_easy_init();
-	if (!h) return fail(x, LANES_ENOMEM, "out of memory");
-	listing body = {0};
-	struct curl_slist *hd = NULL;
-	pull_ref hub = {.hub = true};
-	auth_header(c, &hub, &hd);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	transfer_opts(c, h);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_buf);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
-	curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
-	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_cancel_check);
-	curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
-	CURLcode rc = curl_easy_perform(h);
-	long code = 0;
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-	curl_easy_cleanup(h);
-	curl_slist_free_all(hd);
-	if (rc != CURLE_OK) {
-		char why[256];
-		why_failed(c, rc, why, sizeof why);
+	x->t0_us = base_now_us();
+	for (int attempt = 1;; attempt++) {
+		CURL *h = curl_easy_init();
+		if (!h) return fail(x, LANES_ENOMEM, "out of memory");
+		listing body = {.retry_after_s = -1};
+		struct curl_slist *hd = NULL;
+		pull_ref hub = {.hub = true};
+		auth_header(c, &hub, &hd);
+		curl_easy_setopt(h, CURLOPT_URL, url);
+		transfer_opts(c, h);
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_buf);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+		curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, listing_header);
+		curl_easy_setopt(h, CURLOPT_HEADERDATA, &body);
+		curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_cancel_check);
+		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+		CURLcode rc = curl_easy_perform(h);
+		long code = 0;
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+		curl_easy_cleanup(h);
+		curl_slist_free_all(hd);
+		if (rc == CURLE_OK) {
+			json_t *arr = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
+			free(body.p);
+			if (!json_is_array(arr)) {
+				json_decref(arr);
+				return fail(x, LANES_EIO, "%s: not a file listing", url);
+			}
+			*out = arr;
+			return 0;
+		}
 		free(body.p);
+		char why[256];
+		if (code >= 400) snprintf(why, sizeof why, "HTTP %ld", code);
+		else why_failed(c, rc, why, sizeof why);
 		if (x->cancelled) return fail(x, LANES_ECANCELLED, "the pull was cancelled");
+		if (attempt < tries(c) && transient(rc, code)) {
+			if (!retry_wait(x, attempt, why, 0, body.retry_after_s)) return fail(x, LANES_ECANCELLED, "the pull was cancelled");
+			continue;
+		}
 		if (code == 404) return fail(x, LANES_ENOTFOUND, "%s: HTTP %ld", url, code);
-		if (code >= 400) return fail(x, LANES_EIO, "%s: HTTP %ld%s", url, code, code == 401 || code == 403 ? GATED_HINT : "");
+		if (code >= 400 && !transient(rc, code))
+			return fail(x, LANES_EIO, "%s: HTTP %ld%s", url, code, code == 401 || code == 403 ? GATED_HINT : "");
 		if (rc == CURLE_WRITE_ERROR) return fail(x, LANES_EIO, "%s: the file listing is larger than %u MiB", url, MAX_LISTING >> 20);
-		return fail(x, LANES_EIO, "%s: %s", url, why);
+		return gave_up(x, url, why, attempt);
 	}
-	json_t *arr = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
-	free(body.p);
-	if (!json_is_array(arr)) {
-		json_decref(arr);
-		return fail(x, LANES_EIO, "%s: not a file listing", url);
-	}
-	int found = 0, unsafe = 0;
+}
+
+// ORG/REPO:QUANT: the .gguf file of the repository's listing whose name holds QUANT; quant
+// NULL: the first of pull_default_quants the listing has, said in the log.
+static int pick_file(pull_ctx *x, const char *org, const char *repo, const char *quant, char *file, size_t n) {
+	json_t *arr = NULL;
+	const int rc = read_listing(x, org, repo, &arr);
+	if (rc) return rc;
+	int found = 0, unsafe = 0, nsafe = 0;
 	size_t i;
 	json_t *e;
 	char best[1024] = "", first_unsafe[128] = "";
+	const char *safe[256];
 	json_array_foreach(arr, i, e) {
 		const char *p = json_string_value(json_object_get(e, "path"));
-		if (!p || !ends_with(p, ".gguf") || !strcasestr(p, quant)) continue;
+		if (!p || !ends_with(p, ".gguf") || (quant && !strcasestr(p, quant))) continue;
 		if (!pull_safe_path(p, true)) { // it would leave the cache, or is no file name: never written
 			if (!unsafe++) shown(p, first_unsafe, sizeof first_unsafe);
+			continue;
+		}
+		if (!quant) {
+			if (nsafe < (int)(sizeof safe / sizeof safe[0])) safe[nsafe++] = p;
 			continue;
 		}
 		// the first of a split model's parts is not a whole model: prefer a single file
 		if (!found || (strstr(best, "-of-") && !strstr(p, "-of-"))) snprintf(best, sizeof best, "%s", p);
 		found++;
 	}
+	if (!quant) {
+		const char *q = NULL;
+		int k = default_pick(safe, nsafe, &q);
+		int models = 0;
+		for (int j = 0; j < nsafe; j++) {
+			if (is_projector(safe[j])) continue;
+			if (k < 0 && !models) k = j; // no quantization named: the only model there is
+			models++;
+		}
+		if (k >= 0 && (q || models == 1)) {
+			snprintf(best, sizeof best, "%s", safe[k]);
+			found = 1;
+			if (q) LOG_INFO("pull", "%s/%s: no quantization given, taking %s (%s); name another as %s/%s:QUANT", org, repo, q, best, org, repo);
+			else LOG_INFO("pull", "%s/%s: no quantization given, taking its one model %s", org, repo, best);
+		} else if (models > 1) {
+			char names[512];
+			size_t w = 0;
+			names[0] = 0;
+			for (int j = 0, shown_n = 0; j < nsafe && shown_n < 4 && w < sizeof names; j++)
+				if (!is_projector(safe[j])) w += (size_t)snprintf(names + w, sizeof names - w, "%s%s", shown_n++ ? ", " : "", safe[j]);
+			json_decref(arr);
+			return fail(x, LANES_ENOTFOUND, "%s/%s has %d .gguf files and none of the usual quantizations (Q4_K_M, Q8_0, ...): name one as %s/%s:QUANT or hf:%s/%s/FILE.gguf (%s%s)",
+				    org, repo, models, org, repo, org, repo, names, models > 4 ? ", ..." : "");
+		}
+	}
 	json_decref(arr);
+	const char *what = quant ? quant : "a model";
 	if (!found && unsafe)
 		return fail(x, LANES_EIO, "%s/%s lists no .gguf file matching '%s' with a safe name (refused %d, such as '%s')", org, repo,
-			    quant, unsafe, first_unsafe);
-	if (!found) return fail(x, LANES_ENOTFOUND, "%s/%s has no .gguf file matching '%s'", org, repo, quant);
+			    what, unsafe, first_unsafe);
+	if (!found) return fail(x, LANES_ENOTFOUND, quant ? "%s/%s has no .gguf file matching '%s'" : "%s/%s has no .gguf file (%s)", org, repo, what);
 	if (unsafe) LOG_WARN("pull", "%d file names of %s/%s refused as unsafe, such as '%s'", unsafe, org, repo, first_unsafe);
 	if (found > 1) LOG_INFO("pull", "%d files match '%s': taking %s", found, quant, best);
 	snprintf(file, n, "%s", best);
@@ -226,8 +388,8 @@ static const char *hub_ref(const char *ref) {
 }
 
 static int not_ref(pull_ctx *x, const char *ref) {
-	return fail(x, LANES_EINVAL, "'%s' is not a model reference: hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT%s", ref,
-		    x->c->urls ? " or an https:// URL" : " or hf.co/ORG/REPO:QUANT");
+	return fail(x, LANES_EINVAL, "'%s' is not a model reference: hf:ORG/REPO/FILE.gguf, ORG/REPO[:QUANT]%s", ref,
+		    x->c->urls ? " or an https:// URL" : " or hf.co/ORG/REPO[:QUANT]");
 }
 
 // ref into r; resolve: ORG/REPO:QUANT asks the hub's listing which file (else only its form is checked).
@@ -269,6 +431,10 @@ static int parse_ref(pull_ctx *x, const char *ref, pull_ref *r, bool resolve) {
 	} else if (*b == '/') {
 		snprintf(file, sizeof file, "%s", b + 1);
 		if (!pull_safe_path(file, true) || !ends_with(file, ".gguf")) return not_ref(x, given);
+	} else if (!*b && !ends_with(repo, ".gguf")) { // ORG/REPO: the default quantization
+		if (!resolve) return 0;
+		int rc = pick_file(x, org, repo, NULL, file, sizeof file);
+		if (rc) return rc;
 	} else return not_ref(x, given);
 	snprintf(r->url, sizeof r->url, "%s/%s/%s/resolve/main/%s", endpoint(c), org, repo, file);
 	snprintf(r->rel, sizeof r->rel, "%s/%s/%s", org, repo, file);
@@ -303,6 +469,7 @@ typedef struct {
 	bool drop;                  // ... and the .part file goes too: its bytes are not the file's
 	sha256_ctx hash;            // of the .part file's first `hashed` bytes, fed as they are written
 	int64_t hashed;             // -1: lost (a read failed), the file is read back at the end
+	int64_t retry_after_s;      // the last response's Retry-After (-1: none)
 } xfer;
 
 static void header_value(const char *line, size_t n, const char *name, char *out, size_t on) {
@@ -334,7 +501,9 @@ static int64_t count_of(const char *v) {
 static size_t on_header(char *line, size_t sz, size_t n, void *ud) {
 	xfer *x = ud;
 	char v[256] = "";
-	if (sz * n >= 5 && !strncmp(line, "HTTP/", 5)) x->range_start = -1; // a new response
+	if (sz * n >= 5 && !strncmp(line, "HTTP/", 5)) x->range_start = x->retry_after_s = -1; // a new response
+	const int64_t ra = retry_after(line, sz * n);
+	if (ra > 0) x->retry_after_s = ra;
 	header_value(line, sz * n, "x-linked-etag", v, sizeof v);
 	if (is_sha(v) && !x->sha[0]) snprintf(x->sha, sizeof x->sha, "%s", v);
 	v[0] = 0;
@@ -440,18 +609,6 @@ static void hash_part(const char *part, xfer *x) {
 	if (f) fclose(f);
 }
 
-// Whether a failed transfer is worth another try: the network broke, not the hub's answer.
-static bool transient(CURLcode rc) {
-	switch (rc) {
-	case CURLE_PARTIAL_FILE: case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING:
-	case CURLE_OPERATION_TIMEDOUT: case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST:
-	case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_SSL_CONNECT_ERROR:
-		return true;
-	default:
-		return false;
-	}
-}
-
 // The download of r into part, resumed where it stopped; 0 when the server says it is whole.
 // On failure the .part file stays (a later pull resumes it) unless it is empty or not the file's.
 static int fetch(pull_ctx *px, const pull_ref *r, const char *part, xfer *x) {
@@ -459,6 +616,7 @@ static int fetch(pull_ctx *px, const pull_ref *r, const char *part, xfer *x) {
 	struct curl_slist *h = NULL;
 	auth_header(c, r, &h);
 	int rc_out = 0;
+	px->t0_us = base_now_us();
 	for (int attempt = 1;; attempt++) {
 		struct stat st;
 		x->have = stat(part, &st) ? 0 : st.st_size;
@@ -496,6 +654,22 @@ static int fetch(pull_ctx *px, const pull_ref *r, const char *part, xfer *x) {
 			break;
 		}
 		if (code == 416 && x->have > 0) break; // the .part file was already whole
+		const bool again = attempt < tries(c) && wrote && !x->why[0] && transient(rc, code);
+		char why[256];
+		if (code >= 400) snprintf(why, sizeof why, "HTTP %ld", code);
+		else why_failed(c, rc, why, sizeof why);
+		if (again) {
+			struct stat now;
+			if (!retry_wait(px, attempt, why, stat(part, &now) ? 0 : now.st_size, x->retry_after_s)) {
+				rc_out = fail(px, LANES_ECANCELLED, "the pull was cancelled");
+				break;
+			}
+			continue;
+		}
+		if (code >= 400 && transient(rc, code) && !x->why[0]) { // the hub kept saying come back later
+			rc_out = gave_up(px, r->url, why, attempt);
+			break;
+		}
 		if (x->discard || (rc == CURLE_OK && code >= 300)) { // an error, or a redirect with nowhere to go
 			rc_out = fail(px, code == 404 ? LANES_ENOTFOUND : LANES_EIO, "%s: HTTP %ld%s", r->url, code,
 				      code == 401 || code == 403 ? GATED_HINT : "");
@@ -507,15 +681,10 @@ static int fetch(pull_ctx *px, const pull_ref *r, const char *part, xfer *x) {
 			break;
 		}
 		if (rc == CURLE_OK && wrote) break;
-		if (attempt >= PULL_TRIES || !transient(rc) || !wrote) {
-			char why[256];
-			why_failed(c, rc, why, sizeof why);
-			if (!wrote) rc_out = fail(px, LANES_EIO, "%s: cannot write: %s", part, strerror(errno));
-			else if (!transient(rc)) rc_out = fail(px, LANES_EIO, "%s: %s", r->url, why);
-			else rc_out = fail(px, LANES_EIO, "%s: %s after %d tries", r->url, why, attempt);
-			break;
-		}
-		LOG_WARN("pull", "%s (%lld bytes so far): resuming", curl_easy_strerror(rc), (long long)x->have);
+		if (!wrote) rc_out = fail(px, LANES_EIO, "%s: cannot write: %s", part, strerror(errno));
+		else if (!transient(rc, code)) rc_out = fail(px, LANES_EIO, "%s: %s", r->url, why);
+		else rc_out = gave_up(px, r->url, why, attempt);
+		break;
 	}
 	curl_slist_free_all(h);
 	struct stat st;
@@ -559,7 +728,7 @@ static int pull_into(pull_ctx *px, const pull_ref *r, const char *path) {
 		return fail(px, LANES_EBUSY, "%s is being pulled by another pull: wait for it to end", r->rel);
 	}
 	LOG_INFO("pull", "%s -> %s", r->url, path);
-	xfer x = {.x = px, .linked_size = -1, .total = -1, .range_start = -1};
+	xfer x = {.x = px, .linked_size = -1, .total = -1, .range_start = -1, .retry_after_s = -1};
 	sha256_init(&x.hash);
 	int rc = fetch(px, r, part, &x);
 	if (!rc && stat(part, &st)) rc = fail(px, LANES_EIO, "%s: %s", part, strerror(errno));
@@ -603,6 +772,16 @@ static int pull_into(pull_ctx *px, const pull_ref *r, const char *path) {
 	return rc;
 }
 
+// A .part file beside a whole one is left from an earlier pull: gone, unless a pull writes it now.
+static void drop_stale_part(const char *path) {
+	char part[4200];
+	snprintf(part, sizeof part, "%s.part", path);
+	const int fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) return;
+	if (!flock(fd, LOCK_EX | LOCK_NB)) unlink(part);
+	close(fd);
+}
+
 int pull_model(const pull_config *c, const char *ref, pull_progress_fn fn, void *ud, char *path, size_t n, char *rel,
 	       size_t reln, char *err, size_t errlen) {
 	pull_ctx px = {.c = c, .fn = fn, .ud = ud, .err = err, .errlen = errlen, .p = {.stage = PULL_RESOLVE, .rel = "", .sha = ""}};
@@ -620,6 +799,7 @@ int pull_model(const pull_config *c, const char *ref, pull_progress_fn fn, void 
 	struct stat st;
 	if (!stat(path, &st)) {
 		LOG_INFO("pull", "%s is in the cache", r.rel);
+		drop_stale_part(path);
 		px.p = (pull_progress){.stage = PULL_COMMIT, .rel = r.rel, .sha = "", .done = st.st_size, .total = st.st_size};
 		report(&px);
 		return 0;
@@ -638,8 +818,15 @@ bool pull_is_ref(const char *m) {
 	struct stat st;
 	if (!stat(m, &st)) return false; // a file of that name wins
 	if (!strncmp(m, "hf:", 3) || !strncmp(m, "https://", 8) || !strncmp(m, "http://", 7)) return true;
-	const char *slash = strchr(m, '/'), *colon = strchr(m, ':'); // ORG/REPO:QUANT
-	return slash && colon && colon > slash && !strchr(slash + 1, '/');
+	const char *h = hub_ref(m), *slash = strchr(h, '/');
+	if (!slash || strchr(slash + 1, '/')) return false;
+	const char *colon = strchr(slash, ':'); // ORG/REPO:QUANT, or ORG/REPO naming no file
+	char org[256], repo[256];
+	const size_t rl = colon ? (size_t)(colon - slash - 1) : strlen(slash + 1);
+	if ((size_t)(slash - h) >= sizeof org || rl >= sizeof repo) return false;
+	snprintf(org, sizeof org, "%.*s", (int)(slash - h), h);
+	snprintf(repo, sizeof repo, "%.*s", (int)rl, slash + 1);
+	return pull_safe_path(org, false) && pull_safe_path(repo, false) && (colon || !ends_with(repo, ".gguf"));
 }
 
 // ---- names in the cache ----------------------------------------------------------------------
@@ -673,39 +860,79 @@ int pull_cache_new_name(const char *name, char *rel, size_t n, char *err, size_t
 	return 0;
 }
 
+// Of the models in the cache folder dir/folder, the one quant names (NULL: the default
+// quantization's) into file: complete files first, then partial downloads (*partial set).
+static bool cached_pick(const char *dir, const char *folder, const char *quant, char *file, size_t n, bool *partial) {
+	char p[4096], names[64][256];
+	const char *list[64];
+	snprintf(p, sizeof p, "%s/%s", dir, folder);
+	for (int part = 0; part < 2; part++) {
+		DIR *d = opendir(p);
+		struct dirent *de;
+		int k = 0;
+		while (d && (de = readdir(d)) && k < 64) {
+			char f[256];
+			snprintf(f, sizeof f, "%s", de->d_name);
+			const size_t len = strlen(f);
+			if (part && (len <= 5 || strcmp(f + len - 5, ".part"))) continue;
+			if (part) f[len - 5] = 0;
+			if (!ends_with(f, ".gguf") || !pull_safe_path(f, false) || (quant && !strcasestr(f, quant))) continue;
+			snprintf(names[k], sizeof names[k], "%s", f);
+			list[k] = names[k];
+			k++;
+		}
+		if (d) closedir(d);
+		int best = -1;
+		const char *q;
+		if (!quant) best = default_pick(list, k, &q);
+		for (int i = 0; i < k; i++) // as pick_file picks: a single file over a split one's part
+			if (!is_projector(list[i]) && (quant || (k == 1 && best < 0)) &&
+			    (best < 0 || (quant && strstr(list[best], "-of-") && !strstr(list[i], "-of-"))))
+				best = i;
+		if (best >= 0) {
+			snprintf(file, n, "%s/%s", folder, list[best]);
+			*partial = part;
+			return true;
+		}
+	}
+	return false;
+}
+
 int pull_cache_find(const pull_config *c, const char *name, char *rel, size_t n, char *err, size_t errlen) {
 	char dir[2048], b[512];
 	pull_cache_dir(c, dir, sizeof dir);
 	const char *h = hub_ref(name);
-	const char *slash = strchr(h, '/'), *colon = strrchr(h, ':');
 	if (strlen(h) >= sizeof b) return base_seterr(err, errlen, LANES_EINVAL, "'%.64s...' is not a model name", name);
-	if (slash && colon && colon > slash && strcmp(colon, ":latest")) {
-		// ORG/REPO:QUANT: the file of that folder a pull picked, as pick_file picks it
-		snprintf(b, sizeof b, "%.*s", (int)(colon - h), h);
-		const char *quant = colon + 1;
-		if (strchr(slash + 1, '/') || !pull_safe_path(b, true) || !pull_safe_path(quant, false))
+	snprintf(b, sizeof b, "%s", h);
+	const size_t len = strlen(b);
+	if (len > 7 && !strcmp(b + len - 7, ":latest")) b[len - 7] = 0;
+	const char *slash = strchr(b, '/'), *colon = strrchr(b, ':');
+	char folder[512] = "";
+	const char *quant = NULL;
+	if (slash && colon && colon > slash) { // ORG/REPO:QUANT: the file of that folder a pull picked
+		snprintf(folder, sizeof folder, "%.*s", (int)(colon - b), b);
+		quant = colon + 1;
+		if (strchr(slash + 1, '/') || !pull_safe_path(folder, true) || !pull_safe_path(quant, false))
 			return base_seterr(err, errlen, LANES_EINVAL, "'%s' is not a model name", name);
-		char p[4096], best[600] = "";
-		snprintf(p, sizeof p, "%s/%s", dir, b);
-		DIR *d = opendir(p);
-		struct dirent *de;
-		while (d && (de = readdir(d))) {
-			const char *f = de->d_name;
-			if (!ends_with(f, ".gguf") || !strcasestr(f, quant) || !pull_safe_path(f, false)) continue;
-			if (!best[0] || (strstr(best, "-of-") && !strstr(f, "-of-"))) snprintf(best, sizeof best, "%s", f);
-		}
-		if (d) closedir(d);
-		if (!best[0]) return base_seterr(err, errlen, LANES_ENOTFOUND, "model '%s' is not in the cache", name);
-		snprintf(rel, n, "%s/%s", b, best);
 	} else {
-		snprintf(b, sizeof b, "%s", h);
-		const size_t len = strlen(b);
-		if (len > 7 && !strcmp(b + len - 7, ":latest")) b[len - 7] = 0;
 		if (!pull_safe_path(b, true)) return base_seterr(err, errlen, LANES_EINVAL, "'%s' is not a model name", name);
-		snprintf(rel, n, "%s%s", b, ends_with(b, ".gguf") ? "" : ".gguf");
+		char p[4096];
+		struct stat st;
+		snprintf(p, sizeof p, "%s/%s", dir, b);
+		// ORG/REPO, a folder a pull filled: the file its default quantization picks
+		if (slash && !strchr(slash + 1, '/') && !ends_with(b, ".gguf") && !stat(p, &st) && S_ISDIR(st.st_mode))
+			snprintf(folder, sizeof folder, "%s", b);
+		else snprintf(rel, n, "%s%s", b, ends_with(b, ".gguf") ? "" : ".gguf");
 	}
-	if (!inside(dir, rel)) return base_seterr(err, errlen, LANES_ENOTFOUND, "model '%s' is not in the cache", name);
-	return 0;
+	bool partial = false;
+	if (folder[0] && !cached_pick(dir, folder, quant, rel, n, &partial))
+		return base_seterr(err, errlen, LANES_ENOTFOUND, "model '%s' is not in the cache", name);
+	char part[1100];
+	snprintf(part, sizeof part, "%s.part", rel);
+	if (!partial && inside(dir, rel)) return 0;
+	if (inside(dir, part))
+		return base_seterr(err, errlen, LANES_EBUSY, "'%s' is only partly downloaded (%s.part): pull it again to resume it, or remove it", name, rel);
+	return base_seterr(err, errlen, LANES_ENOTFOUND, "model '%s' is not in the cache", name);
 }
 
 int pull_cache_copy(const pull_config *c, const char *src, const char *dst, char *err, size_t errlen) {
@@ -746,7 +973,14 @@ int pull_cache_remove(const pull_config *c, const char *rel, char *err, size_t e
 	pull_cache_dir(c, dir, sizeof dir);
 	snprintf(path, sizeof path, "%s/%s", dir, rel);
 	snprintf(part, sizeof part, "%s.part", path);
-	if (unlink(path)) return base_seterr(err, errlen, errno == ENOENT ? LANES_ENOTFOUND : LANES_EIO, "%s: %s", rel, strerror(errno));
-	unlink(part);
+	const int fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) { // a pull writes it now
+		close(fd);
+		return base_seterr(err, errlen, LANES_EBUSY, "%s is being pulled now: wait for the pull to end", rel);
+	}
+	const bool had_part = fd >= 0 && !unlink(part);
+	if (fd >= 0) close(fd);
+	if (unlink(path) && !(had_part && errno == ENOENT))
+		return base_seterr(err, errlen, errno == ENOENT ? LANES_ENOTFOUND : LANES_EIO, "%s: %s", rel, strerror(errno));
 	return 0;
 }

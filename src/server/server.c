@@ -117,6 +117,8 @@ static const srv_route routes[] = {
 	{"GET", "/", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.js", 0, SRV_OPENAI, srv_webui},
 	{"GET", "/ui/app.css", 0, SRV_OPENAI, srv_webui},
+	{"GET", "/ui/favicon.svg", 0, SRV_OPENAI, srv_webui},
+	{"GET", "/favicon.ico", 0, SRV_OPENAI, srv_webui},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

@@ -1,7 +1,10 @@
 // The web page in a real browser (headless Chromium through puppeteer-core): a streamed reply
 // grows on screen, stop frees the lane as the dashboard shows, the conversation survives a
-// reload, model text holding markup stays text, and a MoE model's dashboard draws the live
-// expert heat map (a dense model's shows none). Skips when Chromium is not installed.
+// reload, model text holding markup stays text, the header names the model, its context and
+// the build, the icon loads (no 404 in the server's log), every chart has axes with units and a
+// legend, and a MoE model's dashboard draws the live expert heat map with labelled axes and a
+// colour key (a dense model's shows none). Labels are read from the DOM. Skips when Chromium
+// is not installed.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -141,11 +144,32 @@ test('a MoE model: the dashboard draws a live heat map of experts x layers per d
 			`code (${rows} rows)`, { timeout: 20000 }, x.domains.code.rows);
 		const r = await page.evaluate(() => [...document.querySelectorAll('#experts figure')].map((f) => ({
 			caption: f.querySelector('figcaption').textContent,
-			cells: f.querySelectorAll('svg rect').length,
-			tips: [...f.querySelectorAll('svg rect title')].map((t) => t.textContent),
+			cells: f.querySelectorAll('svg rect.cell').length,
+			tips: [...f.querySelectorAll('svg rect.cell title')].map((t) => t.textContent),
+			xAxis: [...f.querySelectorAll('.axis-x text')].map((t) => t.textContent),
+			yAxis: [...f.querySelectorAll('.axis-y text')].map((t) => t.textContent),
 		})));
 		assert.deepEqual(r.map((f) => f.caption.replace(/ \(\d+ rows\)/, '')), ['all', 'code']);
-		for (const f of r) assert.equal(f.cells, x.experts * x.layers.length);
+		for (const f of r) {
+			assert.equal(f.cells, x.experts * x.layers.length);
+			// experts across, numbered; layers down, named: each map labels both axes
+			assert.deepEqual(f.xAxis, ['expert →', ...Array.from({ length: x.experts }, (_, i) => String(i))]);
+			assert.deepEqual(f.yAxis, ['layer ↓', ...x.layers.map((_, i) => `L${i}`)]);
+		}
+		// the colour key: a swatch per ratio to the uniform share, blue below it, white at it, red above
+		const key = await page.evaluate(() => ({
+			text: [...document.querySelectorAll('#experts-key text')].map((t) => t.textContent),
+			fills: [...document.querySelectorAll('#experts-key rect.swatch')].map((r) => r.getAttribute('fill')),
+		}));
+		assert.deepEqual(key.text, ['colour: activations ÷ uniform share', '0.25×', '0.5×', '1×', '2×', '4×']);
+		assert.deepEqual(key.fills, ['rgb(0,0,255)', 'rgb(128,128,255)', 'rgb(255,255,255)', 'rgb(255,128,128)', 'rgb(255,0,0)']);
+		// a cell's colour is the key's at its ratio: the hottest cell of 'all' is at least as red as 1x
+		const hottest = await page.evaluate(() => {
+			const cells = [...document.querySelectorAll('#experts figure[data-domain="all"] rect.cell')];
+			const n = (c) => Number(c.querySelector('title').textContent.split(': ')[1]);
+			return cells.reduce((a, c) => (n(c) > n(a) ? c : a)).getAttribute('fill');
+		});
+		assert.match(hottest, /^rgb\(255,\d+,\d+\)$/);
 		const counts = r[1].tips.map((t) => Number(t.split(': ')[1]));
 		assert.deepEqual(counts, x.domains.code.layers.flatMap((l) => l.activations), 'each cell is its expert and layer');
 		await page.screenshot({ path: path.join(TMP, 'webui-experts.png') });
@@ -153,6 +177,80 @@ test('a MoE model: the dashboard draws a live heat map of experts x layers per d
 	} finally {
 		s.proc.kill('SIGKILL');
 	}
+});
+
+test('the header names the model, its context and the build; the icon loads and nothing is refused', { skip: why || false }, async () => {
+	const page = await browser.newPage();
+	const statuses = [];
+	page.on('response', (r) => statuses.push([new URL(r.url()).pathname, r.status()]));
+	const from = srv.log().length;
+	await page.goto(srv.url + '/', { waitUntil: 'networkidle0' });
+	const props = (await getJSON(`${srv.url}/props`)).body;
+	await page.waitForFunction(() => document.querySelector('#ctx').textContent !== '', { timeout: 10000 });
+	const head = await page.evaluate(() => ({ ...Object.fromEntries(['model', 'ctx', 'version'].map((id) => [id, document.getElementById(id).textContent])),
+		icon: document.querySelector('link[rel=icon]').href }));
+	assert.equal(head.model, props.model);
+	assert.equal(head.ctx, `context ${props.default_generation_settings.n_ctx.toLocaleString('en')} tokens`);
+	assert.equal(head.version, props.version.replace(/^lanes /, 'version '));
+	// the icon the page names, and the one browsers ask for by themselves, are served
+	const icon = await fetch(head.icon);
+	assert.equal(icon.status, 200);
+	assert.match(icon.headers.get('content-type'), /image\/svg\+xml/);
+	assert.match(await icon.text(), /^<svg /);
+	assert.deepEqual(statuses.filter(([, st]) => st >= 400), [], 'the page loads nothing that fails');
+	// the browser asks for the icon itself (no page event shows it): the server's access log does
+	for (let i = 0; i < 100 && !/GET \/ui\/favicon\.svg 200/.test(srv.log().slice(from)); i++) await sleep(50);
+	const log = srv.log().slice(from);
+	assert.match(log, /GET \/ui\/favicon\.svg 200/);
+	assert.doesNotMatch(log, / 404 |rejected/, 'no 404 nor refusal in the log for a page load');
+	assert.equal((await fetch(srv.url + '/favicon.ico')).status, 200, 'the name browsers try by themselves');
+	await page.close();
+});
+
+test('every chart has a titled time axis, a y axis in its unit and a legend; the lines stay inside their axes', { skip: why || false }, async () => {
+	const page = await browser.newPage();
+	await page.goto(srv.url + '/');
+	await page.click('#tab-dash');
+	await postJSON(`${srv.url}/v1/completions`, { prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
+	// the rates are sampled each second: wait for a sample that saw the decode
+	await page.waitForFunction(() => {
+		const f = document.querySelector('figure.chart[data-chart="tokens"]'), p = f?.querySelector('polyline[data-series="decode"]');
+		if (!p) return false;
+		const bottom = Number(f.querySelector('rect.frame').getAttribute('y')) + Number(f.querySelector('rect.frame').getAttribute('height'));
+		return p.getAttribute('points').split(' ').some((xy) => Number(xy.split(',')[1]) < bottom - 0.5);
+	}, { timeout: 30000 });
+	const charts = await page.evaluate(() => [...document.querySelectorAll('#plots figure.chart')].map((f) => {
+		const frame = f.querySelector('rect.frame');
+		const box = { x: +frame.getAttribute('x'), y: +frame.getAttribute('y'), w: +frame.getAttribute('width'), h: +frame.getAttribute('height') };
+		return {
+			name: f.dataset.chart,
+			caption: f.querySelector('figcaption').textContent,
+			x: [...f.querySelectorAll('.axis-x text')].map((t) => t.textContent),
+			y: [...f.querySelectorAll('.axis-y text:not(.title)')].map((t) => t.textContent),
+			unit: f.querySelector('.axis-y text.title').textContent,
+			legend: [...f.querySelectorAll('.legend .key')].map((k) => [k.dataset.series, k.querySelector('text').textContent, k.querySelector('line').getAttribute('stroke')]),
+			lines: [...f.querySelectorAll('polyline.series')].map((p) => [p.dataset.series, p.getAttribute('stroke'),
+				p.getAttribute('points').split(' ').map((xy) => xy.split(',').map(Number))]),
+			box,
+		};
+	}));
+	assert.deepEqual(charts.map((c) => [c.name, c.caption, c.unit]), [['tokens', 'Tokens per second', 'tok/s'], ['rounds', 'Rounds per second', 'rounds/s']]);
+	for (const c of charts) {
+		assert.deepEqual(c.x, ['60 s ago', '30 s ago', 'now', 'time (s), a point a second'], c.name);
+		const ticks = c.y.map(Number);
+		assert.equal(ticks.length, 3);
+		assert.ok(ticks[0] === 0 && ticks[1] > 0 && ticks[2] === 2 * ticks[1], `${c.name}: y ticks 0, top/2, top: ${c.y}`);
+		for (const [series, label] of c.legend) assert.match(label, new RegExp(`^${series} ([\\d.]+|–) ${c.unit.replace('/', '\\/')}$`), c.name);
+		// each line is drawn in its legend's colour, within the frame: the y axis reaches every value
+		for (const [series, stroke, pts] of c.lines) {
+			assert.equal(stroke, c.legend.find(([s]) => s === series)[2], `${c.name}/${series}: the legend's colour`);
+			for (const [x, y] of pts) assert.ok(x >= c.box.x - 0.1 && x <= c.box.x + c.box.w + 0.1 && y >= c.box.y - 0.1 && y <= c.box.y + c.box.h + 0.1, `${c.name}/${series}: (${x}, ${y}) inside`);
+		}
+	}
+	assert.deepEqual(charts[0].legend.map(([s]) => s), ['decode', 'prompt']);
+	assert.deepEqual(charts[1].legend.map(([s]) => s), ['rounds']);
+	await page.screenshot({ path: path.join(TMP, 'webui-charts.png') });
+	await page.close();
 });
 
 test('a 200-message conversation loads (figures printed, not asserted)', { skip: why || false }, async (t) => {

@@ -16,7 +16,8 @@ const gguf = fs.readFileSync(STORIES);
 const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
 const SANITIZER = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Undefined|Leak)/;
 const STALL_S = 1; // LANES_PULL_STALL_S for every pull here
-const TRIES = 5; // a stalled or broken transfer is tried this often (cmd_pull.c)
+const TRIES = 6; // a stalled or broken transfer is tried this often (LANES_PULL_TRIES's default)
+const RETRY_MS = { LANES_PULL_RETRY_MS: '50', LANES_PULL_RETRY_MAX_MS: '200' }; // short waits between tries
 const ROOT = fs.mkdtempSync(path.join(TMP, 'pull-hostile-'));
 // a file an absolute name from the hub would reach, were it ever written
 const ABS = path.join(ROOT, 'absolute-Q4_0.gguf');
@@ -174,7 +175,7 @@ let homes = 0;
 // it left (relative to the model cache; any outside it are `outside`).
 function pull(args, env = {}, home = path.join(ROOT, `home-${homes++}`)) {
 	fs.mkdirSync(home, { recursive: true });
-	const e = { ...process.env, HOME: home, LANES_HF_ENDPOINT: endpoint, LANES_PULL_STALL_S: String(STALL_S), ...env };
+	const e = { ...process.env, HOME: home, LANES_HF_ENDPOINT: endpoint, LANES_PULL_STALL_S: String(STALL_S), ...RETRY_MS, ...env };
 	delete e.LANES_MODELS;
 	delete e.HF_TOKEN;
 	const t0 = Date.now();
@@ -266,7 +267,7 @@ test(`stalls: nothing sent, or half the body then nothing, end after ${TRIES} tr
 		pull(['evil/stall:Q8_0']),
 		pull(['hf:evil/repo/halfstall-Q8_0.gguf']),
 	]);
-	const stalled = new RegExp(`nothing arrived for ${STALL_S} s \\(LANES_PULL_STALL_S\\) after ${TRIES} tries`);
+	const stalled = new RegExp(`nothing arrived for ${STALL_S} s \\(LANES_PULL_STALL_S\\); gave up after ${TRIES} tries over [\\d.]+ s`);
 	refused(a, stalled, { withinMs: bound });
 	assert.ok(a.ms >= TRIES * STALL_S * 1000 - 500, `each try waited its ${STALL_S} s (${a.ms} ms)`);
 	refused(b, new RegExp(`nothing arrived for ${STALL_S} s \\(LANES_PULL_STALL_S\\)`), { withinMs: bound });
@@ -277,7 +278,7 @@ test(`stalls: nothing sent, or half the body then nothing, end after ${TRIES} tr
 	let out = '';
 	ls.stdout.on('data', (d) => (out += d));
 	await new Promise((r) => ls.on('exit', r));
-	assert.match(out, /evil\/repo\/halfstall-Q8_0\.gguf\.part \(partial\)/);
+	assert.match(out, /evil\/repo\/halfstall-Q8_0\.gguf  \(incomplete: `lanes pull hf:evil\/repo\/halfstall-Q8_0\.gguf` resumes it/);
 	// the hub recovers: the next pull asks for the rest and the file arrives whole
 	routes['/evil/repo/resolve/main/halfstall-Q8_0.gguf'] = (req, res) => {
 		const start = Number((req.headers.range || 'bytes=0-').match(/^bytes=(\d+)-$/)[1]);
@@ -295,6 +296,6 @@ test('errors with an HTML page or an endless body: the status in one line, in bo
 	refused(await pull(['hf:evil/repo/html-Q8_0.gguf']), /: HTTP 500$/);
 	refused(await pull(['hf:evil/repo/huge404-Q8_0.gguf']), /: HTTP 404$/);
 	assert.ok(sent.err404 < 64 << 20, `the error's body was not read to its end (${sent.err404} bytes sent)`);
-	refused(await pull(['evil/down:Q4_0']), /: HTTP 503$/);
+	refused(await pull(['evil/down:Q4_0']), new RegExp(`: HTTP 503; gave up after ${TRIES} tries over [\\d.]+ s \\(LANES_PULL_TRIES\\)$`));
 	refused(await pull(['evil/biglist:Q4_0']), /the file listing is larger than 64 MiB/, { withinMs: 30000 });
 });

@@ -25,6 +25,7 @@ typedef struct pull_job {
 	bool done;                     // the pull ended: rc, err and out's last line are written
 	bool cancel;                   // the request ended or the server stops
 	bool shown;                    // a download line went out
+	int retry_said;                // the last failed try a line said it retries after
 	srv_buf out;                   // NDJSON not yet read
 	size_t out_off;
 	uint64_t last_us;              // when the last download line went out
@@ -139,6 +140,13 @@ static int on_progress(void *ud, const pull_progress *p) {
 			if (!j->shown) line(j, download_line(p), false); // in the cache already
 			j->shown = true;
 			line(j, json_pack("{s:s}", "status", "writing manifest"), false);
+			break;
+		case PULL_RETRY: // once per wait: the wait is heard every tenth of a second
+			if (j->retry_said == p->attempt) break;
+			j->retry_said = p->attempt;
+			char status[96];
+			snprintf(status, sizeof status, "try %d failed: retrying in %g s", p->attempt, (double)p->wait_ms / 1000);
+			line(j, json_pack("{s:s}", "status", status), false);
 			break;
 		}
 	pthread_mutex_unlock(&P->mu);
@@ -384,7 +392,8 @@ enum MHD_Result srv_ollama_delete(srv_conn *c) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 		goto fail;
 	}
-	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err))) {
+	// a partial download alone is deleted too: it is what a failed pull left
+	if ((rc = pull_cache_find(&s->cfg.cache, name, rel, sizeof rel, err, sizeof err)) && rc != LANES_EBUSY) {
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "model", "%s", err);
 		goto fail;
 	}

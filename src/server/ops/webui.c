@@ -1,5 +1,5 @@
-// server/ops/webui: the web page at GET / — index.html, app.js and app.css from src/server/ops/webui, compiled
-// in by the Makefile (xxd -i into webui_files.h). Nothing is fetched at run time; a strict
+// server/ops/webui: the web page at GET / — index.html, app.js, app.css and the icon from
+// src/server/ops/webui, compiled in by the Makefile (xxd -i into webui_files.h). Nothing is fetched at run time; a strict
 // Content-Security-Policy keeps the page to its own script even if model text were misused.
 #include "server/net/base.h"
 #include "server/routes.h"
@@ -18,6 +18,8 @@ static const webui_file files[] = {
 	{"/", "text/html; charset=utf-8", index_html, &index_html_len},
 	{"/ui/app.js", "text/javascript; charset=utf-8", app_js, &app_js_len},
 	{"/ui/app.css", "text/css; charset=utf-8", app_css, &app_css_len},
+	{"/ui/favicon.svg", "image/svg+xml", favicon_svg, &favicon_svg_len},
+	{"/favicon.ico", "image/svg+xml", favicon_svg, &favicon_svg_len}, // asked for by browsers whatever the page names
 };
 
 enum MHD_Result srv_webui(srv_conn *c) {

@@ -1,5 +1,5 @@
 // lanes' page: a chat over /v1/chat/completions and a dashboard of /slots, /metrics and, for a
-// mixture-of-experts model, a heat map of /v1/experts.
+// mixture-of-experts model, a heat map of /v1/experts; the header names the model from /props.
 // Model text only ever reaches the page through textContent: it never becomes markup.
 'use strict';
 const $ = (id) => document.getElementById(id);
@@ -252,42 +252,111 @@ function card(label, value) {
 	d.append(el('b', null, value), el('span', null, label));
 	return d;
 }
-function plot(label, key, unit) {
-	const cv = el('canvas');
-	cv.width = 260; cv.height = 80;
-	const g = cv.getContext('2d');
-	const ys = history.map((h) => h[key]);
-	const max = Math.max(1, ...ys);
-	g.strokeStyle = '#36c'; g.beginPath();
-	ys.forEach((y, i) => { const x = (i / 59) * 256 + 2, yy = 76 - (y / max) * 60; i ? g.lineTo(x, yy) : g.moveTo(x, yy); });
-	g.stroke();
-	g.fillStyle = '#556'; g.font = '11px sans-serif';
-	g.fillText(label + ': ' + (ys.length ? ys[ys.length - 1].toFixed(1) : '–') + ' ' + unit + ' (max ' + max.toFixed(1) + ')', 4, 12);
-	return cv;
-}
-// ---- the expert heat map: SVG nodes built one by one, names and numbers as text and attributes ----
+// ---- SVG: nodes built one by one, names and numbers as text and attributes ----------------
 const SVGNS = 'http://www.w3.org/2000/svg';
-let expertsGone = false; // a dense model, or the observer off: the page stops asking
 function svgEl(tag, attrs) {
 	const e = document.createElementNS(SVGNS, tag);
 	for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
 	return e;
 }
+function svgText(x, y, s, anchor, cls) {
+	const t = svgEl('text', {x, y, 'text-anchor': anchor || 'start'});
+	if (cls) t.setAttribute('class', cls);
+	t.textContent = s;
+	return t;
+}
+
+// ---- charts: the last minute, a point a second, with both axes in their units and a legend ----
+const SAMPLES = 60;
+// The smallest of 1, 2, 2.5, 5 x 10^k at or above v: the y axis's top.
+function niceMax(v) {
+	if (!(v > 0)) return 1;
+	const p = 10 ** Math.floor(Math.log10(v));
+	return [1, 2, 2.5, 5, 10].find((m) => m * p >= v * (1 - 1e-9)) * p;
+}
+const num = (v) => (v >= 10 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1));
+const tick = (v) => String(+v.toPrecision(3)); // 12.5 stays 12.5: a tick is exact
+function chart(name, title, unit, series) {
+	const fig = el('figure', 'chart');
+	fig.dataset.chart = name;
+	fig.appendChild(el('figcaption', null, title));
+	const w = 300, h = 150, l = 44, r = 10, t = 24, b = 32, pw = w - l - r, ph = h - t - b;
+	const svg = svgEl('svg', {width: w, height: h});
+	const max = niceMax(Math.max(0, ...series.flatMap((sr) => history.map((x) => x[sr.key]))));
+	svg.appendChild(svgEl('rect', {class: 'frame', x: l, y: t, width: pw, height: ph}));
+	const ya = svgEl('g', {class: 'axis axis-y'});
+	for (const f of [0, 0.5, 1]) {
+		const y = t + ph - f * ph;
+		ya.append(svgEl('line', {x1: l - 3, x2: l, y1: y, y2: y}), svgText(l - 5, y + 3, tick(max * f), 'end'));
+	}
+	const yt = svgText(0, 0, unit, 'middle', 'title');
+	yt.setAttribute('transform', `translate(10 ${t + ph / 2}) rotate(-90)`);
+	ya.appendChild(yt);
+	const xa = svgEl('g', {class: 'axis axis-x'});
+	for (const [f, s] of [[0, SAMPLES + ' s ago'], [0.5, SAMPLES / 2 + ' s ago'], [1, 'now']]) {
+		const x = l + f * pw;
+		xa.append(svgEl('line', {x1: x, x2: x, y1: t + ph, y2: t + ph + 3}), svgText(x, t + ph + 13, s, f === 0 ? 'start' : f === 1 ? 'end' : 'middle'));
+	}
+	xa.appendChild(svgText(l + pw / 2, h - 3, 'time (s), a point a second', 'middle', 'title'));
+	svg.append(ya, xa);
+	const legend = svgEl('g', {class: 'legend'});
+	let lx = l;
+	for (const sr of series) {
+		const ys = history.map((x) => x[sr.key]);
+		if (ys.length) {
+			const pts = ys.map((v, i) => `${(l + pw * (1 - (ys.length - 1 - i) / (SAMPLES - 1))).toFixed(1)},${(t + ph - (v / max) * ph).toFixed(1)}`);
+			svg.appendChild(svgEl('polyline', {class: 'series', 'data-series': sr.key, points: pts.join(' '), fill: 'none', stroke: sr.color, 'stroke-width': 1.5}));
+		}
+		const label = sr.label + ' ' + (ys.length ? num(ys[ys.length - 1]) : '–') + ' ' + unit;
+		const item = svgEl('g', {class: 'key', 'data-series': sr.key});
+		item.append(svgEl('line', {x1: lx, x2: lx + 14, y1: 10, y2: 10, stroke: sr.color, 'stroke-width': 2}), svgText(lx + 18, 13, label));
+		legend.appendChild(item);
+		lx += 18 + label.length * 5.6 + 12;
+	}
+	svg.appendChild(legend);
+	fig.appendChild(svg);
+	return fig;
+}
+
+// ---- the expert heat map ------------------------------------------------------------------
+let expertsGone = false; // a dense model, or the observer off: the page stops asking
+const KEY_RATIOS = [0.25, 0.5, 1, 2, 4];
 // log2 of activations over the uniform share: -2 blue, 0 white, +2 red (as /v1/experts.svg draws it)
 function heatColor(ratio) {
 	const t = ratio > 0 ? Math.max(-1, Math.min(1, Math.log2(ratio) / 2)) : -1;
 	const f = Math.round(255 * (1 - Math.abs(t)));
 	return t >= 0 ? `rgb(255,${f},${f})` : `rgb(${f},${f},255)`;
 }
+// The colour key of every map: a swatch per ratio to the uniform share.
+function drawKey() {
+	const k = $('experts-key');
+	if (k.childNodes.length) return;
+	k.appendChild(svgText(0, 15, 'colour: activations ÷ uniform share'));
+	KEY_RATIOS.forEach((q, i) => {
+		const x = 190 + i * 42;
+		const sw = svgEl('rect', {class: 'swatch', x, y: 4, width: 12, height: 12, fill: heatColor(q), stroke: '#bbb'});
+		k.append(sw, svgText(x + 14, 15, q + '×'));
+	});
+}
+// Experts across, layers down: labelled axes, a cell per (layer, expert) with its count as a tooltip.
 function heatMap(name, rows, layers, E, K) {
 	const fig = el('figure');
 	fig.dataset.domain = name;
 	fig.appendChild(el('figcaption', null, name + ' (' + rows + ' rows)'));
-	const cw = Math.max(3, Math.min(18, Math.floor(360 / E))), ch = Math.max(3, Math.min(14, Math.floor(160 / layers.length)));
-	const svg = svgEl('svg', {width: E * cw, height: layers.length * ch});
+	const L = layers.length;
+	const cw = Math.max(3, Math.min(18, Math.floor(360 / E))), ch = Math.max(3, Math.min(14, Math.floor(160 / L)));
+	const left = 42, top = 26, xstep = Math.ceil(14 / cw), lstep = Math.ceil(11 / ch);
+	const svg = svgEl('svg', {width: left + E * cw + 4, height: top + L * ch + 2});
+	const xa = svgEl('g', {class: 'axis axis-x'});
+	xa.appendChild(svgText(left, 9, 'expert →', 'start', 'title'));
+	for (let x = 0; x < E; x += xstep) xa.appendChild(svgText(left + x * cw + cw / 2, top - 4, String(x), 'middle'));
+	const ya = svgEl('g', {class: 'axis axis-y'});
+	ya.appendChild(svgText(0, top - 4, 'layer ↓', 'start', 'title'));
+	for (let l = 0; l < L; l += lstep) ya.appendChild(svgText(left - 4, top + l * ch + ch / 2 + 3, 'L' + l, 'end'));
+	svg.append(xa, ya);
 	const uniform = (rows * K) / E;
 	layers.forEach((ly, l) => ly.activations.forEach((a, x) => {
-		const r = svgEl('rect', {x: x * cw, y: l * ch, width: cw, height: ch, fill: heatColor(uniform ? a / uniform : 1)});
+		const r = svgEl('rect', {class: 'cell', x: left + x * cw, y: top + l * ch, width: cw, height: ch, fill: heatColor(uniform ? a / uniform : 1)});
 		const tip = document.createElementNS(SVGNS, 'title');
 		tip.textContent = `layer ${l}, expert ${x}: ${a}`;
 		r.appendChild(tip);
@@ -304,8 +373,22 @@ async function pollExperts() {
 	const x = await r.json();
 	const maps = [heatMap('all', x.rows, x.layers, x.experts, x.experts_per_token)];
 	for (const [name, d] of Object.entries(x.domains || {})) maps.push(heatMap(name, d.rows, d.layers, x.experts, x.experts_per_token));
+	drawKey();
 	$('experts-maps').replaceChildren(...maps);
 	$('experts').hidden = false;
+}
+// The header: the model's name, the context a request may use and the server's build, from /props
+// (the context once the model is in).
+let about = null;
+async function showAbout() {
+	const r = await fetch('/props', {headers: headers()});
+	if (!r.ok) return;
+	const p = await r.json();
+	$('model').textContent = p.model || '';
+	const ctx = p.default_generation_settings?.n_ctx;
+	$('ctx').textContent = ctx ? 'context ' + ctx.toLocaleString('en') + ' tokens' : '';
+	$('version').textContent = p.version ? String(p.version).replace(/^lanes /, 'version ') : '';
+	if (ctx) about = p;
 }
 // While the model loads: its progress and what it is doing, as /health says.
 let loading = false;
@@ -320,6 +403,7 @@ async function poll() {
 	try {
 		const h = await fetch('/health', {headers: headers()});
 		showHealth(await h.json());
+		if (!about) await showAbout();
 		if (loading) return;
 		// the rates are sampled every second even while the chat is shown: the plots cover the last minute
 		const mr = await fetch('/metrics', {headers: headers()});
@@ -329,7 +413,7 @@ async function poll() {
 		if (cur && prev && now > prev.t) {
 			const dt = now - prev.t;
 			history.push({decode: (cur.gen - prev.gen) / dt, prompt: (cur.prompt - prev.prompt) / dt, rounds: (cur.rounds - prev.rounds) / dt});
-			if (history.length > 60) history.shift();
+			if (history.length > SAMPLES) history.shift();
 		}
 		prev = cur;
 		if ($('dash').hidden) return;
@@ -344,7 +428,8 @@ async function poll() {
 		cards.push(sl.window ? card('window (demand ' + sl.window.demand_tokens + ')', sl.window.tokens + ' / ' + sl.window.max_tokens)
 			: card('window (elastic with --memory)', 'fixed'));
 		$('cards').replaceChildren(...cards);
-		$('plots').replaceChildren(plot('decode', 'decode', 'tok/s'), plot('prompt', 'prompt', 'tok/s'), plot('rounds', 'rounds', '/s'));
+		$('plots').replaceChildren(chart('tokens', 'Tokens per second', 'tok/s', [{key: 'decode', label: 'decode', color: '#36c'}, {key: 'prompt', label: 'prompt', color: '#e8842c'}]),
+			chart('rounds', 'Rounds per second', 'rounds/s', [{key: 'rounds', label: 'rounds', color: '#2a9d5c'}]));
 		const tb = $('lanes').tBodies[0];
 		tb.replaceChildren(...sl.lanes.map((l) => {
 			const tr = el('tr');
