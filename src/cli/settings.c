@@ -3,6 +3,7 @@
 // parser, the validator, `--help`, the command list's markdown for docs/cli.md, and the
 // hand-off of the shared knobs to the libraries (which never read the environment).
 #include "cli/settings.h"
+#include "server/server.h"
 #include "base/base.h"
 #include "model/model.h"
 #include "tensor/tensor.h"
@@ -12,6 +13,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+// A default said where the library says it: its macro, as the table's text.
+#define SAID_(x) #x
+#define SAID(x) SAID_(x)
 
 #define F(x) offsetof(cli_settings, x)
 #define B(c) (1u << CMD_##c)
@@ -106,8 +111,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--draft", .kind = SET_FLAG, .field = F(draft), .cmds = B(BENCH), .help = "with --concurrent: requests allow speculative drafting"},
 	{.names = "--repetitive", .kind = SET_FLAG, .field = F(repetitive), .cmds = B(BENCH),
 	 .help = "with --concurrent: prompts repeat one short phrase"},
-	{.names = "--host", .kind = SET_STR, .field = F(host), .dflt = "127.0.0.1", .meta = "HOST", .cmds = B(SERVE), .help = "listen address"},
-	{.names = "--port", .kind = SET_INT, .field = F(port), .dflt = "8080", .min = 0, .max = 65535, .meta = "PORT", .cmds = B(SERVE),
+	{.names = "--host", .kind = SET_STR, .field = F(host), .dflt = HTTP_DEFAULT_HOST, .meta = "HOST", .cmds = B(SERVE), .help = "listen address"},
+	{.names = "--port", .kind = SET_INT, .field = F(port), .dflt = SAID(HTTP_DEFAULT_PORT), .min = 0, .max = 65535, .meta = "PORT", .cmds = B(SERVE),
 	 .help = "listen port (0 = any free port)"},
 	{.names = "--alias", .kind = SET_STR, .field = F(alias), .meta = "NAME", .cmds = B(SERVE),
 	 .help = "model id in the API (default: the file name without .gguf)"},
@@ -122,33 +127,33 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--no-webui", .kind = SET_FLAG, .field = F(no_webui), .cmds = B(SERVE), .help = "serve no web page at /"},
 	{.names = "--max-tokens", .kind = SET_INT, .field = F(serve_max_tokens), .dflt = "0", .min = 0, .max = INT32_MAX, .meta = "N",
 	 .cmds = B(SERVE), .help = "output tokens of a request that sets no limit (0 = what the window allows); a request's own limit wins"},
-	{.names = "--responses-store", .kind = SET_INT, .field = F(responses_store), .dflt = "256", .min = 0, .max = 65536, .meta = "N",
+	{.names = "--responses-store", .kind = SET_INT, .field = F(responses_store), .dflt = SAID(HTTP_DEFAULT_RESPONSES_STORE), .min = 0, .max = 65536, .meta = "N",
 	 .cmds = B(SERVE), .help = "finished /v1/responses kept for previous_response_id and GET, least recently used out (0 = none kept)"},
-	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = "16777216", .min = 1024,
+	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_OUTPUT_BYTES), .min = 1024,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
-	{.names = "--stream-flush-ms", .kind = SET_FLOAT, .field = F(stream_flush_ms), .dflt = "2", .min = 0, .max = 1000, .meta = "MS",
+	{.names = "--stream-flush-ms", .kind = SET_FLOAT, .field = F(stream_flush_ms), .dflt = SAID(HTTP_DEFAULT_STREAM_FLUSH_MS), .min = 0, .max = 1000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "a stream's tokens that come within MS of its last write go out together, at most MS later (0 = each at once)"},
-	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = "1048576", .min = 16,
+	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_TOKENIZE_BYTES), .min = 16,
 	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest /tokenize and /detokenize body in bytes"},
-	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = "8388608", .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",
+	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = SAID(HTTP_DEFAULT_MAX_BODY), .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",
 	 .cmds = B(SERVE), .help = "largest request body in bytes"},
 	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "0", .min = 0, .max = 65536, .meta = "N",
 	 .cmds = B(SERVE), .help = "open connections at once; more wait in the listen queue (0 = what the open-file limit allows, up to 16384)"},
-	{.names = "--max-connections-per-ip", .kind = SET_INT, .field = F(max_per_ip), .dflt = "64", .min = 0, .max = 65536, .meta = "N",
+	{.names = "--max-connections-per-ip", .kind = SET_INT, .field = F(max_per_ip), .dflt = SAID(HTTP_DEFAULT_MAX_PER_IP), .min = 0, .max = 65536, .meta = "N",
 	 .cmds = B(SERVE), .help = "open connections from one client address; more get a 429 and are closed at once (0 = no limit)"},
-	{.names = "--header-timeout", .kind = SET_FLOAT, .field = F(header_timeout), .dflt = "10", .min = 0.1, .max = 3600, .meta = "SECONDS",
+	{.names = "--header-timeout", .kind = SET_FLOAT, .field = F(header_timeout), .dflt = SAID(HTTP_DEFAULT_HEADER_TIMEOUT_S), .min = 0.1, .max = 3600, .meta = "SECONDS",
 	 .cmds = B(SERVE), .help = "a request's head and body must arrive within this, else 408 and close"},
-	{.names = "--idle-timeout", .kind = SET_INT, .field = F(idle_timeout), .dflt = "60", .min = 1, .max = 86400, .meta = "SECONDS",
+	{.names = "--idle-timeout", .kind = SET_INT, .field = F(idle_timeout), .dflt = SAID(HTTP_DEFAULT_IDLE_TIMEOUT_S), .min = 1, .max = 86400, .meta = "SECONDS",
 	 .cmds = B(SERVE), .help = "a connection silent this long between requests is closed"},
-	{.names = "--http-threads", .kind = SET_INT, .field = F(http_threads), .dflt = "4", .min = 1, .max = 256, .meta = "N",
+	{.names = "--http-threads", .kind = SET_INT, .field = F(http_threads), .dflt = SAID(HTTP_DEFAULT_THREADS), .min = 1, .max = 256, .meta = "N",
 	 .cmds = B(SERVE), .help = "threads serving the connections (each polls its share with epoll)"},
 	{.names = "--peer", .kind = SET_LIST, .field = F(peer), .meta = "URL", .cmds = B(SERVE),
 	 .help = "another lanes server (http://host:port) this one overflows to when its queue is deep (repeatable)"},
 	{.names = "--overflow-queue", .kind = SET_INT, .field = F(overflow_queue), .dflt = "0", .min = 0, .max = 1000000, .meta = "N",
 	 .cmds = B(SERVE), .help = "with --peer: when more than N requests wait here, new ones take the first lane free here or on a peer"},
-	{.names = "--peer-poll-ms", .kind = SET_INT, .field = F(peer_poll_ms), .dflt = "500", .min = 10, .max = 600000, .meta = "MS",
+	{.names = "--peer-poll-ms", .kind = SET_INT, .field = F(peer_poll_ms), .dflt = SAID(HTTP_DEFAULT_PEER_POLL_MS), .min = 10, .max = 600000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "with --peer: how often each peer's residency beacon is read"},
-	{.names = "--peer-timeout-ms", .kind = SET_INT, .field = F(peer_timeout_ms), .dflt = "2000", .min = 10, .max = 600000,
+	{.names = "--peer-timeout-ms", .kind = SET_INT, .field = F(peer_timeout_ms), .dflt = SAID(HTTP_DEFAULT_PEER_TIMEOUT_MS), .min = 10, .max = 600000,
 	 .meta = "MS", .cmds = B(SERVE), .help = "with --peer: a beacon read, lease request, connection or streamed reply's head slower than this fails"},
 	{.names = "--peer-key", .kind = SET_STR, .field = F(peer_key), .meta = "KEY", .cmds = B(SERVE),
 	 .help = "with --peer: the key sent to peers (default: a forwarded request's own, and --api-key for beacons and leases)"},
@@ -174,13 +179,13 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--activations", .kind = SET_CHOICE, .field = F(activations), .dflt = "q16", .meta = "q16|q8",
 	 .cmds = B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE),
 	 .help = "activation width of the quantized matmuls: q8 = int8 per block of 32 as llama.cpp (half the int8 products per block: faster prompts and batched decode, logit error below llama.cpp's), q16 = 16 bits; float weights keep float activations"},
-	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = "8192", .min = 16, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
+	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = SAID(LANE_DEFAULT_CTX), .min = 16, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
 	 .help = "without --memory: a fixed pool of KV tokens across all lanes"},
-	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = "64", .min = 0, .max = 1000000, .meta = "N", .cmds = B(SERVE),
+	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = SAID(LANE_DEFAULT_QUEUE), .min = 0, .max = 1000000, .meta = "N", .cmds = B(SERVE),
 	 .help = "waiting requests beyond the lanes"},
 	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "0", .min = 0, .max = I32, .meta = "N", .cmds = B(SERVE) | B(PLAN),
 	 .help = "most prompt tokens one lane feeds per round (0 = no cap)"},
-	{.names = "--round-ms", .kind = SET_FLOAT, .field = F(round_ms), .dflt = "100", .min = 1, .max = 100000, .meta = "MS",
+	{.names = "--round-ms", .kind = SET_FLOAT, .field = F(round_ms), .dflt = SAID(LANE_DEFAULT_ROUND_MS), .min = 1, .max = 100000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "target duration of a round with prompt pieces"},
 	{.names = "--price-row-us", .kind = SET_FLOAT, .field = F(price_row_us), .dflt = "0", .min = 0, .max = 999999999, .meta = "US",
 	 .cmds = B(SERVE), .help = "what one row of a pass costs, in microseconds, for planning rounds and drafts (0 = timed at start)"},
@@ -194,13 +199,13 @@ const cli_setting cli_settings_table[] = {
 	 .help = "a request naming another model gets 404 (default: any name means the one model served, until an adapter is loaded)"},
 	{.names = "--lora", .kind = SET_LIST, .field = F(lora), .meta = "NAME=PATH[:SCALE]", .cmds = B(SERVE),
 	 .help = "serve a LoRA adapter (GGUF) as NAME (\"model\": NAME, or \"lora\": [{\"name\"}]), scale 1 unless given; NAME= may be left out: the file's name"},
-	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = "8", .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
+	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = SAID(HTTP_DEFAULT_MAX_LORA), .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
 	 .help = "adapters loaded at once (--lora and POST /v1/adapters)"},
 	{.names = "--adapters-dir", .env = "LANES_ADAPTERS", .kind = SET_STR, .field = F(adapters_dir), .meta = "DIR", .cmds = B(SERVE),
 	 .help = "the folder POST /v1/adapters loads from and /v1/adapters/NAME/save writes to, by file name (default ~/.cache/lanes/adapters)"},
 	{.names = "--allow-unauthenticated-mutations", .kind = SET_FLAG, .field = F(allow_unauth_mutations), .cmds = B(SERVE),
 	 .help = "with --host not loopback and no --api-key: take adapter and learning changes anyway (refused by default)"},
-	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = "0.25", .min = 0, .max = 1, .meta = "F", .cmds = B(SERVE),
+	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = SAID(HTTP_DEFAULT_LEARN_SHARE), .min = 0, .max = 1, .meta = "F", .cmds = B(SERVE),
 	 .help = "most of a round's prompt budget that training steps (POST /learn/grants) take; 0: learning off"},
 	{.names = "--strict-params", .kind = SET_FLAG, .field = F(strict_params), .cmds = B(SERVE),
 	 .help = "refuse (400, naming them) the documented fields and content lanes accepts but cannot honour, instead of ignoring them"},
@@ -210,7 +215,7 @@ const cli_setting cli_settings_table[] = {
 	 .help = "speculative decoding for requests that allow it"},
 	{.names = "--draft-model", .kind = SET_STR, .field = F(draft_model), .meta = "FILE", .cmds = B(SERVE) | B(BENCH),
 	 .help = "a draft model with the same vocabulary (serve's auto uses it beside n-gram)"},
-	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = "8", .min = 1, .max = 16, .meta = "K", .cmds = B(SERVE) | B(PLAN),
+	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = SAID(LANE_DEFAULT_DRAFT_MAX), .min = 1, .max = 16, .meta = "K", .cmds = B(SERVE) | B(PLAN),
 	 .help = "most draft tokens per lane per round, adapted per lane"},
 	{.names = "--chunk", .kind = SET_INT, .field = F(chunk), .dflt = "256", .min = 1, .max = 1 << 20, .meta = "N", .cmds = B(LOGITS),
 	 .help = "positions per forward pass (results do not depend on it)"},

@@ -13,14 +13,14 @@
 void lane_config_default(lane_config *c) {
 	memset(c, 0, sizeof *c);
 	c->lanes = 4;
-	c->queue = 64;
-	c->ctx = 8192;
-	c->round_ms = 100;
+	c->queue = LANE_DEFAULT_QUEUE;
+	c->ctx = LANE_DEFAULT_CTX;
+	c->round_ms = LANE_DEFAULT_ROUND_MS;
 	c->page_tokens = 16;
 	c->kv_type = KV_F16S;
 	c->prefix_cache = true;
 	c->draft = LANE_DRAFT_AUTO;
-	c->draft_max = 8;
+	c->draft_max = LANE_DEFAULT_DRAFT_MAX;
 	c->seed = 0x6c616e6573ull;
 	c->window_recent_s = 300;
 	c->experts = true;

@@ -263,6 +263,12 @@ typedef struct {
 	lane_background background; // work beside the requests (zero: none)
 } lane_config;
 
+// What lane_config_default gives; the CLI's settings table states its defaults from these.
+#define LANE_DEFAULT_QUEUE 64
+#define LANE_DEFAULT_CTX 8192
+#define LANE_DEFAULT_ROUND_MS 100
+#define LANE_DEFAULT_DRAFT_MAX 8
+
 // The defaults above. Thread-safe.
 void lane_config_default(lane_config *c);
 

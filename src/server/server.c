@@ -27,22 +27,22 @@
 
 void http_config_default(http_config *c) {
 	memset(c, 0, sizeof *c);
-	c->host = "127.0.0.1";
-	c->port = 8080;
-	c->max_body = 8u << 20;
-	c->responses_store = 256;
+	c->host = HTTP_DEFAULT_HOST;
+	c->port = HTTP_DEFAULT_PORT;
+	c->max_body = HTTP_DEFAULT_MAX_BODY;
+	c->responses_store = HTTP_DEFAULT_RESPONSES_STORE;
 	c->max_connections = 0;
-	c->max_per_ip = 64;
-	c->header_timeout_s = 10;
-	c->idle_timeout_s = 60;
-	c->http_threads = 4;
-	c->max_output_bytes = 16u << 20;
-	c->max_tokenize_bytes = 1u << 20;
-	c->stream_flush_us = 2000;
-	c->peer_poll_ms = 500;
-	c->peer_timeout_ms = 2000;
-	c->max_lora = 8;
-	c->learn_share = 0.25;
+	c->max_per_ip = HTTP_DEFAULT_MAX_PER_IP;
+	c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
+	c->idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
+	c->http_threads = HTTP_DEFAULT_THREADS;
+	c->max_output_bytes = HTTP_DEFAULT_MAX_OUTPUT_BYTES;
+	c->max_tokenize_bytes = HTTP_DEFAULT_MAX_TOKENIZE_BYTES;
+	c->stream_flush_us = HTTP_DEFAULT_STREAM_FLUSH_MS * 1000;
+	c->peer_poll_ms = HTTP_DEFAULT_PEER_POLL_MS;
+	c->peer_timeout_ms = HTTP_DEFAULT_PEER_TIMEOUT_MS;
+	c->max_lora = HTTP_DEFAULT_MAX_LORA;
+	c->learn_share = HTTP_DEFAULT_LEARN_SHARE;
 	c->cache.stall_s = 30;
 	c->cache.max_bytes = (int64_t)1 << 40;
 	lane_config_default(&c->lanes);

@@ -11,6 +11,23 @@
 #include "lanes/lanes.h"
 #include "pull/pull.h"
 
+// What http_config_default gives; the CLI's settings table states its defaults from these.
+#define HTTP_DEFAULT_HOST "127.0.0.1"
+#define HTTP_DEFAULT_PORT 8080
+#define HTTP_DEFAULT_MAX_BODY 8388608
+#define HTTP_DEFAULT_RESPONSES_STORE 256
+#define HTTP_DEFAULT_MAX_PER_IP 64
+#define HTTP_DEFAULT_HEADER_TIMEOUT_S 10
+#define HTTP_DEFAULT_IDLE_TIMEOUT_S 60
+#define HTTP_DEFAULT_THREADS 4
+#define HTTP_DEFAULT_MAX_OUTPUT_BYTES 16777216
+#define HTTP_DEFAULT_MAX_TOKENIZE_BYTES 1048576
+#define HTTP_DEFAULT_STREAM_FLUSH_MS 2
+#define HTTP_DEFAULT_PEER_POLL_MS 500
+#define HTTP_DEFAULT_PEER_TIMEOUT_MS 2000
+#define HTTP_DEFAULT_MAX_LORA 8
+#define HTTP_DEFAULT_LEARN_SHARE 0.25
+
 // An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
 typedef struct {
 	const char *name;           // what requests call it ("model" or "lora")
