@@ -245,7 +245,7 @@ test('control reads: /slots shape, /metrics names and counters', async () => {
 	await client.chat.completions.create({ messages: user('x'), temperature: 9 }).catch(() => {});
 	// the snapshot is published at the round boundary and the histograms are sampled: wait for both
 	let b;
-	for (let i = 0; i < 200; i++) {
+	for (let i = 0; i < 3000; i++) {
 		b = await scrape();
 		if (b['lanes_lanes_busy'] === 0 && b['lanes_forward_seconds_count'] >= a['lanes_forward_seconds_count'] + 12) break;
 		await new Promise((res) => setTimeout(res, 10));

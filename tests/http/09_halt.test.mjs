@@ -145,7 +145,8 @@ test('a second signal halts at once', async (t) => {
 	const { reqs, started } = launch(srv.url);
 	await started;
 	srv.proc.kill('SIGTERM');
-	for (let i = 0; i < 200 && (await getJSON(`${srv.url}/health`)).status !== 503; i++) await sleep(5);
+	// the second signal only once the first has landed: else it would begin the 600 s drain itself
+	for (let i = 0; i < 3000 && (await getJSON(`${srv.url}/health`)).status !== 503; i++) await sleep(10);
 	srv.proc.kill('SIGINT');
 	const names = Object.keys(reqs);
 	const res = Object.fromEntries((await Promise.all(Object.values(reqs))).map((r, i) => [names[i], r]));

@@ -99,7 +99,7 @@ test("Claude Code's first request runs, streamed, and the header names what lane
 	assert.ok(r.events.find((e) => e.event === 'message_delta'));
 	// the access log names them once, on the request's own line
 	let line;
-	for (let i = 0; i < 100 && !line; i++) {
+	for (let i = 0; i < 1500 && !line; i++) {
 		line = srv.log().split('\n').find((l) => /POST \/v1\/messages 200 .*ignored=/.test(l));
 		if (!line) await new Promise((res) => setTimeout(res, 20));
 	}
