@@ -145,21 +145,34 @@ bench: deps-check $(BUILD)/lanes $(BENCHES)
 run: all
 	$(BUILD)/lanes serve -m $(MODEL) --host $(HOST) --port $(PORT) $(ARGS)
 
-# libFuzzer targets (clang); `make fuzz` builds them, the corpora replay in `make test`. The
-# library is built once for them, instrumented, each file with its own flags as above.
+# libFuzzer targets (clang 14 or newer); `make fuzz` builds them and replays each one's corpus
+# through it once (the corpora replay in `make test` too). The library is built once for them,
+# instrumented, with the reference kernels alone: the targets fuzz parsers, and the SIMD kernel
+# files are neither needed nor quick to build under the sanitizers.
 FUZZ_CC    ?= clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -pthread -Isrc -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB   := $(BUILD)/fuzz/liblanes.a
-fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+# each target's corpus folder under tests/corpus
+FUZZ_CORPUS_fuzz_gguf      := gguf
+FUZZ_CORPUS_fuzz_grammar   := grammar
+FUZZ_CORPUS_fuzz_http_head := http_head
+FUZZ_CORPUS_fuzz_schema    := schema_text
+FUZZ_CORPUS_fuzz_template  := template
+fuzz: $(FUZZ_BINS)
+	@set -e; $(foreach f,$(notdir $(FUZZ_BINS)),\
+		test -n "$(FUZZ_CORPUS_$f)" || { echo "$f: no corpus named in the Makefile (FUZZ_CORPUS_$f)"; exit 1; }; \
+		$(BUILD)/fuzz/$f -runs=0 tests/corpus/$(FUZZ_CORPUS_$f) 2>$(BUILD)/fuzz/$f.log || { tail -n 30 $(BUILD)/fuzz/$f.log; exit 1; }; \
+		echo "$f: tests/corpus/$(FUZZ_CORPUS_$f) replayed ($$(ls tests/corpus/$(FUZZ_CORPUS_$f) | wc -l) inputs)";)
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(call quiet,CC,$<)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(EXTRA) -MMD -MP -c $< -o $@
-$(BUILD)/fuzz/obj/src/tensor/x86/%_avx2.o:   EXTRA := $(AVX2_FLAGS)
-$(BUILD)/fuzz/obj/src/tensor/x86/%_avx512.o: EXTRA := $(AVX512_FLAGS)
+$(BUILD)/fuzz/obj/src/tensor/kernels.o: EXTRA := -DLANES_KERNELS_REF_ONLY
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: $(BUILD)/gen/webui_files.h
 $(BUILD)/fuzz/obj/src/server/ops/webui.o: EXTRA := -I$(BUILD)/gen
-$(FUZZ_LIB): $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_LIB_SRC := $(filter-out src/tensor/x86/kernels_%.c,$(LIB_SRC))
+$(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	$(call quiet,LD,$@)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(FUZZ_LIB) $(LDLIBS)

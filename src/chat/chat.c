@@ -84,20 +84,27 @@ int chat_load(chat_tmpl *c, const tok_vocab *v, const char *path, char *err, siz
 		return 0;
 	}
 	const char *src = v ? tok_chat_template(v) : NULL;
+	// the fallback is the vocabulary's own text form: ChatML where it has ChatML's tokens, else plain text
+	const bool chatml = v && tok_find(v, "<|im_start|>", 12) >= 0 && tok_find(v, "<|im_end|>", 10) >= 0;
+	const char *name = chatml ? "ChatML" : "plain text";
 	if (src) {
 		if (!chat_load_src(c, v, src, strlen(src), e2, sizeof e2)) {
 			snprintf(c->origin, sizeof c->origin, "the model's");
 			return 0;
 		}
-		LOG_WARN(MOD, "the model's chat template does not compile (%s): using ChatML instead", e2);
+		LOG_WARN(MOD, "the model's chat template does not compile (%s): using %s instead", e2, name);
+	} else if (chatml) {
+		LOG_WARN(MOD, "the model has no chat template: using ChatML, which its vocabulary has the tokens of");
 	} else {
-		LOG_WARN(MOD, "the model has no chat template: using ChatML");
+		LOG_INFO(MOD, "the model has no chat template: chat turns are joined as plain text, which the model continues "
+			      "(a chat request gives what a completion of the same text gives)");
 	}
-	const char *ml = tmpl_chatml();
-	int rc = chat_load_src(c, v, ml, strlen(ml), e2, sizeof e2);
-	if (rc) return base_seterr(err, errlen, rc, "the ChatML template does not compile: %s", e2);
+	const char *fb = chatml ? tmpl_chatml() : tmpl_plain();
+	int rc = chat_load_src(c, v, fb, strlen(fb), e2, sizeof e2);
+	if (rc) return base_seterr(err, errlen, rc, "the %s template does not compile: %s", name, e2);
 	c->own = false;
-	snprintf(c->origin, sizeof c->origin, "ChatML");
+	c->plain = !chatml;
+	snprintf(c->origin, sizeof c->origin, "%s", name);
 	return 0;
 }
 

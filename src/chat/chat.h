@@ -1,7 +1,7 @@
 // chat: a conversation to the prompt the model reads. The chat template is chosen once (a
-// file, the model's own, else ChatML); messages, tools and the client's variables are shaped
-// for the template's tool-call family and rendered as Hugging Face does, then tokenized — one
-// path for the server, `lanes learn` and `lanes template`. The tool-call families are one table
+// file, the model's own, else ChatML or plain text as the vocabulary has it); messages, tools
+// and the client's variables are shaped for the template's tool-call family and rendered as
+// Hugging Face does, then tokenized — one path for the server, `lanes learn` and `lanes template`. The tool-call families are one table
 // (tools.c): how a family's template is recognized, how tools and tool turns reach it, the
 // grammar a call follows, and how generated text is parsed back into calls. Thread-safe: a
 // chat is immutable once loaded.
@@ -197,13 +197,15 @@ typedef struct {
 	bool reason_switch;         // the template reads the family's off_var
 	const tok_vocab *v;         // the vocabulary the prompt is tokenized with (borrowed; NULL: render only)
 	char *bos, *eos;            // the texts the template sees as bos_token and eos_token (malloc'd)
-	bool own;                   // the template is the model's or a file's, not the ChatML fallback
-	char origin[64];            // where it came from, for messages ("the model's", "--chat-template", "ChatML")
+	bool own;                   // the template is the model's or a file's, not a fallback
+	bool plain;                 // the fallback is plain text (the vocabulary has no ChatML tokens)
+	char origin[64];            // where it came from, for messages ("the model's", "--chat-template", "ChatML", "plain text")
 } chat_tmpl;
 
 // Chooses and compiles the template once: the file at path when given (its errors are
-// errors), else v's tokenizer.chat_template, else ChatML (a warning says so, and why when the
-// model's does not compile). bos and eos: v's BOS and EOS token texts (v may be NULL: none).
+// errors), else v's tokenizer.chat_template, else a fallback in the vocabulary's own text form:
+// ChatML where v has <|im_start|> and <|im_end|>, else plain text (tmpl_plain: a story model
+// continues the conversation); a log line says which, and why when the model's does not compile. bos and eos: v's BOS and EOS token texts (v may be NULL: none).
 // 0, or LANES_EIO / LANES_EFORMAT / LANES_ENOMEM with err naming the file or the template.
 int chat_load(chat_tmpl *c, const tok_vocab *v, const char *path, char *err, size_t errlen);
 // The same over source text (a file's already read, or a model's), with no fallback.

@@ -26,13 +26,16 @@ typedef struct {
 	int32_t tokens;       // generated in all
 	double seconds;       // from the first submit to the last token
 	double tps;           // aggregate tokens/s
-	double tg_tps;        // tokens after each request's first over the time after the first token
+	double tg_tps;        // tg_tokens / tg_seconds
+	int32_t tg_tokens;    // tokens after each request's first
+	double tg_seconds;    // from the first token to the last, by the engine's clock
 	double ttft_ms;       // to the first token of any request
 	double itl_p50_ms, itl_p99_ms; // gaps between a request's consecutive tokens
 	uint64_t drafted, accepted;    // draft tokens proposed and accepted
 } bench_lanes_result;
 
-// Runs the requests through a lane host of its own; 0 or an error with a message.
+// Runs the requests through a lane host of its own; 0 or an error with a message (a request
+// that ended before its n_gen tokens is one).
 int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o, bench_lanes_result *res, char *err,
 		size_t errlen);
 

@@ -18,18 +18,20 @@ typedef struct {
 typedef struct {
 	uint64_t *gaps;
 	size_t n_gaps, cap_gaps;
-	uint64_t first_us;
+	uint64_t first_us, last_us; // the first and last token of any stream, by the engine's clock
 	int32_t total, open;
 	bool failed;
 	char reason[160];
 } tally;
 
-// Counts one event of stream s: token times and gaps, or its end.
-static void count(tally *t, stream *s, const lane_event *ev) {
-	uint64_t now = base_now_us();
+// Counts one event of stream s: token times and gaps, or its end. Times are the engine's (when
+// it queued the event), so a reader that wakes late does not bunch the tokens it reads.
+static void count(tally *t, stream *s, const lane_event *ev, int32_t n_gen) {
+	const uint64_t now = ev->t_us;
 	if (ev->kind == LANE_EV_TOKEN) {
 		if (s->n > 0 && t->n_gaps < t->cap_gaps) t->gaps[t->n_gaps++] = now - s->last_us;
-		if (!t->first_us) t->first_us = now;
+		if (!t->first_us || now < t->first_us) t->first_us = now;
+		if (now > t->last_us) t->last_us = now;
 		s->last_us = now;
 		s->n++;
 		t->total++;
@@ -40,6 +42,10 @@ static void count(tally *t, stream *s, const lane_event *ev) {
 	if (ev->kind != LANE_EV_FINISHED) {
 		t->failed = true;
 		snprintf(t->reason, sizeof t->reason, "%s", ev->reason ? ev->reason : "cancelled");
+	} else if (s->n != n_gen) {
+		// a figure over fewer tokens than asked for would be reported as n_gen's
+		t->failed = true;
+		snprintf(t->reason, sizeof t->reason, "it ended after %d of %d tokens", s->n, n_gen);
 	}
 }
 
@@ -119,7 +125,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 		for (int32_t i = 0; i < M; i++) {
 			lane_event ev;
 			while (!st[i].done && lane_next(st[i].req, &ev, 0) == 1) {
-				count(&t, &st[i], &ev);
+				count(&t, &st[i], &ev, o->n_gen);
 				got = true;
 			}
 		}
@@ -127,7 +133,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 		for (int32_t i = 0; !got && i < M; i++)
 			if (!st[i].done) {
 				lane_event ev;
-				if (lane_next(st[i].req, &ev, 1000) == 1) count(&t, &st[i], &ev);
+				if (lane_next(st[i].req, &ev, 1000) == 1) count(&t, &st[i], &ev, o->n_gen);
 				break;
 			}
 	}
@@ -138,7 +144,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	size_t n_gaps = t.n_gaps;
 	int32_t total = t.total;
 	uint64_t t_first = t.first_us;
-	uint64_t t_end = base_now_us();
+	uint64_t t_end = t.last_us > t0 ? t.last_us : base_now_us();
 	lane_snapshot snap;
 	lane_host_snapshot(h, &snap);
 	for (int p = 0; p < LANE_PROP_COUNT; p++) res->drafted += snap.draft_tokens[p], res->accepted += snap.draft_accepted[p];
@@ -147,7 +153,9 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	res->seconds = (t_end - t0) / 1e6;
 	res->tps = total / res->seconds;
 	// single stream: tokens after the first over the time after the first, as llama-bench's tg
-	res->tg_tps = total > M && t_end > t_first ? (double)(total - M) / ((t_end - t_first) / 1e6) : 0;
+	res->tg_tokens = total > M ? total - M : 0;
+	res->tg_seconds = (t_end - t_first) / 1e6;
+	res->tg_tps = res->tg_tokens && t_end > t_first ? res->tg_tokens / res->tg_seconds : 0;
 	res->itl_p50_ms = pct(gaps, n_gaps, 0.50);
 	res->itl_p99_ms = pct(gaps, n_gaps, 0.99);
 	res->ttft_ms = t_first ? (t_first - t0) / 1000.0 : 0;

@@ -1,6 +1,8 @@
 // cli: `lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]` — prompt
 // processing (P tokens from an empty context in one pass) and generation (N tokens one at a
-// time from an empty context), as llama-bench measures them: mean and sd over repetitions.
+// time from an empty context), as llama-bench measures them: every repetition's tokens and
+// seconds, the spread (min, median, max) and mean and sd over them, and the kernels' own limit
+// on one stream's rate (the fastest single-token pass of the bare forward) beside them.
 #include "base/base.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
@@ -38,17 +40,21 @@ static double run_pp(bench_ctx *b, int64_t n) {
 	return (base_now_ns() - t0) / 1e9;
 }
 
-// Seconds for n single-token passes; -1 on error.
-static double run_tg(bench_ctx *b, int64_t n) {
+// Seconds for n single-token passes of the bare forward; -1 on error. *fastest (may be NULL)
+// takes the shortest pass when it is shorter: no stream through the lane host can be faster.
+static double run_tg(bench_ctx *b, int64_t n, double *fastest) {
 	char err[256];
 	kv_seq_clear(b->kv, 0);
-	uint64_t t0 = base_now_ns();
+	uint64_t t0 = base_now_ns(), prev = t0;
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, i), (int32_t)i, 0, true, NULL};
 		if (model_forward(b->m, b->kv, b->pool, &r, 1, b->logits, err, sizeof err)) {
 			cli_err("%s", err);
 			return -1;
 		}
+		const uint64_t now = base_now_ns();
+		if (fastest && (*fastest <= 0 || (now - prev) / 1e9 < *fastest)) *fastest = (now - prev) / 1e9;
+		prev = now;
 	}
 	return (base_now_ns() - t0) / 1e9;
 }
@@ -90,12 +96,48 @@ static double peak_rss_mib(void) {
 	return getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_maxrss / 1024.0;
 }
 
-static void mean_sd(const double *x, int n, double *mean, double *sd) {
+// One repetition's figure: what was counted and timed, and their ratio.
+typedef struct {
+	int64_t tokens;
+	double seconds, tps;
+} bench_rep;
+
+// The figures over the repetitions: mean and sd, and the spread.
+typedef struct {
+	double mean, sd, min, median, max;
+} bench_stats;
+
+static int cmp_dbl(const void *a, const void *b) {
+	const double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bench_stats stats_of(const bench_rep *r, int n) {
+	bench_stats st = {0};
+	double *x = malloc((size_t)n * sizeof *x);
+	if (!x || n < 1) {
+		free(x);
+		return st;
+	}
 	double s = 0, q = 0;
-	for (int i = 0; i < n; i++) s += x[i];
-	*mean = s / n;
-	for (int i = 0; i < n; i++) q += (x[i] - *mean) * (x[i] - *mean);
-	*sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+	for (int i = 0; i < n; i++) s += x[i] = r[i].tps;
+	st.mean = s / n;
+	for (int i = 0; i < n; i++) q += (x[i] - st.mean) * (x[i] - st.mean);
+	st.sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+	qsort(x, (size_t)n, sizeof *x, cmp_dbl);
+	st.min = x[0];
+	st.max = x[n - 1];
+	st.median = n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+	free(x);
+	return st;
+}
+
+// {"min", "median", "max", "reps": [{"tokens", "seconds", "tps"}...]}
+static json_t *stats_json(const bench_stats *st, const bench_rep *r, int n) {
+	json_t *reps = json_array();
+	for (int i = 0; reps && i < n; i++)
+		json_array_append_new(reps, json_pack("{s:I, s:f, s:f}", "tokens", (json_int_t)r[i].tokens, "seconds", r[i].seconds, "tps", r[i].tps));
+	return json_pack("{s:f, s:f, s:f, s:o*}", "min", st->min, "median", st->median, "max", st->max, "reps", reps);
 }
 
 // `--concurrent M`: M requests through one lane host; aggregate tokens/s and latencies.
@@ -136,7 +178,7 @@ int cmd_bench(const cli_settings *set) {
 	bench_ctx b = {0};
 	model_lora **loras = NULL;
 	model_lora_set all = {0}, one[MODEL_LORA_MAX];
-	double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+	bench_rep *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = base_now_us();
 	if (cli_load_model(model_path, &m, NULL)) goto out;
@@ -182,20 +224,24 @@ int cmd_bench(const cli_settings *set) {
 	LOG_INFO("bench", "kernels %s, activations %s: %.1f MiB repacked in %.0f ms; load %.2f s",
 		 tensor_kernels_name(model_kernels(m)), act, model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
 	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
-	if (run_tg(&b, 1) < 0) goto out;
+	if (run_tg(&b, 1, NULL) < 0) goto out;
+	double fastest = 0; // seconds of the fastest single-token pass of the bare forward
 	for (int64_t r = 0; r < reps; r++) {
 		double s;
 		if (n_pp) {
 			if ((s = run_pp(&b, n_pp)) < 0) goto out;
-			pp[r] = n_pp / s;
-			LOG_INFO("bench", "pp%lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)r + 1, pp[r]);
+			pp[r] = (bench_rep){n_pp, s, n_pp / s};
+			LOG_INFO("bench", "pp%lld rep %lld: %lld tokens in %.6f s = %.2f tok/s", (long long)n_pp, (long long)r + 1,
+				 (long long)n_pp, s, pp[r].tps);
 		}
 		if (n_tg && depth) {
 			if ((s = run_tg_depth(&b, depth, n_tg)) < 0) goto out;
-			tg[r] = n_tg / s;
-			LOG_INFO("bench", "tg%lld at depth %lld rep %lld: %.2f tok/s", (long long)n_tg, (long long)depth,
-				 (long long)r + 1, tg[r]);
+			tg[r] = (bench_rep){n_tg, s, n_tg / s};
+			LOG_INFO("bench", "tg%lld at depth %lld rep %lld: %lld tokens in %.6f s = %.2f tok/s", (long long)n_tg,
+				 (long long)depth, (long long)r + 1, (long long)n_tg, s, tg[r].tps);
 		} else if (n_tg) {
+			// the kernels' limit, measured beside each repetition so both see the same machine
+			if (run_tg(&b, n_tg, &fastest) < 0) goto out;
 			// generation goes through the lane host, as every served token does
 			bench_lanes_opts o = {.concurrent = 1, .n_gen = (int32_t)n_tg, .threads = (int32_t)threads, .kv_type = kvt,
 					      .no_experts = !strcmp(set->experts, "off")};
@@ -204,22 +250,29 @@ int cmd_bench(const cli_settings *set) {
 				cli_err("%s", err);
 				goto out;
 			}
-			tg[r] = res.tg_tps;
-			LOG_INFO("bench", "tg%lld rep %lld: %.2f tok/s", (long long)n_tg, (long long)r + 1, tg[r]);
+			// timed from the first token to the last, so the first token's prompt pass is left out
+			tg[r] = (bench_rep){res.tg_tokens, res.tg_seconds, res.tg_tps};
+			LOG_INFO("bench", "tg%lld rep %lld: %lld tokens after the first in %.6f s = %.2f tok/s", (long long)n_tg,
+				 (long long)r + 1, (long long)tg[r].tokens, tg[r].seconds, tg[r].tps);
 		}
 	}
-	double pp_m = 0, pp_sd = 0, tg_m = 0, tg_sd = 0;
-	if (n_pp) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
-	if (n_tg) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
+	const bench_stats pst = n_pp ? stats_of(pp, (int)reps) : (bench_stats){0};
+	const bench_stats tst = n_tg ? stats_of(tg, (int)reps) : (bench_stats){0};
+	const double limit = fastest > 0 ? 1 / fastest : 0;
+	const int nth = base_pool_threads(b.pool);
+	const char *kname = tensor_kernels_name(model_kernels(m));
 	if (json) {
 		json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:s, s:I, s:s, s:f}",
-				      "model", base, "type", type, "activations", act, "threads", base_pool_threads(b.pool), "pp_tokens",
-				      (json_int_t)n_pp, "pp_tps", pp_m, "pp_sd", pp_sd, "tg_tokens", (json_int_t)n_tg, "tg_tps",
-				      tg_m, "tg_sd", tg_sd, "kernels", tensor_kernels_name(model_kernels(m)), "load_s", load_s,
+				      "model", base, "type", type, "activations", act, "threads", nth, "pp_tokens",
+				      (json_int_t)n_pp, "pp_tps", pst.mean, "pp_sd", pst.sd, "tg_tokens", (json_int_t)n_tg, "tg_tps",
+				      tst.mean, "tg_sd", tst.sd, "kernels", kname, "load_s", load_s,
 				      "packed_mib", model_packed_bytes(m) / 1048576.0, "pack_ms", model_pack_ms(m), "kv",
 				      kv_type_name(kvt), "depth", (json_int_t)depth, "attention",
 				      model_attn_fused() ? "fused" : "unfused", "peak_rss_mib", peak_rss_mib());
 		if (o && depth) json_object_set_new(o, "fill_tps", json_real(fill_tps));
+		if (o && n_pp) json_object_set_new(o, "pp", stats_json(&pst, pp, (int)reps));
+		if (o && n_tg) json_object_set_new(o, "tg", stats_json(&tst, tg, (int)reps));
+		if (o && limit > 0) json_object_set_new(o, "tg_limit_tps", json_real(limit));
 		char *s = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
 		if (!s) {
 			cli_err("out of memory");
@@ -230,16 +283,24 @@ int cmd_bench(const cli_settings *set) {
 		free(s);
 		json_decref(o);
 	} else {
-		const int nth = base_pool_threads(b.pool);
-		printf("| model | type | activations | threads | test | t/s |\n|---|---|---|---|---|---|\n");
-		if (n_pp) printf("| %s | %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_pp, pp_m, pp_sd);
-		if (n_tg && depth)
-			printf("| %s | %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_tg,
-			       (long long)depth, tg_m, tg_sd);
-		else if (n_tg)
-			printf("| %s | %s | %s | %d | tg%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_tg, tg_m, tg_sd);
-		printf("kv %s, %s attention, peak RSS %.1f MiB\n", kv_type_name(kvt), model_attn_fused() ? "fused" : "unfused",
-		       peak_rss_mib());
+		printf("| model | type | activations | kernels | threads | test | t/s median | min | max | mean ± sd |\n"
+		       "|---|---|---|---|---|---|---|---|---|---|\n");
+		char test[64];
+		if (n_pp) {
+			snprintf(test, sizeof test, "pp%lld", (long long)n_pp);
+			printf("| %s | %s | %s | %s | %d | %s | %.2f | %.2f | %.2f | %.2f ± %.2f |\n", base, type, act, kname, nth, test,
+			       pst.median, pst.min, pst.max, pst.mean, pst.sd);
+		}
+		if (n_tg) {
+			if (depth) snprintf(test, sizeof test, "tg%lld @ %lld", (long long)n_tg, (long long)depth);
+			else snprintf(test, sizeof test, "tg%lld", (long long)n_tg);
+			printf("| %s | %s | %s | %s | %d | %s | %.2f | %.2f | %.2f | %.2f ± %.2f |\n", base, type, act, kname, nth, test,
+			       tst.median, tst.min, tst.max, tst.mean, tst.sd);
+		}
+		printf("%lld repetitions; kv %s, %s attention, peak RSS %.1f MiB", (long long)reps, kv_type_name(kvt),
+		       model_attn_fused() ? "fused" : "unfused", peak_rss_mib());
+		if (limit > 0) printf("; the kernels' limit for one stream: %.2f tok/s (the fastest bare single-token pass)", limit);
+		printf("\n");
 	}
 	rc = 0;
 out:

@@ -98,7 +98,8 @@ int cmd_run(const cli_settings *s) {
 	q.grammar = gram;
 	LOG_INFO("run", "%s: %.1f MiB of weights used in place (%.1f KiB copied); %zu prompt tokens, seed %llu, kv %s", hp->arch,
 		 model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, n_ids, (unsigned long long)sp.seed, kv_name);
-	uint64_t t0 = base_now_us(), t1 = 0;
+	// the tokens' times are the engine's (when it queued each), not when this thread read them
+	uint64_t t0 = base_now_us(), t1 = 0, t2 = 0;
 	if (lane_submit(host, &q, &req, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
@@ -108,7 +109,8 @@ int cmd_run(const cli_settings *s) {
 	lane_event ev;
 	while (lane_next(req, &ev, -1) == 1) {
 		if (ev.kind == LANE_EV_TOKEN) {
-			if (!t1) t1 = base_now_us();
+			if (!t1) t1 = ev.t_us;
+			t2 = ev.t_us;
 			if (n_gen <= n_predict) gen[n_gen++] = ev.token;
 		}
 		fwrite(ev.text, 1, ev.text_len, stdout);
@@ -122,7 +124,6 @@ int cmd_run(const cli_settings *s) {
 		}
 		break;
 	}
-	uint64_t t2 = base_now_us();
 	if (print_ids) {
 		printf("\n[");
 		for (int64_t i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
@@ -131,10 +132,13 @@ int cmd_run(const cli_settings *s) {
 		putchar('\n'); // the stats line and the shell prompt start on a line of their own
 	}
 	fflush(stdout);
-	if (!t1) t1 = t2;
-	LOG_INFO("run", "prompt %zu tokens and first token in %.3f s; %lld more tokens in %.3f s (%.1f tok/s)", n_ids,
-		 (t1 - t0) / 1e6, (long long)(n_gen > 0 ? n_gen - 1 : 0), (t2 - t1) / 1e6,
-		 (n_gen > 1 ? n_gen - 1 : 0) / ((t2 - t1) / 1e6 + 1e-9));
+	if (!t1) t1 = t2 = base_now_us();
+	// from the first token to the last: the rate of the tokens after the first
+	if (n_gen > 1 && t2 > t1)
+		LOG_INFO("run", "prompt %zu tokens and first token in %.3f s; %lld more tokens in %.3f s (%.1f tok/s)", n_ids,
+			 (t1 - t0) / 1e6, (long long)(n_gen - 1), (t2 - t1) / 1e6, (n_gen - 1) / ((t2 - t1) / 1e6));
+	else
+		LOG_INFO("run", "prompt %zu tokens and first token in %.3f s; %lld tokens in all", n_ids, (t1 - t0) / 1e6, (long long)n_gen);
 	rc = 0;
 out:
 	lane_req_free(req);

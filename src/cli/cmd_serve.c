@@ -17,7 +17,7 @@
 #include <time.h>
 
 #define HALT_REASON "server restarting: retry shortly"
-#define HALT_GRACE_US 5000000 // after a halt, how long the failed requests get to write their errors
+#define HALT_GRACE_US 5000000 // once the engine has ended every request, how long their errors get to be written
 
 // --memory: the planner sizes the lanes and the largest window from the file's metadata
 // before anything loads; the window starts at its floor and follows demand. 0, else the exit
@@ -249,14 +249,13 @@ int cmd_serve(const cli_settings *s) {
 				LOG_INFO("serve", "%s: halting", strsignal(sig));
 				http_server_halt(srv, HALT_REASON);
 				halted = true;
-				halt_at = now;
 			} else {
 				LOG_WARN("serve", "%s: exiting now", strsignal(sig));
 				break;
 			}
 		}
 		if (!signals) continue;
-		int open = http_server_open(srv);
+		int in_engine = 0, open = http_server_open(srv, &in_engine);
 		if (!halted && open == 0) {
 			LOG_INFO("serve", "drained: every request ended");
 			break;
@@ -265,9 +264,10 @@ int cmd_serve(const cli_settings *s) {
 			LOG_INFO("serve", "drain deadline passed with %d requests open: halting", open);
 			http_server_halt(srv, HALT_REASON);
 			halted = true;
-			halt_at = now;
 		}
-		if (halted && (open == 0 || now - halt_at > HALT_GRACE_US)) {
+		// the halt lands at the engine's next round boundary, however long the round in flight takes
+		if (halted && !halt_at && in_engine == 0) halt_at = now;
+		if (halted && (open == 0 || (halt_at && now - halt_at > HALT_GRACE_US))) {
 			if (open) LOG_WARN("serve", "%d requests still open after the halt: closing their connections", open);
 			break;
 		}

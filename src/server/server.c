@@ -698,10 +698,11 @@ void http_server_halt(http_server *s, const char *reason) {
 	pthread_mutex_unlock(&s->mu);
 }
 
-int http_server_open(http_server *s) {
+int http_server_open(http_server *s, int *in_engine) {
 	int calls = atomic_load(&s->calls_open);
 	int st = atomic_load(&s->state);
 	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->host) : 0;
+	if (in_engine) *in_engine = lanes;
 	// a connection whose request is still arriving gets its answer (a 503 while draining)
 	int conns = atomic_load(&s->socks_pending);
 	int n = calls > lanes ? calls : lanes;

@@ -117,6 +117,7 @@ void http_server_drain(http_server *s);
 // its error. Idempotent.
 void http_server_halt(http_server *s, const char *reason);
 // Requests not yet over: API calls still being answered plus the lane host's open requests.
-int http_server_open(http_server *s);
+// in_engine (may be NULL): those of them the lane host has not ended yet.
+int http_server_open(http_server *s, int *in_engine);
 
 #endif

@@ -168,6 +168,17 @@ int tmpl_render_chat(const char *src, const json_t *messages, const char *bos, c
 	return rc;
 }
 
+const char *tmpl_plain(void) {
+	// a space between two turns only where neither side has one and the next does not open with punctuation
+	return "{%- set ns = namespace(prev='') -%}"
+	       "{%- for message in messages -%}"
+	       "{%- set text = message['content'] if message['content'] is string else '' -%}"
+	       "{%- if ns.prev and text and ns.prev[-1:] not in ' \n\t' and text[:1] not in ' \n\t.,;:!?' %} {% endif -%}"
+	       "{{- text -}}"
+	       "{%- if text %}{% set ns.prev = text %}{% endif -%}"
+	       "{%- endfor -%}";
+}
+
 const char *tmpl_chatml(void) {
 	return "{%- for message in messages -%}"
 	       "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"

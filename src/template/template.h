@@ -52,4 +52,10 @@ int tmpl_render_chat(const char *src, const json_t *messages, const char *bos, c
 // tokenizer.chat_template. Static storage.
 const char *tmpl_chatml(void);
 
+// The plain fallback for a model with neither a template nor ChatML's tokens (a story model):
+// the turns' texts one after the other, a space between two where the text needs one, no roles
+// and no generation prompt, so the model continues the conversation as its own text. A single
+// user turn renders as exactly its text. Static storage.
+const char *tmpl_plain(void);
+
 #endif

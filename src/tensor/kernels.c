@@ -34,8 +34,12 @@ bool kern_cpu_avx512(void) {
 #endif
 }
 
-// Portable first, best last.
+// Portable first, best last. The fuzz build has the reference set alone: it fuzzes parsers, not kernels.
+#ifdef LANES_KERNELS_REF_ONLY
+static const tensor_kernels *const all_sets[] = {&tensor_kernels_ref};
+#else
 static const tensor_kernels *const all_sets[] = {&tensor_kernels_ref, &tensor_kernels_avx2, &tensor_kernels_avx512};
+#endif
 #define N_SETS (int)(sizeof all_sets / sizeof all_sets[0])
 
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;

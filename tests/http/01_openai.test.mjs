@@ -13,7 +13,6 @@ before(async () => {
 });
 
 const user = (content) => [{ role: 'user', content }];
-const chatml = (content) => `<|im_start|>user\n${content}<|im_end|>\n<|im_start|>assistant\n`;
 const tokenize = async (body) => (await postJSON(`${url}/tokenize`, body)).body.tokens;
 
 test('models: one entry with the context length; retrieve and 404', async () => {
@@ -38,8 +37,8 @@ test('chat: reply shape, usage equals the tokenizer counts', async () => {
 	assert.equal(typeof c.message.content, 'string');
 	assert.ok(['stop', 'length'].includes(c.finish_reason));
 	assert.match(c.token_sha, /^[0-9a-f]{64}$/);
-	// the prompt: ChatML (the model has no template) tokenized as the tokenizer does
-	const ids = await tokenize({ content: chatml('Once upon a time'), add_special: true, parse_special: true });
+	// the prompt: the user's text (the model has no template, nor ChatML's tokens) tokenized as the tokenizer does
+	const ids = await tokenize({ content: 'Once upon a time', add_special: true, parse_special: true });
 	assert.equal(r.usage.prompt_tokens, ids.length);
 	assert.equal((await tokenize({ messages: user('Once upon a time') })).length, ids.length);
 	if (c.finish_reason === 'length') assert.equal(r.usage.completion_tokens, 24);
@@ -246,7 +245,7 @@ test('control reads: /slots shape, /metrics names and counters', async () => {
 	await client.chat.completions.create({ messages: user('x'), temperature: 9 }).catch(() => {});
 	// the snapshot is published at the round boundary and the histograms are sampled: wait for both
 	let b;
-	for (let i = 0; i < 200; i++) {
+	for (let i = 0; i < 3000; i++) {
 		b = await scrape();
 		if (b['lanes_lanes_busy'] === 0 && b['lanes_forward_seconds_count'] >= a['lanes_forward_seconds_count'] + 12) break;
 		await new Promise((res) => setTimeout(res, 10));

@@ -115,7 +115,7 @@ test('a client vanishing mid-stream frees its lane at once (cancelled, not finis
 	s.write(httpRequest('POST', '/v1/chat/completions', chat({ max_tokens: 2000, ignore_eos: true, stream: true })));
 	await first;
 	let busy = false;
-	for (let i = 0; i < 400 && !busy; i++) {
+	for (let i = 0; i < 3000 && !busy; i++) {
 		busy = (await getJSON(`${url}/slots`)).body.lanes.some((l) => l.generated_tokens > 0);
 		if (!busy) await sleep(5);
 	}
@@ -132,7 +132,7 @@ test('a client vanishing while waiting for a whole reply cancels it too', async 
 	s.on('error', () => {});
 	await new Promise((r) => s.on('connect', r));
 	s.write(httpRequest('POST', '/v1/completions', { prompt: 'Once', max_tokens: 2000, ignore_eos: true }));
-	for (let i = 0; i < 200; i++) {
+	for (let i = 0; i < 3000; i++) {
 		const lanes = (await getJSON(`${url}/slots`)).body.lanes;
 		if (lanes.some((l) => l.generated_tokens > 0)) break;
 		await sleep(5);

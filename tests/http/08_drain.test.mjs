@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { startServer, STORIES, KEY, postSSE, postJSON, getJSON, sleep } from './lib.mjs';
 
 test('SIGTERM drains: streams finish, new requests get 503, exit 0', async (t) => {
-	const srv = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '2']);
+	// a drain deadline far past the streams' end, so they finish however slow the machine
+	const srv = await startServer(['-m', STORIES, '--api-key', KEY, '--lanes', '2'], { LANES_DRAIN_S: '600' });
 	t.after(() => srv.proc.exitCode === null && srv.proc.kill('SIGKILL'));
 	const url = srv.url;
 	const ends = [];
@@ -28,10 +29,10 @@ test('SIGTERM drains: streams finish, new requests get 503, exit 0', async (t) =
 	assert.equal(s.queue_depth, 2, 'two streams queued behind the two lanes');
 	srv.proc.kill('SIGTERM');
 	let h;
-	for (let i = 0; i < 200; i++) {
+	for (let i = 0; i < 3000; i++) {
 		h = await getJSON(`${url}/health`);
 		if (h.status === 503) break;
-		await sleep(5);
+		await sleep(10);
 	}
 	assert.equal(h.status, 503);
 	assert.deepEqual(h.body, { status: 'draining' });

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { startServer, STORIES, KEY, rawExchange, httpRequest, statusOf, bodyOf, sleep } from './lib.mjs';
+import { startServer, STORIES, KEY, rawExchange, httpRequest, statusOf, bodyOf, sleep, getJSON } from './lib.mjs';
 
 async function server(t, args = []) {
 	const srv = await startServer(['-m', STORIES, '--api-key', KEY, ...args]);
@@ -217,7 +217,8 @@ test('an upload in flight at SIGTERM gets the 503 with Retry-After, then the ser
 	s.write(head + body.slice(0, 5));
 	await sleep(200);
 	srv.proc.kill('SIGTERM');
-	await sleep(500);
+	// the rest of the body once the drain has begun, however long the signal takes to land
+	for (let i = 0; i < 3000 && (await getJSON(`${srv.url}/health`)).status !== 503; i++) await sleep(10);
 	s.write(body.slice(5));
 	await Promise.race([closed, sleep(5000)]);
 	s.destroy();

@@ -1,5 +1,5 @@
 // Structured outputs and tool calls through the official clients on stories260K (no tool
-// template: the ChatML fallback with Hermes <tool_call> calls): calls that validate against
+// template: the fallback's Hermes <tool_call> calls, as plain text): calls that validate against
 // their tool's schema, a round trip with the tool's result, streamed calls equal to whole
 // ones, zod's parse helper, Anthropic tool_use and Responses function_call items, and the
 // 400s for bad schemas and grammars. The grammar forbids ending before a document is whole,

@@ -7,15 +7,20 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Ajv from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { startServer, postJSON, STORIES, SHARED, KEY } from './lib.mjs';
+import { startServer, postJSON, STORIES, SHARED, KEY, TMP } from './lib.mjs';
 
 const dir = path.resolve('tests/corpus/schema');
 const corpus = fs.readdirSync(dir).filter((f) => f.endsWith('.json')).sort()
 	.map((f) => ({ name: f.replace(/\.json$/, ''), ...JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) }));
 const models = [STORIES, path.join(SHARED, 'models/ref-spm-Q4_0.gguf')];
 const servers = [];
+// ChatML turns, as a chat model's: these models have no template (plain text is their fallback),
+// and the share of documents that finish within max_tokens below is set for this prompt
+const chatml = path.join(TMP, 'schema-gen-chatml.jinja');
+fs.writeFileSync(chatml, "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}" +
+	"{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
 before(async () => {
-	for (const m of models) servers.push(await startServer(['-m', m, '--api-key', KEY, '--lanes', '8', '--ctx', '16384']));
+	for (const m of models) servers.push(await startServer(['-m', m, '--api-key', KEY, '--lanes', '8', '--ctx', '16384', '--chat-template', chatml]));
 });
 after(() => servers.forEach((s) => s.proc.kill('SIGKILL')));
 

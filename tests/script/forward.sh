@@ -62,6 +62,33 @@ for k in '"model": "stories260K.gguf"' '"type": "F32"' '"threads"' '"pp_tokens":
 	case "$j" in *"$k"*) ok ;; *) bad "bench --json lacks $k: $j" ;; esac
 done
 
+# Bench figures a user can trust: every repetition produced the tokens it claims, its rate is
+# its tokens over its seconds, the spread is over those rates, and one stream through the lane
+# host is never faster than the kernels' fastest bare pass (a measured limit, not a speed; the
+# slack covers that the limit is itself timed).
+jb=$("$BIN" bench -m "$M" -p 16 -n 32 -r 3 --json 2>/dev/null)
+why=$(printf '%s' "$jb" | node -e '
+	const o = JSON.parse(require("fs").readFileSync(0, "utf8")), out = [];
+	const spread = (name, f, tokens) => {
+		if (!f || !Array.isArray(f.reps) || f.reps.length !== 3) return out.push(`${name}: not 3 repetitions`);
+		for (const r of f.reps) {
+			if (r.tokens !== tokens) out.push(`${name}: a repetition of ${r.tokens} tokens, want ${tokens}`);
+			if (!(r.seconds > 0) || Math.abs(r.tps - r.tokens / r.seconds) > 1e-4 * r.tps) out.push(`${name}: ${r.tps} tok/s is not ${r.tokens} / ${r.seconds} s`);
+		}
+		const t = f.reps.map((r) => r.tps).sort((a, b) => a - b);
+		if (f.min !== t[0] || f.median !== t[1] || f.max !== t[2]) out.push(`${name}: spread ${f.min}/${f.median}/${f.max} of ${t}`);
+	};
+	spread("pp", o.pp, 16);
+	spread("tg", o.tg, 31);
+	if (!(o.tg_limit_tps > 0)) out.push("no tg_limit_tps");
+	else if (o.tg && o.tg.max > 1.5 * o.tg_limit_tps) out.push(`tg ${o.tg.max} tok/s is past the kernels limit of ${o.tg_limit_tps}`);
+	if (!o.kernels || !(o.threads >= 1)) out.push("no kernels or threads");
+	console.log(out.join("; "));
+' 2>&1)
+same "$why" "" "bench --json: $jb"
+tb=$("$BIN" bench -m "$M" -p 16 -n 8 -r 2 --threads 1 2>/dev/null)
+case "$tb" in *"| kernels | threads | test | t/s median | min | max |"*"| 1 | tg8 |"*"kernels' limit"*) ok ;; *) bad "bench table without its spread, kernels and threads: $tb" ;; esac
+
 # Activation widths: q16 by default; q8 rounds a quantized model's activations to int8, so
 # its logits differ from q16's, and stay the same across threads and chunking.
 Q="$SHARED/models/ref-llama-Q4_0.gguf"

@@ -30,7 +30,7 @@ grep -q "^learn: 48 examples .* rank 4 alpha 4 on 35 weights" "$TMP/out" && ok |
 "$BIN" logits -m "$M" --ids 1,403,407,261 -o "$TMP/lora" --lora "$TMP/a.gguf" 2> "$TMP/err" && ok || bad "logits --lora: $(cat "$TMP/err")"
 cmp -s "$TMP/base" "$TMP/lora" && bad "the trained adapter left the logits as they were" || ok
 
-# training goes on from the file; conversations (ChatML here: the model has no template) train too
+# training goes on from the file; conversations (plain text here: the model has no template, nor ChatML's tokens) train too
 printf '%s\n' '{"messages": [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once upon a time, Pip the little robot found a red ball."}]}' \
 	'{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, friend."}]}' > "$TMP/chat.jsonl"
 LANES_LOG=error "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" --from "$TMP/a.gguf" --steps 2 --batch 2 -o "$TMP/b.gguf" > "$TMP/out" 2> "$TMP/err" \

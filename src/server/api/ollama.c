@@ -170,7 +170,7 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	json_object_set_new(info, k, json_integer(hp->n_embd));
 	snprintf(k, sizeof k, "%s.block_count", hp->arch);
 	json_object_set_new(info, k, json_integer(hp->n_layers));
-	const char *tsrc = tok_chat_template(s->vocab);
+	const char *tsrc = s->chat.src; // the template in use: the model's, a file's or the fallback
 	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
 			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", capabilities(s));
 	return srv_reply_json(c, 200, o, 0);

@@ -232,6 +232,8 @@ enum MHD_Result srv_props(srv_conn *c) {
 	const int st = atomic_load(&((http_server *)s)->state);
 	if (o && st != HTTP_LOADING && st != HTTP_FAILED) {
 		json_object_set_new(o, "chat_template", json_string(s->chat.src ? s->chat.src : ""));
+		// which template that is: "the model's", "--chat-template", or the fallback ("ChatML", "plain text")
+		json_object_set_new(o, "chat_template_origin", json_string(s->chat.origin));
 		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->max_ctx));
 		json_object_set_new(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
 	}

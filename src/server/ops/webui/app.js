@@ -1,5 +1,6 @@
-// lanes' page: a chat over /v1/chat/completions and a dashboard of /slots, /metrics and, for a
-// mixture-of-experts model, a heat map of /v1/experts; the header names the model from /props.
+// lanes' page: a chat over /v1/chat/completions (or, in completion mode, the conversation's text
+// continued by /v1/completions) and a dashboard of /slots, /metrics and, for a mixture-of-experts
+// model, a heat map of /v1/experts; the header names the model from /props.
 // Model text only ever reaches the page through textContent: it never becomes markup.
 'use strict';
 const $ = (id) => document.getElementById(id);
@@ -16,7 +17,7 @@ let current = convs.length ? convs[0].id : null;
 const save = () => { try { localStorage.setItem(STORE, JSON.stringify(convs)); } catch { /* quota: keep in memory */ } };
 const conv = () => convs.find((c) => c.id === current);
 
-const fields = ['system', 'temperature', 'top_p', 'max_tokens', 'seed'];
+const fields = ['mode', 'system', 'temperature', 'top_p', 'max_tokens', 'seed'];
 const settings = loadJSON(SETTINGS, {});
 for (const f of fields) if (typeof settings[f] === 'string') $(f).value = settings[f];
 for (const f of fields) $(f).addEventListener('change', () => { settings[f] = $(f).value; localStorage.setItem(SETTINGS, JSON.stringify(settings)); });
@@ -137,6 +138,17 @@ function draw() {
 }
 
 let busy = null; // the AbortController of the reply being streamed
+// The turns as one text, as the server's plain template joins them for a model without a chat
+// template: a space between two only where neither has one and the next opens with no punctuation.
+function joinText(texts) {
+	let out = '';
+	for (const t of texts) {
+		if (!t) continue;
+		if (out && !/[ \n\t]$/.test(out) && !/^[ \n\t.,;:!?]/.test(t)) out += ' ';
+		out += t;
+	}
+	return out;
+}
 async function generate(c) {
 	const m = {role: 'assistant', content: '', thinking: '', stats: ''};
 	c.messages.push(m);
@@ -147,7 +159,9 @@ async function generate(c) {
 	const msgs = [];
 	if ($('system').value.trim()) msgs.push({role: 'system', content: $('system').value});
 	for (const x of c.messages.slice(0, -1)) msgs.push({role: x.role, content: x.content});
-	const req = {messages: msgs, stream: true, stream_options: {include_usage: true}};
+	const completion = $('mode').value === 'completion';
+	const req = completion ? {prompt: joinText(msgs.map((x) => x.content))} : {messages: msgs};
+	Object.assign(req, {stream: true, stream_options: {include_usage: true}});
 	for (const f of ['temperature', 'top_p', 'max_tokens', 'seed']) if ($(f).value !== '') req[f] = Number($(f).value);
 	busy = new AbortController();
 	$('stop').disabled = false;
@@ -155,7 +169,7 @@ async function generate(c) {
 	const t0 = performance.now();
 	let first = 0, n = 0, note = '';
 	try {
-		const r = await fetch('/v1/chat/completions', {method: 'POST', headers: headers(true), body: JSON.stringify(req), signal: busy.signal});
+		const r = await fetch(completion ? '/v1/completions' : '/v1/chat/completions', {method: 'POST', headers: headers(true), body: JSON.stringify(req), signal: busy.signal});
 		if (r.status === 401 && askKey()) { c.messages.pop(); node.remove(); busy = null; return generate(c); }
 		if (!r.ok) {
 			let msg = r.status + ' ' + r.statusText;
@@ -187,7 +201,7 @@ async function generate(c) {
 					thinkText.textContent = m.thinking;
 					think.hidden = false;
 				}
-				const delta = ev.choices?.[0]?.delta?.content;
+				const delta = completion ? ev.choices?.[0]?.text : ev.choices?.[0]?.delta?.content;
 				if (delta) {
 					if (!first) first = performance.now();
 					if (!ev.usage) n++;
