@@ -1,6 +1,6 @@
-// cli: `lanes bench -m MODEL [-p 512] [-n 128] [-r 3] [--threads T] [--json]` — prompt
-// processing (P tokens from an empty context in one pass) and generation (N tokens one at a
-// time from an empty context), as llama-bench measures them: mean and sd over repetitions.
+// cli: `lanes bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 3] [--threads T] [--json]` — prompt
+// processing (P tokens after a context of D in one pass) and generation (N tokens one at a
+// time after it), as llama-bench measures them: mean and sd over repetitions.
 #include "base/base.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
@@ -25,19 +25,6 @@ static int32_t bench_token(const model *m, int64_t i) {
 	return (int32_t)(splitmix64((uint64_t)i) % (uint64_t)model_hparams_of(m)->n_vocab);
 }
 
-// Seconds for one pass over n prompt tokens; -1 on error.
-static double run_pp(bench_ctx *b, int64_t n) {
-	char err[256];
-	kv_seq_clear(b->kv, 0);
-	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1, NULL};
-	uint64_t t0 = base_now_ns();
-	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
-		cli_err("%s", err);
-		return -1;
-	}
-	return (base_now_ns() - t0) / 1e9;
-}
-
 // Seconds for n single-token passes; -1 on error.
 static double run_tg(bench_ctx *b, int64_t n) {
 	char err[256];
@@ -53,11 +40,11 @@ static double run_tg(bench_ctx *b, int64_t n) {
 	return (base_now_ns() - t0) / 1e9;
 }
 
-// Seconds for n single-token passes after a context of depth tokens (filled once, in pieces of
-// 512, and cut back to depth before each repetition); -1 on error.
 static double fill_tps; // tokens/s of the last depth fill
 
-static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
+// Sequence 0 holding exactly depth tokens: filled once, in pieces of 512, and cut back to
+// depth before each repetition; false on error.
+static bool at_depth(bench_ctx *b, int64_t depth) {
 	char err[256];
 	if (kv_seq_len(b->kv, 0) < depth) {
 		const uint64_t f0 = base_now_ns();
@@ -67,13 +54,35 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 			for (int64_t i = 0; i < m; i++) b->rows[i] = (model_row){bench_token(b->m, i0 + i), (int32_t)(i0 + i), 0, i == m - 1, NULL};
 			if (model_forward(b->m, b->kv, b->pool, b->rows, m, b->logits, err, sizeof err)) {
 				cli_err("%s", err);
-				return -1;
+				return false;
 			}
 		}
 		fill_tps = depth / ((base_now_ns() - f0) / 1e9);
 		LOG_INFO("bench", "filled %lld tokens in pieces of 512: %.2f tok/s", (long long)depth, fill_tps);
 	}
 	kv_seq_truncate(b->kv, 0, depth);
+	return true;
+}
+
+// Seconds for one pass over n prompt tokens after a context of depth tokens; -1 on error.
+static double run_pp(bench_ctx *b, int64_t depth, int64_t n) {
+	char err[256];
+	if (depth) {
+		if (!at_depth(b, depth)) return -1;
+	} else kv_seq_clear(b->kv, 0);
+	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, depth + i), (int32_t)(depth + i), 0, i == n - 1, NULL};
+	uint64_t t0 = base_now_ns();
+	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
+		cli_err("%s", err);
+		return -1;
+	}
+	return (base_now_ns() - t0) / 1e9;
+}
+
+// Seconds for n single-token passes after a context of depth tokens; -1 on error.
+static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
+	char err[256];
+	if (!at_depth(b, depth)) return -1;
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true, NULL};
@@ -162,7 +171,7 @@ int cmd_bench(const cli_settings *set) {
 	b.m = m;
 	const model_hparams *hp = model_hparams_of(m);
 	if (cli_threads(threads, &b.pool)) goto out;
-	const int64_t ctx = (n_pp > n_tg + depth ? n_pp : n_tg + depth) + 1;
+	const int64_t ctx = depth + (n_pp > n_tg ? n_pp : n_tg) + 1;
 	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)ctx, 16);
 	if (kv_new(&b.kv, &kc, err, sizeof err)) {
 		cli_err("%s", err);
@@ -186,9 +195,10 @@ int cmd_bench(const cli_settings *set) {
 	for (int64_t r = 0; r < reps; r++) {
 		double s;
 		if (n_pp) {
-			if ((s = run_pp(&b, n_pp)) < 0) goto out;
+			if ((s = run_pp(&b, depth, n_pp)) < 0) goto out;
 			pp[r] = n_pp / s;
-			LOG_INFO("bench", "pp%lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)r + 1, pp[r]);
+			LOG_INFO("bench", "pp%lld at depth %lld rep %lld: %.2f tok/s", (long long)n_pp, (long long)depth, (long long)r + 1,
+				 pp[r]);
 		}
 		if (n_tg && depth) {
 			if ((s = run_tg_depth(&b, depth, n_tg)) < 0) goto out;
@@ -232,7 +242,10 @@ int cmd_bench(const cli_settings *set) {
 	} else {
 		const int nth = base_pool_threads(b.pool);
 		printf("| model | type | activations | threads | test | t/s |\n|---|---|---|---|---|---|\n");
-		if (n_pp) printf("| %s | %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_pp, pp_m, pp_sd);
+		if (n_pp && depth)
+			printf("| %s | %s | %s | %d | pp%lld @ %lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_pp,
+			       (long long)depth, pp_m, pp_sd);
+		else if (n_pp) printf("| %s | %s | %s | %d | pp%lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_pp, pp_m, pp_sd);
 		if (n_tg && depth)
 			printf("| %s | %s | %s | %d | tg%lld @ %lld | %.2f ± %.2f |\n", base, type, act, nth, (long long)n_tg,
 			       (long long)depth, tg_m, tg_sd);
