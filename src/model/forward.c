@@ -26,6 +26,10 @@ typedef struct {
 	int32_t *ids;  // [n][n_used] chosen experts
 	int32_t *sel;  // [n] rows of one expert
 	int32_t *slot; // [n] their slots
+	int32_t *aord; // [n] the rows by sequence and position: the attention's blocks in turn
+	int32_t *anpos; // [n] positions each of them sees, in that order
+	int32_t *ablk; // [n + 1] first entry of aord of each block
+	int64_t nblk;  // attention blocks
 	double *cs;    // [n][n_rot] rope tables
 	void *mmx;     // the matmuls' prepared activations
 	size_t mmx_bytes;
@@ -322,10 +326,10 @@ static void put_row(const attn_job *j, int64_t r) {
 }
 
 // First every row's put_row (claimed a row at a time; a query may read any row of its
-// sequence, so all are written before any is read), then the attention items: a row's group
-// of query heads that share a KV head. Threads claim items one at a time (a prompt's late
-// rows cost more than its early ones), and an item's result does not depend on which thread
-// computes it.
+// sequence, so all are written before any is read), then the attention items: a block of
+// rows of one sequence (fused) or one row (unfused), with the group of query heads that
+// share a KV head. Threads claim items one at a time, the late blocks of a prompt (which cost
+// more) first, and an item's result does not depend on which thread computes it.
 static void attn_task(void *arg, int ith, int nth) {
 	attn_job *j = arg;
 	for (int64_t r; (r = atomic_fetch_add(&j->put_next, 1)) < j->n;) {
@@ -335,21 +339,27 @@ static void attn_task(void *arg, int ith, int nth) {
 	base_pool_wait(&j->put_done, j->n);
 	const model_hparams *hp = &j->m->hp;
 	const int32_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH;
-	const int64_t items = j->n * KH;
+	const scratch *s = j->s;
+	const int64_t items = (j->fused ? s->nblk : j->n) * KH;
 	const float scale = (float)(1.0 / sqrt((double)D));
-	float *scores = j->s->scores + (size_t)ith * j->att_floats;
+	float *scores = s->scores + (size_t)ith * j->att_floats;
 	const size_t qd = (size_t)H * D;
 	for (;;) {
 		const int64_t i = atomic_fetch_add(&j->next, 1);
 		if (i >= items) break;
-		const int64_t r = i / KH;
 		const int32_t g = (int32_t)(i % KH);
+		if (j->fused) {
+			const int64_t b = s->nblk - 1 - i / KH, e0 = s->ablk[b];
+			const tensor_kv_view kvv = kv_view(j->kv, j->layer, j->rows[s->aord[e0]].seq, g * D);
+			tensor_k_attn_rows(j->m->ks, s->q + (size_t)g * grp * D, qd, s->aord + e0, (int32_t)(s->ablk[b + 1] - e0), grp, D,
+					   scale, &kvv, s->anpos + e0, scores, s->att + (size_t)g * grp * D, qd);
+			continue;
+		}
+		const int64_t r = i / KH;
 		const model_row *row = &j->rows[r];
 		const tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
-		const float *q = j->s->q + r * qd + (size_t)g * grp * D;
-		float *o = j->s->att + r * qd + (size_t)g * grp * D;
-		if (j->fused) tensor_k_attn(j->m->ks, q, grp, D, scale, &kvv, row->pos + 1, scores, o);
-		else tensor_k_attn_unfused(j->m->ks, q, grp, D, scale, &kvv, row->pos + 1, scores, o);
+		tensor_k_attn_unfused(j->m->ks, s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
+				      s->att + r * qd + (size_t)g * grp * D);
 	}
 	(void)nth;
 }
@@ -598,6 +608,28 @@ out:
 	return rc;
 }
 
+// The fused attention's blocks: the rows in order of sequence and position (insertion: a
+// batch comes nearly in that order), cut where the sequence changes or rb rows are reached.
+// Which rows share a block changes no row's values, only how often the KV rows are read.
+static void attn_blocks(const model_row *rows, int64_t n, int32_t rb, scratch *s) {
+	for (int64_t i = 0; i < n; i++) {
+		int64_t k = i;
+		const model_row *r = &rows[i];
+		for (; k > 0; k--) {
+			const model_row *p = &rows[s->aord[k - 1]];
+			if (p->seq < r->seq || (p->seq == r->seq && p->pos < r->pos)) break;
+			s->aord[k] = s->aord[k - 1];
+		}
+		s->aord[k] = (int32_t)i;
+	}
+	s->nblk = 0;
+	for (int64_t i = 0; i < n; i++) {
+		s->anpos[i] = rows[s->aord[i]].pos + 1;
+		if (!i || rows[s->aord[i - 1]].seq != rows[s->aord[i]].seq || i - s->ablk[s->nblk - 1] == rb) s->ablk[s->nblk++] = (int32_t)i;
+	}
+	s->ablk[s->nblk] = (int32_t)n;
+}
+
 static atomic_bool attn_unfused; // the caller's choice, model_attn_set_fused
 
 bool model_attn_fused(void) { return !atomic_load(&attn_unfused); }
@@ -607,7 +639,7 @@ void model_attn_set_fused(bool fused) { atomic_store(&attn_unfused, !fused); }
 // Where the workspace's parts go for n rows on nth threads with att floats of attention
 // scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.
 typedef struct {
-	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, mx, mx_bytes, ids, sel, slot, cs;
+	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, mx, mx_bytes, ids, sel, slot, aord, anpos, ablk, cs;
 	layout f, i, d;
 } ws_plan;
 
@@ -631,6 +663,7 @@ static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att,
 	if (!ck_mul(un, (wide + 31) / 32 * 96, &p->mx_bytes) || !ck_add(p->mx_bytes, 64, &p->mx_bytes)) L->bad = true;
 	p->mx = take(L, p->mx_bytes, 1);
 	p->ids = take(&p->i, un, K * 4), p->sel = take(&p->i, un, 4), p->slot = take(&p->i, un, 4);
+	p->aord = take(&p->i, un, 4), p->anpos = take(&p->i, un, 4), p->ablk = take(&p->i, un + 1, 4);
 	p->cs = take(&p->d, un, (uint64_t)hp->rope.n_rot * 8);
 	uint64_t total;
 	return !p->f.bad && !p->i.bad && !p->d.bad && ck_add(p->f.off, p->i.off, &total) && ck_add(total, p->d.off, &total) &&
@@ -775,12 +808,14 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.u = (float *)(fb + p.u), .rl = (float *)(fb + p.rl), .rw = (float *)(fb + p.rw), .xg = (float *)(fb + p.xg),
 		.ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
+		.aord = (int32_t *)(ib + p.aord), .anpos = (int32_t *)(ib + p.anpos), .ablk = (int32_t *)(ib + p.ablk),
 		.cs = (double *)(db + p.cs), .mmx = fb + p.mx, .mmx_bytes = (size_t)p.mx_bytes,
 		.routes = hp->n_experts ? w->routes : NULL,
 	};
 	lora_pass lp;
 	if ((rc = lora_setup(m, pool, w, rows, n, &lp, &s.lp, err, errlen))) return rc;
 	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) return rc;
+	attn_blocks(rows, n, tensor_attn_block_rows(hp->n_heads / hp->n_kv_heads), &s);
 
 	const uint64_t E = hp->n_embd;
 	const tensor_traits *et = tensor_traits_of(m->tok_embd.type);

@@ -53,10 +53,10 @@ struct tensor_kernels {
 	// xa: rows xa_stride bytes apart, floats or kern_q8 blocks as act_kind says.
 	void (*matmul)(const tensor_mat *w, const void *mat, const void *xa, size_t xa_stride, int64_t n, float *y,
 		       int64_t ldy, int64_t o0, int64_t o1, bool add);
-	// Fused attention (scratch: tensor_attn_scratch(nq, head_dim) floats) and unfused (f16
-	// rows; scores: nq * n_pos floats).
-	void (*attn)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
-		     int32_t n_pos, float *scratch, float *out);
+	// Fused attention of nr rows (as tensor_k_attn_rows; scratch: tensor_attn_scratch(nq,
+	// head_dim) floats) and unfused of one row (f16 rows; scores: nq * n_pos floats).
+	void (*attn)(const float *q, size_t q_stride, const int32_t *ridx, int32_t nr, int32_t nq, int32_t head_dim,
+		     float scale, const tensor_kv_view *kvv, const int32_t *n_pos, float *scratch, float *out, size_t o_stride);
 	void (*attn_unfused)(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 			     int32_t n_pos, float *scores, float *out);
 	void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);

@@ -348,7 +348,13 @@ void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float 
 
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
 		   const tensor_kv_view *kvv, int32_t n_pos, float *scratch, float *out) {
-	ks->attn(q, nq, head_dim, scale, kvv, n_pos, scratch, out);
+	ks->attn(q, 0, NULL, 1, nq, head_dim, scale, kvv, &n_pos, scratch, out, 0);
+}
+
+void tensor_k_attn_rows(const tensor_kernels *ks, const float *q, size_t q_stride, const int32_t *ridx, int32_t nr,
+			int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv, const int32_t *n_pos,
+			float *scratch, float *out, size_t o_stride) {
+	ks->attn(q, q_stride, ridx, nr, nq, head_dim, scale, kvv, n_pos, scratch, out, o_stride);
 }
 
 void tensor_k_attn_unfused(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,

@@ -248,8 +248,13 @@ void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor
 #define TENSOR_ATT_TILE 64
 void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		 float *scratch, float *out);
-// Floats of scratch the fused attention of nq heads of head_dim values needs.
+// Floats of scratch the fused attention of nq heads of head_dim values needs, for one row
+// (tensor_attn) or a block of rows (tensor_k_attn_rows).
 size_t tensor_attn_scratch(int32_t nq, int32_t head_dim);
+// Queries (rows x heads) a block of the x86 fused attention holds in its lanes: rows of one
+// sequence go in blocks of tensor_attn_block_rows(nq), which read each K and V row once.
+#define TENSOR_ATT_QUERIES 64
+int32_t tensor_attn_block_rows(int32_t nq);
 
 // MoE routing of one row: softmax over n_exp router logits, the n_used largest (ties: lower
 // id first) into ids[] in descending order, their probabilities into w[] (renormalized to
@@ -387,6 +392,12 @@ void tensor_k_quantize_row(const tensor_kernels *ks, uint32_t type, const float 
 // tensor_attn_f16, f16 rows only; scratch: nq * n_pos floats).
 void tensor_k_attn(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
 		   const tensor_kv_view *kvv, int32_t n_pos, float *scratch, float *out);
+// The fused attention of nr rows of one sequence (row i: nq heads at q + ridx[i] * q_stride
+// over positions 0..n_pos[i]-1, into out + ridx[i] * o_stride; ridx NULL: i) with the KV head
+// they share. Each row's values are those it gets alone, whatever rows share its call.
+void tensor_k_attn_rows(const tensor_kernels *ks, const float *q, size_t q_stride, const int32_t *ridx, int32_t nr,
+			int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv, const int32_t *n_pos,
+			float *scratch, float *out, size_t o_stride);
 void tensor_k_attn_unfused(const tensor_kernels *ks, const float *q, int32_t nq, int32_t head_dim, float scale,
 			   const tensor_kv_view *kvv, int32_t n_pos, float *scores, float *out);
 

@@ -180,8 +180,8 @@ static void attention(void) {
 	static float kf[NP][D], vf[NP][D], kst[NP][D], vst[NP][D];
 	int32_t pages[NPAGES];
 	for (int i = 0; i < NPAGES; i++) pages[i] = (i * 7 + 3) % NPAGES;
-	float q[D], out[D], out2[D], scores[NP], scratch[8192];
-	CHECK(tensor_attn_scratch(1, D) <= 8192);
+	float q[D], out[D], out2[D], scores[NP], scratch[16384];
+	CHECK(tensor_attn_scratch(1, D) <= 16384);
 	uint64_t s = 5;
 	for (int i = 0; i < D; i++) q[i] = frand(&s) * 2;
 	const char *names[4] = {"f16", "f16s", "q8_0", "q4_0"};

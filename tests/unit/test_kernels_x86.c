@@ -162,23 +162,26 @@ static void extremes(const tensor_kernels *ks, uint32_t type) {
 }
 
 // A paged store of n_pos positions with two KV heads per row (the view reads the second),
-// pages in shuffled order; enc 0 f16, 1 f16s, 2 q8_0, 3 q4_0.
-static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc) {
-	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
-	if (enc >= 2 && D % 32) return;
+// pages in shuffled order; enc 0 f16, 1 f16s, 2 q8_0, 3 q4_0. vmax: the largest |V| stored.
+typedef struct {
+	uint8_t *k, *v, *ksb, *vsb;
+	int32_t pages[64];
+	tensor_kv_view kvv;
+	float vmax;
+} att_store;
+
+static void store_new(att_store *S, int32_t D, int32_t n_pos, int enc, uint64_t *seed) {
 	const int32_t pt = 16, npg = (n_pos + pt - 1) / pt + 1, RD = 2 * D;
-	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos + enc);
 	const size_t bsz = enc == 2 ? sizeof(block_q8_0) : sizeof(block_q4_0), brow = (size_t)RD / 32 * bsz;
 	const size_t rowb = enc < 2 ? (size_t)RD * 2 : brow;
 	uint8_t *k = calloc((size_t)npg * pt, rowb), *v = calloc((size_t)npg * pt, rowb);
 	uint8_t *ksb = calloc((size_t)npg * pt * 2, 1), *vsb = calloc((size_t)npg * pt * 2, 1);
-	int32_t pages[64];
-	for (int32_t p = 0; p < npg; p++) pages[p] = (p * 5 + 3) % npg;
+	for (int32_t p = 0; p < npg; p++) S->pages[p] = (p * 5 + 3) % npg;
 	float *kv = malloc(sizeof(float) * RD), *st = malloc(sizeof(float) * RD), vmax = 0;
 	for (int32_t j = 0; j < n_pos; j++) {
-		const size_t slot = (size_t)pages[j / pt] * pt + (size_t)(j % pt);
+		const size_t slot = (size_t)S->pages[j / pt] * pt + (size_t)(j % pt);
 		for (int kind = 0; kind < 2; kind++) {
-			for (int32_t e = 0; e < RD; e++) kv[e] = frand(&seed) * (kind ? 1.5f : 3.0f);
+			for (int32_t e = 0; e < RD; e++) kv[e] = frand(seed) * (kind ? 1.5f : 3.0f);
 			uint8_t *row = (kind ? v : k) + slot * rowb;
 			if (enc == 1) {
 				for (int hd = 0; hd < 2; hd++) {
@@ -198,14 +201,27 @@ static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n
 				for (int32_t e = D; e < RD; e++) vmax = fabsf(st[e]) > vmax ? fabsf(st[e]) : vmax;
 		}
 	}
-	tensor_kv_view kvv;
 	if (enc < 2)
-		kvv = (tensor_kv_view){.k = (uint16_t *)k + D, .v = (uint16_t *)v + D, .ks = enc ? ksb + 1 : NULL,
-				       .vs = enc ? vsb + 1 : NULL, .pages = pages, .page_stride = (size_t)pt * RD,
-				       .row_stride = (size_t)RD, .s_page_stride = (size_t)pt * 2, .s_row_stride = 2, .page_tokens = pt};
+		S->kvv = (tensor_kv_view){.k = (uint16_t *)k + D, .v = (uint16_t *)v + D, .ks = enc ? ksb + 1 : NULL,
+					  .vs = enc ? vsb + 1 : NULL, .pages = S->pages, .page_stride = (size_t)pt * RD,
+					  .row_stride = (size_t)RD, .s_page_stride = (size_t)pt * 2, .s_row_stride = 2, .page_tokens = pt};
 	else
-		kvv = (tensor_kv_view){.enc = enc == 2 ? TENSOR_KV_Q8_0 : TENSOR_KV_Q4_0, .k = k, .v = v, .pages = pages,
-				       .page_stride = (size_t)pt * brow, .row_stride = brow, .page_tokens = pt, .off = D};
+		S->kvv = (tensor_kv_view){.enc = enc == 2 ? TENSOR_KV_Q8_0 : TENSOR_KV_Q4_0, .k = k, .v = v, .pages = S->pages,
+					  .page_stride = (size_t)pt * brow, .row_stride = brow, .page_tokens = pt, .off = D};
+	S->k = k, S->v = v, S->ksb = ksb, S->vsb = vsb, S->vmax = vmax;
+	free(kv), free(st);
+}
+
+static void store_free(att_store *S) { free(S->k), free(S->v), free(S->ksb), free(S->vsb); }
+
+static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc) {
+	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
+	if (enc >= 2 && D % 32) return;
+	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos + enc);
+	att_store S;
+	store_new(&S, D, n_pos, enc, &seed);
+	const tensor_kv_view kvv = S.kvv;
+	const float vmax = S.vmax;
 	const size_t scn = tensor_attn_scratch(nq, D) > (size_t)nq * n_pos ? tensor_attn_scratch(nq, D) : (size_t)nq * n_pos;
 	float *q = malloc(sizeof(float) * nq * D), *sc = malloc(sizeof(float) * scn);
 	float *o = malloc(sizeof(float) * nq * D), *o1 = malloc(sizeof(float) * D), *ref = malloc(sizeof(float) * D);
@@ -230,8 +246,117 @@ static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n
 	       D, nq, n_pos, names[enc], bad_u);
 	CHECKF(differ == 0, "%s attention D=%d %s: a head alone differs from it among %d", tensor_kernels_name(ks), D,
 	       names[enc], nq);
-	free(q), free(sc), free(o), free(o1), free(ref), free(kv), free(st), free(u);
-	free(k), free(v), free(ksb), free(vsb);
+	free(q), free(sc), free(o), free(o1), free(ref), free(u);
+	store_free(&S);
+}
+
+// The x86 fused attention's arithmetic for one query, written out in scalar C (attn.h says
+// it in words): the specification its vector lanes must match bit for bit.
+static float twin_exp(float x) {
+	x = x < 88.0f ? x : 88.0f;
+	x = x > -87.3f ? x : -87.3f;
+	const float n = nearbyintf(x * 1.44269504088896341f);
+	float r = fmaf(n, -0.693359375f, x);
+	r = fmaf(n, 2.12194440e-4f, r);
+	float p = 1.9875691500e-4f;
+	p = fmaf(p, r, 1.3981999507e-3f);
+	p = fmaf(p, r, 8.3334519073e-3f);
+	p = fmaf(p, r, 4.1665795894e-2f);
+	p = fmaf(p, r, 1.6666665459e-1f);
+	p = fmaf(p, r, 5.0000001201e-1f);
+	p = fmaf(p, r * r, r + 1.0f);
+	const int32_t bits = ((int32_t)n + 127) * (1 << 23);
+	float two;
+	memcpy(&two, &bits, 4);
+	return p * two;
+}
+
+// nq heads, each on its own; the tile's K and V rows are read once for all of them.
+static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
+		      float *out) {
+	enum { TT = TENSOR_ATT_TILE };
+	float *k = malloc(sizeof(float) * TT * D), *v = malloc(sizeof(float) * TT * D), ks[TT], vs[TT];
+	float *acc = calloc((size_t)nq * D, sizeof(float)), *mx = malloc(sizeof(float) * nq), *sum = calloc(nq, sizeof(float));
+	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY;
+	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
+		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
+		for (int j = 0; j < nt; j++) {
+			ks[j] = tensor_kv_row(kvv, false, t0 + j, D, k + j * D) * scale;
+			vs[j] = tensor_kv_row(kvv, true, t0 + j, D, v + j * D);
+		}
+		for (int32_t h = 0; h < nq; h++) {
+			const float *qh = q + h * D;
+			float s[TT], p[TT] = {0}, t[16], tmx = -INFINITY, alpha = 1.0f, *a = acc + h * D;
+			for (int j = 0; j < nt; j++) {
+				float d = qh[0] * k[j * D];
+				for (int32_t e = 1; e < D; e++) d = fmaf(qh[e], k[j * D + e], d);
+				s[j] = d * ks[j];
+				tmx = s[j] > tmx ? s[j] : tmx;
+			}
+			if (tmx > mx[h]) {
+				alpha = (float)exp((double)mx[h] - tmx);
+				mx[h] = tmx;
+			}
+			for (int j = 0; j < nt; j++) p[j] = twin_exp(s[j] - mx[h]);
+			for (int l = 0; l < 16; l++) t[l] = ((p[l] + p[l + 16]) + p[l + 32]) + p[l + 48];
+			for (int w = 8; w >= 1; w /= 2)
+				for (int l = 0; l < w; l++) t[l] = t[l] + t[l + w];
+			sum[h] = sum[h] * alpha + t[0];
+			for (int32_t e = 0; e < D; e++) a[e] = a[e] * alpha;
+			for (int j = 0; j < nt; j++) {
+				const float w = p[j] * vs[j];
+				for (int32_t e = 0; e < D; e++) a[e] = fmaf(w, v[j * D + e], a[e]);
+			}
+		}
+	}
+	for (int32_t h = 0; h < nq; h++)
+		for (int32_t e = 0; e < D; e++) out[h * D + e] = acc[h * D + e] * (1.0f / sum[h]);
+	free(k), free(v), free(acc), free(mx), free(sum);
+}
+
+// Rows of one sequence in one call (blocks cut wherever the kernel cuts them, rows in a
+// scrambled order through ridx, strides wider than the rows): each row's values are the twin's
+// bit for bit, so equal to the row alone, to any other block, and to the other x86 set.
+static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int enc) {
+	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
+	if (enc >= 2 && D % 32) return;
+	enum { NR = 48, NP = 300 };
+	uint64_t seed = (uint64_t)(D * 77 + nq * 5 + enc);
+	att_store S;
+	store_new(&S, D, NP, enc, &seed);
+	int32_t n_pos[NR], ridx[NR];
+	// a prompt piece across a tile boundary, then rows anywhere (a tile's first and last position too)
+	for (int i = 0; i < 30; i++) n_pos[i] = 50 + i;
+	const int32_t odd[NR - 30] = {1, 2, 63, 64, 65, 128, 129, NP, 17, 200, 255, 256, 257, 3, 99, 191, 192, 193};
+	for (int i = 30; i < NR; i++) n_pos[i] = odd[i - 30];
+	for (int i = 0; i < NR; i++) ridx[i] = (i * 19 + 7) % NR;
+	const size_t qs = (size_t)nq * D + 3, os = (size_t)nq * D + 5;
+	float *q = malloc(sizeof(float) * NR * qs), *o = calloc(NR * os, sizeof(float)), *o1 = malloc(sizeof(float) * nq * D);
+	float *sc = malloc(sizeof(float) * tensor_attn_scratch(nq, D)), *tw = malloc(sizeof(float) * nq * D);
+	for (size_t i = 0; i < NR * qs; i++) q[i] = frand(&seed) * 2.0f;
+	const float scale = 1.0f / sqrtf((float)D);
+	tensor_k_attn_rows(ks, q, qs, ridx, NR, nq, D, scale, &S.kvv, n_pos, sc, o, os);
+	int alone = 0, twin = 0, off = 0;
+	for (int i = 0; i < NR; i++) {
+		const float *qr = q + (size_t)ridx[i] * qs, *or = o + (size_t)ridx[i] * os;
+		tensor_k_attn(ks, qr, nq, D, scale, &S.kvv, n_pos[i], sc, o1);
+		alone += memcmp(o1, or, sizeof(float) * nq * D) != 0;
+		twin_attn(qr, nq, D, scale, &S.kvv, n_pos[i], tw);
+		twin += memcmp(tw, or, sizeof(float) * nq * D) != 0;
+		for (int32_t h = 0; h < nq; h++) {
+			if (i % 4 || h > 3) continue; // the reference on a sample
+			tensor_attn_f16(qr + h * D, D, scale, &S.kvv, n_pos[i], sc, o1);
+			for (int32_t e = 0; e < D; e++) off += !(fabsf(or[h * D + e] - o1[e]) <= 1e-5f * S.vmax);
+		}
+	}
+	CHECKF(alone == 0, "%s attention rows D=%d nq=%d %s: %d rows differ from themselves alone", tensor_kernels_name(ks), D, nq,
+	       names[enc], alone);
+	CHECKF(twin == 0, "%s attention rows D=%d nq=%d %s: %d rows differ from the scalar twin", tensor_kernels_name(ks), D, nq,
+	       names[enc], twin);
+	CHECKF(off == 0, "%s attention rows D=%d nq=%d %s: %d values off the reference", tensor_kernels_name(ks), D, nq,
+	       names[enc], off);
+	free(q), free(o), free(o1), free(sc), free(tw);
+	store_free(&S);
 }
 
 static void pointwise(const tensor_kernels *ks) {
@@ -374,6 +499,15 @@ int main(void) {
 			t_case("%s attention 8x300 kv %d", names[s], enc);
 			attention(ks, 64, 8, 300, enc);
 		}
+		// heads per KV head: GQA's 4 and 7, MHA's 1, and more than a block's lanes (the
+		// reference's own arithmetic has no twin)
+		const int32_t rdims[] = {64, 128, 48, 16}, rnq[] = {4, 7, 1, 70};
+		for (int d = 0; d < 4 && strcmp(names[s], "ref"); d++)
+			for (int g = 0; g < 4; g++)
+				for (int enc = 0; enc < 4 && (g < 3 || d == 0); enc++) {
+					t_case("%s attention rows D=%d nq=%d kv %d", names[s], rdims[d], rnq[g], enc);
+					attention_rows(ks, rdims[d], rnq[g], enc);
+				}
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);
 		kv_quant(ks);

@@ -298,9 +298,14 @@ void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor
 	for (int32_t e = 0; e < head_dim; e++) out[e] = (float)(out[e] * inv);
 }
 
+int32_t tensor_attn_block_rows(int32_t nq) { return nq >= TENSOR_ATT_QUERIES ? 1 : TENSOR_ATT_QUERIES / nq; }
+
 size_t tensor_attn_scratch(int32_t nq, int32_t head_dim) {
-	// a tile of K and of V rows, a tile of scores and the running output per head, 2 per head
-	return (size_t)TENSOR_ATT_TILE * (size_t)head_dim * 2 + (size_t)nq * (TENSOR_ATT_TILE + (size_t)head_dim + 2);
+	// a block's lanes, padded to whole vectors of 16: queries transposed, a tile of scores per
+	// lane, one tile of K or V rows, the running output per query and 4 figures per lane
+	const size_t lanes = ((size_t)(nq > TENSOR_ATT_QUERIES ? nq : TENSOR_ATT_QUERIES) + 15) & ~(size_t)15;
+	const size_t d = (size_t)head_dim;
+	return lanes * (d + TENSOR_ATT_TILE + d + 4) + (size_t)TENSOR_ATT_TILE * (d + 2) + 64;
 }
 
 void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
@@ -467,10 +472,14 @@ static void ref_mm(const tensor_mat *w, const void *mat, const void *xa, size_t 
 	ref_matmul(w->type, mat, w->row_bytes, w->k, xa, (int64_t)(xa_stride / sizeof(float)), n, y, ldy, o0, o1, add);
 }
 
-static void ref_attn(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
-		     int32_t n_pos, float *scratch, float *out) {
-	for (int32_t h = 0; h < nq; h++)
-		tensor_attn(q + (size_t)h * head_dim, head_dim, scale, kvv, n_pos, scratch, out + (size_t)h * head_dim);
+static void ref_attn(const float *q, size_t q_stride, const int32_t *ridx, int32_t nr, int32_t nq, int32_t head_dim,
+		     float scale, const tensor_kv_view *kvv, const int32_t *n_pos, float *scratch, float *out, size_t o_stride) {
+	for (int32_t i = 0; i < nr; i++) {
+		const size_t r = (size_t)(ridx ? ridx[i] : i);
+		for (int32_t h = 0; h < nq; h++)
+			tensor_attn(q + r * q_stride + (size_t)h * head_dim, head_dim, scale, kvv, n_pos[i], scratch,
+				    out + r * o_stride + (size_t)h * head_dim);
+	}
 }
 
 static void ref_attn_unfused(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,

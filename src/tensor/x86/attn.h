@@ -191,140 +191,246 @@ AI float att_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D, float 
 	return 1.0f;
 }
 
-// The body for nc = D / VL vectors per head (a constant for the common sizes), shaped as the
-// unfused one: scores in groups of VL positions (K rows read once for every head), then per
-// tile each head's running maximum, sum (lanes summed per tile, added in tile order) and
-// output, whose V rows are read once per HG heads held in registers.
-AI void fused_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
-		   float *scratch, float *out, const int nc) {
-	// scores, outputs, maxima and sums per head, then a tile of V rows (tensor_attn_scratch)
-	float *sc = scratch, *acc = sc + (size_t)nq * TT, *mx = acc + (size_t)nq * D, *sum = mx + nq, *vtile = sum + nq;
-	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
-	float ksc[VL] __attribute__((aligned(64))), vsc[TT * ATT_MAXC * VL / 32];
-	float alpha[64];
-	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
-	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY, sum[h] = 0.0f;
-	for (size_t i = 0; i < (size_t)nq * D; i++) acc[i] = 0.0f;
-	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
-		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
-		for (int g0 = 0; g0 < nt; g0 += VL) {
-			const int nj = nt - g0 < VL ? nt - g0 : VL;
-			for (int l = 0; l < nj; l++) ksc[l] = att_row(kvv, false, t0 + g0 + l, D, kf + (size_t)l * nc * VL) * scale;
-			for (int l = nj; l < VL; l++) ksc[l] = 0.0f;
-			for (int32_t hq = 0; hq < nq; hq++) {
-				const float *qh = q + (size_t)hq * D;
-				v_storef(sc + (size_t)hq * TT + g0, v_mul(score_group(qh, kf, nj, nc), v_loadf(ksc)));
-			}
-		}
-		// per head: the tile's maximum, the rescale of what earlier tiles summed, the weights
-		for (int32_t hq = 0; hq < nq; hq++) {
-			float *s = sc + (size_t)hq * TT;
-			float tmx = -INFINITY;
-			for (int l = 0; l < nt; l++) tmx = s[l] > tmx ? s[l] : tmx;
-			alpha[hq] = 1.0f;
-			if (tmx > mx[hq]) {
-				alpha[hq] = (float)exp((double)mx[hq] - tmx);
-				mx[hq] = tmx;
-			}
-			vf ps = v_zerof();
-			for (int g0 = 0; g0 < nt; g0 += VL) {
-				vf p = v_exp(v_sub(v_loadf(s + g0), v_set1f(mx[hq])));
-				if (nt - g0 < VL) {
-					float t[VL] __attribute__((aligned(64)));
-					v_storef(t, p);
-					for (int l = nt - g0; l < VL; l++) t[l] = 0.0f;
-					p = v_loadf(t);
-				}
-				ps = v_add(ps, p);
-				v_storef(s + g0, p);
-			}
-			sum[hq] = sum[hq] * alpha[hq] + v_hsum(ps);
-		}
-		// The tile's V rows once, for every group of heads: f16 values as floats with the row's
-		// scale (f16s), block codes as floats with each block's scale; then per group of HG heads
-		// the weighted rows in position order, each scale folded into its weight.
-		const bool f16 = kvv->enc == TENSOR_KV_F16, blocks = !f16 && kvv->off % 32 == 0 && D % 32 == 0;
-		const int nbv = blocks ? nc * VL / 32 : 1; // scales per row
-		const size_t bs = kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-		for (int l = 0; l < nt; l++) {
-			float *vr = vtile + (size_t)l * nc * VL;
-			const int32_t j = t0 + l, pt = kvv->page_tokens;
-			if (f16) {
-				const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
-				const uint16_t *r = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
-				UNROLL for (int c = 0; c < nc; c++) v_storef(vr + VL * c, v_ldh(r + VL * c));
-				vsc[l] = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
-			} else if (blocks) {
-				const uint8_t *r = block_row(kvv, true, j);
-				for (int b2 = 0; b2 < nbv; b2++) {
-					vf c[32 / VL];
-					vsc[l * nbv + b2] = block_codes(kvv->enc, r + (size_t)b2 * bs, c);
-					UNROLL for (int i = 0; i < 32 / VL; i++) v_storef(vr + 32 * b2 + VL * i, c[i]);
-				}
-			} else {
-				vsc[l] = att_row(kvv, true, j, D, vr);
-			}
-		}
-		for (int32_t h0 = 0; h0 < nq; h0 += HG) {
-			const int hn = nq - h0 < HG ? nq - h0 : HG;
-			vf av[4][ATT_MAXC];
-			for (int a = 0; a < 4; a++)
-				for (int c = 0; c < ATT_MAXC; c++) av[a][c] = v_zerof();
-			UNROLL for (int a = 0; a < HG; a++) {
-				if (a >= hn) break;
-				const vf al = v_set1f(alpha[h0 + a]);
-				UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_mul(v_loadf(acc + (size_t)(h0 + a) * D + VL * c), al);
-			}
-			for (int l = 0; l < nt; l++) {
-				vf vv[ATT_MAXC] = {0};
-				UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(vtile + (size_t)l * nc * VL + VL * c);
-				UNROLL for (int a = 0; a < HG; a++) {
-					if (a >= hn) break;
-					const float p = sc[(size_t)(h0 + a) * TT + l];
-					if (nbv == 1) {
-						const vf w = v_set1f(p * vsc[l]);
-						UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(w, vv[c], av[a][c]);
-					} else {
-						UNROLL for (int c = 0; c < nc; c++) {
-							const vf w = v_set1f(p * vsc[l * nbv + c * VL / 32]);
-							av[a][c] = v_fma(w, vv[c], av[a][c]);
-						}
-					}
-				}
-			}
-			UNROLL for (int a = 0; a < HG; a++) {
-				if (a >= hn) break;
-				UNROLL for (int c = 0; c < nc; c++) v_storef(acc + (size_t)(h0 + a) * D + VL * c, av[a][c]);
-			}
+// Asks for position j's K (or V) values of one head ahead of their use.
+AI void att_prefetch(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D) {
+	const int32_t pt = kvv->page_tokens;
+	const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+	const uint8_t *p;
+	size_t bytes;
+	if (kvv->enc == TENSOR_KV_F16) {
+		p = (const uint8_t *)((const uint16_t *)(v ? kvv->v : kvv->k) + page * kvv->page_stride + slot * kvv->row_stride);
+		bytes = (size_t)D * 2;
+	} else {
+		p = block_row(kvv, v, j);
+		bytes = (size_t)D / 32 * (kvv->enc == TENSOR_KV_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
+	}
+	for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+// ---- the fused kernel: a block's queries in lanes ------------------------------------------------
+// A block holds up to TENSOR_ATT_QUERIES queries (rows x heads of one KV head), lane r*nq + h
+// for head h of row r, and reads the KV store once per tile of TT positions fixed by absolute
+// position. Each query's figures follow one fixed sequence of float operations that no other
+// lane enters: its score of position j is q[0]*k[0], then fma(q[e], k[e], s) for e in order,
+// times the row's K scale times `scale`; per tile the maximum over the positions it may see,
+// alpha = exp(old - new maximum) in double when it grows, p = exp(s - max) by v_exp, the
+// tile's sum of p as a fixed tree over the TT slots (4 slots 16 apart summed in order, then
+// halves folded 8, 4, 2, 1 apart; slots it may not see are +0), sum = sum * alpha + that, and
+// its output acc * alpha + w_j v_j for its positions in order (w = p times the V row's scale);
+// the result is acc / sum. Lanes past a row's position add +0 and scale by 1, which change
+// nothing, so a row's bits are the same alone, in any block, on any thread, in either set.
+#define QBMAX (KX_ATT_ACC / 4) // query vectors per register block
+
+typedef struct {
+	int32_t D, QP;    // head size; lanes, padded to whole vectors
+	float *qt;        // [D][QP] the queries, transposed
+	float *sc;        // [TT][QP] scores, then weights
+	float *kv;        // [TT][D] the tile's K rows, then its V rows
+	float *acc;       // [Q][D] running outputs
+	float *mx, *sum, *alpha, *lim; // [QP] each: running maximum, sum, this tile's rescale, positions seen
+	float *ks, *vs;   // [TT] the rows' K scales (times `scale`) and V scales
+} att_blk;
+
+// Scores of positions j0..j0+JB-1 for query vectors v0..v0+QB-1, each a chain over the head's
+// values, scaled, and -inf where the lane may not see the position.
+AI void score_block(const att_blk *b, int32_t t0, int j0, int v0, const int JB, const int QB) {
+	const int32_t D = b->D, QP = b->QP;
+	vf a[8][QBMAX];
+	UNROLL for (int j = 0; j < JB; j++) {
+		const vf k = v_set1f(b->kv[(size_t)(j0 + j) * D]);
+		UNROLL for (int v = 0; v < QB; v++) a[j][v] = v_mul(v_loadf(b->qt + (size_t)(v0 + v) * VL), k);
+	}
+	for (int32_t e = 1; e < D; e++) {
+		vf qv[QBMAX];
+		UNROLL for (int v = 0; v < QB; v++) qv[v] = v_loadf(b->qt + (size_t)e * QP + (size_t)(v0 + v) * VL);
+		UNROLL for (int j = 0; j < JB; j++) {
+			const vf k = v_set1f(b->kv[(size_t)(j0 + j) * D + e]);
+			UNROLL for (int v = 0; v < QB; v++) a[j][v] = v_fma(qv[v], k, a[j][v]);
 		}
 	}
-	for (int32_t hq = 0; hq < nq; hq++) {
-		const vf iv = v_set1f(1.0f / sum[hq]);
-		for (int c = 0; c < nc; c++) v_storef(out + (size_t)hq * D + VL * c, v_mul(v_loadf(acc + (size_t)hq * D + VL * c), iv));
+	UNROLL for (int j = 0; j < JB; j++) {
+		const vf ks = v_set1f(b->ks[j0 + j]), at = v_set1f((float)(t0 + j0 + j)), ninf = v_set1f(-INFINITY);
+		UNROLL for (int v = 0; v < QB; v++) {
+			const vf s = v_mul(a[j][v], ks);
+			v_storef(b->sc + (size_t)(j0 + j) * QP + (size_t)(v0 + v) * VL, v_sel_lt(at, v_loadf(b->lim + (size_t)(v0 + v) * VL), s, ninf));
+		}
 	}
 }
 
-static void kx_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
-		    float *scratch, float *out) {
-	const int nc = D / VL;
-	if (nq > 64) { // the per-head rescale table holds 64 heads
-		kx_attn(q, 64, D, scale, kvv, n_pos, scratch, out);
-		kx_attn(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scratch, out + (size_t)64 * D);
-		return;
+// Positions j0.. of query vectors v0..v0+QB-1: JB at a time, then one at a time.
+AI void score_vecs(const att_blk *b, int32_t t0, int nt, int v0, const int QB) {
+	const int JB = KX_ATT_ACC / QB > 8 ? 8 : KX_ATT_ACC / QB;
+	int j = 0;
+	for (; j + JB <= nt; j += JB) score_block(b, t0, j, v0, JB, QB);
+	for (; j < nt; j++) score_block(b, t0, j, v0, 1, QB);
+}
+
+// A tile's scores, maxima, rescales, weights and sums for every lane (nt positions from t0).
+static void tile_softmax(const att_blk *b, int32_t t0, int nt) {
+	const int32_t QP = b->QP, QV = QP / VL;
+	for (int v0 = 0; v0 < QV; v0 += QBMAX) {
+		const int qb = QV - v0 < QBMAX ? QV - v0 : QBMAX;
+		if (qb == 1) score_vecs(b, t0, nt, v0, 1);
+#if QBMAX >= 2
+		else if (qb == 2) score_vecs(b, t0, nt, v0, 2);
+#endif
+#if QBMAX >= 4
+		else if (qb == 3) score_vecs(b, t0, nt, v0, 3);
+		else score_vecs(b, t0, nt, v0, 4);
+#endif
 	}
+	for (int32_t v = 0; v < QV; v++) {
+		float *sc = b->sc + (size_t)v * VL;
+		const vf lim = v_loadf(b->lim + (size_t)v * VL);
+		vf tmx = v_set1f(-INFINITY);
+		for (int j = 0; j < nt; j++) tmx = v_max(tmx, v_loadf(sc + (size_t)j * QP));
+		float tm[VL];
+		v_storef(tm, tmx);
+		for (int l = 0; l < VL; l++) {
+			float *mx = b->mx + (size_t)v * VL + l, *al = b->alpha + (size_t)v * VL + l;
+			*al = 1.0f;
+			if (tm[l] > *mx) {
+				*al = (float)exp((double)*mx - tm[l]);
+				*mx = tm[l];
+			}
+		}
+		const vf m = v_loadf(b->mx + (size_t)v * VL), zero = v_zerof();
+		for (int j = 0; j < nt; j++) {
+			float *s = sc + (size_t)j * QP;
+			v_storef(s, v_sel_lt(v_set1f((float)(t0 + j)), lim, v_exp(v_sub(v_loadf(s), m)), zero));
+		}
+		// the tile's sum: slots l, l+16, l+32, l+48 in order, then halves folded
+		vf t[16];
+		for (int l = 0; l < 16; l++) {
+			t[l] = l < nt ? v_loadf(sc + (size_t)l * QP) : zero;
+			for (int k = l + 16; k < TT; k += 16) t[l] = v_add(t[l], k < nt ? v_loadf(sc + (size_t)k * QP) : zero);
+		}
+		for (int h = 8; h >= 1; h /= 2)
+			for (int l = 0; l < h; l++) t[l] = v_add(t[l], t[l + h]);
+		float *sum = b->sum + (size_t)v * VL;
+		v_storef(sum, v_add(v_mul(v_loadf(sum), v_loadf(b->alpha + (size_t)v * VL)), t[0]));
+	}
+}
+
+// Row r's heads: outputs rescaled, then its nt weighted V rows of the tile in position order,
+// HG heads at a time in registers (nc a constant, so they stay there).
+AI void tile_pv_nc(const att_blk *b, int32_t r, int32_t nq, int nt, const int nc) {
+	const int HG = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+	const int32_t D = b->D, QP = b->QP;
+	for (int32_t h0 = 0; h0 < nq; h0 += HG) {
+		const int hn = nq - h0 < HG ? nq - h0 : HG;
+		const int32_t l0 = r * nq + h0;
+		vf av[4][ATT_MAXC];
+		UNROLL for (int a = 0; a < HG; a++) {
+			const vf al = v_set1f(a < hn ? b->alpha[l0 + a] : 0.0f);
+			UNROLL for (int c = 0; c < nc; c++)
+				av[a][c] = a < hn ? v_mul(v_loadf(b->acc + (size_t)(l0 + a) * D + VL * c), al) : v_zerof();
+		}
+		for (int j = 0; j < nt; j++) {
+			vf vv[ATT_MAXC];
+			UNROLL for (int c = 0; c < nc; c++) vv[c] = v_loadf(b->kv + (size_t)j * D + VL * c);
+			const float *w = b->sc + (size_t)j * QP + l0;
+			UNROLL for (int a = 0; a < HG; a++) {
+				if (a >= hn) break;
+				const vf wv = v_set1f(w[a]);
+				UNROLL for (int c = 0; c < nc; c++) av[a][c] = v_fma(wv, vv[c], av[a][c]);
+			}
+		}
+		UNROLL for (int a = 0; a < HG; a++) {
+			if (a >= hn) break;
+			UNROLL for (int c = 0; c < nc; c++) v_storef(b->acc + (size_t)(l0 + a) * D + VL * c, av[a][c]);
+		}
+	}
+}
+
+#define PV_NC(n) \
+	case n: tile_pv_nc(b, r, nq, nt, n); break;
+static void tile_pv(const att_blk *b, int32_t r, int32_t nq, int nt, int nc) {
+	switch (nc) {
+		PV_NC(1) PV_NC(2) PV_NC(3) PV_NC(4) PV_NC(5) PV_NC(6) PV_NC(7) PV_NC(8)
+		PV_NC(9) PV_NC(10) PV_NC(11) PV_NC(12) PV_NC(13) PV_NC(14) PV_NC(15) PV_NC(16)
+	}
+}
+#undef PV_NC
+
+// One block of nr rows (nr * nq lanes at most the scratch's), nc = D / VL vectors per head.
+AI void att_block(const float *q, size_t qs, const int32_t *ridx, int32_t nr, int32_t nq, int32_t D, float scale,
+		  const tensor_kv_view *kvv, const int32_t *n_pos, float *scratch, float *out, size_t os, const int nc) {
+	const int32_t Q = nr * nq, QP = (Q + VL - 1) / VL * VL;
+	att_blk b = {.D = D, .QP = QP, .qt = scratch};
+	b.sc = b.qt + (size_t)D * QP, b.kv = b.sc + (size_t)TT * QP, b.acc = b.kv + (size_t)TT * D;
+	b.mx = b.acc + (size_t)Q * D, b.sum = b.mx + QP, b.alpha = b.sum + QP, b.lim = b.alpha + QP;
+	b.ks = b.lim + QP, b.vs = b.ks + TT;
+	int32_t maxp = 0;
+	for (int32_t i = 0; i < nr; i++) {
+		const float *qr = q + (size_t)(ridx ? ridx[i] : i) * qs;
+		for (int32_t h = 0; h < nq; h++)
+			for (int32_t e = 0; e < D; e++) b.qt[(size_t)e * QP + i * nq + h] = qr[(size_t)h * D + e];
+		for (int32_t h = 0; h < nq; h++) b.lim[i * nq + h] = (float)n_pos[i];
+		maxp = n_pos[i] > maxp ? n_pos[i] : maxp;
+	}
+	for (int32_t l = Q; l < QP; l++) {
+		for (int32_t e = 0; e < D; e++) b.qt[(size_t)e * QP + l] = 0.0f;
+		b.lim[l] = 0.0f;
+	}
+	for (int32_t l = 0; l < QP; l++) b.mx[l] = -INFINITY, b.sum[l] = 0.0f;
+	memset(b.acc, 0, (size_t)Q * D * sizeof(float));
+	for (int32_t t0 = 0; t0 < maxp; t0 += TT) {
+		const int nt = maxp - t0 < TT ? maxp - t0 : TT;
+		// this tile's V rows and the next tile's K rows are asked for while the K rows convert
+		for (int j = 0; j < nt; j++) {
+			att_prefetch(kvv, true, t0 + j, D);
+			if (t0 + TT + j < maxp) att_prefetch(kvv, false, t0 + TT + j, D);
+			b.ks[j] = att_row(kvv, false, t0 + j, D, b.kv + (size_t)j * D) * scale;
+		}
+		tile_softmax(&b, t0, nt);
+		for (int j = 0; j < nt; j++) b.vs[j] = att_row(kvv, true, t0 + j, D, b.kv + (size_t)j * D);
+		// the weights with the V rows' scales (1 but for f16s)
+		for (int j = 0; j < nt; j++) {
+			const vf vsc = v_set1f(b.vs[j]);
+			for (int32_t v = 0; v < QP; v += VL) v_storef(b.sc + (size_t)j * QP + v, v_mul(v_loadf(b.sc + (size_t)j * QP + v), vsc));
+		}
+		for (int32_t i = 0; i < nr; i++)
+			if (n_pos[i] > t0) tile_pv(&b, i, nq, n_pos[i] - t0 < nt ? n_pos[i] - t0 : nt, nc);
+	}
+	for (int32_t i = 0; i < nr; i++) {
+		float *o = out + (size_t)(ridx ? ridx[i] : i) * os;
+		for (int32_t h = 0; h < nq; h++) {
+			const int32_t l = i * nq + h;
+			const vf iv = v_set1f(1.0f / b.sum[l]);
+			for (int c = 0; c < nc; c++) v_storef(o + (size_t)h * D + VL * c, v_mul(v_loadf(b.acc + (size_t)l * D + VL * c), iv));
+		}
+	}
+}
+
+static void kx_attn(const float *q, size_t qs, const int32_t *ridx, int32_t nr, int32_t nq, int32_t D, float scale,
+		    const tensor_kv_view *kvv, const int32_t *n_pos, float *scratch, float *out, size_t os) {
+	const int nc = D / VL;
 #ifdef KX_NARROW
 	if (narrow_head(D)) {
-		KX_NARROW.attn(q, nq, D, scale, kvv, n_pos, scratch, out);
+		KX_NARROW.attn(q, qs, ridx, nr, nq, D, scale, kvv, n_pos, scratch, out, os);
 		return;
 	}
 #endif
 	if (D % VL || nc > ATT_MAXC) {
-		for (int32_t hq = 0; hq < nq; hq++)
-			tensor_attn(q + (size_t)hq * D, D, scale, kvv, n_pos, scratch, out + (size_t)hq * D);
+		for (int32_t i = 0; i < nr; i++) {
+			const size_t r = (size_t)(ridx ? ridx[i] : i);
+			for (int32_t h = 0; h < nq; h++)
+				tensor_attn(q + r * qs + (size_t)h * D, D, scale, kvv, n_pos[i], scratch, out + r * os + (size_t)h * D);
+		}
 		return;
 	}
-	if (nc == 4) fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, 4);
-	else if (nc == 8) fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, 8);
-	else fused_body(q, nq, D, scale, kvv, n_pos, scratch, out, nc);
+	// blocks of the rows the scratch's lanes hold
+	const int32_t rb = tensor_attn_block_rows(nq);
+	for (int32_t i0 = 0; i0 < nr; i0 += rb) {
+		const int32_t n = nr - i0 < rb ? nr - i0 : rb;
+		const int32_t *ri = ridx ? ridx + i0 : NULL;
+		const float *qb = ridx ? q : q + (size_t)i0 * qs;
+		float *ob = ridx ? out : out + (size_t)i0 * os;
+		if (nc == 4) att_block(qb, qs, ri, n, nq, D, scale, kvv, n_pos + i0, scratch, ob, os, 4);
+		else if (nc == 8) att_block(qb, qs, ri, n, nq, D, scale, kvv, n_pos + i0, scratch, ob, os, 8);
+		else att_block(qb, qs, ri, n, nq, D, scale, kvv, n_pos + i0, scratch, ob, os, nc);
+	}
 }
+#undef QBMAX
 #undef TT

@@ -9,7 +9,8 @@
 // per vector), RMAX (activation rows per pass over a tile), KX_ROWS_2CH (rows per pass from
 // which each row's dot product runs as two chains, not four), KX_Q8_UNSIGNED (Q8_0 codes
 // packed as q ^ 0x80), KX_DP16 (products summed in int16 before widening), KX_GROUP (rows
-// whose q8 dot products advance in lockstep, 0 for none), vi/vf/vd and the v_* vocabulary
+// whose q8 dot products advance in lockstep, 0 for none), KX_ATT_ACC (the attention's score
+// accumulators in registers, a multiple of 4), vi/vf/vd and the v_* vocabulary
 // functions.
 #include "tensor/kern.h"
 

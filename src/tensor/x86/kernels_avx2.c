@@ -16,6 +16,7 @@ typedef __m256d vd;
 #define KX_Q8_UNSIGNED 0
 #define KX_DP16 1
 #define KX_GROUP 0
+#define KX_ATT_ACC 8
 
 #define V static inline __attribute__((always_inline))
 // ---- vocabulary ----
@@ -78,6 +79,8 @@ V vf v_fnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
 V vf v_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 V vf v_min(vf a, vf b) { return _mm256_min_ps(a, b); }
 V vf v_absf(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+// Lanes where x < y take a, the others b.
+V vf v_sel_lt(vf x, vf y, vf a, vf b) { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_LT_OQ)); }
 V vf v_round(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // roundf: halves away from zero (the truncated value, plus the sign where the rest is >= 1/2).
 V vf v_roundaway(vf t) {

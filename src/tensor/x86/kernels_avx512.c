@@ -15,6 +15,7 @@ typedef __m512d vd;
 #define KX_Q8_UNSIGNED 1
 #define KX_DP16 0
 #define KX_GROUP 4
+#define KX_ATT_ACC 16
 // Heads of 8, 24, 40... values (not a multiple of 16) go to the AVX2 set's attention and f16s encoder.
 #define KX_NARROW tensor_kernels_avx2
 #define KX_NARROW_VL 8
@@ -75,6 +76,8 @@ V vf v_fnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
 V vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 V vf v_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 V vf v_absf(vf a) { return _mm512_abs_ps(a); }
+// Lanes where x < y take a, the others b.
+V vf v_sel_lt(vf x, vf y, vf a, vf b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), b, a); }
 V vf v_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // roundf: halves away from zero (the truncated value, plus the sign where the rest is >= 1/2).
 V vf v_roundaway(vf t) {
