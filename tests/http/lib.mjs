@@ -259,3 +259,14 @@ export async function assertWaitsSettled(assert, url, used = []) {
 	for (const k of used) assert.ok(w.parks[k] > 0, `requests waited for ${k}`);
 	return w;
 }
+
+// Whether the lane host at url samples under grammars: a grammar of one sentence gives exactly it.
+export async function samplesUnderGrammars(url) {
+	const r = await postJSON(`${url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'x' }], max_tokens: 16, grammar: 'root ::= "yes"' });
+	return r.body?.choices?.[0]?.message?.content === 'yes';
+}
+
+// test(), for tests of constrained output: skipped where ok() says the lane host does not sample
+// under grammars (ok is read when the test runs, after the file's before()).
+export const grammarTest = (test, ok) => (name, fn) =>
+	test(name, async (t) => (ok() ? fn(t) : t.skip('the lane host does not sample under grammars')));
