@@ -99,7 +99,8 @@ help:
 	@echo "make install    install lanes, its man pages, completions and systemd unit under PREFIX (/usr/local); DESTDIR stages"
 	@echo "make uninstall  remove what make install wrote"
 
-$(BUILD)/%.o: %.c
+# order-only: under -j the packages are in before the first compile, and a rebuild is never forced
+$(BUILD)/%.o: %.c | deps-check
 	@mkdir -p $(dir $@)
 	$(call quiet,CC,$<)$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
 
