@@ -6,39 +6,39 @@
 #include "server/net/base.h"
 
 // control reads (ops/control.c): answered from the lane host's last snapshot
-enum MHD_Result srv_health(srv_conn *c);
-enum MHD_Result srv_slots(srv_conn *c);
-enum MHD_Result srv_metrics(srv_conn *c);
-enum MHD_Result srv_models(srv_conn *c);
-enum MHD_Result srv_props(srv_conn *c);
-enum MHD_Result srv_model_one(srv_conn *c);
+void srv_health(srv_conn *c);
+void srv_slots(srv_conn *c);
+void srv_metrics(srv_conn *c);
+void srv_models(srv_conn *c);
+void srv_props(srv_conn *c);
+void srv_model_one(srv_conn *c);
 // the expert observer (ops/experts.c): /v1/experts, /v1/experts.svg, and /metrics' expert lines
-enum MHD_Result srv_experts(srv_conn *c);
-enum MHD_Result srv_experts_svg(srv_conn *c);
+void srv_experts(srv_conn *c);
+void srv_experts_svg(srv_conn *c);
 void srv_metrics_experts(http_server *s, srv_buf *b);
 // The server's own histograms (time to first token, inter-token gaps).
 void srv_metrics_init(http_server *s);
 
 // tokenizer utilities (api/tokens.c)
-enum MHD_Result srv_tokenize(srv_conn *c);
-enum MHD_Result srv_detokenize(srv_conn *c);
+void srv_tokenize(srv_conn *c);
+void srv_detokenize(srv_conn *c);
 
 // API adapters (api/openai.c, api/anthropic.c, api/responses.c)
-enum MHD_Result srv_chat_completions(srv_conn *c);
-enum MHD_Result srv_completions(srv_conn *c);
-enum MHD_Result srv_messages(srv_conn *c);
-enum MHD_Result srv_count_tokens(srv_conn *c);
-enum MHD_Result srv_responses(srv_conn *c);
-enum MHD_Result srv_responses_get(srv_conn *c);    // GET /v1/responses/{id}[/input_items]
-enum MHD_Result srv_responses_delete(srv_conn *c); // DELETE /v1/responses/{id}
-enum MHD_Result srv_embeddings(srv_conn *c);
+void srv_chat_completions(srv_conn *c);
+void srv_completions(srv_conn *c);
+void srv_messages(srv_conn *c);
+void srv_count_tokens(srv_conn *c);
+void srv_responses(srv_conn *c);
+void srv_responses_get(srv_conn *c);    // GET /v1/responses/{id}[/input_items]
+void srv_responses_delete(srv_conn *c); // DELETE /v1/responses/{id}
+void srv_embeddings(srv_conn *c);
 
 // LoRA adapters (ops/adapters.c): the endpoints, the adapters given at start (loaded with the
 // model, before the server is ready), the loader thread of POSTed ones, and what /v1/models
 // and /metrics say of them
-enum MHD_Result srv_adapters_list(srv_conn *c);
-enum MHD_Result srv_adapters_load(srv_conn *c);
-enum MHD_Result srv_adapters_unload(srv_conn *c);
+void srv_adapters_list(srv_conn *c);
+void srv_adapters_load(srv_conn *c);
+void srv_adapters_unload(srv_conn *c);
 int srv_adapters_start(http_server *s, char *err, size_t errlen);
 void srv_adapters_free(http_server *s); // after the lane host: no request holds an adapter
 // The file a load or save names in the adapters' folder into out: file as sent, else NAME.gguf
@@ -52,32 +52,32 @@ void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out)
 // learning while serving (ops/learning.c): grants, examples, the ledger, saving an adapter
 // that learns here; the learner made before the lane host (its hook is the host's background),
 // and what /metrics says of it
-enum MHD_Result srv_learn_grants(srv_conn *c);
-enum MHD_Result srv_learn_grant_new(srv_conn *c);
-enum MHD_Result srv_learn_grant_revoke(srv_conn *c);
-enum MHD_Result srv_learn_examples(srv_conn *c);
-enum MHD_Result srv_adapters_save(srv_conn *c);
+void srv_learn_grants(srv_conn *c);
+void srv_learn_grant_new(srv_conn *c);
+void srv_learn_grant_revoke(srv_conn *c);
+void srv_learn_examples(srv_conn *c);
+void srv_adapters_save(srv_conn *c);
 int srv_learning_start(http_server *s, char *err, size_t errlen);
 void srv_learning_metrics(http_server *s, srv_buf *out);
 
 // the web page (ops/webui.c): its files, compiled in
-enum MHD_Result srv_webui(srv_conn *c);
+void srv_webui(srv_conn *c);
 
 // Ollama's API (api/ollama.c; its embeddings in api/embed.c)
-enum MHD_Result srv_ollama_version(srv_conn *c);
-enum MHD_Result srv_ollama_tags(srv_conn *c);
-enum MHD_Result srv_ollama_ps(srv_conn *c);
-enum MHD_Result srv_ollama_show(srv_conn *c);
-enum MHD_Result srv_ollama_generate(srv_conn *c);
-enum MHD_Result srv_ollama_chat(srv_conn *c);
-enum MHD_Result srv_ollama_embed(srv_conn *c);
-enum MHD_Result srv_ollama_embeddings(srv_conn *c);
+void srv_ollama_version(srv_conn *c);
+void srv_ollama_tags(srv_conn *c);
+void srv_ollama_ps(srv_conn *c);
+void srv_ollama_show(srv_conn *c);
+void srv_ollama_generate(srv_conn *c);
+void srv_ollama_chat(srv_conn *c);
+void srv_ollama_embed(srv_conn *c);
+void srv_ollama_embeddings(srv_conn *c);
 
 // the model cache over Ollama's API (ops/cache.c): pulls run on threads of their own, stopped
 // (cancelled, their connections resumed, their threads waited for) before the daemon stops
-enum MHD_Result srv_ollama_pull(srv_conn *c);
-enum MHD_Result srv_ollama_copy(srv_conn *c);
-enum MHD_Result srv_ollama_delete(srv_conn *c);
+void srv_ollama_pull(srv_conn *c);
+void srv_ollama_copy(srv_conn *c);
+void srv_ollama_delete(srv_conn *c);
 int srv_pulls_start(http_server *s);
 void srv_pulls_stop(http_server *s);
 void srv_pulls_free(http_server *s); // after the daemon stopped

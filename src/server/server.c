@@ -1,7 +1,6 @@
-// server/server: the libmicrohttpd daemon (epoll in a small thread pool; a request that
-// waits on the engine is suspended, so no thread waits for it), the connections' limits and
-// deadlines, the route table, request bodies, the API key, the access log, the background
-// model load, and the drain/halt states.
+// server/server: the daemon — the route table and what every request passes before its
+// route runs (its key, its size, the server's state), the access log, the background model
+// load, the drain/halt states, and the order things start and stop in. net/ carries the bytes.
 #include "model/loras.h"
 #include "server/api/store.h"
 #include "learn/live.h"
@@ -9,6 +8,7 @@
 #include "server/grid/grid.h"
 #include "server/net/guard.h"
 #include "server/routes.h"
+#include "server/net/http.h"
 #include "server/net/sock.h"
 #include "server/net/work.h"
 #include "chat/chat.h"
@@ -50,23 +50,6 @@ void http_config_default(http_config *c) {
 
 // ---- routes ---------------------------------------------------------------------------------
 
-enum {
-	SRV_R_AUTH = 1 << 0,  // needs the API key when one is set
-	SRV_R_MODEL = 1 << 1, // needs the model (503 while loading)
-	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
-	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
-	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
-	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
-	SRV_R_UTIL = 1 << 6    // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
-};
-
-struct srv_route {
-	const char *method, *path;
-	unsigned flags;
-	enum srv_family family;
-	enum MHD_Result (*fn)(srv_conn *c);
-};
-typedef struct srv_route srv_route;
 
 static const srv_route routes[] = {
 	{"GET", "/health", 0, SRV_OPENAI, srv_health},
@@ -149,10 +132,6 @@ static const srv_route *route_find(const char *method, const char *url, char *al
 	return r || !k || strcmp(method, "OPTIONS") ? r : &preflight_route;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
-	srv_sock_notify(cls, mc, socket_context, code);
-}
-
 // ---- the request handler ----------------------------------------------------------------------
 
 // Errors that need no body: unknown path, method, key, size, state.
@@ -175,7 +154,7 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 		return srv_fail(e, SRV_E_FORBIDDEN, NULL,
 				"adapter, learning and model-cache changes are refused on a server open to the network without a key: start it with "
 				"--api-key KEY (or --allow-unauthenticated-mutations)");
-	const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *cl = srv_header(c, "Content-Length");
 	if (cl) {
 		char *end;
 		errno = 0;
@@ -201,126 +180,25 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	return 0;
 }
 
-struct cl_scan {
-	const char *first;
-	bool differ;
-};
-
-static enum MHD_Result cl_each(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-	struct cl_scan *sc = cls;
-	(void)kind;
-	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) || !value) return MHD_YES;
-	if (!sc->first) sc->first = value;
-	else if (strcmp(sc->first, value)) sc->differ = true;
-	return MHD_YES;
+// The body is in: a generation request may go to a peer, the rest runs its route here.
+static void on_body(srv_conn *c) {
+	if (!c->gen || !srv_grid_route(c, false)) srv_route_run(c);
 }
 
-// The framing of the request: what libmicrohttpd would accept and then wait on or misread.
-static int head_check(srv_conn *c, const char *version, srv_err *e) {
-	if (c->http11 && !MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
-		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "an %s request needs a Host header", version);
-	struct cl_scan sc = {0};
-	MHD_get_connection_values(c->mc, MHD_HEADER_KIND, cl_each, &sc);
-	if (sc.differ) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "two different Content-Length headers");
-	const char *te = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-	if (te && strcasecmp(te, "chunked"))
-		return srv_fail(e, SRV_E_BAD_REQUEST, NULL,
-				"Transfer-Encoding '%.64s' is not supported: send the body with Content-Length or chunked", te);
-	if (te && sc.first) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "both Transfer-Encoding and Content-Length were sent");
-	return 0;
-}
-
-// parsing, templates and tokenizing run off the connection threads
-static enum MHD_Result run_route(srv_conn *c) {
-	const unsigned fl = c->rt->flags;
-	return fl & SRV_R_WORK ? srv_work_run(c, fl & SRV_R_UTIL ? SRV_WORK_UTIL : SRV_WORK_GEN, c->rt->fn) : c->rt->fn(c);
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
-				  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-	http_server *s = cls;
-	srv_conn *c = *con_cls;
-	if (!c) {
-		c = calloc(1, sizeof *c);
-		if (!c) return MHD_NO;
-		c->s = s;
-		c->mc = mc;
-		c->t0_us = base_now_us();
-		snprintf(c->method, sizeof c->method, "%s", method);
-		snprintf(c->path, sizeof c->path, "%s", url);
-		const size_t pl = strlen(c->path);
-		if (pl > 1 && c->path[pl - 1] == '/') c->path[pl - 1] = 0; // as route_find reads it
-		c->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) && strcmp(version, "");
-		*con_cls = c;
-		srv_sock_begin(c);
-		srv_err e;
-		if (early_check(c, url, method, &e) || head_check(c, version, &e)) {
-			srv_sock_received(c, true);
-			return srv_reply_error(c, &e);
-		}
-		return MHD_YES;
-	}
-	// resumed: it goes on from the wait that ended
-	const enum srv_wait woke = srv_woke(c);
-	if (woke == SRV_WAIT_WORK) return MHD_NO; // its route ran on a work thread and gave no reply: the connection closes
-	if (woke && !c->replied) {
-		if (woke == SRV_WAIT_ENGINE) return srv_gen_resume(c);
-		if (woke != SRV_WAIT_PEER) return c->resume(c); // a load, a save, a pull
-		bool here;
-		enum MHD_Result fr = srv_grid_resume(c, &here);
-		return here ? run_route(c) : fr;
-	}
-	if (c->replied) {
-		*upload_size = 0; // a reply went out early: the rest of the body is dropped
-		return MHD_YES;
-	}
-	if (*upload_size) {
-		// a chunked body (no Content-Length) over the limit is read and dropped: libmicrohttpd
-		// cannot reply in the middle of a body, so the 413 goes out at its end
-		if (c->body_over || c->body.len + *upload_size > s->cfg.max_body) {
-			c->body_over = true;
-			srv_buf_free(&c->body);
-			*upload_size = 0;
-			return MHD_YES;
-		}
-		srv_buf_add(&c->body, upload, *upload_size);
-		*upload_size = 0;
-		if (c->body.oom) {
-			srv_err e;
-			srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-			return srv_reply_error(c, &e);
-		}
-		return MHD_YES;
-	}
-	srv_sock_received(c, false);
-	if (c->body_over) {
-		srv_err e;
-		srv_fail(&e, SRV_E_TOO_LARGE, NULL, "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
-		return srv_reply_error(c, &e);
-	}
-	enum MHD_Result fwd;
-	if (c->gen && srv_grid_route(c, false, &fwd)) return fwd;
-	return run_route(c);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-	srv_conn *c = *con_cls;
-	if (!c) return;
-	*con_cls = NULL;
-	if (c->closed_after_reply) toe = MHD_REQUEST_TERMINATED_COMPLETED_OK;
-	else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_sock_answered(c);
+// The request ended: what it holds is freed, and it is logged.
+static void on_ended(srv_conn *c, bool whole) {
 	if (c->call) {
-		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->call->over) c->outcome = "cancelled";
+		if (!whole && !c->call->over) c->outcome = "cancelled";
 		srv_call_free(c->call);
 	}
 	if (c->fwd) {
-		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->outcome = "cancelled";
+		if (!whole) c->outcome = "cancelled";
 		srv_grid_done(c);
 	}
 	srv_grid_submitted(c);
 	if (c->done) c->done(c);
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
-	const char *why = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
+	const char *why = whole ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
 	const int status = c->status ? c->status : 499;
 	const char *ign = c->ignored.len ? " ignored=" : "", *names = c->ignored.len ? c->ignored.names : "";
@@ -332,17 +210,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 			 c->outcome ? c->outcome : "", c->n_prompt, c->n_gen, ms, ign, names, why);
 	else
 		LOG_INFO(SRV_MOD, "%s %s %d %.1f ms%s%s%s", c->method, c->path, status, ms, ign, names, why);
-	srv_buf_free(&c->body);
-	free(c);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-	char msg[512];
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	size_t n = strlen(msg);
-	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
-	LOG_DEBUG(SRV_MOD, "libmicrohttpd: %s", msg);
-}
+static const srv_http_hooks hooks = {.head = early_check, .body = on_body, .ended = on_ended};
 
 // ---- loading ----------------------------------------------------------------------------------
 
@@ -593,22 +463,9 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
 	}
-	// NO_LISTEN_SOCKET: the gate accepts and judges each head first (net/sock.c); TURBO: closing
-	// does not shut the socket for writing first, so a last word can still be written
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
-			 MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
-	// the gate enforces --max-connections and the per-address limit; libmicrohttpd's own limit,
-	// counted per thread, is set past anything the gate lets through
-	const unsigned mhd_limit = (unsigned)s->cfg.max_connections * (unsigned)cfg->http_threads + 64;
-	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_MHD_POOL,
-				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
-				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
-	if (!s->mhd) {
+	if (srv_http_start(s, &hooks, err, errlen)) {
 		http_server_free(s);
-		return base_seterr(err, errlen, LANES_EIO, "cannot start the HTTP daemon");
+		return LANES_EIO;
 	}
 	if (srv_work_start(s, err, errlen) || srv_gate_start(s, &sa, err, errlen)) {
 		http_server_free(s);
@@ -641,7 +498,7 @@ void http_server_free(http_server *s) {
 	srv_waker_release(s);
 	srv_grid_release(s);
 	srv_work_stop(s);
-	if (s->mhd) MHD_stop_daemon(s->mhd);
+	srv_http_stop(s);
 	srv_waker_stop(s);
 	srv_grid_stop(s);
 	srv_gate_free(s);

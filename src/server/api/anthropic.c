@@ -552,7 +552,7 @@ fail:
 	return -1;
 }
 
-enum MHD_Result srv_messages(srv_conn *c) {
+void srv_messages(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
@@ -575,13 +575,14 @@ enum MHD_Result srv_messages(srv_conn *c) {
 		goto fail;
 	}
 	st->j = j;
-	return srv_gen_run(c, &ant_api, st, &r.g, "msg_");
+	srv_gen_run(c, &ant_api, st, &r.g, "msg_");
+	return;
 fail:
 	json_decref(j);
 	json_decref(flat);
 	free(prefill);
 	srv_gen_free(&r.g);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 static const srv_field ant_count_fields[] = {
@@ -591,7 +592,7 @@ static const srv_field ant_count_fields[] = {
 };
 
 // POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
-enum MHD_Result srv_count_tokens(srv_conn *c) {
+void srv_count_tokens(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
@@ -608,6 +609,6 @@ enum MHD_Result srv_count_tokens(srv_conn *c) {
 	json_decref(flat);
 	free(prefill);
 	srv_gen_free(&r.g);
-	if (rc) return srv_reply_error(c, &e);
-	return srv_reply_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
+	if (rc) { srv_reply_error(c, &e); return; }
+	srv_reply_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
 }

@@ -259,14 +259,15 @@ static int reply_size_check(http_server *s, const embed_req *r, int32_t E, srv_e
 			s->cfg.max_output_bytes, r->base64 || s->pooling == LANE_EMBED_NONE ? "" : ", or base64");
 }
 
-static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
+static void embed_run(srv_conn *c, enum embed_shape shape) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
 	embed_req *r = calloc(1, sizeof *r);
 	if (!r) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	r->shape = shape;
 	r->truncate = true;
@@ -299,7 +300,8 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 		json_decref(j);
 		srv_gen_free(&r->g);
 		free(r);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	r->g.lr.embed = s->pooling;
 	r->g.lr.normalize = shape != EMB_OLLAMA_LEGACY; // as Ollama: /api/embeddings is not normalized
@@ -309,9 +311,9 @@ static enum MHD_Result embed_run(srv_conn *c, enum embed_shape shape) {
 	json_decref(j);
 	srv_gen g = r->g;
 	memset(&r->g, 0, sizeof r->g);
-	return srv_gen_run(c, &embed_srv_api, r, &g, "embd-");
+	srv_gen_run(c, &embed_srv_api, r, &g, "embd-");
 }
 
-enum MHD_Result srv_embeddings(srv_conn *c) { return embed_run(c, EMB_OPENAI); }
-enum MHD_Result srv_ollama_embed(srv_conn *c) { return embed_run(c, EMB_OLLAMA); }
-enum MHD_Result srv_ollama_embeddings(srv_conn *c) { return embed_run(c, EMB_OLLAMA_LEGACY); }
+void srv_embeddings(srv_conn *c) { embed_run(c, EMB_OPENAI); }
+void srv_ollama_embed(srv_conn *c) { embed_run(c, EMB_OLLAMA); }
+void srv_ollama_embeddings(srv_conn *c) { embed_run(c, EMB_OLLAMA_LEGACY); }

@@ -101,20 +101,22 @@ static json_t *model_entry(const http_server *s, bool with_ps) {
 	return o;
 }
 
-enum MHD_Result srv_ollama_version(srv_conn *c) {
-	return srv_reply_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "server", base_version_string()), 0);
+void srv_ollama_version(srv_conn *c) {
+	srv_reply_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "server", base_version_string()), 0);
 }
 
-enum MHD_Result srv_ollama_tags(srv_conn *c) {
-	if (atomic_load(&c->s->state) == HTTP_LOADING || atomic_load(&c->s->state) == HTTP_FAILED)
-		return srv_reply_json(c, 200, json_pack("{s:[]}", "models"), 0);
+void srv_ollama_tags(srv_conn *c) {
+	if (atomic_load(&c->s->state) == HTTP_LOADING || atomic_load(&c->s->state) == HTTP_FAILED) {
+		srv_reply_json(c, 200, json_pack("{s:[]}", "models"), 0);
+		return;
+	}
 	json_t *m = model_entry(c->s, false);
-	return srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
+	srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
 }
 
-enum MHD_Result srv_ollama_ps(srv_conn *c) {
+void srv_ollama_ps(srv_conn *c) {
 	json_t *m = model_entry(c->s, true);
-	return srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
+	srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
 }
 
 typedef struct {
@@ -143,7 +145,7 @@ static json_t *capabilities(const http_server *s) {
 	return a;
 }
 
-enum MHD_Result srv_ollama_show(srv_conn *c) {
+void srv_ollama_show(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -151,13 +153,15 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, show_fields, NULL, &e) ||
 	    srv_fields_read(j, show_fields, &r, NULL, NULL, NULL, &e)) {
 		json_decref(j);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	const char *name = r.model ? r.model : r.name;
 	if (!name || oll_check_model(s, name, true, &e)) {
 		if (!name) srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 		json_decref(j);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	json_decref(j);
 	const model_hparams *hp = model_hparams_of(s->m);
@@ -173,7 +177,7 @@ enum MHD_Result srv_ollama_show(srv_conn *c) {
 	const char *tsrc = s->chat.src; // the template in use: the model's, a file's or the fallback
 	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
 			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", capabilities(s));
-	return srv_reply_json(c, 200, o, 0);
+	srv_reply_json(c, 200, o, 0);
 }
 
 // ---- generate and chat -------------------------------------------------------------------------
@@ -565,13 +569,14 @@ static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
 	return 0;
 }
 
-static enum MHD_Result oll_run(srv_conn *c, bool chat) {
+static void oll_run(srv_conn *c, bool chat) {
 	http_server *s = c->s;
 	srv_err e;
 	oll_req *r = calloc(1, sizeof *r);
 	if (!r) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	r->chat = chat;
 	r->parallel_tool_calls = true;
@@ -603,7 +608,8 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 		json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:s}", "model", r->name, "created_at", at, "response", "", "done", 1,
 				      "done_reason", "load");
 		free(r);
-		return srv_reply_json(c, 200, o, 0);
+		srv_reply_json(c, 200, o, 0);
+		return;
 	}
 	if (!rc && !chat && r->raw) {
 		if (n_images) srv_ignored_add(c, "images"); // a raw prompt is tokenized as sent
@@ -631,12 +637,13 @@ static enum MHD_Result oll_run(srv_conn *c, bool chat) {
 	if (rc) {
 		srv_gen_free(&r->g);
 		oll_free(r);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	srv_gen g = r->g;
 	memset(&r->g, 0, sizeof r->g);
-	return srv_gen_run(c, &oll_srv_api, r, &g, chat ? "chat-" : "gen-");
+	srv_gen_run(c, &oll_srv_api, r, &g, chat ? "chat-" : "gen-");
 }
 
-enum MHD_Result srv_ollama_chat(srv_conn *c) { return oll_run(c, true); }
-enum MHD_Result srv_ollama_generate(srv_conn *c) { return oll_run(c, false); }
+void srv_ollama_chat(srv_conn *c) { oll_run(c, true); }
+void srv_ollama_generate(srv_conn *c) { oll_run(c, false); }

@@ -500,22 +500,23 @@ static oai_state *state_new(json_t *j, const oai_req *r, bool chat) {
 }
 
 // Hands the request to the generation call, or answers its error.
-static enum MHD_Result oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, char *echo_text, srv_err *e) {
+static void oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, char *echo_text, srv_err *e) {
 	oai_state *st = state_new(j, r, ep->chat);
 	if (!st) {
 		json_decref(j);
 		free(echo_text);
 		srv_gen_free(&r->g);
 		srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(c, e);
+		srv_reply_error(c, e);
+		return;
 	}
 	st->echo = r->echo;
 	st->echo_text = echo_text;
 	for (int i = 0; i < r->g.n && r->echo; i++) st->offset[i] = strlen(echo_text);
-	return srv_gen_run(c, &oai_api, st, &r->g, ep->id_prefix);
+	srv_gen_run(c, &oai_api, st, &r->g, ep->id_prefix);
 }
 
-enum MHD_Result srv_chat_completions(srv_conn *c) {
+void srv_chat_completions(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	oai_req r;
@@ -525,10 +526,11 @@ enum MHD_Result srv_chat_completions(srv_conn *c) {
 		json_decref(j);
 		json_decref(flat);
 		srv_gen_free(&r.g);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	json_decref(flat);
-	return oai_run(c, &chat_ep, j, &r, NULL, &e);
+	oai_run(c, &chat_ep, j, &r, NULL, &e);
 }
 
 // The completion prompt: a string, token ids, or a one-element array of either.
@@ -578,7 +580,7 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 	return 0;
 }
 
-enum MHD_Result srv_completions(srv_conn *c) {
+void srv_completions(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL;
 	char *echo_text = NULL;
@@ -592,7 +594,8 @@ enum MHD_Result srv_completions(srv_conn *c) {
 		json_decref(j);
 		free(echo_text);
 		srv_gen_free(&r.g);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
-	return oai_run(c, &cmpl_ep, j, &r, echo_text, &e);
+	oai_run(c, &cmpl_ep, j, &r, echo_text, &e);
 }

@@ -601,7 +601,7 @@ fail:
 	return -1;
 }
 
-enum MHD_Result srv_responses(srv_conn *c) {
+void srv_responses(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
@@ -639,13 +639,14 @@ enum MHD_Result srv_responses(srv_conn *c) {
 	st->top_p = r.top_p;
 	st->truncation_auto = r.truncation && !strcmp(r.truncation, "auto");
 	srv_new_id(s, "msg_", st->item_id, sizeof st->item_id);
-	return srv_gen_run(c, &resp_api, st, &r.g, "resp_");
+	srv_gen_run(c, &resp_api, st, &r.g, "resp_");
+	return;
 fail:
 	json_decref(j);
 	json_decref(flat);
 	json_decref(items);
 	srv_gen_free(&r.g);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // ---- the kept responses --------------------------------------------------------------------
@@ -658,29 +659,31 @@ static void path_id(const srv_conn *c, char *id, size_t n, const char **rest) {
 	*rest = p + k;
 }
 
-static enum MHD_Result not_found(srv_conn *c, const char *id) {
+static void not_found(srv_conn *c, const char *id) {
 	srv_err e;
 	srv_fail(&e, SRV_E_NOT_FOUND, NULL, "Response with id '%.200s' not found.", id);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // input_items' list: order (desc by default, as OpenAI), limit 1..100 (20), after an item's id.
-static enum MHD_Result input_items(srv_conn *c, json_t *input) {
+static void input_items(srv_conn *c, json_t *input) {
 	srv_err e;
-	const char *order = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "order");
-	const char *lim = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "limit");
-	const char *after = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "after");
+	const char *order = srv_query(c, "order");
+	const char *lim = srv_query(c, "limit");
+	const char *after = srv_query(c, "after");
 	char *end = NULL;
 	long limit = lim ? strtol(lim, &end, 10) : 20;
 	if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
 		json_decref(input);
 		srv_fail(&e, SRV_E_BAD_REQUEST, "order", "order must be \"asc\" or \"desc\"");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	if (lim && (!*lim || *end || limit < 1 || limit > 100)) {
 		json_decref(input);
 		srv_fail(&e, SRV_E_BAD_REQUEST, "limit", "limit must be an integer 1..100");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	const bool asc = order && !strcmp(order, "asc");
 	const size_t n = json_array_size(input);
@@ -696,10 +699,10 @@ static enum MHD_Result input_items(srv_conn *c, json_t *input) {
 	json_t *body = json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id", first ? first : json_null(),
 				 "last_id", last ? last : json_null(), "has_more", from + got < n);
 	json_decref(input);
-	return srv_reply_json(c, 200, body, 0);
+	srv_reply_json(c, 200, body, 0);
 }
 
-enum MHD_Result srv_responses_get(srv_conn *c) {
+void srv_responses_get(srv_conn *c) {
 	char id[128];
 	const char *rest;
 	path_id(c, id, sizeof id, &rest);
@@ -708,16 +711,18 @@ enum MHD_Result srv_responses_get(srv_conn *c) {
 	if (*rest && !items) {
 		srv_err e;
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such endpoint: GET %s", c->path);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
-	if (!srv_store_get(c->s->responses, id, items ? NULL : &r, items ? &input : NULL)) return not_found(c, id);
-	return items ? input_items(c, input) : srv_reply_json(c, 200, r, 0);
+	if (!srv_store_get(c->s->responses, id, items ? NULL : &r, items ? &input : NULL)) { not_found(c, id); return; }
+	if (items) input_items(c, input);
+	else srv_reply_json(c, 200, r, 0);
 }
 
-enum MHD_Result srv_responses_delete(srv_conn *c) {
+void srv_responses_delete(srv_conn *c) {
 	char id[128];
 	const char *rest;
 	path_id(c, id, sizeof id, &rest);
-	if (*rest || !srv_store_delete(c->s->responses, id)) return not_found(c, id);
-	return srv_reply_json(c, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1), 0);
+	if (*rest || !srv_store_delete(c->s->responses, id)) { not_found(c, id); return; }
+	srv_reply_json(c, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1), 0);
 }

@@ -42,7 +42,7 @@ static int small_enough(srv_conn *c, srv_err *e) {
 			c->path, c->body.len, lim);
 }
 
-enum MHD_Result srv_tokenize(srv_conn *c) {
+void srv_tokenize(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -81,14 +81,15 @@ enum MHD_Result srv_tokenize(srv_conn *c) {
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
 	free(ids);
-	return srv_reply_json(c, 200, arr ? json_pack("{s:o}", "tokens", arr) : NULL, 0);
+	srv_reply_json(c, 200, arr ? json_pack("{s:o}", "tokens", arr) : NULL, 0);
+	return;
 fail:
 	json_decref(j);
 	free(ids);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
-enum MHD_Result srv_detokenize(srv_conn *c) {
+void srv_detokenize(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -129,9 +130,10 @@ enum MHD_Result srv_detokenize(srv_conn *c) {
 	free(ids);
 	json_t *body = json_pack("{s:s%}", "content", out, len);
 	free(out);
-	return srv_reply_json(c, 200, body, 0);
+	srv_reply_json(c, 200, body, 0);
+	return;
 fail:
 	json_decref(j);
 	free(ids);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }

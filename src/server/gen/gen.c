@@ -785,7 +785,7 @@ static void pump(srv_call *c) {
 }
 
 static void set_timeout(srv_call *c, unsigned seconds) {
-	MHD_set_connection_option(c->conn->mc, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+	srv_conn_timeout(c->conn, seconds);
 }
 
 // The client went away (its socket failed), or the server is stopping.
@@ -795,7 +795,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 	srv_call *c = cls;
 	(void)pos;
 	for (;;) {
-		if (c->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (c->out.oom) return SRV_STREAM_FAIL;
 		if (c->out_off < c->out.len) {
 			size_t n = c->out.len - c->out_off;
 			if (n > max) n = max;
@@ -807,12 +807,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 		}
 		if (c->over) {
 			set_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
-			return MHD_CONTENT_READER_END_OF_STREAM;
+			return SRV_STREAM_END;
 		}
 		if (call_gone(c)) {
 			call_cancel(c);
 			c->conn->outcome = "cancelled";
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return SRV_STREAM_FAIL;
 		}
 		pump(c);
 		if (c->out.len || c->over) continue;
@@ -827,7 +827,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 // A non-streamed call: the reply once every choice ended.
-static enum MHD_Result call_reply(srv_call *c) {
+static void call_reply(srv_call *c) {
 	srv_conn *conn = c->conn;
 	srv_err e;
 	set_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
@@ -835,25 +835,29 @@ static enum MHD_Result call_reply(srv_call *c) {
 		conn->host_counted = c->too_big; // the host counted its cancel
 		srv_fail(&e, c->too_big ? SRV_E_BAD_REQUEST : SRV_E_INTERNAL, c->too_big ? lane_api_name(&c->g.api, LANE_F_MAX_TOKENS) : NULL,
 			 "%s", c->fail_reason);
-		enum MHD_Result ok = srv_reply_error(conn, &e);
+		srv_reply_error(conn, &e);
 		conn->outcome = "failed";
-		return ok;
+		return;
 	}
 	json_t *body = c->api->reply(c);
 	if (!body) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(conn, &e);
+		srv_reply_error(conn, &e);
+		return;
 	}
-	return srv_reply_json(conn, 200, body, 0);
+	srv_reply_json(conn, 200, body, 0);
 }
 
 // A non-streamed call's step: takes the events, then replies, or ends a call whose client
 // went away, or suspends the connection until its end (or its socket) resumes it.
-static enum MHD_Result call_step(srv_call *c) {
+static void call_step(srv_call *c) {
 	static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
 	for (;;) {
 		pump(c);
-		if (c->over) return call_reply(c);
+		if (c->over) {
+			call_reply(c);
+			return;
+		}
 		if (!call_gone(c) && atomic_load(&c->hup) && !c->probed) {
 			// an interim 100 is harmless to a client still reading; a closed one answers it
 			// with a reset. HTTP/1.0 has no interim replies: there a half-close means gone.
@@ -866,13 +870,14 @@ static enum MHD_Result call_step(srv_call *c) {
 		if (call_gone(c)) {
 			call_cancel(c);
 			c->conn->outcome = "cancelled";
-			return MHD_NO;
+			return;
 		}
-		if (call_suspend(c, 0)) return MHD_YES; // resumed on events: srv_gen_resume
+		if (call_suspend(c, 0)) return; // resumed on events: gen_resume
 	}
 }
 
-enum MHD_Result srv_gen_resume(srv_conn *conn) { return call_step(conn->call); }
+// A non-streamed call's connection, resumed: replies, or suspends it again.
+static void gen_resume(srv_conn *conn) { call_step(conn->call); }
 
 // ---- the call -----------------------------------------------------------------------------------
 
@@ -900,7 +905,7 @@ void srv_call_free(srv_call *c) {
 	free(c);
 }
 
-enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const char *id_prefix) {
+void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const char *id_prefix) {
 	http_server *s = conn->s;
 	srv_err e;
 	conn->n_prompt = g->lr.n_prompt;
@@ -923,7 +928,7 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
 	}
 	// the body's metadata.domain, else the x-lanes-domain header (a proxy may label traffic)
-	const char *hd = g->lr.domain ? NULL : MHD_lookup_connection_value(conn->mc, MHD_HEADER_KIND, "x-lanes-domain");
+	const char *hd = g->lr.domain ? NULL : srv_header(conn, "x-lanes-domain");
 	if (!rc && hd && (rc = lane_check_domain(hd, err, sizeof err)))
 		srv_fail(&e, SRV_E_BAD_REQUEST, NULL, "x-lanes-domain: %s", err);
 	if (!rc && hd) g->lr.domain = hd;
@@ -932,7 +937,8 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	if (rc) {
 		if (api->free_state) api->free_state(st);
 		srv_gen_free(g);
-		return srv_reply_error(conn, &e);
+		srv_reply_error(conn, &e);
+		return;
 	}
 	c->s = s;
 	c->conn = conn;
@@ -960,11 +966,13 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	if (!c->ch || !c->req) {
 		c->n = 0;
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(conn, &e);
+		srv_reply_error(conn, &e);
+		return;
 	}
 	if (c->slot < 0) {
 		srv_fail(&e, SRV_E_BUSY, NULL, "too many generation calls are open: retry shortly");
-		return srv_reply_error(conn, &e);
+		srv_reply_error(conn, &e);
+		return;
 	}
 	for (int i = 0; i < c->n; i++) reason_scan_init(&c->ch[i].rs, c->g.reasoning ? s->reason : NULL, c->g.think_inside);
 	lane_request lr = c->g.lr;
@@ -979,9 +987,13 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 			if (rc == LANES_ECANCELLED && atomic_load(&s->state) == HTTP_DRAINING)
 				snprintf(e.msg, sizeof e.msg, "the server is draining: retry shortly");
 			conn->host_counted = true;
-			enum MHD_Result fr; // a full queue: a peer may take the request instead
-			if (rc == LANES_EBUSY && s->overflow && s->overflow(conn, true, &fr)) return srv_call_free(c), fr;
-			return srv_reply_error(conn, &e);
+			// a full queue: a peer may take the request instead
+			if (rc == LANES_EBUSY && s->overflow && s->overflow(conn, true)) {
+				srv_call_free(c);
+				return;
+			}
+			srv_reply_error(conn, &e);
+			return;
 		}
 		lane_req_set_notify(c->req[i], call_notify, c);
 	}
@@ -992,18 +1004,11 @@ enum MHD_Result srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_ge
 	set_timeout(c, 0);
 	if (c->g.stream) {
 		api->begin(c);
-		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, NULL);
-		if (!r) return MHD_NO;
-		conn->unsized = true;
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->g.stream_type ? c->g.stream_type : "text/event-stream");
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		MHD_add_response_header(r, "X-Accel-Buffering", "no");
-		srv_reply_headers(conn, r, 200);
-		conn->status = 200;
-		conn->replied = true;
-		enum MHD_Result ok = MHD_queue_response(conn->mc, MHD_HTTP_OK, r);
-		MHD_destroy_response(r);
-		return ok;
+		const char *const hdrs[] = {"Content-Type", c->g.stream_type ? c->g.stream_type : "text/event-stream",
+					    "Cache-Control", "no-cache", "X-Accel-Buffering", "no", NULL};
+		srv_reply_stream(conn, 200, stream_reader, c, hdrs);
+		return;
 	}
-	return call_step(c);
+	conn->resume = gen_resume;
+	call_step(c);
 }

@@ -207,7 +207,7 @@ struct srv_call {
 	lane_req **req;
 	char id[64];
 	int64_t created;               // unix seconds
-	srv_buf out;                   // SSE bytes not yet handed to MHD
+	srv_buf out;                   // stream bytes not yet handed to the socket
 	size_t out_off;
 	int slot;
 	int sock;
@@ -218,7 +218,7 @@ struct srv_call {
 	atomic_bool hup;               // the client half-closed: it may still be reading, or gone
 	atomic_bool gone;              // the client's socket failed: it went away
 	bool probed;                   // after hup: something was written to see whether it is gone
-	uint64_t last_out_us;          // stream: when bytes last went to libmicrohttpd
+	uint64_t last_out_us;          // stream: when bytes last went to the socket
 	bool over;                     // nothing more will be written
 	bool failed;
 	char fail_reason[200];
@@ -231,18 +231,16 @@ struct srv_call {
 // answers: waits and replies (non-stream) or starts the SSE stream. Takes ownership of st
 // (freed with api->free_state) and of g's storage, also on failure. The call's id is
 // id_prefix plus random hex.
-enum MHD_Result srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *g, const char *id_prefix);
+void srv_gen_run(srv_conn *c, const srv_api *api, void *st, srv_gen *g, const char *id_prefix);
 // Ends and frees a call (cancels its requests); from the request-completed callback.
 void srv_call_free(srv_call *c);
-// A non-streamed call's connection, resumed at its end: replies, or suspends it again.
-enum MHD_Result srv_gen_resume(srv_conn *c);
 
 // ---- the waker: one thread, so that no connection thread blocks on the engine ----------------
 // Starts it over every slot's eventfd (each slot's fd must be open). 0 or a negative code.
 int srv_waker_start(http_server *s, char *err, size_t errlen);
-// Sets s->quit and resumes every suspended call, which then ends: before MHD_stop_daemon.
+// Sets s->quit and resumes every suspended call, which then ends: before the daemon stops.
 void srv_waker_release(http_server *s);
-// Stops and joins it (after MHD_stop_daemon). Accepts a server whose waker never started.
+// Stops and joins it (after the daemon stopped). Accepts a server whose waker never started.
 void srv_waker_stop(http_server *s);
 // Appends one event in the call's family's framing (srv_stream_event), data stolen, to c->out.
 void srv_sse(srv_call *c, const char *name, json_t *data);

@@ -27,11 +27,11 @@ json_t *srv_grid_adapters(http_server *s) {
 
 // ---- the beacon ---------------------------------------------------------------------------------
 
-enum MHD_Result srv_residency(srv_conn *c) {
+void srv_residency(srv_conn *c) {
 	http_server *s = c->s;
 	const int st = atomic_load(&s->state);
 	lane_snapshot *sn = calloc(1, sizeof *sn);
-	if (!sn) return MHD_NO;
+	if (!sn) return;
 	if (loaded(st)) lane_host_snapshot(s->host, sn);
 	char host[256] = "", node[300];
 	if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "%s", s->host_addr);
@@ -48,7 +48,7 @@ enum MHD_Result srv_residency(srv_conn *c) {
 				 (json_int_t)sn->clock_us, "models", models ? models : json_array(), "draining",
 				 st == HTTP_DRAINING || st == HTTP_HALTED);
 	free(sn);
-	return srv_reply_json(c, 200, body, 0);
+	srv_reply_json(c, 200, body, 0);
 }
 
 // ---- leases ---------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ static uint64_t unix_ms(void) {
 	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
 }
 
-enum MHD_Result srv_lease_new(srv_conn *c) {
+void srv_lease_new(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *body = NULL;
@@ -94,38 +94,43 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 	    int_field(r.spike, "spike_bytes", 0, (json_int_t)1 << 50, 0, &spike, &e) ||
 	    int_field(r.ttl, "ttl_ms", 1, (json_int_t)(LANE_LEASE_MAX_TTL_US / 1000), 10000, &ttl, &e)) {
 		json_decref(body);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	int rc = !r.model ? srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required: the model the lease is for")
 			  : srv_model_lookup(s, r.model, &e);
 	json_decref(body);
-	if (rc) return srv_reply_error(c, &e);
+	if (rc) { srv_reply_error(c, &e); return; }
 	if (atomic_load(&s->state) != HTTP_READY) {
 		srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is draining: it grants no leases");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	lane_lease l;
 	char err[256];
 	rc = lane_lease_new(s->host, (int32_t)want, (uint64_t)spike, (uint64_t)ttl * 1000, &l, err, sizeof err);
 	if (rc == LANES_ECANCELLED) {
 		srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is draining: it grants no leases");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	if (rc == LANES_EBUSY) {
 		atomic_fetch_add(&s->leases_refused, 1);
 		lane_snapshot *sn = malloc(sizeof *sn);
-		if (!sn) return MHD_NO;
+		if (!sn) return;
 		lane_host_snapshot(s->host, sn);
 		json_t *o = json_pack("{s:{s:s, s:s, s:n, s:s}, s:i, s:I, s:i}", "error", "message", err, "type", "conflict_error",
 				      "param", "code", "no_capacity", "lanes_free", sn->lanes_free, "kv_free_bytes",
 				      (json_int_t)sn->kv_free_bytes, "queue_depth", sn->queue_depth);
 		free(sn);
 		c->outcome = "refused";
-		return srv_reply_json(c, 409, o, 0);
+		srv_reply_json(c, 409, o, 0);
+		return;
 	}
 	if (rc) {
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL, "%s", err);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	atomic_fetch_add(&s->leases_granted, 1);
 	char id[32];
@@ -133,24 +138,25 @@ enum MHD_Result srv_lease_new(srv_conn *c) {
 	const uint64_t now = base_now_us();
 	const uint64_t left_ms = l.expires_us > now ? (l.expires_us - now) / 1000 : 0;
 	c->outcome = "granted";
-	return srv_reply_json(c, 201,
-			      json_pack("{s:s, s:i, s:I, s:I, s:I}", "id", id, "granted", l.granted, "expires_at",
-					(json_int_t)(unix_ms() + left_ms), "ttl_ms", (json_int_t)ttl, "kv_bytes",
-					(json_int_t)l.kv_bytes),
-			      0);
+	srv_reply_json(c, 201,
+		       json_pack("{s:s, s:i, s:I, s:I, s:I}", "id", id, "granted", l.granted, "expires_at",
+				 (json_int_t)(unix_ms() + left_ms), "ttl_ms", (json_int_t)ttl, "kv_bytes",
+				 (json_int_t)l.kv_bytes),
+		       0);
 }
 
-enum MHD_Result srv_lease_release(srv_conn *c) {
+void srv_lease_release(srv_conn *c) {
 	http_server *s = c->s;
 	const char *name = c->path + strlen("/v1/leases/");
 	const uint64_t id = srv_lease_parse(name);
 	srv_err e;
 	if (!id || lane_lease_release(s->host, id)) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no lease '%.64s' is held: it was used, released or it lapsed", name);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	c->outcome = "released";
-	return srv_reply_json(c, 200, json_pack("{s:s, s:b}", "id", name, "released", 1), 0);
+	srv_reply_json(c, 200, json_pack("{s:s, s:b}", "id", name, "released", 1), 0);
 }
 
 // ---- metrics ------------------------------------------------------------------------------------

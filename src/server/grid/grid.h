@@ -13,9 +13,9 @@
 #define SRV_GRID_MAX_PEERS 16
 
 // ---- the lessor's side (grid/grid.c) ------------------------------------------------------
-enum MHD_Result srv_residency(srv_conn *c);
-enum MHD_Result srv_lease_new(srv_conn *c);
-enum MHD_Result srv_lease_release(srv_conn *c);
+void srv_residency(srv_conn *c);
+void srv_lease_new(srv_conn *c);
+void srv_lease_release(srv_conn *c);
 // The adapters this server holds for its model, as the beacon lists them (a new reference).
 // The one place that knows them: forwarding reads them too.
 json_t *srv_grid_adapters(http_server *s);
@@ -25,25 +25,22 @@ void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b);
 // ---- overflow to peers (grid/peer.c) --------------------------------------------------------
 // Checks the peers and starts the poller when there are any. 0, or a negative code with err.
 int srv_grid_start(http_server *s, char *err, size_t errlen);
-// Before MHD_stop_daemon: every forward waiting on a peer is resumed and ends.
+// Before the daemon stops: every forward waiting on a peer is resumed and ends.
 void srv_grid_release(http_server *s);
-// After MHD_stop_daemon: stops the poller and frees the grid. Accepts a server without one.
+// After the daemon stopped: stops the poller and frees the grid. Accepts a server without one.
 void srv_grid_stop(http_server *s);
-// A generation request whose body is in: overflowed (true, *ret being the handler's answer)
-// when this server's queue is deeper than --overflow-queue or full (full: the lane host just
+// A generation request whose body is in: overflowed (true: c is parked, and goes on with the
+// peer's reply, or runs here when no peer took it after all) when this server's queue is deeper than --overflow-queue or full (full: the lane host just
 // refused it as such), others already wait, or it is draining — and a peer holds the model.
 // It then waits (suspended, at most --queue of them) for a peer's lease, and is forwarded, or
 // for a lane here, and runs here. Else false: it runs here. A request that came from a peer is
 // never forwarded again.
-bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret);
+bool srv_grid_route(srv_conn *c, bool full);
 // A request srv_grid_route kept here is in the lane host now (or ended): it no longer counts
 // as arriving. Accepts any connection.
 void srv_grid_submitted(srv_conn *c);
 // While draining: whether a generation request may still go to a peer (so it is read, not refused).
 bool srv_grid_may_forward(http_server *s);
-// A forwarded request's connection, resumed by the grid's thread: the peer's reply, or
-// suspended again; *here when no peer took it and it must run here after all.
-enum MHD_Result srv_grid_resume(srv_conn *c, bool *here);
 // The request's connection ended (request-completed callback): its transfer is cancelled.
 void srv_grid_done(srv_conn *c);
 // /metrics: each peer's state and the requests forwarded to it.

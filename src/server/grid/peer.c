@@ -7,6 +7,7 @@
 // goes through libcurl's multi interface on that thread; a connection waits suspended and the
 // thread resumes it, so no HTTP thread waits on a peer.
 #include "server/grid/grid.h"
+#include "server/net/work.h"
 
 #include <curl/curl.h>
 #include <limits.h>
@@ -699,17 +700,15 @@ static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stre
 	return ok;
 }
 
-static const char *header(srv_conn *c, const char *name) {
-	return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
-}
-
 void srv_grid_submitted(srv_conn *c) {
 	if (!c->routed_here) return;
 	c->routed_here = false;
 	atomic_fetch_sub(&c->s->grid->routing, 1);
 }
 
-static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
+static void grid_resume(srv_conn *c);
+
+static bool route(srv_conn *c, bool full) {
 	http_server *s = c->s;
 	srv_grid *g = s->grid;
 	const bool draining = atomic_load(&s->state) == HTTP_DRAINING;
@@ -763,13 +762,14 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	if (s->cfg.peer_key && *s->cfg.peer_key) {
 		snprintf(f->auth[0], sizeof f->auth[0], "Authorization: Bearer %s", s->cfg.peer_key);
 	} else {
-		const char *a = header(c, MHD_HTTP_HEADER_AUTHORIZATION), *x = header(c, "x-api-key");
+		const char *a = srv_header(c, "Authorization"), *x = srv_header(c, "x-api-key");
 		if (a) snprintf(f->auth[0], sizeof f->auth[0], "Authorization: %s", a);
 		if (x) snprintf(f->auth[1], sizeof f->auth[1], "x-api-key: %s", x);
 	}
 	c->fwd = f;
 	atomic_fetch_add(&s->calls_open, 1);
-	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+	srv_conn_timeout(c, 0);
+	c->resume = grid_resume;
 	pthread_mutex_lock(&g->mu);
 	pending_push(g, f, false);
 	f->hnext = g->held;
@@ -781,16 +781,15 @@ static bool route(srv_conn *c, bool full, enum MHD_Result *ret) {
 	srv_park(c, SRV_WAIT_PEER); // on a work thread, it is parked when the route returns
 	pthread_mutex_unlock(&g->mu);
 	curl_multi_wakeup(g->multi);
-	*ret = MHD_YES;
 	return true;
 }
 
-bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
+bool srv_grid_route(srv_conn *c, bool full) {
 	srv_grid *g = c->s->grid;
-	if (!g || header(c, SRV_GRID_HOP)) return false;
+	if (!g || srv_header(c, SRV_GRID_HOP)) return false;
 	srv_grid_submitted(c);
 	pthread_mutex_lock(&g->route_mu);
-	const bool fwd = route(c, full, ret);
+	const bool fwd = route(c, full);
 	// counted until its lane request is in, so the next arrivals see it ahead of them
 	if (!fwd && !full) {
 		c->routed_here = true;
@@ -801,7 +800,7 @@ bool srv_grid_route(srv_conn *c, bool full, enum MHD_Result *ret) {
 }
 
 static void set_idle(srv_conn *c) {
-	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)c->s->cfg.idle_timeout_s);
+	srv_conn_timeout(c, (unsigned)c->s->cfg.idle_timeout_s);
 }
 
 // Under g->mu: f's connection is done with it (ended, or the request runs here).
@@ -832,7 +831,7 @@ static ssize_t fwd_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 		pthread_mutex_lock(&g->mu);
 		if (f->out.oom || atomic_load(&g->quit)) {
 			pthread_mutex_unlock(&g->mu);
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return SRV_STREAM_FAIL;
 		}
 		if (f->out_off < f->out.len) {
 			size_t n = f->out.len - f->out_off;
@@ -848,37 +847,27 @@ static ssize_t fwd_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 		pthread_mutex_unlock(&g->mu);
 		if (done) {
 			set_idle(f->conn);
-			return MHD_CONTENT_READER_END_OF_STREAM;
+			return SRV_STREAM_END;
 		}
 		if (fwd_suspend(f)) return 0; // resumed when the peer sends more
 	}
 }
 
 // The peer's stream, relayed as it comes.
-static enum MHD_Result reply_stream(srv_conn *c, srv_fwd *f) {
-	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, fwd_reader, f, NULL);
-	if (!r) return MHD_NO;
-	c->unsized = true;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	MHD_add_response_header(r, "X-Accel-Buffering", "no");
-	MHD_add_response_header(r, "x-lanes-peer", c->via);
-	srv_reply_headers(c, r, 200);
-	c->status = 200;
-	c->replied = true;
-	enum MHD_Result ok = MHD_queue_response(c->mc, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
-	return ok;
+static void reply_stream(srv_conn *c, srv_fwd *f) {
+	const char *const hdrs[] = {"Content-Type", f->ctype, "Cache-Control", "no-cache", "X-Accel-Buffering", "no", "x-lanes-peer", c->via, NULL};
+	srv_reply_stream(c, 200, fwd_reader, f, hdrs);
 }
 
 // The peer's whole reply (status, type and body as it sent them), or the API's error naming it.
-static enum MHD_Result reply_whole(srv_conn *c, srv_fwd *f) {
+static void reply_whole(srv_conn *c, srv_fwd *f) {
 	set_idle(c);
 	if (f->err[0] || !f->head) {
 		srv_err e;
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "%s", f->err[0] ? f->err : "the peer did not answer");
 		c->outcome = "failed";
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	// relayed only when it is a reply: a JSON object with a success or an error status
 	json_t *body = f->in.len ? json_loadb(f->in.p, f->in.len, 0, NULL) : NULL;
@@ -890,24 +879,26 @@ static enum MHD_Result reply_whole(srv_conn *c, srv_fwd *f) {
 			 object ? "(not a reply)" : "with a body that is not a JSON object");
 		atomic_fetch_add(&f->g->peers[f->peer].failed, 1);
 		c->outcome = "failed";
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	const int ra = atoi(f->retry_after);
 	if (f->status == 529) { // Anthropic's overload: its status line is written as the server writes its own
 		json_t *j = json_loadb(f->in.p ? f->in.p : "", f->in.len, 0, NULL);
-		if (j) return srv_reply_json(c, 529, j, ra);
+		if (j) { srv_reply_json(c, 529, j, ra); return; }
 	}
-	struct MHD_Response *r = MHD_create_response_from_buffer(f->in.len, f->in.p ? f->in.p : (char *)"", MHD_RESPMEM_MUST_COPY);
-	if (!r) return MHD_NO;
-	if (f->ctype[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
-	if (f->retry_after[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, f->retry_after);
-	MHD_add_response_header(r, "x-lanes-peer", c->via);
-	return srv_reply_response(c, (int)f->status, r);
+	const char *hdrs[7], **h = hdrs;
+	*h++ = "x-lanes-peer", *h++ = c->via;
+	if (f->ctype[0]) *h++ = "Content-Type", *h++ = f->ctype;
+	if (f->retry_after[0]) *h++ = "Retry-After", *h++ = f->retry_after;
+	*h = NULL;
+	srv_reply_body(c, (int)f->status, f->in.p ? f->in.p : "", f->in.len, SRV_MEM_COPY, hdrs);
 }
 
-enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
+// The forward's wait ended: the peer's reply (or stream) goes out, or no peer took it and it
+// runs here.
+static void grid_resume(srv_conn *c) {
 	srv_fwd *f = c->fwd;
-	*here = false;
 	srv_grid *g = f->g;
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
@@ -917,8 +908,8 @@ enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
 			if (last) fwd_free(f);
 			curl_multi_wakeup(g->multi);
 			set_idle(c);
-			*here = true; // no peer took it
-			return MHD_YES;
+			srv_route_run(c); // no peer took it
+			return;
 		}
 		const bool quit = atomic_load(&g->quit), stream = f->head && f->stream, done = f->done;
 		if (stream || done) {
@@ -926,10 +917,10 @@ enum MHD_Result srv_grid_resume(srv_conn *c, bool *here) {
 			c->outcome = "forwarded";
 		}
 		pthread_mutex_unlock(&g->mu);
-		if (quit) return MHD_NO;
-		if (stream) return reply_stream(c, f);
-		if (done) return reply_whole(c, f);
-		if (fwd_suspend(f)) return MHD_YES;
+		if (quit) return;
+		if (stream) { reply_stream(c, f); return; }
+		if (done) { reply_whole(c, f); return; }
+		if (fwd_suspend(f)) return;
 	}
 }
 

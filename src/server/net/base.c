@@ -1,8 +1,10 @@
 // server/net/base: the HTTP plumbing — buffers, errors and their shapes per API family,
-// replies, ids, histograms, and the field tables that read a request's JSON. It calls no
-// other server file.
+// replies, headers, ids, histograms, and the field tables that read a request's JSON. It
+// calls no other server file.
 #include "server/net/base.h"
 #include "model/loras.h"
+
+#include <microhttpd.h>
 
 #include <inttypes.h>
 #include <math.h>
@@ -219,7 +221,7 @@ json_t *srv_error_body(enum srv_family f, const srv_err *e, int *status) {
 	return err ? json_pack("{s:o}", "error", err) : NULL;
 }
 
-void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status) {
+static void common_headers(srv_conn *c, struct MHD_Response *r, int status) {
 	if (c->cors) {
 		MHD_add_response_header(r, "Access-Control-Allow-Origin", c->cors);
 		if (strcmp(c->cors, "*")) MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
@@ -268,24 +270,52 @@ int srv_ignored_refuse(srv_conn *c, srv_err *e) {
 			comma ? "s" : "", c->ignored.names);
 }
 
-static enum MHD_Result queue(srv_conn *c, int status, struct MHD_Response *r) {
-	if (!r) return MHD_NO;
-	srv_reply_headers(c, r, status);
+// r (destroyed here) queued with the common headers; without r, or when libmicrohttpd takes
+// none, the connection closes.
+static void queue(srv_conn *c, int status, struct MHD_Response *r) {
+	if (!r) {
+		c->broken = true;
+		return;
+	}
+	common_headers(c, r, status);
 	c->status = status;
 	c->replied = true;
-	enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
+	if (MHD_queue_response(c->mc, (unsigned)status, r) != MHD_YES) c->broken = true;
 	MHD_destroy_response(r);
-	return ok;
 }
 
-enum MHD_Result srv_reply_response(srv_conn *c, int status, struct MHD_Response *r) { return queue(c, status, r); }
-
-enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-	if (!r) return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	return queue(c, status, r);
+static void add_headers(struct MHD_Response *r, const char *const *hdrs) {
+	for (size_t i = 0; r && hdrs && hdrs[i]; i += 2) MHD_add_response_header(r, hdrs[i], hdrs[i + 1]);
 }
+
+void srv_reply_body(srv_conn *c, int status, const void *data, size_t len, enum srv_mem mem, const char *const *hdrs) {
+	static const enum MHD_ResponseMemoryMode mode[] = {
+		[SRV_MEM_KEEP] = MHD_RESPMEM_PERSISTENT, [SRV_MEM_COPY] = MHD_RESPMEM_MUST_COPY, [SRV_MEM_FREE] = MHD_RESPMEM_MUST_FREE};
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode[mem]);
+	if (!r && mem == SRV_MEM_FREE) free((void *)data);
+	add_headers(r, hdrs);
+	queue(c, status, r);
+}
+
+_Static_assert(SRV_STREAM_END == MHD_CONTENT_READER_END_OF_STREAM && SRV_STREAM_FAIL == MHD_CONTENT_READER_END_WITH_ERROR,
+	       "a stream's ends are libmicrohttpd's");
+
+void srv_reply_stream(srv_conn *c, int status, srv_reader *fn, void *arg, const char *const *hdrs) {
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, fn, arg, NULL);
+	add_headers(r, hdrs);
+	c->unsized = true;
+	queue(c, status, r);
+}
+
+void srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len) {
+	srv_reply_body(c, status, text, len, SRV_MEM_COPY, (const char *const[]){"Content-Type", ctype, NULL});
+}
+
+const char *srv_header(srv_conn *c, const char *name) { return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name); }
+
+const char *srv_query(srv_conn *c, const char *name) { return MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, name); }
+
+void srv_conn_timeout(srv_conn *c, unsigned seconds) { MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, seconds); }
 
 // The error body of kind with a fixed message: for a reply whose own body could not be
 // built, so that every request still gets a status line and JSON in its family's shape.
@@ -333,7 +363,7 @@ int srv_raw_reply(int fd, int status, const char *extra, const char *body, bool 
 
 // A JSON reply written on the socket, and the connection closed: libmicrohttpd names only the
 // statuses it knows, and a client shown "529 Unknown" cannot tell Anthropic's overload apart.
-static enum MHD_Result reply_raw(srv_conn *c, int status, const char *body, int retry_after) {
+static void reply_raw(srv_conn *c, int status, const char *body, int retry_after) {
 	const int fd = srv_sock_fd(c);
 	char extra[600] = "";
 	int k = retry_after > 0 ? snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after) : 0;
@@ -344,12 +374,11 @@ static enum MHD_Result reply_raw(srv_conn *c, int status, const char *body, int 
 	c->replied = true;
 	c->closed_after_reply = true;
 	srv_raw_reply(fd, status, extra, body, false);
-	if (fd >= 0) shutdown(fd, SHUT_WR);
-	return MHD_NO; // libmicrohttpd closes the connection without a word of its own
+	if (fd >= 0) shutdown(fd, SHUT_WR); // libmicrohttpd closes the connection without a word of its own
 }
 
 // body, or when it cannot be encoded the fixed body of kind (with kind's status).
-static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int retry_after, enum srv_ekind kind) {
+static void reply_json_h(srv_conn *c, int status, json_t *body, int retry_after, enum srv_ekind kind) {
 	char *txt = body ? srv_json_text(body) : NULL;
 	json_decref(body);
 	char fixed[256];
@@ -358,36 +387,26 @@ static enum MHD_Result reply_json_h(srv_conn *c, int status, json_t *body, int r
 		status = c->family == SRV_ANTHROPIC ? ekinds[kind].anthropic_status : ekinds[kind].status;
 	}
 	if (status == 529) {
-		enum MHD_Result ok = reply_raw(c, status, txt ? txt : fixed, retry_after);
+		reply_raw(c, status, txt ? txt : fixed, retry_after);
 		free(txt);
-		return ok;
+		return;
 	}
-	struct MHD_Response *r = txt ? MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE)
-				     : MHD_create_response_from_buffer(strlen(fixed), fixed, MHD_RESPMEM_MUST_COPY);
-	if (!r) {
-		free(txt);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (retry_after > 0) {
-		char ra[16];
-		snprintf(ra, sizeof ra, "%d", retry_after);
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-	}
-	return queue(c, status, r);
+	char ra[16];
+	snprintf(ra, sizeof ra, "%d", retry_after);
+	const char *const hdrs[] = {"Content-Type", "application/json", retry_after > 0 ? "Retry-After" : NULL, ra, NULL};
+	if (txt) srv_reply_body(c, status, txt, strlen(txt), SRV_MEM_FREE, hdrs);
+	else srv_reply_body(c, status, fixed, strlen(fixed), SRV_MEM_COPY, hdrs);
 }
 
-enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) {
-	return reply_json_h(c, status, body, retry_after, SRV_E_INTERNAL);
-}
+void srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after) { reply_json_h(c, status, body, retry_after, SRV_E_INTERNAL); }
 
-enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e) {
+void srv_reply_error(srv_conn *c, const srv_err *e) {
 	int status;
 	json_t *body = srv_error_body(c->family, e, &status);
 	if (c->gen && e->kind != SRV_E_INTERNAL && !c->host_counted)
 		atomic_fetch_add(&c->s->rejected, 1);
 	if (!c->outcome) c->outcome = "rejected";
-	return reply_json_h(c, status, body, srv_retry_after(e->kind), e->kind);
+	reply_json_h(c, status, body, srv_retry_after(e->kind), e->kind);
 }
 
 int srv_sock_fd(srv_conn *c) {
@@ -423,7 +442,7 @@ uint64_t srv_lease_parse(const char *v) {
 }
 
 uint64_t srv_lease_of(srv_conn *c) {
-	return srv_lease_parse(MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, SRV_LEASE_HEADER));
+	return srv_lease_parse(srv_header(c, SRV_LEASE_HEADER));
 }
 
 struct model_loras *model_loras_of(http_server *s) {

@@ -1,6 +1,7 @@
 // server/net/base: the HTTP plumbing every other server file uses and that uses none of
 // them — the server and connection state, byte buffers, errors shaped per API family,
-// replies, ids, histograms, and the JSON field tables that read a request.
+// routes, replies, headers, ids, histograms, and the JSON field tables that read a request.
+// Only net/ names the HTTP library: its types are opaque here.
 #ifndef LANES_SERVER_NET_BASE_H
 #define LANES_SERVER_NET_BASE_H
 
@@ -8,9 +9,9 @@
 #include "chat/chat.h"
 
 #include <jansson.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #define SRV_MOD "http"
 #define SRV_LEASE_HEADER "x-lanes-lease" // the capacity lease a request a peer forwarded uses
@@ -121,6 +122,29 @@ extern const char *const srv_load_stage_name[];
 
 typedef struct srv_call srv_call;
 typedef struct srv_conn srv_conn;
+struct MHD_Daemon;
+struct MHD_Connection;
+
+// Every endpoint, and every step a request goes on with when a wait ends: it replies, or
+// parks the connection (srv_park), or neither, and then the connection closes.
+typedef void srv_handler(srv_conn *c);
+
+// A route of the daemon's table, as net/ dispatches it.
+enum {
+	SRV_R_AUTH = 1 << 0,  // needs the API key when one is set
+	SRV_R_MODEL = 1 << 1, // needs the model (503 while loading)
+	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
+	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
+	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
+	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
+	SRV_R_UTIL = 1 << 6    // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
+};
+typedef struct srv_route {
+	const char *method, *path;
+	unsigned flags;
+	enum srv_family family;
+	srv_handler *fn;
+} srv_route;
 
 // What a suspended connection waits for (net/park.c): one kind at a time, one park/wake pair.
 enum srv_wait {
@@ -145,6 +169,7 @@ struct http_server {
 	char *model_path, *alias, *api_key, *host_addr, *template_path, *adapters_path;
 	char model_id[128];
 	struct MHD_Daemon *mhd;
+	const struct srv_http_hooks *hooks; // the daemon's steps of a request (net/http.h)
 	int port;
 
 	atomic_int state;              // enum http_state
@@ -191,8 +216,9 @@ struct http_server {
 	int flush_fd;                  // the waker's timer for streams' held tokens (under slot_mu:)
 	uint64_t flush_timer_at;       // when it fires (0: disarmed)
 	int n_held;                    // calls holding tokens for it
-	// set by the daemon: forwards a request the lane host refused as full to a peer (true), or not
-	bool (*overflow)(srv_conn *c, bool full, enum MHD_Result *ret);
+	// set by the daemon: forwards a request the lane host refused as full to a peer (true: it
+	// replied or parked c), or not
+	bool (*overflow)(srv_conn *c, bool full);
 	struct srv_gate *gate;         // the listening socket, the connections and their deadlines (net/sock.c)
 	struct srv_work *work;         // the threads that run routes off the connection threads (net/work.c)
 	atomic_int socks_pending;      // connections with a request arriving or not yet answered
@@ -211,7 +237,6 @@ struct http_server {
 };
 
 // ---- one HTTP request ---------------------------------------------------------------------
-struct srv_route;
 struct srv_sock;
 
 // What a request sent that lanes accepted and did not honour, as x-lanes-ignored lists it.
@@ -233,6 +258,8 @@ struct srv_conn {
 	srv_buf body;
 	bool body_over;                // the body passed --max-body
 	bool replied;
+	bool broken;                   // no reply could be queued: the connection closes
+	bool parked;                   // the step running now suspended it (net/park.c)
 	int status;
 	int32_t n_prompt, n_gen;       // for the access log
 	const char *outcome;           // for the access log ("finished", "failed", ...)
@@ -248,9 +275,9 @@ struct srv_conn {
 	struct srv_fwd *fwd;           // forwarded to a peer (grid/peer.c), or NULL
 	bool routed_here;              // the grid sent it to run here and counts it until it is submitted
 	const char *via;               // for the access log: the peer that answered (the server's copy)
-	// work off the connection threads (a load, a save, a pull): resume answers it when its wait
-	// ends, done frees what it holds when the request ends (both may be NULL)
-	enum MHD_Result (*resume)(srv_conn *c);
+	// set by whatever parks it for the engine, a peer, a load, a save or a pull: resume goes on
+	// when that wait ends, done frees what it holds when the request ends (both may be NULL)
+	srv_handler *resume;
 	void (*done)(srv_conn *c);
 	void *job;
 	// the one wait (net/park.c), under s->wait_mu
@@ -285,15 +312,31 @@ enum srv_wait srv_woke(srv_conn *c);
 // route parked it for, or is resumed (for that wait when its wake came first, else as worked).
 void srv_park_worked(srv_conn *c);
 
-// Replies (the body is stolen); retry_after > 0 adds the header.
-enum MHD_Result srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
-// r (which it destroys) with the connection's common headers (CORS, Allow, WWW-Authenticate).
-enum MHD_Result srv_reply_response(srv_conn *c, int status, struct MHD_Response *r);
-enum MHD_Result srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len);
-enum MHD_Result srv_reply_error(srv_conn *c, const srv_err *e);
-// The headers every reply with this status carries (CORS, Allow, WWW-Authenticate); the
-// replies above add them, a response built elsewhere calls this.
-void srv_reply_headers(srv_conn *c, struct MHD_Response *r, int status);
+// ---- replies: each carries the headers every reply with its status does (CORS, Allow,
+// WWW-Authenticate, x-lanes-ignored); one that cannot be queued closes the connection --------
+// JSON (body stolen); retry_after > 0 adds the header.
+void srv_reply_json(srv_conn *c, int status, json_t *body, int retry_after);
+void srv_reply_text(srv_conn *c, int status, const char *ctype, const char *text, size_t len);
+// e in the shape of c's API family, with its status (and Retry-After).
+void srv_reply_error(srv_conn *c, const srv_err *e);
+// How a reply's bytes are held: for the server's life (compiled in), copied, or freed once sent.
+enum srv_mem { SRV_MEM_KEEP, SRV_MEM_COPY, SRV_MEM_FREE };
+// len bytes of data; hdrs: name, value, ..., NULL (Content-Type among them, or none).
+void srv_reply_body(srv_conn *c, int status, const void *data, size_t len, enum srv_mem mem, const char *const *hdrs);
+// A body of unknown length, read through fn(arg, ...) as the socket takes it: up to max bytes
+// into buf; 0 when it parked c until there are more; SRV_STREAM_END, or SRV_STREAM_FAIL (the
+// connection is cut).
+#define SRV_STREAM_END ((ssize_t)-1)
+#define SRV_STREAM_FAIL ((ssize_t)-2)
+typedef ssize_t srv_reader(void *arg, uint64_t pos, char *buf, size_t max);
+void srv_reply_stream(srv_conn *c, int status, srv_reader *fn, void *arg, const char *const *hdrs);
+
+// The request's header name (case-insensitive; the first when sent twice), or NULL.
+const char *srv_header(srv_conn *c, const char *name);
+// The query argument name, or NULL.
+const char *srv_query(srv_conn *c, const char *name);
+// The seconds c may stay idle before it is closed (0: never), from now on.
+void srv_conn_timeout(srv_conn *c, unsigned seconds);
 int srv_sock_fd(srv_conn *c);
 
 // Parses the body as a JSON object.

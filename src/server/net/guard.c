@@ -10,10 +10,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-static const char *header(srv_conn *c, const char *name) {
-	return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
-}
-
 // Whether the comma-separated entries of v[0..n) hold s[0..len) (case-insensitive), or "*".
 static bool list_has(const char *const *v, int n, const char *s, size_t len) {
 	for (int i = 0; i < n; i++) {
@@ -93,9 +89,9 @@ static bool key_equal(const char *a, const char *b) {
 bool srv_authorized(srv_conn *c) {
 	const char *key = c->s->api_key;
 	if (!key || !*key) return true;
-	const char *x = header(c, "x-api-key");
+	const char *x = srv_header(c, "x-api-key");
 	if (x && key_equal(x, key)) return true;
-	const char *a = header(c, MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *a = srv_header(c, "Authorization");
 	if (a && !strncasecmp(a, "Bearer ", 7)) {
 		a += 7;
 		while (*a == ' ') a++;
@@ -186,7 +182,7 @@ static bool is_control(const char *url) {
 
 int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	http_server *s = c->s;
-	const char *host = header(c, MHD_HTTP_HEADER_HOST); // none (HTTP/1.0): no name to check
+	const char *host = srv_header(c, "Host"); // none (HTTP/1.0): no name to check
 	if (host) {
 		size_t n = host_name(host);
 		if (!n || !host_allowed(s, host, n)) {
@@ -198,7 +194,7 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 			return -1;
 		}
 	}
-	const char *origin = header(c, MHD_HTTP_HEADER_ORIGIN);
+	const char *origin = srv_header(c, "Origin");
 	if (origin && !same_origin(origin, host)) {
 		if (!list_has(s->cfg.cors_origins, s->cfg.n_cors_origins, origin, strlen(origin))) {
 			srv_fail(e, SRV_E_FORBIDDEN, NULL,
@@ -217,35 +213,24 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	}
 	char why[128];
 	// Ollama's API is driven with curl -d as its own docs show: there Host and Origin guard alone
-	if (c->rt && c->family != SRV_OLLAMA && !strcmp(method, "POST") && !json_ctype(header(c, MHD_HTTP_HEADER_CONTENT_TYPE), why, sizeof why))
+	if (c->rt && c->family != SRV_OLLAMA && !strcmp(method, "POST") && !json_ctype(srv_header(c, "Content-Type"), why, sizeof why))
 		return srv_fail(e, SRV_E_MEDIA_TYPE, NULL,
 				"Content-Type must be application/json, got %s (curl -d sends application/x-www-form-urlencoded: "
 				"add -H 'Content-Type: application/json')",
 				why);
-	const char *enc = header(c, "Content-Encoding");
+	const char *enc = srv_header(c, "Content-Encoding");
 	if (c->rt && !strcmp(method, "POST") && enc && strcasecmp(enc, "identity"))
 		return srv_fail(e, SRV_E_MEDIA_TYPE, NULL, "Content-Encoding %.40s is not supported: send the body uncompressed", enc);
 	return 0;
 }
 
-enum MHD_Result srv_preflight(srv_conn *c) {
+void srv_preflight(srv_conn *c) {
 	static const char headers[] = "authorization, content-type, x-api-key, anthropic-version";
-	struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-	if (!r) return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
-	if (c->cors) {
-		// the SDKs add headers of their own (x-stainless-*, anthropic-beta): an allowed origin may send them
-		const char *asked = header(c, "Access-Control-Request-Headers");
-		char h[1024];
-		snprintf(h, sizeof h, "%s%s%.900s", headers, asked && *asked ? ", " : "", asked ? asked : "");
-		MHD_add_response_header(r, "Access-Control-Allow-Methods", c->allow);
-		MHD_add_response_header(r, "Access-Control-Allow-Headers", h);
-		MHD_add_response_header(r, "Access-Control-Max-Age", "600");
-	}
-	srv_reply_headers(c, r, 204);
-	c->status = 204;
-	c->replied = true;
-	enum MHD_Result ok = MHD_queue_response(c->mc, 204, r);
-	MHD_destroy_response(r);
-	return ok;
+	char h[1024];
+	const char *asked = srv_header(c, "Access-Control-Request-Headers");
+	// the SDKs add headers of their own (x-stainless-*, anthropic-beta): an allowed origin may send them
+	snprintf(h, sizeof h, "%s%s%.900s", headers, asked && *asked ? ", " : "", asked ? asked : "");
+	const char *const hdrs[] = {"Allow", c->allow, c->cors ? "Access-Control-Allow-Methods" : NULL, c->allow,
+				    "Access-Control-Allow-Headers", h, "Access-Control-Max-Age", "600", NULL};
+	srv_reply_body(c, 204, "", 0, SRV_MEM_KEEP, hdrs);
 }

@@ -17,6 +17,6 @@ bool srv_authorized(srv_conn *c);
 int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e);
 // OPTIONS on a known path: 204 with the CORS preflight's headers (srv_guard refused an
 // origin that is not allowed), or with Allow when it is no preflight.
-enum MHD_Result srv_preflight(srv_conn *c);
+void srv_preflight(srv_conn *c);
 
 #endif

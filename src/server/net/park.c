@@ -5,6 +5,8 @@
 // socket's, not a request's, and stays in net/sock.c.
 #include "server/net/base.h"
 
+#include <microhttpd.h>
+
 const char *const srv_wait_name[SRV_WAIT__COUNT] = {"none", "work", "engine", "peer", "load", "save", "pull"};
 
 // Under wait_mu: c's suspension is counted as waiting for kind.
@@ -35,6 +37,7 @@ bool srv_park(srv_conn *c, enum srv_wait kind) {
 		parked = false;
 	} else {
 		c->woke = SRV_WAIT_NONE;
+		c->parked = true;
 		count_park(c, kind);
 		MHD_suspend_connection(c->mc);
 	}

@@ -3,6 +3,7 @@
 // junk. The gate thread accepts, counts connections per address and peeks at each head (the next
 // one on a kept-alive connection too): a bad one gets JSON here, a sound one goes to libmicrohttpd.
 #include "server/net/sock.h"
+#include "server/net/mhd.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -16,7 +16,6 @@
 #define SRV_FIELDS_MAX 100   // header lines
 #define SRV_PIECES_MAX 256   // header lines, query arguments and cookies: libmicrohttpd keeps a record of each
 #define SRV_CHUNK_WINDOW 32768 // bytes of a chunked body the gate judges (at least) before libmicrohttpd reads it
-#define SRV_MHD_POOL 65536   // libmicrohttpd's memory per connection: room for any head the gate lets through
 
 typedef struct {
 	size_t len;              // bytes of the whole head, blank lines before it included
@@ -43,21 +42,9 @@ int srv_chunks_scan(const unsigned char *p, size_t n, bool eof, uint64_t max_bod
 // (started with MHD_USE_NO_LISTEN_SOCKET). Sets s->port. 0, or a negative code with a message.
 int srv_gate_start(http_server *s, const struct sockaddr_in *sa, char *err, size_t errlen);
 // Stops accepting, closes the connections the gate holds and hands back to libmicrohttpd those
-// it keeps suspended, to be closed there: before MHD_stop_daemon.
+// it keeps suspended, to be closed there: before srv_http_stop.
 void srv_gate_stop(http_server *s);
-// Frees what is left (after MHD_stop_daemon). Accepts a server whose gate never started.
+// Frees what is left (after srv_http_stop). Accepts a server whose gate never started.
 void srv_gate_free(http_server *s);
-
-// libmicrohttpd's connection notifications (MHD_OPTION_NOTIFY_CONNECTION).
-void srv_sock_notify(http_server *s, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code);
-// A request's head is in (its first call); what it read and will read is counted.
-void srv_sock_begin(srv_conn *c);
-// c's request was read whole, or answered before its body (unread: the bytes that follow are
-// that body, not junk): its deadline no longer applies.
-void srv_sock_received(srv_conn *c, bool unread);
-// c's reply went out whole. A connection libmicrohttpd keeps alive, with nothing of the next
-// request read yet, is suspended there and watched by the gate until that request's head is
-// whole (the idle and head deadlines run meanwhile). From the request-completed callback.
-void srv_sock_answered(srv_conn *c);
 
 #endif

@@ -10,7 +10,7 @@ struct srv_job {
 	srv_job *next;
 	void (*fn)(void *arg, bool stopping);
 	void *arg;
-	enum MHD_Result (*route)(srv_conn *c); // a route's job: arg is its connection
+	srv_handler *route;            // a route's job: arg is its connection
 };
 
 // One queue and its threads per class of work.
@@ -99,14 +99,23 @@ int srv_work_post(http_server *s, enum srv_work_class k, void (*fn)(void *arg, b
 	return rc;
 }
 
-enum MHD_Result srv_work_run(srv_conn *c, enum srv_work_class k, enum MHD_Result (*route)(srv_conn *c)) {
+// From a request's last call (its body is in): parks c for SRV_WAIT_WORK and runs route(c) on a
+// thread of class k; the route replies, or parks c for what it waits for next.
+static void work_run(srv_conn *c, enum srv_work_class k, srv_handler *route) {
 	srv_job *j = calloc(1, sizeof *j);
-	if (!j) return route(c); // on this thread, then
+	if (!j) {
+		route(c); // on this thread, then
+		return;
+	}
 	j->route = route;
 	j->arg = c;
-	if (!post(&c->s->work->q[k], j, c)) return MHD_YES;
-	free(j);
-	return MHD_NO; // the server stops: the connection closes
+	if (post(&c->s->work->q[k], j, c)) free(j); // the server stops: neither replied nor parked, the connection closes
+}
+
+void srv_route_run(srv_conn *c) {
+	const unsigned fl = c->rt->flags;
+	if (fl & SRV_R_WORK) work_run(c, fl & SRV_R_UTIL ? SRV_WORK_UTIL : SRV_WORK_GEN, c->rt->fn);
+	else c->rt->fn(c);
 }
 
 void srv_work_stop(http_server *s) {

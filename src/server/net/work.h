@@ -20,12 +20,11 @@ int srv_work_start(http_server *s, char *err, size_t errlen);
 // not yet run gets fn(arg, true) instead, which only ends it (and wakes whoever waits on it).
 // 0, or LANES_ECANCELLED (the server stops) / LANES_ENOMEM, fn never run.
 int srv_work_post(http_server *s, enum srv_work_class k, void (*fn)(void *arg, bool stopping), void *arg);
-// From a request's last call (its body is in): parks the connection for SRV_WAIT_WORK and runs
-// route(c) on a thread of class k; the route replies, or parks the connection for what it waits
-// for next (a generation call's events, a peer), and the connection goes on from there.
-enum MHD_Result srv_work_run(srv_conn *c, enum srv_work_class k, enum MHD_Result (*route)(srv_conn *c));
+// Runs c's route (c->rt) once its body is in: on a work thread of the route's class, c parked
+// meanwhile, when the route parses, renders and tokenizes (SRV_R_WORK), else on this thread.
+void srv_route_run(srv_conn *c);
 // Lets the running jobs finish, ends the queued ones (fn(arg, true)), and joins the threads:
-// after srv_waker_release (s->quit is set), before MHD_stop_daemon. Accepts a server whose work
+// after srv_waker_release (s->quit is set), before the daemon stops. Accepts a server whose work
 // threads never started.
 void srv_work_stop(http_server *s);
 

@@ -159,7 +159,7 @@ static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapsh
 	return v;
 }
 
-enum MHD_Result srv_adapters_list(srv_conn *c) {
+void srv_adapters_list(srv_conn *c) {
 	http_server *s = c->s;
 	int n;
 	lane_snapshot *sn;
@@ -168,9 +168,9 @@ enum MHD_Result srv_adapters_list(srv_conn *c) {
 	for (int i = 0; data && i < n; i++) json_array_append_new(data, adapter_object(s, &v[i], sn));
 	free(v);
 	free(sn);
-	return srv_reply_json(c, 200, json_pack("{s:s, s:o, s:i}", "object", "list", "data", data ? data : json_array(), "max_lora",
-						s->cfg.max_lora),
-			      0);
+	srv_reply_json(c, 200, json_pack("{s:s, s:o, s:i}", "object", "list", "data", data ? data : json_array(), "max_lora",
+					 s->cfg.max_lora),
+		       0);
 }
 
 // ---- POST /v1/adapters -------------------------------------------------------------------
@@ -216,14 +216,15 @@ static void load_done(srv_conn *c) {
 }
 
 // The load's end woke the connection: the job's outcome is the reply.
-static enum MHD_Result load_resume(srv_conn *c) {
+static void load_resume(srv_conn *c) {
 	lora_job *j = c->job;
 	srv_err e;
 	if (j->rc) {
 		const enum srv_ekind k = srv_kind_of(j->rc, SRV_BLAME_REQUEST);
 		srv_fail(&e, k, "file", "%s", j->err);
 		if (k == SRV_E_BAD_REQUEST) snprintf(e.code, sizeof e.code, "invalid_adapter");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	model_loras_entry a = {.version = j->version, .state = MODEL_LORAS_READY, .scale = 1, .info = j->info, .created = (int64_t)time(NULL)};
 	snprintf(a.name, sizeof a.name, "%s", j->name);
@@ -239,10 +240,10 @@ static enum MHD_Result load_resume(srv_conn *c) {
 	free(v);
 	free(sn);
 	if (o) json_object_set_new(o, "load_ms", srv_real(j->ms));
-	return srv_reply_json(c, 200, o, 0);
+	srv_reply_json(c, 200, o, 0);
 }
 
-enum MHD_Result srv_adapters_load(srv_conn *c) {
+void srv_adapters_load(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -296,18 +297,20 @@ enum MHD_Result srv_adapters_load(srv_conn *c) {
 		model_loras_publish(s->loras, job->name, job->ticket, NULL, NULL);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL,
 			 rc == LANES_ENOMEM ? "out of memory" : "the server is stopping");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	// a load that ended before this park is answered at once
-	return srv_park(c, SRV_WAIT_LOAD) ? MHD_YES : load_resume(c);
+	if (!srv_park(c, SRV_WAIT_LOAD)) load_resume(c);
+	return;
 fail:
 	json_decref(j);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // ---- DELETE /v1/adapters/NAME --------------------------------------------------------------
 
-enum MHD_Result srv_adapters_unload(srv_conn *c) {
+void srv_adapters_unload(srv_conn *c) {
 	http_server *s = c->s;
 	const char *name = c->path + strlen("/v1/adapters/");
 	srv_err e;
@@ -324,7 +327,8 @@ enum MHD_Result srv_adapters_unload(srv_conn *c) {
 		free(sn);
 		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
 		else srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no adapter called '%.64s' is loaded", name);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	const lane_snap_lora *u = sn ? snap_of(sn, id) : NULL;
 	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "name", name, "status", freed ? "unloaded" : "unloading", "requests_running",
@@ -332,7 +336,7 @@ enum MHD_Result srv_adapters_unload(srv_conn *c) {
 	free(sn);
 	LOG_INFO(SRV_MOD, "adapter %s unloaded%s", name, freed ? "" : ": freed when the requests holding it end");
 	// 202: the memory goes when the requests still holding it end; new requests get 404 now
-	return srv_reply_json(c, freed ? 200 : 202, o, 0);
+	srv_reply_json(c, freed ? 200 : 202, o, 0);
 }
 
 // ---- what /v1/models and /metrics say ------------------------------------------------------

@@ -183,16 +183,16 @@ static ssize_t pull_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 	pthread_mutex_lock(&P->mu);
 	for (;;) {
 		if (j->out.oom) {
-			n = MHD_CONTENT_READER_END_WITH_ERROR;
+			n = SRV_STREAM_FAIL;
 		} else if (j->out_off < j->out.len) {
 			n = (ssize_t)(j->out.len - j->out_off < max ? j->out.len - j->out_off : max);
 			memcpy(buf, j->out.p + j->out_off, (size_t)n);
 			j->out_off += (size_t)n;
 			if (j->out_off == j->out.len) j->out_off = j->out.len = 0;
 		} else if (j->done) {
-			n = MHD_CONTENT_READER_END_OF_STREAM;
+			n = SRV_STREAM_END;
 		} else if (P->stopping) {
-			n = MHD_CONTENT_READER_END_WITH_ERROR;
+			n = SRV_STREAM_FAIL;
 		} else if (!srv_park(j->conn, SRV_WAIT_PULL)) {
 			continue; // a line came meanwhile
 		}
@@ -216,7 +216,7 @@ static void pull_done(srv_conn *c) {
 }
 
 // stream: false — the pull's end is the reply.
-static enum MHD_Result pull_resume(srv_conn *c) {
+static void pull_resume(srv_conn *c) {
 	pull_job *j = c->job;
 	struct srv_pulls *P = c->s->pulls;
 	srv_err e;
@@ -226,10 +226,10 @@ static enum MHD_Result pull_resume(srv_conn *c) {
 	const int rc = j->rc;
 	if (done && rc) srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "model", "%s", j->err);
 	pthread_mutex_unlock(&P->mu);
-	if (!done && !stopping) return MHD_YES;
+	if (!done && !stopping) return;
 	if (!done) srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping");
-	if (!done || rc) return srv_reply_error(c, &e);
-	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+	if (!done || rc) { srv_reply_error(c, &e); return; }
+	srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
 }
 
 typedef struct {
@@ -245,7 +245,7 @@ static const srv_field pull_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_ollama_pull(srv_conn *c) {
+void srv_ollama_pull(srv_conn *c) {
 	http_server *s = c->s;
 	struct srv_pulls *P = s->pulls;
 	srv_err e;
@@ -254,25 +254,29 @@ enum MHD_Result srv_ollama_pull(srv_conn *c) {
 	if (srv_parse_body(c, &body, &e) || srv_fields_known(body, pull_fields, NULL, &e) ||
 	    srv_fields_read(body, pull_fields, &r, NULL, NULL, c, &e)) {
 		json_decref(body);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	const char *ref = r.model ? r.model : r.name;
 	if (!ref || !*ref || strlen(ref) >= sizeof ((pull_job *)0)->ref) {
 		json_decref(body);
 		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required: a hub reference, hf.co/ORG/REPO:QUANT or hf:ORG/REPO/FILE.gguf");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	char err[1024];
 	if (pull_ref_check(&s->cfg.cache, ref, err, sizeof err)) {
 		json_decref(body);
 		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "%s", err);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	pull_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		json_decref(body);
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	snprintf(j->ref, sizeof j->ref, "%s", ref);
 	json_decref(body);
@@ -289,7 +293,8 @@ enum MHD_Result srv_ollama_pull(srv_conn *c) {
 	if (rc) {
 		pthread_mutex_unlock(&P->mu);
 		free(j);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	j->next = P->jobs;
 	P->jobs = j;
@@ -297,20 +302,16 @@ enum MHD_Result srv_ollama_pull(srv_conn *c) {
 	c->job = j;
 	c->done = pull_done;
 	// a stall may last LANES_PULL_STALL_S: the idle deadline waits for the pull instead
-	MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0);
+	srv_conn_timeout(c, 0);
 	if (!j->stream) {
 		c->resume = pull_resume;
 		const bool parked = srv_park(c, SRV_WAIT_PULL); // under the lock: the pull's end can only follow it
 		pthread_mutex_unlock(&P->mu);
-		return parked ? MHD_YES : pull_resume(c);
+		if (!parked) pull_resume(c);
+		return;
 	}
 	pthread_mutex_unlock(&P->mu);
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, j, NULL);
-	if (!resp) return MHD_NO;
-	c->unsized = true;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	return srv_reply_response(c, 200, resp);
+	srv_reply_stream(c, 200, pull_reader, j, (const char *const[]){"Content-Type", "application/x-ndjson", "Cache-Control", "no-cache", NULL});
 }
 
 // ---- copy and delete -------------------------------------------------------------------------
@@ -333,7 +334,7 @@ static const srv_field copy_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_ollama_copy(srv_conn *c) {
+void srv_ollama_copy(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *body = NULL;
@@ -365,10 +366,11 @@ enum MHD_Result srv_ollama_copy(srv_conn *c) {
 	}
 	LOG_INFO(SRV_MOD, "copied %s to %s in the model cache", src, dst);
 	json_decref(body);
-	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+	srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+	return;
 fail:
 	json_decref(body);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 static const srv_field delete_fields[] = {
@@ -377,7 +379,7 @@ static const srv_field delete_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_ollama_delete(srv_conn *c) {
+void srv_ollama_delete(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *body = NULL;
@@ -407,8 +409,9 @@ enum MHD_Result srv_ollama_delete(srv_conn *c) {
 	}
 	LOG_INFO(SRV_MOD, "deleted %s from the model cache", rel);
 	json_decref(body);
-	return srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+	srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
+	return;
 fail:
 	json_decref(body);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }

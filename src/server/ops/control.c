@@ -37,27 +37,27 @@ static void lane_hist_print(const lane_hist *h, const char *name, const char *he
 
 static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED; }
 
-enum MHD_Result srv_health(srv_conn *c) {
+void srv_health(srv_conn *c) {
 	http_server *s = c->s;
 	int st = atomic_load(&s->state);
 	static const char *const bare[] = {[HTTP_LOADING] = "loading", [HTTP_READY] = "ok", [HTTP_FAILED] = "error",
 					   [HTTP_DRAINING] = "draining", [HTTP_HALTED] = "draining"};
-	if (c->bare) return srv_reply_json(c, st == HTTP_READY ? 200 : 503, json_pack("{s:s}", "status", bare[st]), 0);
-	switch (st) {
-	case HTTP_READY: return srv_reply_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
-	case HTTP_LOADING:
-		return srv_reply_json(c, 503, json_pack("{s:s, s:f, s:s}", "status", "loading", "progress",
-							 atomic_load(&s->progress_ppm) / 1e6, "stage",
-							 srv_load_stage_name[atomic_load(&s->load_stage)]), 0);
-	case HTTP_FAILED: {
-		char err[512];
+	json_t *body;
+	char err[512];
+	if (c->bare) {
+		body = json_pack("{s:s}", "status", bare[st]);
+	} else if (st == HTTP_LOADING) {
+		body = json_pack("{s:s, s:f, s:s}", "status", "loading", "progress", atomic_load(&s->progress_ppm) / 1e6, "stage",
+				 srv_load_stage_name[atomic_load(&s->load_stage)]);
+	} else if (st == HTTP_FAILED) {
 		pthread_mutex_lock(&s->mu);
 		snprintf(err, sizeof err, "%s", s->load_err);
 		pthread_mutex_unlock(&s->mu);
-		return srv_reply_json(c, 503, json_pack("{s:s, s:s}", "status", "error", "message", err), 0);
+		body = json_pack("{s:s, s:s}", "status", "error", "message", err);
+	} else {
+		body = json_pack("{s:s}", "status", st == HTTP_READY ? "ok" : "draining");
 	}
-	default: return srv_reply_json(c, 503, json_pack("{s:s}", "status", "draining"), 0);
-	}
+	srv_reply_json(c, st == HTTP_READY ? 200 : 503, body, 0);
 }
 
 static const char *phase_name[] = {[LANE_IDLE] = "idle", [LANE_FILLING] = "filling", [LANE_LIVE] = "live"};
@@ -68,11 +68,11 @@ static const char *activations(http_server *s) {
 	return tensor_act_name(tensor_kernels_act(ks));
 }
 
-enum MHD_Result srv_slots(srv_conn *c) {
+void srv_slots(srv_conn *c) {
 	http_server *s = c->s;
-	if (!loaded(atomic_load(&s->state))) return srv_health(c);
+	if (!loaded(atomic_load(&s->state))) { srv_health(c); return; }
 	lane_snapshot *sn = malloc(sizeof *sn);
-	if (!sn) return MHD_NO;
+	if (!sn) return;
 	lane_host_snapshot(s->host, sn);
 	json_t *lanes = json_array();
 	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
@@ -99,7 +99,7 @@ enum MHD_Result srv_slots(srv_conn *c) {
 	if (body && mem) json_object_set_new(body, "memory", mem);
 	else json_decref(mem);
 	free(sn);
-	return srv_reply_json(c, 200, body, 0);
+	srv_reply_json(c, 200, body, 0);
 }
 
 static void metric(srv_buf *b, const char *name, const char *type, const char *help, uint64_t v) {
@@ -108,10 +108,10 @@ static void metric(srv_buf *b, const char *name, const char *type, const char *h
 	srv_buf_adds(b, line);
 }
 
-enum MHD_Result srv_metrics(srv_conn *c) {
+void srv_metrics(srv_conn *c) {
 	http_server *s = c->s;
 	lane_snapshot *sn = calloc(1, sizeof *sn);
-	if (!sn) return MHD_NO;
+	if (!sn) return;
 	if (loaded(atomic_load(&s->state))) lane_host_snapshot(s->host, sn);
 	srv_buf b = {0};
 	char line[256];
@@ -200,11 +200,10 @@ enum MHD_Result srv_metrics(srv_conn *c) {
 	free(sn);
 	if (b.oom || !b.p) {
 		srv_buf_free(&b);
-		return MHD_NO;
+		return;
 	}
-	enum MHD_Result r = srv_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
+	srv_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
 	srv_buf_free(&b);
-	return r;
 }
 
 static json_t *model_object(http_server *s) {
@@ -215,14 +214,14 @@ static json_t *model_object(http_server *s) {
 }
 
 // The base model, then each adapter with its parent (the base) and root (its file), as vLLM lists them.
-enum MHD_Result srv_models(srv_conn *c) {
+void srv_models(srv_conn *c) {
 	json_t *m = model_object(c->s), *data = m ? json_pack("[o]", m) : NULL;
 	if (data) srv_adapters_models(c->s, data, NULL);
-	return srv_reply_json(c, 200, data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL, 0);
+	srv_reply_json(c, 200, data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL, 0);
 }
 
 // What this server is: the build (as `lanes --version`), the kernel set and the model.
-enum MHD_Result srv_props(srv_conn *c) {
+void srv_props(srv_conn *c) {
 	const http_server *s = c->s;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
 			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "activations",
@@ -237,14 +236,14 @@ enum MHD_Result srv_props(srv_conn *c) {
 		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->max_ctx));
 		json_object_set_new(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
 	}
-	return srv_reply_json(c, 200, o, 0);
+	srv_reply_json(c, 200, o, 0);
 }
 
-enum MHD_Result srv_model_one(srv_conn *c) {
+void srv_model_one(srv_conn *c) {
 	srv_err e;
 	const char *id = c->path + strlen("/v1/models/");
-	if (srv_model_lookup(c->s, id, &e)) return srv_reply_error(c, &e);
-	if (!strcmp(id, c->s->model_id)) return srv_reply_json(c, 200, model_object(c->s), 0);
+	if (srv_model_lookup(c->s, id, &e)) { srv_reply_error(c, &e); return; }
+	if (!strcmp(id, c->s->model_id)) { srv_reply_json(c, 200, model_object(c->s), 0); return; }
 	json_t *data = json_array();
 	if (data) srv_adapters_models(c->s, data, id);
 	json_t *one = json_array_get(data, 0);
@@ -252,7 +251,8 @@ enum MHD_Result srv_model_one(srv_conn *c) {
 	json_decref(data);
 	if (!one) { // unloaded since the lookup
 		srv_model_lookup(c->s, id, &e);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
-	return srv_reply_json(c, 200, one, 0);
+	srv_reply_json(c, 200, one, 0);
 }

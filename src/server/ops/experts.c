@@ -27,46 +27,40 @@ static int take(srv_conn *c, lane_experts *out, bool reset, srv_err *e) {
 
 // The counters a read reports; ?reset=1 (or true) begins a new window once they are taken.
 static int read_counts(srv_conn *c, lane_experts *out, srv_err *e) {
-	const char *v = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "reset");
+	const char *v = srv_query(c, "reset");
 	const bool reset = v && (!strcmp(v, "1") || !strcasecmp(v, "true"));
 	if (v && !reset && strcmp(v, "0") && strcasecmp(v, "false"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "reset", "reset must be 1 or 0 (true or false)");
 	return take(c, out, reset, e);
 }
 
-enum MHD_Result srv_experts(srv_conn *c) {
-	if (!loaded(atomic_load(&c->s->state))) return srv_health(c);
+void srv_experts(srv_conn *c) {
+	if (!loaded(atomic_load(&c->s->state))) { srv_health(c); return; }
 	srv_err e;
 	lane_experts ex;
-	if (read_counts(c, &ex, &e)) return srv_reply_error(c, &e);
+	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
 	json_t *body = obs_experts_json(&ex, c->s->model_id);
 	lane_experts_release(&ex);
-	return srv_reply_json(c, 200, body, 0);
+	srv_reply_json(c, 200, body, 0);
 }
 
-enum MHD_Result srv_experts_svg(srv_conn *c) {
-	if (!loaded(atomic_load(&c->s->state))) return srv_health(c);
+void srv_experts_svg(srv_conn *c) {
+	if (!loaded(atomic_load(&c->s->state))) { srv_health(c); return; }
 	srv_err e;
 	lane_experts ex;
-	if (read_counts(c, &ex, &e)) return srv_reply_error(c, &e);
+	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
 	size_t len = 0;
 	char *svg = obs_experts_svg(&ex, c->s->model_id, &len);
 	lane_experts_release(&ex);
 	if (!svg) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, svg, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(svg);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "image/svg+xml");
 	// opened on its own the image runs nothing and loads nothing; its one style block is inline
-	MHD_add_response_header(r, "Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'");
-	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	return srv_reply_response(c, 200, r);
+	const char *const hdrs[] = {"Content-Type", "image/svg+xml", "Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'",
+				    "X-Content-Type-Options", "nosniff", "Cache-Control", "no-cache", NULL};
+	srv_reply_body(c, 200, svg, len, SRV_MEM_FREE, hdrs);
 }
 
 void srv_metrics_experts(http_server *s, srv_buf *b) {

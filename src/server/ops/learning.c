@@ -76,14 +76,14 @@ static int number(json_t *body, const char *name, double lo, double hi, bool int
 
 // ---- GET /learn/grants ------------------------------------------------------------------------
 
-enum MHD_Result srv_learn_grants(srv_conn *c) {
+void srv_learn_grants(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	learn_live *l = learner(s);
 	// while the model loads nothing is published yet: sequence 0
-	if (!l && atomic_load(&s->state) != HTTP_LOADING && !learner_or_fail(s, &e)) return srv_reply_error(c, &e);
+	if (!l && atomic_load(&s->state) != HTTP_LOADING && !learner_or_fail(s, &e)) { srv_reply_error(c, &e); return; }
 	learn_ledger *lg = calloc(1, sizeof *lg);
-	if (!lg) return MHD_NO;
+	if (!lg) return;
 	if (l) learn_live_ledger_of(l, lg);
 	json_t *grants = json_array();
 	for (int i = 0; grants && i < lg->n_grants; i++) json_array_append_new(grants, grant_object(&lg->grants[i]));
@@ -94,7 +94,7 @@ enum MHD_Result srv_learn_grants(srv_conn *c) {
 			      (json_int_t)lg->examples, "optimizer_bytes", (json_int_t)lg->optimizer_bytes, "job_bytes",
 			      (json_int_t)lg->job_bytes, "train_seconds", srv_real(lg->train_seconds), "adapters", (int)lg->adapters);
 	free(lg);
-	return srv_reply_json(c, 200, o, 0);
+	srv_reply_json(c, 200, o, 0);
 }
 
 // ---- POST /learn/grants ---------------------------------------------------------------------
@@ -106,7 +106,7 @@ static const srv_field grant_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_learn_grant_new(srv_conn *c) {
+void srv_learn_grant_new(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -150,35 +150,38 @@ enum MHD_Result srv_learn_grant_new(srv_conn *c) {
 		json_object_set_new(o, "created", json_boolean(created));
 		json_object_set_new(o, "lr", srv_real(r.lr > 0 ? r.lr : 1e-3));
 	}
-	return srv_reply_json(c, 200, o, 0);
+	srv_reply_json(c, 200, o, 0);
+	return;
 fail:
 	json_decref(j);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // ---- DELETE /learn/grants/ID --------------------------------------------------------------
 
-enum MHD_Result srv_learn_grant_revoke(srv_conn *c) {
+void srv_learn_grant_revoke(srv_conn *c) {
 	srv_err e;
 	learn_live *l = learner_or_fail(c->s, &e);
-	if (!l) return srv_reply_error(c, &e);
+	if (!l) { srv_reply_error(c, &e); return; }
 	const char *name = c->path + strlen("/learn/grants/");
 	json_t *v = json_string(name);
 	const uint64_t id = grant_parse(v);
 	json_decref(v);
 	if (!id) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "'%.64s' is not a grant's id (grant-N)", name);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	learn_grant_info g;
 	char err[512];
 	const int rc = learn_live_revoke(l, id, &g, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL, "%s", err);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	// the step in progress is dropped at the next round boundary: the ledger says so then
-	return srv_reply_json(c, 202, grant_object(&g), 0);
+	srv_reply_json(c, 202, grant_object(&g), 0);
 }
 
 // ---- POST /learn/examples -------------------------------------------------------------------
@@ -196,7 +199,7 @@ static const srv_field example_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_learn_examples(srv_conn *c) {
+void srv_learn_examples(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -243,15 +246,16 @@ enum MHD_Result srv_learn_examples(srv_conn *c) {
 	json_decref(j);
 	char name[32];
 	grant_name(id, name, sizeof name);
-	return srv_reply_json(c, 202,
-			      json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "object", "learn.example", "grant", name, "adapter", g.adapter,
-					"tokens", (json_int_t)n, "learned_tokens", (json_int_t)learned, "queued", (json_int_t)g.queued,
-					"tokens_left", (json_int_t)left),
-			      0);
+	srv_reply_json(c, 202,
+		       json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "object", "learn.example", "grant", name, "adapter", g.adapter,
+				 "tokens", (json_int_t)n, "learned_tokens", (json_int_t)learned, "queued", (json_int_t)g.queued,
+				 "tokens_left", (json_int_t)left),
+		       0);
+	return;
 fail:
 	learn_example_free(ex);
 	json_decref(j);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // ---- POST /v1/adapters/NAME/save --------------------------------------------------------------
@@ -280,19 +284,20 @@ static void save_done(srv_conn *c) {
 	c->job = NULL;
 }
 
-static enum MHD_Result save_resume(srv_conn *c) {
+static void save_resume(srv_conn *c) {
 	save_job *j = c->job;
 	srv_err e;
 	if (j->rc) {
 		srv_fail(&e, srv_kind_of(j->rc, SRV_BLAME_STATE), "file", "%s", j->msg);
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	struct stat st;
 	const json_int_t bytes = fstatat(j->dfd, j->file, &st, AT_SYMLINK_NOFOLLOW) ? 0 : (json_int_t)st.st_size;
-	return srv_reply_json(c, 200,
-			      json_pack("{s:s, s:s, s:I, s:s, s:I, s:s}", "name", j->name, "status", "saved", "version", (json_int_t)j->version,
-					"file", j->file, "bytes", bytes, "type", "F32"),
-			      0);
+	srv_reply_json(c, 200,
+		       json_pack("{s:s, s:s, s:I, s:s, s:I, s:s}", "name", j->name, "status", "saved", "version", (json_int_t)j->version,
+				 "file", j->file, "bytes", bytes, "type", "F32"),
+		       0);
 }
 
 typedef struct {
@@ -305,14 +310,15 @@ static const srv_field save_fields[] = {
 	{0},
 };
 
-enum MHD_Result srv_adapters_save(srv_conn *c) {
+void srv_adapters_save(srv_conn *c) {
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
 	const char *rest = c->path + strlen("/v1/adapters/"), *slash = strchr(rest, '/');
 	if (!slash || strcmp(slash, "/save") || slash == rest || (size_t)(slash - rest) > MODEL_LORA_NAME_MAX) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such path: POST /v1/adapters/NAME/save {\"file\"?} saves an adapter");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	learn_live *l = learner_or_fail(s, &e);
 	save_req r = {0};
@@ -339,15 +345,17 @@ enum MHD_Result srv_adapters_save(srv_conn *c) {
 		c->resume = save_resume;
 		c->done = save_done;
 		// a save that ended before this park is answered at once
-		return srv_park(c, SRV_WAIT_SAVE) ? MHD_YES : save_resume(c);
+		if (!srv_park(c, SRV_WAIT_SAVE)) save_resume(c);
+		return;
 	}
 	c->job = NULL;
 	free(job);
 	srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), rc == LANES_EINVAL ? "file" : NULL, "%s", err);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
+	return;
 fail:
 	json_decref(j);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
 
 // ---- /metrics ---------------------------------------------------------------------------------

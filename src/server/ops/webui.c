@@ -22,26 +22,24 @@ static const webui_file files[] = {
 	{"/favicon.ico", "image/svg+xml", favicon_svg, &favicon_svg_len}, // asked for by browsers whatever the page names
 };
 
-enum MHD_Result srv_webui(srv_conn *c) {
+void srv_webui(srv_conn *c) {
 	const char *url = c->path;
 	if (c->s->cfg.no_webui) {
 		srv_err e;
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "the web page is off (--no-webui)");
-		return srv_reply_error(c, &e);
+		srv_reply_error(c, &e);
+		return;
 	}
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		if (strcmp(url, files[i].path)) continue;
-		struct MHD_Response *r = MHD_create_response_from_buffer(*files[i].len, (void *)files[i].data, MHD_RESPMEM_PERSISTENT);
-		if (!r) return MHD_NO;
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, files[i].ctype);
-		MHD_add_response_header(r, "Content-Security-Policy",
-					"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-					"base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
-		MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		return srv_reply_response(c, 200, r);
+		const char *const hdrs[] = {"Content-Type", files[i].ctype, "Content-Security-Policy",
+					    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+					    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+					    "X-Content-Type-Options", "nosniff", "Cache-Control", "no-cache", NULL};
+		srv_reply_body(c, 200, files[i].data, *files[i].len, SRV_MEM_KEEP, hdrs);
+		return;
 	}
 	srv_err e;
 	srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no such file: %s", url);
-	return srv_reply_error(c, &e);
+	srv_reply_error(c, &e);
 }
