@@ -678,9 +678,12 @@ static void *grid_main(void *arg) {
 
 // What a peer must hold for the request: an adapter of this server's that it names, else the
 // model (any other name means the model here, unless --strict-model). false: it runs here.
-// *stream: the client asked for a stream (Ollama's paths stream unless told not to).
+// *stream: the client asked for a stream (Ollama's paths stream unless told not to). The body
+// parsed here is the one the route reads when the request stays.
 static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stream) {
-	json_t *b = json_loadb(c->body.p, c->body.len, 0, NULL);
+	json_t *b = NULL;
+	srv_err pe;
+	srv_parse_body(c, &b, &pe);
 	const json_t *st = json_object_get(b, "stream");
 	*stream = srv_families[srv_family_of(c->path, strlen(c->path))].ndjson ? !json_is_false(st) : json_is_true(st);
 	const char *name = json_string_value(json_object_get(b, "model"));

@@ -416,6 +416,10 @@ int srv_sock_fd(srv_conn *c) {
 
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
 	*out = NULL;
+	if (c->json) {
+		*out = json_incref(c->json);
+		return 0;
+	}
 	if (!c->body.len) return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body is empty: send a JSON object");
 	json_error_t je;
 	json_t *j = json_loadb(c->body.p, c->body.len, 0, &je);
@@ -424,7 +428,8 @@ int srv_parse_body(srv_conn *c, json_t **out, srv_err *e) {
 		json_decref(j);
 		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
 	}
-	*out = j;
+	c->json = j;
+	*out = json_incref(j);
 	return 0;
 }
 

@@ -256,6 +256,7 @@ struct srv_conn {
 	char path[192];
 	uint64_t t0_us;
 	srv_buf body;
+	json_t *json;                  // the body parsed, once (srv_parse_body): the grid and the route share it
 	bool body_over;                // the body passed --max-body
 	bool replied;
 	bool broken;                   // no reply could be queued: the connection closes
@@ -339,7 +340,7 @@ const char *srv_query(srv_conn *c, const char *name);
 void srv_conn_timeout(srv_conn *c, unsigned seconds);
 int srv_sock_fd(srv_conn *c);
 
-// Parses the body as a JSON object.
+// The body as a JSON object (a new reference): parsed on the first call, shared after.
 int srv_parse_body(srv_conn *c, json_t **out, srv_err *e);
 // A fresh id with the prefix ("chatcmpl-", "msg_", "resp_").
 void srv_new_id(http_server *s, const char *prefix, char *out, size_t n);

@@ -125,6 +125,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 	if (c->closed_after_reply) whole = true;
 	else if (whole) srv_sock_answered(c);
 	c->s->hooks->ended(c, whole);
+	json_decref(c->json);
 	srv_buf_free(&c->body);
 	free(c);
 }
