@@ -64,6 +64,12 @@ bool base_log_bar(bool drawn);
 #define LOG_DEBUG(m, ...) LOG(LOG_LEVEL_DEBUG, m, __VA_ARGS__)
 
 // Broken invariants (never input from outside) abort loudly with file and line.
+// The bounds of a range said as a macro "MIN, MAX" (a library's settings; the CLI reads them).
+#define BASE_RANGE_LO(r) BASE_RANGE_LO_(r)
+#define BASE_RANGE_HI(r) BASE_RANGE_HI_(r)
+#define BASE_RANGE_LO_(lo, hi) (lo)
+#define BASE_RANGE_HI_(lo, hi) (hi)
+
 #define LANES_ASSERT(cond)                                                  \
 	do {                                                                \
 		if (!(cond)) base_panic(__FILE__, __LINE__, #cond);        \

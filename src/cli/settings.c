@@ -17,6 +17,9 @@
 // A default said where the library says it: its macro, as the table's text.
 #define SAID_(x) #x
 #define SAID(x) SAID_(x)
+// a library's range (its MIN, MAX macro) as the table's bounds
+#define RANGE_(lo, hi) .min = (lo), .max = (hi)
+#define RANGE(r) RANGE_(r)
 
 #define F(x) offsetof(cli_settings, x)
 #define B(c) (1u << CMD_##c)
@@ -112,7 +115,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--repetitive", .kind = SET_FLAG, .field = F(repetitive), .cmds = B(BENCH),
 	 .help = "with --concurrent: prompts repeat one short phrase"},
 	{.names = "--host", .kind = SET_STR, .field = F(host), .dflt = HTTP_DEFAULT_HOST, .meta = "HOST", .cmds = B(SERVE), .help = "listen address"},
-	{.names = "--port", .kind = SET_INT, .field = F(port), .dflt = SAID(HTTP_DEFAULT_PORT), .min = 0, .max = 65535, .meta = "PORT", .cmds = B(SERVE),
+	{.names = "--port", .kind = SET_INT, .field = F(port), .dflt = SAID(HTTP_DEFAULT_PORT), RANGE(HTTP_RANGE_PORT), .meta = "PORT", .cmds = B(SERVE),
 	 .help = "listen port (0 = any free port)"},
 	{.names = "--alias", .kind = SET_STR, .field = F(alias), .meta = "NAME", .cmds = B(SERVE),
 	 .help = "model id in the API (default: the file name without .gguf)"},
@@ -127,25 +130,25 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--no-webui", .kind = SET_FLAG, .field = F(no_webui), .cmds = B(SERVE), .help = "serve no web page at /"},
 	{.names = "--max-tokens", .kind = SET_INT, .field = F(serve_max_tokens), .dflt = "1024", .min = 0, .max = INT32_MAX, .meta = "N",
 	 .cmds = B(SERVE), .help = "output tokens of a request that sets no limit (0 = what the window allows); a request's own limit wins"},
-	{.names = "--responses-store", .kind = SET_INT, .field = F(responses_store), .dflt = SAID(HTTP_DEFAULT_RESPONSES_STORE), .min = 0, .max = 65536, .meta = "N",
+	{.names = "--responses-store", .kind = SET_INT, .field = F(responses_store), .dflt = SAID(HTTP_DEFAULT_RESPONSES_STORE), RANGE(HTTP_RANGE_RESPONSES_STORE), .meta = "N",
 	 .cmds = B(SERVE), .help = "finished /v1/responses kept for previous_response_id and GET, least recently used out (0 = none kept)"},
-	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_OUTPUT_BYTES), .min = 1024,
-	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
+	{.names = "--max-output-bytes", .kind = SET_INT, .field = F(max_output_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_OUTPUT_BYTES), RANGE(HTTP_RANGE_MAX_OUTPUT_BYTES), .meta = "BYTES",
+	 .cmds = B(SERVE), .help = "largest non-streamed generation reply in bytes"},
 	{.names = "--stream-flush-ms", .kind = SET_FLOAT, .field = F(stream_flush_ms), .dflt = SAID(HTTP_DEFAULT_STREAM_FLUSH_MS), .min = 0, .max = 1000, .meta = "MS",
 	 .cmds = B(SERVE), .help = "a stream's tokens that come within MS of its last write go out together, at most MS later (0 = each at once)"},
-	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_TOKENIZE_BYTES), .min = 16,
-	 .max = (int64_t)1 << 34, .meta = "BYTES", .cmds = B(SERVE), .help = "largest /tokenize and /detokenize body in bytes"},
-	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = SAID(HTTP_DEFAULT_MAX_BODY), .min = 16, .max = (int64_t)1 << 34, .meta = "BYTES",
+	{.names = "--max-tokenize-bytes", .kind = SET_INT, .field = F(max_tokenize_bytes), .dflt = SAID(HTTP_DEFAULT_MAX_TOKENIZE_BYTES), RANGE(HTTP_RANGE_MAX_TOKENIZE_BYTES), .meta = "BYTES",
+	 .cmds = B(SERVE), .help = "largest /tokenize and /detokenize body in bytes"},
+	{.names = "--max-body", .kind = SET_INT, .field = F(max_body), .dflt = SAID(HTTP_DEFAULT_MAX_BODY), RANGE(HTTP_RANGE_MAX_BODY), .meta = "BYTES",
 	 .cmds = B(SERVE), .help = "largest request body in bytes"},
-	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "0", .min = 0, .max = 65536, .meta = "N",
+	{.names = "--max-connections", .kind = SET_INT, .field = F(max_connections), .dflt = "0", RANGE(HTTP_RANGE_MAX_CONNECTIONS), .meta = "N",
 	 .cmds = B(SERVE), .help = "open connections at once; more wait in the listen queue (0 = what the open-file limit allows, up to 16384)"},
-	{.names = "--max-connections-per-ip", .kind = SET_INT, .field = F(max_per_ip), .dflt = SAID(HTTP_DEFAULT_MAX_PER_IP), .min = 0, .max = 65536, .meta = "N",
+	{.names = "--max-connections-per-ip", .kind = SET_INT, .field = F(max_per_ip), .dflt = SAID(HTTP_DEFAULT_MAX_PER_IP), RANGE(HTTP_RANGE_MAX_PER_IP), .meta = "N",
 	 .cmds = B(SERVE), .help = "open connections from one client address; more get a 429 and are closed at once (0 = no limit)"},
-	{.names = "--header-timeout", .kind = SET_FLOAT, .field = F(header_timeout), .dflt = SAID(HTTP_DEFAULT_HEADER_TIMEOUT_S), .min = 0.1, .max = 3600, .meta = "SECONDS",
+	{.names = "--header-timeout", .kind = SET_FLOAT, .field = F(header_timeout), .dflt = SAID(HTTP_DEFAULT_HEADER_TIMEOUT_S), RANGE(HTTP_RANGE_HEADER_TIMEOUT_S), .meta = "SECONDS",
 	 .cmds = B(SERVE), .help = "a request's head and body must arrive within this, else 408 and close"},
-	{.names = "--idle-timeout", .kind = SET_INT, .field = F(idle_timeout), .dflt = SAID(HTTP_DEFAULT_IDLE_TIMEOUT_S), .min = 1, .max = 86400, .meta = "SECONDS",
+	{.names = "--idle-timeout", .kind = SET_INT, .field = F(idle_timeout), .dflt = SAID(HTTP_DEFAULT_IDLE_TIMEOUT_S), RANGE(HTTP_RANGE_IDLE_TIMEOUT_S), .meta = "SECONDS",
 	 .cmds = B(SERVE), .help = "a connection silent this long between requests is closed"},
-	{.names = "--http-threads", .kind = SET_INT, .field = F(http_threads), .dflt = SAID(HTTP_DEFAULT_THREADS), .min = 1, .max = 256, .meta = "N",
+	{.names = "--http-threads", .kind = SET_INT, .field = F(http_threads), .dflt = SAID(HTTP_DEFAULT_THREADS), RANGE(HTTP_RANGE_THREADS), .meta = "N",
 	 .cmds = B(SERVE), .help = "threads serving the connections (each polls its share with epoll)"},
 	{.names = "--peer", .kind = SET_LIST, .field = F(peer), .meta = "URL", .cmds = B(SERVE),
 	 .help = "another lanes server (http://host:port) this one overflows to when its queue is deep (repeatable)"},
@@ -162,11 +165,11 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--reasoning-format", .kind = SET_CHOICE, .field = F(reasoning_format), .dflt = "auto",
 	 .meta = "auto|none|think|command-r7b|harmony", .cmds = B(SERVE),
 	 .help = "how replies set their thinking apart: auto = the chat template's family, none = all of it is the answer"},
-	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), RANGE(LANE_RANGE_LANES), .meta = "N", .cmds = B(SERVE),
 	 .help = "concurrent requests (default 4; with --memory the planner chooses)"},
 	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .dflt = "4", .min = 1, .max = 64, .meta = "N", .cmds = B(EXPERTS),
 	 .help = "corpus pieces run at once"},
-	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(PLAN),
+	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), RANGE(LANE_RANGE_LANES), .meta = "N", .cmds = B(PLAN),
 	 .help = "concurrent requests (default: the planner chooses)"},
 	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(SERVE),
 	 .help = "memory budget (4GiB, 500MB, or auto: what is available): plan lanes and an elastic window"},
@@ -179,13 +182,13 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--activations", .kind = SET_CHOICE, .field = F(activations), .dflt = "q16", .meta = "q16|q8",
 	 .cmds = B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE),
 	 .help = "activation width of the quantized matmuls: q8 = int8 per block of 32 as llama.cpp (half the int8 products per block: faster prompts and batched decode, logit error below llama.cpp's), q16 = 16 bits; float weights keep float activations"},
-	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = SAID(LANE_DEFAULT_CTX), .min = 16, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
+	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = SAID(LANE_DEFAULT_CTX), RANGE(LANE_RANGE_CTX), .meta = "N", .cmds = B(SERVE),
 	 .help = "without --memory: a fixed pool of KV tokens across all lanes"},
-	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = SAID(LANE_DEFAULT_QUEUE), .min = 0, .max = 1000000, .meta = "N", .cmds = B(SERVE),
+	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = SAID(LANE_DEFAULT_QUEUE), RANGE(LANE_RANGE_QUEUE), .meta = "N", .cmds = B(SERVE),
 	 .help = "waiting requests beyond the lanes"},
-	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "0", .min = 0, .max = I32, .meta = "N", .cmds = B(SERVE) | B(PLAN),
+	{.names = "--piece", .kind = SET_INT, .field = F(piece), .dflt = "0", RANGE(LANE_RANGE_PIECE), .meta = "N", .cmds = B(SERVE) | B(PLAN),
 	 .help = "most prompt tokens one lane feeds per round (0 = no cap)"},
-	{.names = "--round-ms", .kind = SET_FLOAT, .field = F(round_ms), .dflt = SAID(LANE_DEFAULT_ROUND_MS), .min = 1, .max = 100000, .meta = "MS",
+	{.names = "--round-ms", .kind = SET_FLOAT, .field = F(round_ms), .dflt = SAID(LANE_DEFAULT_ROUND_MS), RANGE(LANE_RANGE_ROUND_MS), .meta = "MS",
 	 .cmds = B(SERVE), .help = "target duration of a round with prompt pieces"},
 	{.names = "--price-row-us", .kind = SET_FLOAT, .field = F(price_row_us), .dflt = "0", .min = 0, .max = 999999999, .meta = "US",
 	 .cmds = B(SERVE), .help = "what one row of a pass costs, in microseconds, for planning rounds and drafts (0 = timed at start)"},
@@ -199,13 +202,13 @@ const cli_setting cli_settings_table[] = {
 	 .help = "a request naming another model gets 404 (default: any name means the one model served, until an adapter is loaded)"},
 	{.names = "--lora", .kind = SET_LIST, .field = F(lora), .meta = "NAME=PATH[:SCALE]", .cmds = B(SERVE),
 	 .help = "serve a LoRA adapter (GGUF) as NAME (\"model\": NAME, or \"lora\": [{\"name\"}]), scale 1 unless given; NAME= may be left out: the file's name"},
-	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = SAID(HTTP_DEFAULT_MAX_LORA), .min = 1, .max = 64, .meta = "N", .cmds = B(SERVE),
+	{.names = "--max-lora", .kind = SET_INT, .field = F(max_lora), .dflt = SAID(HTTP_DEFAULT_MAX_LORA), RANGE(HTTP_RANGE_MAX_LORA), .meta = "N", .cmds = B(SERVE),
 	 .help = "adapters loaded at once (--lora and POST /v1/adapters)"},
 	{.names = "--adapters-dir", .env = "LANES_ADAPTERS", .kind = SET_STR, .field = F(adapters_dir), .meta = "DIR", .cmds = B(SERVE),
 	 .help = "the folder POST /v1/adapters loads from and /v1/adapters/NAME/save writes to, by file name (default ~/.cache/lanes/adapters)"},
 	{.names = "--allow-unauthenticated-mutations", .kind = SET_FLAG, .field = F(allow_unauth_mutations), .cmds = B(SERVE),
 	 .help = "with --host not loopback and no --api-key: take adapter and learning changes anyway (refused by default)"},
-	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = SAID(HTTP_DEFAULT_LEARN_SHARE), .min = 0, .max = 1, .meta = "F", .cmds = B(SERVE),
+	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = SAID(HTTP_DEFAULT_LEARN_SHARE), RANGE(HTTP_RANGE_LEARN_SHARE), .meta = "F", .cmds = B(SERVE),
 	 .help = "most of a round's prompt budget that training steps (POST /learn/grants) take; 0: learning off"},
 	{.names = "--strict-params", .kind = SET_FLAG, .field = F(strict_params), .cmds = B(SERVE),
 	 .help = "refuse (400, naming them) the documented fields and content lanes accepts but cannot honour, instead of ignoring them"},
@@ -215,7 +218,7 @@ const cli_setting cli_settings_table[] = {
 	 .help = "speculative decoding for requests that allow it"},
 	{.names = "--draft-model", .kind = SET_STR, .field = F(draft_model), .meta = "FILE", .cmds = B(SERVE) | B(BENCH),
 	 .help = "a draft model with the same vocabulary (serve's auto uses it beside n-gram)"},
-	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = SAID(LANE_DEFAULT_DRAFT_MAX), .min = 1, .max = 16, .meta = "K", .cmds = B(SERVE) | B(PLAN),
+	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = SAID(LANE_DEFAULT_DRAFT_MAX), RANGE(LANE_RANGE_DRAFT_MAX), .meta = "K", .cmds = B(SERVE) | B(PLAN),
 	 .help = "most draft tokens per lane per round, adapted per lane"},
 	{.names = "--chunk", .kind = SET_INT, .field = F(chunk), .dflt = "256", .min = 1, .max = 1 << 20, .meta = "N", .cmds = B(LOGITS),
 	 .help = "positions per forward pass (results do not depend on it)"},
@@ -347,10 +350,26 @@ static void choice_list(const char *choices, char *buf, size_t n) {
 }
 
 // ---- values --------------------------------------------------------------------------------
+// A bound as the user writes it: a whole number without a point, INT64_MAX as itself.
+static int bound_text(double v, char *out, size_t n) {
+	if (v >= 0x1p63) return snprintf(out, n, "%lld", (long long)INT64_MAX);
+	if (v == floor(v) && v > -0x1p63) return snprintf(out, n, "%lld", (long long)v);
+	return snprintf(out, n, "%g", v);
+}
+
+// "MIN..MAX" of a number's setting.
+static void range_text(const cli_setting *st, char *out, size_t n) {
+	const int k = bound_text(st->min, out, n);
+	if (k > 0 && (size_t)k + 2 < n) {
+		memcpy(out + k, "..", 2);
+		bound_text(st->max, out + k + 2, n - (size_t)k - 2);
+	}
+}
+
 // Stores val into the setting's field; who is the flag or variable as the user wrote it.
 static int set_value(const cli_setting *st, cli_settings *s, const char *who, const char *val) {
 	void *dst = (char *)s + st->field;
-	char *end, list[256];
+	char *end, list[256], range[64];
 	errno = 0;
 	switch (st->kind) {
 	case SET_STR: *(const char **)dst = val; return 0;
@@ -374,12 +393,13 @@ static int set_value(const cli_setting *st, cli_settings *s, const char *who, co
 		return 0;
 	case SET_INT: {
 		long long v = strtoll(val, &end, 10);
+		range_text(st, range, sizeof range);
 		if (errno || end == val || *end) {
-			cli_err("%s wants an integer in %lld..%lld, got '%s'", who, (long long)st->min, (long long)st->max, val);
+			cli_err("%s wants an integer in %s, got '%s'", who, range, val);
 			return -1;
 		}
-		if (v < st->min || v > st->max) {
-			cli_err("%s must be %lld..%lld, not %s", who, (long long)st->min, (long long)st->max, val);
+		if ((double)v < st->min || (double)v > st->max) {
+			cli_err("%s must be %s, not %s", who, range, val);
 			return -1;
 		}
 		*(int64_t *)dst = v;
@@ -387,12 +407,13 @@ static int set_value(const cli_setting *st, cli_settings *s, const char *who, co
 	}
 	case SET_FLOAT: {
 		double v = strtod(val, &end);
+		range_text(st, range, sizeof range);
 		if (errno || end == val || *end || !isfinite(v)) {
-			cli_err("%s wants a number in %lld..%lld, got '%s'", who, (long long)st->min, (long long)st->max, val);
+			cli_err("%s wants a number in %s, got '%s'", who, range, val);
 			return -1;
 		}
-		if (v < (double)st->min || v > (double)st->max) {
-			cli_err("%s must be %lld..%lld, not %s", who, (long long)st->min, (long long)st->max, val);
+		if (v < st->min || v > st->max) {
+			cli_err("%s must be %s, not %s", who, range, val);
 			return -1;
 		}
 		*(double *)dst = v;
@@ -570,7 +591,11 @@ static void bounds_text(const cli_setting *st, char *buf, size_t n) {
 	buf[0] = 0;
 	if (st->dflt) k += (size_t)snprintf(buf, n, "default %s", st->dflt);
 	if (st->kind == SET_INT || st->kind == SET_FLOAT)
-		snprintf(buf + k, n - k, "%s%lld..%lld", k ? "; " : "", (long long)st->min, (long long)st->max);
+{
+		char range[64];
+		range_text(st, range, sizeof range);
+		snprintf(buf + k, n - k, "%s%s", k ? "; " : "", range);
+	}
 	if (st->kind == SET_LIST) k += (size_t)snprintf(buf + k, n - k, "%srepeatable", k ? "; " : "");
 	if (st->names && st->env) snprintf(buf + k, n - k, "%senv %s", k ? "; " : "", st->env);
 }

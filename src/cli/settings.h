@@ -57,7 +57,7 @@ typedef struct {
 	enum cli_kind kind;
 	size_t field;       // offsetof(cli_settings, ...)
 	const char *dflt;   // parsed as a given value would be; NULL: none (the field stays 0 / NULL)
-	int64_t min, max;   // range of SET_INT and SET_FLOAT values
+	double min, max;    // range of SET_INT and SET_FLOAT values (INT64_MAX: any)
 	const char *meta;   // the value's name in usage ("N"); for SET_CHOICE the choices, "a|b|c"
 	uint32_t cmds, req; // the commands that take it, and those that cannot do without it
 	const char *help;   // one line: what it does (the default and range are printed from the table)

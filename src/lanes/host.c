@@ -5,6 +5,7 @@
 
 #include "sample/sample.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,31 +56,51 @@ uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
 
 int32_t lane_host_max_context(const lane_host *h) { return h->max_ctx; }
 
+_Static_assert(BASE_RANGE_HI(LANE_RANGE_LANES) == LANE_SNAP_MAX_LANES && BASE_RANGE_HI(LANE_RANGE_DRAFT_MAX) == LANE_MAX_DRAFT,
+	       "the ranges are the arrays' sizes");
+
+// An int32_t field of lane_config and the range it must be in.
+#define INT_FIELD(f, r) INT_FIELD_(f, r)
+#define INT_FIELD_(f, lo, hi) {#f, offsetof(lane_config, f), (lo), (hi)}
+static const struct {
+	const char *name;
+	size_t off;
+	int64_t lo, hi;
+} int_fields[] = {
+	INT_FIELD(lanes, LANE_RANGE_LANES), INT_FIELD(queue, LANE_RANGE_QUEUE),           INT_FIELD(ctx, LANE_RANGE_CTX),
+	INT_FIELD(piece, LANE_RANGE_PIECE), INT_FIELD(page_tokens, LANE_RANGE_PAGE_TOKENS), INT_FIELD(draft_max, LANE_RANGE_DRAFT_MAX),
+};
+
+int lane_config_check(const lane_config *cfg, char *err, size_t errlen) {
+	for (size_t i = 0; i < sizeof int_fields / sizeof int_fields[0]; i++) {
+		int32_t v;
+		memcpy(&v, (const char *)cfg + int_fields[i].off, sizeof v);
+		if (v < int_fields[i].lo || v > int_fields[i].hi)
+			return base_seterr(err, errlen, LANES_EINVAL, "%s must be %lld..%lld, not %d", int_fields[i].name,
+					   (long long)int_fields[i].lo, (long long)int_fields[i].hi, v);
+	}
+	if (!(cfg->round_ms >= BASE_RANGE_LO(LANE_RANGE_ROUND_MS) && cfg->round_ms <= BASE_RANGE_HI(LANE_RANGE_ROUND_MS)))
+		return base_seterr(err, errlen, LANES_EINVAL, "round_ms must be %g..%g, not %g", BASE_RANGE_LO(LANE_RANGE_ROUND_MS),
+				   (double)BASE_RANGE_HI(LANE_RANGE_ROUND_MS), cfg->round_ms);
+	if (cfg->window_max < 0 || cfg->window_max > (1 << 24) || (cfg->window_max > 0 && (cfg->window < 1 || cfg->window > cfg->window_max)))
+		return base_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
+				   cfg->window_max);
+	if (cfg->window_max > 0 && !(cfg->window_recent_s > 0 && cfg->window_recent_s <= 86400))
+		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
+	if (!(cfg->row_us >= 0 && cfg->row_us < 1e9 && cfg->fixed_us >= 0 && cfg->fixed_us < 1e9))
+		return base_seterr(err, errlen, LANES_EINVAL, "row_us and fixed_us must be in [0, 1e9) microseconds");
+	const lane_background *bg = &cfg->background;
+	if (bg->run && (!bg->cost || !(bg->share > 0 && bg->share <= 1)))
+		return base_seterr(err, errlen, LANES_EINVAL, "background work needs its price and a share of the round in (0, 1], got %g",
+				   bg->share);
+	return 0;
+}
+
 int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const lane_config *cfgin, char *err,
 		  size_t errlen) {
 	*out = NULL;
 	lane_config cfg = *cfgin;
-	if (cfg.lanes < 1 || cfg.lanes > LANE_SNAP_MAX_LANES)
-		return base_seterr(err, errlen, LANES_EINVAL, "--lanes must be 1..%d", LANE_SNAP_MAX_LANES);
-	if (cfg.queue < 0 || cfg.queue > 1000000) return base_seterr(err, errlen, LANES_EINVAL, "--queue must be 0..1000000");
-	if (cfg.ctx < 16 || cfg.ctx > (1 << 24)) return base_seterr(err, errlen, LANES_EINVAL, "--ctx must be 16..16777216");
-	if (cfg.window_max < 0 || cfg.window_max > (1 << 24) || (cfg.window_max > 0 && (cfg.window < 1 || cfg.window > cfg.window_max)))
-		return base_seterr(err, errlen, LANES_EINVAL, "the window must be 1..%d tokens (the largest the budget allows)",
-				    cfg.window_max);
-	if (cfg.window_max > 0 && !(cfg.window_recent_s > 0 && cfg.window_recent_s <= 86400))
-		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
-	if (cfg.piece < 0) return base_seterr(err, errlen, LANES_EINVAL, "--piece must be >= 0");
-	if (!(cfg.round_ms > 0 && cfg.round_ms < 1e6)) return base_seterr(err, errlen, LANES_EINVAL, "--round-ms must be > 0");
-	if (!(cfg.row_us >= 0 && cfg.row_us < 1e9 && cfg.fixed_us >= 0 && cfg.fixed_us < 1e9))
-		return base_seterr(err, errlen, LANES_EINVAL, "row_us and fixed_us must be in [0, 1e9) microseconds");
-	if (cfg.page_tokens < 1 || cfg.page_tokens > 4096)
-		return base_seterr(err, errlen, LANES_EINVAL, "page_tokens must be 1..4096");
-	if (cfg.draft_max < 0 || cfg.draft_max > LANE_MAX_DRAFT)
-		return base_seterr(err, errlen, LANES_EINVAL, "--draft-max must be 0..%d", LANE_MAX_DRAFT);
-	const lane_background *bg = &cfg.background;
-	if (bg->run && (!bg->cost || !(bg->share > 0 && bg->share <= 1)))
-		return base_seterr(err, errlen, LANES_EINVAL, "background work needs its price and a share of the round in (0, 1], got %g",
-				   bg->share);
+	if (lane_config_check(&cfg, err, errlen)) return LANES_EINVAL;
 	if (cfg.threads <= 0) cfg.threads = base_cpu_count();
 	lane_host *h = calloc(1, sizeof *h);
 	if (!h) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");

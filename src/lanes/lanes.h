@@ -269,8 +269,20 @@ typedef struct {
 #define LANE_DEFAULT_ROUND_MS 100
 #define LANE_DEFAULT_DRAFT_MAX 8
 
+// The values lane_config_check takes (min, max), said once: the CLI's settings table reads them.
+#define LANE_RANGE_LANES 1, 64
+#define LANE_RANGE_QUEUE 0, 1000000
+#define LANE_RANGE_CTX 16, 16777216
+#define LANE_RANGE_PIECE 0, 2147483647
+#define LANE_RANGE_ROUND_MS 0.001, 100000
+#define LANE_RANGE_PAGE_TOKENS 1, 4096
+#define LANE_RANGE_DRAFT_MAX 0, 16
+
 // The defaults above. Thread-safe.
 void lane_config_default(lane_config *c);
+// Checks cfg's values against the ranges above and each other. 0, or LANES_EINVAL with err
+// naming the field (as lane_config spells it) and its range. Thread-safe; lane_host_new calls it.
+int lane_config_check(const lane_config *cfg, char *err, size_t errlen);
 
 // Bytes the host allocates for compute beside the KV: the forward pass's workspace for the
 // most rows one round can hold, the logits of those rows, and sampling scratch. Uses

@@ -358,28 +358,50 @@ static int fit_connections(http_config *cfg, int n_slots, char *err, size_t errl
 	return 0;
 }
 
+_Static_assert(BASE_RANGE_HI(HTTP_RANGE_MAX_LORA) == MODEL_LORAS_MAX, "the adapters' ceiling is the registry's");
+
+// A number of http_config and the range it must be in.
+enum num_kind { NUM_INT, NUM_SIZE, NUM_DOUBLE };
+#define NUM(f, k, r) NUM_(f, k, r)
+#define NUM_(f, k, lo, hi) {#f, offsetof(http_config, f), k, (lo), (hi)}
+static const struct {
+	const char *name;
+	size_t off;
+	enum num_kind kind;
+	double lo, hi;
+} nums[] = {
+	NUM(port, NUM_INT, HTTP_RANGE_PORT),
+	NUM(max_body, NUM_SIZE, HTTP_RANGE_MAX_BODY),
+	NUM(max_connections, NUM_INT, HTTP_RANGE_MAX_CONNECTIONS),
+	NUM(responses_store, NUM_INT, HTTP_RANGE_RESPONSES_STORE),
+	NUM(max_per_ip, NUM_INT, HTTP_RANGE_MAX_PER_IP),
+	NUM(header_timeout_s, NUM_DOUBLE, HTTP_RANGE_HEADER_TIMEOUT_S),
+	NUM(idle_timeout_s, NUM_INT, HTTP_RANGE_IDLE_TIMEOUT_S),
+	NUM(http_threads, NUM_INT, HTTP_RANGE_THREADS),
+	NUM(max_output_bytes, NUM_SIZE, HTTP_RANGE_MAX_OUTPUT_BYTES),
+	NUM(max_tokenize_bytes, NUM_SIZE, HTTP_RANGE_MAX_TOKENIZE_BYTES),
+	NUM(max_lora, NUM_INT, HTTP_RANGE_MAX_LORA),
+	NUM(learn_share, NUM_DOUBLE, HTTP_RANGE_LEARN_SHARE),
+};
+
+int http_config_check(const http_config *cfg, char *err, size_t errlen) {
+	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: model_path is empty");
+	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+		const void *p = (const char *)cfg + nums[i].off;
+		double v;
+		if (nums[i].kind == NUM_INT) v = *(const int *)p;
+		else if (nums[i].kind == NUM_SIZE) v = (double)*(const size_t *)p;
+		else v = *(const double *)p;
+		if (!(v >= nums[i].lo && v <= nums[i].hi))
+			return base_seterr(err, errlen, LANES_EINVAL, "%s must be %.15g..%.15g, not %.15g", nums[i].name, nums[i].lo, nums[i].hi, v);
+	}
+	if (lane_config_check(&cfg->lanes, err, errlen) || srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
+	return 0;
+}
+
 int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen) {
 	*out = NULL;
-	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: -m MODEL");
-	if (cfg->port < 0 || cfg->port > 65535) return base_seterr(err, errlen, LANES_EINVAL, "--port must be 0..65535");
-	if (cfg->max_body < 16 || cfg->max_body > ((size_t)1 << 34))
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-body must be 16..17179869184 bytes");
-	if (cfg->max_connections < 0 || cfg->max_connections > 65536)
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections must be 0..65536");
-	if (cfg->responses_store < 0 || cfg->responses_store > 65536)
-		return base_seterr(err, errlen, LANES_EINVAL, "--responses-store must be 0..65536");
-	if (cfg->max_per_ip < 0 || cfg->max_per_ip > 65536)
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-connections-per-ip must be 0..65536");
-	if (!(cfg->header_timeout_s >= 0.1 && cfg->header_timeout_s <= 3600))
-		return base_seterr(err, errlen, LANES_EINVAL, "--header-timeout must be 0.1..3600 seconds");
-	if (cfg->idle_timeout_s < 1 || cfg->idle_timeout_s > 86400)
-		return base_seterr(err, errlen, LANES_EINVAL, "--idle-timeout must be 1..86400 seconds");
-	if (cfg->http_threads < 1 || cfg->http_threads > 256)
-		return base_seterr(err, errlen, LANES_EINVAL, "--http-threads must be 1..256");
-	if (cfg->max_lora < 1 || cfg->max_lora > MODEL_LORAS_MAX)
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-lora must be 1..%d", MODEL_LORAS_MAX);
-	if (!(cfg->learn_share >= 0 && cfg->learn_share <= 1)) return base_seterr(err, errlen, LANES_EINVAL, "--learn-share must be 0..1");
-	if (srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
+	if (http_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	const bool reason_auto = !cfg->reasoning_format || !strcmp(cfg->reasoning_format, "auto");
 	const reason_format *reason_named = NULL;
 	if (!reason_auto && reason_format_named(cfg->reasoning_format, &reason_named))

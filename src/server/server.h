@@ -28,6 +28,20 @@
 #define HTTP_DEFAULT_MAX_LORA 8
 #define HTTP_DEFAULT_LEARN_SHARE 0.25
 
+// The values http_config_check takes (min, max), said once: the CLI's settings table reads them.
+#define HTTP_RANGE_PORT 0, 65535
+#define HTTP_RANGE_MAX_BODY 16, 17179869184
+#define HTTP_RANGE_MAX_CONNECTIONS 0, 65536
+#define HTTP_RANGE_RESPONSES_STORE 0, 65536
+#define HTTP_RANGE_MAX_PER_IP 0, 65536
+#define HTTP_RANGE_HEADER_TIMEOUT_S 0.1, 3600
+#define HTTP_RANGE_IDLE_TIMEOUT_S 1, 86400
+#define HTTP_RANGE_THREADS 1, 256
+#define HTTP_RANGE_MAX_OUTPUT_BYTES 1024, 17179869184
+#define HTTP_RANGE_MAX_TOKENIZE_BYTES 16, 17179869184
+#define HTTP_RANGE_MAX_LORA 1, 64
+#define HTTP_RANGE_LEARN_SHARE 0, 1
+
 // An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
 typedef struct {
 	const char *name;           // what requests call it ("model" or "lora")
@@ -104,6 +118,10 @@ typedef struct http_server http_server;
 // Signals are the caller's business: block SIGINT/SIGTERM/SIGPIPE before calling, since the
 // server's threads inherit the mask.
 int http_server_new(http_server **out, const http_config *cfg, char *err, size_t errlen);
+// Checks cfg's values against the ranges above, its lane_config (lane_config_check) and its
+// guards' entries. 0, or LANES_EINVAL with err naming the field (as http_config spells it).
+// Thread-safe; http_server_new calls it first.
+int http_config_check(const http_config *cfg, char *err, size_t errlen);
 // Stops listening, ends every connection, joins the loader and frees everything. Accepts NULL.
 void http_server_free(http_server *s);
 

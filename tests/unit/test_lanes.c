@@ -1319,8 +1319,8 @@ static void test_config_refused(void) {
 	const struct { int32_t page_tokens, draft_max; const char *says; } bad[] = {
 		{0, 8, "page_tokens must be 1..4096"},
 		{4097, 8, "page_tokens must be 1..4096"},
-		{16, -1, "--draft-max must be 0..16"},
-		{16, LANE_MAX_DRAFT + 1, "--draft-max must be 0..16"},
+		{16, -1, "draft_max must be 0..16, not -1"},
+		{16, LANE_MAX_DRAFT + 1, "draft_max must be 0..16, not 17"},
 	};
 	char err[256];
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

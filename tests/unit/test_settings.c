@@ -1,10 +1,56 @@
 // tests: the CLI's settings table (src/cli/settings.c) — every default parses and sits in its
 // range, no command sees one spelling twice, the KV choices are the KV module's names, serve's
-// and plan's defaults are the libraries' own, and values out of range or unknown are refused.
+// and plan's defaults and ranges are the libraries' own, and values out of range or unknown are
+// refused.
 #include "t.h"
 #include "cli/settings.h"
 #include "kv/kv.h"
 #include "server/server.h"
+
+// serve's numbers that land in http_config or lane_config, each with what sets it there and the
+// smallest step past an end.
+#define SET(name, expr) static void name(http_config *c, double v) { expr; }
+SET(set_port, c->port = (int)v)
+SET(set_max_body, c->max_body = (size_t)v)
+SET(set_max_connections, c->max_connections = (int)v)
+SET(set_responses_store, c->responses_store = (int)v)
+SET(set_max_per_ip, c->max_per_ip = (int)v)
+SET(set_header_timeout, c->header_timeout_s = v)
+SET(set_idle_timeout, c->idle_timeout_s = (int)v)
+SET(set_http_threads, c->http_threads = (int)v)
+SET(set_max_output, c->max_output_bytes = (size_t)v)
+SET(set_max_tokenize, c->max_tokenize_bytes = (size_t)v)
+SET(set_max_lora, c->max_lora = (int)v)
+SET(set_learn_share, c->learn_share = v)
+SET(set_lanes, c->lanes.lanes = (int32_t)v)
+SET(set_ctx, c->lanes.ctx = (int32_t)v)
+SET(set_queue, c->lanes.queue = (int32_t)v)
+SET(set_piece, c->lanes.piece = (int32_t)v)
+SET(set_round_ms, c->lanes.round_ms = v)
+SET(set_draft_max, c->lanes.draft_max = (int32_t)v)
+static const struct {
+	const char *names;
+	void (*set)(http_config *c, double v);
+	double step;
+} lib_numbers[] = {
+	{"--port", set_port, 1}, {"--max-body", set_max_body, 1}, {"--max-connections", set_max_connections, 1},
+	{"--responses-store", set_responses_store, 1}, {"--max-connections-per-ip", set_max_per_ip, 1},
+	{"--header-timeout", set_header_timeout, 0.01}, {"--idle-timeout", set_idle_timeout, 1},
+	{"--http-threads", set_http_threads, 1}, {"--max-output-bytes", set_max_output, 1},
+	{"--max-tokenize-bytes", set_max_tokenize, 1}, {"--max-lora", set_max_lora, 1}, {"--learn-share", set_learn_share, 0.01},
+	{"--lanes", set_lanes, 1}, {"--ctx", set_ctx, 1}, {"--queue", set_queue, 1}, {"--piece", set_piece, 1},
+	{"--round-ms", set_round_ms, 0.0005}, {"--draft-max", set_draft_max, 1},
+};
+
+// Whether http_config_check takes v for the number lib_numbers[k] sets.
+static bool lib_takes(size_t k, double v) {
+	http_config c;
+	http_config_default(&c);
+	c.model_path = "x.gguf";
+	lib_numbers[k].set(&c, v);
+	char err[256];
+	return http_config_check(&c, err, sizeof err) == 0;
+}
 
 // Parses argv for a command named name (id) into s; the cli_setup return code.
 static int setup(enum cli_cmd id, const char *name, int argc, const char **argv, cli_settings *s) {
@@ -42,6 +88,22 @@ int main(void) {
 	CHECK(kv_type_parse(s.kv_type) == (int)hc.lanes.kv_type);
 	CHECK(!strcmp(s.draft_mode, "auto") && hc.lanes.draft == LANE_DRAFT_AUTO);
 	CHECK(s.lanes == 0 && !cli_given(&s, &s.lanes) && cli_given(&s, &s.model));
+
+	// serve's range of each number is exactly what the libraries take
+	for (size_t k = 0; k < sizeof lib_numbers / sizeof lib_numbers[0]; k++) {
+		const cli_setting *st = NULL;
+		for (int i = 0; i < cli_settings_count && !st; i++)
+			if (cli_settings_table[i].names && !strcmp(cli_settings_table[i].names, lib_numbers[k].names) &&
+			    (cli_settings_table[i].cmds & (1u << CMD_SERVE)))
+				st = &cli_settings_table[i];
+		CHECKF(st != NULL, "%s is a serve setting", lib_numbers[k].names);
+		if (!st) continue;
+		const char *n = lib_numbers[k].names;
+		CHECKF(lib_takes(k, st->min) && lib_takes(k, st->max), "%s: the library takes %g and %g", n, st->min, st->max);
+		CHECKF(!lib_takes(k, st->min - lib_numbers[k].step), "%s: the library refuses %g", n, st->min - lib_numbers[k].step);
+		if (st->max < INT32_MAX) // past INT32_MAX an int32_t field cannot say it
+			CHECKF(!lib_takes(k, st->max + lib_numbers[k].step), "%s: the library refuses %g", n, st->max + lib_numbers[k].step);
+	}
 
 	// given values land in their fields; out-of-range and unknown ones are refused
 	const char *run[] = {"run", "-m", "x.gguf", "--ids=1,2", "-n", "5", "--temp", "0.5", "--kv", "q8_0", "--seed", "0"};

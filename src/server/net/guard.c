@@ -71,8 +71,6 @@ int srv_guard_config_check(const http_config *cfg, char *err, size_t errlen) {
 		return LANES_EINVAL;
 	if (cfg->protect_control && !(cfg->api_key && *cfg->api_key))
 		return base_seterr(err, errlen, LANES_EINVAL, "--protect-control needs --api-key (the key it puts control reads behind)");
-	if (cfg->max_output_bytes < 1024 || cfg->max_tokenize_bytes < 16)
-		return base_seterr(err, errlen, LANES_EINVAL, "--max-output-bytes must be at least 1024 and --max-tokenize-bytes at least 16");
 	return 0;
 }
 
