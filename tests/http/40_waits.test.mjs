@@ -7,8 +7,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
-import { BIN, STORIES, TMP, KEY, startServer, postJSON, readSSE, sleep, waitIdle, waits, assertWaitsSettled } from './lib.mjs';
+import { BIN, STORIES, TMP, KEY, startServer, postJSON, sleep, waitIdle, waits, assertWaitsSettled } from './lib.mjs';
 
 const auth = { Authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 const DIR = path.join(TMP, 'waits-adapters');
@@ -70,13 +71,16 @@ async function parkedFor(kind) {
 
 for (const stream of [false, true]) {
 	test(`a client that leaves while its ${stream ? 'streamed' : 'non-streamed'} request waits for the engine ends it: lane freed, nothing parked`, async () => {
-		const ac = new AbortController();
 		const body = { prompt: 'Once upon a time', max_tokens: 100000, ignore_eos: true, stream };
-		const done = fetch(`${S.url}/v1/completions`, { method: 'POST', headers: auth, body: JSON.stringify(body), signal: ac.signal })
-			.then(async (r) => { if (stream) await readSSE(r, () => {}); else await r.text(); }, (e) => e);
+		// node:http, not fetch: an aborted fetch of Node.js 18 may keep its socket open, and a client still connected has not left
+		const req = http.request(`${S.url}/v1/completions`, { method: 'POST', headers: auth });
+		const closed = new Promise((resolve) => req.on('close', resolve));
+		req.on('error', () => {});
+		req.on('response', (res) => res.on('data', () => {}).on('error', () => {}));
+		req.end(JSON.stringify(body));
 		assert.ok(await parkedFor('engine'), 'the request waits for the engine');
-		ac.abort();
-		await done.catch(() => {});
+		req.destroy();
+		await closed;
 		assert.ok(await waitIdle(S.url) >= 0, 'its lane is free again');
 		await assertWaitsSettled(assert, S.url, ['engine']);
 		let log = '';
