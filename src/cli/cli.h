@@ -22,6 +22,9 @@ int cmd_logits(const cli_settings *s);
 int cmd_learn(const cli_settings *s);
 int cmd_bench(const cli_settings *s);
 int cmd_serve(const cli_settings *s);
+// {http_config's name of a setting, serve's flag}, ending with {NULL, NULL}: how the server's
+// messages name what `lanes serve` was given.
+extern const char *const cli_serve_flags[][2];
 int cmd_plan(const cli_settings *s);
 int cmd_pull(const cli_settings *s);
 int cmd_ls(const cli_settings *s);

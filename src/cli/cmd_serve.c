@@ -94,6 +94,29 @@ static int split_serve_lora(const char *arg, http_lora *l, char *buf, size_t len
 	return 0;
 }
 
+// The flag of each http_config setting the server's messages name (test_settings holds each
+// to a real serve flag).
+const char *const cli_serve_flags[][2] = {
+	{"host", "--host"}, {"port", "--port"}, {"api_key", "--api-key"}, {"max_body", "--max-body"},
+	{"reasoning_format", "--reasoning-format"}, {"max_connections", "--max-connections"},
+	{"max_per_ip", "--max-connections-per-ip"}, {"header_timeout_s", "--header-timeout"}, {"idle_timeout_s", "--idle-timeout"},
+	{"http_threads", "--http-threads"}, {"responses_store", "--responses-store"}, {"pooling", "--pooling"},
+	{"embeddings_only", "--embeddings"}, {"strict_params", "--strict-params"}, {"allowed_hosts", "--allowed-host"},
+	{"cors_origins", "--cors-origin"}, {"protect_control", "--protect-control"}, {"max_output_bytes", "--max-output-bytes"},
+	{"max_tokenize_bytes", "--max-tokenize-bytes"}, {"no_webui", "--no-webui"}, {"peers", "--peer"},
+	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
+	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"},
+	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
+	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
+	{NULL, NULL},
+};
+
+static const char *serve_flag(const char *field) {
+	for (int i = 0; cli_serve_flags[i][0]; i++)
+		if (!strcmp(cli_serve_flags[i][0], field)) return cli_serve_flags[i][1];
+	return NULL;
+}
+
 int cmd_serve(const cli_settings *s) {
 	if (s->price_fixed_us > 0 && s->price_row_us <= 0) return cli_usage_error(s, "--price-fixed-us needs --price-row-us");
 	if (!s->memory && s->window) return cli_usage_error(s, "--window needs --memory");
@@ -110,6 +133,7 @@ int cmd_serve(const cli_settings *s) {
 	}
 	http_config cfg;
 	http_config_default(&cfg);
+	cfg.setting_name = serve_flag;
 	const double drain_s = s->drain_s;
 	cfg.model_path = model_path;
 	cfg.host = s->host;

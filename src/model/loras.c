@@ -145,8 +145,7 @@ int model_loras_reserve(model_loras *r, const char *name, const char *path, floa
 		rc = base_seterr(err, errlen, LANES_EBUSY, "an adapter called '%s' is %s: DELETE it first, or send \"replace\": true", name,
 				 e->info.state == MODEL_LORAS_LOADING ? "loading" : "loaded");
 	} else if (r->n >= r->max) {
-		rc = base_seterr(err, errlen, LANES_ELIMIT, "%d adapters are loaded, the most this server holds (--max-lora %d): DELETE one first",
-				 r->n, r->max);
+		rc = base_seterr(err, errlen, LANES_ELIMIT, "%d adapters are loaded, the most it holds", r->n);
 	} else {
 		// the smallest number no loaded name has: ids run 0..n-1 as llama-server's list does
 		uint32_t id = 0;

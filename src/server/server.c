@@ -153,7 +153,7 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	if ((fl & SRV_R_MUTATE) && s->mutations_closed)
 		return srv_fail(e, SRV_E_FORBIDDEN, NULL,
 				"adapter, learning and model-cache changes are refused on a server open to the network without a key: start it with "
-				"--api-key KEY (or --allow-unauthenticated-mutations)");
+				"%s KEY (or %s)", HTTP_SETTING(&s->cfg, api_key), HTTP_SETTING(&s->cfg, allow_unauth_mutations));
 	const char *cl = srv_header(c, "Content-Length");
 	if (cl) {
 		char *end;
@@ -167,7 +167,8 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 	if ((fl & SRV_R_MODEL) && (st == HTTP_LOADING || st == HTTP_FAILED))
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the model is loading: retry shortly");
 	if ((fl & SRV_R_GEN) && s->cfg.embeddings_only)
-		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "this server serves embeddings only (--embeddings): use /v1/embeddings");
+		return srv_fail(e, SRV_E_BAD_REQUEST, NULL, "this server serves embeddings only (%s): use /v1/embeddings",
+				HTTP_SETTING(&s->cfg, embeddings_only));
 	// a draining server with peers still takes generation requests, to forward them
 	if ((fl & SRV_R_GEN) && st == HTTP_DRAINING && !srv_grid_may_forward(s))
 		return srv_fail(e, SRV_E_UNAVAILABLE, NULL, "the server is draining: retry shortly");
@@ -353,7 +354,7 @@ static int fit_connections(http_config *cfg, int n_slots, char *err, size_t errl
 	}
 	if (cfg->max_connections > room)
 		return base_seterr(err, errlen, LANES_EINVAL,
-				   "--max-connections %d needs %d open files, and the limit is %llu (ulimit -n)",
+				   "%s %d needs %d open files, and the limit is %llu (ulimit -n)", HTTP_SETTING(cfg, max_connections),
 				   cfg->max_connections, cfg->max_connections + n_slots + FD_RESERVE, (unsigned long long)rl.rlim_cur);
 	return 0;
 }
@@ -384,6 +385,11 @@ static const struct {
 	NUM(learn_share, NUM_DOUBLE, HTTP_RANGE_LEARN_SHARE),
 };
 
+const char *http_setting_name(const http_config *cfg, const char *field) {
+	const char *n = cfg->setting_name ? cfg->setting_name(field) : NULL;
+	return n ? n : field;
+}
+
 int http_config_check(const http_config *cfg, char *err, size_t errlen) {
 	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: model_path is empty");
 	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
@@ -393,7 +399,8 @@ int http_config_check(const http_config *cfg, char *err, size_t errlen) {
 		else if (nums[i].kind == NUM_SIZE) v = (double)*(const size_t *)p;
 		else v = *(const double *)p;
 		if (!(v >= nums[i].lo && v <= nums[i].hi))
-			return base_seterr(err, errlen, LANES_EINVAL, "%s must be %.15g..%.15g, not %.15g", nums[i].name, nums[i].lo, nums[i].hi, v);
+			return base_seterr(err, errlen, LANES_EINVAL, "%s must be %.15g..%.15g, not %.15g", http_setting_name(cfg, nums[i].name),
+					   nums[i].lo, nums[i].hi, v);
 	}
 	if (lane_config_check(&cfg->lanes, err, errlen) || srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
 	return 0;
@@ -405,8 +412,8 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	const bool reason_auto = !cfg->reasoning_format || !strcmp(cfg->reasoning_format, "auto");
 	const reason_format *reason_named = NULL;
 	if (!reason_auto && reason_format_named(cfg->reasoning_format, &reason_named))
-		return base_seterr(err, errlen, LANES_EINVAL, "--reasoning-format must be auto, none or one of %s, got '%s'",
-				   reason_format_names(), cfg->reasoning_format);
+		return base_seterr(err, errlen, LANES_EINVAL, "%s must be auto, none or one of %s, got '%s'",
+				   HTTP_SETTING(cfg, reasoning_format), reason_format_names(), cfg->reasoning_format);
 	http_server *s = calloc(1, sizeof *s);
 	if (!s) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	s->cfg = *cfg;
@@ -483,7 +490,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	sa.sin_port = htons((uint16_t)cfg->port);
 	if (inet_pton(AF_INET, s->host_addr, &sa.sin_addr) != 1) {
 		http_server_free(s);
-		return base_seterr(err, errlen, LANES_EINVAL, "--host must be an IPv4 address, got '%s'", cfg->host);
+		return base_seterr(err, errlen, LANES_EINVAL, "%s must be an IPv4 address, got '%s'", HTTP_SETTING(cfg, host), cfg->host);
 	}
 	if (srv_http_start(s, &hooks, err, errlen)) {
 		http_server_free(s);
@@ -496,8 +503,9 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	// loopback is 127.0.0.0/8: any other address lets the network in
 	s->mutations_closed = (ntohl(sa.sin_addr.s_addr) >> 24) != 127 && !s->api_key && !cfg->allow_unauth_mutations;
 	if (s->mutations_closed)
-		LOG_WARN(SRV_MOD, "listening on %s without --api-key: adapter, learning and model-cache changes are refused (403); give --api-key KEY, "
-				  "or --allow-unauthenticated-mutations to take them from anyone", s->host_addr);
+		LOG_WARN(SRV_MOD, "listening on %s without %s: adapter, learning and model-cache changes are refused (403); give %s KEY, "
+				  "or %s to take them from anyone", s->host_addr, HTTP_SETTING(cfg, api_key), HTTP_SETTING(cfg, api_key),
+			 HTTP_SETTING(cfg, allow_unauth_mutations));
 	LOG_DEBUG(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
 	if (pthread_create(&s->loader, NULL, loader, s)) {

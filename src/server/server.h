@@ -50,6 +50,9 @@ typedef struct {
 } http_lora;
 
 typedef struct {
+	// How messages name a setting, given as spelt here ("max_body", "lanes.queue"): NULL, by
+	// that spelling; `lanes serve` names its flags.
+	const char *(*setting_name)(const char *field);
 	const char *model_path;     // GGUF file, loaded in the background after listening starts
 	const char *host;           // listen address (default "127.0.0.1")
 	int port;                   // 0: any free port (see http_server_port)
@@ -122,6 +125,10 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 // guards' entries. 0, or LANES_EINVAL with err naming the field (as http_config spells it).
 // Thread-safe; http_server_new calls it first.
 int http_config_check(const http_config *cfg, char *err, size_t errlen);
+// What messages call cfg's setting field (cfg->setting_name's answer, else field). Thread-safe.
+const char *http_setting_name(const http_config *cfg, const char *field);
+// The same for a member of http_config (or of its lanes), checked when compiled: HTTP_SETTING(cfg, no_webui).
+#define HTTP_SETTING(cfg, member) ((void)sizeof((cfg)->member), http_setting_name((cfg), #member))
 // Stops listening, ends every connection, joins the loader and frees everything. Accepts NULL.
 void http_server_free(http_server *s);
 

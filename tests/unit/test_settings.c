@@ -3,6 +3,7 @@
 // and plan's defaults and ranges are the libraries' own, and values out of range or unknown are
 // refused.
 #include "t.h"
+#include "cli/cli.h"
 #include "cli/settings.h"
 #include "kv/kv.h"
 #include "server/server.h"
@@ -104,6 +105,25 @@ int main(void) {
 		if (st->max < INT32_MAX) // past INT32_MAX an int32_t field cannot say it
 			CHECKF(!lib_takes(k, st->max + lib_numbers[k].step), "%s: the library refuses %g", n, st->max + lib_numbers[k].step);
 	}
+
+	// the server names its settings as http_config spells them, and as serve's flags under lanes serve
+	for (int i = 0; cli_serve_flags[i][0]; i++) {
+		bool found = false;
+		for (int k = 0; k < cli_settings_count && !found; k++) {
+			const cli_setting *st = &cli_settings_table[k];
+			if (!st->names || !(st->cmds & (1u << CMD_SERVE))) continue;
+			const char *at = strstr(st->names, cli_serve_flags[i][1]);
+			const size_t n = strlen(cli_serve_flags[i][1]);
+			found = at && (at == st->names || at[-1] == '|') && (at[n] == 0 || at[n] == '|');
+		}
+		CHECKF(found, "%s names %s, a serve flag", cli_serve_flags[i][0], cli_serve_flags[i][1]);
+	}
+	http_config_default(&hc);
+	hc.model_path = "x.gguf";
+	hc.port = 70000;
+	CHECK(http_config_check(&hc, err, sizeof err) == LANES_EINVAL);
+	CHECKF(!strcmp(err, "port must be 0..65535, not 70000"), "%s", err);
+	CHECK(!strcmp(HTTP_SETTING(&hc, lanes.queue), "lanes.queue"));
 
 	// given values land in their fields; out-of-range and unknown ones are refused
 	const char *run[] = {"run", "-m", "x.gguf", "--ids=1,2", "-n", "5", "--temp", "0.5", "--kv", "q8_0", "--seed", "0"};

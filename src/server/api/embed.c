@@ -112,7 +112,8 @@ static int read_inputs(http_server *s, json_t *in, const char *name, bool trunca
 	const size_t most = (size_t)lc->lanes + (size_t)lc->queue;
 	if (n > most)
 		return srv_fail(e, SRV_E_BAD_REQUEST, name,
-				"%s has %zu items: this server takes at most %zu per request (--lanes plus --queue)", name, n, most);
+				"%s has %zu items: this server takes at most %zu per request (%s plus %s)", name, n, most,
+				HTTP_SETTING(&s->cfg, lanes.lanes), HTTP_SETTING(&s->cfg, lanes.queue));
 	g->prompts = calloc(n, sizeof *g->prompts);
 	g->n_prompts = calloc(n, sizeof *g->n_prompts);
 	if (!g->prompts || !g->n_prompts) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
@@ -253,10 +254,10 @@ static int reply_size_check(http_server *s, const embed_req *r, int32_t E, srv_e
 	const uint64_t bytes = vectors * (uint64_t)(r->dimensions > 0 ? r->dimensions : E) * (r->base64 ? 6 : 24);
 	if (bytes <= s->cfg.max_output_bytes) return 0;
 	return srv_fail(e, SRV_E_BAD_REQUEST, r->shape == EMB_OLLAMA_LEGACY ? "prompt" : "input",
-			"%llu vectors of %d values would take about %llu bytes, more than a reply may hold (%zu, --max-output-bytes): "
+			"%llu vectors of %d values would take about %llu bytes, more than a reply may hold (%zu, %s): "
 			"send fewer or shorter inputs%s",
 			(unsigned long long)vectors, r->dimensions > 0 ? r->dimensions : E, (unsigned long long)bytes,
-			s->cfg.max_output_bytes, r->base64 || s->pooling == LANE_EMBED_NONE ? "" : ", or base64");
+			s->cfg.max_output_bytes, HTTP_SETTING(&s->cfg, max_output_bytes), r->base64 || s->pooling == LANE_EMBED_NONE ? "" : ", or base64");
 }
 
 static void embed_run(srv_conn *c, enum embed_shape shape) {
@@ -284,7 +285,8 @@ static void embed_run(srv_conn *c, enum embed_shape shape) {
 	r->base64 = r->encoding_format && !strcmp(r->encoding_format, "base64");
 	if (!rc && s->pooling == LANE_EMBED_NONE && (r->base64 || shape != EMB_OPENAI))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, r->base64 ? "encoding_format" : NULL,
-			      "with --pooling none a text gets a vector per token: only /v1/embeddings with float encoding sends them");
+			      "with %s none a text gets a vector per token: only /v1/embeddings with float encoding sends them",
+			      HTTP_SETTING(&s->cfg, pooling));
 	if (!rc && r->dims && (!json_is_integer(r->dims) || json_integer_value(r->dims) < 1 || json_integer_value(r->dims) > E))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "dimensions", "dimensions must be an integer between 1 and %d (the model's width)", E);
 	if (!rc && r->dims) r->dimensions = (int32_t)json_integer_value(r->dims);

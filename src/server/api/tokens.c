@@ -38,8 +38,8 @@ static const srv_field detokenize_fields[] = {
 static int small_enough(srv_conn *c, srv_err *e) {
 	size_t lim = c->s->cfg.max_tokenize_bytes;
 	if (c->body.len <= lim) return 0;
-	return srv_fail(e, SRV_E_TOO_LARGE, NULL, "the body of %s (%zu bytes) is larger than its limit of %zu bytes (--max-tokenize-bytes)",
-			c->path, c->body.len, lim);
+	return srv_fail(e, SRV_E_TOO_LARGE, NULL, "the body of %s (%zu bytes) is larger than its limit of %zu bytes (%s)", c->path,
+			c->body.len, lim, HTTP_SETTING(&c->s->cfg, max_tokenize_bytes));
 }
 
 void srv_tokenize(srv_conn *c) {

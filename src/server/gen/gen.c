@@ -208,9 +208,10 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	if (entries > (int64_t)(s->cfg.max_output_bytes / SRV_LOGPROB_BYTES))
 		return srv_fail(e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, LANE_F_MAX_TOKENS),
 				"n (%d) x %s (%d) x (1 + top_logprobs %d) log-probability entries could take %lld bytes, more than "
-				"a reply may hold (%zu, --max-output-bytes): lower one of them, or stream",
+				"a reply may hold (%zu, %s): lower one of them, or stream",
 				g->n, lane_api_name(&g->api, LANE_F_MAX_TOKENS), g->lr.max_tokens > 0 ? g->lr.max_tokens : s->max_ctx,
-				g->lr.top_logprobs, (long long)entries * SRV_LOGPROB_BYTES, s->cfg.max_output_bytes);
+				g->lr.top_logprobs, (long long)entries * SRV_LOGPROB_BYTES, s->cfg.max_output_bytes,
+				HTTP_SETTING(&s->cfg, max_output_bytes));
 	return 0;
 }
 
@@ -737,8 +738,8 @@ static void pump(srv_call *c) {
 				if (!c->g.stream && c->out_bytes > s->cfg.max_output_bytes) {
 					c->failed = c->too_big = true;
 					snprintf(c->fail_reason, sizeof c->fail_reason,
-						 "the reply passed the %zu bytes it may hold (--max-output-bytes): lower %s or n, or stream",
-						 s->cfg.max_output_bytes, lane_api_name(&c->g.api, LANE_F_MAX_TOKENS));
+						 "the reply passed the %zu bytes it may hold (%s): lower %s or n, or stream", s->cfg.max_output_bytes,
+						 HTTP_SETTING(&s->cfg, max_output_bytes), lane_api_name(&c->g.api, LANE_F_MAX_TOKENS));
 				}
 				continue;
 			}

@@ -26,7 +26,7 @@ int srv_reason_load(http_server *s, char *err, size_t errlen) {
 	memcpy(s->think_end, ids, n * sizeof *ids);
 	s->n_think_end = (int32_t)n;
 	free(ids);
-	LOG_INFO("server", "reasoning: %s (%s), thinking in %s ... %s", s->reason->name, s->reason_auto ? "the chat template's" : "--reasoning-format",
+	LOG_INFO("server", "reasoning: %s (%s), thinking in %s ... %s", s->reason->name, s->reason_auto ? "the chat template's" : HTTP_SETTING(&s->cfg, reasoning_format),
 		 s->reason->open, s->reason->close);
 	return 0;
 }

@@ -943,15 +943,17 @@ void srv_grid_done(srv_conn *c) {
 int srv_grid_start(http_server *s, char *err, size_t errlen) {
 	const http_config *cfg = &s->cfg;
 	if (cfg->n_peers < 0 || cfg->n_peers > SRV_GRID_MAX_PEERS)
-		return base_seterr(err, errlen, LANES_EINVAL, "at most %d --peer", SRV_GRID_MAX_PEERS);
-	if (cfg->overflow_queue < 0) return base_seterr(err, errlen, LANES_EINVAL, "--overflow-queue must be at least 0");
+		return base_seterr(err, errlen, LANES_EINVAL, "at most %d %s", SRV_GRID_MAX_PEERS, HTTP_SETTING(cfg, peers));
+	if (cfg->overflow_queue < 0)
+		return base_seterr(err, errlen, LANES_EINVAL, "%s must be at least 0", HTTP_SETTING(cfg, overflow_queue));
 	if (cfg->peer_poll_ms < 10 || cfg->peer_poll_ms > MAX_LIMIT_MS || cfg->peer_timeout_ms < 10 || cfg->peer_timeout_ms > MAX_LIMIT_MS)
-		return base_seterr(err, errlen, LANES_EINVAL, "--peer-poll-ms and --peer-timeout-ms must be 10..%d", MAX_LIMIT_MS);
+		return base_seterr(err, errlen, LANES_EINVAL, "%s and %s must be 10..%d", HTTP_SETTING(cfg, peer_poll_ms),
+				   HTTP_SETTING(cfg, peer_timeout_ms), MAX_LIMIT_MS);
 	for (int i = 0; i < cfg->n_peers; i++) {
 		const char *u = cfg->peers[i];
 		const size_t n = strlen(u);
 		if ((strncmp(u, "http://", 7) && strncmp(u, "https://", 8)) || n > 200 || strpbrk(u, " \r\n\t?#\"\\"))
-			return base_seterr(err, errlen, LANES_EINVAL, "--peer '%.200s': give a base URL, http://HOST:PORT", u);
+			return base_seterr(err, errlen, LANES_EINVAL, "%s '%.200s': give a base URL, http://HOST:PORT", HTTP_SETTING(cfg, peers), u);
 	}
 	if (!cfg->n_peers) return 0;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT)) return base_seterr(err, errlen, LANES_EIO, "cannot start libcurl");

@@ -266,8 +266,8 @@ int srv_ignored_refuse(srv_conn *c, srv_err *e) {
 	char first[96];
 	const char *comma = strchr(c->ignored.names, ',');
 	snprintf(first, sizeof first, "%.*s", comma ? (int)(comma - c->ignored.names) : (int)c->ignored.len, c->ignored.names);
-	return srv_fail(e, SRV_E_BAD_REQUEST, first, "unsupported parameter%s (--strict-params refuses what lanes accepts and ignores): %s",
-			comma ? "s" : "", c->ignored.names);
+	return srv_fail(e, SRV_E_BAD_REQUEST, first, "unsupported parameter%s (%s refuses what lanes accepts and ignores): %s",
+			comma ? "s" : "", HTTP_SETTING(&c->s->cfg, strict_params), c->ignored.names);
 }
 
 // r (destroyed here) queued with the common headers; without r, or when libmicrohttpd takes

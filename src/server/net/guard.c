@@ -64,13 +64,14 @@ static bool origin_entry_ok(const char *p, size_t n) {
 }
 
 int srv_guard_config_check(const http_config *cfg, char *err, size_t errlen) {
-	if (each_entry(cfg->allowed_hosts, cfg->n_allowed_hosts, host_entry_ok, "--allowed-host",
+	if (each_entry(cfg->allowed_hosts, cfg->n_allowed_hosts, host_entry_ok, HTTP_SETTING(cfg, allowed_hosts),
 		       "a host name or address without a port (every port is allowed), or *", err, errlen) ||
-	    each_entry(cfg->cors_origins, cfg->n_cors_origins, origin_entry_ok, "--cors-origin",
+	    each_entry(cfg->cors_origins, cfg->n_cors_origins, origin_entry_ok, HTTP_SETTING(cfg, cors_origins),
 		       "an origin such as http://localhost:3000 (scheme://host[:port], no path), null or *", err, errlen))
 		return LANES_EINVAL;
 	if (cfg->protect_control && !(cfg->api_key && *cfg->api_key))
-		return base_seterr(err, errlen, LANES_EINVAL, "--protect-control needs --api-key (the key it puts control reads behind)");
+		return base_seterr(err, errlen, LANES_EINVAL, "%s needs %s (the key it puts control reads behind)", HTTP_SETTING(cfg, protect_control),
+				   HTTP_SETTING(cfg, api_key));
 	return 0;
 }
 
@@ -186,8 +187,8 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 		if (!n || !host_allowed(s, host, n)) {
 			srv_fail(e, SRV_E_FORBIDDEN, NULL,
 				 "the Host header '%.100s' is not a name of this server (a guard against DNS rebinding): "
-				 "start it with --allowed-host %.*s to answer to that name",
-				 host, n ? (int)n : 0, host);
+				 "start it with %s %.*s to answer to that name",
+				 host, HTTP_SETTING(&s->cfg, allowed_hosts), n ? (int)n : 0, host);
 			snprintf(e->code, sizeof e->code, "host_not_allowed");
 			return -1;
 		}
@@ -196,9 +197,8 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	if (origin && !same_origin(origin, host)) {
 		if (!list_has(s->cfg.cors_origins, s->cfg.n_cors_origins, origin, strlen(origin))) {
 			srv_fail(e, SRV_E_FORBIDDEN, NULL,
-				 "cross-origin requests are refused: start the server with --cors-origin %.100s to allow pages of "
-				 "that origin",
-				 origin);
+				 "cross-origin requests are refused: start the server with %s %.100s to allow pages of that origin",
+				 HTTP_SETTING(&s->cfg, cors_origins), origin);
 			snprintf(e->code, sizeof e->code, "origin_not_allowed");
 			return -1;
 		}
@@ -206,7 +206,8 @@ int srv_guard(srv_conn *c, const char *url, const char *method, srv_err *e) {
 	}
 	if (s->cfg.protect_control && is_control(url) && !srv_authorized(c)) {
 		if (strcmp(url, "/health"))
-			return srv_fail(e, SRV_E_AUTH, NULL, "invalid API key: control reads need it (--protect-control); send Authorization: Bearer KEY");
+			return srv_fail(e, SRV_E_AUTH, NULL, "invalid API key: control reads need it (%s); send Authorization: Bearer KEY",
+					HTTP_SETTING(&s->cfg, protect_control));
 		c->bare = true;
 	}
 	char why[128];

@@ -457,7 +457,8 @@ static void sock_error(int fd, enum srv_family f, int status, const srv_err *e, 
 }
 
 static void timeout_error(http_server *s, srv_err *e) {
-	srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request did not arrive within %g s (--header-timeout)", s->cfg.header_timeout_s);
+	srv_fail(e, SRV_E_BAD_REQUEST, NULL, "the request did not arrive within %g s (%s)", s->cfg.header_timeout_s,
+		 HTTP_SETTING(&s->cfg, header_timeout_s));
 }
 
 // The gate's own reply, then the client's bytes are read and dropped until it closes, so that
@@ -565,8 +566,8 @@ static void gate_accept(http_server *s) {
 			pthread_mutex_unlock(&g->mu);
 			if (k) {
 				srv_err e;
-				srv_fail(&e, SRV_E_BUSY, NULL, "too many connections from this address (--max-connections-per-ip %d): retry shortly",
-					 s->cfg.max_per_ip);
+				srv_fail(&e, SRV_E_BUSY, NULL, "too many connections from this address (%s %d): retry shortly",
+					 HTTP_SETTING(&s->cfg, max_per_ip), s->cfg.max_per_ip);
 				sock_error(fd, SRV_OPENAI, 429, &e, false);
 			}
 			close(fd);

@@ -71,32 +71,40 @@ static void load_job(void *arg, bool stopping) {
 	srv_wake(j->conn, SRV_WAIT_LOAD); // the connection answers from the job
 }
 
+// What follows the registry's refusal rc: for want of room (LANES_ELIMIT), the setting that bounds it.
+static const char *full_hint(http_server *s, int rc, char hint[96]) {
+	hint[0] = 0;
+	if (rc == LANES_ELIMIT) snprintf(hint, 96, " (%s %d): DELETE one first", HTTP_SETTING(&s->cfg, max_lora), s->cfg.max_lora);
+	return hint;
+}
+
 // Adapter i given at start, NAME=PATH[:SCALE] already split.
 static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 	const http_lora *l = &s->cfg.loras[i];
 	if (!strcmp(l->name, s->model_id))
-		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the name is the base model's", l->name);
+		return base_seterr(err, errlen, LANES_EINVAL, "%s %s: the name is the base model's", HTTP_SETTING(&s->cfg, loras), l->name);
 	for (int k = 0; k < i; k++)
 		if (!strcmp(s->cfg.loras[k].name, l->name))
-			return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: two adapters have that name", l->name);
+			return base_seterr(err, errlen, LANES_EINVAL, "%s %s: two adapters have that name", HTTP_SETTING(&s->cfg, loras), l->name);
 	if (!(fabsf(l->scale) <= MODEL_LORA_SCALE_MAX))
-		return base_seterr(err, errlen, LANES_EINVAL, "--lora %s: the scale must be between -%d and %d", l->name,
+		return base_seterr(err, errlen, LANES_EINVAL, "%s %s: the scale must be between -%d and %d", HTTP_SETTING(&s->cfg, loras), l->name,
 				   MODEL_LORA_SCALE_MAX, MODEL_LORA_SCALE_MAX);
 	lora_job j = {.scale = l->scale};
 	snprintf(j.name, sizeof j.name, "%s", l->name);
 	snprintf(j.path, sizeof j.path, "%s", l->path);
-	char why[256];
+	char why[256], hint[96];
 	int rc = model_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
-	if (rc) return base_seterr(err, errlen, rc, "--lora %s=%s: %s", l->name, l->path, why);
+	if (rc) return base_seterr(err, errlen, rc, "%s %s=%s: %s%s", HTTP_SETTING(&s->cfg, loras), l->name, l->path, why, full_hint(s, rc, hint));
 	run_load(s, &j);
-	if (j.rc) return base_seterr(err, errlen, j.rc, "--lora %s: %s", l->name, j.err);
+	if (j.rc) return base_seterr(err, errlen, j.rc, "%s %s: %s", HTTP_SETTING(&s->cfg, loras), l->name, j.err);
 	return 0;
 }
 
 int srv_adapters_start(http_server *s, char *err, size_t errlen) {
 	if (model_loras_new(&s->loras, s->m, s->cfg.max_lora)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (s->cfg.n_loras > s->cfg.max_lora)
-		return base_seterr(err, errlen, LANES_EINVAL, "%d --lora adapters, more than --max-lora %d", s->cfg.n_loras, s->cfg.max_lora);
+		return base_seterr(err, errlen, LANES_EINVAL, "%d %s adapters, more than %s %d", s->cfg.n_loras, HTTP_SETTING(&s->cfg, loras),
+				   HTTP_SETTING(&s->cfg, max_lora), s->cfg.max_lora);
 	for (int i = 0; i < s->cfg.n_loras; i++) {
 		int rc = load_at_start(s, i, err, errlen);
 		if (rc) return rc;
@@ -178,11 +186,11 @@ void srv_adapters_list(srv_conn *c) {
 int srv_adapter_file(http_server *s, const char *path, const char *file, const char *name, char out[BASE_NAME_MAX + 1], srv_err *e) {
 	if (path)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "path",
-				"paths are not taken over HTTP: put the file in the server's adapters folder (--adapters-dir) and "
-				"name it with \"file\"");
+				"paths are not taken over HTTP: put the file in the server's adapters folder (%s) and name it with \"file\"",
+				HTTP_SETTING(&s->cfg, adapters_dir));
 	if (s->adapters_dfd < 0)
-		return srv_fail(e, SRV_E_CONFLICT, "file", "this server has no adapters folder (--adapters-dir): adapters load and save "
-				"over HTTP only there");
+		return srv_fail(e, SRV_E_CONFLICT, "file", "this server has no adapters folder (%s): adapters load and save over HTTP only there",
+				HTTP_SETTING(&s->cfg, adapters_dir));
 	if (!file && name && strlen(name) + 5 <= BASE_NAME_MAX) {
 		snprintf(out, BASE_NAME_MAX + 1, "%s.gguf", name);
 		file = out;
@@ -280,11 +288,11 @@ void srv_adapters_load(srv_conn *c) {
 	job->replace = r.replace;
 	json_decref(j);
 	j = NULL;
-	char err[256];
+	char err[256], hint[96];
 	int rc = model_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
 	if (rc) {
 		free(job);
-		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s", err);
+		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s%s", err, full_hint(s, rc, hint));
 		goto fail;
 	}
 	job->s = s;

@@ -17,7 +17,7 @@ static int take(srv_conn *c, lane_experts *out, bool reset, srv_err *e) {
 	http_server *s = c->s;
 	if (!lane_host_observes_experts(s->host))
 		return model_hparams_of(s->m)->n_experts
-			       ? srv_fail(e, SRV_E_NOT_FOUND, NULL, "the expert observer is off (--experts off)")
+			       ? srv_fail(e, SRV_E_NOT_FOUND, NULL, "the expert observer is off (%s off)", HTTP_SETTING(&c->s->cfg, lanes.experts))
 			       : srv_fail(e, SRV_E_NOT_FOUND, NULL, "the model %s has no experts: /v1/experts reports on mixture-of-experts models",
 					  s->model_id);
 	if (lane_experts_init(s->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");

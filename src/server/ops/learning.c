@@ -32,7 +32,7 @@ static learn_live *learner(http_server *s) {
 // 404 when learning is off on this server; else the learner.
 static learn_live *learner_or_fail(http_server *s, srv_err *e) {
 	learn_live *l = learner(s);
-	if (!l) srv_fail(e, SRV_E_NOT_FOUND, NULL, "learning is off on this server: start it with --learn-share above 0");
+	if (!l) srv_fail(e, SRV_E_NOT_FOUND, NULL, "learning is off on this server: start it with %s above 0", HTTP_SETTING(&s->cfg, learn_share));
 	return l;
 }
 

@@ -26,7 +26,7 @@ void srv_webui(srv_conn *c) {
 	const char *url = c->path;
 	if (c->s->cfg.no_webui) {
 		srv_err e;
-		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "the web page is off (--no-webui)");
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "the web page is off (%s)", HTTP_SETTING(&c->s->cfg, no_webui));
 		srv_reply_error(c, &e);
 		return;
 	}
