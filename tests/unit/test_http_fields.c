@@ -55,7 +55,7 @@ static void test_refuse(void) {
 	srv_ignored_add(c, "output_config.effort");
 	CHECK(srv_ignored_refuse(c, &e) == -1 && e.kind == SRV_E_BAD_REQUEST);
 	CHECKF(!strcmp(e.param, "context_management"), "%s", e.param);
-	CHECKF(strstr(e.msg, "unsupported parameters") && strstr(e.msg, "--strict-params") &&
+	CHECKF(strstr(e.msg, "unsupported parameters") && strstr(e.msg, "(strict_params refuses") &&
 		       strstr(e.msg, "context_management,output_config.effort"), "%s", e.msg);
 }
 
