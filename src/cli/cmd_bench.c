@@ -27,11 +27,14 @@ static int32_t bench_token(const model *m, int64_t i) {
 	return (int32_t)(splitmix64((uint64_t)i) % (uint64_t)model_hparams_of(m)->n_vocab);
 }
 
-// Seconds for one pass over n prompt tokens; -1 on error.
-static double run_pp(bench_ctx *b, int64_t n) {
+static int fill_depth(bench_ctx *b, int64_t depth);
+
+// Seconds for one pass over n prompt tokens after a context of depth tokens; -1 on error.
+static double run_pp(bench_ctx *b, int64_t depth, int64_t n) {
 	char err[256];
-	kv_seq_clear(b->kv, 0);
-	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, i), (int32_t)i, 0, i == n - 1, NULL};
+	if (!depth) kv_seq_clear(b->kv, 0);
+	else if (fill_depth(b, depth)) return -1;
+	for (int64_t i = 0; i < n; i++) b->rows[i] = (model_row){bench_token(b->m, depth + i), (int32_t)(depth + i), 0, i == n - 1, NULL};
 	uint64_t t0 = base_now_ns();
 	if (model_forward(b->m, b->kv, b->pool, b->rows, n, b->logits, err, sizeof err)) {
 		cli_err("%s", err);
@@ -59,11 +62,11 @@ static double run_tg(bench_ctx *b, int64_t n, double *fastest) {
 	return (base_now_ns() - t0) / 1e9;
 }
 
-// Seconds for n single-token passes after a context of depth tokens (filled once, in pieces of
-// 512, and cut back to depth before each repetition); -1 on error.
 static double fill_tps; // tokens/s of the last depth fill
 
-static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
+// A context of depth tokens in the KV: filled once, in pieces of 512 (as an agent's prompt
+// arrives), and cut back to depth for each later use. 0, or -1 on error.
+static int fill_depth(bench_ctx *b, int64_t depth) {
 	char err[256];
 	if (kv_seq_len(b->kv, 0) < depth) {
 		const uint64_t f0 = base_now_ns();
@@ -80,6 +83,13 @@ static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
 		LOG_INFO("bench", "filled %lld tokens in pieces of 512: %.2f tok/s", (long long)depth, fill_tps);
 	}
 	kv_seq_truncate(b->kv, 0, depth);
+	return 0;
+}
+
+// Seconds for n single-token passes after a context of depth tokens; -1 on error.
+static double run_tg_depth(bench_ctx *b, int64_t depth, int64_t n) {
+	char err[256];
+	if (fill_depth(b, depth)) return -1;
 	uint64_t t0 = base_now_ns();
 	for (int64_t i = 0; i < n; i++) {
 		model_row r = {bench_token(b->m, depth + i), (int32_t)(depth + i), 0, true, NULL};
@@ -204,7 +214,7 @@ int cmd_bench(const cli_settings *set) {
 	b.m = m;
 	const model_hparams *hp = model_hparams_of(m);
 	if (cli_threads(threads, &b.pool)) goto out;
-	const int64_t ctx = (n_pp > n_tg + depth ? n_pp : n_tg + depth) + 1;
+	const int64_t ctx = (n_pp > n_tg ? n_pp : n_tg) + depth + 1;
 	kv_config kc = model_kv_config(m, kvt, 1, (int32_t)ctx, 16);
 	if (kv_new(&b.kv, &kc, err, sizeof err)) {
 		cli_err("%s", err);
@@ -229,10 +239,10 @@ int cmd_bench(const cli_settings *set) {
 	for (int64_t r = 0; r < reps; r++) {
 		double s;
 		if (n_pp) {
-			if ((s = run_pp(&b, n_pp)) < 0) goto out;
+			if ((s = run_pp(&b, depth, n_pp)) < 0) goto out;
 			pp[r] = (bench_rep){n_pp, s, n_pp / s};
-			LOG_INFO("bench", "pp%lld rep %lld: %lld tokens in %.6f s = %.2f tok/s", (long long)n_pp, (long long)r + 1,
-				 (long long)n_pp, s, pp[r].tps);
+			LOG_INFO("bench", "pp%lld at depth %lld rep %lld: %lld tokens in %.6f s = %.2f tok/s", (long long)n_pp, (long long)depth,
+				 (long long)r + 1, (long long)n_pp, s, pp[r].tps);
 		}
 		if (n_tg && depth) {
 			if ((s = run_tg_depth(&b, depth, n_tg)) < 0) goto out;
@@ -287,7 +297,8 @@ int cmd_bench(const cli_settings *set) {
 		       "|---|---|---|---|---|---|---|---|---|---|\n");
 		char test[64];
 		if (n_pp) {
-			snprintf(test, sizeof test, "pp%lld", (long long)n_pp);
+			if (depth) snprintf(test, sizeof test, "pp%lld @ %lld", (long long)n_pp, (long long)depth);
+			else snprintf(test, sizeof test, "pp%lld", (long long)n_pp);
 			printf("| %s | %s | %s | %s | %d | %s | %.2f | %.2f | %.2f | %.2f ± %.2f |\n", base, type, act, kname, nth, test,
 			       pst.median, pst.min, pst.max, pst.mean, pst.sd);
 		}

@@ -102,7 +102,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "-r|--repetitions", .kind = SET_INT, .field = F(reps), .dflt = "3", .min = 1, .max = 1000, .meta = "R",
 	 .cmds = B(BENCH), .help = "repetitions"},
 	{.names = "-d|--depth", .kind = SET_INT, .field = F(depth), .dflt = "0", .min = 0, .max = 1 << 22, .meta = "D",
-	 .cmds = B(BENCH), .help = "generate after a context of D tokens (attention as LANES_ATTN says)"},
+	 .cmds = B(BENCH), .help = "the prompt pass and the decode after a context of D tokens, filled once in pieces of 512, as llama-bench -d (attention as LANES_ATTN says)"},
 	{.names = "--concurrent", .kind = SET_INT, .field = F(concurrent), .dflt = "0", .min = 0, .max = 1024, .meta = "M",
 	 .cmds = B(BENCH), .help = "M requests at once through the lane host: aggregate tok/s, latency (0 = off)"},
 	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), .min = 1, .max = 64, .meta = "N", .cmds = B(BENCH),

@@ -88,6 +88,10 @@ why=$(printf '%s' "$jb" | node -e '
 same "$why" "" "bench --json: $jb"
 tb=$("$BIN" bench -m "$M" -p 16 -n 8 -r 2 --threads 1 2>/dev/null)
 case "$tb" in *"| kernels | threads | test | t/s median | min | max |"*"| 1 | tg8 |"*"kernels' limit"*) ok ;; *) bad "bench table without its spread, kernels and threads: $tb" ;; esac
+# -d: the prompt pass and the decode both after a context of D tokens, as llama-bench -d
+td=$("$BIN" bench -m "$M" -p 16 -n 4 -d 40 -r 1 2>"$TMP/depth.err")
+case "$td" in *"| pp16 @ 40 |"*"| tg4 @ 40 |"*) ok ;; *) bad "bench -d without pp and tg at the depth: $td" ;; esac
+grep -q "filled 40 tokens" "$TMP/depth.err" && grep -q "pp16 at depth 40" "$TMP/depth.err" && ok || bad "bench -d did not fill the context once and run pp after it: $(cat "$TMP/depth.err")"
 
 # Activation widths: q16 by default; q8 rounds a quantized model's activations to int8, so
 # its logits differ from q16's, and stay the same across threads and chunking.
