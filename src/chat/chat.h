@@ -159,6 +159,17 @@ const char *reason_format_names(void);
 // prompt opened, so the reply starts in it. Thread-safe.
 bool reason_opened(const reason_format *f, const char *text, size_t len);
 
+// The tokens a spent thinking budget forces: f's close marker and what its template writes
+// after it, encoded with v (special tokens parsed, no BOS), into ids (room for max), *n of them.
+// 0, or LANES_EFORMAT (none, or more than max) / the tokenizer's code, with err. Thread-safe.
+int reason_end_ids(const reason_format *f, const tok_vocab *v, int32_t *ids, int32_t max, int32_t *n, char *err, size_t errlen);
+// A rendered prompt's end (*text malloc'd, *len bytes; realloc'd as it grows) as the request's
+// thinking asks. off: thinking off — the section the prompt opened is closed empty, else an
+// empty one is written unless switched (the template's own switch already wrote it). grammar: a
+// constraint follows the thinking, so a section the prompt did not open is opened. *inside: the
+// reply starts in the section. 0 or LANES_ENOMEM. Thread-safe.
+int reason_prompt_end(const reason_format *f, bool off, bool switched, bool grammar, char **text, size_t *len, bool *inside);
+
 enum reason_phase { REASON_BEFORE, REASON_IN, REASON_AFTER };
 
 // A reply's text read incrementally into thinking and answer: fed the text as it grows, it reads

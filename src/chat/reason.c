@@ -2,7 +2,10 @@
 // markers that set its thinking apart, what its template writes around them — and the scan
 // that splits a reply's text into thinking and answer as it streams.
 #include "chat/chat.h"
+#include "base/base.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 // Order matters: the first row one of whose markers appears wins (Command R7B's template
@@ -45,6 +48,51 @@ bool reason_opened(const reason_format *f, const char *text, size_t len) {
 	while (len && is_space(text[len - 1])) len--;
 	const size_t n = strlen(f->open);
 	return len >= n && !memcmp(text + len - n, f->open, n);
+}
+
+int reason_end_ids(const reason_format *f, const tok_vocab *v, int32_t *ids, int32_t max, int32_t *n, char *err, size_t errlen) {
+	*n = 0;
+	char text[2 * REASON_MARKER_MAX + 8];
+	snprintf(text, sizeof text, "%s%s", f->close, f->after);
+	int32_t *got = NULL;
+	size_t k = 0;
+	int rc = tok_encode(v, text, strlen(text), false, true, &got, &k, err, errlen);
+	if (rc) return rc;
+	if (k < 1 || k > (size_t)max) {
+		free(got);
+		return base_seterr(err, errlen, LANES_EFORMAT, "the reasoning family %s's end marker encodes to %zu tokens", f->name, k);
+	}
+	memcpy(ids, got, k * sizeof *got);
+	*n = (int32_t)k;
+	free(got);
+	return 0;
+}
+
+// Appends a, b, c and d to the text; false: out of memory.
+static bool append(char **text, size_t *len, const char *a, const char *b, const char *c, const char *d) {
+	const size_t n = strlen(a) + strlen(b) + strlen(c) + strlen(d);
+	char *t = realloc(*text, *len + n + 1);
+	if (!t) return false;
+	snprintf(t + *len, n + 1, "%s%s%s%s", a, b, c, d);
+	*text = t;
+	*len += n;
+	return true;
+}
+
+int reason_prompt_end(const reason_format *f, bool off, bool switched, bool grammar, char **text, size_t *len, bool *inside) {
+	*inside = reason_opened(f, *text, *len);
+	bool ok = true;
+	if (off) {
+		// an empty section, closed: the reply is the answer
+		if (*inside) ok = append(text, len, f->close, f->after, "", "");
+		else if (!switched) ok = append(text, len, f->open, f->after_open, f->close, f->after);
+		*inside = false;
+	} else if (!*inside && grammar) {
+		// the constraint starts after the section, which only one the prompt opened tells
+		ok = append(text, len, f->open, f->after_open, "", "");
+		*inside = true;
+	}
+	return ok ? 0 : LANES_ENOMEM;
 }
 
 void reason_scan_init(reason_scan *s, const reason_format *f, bool inside) {

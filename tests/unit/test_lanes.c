@@ -1105,6 +1105,39 @@ static void test_embed(void) {
 	free(solo), free(conc), free(direct);
 }
 
+// The ways a request runs that must not change its tokens.
+enum { WAY_SOLO, WAY_CONCURRENT, WAY_PIECES, WAY_THREADS1, WAY_CACHED, WAY_DRAFTED, WAYS };
+static const char *const WAY_NAME[WAYS] = {"solo", "concurrent", "in pieces", "on 1 thread", "from the prefix cache", "drafted"};
+
+// s's first n requests run every way: solo, 8 at once, in pieces of 3 beside each other, on 1
+// thread (warming the prefix cache), from the cache, and drafted in every round (s's draft set).
+static void run_every_way(req_spec *s, int n, result ways[WAYS][NREQ]) {
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, n, ways[WAY_SOLO], false);
+	lane_host_free(h);
+	h = host(8, 0, false, 2);
+	run_all(h, s, n, ways[WAY_CONCURRENT], true);
+	lane_host_free(h);
+	h = host(5, 3, false, 2);
+	run_all(h, s, n, ways[WAY_PIECES], true);
+	lane_host_free(h);
+	h = host(4, 7, true, 1);
+	run_all(h, s, n, ways[WAY_THREADS1], true);
+	run_all(h, s, n, ways[WAY_CACHED], true);
+	lane_host_free(h);
+	for (int i = 0; i < n; i++) s[i].q.draft = true;
+	ROW_US = 1, FIXED_US = 1000; // every round drafts
+	h = host(8, 0, false, 2);
+	run_all(h, s, n, ways[WAY_DRAFTED], true);
+	lane_host_free(h);
+	ROW_US = FIXED_US = 0;
+}
+
+// Request i gave every way what it gave solo.
+static void check_every_way(const char *what, result ways[WAYS][NREQ], int i) {
+	for (int w = 1; w < WAYS; w++) CHECKF(same(&ways[WAY_SOLO][i], &ways[w][i]), "%s req %d: solo = %s", what, i, WAY_NAME[w]);
+}
+
 // Constrained decoding keeps every promise: requests under a grammar (from the first token,
 // or lazily from a trigger) beside free ones give the same tokens solo, concurrent, in
 // pieces, from the prefix cache, on 1 thread and drafted; and every text follows its grammar.
@@ -1127,26 +1160,9 @@ static void test_grammar_exact(void) {
 		q->grammar = g[i % 3];
 		if (i % 3 == 1) q->grammar_triggers = G_TRIGGERS, q->n_grammar_triggers = 1;
 	}
-	static result solo[NREQ], conc[NREQ], pieces[NREQ], cached[NREQ], threads1[NREQ], drafted[NREQ];
-	lane_host *h = host(1, 0, false, 2);
-	run_all(h, s, n, solo, false);
-	lane_host_free(h);
-	h = host(8, 0, false, 2);
-	run_all(h, s, n, conc, true);
-	lane_host_free(h);
-	h = host(5, 3, false, 2);
-	run_all(h, s, n, pieces, true);
-	lane_host_free(h);
-	h = host(4, 7, true, 1);
-	run_all(h, s, n, threads1, true);
-	run_all(h, s, n, cached, true);
-	lane_host_free(h);
-	for (int i = 0; i < n; i++) s[i].q.draft = true;
-	ROW_US = 1, FIXED_US = 1000; // every round drafts
-	h = host(8, 0, false, 2);
-	run_all(h, s, n, drafted, true);
-	lane_host_free(h);
-	ROW_US = FIXED_US = 0;
+	static result ways[WAYS][NREQ];
+	run_every_way(s, n, ways);
+	const result *solo = ways[WAY_SOLO];
 	int whole = 0, triggered = 0;
 	// a vocabulary of one unusable token: the texts are checked byte by byte
 	grammar_vocab *bytes_only = NULL;
@@ -1156,11 +1172,7 @@ static void test_grammar_exact(void) {
 	CHECK(grammar_vocab_new(&bytes_only, 1, none, zero, unusable, NULL, 0) == 0);
 	for (int i = 0; i < n && bytes_only; i++) {
 		CHECKF(solo[i].terminals == 1 && solo[i].end == LANE_EV_FINISHED, "grammar req %d: finished once (%s)", i, solo[i].reason);
-		CHECKF(same(&solo[i], &conc[i]), "grammar req %d: solo = concurrent", i);
-		CHECKF(same(&solo[i], &pieces[i]), "grammar req %d: whole = pieces", i);
-		CHECKF(same(&solo[i], &threads1[i]), "grammar req %d: 2 threads = 1 thread", i);
-		CHECKF(same(&solo[i], &cached[i]), "grammar req %d: fresh = prefix cache", i);
-		CHECKF(same(&solo[i], &drafted[i]), "grammar req %d: drafted = undrafted", i);
+		check_every_way("grammar", ways, i);
 		if (!s[i].q.grammar) continue;
 		// the text follows the grammar: whole when it stopped, a prefix when cut by length
 		grammar_matcher *m = NULL;
@@ -1189,6 +1201,121 @@ static void test_grammar_exact(void) {
 	fprintf(stderr, "grammar: %d whole documents, %d lazy requests triggered\n", whole, triggered);
 	grammar_unref(g[0]);
 	grammar_unref(g[1]);
+}
+
+// Reasoning budgets (lanes/think.c): the lane takes the end tokens in place of draws exactly at
+// the budget — at once for a budget of 0, counted after the reply's own open marker when the
+// prompt opened none — a close marker the reply writes ends the section unforced, a bad think is
+// refused at submit, and the forced tokens are the request's own: the same solo, beside other
+// lanes, in pieces, cached, on 1 thread and drafted.
+static const int32_t TH_END[] = {300, 301, 302}; // the end marker, as token ids
+#define TH_NEND 3
+
+static lane_think th_spec(bool inside, int32_t budget, const char *open, const char *close) {
+	return (lane_think){.open = open, .close = close, .inside = inside, .budget = budget, .end_ids = TH_END, .n_end_ids = TH_NEND};
+}
+
+// One request's result on h.
+static void think_run(lane_host *h, const lane_request *q, result *res) {
+	lane_req *r = submit1(h, q);
+	if (r) collect(r, res);
+	lane_req_free(r);
+}
+
+// The text of token k of a free reply (its first k + 1 tokens' text less its first k's).
+static void token_text(lane_host *h, lane_request q, int32_t k, char *out, size_t n) {
+	static result a, b;
+	q.max_tokens = k, q.think = NULL;
+	if (k) think_run(h, &q, &a);
+	else memset(&a, 0, sizeof a);
+	q.max_tokens = k + 1;
+	think_run(h, &q, &b);
+	const size_t len = b.text_len > a.text_len ? b.text_len - a.text_len : 0;
+	snprintf(out, n, "%.*s", (int)len, b.text + a.text_len);
+}
+
+static bool ends_at(const result *r, int32_t at) {
+	if (r->n < at + TH_NEND) return false;
+	return !memcmp(r->ids + at, TH_END, sizeof TH_END);
+}
+
+static void test_think(void) {
+	static req_spec s[NREQ];
+	const int n = NREQ / 2;
+	make_specs(s, n, 35, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < n; i++) s[i].q.ignore_eos = true, s[i].q.max_tokens = 20;
+	lane_host *h = host(1, 0, false, 2);
+	if (!h) return;
+	// one sampled request, free and under budgets
+	lane_request q = s[1].q;
+	static result free_r, r;
+	think_run(h, &q, &free_r);
+	CHECKF(free_r.n == 20 && !memmem(free_r.text, free_r.text_len, "</think>", 8), "the free reply: %d tokens, no close marker", free_r.n);
+	for (int32_t b = 0; b <= 6; b += 3) {
+		lane_think t = th_spec(true, b, "<think>", "</think>");
+		q.think = &t;
+		think_run(h, &q, &r);
+		CHECKF(!memcmp(r.ids, free_r.ids, (size_t)b * sizeof *r.ids), "budget %d: the thinking is the free reply's", b);
+		CHECKF(ends_at(&r, b), "budget %d: the end tokens come at token %d (%d %d %d)", b, b, r.ids[b], r.ids[b + 1], r.ids[b + 2]);
+		CHECKF(r.n == 20 && r.terminals == 1 && r.finish == LANE_FINISH_LENGTH, "budget %d: the forced tokens count to max_tokens", b);
+	}
+	// unbounded, the section runs on: no forced tokens
+	lane_think t = th_spec(true, -1, "<think>", "</think>");
+	q.think = &t;
+	think_run(h, &q, &r);
+	CHECK(same(&r, &free_r));
+	// no section in the prompt: the count starts after the reply's own open marker (its first token)
+	char open[64], close[64];
+	token_text(h, q, 0, open, sizeof open);
+	const char *o = open + strspn(open, " \n\t\r");
+	CHECKF(*o, "the first token '%s' is more than whitespace", open);
+	t = th_spec(false, 4, o, "</think>");
+	think_run(h, &q, &r);
+	CHECKF(!memcmp(r.ids, free_r.ids, 5 * sizeof *r.ids) && ends_at(&r, 5), "opened by the reply ('%s'): the end tokens come after 1 + 4 tokens", o);
+	// a reply that opens no section is never forced
+	t = th_spec(false, 0, "<think>", "</think>");
+	think_run(h, &q, &r);
+	CHECK(same(&r, &free_r));
+	// the close marker the reply writes itself (its third token's text) ends the section before the budget
+	token_text(h, q, 2, close, sizeof close);
+	CHECKF(*close, "the third token has text");
+	t = th_spec(true, 5, "<think>", close);
+	think_run(h, &q, &r);
+	CHECKF(same(&r, &free_r), "closed by the reply ('%s'): nothing forced", close);
+	// refused at submit, naming the fault
+	char err[256];
+	lane_req *bad = NULL;
+	const struct { lane_think t; const char *says; } refused[] = {
+		{th_spec(true, -2, "<think>", "</think>"), "budget"}, {th_spec(true, 3, "", "</think>"), "markers"},
+		{{.open = "<think>", .close = "</think>", .budget = 3, .end_ids = TH_END, .n_end_ids = 0}, "end tokens"},
+		{{.open = "<think>", .close = "</think>", .budget = 3, .end_ids = (const int32_t[]){1 << 30}, .n_end_ids = 1}, "vocabulary"}};
+	for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+		q.think = &refused[k].t;
+		err[0] = 0;
+		CHECKF(lane_submit(h, &q, &bad, err, sizeof err) != 0 && strstr(err, refused[k].says), "bad think %zu refused: %s", k, err);
+		lane_req_free(bad);
+		bad = NULL;
+	}
+	lane_host_free(h);
+	// the same tokens however the requests run: budgets from 0, inside or not, one without think
+	static lane_think th[NREQ];
+	for (int i = 0; i < n; i++) {
+		th[i] = th_spec(i % 4 != 3, i % 7, i % 4 == 3 ? o : "<think>", "</think>");
+		s[i].q.think = i == 5 ? NULL : &th[i];
+	}
+	static result ways[WAYS][NREQ];
+	run_every_way(s, n, ways);
+	const result *solo = ways[WAY_SOLO];
+	int forced = 0;
+	for (int i = 0; i < n; i++) {
+		CHECKF(solo[i].terminals == 1 && solo[i].n == 20, "think req %d: finished once with its 20 tokens (%s)", i, solo[i].reason);
+		check_every_way("think", ways, i);
+		if (s[i].q.think && th[i].inside) {
+			CHECKF(ends_at(&solo[i], th[i].budget), "think req %d: the end tokens at its budget %d", i, th[i].budget);
+			forced++;
+		}
+	}
+	CHECKF(forced >= n / 2, "requests were forced (%d)", forced);
 }
 
 static void with_model(const char *name, void (*fn)(void)) {
@@ -1542,6 +1669,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_grammar_exact);
 	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);
 	with_model("stories260K.gguf", test_grammar_dead_end);
+	with_model("stories260K.gguf", test_think);
 	with_model("stories260K.gguf", test_leases);
 	with_model("stories260K.gguf", lease_chaos_all);
 	T_DONE("lanes");

@@ -425,7 +425,7 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	json_t *kw = g ? g->template_kwargs : NULL, *kwo = NULL;
 	const reason_format *rf = s->reason;
 	if (g && rf && rf->off_var && json_is_false(json_object_get(kw, rf->off_var))) g->think = SRV_THINK_OFF;
-	if (g && g->think == SRV_THINK_OFF && rf && s->chat.reason_switch && !json_object_get(kw, rf->off_var)) {
+	if (g && g->think == SRV_THINK_OFF && s->reason_switch && !json_object_get(kw, rf->off_var)) {
 		kwo = kw ? json_copy(kw) : json_object();
 		if (kwo) json_object_set_new(kwo, rf->off_var, json_false());
 		kw = kwo;

@@ -4,28 +4,17 @@
 // a thinking block sent back be told from one edited.
 #include "server/gen/gen.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 int srv_reason_load(http_server *s, char *err, size_t errlen) {
 	s->reason = s->reason_auto ? s->chat.reason : s->reason_named;
 	s->n_think_end = 0;
+	// the switch of the family in use, which --reasoning-format may name apart from the template's own
+	s->reason_switch = s->reason && s->reason->off_var && s->chat.src && strstr(s->chat.src, s->reason->off_var);
 	if (!s->reason) return 0;
 	// what a spent budget forces: the close marker and what the template writes after it
-	char text[2 * REASON_MARKER_MAX + 8];
-	snprintf(text, sizeof text, "%s%s", s->reason->close, s->reason->after);
-	int32_t *ids = NULL;
-	size_t n = 0;
-	int rc = tok_encode(s->vocab, text, strlen(text), false, true, &ids, &n, err, errlen);
+	int rc = reason_end_ids(s->reason, s->vocab, s->think_end, LANE_THINK_END, &s->n_think_end, err, errlen);
 	if (rc) return rc;
-	if (n < 1 || n > LANE_THINK_END) {
-		free(ids);
-		return base_seterr(err, errlen, LANES_EFORMAT, "the reasoning family %s's end marker encodes to %zu tokens", s->reason->name, n);
-	}
-	memcpy(s->think_end, ids, n * sizeof *ids);
-	s->n_think_end = (int32_t)n;
-	free(ids);
 	LOG_INFO("server", "reasoning: %s (%s), thinking in %s ... %s", s->reason->name, s->reason_auto ? "the chat template's" : HTTP_SETTING(&s->cfg, reasoning_format),
 		 s->reason->open, s->reason->close);
 	return 0;
@@ -46,38 +35,16 @@ int srv_think_effort(srv_gen *g, const char *effort, const char *param, srv_err 
 
 // ---- the prompt ---------------------------------------------------------------------------------
 
-static void append(char **text, size_t *len, const char *a, const char *b, const char *c, const char *d, bool *oom) {
-	const size_t n = strlen(a) + strlen(b) + strlen(c) + strlen(d);
-	char *t = realloc(*text, *len + n + 1);
-	if (!t) {
-		*oom = true;
-		return;
-	}
-	snprintf(t + *len, n + 1, "%s%s%s%s", a, b, c, d);
-	*text = t;
-	*len += n;
-}
-
 bool srv_think_prompt(http_server *s, srv_gen *g, bool prefill, char **text, size_t *len) {
 	const reason_format *f = s->reason;
-	bool oom = false;
 	g->reasoning = f != NULL;
 	if (!f) return true;
-	bool inside = reason_opened(f, *text, *len);
-	if (!prefill && g->think == SRV_THINK_OFF) {
-		// an empty section, closed: the reply is the answer
-		if (inside) append(text, len, f->close, f->after, "", "", &oom);
-		else if (!s->chat.reason_switch) append(text, len, f->open, f->after_open, f->close, f->after, &oom);
-		inside = false;
-	} else if (!prefill && !inside && g->grammar) {
-		// the constraint starts after the section, which only one the prompt opened tells
-		append(text, len, f->open, f->after_open, "", "", &oom);
-		inside = true;
-	}
+	bool inside = false;
+	if (reason_prompt_end(f, !prefill && g->think == SRV_THINK_OFF, s->reason_switch, !prefill && g->grammar, text, len, &inside)) return false;
 	g->think_inside = inside;
 	g->lthink = (lane_think){.open = f->open, .close = f->close, .inside = inside, .budget = g->think_budget,
 				 .end_ids = s->think_end, .n_end_ids = s->n_think_end};
-	return !oom;
+	return true;
 }
 
 // ---- the output -----------------------------------------------------------------------------------

@@ -189,6 +189,7 @@ struct http_server {
 	enum lane_embed pooling;       // how /v1/embeddings pools
 	chat_tmpl chat;                     // the chat template, its tool-call family, bos and eos texts
 	const reason_format *reason;   // how replies set their thinking apart (NULL: they do not)
+	bool reason_switch;            // the chat template reads reason's off_var: thinking off sets it false
 	int32_t think_end[LANE_THINK_END]; // its close marker and what the template writes after it, as tokens
 	int32_t n_think_end;
 	// set by http_server_new: --reasoning-format, and the key thinking blocks are signed with
