@@ -1,8 +1,9 @@
 #!/bin/sh
 # make bench: per activation width (q16, q8) one table — prompt processing (pp512) and decode
 # (tg128) tok/s per weight type on tinyllama-1.1b-shaped models, decode as a fraction of the
-# read-bandwidth limit, and llama.cpp's figures beside ours when LLAMA_BENCH=/path/to/llama-bench
-# (run right after ours on the same file, so both see the same machine); then `lanes bench
+# read-bandwidth limit, and the peers' figures beside ours when LLAMA_BENCH=/path/to/llama-bench
+# (llama.cpp) or IK_BENCH=/path/to/llama-bench (ik_llama.cpp, run with -rtr 1) point at one (each
+# run right after ours on the same file, so all see the same machine); then `lanes bench
 # --concurrent 1/4/16` in both widths on Q4_0, and stories260K, alone and one stream through
 # `lanes serve`. Every figure is printed as measured; on a shared machine compare within one run.
 BUILD=${1:-build}
@@ -30,14 +31,23 @@ bwN=$(field "$bw" bwN_gbs)
 bw1=$(field "$bw" bw1_gbs)
 echo "read bandwidth: $bw1 GB/s (1 thread), $bwN GB/s ($THREADS threads); $THREADS threads, $REPS repetitions; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 best_bw() { b=$(field "$("$BUILD/bench/bw" "$THREADS")" bwN_gbs); [ -n "$b" ] && [ "$(echo "$b > $bwN" | bc)" = 1 ] && bwN=$b; }
-[ -n "$LLAMA_BENCH" ] && [ ! -x "$LLAMA_BENCH" ] && { echo "LLAMA_BENCH=$LLAMA_BENCH is not executable"; LLAMA_BENCH=; }
-[ -n "$LLAMA_BENCH" ] && LLAMA_BENCH=$(realpath "$LLAMA_BENCH")
+# The peers: name, binary, the flags of its best CPU setting. Said once, read by every table.
+PEERS=
+for p in "llama:$LLAMA_BENCH:" "ik:$IK_BENCH:-rtr 1"; do
+	name=${p%%:*}; rest=${p#*:}; bin=${rest%%:*}; flags=${rest#*:}
+	[ -n "$bin" ] || continue
+	[ -x "$bin" ] || { echo "$(echo "$name" | tr a-z A-Z)_BENCH=$bin is not executable"; continue; }
+	eval "PEER_BIN_$name=\$(realpath \"\$bin\")" && eval "PEER_FLAGS_$name=\$flags"
+	PEERS="$PEERS $name"
+done
 
-# llama-bench's pp and tg averages, "PP TG"
+# A peer's llama-bench pp and tg averages on a file, "PP TG"
 # (run from the temporary folder: it looks for backends in its working directory)
-llama() {
-	m=$(realpath "$1")
-	(cd "$TMP" && "$LLAMA_BENCH" -m "$m" -p "$2" -n "$3" -r "$REPS" -t "$THREADS" -o json 2>/dev/null) | python3 -c '
+peer() {
+	m=$(realpath "$2")
+	eval "pb=\$PEER_BIN_$1 pf=\$PEER_FLAGS_$1"
+	# shellcheck disable=SC2086
+	(cd "$TMP" && "$pb" -m "$m" -p "$3" -n "$4" -r "$REPS" -t "$THREADS" $pf -o json 2>/dev/null) | python3 -c '
 import json,sys
 d=json.load(sys.stdin)
 pp=[x["avg_ts"] for x in d if x["n_prompt"]>0]; tg=[x["avg_ts"] for x in d if x["n_gen"]>0]
@@ -73,16 +83,16 @@ for t in $TYPES; do
 		"$BIN" bench -m "$f" -p 512 -n 128 -r "$REPS" --threads "$THREADS" --activations "$a" --json 2>/dev/null > "$TMP/$t.$a" ||
 			echo "$t: lanes bench --activations $a failed"
 	done
-	[ -n "$LLAMA_BENCH" ] && llama "$f" 512 128 > "$TMP/$t.llama"
+	for p in $PEERS; do peer "$p" "$f" 512 128 > "$TMP/$t.$p"; done
 done
 
 for a in $ACTS; do
 	echo
 	echo "activations $a:"
 	printf '%-7s %6s %7s %6s %8s %8s' type MiB kernels load_s pp512 tg128
-	[ -n "$LLAMA_BENCH" ] && printf ' %8s %8s %6s %6s' llama_pp llama_tg pp_x tg_x
+	for p in $PEERS; do printf ' %8s %8s %6s %6s' "${p}_pp" "${p}_tg" "pp/$p" "tg/$p"; done
 	printf ' %8s %7s' tg_limit tg/lim
-	[ -n "$LLAMA_BENCH" ] && printf ' %9s' llama/lim
+	for p in $PEERS; do printf ' %9s' "$p/lim"; done
 	echo
 	for t in $TYPES; do
 		[ -s "$TMP/$t.$a" ] || continue
@@ -91,13 +101,16 @@ for a in $ACTS; do
 		pp=$(field "$j" pp_tps); tg=$(field "$j" tg_tps); ks=$(field "$j" kernels); load=$(field "$j" load_s)
 		limit=$(echo "scale=1; $bwt * 1000000000 / $wbytes" | bc)
 		printf '%-7s %6s %7s %6.2f %8.1f %8.1f' "$t" "$size" "$ks" "$load" "$pp" "$tg"
-		if [ -n "$LLAMA_BENCH" ]; then
-			read -r lpp ltg < "$TMP/$t.llama"
+		for p in $PEERS; do
+			read -r lpp ltg < "$TMP/$t.$p"
 			printf ' %s %s %s %s' "$(fmt "$lpp" '%8.1f')" "$(fmt "$ltg" '%8.1f')" "$(fmt "$(ratio "$pp" "$lpp")" '%6.2f' 6)" \
 				"$(fmt "$(ratio "$tg" "$ltg")" '%6.2f' 6)"
-		fi
+		done
 		printf ' %8.1f %7.2f' "$limit" "$(echo "$tg / $limit" | bc -l)"
-		[ -n "$LLAMA_BENCH" ] && printf ' %s' "$(fmt "$(ratio "$ltg" "$limit")" '%9.2f' 9)"
+		for p in $PEERS; do
+			read -r lpp ltg < "$TMP/$t.$p"
+			printf ' %s' "$(fmt "$(ratio "$ltg" "$limit")" '%9.2f' 9)"
+		done
 		echo
 	done
 done
@@ -133,12 +146,12 @@ if [ -s "$s" ]; then
 	echo "stories260K (F32: both widths compute alike):"
 	j=$("$BIN" bench -m "$s" -p 128 -n 256 -r "$REPS" --threads "$THREADS" --json 2>/dev/null)
 	printf 'lanes      pp128 %8.1f  tg256 %8.1f\n' "$(field "$j" pp_tps)" "$(field "$j" tg_tps)"
-	if [ -n "$LLAMA_BENCH" ]; then
+	for p in $PEERS; do
 		read -r lpp ltg <<EOF
-$(llama "$s" 128 256)
+$(peer "$p" "$s" 128 256)
 EOF
-		printf 'llama.cpp  pp128 %s  tg256 %s\n' "$(fmt "$lpp" '%8.1f')" "$(fmt "$ltg" '%8.1f')"
-	fi
+		printf '%-10s pp128 %s  tg256 %s\n' "$p" "$(fmt "$lpp" '%8.1f')" "$(fmt "$ltg" '%8.1f')"
+	done
 	# one stream through HTTP (serve as it comes, streamed and not), what the server adds per
 	# token beside the engine alone; lanes bench runs again after, and their mean counts
 	if command -v node >/dev/null 2>&1; then
