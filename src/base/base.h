@@ -138,6 +138,7 @@ int base_file_open_in(int dfd, const char *name, int *fd, char *err, size_t errl
 typedef struct {
 	int dfd, fd;              // the folder (owned when own_dfd) and the temporary file
 	bool own_dfd, live;       // live: begun and not yet committed or aborted
+	bool no_sync;             // a cache's file: renamed unflushed, as a checksum catches a torn one
 	char tmp[48];             // the temporary file's name in the folder
 	char name[256];           // the final name in the folder
 	const char *shown;        // how messages name the file
@@ -147,12 +148,16 @@ typedef struct {
 // through a symlink, locked while written. fd is w->fd. LANES_EIO/LANES_EINVAL with why.
 int base_wfile_begin(base_wfile *w, int dfd, const char *name, char *err, size_t errlen);
 // Flushes the file to disk, renames it over the final name and flushes the folder, so a crash
-// leaves the old file or the new one, never a torn one. Ends w whatever happens (else aborted).
+// leaves the old file or the new one, never a torn one (no_sync: renames alone). Ends w
+// whatever happens (else aborted).
 int base_wfile_commit(base_wfile *w, char *err, size_t errlen);
 // Drops the temporary file. Accepts an ended or zeroed w.
 void base_wfile_abort(base_wfile *w);
 // Removes the temporary files in folder dfd that no writer holds (a crash's leftovers); the count.
 int base_dir_sweep(int dfd);
+// What names the file at path as it is now: a hash of its real path, device, inode, size and
+// modification time (a file rewritten in place has a new one). LANES_EIO with why.
+int base_file_ident(const char *path, uint8_t out[32], char *err, size_t errlen);
 
 // ---- build: "lanes VERSION (commit C)" and the compiler and flags it was built with ------
 const char *base_version_string(void);

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -139,7 +140,7 @@ int base_wfile_commit(base_wfile *w, char *err, size_t errlen) {
 	if (!w->live) return base_seterr(err, errlen, LANES_EINVAL, "no file is being written");
 	const char *what = NULL;
 	int e = 0;
-	if (fsync(w->fd)) what = "flush", e = errno;
+	if (!w->no_sync && fsync(w->fd)) what = "flush", e = errno;
 	else if (renameat(w->dfd, w->tmp, w->dfd, w->name)) what = "rename", e = errno;
 	if (what) {
 		base_wfile_abort(w);
@@ -147,7 +148,7 @@ int base_wfile_commit(base_wfile *w, char *err, size_t errlen) {
 	}
 	w->tmp[0] = 0;
 	// the rename is durable once the folder is
-	const int de = fsync(w->dfd) ? errno : 0;
+	const int de = !w->no_sync && fsync(w->dfd) ? errno : 0;
 	base_wfile_abort(w);
 	if (de && de != EINVAL) return base_seterr(err, errlen, LANES_EIO, "cannot write %s (flush of its folder): %s", w->shown, strerror(de));
 	return 0;
@@ -181,4 +182,18 @@ int base_dir_sweep(int dfd) {
 	}
 	closedir(dir);
 	return n;
+}
+
+int base_file_ident(const char *path, uint8_t out[32], char *err, size_t errlen) {
+	char real[4096];
+	struct stat st;
+	if (!realpath(path, real) || stat(real, &st)) return base_seterr(err, errlen, LANES_EIO, "%s: %s", path, strerror(errno));
+	const uint64_t f[5] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
+			       (uint64_t)st.st_mtim.tv_nsec};
+	sha256_ctx c;
+	sha256_init(&c);
+	sha256_update(&c, real, strlen(real) + 1);
+	sha256_update(&c, f, sizeof f);
+	sha256_final(&c, out);
+	return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define HALT_REASON "server restarting: retry shortly"
 #define HALT_GRACE_US 5000000 // once the engine has ended every request, how long their errors get to be written
@@ -125,6 +126,21 @@ int cmd_serve(const cli_settings *s) {
 		cli_err("--memory: '%s' is not a size (e.g. 4GiB, 500MB, 1.5GiB or auto)", s->memory);
 		return 2;
 	}
+	uint64_t cache_max = 0;
+	if (s->cache_dir_max && plan_parse_size(s->cache_dir_max, &cache_max)) {
+		cli_err("--cache-dir-max: '%s' is not a size (e.g. 4GiB, 500MB)", s->cache_dir_max);
+		return 2;
+	}
+	if (s->cache_dir && *s->cache_dir) {
+		// a folder that cannot be made is the operator's to fix before the model loads
+		char err[512];
+		int dfd;
+		if (base_dir_open(s->cache_dir, true, &dfd, err, sizeof err)) {
+			cli_err("--cache-dir: %s", err);
+			return 2;
+		}
+		close(dfd);
+	}
 	char pulled[4096];
 	const char *model_path = s->model;
 	if (cli_is_pull_ref(s->model)) {
@@ -151,6 +167,8 @@ int cmd_serve(const cli_settings *s) {
 	cfg.lanes.lanes = s->lanes ? (int32_t)s->lanes : cfg.lanes.lanes;
 	cfg.lanes.ctx = (int32_t)s->ctx;
 	cfg.lanes.kv_type = cli_kv_type(s->kv_type);
+	cfg.lanes.cache_dir = s->cache_dir && *s->cache_dir ? s->cache_dir : NULL;
+	cfg.lanes.cache_dir_bytes = cache_max;
 	cfg.lanes.queue = (int32_t)s->queue;
 	cfg.lanes.piece = (int32_t)s->piece;
 	cfg.lanes.round_ms = s->round_ms;

@@ -125,6 +125,7 @@ void kv_free(kv_cache *kv) {
 		for (int32_t i = 0; i < kv->cfg.n_seqs; i++) free(kv->seqs[i].pages);
 	free(kv->seqs);
 	free(kv->ref);
+	kv_disk_close(kv);
 	kv_prefix_release(kv);
 	free(kv->free_ids);
 	unreserve(kv->k, kv->map_bytes);

@@ -155,4 +155,27 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 // Drops every cached page that no sequence holds. Not thread-safe.
 void kv_prefix_clear(kv_cache *kv);
 
+// ---- the prefix cache on disk: pages of the base model (root 0) that outlive the process ---
+// A folder of page files under dir, named by ident (the caller's hash of what the rows depend
+// on: the model file, the kernel set and activation width) and the cache's layout, so another
+// model, build choice or page size never reads them. From kv_disk_open on, a cached page
+// leaving memory is written first (unless kept already), and a prefix that misses in memory is
+// read from its file; a file whose checksum, identity or layout is wrong is deleted, never
+// read. The folder keeps at most max_bytes of page files, the oldest written deleted first.
+typedef struct {
+	uint64_t read, written;  // pages read into the cache, pages written
+	uint64_t refused;        // files deleted as damaged or foreign
+	uint64_t failed, dropped; // writes that failed (a full disk); files deleted for room
+} kv_disk_stats;
+// Opens (makes) the folder and takes stock of its files. LANES_EIO/LANES_EINVAL with why.
+// Not thread-safe.
+int kv_disk_open(kv_cache *kv, const char *dir, const uint8_t ident[32], uint64_t max_bytes, char *err, size_t errlen);
+// Writes every cached page of root 0 that is not on disk yet (at drain); the count written.
+// Not thread-safe.
+int32_t kv_disk_flush(kv_cache *kv);
+// Detaches the folder (kv_free does too). Not thread-safe.
+void kv_disk_close(kv_cache *kv);
+// The counts so far (zero without a folder). Thread-safe: a read.
+kv_disk_stats kv_disk_stats_of(const kv_cache *kv);
+
 #endif

@@ -13,6 +13,7 @@ typedef struct {
 } kv_seq;
 
 typedef struct kv_prefix kv_prefix;
+typedef struct kv_disk kv_disk;
 
 struct kv_cache {
 	kv_config cfg;
@@ -30,6 +31,7 @@ struct kv_cache {
 	int32_t *ref;        // holders of each page: sequences, plus one when the prefix cache has it
 	kv_seq *seqs;        // n_seqs slots
 	kv_prefix *px;
+	kv_disk *disk;       // the prefix cache's pages on disk, when attached
 };
 
 kv_seq *kv__seq(const kv_cache *kv, int32_t seq);
@@ -40,5 +42,10 @@ void kv_prefix_release(kv_cache *kv);  // frees the index (pages are the pool's)
 void kv_prefix_evict_one(kv_cache *kv); // frees the least recently used cache-only page
 void kv__prefix_now_only(kv_cache *kv, int32_t page); // page's last sequence let go of it
 void kv__prefix_drop(kv_cache *kv, int32_t page);     // takes the page out of the index, if there
+// Page pg's rows as the file of chain hash key (false: not written, counted and logged once).
+bool kv__disk_write(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, const int32_t *tokens);
+// Fills page pg from the file of chain hash key when it holds exactly that prefix (a foreign
+// or damaged file is deleted); false for a miss.
+bool kv__disk_read(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, const int32_t *tokens);
 
 #endif

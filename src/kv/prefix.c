@@ -13,11 +13,14 @@ struct kv_prefix {
 	uint64_t *key;       // per page: its chain hash when cached, else 0
 	uint64_t *parent;    // per page: the chain hash before it
 	int32_t *tokens;     // per page: page_tokens ids
+	uint8_t *flag;       // per page: PX_KEEP, PX_ON_DISK
 	int32_t *prev, *next; // LRU list of cached pages (head = most recent)
 	int32_t head, tail;
 	int32_t n_cached;    // pages in the index
 	int32_t n_only;      // of which no sequence holds
 };
+
+enum { PX_KEEP = 1, PX_ON_DISK = 2 }; // the base model's page (disk may keep it); a file holds it
 
 static uint64_t chain(uint64_t parent, const int32_t *tok, int32_t n) {
 	uint64_t h = base_hash64(tok, (size_t)n * sizeof *tok, parent);
@@ -37,10 +40,11 @@ int kv_prefix_init(kv_cache *kv) {
 	p->key = calloc((size_t)np, sizeof *p->key);
 	p->parent = calloc((size_t)np, sizeof *p->parent);
 	p->tokens = calloc((size_t)np * (size_t)pt, sizeof *p->tokens);
+	p->flag = calloc((size_t)np, sizeof *p->flag);
 	p->prev = malloc((size_t)np * sizeof *p->prev);
 	p->next = malloc((size_t)np * sizeof *p->next);
 	p->head = p->tail = -1;
-	if (!p->slot_key || !p->slot_page || !p->key || !p->parent || !p->tokens || !p->prev || !p->next) return LANES_ENOMEM;
+	if (!p->slot_key || !p->slot_page || !p->key || !p->parent || !p->tokens || !p->flag || !p->prev || !p->next) return LANES_ENOMEM;
 	return LANES_OK;
 }
 
@@ -52,6 +56,7 @@ void kv_prefix_release(kv_cache *kv) {
 	free(p->key);
 	free(p->parent);
 	free(p->tokens);
+	free(p->flag);
 	free(p->prev);
 	free(p->next);
 	free(p);
@@ -107,9 +112,20 @@ static void table_remove(kv_prefix *p, uint64_t key, int32_t page) {
 	p->slot_key[hole] = 0;
 }
 
-// Removes page pg from the index and drops the cache's hold on it.
-static void drop(kv_cache *kv, int32_t pg) {
+// Writes pg to disk unless a file holds it or it is not the base model's.
+static void keep_on_disk(kv_cache *kv, int32_t pg) {
 	kv_prefix *p = kv->px;
+	if (!kv->disk || p->flag[pg] != PX_KEEP) return;
+	if (kv__disk_write(kv, pg, p->key[pg], p->parent[pg], p->tokens + (size_t)pg * kv->cfg.page_tokens))
+		p->flag[pg] |= PX_ON_DISK;
+}
+
+// Removes page pg from the index and drops the cache's hold on it; a page leaving memory
+// (persist) goes to disk first.
+static void drop(kv_cache *kv, int32_t pg, bool persist) {
+	kv_prefix *p = kv->px;
+	if (persist) keep_on_disk(kv, pg);
+	p->flag[pg] = 0;
 	table_remove(p, p->key[pg], pg);
 	lru_unlink(p, pg);
 	p->key[pg] = 0;
@@ -119,14 +135,14 @@ static void drop(kv_cache *kv, int32_t pg) {
 }
 
 void kv__prefix_drop(kv_cache *kv, int32_t page) {
-	if (kv->px && kv->px->key[page]) drop(kv, page);
+	if (kv->px && kv->px->key[page]) drop(kv, page, true);
 }
 
 void kv_prefix_evict_one(kv_cache *kv) {
 	kv_prefix *p = kv->px;
 	for (int32_t pg = p->tail; pg >= 0; pg = p->prev[pg])
 		if (kv->ref[pg] == 1) {
-			drop(kv, pg);
+			drop(kv, pg, true);
 			return;
 		}
 	LANES_ASSERT(!"no cache-only page to evict");
@@ -136,9 +152,39 @@ void kv_prefix_clear(kv_cache *kv) {
 	kv_prefix *p = kv->px;
 	for (int32_t pg = p->tail; pg >= 0;) {
 		int32_t prev = p->prev[pg];
-		if (kv->ref[pg] == 1) drop(kv, pg);
+		if (kv->ref[pg] == 1) drop(kv, pg, false);
 		pg = prev;
 	}
+}
+
+// Indexes page pg as the one after parent holding tok (chain hash k); the cache holds it.
+static void insert(kv_cache *kv, int32_t pg, uint64_t k, uint64_t parent, const int32_t *tok, uint8_t flag) {
+	kv_prefix *p = kv->px;
+	int32_t pt = kv->cfg.page_tokens;
+	uint32_t slot = (uint32_t)k & p->mask;
+	while (p->slot_key[slot]) slot = (slot + 1) & p->mask;
+	p->slot_key[slot] = k;
+	p->slot_page[slot] = pg;
+	p->key[pg] = k;
+	p->parent[pg] = parent;
+	p->flag[pg] = flag;
+	memcpy(p->tokens + (size_t)pg * pt, tok, (size_t)pt * sizeof *tok);
+	kv->ref[pg]++;
+	p->n_cached++;
+	lru_front(p, pg);
+}
+
+// A page read from disk into a free page, indexed as cache-only; -1 when there is no file for
+// the prefix or no page to spare.
+static int32_t from_disk(kv_cache *kv, uint64_t k, uint64_t parent, const int32_t *tok) {
+	if (kv->n_free == 0 && kv_pages_cached(kv) > 0) kv_prefix_evict_one(kv);
+	if (kv->n_free == 0) return -1;
+	int32_t pg = kv->free_ids[kv->n_free - 1];
+	if (!kv__disk_read(kv, pg, k, parent, tok)) return -1;
+	kv->n_free--;
+	insert(kv, pg, k, parent, tok, PX_KEEP | PX_ON_DISK);
+	kv->px->n_only++;
+	return pg;
 }
 
 int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n) {
@@ -154,6 +200,7 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 		const int32_t *tok = tokens + (size_t)got * pt;
 		uint64_t k = chain(key, tok, pt);
 		int32_t pg = lookup(kv, k, key, tok);
+		if (pg < 0 && kv->disk && root == 0) pg = from_disk(kv, k, key, tok);
 		if (pg < 0) break;
 		if (kv->ref[pg] == 1) p->n_only--;
 		kv->ref[pg]++;
@@ -180,18 +227,19 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 		const int32_t *tok = tokens + (size_t)i * pt;
 		uint64_t k = chain(key, tok, pt);
 		int32_t pg = s->pages[i];
-		if (p->key[pg] == 0 && lookup(kv, k, key, tok) < 0) {
-			uint32_t slot = (uint32_t)k & p->mask;
-			while (p->slot_key[slot]) slot = (slot + 1) & p->mask;
-			p->slot_key[slot] = k;
-			p->slot_page[slot] = pg;
-			p->key[pg] = k;
-			p->parent[pg] = key;
-			memcpy(p->tokens + (size_t)pg * pt, tok, (size_t)pt * sizeof *tok);
-			kv->ref[pg]++;
-			p->n_cached++;
-			lru_front(p, pg);
-		}
+		if (p->key[pg] == 0 && lookup(kv, k, key, tok) < 0) insert(kv, pg, k, key, tok, root == 0 ? PX_KEEP : 0);
 		key = k;
 	}
+}
+
+int32_t kv_disk_flush(kv_cache *kv) {
+	kv_prefix *p = kv->px;
+	int32_t n = 0;
+	if (!p || !kv->disk) return 0;
+	for (int32_t pg = p->head; pg >= 0; pg = p->next[pg])
+		if (p->flag[pg] == PX_KEEP) {
+			keep_on_disk(kv, pg);
+			n += p->flag[pg] == (PX_KEEP | PX_ON_DISK);
+		}
+	return n;
 }

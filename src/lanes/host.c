@@ -132,6 +132,19 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		if (kc.n_pages < lane_pages_for(h, h->max_ctx)) kc.n_pages = lane_pages_for(h, h->max_ctx);
 	}
 	int rc = kv_new(&h->kv, &kc, err, errlen);
+	if (!rc && cfg.cache_dir && cfg.prefix_cache) {
+		// rows differ by kernel set and activation width: each has a folder of its own
+		const char *ks = tensor_kernels_name(model_kernels(m)), *act = tensor_act_name(tensor_kernels_act(model_kernels(m)));
+		uint8_t ident[32];
+		sha256_ctx c;
+		sha256_init(&c);
+		sha256_update(&c, cfg.cache_ident, sizeof cfg.cache_ident);
+		sha256_update(&c, ks, strlen(ks) + 1);
+		sha256_update(&c, act, strlen(act) + 1);
+		sha256_final(&c, ident);
+		rc = kv_disk_open(h->kv, cfg.cache_dir, ident, cfg.cache_dir_bytes ? cfg.cache_dir_bytes : LANE_DEFAULT_CACHE_DIR_BYTES,
+				  err, errlen);
+	}
 	if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
 	// a request queued or admitted is counted open: no more than queue + lanes, and as many
@@ -207,6 +220,9 @@ void lane_host_free(lane_host *h) {
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->thread, NULL);
 	}
+	if (h->kv && kv_disk_stats_of(h->kv).read + kv_disk_flush(h->kv))
+		LOG_INFO(MOD, "prefix cache on disk: %llu pages read, %llu written", (unsigned long long)kv_disk_stats_of(h->kv).read,
+			 (unsigned long long)kv_disk_stats_of(h->kv).written);
 	kv_free(h->kv);
 	lane_draft_free(h);
 	free(h->ctxbuf);

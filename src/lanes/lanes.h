@@ -248,6 +248,12 @@ typedef struct {
 	int32_t page_tokens;      // KV page size (default 16)
 	enum kv_type kv_type;     // KV cache type (default f16s)
 	bool prefix_cache;        // share prompt KV across requests (default on)
+	// The prefix cache's pages of the base model kept in this folder across restarts (NULL:
+	// in memory only), at most cache_dir_bytes of them; cache_ident names the model's file
+	// (base_file_ident), to which the host adds its kernel set and KV layout.
+	const char *cache_dir;
+	uint64_t cache_dir_bytes;
+	uint8_t cache_ident[32];
 	enum lane_draft_mode draft; // auto: n-gram drafts, and the draft model's when one is given
 	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
 	const model *draft_model; // optional; its vocabulary must equal the target's
@@ -268,6 +274,7 @@ typedef struct {
 #define LANE_DEFAULT_CTX 8192
 #define LANE_DEFAULT_ROUND_MS 100
 #define LANE_DEFAULT_DRAFT_MAX 8
+#define LANE_DEFAULT_CACHE_DIR_BYTES (4ull << 30)
 
 // The values lane_config_check takes (min, max), said once: the CLI's settings table reads them.
 #define LANE_RANGE_LANES 1, 64
@@ -406,6 +413,7 @@ typedef struct {
 	int32_t queue_depth;
 	int32_t kv_pages_used, kv_pages_free, kv_pages_cached;
 	uint64_t prefix_hit_tokens;
+	kv_disk_stats prefix_disk;  // the prefix cache's pages on disk (zero without --cache-dir)
 	uint64_t prefix_query_tokens; // prompt tokens of the requests that looked in the prefix cache
 	uint64_t prompt_tokens, generated_tokens;
 	uint64_t rounds;

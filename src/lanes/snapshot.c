@@ -61,6 +61,7 @@ void lane_publish(lane_host *h) {
 	s->kv_used_bytes = (uint64_t)s->kv_pages_used * kv_page_bytes(h->kv);
 	s->compute_bytes = h->compute_bytes;
 	s->kv_pages_cached = kv_pages_cached(h->kv);
+	s->prefix_disk = kv_disk_stats_of(h->kv);
 	pthread_mutex_lock(&h->mu);
 	s->queue_depth = h->qlen;
 	for (const lane_req *r = h->qhead; r; r = r->next) count_lora(s, r, false);

@@ -291,6 +291,7 @@ static void *loader(void *arg) {
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ENGINE);
 		rc = srv_learning_start(s, err, sizeof err);
+		if (!rc && s->cfg.lanes.cache_dir) rc = base_file_ident(s->model_path, s->cfg.lanes.cache_ident, err, sizeof err);
 		if (!rc) rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
 	}
 	if (!rc) {

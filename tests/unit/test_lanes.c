@@ -9,8 +9,10 @@
 #include "t.h"
 #include "tokenizer/tokenizer.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NREQ 32
@@ -118,6 +120,9 @@ static enum kv_type KVT = KV_F16S; // KV type of hosts made by host()
 static int32_t WINDOW, WINDOW_MAX; // elastic window of hosts made by host() (0: fixed pool)
 static int32_t QUEUE = -1; // queue of hosts made by host() (-1: the default)
 static double ROW_US, FIXED_US;   // pricing of hosts made by host() (0: timed at start)
+static const char *CACHE_DIR;     // the prefix cache's folder of hosts made by host() (NULL: none)
+static uint64_t CACHE_MAX;        // its cap (0: the default)
+static uint8_t CACHE_IDENT;       // the first byte of the model's identity those hosts are given
 
 static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	lane_config c;
@@ -134,6 +139,9 @@ static lane_host *host(int lanes, int piece, bool cache, int threads) {
 	if (QUEUE >= 0) c.queue = QUEUE;
 	c.row_us = ROW_US;
 	c.fixed_us = FIXED_US;
+	c.cache_dir = CACHE_DIR;
+	c.cache_dir_bytes = CACHE_MAX;
+	c.cache_ident[0] = CACHE_IDENT;
 	char err[256];
 	lane_host *h = NULL;
 	int rc = lane_host_new(&h, M, V, &c, err, sizeof err);
@@ -1630,6 +1638,142 @@ static void test_lease_chaos(uint64_t seed) {
 	lane_host_free(h);
 }
 
+// The page files in the one folder under dir (the host names it); paths into names, count.
+static int page_files(const char *dir, char names[][1024], int cap, off_t *size) {
+	int n = 0;
+	DIR *top = opendir(dir);
+	for (struct dirent *e; top && (e = readdir(top));) {
+		if (e->d_name[0] == '.') continue;
+		char sub[1024];
+		snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+		DIR *d = opendir(sub);
+		for (struct dirent *f; d && (f = readdir(d));) {
+			if (!strstr(f->d_name, ".kvpage")) continue;
+			if (n < cap) snprintf(names[n], 1024, "%s/%s", sub, f->d_name);
+			struct stat st;
+			if (n < cap && size && !stat(names[n], &st)) *size = st.st_size;
+			n++;
+		}
+		if (d) closedir(d);
+	}
+	if (top) closedir(top);
+	return n;
+}
+
+// Whether the page file at path holds a prompt's first page (its parent chain hash is the root's).
+static bool first_page(const char *path) {
+	uint64_t parent = 1;
+	FILE *f = fopen(path, "rb");
+	if (f && fseek(f, 48, SEEK_SET) == 0 && fread(&parent, sizeof parent, 1, f) != 1) parent = 1;
+	if (f) fclose(f);
+	return parent == 0;
+}
+
+// A host over CACHE_DIR for a model whose identity starts with ident runs s one after another
+// into out, drains; what its snapshot said before.
+static lane_snapshot run_cached(uint8_t ident, req_spec *s, int n, result *out) {
+	CACHE_IDENT = ident;
+	lane_host *h = host(4, 0, true, 2);
+	run_all(h, s, n, out, false);
+	lane_snapshot sn;
+	lane_host_snapshot(h, &sn);
+	lane_host_free(h);
+	CACHE_IDENT = 0;
+	return sn;
+}
+
+// --cache-dir: pages written at drain are read back by the next host with the same bits as a
+// fresh prompt; damaged and foreign files are refused and deleted, and the cap holds.
+static void test_cache_dir(void) {
+	char dir[1024], other[1024], names[64][1024];
+	snprintf(dir, sizeof dir, "%s/lanes-kvdisk-%d", t_tmp(), (int)getpid());
+	static req_spec s[NREQ];
+	static result solo[NREQ], first[NREQ], back[NREQ], after[NREQ];
+	make_specs(s, NREQ / 2, 77, model_hparams_of(M)->n_vocab);
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, s, NREQ / 2, solo, false);
+	lane_host_free(h);
+
+	CACHE_DIR = dir;
+	CHECK(run_cached(0, s, NREQ / 2, first).prefix_disk.read == 0); // drains: every cached page to disk
+	off_t fsize = 0;
+	const int n_files = page_files(dir, names, 64, &fsize);
+	CHECKF(n_files >= 4 && fsize > 0, "pages written at drain (%d)", n_files);
+
+	lane_snapshot sn = run_cached(0, s, NREQ / 2, back);
+	CHECKF(sn.prefix_disk.read >= (uint64_t)n_files / 2 && sn.prefix_hit_tokens > 0, "pages read back (%llu, %llu tokens)",
+	       (unsigned long long)sn.prefix_disk.read, (unsigned long long)sn.prefix_hit_tokens);
+	CHECK(sn.prefix_disk.refused == 0);
+	for (int i = 0; i < NREQ / 2; i++) {
+		CHECKF(same(&solo[i], &first[i]), "req %d: fresh = cached", i);
+		CHECKF(same(&solo[i], &back[i]), "req %d: fresh = read back from disk", i);
+	}
+
+	// a flipped byte, a cut file and a file of another model's folder are refused and deleted
+	// (then written again, whole and their own, at drain); first pages, as a prompt reads them
+	int n = page_files(dir, names, 64, NULL), firsts = 0;
+	for (int i = 0; i < n && i < 64 && firsts < 3; i++)
+		if (first_page(names[i])) memmove(names[firsts++], names[i], sizeof names[0]);
+	CHECKF(firsts == 3, "three first pages (%d)", firsts);
+	if (firsts == 3) {
+		FILE *f = fopen(names[0], "r+b");
+		CHECK(f && fseek(f, fsize / 2, SEEK_SET) == 0);
+		if (f) {
+			int c = fgetc(f);
+			fseek(f, fsize / 2, SEEK_SET);
+			fputc(c ^ 0x10, f);
+			fclose(f);
+		}
+		CHECK(truncate(names[1], fsize - 7) == 0);
+		CACHE_IDENT = 1; // another model: its own folder, where names[2] is planted
+		h = host(1, 0, true, 2);
+		lane_host_free(h);
+		CACHE_IDENT = 0;
+		int others = 0;
+		DIR *top = opendir(dir);
+		for (struct dirent *e; top && (e = readdir(top));) {
+			char seg[300];
+			snprintf(seg, sizeof seg, "/%s/", e->d_name);
+			if (e->d_name[0] == '.' || strstr(names[2], seg)) continue;
+			snprintf(other, sizeof other, "%s/%s", dir, e->d_name);
+			others++;
+		}
+		if (top) closedir(top);
+		CHECKF(others == 1, "another model's folder (%d)", others);
+		char planted[1100], copy[1200];
+		snprintf(planted, sizeof planted, "%s/%s", other, strrchr(names[2], '/') + 1);
+		snprintf(copy, sizeof copy, "cp '%s' '%s'", names[2], planted);
+		CHECK(system(copy) == 0);
+		sn = run_cached(1, s, NREQ / 2, after);
+		CHECKF(sn.prefix_disk.refused == 1, "the planted file is refused (%llu)", (unsigned long long)sn.prefix_disk.refused);
+		for (int i = 0; i < NREQ / 2; i++) CHECKF(same(&solo[i], &after[i]), "req %d: fresh = beside a foreign file", i);
+		sn = run_cached(0, s, NREQ / 2, after);
+		CHECKF(sn.prefix_disk.refused == 2, "the damaged files are refused (%llu)", (unsigned long long)sn.prefix_disk.refused);
+		for (int i = 0; i < NREQ / 2; i++) CHECKF(same(&solo[i], &after[i]), "req %d: fresh = after refusals", i);
+		// what drain wrote in their place is whole: read back, nothing refused
+		sn = run_cached(1, s, NREQ / 2, after);
+		CHECKF(sn.prefix_disk.refused == 0 && sn.prefix_disk.read > 0, "written again whole (%llu refused, %llu read)",
+		       (unsigned long long)sn.prefix_disk.refused, (unsigned long long)sn.prefix_disk.read);
+		sn = run_cached(0, s, NREQ / 2, after);
+		CHECKF(sn.prefix_disk.refused == 0 && sn.prefix_disk.read >= (uint64_t)n_files / 2, "written again whole (%llu refused, %llu read)",
+		       (unsigned long long)sn.prefix_disk.refused, (unsigned long long)sn.prefix_disk.read);
+		for (int i = 0; i < NREQ / 2; i++) CHECKF(same(&solo[i], &after[i]), "req %d: fresh = read back again", i);
+	}
+
+	// a cap of two files: the folder never holds more, the oldest go first
+	char rm[1100];
+	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+	CHECK(system(rm) == 0);
+	CACHE_MAX = (uint64_t)fsize * 2;
+	h = host(4, 0, true, 2);
+	run_all(h, s, NREQ / 2, after, true);
+	lane_host_free(h);
+	CHECKF(page_files(dir, names, 64, NULL) == 2, "the cap holds (%d files)", page_files(dir, names, 64, NULL));
+	CACHE_MAX = 0;
+	CACHE_DIR = NULL;
+	CHECK(system(rm) == 0);
+}
+
 static void lease_chaos_all(void) {
 	for (uint64_t seed = 1; seed <= 6; seed++) test_lease_chaos(seed);
 }
@@ -1647,6 +1791,7 @@ int main(void) {
 	test_exact("stories260K.gguf");
 	with_model("stories260K.gguf", test_elastic);
 	with_model("stories260K.gguf", test_plan_accounting);
+	with_model("stories260K.gguf", test_cache_dir);
 	test_exact_kv("stories260K.gguf", KV_Q8_0);
 	test_exact_kv("stories260K.gguf", KV_Q4_0);
 	test_exact_kv("stories260K.gguf", KV_F16);

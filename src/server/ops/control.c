@@ -139,6 +139,20 @@ void srv_metrics(srv_conn *c) {
 	metric(&b, "lanes_kv_pages_free", "gauge", "KV cache pages free.", (uint64_t)sn->kv_pages_free);
 	metric(&b, "lanes_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
 	       sn->prefix_hit_tokens);
+	if (s->cfg.lanes.cache_dir) {
+		const kv_disk_stats *d = &sn->prefix_disk;
+		char dl[512];
+		snprintf(dl, sizeof dl,
+			 "# HELP lanes_prefix_cache_disk_pages_total The prefix cache's page files (--cache-dir): read back, written, "
+			 "refused as damaged or foreign, deleted for room, failed writes.\n"
+			 "# TYPE lanes_prefix_cache_disk_pages_total counter\n"
+			 "lanes_prefix_cache_disk_pages_total{op=\"read\"} %llu\nlanes_prefix_cache_disk_pages_total{op=\"written\"} %llu\n"
+			 "lanes_prefix_cache_disk_pages_total{op=\"refused\"} %llu\nlanes_prefix_cache_disk_pages_total{op=\"dropped\"} %llu\n"
+			 "lanes_prefix_cache_disk_pages_total{op=\"failed\"} %llu\n",
+			 (unsigned long long)d->read, (unsigned long long)d->written, (unsigned long long)d->refused,
+			 (unsigned long long)d->dropped, (unsigned long long)d->failed);
+		srv_buf_adds(&b, dl);
+	}
 	if (sn->window_max) {
 		metric(&b, "lanes_window_tokens", "gauge", "Tokens a request may use now (the elastic window).",
 		       (uint64_t)sn->window);
