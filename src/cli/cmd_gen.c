@@ -1,6 +1,6 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family (or gemma2) model with random weights (and a real vocabulary) for tests and benchmarks;
-// `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
+// a llama-family (or gemma2) model with random weights (and a real vocabulary) for tests and
+// benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "cli/ftype.h"

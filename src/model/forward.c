@@ -524,6 +524,7 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	mm(pool, s, &ly->wo, 0, s->att, n, o_out, NULL, NULL, fold, fuse ? &lj : NULL);
 	if (!fuse) lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, o_out, E);
 	if (ly->attn_post_norm) {
+		add_bias(s->t, ly->bo, n, E);
 		post_norm_add(m, ly->attn_post_norm, s->t, s->x, s->h, n);
 	} else if (!fold) {
 		add_bias(s->t, ly->bo, n, E);

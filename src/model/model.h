@@ -1,6 +1,6 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe) and gemma2 — hyper-parameters from GGUF metadata, weights bound in place from the mapping
-// and checked against them, and forward(batch) over the paged KV cache.
+// qwen3moe) and gemma2 — hyper-parameters from GGUF metadata, weights bound in place from the
+// mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
 
