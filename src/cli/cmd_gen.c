@@ -1,6 +1,6 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family model with random weights (and a real vocabulary) for tests and benchmarks;
-// `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
+// a llama-family (or gemma2) model with random weights (and a real vocabulary) for tests and
+// benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "cli/ftype.h"
@@ -20,6 +20,9 @@ typedef struct {
 	bool tied;        // no output.weight: token_embd is the output matrix too
 	bool rope_llama3; // rope_freqs.weight from Llama 3's rope scaling
 	int64_t n_expert, n_expert_used, n_ff_shexp; // MoE layers (n_ff per expert); a shared expert (qwen2moe)
+	int64_t head_dim; // values per head (0: n_embd / n_head)
+	int64_t n_swa;    // gemma2: the local layers' window
+	float attn_cap, final_cap; // gemma2: the soft caps
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -44,7 +47,18 @@ static const gen_shape shapes[] = {
 	{.name = "qwen2moe-test", .arch = "qwen2moe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 32, .n_ctx = 4096, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .n_expert = 16,
 	 .n_expert_used = 4, .n_ff_shexp = 128},
+	// Gemma 2's block at the test size: heads wider than n_embd / n_head, a window of 16 on
+	// the even layers, the published soft caps; and the 2B's published shape
+	{.name = "gemma2-test", .arch = "gemma2", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 32,
+	 .n_swa = 16, .attn_cap = 50.0f, .final_cap = 30.0f},
+	{.name = "gemma2-2b", .arch = "gemma2", .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4,
+	 .n_ff = 9216, .n_ctx = 8192, .rope_base = 10000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
+	 .n_swa = 4096, .attn_cap = 50.0f, .final_cap = 30.0f},
 };
+
+static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
+static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 
 // How a tensor's values are drawn: Gaussian-like with std `scale` around `mean`, or the
 // Llama 3 rope factors.
@@ -155,7 +169,7 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 	int cap = 8 + 16 * (int)s->n_layer, n = 0;
 	gen_tensor *ts = calloc((size_t)cap, sizeof *ts);
 	if (!ts) return -1;
-	const int64_t d = s->n_embd, hd = s->n_embd / s->n_head, dkv = hd * s->n_head_kv;
+	const int64_t d = s->n_embd, hd = head_dim(s), dq = hd * s->n_head, dkv = hd * s->n_head_kv;
 	const float out_scale = 5.0f / sqrtf((float)d);
 	const float in_scale = 1.0f / sqrtf((float)d), ff_scale = 1.0f / sqrtf((float)s->n_ff);
 	const float resid = 1.0f / sqrtf(2.0f * (float)s->n_layer);
@@ -169,14 +183,19 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		add_t(ts, &n, nm, nd, a, b, FILL_NOISE, mean, scale);        \
 	} while (0)
 		T("attn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		T("attn_q.weight", 2, d, d, 0, in_scale);
-		if (s->qkv_bias) T("attn_q.bias", 1, d, 1, 0, 0.1f);
+		T("attn_q.weight", 2, d, dq, 0, in_scale);
+		if (s->qkv_bias) T("attn_q.bias", 1, dq, 1, 0, 0.1f);
 		T("attn_k.weight", 2, d, dkv, 0, in_scale);
 		if (s->qkv_bias) T("attn_k.bias", 1, dkv, 1, 0, 0.1f);
 		T("attn_v.weight", 2, d, dkv, 0, in_scale);
 		if (s->qkv_bias) T("attn_v.bias", 1, dkv, 1, 0, 0.1f);
-		T("attn_output.weight", 2, d, d, 0, in_scale * resid);
+		T("attn_output.weight", 2, dq, d, 0, 1.0f / sqrtf((float)dq) * resid);
 		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		if (is_gemma2(s)) {
+			// the blocks' outputs are normed before the residual adds, so resid scales them
+			T("post_attention_norm.weight", 1, d, 1, resid, 0.05f * resid);
+			T("post_ffw_norm.weight", 1, d, 1, resid, 0.05f * resid);
+		}
 		if (s->n_expert) {
 			// the router a little sharper than the FFN inputs, so a row's experts are distinct
 			T("ffn_gate_inp.weight", 2, d, s->n_expert, 0, 2 * in_scale);
@@ -243,7 +262,16 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
-	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(s->n_embd / s->n_head));
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim(s));
+	if (s->head_dim) {
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
+	}
+	if (is_gemma2(s)) {
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_cap);
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_cap);
+	}
 	if (s->n_expert) {
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s->n_expert);
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s->n_expert_used);
@@ -382,7 +410,7 @@ int cmd_gen(const cli_settings *set) {
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
 	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
 	const gen_shape *s = NULL;
-	char names[128] = "";
+	char names[256] = "";
 	for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		if (!strcmp(shapes[i].name, shape_name)) s = &shapes[i];
 		k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", shapes[i].name);
@@ -428,10 +456,10 @@ int cmd_gen(const cli_settings *set) {
 	if (set->end_logit > 0) {
 		// the chat turn's end where the vocabulary has one (<|im_end|>, <|eot_id|>), else its eos
 		end.id = end_token(v);
-		if (s->tied || s->n_expert || end.id < 0 || end.id >= n_vocab) {
+		if (s->tied || s->n_expert || is_gemma2(s) || end.id < 0 || end.id >= n_vocab) {
 			rc = LANES_EINVAL;
 			snprintf(err, sizeof err, "--end-logit: %s", end.id < 0 || end.id >= n_vocab ? "the vocabulary names no end token"
-								    : "only for untied shapes without experts");
+								    : "only for untied llama-family shapes without experts");
 			goto done;
 		}
 	}

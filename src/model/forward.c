@@ -1,5 +1,6 @@
 // model/forward: forward(batch) — embeddings, attention over the paged KV cache, dense or
-// MoE SwiGLU FFN, output head — in a workspace sized once for the most rows a caller runs.
+// MoE SwiGLU FFN (GELU for Gemma 2, with its post norms, soft caps and local layers), output
+// head — in a workspace sized once for the most rows a caller runs.
 // Rows are independent: every kernel reduces per output in one fixed order, and the K/V a
 // query reads are the cache's stored values wherever they came from.
 #include "model/model_int.h"
@@ -341,7 +342,8 @@ static void attn_task(void *arg, int ith, int nth) {
 	const int32_t H = hp->n_heads, KH = hp->n_kv_heads, D = hp->head_dim, grp = H / KH;
 	const scratch *s = j->s;
 	const int64_t items = (j->fused ? s->nblk : j->n) * KH;
-	const float scale = (float)(1.0 / sqrt((double)D));
+	const float scale = hp->attn_scale;
+	const int32_t window = model_layer_window(hp, j->layer);
 	float *scores = s->scores + (size_t)ith * j->att_floats;
 	const size_t qd = (size_t)H * D;
 	for (;;) {
@@ -350,14 +352,16 @@ static void attn_task(void *arg, int ith, int nth) {
 		const int32_t g = (int32_t)(i % KH);
 		if (j->fused) {
 			const int64_t b = s->nblk - 1 - i / KH, e0 = s->ablk[b];
-			const tensor_kv_view kvv = kv_view(j->kv, j->layer, j->rows[s->aord[e0]].seq, g * D);
+			tensor_kv_view kvv = kv_view(j->kv, j->layer, j->rows[s->aord[e0]].seq, g * D);
+			kvv.window = window, kvv.softcap = hp->attn_softcap;
 			tensor_k_attn_rows(j->m->ks, s->q + (size_t)g * grp * D, qd, s->aord + e0, (int32_t)(s->ablk[b + 1] - e0), grp, D,
 					   scale, &kvv, s->anpos + e0, scores, s->att + (size_t)g * grp * D, qd);
 			continue;
 		}
 		const int64_t r = i / KH;
 		const model_row *row = &j->rows[r];
-		const tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
+		tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
+		kvv.window = window, kvv.softcap = hp->attn_softcap;
 		tensor_k_attn_unfused(j->m->ks, s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
 				      s->att + r * qd + (size_t)g * grp * D);
 	}
@@ -391,7 +395,17 @@ static void norm_row(void *arg, int64_t r) {
 static void glu_row(void *arg, int64_t r) {
 	const row_maker *a = arg;
 	float *g = a->h + r * a->width;
-	tensor_k_swiglu(a->m->ks, g, a->u + r * a->width, g, a->width);
+	if (a->m->hp.geglu) tensor_k_geglu(a->m->ks, g, a->u + r * a->width, g, a->width);
+	else tensor_k_swiglu(a->m->ks, g, a->u + r * a->width, g, a->width);
+}
+
+// Gemma 2: x += RMSNorm(t) with a block's post norm, row by row.
+static void post_norm_add(const model *m, const float *w, const float *t, float *x, float *h, int64_t n) {
+	const int64_t E = m->hp.n_embd;
+	for (int64_t r = 0; r < n; r++) {
+		tensor_k_rmsnorm(m->ks, t + r * E, w, E, m->hp.rms_eps, h);
+		for (int64_t i = 0; i < E; i++) x[r * E + i] += h[i];
+	}
 }
 
 // y = x . W^T of matrix `mat` (add: y += it), its input's rows made by mk (NULL: x is ready).
@@ -504,12 +518,15 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	atomic_init(&aj.next, 0);
 	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
-	const bool fold = !ly->bo; // x += the output as it is written; the adapters' terms follow it
+	const bool fold = !ly->bo && !ly->attn_post_norm; // x += the output as it is written; the adapters' terms follow it
 	float *const o_out = fold ? s->x : s->t;
 	fuse = lora_fuse(s->lp, l, 1, &o_kind, s->att, qd, n, &o_out, &E, &lj);
 	mm(pool, s, &ly->wo, 0, s->att, n, o_out, NULL, NULL, fold, fuse ? &lj : NULL);
 	if (!fuse) lora_add(s->lp, l, LK_O, s->att, qd, n, NULL, o_out, E);
-	if (!fold) {
+	if (ly->attn_post_norm) {
+		add_bias(s->t, ly->bo, n, E);
+		post_norm_add(m, ly->attn_post_norm, s->t, s->x, s->h, n);
+	} else if (!fold) {
 		add_bias(s->t, ly->bo, n, E);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 	}
@@ -519,6 +536,9 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 		for (int64_t r = 0; r < n; r++) norm_row((void *)&ffn_norm, r);
 		moe(m, ly, pool, n, s);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
+	} else if (ly->ffn_post_norm) {
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, false, &ffn_norm, s->lp, l);
+		post_norm_add(m, ly->ffn_post_norm, s->t, s->x, s->h, n);
 	} else {
 		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, s->lp, l);
 	}
@@ -822,6 +842,8 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 	for (int64_t r = 0; r < n; r++) {
 		et->to_f32((const uint8_t *)m->tok_embd.data + (size_t)rows[r].token * m->tok_embd.row_bytes, s.x + r * E,
 			   (int64_t)E);
+		if (hp->embd_scale != 1.0f)
+			for (uint64_t i = 0; i < E; i++) s.x[r * E + i] *= hp->embd_scale;
 		tensor_rope_table(&hp->rope, rows[r].pos, s.cs + r * hp->rope.n_rot);
 	}
 	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, (size_t)af, fused);
@@ -834,6 +856,8 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 	const row_maker out_norm = {.m = m, .x = s.x, .w = m->output_norm, .h = s.h, .ridx = s.sel, .width = (int64_t)E};
 	if (nl) mm(pool, &s, &m->output, 0, s.h, nl, logits, norm_row, &out_norm, false, NULL);
 	if (nl) lora_add(s.lp, -1, LK_OUTPUT, s.h, (int64_t)E, nl, s.lp ? s.lp->ridx : NULL, logits, hp->n_vocab);
+	if (hp->final_softcap != 0.0f)
+		for (int64_t i = 0; i < nl * hp->n_vocab; i++) logits[i] = tensor_softcap(logits[i], hp->final_softcap);
 	int64_t nh = 0;
 	for (int64_t r = 0; r < n && want; r++)
 		if (want[r]) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, hidden + nh++ * E);

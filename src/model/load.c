@@ -21,6 +21,7 @@ typedef struct {
 	enum moe_mode moe;     // MoE layers: when expert_count > 0, or always
 	bool shexp;            // shared expert with a sigmoid gate
 	bool moe_norm;         // default: renormalize the chosen experts' weights
+	bool gemma2;           // Gemma 2's block: scaled embeddings, post norms, GELU, soft caps, local layers
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -29,6 +30,7 @@ static const arch_desc archs[] = {
 	{.name = "qwen3", .neox = true, .qk_norm = true},
 	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true},
 	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true},
+	{.name = "gemma2", .neox = true, .gemma2 = true},
 };
 
 typedef struct {
@@ -304,6 +306,10 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k_norm.weight"), true, D, &y->k_norm));
 	}
 	TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_norm.weight"), true, E, &y->ffn_norm));
+	if (hp->post_norms) {
+		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->attn_post_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "post_ffw_norm.weight"), true, E, &y->ffn_post_norm));
+	}
 	if (hp->n_experts == 0) {
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate.weight"), true, E, hp->n_ff, 1, &y->ffn_gate));
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up.weight"), true, E, hp->n_ff, 1, &y->ffn_up));
@@ -403,6 +409,27 @@ static int read_rope(loader *L) {
 	return LANES_OK;
 }
 
+// Gemma 2 as its GGUF files describe it. Their norm weights already hold the 1 that Gemma's
+// RMSNorm adds (the converter folds it in), so every norm is the plain one.
+static int read_gemma2(loader *L) {
+	model_hparams *hp = &L->m->hp;
+	double attn_cap, final_cap;
+	int rc;
+	if ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
+	    (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap)) ||
+	    (rc = meta_int(L, "attention.sliding_window", true, 4096, 0, INT32_MAX, &hp->n_swa)))
+		return rc;
+	hp->attn_softcap = (float)attn_cap;
+	hp->final_softcap = (float)final_cap;
+	hp->swa_pattern = 2; // even layers local, odd layers global
+	hp->post_norms = hp->geglu = true;
+	hp->embd_scale = (float)sqrt((double)hp->n_embd);
+	// query_pre_attn_scalar, which the files do not carry: n_embd / n_heads for the 27B (46
+	// layers), the head size for the others
+	if (hp->n_layers == 46) hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_heads)));
+	return LANES_OK;
+}
+
 static int read_hparams(loader *L, const arch_desc *a) {
 	model *m = L->m;
 	model_hparams *hp = &m->hp;
@@ -451,7 +478,9 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	}
 	if ((rc = read_rope(L))) return rc;
 	hp->rope.neox = a->neox;
-	return LANES_OK;
+	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
+	hp->embd_scale = 1.0f;
+	return a->gemma2 ? read_gemma2(L) : LANES_OK;
 }
 
 static void main_type(model *m) {
@@ -499,7 +528,8 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 		if (gguf_str_eq(arch, archs[i].name)) a = &archs[i];
 	if (!a) {
 		char *s = gguf_str_dup(arch);
-		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)",
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2)",
 				  s ? s : "?");
 		free(s);
 		goto fail;
@@ -615,7 +645,8 @@ static void memory_of(const model *m, model_memory *out) {
 		      vec_in_place(m, m->output_norm, E) + vec_in_place(m, hp->rope.freq_factors, hp->rope.n_rot / 2);
 	for (int l = 0; l < hp->n_layers; l++) {
 		const mlayer *y = &m->layers[l];
-		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->bq, qd) +
+		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->attn_post_norm, E) +
+		      vec_in_place(m, y->ffn_post_norm, E) + vec_in_place(m, y->bq, qd) +
 		      vec_in_place(m, y->bk, kvd) + vec_in_place(m, y->bv, kvd) + vec_in_place(m, y->bo, E) +
 		      vec_in_place(m, y->q_norm, D) + vec_in_place(m, y->k_norm, D);
 		const mweight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->ffn_gate, &y->ffn_up, &y->ffn_down,

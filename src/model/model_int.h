@@ -24,6 +24,7 @@ typedef struct {
 	const float *bq, *bk, *bv, *bo;         // optional biases of the four
 	const float *q_norm, *k_norm;           // [head_dim] per-head RMS norm (qwen3)
 	const float *ffn_norm;                  // [n_embd]
+	const float *attn_post_norm, *ffn_post_norm; // [n_embd] norms of the blocks' outputs (gemma2)
 	mweight ffn_gate, ffn_up, ffn_down;     // dense: [n_embd -> n_ff], [n_ff -> n_embd]
 	mweight gate_inp;                       // router [n_embd -> n_experts]
 	mweight gate_exps, up_exps, down_exps;  // [n_experts][n_embd -> n_ff_exp], down back

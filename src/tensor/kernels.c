@@ -337,6 +337,10 @@ void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, f
 	ks->swiglu(g, u, out, n);
 }
 
+void tensor_k_geglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
+	ks->geglu(g, u, out, n);
+}
+
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h) {
 	return ks->f16s_encode(x, n, h);
 }

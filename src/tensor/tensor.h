@@ -187,6 +187,10 @@ void tensor_rmsnorm(const float *x, const float *w, int64_t n, float eps, float 
 void tensor_softmax(float *x, int64_t n);
 // out[i] = silu(g[i]) * u[i]; out may alias g or u.
 void tensor_swiglu(const float *g, const float *u, float *out, int64_t n);
+// out[i] = gelu(g[i]) * u[i], GELU's tanh form (Gemma's FFN), in double; out may alias g or u.
+void tensor_geglu(const float *g, const float *u, float *out, int64_t n);
+// cap * tanh(x / cap) in double, rounded once: the one soft cap every kernel set applies.
+float tensor_softcap(float x, float cap);
 
 // Rotary position embedding.
 typedef struct {
@@ -232,12 +236,19 @@ typedef struct {
 	size_t s_row_stride;      // scale bytes between positions within a page
 	int32_t page_tokens;
 	int32_t off;              // blocks: the head's first value within a row
+	int32_t window;           // a query at position p sees p-window+1..p only (0: every position)
+	float softcap;            // each score s becomes tensor_softcap(s, softcap) (0: none)
 } tensor_kv_view;
 // Position j's K (or V) values of one head as floats; returns its scale byte's value (1
 // without scale bytes), which the caller applies. Block values d * q are exact in float.
 float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_dim, float *dst);
-// Attention of one query head q (head_dim values) over positions 0..n_pos-1, unfused:
-// scores in position order (q.k_j in element order, times k_j's scale, times `scale`),
+// The first position a query that sees n_pos positions reads through kvv (its window's start).
+static inline int32_t tensor_attn_first(const tensor_kv_view *kvv, int32_t n_pos) {
+	return kvv->window > 0 && n_pos > kvv->window ? n_pos - kvv->window : 0;
+}
+// Attention of one query head q (head_dim values) over positions 0..n_pos-1 (the view's
+// window, when it has one, leaves out those before n_pos-window), unfused: scores in position
+// order (q.k_j in element order, times k_j's scale, times `scale`, then the view's soft cap),
 // softmax, then the weighted sum of V in position order. scores: n_pos floats of scratch.
 void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 		     int32_t n_pos, float *scores, float *out);
@@ -369,6 +380,7 @@ size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 // reference functions above; results differ from them by rounding only).
 void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y);
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
+void tensor_k_geglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);
 // The f32 products of training (src/learn), 16 weight rows at a time, each output summed over
 // its inputs in order (a set may fuse each multiply-add): the forward

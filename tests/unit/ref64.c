@@ -15,7 +15,10 @@ void ref64_shape_of(const model *m, ref64_shape *s) {
 			   .D = hp->head_dim, .V = hp->n_vocab, .F = hp->n_ff, .X = hp->n_experts, .K = hp->n_experts_used,
 			   .FX = hp->n_ff_exp, .FS = hp->n_ff_shexp, .moe_norm = hp->moe_norm,
 			   .tied = !gguf_find_tensor(model_gguf(m), "output.weight"), .rope_base = hp->rope.freq_base,
-			   .rope_scale = hp->rope.freq_scale, .rms_eps = hp->rms_eps};
+			   .rope_scale = hp->rope.freq_scale, .rms_eps = hp->rms_eps, .attn_scale = hp->attn_scale,
+			   .embd_scale = hp->embd_scale, .post_norms = hp->post_norms, .geglu = hp->geglu,
+			   .attn_softcap = hp->attn_softcap, .final_softcap = hp->final_softcap, .swa = hp->n_swa,
+			   .swa_pattern = hp->swa_pattern};
 }
 
 // A tensor of the file dequantized to doubles; NULL when absent.
@@ -55,11 +58,14 @@ static void rms(const double *x, const double *w, int n, double eps, double *y) 
 
 static double silu(double g) { return g / (1 + exp(-g)); }
 
-static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, double *y) {
+static double gelu(double g) { return 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))); }
+
+// geglu: the gate is GELU-tanh (Gemma 2), else SiLU.
+static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, bool geglu, double *y) {
 	double *a = malloc(sizeof(double) * F), *b = malloc(sizeof(double) * F);
 	mv(g, NULL, h, E, F, a);
 	mv(u, NULL, h, E, F, b);
-	for (int i = 0; i < F; i++) a[i] = silu(a[i]) * b[i];
+	for (int i = 0; i < F; i++) a[i] = (geglu ? gelu(a[i]) : silu(a[i])) * b[i];
 	mv(d, NULL, a, F, E, y);
 	free(a), free(b);
 }
@@ -99,7 +105,7 @@ static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *co
 	for (int e = 0; e < E; e++) y[e] = 0;
 	for (int kk = 0; kk < K; kk++) {
 		const size_t ex = (size_t)chosen[kk];
-		ffn_ref(wt[1] + ex * s->FX * E, wt[2] + ex * s->FX * E, wt[3] + ex * E * s->FX, h, E, s->FX, ye);
+		ffn_ref(wt[1] + ex * s->FX * E, wt[2] + ex * s->FX * E, wt[3] + ex * E * s->FX, h, E, s->FX, false, ye);
 		const double wgt = s->moe_norm ? pr[ex] / sel : pr[ex];
 		if (w) w[kk] = wgt;
 		for (int e = 0; e < E; e++) y[e] += wgt * ye[e];
@@ -108,7 +114,7 @@ static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *co
 		double *gi = WL(g, l, "ffn_gate_inp_shexp.weight"), *sg = WL(g, l, "ffn_gate_shexp.weight"),
 		       *su = WL(g, l, "ffn_up_shexp.weight"), *sd = WL(g, l, "ffn_down_shexp.weight"), gate;
 		mv(gi, NULL, h, E, 1, &gate);
-		ffn_ref(sg, su, sd, h, E, s->FS, ye);
+		ffn_ref(sg, su, sd, h, E, s->FS, false, ye);
 		for (int e = 0; e < E; e++) y[e] += ye[e] / (1 + exp(-gate));
 		free(gi), free(sg), free(su), free(sd);
 	}
@@ -121,13 +127,18 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
 	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
 	double *emb = W(g, "token_embd.weight"), *ff = W(g, "rope_freqs.weight");
-	for (int p = 0; p < P; p++) memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, sizeof(double) * E);
+	for (int p = 0; p < P; p++)
+		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
 	const bool neox = strcmp(s->arch, "llama") != 0;
+	const double scale = s->attn_scale ? s->attn_scale : 1 / sqrt((double)D);
 	for (int l = 0; l < s->L; l++) {
 		double *an = WL(g, l, "attn_norm.weight"), *wq = WL(g, l, "attn_q.weight"), *wk = WL(g, l, "attn_k.weight"),
 		       *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
 		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
-		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight");
+		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight"),
+		       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
+		       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
+		const int win = s->swa > 0 && s->swa_pattern > 1 && l % s->swa_pattern < s->swa_pattern - 1 ? s->swa : 0;
 		for (int p = 0; p < P; p++) {
 			rms(x + (size_t)p * E, an, E, s->rms_eps, h);
 			mv(wq, bq, h, E, qd, q + (size_t)p * qd);
@@ -156,37 +167,44 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 			for (int hh = 0; hh < H; hh++) {
 				const int gk = hh / (H / HKV);
 				double mx = -1e300, sum = 0;
-				for (int t = 0; t <= p; t++) {
+				const int t0 = win && p >= win ? p - win + 1 : 0;
+				for (int t = t0; t <= p; t++) {
 					double d = 0;
 					for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
-					sc[t] = d / sqrt((double)D);
+					sc[t] = d * scale;
+					if (s->attn_softcap) sc[t] = s->attn_softcap * tanh(sc[t] / s->attn_softcap);
 					mx = fmax(mx, sc[t]);
 				}
-				for (int t = 0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
+				for (int t = t0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
 				for (int e = 0; e < D; e++) {
 					double o = 0;
-					for (int t = 0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
+					for (int t = t0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
 					att[hh * D + e] = o;
 				}
 			}
 			mv(wo, NULL, att, qd, E, y);
+			if (pa) rms(y, pa, E, s->rms_eps, y);
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
 			if (!s->X)
-				ffn_ref(wt[1], wt[2], wt[3], h, E, s->F, y);
+				ffn_ref(wt[1], wt[2], wt[3], h, E, s->F, s->geglu, y);
 			else
 				moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
 					rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
 					rt ? rt->margin + (size_t)l * P + p : NULL);
+			if (pf) rms(y, pf, E, s->rms_eps, y);
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 		}
 		for (int i = 0; i < 4; i++) free(wt[i]);
 		free(an), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
+		free(pa), free(pf);
 	}
 	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
 	for (int p = 0; logits && p < P; p++) {
 		rms(x + (size_t)p * E, on, E, s->rms_eps, h);
 		mv(out ? out : emb, NULL, h, E, V, logits + (size_t)p * V);
+		for (int i = 0; s->final_softcap && i < V; i++)
+			logits[(size_t)p * V + i] = s->final_softcap * tanh(logits[(size_t)p * V + i] / s->final_softcap);
 	}
 	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc);
 }

@@ -1,4 +1,4 @@
-// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert) written
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert) and Gemma 2's block, written
 // from a file's weights, dequantized — the oracle the model and expert tests compare against.
 #ifndef LANES_REF64_H
 #define LANES_REF64_H
@@ -17,6 +17,14 @@ typedef struct {
 	bool moe_norm, tied;        // renormalize the chosen weights; output is token_embd
 	double rope_base, rope_scale; // rope_scale: positions are multiplied by it (1: none)
 	double rms_eps;
+	double attn_scale;          // scores' scale (0: 1/sqrt(D))
+	// Gemma 2 (zeros for the llama family): embeddings times embd_scale (0: 1), RMSNorm of each
+	// block's output (post_attention_norm, post_ffw_norm), GELU-tanh gate, soft caps (0: none),
+	// a window of swa positions on layers l % swa_pattern < swa_pattern - 1
+	double embd_scale;
+	bool post_norms, geglu;
+	double attn_softcap, final_softcap;
+	int swa, swa_pattern;
 } ref64_shape;
 
 // The shape of a loaded model (linear rope scaling at most; its rope_freqs are read from g).

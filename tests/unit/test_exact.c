@@ -2,11 +2,15 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths.
+// activation widths. The shared models, and a gemma2 one `lanes gen` writes (its local
+// layers' window shorter than the prompt).
 #include "t.h"
+#include "gen.h"
 
 #include "model/model.h"
 #include "sample/sample.h"
+
+#include <unistd.h>
 
 #define P 80 // prompt length
 
@@ -182,10 +186,12 @@ static void bad_batches(fixture *f) {
 }
 
 // Every model gets the mixed-batch checks; `full` adds pieces of 1, 3 threads and plain f16.
+// name: a file of ../shared/models, or a path.
 static void run_model(const char *name, bool full) {
 	t_case("%s %s %s", name, tensor_kernels_name(tensor_kernels_default()), tensor_act_name(tensor_kernels_act(tensor_kernels_default())));
 	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	if (strchr(name, '/')) snprintf(path, sizeof path, "%s", name);
+	else snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
 	fixture f = {0};
 	int rc = model_load(&f.m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", name, err);
@@ -216,6 +222,10 @@ int main(void) {
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
+	char gemma2[512], vocab[512];
+	snprintf(gemma2, sizeof gemma2, "%s/exact-gemma2-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("gemma2-test", "Q8_0", vocab, gemma2) == 0);
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
 			const bool q8 = a == TENSOR_ACT_Q8, ref = !strcmp(sets[k], "ref");
@@ -226,7 +236,9 @@ int main(void) {
 			if (q8 && ref) continue;
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
+			run_model(gemma2, !q8);
 		}
+	remove(gemma2);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }

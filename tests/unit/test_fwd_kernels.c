@@ -258,6 +258,36 @@ static void attention(void) {
 			CHECKF(worst_q < (enc == 3 ? 0.2 : enc == 2 ? 0.02 : 3e-3), "attention (%s) off the unrounded values by %g",
 			       names[enc], worst_q);
 		}
+		// A sliding window (inside the last tile, then across tiles) and a soft cap small
+		// enough to change the weights: both kernels against float64 over the stored values.
+		const int32_t windows[2] = {20, 150};
+		for (int wi = 0; wi < 2; wi++) {
+			tensor_kv_view wv = kvv;
+			wv.window = windows[wi], wv.softcap = 2.0f;
+			const int n_pos = NP, lo = NP - windows[wi];
+			double sc[NP], mx = -1e300, sum = 0, worst = 0, worst2 = 0, moved = 0;
+			for (int j = lo; j < n_pos; j++) {
+				sc[j] = 0;
+				for (int e = 0; e < D; e++) sc[j] += (double)q[e] * kst[j][e];
+				sc[j] = 2.0 * tanh(sc[j] * 0.25 / 2.0);
+				mx = fmax(mx, sc[j]);
+			}
+			for (int j = lo; j < n_pos; j++) sum += sc[j] = exp(sc[j] - mx);
+			tensor_attn_f16(q, D, 0.25f, &wv, n_pos, scores, out);
+			tensor_attn(q, D, 0.25f, &wv, n_pos, scratch, out2);
+			float plain[D];
+			tensor_attn(q, D, 0.25f, &kvv, n_pos, scratch, plain);
+			for (int e = 0; e < D; e++) {
+				double o = 0;
+				for (int j = lo; j < n_pos; j++) o += sc[j] / sum * vst[j][e];
+				worst = fmax(worst, fabs(o - out[e]));
+				worst2 = fmax(worst2, fabs(o - out2[e]));
+				moved = fmax(moved, fabs(o - plain[e]));
+			}
+			CHECKF(worst < 2e-6 && worst2 < 2e-6, "attention (%s, window %d, cap 2) off the stored values by %g, %g", names[enc],
+			       windows[wi], worst, worst2);
+			CHECKF(moved > 1e-3, "attention (%s): the window and cap changed nothing (%g)", names[enc], moved);
+		}
 	}
 }
 

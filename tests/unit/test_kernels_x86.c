@@ -214,12 +214,14 @@ static void store_new(att_store *S, int32_t D, int32_t n_pos, int enc, uint64_t 
 
 static void store_free(att_store *S) { free(S->k), free(S->v), free(S->ksb), free(S->vsb); }
 
-static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc) {
+// window, cap: the view's sliding window and soft cap (0: none).
+static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc, int32_t window, float cap) {
 	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
 	if (enc >= 2 && D % 32) return;
 	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos + enc);
 	att_store S;
 	store_new(&S, D, n_pos, enc, &seed);
+	S.kvv.window = window, S.kvv.softcap = cap;
 	const tensor_kv_view kvv = S.kvv;
 	const float vmax = S.vmax;
 	const size_t scn = tensor_attn_scratch(nq, D) > (size_t)nq * n_pos ? tensor_attn_scratch(nq, D) : (size_t)nq * n_pos;
@@ -240,10 +242,10 @@ static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n
 		}
 		differ += memcmp(o1, o + h * D, sizeof(float) * D) != 0;
 	}
-	CHECKF(bad == 0, "%s fused attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks), D,
-	       nq, n_pos, names[enc], bad);
-	CHECKF(bad_u == 0, "%s unfused attention D=%d nq=%d n_pos=%d %s: %d values off the reference", tensor_kernels_name(ks),
-	       D, nq, n_pos, names[enc], bad_u);
+	CHECKF(bad == 0, "%s fused attention D=%d nq=%d n_pos=%d %s window %d cap %g: %d values off the reference",
+	       tensor_kernels_name(ks), D, nq, n_pos, names[enc], window, cap, bad);
+	CHECKF(bad_u == 0, "%s unfused attention D=%d nq=%d n_pos=%d %s window %d cap %g: %d values off the reference",
+	       tensor_kernels_name(ks), D, nq, n_pos, names[enc], window, cap, bad_u);
 	CHECKF(differ == 0, "%s attention D=%d %s: a head alone differs from it among %d", tensor_kernels_name(ks), D,
 	       names[enc], nq);
 	free(q), free(sc), free(o), free(o1), free(ref), free(u);
@@ -271,16 +273,21 @@ static float twin_exp(float x) {
 	return p * two;
 }
 
-// nq heads, each on its own; the tile's K and V rows are read once for all of them.
+// nq heads, each on its own; the tile's K and V rows are read once for all of them. Positions
+// before the view's window are never read: every tile from position 0 is walked, and those
+// positions score -inf and weigh +0.
 static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		      float *out) {
 	enum { TT = TENSOR_ATT_TILE };
-	float *k = malloc(sizeof(float) * TT * D), *v = malloc(sizeof(float) * TT * D), ks[TT], vs[TT];
+	float *k = calloc((size_t)TT * D, sizeof(float)), *v = calloc((size_t)TT * D, sizeof(float)), ks[TT], vs[TT];
 	float *acc = calloc((size_t)nq * D, sizeof(float)), *mx = malloc(sizeof(float) * nq), *sum = calloc(nq, sizeof(float));
+	const int32_t lo = kvv->window > 0 && n_pos > kvv->window ? n_pos - kvv->window : 0;
 	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY;
 	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
 		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
 		for (int j = 0; j < nt; j++) {
+			ks[j] = vs[j] = 0.0f;
+			if (t0 + j < lo) continue;
 			ks[j] = tensor_kv_row(kvv, false, t0 + j, D, k + j * D) * scale;
 			vs[j] = tensor_kv_row(kvv, true, t0 + j, D, v + j * D);
 		}
@@ -291,13 +298,15 @@ static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const 
 				float d = qh[0] * k[j * D];
 				for (int32_t e = 1; e < D; e++) d = fmaf(qh[e], k[j * D + e], d);
 				s[j] = d * ks[j];
+				if (kvv->softcap != 0.0f) s[j] = tensor_softcap(s[j], kvv->softcap);
+				if (t0 + j < lo) s[j] = -INFINITY;
 				tmx = s[j] > tmx ? s[j] : tmx;
 			}
 			if (tmx > mx[h]) {
 				alpha = (float)exp((double)mx[h] - tmx);
 				mx[h] = tmx;
 			}
-			for (int j = 0; j < nt; j++) p[j] = twin_exp(s[j] - mx[h]);
+			for (int j = 0; j < nt; j++) p[j] = t0 + j < lo ? 0.0f : twin_exp(s[j] - mx[h]);
 			for (int l = 0; l < 16; l++) t[l] = ((p[l] + p[l + 16]) + p[l + 32]) + p[l + 48];
 			for (int w = 8; w >= 1; w /= 2)
 				for (int l = 0; l < w; l++) t[l] = t[l] + t[l + w];
@@ -317,13 +326,14 @@ static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const 
 // Rows of one sequence in one call (blocks cut wherever the kernel cuts them, rows in a
 // scrambled order through ridx, strides wider than the rows): each row's values are the twin's
 // bit for bit, so equal to the row alone, to any other block, and to the other x86 set.
-static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int enc) {
+static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int enc, int32_t window, float cap) {
 	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
 	if (enc >= 2 && D % 32) return;
 	enum { NR = 48, NP = 300 };
 	uint64_t seed = (uint64_t)(D * 77 + nq * 5 + enc);
 	att_store S;
 	store_new(&S, D, NP, enc, &seed);
+	S.kvv.window = window, S.kvv.softcap = cap;
 	int32_t n_pos[NR], ridx[NR];
 	// a prompt piece across a tile boundary, then rows anywhere (a tile's first and last position too)
 	for (int i = 0; i < 30; i++) n_pos[i] = 50 + i;
@@ -349,12 +359,12 @@ static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int 
 			for (int32_t e = 0; e < D; e++) off += !(fabsf(or[h * D + e] - o1[e]) <= 1e-5f * S.vmax);
 		}
 	}
-	CHECKF(alone == 0, "%s attention rows D=%d nq=%d %s: %d rows differ from themselves alone", tensor_kernels_name(ks), D, nq,
-	       names[enc], alone);
-	CHECKF(twin == 0, "%s attention rows D=%d nq=%d %s: %d rows differ from the scalar twin", tensor_kernels_name(ks), D, nq,
-	       names[enc], twin);
-	CHECKF(off == 0, "%s attention rows D=%d nq=%d %s: %d values off the reference", tensor_kernels_name(ks), D, nq,
-	       names[enc], off);
+	CHECKF(alone == 0, "%s attention rows D=%d nq=%d %s window %d cap %g: %d rows differ from themselves alone",
+	       tensor_kernels_name(ks), D, nq, names[enc], window, cap, alone);
+	CHECKF(twin == 0, "%s attention rows D=%d nq=%d %s window %d cap %g: %d rows differ from the scalar twin",
+	       tensor_kernels_name(ks), D, nq, names[enc], window, cap, twin);
+	CHECKF(off == 0, "%s attention rows D=%d nq=%d %s window %d cap %g: %d values off the reference", tensor_kernels_name(ks),
+	       D, nq, names[enc], window, cap, off);
 	free(q), free(o), free(o1), free(sc), free(tw);
 	store_free(&S);
 }
@@ -384,6 +394,15 @@ static void pointwise(const tensor_kernels *ks) {
 	// An element's result does not depend on where the call's range starts or ends.
 	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
 	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s swiglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
+	// GELU (tanh form) gate: every set gives the reference's bits; known values of gelu
+	tensor_geglu(x, w, a, n);
+	tensor_k_geglu(ks, x, w, b, n);
+	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s geglu: differs from the reference", tensor_kernels_name(ks));
+	const float gx[4] = {1.0f, -1.0f, 3.0f, 0.0f}, gu[4] = {1.0f, 1.0f, 2.0f, 5.0f};
+	float gy[4];
+	tensor_k_geglu(ks, gx, gu, gy, 4);
+	CHECKF(fabsf(gy[0] - 0.841192f) < 1e-6f && fabsf(gy[1] + 0.158808f) < 1e-6f && fabsf(gy[2] - 2.0f * 2.996363f) < 1e-5f &&
+		       gy[3] == 0.0f, "%s geglu: %g %g %g %g", tensor_kernels_name(ks), gy[0], gy[1], gy[2], gy[3]);
 	// The scale table: 2^(j/16) within an octave, octaves exact powers of two apart.
 	bad = 0;
 	for (int sb = 0; sb < 256; sb++) {
@@ -491,13 +510,17 @@ int main(void) {
 		for (int d = 0; d < 5; d++)
 			for (int enc = 0; enc < 4; enc++) {
 				t_case("%s attention D=%d kv %d", names[s], dims[d], enc);
-				attention(ks, dims[d], 1, 1, enc);
-				attention(ks, dims[d], 4, 37, enc);
-				attention(ks, dims[d], 6, 100, enc);
+				attention(ks, dims[d], 1, 1, enc, 0, 0);
+				attention(ks, dims[d], 4, 37, enc, 0, 0);
+				attention(ks, dims[d], 6, 100, enc, 0, 0);
+				// Gemma 2's soft cap, and windows inside a tile and across tiles
+				attention(ks, dims[d], 4, 37, enc, 16, 50.0f);
+				attention(ks, dims[d], 6, 100, enc, 70, 0);
 			}
 		for (int enc = 0; enc < 4; enc++) {
 			t_case("%s attention 8x300 kv %d", names[s], enc);
-			attention(ks, 64, 8, 300, enc);
+			attention(ks, 64, 8, 300, enc, 0, 0);
+			attention(ks, 64, 8, 300, enc, 130, 2.0f);
 		}
 		// heads per KV head: GQA's 4 and 7, MHA's 1, and more than a block's lanes (the
 		// reference's own arithmetic has no twin)
@@ -506,7 +529,8 @@ int main(void) {
 			for (int g = 0; g < 4; g++)
 				for (int enc = 0; enc < 4 && (g < 3 || d == 0); enc++) {
 					t_case("%s attention rows D=%d nq=%d kv %d", names[s], rdims[d], rnq[g], enc);
-					attention_rows(ks, rdims[d], rnq[g], enc);
+					attention_rows(ks, rdims[d], rnq[g], enc, 0, 0);
+					if (g < 2) attention_rows(ks, rdims[d], rnq[g], enc, 70, 1.5f);
 				}
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);

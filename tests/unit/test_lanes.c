@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "t.h"
+#include "gen.h"
 #include "tokenizer/tokenizer.h"
 
 #include <dirent.h>
@@ -173,12 +174,18 @@ static void run_all(lane_host *h, req_spec *s, int n, result *res, bool concurre
 	}
 }
 
+// name: a file of ../shared/models, or a path.
+static void model_path(char *path, size_t n, const char *name) {
+	if (strchr(name, '/')) snprintf(path, n, "%s", name);
+	else snprintf(path, n, "%s/models/%s", t_shared(), name);
+}
+
 static void test_exact_kv(const char *name, enum kv_type kvt) {
 	t_case("%s kv %d", name, (int)kvt);
 	KVT = kvt;
 	char path[1024], err[512];
 	t_case("%s", name);
-	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
+	model_path(path, sizeof path, name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (!M) return;
 	t_case("%s kv %d %s", name, (int)kvt, tensor_act_name(tensor_kernels_act(model_kernels(M))));
@@ -1328,7 +1335,7 @@ static void test_think(void) {
 
 static void with_model(const char *name, void (*fn)(void)) {
 	char path[1024], err[512];
-	snprintf(path, sizeof path, "%s/models/%s", t_shared(), name);
+	model_path(path, sizeof path, name);
 	CHECKF(model_load(&M, path, err, sizeof err) == 0, "%s", err);
 	if (M) CHECKF(tok_vocab_load(&V, model_gguf(M), err, sizeof err) == 0, "%s", err);
 	if (M && V) fn();
@@ -1799,6 +1806,15 @@ int main(void) {
 	test_exact("ref-llama-Q4_K_M.gguf");
 	test_exact("ref-qwen2-Q8_0.gguf");
 	test_exact("ref-moe-Q8_0.gguf");
+	// gemma2 (its local layers' window shorter than the prompts): solo, concurrent, in pieces,
+	// on 1 thread, from the prefix cache and drafted all give the same tokens
+	char gemma2[512], vocab[512];
+	snprintf(gemma2, sizeof gemma2, "%s/lanes-gemma2-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("gemma2-test", "Q8_0", vocab, gemma2) == 0);
+	test_exact(gemma2);
+	with_model(gemma2, test_draft_ngram);
+	remove(gemma2);
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
 	test_exact("ref-llama-Q4_K_M.gguf");

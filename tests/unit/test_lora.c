@@ -3,6 +3,7 @@
 // for bit, rows of different adapters (and none) in one pass against each row alone, and
 // clear errors naming the tensor for corrupt or mismatched adapter files.
 #include "t.h"
+#include "gen.h"
 
 #include "cli/cli.h"
 #include "lanes/lanes.h"
@@ -741,6 +742,21 @@ int main(void) {
 		if (k == ns - 1) errors(m);
 		model_free(m);
 	}
+	// gemma2: the output and down projections' terms go before the blocks' post norms
+	char g2[512], vocab[512];
+	tmp_path(g2, sizeof g2, "gemma2.gguf");
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("gemma2-test", "F32", vocab, g2) == 0);
+	snprintf(base_path, sizeof base_path, "%s", g2);
+	model *gm = load(g2);
+	CHECK(gm != NULL);
+	if (gm) {
+		accuracy(gm, "F32", 8, 1.0f);
+		exactness(gm);
+	}
+	model_free(gm);
+	remove(g2);
+	snprintf(base_path, sizeof base_path, "%s/models/ref-llama-F32.gguf", t_shared());
 	host_tests();
 	T_DONE("lora");
 }

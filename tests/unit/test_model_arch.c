@@ -1,8 +1,9 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
+#include "gen.h"
 #include "ref64.h"
 
 #include "model/model.h"
@@ -19,6 +20,8 @@ typedef struct {
 	float rope_factor;
 	bool rope_freqs;            // rope_freqs.weight tensor
 	uint32_t wtype;             // matrices' type
+	int swa;                    // gemma2: attention.sliding_window
+	float attn_cap, final_cap;  // gemma2: the soft caps
 	// Hostile knobs.
 	const char *skip;           // leave this tensor out
 	const char *reshape;        // give this tensor one row too many
@@ -79,6 +82,11 @@ static int write_synth(const synth *s, const char *path) {
 	key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-5f);
 	key_f32(w, s, "rope.freq_base", 10000.0f);
 	if (s->D) key_u32(w, s, "attention.key_length", (uint32_t)s->D);
+	if (!strcmp(s->arch, "gemma2")) {
+		key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
+		key_f32(w, s, "attn_logit_softcapping", s->attn_cap);
+		key_f32(w, s, "final_logit_softcapping", s->final_cap);
+	}
 	if (s->bad_key == 7) key_u32(w, s, "attention.value_length", (uint32_t)D + 2);
 	if (s->bad_key == 6) key_u32(w, s, "rope.dimension_count", (uint32_t)D - 1);
 	if (s->X) {
@@ -123,6 +131,10 @@ static int write_synth(const synth *s, const char *path) {
 			T("attn_k_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
 		}
 		T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+		if (!strcmp(s->arch, "gemma2")) {
+			T("post_attention_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
+			T("post_ffw_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
+		}
 		if (!s->X) {
 			T("ffn_gate.weight", s->E, s->F, 1, wt, 0, in);
 			T("ffn_up.weight", s->E, s->F, 1, wt, 0, in);
@@ -149,16 +161,55 @@ static int write_synth(const synth *s, const char *path) {
 }
 
 // ---- the float64 reference (ref64.c) over the file's weights ---------------------------------
+static ref64_shape ref_shape(const synth *s) {
+	const bool gemma2 = !strcmp(s->arch, "gemma2");
+	return (ref64_shape){.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
+			     .V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
+			     .tied = s->tied, .rope_base = 10000.0,
+			     .rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
+			     .rms_eps = 1e-5, .embd_scale = gemma2 ? sqrt((double)s->E) : 0, .post_norms = gemma2, .geglu = gemma2,
+			     .attn_softcap = gemma2 ? s->attn_cap : 0, .final_softcap = gemma2 ? s->final_cap : 0,
+			     .swa = gemma2 ? s->swa : 0, .swa_pattern = gemma2 ? 2 : 0};
+}
+
 static void reference(const gguf *g, const synth *s, const int32_t *ids, int P, double *logits) {
-	const ref64_shape rs = {.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
-				.V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
-				.tied = s->tied, .rope_base = 10000.0,
-				.rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
-				.rms_eps = 1e-5};
+	const ref64_shape rs = ref_shape(s);
 	ref64_forward(g, &rs, ids, P, logits, NULL);
 }
 
+// Gemma 2: the reference without its window, without each soft cap, and with SiLU instead of
+// GELU is each far from the model's logits (so a pass that left one out would fail the check).
+static void gemma2_parts(const char *label, const gguf *g, const synth *s, const int32_t *ids, int P, const float *lg,
+			 double tol) {
+	for (int k = 0; k < 4; k++) {
+		ref64_shape rs = ref_shape(s);
+		if (k == 0) rs.swa = 0;
+		if (k == 1) rs.attn_softcap = 0;
+		if (k == 2) rs.final_softcap = 0;
+		if (k == 3) rs.geglu = false;
+		double *alt = malloc(sizeof(double) * P * s->V), worst = 0;
+		ref64_forward(g, &rs, ids, P, alt, NULL);
+		for (int i = 0; i < P * s->V; i++) worst = fmax(worst, fabs(lg[i] - alt[i]));
+		static const char *const parts[4] = {"window", "attention soft cap", "final soft cap", "GELU"};
+		CHECKF(worst > 10 * tol, "%s: the %s changes the logits by %g only", label, parts[k], worst);
+		free(alt);
+	}
+}
+
 // ---- the checks --------------------------------------------------------------------------
+// The logits of every row of ids[0..P) in one pass from position 0 into lg; 0 or the pass's code.
+static int run_prompt(const model *m, const int32_t *ids, int P, float *lg, char *err, size_t errlen) {
+	kv_config c = model_kv_config(m, KV_F16S, 1, P, 4);
+	kv_cache *kv;
+	int rc = kv_new(&kv, &c, err, errlen);
+	model_row *rows = malloc(sizeof *rows * (size_t)P);
+	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, true, NULL};
+	if (!rc) rc = model_forward(m, kv, NULL, rows, P, lg, err, errlen);
+	free(rows);
+	kv_free(kv);
+	return rc;
+}
+
 static void arch_case(const char *label, synth s) {
 	char path[512], err[256];
 	snprintf(path, sizeof path, "%s/arch-%s.gguf", t_tmp(), label);
@@ -175,12 +226,7 @@ static void arch_case(const char *label, synth s) {
 	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 7 + 3) % s.V);
 	float *lg = malloc(sizeof(float) * P * s.V);
 	double *ref = malloc(sizeof(double) * P * s.V);
-	kv_config c = model_kv_config(m, KV_F16S, 1, P, 4);
-	kv_cache *kv;
-	CHECK(kv_new(&kv, &c, err, sizeof err) == 0);
-	model_row rows[P];
-	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, true, NULL};
-	CHECKF(model_forward(m, kv, NULL, rows, P, lg, err, sizeof err) == 0, "%s: %s", label, err);
+	CHECKF(run_prompt(m, ids, P, lg, err, sizeof err) == 0, "%s: %s", label, err);
 	bool finite = true;
 	for (int i = 0; i < P * s.V; i++) finite &= isfinite(lg[i]);
 	CHECKF(finite, "%s: non-finite logits", label);
@@ -191,9 +237,49 @@ static void arch_case(const char *label, synth s) {
 		spread = sqrt(spread / (P * s.V));
 		CHECKF(worst < 0.003 * spread && spread > 0.5, "%s: logits off the float64 reference by %g (rms %g)", label,
 		       worst, spread);
+		if (!strcmp(s.arch, "gemma2")) gemma2_parts(label, model_gguf(m), &s, ids, P, lg, 0.003 * spread);
 	}
 	free(lg), free(ref);
-	kv_free(kv);
+	model_free(m);
+	remove(path);
+}
+
+// `lanes gen --shape gemma2-test`: a prompt past the window of the even layers, every row's
+// logits against the float64 reference of the hyper-parameters as loaded (the window matters).
+static void gen_case(const char *shape, const char *type) {
+	char path[512], vocab[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-gen-%s-%s.gguf", t_tmp(), shape, type);
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECKF(t_gen_model(shape, type, vocab, path) == 0, "lanes gen --shape %s --type %s", shape, type);
+	model *m;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", shape, err);
+	if (rc) return;
+	const model_hparams *hp = model_hparams_of(m);
+	CHECK(!strcmp(hp->arch, "gemma2") && hp->n_swa == 16 && hp->swa_pattern == 2 && hp->attn_softcap == 50.0f &&
+	      hp->final_softcap == 30.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu);
+	enum { P = 40 };
+	const int V = hp->n_vocab;
+	int32_t ids[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+	float *lg = malloc(sizeof(float) * P * V);
+	double *ref = malloc(sizeof(double) * P * V), *nowin = malloc(sizeof(double) * P * V);
+	CHECKF(run_prompt(m, ids, P, lg, err, sizeof err) == 0, "%s: %s", shape, err);
+	ref64_shape rs;
+	ref64_shape_of(m, &rs);
+	ref64_forward(model_gguf(m), &rs, ids, P, ref, NULL);
+	rs.swa = 0;
+	ref64_forward(model_gguf(m), &rs, ids, P, nowin, NULL);
+	double worst = 0, spread = 0, moved = 0;
+	for (int i = 0; i < P * V; i++) {
+		worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
+		if (i >= 17 * V) moved = fmax(moved, fabs(nowin[i] - ref[i]));
+	}
+	spread = sqrt(spread / (P * V));
+	CHECKF(worst < 0.003 * spread && spread > 0.5, "%s %s: logits off the float64 reference by %g (rms %g)", shape, type,
+	       worst, spread);
+	CHECKF(moved > 0.03 * spread, "%s: rows past the window do not depend on it (%g)", shape, moved);
+	free(lg), free(ref), free(nowin);
 	model_free(m);
 	remove(path);
 }
@@ -280,6 +366,15 @@ int main(void) {
 	arch_case("qwen2moe", s);
 	s = llama, s.arch = "qwen3moe", s.qk_norm = true, s.X = 5, s.K = 3, s.FX = 32, s.moe_norm = true;
 	arch_case("qwen3moe", s);
+	// heads wider than n_embd / n_heads, tied; a window shorter than the prompt on layer 0;
+	// soft caps small enough to bend the scores and logits
+	const synth gemma2 = {.arch = "gemma2", .E = 64, .L = 2, .H = 4, .HKV = 2, .D = 32, .F = 96, .V = 50, .tied = true,
+			      .wtype = GGUF_T_F32, .swa = 5, .attn_cap = 1.5f, .final_cap = 4.0f};
+	arch_case("gemma2", gemma2);
+	s = gemma2, s.wtype = GGUF_T_Q8_0, s.L = 4, s.tied = false, s.swa = 3;
+	arch_case("gemma2-q8", s);
+	gen_case("gemma2-test", "F32");
+	gen_case("gemma2-test", "Q8_0");
 
 	s = llama;
 	progress_case("llama", s);
@@ -316,5 +411,9 @@ int main(void) {
 	hostile("value-len", s, LANES_EUNSUPPORTED, "value length");
 	s = llama, s.X = 4, s.K = 2, s.FX = 64, s.skip = "blk.0.ffn_gate_exps.weight";
 	hostile("no-experts", s, LANES_EFORMAT, "blk.0.ffn_gate_exps.weight");
+	s = gemma2, s.skip = "blk.1.post_ffw_norm.weight";
+	hostile("gemma2-post-norm", s, LANES_EFORMAT, "blk.1.post_ffw_norm.weight");
+	s = gemma2, s.X = 4, s.K = 2, s.FX = 64;
+	hostile("gemma2-experts", s, LANES_EUNSUPPORTED, "gemma2 with experts");
 	T_DONE("model_arch");
 }

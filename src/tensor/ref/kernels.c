@@ -151,6 +151,17 @@ void tensor_swiglu(const float *g, const float *u, float *out, int64_t n) {
 	}
 }
 
+// GELU's tanh form; Gemma's FFN gate as its checkpoints were trained (not the erf form).
+void tensor_geglu(const float *g, const float *u, float *out, int64_t n) {
+	for (int64_t i = 0; i < n; i++) {
+		const double x = g[i];
+		const double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+		out[i] = (float)(0.5 * x * (1.0 + t) * u[i]);
+	}
+}
+
+float tensor_softcap(float x, float cap) { return (float)(cap * tanh((double)x / cap)); }
+
 // ---- RoPE ---------------------------------------------------------------------------------
 // YaRN: the pair index at which a dimension turns n_rot_beta times over the training context.
 static double yarn_corr_dim(int32_t n_dims, int32_t n_ctx_orig, double beta, double base) {
@@ -272,23 +283,25 @@ void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor
 		     int32_t n_pos, float *scores, float *out) {
 	float row[KV_ROW_MAX];
 	float mx = -INFINITY;
-	for (int32_t j = 0; j < n_pos; j++) {
+	const int32_t lo = tensor_attn_first(kvv, n_pos);
+	for (int32_t j = lo; j < n_pos; j++) {
 		const float ksc = tensor_kv_row(kvv, false, j, head_dim, row);
 		float s = 0.0f;
 		for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * row[e];
 		if (kvv->ks) s = s * ksc;
 		s = s * scale;
+		if (kvv->softcap != 0.0f) s = tensor_softcap(s, kvv->softcap);
 		scores[j] = s;
 		mx = s > mx ? s : mx;
 	}
 	double sum = 0.0;
-	for (int32_t j = 0; j < n_pos; j++) {
+	for (int32_t j = lo; j < n_pos; j++) {
 		const float p = (float)exp((double)scores[j] - mx);
 		scores[j] = p;
 		sum += p;
 	}
 	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
-	for (int32_t j = 0; j < n_pos; j++) {
+	for (int32_t j = lo; j < n_pos; j++) {
 		const float vsc = tensor_kv_row(kvv, true, j, head_dim, row);
 		float p = scores[j];
 		if (kvv->vs) p = p * vsc;
@@ -302,10 +315,10 @@ int32_t tensor_attn_block_rows(int32_t nq) { return nq >= TENSOR_ATT_QUERIES ? 1
 
 size_t tensor_attn_scratch(int32_t nq, int32_t head_dim) {
 	// a block's lanes, padded to whole vectors of 16: queries transposed, a tile of scores per
-	// lane, one tile of K or V rows, the running output per query and 4 figures per lane
+	// lane, one tile of K or V rows, the running output per query and 5 figures per lane
 	const size_t lanes = ((size_t)(nq > TENSOR_ATT_QUERIES ? nq : TENSOR_ATT_QUERIES) + 15) & ~(size_t)15;
 	const size_t d = (size_t)head_dim;
-	return lanes * (d + TENSOR_ATT_TILE + d + 4) + (size_t)TENSOR_ATT_TILE * (d + 2) + 64;
+	return lanes * (d + TENSOR_ATT_TILE + d + 5) + (size_t)TENSOR_ATT_TILE * (d + 2) + 64;
 }
 
 void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
@@ -313,15 +326,19 @@ void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_
 	float *row = scratch, *sc = scratch + head_dim;
 	float mx = -INFINITY;
 	double sum = 0.0;
+	const int32_t lo = tensor_attn_first(kvv, n_pos);
 	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
-	for (int32_t t0 = 0; t0 < n_pos; t0 += TENSOR_ATT_TILE) {
+	// tiles stay fixed by absolute position; those wholly before the window are not read
+	for (int32_t t0 = lo / TENSOR_ATT_TILE * TENSOR_ATT_TILE; t0 < n_pos; t0 += TENSOR_ATT_TILE) {
 		const int32_t nt = n_pos - t0 < TENSOR_ATT_TILE ? n_pos - t0 : TENSOR_ATT_TILE;
 		float tmx = -INFINITY;
 		for (int32_t j = 0; j < nt; j++) {
+			if (t0 + j < lo) continue;
 			const float ksc = tensor_kv_row(kvv, false, t0 + j, head_dim, row);
 			float s = 0.0f;
 			for (int32_t e = 0; e < head_dim; e++) s = s + q[e] * row[e];
 			s = s * ksc * scale;
+			if (kvv->softcap != 0.0f) s = tensor_softcap(s, kvv->softcap);
 			sc[j] = s;
 			tmx = s > tmx ? s : tmx;
 		}
@@ -332,7 +349,7 @@ void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_
 			for (int32_t e = 0; e < head_dim; e++) out[e] = out[e] * a;
 			mx = tmx;
 		}
-		for (int32_t j = 0; j < nt; j++) {
+		for (int32_t j = t0 < lo ? lo - t0 : 0; j < nt; j++) {
 			const float p = (float)exp((double)sc[j] - mx);
 			sum += p;
 			const float w = p * tensor_kv_row(kvv, true, t0 + j, head_dim, row);
@@ -528,7 +545,7 @@ static void ref_mm_any(const tensor_mat *w, const void *mat, const void *xa, siz
 #define REF_SET(ACT, TWIN, ACT_KIND, ACT_Q8, MATMUL)                                                               \
 	{.name = "ref", .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8), .tile = MM_OT, .act_kind = ACT_KIND, .act_q8 = ACT_Q8,             \
 	 .matmul = MATMUL, .attn = ref_attn, .attn_unfused = ref_attn_unfused, .rmsnorm = tensor_rmsnorm,            \
-	 .swiglu = tensor_swiglu, .f16s_encode = tensor_f16s_encode, .f32_rows = ref_f32_rows, .f32_t16 = ref_f32_t16, \
+	 .swiglu = tensor_swiglu, .geglu = tensor_geglu, .f16s_encode = tensor_f16s_encode, .f32_rows = ref_f32_rows, .f32_t16 = ref_f32_t16, \
 	 .f32_fwd = ref_f32_fwd, .f32_bwd = ref_f32_bwd, .cpu_ok = ref_cpu_ok}
 const tensor_kernels tensor_kernels_ref = REF_SET(TENSOR_ACT_Q16, tensor_kernels_ref_q8, ref_act_kind, NULL, ref_mm);
 const tensor_kernels tensor_kernels_ref_q8 = REF_SET(TENSOR_ACT_Q8, tensor_kernels_ref, ref_act_kind_q8, ref_act_q8, ref_mm_any);

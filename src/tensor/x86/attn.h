@@ -26,17 +26,19 @@ AI vf score_group(const float *qh, const float *kf, int nj, const int nc) {
 }
 
 // The body for nc = D / VL vectors per head; called with nc a constant for the common head
-// sizes, so the loops over a head's vectors unroll into registers.
+// sizes, so the loops over a head's vectors unroll into registers. A window's positions
+// lo..n_pos-1 are the only ones read, scored and summed (lo is the row's own).
 AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		  float *scores, float *out, const int nc) {
-	const int32_t pt = kvv->page_tokens;
-	// Scores in groups of VL positions fixed by absolute position (score_group).
+	const int32_t pt = kvv->page_tokens, lo = tensor_attn_first(kvv, n_pos);
+	// Scores in groups of VL positions from the first one the row sees (score_group).
 	float kf[VL * ATT_MAXC * VL] __attribute__((aligned(64)));
 	float ksc[VL] __attribute__((aligned(64)));
+	scores += lo, n_pos -= lo;
 	for (int32_t j0 = 0; j0 < n_pos; j0 += VL) {
 		const int nj = n_pos - j0 < VL ? n_pos - j0 : VL;
 		for (int l = 0; l < nj; l++) {
-			const int32_t j = j0 + l;
+			const int32_t j = lo + j0 + l;
 			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
 			const uint16_t *kr = (const uint16_t *)kvv->k + page * kvv->page_stride + slot * kvv->row_stride;
 			for (int c = 0; c < nc; c++) v_storef(kf + (size_t)(l * nc + c) * VL, v_ldh(kr + VL * c));
@@ -47,19 +49,21 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 		for (int32_t hq = 0; hq < nq; hq++) {
 			const float *qh = q + (size_t)hq * D;
 			const vf sv = v_mul(score_group(qh, kf, nj, nc), v_loadf(ksc));
-			float *dst = scores + (size_t)hq * n_pos + j0;
+			float *dst = scores + (size_t)hq * (n_pos + lo) + j0;
 			if (nj == VL) v_storef(dst, sv);
 			else {
 				float t[VL];
 				v_storef(t, sv);
 				memcpy(dst, t, (size_t)nj * sizeof(float));
 			}
+			if (kvv->softcap != 0.0f)
+				for (int l = 0; l < nj; l++) dst[l] = tensor_softcap(dst[l], kvv->softcap);
 		}
 	}
 	// Softmax per head: max, exp, sum in lanes (position mod VL), then one reduction.
 	float inv[64];
 	for (int32_t hq = 0; hq < nq; hq++) {
-		float *sc = scores + (size_t)hq * n_pos;
+		float *sc = scores + (size_t)hq * (n_pos + lo);
 		float mx = -INFINITY;
 		for (int32_t j = 0; j < n_pos; j++) mx = sc[j] > mx ? sc[j] : mx;
 		vf sum = v_zerof();
@@ -90,14 +94,14 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 		UNROLL for (int a = 0; a < HG; a++)
 			UNROLL for (int c = 0; c < nc; c++) acc[a][c] = v_zerof();
 		for (int32_t j = 0; j < n_pos; j++) {
-			const size_t page = (size_t)kvv->pages[j / pt], slot = (size_t)(j % pt);
+			const size_t page = (size_t)kvv->pages[(lo + j) / pt], slot = (size_t)((lo + j) % pt);
 			const uint16_t *vr = (const uint16_t *)kvv->v + page * kvv->page_stride + slot * kvv->row_stride;
 			const float vsc = kvv->vs ? kern_f16s_scales[kvv->vs[page * kvv->s_page_stride + slot * kvv->s_row_stride]] : 1.0f;
 			vf vv[ATT_MAXC] = {0};
 			UNROLL for (int c = 0; c < nc; c++) vv[c] = v_ldh(vr + VL * c);
 			UNROLL for (int a = 0; a < HG; a++) {
 				if (a >= hn) break;
-				const vf p = v_set1f(scores[(size_t)(h0 + a) * n_pos + j] * vsc);
+				const vf p = v_set1f(scores[(size_t)(h0 + a) * (n_pos + lo) + j] * vsc);
 				UNROLL for (int c = 0; c < nc; c++) acc[a][c] = v_fma(p, vv[c], acc[a][c]);
 			}
 		}
@@ -212,13 +216,15 @@ AI void att_prefetch(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D) {
 // for head h of row r, and reads the KV store once per tile of TT positions fixed by absolute
 // position. Each query's figures follow one fixed sequence of float operations that no other
 // lane enters: its score of position j is q[0]*k[0], then fma(q[e], k[e], s) for e in order,
-// times the row's K scale times `scale`; per tile the maximum over the positions it may see,
+// times the row's K scale times `scale`, then tensor_softcap when the view caps scores (the
+// same scalar call in every set); per tile the maximum over the positions it may see,
 // alpha = exp(old - new maximum) in double when it grows, p = exp(s - max) by v_exp, the
 // tile's sum of p as a fixed tree over the TT slots (4 slots 16 apart summed in order, then
 // halves folded 8, 4, 2, 1 apart; slots it may not see are +0), sum = sum * alpha + that, and
 // its output acc * alpha + w_j v_j for its positions in order (w = p times the V row's scale);
-// the result is acc / sum. Lanes past a row's position add +0 and scale by 1, which change
-// nothing, so a row's bits are the same alone, in any block, on any thread, in either set.
+// the result is acc / sum. Lanes past a row's position or before its window add +0 and scale
+// by 1, which change nothing, so a row's bits are the same alone, in any block, on any thread,
+// in either set.
 #define QBMAX (KX_ATT_ACC / 4) // query vectors per register block
 
 typedef struct {
@@ -228,11 +234,13 @@ typedef struct {
 	float *kv;        // [TT][D] the tile's K rows, then its V rows
 	float *acc;       // [Q][D] running outputs
 	float *mx, *sum, *alpha, *lim; // [QP] each: running maximum, sum, this tile's rescale, positions seen
+	float *first;     // [QP] the first position each lane sees (its window's start, else 0)
+	float cap;        // the scores' soft cap (0: none)
 	float *ks, *vs;   // [TT] the rows' K scales (times `scale`) and V scales
 } att_blk;
 
 // Scores of positions j0..j0+JB-1 for query vectors v0..v0+QB-1, each a chain over the head's
-// values, scaled, and -inf where the lane may not see the position.
+// values, scaled, and -inf where the lane may not see the position (past it, or before its window).
 AI void score_block(const att_blk *b, int32_t t0, int j0, int v0, const int JB, const int QB) {
 	const int32_t D = b->D, QP = b->QP;
 	vf a[8][QBMAX];
@@ -251,8 +259,8 @@ AI void score_block(const att_blk *b, int32_t t0, int j0, int v0, const int JB, 
 	UNROLL for (int j = 0; j < JB; j++) {
 		const vf ks = v_set1f(b->ks[j0 + j]), at = v_set1f((float)(t0 + j0 + j)), ninf = v_set1f(-INFINITY);
 		UNROLL for (int v = 0; v < QB; v++) {
-			const vf s = v_mul(a[j][v], ks);
-			v_storef(b->sc + (size_t)(j0 + j) * QP + (size_t)(v0 + v) * VL, v_sel_lt(at, v_loadf(b->lim + (size_t)(v0 + v) * VL), s, ninf));
+			const vf s = v_sel_lt(at, v_loadf(b->lim + (size_t)(v0 + v) * VL), v_mul(a[j][v], ks), ninf);
+			v_storef(b->sc + (size_t)(j0 + j) * QP + (size_t)(v0 + v) * VL, v_sel_lt(at, v_loadf(b->first + (size_t)(v0 + v) * VL), ninf, s));
 		}
 	}
 }
@@ -279,9 +287,16 @@ static void tile_softmax(const att_blk *b, int32_t t0, int nt) {
 		else score_vecs(b, t0, nt, v0, 4);
 #endif
 	}
+	// the soft cap, one scalar call per score a lane sees (the same function in every set)
+	if (b->cap != 0.0f)
+		for (int j = 0; j < nt; j++)
+			for (int32_t l = 0; l < QP; l++) {
+				float *s = b->sc + (size_t)j * QP + l;
+				if (*s != -INFINITY) *s = tensor_softcap(*s, b->cap);
+			}
 	for (int32_t v = 0; v < QV; v++) {
 		float *sc = b->sc + (size_t)v * VL;
-		const vf lim = v_loadf(b->lim + (size_t)v * VL);
+		const vf lim = v_loadf(b->lim + (size_t)v * VL), first = v_loadf(b->first + (size_t)v * VL);
 		vf tmx = v_set1f(-INFINITY);
 		for (int j = 0; j < nt; j++) tmx = v_max(tmx, v_loadf(sc + (size_t)j * QP));
 		float tm[VL];
@@ -297,7 +312,8 @@ static void tile_softmax(const att_blk *b, int32_t t0, int nt) {
 		const vf m = v_loadf(b->mx + (size_t)v * VL), zero = v_zerof();
 		for (int j = 0; j < nt; j++) {
 			float *s = sc + (size_t)j * QP;
-			v_storef(s, v_sel_lt(v_set1f((float)(t0 + j)), lim, v_exp(v_sub(v_loadf(s), m)), zero));
+			const vf at = v_set1f((float)(t0 + j)), p = v_sel_lt(at, lim, v_exp(v_sub(v_loadf(s), m)), zero);
+			v_storef(s, v_sel_lt(at, first, zero, p));
 		}
 		// the tile's sum: slots l, l+16, l+32, l+48 in order, then halves folded
 		vf t[16];
@@ -360,38 +376,54 @@ AI void att_block(const float *q, size_t qs, const int32_t *ridx, int32_t nr, in
 	att_blk b = {.D = D, .QP = QP, .qt = scratch};
 	b.sc = b.qt + (size_t)D * QP, b.kv = b.sc + (size_t)TT * QP, b.acc = b.kv + (size_t)TT * D;
 	b.mx = b.acc + (size_t)Q * D, b.sum = b.mx + QP, b.alpha = b.sum + QP, b.lim = b.alpha + QP;
-	b.ks = b.lim + QP, b.vs = b.ks + TT;
-	int32_t maxp = 0;
+	b.first = b.lim + QP, b.ks = b.first + QP, b.vs = b.ks + TT, b.cap = kvv->softcap;
+	int32_t maxp = 0, minp = INT32_MAX; // the positions some row sees: minp..maxp-1
 	for (int32_t i = 0; i < nr; i++) {
 		const float *qr = q + (size_t)(ridx ? ridx[i] : i) * qs;
+		const int32_t lo = tensor_attn_first(kvv, n_pos[i]);
 		for (int32_t h = 0; h < nq; h++)
 			for (int32_t e = 0; e < D; e++) b.qt[(size_t)e * QP + i * nq + h] = qr[(size_t)h * D + e];
-		for (int32_t h = 0; h < nq; h++) b.lim[i * nq + h] = (float)n_pos[i];
+		for (int32_t h = 0; h < nq; h++) b.lim[i * nq + h] = (float)n_pos[i], b.first[i * nq + h] = (float)lo;
 		maxp = n_pos[i] > maxp ? n_pos[i] : maxp;
+		minp = lo < minp ? lo : minp;
 	}
 	for (int32_t l = Q; l < QP; l++) {
 		for (int32_t e = 0; e < D; e++) b.qt[(size_t)e * QP + l] = 0.0f;
-		b.lim[l] = 0.0f;
+		b.lim[l] = 0.0f, b.first[l] = 0.0f;
 	}
 	for (int32_t l = 0; l < QP; l++) b.mx[l] = -INFINITY, b.sum[l] = 0.0f;
 	memset(b.acc, 0, (size_t)Q * D * sizeof(float));
-	for (int32_t t0 = 0; t0 < maxp; t0 += TT) {
+	// Tiles wholly before every row's window add +0 and rescale by 1: they are not walked, and
+	// positions before minp are never read (zeros stand in for them, selected away all the same).
+	for (int32_t t0 = minp / TT * TT; t0 < maxp; t0 += TT) {
 		const int nt = maxp - t0 < TT ? maxp - t0 : TT;
 		// this tile's V rows and the next tile's K rows are asked for while the K rows convert
 		for (int j = 0; j < nt; j++) {
+			if (t0 + j < minp) {
+				memset(b.kv + (size_t)j * D, 0, (size_t)D * sizeof(float));
+				b.ks[j] = 0.0f;
+				continue;
+			}
 			att_prefetch(kvv, true, t0 + j, D);
 			if (t0 + TT + j < maxp) att_prefetch(kvv, false, t0 + TT + j, D);
 			b.ks[j] = att_row(kvv, false, t0 + j, D, b.kv + (size_t)j * D) * scale;
 		}
 		tile_softmax(&b, t0, nt);
-		for (int j = 0; j < nt; j++) b.vs[j] = att_row(kvv, true, t0 + j, D, b.kv + (size_t)j * D);
+		for (int j = 0; j < nt; j++) {
+			if (t0 + j < minp) {
+				memset(b.kv + (size_t)j * D, 0, (size_t)D * sizeof(float));
+				b.vs[j] = 0.0f;
+				continue;
+			}
+			b.vs[j] = att_row(kvv, true, t0 + j, D, b.kv + (size_t)j * D);
+		}
 		// the weights with the V rows' scales (1 but for f16s)
 		for (int j = 0; j < nt; j++) {
 			const vf vsc = v_set1f(b.vs[j]);
 			for (int32_t v = 0; v < QP; v += VL) v_storef(b.sc + (size_t)j * QP + v, v_mul(v_loadf(b.sc + (size_t)j * QP + v), vsc));
 		}
 		for (int32_t i = 0; i < nr; i++)
-			if (n_pos[i] > t0) tile_pv(&b, i, nq, n_pos[i] - t0 < nt ? n_pos[i] - t0 : nt, nc);
+			if (n_pos[i] > t0 && b.first[i * nq] < (float)(t0 + nt)) tile_pv(&b, i, nq, n_pos[i] - t0 < nt ? n_pos[i] - t0 : nt, nc);
 	}
 	for (int32_t i = 0; i < nr; i++) {
 		float *o = out + (size_t)(ridx ? ridx[i] : i) * os;

@@ -559,7 +559,8 @@ static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
 	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
-	 .swiglu = kx_swiglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row, .f32_rows = kx_f32_rows,          \
+	 .swiglu = kx_swiglu, .geglu = tensor_geglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
+	 .f32_rows = kx_f32_rows,                                                                                     \
 	 .f32_t16 = kx_f32_t16, .f32_fwd = kx_f32_fwd, .f32_bwd = kx_f32_bwd, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
 	const tensor_kernels Q16 = KX_SET(NAME, TENSOR_ACT_Q16, Q8, kx_act_q8, kx_matmul, CPU_OK);                     \
