@@ -23,6 +23,7 @@ typedef struct {
 	int64_t head_dim; // values per head (0: n_embd / n_head)
 	int64_t n_swa;    // gemma2: the local layers' window
 	float attn_cap, final_cap; // gemma2: the soft caps
+	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -47,6 +48,11 @@ static const gen_shape shapes[] = {
 	{.name = "qwen2moe-test", .arch = "qwen2moe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 32, .n_ctx = 4096, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .n_expert = 16,
 	 .n_expert_used = 4, .n_ff_shexp = 128},
+	// a Qwen3-Reranker-shaped decoder at the test size: its output head scores "yes" against "no"
+	{.name = "reranker-test", .arch = "qwen2", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 1024, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .pooling = 4},
+	{.name = "reranker-0.5b", .arch = "qwen2", .n_embd = 896, .n_layer = 24, .n_head = 14, .n_head_kv = 2,
+	 .n_ff = 4864, .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .tied = true, .pooling = 4},
 	// Gemma 2's block at the test size: heads wider than n_embd / n_head, a window of 16 on
 	// the even layers, the published soft caps; and the 2B's published shape
 	{.name = "gemma2-test", .arch = "gemma2", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
@@ -278,6 +284,7 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s->n_ff);
 	}
 	if (s->n_ff_shexp) rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
+	if (s->pooling) rc = rc ? rc : gguf_writer_set_u32(w, KEY("pooling_type"), s->pooling);
 #undef KEY
 	return rc;
 }

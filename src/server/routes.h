@@ -32,6 +32,11 @@ void srv_responses(srv_conn *c);
 void srv_responses_get(srv_conn *c);    // GET /v1/responses/{id}[/input_items]
 void srv_responses_delete(srv_conn *c); // DELETE /v1/responses/{id}
 void srv_embeddings(srv_conn *c);
+// Rerankers (api/rerank.c): Jina's and Cohere's /v1/rerank, vLLM's /v1/score; the scoring
+// row read once the model is loaded.
+void srv_rerank(srv_conn *c);
+void srv_score(srv_conn *c);
+void srv_rank_load(http_server *s);
 
 // LoRA adapters (ops/adapters.c): the endpoints, the adapters given at start (loaded with the
 // model, before the server is ready), the loader thread of POSTed ones, and what /v1/models
@@ -84,5 +89,7 @@ void srv_pulls_free(http_server *s); // after the daemon stopped
 
 // The pooling the server uses for a model (cfg's when set, else pooling_type, else last).
 enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp);
+// The text callback of calls that send no text (embeddings, rerank): their reply is built whole.
+void srv_text_none(srv_call *c, int i, const char *text, size_t len, const lane_event *tok);
 
 #endif

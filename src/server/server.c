@@ -69,6 +69,10 @@ static const srv_route routes[] = {
 	{"GET", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_get},
 	{"DELETE", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_delete},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
+	{"POST", "/v1/rerank", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_rerank},
+	{"POST", "/rerank", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_rerank},
+	{"POST", "/v1/score", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_score},
+	{"POST", "/score", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_score},
 	{"POST", "/tokenize", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_tokenize},
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
 	{"GET", "/api/tags", SRV_R_AUTH, SRV_OLLAMA, srv_ollama_tags},
@@ -277,6 +281,7 @@ static void *loader(void *arg) {
 		s->n_vocab = model_hparams_of(s->m)->n_vocab;
 		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
 		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
+		if (!rc) srv_rank_load(s);
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_TEMPLATE);
@@ -543,6 +548,7 @@ void http_server_free(http_server *s) {
 	model_free(s->m);
 	model_free(s->draft);
 	free(s->slots);
+	free(s->rank_w);
 	free(s->model_path);
 	free(s->alias);
 	free(s->api_key);

@@ -127,7 +127,7 @@ static int read_inputs(http_server *s, json_t *in, const char *name, bool trunca
 	return 0;
 }
 
-static void no_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
+void srv_text_none(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	(void)c, (void)i, (void)text, (void)len, (void)tok;
 }
 
@@ -237,7 +237,7 @@ static json_t *embed_reply(srv_call *c) {
 
 static void embed_free(void *st) { free(st); }
 
-static const srv_api embed_srv_api = {.text = no_text, .reply = embed_reply, .free_state = embed_free};
+static const srv_api embed_srv_api = {.text = srv_text_none, .reply = embed_reply, .free_state = embed_free};
 
 // Ollama names carry a tag: ":latest" names this model too.
 static int check_model_tagged(http_server *s, const char *id, srv_err *e) {
@@ -274,7 +274,7 @@ static void embed_run(srv_conn *c, enum embed_shape shape) {
 	r->truncate = true;
 	srv_gen_init(&r->g, shape == EMB_OLLAMA_LEGACY ? &legacy_api : &embed_api, c);
 	const srv_field *t = shape == EMB_OPENAI ? embed_fields : shape == EMB_OLLAMA ? ollama_embed_fields : ollama_legacy_fields;
-	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, t, NULL, &e) || srv_fields_read(j, t, r, NULL, NULL, c, &e);
+	int rc = srv_body_read(c, t, r, &j, &e);
 	if (!rc && shape != EMB_OPENAI && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(s, r->g.model, &e);
 	if (!rc) rc = srv_gen_bind(s, &r->g, &e); // an adapter's name: its hidden states

@@ -889,3 +889,7 @@ int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where
 	}
 	return 0;
 }
+
+int srv_body_read(srv_conn *c, const srv_field *t, void *base, json_t **j, srv_err *e) {
+	return srv_parse_body(c, j, e) || srv_fields_known(*j, t, NULL, e) || srv_fields_read(*j, t, base, NULL, NULL, c, e) ? -1 : 0;
+}

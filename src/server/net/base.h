@@ -187,6 +187,9 @@ struct http_server {
 	int32_t max_ctx;               // tokens one request may use
 	int32_t n_vocab;
 	enum lane_embed pooling;       // how /v1/embeddings pools
+	double *rank_w, rank_b;        // a reranker's score: w . the last hidden state + b (NULL: not one)
+	const char *rank_why;          // why the model is not one
+	char rank_how[64];             // what w is: its classifier, or its yes and no logits
 	chat_tmpl chat;                     // the chat template, its tool-call family, bos and eos texts
 	const reason_format *reason;   // how replies set their thinking apart (NULL: they do not)
 	bool reason_switch;            // the chat template reads reason's off_var: thinking off sets it false
@@ -434,5 +437,8 @@ int srv_fields_known(json_t *o, const srv_field *t, const char *where, srv_err *
 // bounded field becomes the key it was read from; the named rows sent are named on c (may be
 // NULL). 0, or -1 with e naming the field.
 int srv_fields_read(json_t *o, const srv_field *t, void *base, const char *where, lane_api *api, srv_conn *c, srv_err *e);
+// The body parsed (*j, the caller's to free), its keys checked against t and read into base
+// with no bounds: the three steps of an endpoint whose table holds no lane field.
+int srv_body_read(srv_conn *c, const srv_field *t, void *base, json_t **j, srv_err *e);
 
 #endif
