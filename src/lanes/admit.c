@@ -79,13 +79,14 @@ void lane_admit(lane_host *h, lane_req **cancelled, int32_t *n_cancelled) {
 
 void lane_start_admitted(lane_host *h) {
 	// each starts from the longest cached prefix of its prompt; the last prompt token is
-	// always computed, for its logits. An embedding computes every token: its pool reads them
+	// always computed, for its logits or hidden state. An embedding pooled over more than its
+	// last token computes every token: its pool reads them
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->started) continue;
 		r->started = true;
 		lane_draft_start(h, r);
-		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF) {
+		if (h->cfg.prefix_cache && (r->embed == LANE_EMBED_OFF || r->embed == LANE_EMBED_LAST)) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prefix_root, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;

@@ -77,7 +77,8 @@ typedef struct {
 	const lane_api *api;      // the API's names and narrower bounds for errors (NULL: the host's)
 	// LANE_EMBED_OFF: generate. Otherwise the prompt runs through the rounds like any other
 	// and the request ends with its pooled vector, generating nothing (max_tokens, sampling
-	// and stops are unused, the prefix cache neither read nor written).
+	// and stops are unused). LANE_EMBED_LAST reads and feeds the prefix cache as a generation
+	// does; the other poolings read every row, so they neither read nor write it.
 	enum lane_embed embed;
 	bool normalize;           // an embedding is L2-normalized (default true)
 	// Constrained decoding (NULL: none): every token drawn is one the grammar allows, and an

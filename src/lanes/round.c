@@ -195,6 +195,8 @@ static void embed_row(lane_host *h, lane_req *r, const float *hid, int32_t pos) 
 			for (int32_t e = 0; e < E; e++) r->pool_sum[e] = hid[e];
 	}
 	if (pos != r->n_prompt - 1) return;
+	// the last token's vector needs no other row's: its prompt's pages serve later requests
+	if (h->cfg.prefix_cache && r->embed == LANE_EMBED_LAST) kv_prefix_publish(h->kv, r->lane, r->prefix_root, r->prompt, r->n_prompt);
 	const double div = r->embed == LANE_EMBED_MEAN ? r->n_prompt : 1;
 	double ss = 0;
 	for (int32_t e = 0; e < E; e++) ss += (r->pool_sum[e] / div) * (r->pool_sum[e] / div);

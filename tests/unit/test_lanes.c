@@ -996,8 +996,9 @@ static void test_hooks(void) {
 	for (int i = 0; i < 12; i++) CHECKF(same(&plain[i], &hooked[i]), "req %d: hooks leave the tokens alone", i);
 }
 
-// An embedding request's vector, collected; its terminal event and count checked.
-static void collect_vec(lane_req *r, float *out, int32_t E) {
+// An embedding request's vector, collected; its terminal event and counts checked (only a
+// last-token vector may take its prompt from the prefix cache).
+static void collect_vec(lane_req *r, float *out, int32_t E, enum lane_embed pool) {
 	lane_event ev;
 	int got = 0, tokens = 0;
 	while (lane_next(r, &ev, 30 * 1000000) == 1) {
@@ -1007,7 +1008,7 @@ static void collect_vec(lane_req *r, float *out, int32_t E) {
 		}
 		CHECKF(ev.kind == LANE_EV_FINISHED && ev.embedding && ev.n_embd == E, "an embedding ends finished with %d values", E);
 		if (ev.embedding && ev.n_embd == E) memcpy(out, ev.embedding, (size_t)E * sizeof *out), got = 1;
-		CHECK(ev.n_generated == 0 && ev.n_cached == 0);
+		CHECK(ev.n_generated == 0 && (ev.n_cached == 0 || pool == LANE_EMBED_LAST));
 		break;
 	}
 	CHECK(got && tokens == 0);
@@ -1066,7 +1067,7 @@ static void test_embed(void) {
 		lane_req *r = NULL;
 		CHECKF(lane_submit(h, &s[i].q, &r, err, sizeof err) == 0, "submit: %s", err);
 		if (!r) continue;
-		if (s[i].q.embed) collect_vec(r, solo + (size_t)i * E, E);
+		if (s[i].q.embed) collect_vec(r, solo + (size_t)i * E, E, s[i].q.embed);
 		else collect(r, &gen_solo[i]);
 		lane_req_free(r);
 		if (!s[i].q.embed) continue;
@@ -1082,7 +1083,7 @@ static void test_embed(void) {
 	for (int i = 0; h && i < N; i++) CHECKF(lane_submit(h, &s[i].q, &r[i], err, sizeof err) == 0, "submit: %s", err);
 	for (int i = 0; h && i < N; i++) {
 		if (!r[i]) continue;
-		if (s[i].q.embed) collect_vec(r[i], conc + (size_t)i * E, E);
+		if (s[i].q.embed) collect_vec(r[i], conc + (size_t)i * E, E, s[i].q.embed);
 		else collect(r[i], &gen_conc[i]);
 		lane_req_free(r[i]);
 		if (s[i].q.embed)
@@ -1090,13 +1091,29 @@ static void test_embed(void) {
 		else
 			CHECKF(same(&gen_solo[i], &gen_conc[i]), "generation %d beside embeddings = solo", i);
 	}
+	// last-token vectors read the prefix cache (and feed it): again from it, the same bits
+	lane_snapshot before;
+	if (h) lane_host_snapshot(h, &before);
+	for (int i = 0; h && i < N; i++) {
+		if (s[i].q.embed != LANE_EMBED_LAST) continue;
+		lane_req *a = NULL;
+		CHECK(lane_submit(h, &s[i].q, &a, err, sizeof err) == 0);
+		if (!a) continue;
+		collect_vec(a, direct, E, LANE_EMBED_LAST);
+		lane_req_free(a);
+		CHECKF(!memcmp(direct, solo + (size_t)i * E, (size_t)E * sizeof *direct), "request %d: from the prefix cache = solo", i);
+	}
+	lane_snapshot after;
+	if (h) lane_host_snapshot(h, &after);
+	CHECKF(h && after.prefix_hit_tokens > before.prefix_hit_tokens, "last-token embeddings hit the prefix cache (%llu)",
+	       (unsigned long long)(after.prefix_hit_tokens - before.prefix_hit_tokens));
 	// a different text is a different vector; without normalization the direction stays
 	CHECK(memcmp(solo, solo + 3 * (size_t)E, (size_t)E * sizeof *solo) != 0);
 	s[0].q.normalize = false;
 	lane_req *u = NULL;
 	CHECK(h && lane_submit(h, &s[0].q, &u, err, sizeof err) == 0);
 	if (u) {
-		collect_vec(u, direct, E);
+		collect_vec(u, direct, E, s[0].q.embed);
 		double n2 = 0, dot = 0;
 		for (int32_t e = 0; e < E; e++) n2 += (double)direct[e] * direct[e], dot += (double)direct[e] * solo[e];
 		CHECKF(fabs(n2 - 1) > 1e-3 && fabs(dot / sqrt(n2) - 1) < 1e-5, "unnormalized: length %g, cosine %g", sqrt(n2), dot / sqrt(n2));

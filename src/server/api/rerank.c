@@ -3,7 +3,7 @@
 // one prompt-only lane request in Qwen3-Reranker's published prompt format; its last hidden
 // state is scored in double by the file's classifier row (cls.output) or by its output head's
 // "yes" row less its "no" row, through a sigmoid. A pair's score is the same alone or among
-// many, as any embedding is.
+// many, as any embedding is; the pairs' shared head comes from the prefix cache.
 #include "server/gen/gen.h"
 #include "server/routes.h"
 
