@@ -1,5 +1,5 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family (or gemma2) model with random weights (and a real vocabulary) for tests and
+// a llama-family (or gemma2, gemma3) model with random weights (and a real vocabulary) for tests and
 // benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
@@ -21,8 +21,10 @@ typedef struct {
 	bool rope_llama3; // rope_freqs.weight from Llama 3's rope scaling
 	int64_t n_expert, n_expert_used, n_ff_shexp; // MoE layers (n_ff per expert); a shared expert (qwen2moe)
 	int64_t head_dim; // values per head (0: n_embd / n_head)
-	int64_t n_swa;    // gemma2: the local layers' window
+	int64_t n_swa;    // gemma: the local layers' window
 	float attn_cap, final_cap; // gemma2: the soft caps
+	bool qk_norm;     // per-head q and k norms (gemma3)
+	float rope_linear; // linear rope scaling factor (gemma3: its global layers'; 0: none)
 	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
 } gen_shape;
 
@@ -61,9 +63,18 @@ static const gen_shape shapes[] = {
 	{.name = "gemma2-2b", .arch = "gemma2", .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4,
 	 .n_ff = 9216, .n_ctx = 8192, .rope_base = 10000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
 	 .n_swa = 4096, .attn_cap = 50.0f, .final_cap = 30.0f},
+	// Gemma 3's block at the test size: five local layers (a window of 16) then a global one,
+	// the global rope at base 1e6 scaled by 8 as the 4B's; and the 1B's published shape
+	{.name = "gemma3-test", .arch = "gemma3", .n_embd = 64, .n_layer = 6, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 32,
+	 .n_swa = 16, .qk_norm = true, .rope_linear = 8.0f},
+	{.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_layer = 26, .n_head = 4, .n_head_kv = 1,
+	 .n_ff = 6912, .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
+	 .n_swa = 512, .qk_norm = true},
 };
 
 static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
+static bool is_gemma(const gen_shape *s) { return is_gemma2(s) || !strcmp(s->arch, "gemma3"); }
 static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 
 // How a tensor's values are drawn: Gaussian-like with std `scale` around `mean`, or the
@@ -195,9 +206,14 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		if (s->qkv_bias) T("attn_k.bias", 1, dkv, 1, 0, 0.1f);
 		T("attn_v.weight", 2, d, dkv, 0, in_scale);
 		if (s->qkv_bias) T("attn_v.bias", 1, dkv, 1, 0, 0.1f);
+		if (s->qk_norm) {
+			// away from 1, so the norms' weights move the scores
+			T("attn_q_norm.weight", 1, hd, 1, 1.5f, 0.3f);
+			T("attn_k_norm.weight", 1, hd, 1, 1.5f, 0.3f);
+		}
 		T("attn_output.weight", 2, dq, d, 0, 1.0f / sqrtf((float)dq) * resid);
 		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		if (is_gemma2(s)) {
+		if (is_gemma(s)) {
 			// the blocks' outputs are normed before the residual adds, so resid scales them
 			T("post_attention_norm.weight", 1, d, 1, resid, 0.05f * resid);
 			T("post_ffw_norm.weight", 1, d, 1, resid, 0.05f * resid);
@@ -273,8 +289,12 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
 	}
+	if (s->rope_linear > 0) {
+		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
+	}
+	if (is_gemma(s)) rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
 	if (is_gemma2(s)) {
-		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
 		rc = rc ? rc : gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_cap);
 		rc = rc ? rc : gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_cap);
 	}
@@ -417,7 +437,7 @@ int cmd_gen(const cli_settings *set) {
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
 	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
 	const gen_shape *s = NULL;
-	char names[256] = "";
+	char names[512] = "";
 	for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		if (!strcmp(shapes[i].name, shape_name)) s = &shapes[i];
 		k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", shapes[i].name);
@@ -463,7 +483,7 @@ int cmd_gen(const cli_settings *set) {
 	if (set->end_logit > 0) {
 		// the chat turn's end where the vocabulary has one (<|im_end|>, <|eot_id|>), else its eos
 		end.id = end_token(v);
-		if (s->tied || s->n_expert || is_gemma2(s) || end.id < 0 || end.id >= n_vocab) {
+		if (s->tied || s->n_expert || is_gemma(s) || end.id < 0 || end.id >= n_vocab) {
 			rc = LANES_EINVAL;
 			snprintf(err, sizeof err, "--end-logit: %s", end.id < 0 || end.id >= n_vocab ? "the vocabulary names no end token"
 								    : "only for untied llama-family shapes without experts");

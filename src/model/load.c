@@ -21,7 +21,7 @@ typedef struct {
 	enum moe_mode moe;     // MoE layers: when expert_count > 0, or always
 	bool shexp;            // shared expert with a sigmoid gate
 	bool moe_norm;         // default: renormalize the chosen experts' weights
-	bool gemma2;           // Gemma 2's block: scaled embeddings, post norms, GELU, soft caps, local layers
+	int gemma;             // Gemma's block (2, 3; 0: none): scaled embeddings, post norms, GELU, local layers
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -30,7 +30,8 @@ static const arch_desc archs[] = {
 	{.name = "qwen3", .neox = true, .qk_norm = true},
 	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true},
 	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true},
-	{.name = "gemma2", .neox = true, .gemma2 = true},
+	{.name = "gemma2", .neox = true, .gemma = 2},
+	{.name = "gemma3", .neox = true, .qk_norm = true, .gemma = 3},
 };
 
 typedef struct {
@@ -409,24 +410,53 @@ static int read_rope(loader *L) {
 	return LANES_OK;
 }
 
-// Gemma 2 as its GGUF files describe it. Their norm weights already hold the 1 that Gemma's
-// RMSNorm adds (the converter folds it in), so every norm is the plain one.
-static int read_gemma2(loader *L) {
+// attention.sliding_window_pattern: a period (layer l local when l % p < p - 1), or one bool per
+// layer (true: local) that must repeat such a period; def when absent.
+static int swa_pattern(loader *L, int32_t def) {
 	model_hparams *hp = &L->m->hp;
-	double attn_cap, final_cap;
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", L->arch);
+	const gguf_value *a = gguf_get_arr(L->m->g, key);
+	if (!a) return meta_int(L, "attention.sliding_window_pattern", true, def, 1, 4096, &hp->swa_pattern);
+	if (a->arr.type != GGUF_BOOL || a->arr.n != (uint64_t)hp->n_layers)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %s must be an integer or one bool per layer", key);
+	const uint8_t *local = a->arr.raw;
+	int32_t p = 1;
+	while (p <= hp->n_layers && local[p - 1]) p++;
+	for (int32_t l = 0; l < hp->n_layers; l++)
+		if (!local[l] != (p <= hp->n_layers && l % p == p - 1))
+			return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: %s is not a repeating pattern of local layers then one global",
+					    key);
+	hp->swa_pattern = p <= hp->n_layers ? p : 0;
+	return LANES_OK;
+}
+
+// Gemma 2 and 3 as their GGUF files describe them. Their norm weights (q and k norms too)
+// already hold the 1 that Gemma's RMSNorm adds (the converter folds it in), so every norm is
+// the plain one.
+static int read_gemma(loader *L, int gen) {
+	model_hparams *hp = &L->m->hp;
+	double attn_cap = 0.0, final_cap = 0.0;
 	int rc;
-	if ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
-	    (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap)) ||
-	    (rc = meta_int(L, "attention.sliding_window", true, 4096, 0, INT32_MAX, &hp->n_swa)))
+	if (gen == 2 && ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
+			 (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap))))
 		return rc;
+	if ((rc = meta_int(L, "attention.sliding_window", true, gen == 2 ? 4096 : 1024, 0, INT32_MAX, &hp->n_swa))) return rc;
 	hp->attn_softcap = (float)attn_cap;
 	hp->final_softcap = (float)final_cap;
-	hp->swa_pattern = 2; // even layers local, odd layers global
+	// Gemma 2: even layers local, odd global; Gemma 3: five local, then one global
+	if ((rc = swa_pattern(L, gen == 2 ? 2 : 6))) return rc;
 	hp->post_norms = hp->geglu = true;
 	hp->embd_scale = (float)sqrt((double)hp->n_embd);
-	// query_pre_attn_scalar, which the files do not carry: n_embd / n_heads for the 27B (46
-	// layers), the head size for the others
-	if (hp->n_layers == 46) hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_heads)));
+	// query_pre_attn_scalar, which the files do not carry: n_embd / n_heads for the 27Bs (46
+	// and 62 layers), the head size for the others
+	if (hp->n_layers == (gen == 2 ? 46 : 62)) hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_heads)));
+	if (gen == 3) {
+		// the local layers rotate at base 10000, unscaled; the file's base and scaling are the global layers'
+		hp->rope_swa = hp->rope;
+		hp->rope_swa.freq_base = 10000.0;
+		hp->rope_swa.freq_scale = 1.0;
+	}
 	return LANES_OK;
 }
 
@@ -480,7 +510,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	hp->rope.neox = a->neox;
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	hp->embd_scale = 1.0f;
-	return a->gemma2 ? read_gemma2(L) : LANES_OK;
+	return a->gemma ? read_gemma(L, a->gemma) : LANES_OK;
 }
 
 static void main_type(model *m) {
@@ -529,7 +559,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	if (!a) {
 		char *s = gguf_str_dup(arch);
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
-				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2)",
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3)",
 				  s ? s : "?");
 		free(s);
 		goto fail;

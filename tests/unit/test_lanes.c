@@ -1815,6 +1815,12 @@ int main(void) {
 	test_exact(gemma2);
 	with_model(gemma2, test_draft_ngram);
 	remove(gemma2);
+	// gemma3: five local layers (their own rope base) to one global
+	snprintf(gemma2, sizeof gemma2, "%s/lanes-gemma3-%d.gguf", t_tmp(), (int)getpid());
+	CHECK(t_gen_model("gemma3-test", "Q8_0", vocab, gemma2) == 0);
+	test_exact(gemma2);
+	with_model(gemma2, test_draft_ngram);
+	remove(gemma2);
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
 	test_exact("ref-llama-Q4_K_M.gguf");

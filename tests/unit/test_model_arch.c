@@ -1,5 +1,5 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe, gemma2) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
@@ -244,9 +244,22 @@ static void arch_case(const char *label, synth s) {
 	remove(path);
 }
 
-// `lanes gen --shape gemma2-test`: a prompt past the window of the even layers, every row's
-// logits against the float64 reference of the hyper-parameters as loaded (the window matters).
-static void gen_case(const char *shape, const char *type) {
+// A part of an architecture and the reference without it (or done another way).
+typedef struct {
+	const char *name;
+	void (*leave_out)(ref64_shape *);
+} arch_part;
+
+static void no_window(ref64_shape *s) { s->swa = 0; }
+static void no_qk_norm(ref64_shape *s) { s->no_qk_norm = true; }
+static void global_rope_on_local(ref64_shape *s) { s->rope_base_swa = s->rope_scale_swa = 0; }
+static void no_global_scaling(ref64_shape *s) { s->rope_scale = 1; }
+
+// `lanes gen --shape shape`: a prompt past the local layers' window, every row's logits against
+// the float64 reference of the hyper-parameters as loaded, and each part left out of the
+// reference far from them (so a pass that left it out would fail). hp_ok: the shape as loaded.
+static void gen_parts_case(const char *shape, const char *type, bool (*hp_ok)(const model_hparams *), const arch_part *parts,
+			   int n_parts) {
 	char path[512], vocab[512], err[256];
 	snprintf(path, sizeof path, "%s/arch-gen-%s-%s.gguf", t_tmp(), shape, type);
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
@@ -255,34 +268,55 @@ static void gen_case(const char *shape, const char *type) {
 	int rc = model_load(&m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", shape, err);
 	if (rc) return;
-	const model_hparams *hp = model_hparams_of(m);
-	CHECK(!strcmp(hp->arch, "gemma2") && hp->n_swa == 16 && hp->swa_pattern == 2 && hp->attn_softcap == 50.0f &&
-	      hp->final_softcap == 30.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu);
+	CHECKF(hp_ok(model_hparams_of(m)), "%s: hyper-parameters as loaded", shape);
 	enum { P = 40 };
-	const int V = hp->n_vocab;
+	const int V = model_hparams_of(m)->n_vocab;
 	int32_t ids[P];
 	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
 	float *lg = malloc(sizeof(float) * P * V);
-	double *ref = malloc(sizeof(double) * P * V), *nowin = malloc(sizeof(double) * P * V);
+	double *ref = malloc(sizeof(double) * P * V), *alt = malloc(sizeof(double) * P * V);
 	CHECKF(run_prompt(m, ids, P, lg, err, sizeof err) == 0, "%s: %s", shape, err);
 	ref64_shape rs;
 	ref64_shape_of(m, &rs);
 	ref64_forward(model_gguf(m), &rs, ids, P, ref, NULL);
-	rs.swa = 0;
-	ref64_forward(model_gguf(m), &rs, ids, P, nowin, NULL);
-	double worst = 0, spread = 0, moved = 0;
-	for (int i = 0; i < P * V; i++) {
-		worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
-		if (i >= 17 * V) moved = fmax(moved, fabs(nowin[i] - ref[i]));
-	}
+	double worst = 0, spread = 0;
+	for (int i = 0; i < P * V; i++) worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
 	spread = sqrt(spread / (P * V));
 	CHECKF(worst < 0.003 * spread && spread > 0.5, "%s %s: logits off the float64 reference by %g (rms %g)", shape, type,
 	       worst, spread);
-	CHECKF(moved > 0.03 * spread, "%s: rows past the window do not depend on it (%g)", shape, moved);
-	free(lg), free(ref), free(nowin);
+	for (int k = 0; k < n_parts; k++) {
+		ref64_shape vs = rs;
+		parts[k].leave_out(&vs);
+		ref64_forward(model_gguf(m), &vs, ids, P, alt, NULL);
+		double moved = 0;
+		for (int i = 0; i < P * V; i++) moved = fmax(moved, fabs(lg[i] - alt[i]));
+		CHECKF(moved > 0.03 * spread, "%s: the %s changes the logits by %g only", shape, parts[k].name, moved);
+	}
+	free(lg), free(ref), free(alt);
 	model_free(m);
 	remove(path);
 }
+
+static bool gemma2_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "gemma2") && hp->n_swa == 16 && hp->swa_pattern == 2 && hp->attn_softcap == 50.0f &&
+	       hp->final_softcap == 30.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu && !hp->rope_swa.n_rot;
+}
+
+static const arch_part gemma2_gen_parts[] = {{"window", no_window}};
+
+static bool gemma3_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "gemma3") && hp->n_swa == 16 && hp->swa_pattern == 6 && hp->attn_softcap == 0.0f &&
+	       hp->final_softcap == 0.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu && hp->rope.freq_base == 1e6 &&
+	       hp->rope.freq_scale == 0.125 && hp->rope_swa.freq_base == 10000.0 && hp->rope_swa.freq_scale == 1.0 &&
+	       model_layer_window(hp, 4) == 16 && model_layer_window(hp, 5) == 0;
+}
+
+static const arch_part gemma3_parts[] = {
+	{"window", no_window},
+	{"q/k norm", no_qk_norm},
+	{"local layers' rope base", global_rope_on_local},
+	{"global layers' rope scaling", no_global_scaling},
+};
 
 static void hostile(const char *label, synth s, int want_rc, const char *want_msg) {
 	char path[512], err[256] = "";
@@ -373,8 +407,10 @@ int main(void) {
 	arch_case("gemma2", gemma2);
 	s = gemma2, s.wtype = GGUF_T_Q8_0, s.L = 4, s.tied = false, s.swa = 3;
 	arch_case("gemma2-q8", s);
-	gen_case("gemma2-test", "F32");
-	gen_case("gemma2-test", "Q8_0");
+	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1);
+	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1);
+	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4);
+	gen_parts_case("gemma3-test", "Q8_0", gemma3_hp, gemma3_parts, 4);
 
 	s = llama;
 	progress_case("llama", s);
