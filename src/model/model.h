@@ -1,5 +1,5 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe), gemma2 and gemma3 — hyper-parameters from GGUF metadata, weights bound in place from the
+// qwen3moe), gemma2, gemma3 and phi3 — hyper-parameters from GGUF metadata, weights bound in place from the
 // mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
@@ -14,7 +14,7 @@
 #include "tensor/tensor.h"
 
 typedef struct {
-	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3"
+	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"
 	int32_t n_vocab;        // logits per row
 	int32_t n_embd;         // residual width
 	int32_t n_layers;
@@ -67,6 +67,12 @@ int model_load_progress(model **out, const char *path, model_progress_fn fn, voi
 int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);
 // Accepts NULL. Not thread-safe: nothing else may use m during or after it.
 void model_free(model *m);
+// What depends on the context a sequence may hold, n_ctx positions: Phi 3's LongRoPE rotates by
+// its long factors past the original context, else by its short ones (the choice at load).
+// Chosen once per loaded model, before its first pass, so every request gets the same factors
+// (and no K in a cache was rotated by the others). A no-op for the other models. Not
+// thread-safe: call it before the model is shared.
+void model_set_context(model *m, int32_t n_ctx);
 // Thread-safe: a loaded model is read-only, so every reader below may run on any thread.
 const model_hparams *model_hparams_of(const model *m);
 const gguf *model_gguf(const model *m); // metadata (e.g. for the tokenizer)

@@ -47,6 +47,7 @@ struct model {
 	void *packed;             // matrices repacked for ks (one mapping), or NULL
 	size_t packed_bytes;
 	double pack_ms;           // time spent repacking at load
+	const float *rope_long, *rope_short; // [n_rot/2] Phi 3's LongRoPE divisors (NULL: none); hp.rope has one
 };
 
 // The weights an adapter may target, per layer, then the output head.

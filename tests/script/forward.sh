@@ -109,12 +109,12 @@ a=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --
 b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 2 --print-ids 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --activations q8: 1 and 2 threads differ"
 
-# gemma2 and gemma3 from lanes gen: info names the architecture; 40 positions (past the window
-# of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in the
+# gemma2, gemma3 and phi3 from lanes gen: info names the architecture; 40 positions (past the
+# window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in the
 # fused and the unfused attention, and the learning commands refuse them.
 gids=$(seq 3 42 | paste -sd, -)
 printf '{"prompt": "Once upon", "completion": " a time"}\n' > "$TMP/g.jsonl"
-for fam in gemma2 gemma3; do
+for fam in gemma2 gemma3 phi3; do
 	G="$TMP/$fam.gguf"
 	"$BIN" gen --shape $fam-test --type Q8_0 --vocab "$M" -o "$G" > /dev/null 2>&1 || bad "gen --shape $fam-test failed"
 	"$BIN" info "$G" 2>/dev/null | grep -q "^architecture: $fam$" && ok || bad "info does not name $fam"
@@ -127,6 +127,13 @@ for fam in gemma2 gemma3; do
 	"$BIN" learn -m "$G" --data "$TMP/g.jsonl" --steps 1 --batch 1 -o "$TMP/ga.gguf" > /dev/null 2> "$TMP/err" && bad "learn took $fam" ||
 		{ grep -q "not $fam's" "$TMP/err" && ok || bad "learn on $fam said: $(cat "$TMP/err")"; }
 done
+
+# phi3's LongRoPE: 80 positions (past its original context of 64) rotate by the long factors, so
+# their first 40 rows differ from those of a 40-position run (the short ones).
+lids=$(seq 3 82 | paste -sd, -)
+"$BIN" logits -m "$TMP/phi3.gguf" --ids "$lids" -o "$TMP/p80" 2>/dev/null || bad "phi3 logits over 80 positions failed"
+"$BIN" logits -m "$TMP/phi3.gguf" --ids "$gids" -o "$TMP/p40" 2>/dev/null || bad "phi3 logits over 40 positions failed"
+head -c $((40 * 512 * 4)) "$TMP/p80" | cmp -s - "$TMP/p40" && bad "phi3: 80 positions rotate as 40 do" || ok
 
 # Failures: a non-zero exit and a message naming the problem.
 expect_fail() {

@@ -136,6 +136,8 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
 	double *emb = W(g, "token_embd.weight"), *ff = W(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int R = s->n_rot ? s->n_rot : D;
+	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
+	const int64_t nff = fft ? gguf_tensor_nelem(fft) : 0; // pairs past the divisors the file has are not divided
 	const double ms = s->rope_mscale ? s->rope_mscale : 1.0;
 	for (int p = 0; p < P; p++)
 		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
@@ -163,7 +165,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 				if (qn && !s->no_qk_norm) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
 				for (int i = 0; i < R / 2; i++) {
 					const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
-					double th = p * pow(base, -2.0 * i / R) * rscale / (ff ? ff[i] : 1.0);
+					double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
 					double x0 = vec[a], x1 = vec[b];
 					vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
 					vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;

@@ -1815,12 +1815,16 @@ int main(void) {
 	test_exact(gemma2);
 	with_model(gemma2, test_draft_ngram);
 	remove(gemma2);
-	// gemma3: five local layers (their own rope base) to one global
-	snprintf(gemma2, sizeof gemma2, "%s/lanes-gemma3-%d.gguf", t_tmp(), (int)getpid());
-	CHECK(t_gen_model("gemma3-test", "Q8_0", vocab, gemma2) == 0);
-	test_exact(gemma2);
-	with_model(gemma2, test_draft_ngram);
-	remove(gemma2);
+	// gemma3: five local layers (their own rope base) to one global; phi3: fused matrices,
+	// LongRoPE, partial rotary, a window on every layer
+	static const char *const fams[] = {"gemma3-test", "phi3-test"};
+	for (int f = 0; f < 2; f++) {
+		snprintf(gemma2, sizeof gemma2, "%s/lanes-%s-%d.gguf", t_tmp(), fams[f], (int)getpid());
+		CHECK(t_gen_model(fams[f], "Q8_0", vocab, gemma2) == 0);
+		test_exact(gemma2);
+		with_model(gemma2, test_draft_ngram);
+		remove(gemma2);
+	}
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
 	test_exact("ref-llama-Q4_K_M.gguf");

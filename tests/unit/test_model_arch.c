@@ -1,5 +1,5 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
@@ -257,9 +257,10 @@ static void no_global_scaling(ref64_shape *s) { s->rope_scale = 1; }
 
 // `lanes gen --shape shape`: a prompt past the local layers' window, every row's logits against
 // the float64 reference of the hyper-parameters as loaded, and each part left out of the
-// reference far from them (so a pass that left it out would fail). hp_ok: the shape as loaded.
+// reference far from them (so a pass that left it out would fail). hp_ok: the shape as loaded;
+// n_ctx: the context model_set_context is told (0: none).
 static void gen_parts_case(const char *shape, const char *type, bool (*hp_ok)(const model_hparams *), const arch_part *parts,
-			   int n_parts) {
+			   int n_parts, int32_t n_ctx) {
 	char path[512], vocab[512], err[256];
 	snprintf(path, sizeof path, "%s/arch-gen-%s-%s.gguf", t_tmp(), shape, type);
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
@@ -268,6 +269,7 @@ static void gen_parts_case(const char *shape, const char *type, bool (*hp_ok)(co
 	int rc = model_load(&m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", shape, err);
 	if (rc) return;
+	if (n_ctx) model_set_context(m, n_ctx);
 	CHECKF(hp_ok(model_hparams_of(m)), "%s: hyper-parameters as loaded", shape);
 	enum { P = 40 };
 	const int V = model_hparams_of(m)->n_vocab;
@@ -289,7 +291,9 @@ static void gen_parts_case(const char *shape, const char *type, bool (*hp_ok)(co
 		parts[k].leave_out(&vs);
 		ref64_forward(model_gguf(m), &vs, ids, P, alt, NULL);
 		double moved = 0;
-		for (int i = 0; i < P * V; i++) moved = fmax(moved, fabs(lg[i] - alt[i]));
+		bool finite = true;
+		for (int i = 0; i < P * V; i++) moved = fmax(moved, fabs(lg[i] - alt[i])), finite &= isfinite(alt[i]);
+		CHECKF(finite, "%s: the reference without the %s is not finite", shape, parts[k].name);
 		CHECKF(moved > 0.03 * spread, "%s: the %s changes the logits by %g only", shape, parts[k].name, moved);
 	}
 	free(lg), free(ref), free(alt);
@@ -309,6 +313,53 @@ static bool gemma3_hp(const model_hparams *hp) {
 	       hp->final_softcap == 0.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu && hp->rope.freq_base == 1e6 &&
 	       hp->rope.freq_scale == 0.125 && hp->rope_swa.freq_base == 10000.0 && hp->rope_swa.freq_scale == 1.0 &&
 	       model_layer_window(hp, 4) == 16 && model_layer_window(hp, 5) == 0;
+}
+
+static void no_partial_rotary(ref64_shape *s) { s->n_rot = 0; }
+static void no_rope_factors(ref64_shape *s) { s->rope_factors = "none"; }
+static void other_rope_factors(ref64_shape *s) {
+	s->rope_factors = strcmp(s->rope_factors, "rope_factors_long.weight") ? "rope_factors_long.weight" : "rope_factors_short.weight";
+}
+static void no_attn_factor(ref64_shape *s) { s->rope_mscale = 1; }
+static void gate_up_swapped(ref64_shape *s) { s->swap_gate_up = true; }
+
+static bool phi3_hp(const model_hparams *hp) {
+	bool every = true;
+	for (int l = 0; l < hp->n_layers; l++) every &= model_layer_window(hp, l) == 16;
+	return !strcmp(hp->arch, "phi3") && every && hp->head_dim == 32 && hp->rope.n_rot == 24 && hp->rope.neox &&
+	       hp->rope.n_ctx_orig == 64 && fabs(hp->rope.attn_factor - sqrt(1 + log(4.0) / log(64.0))) < 1e-6 &&
+	       hp->rope.freq_factors && !hp->post_norms && !hp->geglu && hp->embd_scale == 1.0f;
+}
+
+static const arch_part phi3_parts[] = {
+	{"window", no_window},
+	{"partial rotary", no_partial_rotary},
+	{"LongRoPE factors", no_rope_factors},
+	{"choice of LongRoPE factors", other_rope_factors},
+	{"attention factor", no_attn_factor},
+	{"gate-up order", gate_up_swapped},
+};
+
+// model_set_context: Phi 3 rotates by its short factors at load and within the original context
+// of 64, by its long ones past it.
+static void phi3_context_case(void) {
+	char path[512], vocab[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-phi3-ctx.gguf", t_tmp());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("phi3-test", "F32", vocab, path) == 0);
+	model *m;
+	CHECKF(model_load(&m, path, err, sizeof err) == 0, "%s", err);
+	if (!m) return;
+	const void *lg = gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")->data,
+		   *sh = gguf_find_tensor(model_gguf(m), "rope_factors_short.weight")->data;
+	const model_hparams *hp = model_hparams_of(m);
+	CHECK((const void *)hp->rope.freq_factors == sh);
+	model_set_context(m, 65);
+	CHECK((const void *)hp->rope.freq_factors == lg);
+	model_set_context(m, 64);
+	CHECK((const void *)hp->rope.freq_factors == sh);
+	model_free(m);
+	remove(path);
 }
 
 static const arch_part gemma3_parts[] = {
@@ -407,10 +458,15 @@ int main(void) {
 	arch_case("gemma2", gemma2);
 	s = gemma2, s.wtype = GGUF_T_Q8_0, s.L = 4, s.tied = false, s.swa = 3;
 	arch_case("gemma2-q8", s);
-	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1);
-	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1);
-	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4);
-	gen_parts_case("gemma3-test", "Q8_0", gemma3_hp, gemma3_parts, 4);
+	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1, 0);
+	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1, 0);
+	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4, 0);
+	gen_parts_case("gemma3-test", "Q8_0", gemma3_hp, gemma3_parts, 4, 0);
+	// phi3: the short factors within the original context of 64, the long ones past it
+	gen_parts_case("phi3-test", "F32", phi3_hp, phi3_parts, 6, 0);
+	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 64);
+	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 256);
+	phi3_context_case();
 
 	s = llama;
 	progress_case("llama", s);
