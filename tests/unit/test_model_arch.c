@@ -20,8 +20,10 @@ typedef struct {
 	float rope_factor;
 	bool rope_freqs;            // rope_freqs.weight tensor
 	uint32_t wtype;             // matrices' type
-	int swa;                    // gemma2: attention.sliding_window
+	int swa;                    // gemma, phi3: attention.sliding_window
 	float attn_cap, final_cap;  // gemma2: the soft caps
+	const char *swa_layers;     // gemma3: attention.sliding_window_pattern as one bool a layer ("1": local)
+	bool no_short;              // phi3: leave rope_factors_short out (its factors are written, both)
 	// Hostile knobs.
 	const char *skip;           // leave this tensor out
 	const char *reshape;        // give this tensor one row too many
@@ -82,8 +84,16 @@ static int write_synth(const synth *s, const char *path) {
 	key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-5f);
 	key_f32(w, s, "rope.freq_base", 10000.0f);
 	if (s->D) key_u32(w, s, "attention.key_length", (uint32_t)s->D);
+	const bool gemma = !strncmp(s->arch, "gemma", 5), phi3 = !strcmp(s->arch, "phi3");
+	if (gemma || phi3) key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
+	if (s->swa_layers) {
+		char full[128];
+		uint8_t local[64];
+		for (int l = 0; l < s->L; l++) local[l] = s->swa_layers[l] == '1';
+		snprintf(full, sizeof full, "%s.attention.sliding_window_pattern", s->arch);
+		gguf_writer_set_arr(w, full, GGUF_BOOL, local, (uint64_t)s->L);
+	}
 	if (!strcmp(s->arch, "gemma2")) {
-		key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
 		key_f32(w, s, "attn_logit_softcapping", s->attn_cap);
 		key_f32(w, s, "final_logit_softcapping", s->final_cap);
 	}
@@ -109,6 +119,10 @@ static int write_synth(const synth *s, const char *path) {
 	add(w, s, &seed, "output_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
 	if (!s->tied) add(w, s, &seed, "output.weight", s->E, s->V, 1, wt, 0, 4.0f / sqrtf((float)s->E));
 	if (s->rope_freqs) add(w, s, &seed, "rope_freqs.weight", D / 2, 1, 1, GGUF_T_F32, 3, 2);
+	if (phi3) {
+		add(w, s, &seed, "rope_factors_long.weight", D / 2, 1, 1, GGUF_T_F32, 6, 1);
+		if (!s->no_short) add(w, s, &seed, "rope_factors_short.weight", D / 2, 1, 1, GGUF_T_F32, 2, 0.5f);
+	}
 	for (int l = 0; l < s->L; l++) {
 #define T(what, a, b, c, type, mean, scale)                            \
 	do {                                                           \
@@ -117,9 +131,13 @@ static int write_synth(const synth *s, const char *path) {
 	} while (0)
 		const float in = 1.0f / sqrtf((float)s->E);
 		T("attn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
-		T("attn_q.weight", s->E, qd, 1, wt, 0, 2 * in);
-		T("attn_k.weight", s->E, kvd, 1, wt, 0, 2 * in);
-		T("attn_v.weight", s->E, kvd, 1, wt, 0, in);
+		if (phi3) {
+			T("attn_qkv.weight", s->E, qd + 2 * kvd, 1, wt, 0, 2 * in);
+		} else {
+			T("attn_q.weight", s->E, qd, 1, wt, 0, 2 * in);
+			T("attn_k.weight", s->E, kvd, 1, wt, 0, 2 * in);
+			T("attn_v.weight", s->E, kvd, 1, wt, 0, in);
+		}
 		T("attn_output.weight", qd, s->E, 1, wt, 0, 1.0f / sqrtf((float)qd));
 		if (s->bias) {
 			T("attn_q.bias", qd, 1, 1, GGUF_T_F32, 0, 0.2f);
@@ -131,11 +149,14 @@ static int write_synth(const synth *s, const char *path) {
 			T("attn_k_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
 		}
 		T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
-		if (!strcmp(s->arch, "gemma2")) {
+		if (gemma) {
 			T("post_attention_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
 			T("post_ffw_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
 		}
-		if (!s->X) {
+		if (phi3) {
+			T("ffn_up.weight", s->E, 2 * s->F, 1, wt, 0, in);
+			T("ffn_down.weight", s->F, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->F));
+		} else if (!s->X) {
 			T("ffn_gate.weight", s->E, s->F, 1, wt, 0, in);
 			T("ffn_up.weight", s->E, s->F, 1, wt, 0, in);
 			T("ffn_down.weight", s->F, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->F));
@@ -162,14 +183,19 @@ static int write_synth(const synth *s, const char *path) {
 
 // ---- the float64 reference (ref64.c) over the file's weights ---------------------------------
 static ref64_shape ref_shape(const synth *s) {
-	const bool gemma2 = !strcmp(s->arch, "gemma2");
-	return (ref64_shape){.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
+	const bool gemma2 = !strcmp(s->arch, "gemma2"), gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3");
+	int pattern = gemma2 ? 2 : 6; // a bool a layer: its period (every layer local: 0)
+	if (s->swa_layers) pattern = (int)(strchr(s->swa_layers, '0') ? strchr(s->swa_layers, '0') - s->swa_layers + 1 : 0);
+	ref64_shape r = {.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
 			     .V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
 			     .tied = s->tied, .rope_base = 10000.0,
 			     .rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
 			     .rms_eps = 1e-5, .embd_scale = gemma2 ? sqrt((double)s->E) : 0, .post_norms = gemma2, .geglu = gemma2,
 			     .attn_softcap = gemma2 ? s->attn_cap : 0, .final_softcap = gemma2 ? s->final_cap : 0,
-			     .swa = gemma2 ? s->swa : 0, .swa_pattern = gemma2 ? 2 : 0};
+			     .swa = gemma2 || gemma3 || phi3 ? s->swa : 0, .swa_pattern = phi3 ? 0 : pattern,
+			     .rope_factors = phi3 ? "rope_factors_short.weight" : NULL};
+	if (gemma3) r.embd_scale = sqrt((double)s->E), r.post_norms = r.geglu = true;
+	return r;
 }
 
 static void reference(const gguf *g, const synth *s, const int32_t *ids, int P, double *logits) {
@@ -458,6 +484,15 @@ int main(void) {
 	arch_case("gemma2", gemma2);
 	s = gemma2, s.wtype = GGUF_T_Q8_0, s.L = 4, s.tied = false, s.swa = 3;
 	arch_case("gemma2-q8", s);
+	// gemma3: q/k norms, a window of 3 on five layers of six; a period a file gives as one bool a
+	// layer; phi3: fused matrices, LongRoPE's short factors, a window of 4 on every layer
+	const synth gemma3 = {.arch = "gemma3", .E = 64, .L = 6, .H = 4, .HKV = 2, .D = 32, .F = 96, .V = 50, .tied = true,
+			      .qk_norm = true, .wtype = GGUF_T_F32, .swa = 3};
+	arch_case("gemma3", gemma3);
+	s = gemma3, s.L = 4, s.swa_layers = "1010", s.wtype = GGUF_T_Q8_0;
+	arch_case("gemma3-pattern", s);
+	const synth phi3 = {.arch = "phi3", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_Q8_0, .swa = 4};
+	arch_case("phi3", phi3);
 	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1, 0);
 	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1, 0);
 	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4, 0);
@@ -507,5 +542,15 @@ int main(void) {
 	hostile("gemma2-post-norm", s, LANES_EFORMAT, "blk.1.post_ffw_norm.weight");
 	s = gemma2, s.X = 4, s.K = 2, s.FX = 64;
 	hostile("gemma2-experts", s, LANES_EUNSUPPORTED, "gemma2 with experts");
+	s = gemma3, s.swa_layers = "101100";
+	hostile("gemma3-pattern", s, LANES_EUNSUPPORTED, "not a repeating pattern");
+	s = gemma3, s.skip = "blk.2.attn_k_norm.weight";
+	hostile("gemma3-k-norm", s, LANES_EFORMAT, "blk.2.attn_k_norm.weight");
+	s = phi3, s.no_short = true;
+	hostile("phi3-short", s, LANES_EFORMAT, "rope_factors_short.weight");
+	s = phi3, s.reshape = "blk.1.attn_qkv.weight";
+	hostile("phi3-qkv", s, LANES_EFORMAT, "blk.1.attn_qkv.weight");
+	s = phi3, s.reshape = "blk.0.ffn_up.weight";
+	hostile("phi3-gate-up", s, LANES_EFORMAT, "blk.0.ffn_up.weight");
 	T_DONE("model_arch");
 }
