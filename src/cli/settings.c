@@ -793,7 +793,7 @@ void cli_print_man(FILE *f, const cli_command *cmds, int n, const cli_command *c
 		man_head(f, "LANES", "lanes", "an LLM inference server: GGUF models on the CPU, served over HTTP");
 		fputs(".SH SYNOPSIS\n\\fBlanes\\fR \\fICOMMAND\\fR [\\fIoptions\\fR]\n.br\n\\fBlanes help\\fR [\\fICOMMAND\\fR]\n.br\n"
 		      "\\fBlanes \\-\\-version\\fR\n.SH DESCRIPTION\n"
-		      "\\fBlanes\\fR loads GGUF models of the llama family and gemma2, runs them on the CPU and serves them over the OpenAI, "
+		      "\\fBlanes\\fR loads GGUF models of the llama family, gemma2, gemma3 and phi3, runs them on the CPU and serves them over the OpenAI, "
 		      "Anthropic, Responses and Ollama HTTP APIs; its other commands inspect, convert, generate, benchmark and train. "
 		      "Results go to stdout, logs and progress to stderr. Each command's page lists its options, their defaults "
 		      "and their ranges.\n.SH COMMANDS\n",
