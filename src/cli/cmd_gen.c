@@ -342,12 +342,16 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 
 // ---- a random LoRA adapter ----------------------------------------------------------------
 // The weights an adapter may target, as llama.cpp names them.
-static bool lora_target(const gguf_tensor *t) {
+static bool lora_target(const gguf *g, const gguf_tensor *t) {
 	static const char *const kinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
 	if (t->n_dims != 2) return false;
 	if (!strcmp(t->name, "output.weight")) return true;
 	int l, used = 0;
 	if (sscanf(t->name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
+	char gate[64];
+	snprintf(gate, sizeof gate, "blk.%d.ffn_gate.weight", l);
+	// an ffn_up without its ffn_gate holds both (phi3's fused gate-up), which lanes does not adapt
+	if (!strcmp(t->name + used, "ffn_up.weight") && !gguf_find_tensor(g, gate)) return false;
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		const size_t n = strlen(kinds[k]);
 		if (!strncmp(t->name + used, kinds[k], n) && !strcmp(t->name + used + n, ".weight")) return true;
@@ -409,7 +413,7 @@ static int gen_lora(const cli_settings *set) {
 	uint64_t total = 0;
 	for (int64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
 		const gguf_tensor *t = gguf_tensor_at(g, i);
-		if (!lora_target(t)) continue;
+		if (!lora_target(g, t)) continue;
 		const int64_t n_in = t->ne[0], n_out = t->ne[1];
 		if (r > n_in) {
 			rc = LANES_EINVAL;

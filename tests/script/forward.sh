@@ -135,6 +135,11 @@ lids=$(seq 3 82 | paste -sd, -)
 "$BIN" logits -m "$TMP/phi3.gguf" --ids "$gids" -o "$TMP/p40" 2>/dev/null || bad "phi3 logits over 40 positions failed"
 head -c $((40 * 512 * 4)) "$TMP/p80" | cmp -s - "$TMP/p40" && bad "phi3: 80 positions rotate as 40 do" || ok
 
+# An adapter lanes gen writes for phi3 leaves its fused gate-up out, and lanes applies it.
+"$BIN" gen --lora 4 -m "$TMP/phi3.gguf" -o "$TMP/p3lora.gguf" > /dev/null 2>&1 || bad "gen --lora on phi3 failed"
+"$BIN" logits -m "$TMP/phi3.gguf" --lora "$TMP/p3lora.gguf" --ids "$gids" -o "$TMP/p3l" 2> "$TMP/err" && ok ||
+	bad "phi3 with an adapter: $(cat "$TMP/err")"
+
 # Failures: a non-zero exit and a message naming the problem.
 expect_fail() {
 	want=$1

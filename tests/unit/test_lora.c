@@ -742,9 +742,10 @@ int main(void) {
 		if (k == ns - 1) errors(m);
 		model_free(m);
 	}
-	// gemma2 and gemma3: the output and down projections' terms go before the blocks' post norms
-	static const char *const gemmas[] = {"gemma2-test", "gemma3-test"};
-	for (int gi = 0; gi < 2; gi++) {
+	// gemma2 and gemma3: the output and down projections' terms go before the blocks' post norms;
+	// phi3: the adapter leaves its fused matrices out
+	static const char *const gemmas[] = {"gemma2-test", "gemma3-test", "phi3-test"};
+	for (int gi = 0; gi < 3; gi++) {
 		char g2[512], vocab[512];
 		tmp_path(g2, sizeof g2, "gemma.gguf");
 		snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
