@@ -1781,6 +1781,26 @@ static void test_cache_dir(void) {
 	CHECK(system(rm) == 0);
 }
 
+// Phi 3's LongRoPE: pages whose keys turned by the long factors go to a folder of their own, so a
+// restart with the other factors never reads them.
+static void test_cache_dir_rope(void) {
+	char dir[1024], rm[1100];
+	snprintf(dir, sizeof dir, "%s/lanes-kvdisk-rope-%d", t_tmp(), (int)getpid());
+	CACHE_DIR = dir;
+	for (int k = 0; k < 3; k++) {
+		model_set_context(M, k == 1 ? 256 : 64);
+		lane_host_free(host(1, 0, true, 2));
+	}
+	CACHE_DIR = NULL;
+	int folders = 0;
+	DIR *top = opendir(dir);
+	for (struct dirent *e; top && (e = readdir(top));) folders += e->d_name[0] != '.';
+	if (top) closedir(top);
+	CHECKF(folders == 2, "a folder for each set of rope factors (%d)", folders);
+	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+	CHECK(system(rm) == 0);
+}
+
 static void lease_chaos_all(void) {
 	for (uint64_t seed = 1; seed <= 6; seed++) test_lease_chaos(seed);
 }
@@ -1823,6 +1843,7 @@ int main(void) {
 		CHECK(t_gen_model(fams[f], "Q8_0", vocab, gemma2) == 0);
 		test_exact(gemma2);
 		with_model(gemma2, test_draft_ngram);
+		if (f == 1) with_model(gemma2, test_cache_dir_rope);
 		remove(gemma2);
 	}
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
