@@ -177,6 +177,7 @@ int cmd_experts(const cli_settings *s) {
 	cfg.prefix_cache = false;
 	cfg.draft = LANE_DRAFT_OFF;
 	cfg.experts = true;
+	model_set_context(m, lane_config_max_context(&cfg, model_hparams_of(m)));
 	if (lane_host_new(&h, m, voc, &cfg, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;

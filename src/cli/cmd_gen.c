@@ -1,5 +1,5 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family (or gemma2) model with random weights (and a real vocabulary) for tests and
+// a llama-family (or gemma2, gemma3, phi3) model with random weights (and a real vocabulary) for tests and
 // benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
@@ -21,8 +21,12 @@ typedef struct {
 	bool rope_llama3; // rope_freqs.weight from Llama 3's rope scaling
 	int64_t n_expert, n_expert_used, n_ff_shexp; // MoE layers (n_ff per expert); a shared expert (qwen2moe)
 	int64_t head_dim; // values per head (0: n_embd / n_head)
-	int64_t n_swa;    // gemma2: the local layers' window
+	int64_t n_swa;    // gemma: the local layers' window
 	float attn_cap, final_cap; // gemma2: the soft caps
+	bool qk_norm;     // per-head q and k norms (gemma3)
+	float rope_linear; // linear rope scaling factor (gemma3: its global layers'; 0: none)
+	int64_t n_rot;    // dimensions rotated per head (0: all)
+	int64_t n_ctx_orig; // phi3: LongRoPE's original context, its factors and attention factor (0: none)
 	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
 } gen_shape;
 
@@ -61,10 +65,32 @@ static const gen_shape shapes[] = {
 	{.name = "gemma2-2b", .arch = "gemma2", .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4,
 	 .n_ff = 9216, .n_ctx = 8192, .rope_base = 10000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
 	 .n_swa = 4096, .attn_cap = 50.0f, .final_cap = 30.0f},
+	// Gemma 3's block at the test size: five local layers (a window of 16) then a global one,
+	// the global rope at base 1e6 scaled by 8 as the 4B's; and the 1B's published shape
+	{.name = "gemma3-test", .arch = "gemma3", .n_embd = 64, .n_layer = 6, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 32,
+	 .n_swa = 16, .qk_norm = true, .rope_linear = 8.0f},
+	{.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_layer = 26, .n_head = 4, .n_head_kv = 1,
+	 .n_ff = 6912, .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
+	 .n_swa = 512, .qk_norm = true},
+	// Phi 3's block at the test size: fused qkv and gate-up matrices, three quarters of each head
+	// rotated (as Phi-4-mini), LongRoPE from an original context of 64, a window of 16 on every
+	// layer (as Phi-3-mini); and Phi-3.5-mini's and Phi-4-mini's published shapes
+	{.name = "phi3-test", .arch = "phi3", .n_embd = 128, .n_layer = 3, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-5f, .n_swa = 16, .n_rot = 24,
+	 .n_ctx_orig = 64},
+	{.name = "phi3.5-mini", .arch = "phi3", .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32,
+	 .n_ff = 8192, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .n_swa = 262144, .n_ctx_orig = 4096},
+	{.name = "phi4-mini", .arch = "phi3", .n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8,
+	 .n_ff = 8192, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true, .n_swa = 262144,
+	 .n_rot = 96, .n_ctx_orig = 4096},
 };
 
 static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
+static bool is_gemma(const gen_shape *s) { return is_gemma2(s) || !strcmp(s->arch, "gemma3"); }
+static bool is_phi3(const gen_shape *s) { return !strcmp(s->arch, "phi3"); }
 static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
+static int64_t n_rot(const gen_shape *s) { return s->n_rot ? s->n_rot : head_dim(s); }
 
 // How a tensor's values are drawn: Gaussian-like with std `scale` around `mean`, or the
 // Llama 3 rope factors.
@@ -181,6 +207,11 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 	const float resid = 1.0f / sqrtf(2.0f * (float)s->n_layer);
 	add_t(ts, &n, "token_embd.weight", 2, d, n_vocab, FILL_NOISE, 0, s->tied ? out_scale : 1.0f);
 	if (s->rope_llama3) add_t(ts, &n, "rope_freqs.weight", 1, hd / 2, 1, FILL_ROPE_FREQS, 0, 0);
+	if (s->n_ctx_orig) {
+		// positive divisors: the long ones stretch the low frequencies much further
+		add_t(ts, &n, "rope_factors_long.weight", 1, n_rot(s) / 2, 1, FILL_NOISE, 6.0f, 1.0f);
+		add_t(ts, &n, "rope_factors_short.weight", 1, n_rot(s) / 2, 1, FILL_NOISE, 1.5f, 0.3f);
+	}
 	for (int64_t l = 0; l < s->n_layer; l++) {
 		char nm[64];
 #define T(suffix, nd, a, b, mean, scale)                                   \
@@ -189,15 +220,21 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		add_t(ts, &n, nm, nd, a, b, FILL_NOISE, mean, scale);        \
 	} while (0)
 		T("attn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		T("attn_q.weight", 2, d, dq, 0, in_scale);
+		if (is_phi3(s)) T("attn_qkv.weight", 2, d, dq + 2 * dkv, 0, in_scale);
+		else T("attn_q.weight", 2, d, dq, 0, in_scale);
 		if (s->qkv_bias) T("attn_q.bias", 1, dq, 1, 0, 0.1f);
-		T("attn_k.weight", 2, d, dkv, 0, in_scale);
+		if (!is_phi3(s)) T("attn_k.weight", 2, d, dkv, 0, in_scale);
 		if (s->qkv_bias) T("attn_k.bias", 1, dkv, 1, 0, 0.1f);
-		T("attn_v.weight", 2, d, dkv, 0, in_scale);
+		if (!is_phi3(s)) T("attn_v.weight", 2, d, dkv, 0, in_scale);
 		if (s->qkv_bias) T("attn_v.bias", 1, dkv, 1, 0, 0.1f);
+		if (s->qk_norm) {
+			// away from 1, so the norms' weights move the scores
+			T("attn_q_norm.weight", 1, hd, 1, 1.5f, 0.3f);
+			T("attn_k_norm.weight", 1, hd, 1, 1.5f, 0.3f);
+		}
 		T("attn_output.weight", 2, dq, d, 0, 1.0f / sqrtf((float)dq) * resid);
 		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		if (is_gemma2(s)) {
+		if (is_gemma(s)) {
 			// the blocks' outputs are normed before the residual adds, so resid scales them
 			T("post_attention_norm.weight", 1, d, 1, resid, 0.05f * resid);
 			T("post_ffw_norm.weight", 1, d, 1, resid, 0.05f * resid);
@@ -218,6 +255,10 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 				T("ffn_up_shexp.weight", 2, d, s->n_ff_shexp, 0, in_scale);
 				T("ffn_down_shexp.weight", 2, s->n_ff_shexp, d, 0, sh_scale * resid);
 			}
+		} else if (is_phi3(s)) {
+			// the gate's rows, then the up's, in one matrix
+			T("ffn_up.weight", 2, d, 2 * s->n_ff, 0, in_scale);
+			T("ffn_down.weight", 2, s->n_ff, d, 0, ff_scale * resid);
 		} else {
 			T("ffn_gate.weight", 2, d, s->n_ff, 0, in_scale);
 			T("ffn_up.weight", 2, d, s->n_ff, 0, in_scale);
@@ -268,13 +309,23 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
-	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim(s));
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)n_rot(s));
 	if (s->head_dim) {
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
 	}
+	if (s->rope_linear > 0) {
+		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
+	}
+	if (is_gemma(s) || is_phi3(s)) rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
+	if (s->n_ctx_orig) {
+		// as the converter writes LongRoPE's: sqrt(1 + ln(s) / ln(original)), s the context's growth
+		const double g = (double)s->n_ctx / (double)s->n_ctx_orig;
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)s->n_ctx_orig);
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), (float)sqrt(1.0 + log(g) / log((double)s->n_ctx_orig)));
+	}
 	if (is_gemma2(s)) {
-		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
 		rc = rc ? rc : gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_cap);
 		rc = rc ? rc : gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_cap);
 	}
@@ -291,12 +342,16 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 
 // ---- a random LoRA adapter ----------------------------------------------------------------
 // The weights an adapter may target, as llama.cpp names them.
-static bool lora_target(const gguf_tensor *t) {
+static bool lora_target(const gguf *g, const gguf_tensor *t) {
 	static const char *const kinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
 	if (t->n_dims != 2) return false;
 	if (!strcmp(t->name, "output.weight")) return true;
 	int l, used = 0;
 	if (sscanf(t->name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
+	char gate[64];
+	snprintf(gate, sizeof gate, "blk.%d.ffn_gate.weight", l);
+	// an ffn_up without its ffn_gate holds both (phi3's fused gate-up), which lanes does not adapt
+	if (!strcmp(t->name + used, "ffn_up.weight") && !gguf_find_tensor(g, gate)) return false;
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		const size_t n = strlen(kinds[k]);
 		if (!strncmp(t->name + used, kinds[k], n) && !strcmp(t->name + used + n, ".weight")) return true;
@@ -358,7 +413,7 @@ static int gen_lora(const cli_settings *set) {
 	uint64_t total = 0;
 	for (int64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
 		const gguf_tensor *t = gguf_tensor_at(g, i);
-		if (!lora_target(t)) continue;
+		if (!lora_target(g, t)) continue;
 		const int64_t n_in = t->ne[0], n_out = t->ne[1];
 		if (r > n_in) {
 			rc = LANES_EINVAL;
@@ -417,7 +472,7 @@ int cmd_gen(const cli_settings *set) {
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
 	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
 	const gen_shape *s = NULL;
-	char names[256] = "";
+	char names[512] = "";
 	for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		if (!strcmp(shapes[i].name, shape_name)) s = &shapes[i];
 		k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", shapes[i].name);
@@ -463,7 +518,7 @@ int cmd_gen(const cli_settings *set) {
 	if (set->end_logit > 0) {
 		// the chat turn's end where the vocabulary has one (<|im_end|>, <|eot_id|>), else its eos
 		end.id = end_token(v);
-		if (s->tied || s->n_expert || is_gemma2(s) || end.id < 0 || end.id >= n_vocab) {
+		if (s->tied || s->n_expert || is_gemma(s) || is_phi3(s) || end.id < 0 || end.id >= n_vocab) {
 			rc = LANES_EINVAL;
 			snprintf(err, sizeof err, "--end-logit: %s", end.id < 0 || end.id >= n_vocab ? "the vocabulary names no end token"
 								    : "only for untied llama-family shapes without experts");

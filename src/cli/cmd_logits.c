@@ -30,6 +30,7 @@ int cmd_logits(const cli_settings *s) {
 		goto out;
 	}
 	if (cli_load_model(s->model, &m, NULL)) goto out;
+	model_set_context(m, (int32_t)n); // the positions given are the context in use
 	if (cli_load_loras(m, &s->lora, &set, &loras)) goto out;
 	const int64_t V = model_hparams_of(m)->n_vocab;
 	if (cli_threads(s->threads, &pool)) goto out;

@@ -199,6 +199,7 @@ int cmd_run(const cli_settings *s) {
 	cfg.ctx = (int32_t)(n_ids + (size_t)n_predict);
 	if (cfg.ctx < 16) cfg.ctx = 16;
 	cfg.prefix_cache = false;
+	model_set_context(m, lane_config_max_context(&cfg, model_hparams_of(m)));
 	if (lane_host_new(&host, m, voc, &cfg, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;

@@ -39,11 +39,15 @@ static int32_t max_logit_rows(const lane_config *cfg) {
 	return cfg->lanes * (1 + cfg->draft_max);
 }
 
+int32_t lane_config_max_context(const lane_config *cfg, const model_hparams *hp) {
+	const int32_t train = hp->n_ctx_train > 0 ? hp->n_ctx_train : cfg->ctx;
+	return cfg->window_max > 0 ? cfg->window_max : imin(train, cfg->ctx);
+}
+
 uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg) {
 	const int nth = cfg->threads > 0 ? cfg->threads : base_cpu_count();
 	// the longest sequence a request may hold, as lane_host_new sets it
-	const int32_t train = hp->n_ctx_train > 0 ? hp->n_ctx_train : cfg->ctx;
-	const int32_t window = cfg->window_max > 0 ? cfg->window_max : imin(train, cfg->ctx);
+	const int32_t window = lane_config_max_context(cfg, hp);
 	const uint64_t V = (uint64_t)hp->n_vocab, rows = (uint64_t)lane_max_rows(cfg);
 	uint64_t b = model_ws_bytes(hp, (int64_t)rows, nth, model_attn_fused() ? 0 : window);
 	b += (uint64_t)max_logit_rows(cfg) * V * sizeof(float);    // logits
@@ -118,15 +122,13 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	pthread_cond_init(&h->work, NULL);
 	pthread_mutex_init(&h->snap_mu, NULL);
 	pthread_mutex_init(&h->gv_mu, NULL);
-	int32_t n_ctx = h->hp.n_ctx_train > 0 ? h->hp.n_ctx_train : cfg.ctx;
+	h->max_ctx = lane_config_max_context(&cfg, &h->hp);
 	kv_config kc;
 	if (cfg.window_max > 0) {
 		// elastic: room for every lane at the largest window, used up to the window's share
-		h->max_ctx = cfg.window_max;
 		kc = model_kv_config(m, cfg.kv_type, cfg.lanes, cfg.window_max, cfg.page_tokens);
 		atomic_init(&h->window, cfg.window);
 	} else {
-		h->max_ctx = imin(n_ctx, cfg.ctx);
 		kc = model_kv_config(m, cfg.kv_type, cfg.lanes, h->max_ctx, cfg.page_tokens);
 		kc.n_pages = lane_pages_for(h, cfg.ctx);
 		if (kc.n_pages < lane_pages_for(h, h->max_ctx)) kc.n_pages = lane_pages_for(h, h->max_ctx);
@@ -141,6 +143,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		sha256_update(&c, cfg.cache_ident, sizeof cfg.cache_ident);
 		sha256_update(&c, ks, strlen(ks) + 1);
 		sha256_update(&c, act, strlen(act) + 1);
+		// a model whose rope factors depend on the context (Phi 3's LongRoPE) keys on the ones it rotates by
+		if (h->hp.rope.freq_factors) sha256_update(&c, h->hp.rope.freq_factors, sizeof(float) * (size_t)(h->hp.rope.n_rot / 2));
 		sha256_final(&c, ident);
 		rc = kv_disk_open(h->kv, cfg.cache_dir, ident, cfg.cache_dir_bytes ? cfg.cache_dir_bytes : LANE_DEFAULT_CACHE_DIR_BYTES,
 				  err, errlen);

@@ -315,6 +315,9 @@ void lane_host_free(lane_host *h);
 // The tokens one request may use at most: min(model context, --ctx), or the largest window.
 // Thread-safe.
 int32_t lane_host_max_context(const lane_host *h);
+// The same before a host exists: what a host of cfg over a model of hp will answer (the context
+// to give model_set_context). Thread-safe.
+int32_t lane_config_max_context(const lane_config *cfg, const model_hparams *hp);
 
 // Checks q's prompt (not empty, every id in the vocabulary) and that it leaves room in the
 // context a request may use for a token (an embedding: that it fits). A larger max_tokens is

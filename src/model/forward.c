@@ -1,5 +1,5 @@
 // model/forward: forward(batch) — embeddings, attention over the paged KV cache, dense or
-// MoE SwiGLU FFN (GELU for Gemma 2, with its post norms, soft caps and local layers), output
+// MoE SwiGLU FFN (GELU for Gemma, with its post norms, soft caps and local layers), output
 // head — in a workspace sized once for the most rows a caller runs.
 // Rows are independent: every kernel reduces per output in one fixed order, and the K/V a
 // query reads are the cache's stored values wherever they came from.
@@ -31,7 +31,7 @@ typedef struct {
 	int32_t *anpos; // [n] positions each of them sees, in that order
 	int32_t *ablk; // [n + 1] first entry of aord of each block
 	int64_t nblk;  // attention blocks
-	double *cs;    // [n][n_rot] rope tables
+	double *cs;    // [n][tables][n_rot] rope tables (a second for gemma3's local layers)
 	void *mmx;     // the matmuls' prepared activations
 	size_t mmx_bytes;
 	struct lora_pass *lp; // the rows' adapters; NULL when no row has one
@@ -308,7 +308,10 @@ typedef struct {
 	atomic_llong next; // next item to claim
 } attn_job;
 
-// A row's q/k norms (qwen3), RoPE, and its K and V into the cache: every row's own values,
+// Rope tables per row: the local layers' own where their rope differs.
+static int64_t rope_tables(const model_hparams *hp) { return hp->rope_swa.n_rot ? 2 : 1; }
+
+// A row's q/k norms (qwen3, gemma3), RoPE, and its K and V into the cache: every row's own values,
 // so any thread may do any row.
 static void put_row(const attn_job *j, int64_t r) {
 	const model *m = j->m;
@@ -320,9 +323,11 @@ static void put_row(const attn_job *j, int64_t r) {
 		for (int32_t h = 0; h < hp->n_heads; h++) tensor_k_rmsnorm(m->ks, q + h * D, ly->q_norm, D, hp->rms_eps, q + h * D);
 		for (int32_t h = 0; h < hp->n_kv_heads; h++) tensor_k_rmsnorm(m->ks, k + h * D, ly->k_norm, D, hp->rms_eps, k + h * D);
 	}
-	const double *cs = j->s->cs + r * hp->rope.n_rot;
-	tensor_rope_apply(&hp->rope, cs, q, hp->n_heads, (int32_t)D);
-	tensor_rope_apply(&hp->rope, cs, k, hp->n_kv_heads, (int32_t)D);
+	const int local = hp->rope_swa.n_rot && model_layer_window(hp, j->layer) ? 1 : 0;
+	const tensor_rope *rp = local ? &hp->rope_swa : &hp->rope;
+	const double *cs = j->s->cs + (r * rope_tables(hp) + local) * hp->rope.n_rot;
+	tensor_rope_apply(rp, cs, q, hp->n_heads, (int32_t)D);
+	tensor_rope_apply(rp, cs, k, hp->n_kv_heads, (int32_t)D);
 	kv_put(j->kv, m->ks, j->layer, j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
 }
 
@@ -684,7 +689,7 @@ static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att,
 	p->mx = take(L, p->mx_bytes, 1);
 	p->ids = take(&p->i, un, K * 4), p->sel = take(&p->i, un, 4), p->slot = take(&p->i, un, 4);
 	p->aord = take(&p->i, un, 4), p->anpos = take(&p->i, un, 4), p->ablk = take(&p->i, un + 1, 4);
-	p->cs = take(&p->d, un, (uint64_t)hp->rope.n_rot * 8);
+	p->cs = take(&p->d, un, (uint64_t)(hp->rope.n_rot * rope_tables(hp)) * 8);
 	uint64_t total;
 	return !p->f.bad && !p->i.bad && !p->d.bad && ck_add(p->f.off, p->i.off, &total) && ck_add(total, p->d.off, &total) &&
 	       total < SIZE_MAX / 2;
@@ -844,7 +849,9 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 			   (int64_t)E);
 		if (hp->embd_scale != 1.0f)
 			for (uint64_t i = 0; i < E; i++) s.x[r * E + i] *= hp->embd_scale;
-		tensor_rope_table(&hp->rope, rows[r].pos, s.cs + r * hp->rope.n_rot);
+		double *cs = s.cs + r * rope_tables(hp) * hp->rope.n_rot;
+		tensor_rope_table(&hp->rope, rows[r].pos, cs);
+		if (hp->rope_swa.n_rot) tensor_rope_table(&hp->rope_swa, rows[r].pos, cs + hp->rope.n_rot);
 	}
 	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, (size_t)af, fused);
 

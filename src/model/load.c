@@ -21,7 +21,8 @@ typedef struct {
 	enum moe_mode moe;     // MoE layers: when expert_count > 0, or always
 	bool shexp;            // shared expert with a sigmoid gate
 	bool moe_norm;         // default: renormalize the chosen experts' weights
-	bool gemma2;           // Gemma 2's block: scaled embeddings, post norms, GELU, soft caps, local layers
+	int gemma;             // Gemma's block (2, 3; 0: none): scaled embeddings, post norms, GELU, local layers
+	bool phi3;             // fused qkv and gate-up matrices, LongRoPE, a window on every layer
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -30,7 +31,9 @@ static const arch_desc archs[] = {
 	{.name = "qwen3", .neox = true, .qk_norm = true},
 	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true},
 	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true},
-	{.name = "gemma2", .neox = true, .gemma2 = true},
+	{.name = "gemma2", .neox = true, .gemma = 2},
+	{.name = "gemma3", .neox = true, .qk_norm = true, .gemma = 3},
+	{.name = "phi3", .neox = true, .phi3 = true},
 };
 
 typedef struct {
@@ -141,6 +144,25 @@ static int bind_mat(loader *L, const char *name, bool required, int64_t k, int64
 	w->row_bytes = tensor_row_bytes(t->type, k);
 	w->mat_bytes = w->row_bytes * (size_t)rows;
 	L->m->weight_bytes += t->nbytes;
+	return LANES_OK;
+}
+
+// Binds the row blocks of one stored matrix [sum of rows][k] as n matrices (ws[i]: rows[i] of
+// them, in order), each in place where the next begins: a fused matrix used as stored.
+static int bind_split(loader *L, const char *name, int64_t k, int n, const int64_t *rows, mweight *const *ws) {
+	int64_t all = 0;
+	for (int i = 0; i < n; i++) all += rows[i];
+	mweight whole;
+	int rc = bind_mat(L, name, true, k, all, 1, &whole);
+	if (rc) return rc;
+	const uint8_t *at = whole.data;
+	for (int i = 0; i < n; i++) {
+		*ws[i] = whole;
+		ws[i]->data = at;
+		ws[i]->rows = rows[i];
+		ws[i]->mat_bytes = whole.row_bytes * (size_t)rows[i];
+		at += ws[i]->mat_bytes;
+	}
 	return LANES_OK;
 }
 
@@ -293,9 +315,16 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 #define TRY(x) \
 	if ((rc = (x))) return rc
 	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_norm.weight"), true, E, &y->attn_norm));
-	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_q.weight"), true, E, qd, 1, &y->wq));
-	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_k.weight"), true, E, kvd, 1, &y->wk));
-	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_v.weight"), true, E, kvd, 1, &y->wv));
+	if (a->phi3 && gguf_find_tensor(m->g, lname(b, sizeof b, l, "attn_qkv.weight"))) {
+		// q's rows, then k's, then v's
+		const int64_t rows[3] = {qd, kvd, kvd};
+		mweight *const ws[3] = {&y->wq, &y->wk, &y->wv};
+		TRY(bind_split(L, b, E, 3, rows, ws));
+	} else {
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_q.weight"), true, E, qd, 1, &y->wq));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_k.weight"), true, E, kvd, 1, &y->wk));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_v.weight"), true, E, kvd, 1, &y->wv));
+	}
 	TRY(bind_mat(L, lname(b, sizeof b, l, "attn_output.weight"), true, qd, E, 1, &y->wo));
 	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q.bias"), a->bias, qd, &y->bq));
 	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k.bias"), a->bias, kvd, &y->bk));
@@ -309,6 +338,14 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 	if (hp->post_norms) {
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->attn_post_norm));
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_ffw_norm.weight"), true, E, &y->ffn_post_norm));
+	}
+	if (a->phi3 && !gguf_find_tensor(m->g, lname(b, sizeof b, l, "ffn_gate.weight"))) {
+		// ffn_up holds the gate's rows, then the up's
+		const int64_t rows[2] = {hp->n_ff, hp->n_ff};
+		mweight *const ws[2] = {&y->ffn_gate, &y->ffn_up};
+		TRY(bind_split(L, lname(b, sizeof b, l, "ffn_up.weight"), E, 2, rows, ws));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down.weight"), true, hp->n_ff, E, 1, &y->ffn_down));
+		return LANES_OK;
 	}
 	if (hp->n_experts == 0) {
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate.weight"), true, E, hp->n_ff, 1, &y->ffn_gate));
@@ -409,24 +446,95 @@ static int read_rope(loader *L) {
 	return LANES_OK;
 }
 
-// Gemma 2 as its GGUF files describe it. Their norm weights already hold the 1 that Gemma's
-// RMSNorm adds (the converter folds it in), so every norm is the plain one.
-static int read_gemma2(loader *L) {
+// attention.sliding_window_pattern: a period (layer l local when l % p < p - 1), or one bool per
+// layer (true: local) that must repeat such a period; def when absent.
+static int swa_pattern(loader *L, int32_t def) {
 	model_hparams *hp = &L->m->hp;
-	double attn_cap, final_cap;
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", L->arch);
+	const gguf_value *a = gguf_get_arr(L->m->g, key);
+	if (!a) return meta_int(L, "attention.sliding_window_pattern", true, def, 1, 4096, &hp->swa_pattern);
+	if (a->arr.type != GGUF_BOOL || a->arr.n != (uint64_t)hp->n_layers)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %s must be an integer or one bool per layer", key);
+	const uint8_t *local = a->arr.raw;
+	int32_t p = 1;
+	while (p <= hp->n_layers && local[p - 1]) p++;
+	for (int32_t l = 0; l < hp->n_layers; l++)
+		if (!local[l] != (p <= hp->n_layers && l % p == p - 1))
+			return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: %s is not a repeating pattern of local layers then one global",
+					    key);
+	hp->swa_pattern = p <= hp->n_layers ? p : 0;
+	return LANES_OK;
+}
+
+// Gemma 2 and 3 as their GGUF files describe them. Their norm weights (q and k norms too)
+// already hold the 1 that Gemma's RMSNorm adds (the converter folds it in), so every norm is
+// the plain one.
+static int read_gemma(loader *L, int gen) {
+	model_hparams *hp = &L->m->hp;
+	double attn_cap = 0.0, final_cap = 0.0;
 	int rc;
-	if ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
-	    (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap)) ||
-	    (rc = meta_int(L, "attention.sliding_window", true, 4096, 0, INT32_MAX, &hp->n_swa)))
+	if (gen == 2 && ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
+			 (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap))))
 		return rc;
+	if ((rc = meta_int(L, "attention.sliding_window", true, gen == 2 ? 4096 : 1024, 0, INT32_MAX, &hp->n_swa))) return rc;
 	hp->attn_softcap = (float)attn_cap;
 	hp->final_softcap = (float)final_cap;
-	hp->swa_pattern = 2; // even layers local, odd layers global
+	// Gemma 2: even layers local, odd global; Gemma 3: five local, then one global
+	if ((rc = swa_pattern(L, gen == 2 ? 2 : 6))) return rc;
 	hp->post_norms = hp->geglu = true;
 	hp->embd_scale = (float)sqrt((double)hp->n_embd);
-	// query_pre_attn_scalar, which the files do not carry: n_embd / n_heads for the 27B (46
-	// layers), the head size for the others
-	if (hp->n_layers == 46) hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_heads)));
+	// query_pre_attn_scalar, which the files do not carry: n_embd / n_heads for the 27Bs (46
+	// and 62 layers), the head size for the others
+	if (hp->n_layers == (gen == 2 ? 46 : 62)) hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_heads)));
+	if (gen == 3) {
+		// the local layers rotate at base 10000, unscaled; the file's base and scaling are the global layers'
+		hp->rope_swa = hp->rope;
+		hp->rope_swa.freq_base = 10000.0;
+		hp->rope_swa.freq_scale = 1.0;
+	}
+	return LANES_OK;
+}
+
+// Phi 3 as its GGUF files describe it: LongRoPE's two sets of frequency divisors (bound in
+// read_phi3_factors), the attention factor that comes with them, and a window on every layer
+// where the file sets one (Phi-3-mini's; 0 for Phi-4).
+static int read_phi3(loader *L) {
+	model_hparams *hp = &L->m->hp;
+	int32_t orig;
+	double attn;
+	int rc;
+	if ((rc = meta_int(L, "rope.scaling.original_context_length", true, hp->n_ctx_train, 1, INT32_MAX, &orig)) ||
+	    (rc = meta_float(L, "rope.scaling.attn_factor", 0.0, 0.0, 1e6, &attn)) ||
+	    (rc = meta_int(L, "attention.sliding_window", true, 0, 0, INT32_MAX, &hp->n_swa)))
+		return rc;
+	hp->rope.n_ctx_orig = orig;
+	hp->swa_pattern = 0;
+	// the published factor where the file has none: sqrt(1 + ln(s) / ln(original)), s the context's growth
+	const double s = (double)hp->n_ctx_train / orig;
+	if (attn == 0.0) attn = s > 1.0 && orig > 1 ? sqrt(1.0 + log(s) / log((double)orig)) : 1.0;
+	hp->rope.attn_factor = attn;
+	return LANES_OK;
+}
+
+// rope_factors_long and rope_factors_short, both or neither; the short ones rotate until
+// model_set_context says a sequence may be longer than the original context.
+static int read_phi3_factors(loader *L) {
+	model *m = L->m;
+	const int32_t half = m->hp.rope.n_rot / 2;
+	const bool lg = gguf_find_tensor(m->g, "rope_factors_long.weight"), sh = gguf_find_tensor(m->g, "rope_factors_short.weight");
+	if (lg != sh)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing tensor %s (architecture phi3)",
+				    lg ? "rope_factors_short.weight" : "rope_factors_long.weight");
+	int rc;
+	if (!lg) {
+		m->hp.rope.attn_factor = 1.0; // no LongRoPE: nothing to scale for
+		return LANES_OK;
+	}
+	if ((rc = bind_vec(L, "rope_factors_long.weight", true, half, &m->rope_long)) ||
+	    (rc = bind_vec(L, "rope_factors_short.weight", true, half, &m->rope_short)))
+		return rc;
+	m->hp.rope.freq_factors = m->rope_short;
 	return LANES_OK;
 }
 
@@ -480,7 +588,8 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	hp->rope.neox = a->neox;
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	hp->embd_scale = 1.0f;
-	return a->gemma2 ? read_gemma2(L) : LANES_OK;
+	if (a->phi3) return read_phi3(L);
+	return a->gemma ? read_gemma(L, a->gemma) : LANES_OK;
 }
 
 static void main_type(model *m) {
@@ -529,7 +638,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	if (!a) {
 		char *s = gguf_str_dup(arch);
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
-				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2)",
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3)",
 				  s ? s : "?");
 		free(s);
 		goto fail;
@@ -558,6 +667,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	    (rc = bind_mat(&L, "output.weight", false, hp->n_embd, nv, 1, &m->output)))
 		goto fail;
 	if (!m->output.data) m->output = m->tok_embd; // tied embeddings
+	if (a->phi3 && (rc = read_phi3_factors(&L))) goto fail;
 	m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
 	if (!m->layers) {
 		rc = base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
@@ -597,6 +707,10 @@ void model_free(model *m) {
 	if (m->packed) munmap(m->packed, m->packed_bytes);
 	gguf_free(m->g);
 	free(m);
+}
+
+void model_set_context(model *m, int32_t n_ctx) {
+	if (m->rope_long) m->hp.rope.freq_factors = n_ctx > m->hp.rope.n_ctx_orig ? m->rope_long : m->rope_short;
 }
 
 const model_hparams *model_hparams_of(const model *m) { return &m->hp; }
@@ -642,7 +756,9 @@ static void memory_of(const model *m, model_memory *out) {
 		      kvd = (int64_t)hp->n_kv_heads * hp->head_dim, D = hp->head_dim;
 	// token_embd rows are looked up in place even when the output's packed copy shares it
 	uint64_t in = (uint64_t)m->tok_embd.mat_bytes + mat_in_place(m, &m->output) +
-		      vec_in_place(m, m->output_norm, E) + vec_in_place(m, hp->rope.freq_factors, hp->rope.n_rot / 2);
+		      vec_in_place(m, m->output_norm, E) +
+		      (m->rope_long ? vec_in_place(m, m->rope_long, hp->rope.n_rot / 2) + vec_in_place(m, m->rope_short, hp->rope.n_rot / 2)
+				    : vec_in_place(m, hp->rope.freq_factors, hp->rope.n_rot / 2));
 	for (int l = 0; l < hp->n_layers; l++) {
 		const mlayer *y = &m->layers[l];
 		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->attn_post_norm, E) +

@@ -1,5 +1,5 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe) and gemma2 — hyper-parameters from GGUF metadata, weights bound in place from the
+// qwen3moe), gemma2, gemma3 and phi3 — hyper-parameters from GGUF metadata, weights bound in place from the
 // mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
@@ -14,7 +14,7 @@
 #include "tensor/tensor.h"
 
 typedef struct {
-	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2"
+	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"
 	int32_t n_vocab;        // logits per row
 	int32_t n_embd;         // residual width
 	int32_t n_layers;
@@ -32,20 +32,22 @@ typedef struct {
 	tensor_rope rope;       // freq_factors points into the model
 	uint32_t main_type;     // the weight type holding most matrix elements (enum gguf_ttype)
 	int32_t pooling;        // pooling_type as written (0 none, 1 mean, 2 cls, 3 last); -1 when absent
-	float attn_scale;       // queries' scores are multiplied by it (1/sqrt(head_dim) but for Gemma 2 27B)
-	// Gemma 2's block (all off for the llama family):
+	float attn_scale;       // queries' scores are multiplied by it (1/sqrt(head_dim) but for Gemma 2 and 3 27B)
+	// Gemma's block (all off for the llama family):
 	float embd_scale;       // embeddings multiplied by it after the lookup (sqrt(n_embd)), else 1
 	bool post_norms;        // RMSNorm of each block's output before its residual add
 	bool geglu;             // FFN gate GELU (tanh form) instead of SiLU
 	float attn_softcap;     // attention scores s -> cap * tanh(s / cap) (0: none)
 	float final_softcap;    // the same on the output logits (0: none)
 	int32_t n_swa;          // sliding window of the local layers, in positions (0: none)
-	int32_t swa_pattern;    // layer l is local when l % swa_pattern < swa_pattern - 1 (0: none is)
+	int32_t swa_pattern;    // layer l is local when l % swa_pattern < swa_pattern - 1 (0: every layer is)
+	tensor_rope rope_swa;   // the local layers' rope where it differs (gemma3); n_rot 0: they use rope
 } model_hparams;
 
 // The window layer l's queries see (0: every position before them).
 static inline int32_t model_layer_window(const model_hparams *hp, int32_t l) {
-	return hp->n_swa > 0 && hp->swa_pattern > 1 && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
+	if (hp->n_swa <= 0) return 0;
+	return hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
 }
 
 typedef struct model model;
@@ -65,6 +67,12 @@ int model_load_progress(model **out, const char *path, model_progress_fn fn, voi
 int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);
 // Accepts NULL. Not thread-safe: nothing else may use m during or after it.
 void model_free(model *m);
+// What depends on the context a sequence may hold, n_ctx positions: Phi 3's LongRoPE rotates by
+// its long factors past the original context, else by its short ones (the choice at load).
+// Chosen once per loaded model, before its first pass, so every request gets the same factors
+// (and no K in a cache was rotated by the others). A no-op for the other models. Not
+// thread-safe: call it before the model is shared.
+void model_set_context(model *m, int32_t n_ctx);
 // Thread-safe: a loaded model is read-only, so every reader below may run on any thread.
 const model_hparams *model_hparams_of(const model *m);
 const gguf *model_gguf(const model *m); // metadata (e.g. for the tokenizer)

@@ -20,12 +20,12 @@ typedef struct {
 
 typedef struct {
 	const float *attn_norm;                 // [n_embd]
-	mweight wq, wk, wv, wo;                 // [n_embd -> n_heads*head_dim] ... [q_dim -> n_embd]
+	mweight wq, wk, wv, wo;                 // [n_embd -> n_heads*head_dim] ... [q_dim -> n_embd]; q, k, v may be row blocks of one fused matrix (phi3)
 	const float *bq, *bk, *bv, *bo;         // optional biases of the four
-	const float *q_norm, *k_norm;           // [head_dim] per-head RMS norm (qwen3)
+	const float *q_norm, *k_norm;           // [head_dim] per-head RMS norm (qwen3, gemma3)
 	const float *ffn_norm;                  // [n_embd]
-	const float *attn_post_norm, *ffn_post_norm; // [n_embd] norms of the blocks' outputs (gemma2)
-	mweight ffn_gate, ffn_up, ffn_down;     // dense: [n_embd -> n_ff], [n_ff -> n_embd]
+	const float *attn_post_norm, *ffn_post_norm; // [n_embd] norms of the blocks' outputs (gemma)
+	mweight ffn_gate, ffn_up, ffn_down;     // dense: [n_embd -> n_ff], [n_ff -> n_embd]; gate and up may be one matrix's halves (phi3)
 	mweight gate_inp;                       // router [n_embd -> n_experts]
 	mweight gate_exps, up_exps, down_exps;  // [n_experts][n_embd -> n_ff_exp], down back
 	mweight gate_shexp, up_shexp, down_shexp; // shared expert (qwen2moe)
@@ -47,6 +47,7 @@ struct model {
 	void *packed;             // matrices repacked for ks (one mapping), or NULL
 	size_t packed_bytes;
 	double pack_ms;           // time spent repacking at load
+	const float *rope_long, *rope_short; // [n_rot/2] Phi 3's LongRoPE divisors (NULL: none); hp.rope has one
 };
 
 // The weights an adapter may target, per layer, then the output head.

@@ -277,6 +277,8 @@ static void *loader(void *arg) {
 	atomic_store(&s->progress_ppm, 1000);
 	int rc = model_load_progress(&s->m, s->model_path, on_weights, s, err, sizeof err);
 	if (!rc) {
+		// the context every request may use settles what depends on it, once (Phi 3's rope factors)
+		model_set_context(s->m, lane_config_max_context(&s->cfg.lanes, model_hparams_of(s->m)));
 		load_stage(s, SRV_LOAD_VOCAB);
 		s->n_vocab = model_hparams_of(s->m)->n_vocab;
 		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
@@ -291,6 +293,7 @@ static void *loader(void *arg) {
 	if (!rc && s->cfg.draft_model) {
 		load_stage(s, SRV_LOAD_DRAFT);
 		rc = model_load_progress(&s->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
+		if (!rc) model_set_context(s->draft, lane_config_max_context(&s->cfg.lanes, model_hparams_of(s->draft)));
 		s->cfg.lanes.draft_model = s->draft;
 	}
 	if (!rc) {

@@ -109,22 +109,36 @@ a=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --
 b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 2 --print-ids 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --activations q8: 1 and 2 threads differ"
 
-# gemma2 from lanes gen: info names the architecture; 40 positions (past the window of 16 of
-# its even layers) give the same logits on 1 and 2 threads in chunks of 7, in the fused and the
-# unfused attention, and the learning commands refuse it.
-G="$TMP/gemma2.gguf"
-"$BIN" gen --shape gemma2-test --type Q8_0 --vocab "$M" -o "$G" > /dev/null 2>&1 || bad "gen --shape gemma2-test failed"
-"$BIN" info "$G" 2>/dev/null | grep -q "^architecture: gemma2$" && ok || bad "info does not name gemma2"
+# gemma2, gemma3 and phi3 from lanes gen: info names the architecture; 40 positions (past the
+# window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in the
+# fused and the unfused attention, and the learning commands refuse them.
 gids=$(seq 3 42 | paste -sd, -)
-for attn in fused unfused; do
-	LANES_ATTN=$attn "$BIN" logits -m "$G" --ids "$gids" -o "$TMP/g1" --threads 1 2>/dev/null || bad "gemma2 logits ($attn) failed"
-	LANES_ATTN=$attn "$BIN" logits -m "$G" --ids "$gids" -o "$TMP/g2" --threads 2 --chunk 7 2>/dev/null || bad "gemma2 logits ($attn) failed"
-	same "$(wc -c < "$TMP/g1" | tr -d ' ')" "$((40 * 512 * 4))" "gemma2 logits file size ($attn)"
-	cmp -s "$TMP/g1" "$TMP/g2" && ok || bad "gemma2 logits ($attn) differ between 1 thread and 2 threads in chunks of 7"
-done
 printf '{"prompt": "Once upon", "completion": " a time"}\n' > "$TMP/g.jsonl"
-"$BIN" learn -m "$G" --data "$TMP/g.jsonl" --steps 1 --batch 1 -o "$TMP/ga.gguf" > /dev/null 2> "$TMP/err" && bad "learn took gemma2" ||
-	{ grep -q "not gemma2's" "$TMP/err" && ok || bad "learn on gemma2 said: $(cat "$TMP/err")"; }
+for fam in gemma2 gemma3 phi3; do
+	G="$TMP/$fam.gguf"
+	"$BIN" gen --shape $fam-test --type Q8_0 --vocab "$M" -o "$G" > /dev/null 2>&1 || bad "gen --shape $fam-test failed"
+	"$BIN" info "$G" 2>/dev/null | grep -q "^architecture: $fam$" && ok || bad "info does not name $fam"
+	for attn in fused unfused; do
+		LANES_ATTN=$attn "$BIN" logits -m "$G" --ids "$gids" -o "$TMP/g1" --threads 1 2>/dev/null || bad "$fam logits ($attn) failed"
+		LANES_ATTN=$attn "$BIN" logits -m "$G" --ids "$gids" -o "$TMP/g2" --threads 2 --chunk 7 2>/dev/null || bad "$fam logits ($attn) failed"
+		same "$(wc -c < "$TMP/g1" | tr -d ' ')" "$((40 * 512 * 4))" "$fam logits file size ($attn)"
+		cmp -s "$TMP/g1" "$TMP/g2" && ok || bad "$fam logits ($attn) differ between 1 thread and 2 threads in chunks of 7"
+	done
+	"$BIN" learn -m "$G" --data "$TMP/g.jsonl" --steps 1 --batch 1 -o "$TMP/ga.gguf" > /dev/null 2> "$TMP/err" && bad "learn took $fam" ||
+		{ grep -q "not $fam's" "$TMP/err" && ok || bad "learn on $fam said: $(cat "$TMP/err")"; }
+done
+
+# phi3's LongRoPE: 80 positions (past its original context of 64) rotate by the long factors, so
+# their first 40 rows differ from those of a 40-position run (the short ones).
+lids=$(seq 3 82 | paste -sd, -)
+"$BIN" logits -m "$TMP/phi3.gguf" --ids "$lids" -o "$TMP/p80" 2>/dev/null || bad "phi3 logits over 80 positions failed"
+"$BIN" logits -m "$TMP/phi3.gguf" --ids "$gids" -o "$TMP/p40" 2>/dev/null || bad "phi3 logits over 40 positions failed"
+head -c $((40 * 512 * 4)) "$TMP/p80" | cmp -s - "$TMP/p40" && bad "phi3: 80 positions rotate as 40 do" || ok
+
+# An adapter lanes gen writes for phi3 leaves its fused gate-up out, and lanes applies it.
+"$BIN" gen --lora 4 -m "$TMP/phi3.gguf" -o "$TMP/p3lora.gguf" > /dev/null 2>&1 || bad "gen --lora on phi3 failed"
+"$BIN" logits -m "$TMP/phi3.gguf" --lora "$TMP/p3lora.gguf" --ids "$gids" -o "$TMP/p3l" 2> "$TMP/err" && ok ||
+	bad "phi3 with an adapter: $(cat "$TMP/err")"
 
 # Failures: a non-zero exit and a message naming the problem.
 expect_fail() {

@@ -18,7 +18,15 @@ void ref64_shape_of(const model *m, ref64_shape *s) {
 			   .rope_scale = hp->rope.freq_scale, .rms_eps = hp->rms_eps, .attn_scale = hp->attn_scale,
 			   .embd_scale = hp->embd_scale, .post_norms = hp->post_norms, .geglu = hp->geglu,
 			   .attn_softcap = hp->attn_softcap, .final_softcap = hp->final_softcap, .swa = hp->n_swa,
-			   .swa_pattern = hp->swa_pattern};
+			   .swa_pattern = hp->swa_pattern, .rope_base_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_base : 0,
+			   .rope_scale_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_scale : 0, .n_rot = hp->rope.n_rot,
+			   .rope_mscale = hp->rope.attn_factor};
+	// which factors the model rotates by: the tensor its divisors were read from
+	static const char *const fs[] = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
+	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
+		const gguf_tensor *t = gguf_find_tensor(model_gguf(m), fs[i]);
+		if (t && (const void *)hp->rope.freq_factors == t->data) s->rope_factors = fs[i];
+	}
 }
 
 // A tensor of the file dequantized to doubles; NULL when absent.
@@ -126,33 +134,41 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
 	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
 	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
-	double *emb = W(g, "token_embd.weight"), *ff = W(g, "rope_freqs.weight");
+	double *emb = W(g, "token_embd.weight"), *ff = W(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
+	const int R = s->n_rot ? s->n_rot : D;
+	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
+	const int64_t nff = fft ? gguf_tensor_nelem(fft) : 0; // pairs past the divisors the file has are not divided
+	const double ms = s->rope_mscale ? s->rope_mscale : 1.0;
 	for (int p = 0; p < P; p++)
 		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
 	const bool neox = strcmp(s->arch, "llama") != 0;
 	const double scale = s->attn_scale ? s->attn_scale : 1 / sqrt((double)D);
 	for (int l = 0; l < s->L; l++) {
-		double *an = WL(g, l, "attn_norm.weight"), *wq = WL(g, l, "attn_q.weight"), *wk = WL(g, l, "attn_k.weight"),
-		       *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
+		double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wq = WL(g, l, "attn_q.weight"),
+		       *wk = WL(g, l, "attn_k.weight"), *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
 		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
 		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight"),
 		       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
 		       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
-		const int win = s->swa > 0 && s->swa_pattern > 1 && l % s->swa_pattern < s->swa_pattern - 1 ? s->swa : 0;
+		const int win = s->swa > 0 && (s->swa_pattern == 0 || l % s->swa_pattern < s->swa_pattern - 1) ? s->swa : 0;
+		const double base = win && s->rope_base_swa ? s->rope_base_swa : s->rope_base,
+			     rscale = win && s->rope_scale_swa ? s->rope_scale_swa : s->rope_scale;
+		const double *lq = wqkv ? wqkv : wq, *lk = wqkv ? wqkv + (size_t)qd * E : wk,
+			     *lv = wqkv ? wqkv + (size_t)(qd + kvd) * E : wv;
 		for (int p = 0; p < P; p++) {
 			rms(x + (size_t)p * E, an, E, s->rms_eps, h);
-			mv(wq, bq, h, E, qd, q + (size_t)p * qd);
-			mv(wk, bk, h, E, kvd, k + (size_t)p * kvd);
-			mv(wv, bv, h, E, kvd, v + (size_t)p * kvd);
+			mv(lq, bq, h, E, qd, q + (size_t)p * qd);
+			mv(lk, bk, h, E, kvd, k + (size_t)p * kvd);
+			mv(lv, bv, h, E, kvd, v + (size_t)p * kvd);
 			for (int hh = 0; hh < H + HKV; hh++) {
 				double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
-				if (qn) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
-				for (int i = 0; i < D / 2; i++) {
-					const int a = neox ? i : 2 * i, b = neox ? i + D / 2 : 2 * i + 1;
-					double th = p * pow(s->rope_base, -2.0 * i / D) * s->rope_scale / (ff ? ff[i] : 1.0);
+				if (qn && !s->no_qk_norm) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
+				for (int i = 0; i < R / 2; i++) {
+					const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
+					double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
 					double x0 = vec[a], x1 = vec[b];
-					vec[a] = x0 * cos(th) - x1 * sin(th);
-					vec[b] = x0 * sin(th) + x1 * cos(th);
+					vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
+					vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;
 				}
 			}
 		}
@@ -163,6 +179,10 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		} else {
 			wt[1] = WL(g, l, "ffn_gate.weight"), wt[2] = WL(g, l, "ffn_up.weight"), wt[3] = WL(g, l, "ffn_down.weight");
 		}
+		// a fused gate-up (no ffn_gate): the gate's rows first, then the up's
+		const size_t half = (size_t)s->F * E;
+		const double *gate = wt[1] ? wt[1] : wt[2] + (s->swap_gate_up ? half : 0),
+			     *up = wt[1] ? wt[2] : wt[2] + (s->swap_gate_up ? 0 : half);
 		for (int p = 0; p < P; p++) {
 			for (int hh = 0; hh < H; hh++) {
 				const int gk = hh / (H / HKV);
@@ -187,7 +207,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
 			if (!s->X)
-				ffn_ref(wt[1], wt[2], wt[3], h, E, s->F, s->geglu, y);
+				ffn_ref(gate, up, wt[3], h, E, s->F, s->geglu, y);
 			else
 				moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
 					rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
@@ -196,7 +216,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 		}
 		for (int i = 0; i < 4; i++) free(wt[i]);
-		free(an), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
+		free(an), free(wqkv), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
 		free(pa), free(pf);
 	}
 	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");

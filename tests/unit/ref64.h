@@ -1,4 +1,4 @@
-// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert) and Gemma 2's block, written
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks and Phi 3's, written
 // from a file's weights, dequantized — the oracle the model and expert tests compare against.
 #ifndef LANES_REF64_H
 #define LANES_REF64_H
@@ -20,14 +20,24 @@ typedef struct {
 	double attn_scale;          // scores' scale (0: 1/sqrt(D))
 	// Gemma 2 (zeros for the llama family): embeddings times embd_scale (0: 1), RMSNorm of each
 	// block's output (post_attention_norm, post_ffw_norm), GELU-tanh gate, soft caps (0: none),
-	// a window of swa positions on layers l % swa_pattern < swa_pattern - 1
+	// a window of swa positions on layers l % swa_pattern < swa_pattern - 1 (every layer when
+	// swa_pattern is 0)
 	double embd_scale;
 	bool post_norms, geglu;
 	double attn_softcap, final_softcap;
 	int swa, swa_pattern;
+	double rope_base_swa, rope_scale_swa; // Gemma 3: the local layers' rope (0: the global one's)
+	bool no_qk_norm;            // leave out the file's q/k norms (a check that they matter)
+	// Phi 3: dimensions rotated per head (0: D), the tensor of frequency divisors (NULL:
+	// rope_freqs.weight), the cos/sin magnitude (0: 1); fused attn_qkv and gate-up ffn_up are
+	// split as stored (swap_gate_up: the up half first, a check that the order matters)
+	int n_rot;
+	const char *rope_factors;
+	double rope_mscale;
+	bool swap_gate_up;
 } ref64_shape;
 
-// The shape of a loaded model (linear rope scaling at most; its rope_freqs are read from g).
+// The shape of a loaded model (linear rope scaling at most; the rope factors it chose are read from g).
 void ref64_shape_of(const model *m, ref64_shape *s);
 
 // Each MoE layer's choices for each position: ids [L][P][K] (largest first; ties: the lower id),

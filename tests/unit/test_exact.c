@@ -2,8 +2,8 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths. The shared models, and a gemma2 one `lanes gen` writes (its local
-// layers' window shorter than the prompt).
+// activation widths. The shared models, and gemma2, gemma3 and phi3 ones `lanes gen` writes
+// (their local layers' window shorter than the prompt).
 #include "t.h"
 #include "gen.h"
 
@@ -226,6 +226,12 @@ int main(void) {
 	snprintf(gemma2, sizeof gemma2, "%s/exact-gemma2-%d.gguf", t_tmp(), (int)getpid());
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
 	CHECK(t_gen_model("gemma2-test", "Q8_0", vocab, gemma2) == 0);
+	char gemma3[512];
+	snprintf(gemma3, sizeof gemma3, "%s/exact-gemma3-%d.gguf", t_tmp(), (int)getpid());
+	CHECK(t_gen_model("gemma3-test", "Q8_0", vocab, gemma3) == 0);
+	char phi3[512];
+	snprintf(phi3, sizeof phi3, "%s/exact-phi3-%d.gguf", t_tmp(), (int)getpid());
+	CHECK(t_gen_model("phi3-test", "Q8_0", vocab, phi3) == 0);
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
 			const bool q8 = a == TENSOR_ACT_Q8, ref = !strcmp(sets[k], "ref");
@@ -237,8 +243,12 @@ int main(void) {
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
 			run_model(gemma2, !q8);
+			run_model(gemma3, !q8);
+			run_model(phi3, !q8);
 		}
 	remove(gemma2);
+	remove(gemma3);
+	remove(phi3);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }

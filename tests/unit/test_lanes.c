@@ -1798,6 +1798,26 @@ static void test_cache_dir(void) {
 	CHECK(system(rm) == 0);
 }
 
+// Phi 3's LongRoPE: pages whose keys turned by the long factors go to a folder of their own, so a
+// restart with the other factors never reads them.
+static void test_cache_dir_rope(void) {
+	char dir[1024], rm[1100];
+	snprintf(dir, sizeof dir, "%s/lanes-kvdisk-rope-%d", t_tmp(), (int)getpid());
+	CACHE_DIR = dir;
+	for (int k = 0; k < 3; k++) {
+		model_set_context(M, k == 1 ? 256 : 64);
+		lane_host_free(host(1, 0, true, 2));
+	}
+	CACHE_DIR = NULL;
+	int folders = 0;
+	DIR *top = opendir(dir);
+	for (struct dirent *e; top && (e = readdir(top));) folders += e->d_name[0] != '.';
+	if (top) closedir(top);
+	CHECKF(folders == 2, "a folder for each set of rope factors (%d)", folders);
+	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+	CHECK(system(rm) == 0);
+}
+
 static void lease_chaos_all(void) {
 	for (uint64_t seed = 1; seed <= 6; seed++) test_lease_chaos(seed);
 }
@@ -1832,6 +1852,17 @@ int main(void) {
 	test_exact(gemma2);
 	with_model(gemma2, test_draft_ngram);
 	remove(gemma2);
+	// gemma3: five local layers (their own rope base) to one global; phi3: fused matrices,
+	// LongRoPE, partial rotary, a window on every layer
+	static const char *const fams[] = {"gemma3-test", "phi3-test"};
+	for (int f = 0; f < 2; f++) {
+		snprintf(gemma2, sizeof gemma2, "%s/lanes-%s-%d.gguf", t_tmp(), fams[f], (int)getpid());
+		CHECK(t_gen_model(fams[f], "Q8_0", vocab, gemma2) == 0);
+		test_exact(gemma2);
+		with_model(gemma2, test_draft_ngram);
+		if (f == 1) with_model(gemma2, test_cache_dir_rope);
+		remove(gemma2);
+	}
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
 	test_exact("ref-llama-Q4_K_M.gguf");

@@ -1,5 +1,5 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe, gemma2) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
@@ -20,8 +20,10 @@ typedef struct {
 	float rope_factor;
 	bool rope_freqs;            // rope_freqs.weight tensor
 	uint32_t wtype;             // matrices' type
-	int swa;                    // gemma2: attention.sliding_window
+	int swa;                    // gemma, phi3: attention.sliding_window
 	float attn_cap, final_cap;  // gemma2: the soft caps
+	const char *swa_layers;     // gemma3: attention.sliding_window_pattern as one bool a layer ("1": local)
+	bool no_short;              // phi3: leave rope_factors_short out (its factors are written, both)
 	// Hostile knobs.
 	const char *skip;           // leave this tensor out
 	const char *reshape;        // give this tensor one row too many
@@ -82,8 +84,16 @@ static int write_synth(const synth *s, const char *path) {
 	key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-5f);
 	key_f32(w, s, "rope.freq_base", 10000.0f);
 	if (s->D) key_u32(w, s, "attention.key_length", (uint32_t)s->D);
+	const bool gemma = !strncmp(s->arch, "gemma", 5), phi3 = !strcmp(s->arch, "phi3");
+	if (gemma || phi3) key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
+	if (s->swa_layers) {
+		char full[128];
+		uint8_t local[64];
+		for (int l = 0; l < s->L; l++) local[l] = s->swa_layers[l] == '1';
+		snprintf(full, sizeof full, "%s.attention.sliding_window_pattern", s->arch);
+		gguf_writer_set_arr(w, full, GGUF_BOOL, local, (uint64_t)s->L);
+	}
 	if (!strcmp(s->arch, "gemma2")) {
-		key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
 		key_f32(w, s, "attn_logit_softcapping", s->attn_cap);
 		key_f32(w, s, "final_logit_softcapping", s->final_cap);
 	}
@@ -109,6 +119,10 @@ static int write_synth(const synth *s, const char *path) {
 	add(w, s, &seed, "output_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
 	if (!s->tied) add(w, s, &seed, "output.weight", s->E, s->V, 1, wt, 0, 4.0f / sqrtf((float)s->E));
 	if (s->rope_freqs) add(w, s, &seed, "rope_freqs.weight", D / 2, 1, 1, GGUF_T_F32, 3, 2);
+	if (phi3) {
+		add(w, s, &seed, "rope_factors_long.weight", D / 2, 1, 1, GGUF_T_F32, 6, 1);
+		if (!s->no_short) add(w, s, &seed, "rope_factors_short.weight", D / 2, 1, 1, GGUF_T_F32, 2, 0.5f);
+	}
 	for (int l = 0; l < s->L; l++) {
 #define T(what, a, b, c, type, mean, scale)                            \
 	do {                                                           \
@@ -117,9 +131,13 @@ static int write_synth(const synth *s, const char *path) {
 	} while (0)
 		const float in = 1.0f / sqrtf((float)s->E);
 		T("attn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
-		T("attn_q.weight", s->E, qd, 1, wt, 0, 2 * in);
-		T("attn_k.weight", s->E, kvd, 1, wt, 0, 2 * in);
-		T("attn_v.weight", s->E, kvd, 1, wt, 0, in);
+		if (phi3) {
+			T("attn_qkv.weight", s->E, qd + 2 * kvd, 1, wt, 0, 2 * in);
+		} else {
+			T("attn_q.weight", s->E, qd, 1, wt, 0, 2 * in);
+			T("attn_k.weight", s->E, kvd, 1, wt, 0, 2 * in);
+			T("attn_v.weight", s->E, kvd, 1, wt, 0, in);
+		}
 		T("attn_output.weight", qd, s->E, 1, wt, 0, 1.0f / sqrtf((float)qd));
 		if (s->bias) {
 			T("attn_q.bias", qd, 1, 1, GGUF_T_F32, 0, 0.2f);
@@ -131,11 +149,14 @@ static int write_synth(const synth *s, const char *path) {
 			T("attn_k_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
 		}
 		T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
-		if (!strcmp(s->arch, "gemma2")) {
+		if (gemma) {
 			T("post_attention_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
 			T("post_ffw_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
 		}
-		if (!s->X) {
+		if (phi3) {
+			T("ffn_up.weight", s->E, 2 * s->F, 1, wt, 0, in);
+			T("ffn_down.weight", s->F, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->F));
+		} else if (!s->X) {
 			T("ffn_gate.weight", s->E, s->F, 1, wt, 0, in);
 			T("ffn_up.weight", s->E, s->F, 1, wt, 0, in);
 			T("ffn_down.weight", s->F, s->E, 1, wt, 0, 1.0f / sqrtf((float)s->F));
@@ -162,14 +183,19 @@ static int write_synth(const synth *s, const char *path) {
 
 // ---- the float64 reference (ref64.c) over the file's weights ---------------------------------
 static ref64_shape ref_shape(const synth *s) {
-	const bool gemma2 = !strcmp(s->arch, "gemma2");
-	return (ref64_shape){.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
+	const bool gemma2 = !strcmp(s->arch, "gemma2"), gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3");
+	int pattern = gemma2 ? 2 : 6; // a bool a layer: its period (every layer local: 0)
+	if (s->swa_layers) pattern = (int)(strchr(s->swa_layers, '0') ? strchr(s->swa_layers, '0') - s->swa_layers + 1 : 0);
+	ref64_shape r = {.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
 			     .V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
 			     .tied = s->tied, .rope_base = 10000.0,
 			     .rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
 			     .rms_eps = 1e-5, .embd_scale = gemma2 ? sqrt((double)s->E) : 0, .post_norms = gemma2, .geglu = gemma2,
 			     .attn_softcap = gemma2 ? s->attn_cap : 0, .final_softcap = gemma2 ? s->final_cap : 0,
-			     .swa = gemma2 ? s->swa : 0, .swa_pattern = gemma2 ? 2 : 0};
+			     .swa = gemma2 || gemma3 || phi3 ? s->swa : 0, .swa_pattern = phi3 ? 0 : pattern,
+			     .rope_factors = phi3 ? "rope_factors_short.weight" : NULL};
+	if (gemma3) r.embd_scale = sqrt((double)s->E), r.post_norms = r.geglu = true;
+	return r;
 }
 
 static void reference(const gguf *g, const synth *s, const int32_t *ids, int P, double *logits) {
@@ -244,9 +270,23 @@ static void arch_case(const char *label, synth s) {
 	remove(path);
 }
 
-// `lanes gen --shape gemma2-test`: a prompt past the window of the even layers, every row's
-// logits against the float64 reference of the hyper-parameters as loaded (the window matters).
-static void gen_case(const char *shape, const char *type) {
+// A part of an architecture and the reference without it (or done another way).
+typedef struct {
+	const char *name;
+	void (*leave_out)(ref64_shape *);
+} arch_part;
+
+static void no_window(ref64_shape *s) { s->swa = 0; }
+static void no_qk_norm(ref64_shape *s) { s->no_qk_norm = true; }
+static void global_rope_on_local(ref64_shape *s) { s->rope_base_swa = s->rope_scale_swa = 0; }
+static void no_global_scaling(ref64_shape *s) { s->rope_scale = 1; }
+
+// `lanes gen --shape shape`: a prompt past the local layers' window, every row's logits against
+// the float64 reference of the hyper-parameters as loaded, and each part left out of the
+// reference far from them (so a pass that left it out would fail). hp_ok: the shape as loaded;
+// n_ctx: the context model_set_context is told (0: none).
+static void gen_parts_case(const char *shape, const char *type, bool (*hp_ok)(const model_hparams *), const arch_part *parts,
+			   int n_parts, int32_t n_ctx) {
 	char path[512], vocab[512], err[256];
 	snprintf(path, sizeof path, "%s/arch-gen-%s-%s.gguf", t_tmp(), shape, type);
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
@@ -255,34 +295,105 @@ static void gen_case(const char *shape, const char *type) {
 	int rc = model_load(&m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", shape, err);
 	if (rc) return;
-	const model_hparams *hp = model_hparams_of(m);
-	CHECK(!strcmp(hp->arch, "gemma2") && hp->n_swa == 16 && hp->swa_pattern == 2 && hp->attn_softcap == 50.0f &&
-	      hp->final_softcap == 30.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu);
+	if (n_ctx) model_set_context(m, n_ctx);
+	CHECKF(hp_ok(model_hparams_of(m)), "%s: hyper-parameters as loaded", shape);
 	enum { P = 40 };
-	const int V = hp->n_vocab;
+	const int V = model_hparams_of(m)->n_vocab;
 	int32_t ids[P];
 	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
 	float *lg = malloc(sizeof(float) * P * V);
-	double *ref = malloc(sizeof(double) * P * V), *nowin = malloc(sizeof(double) * P * V);
+	double *ref = malloc(sizeof(double) * P * V), *alt = malloc(sizeof(double) * P * V);
 	CHECKF(run_prompt(m, ids, P, lg, err, sizeof err) == 0, "%s: %s", shape, err);
 	ref64_shape rs;
 	ref64_shape_of(m, &rs);
 	ref64_forward(model_gguf(m), &rs, ids, P, ref, NULL);
-	rs.swa = 0;
-	ref64_forward(model_gguf(m), &rs, ids, P, nowin, NULL);
-	double worst = 0, spread = 0, moved = 0;
-	for (int i = 0; i < P * V; i++) {
-		worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
-		if (i >= 17 * V) moved = fmax(moved, fabs(nowin[i] - ref[i]));
-	}
+	double worst = 0, spread = 0;
+	for (int i = 0; i < P * V; i++) worst = fmax(worst, fabs(lg[i] - ref[i])), spread += ref[i] * ref[i];
 	spread = sqrt(spread / (P * V));
 	CHECKF(worst < 0.003 * spread && spread > 0.5, "%s %s: logits off the float64 reference by %g (rms %g)", shape, type,
 	       worst, spread);
-	CHECKF(moved > 0.03 * spread, "%s: rows past the window do not depend on it (%g)", shape, moved);
-	free(lg), free(ref), free(nowin);
+	for (int k = 0; k < n_parts; k++) {
+		ref64_shape vs = rs;
+		parts[k].leave_out(&vs);
+		ref64_forward(model_gguf(m), &vs, ids, P, alt, NULL);
+		double moved = 0;
+		bool finite = true;
+		for (int i = 0; i < P * V; i++) moved = fmax(moved, fabs(lg[i] - alt[i])), finite &= isfinite(alt[i]);
+		CHECKF(finite, "%s: the reference without the %s is not finite", shape, parts[k].name);
+		CHECKF(moved > 0.03 * spread, "%s: the %s changes the logits by %g only", shape, parts[k].name, moved);
+	}
+	free(lg), free(ref), free(alt);
 	model_free(m);
 	remove(path);
 }
+
+static bool gemma2_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "gemma2") && hp->n_swa == 16 && hp->swa_pattern == 2 && hp->attn_softcap == 50.0f &&
+	       hp->final_softcap == 30.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu && !hp->rope_swa.n_rot;
+}
+
+static const arch_part gemma2_gen_parts[] = {{"window", no_window}};
+
+static bool gemma3_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "gemma3") && hp->n_swa == 16 && hp->swa_pattern == 6 && hp->attn_softcap == 0.0f &&
+	       hp->final_softcap == 0.0f && hp->head_dim == 32 && hp->post_norms && hp->geglu && hp->rope.freq_base == 1e6 &&
+	       hp->rope.freq_scale == 0.125 && hp->rope_swa.freq_base == 10000.0 && hp->rope_swa.freq_scale == 1.0 &&
+	       model_layer_window(hp, 4) == 16 && model_layer_window(hp, 5) == 0;
+}
+
+static void no_partial_rotary(ref64_shape *s) { s->n_rot = 0; }
+static void no_rope_factors(ref64_shape *s) { s->rope_factors = "none"; }
+static void other_rope_factors(ref64_shape *s) {
+	s->rope_factors = strcmp(s->rope_factors, "rope_factors_long.weight") ? "rope_factors_long.weight" : "rope_factors_short.weight";
+}
+static void no_attn_factor(ref64_shape *s) { s->rope_mscale = 1; }
+static void gate_up_swapped(ref64_shape *s) { s->swap_gate_up = true; }
+
+static bool phi3_hp(const model_hparams *hp) {
+	bool every = true;
+	for (int l = 0; l < hp->n_layers; l++) every &= model_layer_window(hp, l) == 16;
+	return !strcmp(hp->arch, "phi3") && every && hp->head_dim == 32 && hp->rope.n_rot == 24 && hp->rope.neox &&
+	       hp->rope.n_ctx_orig == 64 && fabs(hp->rope.attn_factor - sqrt(1 + log(4.0) / log(64.0))) < 1e-6 &&
+	       hp->rope.freq_factors && !hp->post_norms && !hp->geglu && hp->embd_scale == 1.0f;
+}
+
+static const arch_part phi3_parts[] = {
+	{"window", no_window},
+	{"partial rotary", no_partial_rotary},
+	{"LongRoPE factors", no_rope_factors},
+	{"choice of LongRoPE factors", other_rope_factors},
+	{"attention factor", no_attn_factor},
+	{"gate-up order", gate_up_swapped},
+};
+
+// model_set_context: Phi 3 rotates by its short factors at load and within the original context
+// of 64, by its long ones past it.
+static void phi3_context_case(void) {
+	char path[512], vocab[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-phi3-ctx.gguf", t_tmp());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("phi3-test", "F32", vocab, path) == 0);
+	model *m;
+	CHECKF(model_load(&m, path, err, sizeof err) == 0, "%s", err);
+	if (!m) return;
+	const void *lg = gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")->data,
+		   *sh = gguf_find_tensor(model_gguf(m), "rope_factors_short.weight")->data;
+	const model_hparams *hp = model_hparams_of(m);
+	CHECK((const void *)hp->rope.freq_factors == sh);
+	model_set_context(m, 65);
+	CHECK((const void *)hp->rope.freq_factors == lg);
+	model_set_context(m, 64);
+	CHECK((const void *)hp->rope.freq_factors == sh);
+	model_free(m);
+	remove(path);
+}
+
+static const arch_part gemma3_parts[] = {
+	{"window", no_window},
+	{"q/k norm", no_qk_norm},
+	{"local layers' rope base", global_rope_on_local},
+	{"global layers' rope scaling", no_global_scaling},
+};
 
 static void hostile(const char *label, synth s, int want_rc, const char *want_msg) {
 	char path[512], err[256] = "";
@@ -373,8 +484,24 @@ int main(void) {
 	arch_case("gemma2", gemma2);
 	s = gemma2, s.wtype = GGUF_T_Q8_0, s.L = 4, s.tied = false, s.swa = 3;
 	arch_case("gemma2-q8", s);
-	gen_case("gemma2-test", "F32");
-	gen_case("gemma2-test", "Q8_0");
+	// gemma3: q/k norms, a window of 3 on five layers of six; a period a file gives as one bool a
+	// layer; phi3: fused matrices, LongRoPE's short factors, a window of 4 on every layer
+	const synth gemma3 = {.arch = "gemma3", .E = 64, .L = 6, .H = 4, .HKV = 2, .D = 32, .F = 96, .V = 50, .tied = true,
+			      .qk_norm = true, .wtype = GGUF_T_F32, .swa = 3};
+	arch_case("gemma3", gemma3);
+	s = gemma3, s.L = 4, s.swa_layers = "1010", s.wtype = GGUF_T_Q8_0;
+	arch_case("gemma3-pattern", s);
+	const synth phi3 = {.arch = "phi3", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_Q8_0, .swa = 4};
+	arch_case("phi3", phi3);
+	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1, 0);
+	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1, 0);
+	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4, 0);
+	gen_parts_case("gemma3-test", "Q8_0", gemma3_hp, gemma3_parts, 4, 0);
+	// phi3: the short factors within the original context of 64, the long ones past it
+	gen_parts_case("phi3-test", "F32", phi3_hp, phi3_parts, 6, 0);
+	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 64);
+	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 256);
+	phi3_context_case();
 
 	s = llama;
 	progress_case("llama", s);
@@ -415,5 +542,15 @@ int main(void) {
 	hostile("gemma2-post-norm", s, LANES_EFORMAT, "blk.1.post_ffw_norm.weight");
 	s = gemma2, s.X = 4, s.K = 2, s.FX = 64;
 	hostile("gemma2-experts", s, LANES_EUNSUPPORTED, "gemma2 with experts");
+	s = gemma3, s.swa_layers = "101100";
+	hostile("gemma3-pattern", s, LANES_EUNSUPPORTED, "not a repeating pattern");
+	s = gemma3, s.skip = "blk.2.attn_k_norm.weight";
+	hostile("gemma3-k-norm", s, LANES_EFORMAT, "blk.2.attn_k_norm.weight");
+	s = phi3, s.no_short = true;
+	hostile("phi3-short", s, LANES_EFORMAT, "rope_factors_short.weight");
+	s = phi3, s.reshape = "blk.1.attn_qkv.weight";
+	hostile("phi3-qkv", s, LANES_EFORMAT, "blk.1.attn_qkv.weight");
+	s = phi3, s.reshape = "blk.0.ffn_up.weight";
+	hostile("phi3-gate-up", s, LANES_EFORMAT, "blk.0.ffn_up.weight");
 	T_DONE("model_arch");
 }
