@@ -295,6 +295,29 @@ typedef struct {
 	lane_background background; // work beside the requests (zero: none)
 } lane_config;
 
+// The samplers' bounds: the request contract's (lane_check_params) and the CLI's defaults'.
+#define LANE_RANGE_DRY_MULTIPLIER 0, 100
+#define LANE_RANGE_DRY_BASE 1, 100
+#define LANE_RANGE_DRY_ALLOWED_LENGTH 0, 1000000
+#define LANE_RANGE_DRY_PENALTY_LAST_N -1, 2147483647
+#define LANE_RANGE_XTC_PROBABILITY 0, 1
+#define LANE_RANGE_XTC_THRESHOLD 0, 1
+#define LANE_RANGE_TOP_N_SIGMA -1, 100
+#define LANE_RANGE_DYNATEMP_RANGE 0, 1000
+#define LANE_RANGE_DYNATEMP_EXPONENT 0, 100
+#define LANE_RANGE_MIROSTAT 0, 2
+#define LANE_RANGE_MIROSTAT_TAU 0, 100
+#define LANE_RANGE_MIROSTAT_ETA 0, 10
+// What lane_request_init gives them (llama-server's defaults); the CLI states its defaults from these.
+#define LANE_DEFAULT_DRY_BASE 1.75
+#define LANE_DEFAULT_DRY_ALLOWED_LENGTH 2
+#define LANE_DEFAULT_DRY_PENALTY_LAST_N -1
+#define LANE_DEFAULT_XTC_THRESHOLD 0.1
+#define LANE_DEFAULT_TOP_N_SIGMA -1
+#define LANE_DEFAULT_DYNATEMP_EXPONENT 1
+#define LANE_DEFAULT_MIROSTAT_TAU 5
+#define LANE_DEFAULT_MIROSTAT_ETA 0.1
+
 // What lane_config_default gives; the CLI's settings table states its defaults from these.
 #define LANE_DEFAULT_QUEUE 64
 #define LANE_DEFAULT_CTX 8192

@@ -1,10 +1,10 @@
 // The samplers people tune, by llama-server's names: DRY, XTC, top-nσ, mirostat, dynamic
 // temperature and the samplers' order are accepted on chat, completions, messages and responses
 // and in Ollama's options, each changes the reply, the same request gives the same reply, and a
-// bad value is a 400 naming the field.
+// bad value is a 400 naming the field; lanes serve's flags set the samplers a request starts from.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mainServer, postJSON } from './lib.mjs';
+import { mainServer, postJSON, startServer, STORIES, KEY } from './lib.mjs';
 
 let url;
 before(async () => {
@@ -23,8 +23,8 @@ const on = {
 	samplers: { samplers: ['top_k', 'temperature'], top_k: 1 },
 };
 
-async function chat(extra) {
-	const r = await postJSON(`${url}/v1/chat/completions`, { messages: user, ...base, ...extra });
+async function chat(extra, at = url) {
+	const r = await postJSON(`${at}/v1/chat/completions`, { messages: user, ...base, ...extra });
 	assert.equal(r.status, 200, JSON.stringify(r.body));
 	return r.body.choices[0].message.content;
 }
@@ -108,5 +108,21 @@ test('a bad value is a 400 naming the field', async () => {
 			assert.equal(r.body.error.param, param, `${path} ${JSON.stringify(fields)}: ${r.body.error.message}`);
 			assert.match(r.body.error.message, new RegExp(param));
 		}
+	}
+});
+
+test('serve\'s flags are the samplers every request starts from; a request\'s own field wins; a bad flag is refused', async () => {
+	const srv = await startServer(['-m', STORIES, '--api-key', KEY, '--mirostat', '2', '--mirostat-ent', '1', '--mirostat-lr', '0.5',
+		'--dry-multiplier', '4', '--dry-allowed-length', '1', '--dry-sequence-breaker', '\n', '--sampling-seq', 'edkypmxt']);
+	try {
+		const both = { ...on.mirostat, ...on.dry, samplers: 'edkypmxt' };
+		assert.equal(await chat({}, srv.url), await chat(both), 'the flags as the fields');
+		assert.equal(await chat({ mirostat: 0, dry_multiplier: 0, samplers: 'edskypmxt' }, srv.url), await chat({}), 'the fields win');
+	} finally {
+		srv.proc.kill('SIGKILL');
+	}
+	for (const [flags, says] of [[['--samplers', 'top_k;nonsense'], /--samplers/], [['--mirostat', '3'], /--mirostat/],
+		[['--xtc-threshold', '2'], /--xtc-threshold/]]) {
+		await assert.rejects(startServer(['-m', STORIES, ...flags]), says);
 	}
 });

@@ -67,6 +67,7 @@ void srv_gen_init(srv_gen *g, const lane_api *api, srv_conn *conn) {
 	memset(g, 0, sizeof *g);
 	g->conn = conn;
 	lane_request_init(&g->lr); // "draft": false turns drafting off; --draft off for every request
+	if (conn && conn->s) g->lr.sampling = conn->s->cfg.sampling; // the server's samplers, before the request's own
 	g->api = *api;
 	g->n = 1;
 	g->think_budget = -1;
