@@ -106,8 +106,7 @@ static int32_t pick(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	const bool gm = r->gm && !lane_think_holds(r);
 	int rc = gm ? lane_constrain_mask(r, x, nv) : 0;
 	if (rc) return rc == LANES_ENOMEM ? -2 : -1;
-	// mirostat's mu lives in the request and moves only with a token taken: a draft's rows are
-	// drawn in order and each drawn token is taken, so drafting never leaves a draw to undo
+	// mirostat's mu is the request's, moved by each token taken: drafts draw in order, none is undone
 	int32_t tok = sampler_draw(h->sampler, &r->sp, x, (uint64_t)s->choice, pos, &r->mirostat_mu);
 	// every candidate may be banned by biases the grammar did not forbid: none is left
 	return gm && x[tok] == -INFINITY ? -1 : tok;

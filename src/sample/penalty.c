@@ -50,8 +50,7 @@ void sample_dry_apply(float *x, int32_t nv, const sample_dry *d, const int32_t *
 	int64_t lim = 0;
 	while (lim < L && !(d->breaker && rev[lim] >= 0 && rev[lim] < nv && d->breaker[rev[lim]])) lim++;
 	if (lim == 0) return;
-	// z[k]: the longest common prefix of rev and rev[k..] (the Z-algorithm), so the tokens
-	// ending k places before the last repeat the last z[k] tokens, and rev[k - 1] followed them
+	// z[k] (the Z-algorithm): the tokens ending k places back repeat the last z[k], and rev[k - 1] followed them
 	int64_t l = 0, r = 0;
 	for (int64_t k = 1; k < L; k++) {
 		int64_t n = k < r ? (r - k < z[k - l] ? r - k : z[k - l]) : 0;

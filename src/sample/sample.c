@@ -352,8 +352,8 @@ static void top_n_sigma(sampler *s, pool *q, float nsig) {
 	int32_t keep = 0;
 	for (int32_t i = 0; i < q->n; i++)
 		if ((double)s->c[i].logit >= floor) {
-			s->c[keep] = s->c[i];
-			s->p[keep++] = s->p[i];
+			if (q->sorted) s->p[keep] = s->p[i];
+			s->c[keep++] = s->c[i];
 		}
 	q->n = keep;
 	if (q->sorted) resum(s, q);
