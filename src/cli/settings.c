@@ -120,7 +120,7 @@ const cli_setting cli_settings_table[] = {
 	 .meta = "TAU", .cmds = B(RUN) | B(SERVE), .help = "mirostat's target surprise (bits)"},
 	{.names = "--samplers", .kind = SET_STR, .field = F(samplers), .meta = "LIST", .cmds = B(RUN) | B(SERVE),
 	 .help = "the samplers that run, in order, by name separated by ';' (penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature; default: all)"},
-	{.names = "--sampling-seq|--sampler-seq", .kind = SET_STR, .field = F(sampling_seq), .meta = "LETTERS", .cmds = B(RUN) | B(SERVE),
+	{.names = "--sampler-seq|--sampling-seq", .kind = SET_STR, .field = F(sampling_seq), .meta = "LETTERS", .cmds = B(RUN) | B(SERVE),
 	 .help = "--samplers by one letter each: e d s k y p m x t"},
 	{.names = "--seed", .kind = SET_INT, .field = F(seed), .min = 0, .max = I64, .meta = "S", .cmds = B(RUN),
 	 .help = "random seed (default: from the clock, logged)"},

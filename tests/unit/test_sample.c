@@ -38,7 +38,7 @@ static void dry_naive(float *x, int nv, const sample_dry *d, const int32_t *ctx,
 
 static void dry(void) {
 	enum { NV = 10 };
-	int32_t best[NV] = {0}, z[64];
+	int32_t best[NV] = {0}, z[2 * 48]; // DRY's scratch: twice the longest context below
 	const int32_t ctx[] = {1, 2, 3, 4, 5, 1, 2, 3};
 	float x[NV] = {0}, want[NV] = {0};
 	sample_dry d = {.multiplier = 0.5f, .base = 2.0f, .allowed_length = 2, .last_n = -1};
