@@ -401,7 +401,7 @@ static int32_t mirostat(sampler *s, pool *q, const sample_params *p, uint64_t ch
 		}
 		const double sh = den > 0 ? num / den : 0.0, eps = sh - 1.0;
 		const double k = pow(eps * pow(2.0, m) / (1.0 - pow((double)s->n_vocab, -eps)), 1.0 / sh);
-		const int32_t keep = isfinite(k) && k >= 1 ? (k < q->n ? (int32_t)k : q->n) : 1;
+		const int32_t keep = !(k >= 1) ? 1 : k < q->n ? (int32_t)k : q->n; // NaN: the top one; past n: all
 		sort_pool(s, q, keep);
 	} else {
 		int32_t keep = 1;
