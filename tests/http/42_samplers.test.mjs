@@ -4,7 +4,7 @@
 // bad value is a 400 naming the field; lanes serve's flags set the samplers a request starts from.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mainServer, postJSON, startServer, STORIES, KEY } from './lib.mjs';
+import { mainServer, postJSON, postSSE, startServer, STORIES, KEY } from './lib.mjs';
 
 let url;
 before(async () => {
@@ -43,6 +43,23 @@ test('each sampler changes the chat and completions replies, and the same reques
 			assert.notEqual(a, plain, `${call.name} ${name}: the reply changes`);
 			assert.equal(await call(fields), a, `${call.name} ${name}: repeatable`);
 		}
+	}
+});
+
+test('with every sampler on, each choice is the same streamed, beside another and undrafted', async () => {
+	const all = { ...on.dry, xtc_probability: 0.5, xtc_threshold: 0.1, top_n_sigma: 3, ...on.dynatemp, samplers: 'edsktpmx', top_k: 20 };
+	for (const extra of [all, { ...on.mirostat, ...on.dry }]) {
+		const body = { prompt: 'Once upon a time', ...base, ...extra, n: 2 };
+		const whole = await postJSON(`${url}/v1/completions`, body);
+		assert.equal(whole.status, 200, JSON.stringify(whole.body));
+		const text = [0, 1].map((i) => whole.body.choices.find((c) => c.index === i).text);
+		assert.notEqual(text[0], text[1], 'two choices draw apart');
+		const sse = await postSSE(`${url}/v1/completions`, { ...body, stream: true });
+		const streamed = ['', ''];
+		for (const e of sse.events) for (const c of (e.data && e.data.choices) || []) streamed[c.index] += c.text || '';
+		assert.deepEqual(streamed, text, 'streamed = whole');
+		const solo = await postJSON(`${url}/v1/completions`, { ...body, n: 1, draft: false });
+		assert.equal(solo.body.choices[0].text, text[0], 'one choice alone, undrafted = the first of two');
 	}
 });
 
