@@ -7,6 +7,7 @@
 #include "base/base.h"
 #include "cli/settings.h"
 #include "kv/kv.h"
+#include "lanes/lanes.h"
 #include "model/model.h"
 #include "pull/pull.h"
 #include "tokenizer/tokenizer.h"
@@ -66,6 +67,9 @@ char *cli_read_file(const char *path, size_t *len);
 // when neither is given. 0, or 1 after printing the error.
 struct grammar;
 int cli_grammar(const cli_settings *s, struct grammar **g);
+// The samplers' settings (--dry-*, --xtc-*, --top-nsigma, --dynatemp-*, --mirostat*, --samplers,
+// --sampling-seq) into sp. 0, or 2 after printing the error.
+int cli_sampling(const cli_settings *s, lane_sampling *sp);
 
 // ---- progress (progress.c): one display for every long step ----------------------------------
 // On a terminal (stderr) a bar redrawn in place; otherwise a plain line at each tenth when

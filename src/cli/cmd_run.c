@@ -209,13 +209,19 @@ int cmd_run(const cli_settings *s) {
 		cli_err("out of memory");
 		goto out;
 	}
-	lane_request q = {0};
+	lane_request q;
+	lane_request_init(&q);
+	q.draft = false;
 	q.prompt = ids;
 	q.n_prompt = (int32_t)n_ids;
 	q.max_tokens = (int32_t)n_predict;
 	q.lora = set.n ? &set : NULL;
-	q.sampling = (lane_sampling){.temperature = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .min_p = sp.min_p,
-				     .repeat_penalty = 1, .seed = sp.seed, .has_seed = true};
+	q.sampling.temperature = sp.temp, q.sampling.top_k = sp.top_k, q.sampling.top_p = sp.top_p, q.sampling.min_p = sp.min_p;
+	q.sampling.seed = sp.seed, q.sampling.has_seed = true;
+	if (cli_sampling(s, &q.sampling)) {
+		rc = 2;
+		goto out;
+	}
 	q.grammar = gram;
 	// the thinking as the server's chat APIs settle it: markers, where the reply starts, the budget
 	int32_t ends[LANE_THINK_END];

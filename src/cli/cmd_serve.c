@@ -109,6 +109,13 @@ const char *const cli_serve_flags[][2] = {
 	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
 	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
+	{"sampling.dry_multiplier", "--dry-multiplier"}, {"sampling.dry_base", "--dry-base"},
+	{"sampling.dry_allowed_length", "--dry-allowed-length"}, {"sampling.dry_penalty_last_n", "--dry-penalty-last-n"},
+	{"sampling.dry_breakers", "--dry-sequence-breaker"}, {"sampling.xtc_probability", "--xtc-probability"},
+	{"sampling.xtc_threshold", "--xtc-threshold"}, {"sampling.top_n_sigma", "--top-nsigma"},
+	{"sampling.dynatemp_range", "--dynatemp-range"}, {"sampling.dynatemp_exponent", "--dynatemp-exp"},
+	{"sampling.mirostat", "--mirostat"}, {"sampling.mirostat_tau", "--mirostat-ent"}, {"sampling.mirostat_eta", "--mirostat-lr"},
+	{"sampling.samplers", "--samplers"},
 	{NULL, NULL},
 };
 
@@ -182,6 +189,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.embeddings_only = s->embeddings;
 	cfg.strict_params = s->strict_params;
 	cfg.max_tokens = (int32_t)s->serve_max_tokens;
+	if (cli_sampling(s, &cfg.sampling)) return 2;
 	cfg.responses_store = (int)s->responses_store;
 	cfg.strict_model = s->strict_model;
 	cfg.allowed_hosts = s->allowed_host.v;

@@ -4,6 +4,7 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
+#include "sample/sample.h"
 
 #include <errno.h>
 #include <math.h>
@@ -200,6 +201,49 @@ int cli_grammar(const cli_settings *s, grammar **g) {
 	if (rc) {
 		cli_err("%s: %s", s->json_schema_file ? "the schema's grammar" : path, err);
 		return 1;
+	}
+	return 0;
+}
+
+int cli_sampling(const cli_settings *s, lane_sampling *sp) {
+	sp->dry_multiplier = (float)s->dry_multiplier;
+	sp->dry_base = (float)s->dry_base;
+	sp->dry_allowed_length = (int32_t)s->dry_allowed_length;
+	sp->dry_penalty_last_n = (int32_t)s->dry_penalty_last_n;
+	if (s->dry_breaker.n) {
+		const bool none = s->dry_breaker.n == 1 && !strcmp(s->dry_breaker.v[0], "none");
+		sp->dry_breakers = none ? NULL : s->dry_breaker.v;
+		sp->n_dry_breakers = none ? 0 : s->dry_breaker.n;
+		for (int32_t i = 0; i < sp->n_dry_breakers; i++)
+			if (!*sp->dry_breakers[i] || strlen(sp->dry_breakers[i]) > LANE_DRY_BREAKER_MAX)
+				return cli_usage_error(s, "--dry-sequence-breaker must be 1..%d bytes", LANE_DRY_BREAKER_MAX);
+	}
+	sp->xtc_probability = (float)s->xtc_probability;
+	sp->xtc_threshold = (float)s->xtc_threshold;
+	sp->top_n_sigma = (float)s->top_n_sigma;
+	sp->dynatemp_range = (float)s->dynatemp_range;
+	sp->dynatemp_exponent = (float)s->dynatemp_exp;
+	sp->mirostat = (int32_t)s->mirostat;
+	sp->mirostat_tau = (float)s->mirostat_ent;
+	sp->mirostat_eta = (float)s->mirostat_lr;
+	if (s->samplers && s->sampling_seq) return cli_usage_error(s, "give one of --samplers and --sampling-seq");
+	sp->n_samplers = 0;
+	for (const char *p = s->samplers; p && *p;) {
+		const size_t n = strcspn(p, ";");
+		char name[32];
+		const int st = n < sizeof name ? (memcpy(name, p, n), name[n] = 0, sample_stage_named(name)) : -1;
+		if (st < 0)
+			return cli_usage_error(s, "--samplers: '%.*s' is not a sampler (penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, "
+				"temperature)", (int)n, p);
+		if (sp->n_samplers == LANE_MAX_SAMPLERS) return cli_usage_error(s, "--samplers: at most %d", LANE_MAX_SAMPLERS);
+		sp->samplers[sp->n_samplers++] = (uint8_t)st;
+		p += n + (p[n] == ';');
+	}
+	for (const char *p = s->sampling_seq; p && *p; p++) {
+		const int st = sample_stage_letter(*p);
+		if (st < 0) return cli_usage_error(s, "--sampling-seq: '%c' is not a sampler's letter (e d s k y p m x t)", *p);
+		if (sp->n_samplers == LANE_MAX_SAMPLERS) return cli_usage_error(s, "--sampling-seq: at most %d", LANE_MAX_SAMPLERS);
+		sp->samplers[sp->n_samplers++] = (uint8_t)st;
 	}
 	return 0;
 }

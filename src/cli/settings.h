@@ -39,8 +39,11 @@ typedef struct {
 	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, corpus_tokens, steps, batch, max_tokens;
 	int64_t serve_max_tokens, responses_store, overflow_queue, peer_poll_ms, peer_timeout_ms, pull_stall_s, pull_max_bytes;
 	int64_t pull_tries, pull_retry_ms, pull_retry_max_ms, think_budget;
+	int64_t dry_allowed_length, dry_penalty_last_n, mirostat;
+	double dry_multiplier, dry_base, xtc_probability, xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exp, mirostat_lr, mirostat_ent;
+	const char *samplers, *sampling_seq;
 	double temp, top_p, min_p, round_ms, price_row_us, price_fixed_us, drain_s, header_timeout, lr, alpha, weight_decay, clip, learn_share, stream_flush_ms, end_logit;
-	cli_list allowed_host, cors_origin, lora, peer; // repeatable
+	cli_list allowed_host, cors_origin, lora, peer, dry_breaker; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
 		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations,

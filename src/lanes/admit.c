@@ -112,6 +112,31 @@ static void lane_lora_bind(lane_req *r, const model_lora_set *set) {
 	r->prefix_root = set->n ? (key ? key : 1) : 0;
 }
 
+// r's DRY from q: the map of the tokens whose text holds a sequence breaker, and the scratch
+// for the most tokens it scans. 0, or LANES_ENOMEM.
+static int dry_attach(lane_host *h, lane_req *r, const lane_request *q) {
+	const lane_sampling *s = &q->sampling;
+	r->s.dry_breakers = NULL, r->s.n_dry_breakers = 0; // the caller's: the map holds them
+	if (s->dry_multiplier == 0.0f || s->dry_penalty_last_n == 0) return 0;
+	const int64_t most = (int64_t)q->n_prompt + r->max_tokens;
+	const int64_t scan = s->dry_penalty_last_n > 0 && s->dry_penalty_last_n < most ? s->dry_penalty_last_n : most;
+	r->dry_z = malloc((size_t)(2 * scan) * sizeof *r->dry_z);
+	if (!r->dry_z) return LANES_ENOMEM;
+	const int32_t nv = h->hp.n_vocab;
+	if (s->n_dry_breakers) {
+		r->dry_breaker = calloc((size_t)nv, 1);
+		if (!r->dry_breaker) return LANES_ENOMEM;
+		for (int32_t t = 0; t < nv; t++) {
+			size_t n = 0;
+			const char *piece = tok_piece(h->vocab, t, 0, &n);
+			for (int32_t i = 0; piece && i < s->n_dry_breakers && !r->dry_breaker[t]; i++)
+				r->dry_breaker[t] = memmem(piece, n, s->dry_breakers[i], strlen(s->dry_breakers[i])) != NULL;
+		}
+	}
+	r->dry = (sample_dry){s->dry_multiplier, s->dry_base, s->dry_allowed_length, s->dry_penalty_last_n, r->dry_breaker};
+	return 0;
+}
+
 int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, size_t errlen) {
 	*out = NULL;
 	int rc = lane_check_params(q, q->api, h->hp.n_vocab, err, errlen, NULL);
@@ -169,6 +194,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 		if ((ok = r->bias != NULL)) memcpy(r->bias, q->sampling.bias, (size_t)q->sampling.n_bias * sizeof *r->bias);
 	}
 	r->s.bias = r->bias;
+	if (ok) ok = dry_attach(h, r, q) == 0;
 	if (ok && q->n_stop_ids) {
 		r->stop_ids = malloc((size_t)q->n_stop_ids * sizeof *r->stop_ids);
 		if ((ok = r->stop_ids != NULL)) memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof *r->stop_ids);
@@ -210,8 +236,12 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	}
 	if (!r->s.has_seed) r->s.seed = lane_draw_seed(h);
 	const lane_sampling *sp = &r->s;
-	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed, sp->typical_p};
+	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed, sp->typical_p, sp->top_n_sigma,
+				sp->xtc_probability, sp->xtc_threshold, sp->dynatemp_range, sp->dynatemp_exponent, sp->mirostat,
+				sp->mirostat_tau, sp->mirostat_eta, {0}, sp->n_samplers};
+	memcpy(r->sp.order, sp->samplers, sizeof r->sp.order);
 	r->pen = (sample_penalties){sp->repeat_penalty, sp->repeat_last_n, sp->presence_penalty, sp->frequency_penalty};
+	r->mirostat_mu = 2.0f * sp->mirostat_tau;
 	r->serial = ++h->serial;
 	if (h->qtail) h->qtail->next = r;
 	else h->qhead = r;

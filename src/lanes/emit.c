@@ -99,12 +99,15 @@ static int32_t pick(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	// a spent thinking budget: the close marker's tokens, whatever the logits say
 	const int32_t forced = lane_think_forced(r);
 	if (forced >= 0) return forced;
-	sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
+	if (sample_runs(&r->sp, SAMPLE_PENALTIES)) sample_penalize(x, nv, &r->pen, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts);
+	if (r->dry_z && sample_runs(&r->sp, SAMPLE_DRY))
+		sample_dry_apply(x, nv, &r->dry, r->prompt, r->n_prompt, r->gen, r->n_gen, h->counts, r->dry_z);
 	for (int32_t i = 0; i < s->n_bias; i++) x[s->bias[i].token] += s->bias[i].bias;
 	const bool gm = r->gm && !lane_think_holds(r);
 	int rc = gm ? lane_constrain_mask(r, x, nv) : 0;
 	if (rc) return rc == LANES_ENOMEM ? -2 : -1;
-	int32_t tok = sampler_pick(h->sampler, &r->sp, x, (uint64_t)s->choice, pos);
+	// mirostat's mu is the request's, moved by each token taken: drafts draw in order, none is undone
+	int32_t tok = sampler_draw(h->sampler, &r->sp, x, (uint64_t)s->choice, pos, &r->mirostat_mu);
 	// every candidate may be banned by biases the grammar did not forbid: none is left
 	return gm && x[tok] == -INFINITY ? -1 : tok;
 }

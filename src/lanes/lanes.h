@@ -15,6 +15,9 @@
 #define LANE_MAX_TOP_LOGPROBS 20
 #define LANE_MAX_STOPS 16
 #define LANE_MAX_DRAFT 16
+#define LANE_MAX_SAMPLERS 16
+#define LANE_MAX_DRY_BREAKERS 32
+#define LANE_DRY_BREAKER_MAX 40 // bytes of one breaker
 
 // Who proposed draft tokens: prompt lookup (n-gram) or a draft model.
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
@@ -40,6 +43,21 @@ typedef struct {
 	int32_t repeat_last_n;    // 0: the whole context
 	float presence_penalty;   // 0: off
 	float frequency_penalty;  // 0: off
+	float dry_multiplier;     // DRY: 0: off (sample_dry)
+	float dry_base;
+	int32_t dry_allowed_length;
+	int32_t dry_penalty_last_n; // -1: the whole context, 0: off
+	const char *const *dry_breakers; // n_dry_breakers strings: a token whose text holds one breaks a match (copied at submit)
+	int32_t n_dry_breakers;
+	float xtc_probability;    // 0: off
+	float xtc_threshold;
+	float top_n_sigma;        // <= 0: off
+	float dynatemp_range;     // 0: a fixed temperature
+	float dynatemp_exponent;
+	int32_t mirostat;         // 0: off, 1 or 2
+	float mirostat_tau, mirostat_eta;
+	uint8_t samplers[LANE_MAX_SAMPLERS]; // enum sample_stage in the order they run
+	int32_t n_samplers;       // 0: the default order (every stage)
 	const lane_bias *bias;    // n_bias entries (copied at submit)
 	int32_t n_bias;
 	uint64_t seed;            // with has_seed false the host draws one per request
@@ -104,8 +122,8 @@ typedef struct {
 	uint64_t lease;
 } lane_request;
 
-// Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties), drafting allowed.
-// Thread-safe.
+// Neutral sampling (temperature 1, no top-k/top-p/min-p, no penalties, DRY, XTC, top-nσ or
+// mirostat; their other parameters at llama-server's defaults), drafting allowed. Thread-safe.
 void lane_request_init(lane_request *q);
 
 // ---- the request contract: one set of bounds, narrowed per API ----------------------------
@@ -129,6 +147,20 @@ enum lane_field {
 	LANE_F_STOP_IDS,
 	LANE_F_TOP_LOGPROBS,
 	LANE_F_CHOICE,
+	LANE_F_DRY_MULTIPLIER,
+	LANE_F_DRY_BASE,
+	LANE_F_DRY_ALLOWED_LENGTH,
+	LANE_F_DRY_PENALTY_LAST_N,
+	LANE_F_DRY_SEQUENCE_BREAKERS,
+	LANE_F_XTC_PROBABILITY,
+	LANE_F_XTC_THRESHOLD,
+	LANE_F_TOP_N_SIGMA,
+	LANE_F_DYNATEMP_RANGE,
+	LANE_F_DYNATEMP_EXPONENT,
+	LANE_F_MIROSTAT,
+	LANE_F_MIROSTAT_TAU,
+	LANE_F_MIROSTAT_ETA,
+	LANE_F_SAMPLERS,
 	LANE_F_COUNT
 };
 
@@ -269,6 +301,29 @@ typedef struct {
 	bool experts;             // count each MoE layer's expert choices (default on; lane_host_experts)
 	lane_background background; // work beside the requests (zero: none)
 } lane_config;
+
+// The samplers' bounds: the request contract's (lane_check_params) and the CLI's defaults'.
+#define LANE_RANGE_DRY_MULTIPLIER 0, 100
+#define LANE_RANGE_DRY_BASE 1, 100
+#define LANE_RANGE_DRY_ALLOWED_LENGTH 0, 1000000
+#define LANE_RANGE_DRY_PENALTY_LAST_N -1, 2147483647
+#define LANE_RANGE_XTC_PROBABILITY 0, 1
+#define LANE_RANGE_XTC_THRESHOLD 0, 1
+#define LANE_RANGE_TOP_N_SIGMA -1, 100
+#define LANE_RANGE_DYNATEMP_RANGE 0, 1000
+#define LANE_RANGE_DYNATEMP_EXPONENT 0, 100
+#define LANE_RANGE_MIROSTAT 0, 2
+#define LANE_RANGE_MIROSTAT_TAU 0, 100
+#define LANE_RANGE_MIROSTAT_ETA 0, 10
+// What lane_request_init gives them (llama-server's defaults); the CLI states its defaults from these.
+#define LANE_DEFAULT_DRY_BASE 1.75
+#define LANE_DEFAULT_DRY_ALLOWED_LENGTH 2
+#define LANE_DEFAULT_DRY_PENALTY_LAST_N -1
+#define LANE_DEFAULT_XTC_THRESHOLD 0.1
+#define LANE_DEFAULT_TOP_N_SIGMA -1
+#define LANE_DEFAULT_DYNATEMP_EXPONENT 1
+#define LANE_DEFAULT_MIROSTAT_TAU 5
+#define LANE_DEFAULT_MIROSTAT_ETA 0.1
 
 // What lane_config_default gives; the CLI's settings table states its defaults from these.
 #define LANE_DEFAULT_QUEUE 64

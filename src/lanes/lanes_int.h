@@ -44,6 +44,10 @@ struct lane_req {
 	lane_sampling s;
 	sample_params sp;         // the sampler's view of s, built once at submit
 	sample_penalties pen;
+	sample_dry dry;           // DRY (multiplier 0: off), its breakers a map over the vocabulary
+	uint8_t *dry_breaker;     // [n_vocab] (NULL: no breakers)
+	int32_t *dry_z;           // DRY's scratch: twice the tokens it may scan
+	float mirostat_mu;        // mirostat's state after the tokens taken so far
 	lane_bias *bias;
 	int32_t max_tokens;       // resolved: never past the context
 	bool explicit_max;        // the caller set max_tokens

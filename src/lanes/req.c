@@ -22,6 +22,8 @@ void lreq_unref(lane_req *r) {
 	for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
 	free(r->prompt);
 	free(r->bias);
+	free(r->dry_breaker);
+	free(r->dry_z);
 	free(r->stop_ids);
 	free(r->gen);
 	free(r->pool_sum);

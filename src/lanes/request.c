@@ -30,7 +30,24 @@ static const host_bound host[LANE_F_COUNT] = {
 	[LANE_F_STOP_IDS] = {"stop_ids", 0, 1024, false},
 	[LANE_F_TOP_LOGPROBS] = {"top_logprobs", 0, LANE_MAX_TOP_LOGPROBS, false},
 	[LANE_F_CHOICE] = {"choice", 0, INT32_MAX, false},
+	[LANE_F_DRY_MULTIPLIER] = {"dry_multiplier", LANE_RANGE_DRY_MULTIPLIER, false},
+	[LANE_F_DRY_BASE] = {"dry_base", LANE_RANGE_DRY_BASE, false},
+	[LANE_F_DRY_ALLOWED_LENGTH] = {"dry_allowed_length", LANE_RANGE_DRY_ALLOWED_LENGTH, false},
+	[LANE_F_DRY_PENALTY_LAST_N] = {"dry_penalty_last_n", LANE_RANGE_DRY_PENALTY_LAST_N, false},
+	[LANE_F_DRY_SEQUENCE_BREAKERS] = {"dry_sequence_breakers", 0, LANE_MAX_DRY_BREAKERS, false},
+	[LANE_F_XTC_PROBABILITY] = {"xtc_probability", LANE_RANGE_XTC_PROBABILITY, false},
+	[LANE_F_XTC_THRESHOLD] = {"xtc_threshold", LANE_RANGE_XTC_THRESHOLD, false},
+	[LANE_F_TOP_N_SIGMA] = {"top_n_sigma", LANE_RANGE_TOP_N_SIGMA, false},
+	[LANE_F_DYNATEMP_RANGE] = {"dynatemp_range", LANE_RANGE_DYNATEMP_RANGE, false},
+	[LANE_F_DYNATEMP_EXPONENT] = {"dynatemp_exponent", LANE_RANGE_DYNATEMP_EXPONENT, false},
+	[LANE_F_MIROSTAT] = {"mirostat", LANE_RANGE_MIROSTAT, false},
+	[LANE_F_MIROSTAT_TAU] = {"mirostat_tau", LANE_RANGE_MIROSTAT_TAU, false},
+	[LANE_F_MIROSTAT_ETA] = {"mirostat_eta", LANE_RANGE_MIROSTAT_ETA, false},
+	[LANE_F_SAMPLERS] = {"samplers", 0, LANE_MAX_SAMPLERS, false},
 };
+
+// llama-server's default sequence breakers.
+static const char *const DRY_BREAKERS[] = {"\n", ":", "\"", "*"};
 
 #define STOP_MAX_BYTES 1024
 
@@ -40,6 +57,16 @@ void lane_request_init(lane_request *q) {
 	q->sampling.top_p = 1.0f;
 	q->sampling.typical_p = 1.0f;
 	q->sampling.repeat_penalty = 1.0f;
+	q->sampling.dry_base = (float)LANE_DEFAULT_DRY_BASE;
+	q->sampling.dry_allowed_length = LANE_DEFAULT_DRY_ALLOWED_LENGTH;
+	q->sampling.dry_penalty_last_n = LANE_DEFAULT_DRY_PENALTY_LAST_N;
+	q->sampling.dry_breakers = DRY_BREAKERS;
+	q->sampling.n_dry_breakers = (int32_t)(sizeof DRY_BREAKERS / sizeof DRY_BREAKERS[0]);
+	q->sampling.xtc_threshold = (float)LANE_DEFAULT_XTC_THRESHOLD;
+	q->sampling.top_n_sigma = (float)LANE_DEFAULT_TOP_N_SIGMA;
+	q->sampling.dynatemp_exponent = (float)LANE_DEFAULT_DYNATEMP_EXPONENT;
+	q->sampling.mirostat_tau = (float)LANE_DEFAULT_MIROSTAT_TAU;
+	q->sampling.mirostat_eta = (float)LANE_DEFAULT_MIROSTAT_ETA;
 	q->draft = true;
 	q->normalize = true;
 }
@@ -92,9 +119,37 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 	    field(api, LANE_F_PRESENCE_PENALTY, s->presence_penalty, err, errlen, bad) ||
 	    field(api, LANE_F_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen, bad) ||
 	    field(api, LANE_F_CHOICE, s->choice, err, errlen, bad) ||
+	    field(api, LANE_F_DRY_MULTIPLIER, s->dry_multiplier, err, errlen, bad) ||
+	    field(api, LANE_F_XTC_PROBABILITY, s->xtc_probability, err, errlen, bad) ||
+	    field(api, LANE_F_TOP_N_SIGMA, s->top_n_sigma, err, errlen, bad) ||
+	    field(api, LANE_F_DYNATEMP_RANGE, s->dynatemp_range, err, errlen, bad) ||
+	    field(api, LANE_F_MIROSTAT, s->mirostat, err, errlen, bad) ||
+	    field(api, LANE_F_SAMPLERS, s->n_samplers, err, errlen, bad) ||
+	    // a sampler's other parameters count where it is on (a zeroed request leaves them 0)
+	    (s->dry_multiplier && (field(api, LANE_F_DRY_BASE, s->dry_base, err, errlen, bad) ||
+				   field(api, LANE_F_DRY_ALLOWED_LENGTH, s->dry_allowed_length, err, errlen, bad) ||
+				   field(api, LANE_F_DRY_PENALTY_LAST_N, s->dry_penalty_last_n, err, errlen, bad) ||
+				   field(api, LANE_F_DRY_SEQUENCE_BREAKERS, s->n_dry_breakers, err, errlen, bad))) ||
+	    (s->xtc_probability && field(api, LANE_F_XTC_THRESHOLD, s->xtc_threshold, err, errlen, bad)) ||
+	    (s->dynatemp_range && field(api, LANE_F_DYNATEMP_EXPONENT, s->dynatemp_exponent, err, errlen, bad)) ||
+	    (s->mirostat && (field(api, LANE_F_MIROSTAT_TAU, s->mirostat_tau, err, errlen, bad) ||
+			     field(api, LANE_F_MIROSTAT_ETA, s->mirostat_eta, err, errlen, bad))) ||
 	    (q->max_tokens && field(api, LANE_F_MAX_TOKENS, q->max_tokens, err, errlen, bad)) || // 0: not sent
 	    field(api, LANE_F_TOP_LOGPROBS, q->top_logprobs, err, errlen, bad))
 		return LANES_EINVAL;
+	const char *dn = lane_api_name(api, LANE_F_DRY_SEQUENCE_BREAKERS);
+	if (s->n_dry_breakers < 0 || s->n_dry_breakers > LANE_MAX_DRY_BREAKERS || (s->n_dry_breakers && !s->dry_breakers))
+		return fail(LANE_F_DRY_SEQUENCE_BREAKERS, bad, base_seterr(err, errlen, LANES_EINVAL, "%s is missing", dn));
+	for (int32_t i = 0; i < s->n_dry_breakers; i++) {
+		const size_t L = s->dry_breakers[i] ? strlen(s->dry_breakers[i]) : 0;
+		if (L == 0 || L > LANE_DRY_BREAKER_MAX)
+			return fail(LANE_F_DRY_SEQUENCE_BREAKERS, bad,
+				    base_seterr(err, errlen, LANES_EINVAL, "%s: breaker %d must be 1..%d bytes", dn, i, LANE_DRY_BREAKER_MAX));
+	}
+	for (int32_t i = 0; i < s->n_samplers; i++)
+		if (s->samplers[i] >= SAMPLE_STAGES)
+			return fail(LANE_F_SAMPLERS, bad,
+				    base_seterr(err, errlen, LANES_EINVAL, "%s: entry %d is not a sampler", lane_api_name(api, LANE_F_SAMPLERS), i));
 	const char *bn = lane_api_name(api, LANE_F_LOGIT_BIAS);
 	if (s->n_bias < 0 || s->n_bias > n_vocab || (s->n_bias && !s->bias))
 		return fail(LANE_F_LOGIT_BIAS, bad, base_seterr(err, errlen, LANES_EINVAL, "%s has too many entries", bn));

@@ -46,6 +46,34 @@ void http_config_default(http_config *c) {
 	c->cache.stall_s = 30;
 	c->cache.max_bytes = (int64_t)1 << 40;
 	lane_config_default(&c->lanes);
+	lane_request q;
+	lane_request_init(&q);
+	c->sampling = q.sampling;
+}
+
+// The samplers' settings, as http_setting_name names them (sampling.FIELD).
+static const struct {
+	enum lane_field f;
+	const char *name;
+} sampling_settings[] = {
+	{LANE_F_DRY_MULTIPLIER, "sampling.dry_multiplier"}, {LANE_F_DRY_BASE, "sampling.dry_base"},
+	{LANE_F_DRY_ALLOWED_LENGTH, "sampling.dry_allowed_length"}, {LANE_F_DRY_PENALTY_LAST_N, "sampling.dry_penalty_last_n"},
+	{LANE_F_DRY_SEQUENCE_BREAKERS, "sampling.dry_breakers"}, {LANE_F_XTC_PROBABILITY, "sampling.xtc_probability"},
+	{LANE_F_XTC_THRESHOLD, "sampling.xtc_threshold"}, {LANE_F_TOP_N_SIGMA, "sampling.top_n_sigma"},
+	{LANE_F_DYNATEMP_RANGE, "sampling.dynatemp_range"}, {LANE_F_DYNATEMP_EXPONENT, "sampling.dynatemp_exponent"},
+	{LANE_F_MIROSTAT, "sampling.mirostat"}, {LANE_F_MIROSTAT_TAU, "sampling.mirostat_tau"},
+	{LANE_F_MIROSTAT_ETA, "sampling.mirostat_eta"}, {LANE_F_SAMPLERS, "sampling.samplers"},
+};
+
+// cfg's sampling against the request contract, its fields named as settings.
+static int sampling_check(const http_config *cfg, char *err, size_t errlen) {
+	lane_api api = {0};
+	for (size_t i = 0; i < sizeof sampling_settings / sizeof sampling_settings[0]; i++)
+		api.name[sampling_settings[i].f] = http_setting_name(cfg, sampling_settings[i].name);
+	lane_request q;
+	lane_request_init(&q);
+	q.sampling = cfg->sampling;
+	return lane_check_params(&q, &api, INT32_MAX, err, errlen, NULL);
 }
 
 // ---- routes ---------------------------------------------------------------------------------
@@ -411,7 +439,8 @@ int http_config_check(const http_config *cfg, char *err, size_t errlen) {
 			return base_seterr(err, errlen, LANES_EINVAL, "%s must be %.15g..%.15g, not %.15g", http_setting_name(cfg, nums[i].name),
 					   nums[i].lo, nums[i].hi, v);
 	}
-	if (lane_config_check(&cfg->lanes, err, errlen) || srv_guard_config_check(cfg, err, errlen)) return LANES_EINVAL;
+	if (lane_config_check(&cfg->lanes, err, errlen) || srv_guard_config_check(cfg, err, errlen) || sampling_check(cfg, err, errlen))
+		return LANES_EINVAL;
 	return 0;
 }
 

@@ -73,6 +73,7 @@ typedef struct {
 	bool strict_model;          // a model name that is not this server's gets 404 (default: any name means it)
 	bool strict_params;         // what lanes accepts and cannot honour (x-lanes-ignored) gets a 400 instead
 	int32_t max_tokens;         // the output limit of a request that sets none (0: what the window allows)
+	lane_sampling sampling;     // what every generation's sampling starts from (lane_request_init's); what it points to is borrowed
 	int responses_store;        // finished Responses kept for previous_response_id and GET (0: none)
 	// request guards (docs/api.md, "Browsers and hostile clients"); the lists are borrowed:
 	// they must outlive the server. Each entry may hold several, comma-separated.

@@ -126,12 +126,12 @@ test('errors in Ollama\'s shape; what lanes cannot honour is named or refused, r
 	assert.equal(ok.status, 200, JSON.stringify(ok.body));
 	assert.equal(ok.body.eval_count, 2);
 	assert.equal(ok.headers.get('x-lanes-ignored'), null, 'runner tuning cannot change a reply: not named');
-	// mirostat and images lanes cannot honour: the reply comes, and the header names them
+	// tfs_z and images lanes cannot honour: the reply comes, and the header names them
 	const named = await postJSON(`${url}/api/chat`, {
-		model: 'stories260K', messages: [{ role: 'user', content: 'x', images: ['aGk='] }], stream: false, options: { num_predict: 2, mirostat: 2 },
+		model: 'stories260K', messages: [{ role: 'user', content: 'x', images: ['aGk='] }], stream: false, options: { num_predict: 2, tfs_z: 0.5 },
 	});
 	assert.equal(named.status, 200, JSON.stringify(named.body));
-	assert.equal(named.headers.get('x-lanes-ignored'), 'options.mirostat,images');
+	assert.equal(named.headers.get('x-lanes-ignored'), 'options.tfs_z,images');
 	const nokey = await fetch(`${url}/api/chat`, { method: 'POST', body: JSON.stringify({ model: 'stories260K', messages: user('x') }) });
 	assert.equal(nokey.status, 401);
 	assert.ok((await nokey.json()).error);

@@ -53,7 +53,7 @@ complete_in_bash() {
 }
 same "$(complete_in_bash lanes se)" "serve" "bash: lanes se<TAB>"
 same "$(complete_in_bash lanes serve --por)" "--port" "bash: lanes serve --por<TAB>"
-same "$(complete_in_bash lanes run --temp 0 --top- | tr '\n' ' ')" "--top-k --top-p " "bash: lanes run --temp 0 --top-<TAB>"
+same "$(complete_in_bash lanes run --temp 0 --top- | tr '\n' ' ')" "--top-k --top-p --top-nsigma " "bash: lanes run --temp 0 --top-<TAB>"
 same "$(complete_in_bash lanes serve --kv-type q | tr '\n' ' ')" "q8_0 q4_0 " "bash: lanes serve --kv-type q<TAB>"
 same "$(complete_in_bash lanes help ex)" "experts" "bash: lanes help ex<TAB>"
 same "$(complete_in_bash lanes bench --dra | tr '\n' ' ')" "--draft --draft-model " "bash: lanes bench --dra<TAB>"

@@ -6,6 +6,7 @@
 #include "lanes/lanes.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "sample/sample.h"
 #include "t.h"
 #include "gen.h"
 #include "tokenizer/tokenizer.h"
@@ -1235,6 +1236,71 @@ static void test_grammar_exact(void) {
 	grammar_unref(g[1]);
 }
 
+// The samplers people tune keep every promise: DRY (its breakers the lane's map of the
+// vocabulary), XTC (its own coin), top-nσ, mirostat 1 and 2 (mu the request's own), dynamic
+// temperature and an order of the caller's give the same tokens solo, concurrent, in pieces, on
+// 1 thread, cached and drafted; and each changes what the request gives without it.
+static const char *const SMP_BREAKERS[] = {"\n", "."};
+enum { SMP_KINDS = 7 };
+static const char *const SMP_NAME[SMP_KINDS] = {"dry", "xtc", "top_n_sigma", "mirostat 2", "mirostat 1", "dynatemp", "samplers"};
+
+static void smp_on(lane_sampling *sp, int kind) {
+	switch (kind) {
+	case 0:
+		sp->dry_multiplier = 2.0f, sp->dry_base = 1.75f, sp->dry_allowed_length = 1, sp->dry_penalty_last_n = -1;
+		sp->dry_breakers = SMP_BREAKERS, sp->n_dry_breakers = 2;
+		break;
+	case 1: sp->xtc_probability = 0.7f, sp->xtc_threshold = 0.05f; break;
+	case 2: sp->top_n_sigma = 0.7f; break;
+	case 3: sp->mirostat = 2, sp->mirostat_tau = 2.0f, sp->mirostat_eta = 0.3f; break;
+	case 4: sp->mirostat = 1, sp->mirostat_tau = 2.0f, sp->mirostat_eta = 0.3f; break;
+	case 5: sp->dynatemp_range = 1.0f, sp->dynatemp_exponent = 0.5f; break;
+	default:
+		sp->samplers[0] = SAMPLE_MIN_P, sp->samplers[1] = SAMPLE_TOP_K, sp->samplers[2] = SAMPLE_TEMPERATURE;
+		sp->n_samplers = 3, sp->min_p = 0.2f, sp->top_k = 5;
+		break;
+	}
+}
+
+static void test_samplers_exact(void) {
+	static req_spec s[NREQ], off[NREQ];
+	const int n = NREQ / 2;
+	make_specs(s, n, 53, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < n; i++) {
+		lane_sampling *sp = &s[i].q.sampling;
+		sp->temperature = 1.5f, sp->seed = 70 + (uint64_t)i, sp->has_seed = true;
+		sp->top_k = 0, sp->top_p = 1, sp->min_p = 0;
+		s[i].q.max_tokens = MAXGEN, s[i].q.ignore_eos = true;
+		off[i] = s[i];
+		off[i].q.prompt = off[i].prompt;
+		smp_on(sp, i % SMP_KINDS);
+	}
+	static result ways[WAYS][NREQ], plain[NREQ];
+	lane_host *h = host(1, 0, false, 2);
+	run_all(h, off, n, plain, false);
+	lane_host_free(h);
+	run_every_way(s, n, ways);
+	int changed[SMP_KINDS] = {0};
+	for (int i = 0; i < n; i++) {
+		CHECKF(ways[WAY_SOLO][i].terminals == 1 && ways[WAY_SOLO][i].n == MAXGEN, "%s req %d: finished once (%s)",
+		       SMP_NAME[i % SMP_KINDS], i, ways[WAY_SOLO][i].reason);
+		check_every_way(SMP_NAME[i % SMP_KINDS], ways, i);
+		changed[i % SMP_KINDS] += memcmp(ways[WAY_SOLO][i].ids, plain[i].ids, sizeof plain[i].ids) != 0;
+	}
+	for (int k = 0; k < SMP_KINDS; k++) CHECKF(changed[k] > 0, "%s changes the tokens", SMP_NAME[k]);
+	// a bad value is refused at submit, naming the field
+	char err[256];
+	lane_request q = s[0].q;
+	q.sampling.xtc_probability = 2;
+	lane_req *bad = NULL;
+	h = host(1, 0, false, 2);
+	CHECKF(h && lane_submit(h, &q, &bad, err, sizeof err) != 0 && strstr(err, "xtc_probability"), "refused: %s", err);
+	q = s[0].q;
+	q.sampling.dry_base = 0.5f;
+	CHECKF(h && lane_submit(h, &q, &bad, err, sizeof err) != 0 && strstr(err, "dry_base"), "refused: %s", err);
+	lane_host_free(h);
+}
+
 // Reasoning budgets (lanes/think.c): the lane takes the end tokens in place of draws exactly at
 // the budget — at once for a budget of 0, counted after the reply's own open marker when the
 // prompt opened none — a close marker the reply writes ends the section unforced, a bad think is
@@ -1879,6 +1945,7 @@ int main(void) {
 	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);
 	with_model("stories260K.gguf", test_grammar_dead_end);
 	with_model("stories260K.gguf", test_think);
+	with_model("stories260K.gguf", test_samplers_exact);
 	with_model("stories260K.gguf", test_leases);
 	with_model("stories260K.gguf", lease_chaos_all);
 	T_DONE("lanes");

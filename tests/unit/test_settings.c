@@ -29,6 +29,19 @@ SET(set_queue, c->lanes.queue = (int32_t)v)
 SET(set_piece, c->lanes.piece = (int32_t)v)
 SET(set_round_ms, c->lanes.round_ms = v)
 SET(set_draft_max, c->lanes.draft_max = (int32_t)v)
+// a sampler's parameters with the sampler on, so the request contract checks them
+SET(set_dry_multiplier, c->sampling.dry_multiplier = (float)v)
+SET(set_dry_base, c->sampling.dry_base = (float)v; c->sampling.dry_multiplier = 1)
+SET(set_dry_allowed, c->sampling.dry_allowed_length = (int32_t)v; c->sampling.dry_multiplier = 1)
+SET(set_dry_last_n, c->sampling.dry_penalty_last_n = (int32_t)v; c->sampling.dry_multiplier = 1)
+SET(set_xtc_probability, c->sampling.xtc_probability = (float)v)
+SET(set_xtc_threshold, c->sampling.xtc_threshold = (float)v; c->sampling.xtc_probability = 1)
+SET(set_top_n_sigma, c->sampling.top_n_sigma = (float)v)
+SET(set_dynatemp_range, c->sampling.dynatemp_range = (float)v)
+SET(set_dynatemp_exp, c->sampling.dynatemp_exponent = (float)v; c->sampling.dynatemp_range = 1)
+SET(set_mirostat, c->sampling.mirostat = (int32_t)v)
+SET(set_mirostat_ent, c->sampling.mirostat_tau = (float)v; c->sampling.mirostat = 2)
+SET(set_mirostat_lr, c->sampling.mirostat_eta = (float)v; c->sampling.mirostat = 2)
 static const struct {
 	const char *names;
 	void (*set)(http_config *c, double v);
@@ -41,6 +54,11 @@ static const struct {
 	{"--max-tokenize-bytes", set_max_tokenize, 1}, {"--max-lora", set_max_lora, 1}, {"--learn-share", set_learn_share, 0.01},
 	{"--lanes", set_lanes, 1}, {"--ctx", set_ctx, 1}, {"--queue", set_queue, 1}, {"--piece", set_piece, 1},
 	{"--round-ms", set_round_ms, 0.0005}, {"--draft-max", set_draft_max, 1},
+	{"--dry-multiplier", set_dry_multiplier, 0.01}, {"--dry-base", set_dry_base, 0.01}, {"--dry-allowed-length", set_dry_allowed, 1},
+	{"--dry-penalty-last-n", set_dry_last_n, 1}, {"--xtc-probability", set_xtc_probability, 0.01},
+	{"--xtc-threshold", set_xtc_threshold, 0.01}, {"--top-nsigma", set_top_n_sigma, 0.01},
+	{"--dynatemp-range", set_dynatemp_range, 0.01}, {"--dynatemp-exp", set_dynatemp_exp, 0.01}, {"--mirostat", set_mirostat, 1},
+	{"--mirostat-ent", set_mirostat_ent, 0.01}, {"--mirostat-lr", set_mirostat_lr, 0.01},
 };
 
 // Whether http_config_check takes v for the number lib_numbers[k] sets.
@@ -89,6 +107,10 @@ int main(void) {
 	CHECK(kv_type_parse(s.kv_type) == (int)hc.lanes.kv_type);
 	CHECK(!strcmp(s.draft_mode, "auto") && hc.lanes.draft == LANE_DRAFT_AUTO);
 	CHECK(s.lanes == 0 && !cli_given(&s, &s.lanes) && cli_given(&s, &s.model));
+	// the samplers serve's flags give are the sampling a request starts from
+	lane_sampling sp = hc.sampling;
+	CHECK(cli_sampling(&s, &sp) == 0);
+	CHECK(!memcmp(&sp, &hc.sampling, sizeof sp));
 
 	// serve's range of each number is exactly what the libraries take
 	for (size_t k = 0; k < sizeof lib_numbers / sizeof lib_numbers[0]; k++) {

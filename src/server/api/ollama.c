@@ -192,7 +192,7 @@ typedef struct {
 	bool parallel_tool_calls;      // lanes' extension, as OpenAI's (default true: Ollama's models call several)
 	json_t *format, *images, *context, *tools, *tool_choice, *think, *keep_alive;
 	json_t *num_predict, *repeat_last_n;
-	json_t *mirostat, *tfs_z;
+	json_t *tfs_z;
 	char name[160];                // the model as the client named it
 	char lora[MODEL_LORA_NAME_MAX + 1]; // the adapter it names, without a tag
 } oll_req;
@@ -210,14 +210,16 @@ static const srv_field oll_options[] = {
 	{"repeat_last_n", SRV_K_JSON, .off = offsetof(oll_req, repeat_last_n)},
 	{"presence_penalty", SRV_K_NUM, LANE_F_PRESENCE_PENALTY, offsetof(oll_req, g.lr.sampling.presence_penalty), .sub = NULL},
 	{"frequency_penalty", SRV_K_NUM, LANE_F_FREQUENCY_PENALTY, offsetof(oll_req, g.lr.sampling.frequency_penalty), .sub = NULL},
-	{"mirostat", SRV_K_JSON, .off = offsetof(oll_req, mirostat)},
+	{"mirostat", SRV_K_INT, LANE_F_MIROSTAT, offsetof(oll_req, g.lr.sampling.mirostat), .sub = NULL},
+	{"mirostat_tau", SRV_K_NUM, LANE_F_MIROSTAT_TAU, offsetof(oll_req, g.lr.sampling.mirostat_tau), .sub = NULL},
+	{"mirostat_eta", SRV_K_NUM, LANE_F_MIROSTAT_ETA, offsetof(oll_req, g.lr.sampling.mirostat_eta), .sub = NULL},
 	{"tfs_z", SRV_K_JSON, .off = offsetof(oll_req, tfs_z)},
 	SRV_IGNORED("logits_all"), SRV_IGNORED("embedding_only"),
 	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(oll_req, g.lr.sampling.typical_p), .sub = NULL},
 	SRV_IGNORED("num_ctx"), SRV_IGNORED("num_keep"), SRV_IGNORED("num_batch"), SRV_IGNORED("num_gpu"),
 	SRV_IGNORED("main_gpu"), SRV_IGNORED("num_thread"), SRV_IGNORED("use_mmap"), SRV_IGNORED("use_mlock"),
 	SRV_IGNORED("low_vram"), SRV_IGNORED("numa"), SRV_IGNORED("f16_kv"), SRV_IGNORED("vocab_only"),
-	SRV_IGNORED("penalize_newline"), SRV_IGNORED("mirostat_tau"), SRV_IGNORED("mirostat_eta"),
+	SRV_IGNORED("penalize_newline"),
 	{0},
 };
 
@@ -385,7 +387,6 @@ static int oll_options_apply(srv_conn *c, oll_req *r, srv_err *e) {
 	if (last == 0) r->g.lr.sampling.repeat_penalty = 1.0f;
 	r->g.lr.sampling.repeat_last_n = last > 0 ? (int32_t)last : 0;
 	static const struct { const char *name; double neutral; size_t off; } fixed[] = {
-		{"mirostat", 0, offsetof(oll_req, mirostat)},
 		{"tfs_z", 1, offsetof(oll_req, tfs_z)},
 	};
 	for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {

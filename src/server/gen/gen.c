@@ -7,6 +7,7 @@
 #include "server/gen/gen.h"
 #include "grammar/grammar.h"
 #include "model/loras.h"
+#include "sample/sample.h"
 #include "server/grid/grid.h"
 
 #include <math.h>
@@ -25,15 +26,25 @@
 
 // ---- the request as read --------------------------------------------------------------------
 
+// A row whose JSON key is the name of its lane_sampling member, bounded as field LANE_F_f.
+#define SAMPLING_ROW(member, kind, f) {#member, SRV_K_##kind, LANE_F_##f, offsetof(srv_gen, lr.sampling.member), .sub = NULL}
+
 const srv_field srv_gen_fields[] = {
 	SRV_ROW(srv_gen, model, SRV_K_STR),
-	{"top_k", SRV_K_INT, LANE_F_TOP_K, offsetof(srv_gen, lr.sampling.top_k), .sub = NULL},
-	{"min_p", SRV_K_NUM, LANE_F_MIN_P, offsetof(srv_gen, lr.sampling.min_p), .sub = NULL},
-	{"typical_p", SRV_K_NUM, LANE_F_TYPICAL_P, offsetof(srv_gen, lr.sampling.typical_p), .sub = NULL},
+	SAMPLING_ROW(top_k, INT, TOP_K), SAMPLING_ROW(min_p, NUM, MIN_P), SAMPLING_ROW(typical_p, NUM, TYPICAL_P),
 	{"seed", SRV_K_SEED, .off = offsetof(srv_gen, lr.sampling)},
 	SRV_ROW(srv_gen, stream, SRV_K_BOOL),
 	{"draft", SRV_K_BOOL, .off = offsetof(srv_gen, lr.draft)},
 	{"ignore_eos", SRV_K_BOOL, .off = offsetof(srv_gen, lr.ignore_eos)},
+	// llama-server's samplers, by its names
+	SAMPLING_ROW(dry_multiplier, NUM, DRY_MULTIPLIER), SAMPLING_ROW(dry_base, NUM, DRY_BASE),
+	SAMPLING_ROW(dry_allowed_length, INT, DRY_ALLOWED_LENGTH), SAMPLING_ROW(dry_penalty_last_n, INT, DRY_PENALTY_LAST_N),
+	{"dry_sequence_breakers", SRV_K_JSON, .off = offsetof(srv_gen, dry_breakers_sent)},
+	SAMPLING_ROW(xtc_probability, NUM, XTC_PROBABILITY), SAMPLING_ROW(xtc_threshold, NUM, XTC_THRESHOLD),
+	SAMPLING_ROW(top_n_sigma, NUM, TOP_N_SIGMA), SAMPLING_ROW(dynatemp_range, NUM, DYNATEMP_RANGE),
+	SAMPLING_ROW(dynatemp_exponent, NUM, DYNATEMP_EXPONENT), SAMPLING_ROW(mirostat, INT, MIROSTAT),
+	SAMPLING_ROW(mirostat_tau, NUM, MIROSTAT_TAU), SAMPLING_ROW(mirostat_eta, NUM, MIROSTAT_ETA),
+	{"samplers", SRV_K_JSON, .off = offsetof(srv_gen, samplers_sent)},
 	// what other servers' clients send: aliases with the same meaning, template variables
 	{"repetition_penalty", SRV_K_NUM, LANE_F_REPEAT_PENALTY, offsetof(srv_gen, lr.sampling.repeat_penalty), .sub = NULL},
 	{"n_predict", SRV_K_JSON, .off = offsetof(srv_gen, n_predict)},
@@ -56,9 +67,11 @@ void srv_gen_init(srv_gen *g, const lane_api *api, srv_conn *conn) {
 	memset(g, 0, sizeof *g);
 	g->conn = conn;
 	lane_request_init(&g->lr); // "draft": false turns drafting off; --draft off for every request
+	if (conn && conn->s) g->lr.sampling = conn->s->cfg.sampling; // the server's samplers, before the request's own
 	g->api = *api;
 	g->n = 1;
 	g->think_budget = -1;
+	g->n_dry_breakers = -1;
 }
 
 void srv_gen_free(srv_gen *g) {
@@ -94,6 +107,50 @@ static void gen_wire(srv_gen *g) {
 	g->lr.n_grammar_triggers = g->n_triggers;
 	g->lr.lora = g->lora_set.n ? &g->lora_set : NULL;
 	g->lr.think = g->reasoning ? &g->lthink : NULL;
+	if (g->n_dry_breakers >= 0) {
+		g->lr.sampling.dry_breakers = g->dry_breakers;
+		g->lr.sampling.n_dry_breakers = g->n_dry_breakers;
+	}
+}
+
+// dry_sequence_breakers (an array of strings) and samplers (an array of llama-server's names,
+// or a string of its letters) as sent, into g's request.
+static int gen_samplers(srv_gen *g, srv_err *e) {
+	char err[256];
+	const json_t *b = g->dry_breakers_sent, *o = g->samplers_sent;
+	if (b) {
+		const char *name = lane_api_name(&g->api, LANE_F_DRY_SEQUENCE_BREAKERS);
+		if (!json_is_array(b)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an array of strings", name);
+		if (lane_check_value(&g->api, LANE_F_DRY_SEQUENCE_BREAKERS, (double)json_array_size(b), err, sizeof err))
+			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
+		size_t i;
+		json_t *x;
+		g->n_dry_breakers = 0;
+		json_array_foreach(b, i, x) {
+			if (!json_is_string(x)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s[%zu] must be a string", name, i);
+			g->dry_breakers[g->n_dry_breakers++] = json_string_value(x);
+		}
+	}
+	if (!o) return 0;
+	const char *name = lane_api_name(&g->api, LANE_F_SAMPLERS);
+	lane_sampling *sp = &g->lr.sampling;
+	const size_t n = json_is_array(o) ? json_array_size(o) : json_is_string(o) ? json_string_length(o) : 0;
+	if (!json_is_array(o) && !json_is_string(o))
+		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an array of sampler names or a string of their letters", name);
+	if (lane_check_value(&g->api, LANE_F_SAMPLERS, (double)n, err, sizeof err)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *x = json_is_array(o) ? json_array_get(o, i) : NULL;
+		const char *s = json_is_string(o) ? json_string_value(o) : json_string_value(x);
+		const int st = json_is_string(o) ? sample_stage_letter(s[i]) : s ? sample_stage_named(s) : -1;
+		if (st < 0 && json_is_string(o))
+			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s: '%c' is not a sampler's letter (e d s k y p m x t)", name, s[i]);
+		if (st < 0)
+			return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s[%zu] is not a sampler's name (penalties, dry, top_n_sigma, top_k, typ_p, "
+				"top_p, min_p, xtc, temperature)", name, i);
+		sp->samplers[i] = (uint8_t)st;
+	}
+	sp->n_samplers = (int32_t)n;
+	return 0;
 }
 
 // Appends adapter a (a reference the set takes over) at scale to g's set; a scale of 0 turns it
@@ -199,6 +256,7 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	}
 	// a request that sets no limit gets the server's (--max-tokens); the window caps both
 	if (!g->lr.max_tokens && s->cfg.max_tokens > 0) g->lr.max_tokens = s->cfg.max_tokens;
+	if (gen_samplers(g, e)) return -1;
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_COUNT;

@@ -32,6 +32,10 @@ typedef struct {
 	const char *reasoning_effort;  // passed to templates that read it
 	json_t *metadata;              // the client's labels (borrowed); "domain" names the expert observer's domain
 	json_t *n_predict;             // llama-server's max_tokens (-1: no limit)
+	json_t *dry_breakers_sent;     // llama-server's dry_sequence_breakers as sent (borrowed)
+	json_t *samplers_sent;         // llama-server's samplers as sent (borrowed): names, or a string of letters
+	const char *dry_breakers[LANE_MAX_DRY_BREAKERS]; // point into the request's JSON
+	int32_t n_dry_breakers;        // -1: the lane's default breakers
 	int32_t **prompts;             // n prompts, one per choice, owned (NULL: every choice runs prompt)
 	int32_t *n_prompts;
 	// constrained decoding and tools (gen/tools.c)
@@ -57,7 +61,8 @@ typedef struct {
 } srv_gen;
 
 // The rows every API reads alike (offsets in srv_gen): model, top_k, min_p, seed, stream,
-// and the draft and ignore_eos extensions.
+// the draft and ignore_eos extensions, and llama-server's samplers (DRY, XTC, top-nσ, mirostat,
+// dynamic temperature, their order).
 extern const srv_field srv_gen_fields[];
 
 // Neutral sampling, drafting allowed, one choice, the adapter's api, for conn's request.
