@@ -392,7 +392,6 @@ static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
 	if (json_is_true(v)) srv_ignored_add(c, "store"); // completions are not stored
 	if ((v = r->suffix) && !json_is_string(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix must be a string");
-	if (json_string_length(v)) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
 	return 0;
 }
 
@@ -533,8 +532,9 @@ void srv_chat_completions(srv_conn *c) {
 	oai_run(c, &chat_ep, j, &r, NULL, &e);
 }
 
-// The completion prompt: a string, token ids, or a one-element array of either.
-static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_err *e) {
+// The completion prompt: a string, token ids, or a one-element array of either; with a
+// non-empty suffix, a string continued up to that suffix.
+static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, char **echo, srv_err *e) {
 	if (json_is_array(p) && json_array_size(p) == 1 &&
 	    (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
 		p = json_array_get(p, 0);
@@ -544,15 +544,22 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt",
 				"batch prompts are not supported: %zu prompts were sent, send one per request (or n for several completions of one)",
 				json_array_size(p));
+	const size_t n_suffix = json_string_length(suffix);
+	if (n_suffix && !json_is_string(p))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix needs the prompt as a string (its text is what comes before the insertion)");
 	if (json_is_string(p)) {
 		size_t n = 0;
-		if (lane_check_prompt_size(s->host, 0, json_string_length(p), &g->api, err, sizeof err, NULL)) {
+		if (lane_check_prompt_size(s->host, 0, json_string_length(p) + n_suffix, &g->api, err, sizeof err, NULL)) {
 			srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
 			snprintf(e->code, sizeof e->code, "context_length_exceeded");
 			return -1;
 		}
-		int rc = tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
-		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), "prompt", "%s", err);
+		// a suffix makes it a fill-in-the-middle prompt: the insertion between prompt and suffix
+		const chat_fim f = {.prefix = json_string_value(p), .prefix_len = json_string_length(p),
+				    .suffix = json_string_value(suffix), .suffix_len = n_suffix};
+		int rc = n_suffix ? chat_fim_prompt(s->vocab, &f, &g->prompt, &n, err, sizeof err)
+				  : tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
+		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), n_suffix ? "suffix" : "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
 		g->lr.n_prompt = (int32_t)n;
 		*echo = strdup(json_string_value(p));
@@ -589,7 +596,7 @@ void srv_completions(srv_conn *c) {
 	if (!rc && r.echo && r.g.lr.logprobs)
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "echo", "echo with logprobs is not supported (prompt logprobs are not computed)");
 	if (!rc && !r.prompt) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt is required");
-	if (!rc) rc = cmpl_prompt(c->s, r.prompt, &r.g, &echo_text, &e);
+	if (!rc) rc = cmpl_prompt(c->s, r.prompt, r.suffix, &r.g, &echo_text, &e);
 	if (rc) {
 		json_decref(j);
 		free(echo_text);
