@@ -254,4 +254,31 @@ typedef int (*chat_check_fn)(void *arg, size_t bytes, char *err, size_t errlen);
 int chat_prompt(const chat_tmpl *c, const chat_input *in, chat_check_fn check, void *check_arg, int32_t **ids, size_t *n,
 		enum chat_fault *fault, char *err, size_t errlen);
 
+// ---- fill-in-the-middle (fim.c) ---------------------------------------------------------------
+// A file of the project beside the one being edited (llama-server's input_extra).
+typedef struct {
+	const char *filename;       // NULL: "tmp", as llama-server names a file sent without one
+	const char *text;
+	size_t filename_len, text_len;
+} chat_fim_file;
+
+// What a fill-in-the-middle prompt is made of: the code before the cursor, the text being typed
+// there (tokenized with special tokens parsed), the code after it, and other files.
+typedef struct {
+	const char *prefix, *middle, *suffix;
+	size_t prefix_len, middle_len, suffix_len;
+	const chat_fim_file *extra;
+	size_t n_extra;
+	bool repo;                  // llama-server's /infill: the repository framing even with no files
+} chat_fim;
+
+// Whether v has the tokens a fill-in-the-middle prompt needs (prefix, suffix, middle).
+bool chat_fim_supported(const tok_vocab *v);
+// The prompt in llama-server's order (format_infill): BOS as v adds it (first, where llama-server
+// puts it after the files); with repo or files, <|repo_name|>myproject\n where v has a repository
+// token, each file after <|file_sep|>NAME\n where v has a file separator (else after a snippet
+// line), then <|file_sep|>filename\n; then PRE prefix middle SUF suffix MID. *ids malloc'd, *n of them. 0, or LANES_EUNSUPPORTED
+// naming the missing tokens, or the tokenizer's code, with err.
+int chat_fim_prompt(const tok_vocab *v, const chat_fim *f, int32_t **ids, size_t *n, char *err, size_t errlen);
+
 #endif

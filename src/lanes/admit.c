@@ -86,7 +86,8 @@ void lane_start_admitted(lane_host *h) {
 		if (!r || r->started) continue;
 		r->started = true;
 		lane_draft_start(h, r);
-		if (h->cfg.prefix_cache && (r->embed == LANE_EMBED_OFF || r->embed == LANE_EMBED_LAST)) {
+		// a request for prompt log-probabilities computes every row: a cached one has no logits
+		if (h->cfg.prefix_cache && (r->embed == LANE_EMBED_OFF || r->embed == LANE_EMBED_LAST) && !r->plp) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prefix_root, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;
@@ -183,6 +184,12 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->gen = malloc((size_t)(r->max_tokens ? r->max_tokens : 1) * sizeof *r->gen);
 	r->detok = tok_stream_new(h->vocab, 0);
 	bool ok = r->prompt && r->gen && r->detok;
+	if (ok && q->prompt_logprobs && q->embed == LANE_EMBED_OFF) {
+		r->pk = q->prompt_top_logprobs;
+		r->plp = calloc((size_t)q->n_prompt, sizeof *r->plp);
+		r->ptop = r->pk ? calloc((size_t)q->n_prompt * (size_t)r->pk, sizeof *r->ptop) : NULL;
+		ok = r->plp && (r->ptop || !r->pk);
+	}
 	if (ok && r->embed != LANE_EMBED_OFF) {
 		r->pool_sum = calloc((size_t)h->hp.n_embd, sizeof *r->pool_sum);
 		const size_t nv = r->embed == LANE_EMBED_NONE ? (size_t)q->n_prompt : 1;

@@ -69,8 +69,9 @@ static bool is_stop_token(const lane_host *h, const lane_req *r, int32_t tok) {
 	return false;
 }
 
-// Log-probabilities of the raw distribution: the chosen token's and the top n.
-static float logprobs(const float *logits, int32_t n_vocab, int32_t tok, lane_top *top, int32_t n_top) {
+// Log-probabilities of the raw distribution: the chosen token's and the top n; its rank
+// (1 + the tokens more likely) when rank is not NULL.
+static float logprobs(const float *logits, int32_t n_vocab, int32_t tok, lane_top *top, int32_t n_top, int32_t *rank) {
 	float mx = -INFINITY;
 	for (int32_t i = 0; i < n_vocab; i++)
 		if (logits[i] > mx) mx = logits[i];
@@ -85,7 +86,13 @@ static float logprobs(const float *logits, int32_t n_vocab, int32_t tok, lane_to
 		while (k > 0 && top[k - 1].logprob < v) { top[k] = top[k - 1]; k--; }
 		top[k] = (lane_top){i, v};
 	}
-	return logits[tok] - lse;
+	const float lp = logits[tok] - lse;
+	if (rank) {
+		int32_t above = 0;
+		for (int32_t i = 0; i < n_vocab; i++) above += logits[i] - lse > lp;
+		*rank = 1 + above;
+	}
+	return lp;
 }
 
 // The request's token at absolute position pos: penalties, biases and the grammar's mask on
@@ -183,7 +190,12 @@ int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg) {
 	}
 	int32_t n_top = r->top_logprobs;
 	float lp = 0;
-	if (r->logprobs) lp = logprobs(lg, h->hp.n_vocab, tok, h->top, n_top);
+	if (r->logprobs) lp = logprobs(lg, h->hp.n_vocab, tok, h->top, n_top, NULL);
 	take_token(h, r, tok, lp, h->top, r->logprobs ? n_top : 0);
 	return tok;
+}
+
+void lane_emit_prompt_lp(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
+	lane_prompt_lp *e = &r->plp[pos + 1];
+	e->logprob = logprobs(lg, h->hp.n_vocab, r->prompt[pos + 1], r->ptop + (size_t)(pos + 1) * r->pk, r->pk, &e->rank);
 }

@@ -157,7 +157,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->leases = calloc((size_t)cfg.lanes, sizeof *h->leases);
 	const size_t V = (size_t)h->hp.n_vocab, max_rows = (size_t)lane_max_rows(&cfg);
 	if (!rc) rc = model_ws_new(&h->ws, m, (int64_t)max_rows, cfg.threads, model_attn_fused() ? 0 : h->max_ctx, err, errlen);
-	h->logits = malloc((size_t)max_logit_rows(&cfg) * V * sizeof(float));
+	h->cap_logits = max_logit_rows(&cfg);
+	h->logits = malloc((size_t)h->cap_logits * V * sizeof(float));
 	h->rows = malloc(max_rows * sizeof *h->rows);
 	h->row_lane = malloc(max_rows * sizeof *h->row_lane);
 	h->row_hidden = malloc(max_rows * sizeof *h->row_hidden);

@@ -92,6 +92,11 @@ typedef struct {
 	bool logprobs;            // report each token's log-probability
 	int32_t top_logprobs;     // and the top n alternatives (<= LANE_MAX_TOP_LOGPROBS)
 	bool draft;               // allow speculative drafting for this request (never changes its tokens)
+	// Each prompt token's log-probability after the first (and its rank, and the top
+	// prompt_top_logprobs alternatives), from the prompt pass itself: its rows keep their
+	// logits. Such a request does not read the prefix cache (a cached row has no logits).
+	bool prompt_logprobs;
+	int32_t prompt_top_logprobs; // 0..LANE_MAX_TOP_LOGPROBS
 	const lane_api *api;      // the API's names and narrower bounds for errors (NULL: the host's)
 	// LANE_EMBED_OFF: generate. Otherwise the prompt runs through the rounds like any other
 	// and the request ends with its pooled vector, generating nothing (max_tokens, sampling
@@ -409,6 +414,16 @@ int lane_next(lane_req *req, lane_event *ev, int64_t timeout_us);
 // Asks the host to cancel req: it ends with a cancelled event (unless it already ended).
 // Thread-safe.
 void lane_cancel(lane_req *req);
+// A prompt token's log-probability as the prompt pass gave it: rank 1 is the most likely token.
+typedef struct {
+	float logprob;
+	int32_t rank;
+} lane_prompt_lp;
+// The prompt's log-probabilities of a request submitted with prompt_logprobs, once its first
+// event has been read (the prompt pass is whole then): entry i (1..n_prompt-1) is lp[i], with
+// its alternatives top[i*k .. i*k+k) most likely first (*k of them); entry 0 has none. NULL for
+// a request without them. Valid until lane_req_free; read by the request's reader.
+const lane_prompt_lp *lane_req_prompt_logprobs(const lane_req *req, const lane_top **top, int32_t *k);
 // Releases the caller's handle; cancels the request first if it has not ended. Once per
 // handle, by its reader (safe beside the engine thread).
 void lane_req_free(lane_req *req);

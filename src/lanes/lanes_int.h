@@ -58,6 +58,9 @@ struct lane_req {
 	size_t stop_max;          // longest stop string
 	bool ignore_eos, logprobs, draft;
 	int32_t top_logprobs;
+	lane_prompt_lp *plp;      // (n_prompt) prompt_logprobs: each prompt token's, from its row before (NULL: not asked)
+	lane_top *ptop;           // (n_prompt x pk) their alternatives
+	int32_t pk;
 	enum lane_embed embed;
 	bool normalize;
 	grammar *grammar;         // constrained decoding: the host's reference (NULL: none)
@@ -169,7 +172,8 @@ struct lane_host {
 	bool *row_hidden;         // the rows whose hidden state an embedding pools
 	float *hidden;            // their hidden states, cap_hidden rows of n_embd
 	int32_t cap_hidden;
-	float *logits;
+	float *logits;            // cap_logits rows of n_vocab
+	int32_t cap_logits;
 	int32_t cap_rows;
 	float *scratch;           // n_vocab floats for sampling
 	lane_top *top;
@@ -252,6 +256,8 @@ void lane_bg_halt(lane_host *h);
 // Emit (emit.c): samples r's next token from lg, emits its text, and ends r when a stop
 // token, stop string or its length says so; returns the token.
 int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg);
+// A prompt row's logits lg (at pos) into the log-probability of r's prompt token at pos + 1.
+void lane_emit_prompt_lp(lane_host *h, lane_req *r, const float *lg, int32_t pos);
 
 // Reasoning (think.c).
 enum { LANE_TH_OFF, LANE_TH_BEFORE, LANE_TH_IN, LANE_TH_FORCE, LANE_TH_AFTER };

@@ -26,6 +26,8 @@ void lreq_unref(lane_req *r) {
 	free(r->dry_z);
 	free(r->stop_ids);
 	free(r->gen);
+	free(r->plp);
+	free(r->ptop);
 	free(r->pool_sum);
 	free(r->vec);
 	free(r->pending);
@@ -159,4 +161,10 @@ void lane_req_free(lane_req *r) {
 	if (!r) return;
 	lane_cancel(r);
 	lreq_unref(r);
+}
+
+const lane_prompt_lp *lane_req_prompt_logprobs(const lane_req *r, const lane_top **top, int32_t *k) {
+	*top = r->ptop;
+	*k = r->pk;
+	return r->plp;
 }

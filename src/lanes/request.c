@@ -150,6 +150,9 @@ int lane_check_params(const lane_request *q, const lane_api *api, int32_t n_voca
 		if (s->samplers[i] >= SAMPLE_STAGES)
 			return fail(LANE_F_SAMPLERS, bad,
 				    base_seterr(err, errlen, LANES_EINVAL, "%s: entry %d is not a sampler", lane_api_name(api, LANE_F_SAMPLERS), i));
+	if (q->prompt_logprobs && (q->prompt_top_logprobs < 0 || q->prompt_top_logprobs > LANE_MAX_TOP_LOGPROBS))
+		return fail(LANE_F_TOP_LOGPROBS, bad, base_seterr(err, errlen, LANES_EINVAL, "prompt_logprobs must be between 0 and %d, got %d",
+								 LANE_MAX_TOP_LOGPROBS, q->prompt_top_logprobs));
 	const char *bn = lane_api_name(api, LANE_F_LOGIT_BIAS);
 	if (s->n_bias < 0 || s->n_bias > n_vocab || (s->n_bias && !s->bias))
 		return fail(LANE_F_LOGIT_BIAS, bad, base_seterr(err, errlen, LANES_EINVAL, "%s has too many entries", bn));

@@ -106,9 +106,11 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 
 // After the n decode and draft rows (costing decode base rows), prompt pieces in admission
 // order (or the row policy's) until the budget, less the rows kept for background work, is
-// spent; returns the rows' count.
+// spent, and while the logits buffer has room for the rows that keep theirs (a prompt's last;
+// every row of one that asked for prompt log-probabilities); returns the rows' count.
 static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double keep) {
 	double budget = lane_prompt_budget(h, decode) - keep;
+	int32_t n_logits = n; // decode and draft rows all keep theirs
 	for (;;) {
 		lane_req *r = budget >= 1 ? next_piece(h) : NULL;
 		if (!r) break;
@@ -117,6 +119,12 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double 
 		const double fit = floor(budget / w);
 		int32_t take = imin(r->n_prompt - r->n_filled, fit < 1 ? 1 : fit > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : (int32_t)fit);
 		if (h->cfg.piece > 0) take = imin(take, h->cfg.piece);
+		const int32_t room = h->cap_logits - n_logits;
+		if (r->plp) take = imin(take, room);
+		else if (r->n_filled + take == r->n_prompt && room < 1) take = r->n_prompt - 1 - r->n_filled; // its last row waits
+		// the pieces cut here change no bits: a row's logits never depend on its piece
+		if (take < 1) break;
+		n_logits += r->plp ? take : r->n_filled + take == r->n_prompt;
 		if (ensure_rows(h, n + take) || lane_fault(h, r)) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
@@ -125,7 +133,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double 
 		for (int32_t k = 0; k < take; k++) {
 			int32_t pos = r->n_filled + k;
 			const bool last = pos == r->n_prompt - 1;
-			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, last && !embed, r->lora.n ? &r->lora : NULL};
+			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, (last || r->plp) && !embed, r->lora.n ? &r->lora : NULL};
 			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || r->embed == LANE_EMBED_NONE || (r->embed == LANE_EMBED_LAST && last) ||
 					   (r->embed == LANE_EMBED_CLS && pos == 0);
 			h->row_lane[n++] = r->lane;
@@ -224,6 +232,11 @@ static void sample_rows(lane_host *h, int32_t n) {
 		const float *lg = h->logits + (size_t)li++ * n_vocab;
 		lane_req *r = h->lanes[h->row_lane[i]];
 		if (!r) continue;
+		if (h->rows[i].pos < r->n_prompt - 1) { // a prompt row kept for its log-probabilities
+			h->stats.prompt_tokens++;
+			lane_emit_prompt_lp(h, r, lg, h->rows[i].pos);
+			continue;
+		}
 		if (r->n_gen == 0 && h->rows[i].pos == r->n_prompt - 1) {
 			h->stats.prompt_tokens++;
 			if (h->cfg.prefix_cache) kv_prefix_publish(h->kv, r->lane, r->prefix_root, r->prompt, r->n_prompt);

@@ -78,6 +78,9 @@ void srv_ollama_chat(srv_conn *c);
 void srv_ollama_embed(srv_conn *c);
 void srv_ollama_embeddings(srv_conn *c);
 
+// llama-server's fill-in-the-middle (api/infill.c)
+void srv_infill(srv_conn *c);
+
 // the model cache over Ollama's API (ops/cache.c): pulls run on threads of their own, stopped
 // (cancelled, their connections resumed, their threads waited for) before the daemon stops
 void srv_ollama_pull(srv_conn *c);

@@ -96,6 +96,7 @@ static const srv_route routes[] = {
 	// the kept responses: read and deleted under the key, as the responses themselves were made
 	{"GET", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_get},
 	{"DELETE", "/v1/responses/", SRV_R_AUTH | SRV_R_PREFIX, SRV_RESPONSES, srv_responses_delete},
+	{"POST", "/infill", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_LLAMA, srv_infill},
 	{"POST", "/v1/embeddings", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_embeddings},
 	{"POST", "/v1/rerank", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_rerank},
 	{"POST", "/rerank", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OPENAI, srv_rerank},

@@ -72,6 +72,7 @@ struct tok_vocab {
 	uint64_t *piece_off;     // (n_tokens)
 	uint32_t *piece_len;     // (n_tokens)
 	int32_t bos, eos, eot, eom, unk, pad, sep;
+	int32_t fim[TOK_FIM__COUNT]; // fill-in-the-middle ids by enum tok_fim (-1: none)
 	bool add_bos, add_eos, add_space_prefix, ignore_merges;
 	int32_t *special;        // control / user-defined / unknown ids, longest text first
 	size_t n_special;

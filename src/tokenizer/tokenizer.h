@@ -48,6 +48,10 @@ int32_t tok_eot(const tok_vocab *v); // from the file, else found by text (<|eot
 int32_t tok_eom(const tok_vocab *v); // from the file, else <|eom_id|>
 int32_t tok_pad(const tok_vocab *v);
 int32_t tok_unk(const tok_vocab *v);
+// Fill-in-the-middle tokens: tokenizer.ggml.fim_*_token_id, else found by their known texts
+// (<|fim_prefix|>, <fim_prefix>, <PRE>, <|repo_name|>, <|file_sep|>, ...).
+enum tok_fim { TOK_FIM_PRE, TOK_FIM_SUF, TOK_FIM_MID, TOK_FIM_PAD, TOK_FIM_REP, TOK_FIM_SEP, TOK_FIM__COUNT };
+int32_t tok_fim(const tok_vocab *v, enum tok_fim which);
 bool tok_add_bos(const tok_vocab *v); // tokenizer.ggml.add_bos_token; absent: SPM and llama3 yes, BPE no
 bool tok_add_eos(const tok_vocab *v); // tokenizer.ggml.add_eos_token; absent: no
 bool tok_add_space_prefix(const tok_vocab *v); // SPM prefixes a space to text (default yes)

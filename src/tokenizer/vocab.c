@@ -3,6 +3,7 @@
 // names (EOT, EOG, FIM, per-token strip rules), and answers the accessors of tokenizer.h.
 #include "tokenizer/tok_impl.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,8 @@ static int32_t find_cstr(const tok_vocab *v, const char *s) {
 // Special ids read from the file; index order matches special_keys below.
 enum { SP_BOS, SP_EOS, SP_EOT, SP_EOM, SP_UNK, SP_SEP, SP_PAD, SP_FIM_PRE, SP_FIM_SUF, SP_FIM_MID,
        SP_FIM_PAD, SP_FIM_REP, SP_FIM_SEP, SP_COUNT };
+// the FIM slots run in enum tok_fim's order, so tok_fim reads them by offset
+static_assert(SP_FIM_SEP - SP_FIM_PRE == TOK_FIM_SEP && SP_COUNT - SP_FIM_PRE == TOK_FIM__COUNT, "FIM slots out of order");
 
 static const struct {
 	int slot;
@@ -554,6 +557,7 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	v->unk = sp[SP_UNK];
 	v->pad = sp[SP_PAD];
 	v->sep = sp[SP_SEP];
+	for (int i = 0; i < TOK_FIM__COUNT; i++) v->fim[i] = sp[SP_FIM_PRE + i];
 	if (v->add_bos && v->bos < 0) {
 		rc = base_seterr(err, errlen, LANES_EFORMAT, "BOS is to be added (%s) but there is no BOS token",
 				  gguf_get(g, KEY("add_bos_token")) ? KEY("add_bos_token") : "the default for this tokenizer");
@@ -612,6 +616,7 @@ int32_t tok_eot(const tok_vocab *v) { return v->eot; }
 int32_t tok_eom(const tok_vocab *v) { return v->eom; }
 int32_t tok_pad(const tok_vocab *v) { return v->pad; }
 int32_t tok_unk(const tok_vocab *v) { return v->unk; }
+int32_t tok_fim(const tok_vocab *v, enum tok_fim which) { return (unsigned)which < TOK_FIM__COUNT ? v->fim[which] : -1; }
 bool tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 bool tok_add_eos(const tok_vocab *v) { return v->add_eos; }
 bool tok_add_space_prefix(const tok_vocab *v) { return v->add_space_prefix; }

@@ -132,7 +132,7 @@ const APIS = {
 			logit_bias: { ok: any('obj') },
 			logprobs: { ok: int(0, 20) },
 			echo: { ok: BOOL },
-			suffix: { ok: STR },
+			suffix: { ok: any('empty') }, // a non-empty one needs FIM tokens, which this model has not: 400
 			best_of: { ok: NONE },
 			stream: { ok: BOOL },
 			stream_options: { ok: any('obj') },

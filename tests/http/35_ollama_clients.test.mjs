@@ -92,7 +92,7 @@ test('show: the capabilities this server serves — completion, tools, embedding
 	try {
 		const c = (await postJSON(`${t.url}/api/show`, { model: 'stories260K' })).body.capabilities;
 		assert.ok(c.includes('thinking') && c.includes('tools'), JSON.stringify(c));
-		assert.ok(!c.includes('insert'), 'suffix is refused: no insert');
+		assert.ok(!c.includes('insert'), 'no fill-in-the-middle tokens: no insert');
 	} finally {
 		t.proc.kill('SIGKILL');
 	}

@@ -1015,16 +1015,23 @@ static void collect_vec(lane_req *r, float *out, int32_t E, enum lane_embed pool
 	CHECK(got && tokens == 0);
 }
 
+// A one-sequence KV cache and a workspace for n rows, for passes straight through the model.
+static void direct_new(int32_t n, kv_cache **kv, model_ws **w) {
+	char err[256];
+	kv_config c = model_kv_config(M, KV_F16S, 1, 128, 16);
+	*kv = NULL, *w = NULL;
+	CHECKF(kv_new(kv, &c, err, sizeof err) == 0, "%s", err);
+	CHECKF(model_ws_new(w, M, n, 1, 0, err, sizeof err) == 0, "%s", err);
+}
+
 // The pooled, normalized vector straight from the forward pass: every row's hidden state.
 static void embed_direct(const int32_t *ids, int32_t n, enum lane_embed mode, float *out) {
 	const model_hparams *hp = model_hparams_of(M);
 	const int32_t E = hp->n_embd;
 	char err[256];
-	kv_config c = model_kv_config(M, KV_F16S, 1, 128, 16);
-	kv_cache *kv = NULL;
-	CHECKF(kv_new(&kv, &c, err, sizeof err) == 0, "%s", err);
-	model_ws *w = NULL;
-	CHECKF(model_ws_new(&w, M, n, 1, 0, err, sizeof err) == 0, "%s", err);
+	kv_cache *kv;
+	model_ws *w;
+	direct_new(n, &kv, &w);
 	model_row rows[64];
 	bool want[64];
 	float *hid = malloc((size_t)n * E * sizeof *hid);
@@ -1042,6 +1049,70 @@ static void embed_direct(const int32_t *ids, int32_t n, enum lane_embed mode, fl
 	free(hid);
 	model_ws_free(w);
 	kv_free(kv);
+}
+
+// Each prompt token's log-probability straight from the forward pass (every row's logits),
+// taken as emit.c takes a token's: the float log-sum-exp over a double sum, and the rank.
+static void prompt_lp_direct(const int32_t *ids, int32_t n, lane_prompt_lp *out) {
+	const int32_t nv = model_hparams_of(M)->n_vocab;
+	char err[256];
+	kv_cache *kv;
+	model_ws *w;
+	direct_new(n, &kv, &w);
+	model_row rows[64];
+	float *lg = malloc((size_t)n * nv * sizeof *lg);
+	for (int32_t i = 0; i < n; i++) rows[i] = (model_row){ids[i], i, 0, true, NULL};
+	CHECKF(kv && w && lg && model_forward_ws(M, kv, NULL, w, rows, n, lg, err, sizeof err) == 0, "%s", err);
+	for (int32_t p = 0; lg && p + 1 < n; p++) {
+		const float *l = lg + (size_t)p * nv;
+		float mx = -INFINITY;
+		for (int32_t i = 0; i < nv; i++) mx = l[i] > mx ? l[i] : mx;
+		double sum = 0;
+		for (int32_t i = 0; i < nv; i++) sum += exp((double)l[i] - mx);
+		const float lse = mx + (float)log(sum), lp = l[ids[p + 1]] - lse;
+		int32_t above = 0;
+		for (int32_t i = 0; i < nv; i++) above += l[i] - lse > lp;
+		out[p + 1] = (lane_prompt_lp){lp, 1 + above};
+	}
+	free(lg);
+	model_ws_free(w);
+	kv_free(kv);
+}
+
+// Prompt log-probabilities come from the prompt pass itself, bit for bit the forward pass's:
+// concurrent with every prompt in the prefix cache (which such a request does not read), solo,
+// and in pieces of 3; the generated tokens are those of the same requests without them.
+static void test_prompt_lp(void) {
+	static req_spec s[NREQ];
+	static result plain[NREQ], res[NREQ];
+	const int n = 8;
+	make_specs(s, n, 11, model_hparams_of(M)->n_vocab);
+	lane_host *hs[3] = {host(4, 7, true, 2), host(1, 0, false, 2), host(5, 3, false, 2)};
+	if (hs[0]) run_all(hs[0], s, n, plain, true); // every prompt into the prefix cache
+	for (int i = 0; i < n; i++) s[i].q.prompt_logprobs = true, s[i].q.prompt_top_logprobs = i % 4;
+	char err[256];
+	for (int w = 0; w < 3; w++) {
+		lane_req *r[NREQ] = {0};
+		for (int i = 0; hs[w] && i < n; i++) CHECKF(lane_submit(hs[w], &s[i].q, &r[i], err, sizeof err) == 0, "submit: %s", err);
+		for (int i = 0; i < n; i++) {
+			if (!r[i]) continue;
+			collect(r[i], &res[i]);
+			CHECKF(same(&plain[i], &res[i]), "way %d req %d: the same tokens as without prompt log-probabilities", w, i);
+			const lane_top *top;
+			int32_t k;
+			const lane_prompt_lp *lp = lane_req_prompt_logprobs(r[i], &top, &k);
+			lane_prompt_lp want[64];
+			prompt_lp_direct(s[i].prompt, s[i].n_prompt, want);
+			CHECKF(lp && k == i % 4, "way %d req %d: %d alternatives", w, i, k);
+			for (int32_t p = 1; lp && p < s[i].n_prompt; p++) {
+				CHECKF(!memcmp(&lp[p], &want[p], sizeof want[p]), "way %d req %d token %d: %g (rank %d), the forward pass's %g (rank %d)",
+				       w, i, p, lp[p].logprob, lp[p].rank, want[p].logprob, want[p].rank);
+				CHECK(!k || (top[(size_t)p * k].logprob >= lp[p].logprob && (want[p].rank > 1 || top[(size_t)p * k].token == s[i].prompt[p])));
+			}
+			lane_req_free(r[i]);
+		}
+	}
+	for (int w = 0; w < 3; w++) lane_host_free(hs[w]);
 }
 
 // Embeddings through the rounds: each pooling's vector is what the forward pass's hidden
@@ -1940,6 +2011,8 @@ int main(void) {
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);
 	with_model("stories260K.gguf", test_embed);
+	with_model("stories260K.gguf", test_prompt_lp);
+	with_model("ref-qwen2-Q8_0.gguf", test_prompt_lp);
 	with_model("ref-qwen2-Q8_0.gguf", test_embed);
 	with_model("stories260K.gguf", test_grammar_exact);
 	with_model("ref-spm-Q4_0.gguf", test_grammar_exact);

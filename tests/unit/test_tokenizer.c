@@ -6,6 +6,7 @@
 #include "cli/settings.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab.h"
 #include "tokenizer/tok_impl.h" // white-box: the SPM cut-point shortcut is checked against the plain run
 
 #include <dirent.h>
@@ -14,25 +15,6 @@
 #include <unistd.h>
 
 // ---- helpers ----------------------------------------------------------------------------
-
-static tok_vocab *load_vocab_path(const char *path) {
-	char err[512];
-	gguf *g;
-	if (gguf_open(&g, path, err, sizeof err)) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		return NULL;
-	}
-	tok_vocab *v = NULL;
-	if (tok_vocab_load(&v, g, err, sizeof err)) fprintf(stderr, "%s: %s\n", path, err);
-	gguf_free(g);
-	return v;
-}
-
-static tok_vocab *load_vocab(const char *name) {
-	char path[1024];
-	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", t_shared(), name);
-	return load_vocab_path(path);
-}
 
 // Encodes s and compares with the expected ids (terminated by -2).
 static bool enc_is(const tok_vocab *v, const char *s, size_t len, bool add, bool parse, const int32_t *want) {
@@ -130,7 +112,7 @@ static void test_vectors(void) {
 		const char *name = all_vocabs[f];
 		char path[1024];
 		snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", t_shared(), name);
-		tok_vocab *v = load_vocab_path(path);
+		tok_vocab *v = t_vocab_path(path);
 		CHECKF(v != NULL, "load %s", name);
 		if (!v) continue;
 		n_files++;
@@ -460,8 +442,8 @@ static bool detok_is(const tok_vocab *v, const int32_t *ids, size_t n, unsigned 
 }
 
 static void test_special(void) {
-	tok_vocab *q = load_vocab("qwen2"), *sp = load_vocab("llama-spm"), *g2 = load_vocab("gpt-2"),
-		  *phi = load_vocab("phi-3"), *ds = load_vocab("deepseek-llm");
+	tok_vocab *q = t_vocab("qwen2"), *sp = t_vocab("llama-spm"), *g2 = t_vocab("gpt-2"),
+		  *phi = t_vocab("phi-3"), *ds = t_vocab("deepseek-llm");
 	CHECK(q && sp && g2 && phi && ds);
 	if (!q || !sp || !g2 || !phi || !ds) goto done;
 	int32_t a[256], b[256], c[256];
@@ -594,7 +576,7 @@ static bool push_is(tok_stream *s, int32_t id, const char *want, size_t pending)
 }
 
 static void test_stream(void) {
-	tok_vocab *sp = load_vocab("llama-spm"), *g2 = load_vocab("gpt-2");
+	tok_vocab *sp = t_vocab("llama-spm"), *g2 = t_vocab("gpt-2");
 	CHECK(sp && g2);
 	if (!sp || !g2) goto done;
 	int32_t B[256];
@@ -718,7 +700,7 @@ done:
 static void test_models(void) {
 	char path[1024];
 	snprintf(path, sizeof path, "%s/models/stories260K.gguf", t_shared());
-	tok_vocab *v = load_vocab_path(path);
+	tok_vocab *v = t_vocab_path(path);
 	CHECK(v != NULL);
 	if (!v) return;
 	CHECK(tok_n_tokens(v) == 512 && tok_model(v) == TOK_MODEL_SPM && tok_bos(v) == 1 && tok_eos(v) == 2);
@@ -764,7 +746,7 @@ static void *work(void *arg) {
 }
 
 static void test_threads(void) {
-	tok_vocab *v = load_vocab("qwen2");
+	tok_vocab *v = t_vocab("qwen2");
 	char path[1024];
 	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf.inp", t_shared());
 	texts tx;
@@ -795,7 +777,7 @@ static void test_threads(void) {
 // SPM cuts the text before each U+2581 that follows another character when no token could span
 // such a cut; the result must equal merging the whole text at once.
 static void test_spm_cuts(void) {
-	tok_vocab *v = load_vocab("llama-spm");
+	tok_vocab *v = t_vocab("llama-spm");
 	char path[1024];
 	snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf.inp", t_shared());
 	size_t il;
@@ -886,7 +868,7 @@ static void test_random(void) {
 	const char *names[] = {"llama-spm", "gpt-2", "qwen2"};
 	uint64_t r = 7;
 	for (int k = 0; k < 3; k++) {
-		tok_vocab *v = load_vocab(names[k]);
+		tok_vocab *v = t_vocab(names[k]);
 		CHECK(v != NULL);
 		if (!v) continue;
 		bool spm = tok_model(v) == TOK_MODEL_SPM;

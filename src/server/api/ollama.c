@@ -133,7 +133,8 @@ static const srv_field show_fields[] = {
 
 // What the model does here, as Ollama names it: completion and tools unless --embeddings (tools
 // work on every template: one without a tool family of its own gets the fallback's calls), and
-// embedding always; thinking when replies set their thinking apart (a reasoning family); never insert (suffix is refused).
+// embedding always; thinking when replies set their thinking apart (a reasoning family); insert
+// when the vocabulary has fill-in-the-middle tokens (generate's suffix).
 static json_t *capabilities(const http_server *s) {
 	json_t *a = json_array();
 	if (!s->cfg.embeddings_only) {
@@ -142,6 +143,7 @@ static json_t *capabilities(const http_server *s) {
 	}
 	json_array_append_new(a, json_string("embedding"));
 	if (!s->cfg.embeddings_only && s->reason) json_array_append_new(a, json_string("thinking"));
+	if (!s->cfg.embeddings_only && chat_fim_supported(s->vocab)) json_array_append_new(a, json_string("insert"));
 	return a;
 }
 
@@ -439,7 +441,6 @@ static int oll_unsupported(srv_conn *c, oll_req *r, srv_err *e) {
 	if ((json_is_true(t) || ts) && !c->s->reason) srv_ignored_add(c, "think"); // no reasoning family: nothing to show
 	if (ts) srv_think_effort(&r->g, ts, "think", e);
 	else if (json_is_boolean(t)) r->g.think = json_is_true(t) ? SRV_THINK_ON : SRV_THINK_OFF;
-	if (r->suffix && *r->suffix) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
 	if (r->templ && *r->templ) srv_ignored_add(c, "template"); // the model's chat template renders it
 	return 0;
 }
@@ -600,7 +601,8 @@ static void oll_run(srv_conn *c, bool chat) {
 	size_t n_images = 0;
 	if (!rc) rc = oll_unsupported(c, r, &e) || oll_images(r->images, "images", &n_images, &e) || oll_options_apply(c, r, &e) ||
 		      srv_gen_check(s, &r->g, &e) || oll_format(s, r, &e);
-	if (!rc && !chat && (!r->prompt || !*r->prompt)) {
+	const bool insert = !chat && r->suffix && *r->suffix;
+	if (!rc && !chat && (!r->prompt || !*r->prompt) && !insert) {
 		// Ollama's way to load a model: an empty prompt answers done at once
 		json_decref(r->j);
 		srv_gen_free(&r->g);
@@ -612,7 +614,19 @@ static void oll_run(srv_conn *c, bool chat) {
 		srv_reply_json(c, 200, o, 0);
 		return;
 	}
-	if (!rc && !chat && r->raw) {
+	if (!rc && insert) {
+		// fill-in-the-middle, as Ollama's insert templates render it: the prompt, then the suffix
+		if (n_images) srv_ignored_add(c, "images");
+		if (r->system && *r->system) srv_ignored_add(c, "system"); // an insert prompt has no system turn
+		const char *pre = r->prompt ? r->prompt : "";
+		const chat_fim f = {.prefix = pre, .prefix_len = strlen(pre), .suffix = r->suffix, .suffix_len = strlen(r->suffix)};
+		size_t n = 0;
+		char err[256];
+		int t2 = lane_check_prompt_size(s->host, 0, f.prefix_len + f.suffix_len, &r->g.api, err, sizeof err, NULL);
+		if (!t2) t2 = chat_fim_prompt(s->vocab, &f, &r->g.prompt, &n, err, sizeof err);
+		if (t2) rc = srv_fail(&e, srv_kind_of(t2, SRV_BLAME_REQUEST), t2 == LANES_EUNSUPPORTED ? "suffix" : "prompt", "%s", err);
+		r->g.lr.n_prompt = (int32_t)n;
+	} else if (!rc && !chat && r->raw) {
 		if (n_images) srv_ignored_add(c, "images"); // a raw prompt is tokenized as sent
 		size_t n = 0;
 		char err[256];

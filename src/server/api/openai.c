@@ -14,6 +14,9 @@ typedef struct {
 	bool chat;
 	bool include_usage;
 	bool echo;             // completions
+	bool echo_lp;          // completions: echo with logprobs, the prompt's entries from the prompt pass
+	bool echoed[SRV_MAX_N]; // stream with echo_lp: choice i's echo was sent (at its first event)
+	int32_t prompt_k;      // vLLM's prompt_logprobs: alternatives per prompt token (-1: not asked)
 	char *echo_text;       // completions: the prompt's text when echo
 	json_t **lp;           // per choice: chat logprobs.content, or completions' four arrays below
 	json_t **lp_top, **lp_lp, **lp_off;
@@ -94,6 +97,63 @@ static void cmpl_lp_add(srv_call *c, int i, const lane_event *ev) {
 	free(t);
 }
 
+// The echoed prompt's entries of choice i's legacy logprobs, appended to the four arrays: every
+// prompt token, the first's log-probability null, the others' from the prompt pass.
+static void cmpl_prompt_lp(srv_call *c, int i, json_t *tokens, json_t *lps, json_t *tops, json_t *offs) {
+	const lane_top *top;
+	int32_t k;
+	const lane_prompt_lp *lp = lane_req_prompt_logprobs(c->req[i], &top, &k);
+	const int32_t want = c->g.lr.top_logprobs < k ? c->g.lr.top_logprobs : k;
+	size_t off = 0;
+	for (int32_t p = 0; p < c->g.lr.n_prompt; p++) {
+		char *t = srv_token_text(c->s, c->g.prompt[p], NULL);
+		json_array_append_new(tokens, json_string(t ? t : ""));
+		json_array_append_new(lps, p && lp ? srv_real(lp[p].logprob) : json_null());
+		json_t *o = p && lp && want > 0 ? json_object() : NULL;
+		for (int32_t j = 0; o && j < want; j++) {
+			char *t2 = srv_token_text(c->s, top[(size_t)p * k + j].token, NULL);
+			if (t2 && !json_object_get(o, t2)) json_object_set_new(o, t2, srv_real(top[(size_t)p * k + j].logprob));
+			free(t2);
+		}
+		json_array_append_new(tops, o ? o : json_null());
+		json_array_append_new(offs, json_integer((json_int_t)off));
+		off += t ? strlen(t) : 0;
+		free(t);
+	}
+}
+
+// vLLM's prompt_logprobs: null for the first token, then per token {"id": {"logprob", "rank",
+// "decoded_token"}} for the prompt's token and the want most likely.
+static json_t *vllm_prompt_lp(srv_call *c, int i, int32_t want) {
+	const lane_top *top;
+	int32_t k;
+	const lane_prompt_lp *lp = lane_req_prompt_logprobs(c->req[i], &top, &k);
+	json_t *a = json_array();
+	if (!lp || !a) return a;
+	if (want > k) want = k;
+	json_array_append_new(a, json_null());
+	for (int32_t p = 1; p < c->g.lr.n_prompt; p++) {
+		json_t *o = json_object();
+		char key[16];
+		char *t = srv_token_text(c->s, c->g.prompt[p], NULL);
+		snprintf(key, sizeof key, "%d", c->g.prompt[p]);
+		json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", srv_real(lp[p].logprob), "rank", lp[p].rank,
+						       "decoded_token", t ? t : ""));
+		free(t);
+		for (int32_t j = 0; j < want; j++) {
+			const lane_top *x = &top[(size_t)p * k + j];
+			snprintf(key, sizeof key, "%d", x->token);
+			if (json_object_get(o, key)) continue;
+			char *t2 = srv_token_text(c->s, x->token, NULL);
+			json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", srv_real(x->logprob), "rank", j + 1,
+							       "decoded_token", t2 ? t2 : ""));
+			free(t2);
+		}
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
 static json_t *cmpl_lp_object(oai_state *st, int i) {
 	return json_pack("{s:O, s:O, s:O, s:O}", "tokens", st->lp[i], "token_logprobs", st->lp_lp[i], "top_logprobs",
 			 st->lp_top[i], "text_offset", st->lp_off[i]);
@@ -117,12 +177,24 @@ static void oai_begin(srv_call *c) {
 		if (st->chat)
 			ch = json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role", "assistant", "content", "",
 				       "logprobs", "finish_reason");
-		else if (st->echo)
+		else if (st->echo && !st->echo_lp)
 			ch = json_pack("{s:i, s:s, s:n, s:n}", "index", i, "text", st->echo_text, "logprobs", "finish_reason");
 		else
 			continue;
 		srv_sse(c, NULL, chunk(c, json_pack("[o]", ch)));
 	}
+}
+
+// Stream with echo and logprobs: choice i's echo with its prompt's entries, sent at its first
+// event, when the prompt pass is whole.
+static void echo_lp_chunk(srv_call *c, int i) {
+	oai_state *st = c->st;
+	if (!st->echo_lp || st->echoed[i]) return;
+	st->echoed[i] = true;
+	json_t *a[4] = {json_array(), json_array(), json_array(), json_array()};
+	if (a[0] && a[1] && a[2] && a[3]) cmpl_prompt_lp(c, i, a[0], a[1], a[2], a[3]);
+	json_t *lp = json_pack("{s:o*, s:o*, s:o*, s:o*}", "tokens", a[0], "token_logprobs", a[1], "top_logprobs", a[2], "text_offset", a[3]);
+	srv_sse(c, NULL, chunk(c, json_pack("[{s:i, s:s, s:o*, s:n}]", "index", i, "text", st->echo_text, "logprobs", lp, "finish_reason")));
 }
 
 // ---- tool calls in a stream -----------------------------------------------------------------------
@@ -153,6 +225,7 @@ static void oai_thinking(srv_call *c, int i, const char *text, size_t len) {
 
 static void oai_text(srv_call *c, int i, const char *text, size_t len, const lane_event *tok) {
 	oai_state *st = c->st;
+	if (c->g.stream) echo_lp_chunk(c, i);
 	bool with_lp = c->g.lr.logprobs && tok;
 	if (c->g.stream && st->chat && c->g.parse_calls) {
 		// the text goes out as the parser splits it; a token's logprobs in a chunk of their own
@@ -197,6 +270,7 @@ static void oai_choice_end(srv_call *c, int i) {
 	oai_state *st = c->st;
 	const srv_choice *ch = &c->ch[i];
 	json_t *o;
+	echo_lp_chunk(c, i);
 	if (st->chat && c->g.parse_calls) srv_tools_stream(c, i, true, &oai_sink);
 	if (st->chat)
 		o = json_pack("{s:i, s:{}, s:n, s:s, s:s}", "index", i, "delta", "logprobs", "finish_reason", stream_finish(c, ch),
@@ -259,9 +333,24 @@ static json_t *oai_reply(srv_call *c) {
 			srv_buf t = {0};
 			if (st->echo) srv_buf_adds(&t, st->echo_text);
 			srv_buf_add(&t, text, ch->text.len);
-			json_t *lp = c->g.lr.logprobs ? cmpl_lp_object(st, i) : json_null();
+			json_t *lp = json_null();
+			if (c->g.lr.logprobs && st->echo_lp) {
+				// the prompt's entries first, then the generated ones
+				json_t *a[4] = {json_array(), json_array(), json_array(), json_array()};
+				if (a[0] && a[1] && a[2] && a[3]) {
+					cmpl_prompt_lp(c, i, a[0], a[1], a[2], a[3]);
+					json_array_extend(a[0], st->lp[i]), json_array_extend(a[1], st->lp_lp[i]);
+					json_array_extend(a[2], st->lp_top[i]), json_array_extend(a[3], st->lp_off[i]);
+				}
+				json_decref(lp);
+				lp = json_pack("{s:o*, s:o*, s:o*, s:o*}", "tokens", a[0], "token_logprobs", a[1], "top_logprobs", a[2], "text_offset", a[3]);
+			} else if (c->g.lr.logprobs) {
+				json_decref(lp);
+				lp = cmpl_lp_object(st, i);
+			}
 			o = json_pack("{s:i, s:s%, s:o, s:s, s:s}", "index", i, "text", t.p ? t.p : "", t.len, "logprobs", lp,
 				      "finish_reason", finish_name(ch), "token_sha", ch->token_sha);
+			if (o && st->prompt_k >= 0) json_object_set_new(o, "prompt_logprobs", vllm_prompt_lp(c, i, st->prompt_k));
 			srv_buf_free(&t);
 		}
 		srv_finish_note(o, ch);
@@ -272,10 +361,13 @@ static json_t *oai_reply(srv_call *c) {
 		json_array_append_new(choices, o);
 	}
 	if (!choices) return NULL;
-	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:I}", "id", c->id, "object",
-			 st->chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created, "model",
-			 srv_call_model(c), "system_fingerprint", "lanes", "choices", choices, "usage", usage(c), "seed",
-			 (json_int_t)c->g.lr.sampling.seed);
+	json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:I}", "id", c->id, "object",
+			      st->chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created, "model",
+			      srv_call_model(c), "system_fingerprint", "lanes", "choices", choices, "usage", usage(c), "seed",
+			      (json_int_t)c->g.lr.sampling.seed);
+	// vLLM puts a chat's prompt log-probabilities beside the choices (one prompt for all)
+	if (r && st->chat && st->prompt_k >= 0 && c->n) json_object_set_new(r, "prompt_logprobs", vllm_prompt_lp(c, 0, st->prompt_k));
+	return r;
 }
 
 static const srv_api oai_api = {.begin = oai_begin, .text = oai_text, .thinking = oai_thinking, .choice_end = oai_choice_end, .done = oai_done, .reply = oai_reply, .free_state = oai_free, .family = SRV_OPENAI};
@@ -287,6 +379,7 @@ typedef struct {
 	srv_gen g;
 	json_t *messages, *prompt;   // chat; completions
 	json_t *response_format, *tools, *tool_choice, *modalities, *store, *suffix, *function_call;
+	json_t *prompt_logprobs;     // vLLM's: alternatives per prompt token
 	const char *grammar;         // GBNF text (llama-server's extension)
 	json_t *json_schema;         // a JSON Schema (llama-server's extension)
 	bool parallel_tool_calls;
@@ -322,6 +415,7 @@ static const srv_field oai_fields[] = {
 	{"max_tokens", SRV_K_INT, LANE_F_MAX_TOKENS, offsetof(oai_req, g.lr.max_tokens), .sub = NULL},
 	SRV_ROW(oai_req, grammar, SRV_K_STR),
 	SRV_ROW(oai_req, json_schema, SRV_K_JSON),
+	SRV_ROW(oai_req, prompt_logprobs, SRV_K_JSON),
 	SRV_IGNORED_AS("user", STR),
 	{0},
 };
@@ -392,7 +486,6 @@ static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 	if ((v = r->store) && !json_is_boolean(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "store", "store must be a boolean");
 	if (json_is_true(v)) srv_ignored_add(c, "store"); // completions are not stored
 	if ((v = r->suffix) && !json_is_string(v)) return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix must be a string");
-	if (json_string_length(v)) srv_ignored_add(c, "suffix"); // no fill-in-the-middle: the prompt is continued
 	return 0;
 }
 
@@ -469,6 +562,15 @@ static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r,
 	else if (sent && !r->g.lr.logprobs)
 		return srv_fail(e, SRV_E_BAD_REQUEST, "top_logprobs", "top_logprobs needs logprobs: true");
 	if (r->best_of && r->best_of != r->g.n) srv_ignored_add(c, "best_of"); // n completions, not the best n of best_of
+	if (r->prompt_logprobs) {
+		const json_int_t k = json_is_integer(r->prompt_logprobs) ? json_integer_value(r->prompt_logprobs) : -1;
+		if (k < 0 || k > LANE_MAX_TOP_LOGPROBS)
+			return srv_fail(e, SRV_E_BAD_REQUEST, "prompt_logprobs", "prompt_logprobs must be an integer in 0..%d", LANE_MAX_TOP_LOGPROBS);
+		// as vLLM: the prompt's log-probabilities come in the whole reply only
+		if (r->g.stream) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt_logprobs", "prompt_logprobs are not available when stream is true");
+		r->g.lr.prompt_logprobs = true;
+		r->g.lr.prompt_top_logprobs = (int32_t)k;
+	}
 	return srv_gen_check(c->s, &r->g, e) || oai_constrain(c->s, r, e);
 }
 
@@ -501,7 +603,20 @@ static oai_state *state_new(json_t *j, const oai_req *r, bool chat) {
 
 // Hands the request to the generation call, or answers its error.
 static void oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, char *echo_text, srv_err *e) {
-	oai_state *st = state_new(j, r, ep->chat);
+	// the prompt's entries, each token and its alternatives, against what a whole reply may hold
+	const int64_t entries = r->g.lr.prompt_logprobs ? (int64_t)r->g.n * r->g.lr.n_prompt * (1 + r->g.lr.prompt_top_logprobs) : 0;
+	const bool big = !r->g.stream && entries > (int64_t)(c->s->cfg.max_output_bytes / SRV_LOGPROB_BYTES);
+	oai_state *st = big ? NULL : state_new(j, r, ep->chat);
+	if (big) {
+		json_decref(j);
+		free(echo_text);
+		srv_gen_free(&r->g);
+		srv_fail(e, SRV_E_BAD_REQUEST, r->prompt_logprobs ? "prompt_logprobs" : "logprobs",
+			 "the prompt's log-probabilities (%lld entries) would pass the %zu bytes a reply may hold (%s): stream, or ask fewer",
+			 (long long)entries, c->s->cfg.max_output_bytes, HTTP_SETTING(&c->s->cfg, max_output_bytes));
+		srv_reply_error(c, e);
+		return;
+	}
 	if (!st) {
 		json_decref(j);
 		free(echo_text);
@@ -511,8 +626,20 @@ static void oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, 
 		return;
 	}
 	st->echo = r->echo;
+	st->echo_lp = r->echo && r->g.lr.logprobs;
+	st->prompt_k = r->prompt_logprobs ? (int32_t)json_integer_value(r->prompt_logprobs) : -1;
 	st->echo_text = echo_text;
-	for (int i = 0; i < r->g.n && r->echo; i++) st->offset[i] = strlen(echo_text);
+	// with the prompt's entries the offsets run over the listed tokens' texts, generated ones after them
+	size_t off = r->echo ? strlen(echo_text) : 0;
+	if (st->echo_lp) {
+		off = 0;
+		for (int32_t p = 0; p < r->g.lr.n_prompt; p++) {
+			char *t = srv_token_text(c->s, r->g.prompt[p], NULL);
+			off += t ? strlen(t) : 0;
+			free(t);
+		}
+	}
+	for (int i = 0; i < r->g.n; i++) st->offset[i] = off;
 	srv_gen_run(c, &oai_api, st, &r->g, ep->id_prefix);
 }
 
@@ -533,8 +660,9 @@ void srv_chat_completions(srv_conn *c) {
 	oai_run(c, &chat_ep, j, &r, NULL, &e);
 }
 
-// The completion prompt: a string, token ids, or a one-element array of either.
-static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_err *e) {
+// The completion prompt: a string, token ids, or a one-element array of either; with a
+// non-empty suffix, a string continued up to that suffix.
+static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, char **echo, srv_err *e) {
 	if (json_is_array(p) && json_array_size(p) == 1 &&
 	    (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
 		p = json_array_get(p, 0);
@@ -544,15 +672,22 @@ static int cmpl_prompt(http_server *s, json_t *p, srv_gen *g, char **echo, srv_e
 		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt",
 				"batch prompts are not supported: %zu prompts were sent, send one per request (or n for several completions of one)",
 				json_array_size(p));
+	const size_t n_suffix = json_string_length(suffix);
+	if (n_suffix && !json_is_string(p))
+		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix needs the prompt as a string (its text is what comes before the insertion)");
 	if (json_is_string(p)) {
 		size_t n = 0;
-		if (lane_check_prompt_size(s->host, 0, json_string_length(p), &g->api, err, sizeof err, NULL)) {
+		if (lane_check_prompt_size(s->host, 0, json_string_length(p) + n_suffix, &g->api, err, sizeof err, NULL)) {
 			srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
 			snprintf(e->code, sizeof e->code, "context_length_exceeded");
 			return -1;
 		}
-		int rc = tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
-		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), "prompt", "%s", err);
+		// a suffix makes it a fill-in-the-middle prompt: the insertion between prompt and suffix
+		const chat_fim f = {.prefix = json_string_value(p), .prefix_len = json_string_length(p),
+				    .suffix = json_string_value(suffix), .suffix_len = n_suffix};
+		int rc = n_suffix ? chat_fim_prompt(s->vocab, &f, &g->prompt, &n, err, sizeof err)
+				  : tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
+		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), n_suffix ? "suffix" : "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
 		g->lr.n_prompt = (int32_t)n;
 		*echo = strdup(json_string_value(p));
@@ -586,10 +721,13 @@ void srv_completions(srv_conn *c) {
 	char *echo_text = NULL;
 	oai_req r;
 	int rc = oai_read(c, &j, &cmpl_ep, &r, &e);
-	if (!rc && r.echo && r.g.lr.logprobs)
-		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "echo", "echo with logprobs is not supported (prompt logprobs are not computed)");
+	// echo with logprobs: the prompt's entries too, from the prompt pass itself
+	if (!rc && r.echo && r.g.lr.logprobs) {
+		r.g.lr.prompt_logprobs = true;
+		if (r.g.lr.prompt_top_logprobs < r.g.lr.top_logprobs) r.g.lr.prompt_top_logprobs = r.g.lr.top_logprobs;
+	}
 	if (!rc && !r.prompt) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt is required");
-	if (!rc) rc = cmpl_prompt(c->s, r.prompt, &r.g, &echo_text, &e);
+	if (!rc) rc = cmpl_prompt(c->s, r.prompt, r.suffix, &r.g, &echo_text, &e);
 	if (rc) {
 		json_decref(j);
 		free(echo_text);

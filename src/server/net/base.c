@@ -112,6 +112,8 @@ const srv_family_info srv_families[SRV_FAMILY__COUNT] = {
 	[SRV_RESPONSES] = {"responses", "/v1/responses", false,
 			   {"event: response.completed\n", "event: response.failed\n", "event: response.incomplete\n", "event: error\n", NULL}},
 	[SRV_OLLAMA] = {"ollama", "/api/", true, {NULL}},
+	// llama-server's streams send no [DONE]: the last event is the one that says stop (written first)
+	[SRV_LLAMA] = {"llama", "/infill", false, {"data: {\"stop\":true", "data: {\"error\"", NULL}},
 };
 
 enum srv_family srv_family_of(const char *path, size_t n) {

@@ -47,9 +47,9 @@ enum srv_ekind {
 
 // The API families: each answers its own paths with its own error body, and streams in its
 // own framing, ending and error event. The APIs and the grid's relay read them from here alone.
-enum srv_family { SRV_OPENAI, SRV_ANTHROPIC, SRV_RESPONSES, SRV_OLLAMA, SRV_FAMILY__COUNT };
+enum srv_family { SRV_OPENAI, SRV_ANTHROPIC, SRV_RESPONSES, SRV_OLLAMA, SRV_LLAMA, SRV_FAMILY__COUNT };
 typedef struct {
-	const char *name;      // "openai", "anthropic", "responses", "ollama"
+	const char *name;      // "openai", "anthropic", "responses", "ollama", "llama" (llama-server's own paths)
 	const char *prefix;    // its paths start so ("": every path no other family has)
 	bool ndjson;           // its streams are JSON lines, else server-sent events
 	const char *ends[5];   // SSE: how an event that ends a stream starts a line
