@@ -65,7 +65,8 @@ done
 # Bench figures a user can trust: every repetition produced the tokens it claims, its rate is
 # its tokens over its seconds, the spread is over those rates, and one stream through the lane
 # host is never faster than the kernels' fastest bare pass (a measured limit, not a speed; the
-# slack covers that the limit is itself timed).
+# slack covers that the limit is itself timed, on a machine others share: the median within
+# 1.5 times it, no repetition past 3 times — the figures this guards against were thousands).
 jb=$("$BIN" bench -m "$M" -p 16 -n 32 -r 3 --json 2>/dev/null)
 why=$(printf '%s' "$jb" | node -e '
 	const o = JSON.parse(require("fs").readFileSync(0, "utf8")), out = [];
@@ -81,7 +82,8 @@ why=$(printf '%s' "$jb" | node -e '
 	spread("pp", o.pp, 16);
 	spread("tg", o.tg, 31);
 	if (!(o.tg_limit_tps > 0)) out.push("no tg_limit_tps");
-	else if (o.tg && o.tg.max > 1.5 * o.tg_limit_tps) out.push(`tg ${o.tg.max} tok/s is past the kernels limit of ${o.tg_limit_tps}`);
+	else if (o.tg && (o.tg.median > 1.5 * o.tg_limit_tps || o.tg.max > 3 * o.tg_limit_tps))
+		out.push(`tg ${o.tg.median} (max ${o.tg.max}) tok/s is past the kernels limit of ${o.tg_limit_tps}`);
 	if (!o.kernels || !(o.threads >= 1)) out.push("no kernels or threads");
 	console.log(out.join("; "));
 ' 2>&1)
