@@ -2,7 +2,7 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths.
+// activation widths; on shared models and on IQ4 files `lanes quantize` makes here.
 #include "t.h"
 
 #include "model/model.h"
@@ -182,10 +182,9 @@ static void bad_batches(fixture *f) {
 }
 
 // Every model gets the mixed-batch checks; `full` adds pieces of 1, 3 threads and plain f16.
-static void run_model(const char *name, bool full) {
+static void run_file(const char *name, const char *path, bool full) {
 	t_case("%s %s %s", name, tensor_kernels_name(tensor_kernels_default()), tensor_act_name(tensor_kernels_act(tensor_kernels_default())));
-	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	char err[256];
 	fixture f = {0};
 	int rc = model_load(&f.m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", name, err);
@@ -210,12 +209,21 @@ static void run_model(const char *name, bool full) {
 	model_free(f.m);
 }
 
+static void run_model(const char *name, bool full) {
+	char path[512];
+	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	run_file(name, path, full);
+}
+
 int main(void) {
 	// Each kernel set this CPU runs keeps the contract on its own, in both activation widths
 	// (q8 changes only quantized weights' matmuls: stories260K is F32; the slow reference
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
+	static const char *const iq4[] = {"IQ4_NL", "IQ4_XS"};
+	char iq4_path[2][512];
+	for (int q = 0; q < 2; q++) CHECKF(t_quantize_ref("exact", iq4[q], iq4_path[q], sizeof iq4_path[q]), "lanes quantize to %s", iq4[q]);
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
 			const bool q8 = a == TENSOR_ACT_Q8, ref = !strcmp(sets[k], "ref");
@@ -226,7 +234,9 @@ int main(void) {
 			if (q8 && ref) continue;
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
+			for (int q = 0; q < 2; q++) run_file(iq4[q], iq4_path[q], false);
 		}
+	for (int q = 0; q < 2; q++) remove(iq4_path[q]);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }
