@@ -187,6 +187,26 @@ AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, vi c[KX_GROUP]) {
 	UNROLL for (int g = 0; g < 8; g++) UNROLL for (int j = 0; j < KX_GROUP; j++)
 		c[j] = v_dpb(c[j], w[g], group_row(gb, xs, j)->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
 }
+// R rows (a multiple of KX_GROUP) against block b of codes w stored with offset off:
+// acc += (w . qh - off * sum) * D * d_x, and + M * ds_x when affine.
+AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, int off, vf D, bool affine, vf M,
+		   vf *acc) {
+	UNROLL for (int i0 = 0; i0 < R; i0 += KX_GROUP) {
+		const uint8_t *gb = group_base(xa, xs, i0, b);
+		vi c[KX_GROUP];
+		UNROLL for (int j = 0; j < KX_GROUP; j++) {
+			const kern_q8 *x = group_row(gb, xs, j);
+			c[j] = v_set1_32(off == 8 ? x->n8 : -off * x->sum);
+		}
+		dot_group(w, gb, xs, c);
+		UNROLL for (int j = 0; j < KX_GROUP; j++) {
+			const kern_q8 *x = group_row(gb, xs, j);
+			acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
+			if (affine) acc[i0 + j] = v_fma(M, v_set1f(x->ds), acc[i0 + j]);
+		}
+	}
+	keep8(w);
+}
 #endif
 
 // Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
@@ -204,21 +224,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
 #if KX_GROUP
 		if (one && R >= KX_GROUP) {
-			UNROLL for (int i0 = 0; i0 < R; i0 += KX_GROUP) {
-				const uint8_t *gb = group_base(xa, xs, i0, b);
-				vi c[KX_GROUP];
-				UNROLL for (int j = 0; j < KX_GROUP; j++) {
-					const kern_q8 *x = group_row(gb, xs, j);
-					c[j] = v_set1_32(off == 8 ? x->n8 : -off * x->sum);
-				}
-				dot_group(w, gb, xs, c);
-				UNROLL for (int j = 0; j < KX_GROUP; j++) {
-					const kern_q8 *x = group_row(gb, xs, j);
-					acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
-					if (affine) acc[i0 + j] = v_fma(M, v_set1f(x->ds), acc[i0 + j]);
-				}
-			}
-			keep8(w);
+			rows_group(w, xa, xs, b, R, off, D, affine, M, acc);
 			continue;
 		}
 #endif
@@ -236,6 +242,12 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 // signed codes w (stored as w ^ 0x80 with KX_Q8_UNSIGNED).
 AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, vf D, vf *acc, bool one) {
 #if KX_Q8_UNSIGNED
+#if KX_GROUP
+	if (one && R >= KX_GROUP) {
+		rows_group(w, xa, xs, b, R, 128, D, false, v_zerof(), acc);
+		return;
+	}
+#endif
 	ROWS {
 		const kern_q8 *x = xrow(xa, xs, i, b, one);
 		const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R), one);
