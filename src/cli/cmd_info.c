@@ -1,5 +1,5 @@
 // cli: `lanes info MODEL.gguf [--json]` — a GGUF file's version, architecture,
-// metadata and tensors, as text or as one JSON object.
+// metadata, tensors and the tensor types it mixes, as text or as one JSON object.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
@@ -62,6 +62,21 @@ static void shape_text(const gguf_tensor *t, char *buf, size_t n) {
 		k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? " x " : "", (long long)t->ne[d]);
 }
 
+// Tensors and bytes of each type in g, indexed by enum gguf_ttype (the reader knows every type).
+typedef struct {
+	int64_t n[GGUF_T_COUNT];
+	uint64_t bytes[GGUF_T_COUNT];
+} type_use;
+
+static void count_types(const gguf *g, type_use *u) {
+	memset(u, 0, sizeof *u);
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		u->n[t->type]++;
+		u->bytes[t->type] += t->nbytes;
+	}
+}
+
 int cmd_info(const cli_settings *s) {
 	const char *const *pos = s->pos;
 	const bool json = s->json;
@@ -73,8 +88,10 @@ int cmd_info(const cli_settings *s) {
 	}
 	gguf_str arch = {"", 0};
 	gguf_get_str(g, "general.architecture", &arch);
+	type_use use;
+	count_types(g, &use);
 	if (json) {
-		json_t *meta = json_object(), *tensors = json_array();
+		json_t *meta = json_object(), *tensors = json_array(), *types = json_array();
 		for (int64_t i = 0; i < gguf_n_kv(g); i++) {
 			const gguf_kv *kv = gguf_kv_at(g, i);
 			char *key = gguf_str_dup(kv->key);
@@ -88,8 +105,12 @@ int cmd_info(const cli_settings *s) {
 			json_array_append_new(tensors, json_pack("{s:s, s:s, s:o}", "name", t->name, "type",
 								 gguf_ttype_get(t->type)->name, "shape", shape));
 		}
-		json_t *root = json_pack("{s:i, s:s%, s:o, s:o}", "version", (int)gguf_version(g), "architecture",
-					 arch.ptr, (size_t)arch.len, "metadata", meta, "tensors", tensors);
+		for (uint32_t t = 0; t < GGUF_T_COUNT; t++)
+			if (use.n[t])
+				json_array_append_new(types, json_pack("{s:s, s:I, s:I}", "type", gguf_ttype_get(t)->name, "tensors",
+								       (json_int_t)use.n[t], "bytes", (json_int_t)use.bytes[t]));
+		json_t *root = json_pack("{s:i, s:s%, s:o, s:o, s:o}", "version", (int)gguf_version(g), "architecture",
+					 arch.ptr, (size_t)arch.len, "metadata", meta, "tensors", tensors, "types", types);
 		char *text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
 		if (text) puts(text);
 		free(text);
@@ -111,8 +132,13 @@ int cmd_info(const cli_settings *s) {
 			const gguf_tensor *t = gguf_tensor_at(g, i);
 			char shape[128];
 			shape_text(t, shape, sizeof shape);
-			printf("  %-32s %-5s %s\n", t->name, gguf_ttype_get(t->type)->name, shape);
+			printf("  %-32s %-6s %s\n", t->name, gguf_ttype_get(t->type)->name, shape);
 		}
+		printf("types:\n");
+		for (uint32_t t = 0; t < GGUF_T_COUNT; t++)
+			if (use.n[t])
+				printf("  %-6s %5lld tensors %10.2f MiB\n", gguf_ttype_get(t)->name, (long long)use.n[t],
+				       use.bytes[t] / 1048576.0);
 	}
 	gguf_free(g);
 	return 0;

@@ -11,7 +11,8 @@
 enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
-	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32,
+	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
+	FT_BF16 = 32,
 };
 
 static const ftype_info ftypes[] = {
@@ -23,7 +24,8 @@ static const ftype_info ftypes[] = {
 	{"Q3_K_M", FT_Q3_K_M, GGUF_T_Q3_K}, {"Q3_K_L", FT_Q3_K_L, GGUF_T_Q3_K},
 	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K},
 	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K},
-	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},
+	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL},
+	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -103,6 +105,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 		if (ft == FT_Q2_K) t = gqa >= 4 ? GGUF_T_Q4_K : GGUF_T_Q3_K;
 		else if (ft == FT_Q3_K_M) t = il < 2 ? GGUF_T_Q5_K : GGUF_T_Q4_K;
 		else if (ft == FT_Q3_K_L) t = GGUF_T_Q5_K;
+		else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && gqa >= 4) t = GGUF_T_Q5_K;
 		else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(il, m->n_attn_v)) t = GGUF_T_Q6_K;
 		else if (ft == FT_Q4_K_S && il < 4) t = GGUF_T_Q5_K;
 		if (is_70b && (t == GGUF_T_Q3_K || t == GGUF_T_Q4_K)) t = GGUF_T_Q5_K;
@@ -113,7 +116,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 	case C_ATTN_OUTPUT:
 		if (m->n_expert == 8) {
 			if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_Q4_K_S ||
-			    ft == FT_Q4_K_M)
+			    ft == FT_Q4_K_M || ft == FT_IQ4_NL || ft == FT_IQ4_XS)
 				t = GGUF_T_Q5_K;
 		} else if (ft == FT_Q2_K) {
 			t = GGUF_T_Q3_K;
@@ -128,6 +131,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 		else if (ft == FT_Q3_K_M) t = il < nl / 16 ? GGUF_T_Q5_K : GGUF_T_Q4_K;
 		else if (ft == FT_Q3_K_L) t = GGUF_T_Q5_K;
 		else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(il, nl)) t = GGUF_T_Q6_K;
+		else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && il < nl / 8) t = GGUF_T_Q5_K; // llama.cpp's rule without an importance matrix
 		else if (ft == FT_Q4_K_S && il < nl / 8) t = GGUF_T_Q5_K;
 		return t;
 	case C_ATTN_Q:
@@ -137,9 +141,10 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 	return t;
 }
 
-// The type a K-quant falls back to when its 256 block does not divide the row (llama.cpp's map).
+// The type a 256-element type falls back to when its block does not divide the row (llama.cpp's map).
 static uint32_t fallback_of(uint32_t t) {
 	switch (t) {
+	case GGUF_T_IQ4_XS: return GGUF_T_IQ4_NL;
 	case GGUF_T_Q2_K: case GGUF_T_Q3_K: return GGUF_T_Q4_0;
 	case GGUF_T_Q4_K: return GGUF_T_Q5_0;
 	case GGUF_T_Q5_K: return GGUF_T_Q5_1;

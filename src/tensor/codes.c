@@ -117,11 +117,25 @@ static void dec_q2_K(const uint8_t *b, kern_codes *o, bool q8u) {
 	o->d = x->d, o->m = x->dmin;
 }
 
+// IQ4_NL and IQ4_XS: codes are indices into tensor_iq4nl_values, laid out per 32 as Q4_0's
+// (an IQ4_NL block is a Q4_0 block to the decoder).
+static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0) && offsetof(block_iq4_nl, qs) == offsetof(block_q4_0, qs),
+	      "IQ4_NL decodes as Q4_0");
+
+static void dec_iq4_xs(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_iq4_xs *x = (const block_iq4_xs *)b;
+	for (int j = 0; j < 8; j++) {
+		for (int e = 0; e < 16; e++) o->u[32 * j + e] = x->qs[16 * j + e] & 15, o->u[32 * j + e + 16] = x->qs[16 * j + e] >> 4;
+		o->sc[j] = (uint8_t)(int8_t)(tensor_iq4xs_scale(x, j) - 32);
+	}
+	o->d = x->d;
+}
+
 typedef void (*dec_fn)(const uint8_t *b, kern_codes *o, bool q8u);
 static const dec_fn decoders[GGUF_T_COUNT] = {
 	[GGUF_T_Q4_0] = dec_q4_0, [GGUF_T_Q4_1] = dec_q4_1, [GGUF_T_Q5_0] = dec_q5_0, [GGUF_T_Q5_1] = dec_q5_1,
 	[GGUF_T_Q8_0] = dec_q8_0, [GGUF_T_Q2_K] = dec_q2_K, [GGUF_T_Q3_K] = dec_q3_K, [GGUF_T_Q4_K] = dec_q4_K,
-	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K,
+	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K, [GGUF_T_IQ4_NL] = dec_q4_0, [GGUF_T_IQ4_XS] = dec_iq4_xs,
 };
 
 bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }

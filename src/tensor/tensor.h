@@ -124,6 +124,32 @@ typedef struct {
 static_assert(sizeof(block_q6_K) == 2 + QK_K / 16 + 3 * QK_K / 4, "block_q6_K size");
 static_assert(sizeof(block_q6_K) == GGUF_BYTES_Q6_K && QK_K == GGUF_BLOCK_Q6_K, "block_q6_K: the GGUF list");
 
+// Non-linear 4-bit types: each code indexes the codebook tensor_iq4nl_values.
+#define QK4_NL GGUF_BLOCK_IQ4_NL
+
+typedef struct {
+	uint16_t d;              // fp16 scale
+	uint8_t qs[QK4_NL / 2];  // indices: low nibble = element j, high = element j+16
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "block_iq4_nl size");
+static_assert(sizeof(block_iq4_nl) == GGUF_BYTES_IQ4_NL && QK4_NL == GGUF_BLOCK_IQ4_NL, "block_iq4_nl: the GGUF list");
+
+typedef struct {
+	uint16_t d;                // fp16 super-block scale
+	uint16_t scales_h;         // high 2 bits of the 8 sub-block scales, 2 per sub-block
+	uint8_t scales_l[QK_K / 64]; // low 4 bits of the sub-block scales, 2 per byte
+	uint8_t qs[QK_K / 2];      // indices: per 32, low nibbles = elements 0..15, high = 16..31
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2, "block_iq4_xs size");
+static_assert(sizeof(block_iq4_xs) == GGUF_BYTES_IQ4_XS && QK_K == GGUF_BLOCK_IQ4_XS, "block_iq4_xs: the GGUF list");
+
+// The 16 values of the IQ4_NL / IQ4_XS codebook, ascending: an element is scale * value[code].
+extern const int8_t tensor_iq4nl_values[16];
+// IQ4_XS: the 6-bit scale of sub-block ib (0..7), stored biased by 32.
+static inline int tensor_iq4xs_scale(const block_iq4_xs *b, int ib) {
+	return ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | ((b->scales_h >> 2 * ib) & 3) << 4;
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

@@ -142,6 +142,8 @@ DOT_BLOCK(q4_K, QK_K, block_q4_K)
 DOT_BLOCK(q5_K, QK_K, block_q5_K)
 DOT_BLOCK(q6_K, QK_K, block_q6_K)
 DOT_BLOCK(q8_K, QK_K, block_q8_K)
+DOT_BLOCK(iq4_nl, QK4_NL, block_iq4_nl)
+DOT_BLOCK(iq4_xs, QK_K, block_iq4_xs)
 
 // ---- the table --------------------------------------------------------------------------
 // name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
@@ -156,6 +158,7 @@ static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_Q5_1] = QTYPE(q5_1, Q5_1), [GGUF_T_Q8_0] = QTYPE(q8_0, Q8_0), [GGUF_T_Q8_1] = QTYPE(q8_1, Q8_1),
 	[GGUF_T_Q2_K] = QTYPE(q2_K, Q2_K), [GGUF_T_Q3_K] = QTYPE(q3_K, Q3_K), [GGUF_T_Q4_K] = QTYPE(q4_K, Q4_K),
 	[GGUF_T_Q5_K] = QTYPE(q5_K, Q5_K), [GGUF_T_Q6_K] = QTYPE(q6_K, Q6_K), [GGUF_T_Q8_K] = QTYPE(q8_K, Q8_K),
+	[GGUF_T_IQ4_NL] = QTYPE(iq4_nl, IQ4_NL), [GGUF_T_IQ4_XS] = QTYPE(iq4_xs, IQ4_XS),
 };
 #undef QTYPE
 #undef FACTS

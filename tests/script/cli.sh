@@ -106,6 +106,18 @@ same "$(head -n 1 "$TMP/err")" "lanes serve: --price-fixed-us needs --price-row-
 LANES_LOG=error "$BIN" run -m "$M" --ids 1 -n 2 --temp 0 > /dev/null 2> "$TMP/err"
 [ ! -s "$TMP/err" ] && ok || bad "LANES_LOG=error still logged: $(head -n 2 "$TMP/err")"
 
+# lanes info on a mixed file: each type it uses with its tensors and their bytes, text and JSON.
+Q4KM="$SHARED/models/ref-llama-Q4_K_M.gguf"
+cli "$BIN" info "$Q4KM"
+same "$rc" 0 "info on a Q4_K_M file: exit code"
+same "$(sed -n '/^types:/,$p' "$TMP/out" | tr -s ' ')" "types:
+ F32 9 tensors 0.01 MiB
+ Q4_K 25 tensors 1.51 MiB
+ Q6_K 5 tensors 0.46 MiB" "info: the types of a Q4_K_M file"
+cli "$BIN" info "$Q4KM" --json
+grep -q '"types":\[{"type":"F32","tensors":9,"bytes":9216},{"type":"Q4_K","tensors":25,"bytes":1585152},{"type":"Q6_K","tensors":5,"bytes":483840}\]' "$TMP/out" && ok ||
+	bad "info --json: the types of a Q4_K_M file: $(grep -o '"types":.*' "$TMP/out" | head -c 300)"
+
 # --version: version and commit, kernel set, build flags.
 cli "$BIN" --version
 same "$rc" 0 "--version exit code"

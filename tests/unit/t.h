@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,17 @@ static inline char *t_read_file(const char *path, size_t *len) {
 	fclose(f);
 	if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
 	return buf;
+}
+
+// ../shared's ref-llama-F32 as `lanes quantize` (LANES_BIN, default build/lanes) makes it in
+// file type ft, written to the scratch folder as TAG-ref-llama-FT.gguf (its path into path).
+static inline bool t_quantize_ref(const char *tag, const char *ft, char *path, size_t n) {
+	const char *bin = getenv("LANES_BIN");
+	char cmd[2048];
+	snprintf(path, n, "%s/%s-ref-llama-%s.gguf", t_tmp(), tag, ft);
+	snprintf(cmd, sizeof cmd, "%s quantize %s/models/ref-llama-F32.gguf %s %s >/dev/null 2>&1", bin && *bin ? bin : "build/lanes",
+		 t_shared(), path, ft);
+	return system(cmd) == 0;
 }
 
 #endif

@@ -1,7 +1,9 @@
 // tests: `lanes quantize` and `lanes gen` end to end — our files from the F32 reference
-// model equal llama.cpp's byte for byte, mixes and fallbacks on stories260K, generated
-// models' metadata, tensors, determinism and weight scales.
+// model equal llama.cpp's byte for byte, mixes and fallbacks on stories260K, llama.cpp's mix
+// rules for the types no reference file has (IQ4_NL, IQ4_XS), generated models' metadata,
+// tensors, determinism and weight scales.
 #include "base/base.h"
+#include "cli/ftype.h"
 #include "gguf/gguf.h"
 #include "tensor/tensor.h"
 #include "t.h"
@@ -151,6 +153,9 @@ static void test_stories(void) {
 		{"Q4_0", 0.15, "Q4_0", "Q8_0", "Q4_0", "Q4_0", "F16", "Q4_0"},
 		{"Q4_K_M", 0.07, "Q5_0", "Q8_0", "Q5_0", "Q8_0", "F16", "Q5_0"},
 		{"Q6_K", 0.01, "Q8_0", "Q8_0", "Q8_0", "Q8_0", "F16", "Q8_0"},
+		// rows of 64 do not fit IQ4_XS's 256: IQ4_NL
+		{"IQ4_NL", 0.12, "IQ4_NL", "Q8_0", "IQ4_NL", "IQ4_NL", "F16", "IQ4_NL"},
+		{"IQ4_XS", 0.12, "IQ4_NL", "Q8_0", "IQ4_NL", "IQ4_NL", "F16", "IQ4_NL"},
 	};
 	char src[1024], out[1024], errf[1024];
 	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
@@ -217,6 +222,76 @@ static void test_stories(void) {
 	CHECK(run(NULL, "quantize %s", src) == 2);
 }
 
+// ---- IQ4_NL and IQ4_XS: llama.cpp's rules without an importance matrix ---------------------
+static void test_iq4_mixes(void) {
+	// A TinyLlama-shaped model (22 layers, 8 query heads per KV head): Q5_K for attn_v and for
+	// the first eighth of the ffn_down layers, Q6_K for the output, the base type elsewhere.
+	for (int k = 0; k < 2; k++) {
+		const char *ft = k ? "IQ4_XS" : "IQ4_NL";
+		const uint32_t base = k ? GGUF_T_IQ4_XS : GGUF_T_IQ4_NL;
+		const ftype_model fm = {.ft = ftype_by_name(ft), .llama_arch = true, .n_layer = 22, .n_head = 32,
+					.n_head_kv = 4, .n_attn_v = 22};
+		CHECKF(fm.ft && fm.ft->base == base && fm.ft->id == (k ? 30u : 25u), "%s: file type", ft);
+		if (!fm.ft) continue;
+		static const struct {
+			const char *name;
+			int64_t cols;
+			int want; // -1: the base type
+		} cases[] = {
+			{"blk.0.attn_q.weight", 2048, -1}, {"blk.5.attn_v.weight", 2048, GGUF_T_Q5_K},
+			{"blk.0.ffn_down.weight", 5632, GGUF_T_Q5_K}, {"blk.1.ffn_down.weight", 5632, GGUF_T_Q5_K},
+			{"blk.2.ffn_down.weight", 5632, -1}, {"blk.21.ffn_down.weight", 5632, -1},
+			{"output.weight", 2048, GGUF_T_Q6_K}, {"token_embd.weight", 2048, -1},
+			{"blk.3.attn_output.weight", 2048, -1}, {"blk.3.ffn_gate.weight", 2048, -1},
+		};
+		char note[256];
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			const int64_t ne[2] = {cases[i].cols, 256};
+			const uint32_t t = ftype_pick(&fm, cases[i].name, 2, ne, GGUF_T_F32, note, sizeof note);
+			const uint32_t want = cases[i].want < 0 ? base : (uint32_t)cases[i].want;
+			CHECKF(t == want && !note[0], "%s %s: %s, want %s", ft, cases[i].name, type_name(t), type_name(want));
+		}
+		// 4 query heads per KV head are enough for attn_v's Q5_K; 2 are not
+		ftype_model g2 = fm;
+		g2.n_head = 16;
+		const int64_t ne[2] = {2048, 256}, odd[2] = {96, 256}, odder[2] = {100, 256};
+		CHECK(ftype_pick(&g2, "blk.5.attn_v.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q5_K);
+		g2.n_head = 8;
+		CHECK(ftype_pick(&g2, "blk.5.attn_v.weight", 2, ne, GGUF_T_F32, note, sizeof note) == base);
+		// a row that is not whole blocks of the type falls back to IQ4_NL, then to F16
+		CHECK(ftype_pick(&fm, "blk.3.attn_q.weight", 2, odd, GGUF_T_F32, note, sizeof note) ==
+		      GGUF_T_IQ4_NL && (note[0] != 0) == (k == 1));
+		CHECK(ftype_pick(&fm, "blk.3.attn_q.weight", 2, odder, GGUF_T_F32, note, sizeof note) == GGUF_T_F16 && note[0]);
+	}
+	// MoE of 8 experts: attn_k and attn_v Q8_0, attn_output Q5_K, the experts the base type.
+	char src[1024], out[1024];
+	snprintf(src, sizeof src, "%s/models/ref-moe-F16.gguf", t_shared());
+	snprintf(out, sizeof out, "%s/q-moe-IQ4_XS.gguf", t_tmp());
+	const int rc = run(NULL, "quantize %s %s IQ4_XS", src, out);
+	CHECKF(rc == 0, "moe IQ4_XS: exit %d", rc);
+	gguf *g = rc ? NULL : open_or_fail(out);
+	if (g) {
+		static const struct {
+			const char *name;
+			uint32_t type;
+		} want[] = {
+			{"blk.0.attn_k.weight", GGUF_T_Q8_0}, {"blk.1.attn_v.weight", GGUF_T_Q8_0},
+			{"blk.2.attn_output.weight", GGUF_T_Q5_K}, {"blk.0.ffn_up_exps.weight", GGUF_T_IQ4_XS},
+			{"blk.0.ffn_down_exps.weight", GGUF_T_IQ4_XS}, {"blk.0.attn_q.weight", GGUF_T_IQ4_XS},
+			{"output.weight", GGUF_T_Q6_K},
+		};
+		for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+			const gguf_tensor *t = gguf_find_tensor(g, want[i].name);
+			CHECKF(t && t->type == want[i].type, "moe IQ4_XS %s: %s, want %s", want[i].name, t ? type_name(t->type) : "missing",
+			       type_name(want[i].type));
+		}
+		uint32_t ftv = 0;
+		CHECK(gguf_get_u32(g, "general.file_type", &ftv) == 0 && ftv == 30);
+		gguf_free(g);
+	}
+	remove(out);
+}
+
 // ---- gen ---------------------------------------------------------------------------------
 static bool has_u32(const gguf *g, const char *key, uint32_t want) {
 	uint32_t v = 0;
@@ -235,7 +310,7 @@ static double tensor_std(const gguf_tensor *t, double *mean) {
 }
 
 static void test_gen(void) {
-	static const char *types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"};
+	static const char *types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
 	char vocab[1024], out[1024], out2[1024];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
 	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -300,6 +375,10 @@ static void test_gen(void) {
 		if (!strcmp(types[k], "Q4_0")) {
 			CHECK(emb && emb->type == GGUF_T_Q4_0 && outw && outw->type == GGUF_T_Q8_0);
 			CHECK(ft == 2);
+		}
+		if (!strncmp(types[k], "IQ4_", 4)) { // 64-wide rows do not fit IQ4_XS's 256: IQ4_NL
+			CHECK(emb && emb->type == GGUF_T_IQ4_NL && outw && outw->type == GGUF_T_Q8_0);
+			CHECK(ft == (strcmp(types[k], "IQ4_XS") ? 25u : 30u));
 		}
 		if (!strcmp(types[k], "F32")) {
 			CHECK(emb && emb->type == GGUF_T_F32 && ft == 0);
@@ -376,6 +455,7 @@ int main(void) {
 	test_matches_llamacpp();
 	test_mixes_moe_qwen2();
 	test_stories();
+	test_iq4_mixes();
 	test_gen();
 	T_DONE("cli_quantize");
 }

@@ -2,8 +2,8 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths. The shared models, and gemma2, gemma3 and phi3 ones `lanes gen` writes
-// (their local layers' window shorter than the prompt).
+// activation widths; on shared models, on IQ4 files `lanes quantize` makes here, and on the
+// gemma2, gemma3 and phi3 ones `lanes gen` writes (their local layers' window shorter than the prompt).
 #include "t.h"
 #include "gen.h"
 
@@ -186,12 +186,9 @@ static void bad_batches(fixture *f) {
 }
 
 // Every model gets the mixed-batch checks; `full` adds pieces of 1, 3 threads and plain f16.
-// name: a file of ../shared/models, or a path.
-static void run_model(const char *name, bool full) {
+static void run_file(const char *name, const char *path, bool full) {
 	t_case("%s %s %s", name, tensor_kernels_name(tensor_kernels_default()), tensor_act_name(tensor_kernels_act(tensor_kernels_default())));
-	char path[512], err[256];
-	if (strchr(name, '/')) snprintf(path, sizeof path, "%s", name);
-	else snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	char err[256];
 	fixture f = {0};
 	int rc = model_load(&f.m, path, err, sizeof err);
 	CHECKF(rc == 0, "%s: %s", name, err);
@@ -216,22 +213,28 @@ static void run_model(const char *name, bool full) {
 	model_free(f.m);
 }
 
+static void run_model(const char *name, bool full) {
+	char path[512];
+	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	run_file(name, path, full);
+}
+
 int main(void) {
 	// Each kernel set this CPU runs keeps the contract on its own, in both activation widths
 	// (q8 changes only quantized weights' matmuls: stories260K is F32; the slow reference
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
-	char gemma2[512], vocab[512];
-	snprintf(gemma2, sizeof gemma2, "%s/exact-gemma2-%d.gguf", t_tmp(), (int)getpid());
+	static const char *const iq4[] = {"IQ4_NL", "IQ4_XS"};
+	char iq4_path[2][512];
+	for (int q = 0; q < 2; q++) CHECKF(t_quantize_ref("exact", iq4[q], iq4_path[q], sizeof iq4_path[q]), "lanes quantize to %s", iq4[q]);
+	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test"};
+	char fam_path[3][512], vocab[512];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
-	CHECK(t_gen_model("gemma2-test", "Q8_0", vocab, gemma2) == 0);
-	char gemma3[512];
-	snprintf(gemma3, sizeof gemma3, "%s/exact-gemma3-%d.gguf", t_tmp(), (int)getpid());
-	CHECK(t_gen_model("gemma3-test", "Q8_0", vocab, gemma3) == 0);
-	char phi3[512];
-	snprintf(phi3, sizeof phi3, "%s/exact-phi3-%d.gguf", t_tmp(), (int)getpid());
-	CHECK(t_gen_model("phi3-test", "Q8_0", vocab, phi3) == 0);
+	for (int g = 0; g < 3; g++) {
+		snprintf(fam_path[g], sizeof fam_path[g], "%s/exact-%s-%d.gguf", t_tmp(), fams[g], (int)getpid());
+		CHECK(t_gen_model(fams[g], "Q8_0", vocab, fam_path[g]) == 0);
+	}
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
 			const bool q8 = a == TENSOR_ACT_Q8, ref = !strcmp(sets[k], "ref");
@@ -242,13 +245,11 @@ int main(void) {
 			if (q8 && ref) continue;
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
-			run_model(gemma2, !q8);
-			run_model(gemma3, !q8);
-			run_model(phi3, !q8);
+			for (int q = 0; q < 2; q++) run_file(iq4[q], iq4_path[q], false);
+			for (int g = 0; g < 3; g++) run_file(fams[g], fam_path[g], !q8);
 		}
-	remove(gemma2);
-	remove(gemma3);
-	remove(phi3);
+	for (int q = 0; q < 2; q++) remove(iq4_path[q]);
+	for (int g = 0; g < 3; g++) remove(fam_path[g]);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }

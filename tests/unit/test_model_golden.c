@@ -1,8 +1,10 @@
 // tests: the forward pass against ../shared/golden, once per kernel set the CPU runs and
 // activation width — every model's logits against the exact float64 reference (no worse than
-// llama.cpp's published error), stories260K greedy text, and clear errors for hostile or
-// unsupported files.
+// llama.cpp's published error), files `lanes quantize` makes of types no golden file has
+// against the float64 forward over their own weights, stories260K greedy text, and clear
+// errors for hostile or unsupported files.
 #include "t.h"
+#include "ref64.h"
 
 #include "model/model.h"
 
@@ -34,19 +36,18 @@ static int argmax(const float *x, int64_t n) {
 	return b;
 }
 
-static void golden_model(const char *name) {
-	t_case("%s", name);
-	char path[512], err[256];
+static json_t *golden_json(const char *name) {
+	char path[512];
 	snprintf(path, sizeof path, "%s/golden/%s/golden.json", t_shared(), name);
 	json_error_t je;
 	json_t *g = json_load_file(path, 0, &je);
 	CHECKF(g != NULL, "%s: %s", path, je.text);
-	if (!g) return;
-	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
-	model *m;
-	int rc = model_load(&m, path, err, sizeof err);
-	CHECKF(rc == 0, "%s: %s", name, err);
-	if (rc) { json_decref(g); return; }
+	return g;
+}
+
+// The prompt of g through m, against the exact logits ex (NULL: the float64 forward over m's own
+// weights), held to g's llama.cpp figures.
+static void golden_check(const char *name, const model *m, json_t *g, float *ex) {
 	const int64_t V = json_integer_value(json_object_get(g, "vocab"));
 	json_t *jp = json_object_get(g, "prompt");
 	const int64_t P = (int64_t)json_array_size(jp);
@@ -55,11 +56,17 @@ static void golden_model(const char *name) {
 	for (int64_t i = 0; i < P; i++) ids[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i));
 	float *out = malloc((size_t)(P * V) * sizeof *out);
 	CHECK(run_prompt(m, ids, P, out) == 0);
-	snprintf(path, sizeof path, "%s/golden/%s/exact.f32", t_shared(), name);
-	size_t len = 0;
-	float *ex = (float *)t_read_file(path, &len);
-	CHECKF(ex && len == (size_t)(P * V) * 4, "%s: exact.f32 size %zu", name, len);
-	if (ex && len == (size_t)(P * V) * 4) {
+	float *own = NULL;
+	if (!ex) {
+		ref64_shape rs;
+		ref64_shape_of(m, &rs);
+		double *lg = malloc((size_t)(P * V) * sizeof *lg);
+		ref64_forward(model_gguf(m), &rs, ids, (int)P, lg, NULL);
+		ex = own = malloc((size_t)(P * V) * sizeof *own);
+		for (int64_t i = 0; i < P * V; i++) own[i] = (float)lg[i];
+		free(lg);
+	}
+	{
 		double mx = 0, sum = 0;
 		int agree = 0;
 		for (int64_t i = 0; i < P * V; i++) {
@@ -90,10 +97,46 @@ static void golden_model(const char *name) {
 		else CHECKF(mx <= slack * lc_max + add, "%s: max error %.6f > %.2f x %.6f + %.2f", name, mx, slack, lc_max, add);
 	}
 done:
-	free(ex);
+	free(own);
 	free(out);
 	free(ids);
+}
+
+static void golden_model(const char *name) {
+	t_case("%s", name);
+	char path[512], err[256];
+	json_t *g = golden_json(name);
+	if (!g) return;
+	snprintf(path, sizeof path, "%s/models/%s.gguf", t_shared(), name);
+	model *m;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", name, err);
+	if (rc) { json_decref(g); return; }
+	const int64_t V = json_integer_value(json_object_get(g, "vocab"));
+	const int64_t P = (int64_t)json_array_size(json_object_get(g, "prompt"));
+	snprintf(path, sizeof path, "%s/golden/%s/exact.f32", t_shared(), name);
+	size_t len = 0;
+	float *ex = (float *)t_read_file(path, &len);
+	CHECKF(ex && len == (size_t)(P * V) * 4, "%s: exact.f32 size %zu", name, len);
+	if (ex && len == (size_t)(P * V) * 4) golden_check(name, m, g, ex);
+	free(ex);
 	model_free(m);
+	json_decref(g);
+}
+
+// A file of a type no golden file has, against the float64 forward over its own weights, held to
+// ref-llama-Q4_0's bar: a 4-bit file of the same model and prompt, whose error is the forward's
+// rounding too (the exact logits are those of the file's weights either way).
+static void quantized_model(const char *label, const char *path) {
+	t_case("%s", label);
+	char err[256];
+	json_t *g = golden_json("ref-llama-Q4_0");
+	if (!g) return;
+	model *m;
+	const int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s: %s", label, err);
+	if (!rc) golden_check(label, m, g, NULL);
+	if (!rc) model_free(m);
 	json_decref(g);
 }
 
@@ -152,6 +195,12 @@ int main(void) {
 		closedir(d);
 		qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
 		CHECK(n >= 20);
+		static const char *const iq4[] = {"IQ4_NL", "IQ4_XS"};
+		char iq4_path[2][512], iq4_label[2][64];
+		for (int q = 0; q < 2; q++) {
+			CHECKF(t_quantize_ref("golden", iq4[q], iq4_path[q], sizeof iq4_path[q]), "lanes quantize to %s", iq4[q]);
+			snprintf(iq4_label[q], sizeof iq4_label[q], "ref-llama-%s (ours)", iq4[q]);
+		}
 		// Every kernel set this CPU runs meets the bar on its own, in both activation widths.
 		const char *sets[8];
 		const int ns = tensor_kernels_available(sets, 8);
@@ -160,8 +209,10 @@ int main(void) {
 				CHECK(tensor_kernels_select_act((enum tensor_act)a) == 0);
 				CHECK(tensor_kernels_select(sets[k]) == 0);
 				for (int i = 0; i < n; i++) golden_model(names[i]);
+				for (int q = 0; q < 2; q++) quantized_model(iq4_label[q], iq4_path[q]);
 				stories_greedy();
 			}
+		for (int q = 0; q < 2; q++) remove(iq4_path[q]);
 		CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 		// The error each cache type costs, on the default set.
 		CHECK(tensor_kernels_select(sets[ns - 1]) == 0);

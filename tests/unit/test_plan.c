@@ -269,20 +269,22 @@ static bool same_plan(const plan_result *a, const plan_result *b) {
 	       a->fits == b->fits && !strcmp(a->reason, b->reason);
 }
 
-// The metadata description of every shared model equals the loaded model's figures.
-static void test_meta_equals_loaded(const char *kernels, const char *extra) {
+// The metadata description of every shared model, and of the files in extra (NULL-ended),
+// equals the loaded model's figures.
+static void test_meta_equals_loaded(const char *kernels, const char *const *extra) {
 	static const char *const names[] = {
 		"stories260K.gguf",     "ref-llama-F32.gguf",    "ref-llama-F16.gguf",  "ref-llama-BF16.gguf",
 		"ref-llama-Q4_0.gguf",  "ref-llama-Q4_K_M.gguf", "ref-llama-Q6_K.gguf", "ref-llama-Q8_0.gguf",
 		"ref-llama-Q2_K.gguf",  "ref-moe-Q4_K_M.gguf",   "ref-moe-Q8_0.gguf",   "ref-qwen2-Q4_K_M.gguf",
-		"ref-qwen2-F16.gguf",   "ref-tied-Q8_0.gguf",    "ref-spm-Q4_0.gguf",   NULL,
+		"ref-qwen2-F16.gguf",   "ref-tied-Q8_0.gguf",    "ref-spm-Q4_0.gguf",
 	};
+	const size_t nn = sizeof names / sizeof names[0];
 	lane_config cfg;
 	lane_config_default(&cfg);
 	char path[1024], err[512];
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		if (names[i]) model_path(path, sizeof path, names[i]);
-		else snprintf(path, sizeof path, "%s", extra);
+	for (size_t i = 0; i < nn || extra[i - nn]; i++) {
+		if (i < nn) model_path(path, sizeof path, names[i]);
+		else snprintf(path, sizeof path, "%s", extra[i - nn]);
 		plan_model meta, loaded;
 		int rc = plan_model_load(&meta, path, err, sizeof err);
 		CHECKF(rc == 0, "%s: %s", path, err);
@@ -443,10 +445,14 @@ int main(void) {
 	CHECK(plan_model_load(&conv, f16v, err, sizeof err) == 0);
 	CHECKF(conv.mem.copied_bytes > 0 && conv.mem.copied_bytes % 4 == 0, "copied %llu", (unsigned long long)conv.mem.copied_bytes);
 	test_meta_reads_no_data(f16v);
-	test_meta_equals_loaded(tensor_kernels_name(tensor_kernels_default()), f16v);
+	// and files of the types no shared model has, as `lanes quantize` makes them
+	char iq4nl[1024], iq4xs[1024];
+	CHECK(t_quantize_ref("plan", "IQ4_NL", iq4nl, sizeof iq4nl) && t_quantize_ref("plan", "IQ4_XS", iq4xs, sizeof iq4xs));
+	const char *const extra[] = {f16v, iq4nl, iq4xs, NULL};
+	test_meta_equals_loaded(tensor_kernels_name(tensor_kernels_default()), extra);
 	// and for the portable set, which reads every matrix in place
 	CHECK(tensor_kernels_select("ref") == 0);
-	test_meta_equals_loaded("ref", f16v);
-	unlink(f16v);
+	test_meta_equals_loaded("ref", extra);
+	unlink(f16v), unlink(iq4nl), unlink(iq4xs);
 	T_DONE("plan");
 }

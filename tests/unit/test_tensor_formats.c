@@ -12,7 +12,7 @@
 static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
-	GGUF_T_Q8_K,
+	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -42,6 +42,8 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_q5_K) == 176);
 	CHECK(sizeof(block_q6_K) == 210);
 	CHECK(sizeof(block_q8_K) == 292);
+	CHECK(sizeof(block_iq4_nl) == 18);
+	CHECK(sizeof(block_iq4_xs) == 136);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -57,11 +59,59 @@ static void test_sizes(void) {
 	CHECK(tensor_row_bytes(GGUF_T_Q4_K, 512) == 288);
 	CHECK(tensor_row_bytes(GGUF_T_Q4_K, 100) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_Q8_0, 64) == 68);
+	CHECK(tensor_row_bytes(GGUF_T_IQ4_NL, 64) == 36);
+	CHECK(tensor_row_bytes(GGUF_T_IQ4_XS, 512) == 272);
+	CHECK(tensor_row_bytes(GGUF_T_IQ4_XS, 96) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_F16, 3) == 6);
 	CHECK(tensor_row_bytes(GGUF_T_F32, -1) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_I32, 4) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_F32, INT64_MAX) == 0); // overflows
 	CHECK(tensor_row_bytes(GGUF_T_Q8_0, (INT64_C(1) << 40)) == (size_t)34 << 35);
+}
+
+// ---- the IQ4 codebook and layouts, from their definitions ---------------------------------
+static void test_iq4(void) {
+	// kvalues_iq4nl as llama.cpp publishes it (ggml-common.h)
+	static const int published[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+	for (int i = 0; i < 16; i++) CHECKF(tensor_iq4nl_values[i] == published[i], "codebook value %d", i);
+	// IQ4_NL: d = 0.5, byte j = code j (low nibble, element j) and code 15 - j (high, j + 16)
+	block_iq4_nl nl = {.d = tensor_f32_to_f16(0.5f)};
+	for (int j = 0; j < 16; j++) nl.qs[j] = (uint8_t)(j | (15 - j) << 4);
+	float y[256];
+	tensor_traits_of(GGUF_T_IQ4_NL)->to_f32(&nl, y, 32);
+	int bad = 0;
+	for (int j = 0; j < 16; j++) bad += y[j] != 0.5f * published[j] || y[j + 16] != 0.5f * published[15 - j];
+	CHECKF(bad == 0, "IQ4_NL: %d elements off their definition", bad);
+	// IQ4_XS: sub-block ib's 6-bit scale ls = 5 * ib + 3 (low 4 bits in scales_l, high 2 in scales_h), element
+	// e of it = d * (ls - 32) * value[code]; code (e + ib) % 16 for e < 16, and 15 - that for e + 16
+	block_iq4_xs xs = {.d = tensor_f32_to_f16(0.25f)};
+	for (int ib = 0; ib < 8; ib++) {
+		const int ls = 5 * ib + 3;
+		xs.scales_l[ib / 2] |= (uint8_t)((ls & 15) << 4 * (ib % 2));
+		xs.scales_h |= (uint16_t)((ls >> 4) << 2 * ib);
+		for (int j = 0; j < 16; j++) xs.qs[16 * ib + j] = (uint8_t)((j + ib) % 16 | (15 - (j + ib) % 16) << 4);
+	}
+	tensor_traits_of(GGUF_T_IQ4_XS)->to_f32(&xs, y, 256);
+	bad = 0;
+	for (int ib = 0; ib < 8; ib++) {
+		const float dl = 0.25f * (float)(5 * ib + 3 - 32);
+		for (int j = 0; j < 16; j++) {
+			const int c = (j + ib) % 16;
+			bad += y[32 * ib + j] != dl * published[c] || y[32 * ib + 16 + j] != dl * published[15 - c];
+		}
+	}
+	CHECKF(bad == 0, "IQ4_XS: %d elements off their definition", bad);
+	// the quantizers pick a code at least as near as any other for the scale they store
+	float x[256];
+	uint64_t s = 99;
+	for (int i = 0; i < 256; i++) x[i] = (float)((int64_t)(splitmix64(s++) >> 40) - (1 << 23)) / (1 << 23);
+	tensor_traits_of(GGUF_T_IQ4_NL)->from_f32(x, &nl, 32);
+	tensor_traits_of(GGUF_T_IQ4_NL)->to_f32(&nl, y, 32);
+	const float d = tensor_f16_to_f32(nl.d);
+	bad = 0;
+	for (int j = 0; j < 32; j++)
+		for (int c = 0; c < 16; c++) bad += fabsf(x[j] - d * published[c]) < fabsf(x[j] - y[j]);
+	CHECKF(bad == 0 && d != 0.0f, "IQ4_NL: %d elements not at their nearest code", bad);
 }
 
 // ---- golden tensors ----------------------------------------------------------------------
@@ -198,6 +248,7 @@ static void test_round_trip(void) {
 		{GGUF_T_Q6_K, 0.025},   {GGUF_T_Q5_0, 0.06},   {GGUF_T_Q5_1, 0.05},
 		{GGUF_T_Q5_K, 0.045},   {GGUF_T_Q4_0, 0.12},   {GGUF_T_Q4_1, 0.10},
 		{GGUF_T_Q4_K, 0.09},    {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q2_K, 0.40},
+		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -348,6 +399,7 @@ static void test_half(void) {
 
 int main(void) {
 	test_sizes();
+	test_iq4();
 	test_half();
 	test_round_trip();
 	test_golden();

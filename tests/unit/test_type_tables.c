@@ -121,7 +121,8 @@ static void tensor_type_entries(void) {
 		{GGUF_T_Q8_1, QK8_1, sizeof(block_q8_1)}, {GGUF_T_Q2_K, QK_K, sizeof(block_q2_K)},
 		{GGUF_T_Q3_K, QK_K, sizeof(block_q3_K)}, {GGUF_T_Q4_K, QK_K, sizeof(block_q4_K)},
 		{GGUF_T_Q5_K, QK_K, sizeof(block_q5_K)}, {GGUF_T_Q6_K, QK_K, sizeof(block_q6_K)},
-		{GGUF_T_Q8_K, QK_K, sizeof(block_q8_K)},
+		{GGUF_T_Q8_K, QK_K, sizeof(block_q8_K)}, {GGUF_T_IQ4_NL, QK4_NL, sizeof(block_iq4_nl)},
+		{GGUF_T_IQ4_XS, QK_K, sizeof(block_iq4_xs)},
 	};
 	const int nw = (int)(sizeof want / sizeof want[0]);
 	int convertible = 0;

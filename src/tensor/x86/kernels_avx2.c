@@ -42,6 +42,10 @@ V vi v_add16(vi a, vi b) { return _mm256_add_epi16(a, b); }
 V vi v_widen16(vi a) { return _mm256_madd_epi16(a, _mm256_set1_epi16(1)); }
 V vi v_abs8(vi a) { return _mm256_abs_epi8(a); }
 V vi v_sign8(vi a, vi b) { return _mm256_sign_epi8(a, b); }
+V vi v_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
+// 16 bytes at p in each 128-bit lane, and byte i of each lane looked up in its lane's 16 (i < 16).
+V vi v_lut16(const void *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
+V vi v_shuf8(vi t, vi i) { return _mm256_shuffle_epi8(t, i); }
 V vi v_ldu8(const void *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 V vi v_ldi8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 V vf v_cvt(vi a) { return _mm256_cvtepi32_ps(a); }

@@ -49,6 +49,10 @@ V vi v_dpb(vi acc, vi u, const int8_t *p) {
 	return acc;
 }
 V vi v_abs8(vi a) { return _mm512_abs_epi8(a); }
+V vi v_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
+// 16 bytes at p in each 128-bit lane, and byte i of each lane looked up in its lane's 16 (i < 16).
+V vi v_lut16(const void *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+V vi v_shuf8(vi t, vi i) { return _mm512_shuffle_epi8(t, i); }
 V vi v_ldu8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_ldi8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vf v_cvt(vi a) { return _mm512_cvtepi32_ps(a); }

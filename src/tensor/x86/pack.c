@@ -65,6 +65,8 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_Q4_K] = {GGUF_BLOCK_Q4_K, 8 * 256 + 256 + 64, true},
 	[GGUF_T_Q5_K] = {GGUF_BLOCK_Q5_K, 8 * 320 + 256 + 64, true},
 	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, true},
+	[GGUF_T_IQ4_NL] = {GGUF_BLOCK_IQ4_NL, 256 + 32, true},
+	[GGUF_T_IQ4_XS] = {GGUF_BLOCK_IQ4_XS, 8 * 256 + 128 + 32, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
@@ -111,12 +113,19 @@ static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 		for (int j = 0; j < 8; j++) {
 			for (int r = 0; r < 16; r++) u[r] = dc[r].u + 32 * j;
 			switch (type) {
-			case GGUF_T_Q4_K: planes4(o, u), o += 256; break;
+			case GGUF_T_Q4_K:
+			case GGUF_T_IQ4_XS: planes4(o, u), o += 256; break;
 			case GGUF_T_Q5_K: planes4(o, u), hb1(o + 256, u, 4), o += 320; break;
 			case GGUF_T_Q6_K: planes4(o, u), planes2(o + 256, u, 4), o += 384; break;
 			case GGUF_T_Q3_K: planes2(o, u, 0), hb1(o + 128, u, 2), o += 192; break;
 			case GGUF_T_Q2_K: planes2(o, u, 0), o += 128; break;
 			}
+		}
+		if (type == GGUF_T_IQ4_XS) { // a scale per 32, no mins
+			for (int j = 0; j < 8; j++)
+				for (int r = 0; r < 16; r++) o[16 * j + r] = dc[r].sc[j];
+			for (int r = 0; r < 16; r++) put16(o + 128 + 2 * r, dc[r].d);
+			return;
 		}
 		if (type == GGUF_T_Q4_K || type == GGUF_T_Q5_K) {
 			for (int j = 0; j < 8; j++)
@@ -141,13 +150,15 @@ static uint32_t rd32(const uint8_t *p) {
 
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
-// Q4_0, Q4_1, Q8_0 and Q4_K, whose codes need no decoding: one tile-block from 16 rows.
+// Q4_0, Q4_1, IQ4_NL, Q8_0, Q4_K and IQ4_XS, whose codes need no decoding: one tile-block
+// from 16 rows.
 static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, uint8_t *o, bool q8u) {
 	switch (type) {
 	case GGUF_T_Q4_0:
+	case GGUF_T_IQ4_NL: // the same layout as Q4_0, indices for codes
 	case GGUF_T_Q4_1: {
-		const size_t bs = type == GGUF_T_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q4_1);
-		const size_t qs = type == GGUF_T_Q4_0 ? 2 : 4;
+		const size_t bs = type == GGUF_T_Q4_1 ? sizeof(block_q4_1) : type == GGUF_T_Q4_0 ? sizeof(block_q4_0) : sizeof(block_iq4_nl);
+		const size_t qs = type == GGUF_T_Q4_1 ? 4 : 2;
 		for (int r = 0; r < 16; r++) {
 			const uint8_t *x = row[r] + (size_t)b * bs;
 			for (int g = 0; g < 4; g++) wr32(o + 64 * g + 4 * r, rd32(x + qs + 4 * g));
@@ -178,6 +189,16 @@ static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, ui
 			}
 			memcpy(o + 2048 + 256 + 2 * r, &x->d, 2);
 			memcpy(o + 2048 + 288 + 2 * r, &x->dmin, 2);
+		}
+		return true;
+	case GGUF_T_IQ4_XS:
+		for (int r = 0; r < 16; r++) {
+			const block_iq4_xs *x = (const block_iq4_xs *)(row[r] + (size_t)b * sizeof(block_iq4_xs));
+			for (int j = 0; j < 8; j++) {
+				for (int g = 0; g < 4; g++) wr32(o + 256 * j + 64 * g + 4 * r, rd32(x->qs + 16 * j + 4 * g));
+				o[2048 + 16 * j + r] = (uint8_t)(int8_t)(tensor_iq4xs_scale(x, j) - 32);
+			}
+			memcpy(o + 2048 + 128 + 2 * r, &x->d, 2);
 		}
 		return true;
 	default:
