@@ -72,7 +72,7 @@ test('a model that does not load: the process says why, once, before it listens,
 	const proc = spawn(BIN, ['serve', '-m', bad, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
 	let log = '';
 	proc.stderr.on('data', (d) => (log += d));
-	const code = await new Promise((r) => proc.on('exit', r));
+	const code = await new Promise((r) => proc.on('close', r));
 	assert.equal(code, 1);
 	assert.doesNotMatch(log, /listening on/);
 	assert.equal(log, `lanes serve: ${bad}: offset 0: truncated: 19 bytes is too short for a GGUF header\n`);

@@ -141,7 +141,8 @@ function lanes(args, env = {}, { onErr, stdin } = {}) {
 		// a lanes that refuses before reading its input closes the pipe: that is no failure of the test
 		p.stdin.on('error', () => {});
 		if (stdin !== undefined) p.stdin.end(stdin);
-		p.on('exit', (code) => resolve({ code, out, err }));
+		// 'close', not 'exit': the last of stderr may arrive after the process has gone
+		p.on('close', (code) => resolve({ code, out, err }));
 	});
 }
 const inCache = (rel) => path.join(cache, rel);

@@ -184,7 +184,7 @@ function pull(args, env = {}, home = path.join(ROOT, `home-${homes++}`)) {
 		let out = '', err = '';
 		p.stdout.on('data', (d) => (out += d));
 		p.stderr.on('data', (d) => (err += d));
-		p.on('exit', (code) => {
+		p.on('close', (code) => {
 			const models = path.join('.cache', 'lanes', 'models');
 			const files = walk(home);
 			resolve({
@@ -277,7 +277,7 @@ test(`stalls: nothing sent, or half the body then nothing, end after ${TRIES} tr
 	const ls = spawn(BIN, ['ls'], { env: { ...process.env, HOME: c.home, LANES_MODELS: '' } });
 	let out = '';
 	ls.stdout.on('data', (d) => (out += d));
-	await new Promise((r) => ls.on('exit', r));
+	await new Promise((r) => ls.on('close', r));
 	assert.match(out, /evil\/repo\/halfstall-Q8_0\.gguf  \(incomplete: `lanes pull hf:evil\/repo\/halfstall-Q8_0\.gguf` resumes it/);
 	// the hub recovers: the next pull asks for the rest and the file arrives whole
 	routes['/evil/repo/resolve/main/halfstall-Q8_0.gguf'] = (req, res) => {
