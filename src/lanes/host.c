@@ -225,9 +225,12 @@ void lane_host_free(lane_host *h) {
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->thread, NULL);
 	}
-	if (h->kv && kv_disk_stats_of(h->kv).read + kv_disk_flush(h->kv))
-		LOG_INFO(MOD, "prefix cache on disk: %llu pages read, %llu written", (unsigned long long)kv_disk_stats_of(h->kv).read,
-			 (unsigned long long)kv_disk_stats_of(h->kv).written);
+	if (h->kv) {
+		const int32_t flushed = kv_disk_flush(h->kv);
+		const kv_disk_stats d = kv_disk_stats_of(h->kv);
+		if (flushed || d.read) LOG_INFO(MOD, "prefix cache on disk: %llu pages read, %llu written", (unsigned long long)d.read,
+						(unsigned long long)d.written);
+	}
 	kv_free(h->kv);
 	lane_draft_free(h);
 	free(h->ctxbuf);

@@ -93,6 +93,8 @@ test('bad requests and a model that is no reranker get 400s that say why', async
 	await bad({ query, documents: [] }, 'documents');
 	await bad({ query, documents: [3] }, 'documents');
 	await bad({ query, documents: docs, top_n: 0 }, 'top_n');
+	await bad({ query: 'cat '.repeat(2000), documents: docs }, 'query'); // past the window before any document
+	await bad({ query, documents: ['ok', 'cat '.repeat(2000)] }, 'documents[1]');
 	await bad({ query, documents: docs, bogus: 1 });
 	const sc = await postJSON(`${srv.url}/v1/score`, { text_1: [query, query], text_2: docs });
 	assert.equal(sc.status, 400);

@@ -198,6 +198,11 @@ static int read_docs(http_server *s, rank_req *r, json_t *in, const char *name, 
 	g->n_prompts = calloc(n, sizeof *g->n_prompts);
 	if (!g->prompts || !g->n_prompts) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	g->n = (int)n;
+	// the query's part once, so an oversized query is refused before it is tokenized per document
+	int32_t *head = NULL, n_head = 0;
+	const int rc = pair_ids(s, r, "", r->shape == RANK_RERANK ? "query" : "text_1", &head, &n_head, e);
+	free(head);
+	if (rc) return -1;
 	for (size_t i = 0; i < n; i++) {
 		char p[48];
 		snprintf(p, sizeof p, "%s[%zu]", name, i);
@@ -270,6 +275,7 @@ static json_t *rank_reply(srv_call *c) {
 static void rank_free(void *st) {
 	rank_req *r = st;
 	json_decref(r->docs);
+	json_decref(r->top_n);
 	free(r);
 }
 
