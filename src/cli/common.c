@@ -227,6 +227,8 @@ int cli_sampling(const cli_settings *s, lane_sampling *sp) {
 	sp->mirostat_tau = (float)s->mirostat_ent;
 	sp->mirostat_eta = (float)s->mirostat_lr;
 	if (s->samplers && s->sampling_seq) return cli_usage_error(s, "give one of --samplers and --sampling-seq");
+	if ((s->samplers && !*s->samplers) || (s->sampling_seq && !*s->sampling_seq))
+		return cli_usage_error(s, "--samplers and --sampling-seq name at least one sampler (leave them out for the default order)");
 	sp->n_samplers = 0;
 	for (const char *p = s->samplers; p && *p;) {
 		const size_t n = strcspn(p, ";");

@@ -246,6 +246,7 @@ int lane_submit(lane_host *h, const lane_request *q, lane_req **out, char *err, 
 	r->sp = (sample_params){sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->seed, sp->typical_p, sp->top_n_sigma,
 				sp->xtc_probability, sp->xtc_threshold, sp->dynatemp_range, sp->dynatemp_exponent, sp->mirostat,
 				sp->mirostat_tau, sp->mirostat_eta, {0}, sp->n_samplers};
+	_Static_assert(sizeof r->sp.order == sizeof sp->samplers, "a request's sampler order fits the sampler's");
 	memcpy(r->sp.order, sp->samplers, sizeof r->sp.order);
 	r->pen = (sample_penalties){sp->repeat_penalty, sp->repeat_last_n, sp->presence_penalty, sp->frequency_penalty};
 	r->mirostat_mu = 2.0f * sp->mirostat_tau;

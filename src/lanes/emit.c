@@ -197,5 +197,6 @@ int32_t lane_emit_sampled(lane_host *h, lane_req *r, const float *lg) {
 
 void lane_emit_prompt_lp(lane_host *h, lane_req *r, const float *lg, int32_t pos) {
 	lane_prompt_lp *e = &r->plp[pos + 1];
-	e->logprob = logprobs(lg, h->hp.n_vocab, r->prompt[pos + 1], r->ptop + (size_t)(pos + 1) * r->pk, r->pk, &e->rank);
+	lane_top *top = r->pk ? r->ptop + (size_t)(pos + 1) * r->pk : NULL; // no alternatives asked: no room
+	e->logprob = logprobs(lg, h->hp.n_vocab, r->prompt[pos + 1], top, r->pk, &e->rank);
 }

@@ -365,7 +365,8 @@ static void xtc(sampler *s, pool *q, const sample_params *p, uint64_t choice, in
 	if (p->xtc_probability <= 0.0f || q->n < 2) return;
 	if (sample_uniform_stream(p->seed, choice, pos, 1) >= p->xtc_probability) return;
 	int32_t m = 0;
-	while (m < q->n && s->p[m] >= p->xtc_threshold * q->total) m++;
+	// a banned candidate (probability 0) never counts, or a threshold of 0 would keep only it
+	while (m < q->n && s->p[m] > 0 && s->p[m] >= p->xtc_threshold * q->total) m++;
 	if (m < 2) return;
 	memmove(s->c, s->c + m - 1, (size_t)(q->n - m + 1) * sizeof *s->c);
 	memmove(s->p, s->p + m - 1, (size_t)(q->n - m + 1) * sizeof *s->p);

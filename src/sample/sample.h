@@ -1,6 +1,7 @@
 // sample: turns a row of logits into a token — greedy, temperature (fixed or dynamic), top-k,
-// typical, top-p, min-p, top-nσ, XTC and mirostat, in a caller's order. The random draw for the token at position pos of choice i is a pure function of
-// (seed, i, pos): no RNG state, so the same request gives the same text however it is batched.
+// typical, top-p, min-p, top-nσ, XTC and mirostat, in a caller's order. The random draw for
+// the token at position pos of choice i is a pure function of (seed, i, pos): no RNG state,
+// so the same request gives the same text however it is batched.
 #ifndef LANES_SAMPLE_H
 #define LANES_SAMPLE_H
 

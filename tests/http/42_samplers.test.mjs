@@ -116,6 +116,8 @@ test('a bad value is a 400 naming the field', async () => {
 		[{ samplers: 'kq' }, 'samplers'],
 		[{ samplers: 7 }, 'samplers'],
 		[{ samplers: 'kkkkkkkkkkkkkkkkk' }, 'samplers'],
+		[{ samplers: [] }, 'samplers'],
+		[{ samplers: '' }, 'samplers'],
 	];
 	for (const [fields, param] of bad) {
 		for (const path of ['/v1/chat/completions', '/v1/completions']) {

@@ -144,6 +144,15 @@ static void xtc(void) {
 	CHECKF(ran > 1800 && ran < 2200 && zero_when_ran == 0, "xtc's coin: %d of 4000 ran, token 0 in %d", ran, zero_when_ran);
 	CHECK(sample_uniform_stream(1, 0, 5, 0) == sample_uniform(1, 0, 5) && sample_uniform_stream(1, 0, 5, 1) != sample_uniform(1, 0, 5));
 	sampler_free(s);
+	// a threshold of 0 with banned tokens (-inf, as a grammar leaves them): never one of those
+	const float lb[8] = {3, 2.5f, 1, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	CHECK(sampler_new(&s, 8) == 0);
+	if (!s) return;
+	int cb[8];
+	p.xtc_threshold = 0, p.xtc_probability = 1;
+	count_picks(s, &p, lb, 8, cb);
+	CHECKF(cb[2] == DRAWS, "xtc 0: the least likely allowed token always (%d; banned %d)", cb[2], cb[3] + cb[7]);
+	sampler_free(s);
 }
 
 static void top_n_sigma(void) {

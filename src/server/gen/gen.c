@@ -138,6 +138,8 @@ static int gen_samplers(srv_gen *g, srv_err *e) {
 	if (!json_is_array(o) && !json_is_string(o))
 		return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s must be an array of sampler names or a string of their letters", name);
 	if (lane_check_value(&g->api, LANE_F_SAMPLERS, (double)n, err, sizeof err)) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s", err);
+	// an empty order would read as the default one, not as "no samplers"
+	if (!n) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s is empty: name at least one sampler, or leave it out for the default order", name);
 	for (size_t i = 0; i < n; i++) {
 		const json_t *x = json_is_array(o) ? json_array_get(o, i) : NULL;
 		const char *s = json_is_string(o) ? json_string_value(o) : json_string_value(x);
