@@ -192,6 +192,7 @@ int cmd_bench(const cli_settings *set) {
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = base_now_us();
 	if (cli_load_model(model_path, &m, NULL)) goto out;
+	model_set_context(m, (int32_t)(depth + n_pp + n_tg)); // the positions a run uses are its context (Phi 3's factors)
 	const double load_s = (double)(base_now_us() - load_t0) / 1e6;
 	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
 		cli_err("%s", err);

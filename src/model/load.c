@@ -477,7 +477,8 @@ static int read_gemma(loader *L, int gen) {
 	if (gen == 2 && ((rc = meta_float(L, "attn_logit_softcapping", 50.0, 0.0, 1e6, &attn_cap)) ||
 			 (rc = meta_float(L, "final_logit_softcapping", 30.0, 0.0, 1e6, &final_cap))))
 		return rc;
-	if ((rc = meta_int(L, "attention.sliding_window", true, gen == 2 ? 4096 : 1024, 0, INT32_MAX, &hp->n_swa))) return rc;
+	// a window of 0 would make the local layers global, rotated at the global base too
+	if ((rc = meta_int(L, "attention.sliding_window", true, gen == 2 ? 4096 : 1024, 1, INT32_MAX, &hp->n_swa))) return rc;
 	hp->attn_softcap = (float)attn_cap;
 	hp->final_softcap = (float)final_cap;
 	// Gemma 2: even layers local, odd global; Gemma 3: five local, then one global
@@ -492,6 +493,7 @@ static int read_gemma(loader *L, int gen) {
 		hp->rope_swa = hp->rope;
 		hp->rope_swa.freq_base = 10000.0;
 		hp->rope_swa.freq_scale = 1.0;
+		hp->rope_swa.freq_factors = NULL; // a file's rope_freqs scale the global layers alone
 	}
 	return LANES_OK;
 }
@@ -534,6 +536,12 @@ static int read_phi3_factors(loader *L) {
 	if ((rc = bind_vec(L, "rope_factors_long.weight", true, half, &m->rope_long)) ||
 	    (rc = bind_vec(L, "rope_factors_short.weight", true, half, &m->rope_short)))
 		return rc;
+	// each is a divisor of a frequency: 0, negative or not finite would turn the tables to NaN
+	for (int32_t i = 0; m->rope_long && m->rope_short && i < half; i++) // metadata alone may leave them unread
+		if (!(isfinite(m->rope_long[i]) && m->rope_long[i] > 0 && isfinite(m->rope_short[i]) && m->rope_short[i] > 0))
+			return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: rope_factors_%s.weight[%d] = %g is not a positive number",
+					   isfinite(m->rope_long[i]) && m->rope_long[i] > 0 ? "short" : "long", (int)i,
+					   (double)(isfinite(m->rope_long[i]) && m->rope_long[i] > 0 ? m->rope_short[i] : m->rope_long[i]));
 	m->hp.rope.freq_factors = m->rope_short;
 	return LANES_OK;
 }

@@ -24,6 +24,7 @@ typedef struct {
 	float attn_cap, final_cap;  // gemma2: the soft caps
 	const char *swa_layers;     // gemma3: attention.sliding_window_pattern as one bool a layer ("1": local)
 	bool no_short;              // phi3: leave rope_factors_short out (its factors are written, both)
+	bool neg_short;             // phi3: every short factor -1
 	// Hostile knobs.
 	const char *skip;           // leave this tensor out
 	const char *reshape;        // give this tensor one row too many
@@ -121,7 +122,8 @@ static int write_synth(const synth *s, const char *path) {
 	if (s->rope_freqs) add(w, s, &seed, "rope_freqs.weight", D / 2, 1, 1, GGUF_T_F32, 3, 2);
 	if (phi3) {
 		add(w, s, &seed, "rope_factors_long.weight", D / 2, 1, 1, GGUF_T_F32, 6, 1);
-		if (!s->no_short) add(w, s, &seed, "rope_factors_short.weight", D / 2, 1, 1, GGUF_T_F32, 2, 0.5f);
+		if (!s->no_short)
+			add(w, s, &seed, "rope_factors_short.weight", D / 2, 1, 1, GGUF_T_F32, s->neg_short ? -1 : 2, s->neg_short ? 0 : 0.5f);
 	}
 	for (int l = 0; l < s->L; l++) {
 #define T(what, a, b, c, type, mean, scale)                            \
@@ -548,6 +550,10 @@ int main(void) {
 	hostile("gemma3-k-norm", s, LANES_EFORMAT, "blk.2.attn_k_norm.weight");
 	s = phi3, s.no_short = true;
 	hostile("phi3-short", s, LANES_EFORMAT, "rope_factors_short.weight");
+	s = phi3, s.neg_short = true;
+	hostile("phi3-neg-factor", s, LANES_EFORMAT, "rope_factors_short.weight[0] = -1 is not a positive number");
+	s = gemma3, s.swa = 0;
+	hostile("gemma3-no-window", s, LANES_EFORMAT, "sliding_window");
 	s = phi3, s.reshape = "blk.1.attn_qkv.weight";
 	hostile("phi3-qkv", s, LANES_EFORMAT, "blk.1.attn_qkv.weight");
 	s = phi3, s.reshape = "blk.0.ffn_up.weight";
