@@ -1,6 +1,10 @@
 // base: error messages, logging, clocks, panics and hashing.
 #include "base/base.h"
 
+#include <math.h>
+
+#include <errno.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +140,27 @@ uint64_t base_now_ns(void) {
 }
 
 uint64_t base_now_us(void) { return base_now_ns() / 1000; }
+
+bool base_parse_duration(const char *p, double *seconds) {
+	if (!p || !*p) return false;
+	double total = 0;
+	while (*p) {
+		char *end;
+		errno = 0;
+		const double x = strtod(p, &end);
+		if (end == p || errno || !isfinite(x) || *p == ' ') return false;
+		p = end;
+		double unit = 1;
+		if (!strncmp(p, "ms", 2)) unit = 1e-3, p += 2;
+		else if (*p == 'h') unit = 3600, p++;
+		else if (*p == 'm') unit = 60, p++;
+		else if (*p == 's') p++;
+		else if (*p) return false;
+		total += x * unit;
+	}
+	*seconds = total < 0 ? -1 : total;
+	return true;
+}
 
 uint64_t base_hash64(const void *data, size_t n, uint64_t seed) {
 	const uint8_t *p = data;

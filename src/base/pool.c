@@ -16,6 +16,7 @@ struct base_pool {
 	int n;                    // threads including the caller
 	pthread_t *threads;       // n - 1 workers
 	pthread_mutex_t mu;
+	pthread_mutex_t run_mu;   // one job at a time: lane hosts of several models may share the pool
 	pthread_cond_t go, done;
 	base_task_fn fn;         // the current job, published by gen
 	void *arg;
@@ -82,6 +83,7 @@ int base_pool_new(base_pool **out, int n_threads) {
 	if (!p) return LANES_ENOMEM;
 	p->n = n_threads;
 	pthread_mutex_init(&p->mu, NULL);
+	pthread_mutex_init(&p->run_mu, NULL);
 	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done, NULL);
 	if (n_threads > 1) {
@@ -112,6 +114,7 @@ void base_pool_free(base_pool *p) {
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
 	pthread_mutex_destroy(&p->mu);
+	pthread_mutex_destroy(&p->run_mu);
 	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);
 	free(p->threads);
@@ -122,6 +125,7 @@ int base_pool_threads(const base_pool *p) { return p ? p->n : 1; }
 
 void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 	if (!p || p->n == 1) { fn(arg, 0, 1); return; }
+	pthread_mutex_lock(&p->run_mu);
 	p->fn = fn;
 	p->arg = arg;
 	atomic_store(&p->pending, p->n - 1);
@@ -148,6 +152,7 @@ void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 			break;
 		}
 	}
+	pthread_mutex_unlock(&p->run_mu);
 }
 
 void base_pool_wait(const _Atomic long long *done, long long target) {

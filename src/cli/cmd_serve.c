@@ -106,7 +106,8 @@ const char *const cli_serve_flags[][2] = {
 	{"cors_origins", "--cors-origin"}, {"protect_control", "--protect-control"}, {"max_output_bytes", "--max-output-bytes"},
 	{"max_tokenize_bytes", "--max-tokenize-bytes"}, {"no_webui", "--no-webui"}, {"peers", "--peer"},
 	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
-	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"},
+	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dir", "--models-dir"},
+	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
 	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
 	{"sampling.dry_multiplier", "--dry-multiplier"}, {"sampling.dry_base", "--dry-base"},
@@ -209,6 +210,12 @@ int cmd_serve(const cli_settings *s) {
 	cfg.peer_poll_ms = (int)s->peer_poll_ms;
 	cfg.peer_timeout_ms = (int)s->peer_timeout_ms;
 	cfg.peer_key = s->peer_key;
+	cfg.models_dir = s->serve_models_dir && *s->serve_models_dir ? s->serve_models_dir : NULL;
+	cfg.max_models = (int)s->max_models;
+	if (!base_parse_duration(s->keep_alive, &cfg.keep_alive_s)) {
+		cli_err("--keep-alive: '%s' is no duration (30s, 5m, 1h, -1 or 0)", s->keep_alive);
+		return 2;
+	}
 	serve_bar bar;
 	cli_progress_start(&bar.bar, "load", true, false);
 	atomic_init(&bar.shown, false);
@@ -223,6 +230,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.allow_unauth_mutations = s->allow_unauth_mutations;
 	cli_pull_config(s, &cfg.cache);
 	cfg.cache.urls = false; // over HTTP the hub's names alone: the server fetches no URL a client names
+	if (cfg.models_dir) cfg.cache.dir = cfg.models_dir; // Ollama's pull, copy and delete change what it serves
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
 	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;

@@ -29,14 +29,14 @@ typedef struct {
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
 	const char *corpus, *svg;
-	const char *cache_dir, *cache_dir_max;
+	const char *cache_dir, *cache_dir_max, *serve_models_dir, *keep_alive;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
 	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
-	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, corpus_tokens, steps, batch, max_tokens;
+	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, max_models, corpus_tokens, steps, batch, max_tokens;
 	int64_t serve_max_tokens, responses_store, overflow_queue, peer_poll_ms, peer_timeout_ms, pull_stall_s, pull_max_bytes;
 	int64_t pull_tries, pull_retry_ms, pull_retry_max_ms, think_budget;
 	int64_t dry_allowed_length, dry_penalty_last_n, mirostat;

@@ -106,6 +106,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	lane_config cfg = *cfgin;
 	if (lane_config_check(&cfg, err, errlen)) return LANES_EINVAL;
 	if (cfg.threads <= 0) cfg.threads = base_cpu_count();
+	if (cfg.pool) cfg.threads = base_pool_threads(cfg.pool);
 	lane_host *h = calloc(1, sizeof *h);
 	if (!h) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	h->cfg = cfg;
@@ -149,7 +150,8 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		rc = kv_disk_open(h->kv, cfg.cache_dir, ident, cfg.cache_dir_bytes ? cfg.cache_dir_bytes : LANE_DEFAULT_CACHE_DIR_BYTES,
 				  err, errlen);
 	}
-	if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
+	if (!rc && cfg.pool) h->pool = cfg.pool;
+	else if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
 	// a request queued or admitted is counted open: no more than queue + lanes, and as many
 	// again as leases may hold (a request with a lease passes a full queue)
@@ -234,7 +236,7 @@ void lane_host_free(lane_host *h) {
 	kv_free(h->kv);
 	lane_draft_free(h);
 	free(h->ctxbuf);
-	base_pool_free(h->pool);
+	if (!h->cfg.pool) base_pool_free(h->pool);
 	free(h->lanes);
 	free(h->cancelled);
 	free(h->leases);

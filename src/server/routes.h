@@ -36,7 +36,7 @@ void srv_embeddings(srv_conn *c);
 // row read once the model is loaded.
 void srv_rerank(srv_conn *c);
 void srv_score(srv_conn *c);
-void srv_rank_load(http_server *s);
+void srv_rank_load(srv_model *M);
 
 // LoRA adapters (ops/adapters.c): the endpoints, the adapters given at start (loaded with the
 // model, before the server is ready), the loader thread of POSTed ones, and what /v1/models
@@ -89,6 +89,30 @@ void srv_ollama_delete(srv_conn *c);
 int srv_pulls_start(http_server *s);
 void srv_pulls_stop(http_server *s);
 void srv_pulls_free(http_server *s); // after the daemon stopped
+
+// The models served by name (ops/models.c): the -m model first, then --models-dir's.
+int srv_models_start(http_server *s, char *err, size_t errlen); // after the -m model is made, before it loads
+void srv_models_stop(http_server *s);                           // loads end; before the daemon stops
+void srv_models_free(http_server *s);                           // after the -m model's lane host is freed
+void srv_model_free(srv_model *M);
+// What a loaded model's file gives beside its weights: vocabulary, reranker, chat template,
+// reasoning, the prefix cache's ident. 0, or a code with err.
+int srv_model_setup(srv_model *M, char *err, size_t errlen);
+// Sets c->mdl from its body's "model" (or "name"); a model of --models-dir not loaded is loaded,
+// c parked until it is in. true: c was replied to or parked (srv_models_go runs it on).
+bool srv_models_pick(srv_conn *c);
+// What follows a request's pick: the grid may forward it, else its route runs (server.c).
+void srv_models_go(srv_conn *c);
+// c ended: its model is no longer held by it.
+void srv_models_release(srv_conn *c);
+// --models-dir read again: new files are served, files gone are no longer (after a pull, copy or delete).
+void srv_models_rescan(http_server *s);
+// Every loaded model of --models-dir drains (halt NULL) or halts with that reason.
+void srv_models_drain(http_server *s, const char *halt);
+// Requests open in the lane hosts of --models-dir's loaded models.
+int srv_models_open(http_server *s);
+// M's state as the lists say it: {"value": "loaded"|"loading"|"unloaded"|"failed", "error"?, "unloads_in_s"?}.
+json_t *srv_model_status(srv_model *M);
 
 // The pooling the server uses for a model (cfg's when set, else pooling_type, else last).
 enum lane_embed srv_pooling_of(const char *cfg, const model_hparams *hp);

@@ -43,6 +43,8 @@ void http_config_default(http_config *c) {
 	c->peer_timeout_ms = HTTP_DEFAULT_PEER_TIMEOUT_MS;
 	c->max_lora = HTTP_DEFAULT_MAX_LORA;
 	c->learn_share = HTTP_DEFAULT_LEARN_SHARE;
+	c->keep_alive_s = HTTP_DEFAULT_KEEP_ALIVE_S;
+	c->max_models = HTTP_DEFAULT_MAX_MODELS;
 	c->cache.stall_s = 30;
 	c->cache.max_bytes = (int64_t)1 << 40;
 	lane_config_default(&c->lanes);
@@ -216,7 +218,15 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 
 // The body is in: a generation request may go to a peer, the rest runs its route here.
 static void on_body(srv_conn *c) {
-	if (!c->gen || !srv_grid_route(c, false)) srv_route_run(c);
+	// the routes that serve a model pick it by name; adapters, learning and leases are the -m model's
+	const unsigned fl = c->rt->flags;
+	const bool picks = (fl & SRV_R_MODEL) && !(fl & SRV_R_MUTATE) && strncmp(c->path, "/v1/leases", 10);
+	if (!picks || !srv_models_pick(c)) srv_models_go(c);
+}
+
+void srv_models_go(srv_conn *c) {
+	// the grid's peers serve the -m model
+	if (!c->gen || c->mdl != c->s->mdl || !srv_grid_route(c, false)) srv_route_run(c);
 }
 
 // The request ended: what it holds is freed, and it is logged.
@@ -231,6 +241,7 @@ static void on_ended(srv_conn *c, bool whole) {
 	}
 	srv_grid_submitted(c);
 	if (c->done) c->done(c);
+	srv_models_release(c);
 	double ms = (double)(base_now_us() - c->t0_us) / 1000.0;
 	const char *why = whole ? "" : " (connection closed early)";
 	// a request that ends with nothing sent is logged 499, as nginx logs a client that left
@@ -259,7 +270,7 @@ static void print_try(const http_server *s) {
 		const size_t n = strlen(s->api_key);
 		snprintf(auth, sizeof auth, " -H 'Authorization: Bearer \u2026%s'", n >= 8 ? s->api_key + n - 4 : "");
 	}
-	const bool own_template = s->chat.own;
+	const bool own_template = s->mdl->chat.own;
 	if (!own_template)
 		LOG_INFO(SRV_MOD,
 			 "try: curl http://%s:%d/v1/completions -H 'Content-Type: application/json'%s -d "
@@ -285,74 +296,65 @@ static const int stage_ppm[] = {[SRV_LOAD_OPEN] = 0,           [SRV_LOAD_WEIGHTS
 				[SRV_LOAD_ADAPTERS] = 950000};
 
 static void load_stage(http_server *s, enum srv_load_stage st) {
-	atomic_store(&s->load_stage, st);
-	atomic_store(&s->progress_ppm, stage_ppm[st]);
+	atomic_store(&s->mdl->load_stage, st);
+	atomic_store(&s->mdl->progress_ppm, stage_ppm[st]);
 }
 
 // model_load_progress's reports: the weights stage's share of the scale, passed on to cfg's hook.
 static void on_weights(void *ud, uint64_t done, uint64_t total) {
 	http_server *s = ud;
-	if (atomic_load(&s->load_stage) == SRV_LOAD_OPEN) atomic_store(&s->load_stage, SRV_LOAD_WEIGHTS); // the file is open
-	const enum srv_load_stage st = atomic_load(&s->load_stage);
+	if (atomic_load(&s->mdl->load_stage) == SRV_LOAD_OPEN) atomic_store(&s->mdl->load_stage, SRV_LOAD_WEIGHTS); // the file is open
+	const enum srv_load_stage st = atomic_load(&s->mdl->load_stage);
 	const int lo = stage_ppm[st], hi = stage_ppm[st + 1];
-	atomic_store(&s->progress_ppm, lo + (int)(total ? (double)(hi - lo) * (double)done / (double)total : 0));
+	atomic_store(&s->mdl->progress_ppm, lo + (int)(total ? (double)(hi - lo) * (double)done / (double)total : 0));
 	if (s->cfg.load_progress && st == SRV_LOAD_WEIGHTS) s->cfg.load_progress(s->cfg.load_progress_ud, done, total);
 }
 
 static void *loader(void *arg) {
 	http_server *s = arg;
+	srv_model *M = s->mdl;
 	char err[512];
 	uint64_t t0 = base_now_us();
-	atomic_store(&s->progress_ppm, 1000);
-	int rc = model_load_progress(&s->m, s->model_path, on_weights, s, err, sizeof err);
+	atomic_store(&M->progress_ppm, 1000);
+	int rc = model_load_progress(&M->m, M->model_path, on_weights, s, err, sizeof err);
 	if (!rc) {
-		// the context every request may use settles what depends on it, once (Phi 3's rope factors)
-		model_set_context(s->m, lane_config_max_context(&s->cfg.lanes, model_hparams_of(s->m)));
 		load_stage(s, SRV_LOAD_VOCAB);
-		s->n_vocab = model_hparams_of(s->m)->n_vocab;
-		s->pooling = srv_pooling_of(s->cfg.pooling, model_hparams_of(s->m));
-		rc = tok_vocab_load(&s->vocab, model_gguf(s->m), err, sizeof err);
-		if (!rc) srv_rank_load(s);
+		rc = srv_model_setup(M, err, sizeof err);
 	}
-	if (!rc) {
-		load_stage(s, SRV_LOAD_TEMPLATE);
-		rc = chat_load(&s->chat, s->vocab, s->template_path, err, sizeof err);
-	}
-	if (!rc) rc = srv_reason_load(s, err, sizeof err);
 	if (!rc && s->cfg.draft_model) {
 		load_stage(s, SRV_LOAD_DRAFT);
-		rc = model_load_progress(&s->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
-		if (!rc) model_set_context(s->draft, lane_config_max_context(&s->cfg.lanes, model_hparams_of(s->draft)));
-		s->cfg.lanes.draft_model = s->draft;
+		rc = model_load_progress(&M->draft, s->cfg.draft_model, on_weights, s, err, sizeof err);
+		if (!rc) model_set_context(M->draft, lane_config_max_context(&M->lanes, model_hparams_of(M->draft)));
+		M->lanes.draft_model = M->draft;
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ENGINE);
 		rc = srv_learning_start(s, err, sizeof err);
-		if (!rc && s->cfg.lanes.cache_dir) rc = base_file_ident(s->model_path, s->cfg.lanes.cache_ident, err, sizeof err);
-		if (!rc) rc = lane_host_new(&s->host, s->m, s->vocab, &s->cfg.lanes, err, sizeof err);
+		if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
 	}
 	if (!rc) {
 		load_stage(s, SRV_LOAD_ADAPTERS);
 		rc = srv_adapters_start(s, err, sizeof err);
 	}
-	if (!rc && s->learn) learn_live_attach(s->learn, s->host, s->loras);
-	if (!rc) s->max_ctx = lane_host_max_context(s->host);
+	if (!rc && s->mdl->learn) learn_live_attach(s->mdl->learn, s->mdl->host, s->mdl->loras);
+	if (!rc) s->mdl->max_ctx = lane_host_max_context(s->mdl->host);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
-		snprintf(s->load_err, sizeof s->load_err, "%s", err);
+		snprintf(s->mdl->load_err, sizeof s->mdl->load_err, "%s", err);
 		atomic_store(&s->state, HTTP_FAILED);
 	} else {
-		atomic_store(&s->progress_ppm, 1000000);
+		atomic_store(&s->mdl->progress_ppm, 1000000);
+		atomic_store(&M->mstate, SRV_M_READY);
 		int want = HTTP_LOADING;
 		atomic_compare_exchange_strong(&s->state, &want, HTTP_READY);
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc) {
-		LOG_ERROR(SRV_MOD, "cannot load %s: %s", s->model_path, err);
+		LOG_ERROR(SRV_MOD, "cannot load %s: %s", s->mdl->model_path, err);
 		return NULL;
 	}
-	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->model_id,
-		 (double)(base_now_us() - t0) / 1e6, s->max_ctx);
+	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->mdl->model_id,
+		 (double)(base_now_us() - t0) / 1e6, s->mdl->max_ctx);
 	print_try(s);
 	return NULL;
 }
@@ -421,6 +423,7 @@ static const struct {
 	NUM(max_tokenize_bytes, NUM_SIZE, HTTP_RANGE_MAX_TOKENIZE_BYTES),
 	NUM(max_lora, NUM_INT, HTTP_RANGE_MAX_LORA),
 	NUM(learn_share, NUM_DOUBLE, HTTP_RANGE_LEARN_SHARE),
+	NUM(max_models, NUM_INT, HTTP_RANGE_MAX_MODELS),
 };
 
 const char *http_setting_name(const http_config *cfg, const char *field) {
@@ -463,11 +466,17 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		free(s);
 		return base_seterr(err, errlen, LANES_EIO, "no random bytes for the thinking signatures' key: %s", strerror(errno));
 	}
-	s->model_path = strdup(cfg->model_path);
+	s->mdl = calloc(1, sizeof *s->mdl);
+	if (!s->mdl) {
+		free(s);
+		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	}
+	s->mdl->s = s;
+	s->mdl->model_path = strdup(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
 	s->api_key = dup_or_null(cfg->api_key);
 	s->host_addr = strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
-	s->template_path = dup_or_null(cfg->chat_template);
+	s->mdl->template_path = dup_or_null(cfg->chat_template);
 	s->adapters_path = dup_or_null(cfg->adapters_dir);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->slot_mu, NULL);
@@ -479,19 +488,22 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->cfg.lanes.seed = splitmix64(base_now_ns() ^ ((uint64_t)getpid() << 32));
 	atomic_init(&s->id_state, splitmix64(base_now_ns() + 1));
 	srv_metrics_init(s);
-	if (!s->model_path || !s->host_addr) {
+	s->mdl->pinned = true;
+	s->mdl->keep_s = -1;
+	s->mdl->lanes = s->cfg.lanes;
+	if (!s->mdl->model_path || !s->host_addr) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	// the model id: --alias, else the file name without .gguf
 	if (s->alias) {
-		snprintf(s->model_id, sizeof s->model_id, "%s", s->alias);
+		snprintf(s->mdl->model_id, sizeof s->mdl->model_id, "%s", s->alias);
 	} else {
-		const char *b = strrchr(s->model_path, '/');
-		b = b ? b + 1 : s->model_path;
+		const char *b = strrchr(s->mdl->model_path, '/');
+		b = b ? b + 1 : s->mdl->model_path;
 		size_t n = strlen(b);
 		if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
-		snprintf(s->model_id, sizeof s->model_id, "%.*s", (int)n, b);
+		snprintf(s->mdl->model_id, sizeof s->mdl->model_id, "%.*s", (int)n, b);
 	}
 	// a generation call holds a slot from its submission to its last byte: room for every
 	// request the lane host can hold, and as many again still writing their replies
@@ -507,6 +519,11 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 
+	int mrc = srv_models_start(s, err, errlen);
+	if (mrc) {
+		http_server_free(s);
+		return mrc;
+	}
 	if (srv_waker_start(s, err, errlen)) {
 		http_server_free(s);
 		return LANES_EIO;
@@ -547,22 +564,23 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 			 HTTP_SETTING(cfg, allow_unauth_mutations));
 	LOG_DEBUG(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
-	if (pthread_create(&s->loader, NULL, loader, s)) {
+	if (pthread_create(&s->mdl->loader, NULL, loader, s)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
 	}
-	s->loader_started = true;
+	s->mdl->loader_started = true;
 	*out = s;
 	return 0;
 }
 
 void http_server_free(http_server *s) {
 	if (!s) return;
-	if (s->loader_started) pthread_join(s->loader, NULL);
+	if (s->mdl->loader_started) pthread_join(s->mdl->loader, NULL);
 	// libmicrohttpd refuses to stop with connections suspended: the pulls', the saves', the
 	// gate's, the calls', the grid's and the work threads' are woken first
 	srv_pulls_stop(s);
-	learn_live_stop(s->learn);
+	srv_models_stop(s);
+	learn_live_stop(s->mdl->learn);
 	srv_gate_stop(s);
 	srv_waker_release(s);
 	srv_grid_release(s);
@@ -571,22 +589,24 @@ void http_server_free(http_server *s) {
 	srv_waker_stop(s);
 	srv_grid_stop(s);
 	srv_gate_free(s);
-	lane_host_free(s->host);
-	learn_live_free(s->learn);
+	lane_host_free(s->mdl->host);
+	srv_models_free(s);
+	learn_live_free(s->mdl->learn);
 	srv_adapters_free(s);
 	srv_pulls_free(s);
 	srv_store_free(s->responses);
-	chat_free(&s->chat);
-	tok_vocab_free(s->vocab);
-	model_free(s->m);
-	model_free(s->draft);
+	chat_free(&s->mdl->chat);
+	tok_vocab_free(s->mdl->vocab);
+	model_free(s->mdl->m);
+	model_free(s->mdl->draft);
 	free(s->slots);
-	free(s->rank_w);
-	free(s->model_path);
+	free(s->mdl->rank_w);
+	free(s->mdl->model_path);
 	free(s->alias);
 	free(s->api_key);
 	free(s->host_addr);
-	free(s->template_path);
+	free(s->mdl->template_path);
+	free(s->mdl);
 	free(s->adapters_path);
 	if (s->adapters_dfd >= 0) close(s->adapters_dfd);
 	pthread_mutex_destroy(&s->mu);
@@ -601,7 +621,7 @@ enum http_state http_server_state(http_server *s, char *err, size_t errlen) {
 	int st = atomic_load(&s->state);
 	if (st == HTTP_FAILED && err) {
 		pthread_mutex_lock(&s->mu);
-		snprintf(err, errlen, "%s", s->load_err);
+		snprintf(err, errlen, "%s", s->mdl->load_err);
 		pthread_mutex_unlock(&s->mu);
 	}
 	return (enum http_state)st;
@@ -610,7 +630,10 @@ enum http_state http_server_state(http_server *s, char *err, size_t errlen) {
 void http_server_drain(http_server *s) {
 	pthread_mutex_lock(&s->mu);
 	int want = HTTP_READY;
-	if (atomic_compare_exchange_strong(&s->state, &want, HTTP_DRAINING)) lane_host_drain(s->host);
+	if (atomic_compare_exchange_strong(&s->state, &want, HTTP_DRAINING)) {
+		lane_host_drain(s->mdl->host);
+		srv_models_drain(s, NULL);
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -620,7 +643,8 @@ void http_server_halt(http_server *s, const char *reason) {
 	if (st == HTTP_READY || st == HTTP_DRAINING) {
 		snprintf(s->halt_reason, sizeof s->halt_reason, "%s", reason ? reason : "halted");
 		atomic_store(&s->state, HTTP_HALTED);
-		lane_host_halt(s->host, s->halt_reason);
+		lane_host_halt(s->mdl->host, s->halt_reason);
+		srv_models_drain(s, s->halt_reason);
 	}
 	pthread_mutex_unlock(&s->mu);
 }
@@ -628,7 +652,7 @@ void http_server_halt(http_server *s, const char *reason) {
 int http_server_open(http_server *s, int *in_engine) {
 	int calls = atomic_load(&s->calls_open);
 	int st = atomic_load(&s->state);
-	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->host) : 0;
+	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->mdl->host) + srv_models_open(s) : 0;
 	if (in_engine) *in_engine = lanes;
 	// a connection whose request is still arriving gets its answer (a 503 while draining)
 	int conns = atomic_load(&s->socks_pending);

@@ -27,6 +27,8 @@
 #define HTTP_DEFAULT_PEER_TIMEOUT_MS 2000
 #define HTTP_DEFAULT_MAX_LORA 8
 #define HTTP_DEFAULT_LEARN_SHARE 0.25
+#define HTTP_DEFAULT_KEEP_ALIVE_S 300
+#define HTTP_DEFAULT_MAX_MODELS 2
 
 // The values http_config_check takes (min, max), said once: the CLI's settings table reads them.
 #define HTTP_RANGE_PORT 0, 65535
@@ -41,6 +43,7 @@
 #define HTTP_RANGE_MAX_TOKENIZE_BYTES 16, 17179869184
 #define HTTP_RANGE_MAX_LORA 1, 64
 #define HTTP_RANGE_LEARN_SHARE 0, 1
+#define HTTP_RANGE_MAX_MODELS 1, 64
 
 // An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
 typedef struct {
@@ -103,6 +106,11 @@ typedef struct {
 	const char *adapters_dir;   // the folder HTTP adapter loads and saves name files in (NULL: none; they are refused)
 	bool allow_unauth_mutations; // adapter and learning changes even when open to the network without api_key
 	pull_config cache;          // the model cache Ollama's /api/pull, /api/copy and /api/delete work on (strings borrowed)
+	// more models served by name beside model_path (ops/models.c): each GGUF under models_dir,
+	// loaded on its first request and unloaded once idle for keep_alive_s (< 0: never)
+	const char *models_dir;     // NULL: model_path alone
+	double keep_alive_s;        // default 300; a request's own keep_alive (Ollama's) wins for its model
+	int max_models;             // models_dir's models loaded at once: the least recently used idle one goes first
 } http_config;
 
 void http_config_default(http_config *c);

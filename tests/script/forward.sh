@@ -67,8 +67,9 @@ done
 # host is never faster than the kernels' fastest bare pass (a measured limit, not a speed; the
 # slack covers that the limit is itself timed, on a machine others share: the median within
 # 1.5 times it, no repetition past 3 times — the figures this guards against were thousands).
-jb=$("$BIN" bench -m "$M" -p 16 -n 32 -r 3 --json 2>/dev/null)
-why=$(printf '%s' "$jb" | node -e '
+bench_why() {
+	jb=$("$BIN" bench -m "$M" -p 16 -n 32 -r 3 --json 2>/dev/null)
+	why=$(printf '%s' "$jb" | node -e '
 	const o = JSON.parse(require("fs").readFileSync(0, "utf8")), out = [];
 	const spread = (name, f, tokens) => {
 		if (!f || !Array.isArray(f.reps) || f.reps.length !== 3) return out.push(`${name}: not 3 repetitions`);
@@ -87,6 +88,10 @@ why=$(printf '%s' "$jb" | node -e '
 	if (!o.kernels || !(o.threads >= 1)) out.push("no kernels or threads");
 	console.log(out.join("; "));
 ' 2>&1)
+}
+bench_why
+# a busy machine can slow the limit's own passes: a real fault is past it again, noise is not
+case "$why" in *"kernels limit"*) bench_why ;; esac
 same "$why" "" "bench --json: $jb"
 tb=$("$BIN" bench -m "$M" -p 16 -n 8 -r 2 --threads 1 2>/dev/null)
 case "$tb" in *"| kernels | threads | test | t/s median | min | max |"*"| 1 | tg8 |"*"kernels' limit"*) ok ;; *) bad "bench table without its spread, kernels and threads: $tb" ;; esac

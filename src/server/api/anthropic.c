@@ -297,7 +297,7 @@ static int ant_think(srv_conn *c, srv_gen *g, const json_t *v, int32_t max_token
 			return srv_fail(e, SRV_E_BAD_REQUEST, "thinking", "thinking.budget_tokens: must be less than max_tokens");
 	}
 	// a model with no reasoning family has no thinking to bound or show
-	if (!c->s->reason && strcmp(t, "disabled")) srv_ignored_add(c, "thinking");
+	if (!c->mdl->reason && strcmp(t, "disabled")) srv_ignored_add(c, "thinking");
 	else if (ds && !strcmp(ds, "omitted")) srv_ignored_add(c, "thinking.display");
 	g->think = strcmp(t, "disabled") ? SRV_THINK_ON : SRV_THINK_OFF;
 	if (enabled) g->think_budget = (int32_t)json_integer_value(b);
@@ -336,7 +336,7 @@ static int ant_check(srv_conn *c, ant_req *r, bool count, srv_err *e) {
 
 // tools [{name, description, input_schema}] and tool_choice {type: auto|any|tool|none, name}
 // as OpenAI's, for the tool format.
-static int ant_tools(http_server *s, ant_req *r, srv_err *e) {
+static int ant_tools(srv_model *M, ant_req *r, srv_err *e) {
 	json_t *tools = r->tools, *tc = r->tool_choice;
 	if (tools && !json_is_array(tools)) return srv_fail(e, SRV_E_BAD_REQUEST, "tools", "tools: must be an array");
 	enum tool_choice choice = TOOL_CHOICE_AUTO;
@@ -377,7 +377,7 @@ static int ant_tools(http_server *s, ant_req *r, srv_err *e) {
 		json_array_append_new(oai, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 	}
 	r->g.tool_id_prefix = "toolu_";
-	int rc = srv_tools_set(s, &r->g, oai, choice, name, parallel, "tools", "input_schema", e);
+	int rc = srv_tools_set(M, &r->g, oai, choice, name, parallel, "tools", "input_schema", e);
 	json_decref(oai);
 	return rc;
 }
@@ -553,7 +553,7 @@ fail:
 }
 
 void srv_messages(srv_conn *c) {
-	http_server *s = c->s;
+	srv_model *M = c->mdl;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	char *prefill = NULL;
@@ -561,10 +561,10 @@ void srv_messages(srv_conn *c) {
 	ant_req r = {0};
 	srv_gen_init(&r.g, &ant_lane_api, c);
 	if (srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_fields, NULL, &e) ||
-	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, c, &e) || ant_check(c, &r, false, &e) || srv_gen_check(s, &r.g, &e) ||
-	    ant_format(&r, true, &e) || ant_tools(s, &r, &e) ||
-	    srv_check_parts(s, r.messages, "messages", &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
-	    srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
+	    srv_fields_read(j, ant_fields, &r, NULL, &r.g.api, c, &e) || ant_check(c, &r, false, &e) || srv_gen_check(M, &r.g, &e) ||
+	    ant_format(&r, true, &e) || ant_tools(M, &r, &e) ||
+	    srv_check_parts(M, r.messages, "messages", &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
+	    srv_chat_prompt(M, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
 	free(prefill);
@@ -593,6 +593,7 @@ static const srv_field ant_count_fields[] = {
 
 // POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
 void srv_count_tokens(srv_conn *c) {
+	srv_model *M = c->mdl;
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
@@ -602,8 +603,8 @@ void srv_count_tokens(srv_conn *c) {
 	r.g.lr.max_tokens = 1; // not part of this request
 	int rc = srv_parse_body(c, &j, &e) || srv_fields_known(j, ant_count_fields, NULL, &e) ||
 		 srv_fields_read(j, ant_count_fields, &r, NULL, &r.g.api, c, &e) || ant_check(c, &r, true, &e) ||
-		 srv_check_model(s, r.g.model, &e) || ant_tools(s, &r, &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
-		 srv_chat_prompt(s, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e) || srv_ignored_refuse(c, &e);
+		 srv_check_model(s, r.g.model, &e) || ant_tools(M, &r, &e) || ant_messages(c, r.messages, r.system, &flat, &prefill, &e) ||
+		 srv_chat_prompt(M, flat, prefill, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e) || srv_ignored_refuse(c, &e);
 	const int32_t n = r.g.lr.n_prompt;
 	json_decref(j);
 	json_decref(flat);

@@ -66,33 +66,33 @@ static const lane_api legacy_api = {.name = {[LANE_F_PROMPT] = "prompt"}};
 
 // One input's ids: a string (tokenized with the vocabulary's special tokens added, text
 // never parsed as special tokens) or an array of token ids.
-static int input_ids(http_server *s, json_t *v, const char *p, bool truncate, int32_t **ids, int32_t *n, srv_err *e) {
+static int input_ids(srv_model *M, json_t *v, const char *p, bool truncate, int32_t **ids, int32_t *n, srv_err *e) {
 	*ids = NULL;
 	*n = 0;
 	if (json_is_string(v)) {
 		if (!json_string_length(v)) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is an empty string", p);
 		size_t cnt = 0;
 		char err[256];
-		int rc = tok_encode(s->vocab, json_string_value(v), json_string_length(v), true, false, ids, &cnt, err, sizeof err);
+		int rc = tok_encode(M->vocab, json_string_value(v), json_string_length(v), true, false, ids, &cnt, err, sizeof err);
 		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), p, "%s", err);
 		if (cnt > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s is too long", p);
 		*n = (int32_t)cnt;
-		if (truncate && *n > s->max_ctx) *n = s->max_ctx; // Ollama's truncate: the head that fits
+		if (truncate && *n > M->max_ctx) *n = M->max_ctx; // Ollama's truncate: the head that fits
 		return 0;
 	}
 	if (!json_is_array(v) || !json_array_size(v))
 		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s must be a non-empty string or array of token ids", p);
 	const size_t cnt = json_array_size(v);
-	if (cnt > (size_t)s->max_ctx)
-		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s has %zu tokens: more than the %d a request may use", p, cnt, s->max_ctx);
+	if (cnt > (size_t)M->max_ctx)
+		return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s has %zu tokens: more than the %d a request may use", p, cnt, M->max_ctx);
 	*ids = malloc(cnt * sizeof **ids);
 	if (!*ids) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	for (size_t i = 0; i < cnt; i++) {
 		json_t *t = json_array_get(v, i);
-		if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->n_vocab) {
+		if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= M->n_vocab) {
 			free(*ids);
 			*ids = NULL;
-			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s[%zu] must be a token id in 0..%d", p, i, s->n_vocab - 1);
+			return srv_fail(e, SRV_E_BAD_REQUEST, p, "%s[%zu] must be a token id in 0..%d", p, i, M->n_vocab - 1);
 		}
 		(*ids)[i] = (int32_t)json_integer_value(t);
 	}
@@ -101,7 +101,8 @@ static int input_ids(http_server *s, json_t *v, const char *p, bool truncate, in
 }
 
 // The inputs as one prompt per choice: a string, an array of ids, or an array of either.
-static int read_inputs(http_server *s, json_t *in, const char *name, bool truncate, srv_gen *g, srv_err *e) {
+static int read_inputs(srv_model *M, json_t *in, const char *name, bool truncate, srv_gen *g, srv_err *e) {
+	http_server *s = M->s;
 	if (!in) return srv_fail(e, SRV_E_BAD_REQUEST, name, "%s is required", name);
 	// one input: a string, or an array of ids
 	const bool one = json_is_string(in) || (json_is_array(in) && json_array_size(in) && json_is_integer(json_array_get(in, 0)));
@@ -122,7 +123,7 @@ static int read_inputs(http_server *s, json_t *in, const char *name, bool trunca
 		char p[48];
 		if (one) snprintf(p, sizeof p, "%s", name);
 		else snprintf(p, sizeof p, "%s[%zu]", name, i);
-		if (input_ids(s, one ? in : json_array_get(in, i), p, truncate, &g->prompts[i], &g->n_prompts[i], e)) return -1;
+		if (input_ids(M, one ? in : json_array_get(in, i), p, truncate, &g->prompts[i], &g->n_prompts[i], e)) return -1;
 	}
 	return 0;
 }
@@ -240,27 +241,30 @@ static void embed_free(void *st) { free(st); }
 static const srv_api embed_srv_api = {.text = srv_text_none, .reply = embed_reply, .free_state = embed_free};
 
 // Ollama names carry a tag: ":latest" names this model too.
-static int check_model_tagged(http_server *s, const char *id, srv_err *e) {
-	const size_t n = strlen(s->model_id);
-	if (id && !strncmp(id, s->model_id, n) && !strcmp(id + n, ":latest")) return 0;
+static int check_model_tagged(srv_model *M, const char *id, srv_err *e) {
+	http_server *s = M->s;
+	const size_t n = strlen(M->model_id);
+	if (id && !strncmp(id, M->model_id, n) && !strcmp(id + n, ":latest")) return 0;
 	return srv_check_model(s, id, e);
 }
 
 // The reply is built whole: its vectors (one per token with --pooling none) at about 24 bytes
 // a value as JSON text (6 as base64) must fit --max-output-bytes before any work is done.
-static int reply_size_check(http_server *s, const embed_req *r, int32_t E, srv_err *e) {
+static int reply_size_check(srv_model *M, const embed_req *r, int32_t E, srv_err *e) {
+	http_server *s = M->s;
 	uint64_t vectors = 0;
-	for (int i = 0; i < r->g.n; i++) vectors += s->pooling == LANE_EMBED_NONE ? (uint64_t)r->g.n_prompts[i] : 1;
+	for (int i = 0; i < r->g.n; i++) vectors += M->pooling == LANE_EMBED_NONE ? (uint64_t)r->g.n_prompts[i] : 1;
 	const uint64_t bytes = vectors * (uint64_t)(r->dimensions > 0 ? r->dimensions : E) * (r->base64 ? 6 : 24);
 	if (bytes <= s->cfg.max_output_bytes) return 0;
 	return srv_fail(e, SRV_E_BAD_REQUEST, r->shape == EMB_OLLAMA_LEGACY ? "prompt" : "input",
 			"%llu vectors of %d values would take about %llu bytes, more than a reply may hold (%zu, %s): "
 			"send fewer or shorter inputs%s",
 			(unsigned long long)vectors, r->dimensions > 0 ? r->dimensions : E, (unsigned long long)bytes,
-			s->cfg.max_output_bytes, HTTP_SETTING(&s->cfg, max_output_bytes), r->base64 || s->pooling == LANE_EMBED_NONE ? "" : ", or base64");
+			s->cfg.max_output_bytes, HTTP_SETTING(&s->cfg, max_output_bytes), r->base64 || M->pooling == LANE_EMBED_NONE ? "" : ", or base64");
 }
 
 static void embed_run(srv_conn *c, enum embed_shape shape) {
+	srv_model *M = c->mdl;
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -276,14 +280,14 @@ static void embed_run(srv_conn *c, enum embed_shape shape) {
 	const srv_field *t = shape == EMB_OPENAI ? embed_fields : shape == EMB_OLLAMA ? ollama_embed_fields : ollama_legacy_fields;
 	int rc = srv_body_read(c, t, r, &j, &e);
 	if (!rc && shape != EMB_OPENAI && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
-	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(s, r->g.model, &e);
-	if (!rc) rc = srv_gen_bind(s, &r->g, &e); // an adapter's name: its hidden states
-	const int32_t E = model_hparams_of(s->m)->n_embd;
+	if (!rc) rc = shape == EMB_OPENAI ? srv_check_model(s, r->g.model, &e) : check_model_tagged(M, r->g.model, &e);
+	if (!rc) rc = srv_gen_bind(M, &r->g, &e); // an adapter's name: its hidden states
+	const int32_t E = model_hparams_of(M->m)->n_embd;
 	if (!rc && r->encoding_format && strcmp(r->encoding_format, "float") && strcmp(r->encoding_format, "base64"))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "encoding_format", "encoding_format must be \"float\" or \"base64\", got \"%s\"",
 			      r->encoding_format);
 	r->base64 = r->encoding_format && !strcmp(r->encoding_format, "base64");
-	if (!rc && s->pooling == LANE_EMBED_NONE && (r->base64 || shape != EMB_OPENAI))
+	if (!rc && M->pooling == LANE_EMBED_NONE && (r->base64 || shape != EMB_OPENAI))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, r->base64 ? "encoding_format" : NULL,
 			      "with %s none a text gets a vector per token: only /v1/embeddings with float encoding sends them",
 			      HTTP_SETTING(&s->cfg, pooling));
@@ -295,9 +299,9 @@ static void embed_run(srv_conn *c, enum embed_shape shape) {
 	if (!rc && shape == EMB_OLLAMA_LEGACY && !json_is_string(r->prompt))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt must be a string");
 	if (!rc)
-		rc = shape == EMB_OLLAMA_LEGACY ? read_inputs(s, r->prompt, "prompt", true, &r->g, &e)
-						: read_inputs(s, r->input, "input", shape == EMB_OLLAMA && r->truncate, &r->g, &e);
-	if (!rc) rc = reply_size_check(s, r, E, &e);
+		rc = shape == EMB_OLLAMA_LEGACY ? read_inputs(M, r->prompt, "prompt", true, &r->g, &e)
+						: read_inputs(M, r->input, "input", shape == EMB_OLLAMA && r->truncate, &r->g, &e);
+	if (!rc) rc = reply_size_check(M, r, E, &e);
 	if (rc) {
 		json_decref(j);
 		srv_gen_free(&r->g);
@@ -305,7 +309,7 @@ static void embed_run(srv_conn *c, enum embed_shape shape) {
 		srv_reply_error(c, &e);
 		return;
 	}
-	r->g.lr.embed = s->pooling;
+	r->g.lr.embed = M->pooling;
 	r->g.lr.normalize = shape != EMB_OLLAMA_LEGACY; // as Ollama: /api/embeddings is not normalized
 	r->g.model = NULL; // it pointed into the body, freed here
 	r->input = r->dims = r->prompt = r->options = r->keep_alive = NULL;

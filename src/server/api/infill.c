@@ -147,7 +147,7 @@ static int inf_constrain(inf_req *r, srv_err *e) {
 }
 
 // The prompt in the vocabulary's fill-in-the-middle form; a model without the tokens is a 400.
-static int inf_prompt(http_server *s, inf_req *r, srv_err *e) {
+static int inf_prompt(srv_model *M, inf_req *r, srv_err *e) {
 	chat_fim f = {.repo = true};
 	if (inf_extra(r->input_extra, (chat_fim_file **)&f.extra, &f.n_extra, e)) return -1;
 	f.prefix = r->input_prefix, f.prefix_len = r->input_prefix ? strlen(r->input_prefix) : 0;
@@ -156,13 +156,13 @@ static int inf_prompt(http_server *s, inf_req *r, srv_err *e) {
 	size_t bytes = f.prefix_len + f.suffix_len + f.middle_len;
 	for (size_t k = 0; k < f.n_extra; k++) bytes += f.extra[k].text_len + f.extra[k].filename_len;
 	char err[256];
-	int rc = lane_check_prompt_size(s->host, 0, bytes, &r->g.api, err, sizeof err, NULL);
+	int rc = lane_check_prompt_size(M->host, 0, bytes, &r->g.api, err, sizeof err, NULL);
 	if (rc) {
 		srv_fail(e, SRV_E_BAD_REQUEST, "input_prefix", "%s", err);
 		snprintf(e->code, sizeof e->code, "context_length_exceeded");
 	}
 	size_t n = 0;
-	if (!rc && (rc = chat_fim_prompt(s->vocab, &f, &r->g.prompt, &n, err, sizeof err)))
+	if (!rc && (rc = chat_fim_prompt(M->vocab, &f, &r->g.prompt, &n, err, sizeof err)))
 		srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), rc == LANES_EUNSUPPORTED ? NULL : "input_prefix", "%s", err);
 	free((void *)f.extra);
 	if (rc) return -1;
@@ -171,7 +171,7 @@ static int inf_prompt(http_server *s, inf_req *r, srv_err *e) {
 }
 
 void srv_infill(srv_conn *c) {
-	http_server *s = c->s;
+	srv_model *M = c->mdl;
 	srv_err e;
 	inf_req *r = calloc(1, sizeof *r);
 	if (!r) {
@@ -186,8 +186,8 @@ void srv_infill(srv_conn *c) {
 	r->g.lr.sampling.top_p = 0.95f;
 	r->g.lr.sampling.min_p = 0.05f;
 	int rc = srv_parse_body(c, &r->j, &e) || srv_fields_known(r->j, inf_fields, NULL, &e) ||
-		 srv_fields_read(r->j, inf_fields, r, NULL, &r->g.api, c, &e) || inf_options(r, &e) || srv_gen_check(s, &r->g, &e) ||
-		 inf_constrain(r, &e) || inf_prompt(s, r, &e);
+		 srv_fields_read(r->j, inf_fields, r, NULL, &r->g.api, c, &e) || inf_options(r, &e) || srv_gen_check(M, &r->g, &e) ||
+		 inf_constrain(r, &e) || inf_prompt(M, r, &e);
 	if (rc) {
 		srv_gen_free(&r->g);
 		inf_free(r);

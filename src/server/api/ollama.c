@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -22,10 +23,10 @@
 // ---- model facts ------------------------------------------------------------------------------
 
 // Ollama names carry a tag; ":latest" names the one model too.
-static bool oll_model_ok(const http_server *s, const char *name) {
+static bool oll_model_ok(const srv_model *M, const char *name) {
 	if (!name) return true;
-	const size_t n = strlen(s->model_id);
-	return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
+	const size_t n = strlen(M->model_id);
+	return !strncmp(name, M->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
 }
 
 // The loaded adapter name calls (":latest" allowed), into out; false when it calls none.
@@ -40,12 +41,15 @@ static bool oll_adapter(http_server *s, const char *name, char *out) {
 }
 
 // Any name means the one model unless --strict-model, until an adapter has been loaded.
-static int oll_check_model(http_server *s, const char *name, bool lookup, srv_err *e) {
+static int oll_check_model(srv_model *M, const char *name, bool lookup, srv_err *e) {
+	http_server *s = M->s;
 	char a[MODEL_LORA_NAME_MAX + 1];
 	struct model_loras *l = model_loras_of(s);
-	if (oll_model_ok(s, name) || oll_adapter(s, name, a) || (!lookup && !s->cfg.strict_model && !(l && model_loras_ever(l))))
+	if (oll_model_ok(M, name) || oll_adapter(s, name, a) ||
+	    (!lookup && !s->cfg.strict_model && s->n_models == 1 && !(l && model_loras_ever(l))))
 		return 0;
-	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'%s", name, s->model_id,
+	if (s->n_models > 1) return srv_models_named(s, name, e);
+	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'%s", name, M->model_id,
 			l && model_loras_ever(l) ? " and the adapters GET /v1/adapters lists" : "");
 }
 
@@ -68,33 +72,46 @@ static void param_size(const gguf *g, char *out, size_t n) {
 	else snprintf(out, n, "%.0fK", p / 1e3);
 }
 
-static json_t *details(const http_server *s) {
-	const model_hparams *hp = model_hparams_of(s->m);
+static json_t *details(const srv_model *M) {
+	// a model of --models-dir not loaded: what its metadata says
+	const bool in = M->m && (M->pinned || atomic_load(&M->mstate) == SRV_M_READY);
+	const model_hparams *hp = in ? model_hparams_of(M->m) : &M->meta;
 	const gguf_ttype_info *ti = gguf_ttype_get(hp->main_type);
-	char ps[32];
-	param_size(model_gguf(s->m), ps, sizeof ps);
+	char ps[32] = "";
+	if (in) param_size(model_gguf(M->m), ps, sizeof ps);
 	return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf", "family", hp->arch,
 			 "families", hp->arch, "parameter_size", ps, "quantization_level", ti ? ti->name : "unknown");
 }
 
 // One entry of /api/tags (with_ps: of /api/ps).
-static json_t *model_entry(const http_server *s, bool with_ps) {
+static json_t *model_entry(const srv_model *M, bool with_ps) {
 	struct stat st;
-	const bool ok = stat(s->model_path, &st) == 0;
+	const bool ok = stat(M->model_path, &st) == 0;
 	char mod[64] = "", name[160];
 	if (ok) {
 		struct tm tm;
 		gmtime_r(&st.st_mtime, &tm);
 		strftime(mod, sizeof mod, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	}
-	snprintf(name, sizeof name, "%s:latest", s->model_id);
+	snprintf(name, sizeof name, "%s:latest", M->model_id);
 	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", name, "model", name, "size",
-			      (json_int_t)(ok ? st.st_size : 0), "digest", "", "details", details(s));
+			      (json_int_t)(ok ? st.st_size : 0), "digest", "", "details", details(M));
 	if (!o) return NULL;
 	if (with_ps) {
-		json_object_set_new(o, "expires_at", json_string("9999-12-31T23:59:59Z")); // loaded until the server stops
+		// the -m model is loaded until the server stops; another until its keep-alive passes idle
+		char exp[64] = "9999-12-31T23:59:59Z";
+		json_t *ms = M->pinned ? NULL : srv_model_status((srv_model *)M);
+		json_t *in = json_object_get(ms, "unloads_in_s");
+		if (in) {
+			const time_t at = time(NULL) + (time_t)ceil(json_number_value(in));
+			struct tm tm;
+			gmtime_r(&at, &tm);
+			strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		}
+		json_decref(ms);
+		json_object_set_new(o, "expires_at", json_string(exp));
 		json_object_set_new(o, "size_vram", json_integer(0));
-		json_object_set_new(o, "context_length", json_integer(s->max_ctx));
+		json_object_set_new(o, "context_length", json_integer(M->max_ctx));
 	} else {
 		json_object_set_new(o, "modified_at", json_string(mod));
 	}
@@ -105,19 +122,25 @@ void srv_ollama_version(srv_conn *c) {
 	srv_reply_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "server", base_version_string()), 0);
 }
 
-void srv_ollama_tags(srv_conn *c) {
-	if (atomic_load(&c->s->state) == HTTP_LOADING || atomic_load(&c->s->state) == HTTP_FAILED) {
-		srv_reply_json(c, 200, json_pack("{s:[]}", "models"), 0);
-		return;
+// Every model served (tags) or loaded (ps); the -m model once it is in.
+static void list(srv_conn *c, bool ps) {
+	http_server *s = c->s;
+	srv_model *v[256];
+	const int n = srv_models_each(s, ps, v, 256);
+	json_t *a = json_array();
+	const int st = atomic_load(&s->state);
+	for (int i = 0; a && i < n; i++) {
+		if (v[i] == s->mdl && (st == HTTP_LOADING || st == HTTP_FAILED)) continue;
+		if (!ps && v[i] != s->mdl && v[i]->meta.arch[0] == 0) continue; // a file that is no model: /v1/models says why
+		json_array_append_new(a, model_entry(v[i], ps));
 	}
-	json_t *m = model_entry(c->s, false);
-	srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
+	srv_models_put(s, v, n);
+	srv_reply_json(c, 200, a ? json_pack("{s:o}", "models", a) : NULL, 0);
 }
 
-void srv_ollama_ps(srv_conn *c) {
-	json_t *m = model_entry(c->s, true);
-	srv_reply_json(c, 200, m ? json_pack("{s:[o]}", "models", m) : NULL, 0);
-}
+void srv_ollama_tags(srv_conn *c) { list(c, false); }
+
+void srv_ollama_ps(srv_conn *c) { list(c, true); }
 
 typedef struct {
 	const char *model, *name;
@@ -135,20 +158,21 @@ static const srv_field show_fields[] = {
 // work on every template: one without a tool family of its own gets the fallback's calls), and
 // embedding always; thinking when replies set their thinking apart (a reasoning family); insert
 // when the vocabulary has fill-in-the-middle tokens (generate's suffix).
-static json_t *capabilities(const http_server *s) {
+static json_t *capabilities(const srv_model *M) {
+	const http_server *s = M->s;
 	json_t *a = json_array();
 	if (!s->cfg.embeddings_only) {
 		json_array_append_new(a, json_string("completion"));
 		json_array_append_new(a, json_string("tools"));
 	}
 	json_array_append_new(a, json_string("embedding"));
-	if (!s->cfg.embeddings_only && s->reason) json_array_append_new(a, json_string("thinking"));
-	if (!s->cfg.embeddings_only && chat_fim_supported(s->vocab)) json_array_append_new(a, json_string("insert"));
+	if (!s->cfg.embeddings_only && M->reason) json_array_append_new(a, json_string("thinking"));
+	if (!s->cfg.embeddings_only && chat_fim_supported(M->vocab)) json_array_append_new(a, json_string("insert"));
 	return a;
 }
 
 void srv_ollama_show(srv_conn *c) {
-	http_server *s = c->s;
+	srv_model *M = c->mdl;
 	srv_err e;
 	json_t *j = NULL;
 	show_req r = {0};
@@ -159,14 +183,14 @@ void srv_ollama_show(srv_conn *c) {
 		return;
 	}
 	const char *name = r.model ? r.model : r.name;
-	if (!name || oll_check_model(s, name, true, &e)) {
+	if (!name || oll_check_model(M, name, true, &e)) {
 		if (!name) srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
 		json_decref(j);
 		srv_reply_error(c, &e);
 		return;
 	}
 	json_decref(j);
-	const model_hparams *hp = model_hparams_of(s->m);
+	const model_hparams *hp = model_hparams_of(M->m);
 	char k[64];
 	json_t *info = json_object();
 	json_object_set_new(info, "general.architecture", json_string(hp->arch));
@@ -176,9 +200,9 @@ void srv_ollama_show(srv_conn *c) {
 	json_object_set_new(info, k, json_integer(hp->n_embd));
 	snprintf(k, sizeof k, "%s.block_count", hp->arch);
 	json_object_set_new(info, k, json_integer(hp->n_layers));
-	const char *tsrc = s->chat.src; // the template in use: the model's, a file's or the fallback
+	const char *tsrc = M->chat.src; // the template in use: the model's, a file's or the fallback
 	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
-			      tsrc ? tsrc : "", "details", details(s), "model_info", info, "capabilities", capabilities(s));
+			      tsrc ? tsrc : "", "details", details(M), "model_info", info, "capabilities", capabilities(M));
 	srv_reply_json(c, 200, o, 0);
 }
 
@@ -438,7 +462,7 @@ static int oll_unsupported(srv_conn *c, oll_req *r, srv_err *e) {
 	if (t && !json_is_boolean(t) && !json_is_null(t) && !(ts && (!strcmp(ts, "high") || !strcmp(ts, "medium") || !strcmp(ts, "low"))))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "think", "think must be a boolean, \"high\", \"medium\" or \"low\"");
 	// a level bounds the thinking as reasoning_effort does
-	if ((json_is_true(t) || ts) && !c->s->reason) srv_ignored_add(c, "think"); // no reasoning family: nothing to show
+	if ((json_is_true(t) || ts) && !c->mdl->reason) srv_ignored_add(c, "think"); // no reasoning family: nothing to show
 	if (ts) srv_think_effort(&r->g, ts, "think", e);
 	else if (json_is_boolean(t)) r->g.think = json_is_true(t) ? SRV_THINK_ON : SRV_THINK_OFF;
 	if (r->templ && *r->templ) srv_ignored_add(c, "template"); // the model's chat template renders it
@@ -448,7 +472,7 @@ static int oll_unsupported(srv_conn *c, oll_req *r, srv_err *e) {
 // format: "json" (any JSON object) or a JSON Schema into the request's grammar; chat's tools
 // (OpenAI's shape, as Ollama takes them) as the OpenAI path sets them: beside a format, the
 // reply is a call or the format's JSON.
-static int oll_format(http_server *s, oll_req *r, srv_err *e) {
+static int oll_format(srv_model *M, oll_req *r, srv_err *e) {
 	json_t *f = r->format;
 	enum tool_choice choice = TOOL_CHOICE_AUTO;
 	const char *name = NULL;
@@ -460,7 +484,7 @@ static int oll_format(http_server *s, oll_req *r, srv_err *e) {
 	else if (json_is_object(f)) rc = srv_grammar_schema(&r->g, f, "format", e);
 	else rc = srv_fail(e, SRV_E_BAD_REQUEST, "format", "format must be \"json\" or a JSON Schema object");
 	if (rc) return rc;
-	return r->chat ? srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e) : 0;
+	return r->chat ? srv_tools_set(M, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e) : 0;
 }
 
 // An assistant turn's tool_calls ({function: {name, arguments: object}}, an id when the client
@@ -572,6 +596,7 @@ static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
 }
 
 static void oll_run(srv_conn *c, bool chat) {
+	srv_model *M = c->mdl;
 	http_server *s = c->s;
 	srv_err e;
 	oll_req *r = calloc(1, sizeof *r);
@@ -594,13 +619,13 @@ static void oll_run(srv_conn *c, bool chat) {
 	int rc = srv_parse_body(c, &r->j, &e) || srv_fields_known(r->j, t, NULL, &e) ||
 		 srv_fields_read(r->j, t, r, NULL, &r->g.api, c, &e);
 	if (!rc && !r->g.model) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "model is required");
-	if (!rc) rc = oll_check_model(s, r->g.model, false, &e);
+	if (!rc) rc = oll_check_model(M, r->g.model, false, &e);
 	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
 	// checked here, in Ollama's naming; an adapter's name is bound by srv_gen_check
 	r->g.model = !rc && oll_adapter(s, r->g.model, r->lora) ? r->lora : NULL;
 	size_t n_images = 0;
 	if (!rc) rc = oll_unsupported(c, r, &e) || oll_images(r->images, "images", &n_images, &e) || oll_options_apply(c, r, &e) ||
-		      srv_gen_check(s, &r->g, &e) || oll_format(s, r, &e);
+		      srv_gen_check(M, &r->g, &e) || oll_format(M, r, &e);
 	const bool insert = !chat && r->suffix && *r->suffix;
 	if (!rc && !chat && (!r->prompt || !*r->prompt) && !insert) {
 		// Ollama's way to load a model: an empty prompt answers done at once
@@ -622,15 +647,15 @@ static void oll_run(srv_conn *c, bool chat) {
 		const chat_fim f = {.prefix = pre, .prefix_len = strlen(pre), .suffix = r->suffix, .suffix_len = strlen(r->suffix)};
 		size_t n = 0;
 		char err[256];
-		int t2 = lane_check_prompt_size(s->host, 0, f.prefix_len + f.suffix_len, &r->g.api, err, sizeof err, NULL);
-		if (!t2) t2 = chat_fim_prompt(s->vocab, &f, &r->g.prompt, &n, err, sizeof err);
+		int t2 = lane_check_prompt_size(M->host, 0, f.prefix_len + f.suffix_len, &r->g.api, err, sizeof err, NULL);
+		if (!t2) t2 = chat_fim_prompt(M->vocab, &f, &r->g.prompt, &n, err, sizeof err);
 		if (t2) rc = srv_fail(&e, srv_kind_of(t2, SRV_BLAME_REQUEST), t2 == LANES_EUNSUPPORTED ? "suffix" : "prompt", "%s", err);
 		r->g.lr.n_prompt = (int32_t)n;
 	} else if (!rc && !chat && r->raw) {
 		if (n_images) srv_ignored_add(c, "images"); // a raw prompt is tokenized as sent
 		size_t n = 0;
 		char err[256];
-		int t2 = tok_encode(s->vocab, r->prompt, strlen(r->prompt), true, true, &r->g.prompt, &n, err, sizeof err);
+		int t2 = tok_encode(M->vocab, r->prompt, strlen(r->prompt), true, true, &r->g.prompt, &n, err, sizeof err);
 		if (t2) rc = srv_fail(&e, t2 == LANES_ENOMEM ? SRV_E_INTERNAL : SRV_E_BAD_REQUEST, "prompt", "%s", err);
 		r->g.lr.n_prompt = (int32_t)n;
 	} else if (!rc) {
@@ -646,7 +671,7 @@ static void oll_run(srv_conn *c, bool chat) {
 			free(prompt);
 			if (!flat) rc = srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		}
-		if (!rc) rc = srv_chat_prompt(s, flat, NULL, chat ? "messages" : "prompt", &r->g, &r->g.prompt, &r->g.lr.n_prompt, &e);
+		if (!rc) rc = srv_chat_prompt(M, flat, NULL, chat ? "messages" : "prompt", &r->g, &r->g.prompt, &r->g.lr.n_prompt, &e);
 		json_decref(flat);
 	}
 	if (rc) {

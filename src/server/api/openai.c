@@ -490,7 +490,7 @@ static int neutral(srv_conn *c, const oai_req *r, srv_err *e) {
 }
 
 // response_format, grammar and json_schema into the request's grammar; tools and tool_choice.
-static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
+static int oai_constrain(srv_model *M, oai_req *r, srv_err *e) {
 	json_t *rf = r->response_format, *schema = NULL;
 	const char *type = NULL;
 	if (rf) {
@@ -542,7 +542,7 @@ static int oai_constrain(http_server *s, oai_req *r, srv_err *e) {
 	else if (r->grammar) rc = srv_grammar_text(&r->g, r->grammar, strlen(r->grammar), "grammar", e);
 	else if (r->json_schema) rc = srv_grammar_schema(&r->g, r->json_schema, "json_schema", e);
 	if (rc) return rc;
-	return srv_tools_set(s, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e);
+	return srv_tools_set(M, &r->g, r->tools, choice, name, r->parallel_tool_calls, "tools", "function.parameters", e);
 }
 
 // The body read with the endpoint's fields and checked against the request contract;
@@ -571,7 +571,7 @@ static int oai_read(srv_conn *c, json_t **j, const oai_endpoint *ep, oai_req *r,
 		r->g.lr.prompt_logprobs = true;
 		r->g.lr.prompt_top_logprobs = (int32_t)k;
 	}
-	return srv_gen_check(c->s, &r->g, e) || oai_constrain(c->s, r, e);
+	return srv_gen_check(c->mdl, &r->g, e) || oai_constrain(c->mdl, r, e);
 }
 
 static oai_state *state_new(json_t *j, const oai_req *r, bool chat) {
@@ -647,9 +647,9 @@ void srv_chat_completions(srv_conn *c) {
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
 	oai_req r;
-	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_check_parts(c->s, r.messages, "messages", &e) ||
+	if (oai_read(c, &j, &chat_ep, &r, &e) || srv_check_parts(c->mdl, r.messages, "messages", &e) ||
 	    srv_openai_messages(r.messages, c, &flat, &e) ||
-	    srv_chat_prompt(c->s, flat, NULL, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
+	    srv_chat_prompt(c->mdl, flat, NULL, "messages", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e)) {
 		json_decref(j);
 		json_decref(flat);
 		srv_gen_free(&r.g);
@@ -662,7 +662,7 @@ void srv_chat_completions(srv_conn *c) {
 
 // The completion prompt: a string, token ids, or a one-element array of either; with a
 // non-empty suffix, a string continued up to that suffix.
-static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, char **echo, srv_err *e) {
+static int cmpl_prompt(srv_model *M, json_t *p, json_t *suffix, srv_gen *g, char **echo, srv_err *e) {
 	if (json_is_array(p) && json_array_size(p) == 1 &&
 	    (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
 		p = json_array_get(p, 0);
@@ -677,7 +677,7 @@ static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, ch
 		return srv_fail(e, SRV_E_BAD_REQUEST, "suffix", "suffix needs the prompt as a string (its text is what comes before the insertion)");
 	if (json_is_string(p)) {
 		size_t n = 0;
-		if (lane_check_prompt_size(s->host, 0, json_string_length(p) + n_suffix, &g->api, err, sizeof err, NULL)) {
+		if (lane_check_prompt_size(M->host, 0, json_string_length(p) + n_suffix, &g->api, err, sizeof err, NULL)) {
 			srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
 			snprintf(e->code, sizeof e->code, "context_length_exceeded");
 			return -1;
@@ -685,8 +685,8 @@ static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, ch
 		// a suffix makes it a fill-in-the-middle prompt: the insertion between prompt and suffix
 		const chat_fim f = {.prefix = json_string_value(p), .prefix_len = json_string_length(p),
 				    .suffix = json_string_value(suffix), .suffix_len = n_suffix};
-		int rc = n_suffix ? chat_fim_prompt(s->vocab, &f, &g->prompt, &n, err, sizeof err)
-				  : tok_encode(s->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
+		int rc = n_suffix ? chat_fim_prompt(M->vocab, &f, &g->prompt, &n, err, sizeof err)
+				  : tok_encode(M->vocab, json_string_value(p), json_string_length(p), true, true, &g->prompt, &n, err, sizeof err);
 		if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), n_suffix ? "suffix" : "prompt", "%s", err);
 		if (n > (size_t)INT32_MAX / 2) return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
 		g->lr.n_prompt = (int32_t)n;
@@ -701,16 +701,16 @@ static int cmpl_prompt(http_server *s, json_t *p, json_t *suffix, srv_gen *g, ch
 	if (!g->prompt) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_array_get(p, i);
-		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= M->n_vocab) {
 			char pp[48];
 			snprintf(pp, sizeof pp, "prompt[%zu]", i);
-			return srv_fail(e, SRV_E_BAD_REQUEST, pp, "%s must be a token id in 0..%d (one prompt per request)", pp, s->n_vocab - 1);
+			return srv_fail(e, SRV_E_BAD_REQUEST, pp, "%s must be a token id in 0..%d (one prompt per request)", pp, M->n_vocab - 1);
 		}
 		g->prompt[i] = (int32_t)json_integer_value(v);
 	}
 	g->lr.n_prompt = (int32_t)n;
 	size_t len;
-	if (tok_detokenize(s->vocab, g->prompt, n, TOK_DECODE_STRIP_SPACE, echo, &len, err, sizeof err))
+	if (tok_detokenize(M->vocab, g->prompt, n, TOK_DECODE_STRIP_SPACE, echo, &len, err, sizeof err))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "%s", err);
 	return 0;
 }
@@ -727,7 +727,7 @@ void srv_completions(srv_conn *c) {
 		if (r.g.lr.prompt_top_logprobs < r.g.lr.top_logprobs) r.g.lr.prompt_top_logprobs = r.g.lr.top_logprobs;
 	}
 	if (!rc && !r.prompt) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "prompt", "prompt is required");
-	if (!rc) rc = cmpl_prompt(c->s, r.prompt, r.suffix, &r.g, &echo_text, &e);
+	if (!rc) rc = cmpl_prompt(c->mdl, r.prompt, r.suffix, &r.g, &echo_text, &e);
 	if (rc) {
 		json_decref(j);
 		free(echo_text);

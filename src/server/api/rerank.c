@@ -58,44 +58,44 @@ static int32_t single_token(const tok_vocab *v, const char *text) {
 	return id;
 }
 
-void srv_rank_load(http_server *s) {
-	const model_hparams *hp = model_hparams_of(s->m);
-	const gguf *g = model_gguf(s->m);
+void srv_rank_load(srv_model *M) {
+	const model_hparams *hp = model_hparams_of(M->m);
+	const gguf *g = model_gguf(M->m);
 	const int32_t E = hp->n_embd;
 	const gguf_tensor *cls = gguf_find_tensor(g, "cls.output.weight");
-	s->rank_w = NULL;
+	M->rank_w = NULL;
 	if (!cls && hp->pooling != 4 && !named_reranker(g)) {
-		s->rank_why = "this model is not a reranker (its file has no classifier cls.output, no rank pooling and no reranker name)";
+		M->rank_why = "this model is not a reranker (its file has no classifier cls.output, no rank pooling and no reranker name)";
 		return;
 	}
 	double *w = calloc((size_t)E, sizeof *w);
 	if (!w) {
-		s->rank_why = "out of memory";
+		M->rank_why = "out of memory";
 		return;
 	}
 	if (cls) {
 		const gguf_tensor *bias = gguf_find_tensor(g, "cls.output.bias");
 		if (add_row(cls, 0, E, 1.0, w)) {
-			s->rank_why = "the reranker's classifier (cls.output) is not a row of the model's width in a block type lanes reads";
+			M->rank_why = "the reranker's classifier (cls.output) is not a row of the model's width in a block type lanes reads";
 			free(w);
 			return;
 		}
-		if (bias && bias->type == GGUF_T_F32 && bias->ne[0] >= 1) s->rank_b = ((const float *)bias->data)[0];
-		snprintf(s->rank_how, sizeof s->rank_how, "its classifier (cls.output)");
+		if (bias && bias->type == GGUF_T_F32 && bias->ne[0] >= 1) M->rank_b = ((const float *)bias->data)[0];
+		snprintf(M->rank_how, sizeof M->rank_how, "its classifier (cls.output)");
 	} else {
-		const int32_t yes = single_token(s->vocab, "yes"), no = single_token(s->vocab, "no");
+		const int32_t yes = single_token(M->vocab, "yes"), no = single_token(M->vocab, "no");
 		const gguf_tensor *out = gguf_find_tensor(g, "output.weight");
 		if (!out) out = gguf_find_tensor(g, "token_embd.weight");
 		if (yes < 0 || no < 0 || !out || add_row(out, yes, E, 1.0, w) || add_row(out, no, E, -1.0, w)) {
-			s->rank_why = "this reranker's vocabulary has no single \"yes\" and \"no\" tokens its output head scores";
+			M->rank_why = "this reranker's vocabulary has no single \"yes\" and \"no\" tokens its output head scores";
 			free(w);
 			return;
 		}
-		snprintf(s->rank_how, sizeof s->rank_how, "its \"yes\" (%d) and \"no\" (%d) logits", (int)yes, (int)no);
+		snprintf(M->rank_how, sizeof M->rank_how, "its \"yes\" (%d) and \"no\" (%d) logits", (int)yes, (int)no);
 	}
-	s->rank_w = w;
-	s->rank_why = NULL;
-	LOG_INFO(MOD, "reranker: /v1/rerank scores pairs by %s", s->rank_how);
+	M->rank_w = w;
+	M->rank_why = NULL;
+	LOG_INFO(MOD, "reranker: /v1/rerank scores pairs by %s", M->rank_how);
 }
 
 enum rank_shape { RANK_RERANK, RANK_SCORE };
@@ -136,11 +136,11 @@ static const srv_field score_fields[] = {
 static const lane_api rank_api = {.name = {[LANE_F_PROMPT] = "documents"}};
 
 // ids of text appended to *ids (*n of *cap).
-static int append(http_server *s, const char *text, bool first, bool special, int32_t **ids, int32_t *n, srv_err *e) {
+static int append(srv_model *M, const char *text, bool first, bool special, int32_t **ids, int32_t *n, srv_err *e) {
 	int32_t *t = NULL;
 	size_t cnt = 0;
 	char err[256];
-	const int rc = tok_encode(s->vocab, text, strlen(text), first, special, &t, &cnt, err, sizeof err);
+	const int rc = tok_encode(M->vocab, text, strlen(text), first, special, &t, &cnt, err, sizeof err);
 	if (rc) return srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), NULL, "%s", err);
 	int32_t *m = cnt ? realloc(*ids, ((size_t)*n + cnt) * sizeof *m) : *ids;
 	if (cnt && !m) {
@@ -156,7 +156,7 @@ static int append(http_server *s, const char *text, bool first, bool special, in
 
 // The pair's prompt: the format's own parts with their control tokens, the client's texts
 // never read as control tokens.
-static int pair_ids(http_server *s, const rank_req *r, const char *doc, const char *p, int32_t **ids, int32_t *n, srv_err *e) {
+static int pair_ids(srv_model *M, const rank_req *r, const char *doc, const char *p, int32_t **ids, int32_t *n, srv_err *e) {
 	const char *instr = r->instruction ? r->instruction : RANK_INSTRUCTION;
 	const size_t len = strlen(instr) + strlen(r->query) + strlen(doc) + 64;
 	char *user = malloc(len);
@@ -164,17 +164,18 @@ static int pair_ids(http_server *s, const rank_req *r, const char *doc, const ch
 	snprintf(user, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", instr, r->query, doc);
 	*ids = NULL;
 	*n = 0;
-	int rc = append(s, RANK_PREFIX, true, true, ids, n, e) || append(s, user, false, false, ids, n, e) ||
-		 append(s, RANK_SUFFIX, false, true, ids, n, e);
+	int rc = append(M, RANK_PREFIX, true, true, ids, n, e) || append(M, user, false, false, ids, n, e) ||
+		 append(M, RANK_SUFFIX, false, true, ids, n, e);
 	free(user);
-	if (!rc && *n > s->max_ctx)
+	if (!rc && *n > M->max_ctx)
 		rc = srv_fail(e, SRV_E_BAD_REQUEST, p, "%s makes a prompt of %d tokens: more than the %d a request may use", p, *n,
-			      s->max_ctx);
+			      M->max_ctx);
 	return rc ? -1 : 0;
 }
 
 // The documents as texts: strings, or objects with a "text" (Jina's and Cohere's).
-static int read_docs(http_server *s, rank_req *r, json_t *in, const char *name, srv_err *e) {
+static int read_docs(srv_model *M, rank_req *r, json_t *in, const char *name, srv_err *e) {
+	http_server *s = M->s;
 	if (json_is_string(in)) {
 		r->docs = json_array();
 		if (!r->docs || json_array_append(r->docs, in)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
@@ -200,20 +201,20 @@ static int read_docs(http_server *s, rank_req *r, json_t *in, const char *name, 
 	g->n = (int)n;
 	// the query's part once, so an oversized query is refused before it is tokenized per document
 	int32_t *head = NULL, n_head = 0;
-	const int rc = pair_ids(s, r, "", r->shape == RANK_RERANK ? "query" : "text_1", &head, &n_head, e);
+	const int rc = pair_ids(M, r, "", r->shape == RANK_RERANK ? "query" : "text_1", &head, &n_head, e);
 	free(head);
 	if (rc) return -1;
 	for (size_t i = 0; i < n; i++) {
 		char p[48];
 		snprintf(p, sizeof p, "%s[%zu]", name, i);
-		if (pair_ids(s, r, json_string_value(json_array_get(r->docs, i)), p, &g->prompts[i], &g->n_prompts[i], e)) return -1;
+		if (pair_ids(M, r, json_string_value(json_array_get(r->docs, i)), p, &g->prompts[i], &g->n_prompts[i], e)) return -1;
 	}
 	return 0;
 }
 
-static double score_of(const http_server *s, const srv_choice *ch) {
-	double z = s->rank_b;
-	for (int32_t e = 0; e < ch->n_embd; e++) z += s->rank_w[e] * ch->embedding[e];
+static double score_of(const srv_model *M, const srv_choice *ch) {
+	double z = M->rank_b;
+	for (int32_t e = 0; e < ch->n_embd; e++) z += M->rank_w[e] * ch->embedding[e];
 	return 1.0 / (1.0 + exp(-z));
 }
 
@@ -229,8 +230,8 @@ static int by_score(const void *a, const void *b) {
 }
 
 static json_t *rank_reply(srv_call *c) {
+	srv_model *M = c->mdl;
 	const rank_req *r = c->st;
-	http_server *s = c->conn->s;
 	ranked *v = calloc((size_t)c->n, sizeof *v);
 	int64_t tokens = 0;
 	for (int i = 0; v && i < c->n; i++) {
@@ -238,7 +239,7 @@ static json_t *rank_reply(srv_call *c) {
 			free(v);
 			return NULL;
 		}
-		v[i] = (ranked){i, score_of(s, &c->ch[i])};
+		v[i] = (ranked){i, score_of(M, &c->ch[i])};
 		tokens += c->ch[i].n_prompt;
 	}
 	if (!v) return NULL;
@@ -282,6 +283,7 @@ static void rank_free(void *st) {
 static const srv_api rank_srv_api = {.text = srv_text_none, .reply = rank_reply, .free_state = rank_free};
 
 static void rank_run(srv_conn *c, enum rank_shape shape) {
+	srv_model *M = c->mdl;
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL;
@@ -294,7 +296,7 @@ static void rank_run(srv_conn *c, enum rank_shape shape) {
 	srv_gen_init(&r->g, &rank_api, c);
 	int rc = srv_body_read(c, shape == RANK_RERANK ? rerank_fields : score_fields, r, &j, &e);
 	if (!rc) rc = srv_check_model(s, r->g.model, &e);
-	if (!rc && !s->rank_w) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "%s: /v1/rerank and /v1/score need one", s->rank_why);
+	if (!rc && !M->rank_w) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "model", "%s: /v1/rerank and /v1/score need one", M->rank_why);
 	if (!rc && r->top_n && (!json_is_integer(r->top_n) || json_integer_value(r->top_n) < 1))
 		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "top_n", "top_n must be an integer of at least 1");
 	if (!rc && shape == RANK_SCORE) {
@@ -305,7 +307,7 @@ static void rank_run(srv_conn *c, enum rank_shape shape) {
 			r->query = json_string_value(q);
 	}
 	if (!rc && shape == RANK_RERANK && !r->query) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "query", "query is required: a string");
-	if (!rc) rc = read_docs(s, r, shape == RANK_RERANK ? r->documents : r->text_2, shape == RANK_RERANK ? "documents" : "text_2", &e);
+	if (!rc) rc = read_docs(M, r, shape == RANK_RERANK ? r->documents : r->text_2, shape == RANK_RERANK ? "documents" : "text_2", &e);
 	if (rc) {
 		json_decref(j);
 		srv_gen_free(&r->g);

@@ -439,7 +439,7 @@ static int resp_function(json_t *oai, json_t *tl, size_t k, srv_err *e) {
 	return 0;
 }
 
-static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
+static int resp_constrain(srv_model *M, resp_req *r, srv_err *e) {
 	json_t *f = json_object_get(r->text, "format");
 	const char *t = json_is_null(f) || !f ? "text" : json_string_value(json_object_get(f, "type"));
 	if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
@@ -475,7 +475,7 @@ static int resp_constrain(http_server *s, resp_req *r, srv_err *e) {
 			return json_decref(oai), -1;
 		}
 	}
-	rc = srv_tools_set(s, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", "parameters", e);
+	rc = srv_tools_set(M, &r->g, oai, choice, name, r->parallel_tool_calls, "tools", "parameters", e);
 	json_decref(oai);
 	return rc;
 }
@@ -602,6 +602,7 @@ fail:
 }
 
 void srv_responses(srv_conn *c) {
+	srv_model *M = c->mdl;
 	http_server *s = c->s;
 	srv_err e;
 	json_t *j = NULL, *flat = NULL;
@@ -619,8 +620,8 @@ void srv_responses(srv_conn *c) {
 	const bool keep = s->responses && !json_is_false(r.store);
 	if ((keep || r.previous_response_id) && resp_history(s, &r, &items, &e)) goto fail;
 	if (r.previous_response_id) r.input = items; // the instructions are this request's alone
-	if (srv_gen_check(s, &r.g, &e) || resp_constrain(s, &r, &e) || srv_check_parts(s, r.input, "input", &e) || resp_input(c, &r, &flat, &e) ||
-	    srv_chat_prompt(s, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
+	if (srv_gen_check(M, &r.g, &e) || resp_constrain(M, &r, &e) || srv_check_parts(M, r.input, "input", &e) || resp_input(c, &r, &flat, &e) ||
+	    srv_chat_prompt(M, flat, NULL, "input", &r.g, &r.g.prompt, &r.g.lr.n_prompt, &e))
 		goto fail;
 	json_decref(flat);
 	flat = NULL;

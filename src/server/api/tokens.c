@@ -43,7 +43,7 @@ static int small_enough(srv_conn *c, srv_err *e) {
 }
 
 void srv_tokenize(srv_conn *c) {
-	http_server *s = c->s;
+	srv_model *M = c->mdl;
 	srv_err e;
 	json_t *j = NULL;
 	int32_t *ids = NULL;
@@ -60,8 +60,8 @@ void srv_tokenize(srv_conn *c) {
 			srv_fail(&e, SRV_E_BAD_REQUEST, "messages", "send content or messages, not both");
 			goto fail;
 		}
-		if (srv_check_parts(s, r.messages, "messages", &e) || srv_openai_messages(r.messages, c, &flat, &e)) goto fail;
-		int rc = srv_chat_prompt(s, flat, NULL, "messages", NULL, &ids, &n32, &e);
+		if (srv_check_parts(M, r.messages, "messages", &e) || srv_openai_messages(r.messages, c, &flat, &e)) goto fail;
+		int rc = srv_chat_prompt(M, flat, NULL, "messages", NULL, &ids, &n32, &e);
 		json_decref(flat);
 		if (rc || srv_ignored_refuse(c, &e)) goto fail;
 		n = (size_t)n32;
@@ -71,7 +71,7 @@ void srv_tokenize(srv_conn *c) {
 			goto fail;
 		}
 		char err[256];
-		int rc = tok_encode(s->vocab, content, strlen(content), r.add_special, r.parse_special, &ids, &n, err, sizeof err);
+		int rc = tok_encode(M->vocab, content, strlen(content), r.add_special, r.parse_special, &ids, &n, err, sizeof err);
 		if (rc) {
 			srv_fail(&e, srv_kind_of(rc, SRV_BLAME_REQUEST), "content", "%s", err);
 			goto fail;
@@ -90,7 +90,7 @@ fail:
 }
 
 void srv_detokenize(srv_conn *c) {
-	http_server *s = c->s;
+	srv_model *M = c->mdl;
 	srv_err e;
 	json_t *j = NULL;
 	int32_t *ids = NULL;
@@ -111,17 +111,17 @@ void srv_detokenize(srv_conn *c) {
 	}
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_array_get(t, i);
-		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= M->n_vocab) {
 			char p[48];
 			snprintf(p, sizeof p, "tokens[%zu]", i);
-			srv_fail(&e, SRV_E_BAD_REQUEST, p, "%s must be a token id in 0..%d", p, s->n_vocab - 1);
+			srv_fail(&e, SRV_E_BAD_REQUEST, p, "%s must be a token id in 0..%d", p, M->n_vocab - 1);
 			goto fail;
 		}
 		ids[i] = (int32_t)json_integer_value(v);
 	}
 	char *out = NULL, err[256];
 	size_t len = 0;
-	int rc = tok_detokenize(s->vocab, ids, n, TOK_DECODE_STRIP_SPACE, &out, &len, err, sizeof err);
+	int rc = tok_detokenize(M->vocab, ids, n, TOK_DECODE_STRIP_SPACE, &out, &len, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_REQUEST), "tokens", "%s", err);
 		goto fail;

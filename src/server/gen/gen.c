@@ -183,12 +183,13 @@ static int no_adapter(srv_err *e, const char *param, const char *what) {
 	return -1;
 }
 
-int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e) {
+int srv_gen_bind(srv_model *M, srv_gen *g, srv_err *e) {
+	http_server *s = M->s;
 	struct model_loras *l = model_loras_of(s);
 	const model_lora *a;
 	float scale;
 	char name[MODEL_LORA_NAME_MAX + 1];
-	if (g->model && l && strcmp(g->model, s->model_id) && !model_loras_bind(l, g->model, 0, &a, &scale, name)) {
+	if (g->model && l && strcmp(g->model, M->model_id) && !model_loras_bind(l, g->model, 0, &a, &scale, name)) {
 		if (set_add(g, a, scale, name, "model", e)) return -1;
 		memcpy(g->model_name, name, sizeof g->model_name);
 	}
@@ -235,8 +236,9 @@ static int srv_gen_domain(srv_gen *g, srv_err *e) {
 	return 0;
 }
 
-int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
-	if (srv_check_model(s, g->model, e) || srv_gen_bind(s, g, e)) return -1;
+int srv_gen_check(srv_model *M, srv_gen *g, srv_err *e) {
+	http_server *s = M->s;
+	if (srv_check_model(s, g->model, e) || srv_gen_bind(M, g, e)) return -1;
 	if (g->template_kwargs && !json_is_object(g->template_kwargs))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "chat_template_kwargs", "chat_template_kwargs must be an object");
 	if (g->template_kwargs && json_object_get(g->template_kwargs, "messages"))
@@ -262,14 +264,14 @@ int srv_gen_check(http_server *s, srv_gen *g, srv_err *e) {
 	gen_wire(g);
 	char err[256];
 	enum lane_field bad = LANE_F_COUNT;
-	if (lane_check_params(&g->lr, &g->api, s->n_vocab, err, sizeof err, &bad))
+	if (lane_check_params(&g->lr, &g->api, M->n_vocab, err, sizeof err, &bad))
 		return srv_fail(e, SRV_E_BAD_REQUEST, bad < LANE_F_COUNT ? lane_api_name(&g->api, bad) : NULL, "%s", err);
-	const int64_t entries = g->stream ? 0 : lane_output_entries(&g->lr, g->n, s->max_ctx);
+	const int64_t entries = g->stream ? 0 : lane_output_entries(&g->lr, g->n, M->max_ctx);
 	if (entries > (int64_t)(s->cfg.max_output_bytes / SRV_LOGPROB_BYTES))
 		return srv_fail(e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, LANE_F_MAX_TOKENS),
 				"n (%d) x %s (%d) x (1 + top_logprobs %d) log-probability entries could take %lld bytes, more than "
 				"a reply may hold (%zu, %s): lower one of them, or stream",
-				g->n, lane_api_name(&g->api, LANE_F_MAX_TOKENS), g->lr.max_tokens > 0 ? g->lr.max_tokens : s->max_ctx,
+				g->n, lane_api_name(&g->api, LANE_F_MAX_TOKENS), g->lr.max_tokens > 0 ? g->lr.max_tokens : M->max_ctx,
 				g->lr.top_logprobs, (long long)entries * SRV_LOGPROB_BYTES, s->cfg.max_output_bytes,
 				HTTP_SETTING(&s->cfg, max_output_bytes));
 	return 0;
@@ -411,22 +413,23 @@ static int too_long(srv_err *e, const char *param, const char *msg) {
 	return -1;
 }
 
-int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e) {
+int srv_check_parts(srv_model *M, json_t *parts, const char *param, srv_err *e) {
 	const lane_api api = {.name = {[LANE_F_PROMPT] = param}};
 	char err[256];
-	if (!json_is_array(parts) || !lane_check_prompt_size(s->host, json_array_size(parts), 0, &api, err, sizeof err, NULL)) return 0;
+	if (!json_is_array(parts) || !lane_check_prompt_size(M->host, json_array_size(parts), 0, &api, err, sizeof err, NULL)) return 0;
 	return too_long(e, param, err);
 }
 
 // The rendered prompt against the context: refused before it is tokenized.
 static int fits(void *arg, size_t bytes, char *err, size_t errlen) {
 	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
-	return lane_check_prompt_size(((http_server *)arg)->host, 0, bytes, &msgs, err, errlen, NULL);
+	return lane_check_prompt_size(((http_server *)arg)->mdl->host, 0, bytes, &msgs, err, errlen, NULL);
 }
 
 // Whether the template renders a system turn that comes after the conversation began, probed
 // once: many raise an error there, some drop it.
-static bool system_turns(http_server *s) {
+static bool system_turns(srv_model *M) {
+	http_server *s = M->s;
 	const int known = atomic_load(&s->system_turns);
 	if (known) return known > 0;
 	static const char mark[] = "lanes-system-turn-probe";
@@ -436,7 +439,7 @@ static bool system_turns(http_server *s) {
 	const chat_input in = {.messages = m, .add_generation_prompt = true};
 	char *text = NULL, err[256];
 	size_t len = 0;
-	const bool yes = m && !chat_render(&s->chat, &in, &text, &len, NULL, err, sizeof err) && memmem(text, len, mark, sizeof mark - 1);
+	const bool yes = m && !chat_render(&M->chat, &in, &text, &len, NULL, err, sizeof err) && memmem(text, len, mark, sizeof mark - 1);
 	free(text);
 	json_decref(m);
 	atomic_store(&s->system_turns, yes ? 1 : -1);
@@ -473,19 +476,20 @@ static json_t *join_system(const json_t *messages) {
 	return ok ? out : NULL;
 }
 
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, srv_gen *g,
+int srv_chat_prompt(srv_model *M, json_t *messages, const char *prefill, const char *param, srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e) {
+	http_server *s = M->s;
 	*ids = NULL;
 	*n = 0;
 	char err[512];
-	if (srv_check_parts(s, messages, param, e)) return -1;
+	if (srv_check_parts(M, messages, param, e)) return -1;
 	json_t *joined = NULL;
-	if (json_array_size(messages) > 1 && !system_turns(s) && (joined = join_system(messages))) messages = joined;
+	if (json_array_size(messages) > 1 && !system_turns(M) && (joined = join_system(messages))) messages = joined;
 	// thinking off: the template's own switch, where it has one and the client did not set it
 	json_t *kw = g ? g->template_kwargs : NULL, *kwo = NULL;
-	const reason_format *rf = s->reason;
+	const reason_format *rf = M->reason;
 	if (g && rf && rf->off_var && json_is_false(json_object_get(kw, rf->off_var))) g->think = SRV_THINK_OFF;
-	if (g && g->think == SRV_THINK_OFF && s->reason_switch && !json_object_get(kw, rf->off_var)) {
+	if (g && g->think == SRV_THINK_OFF && M->reason_switch && !json_object_get(kw, rf->off_var)) {
 		kwo = kw ? json_copy(kw) : json_object();
 		if (kwo) json_object_set_new(kwo, rf->off_var, json_false());
 		kw = kwo;
@@ -497,11 +501,11 @@ int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const
 	enum chat_fault fault = CHAT_F_NONE;
 	char *text = NULL;
 	size_t len = 0;
-	int rc = chat_render(&s->chat, &in, &text, &len, &fault, err, sizeof err);
+	int rc = chat_render(&M->chat, &in, &text, &len, &fault, err, sizeof err);
 	json_decref(kwo);
-	if (!rc && g && !srv_think_prompt(s, g, prefill && *prefill, &text, &len)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+	if (!rc && g && !srv_think_prompt(M, g, prefill && *prefill, &text, &len)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	if (!rc && (rc = fits(s, len, err, sizeof err))) fault = CHAT_F_SIZE;
-	if (!rc && (rc = tok_encode_chat(s->vocab, text, len, &v, &cnt, err, sizeof err))) fault = CHAT_F_MESSAGES;
+	if (!rc && (rc = tok_encode_chat(M->vocab, text, len, &v, &cnt, err, sizeof err))) fault = CHAT_F_MESSAGES;
 	free(text);
 	json_decref(joined);
 	if (rc == LANES_ENOMEM) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
@@ -756,7 +760,7 @@ void srv_sse_raw(srv_call *c, const char *s) { srv_buf_adds(&c->out, s); }
 
 void srv_sse(srv_call *c, const char *name, json_t *data) { srv_stream_event(c->api->family, &c->out, name, data); }
 
-const char *srv_call_model(const srv_call *c) { return c->g.model_name[0] ? c->g.model_name : c->s->model_id; }
+const char *srv_call_model(const srv_call *c) { return c->g.model_name[0] ? c->g.model_name : c->mdl->model_id; }
 
 bool srv_choice_cut(const srv_choice *ch) { return ch->finish == LANE_FINISH_LENGTH || ch->finish == LANE_FINISH_GRAMMAR; }
 
@@ -967,6 +971,7 @@ void srv_call_free(srv_call *c) {
 }
 
 void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const char *id_prefix) {
+	srv_model *M = conn->mdl;
 	http_server *s = conn->s;
 	srv_err e;
 	conn->n_prompt = g->lr.n_prompt;
@@ -980,10 +985,10 @@ void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const
 		lane_request one = g->lr;
 		one.prompt = g->prompts[i];
 		one.n_prompt = g->n_prompts[i];
-		rc = lane_check_prompt(s->host, &one, &g->api, err, sizeof err, &bad);
+		rc = lane_check_prompt(M->host, &one, &g->api, err, sizeof err, &bad);
 		conn->n_prompt += g->n_prompts[i];
 	}
-	if (!rc && !g->prompts) rc = lane_check_prompt(s->host, &g->lr, &g->api, err, sizeof err, &bad);
+	if (!rc && !g->prompts) rc = lane_check_prompt(M->host, &g->lr, &g->api, err, sizeof err, &bad);
 	if (rc && !refused) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, lane_api_name(&g->api, bad), "%s", err);
 		if (rc == LANES_ELIMIT) snprintf(e.code, sizeof e.code, "context_length_exceeded");
@@ -1002,6 +1007,7 @@ void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const
 		return;
 	}
 	c->s = s;
+	c->mdl = conn->mdl;
 	c->conn = conn;
 	c->api = api;
 	c->st = st;
@@ -1016,7 +1022,7 @@ void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const
 	conn->call = c;
 	// drawn here, not by the host, so that every choice shares it and the reply can name it
 	if (!c->g.lr.sampling.has_seed) {
-		c->g.lr.sampling.seed = lane_draw_seed(s->host);
+		c->g.lr.sampling.seed = lane_draw_seed(M->host);
 		c->g.lr.sampling.has_seed = true;
 	}
 	c->ch = calloc((size_t)c->n, sizeof *c->ch);
@@ -1035,13 +1041,13 @@ void srv_gen_run(srv_conn *conn, const srv_api *api, void *st, srv_gen *g, const
 		srv_reply_error(conn, &e);
 		return;
 	}
-	for (int i = 0; i < c->n; i++) reason_scan_init(&c->ch[i].rs, c->g.reasoning ? s->reason : NULL, c->g.think_inside);
+	for (int i = 0; i < c->n; i++) reason_scan_init(&c->ch[i].rs, c->g.reasoning ? M->reason : NULL, c->g.think_inside);
 	lane_request lr = c->g.lr;
 	lr.lease = srv_lease_of(conn); // a peer's forward: admitted on the lane it leased
 	for (int i = 0; i < c->n; i++) {
 		lr.sampling.choice = i;
 		if (c->g.prompts) lr.prompt = c->g.prompts[i], lr.n_prompt = c->g.n_prompts[i];
-		rc = lane_submit(s->host, &lr, &c->req[i], err, sizeof err);
+		rc = lane_submit(M->host, &lr, &c->req[i], err, sizeof err);
 		if (rc) {
 			// the choices already queued are cancelled when the call is freed
 			srv_fail(&e, srv_kind_of(rc, SRV_BLAME_ENGINE), rc == LANES_ELIMIT ? lane_api_name(&c->g.api, LANE_F_PROMPT) : NULL, "%s", err);

@@ -73,15 +73,15 @@ void srv_gen_free(srv_gen *g);
 // freed), then lane_check_params over every field read, and a non-streamed reply's
 // log-probability entries against --max-output-bytes; cheap, so adapters run it before
 // building the prompt. 0, or -1 with e naming the field in the API's words.
-int srv_gen_check(http_server *s, srv_gen *g, srv_err *e);
+int srv_gen_check(srv_model *M, srv_gen *g, srv_err *e);
 // The binding alone: g->model when it names an adapter, then g->lora's entries. 0, or -1 with
 // e: 404 model_not_found for an adapter not loaded, 400 for a malformed entry.
-int srv_gen_bind(http_server *s, srv_gen *g, srv_err *e);
+int srv_gen_bind(srv_model *M, srv_gen *g, srv_err *e);
 
 // ---- chat prompts ---------------------------------------------------------------------------
 // 400 context_length_exceeded naming param when the array parts (messages, input items)
 // has more entries than the context has tokens: checked before they are flattened.
-int srv_check_parts(http_server *s, json_t *parts, const char *param, srv_err *e);
+int srv_check_parts(srv_model *M, json_t *parts, const char *param, srv_err *e);
 // OpenAI chat messages (system/developer/user/assistant, content a string or text parts)
 // flattened into [{role, content: string}] for the chat template; parts the model cannot read
 // are named on c (srv_content_text).
@@ -94,12 +94,12 @@ int srv_openai_messages(json_t *msgs, srv_conn *c, json_t **out, srv_err *e);
 // With a reasoning family g's think settles the prompt's end (gen/think.c): off turns thinking off
 // through the template's switch, else closes an empty section; a grammar opens the section where
 // the template does not, so the constraint starts after it.
-int srv_chat_prompt(http_server *s, json_t *messages, const char *prefill, const char *param, srv_gen *g,
+int srv_chat_prompt(srv_model *M, json_t *messages, const char *prefill, const char *param, srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e);
 
 // ---- reasoning (gen/think.c) ------------------------------------------------------------------
 // At load: the family (--reasoning-format, else the template's) and its end tokens. 0 or a code.
-int srv_reason_load(http_server *s, char *err, size_t errlen);
+int srv_reason_load(srv_model *M, char *err, size_t errlen);
 // A reasoning_effort (OpenAI, Responses, Ollama's think levels) as g's think and budget: none
 // turns thinking off, minimal, low and medium bound it, high and xhigh leave it free; another
 // value only reaches the template. param names it in errors. 0, or -1 with e.
@@ -112,7 +112,7 @@ bool srv_think_signed(const http_server *s, const char *text, size_t len, const 
 // The rendered prompt's end as g's thinking asks (with a reasoning family): g->reasoning,
 // g->think_inside and g->lthink set. A client's prefill (prefill true) is continued as sent.
 // false: out of memory.
-bool srv_think_prompt(http_server *s, srv_gen *g, bool prefill, char **text, size_t *len);
+bool srv_think_prompt(srv_model *M, srv_gen *g, bool prefill, char **text, size_t *len);
 // Reasoning tokens of the call's choices (usage's reasoning_tokens).
 int32_t srv_call_thought(const srv_call *c);
 
@@ -134,7 +134,7 @@ int srv_tool_choice(json_t *v, bool flat, enum tool_choice *out, const char **na
 // relaxed is named on g->conn (schema.KEYWORD in x-lanes-ignored). param names tools in the API's words, schema_at a tool's schema
 // inside one ("function.parameters", "input_schema"): a refused schema is a 400 naming
 // param[i].schema_at. 0, or -1 with e naming the field at fault.
-int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
+int srv_tools_set(srv_model *M, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
 		  const char *param, const char *schema_at, srv_err *e);
 
 // One choice's tool calls as the output gives them, streamed or whole.
@@ -203,6 +203,7 @@ typedef struct {
 
 struct srv_call {
 	http_server *s;
+	srv_model *mdl;                // the model it runs on
 	srv_conn *conn;
 	const srv_api *api;
 	void *st;                      // the adapter's parsed request

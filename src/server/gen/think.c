@@ -6,17 +6,18 @@
 
 #include <string.h>
 
-int srv_reason_load(http_server *s, char *err, size_t errlen) {
-	s->reason = s->reason_auto ? s->chat.reason : s->reason_named;
-	s->n_think_end = 0;
+int srv_reason_load(srv_model *M, char *err, size_t errlen) {
+	http_server *s = M->s;
+	M->reason = s->reason_auto ? M->chat.reason : s->reason_named;
+	M->n_think_end = 0;
 	// the switch of the family in use, which --reasoning-format may name apart from the template's own
-	s->reason_switch = s->reason && s->reason->off_var && s->chat.src && strstr(s->chat.src, s->reason->off_var);
-	if (!s->reason) return 0;
+	M->reason_switch = M->reason && M->reason->off_var && M->chat.src && strstr(M->chat.src, M->reason->off_var);
+	if (!M->reason) return 0;
 	// what a spent budget forces: the close marker and what the template writes after it
-	int rc = reason_end_ids(s->reason, s->vocab, s->think_end, LANE_THINK_END, &s->n_think_end, err, errlen);
+	int rc = reason_end_ids(M->reason, M->vocab, M->think_end, LANE_THINK_END, &M->n_think_end, err, errlen);
 	if (rc) return rc;
-	LOG_INFO("server", "reasoning: %s (%s), thinking in %s ... %s", s->reason->name, s->reason_auto ? "the chat template's" : HTTP_SETTING(&s->cfg, reasoning_format),
-		 s->reason->open, s->reason->close);
+	LOG_INFO("server", "reasoning: %s (%s), thinking in %s ... %s", M->reason->name, s->reason_auto ? "the chat template's" : HTTP_SETTING(&s->cfg, reasoning_format),
+		 M->reason->open, M->reason->close);
 	return 0;
 }
 
@@ -35,15 +36,15 @@ int srv_think_effort(srv_gen *g, const char *effort, const char *param, srv_err 
 
 // ---- the prompt ---------------------------------------------------------------------------------
 
-bool srv_think_prompt(http_server *s, srv_gen *g, bool prefill, char **text, size_t *len) {
-	const reason_format *f = s->reason;
+bool srv_think_prompt(srv_model *M, srv_gen *g, bool prefill, char **text, size_t *len) {
+	const reason_format *f = M->reason;
 	g->reasoning = f != NULL;
 	if (!f) return true;
 	bool inside = false;
-	if (reason_prompt_end(f, !prefill && g->think == SRV_THINK_OFF, s->reason_switch, !prefill && g->grammar, text, len, &inside)) return false;
+	if (reason_prompt_end(f, !prefill && g->think == SRV_THINK_OFF, M->reason_switch, !prefill && g->grammar, text, len, &inside)) return false;
 	g->think_inside = inside;
 	g->lthink = (lane_think){.open = f->open, .close = f->close, .inside = inside, .budget = g->think_budget,
-				 .end_ids = s->think_end, .n_end_ids = s->n_think_end};
+				 .end_ids = M->think_end, .n_end_ids = M->n_think_end};
 	return true;
 }
 

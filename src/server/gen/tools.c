@@ -112,7 +112,7 @@ static size_t json_nodes(const json_t *v, size_t limit) {
 	return n;
 }
 
-int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
+int srv_tools_set(srv_model *M, srv_gen *g, json_t *tools, enum tool_choice choice, const char *name, bool parallel,
 		  const char *param, const char *schema_at, srv_err *e) {
 	if (tools && !json_is_array(tools)) return srv_fail(e, SRV_E_BAD_REQUEST, param, "%s must be an array", param);
 	// the grammar's cost grows with the tools: bounded before it is built
@@ -140,7 +140,7 @@ int srv_tools_set(http_server *s, srv_gen *g, json_t *tools, enum tool_choice ch
 	}
 	// none: the model is not told of tools it may not call, and its text is not parsed
 	if (choice == TOOL_CHOICE_NONE) return 0;
-	const tool_format *f = s->chat.fmt;
+	const tool_format *f = M->chat.fmt;
 	char err[400], *gbnf = NULL;
 	const char *const *trig = NULL;
 	int n_trig = 0;
@@ -212,7 +212,7 @@ int srv_tool_calls(srv_call *c, int i, size_t *content_len, json_t **calls) {
 	// one scan of the whole text: what a stream of the same text sent, piece by piece
 	const char *text = ch->text.p ? ch->text.p : "";
 	tool_scan sc;
-	tool_scan_init(&sc, c->s->chat.fmt, c->g.calls_only);
+	tool_scan_init(&sc, c->mdl->chat.fmt, c->g.calls_only);
 	int rc = tool_scan_feed(&sc, text, ch->text.len, srv_choice_cut(ch) ? TOOL_CUT : TOOL_END);
 	*content_len = sc.content_len;
 	for (int k = 0; !rc && k < sc.n_calls; k++) {
@@ -228,7 +228,7 @@ void srv_tools_stream(srv_call *c, int i, bool final, const srv_tool_sink *sink)
 	srv_choice *ch = &c->ch[i];
 	srv_tool_stream *ts = &ch->tools;
 	const char *text = ch->text.p ? ch->text.p : "";
-	if (!ts->scanning) tool_scan_init(&ts->scan, c->s->chat.fmt, c->g.calls_only), ts->scanning = true;
+	if (!ts->scanning) tool_scan_init(&ts->scan, c->mdl->chat.fmt, c->g.calls_only), ts->scanning = true;
 	const tool_scan *sc = &ts->scan;
 	// the scan reads only what the text adds: its pieces go out as they are found
 	if (tool_scan_feed(&ts->scan, text, ch->text.len, !final ? TOOL_MORE : srv_choice_cut(ch) ? TOOL_CUT : TOOL_END)) return;

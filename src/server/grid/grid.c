@@ -32,18 +32,32 @@ void srv_residency(srv_conn *c) {
 	const int st = atomic_load(&s->state);
 	lane_snapshot *sn = calloc(1, sizeof *sn);
 	if (!sn) return;
-	if (loaded(st)) lane_host_snapshot(s->host, sn);
+	if (loaded(st)) lane_host_snapshot(s->mdl->host, sn);
 	char host[256] = "", node[300];
 	if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "%s", s->host_addr);
 	snprintf(node, sizeof node, "%s:%d", host, s->port);
 	json_t *models = json_array();
 	// a model that is loading, failed or halted is not held: peers stop sending it work at once
 	if (models && (st == HTTP_READY || st == HTTP_DRAINING))
-		json_array_append_new(models, json_pack("{s:s, s:o, s:i, s:i, s:i, s:I, s:i}", "id", s->model_id, "adapters",
-							srv_grid_adapters(s), "window", sn->window_max ? sn->window : s->max_ctx,
+		json_array_append_new(models, json_pack("{s:s, s:o, s:i, s:i, s:i, s:I, s:i}", "id", s->mdl->model_id, "adapters",
+							srv_grid_adapters(s), "window", sn->window_max ? sn->window : s->mdl->max_ctx,
 							"lanes_total", (int)s->cfg.lanes.lanes, "lanes_free", sn->lanes_free,
 							"kv_free_bytes", (json_int_t)sn->kv_free_bytes, "queue_depth",
 							sn->queue_depth + srv_grid_pending(s)));
+	// the folder's models loaded now, so a gateway routes a model to the server that holds it
+	srv_model *v[SRV_MODELS_MAX];
+	const int n = models && st == HTTP_READY ? srv_models_each(s, true, v, SRV_MODELS_MAX) : 0;
+	lane_snapshot *other = n ? calloc(1, sizeof *other) : NULL;
+	for (int i = 0; other && i < n; i++) {
+		if (v[i] == s->mdl) continue;
+		lane_host_snapshot(v[i]->host, other);
+		json_array_append_new(models, json_pack("{s:s, s:[], s:i, s:i, s:i, s:I, s:i}", "id", v[i]->model_id, "adapters", "window",
+							other->window_max ? other->window : v[i]->max_ctx, "lanes_total",
+							(int)v[i]->lanes.lanes, "lanes_free", other->lanes_free, "kv_free_bytes",
+							(json_int_t)other->kv_free_bytes, "queue_depth", other->queue_depth));
+	}
+	free(other);
+	srv_models_put(s, v, n);
 	json_t *body = json_pack("{s:s, s:I, s:I, s:o, s:b}", "node", node, "sequence", (json_int_t)sn->sequence, "clock_us",
 				 (json_int_t)sn->clock_us, "models", models ? models : json_array(), "draining",
 				 st == HTTP_DRAINING || st == HTTP_HALTED);
@@ -108,7 +122,7 @@ void srv_lease_new(srv_conn *c) {
 	}
 	lane_lease l;
 	char err[256];
-	rc = lane_lease_new(s->host, (int32_t)want, (uint64_t)spike, (uint64_t)ttl * 1000, &l, err, sizeof err);
+	rc = lane_lease_new(s->mdl->host, (int32_t)want, (uint64_t)spike, (uint64_t)ttl * 1000, &l, err, sizeof err);
 	if (rc == LANES_ECANCELLED) {
 		srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is draining: it grants no leases");
 		srv_reply_error(c, &e);
@@ -118,7 +132,7 @@ void srv_lease_new(srv_conn *c) {
 		atomic_fetch_add(&s->leases_refused, 1);
 		lane_snapshot *sn = malloc(sizeof *sn);
 		if (!sn) return;
-		lane_host_snapshot(s->host, sn);
+		lane_host_snapshot(s->mdl->host, sn);
 		json_t *o = json_pack("{s:{s:s, s:s, s:n, s:s}, s:i, s:I, s:i}", "error", "message", err, "type", "conflict_error",
 				      "param", "code", "no_capacity", "lanes_free", sn->lanes_free, "kv_free_bytes",
 				      (json_int_t)sn->kv_free_bytes, "queue_depth", sn->queue_depth);
@@ -150,7 +164,7 @@ void srv_lease_release(srv_conn *c) {
 	const char *name = c->path + strlen("/v1/leases/");
 	const uint64_t id = srv_lease_parse(name);
 	srv_err e;
-	if (!id || lane_lease_release(s->host, id)) {
+	if (!id || lane_lease_release(s->mdl->host, id)) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no lease '%.64s' is held: it was used, released or it lapsed", name);
 		srv_reply_error(c, &e);
 		return;
@@ -170,36 +184,62 @@ static void label(srv_buf *b, const char *v) {
 	}
 }
 
-// One sample of a metric with a HELP and TYPE head, labelled with the model's name.
-static void model_metric(srv_buf *b, http_server *s, const char *name, const char *type, const char *help, const char *value) {
-	char line[512];
-	snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=\"", name, help, name, type, name);
-	srv_buf_adds(b, line);
-	label(b, s->model_id);
-	srv_buf_adds(b, "\"} ");
-	srv_buf_adds(b, value);
-	srv_buf_adds(b, "\n");
+// The gateway's per-model figures of one lane host.
+typedef struct {
+	const char *name;
+	double v[6];
+} model_figs;
+
+static void figures(http_server *s, const char *name, const lane_snapshot *sn, bool pending, model_figs *f) {
+	int32_t running = 0;
+	for (int32_t i = 0; i < sn->n_lanes; i++) running += sn->lanes[i].phase != LANE_IDLE;
+	// pages held by requests over those the lanes may use; pages only the prefix cache keeps are free
+	const int32_t in_use = sn->kv_pages_used - sn->kv_pages_cached;
+	const double kv = sn->kv_pages_limit > 0 && in_use > 0 ? (double)in_use / sn->kv_pages_limit : 0.0;
+	// those waiting to overflow (the -m model's) wait here too
+	*f = (model_figs){name, {running, sn->queue_depth + (pending ? srv_grid_pending(s) : 0), kv, kv, (double)sn->prefix_query_tokens,
+				 (double)sn->prefix_hit_tokens}};
 }
 
 void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b) {
-	char v[64];
-	int32_t running = 0;
-	for (int32_t i = 0; i < sn->n_lanes; i++) running += sn->lanes[i].phase != LANE_IDLE;
-	// the gateway API inference extension's model-server protocol, with vLLM's names and meanings
-	snprintf(v, sizeof v, "%d", running);
-	model_metric(b, s, "vllm:num_requests_running", "gauge", "Requests holding a lane (prompt or decoding).", v);
-	// those waiting to overflow wait here too
-	snprintf(v, sizeof v, "%d", sn->queue_depth + srv_grid_pending(s));
-	model_metric(b, s, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane (here or a peer's).", v);
-	// pages held by requests over those the lanes may use; pages only the prefix cache keeps are free
-	const int32_t in_use = sn->kv_pages_used - sn->kv_pages_cached;
-	snprintf(v, sizeof v, "%.6f", sn->kv_pages_limit > 0 && in_use > 0 ? (double)in_use / sn->kv_pages_limit : 0.0);
-	model_metric(b, s, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 is every page in use.", v);
-	model_metric(b, s, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage: 1 is every page in use (vLLM's older name).", v);
-	snprintf(v, sizeof v, "%llu", (unsigned long long)sn->prefix_query_tokens);
-	model_metric(b, s, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", v);
-	snprintf(v, sizeof v, "%llu", (unsigned long long)sn->prefix_hit_tokens);
-	model_metric(b, s, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", v);
+	// the gateway API inference extension's model-server protocol, with vLLM's names and
+	// meanings: a sample per loaded model, labelled with its name
+	static const struct {
+		const char *name, *type, *help;
+	} rows[] = {
+		{"vllm:num_requests_running", "gauge", "Requests holding a lane (prompt or decoding)."},
+		{"vllm:num_requests_waiting", "gauge", "Requests waiting for a lane (here or a peer's)."},
+		{"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 is every page in use."},
+		{"vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage: 1 is every page in use (vLLM's older name)."},
+		{"vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache."},
+		{"vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache."},
+	};
+	srv_model *v[SRV_MODELS_MAX];
+	const int n = srv_models_each(s, true, v, SRV_MODELS_MAX);
+	model_figs *f = calloc((size_t)n + 1, sizeof *f);
+	lane_snapshot *other = f ? calloc(1, sizeof *other) : NULL;
+	int k = 0;
+	if (f) figures(s, s->mdl->model_id, sn, true, &f[k++]);
+	for (int i = 0; other && i < n; i++) {
+		if (v[i] == s->mdl) continue;
+		lane_host_snapshot(v[i]->host, other);
+		figures(s, v[i]->model_id, other, false, &f[k++]);
+	}
+	srv_models_put(s, v, n);
+	for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+		char line[512];
+		snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", rows[r].name, rows[r].help, rows[r].name, rows[r].type);
+		srv_buf_adds(b, line);
+		for (int i = 0; i < k; i++) {
+			srv_buf_adds(b, rows[r].name);
+			srv_buf_adds(b, "{model_name=\"");
+			label(b, f[i].name);
+			snprintf(line, sizeof line, "\"} %.*f\n", r == 2 || r == 3 ? 6 : 0, f[i].v[r]);
+			srv_buf_adds(b, line);
+		}
+	}
+	free(other);
+	free(f);
 	char line[512];
 	snprintf(line, sizeof line,
 		 "# HELP vllm:cache_config_info Information of the KV cache: block_size tokens a page, num_gpu_blocks pages.\n"

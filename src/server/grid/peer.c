@@ -460,7 +460,7 @@ static bool room_here(srv_grid *g) {
 	const int st = atomic_load(&s->state);
 	if (st == HTTP_HALTED || atomic_load(&g->quit)) return true;
 	if (st != HTTP_READY) return false;
-	lane_host_snapshot(s->host, g->snap);
+	lane_host_snapshot(s->mdl->host, g->snap);
 	const int in = g->local_inflight + atomic_load(&g->routing);
 	return g->snap->lanes_free > in || g->snap->queue_depth + in < s->cfg.overflow_queue;
 }
@@ -698,7 +698,7 @@ static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stre
 	const json_t *lora = json_object_get(b, "lora");
 	const bool ok = json_is_object(b) && !(json_is_array(lora) && json_array_size(lora)) &&
 			(adapter || !name || !srv_check_model(s, name, &e));
-	snprintf(want, n, "%s", adapter ? name : s->model_id);
+	snprintf(want, n, "%s", adapter ? name : s->mdl->model_id);
 	json_decref(b);
 	return ok;
 }
@@ -717,16 +717,16 @@ static bool route(srv_conn *c, bool full) {
 	const bool draining = atomic_load(&s->state) == HTTP_DRAINING;
 	lane_snapshot *sn = malloc(sizeof *sn);
 	if (!sn) return false;
-	lane_host_snapshot(s->host, sn);
+	lane_host_snapshot(s->mdl->host, sn);
 	// those that arrived together see one snapshot: the live count finds the ones ahead of this
-	const int32_t live = lane_host_open(s->host) + atomic_load(&g->routing) - s->cfg.lanes.lanes;
+	const int32_t live = lane_host_open(s->mdl->host) + atomic_load(&g->routing) - s->cfg.lanes.lanes;
 	const int32_t depth = live > sn->queue_depth ? live : sn->queue_depth;
 	// the prompt's KV on the peer, from its text: about four bytes a token
 	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
 	free(sn);
 	char want[256];
 	bool stream = false;
-	full = full || lane_host_open(s->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
+	full = full || lane_host_open(s->mdl->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
 	pthread_mutex_lock(&g->mu);
 	const int waiting = g->n_pending;
 	pthread_mutex_unlock(&g->mu);

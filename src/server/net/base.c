@@ -454,11 +454,12 @@ uint64_t srv_lease_of(srv_conn *c) {
 
 struct model_loras *model_loras_of(http_server *s) {
 	const int st = atomic_load(&s->state);
-	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->loras : NULL;
+	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->mdl->loras : NULL;
 }
 
 int srv_check_model(http_server *s, const char *id, srv_err *e) {
-	if (!id || !strcmp(id, s->model_id)) return 0;
+	if (!id || !strcmp(id, s->mdl->model_id)) return 0;
+	if (s->n_models > 1) return srv_model_lookup(s, id, e); // several: a name is one of them
 	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404).
 	// Once an adapter has been loaded a name never falls back to the base: it names an adapter or nothing.
 	struct model_loras *l = model_loras_of(s);
@@ -468,12 +469,13 @@ int srv_check_model(http_server *s, const char *id, srv_err *e) {
 
 int srv_model_lookup(http_server *s, const char *id, srv_err *e) {
 	struct model_loras *l = model_loras_of(s);
-	if (!strcmp(id, s->model_id) || (l && model_loras_has(l, id))) return 0;
+	if (!strcmp(id, s->mdl->model_id) || (l && model_loras_has(l, id))) return 0;
+	if (s->n_models > 1) return srv_models_find(s, id) ? 0 : srv_models_named(s, id, e);
 	if (l && model_loras_ever(l))
 		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s' and the adapters GET /v1/adapters lists",
-			 id, s->model_id);
+			 id, s->mdl->model_id);
 	else
-		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->model_id);
+		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s'", id, s->mdl->model_id);
 	snprintf(e->code, sizeof e->code, "model_not_found");
 	return -1;
 }
@@ -612,7 +614,7 @@ char *srv_json_text(const json_t *v) {
 
 char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
 	size_t n = 0;
-	const char *p = tok_piece(s->vocab, id, TOK_DECODE_SPECIAL, &n);
+	const char *p = tok_piece(s->mdl->vocab, id, TOK_DECODE_SPECIAL, &n);
 	if (!p) n = 0;
 	if (bytes) {
 		*bytes = json_array();

@@ -18,6 +18,7 @@
 #define SRV_MAX_N 32 // most choices (n) one request may ask for
 #define SRV_IGNORED_HEADER "x-lanes-ignored" // names what a request sent that lanes accepted and did not honour
 #define SRV_IGNORED_MAX 512 // bytes of names one request's header lists
+#define SRV_MODELS_MAX 1024 // models one server lists: the -m model and --models-dir's files
 
 // ---- a growing byte buffer; on OOM it stops growing and sets oom -------------------------
 typedef struct {
@@ -155,6 +156,7 @@ enum srv_wait {
 	SRV_WAIT_LOAD,   // an adapter load on the load thread
 	SRV_WAIT_SAVE,   // an adapter save on the learn thread
 	SRV_WAIT_PULL,   // a model pull's progress or end
+	SRV_WAIT_MODEL,  // its model's load on a loader thread
 	SRV_WAIT__COUNT
 };
 extern const char *const srv_wait_name[SRV_WAIT__COUNT];
@@ -164,21 +166,36 @@ typedef struct {
 	uint32_t gen;    // bumped at each use: tells a stale waker event from a current one
 } srv_slot;
 
-struct http_server {
-	http_config cfg;               // strings point into the copies below
-	char *model_path, *alias, *api_key, *host_addr, *template_path, *adapters_path;
-	char model_id[128];
-	struct MHD_Daemon *mhd;
-	const struct srv_http_hooks *hooks; // the daemon's steps of a request (net/http.h)
-	int port;
+// One model the server serves: its file, its load, and what the loader made of it.
+enum srv_model_state {
+	SRV_M_LISTED,  // a file of --models-dir, not loaded: its first request loads it
+	SRV_M_LOADING, // a loader thread reads it; requests wait parked for it
+	SRV_M_READY,
+	SRV_M_FAILED,  // its load failed: load_err says why; the next request tries again
+};
+extern const char *const srv_model_state_name[];
 
-	atomic_int state;              // enum http_state
+// One model the server serves: its file, its load, and what the loader made of it.
+typedef struct srv_model {
+	http_server *s;
+	char *model_path, *template_path;
+	char model_id[128];
+	bool pinned;                   // the -m model: loaded at start, never unloaded
+	atomic_bool gone;              // its file left the folder: listed no more, unloaded once idle
+	uint64_t file_bytes;
+	model_hparams meta;            // a --models-dir file's, from its metadata: what the lists say before it loads
+	lane_config lanes;             // its lane host's options
+	atomic_int mstate;             // enum srv_model_state
+	// under s->models_mu
+	int users;                     // requests holding it: it is not unloaded under them
+	uint64_t used_us;              // when it was last picked or let go
+	double keep_s;                 // how long it stays loaded idle (< 0: for good)
+	struct srv_conn *waiting;      // requests parked for its load (linked by next_wait)
 	atomic_int progress_ppm;       // load progress, parts per million
 	atomic_int load_stage;         // what the loader does now (enum srv_load_stage)
 	char load_err[512];
 	pthread_t loader;
 	bool loader_started;
-
 	// set by the loader before state becomes HTTP_READY, read-only afterwards
 	model *m;
 	model *draft;                  // draft model for speculative decoding, or NULL
@@ -195,6 +212,27 @@ struct http_server {
 	bool reason_switch;            // the chat template reads reason's off_var: thinking off sets it false
 	int32_t think_end[LANE_THINK_END]; // its close marker and what the template writes after it, as tokens
 	int32_t n_think_end;
+	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
+	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
+} srv_model;
+
+struct http_server {
+	http_config cfg;               // strings point into the copies below
+	char *alias, *api_key, *host_addr, *adapters_path;
+	struct srv_model *mdl;         // the -m model: adapters, learning, the grid and the control reads are its
+	srv_model **models;            // every model served by name: mdl first, then --models-dir's (ops/models.c);
+	atomic_int n_models;           // appended to under models_mu, never moved: read without it
+	pthread_mutex_t models_mu;     // the models' loads, users and idle times; taken before wait_mu
+	pthread_cond_t models_cv;      // the reaper's wake: a model let go, or the server stopping
+	pthread_t reaper;              // unloads models idle past their keep-alive
+	bool reaper_started, models_quit;
+	base_pool *pool;               // the compute threads every model's lane host shares
+	struct MHD_Daemon *mhd;
+	const struct srv_http_hooks *hooks; // the daemon's steps of a request (net/http.h)
+	int port;
+
+	atomic_int state;              // enum http_state
+
 	// set by http_server_new: --reasoning-format, and the key thinking blocks are signed with
 	bool reason_auto;              // the template's family
 	const reason_format *reason_named; // else this one (NULL: none)
@@ -232,8 +270,6 @@ struct http_server {
 	struct srv_grid *grid;         // peers and the overflow's thread (grid/peer.c), or NULL
 	atomic_uint_least64_t leases_granted, leases_refused;
 
-	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
-	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
 	int adapters_dfd;              // the folder adapters are loaded from and saved to by name (-1: none)
 	bool mutations_closed;         // open to the network with no key: adapter and learning changes are refused
 	struct srv_pulls *pulls;       // Ollama's pulls running on threads of their own (ops/cache.c)
@@ -252,6 +288,9 @@ typedef struct {
 
 struct srv_conn {
 	http_server *s;
+	srv_model *mdl;                // the model its request names (set before its route runs)
+	bool holds_mdl;                // it counts among mdl's users until it ends
+	struct srv_conn *next_wait;    // the next request parked for the same model's load
 	struct MHD_Connection *mc;
 	const struct srv_route *rt;    // the daemon's route (NULL: none matched)
 	enum srv_family family;        // the route's error shape
@@ -356,6 +395,14 @@ uint64_t srv_lease_of(srv_conn *c);
 // A request's model: 0 for none sent, this server's model, a loaded adapter, or — while no
 // adapter has ever been loaded — any name unless --strict-model; else 404 model_not_found.
 int srv_check_model(http_server *s, const char *id, srv_err *e);
+// The model called name (":latest" allowed) among those served (ops/models.c), or NULL.
+srv_model *srv_models_find(http_server *s, const char *name);
+// A 404 for id naming every model served; -1.
+int srv_models_named(http_server *s, const char *id, srv_err *e);
+// Up to max models into out, in list order (loaded_only: those loaded), each held (not
+// unloaded) until srv_models_put; how many.
+int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max);
+void srv_models_put(http_server *s, srv_model **v, int n);
 // A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model
 // or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);

@@ -69,6 +69,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		c = calloc(1, sizeof *c);
 		if (!c) return MHD_NO;
 		c->s = s;
+		c->mdl = s->mdl;
 		c->mc = mc;
 		c->t0_us = base_now_us();
 		snprintf(c->method, sizeof c->method, "%s", method);

@@ -7,7 +7,7 @@
 
 #include <microhttpd.h>
 
-const char *const srv_wait_name[SRV_WAIT__COUNT] = {"none", "work", "engine", "peer", "load", "save", "pull"};
+const char *const srv_wait_name[SRV_WAIT__COUNT] = {"none", "work", "engine", "peer", "load", "save", "pull", "model"};
 
 // Under wait_mu: c's suspension is counted as waiting for kind.
 static void count_park(srv_conn *c, enum srv_wait kind) {

@@ -41,14 +41,14 @@ static void run_load(http_server *s, lora_job *j) {
 		// a missing or refused file is the client's 400, like a malformed one
 		if (base_file_open_in(s->adapters_dfd, j->file, &fd, j->err, sizeof j->err)) j->rc = LANES_EINVAL;
 		else {
-			j->rc = model_lora_load_fd(&a, s->m, fd, j->file, j->err, sizeof j->err);
+			j->rc = model_lora_load_fd(&a, s->mdl->m, fd, j->file, j->err, sizeof j->err);
 			close(fd);
 		}
 	} else {
-		j->rc = model_lora_load(&a, s->m, j->path, j->err, sizeof j->err);
+		j->rc = model_lora_load(&a, s->mdl->m, j->path, j->err, sizeof j->err);
 	}
 	if (!j->rc) model_lora_info_of(a, &j->info);
-	model_loras_publish(s->loras, j->name, j->ticket, a, &j->version);
+	model_loras_publish(s->mdl->loras, j->name, j->ticket, a, &j->version);
 	j->ms = (double)(base_now_us() - t0) / 1000.0;
 	if (!j->rc && !j->version)
 		j->rc = base_seterr(j->err, sizeof j->err, LANES_EBUSY, "the adapter '%s' was unloaded while it loaded", j->name);
@@ -64,7 +64,7 @@ static void load_job(void *arg, bool stopping) {
 	lora_job *j = arg;
 	if (stopping) {
 		j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
-		model_loras_publish(j->s->loras, j->name, j->ticket, NULL, NULL);
+		model_loras_publish(j->s->mdl->loras, j->name, j->ticket, NULL, NULL);
 	} else {
 		run_load(j->s, j);
 	}
@@ -81,7 +81,7 @@ static const char *full_hint(http_server *s, int rc, char hint[96]) {
 // Adapter i given at start, NAME=PATH[:SCALE] already split.
 static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 	const http_lora *l = &s->cfg.loras[i];
-	if (!strcmp(l->name, s->model_id))
+	if (!strcmp(l->name, s->mdl->model_id))
 		return base_seterr(err, errlen, LANES_EINVAL, "%s %s: the name is the base model's", HTTP_SETTING(&s->cfg, loras), l->name);
 	for (int k = 0; k < i; k++)
 		if (!strcmp(s->cfg.loras[k].name, l->name))
@@ -93,7 +93,7 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 	snprintf(j.name, sizeof j.name, "%s", l->name);
 	snprintf(j.path, sizeof j.path, "%s", l->path);
 	char why[256], hint[96];
-	int rc = model_loras_reserve(s->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
+	int rc = model_loras_reserve(s->mdl->loras, l->name, l->path, l->scale, false, &j.ticket, why, sizeof why);
 	if (rc) return base_seterr(err, errlen, rc, "%s %s=%s: %s%s", HTTP_SETTING(&s->cfg, loras), l->name, l->path, why, full_hint(s, rc, hint));
 	run_load(s, &j);
 	if (j.rc) return base_seterr(err, errlen, j.rc, "%s %s: %s", HTTP_SETTING(&s->cfg, loras), l->name, j.err);
@@ -101,7 +101,7 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 }
 
 int srv_adapters_start(http_server *s, char *err, size_t errlen) {
-	if (model_loras_new(&s->loras, s->m, s->cfg.max_lora)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (model_loras_new(&s->mdl->loras, s->mdl->m, s->cfg.max_lora)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (s->cfg.n_loras > s->cfg.max_lora)
 		return base_seterr(err, errlen, LANES_EINVAL, "%d %s adapters, more than %s %d", s->cfg.n_loras, HTTP_SETTING(&s->cfg, loras),
 				   HTTP_SETTING(&s->cfg, max_lora), s->cfg.max_lora);
@@ -113,8 +113,8 @@ int srv_adapters_start(http_server *s, char *err, size_t errlen) {
 }
 
 void srv_adapters_free(http_server *s) {
-	model_loras_free(s->loras);
-	s->loras = NULL;
+	model_loras_free(s->mdl->loras);
+	s->mdl->loras = NULL;
 }
 
 // ---- what the snapshot says of each adapter ------------------------------------------------
@@ -137,7 +137,7 @@ static json_t *adapter_object(const http_server *s, const model_loras_entry *a, 
 		p += n + (q != NULL);
 	}
 	json_t *o = json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:I, s:i, s:i, s:I, s:I}", "name", a->name, "id",
-			      (int)a->id, "version", (int)a->version, "status", state_name[a->state], "parent", s->model_id, "path",
+			      (int)a->id, "version", (int)a->version, "status", state_name[a->state], "parent", s->mdl->model_id, "path",
 			      a->path, "scale", srv_real(a->scale), "rank", a->info.rank, "alpha", srv_real(a->info.alpha), "bytes",
 			      (json_int_t)a->info.bytes, "requests_running", u ? u->running : 0, "requests_waiting",
 			      u ? u->waiting : 0, "requests_total", (json_int_t)a->requests, "created", (json_int_t)a->created);
@@ -163,7 +163,7 @@ static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapsh
 		*sn = NULL;
 		return NULL;
 	}
-	lane_host_snapshot(s->host, *sn);
+	lane_host_snapshot(s->mdl->host, *sn);
 	return v;
 }
 
@@ -268,7 +268,7 @@ void srv_adapters_load(srv_conn *c) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", MODEL_LORA_NAME_MAX);
 		goto fail;
 	}
-	if (!strcmp(r.name, s->model_id)) {
+	if (!strcmp(r.name, s->mdl->model_id)) {
 		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is the base model's name", r.name);
 		goto fail;
 	}
@@ -289,7 +289,7 @@ void srv_adapters_load(srv_conn *c) {
 	json_decref(j);
 	j = NULL;
 	char err[256], hint[96];
-	int rc = model_loras_reserve(s->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
+	int rc = model_loras_reserve(s->mdl->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
 	if (rc) {
 		free(job);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s%s", err, full_hint(s, rc, hint));
@@ -302,7 +302,7 @@ void srv_adapters_load(srv_conn *c) {
 	c->done = load_done;
 	rc = srv_work_post(s, SRV_WORK_LOAD, load_job, job);
 	if (rc) {
-		model_loras_publish(s->loras, job->name, job->ticket, NULL, NULL);
+		model_loras_publish(s->mdl->loras, job->name, job->ticket, NULL, NULL);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL,
 			 rc == LANES_ENOMEM ? "out of memory" : "the server is stopping");
 		srv_reply_error(c, &e);
@@ -330,7 +330,7 @@ void srv_adapters_unload(srv_conn *c) {
 		if (v[i].state != MODEL_LORAS_RETIRED && !strcmp(v[i].name, name)) id = v[i].lora_id;
 	free(v);
 	bool freed = false;
-	const int rc = model_loras_remove(s->loras, name, &freed);
+	const int rc = model_loras_remove(s->mdl->loras, name, &freed);
 	if (rc) {
 		free(sn);
 		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
@@ -356,7 +356,7 @@ void srv_adapters_models(http_server *s, json_t *data, const char *only) {
 	for (int i = 0; i < n; i++) {
 		if (v[i].state != MODEL_LORAS_READY || (only && strcmp(only, v[i].name))) continue;
 		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", v[i].name, "object", "model", "created",
-						      (json_int_t)v[i].created, "owned_by", "lanes", "parent", s->model_id, "root",
+						      (json_int_t)v[i].created, "owned_by", "lanes", "parent", s->mdl->model_id, "root",
 						      v[i].path));
 	}
 	free(v);

@@ -163,6 +163,7 @@ static void pull_main(void *arg, bool stopping) {
 				: pull_model(&s->cfg.cache, j->ref, on_progress, j, path, sizeof path, rel, sizeof rel, j->err, sizeof j->err);
 	if (rc) LOG_WARN(SRV_MOD, "pull %s: %s", j->ref, j->err);
 	else LOG_INFO(SRV_MOD, "pull %s: %s in the cache", j->ref, rel);
+	if (!rc) srv_models_rescan(s);
 	pthread_mutex_lock(&P->mu);
 	j->rc = rc;
 	if (j->stream) line(j, rc ? json_pack("{s:s}", "error", j->err) : json_pack("{s:s}", "status", "success"), false);
@@ -322,7 +323,7 @@ static bool served(http_server *s, const char *rel) {
 	pull_cache_dir(&s->cfg.cache, dir, sizeof dir);
 	snprintf(p, sizeof p, "%s/%s", dir, rel);
 	if (!realpath(p, a)) return false;
-	const char *mine[] = {s->model_path, s->cfg.draft_model};
+	const char *mine[] = {s->mdl->model_path, s->cfg.draft_model};
 	for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
 		if (mine[i] && realpath(mine[i], b) && !strcmp(a, b)) return true;
 	return false;
@@ -365,6 +366,7 @@ void srv_ollama_copy(srv_conn *c) {
 		goto fail;
 	}
 	LOG_INFO(SRV_MOD, "copied %s to %s in the model cache", src, dst);
+	srv_models_rescan(s);
 	json_decref(body);
 	srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
 	return;
@@ -408,6 +410,7 @@ void srv_ollama_delete(srv_conn *c) {
 		goto fail;
 	}
 	LOG_INFO(SRV_MOD, "deleted %s from the model cache", rel);
+	srv_models_rescan(s);
 	json_decref(body);
 	srv_reply_json(c, 200, json_pack("{s:s}", "status", "success"), 0);
 	return;

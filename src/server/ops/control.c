@@ -47,11 +47,11 @@ void srv_health(srv_conn *c) {
 	if (c->bare) {
 		body = json_pack("{s:s}", "status", bare[st]);
 	} else if (st == HTTP_LOADING) {
-		body = json_pack("{s:s, s:f, s:s}", "status", "loading", "progress", atomic_load(&s->progress_ppm) / 1e6, "stage",
-				 srv_load_stage_name[atomic_load(&s->load_stage)]);
+		body = json_pack("{s:s, s:f, s:s}", "status", "loading", "progress", atomic_load(&s->mdl->progress_ppm) / 1e6, "stage",
+				 srv_load_stage_name[atomic_load(&s->mdl->load_stage)]);
 	} else if (st == HTTP_FAILED) {
 		pthread_mutex_lock(&s->mu);
-		snprintf(err, sizeof err, "%s", s->load_err);
+		snprintf(err, sizeof err, "%s", s->mdl->load_err);
 		pthread_mutex_unlock(&s->mu);
 		body = json_pack("{s:s, s:s}", "status", "error", "message", err);
 	} else {
@@ -64,7 +64,7 @@ static const char *phase_name[] = {[LANE_IDLE] = "idle", [LANE_FILLING] = "filli
 
 // The activation width the model runs with (before it is in: the one it will load with).
 static const char *activations(http_server *s) {
-	const tensor_kernels *ks = loaded(atomic_load(&s->state)) ? model_kernels(s->m) : tensor_kernels_default();
+	const tensor_kernels *ks = loaded(atomic_load(&s->state)) ? model_kernels(s->mdl->m) : tensor_kernels_default();
 	return tensor_act_name(tensor_kernels_act(ks));
 }
 
@@ -73,7 +73,7 @@ void srv_slots(srv_conn *c) {
 	if (!loaded(atomic_load(&s->state))) { srv_health(c); return; }
 	lane_snapshot *sn = malloc(sizeof *sn);
 	if (!sn) return;
-	lane_host_snapshot(s->host, sn);
+	lane_host_snapshot(s->mdl->host, sn);
 	json_t *lanes = json_array();
 	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
 		const lane_snap_lane *l = &sn->lanes[i];
@@ -112,7 +112,7 @@ void srv_metrics(srv_conn *c) {
 	http_server *s = c->s;
 	lane_snapshot *sn = calloc(1, sizeof *sn);
 	if (!sn) return;
-	if (loaded(atomic_load(&s->state))) lane_host_snapshot(s->host, sn);
+	if (loaded(atomic_load(&s->state))) lane_host_snapshot(s->mdl->host, sn);
 	srv_buf b = {0};
 	char line[256];
 	srv_buf_adds(&b, "# HELP lanes_requests_total Requests by how they ended (rejected: refused before running).\n"
@@ -220,17 +220,24 @@ void srv_metrics(srv_conn *c) {
 	srv_buf_free(&b);
 }
 
-static json_t *model_object(http_server *s) {
-	json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)0,
+static json_t *model_object(srv_model *M) {
+	http_server *s = M->s;
+	json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", M->model_id, "object", "model", "created", (json_int_t)0,
 			      "owned_by", "lanes", "activations", activations(s));
-	if (m && loaded(atomic_load(&s->state))) json_object_set_new(m, "context_length", json_integer(s->max_ctx));
+	const bool in = M == s->mdl ? loaded(atomic_load(&s->state)) : atomic_load(&M->mstate) == SRV_M_READY;
+	if (m && in) json_object_set_new(m, "context_length", json_integer(M->max_ctx));
+	if (m && s->n_models > 1) json_object_set_new(m, "status", srv_model_status(M));
 	return m;
 }
 
-// The base model, then each adapter with its parent (the base) and root (its file), as vLLM lists them.
+// The base model, then each adapter with its parent (the base) and root (its file), as vLLM
+// lists them; then --models-dir's models, each with its status as llama-server's router says it.
 void srv_models(srv_conn *c) {
-	json_t *m = model_object(c->s), *data = m ? json_pack("[o]", m) : NULL;
-	if (data) srv_adapters_models(c->s, data, NULL);
+	http_server *s = c->s;
+	json_t *m = model_object(s->mdl), *data = m ? json_pack("[o]", m) : NULL;
+	if (data) srv_adapters_models(s, data, NULL);
+	for (int i = 1; data && i < s->n_models; i++)
+		if (!atomic_load(&s->models[i]->gone)) json_array_append_new(data, model_object(s->models[i]));
 	srv_reply_json(c, 200, data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL, 0);
 }
 
@@ -239,15 +246,15 @@ void srv_props(srv_conn *c) {
 	const http_server *s = c->s;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
 			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "activations",
-			      activations((http_server *)s), "model", s->model_id,
-			      "model_path", s->model_path, "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
+			      activations((http_server *)s), "model", s->mdl->model_id,
+			      "model_path", s->mdl->model_path, "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
 	// the fields llama-server's web UIs read, once the model is in
 	const int st = atomic_load(&((http_server *)s)->state);
 	if (o && st != HTTP_LOADING && st != HTTP_FAILED) {
-		json_object_set_new(o, "chat_template", json_string(s->chat.src ? s->chat.src : ""));
+		json_object_set_new(o, "chat_template", json_string(s->mdl->chat.src ? s->mdl->chat.src : ""));
 		// which template that is: "the model's", "--chat-template", or the fallback ("ChatML", "plain text")
-		json_object_set_new(o, "chat_template_origin", json_string(s->chat.origin));
-		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->max_ctx));
+		json_object_set_new(o, "chat_template_origin", json_string(s->mdl->chat.origin));
+		json_object_set_new(o, "default_generation_settings", json_pack("{s:i}", "n_ctx", s->mdl->max_ctx));
 		json_object_set_new(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
 	}
 	srv_reply_json(c, 200, o, 0);
@@ -257,7 +264,8 @@ void srv_model_one(srv_conn *c) {
 	srv_err e;
 	const char *id = c->path + strlen("/v1/models/");
 	if (srv_model_lookup(c->s, id, &e)) { srv_reply_error(c, &e); return; }
-	if (!strcmp(id, c->s->model_id)) { srv_reply_json(c, 200, model_object(c->s), 0); return; }
+	srv_model *M = srv_models_find(c->s, id);
+	if (M) { srv_reply_json(c, 200, model_object(M), 0); return; }
 	json_t *data = json_array();
 	if (data) srv_adapters_models(c->s, data, id);
 	json_t *one = json_array_get(data, 0);

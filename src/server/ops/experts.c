@@ -15,13 +15,13 @@ static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || s
 // A copy of the counters into e (reset: then a new window); -1 with e's error when there are none.
 static int take(srv_conn *c, lane_experts *out, bool reset, srv_err *e) {
 	http_server *s = c->s;
-	if (!lane_host_observes_experts(s->host))
-		return model_hparams_of(s->m)->n_experts
+	if (!lane_host_observes_experts(s->mdl->host))
+		return model_hparams_of(s->mdl->m)->n_experts
 			       ? srv_fail(e, SRV_E_NOT_FOUND, NULL, "the expert observer is off (%s off)", HTTP_SETTING(&c->s->cfg, lanes.experts))
 			       : srv_fail(e, SRV_E_NOT_FOUND, NULL, "the model %s has no experts: /v1/experts reports on mixture-of-experts models",
-					  s->model_id);
-	if (lane_experts_init(s->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	lane_host_experts(s->host, out, reset);
+					  s->mdl->model_id);
+	if (lane_experts_init(s->mdl->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	lane_host_experts(s->mdl->host, out, reset);
 	return 0;
 }
 
@@ -39,7 +39,7 @@ void srv_experts(srv_conn *c) {
 	srv_err e;
 	lane_experts ex;
 	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
-	json_t *body = obs_experts_json(&ex, c->s->model_id);
+	json_t *body = obs_experts_json(&ex, c->s->mdl->model_id);
 	lane_experts_release(&ex);
 	srv_reply_json(c, 200, body, 0);
 }
@@ -50,7 +50,7 @@ void srv_experts_svg(srv_conn *c) {
 	lane_experts ex;
 	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
 	size_t len = 0;
-	char *svg = obs_experts_svg(&ex, c->s->model_id, &len);
+	char *svg = obs_experts_svg(&ex, c->s->mdl->model_id, &len);
 	lane_experts_release(&ex);
 	if (!svg) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
@@ -65,10 +65,10 @@ void srv_experts_svg(srv_conn *c) {
 
 void srv_metrics_experts(http_server *s, srv_buf *b) {
 	lane_experts ex;
-	if (!s->cfg.metrics_experts || !loaded(atomic_load(&s->state)) || !lane_host_observes_experts(s->host) ||
-	    lane_experts_init(s->host, &ex))
+	if (!s->cfg.metrics_experts || !loaded(atomic_load(&s->state)) || !lane_host_observes_experts(s->mdl->host) ||
+	    lane_experts_init(s->mdl->host, &ex))
 		return;
-	lane_host_experts(s->host, &ex, false);
+	lane_host_experts(s->mdl->host, &ex, false);
 	model_experts_view g;
 	model_experts_group(ex.counts, 0, &g);
 	const size_t cells = (size_t)g.n_layers * (size_t)g.n_experts;

@@ -18,15 +18,15 @@
 
 int srv_learning_start(http_server *s, char *err, size_t errlen) {
 	if (!(s->cfg.learn_share > 0)) return 0;
-	int rc = learn_live_new(&s->learn, s->m, 0, err, errlen);
-	if (!rc) s->cfg.lanes.background = learn_live_background(s->learn, s->cfg.learn_share);
+	int rc = learn_live_new(&s->mdl->learn, s->mdl->m, 0, err, errlen);
+	if (!rc) s->mdl->lanes.background = learn_live_background(s->mdl->learn, s->cfg.learn_share);
 	return rc;
 }
 
 // The learner once the model is in (NULL before, and when learning is off).
 static learn_live *learner(http_server *s) {
 	const int st = atomic_load(&s->state);
-	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->learn : NULL;
+	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->mdl->learn : NULL;
 }
 
 // 404 when learning is off on this server; else the learner.
@@ -125,7 +125,7 @@ void srv_learn_grant_new(srv_conn *c) {
 			 miss);
 		goto fail;
 	}
-	if (!strcmp(r.adapter, s->model_id)) {
+	if (!strcmp(r.adapter, s->mdl->model_id)) {
 		srv_fail(&e, SRV_E_CONFLICT, "adapter", "'%s' is the base model's name", r.adapter);
 		goto fail;
 	}
@@ -228,8 +228,8 @@ void srv_learn_examples(srv_conn *c) {
 		goto fail;
 	}
 	char err[512];
-	int rc = r.messages ? learn_example_chat(&ex, &s->chat, r.messages, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err)
-			    : learn_example_text(&ex, s->vocab, r.prompt, r.completion, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err);
+	int rc = r.messages ? learn_example_chat(&ex, &s->mdl->chat, r.messages, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err)
+			    : learn_example_text(&ex, s->mdl->vocab, r.prompt, r.completion, LEARN_LIVE_MAX_EXAMPLE, err, sizeof err);
 	if (rc) {
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), r.messages ? "messages" : "completion", "%s", err);
 		goto fail;

@@ -1,0 +1,519 @@
+// server/ops/models: the models served by name. The -m model loads at start and stays; each
+// GGUF under --models-dir is listed at start, loaded by its first request on a loader thread
+// of its own (the request parked meanwhile, never holding an HTTP thread), and unloaded once
+// idle past its keep-alive, or to make room under --max-models (the least recently used idle
+// one first). Every model's lane host runs its rounds on the server's one compute pool.
+#include "server/routes.h"
+#include "server/gen/gen.h"
+
+#include "base/base.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MOD "server"
+#define SCAN_DEPTH 3 // ORG/REPO/FILE.gguf: the depth `lanes pull` writes at
+
+const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed"};
+
+// ---- reading a model in and letting it go -------------------------------------------------------
+
+int srv_model_setup(srv_model *M, char *err, size_t errlen) {
+	http_server *s = M->s;
+	const model_hparams *hp = model_hparams_of(M->m);
+	// the context every request may use settles what depends on it, once (Phi 3's rope factors)
+	model_set_context(M->m, lane_config_max_context(&M->lanes, hp));
+	M->n_vocab = hp->n_vocab;
+	M->pooling = srv_pooling_of(s->cfg.pooling, hp);
+	int rc = tok_vocab_load(&M->vocab, model_gguf(M->m), err, errlen);
+	if (!rc) srv_rank_load(M);
+	if (!rc) rc = chat_load(&M->chat, M->vocab, M->template_path, err, errlen);
+	if (!rc) rc = srv_reason_load(M, err, errlen);
+	if (!rc && M->lanes.cache_dir) rc = base_file_ident(M->model_path, M->lanes.cache_ident, err, errlen);
+	return rc;
+}
+
+// What a load made, freed; the model is listed again. No request holds it.
+static void unload_quiet(srv_model *M) {
+	lane_host_free(M->host);
+	chat_free(&M->chat);
+	tok_vocab_free(M->vocab);
+	model_free(M->m);
+	free(M->rank_w);
+	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL;
+	M->reason = NULL, M->n_think_end = 0, M->max_ctx = 0;
+	memset(&M->chat, 0, sizeof M->chat);
+	atomic_store(&M->mstate, SRV_M_LISTED);
+}
+
+static void unload(srv_model *M) {
+	unload_quiet(M);
+	LOG_INFO(MOD, "model %s unloaded", M->model_id);
+}
+
+// Under models_mu: the requests parked for M's load are woken (each goes on, or fails, as M's state says).
+static void wake_waiting(srv_model *M) {
+	for (srv_conn *c = M->waiting, *next; c; c = next) {
+		next = c->next_wait;
+		c->next_wait = NULL;
+		srv_wake(c, SRV_WAIT_MODEL);
+	}
+	M->waiting = NULL;
+}
+
+static void *load_thread(void *arg) {
+	srv_model *M = arg;
+	http_server *s = M->s;
+	char err[512];
+	const uint64_t t0 = base_now_us();
+	int rc = model_load(&M->m, M->model_path, err, sizeof err);
+	if (!rc) rc = srv_model_setup(M, err, sizeof err);
+	if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
+	if (!rc) M->max_ctx = lane_host_max_context(M->host);
+	pthread_mutex_lock(&s->models_mu);
+	if (rc) {
+		snprintf(M->load_err, sizeof M->load_err, "%s", err);
+		LOG_ERROR(MOD, "cannot load %s: %s", M->model_path, err);
+		unload_quiet(M);
+		atomic_store(&M->mstate, SRV_M_FAILED);
+	} else {
+		M->load_err[0] = 0;
+		atomic_store(&M->mstate, SRV_M_READY);
+		LOG_INFO(MOD, "model %s loaded in %.1f s: up to %d tokens per request", M->model_id, (double)(base_now_us() - t0) / 1e6,
+			 M->max_ctx);
+	}
+	M->used_us = base_now_us();
+	wake_waiting(M);
+	pthread_cond_broadcast(&s->models_cv);
+	pthread_mutex_unlock(&s->models_mu);
+	return NULL;
+}
+
+// ---- the list -----------------------------------------------------------------------------------
+
+static bool has_suffix(const char *n, const char *suf) {
+	const size_t a = strlen(n), b = strlen(suf);
+	return a > b && !strcmp(n + a - b, suf);
+}
+
+static srv_model *listed(http_server *s, const char *path, const char *id) {
+	srv_model *M = calloc(1, sizeof *M);
+	if (!M) return NULL;
+	M->s = s;
+	M->model_path = strdup(path);
+	if (!M->model_path) {
+		free(M);
+		return NULL;
+	}
+	snprintf(M->model_id, sizeof M->model_id, "%s", id);
+	M->keep_s = s->cfg.keep_alive_s;
+	M->lanes = s->cfg.lanes;
+	M->lanes.draft_model = NULL; // the draft model is the -m model's
+	M->lanes.pool = s->pool;
+	struct stat st;
+	if (!stat(path, &st)) M->file_bytes = (uint64_t)st.st_size;
+	atomic_init(&M->mstate, SRV_M_LISTED);
+	// what the file is, from its metadata alone: a file that cannot be a model is listed failing
+	if (model_load_meta(path, &M->meta, NULL, M->load_err, sizeof M->load_err)) atomic_store(&M->mstate, SRV_M_FAILED);
+	return M;
+}
+
+// Under models_mu (or before the server runs): M appended, the count published after it.
+static int add(http_server *s, srv_model *M) {
+	const int n = atomic_load(&s->n_models);
+	if (n >= SRV_MODELS_MAX) return LANES_EINVAL;
+	s->models[n] = M;
+	atomic_store(&s->n_models, n + 1);
+	return 0;
+}
+
+static srv_model *find_id(http_server *s, const char *id, bool gone_too) {
+	const int n = atomic_load(&s->n_models);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s->models[i]->model_id, id) && (gone_too || !atomic_load(&s->models[i]->gone))) return s->models[i];
+	return NULL;
+}
+
+srv_model *srv_models_find(http_server *s, const char *name) {
+	char base[sizeof s->mdl->model_id];
+	size_t n = strlen(name);
+	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7; // Ollama's tag
+	if (n >= sizeof base) return NULL;
+	memcpy(base, name, n);
+	base[n] = 0;
+	srv_model *M = find_id(s, base, false);
+	if (M || !s->cfg.models_dir) return M;
+	// the names `lanes ls` prints for what `lanes pull` wrote there (ORG/REPO:QUANT, ORG/REPO)
+	pull_config pc = s->cfg.cache;
+	pc.dir = s->cfg.models_dir;
+	char rel[1024], err[256];
+	if (pull_cache_find(&pc, name, rel, sizeof rel, err, sizeof err) || !has_suffix(rel, ".gguf")) return NULL;
+	rel[strlen(rel) - 5] = 0;
+	return find_id(s, rel, false);
+}
+
+// Every GGUF under dir/rel, named by its path there without .gguf; hidden entries and
+// unfinished downloads are skipped, symlinks followed. seen: the models found, by index.
+static int scan(http_server *s, const char *dir, const char *rel, int depth, bool *seen) {
+	char path[4096];
+	snprintf(path, sizeof path, "%s%s%s", dir, *rel ? "/" : "", rel);
+	DIR *d = opendir(path);
+	if (!d) return depth ? 0 : LANES_EIO;
+	struct dirent *e;
+	int rc = 0;
+	while (!rc && (e = readdir(d))) {
+		if (e->d_name[0] == '.') continue;
+		char sub[1024], full[4096];
+		if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= (int)sizeof sub) continue;
+		snprintf(full, sizeof full, "%s/%s", dir, sub);
+		struct stat st;
+		if (stat(full, &st)) continue;
+		if (S_ISDIR(st.st_mode)) {
+			if (depth + 1 < SCAN_DEPTH) rc = scan(s, dir, sub, depth + 1, seen);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode) || !has_suffix(sub, ".gguf")) continue;
+		sub[strlen(sub) - 5] = 0;
+		const bool fits = strlen(sub) < sizeof s->mdl->model_id;
+		srv_model *M = fits ? find_id(s, sub, true) : NULL;
+		if (!fits || M == s->mdl) {
+			LOG_WARN(MOD, "%s: not served (its name is too long, or the -m model's)", full);
+			continue;
+		}
+		if (M) { // listed before: a file put back is served again
+			if (atomic_exchange(&M->gone, false)) {
+				M->file_bytes = (uint64_t)st.st_size;
+				M->keep_s = s->cfg.keep_alive_s;
+				if (atomic_load(&M->mstate) == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
+				if (model_load_meta(full, &M->meta, NULL, M->load_err, sizeof M->load_err)) atomic_store(&M->mstate, SRV_M_FAILED);
+			}
+		} else if (!(M = listed(s, full, sub))) {
+			rc = LANES_ENOMEM;
+			break;
+		} else if (add(s, M)) {
+			LOG_WARN(MOD, "%s: not served (more than %d models)", full, SRV_MODELS_MAX);
+			srv_model_free(M);
+			continue;
+		}
+		for (int i = 0; i < atomic_load(&s->n_models); i++)
+			if (s->models[i] == M) seen[i] = true;
+	}
+	closedir(d);
+	return rc;
+}
+
+void srv_models_rescan(http_server *s) {
+	if (!s->cfg.models_dir) return;
+	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
+	if (!seen) return;
+	pthread_mutex_lock(&s->models_mu);
+	const int before = atomic_load(&s->n_models);
+	if (!scan(s, s->cfg.models_dir, "", 0, seen)) {
+		// a file no longer there: listed no more, unloaded once no request holds it
+		for (int i = 1; i < atomic_load(&s->n_models); i++)
+			if (!seen[i] && !atomic_exchange(&s->models[i]->gone, true)) {
+				s->models[i]->keep_s = 0;
+				LOG_INFO(MOD, "%s left %s: no longer served", s->models[i]->model_id, s->cfg.models_dir);
+			}
+		for (int i = before; i < atomic_load(&s->n_models); i++)
+			LOG_INFO(MOD, "serving %s, new in %s", s->models[i]->model_id, s->cfg.models_dir);
+	}
+	pthread_cond_broadcast(&s->models_cv);
+	pthread_mutex_unlock(&s->models_mu);
+	free(seen);
+}
+
+static int by_id(const void *a, const void *b) {
+	return strcmp((*(srv_model *const *)a)->model_id, (*(srv_model *const *)b)->model_id);
+}
+
+// ---- unloading idle models --------------------------------------------------------------------
+
+// Under models_mu: when M, loaded and idle, is due to unload (0: never).
+static uint64_t due_us(const srv_model *M) {
+	if (M->pinned || atomic_load(&M->mstate) != SRV_M_READY || M->users || M->keep_s < 0) return 0;
+	return M->used_us + (uint64_t)(M->keep_s * 1e6);
+}
+
+static void *reaper(void *arg) {
+	http_server *s = arg;
+	pthread_mutex_lock(&s->models_mu);
+	while (!s->models_quit) {
+		uint64_t next = 0, now = base_now_us();
+		for (int i = 0; i < s->n_models; i++) {
+			const uint64_t at = due_us(s->models[i]);
+			if (!at) continue;
+			if (at <= now) unload(s->models[i]);
+			else if (!next || at < next) next = at;
+		}
+		if (!next) {
+			pthread_cond_wait(&s->models_cv, &s->models_mu);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			const uint64_t wait = next - now;
+			ts.tv_sec += (time_t)(wait / 1000000);
+			ts.tv_nsec += (long)(wait % 1000000) * 1000;
+			if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+			pthread_cond_timedwait(&s->models_cv, &s->models_mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&s->models_mu);
+	return NULL;
+}
+
+// ---- lifecycle ----------------------------------------------------------------------------------
+
+int srv_models_start(http_server *s, char *err, size_t errlen) {
+	pthread_mutex_init(&s->models_mu, NULL);
+	pthread_cond_init(&s->models_cv, NULL);
+	s->models = calloc(s->cfg.models_dir ? SRV_MODELS_MAX : 1, sizeof *s->models);
+	if (!s->models || add(s, s->mdl)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	if (!s->cfg.models_dir) return 0;
+	int rc = base_pool_new(&s->pool, s->cfg.lanes.threads > 0 ? s->cfg.lanes.threads : base_cpu_count());
+	if (rc) return base_seterr(err, errlen, rc, "cannot start the compute threads");
+	s->mdl->lanes.pool = s->pool;
+	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
+	rc = seen ? scan(s, s->cfg.models_dir, "", 0, seen) : LANES_ENOMEM;
+	free(seen);
+	if (rc == LANES_EIO) return base_seterr(err, errlen, rc, "%s %s: %s", HTTP_SETTING(&s->cfg, models_dir), s->cfg.models_dir, strerror(errno));
+	if (rc) return base_seterr(err, errlen, rc, "out of memory");
+	qsort(s->models + 1, (size_t)(s->n_models - 1), sizeof *s->models, by_id);
+	LOG_INFO(MOD, "serving %d model%s of %s beside %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
+		 s->cfg.models_dir, s->mdl->model_id);
+	if (pthread_create(&s->reaper, NULL, reaper, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the models' reaper");
+	s->reaper_started = true;
+	return 0;
+}
+
+void srv_models_stop(http_server *s) {
+	if (!s->models) return;
+	pthread_mutex_lock(&s->models_mu);
+	s->models_quit = true;
+	pthread_cond_broadcast(&s->models_cv);
+	pthread_mutex_unlock(&s->models_mu);
+	if (s->reaper_started) pthread_join(s->reaper, NULL);
+	s->reaper_started = false;
+	// a load still running ends before its model is freed
+	for (int i = 1; i < s->n_models; i++) {
+		srv_model *M = s->models[i];
+		if (M->loader_started) pthread_join(M->loader, NULL);
+		M->loader_started = false;
+	}
+}
+
+void srv_model_free(srv_model *M) {
+	if (!M) return;
+	if (atomic_load(&M->mstate) == SRV_M_READY) unload(M);
+	free(M->model_path);
+	free(M->template_path);
+	free(M);
+}
+
+void srv_models_free(http_server *s) {
+	if (!s->models) return;
+	for (int i = 1; i < s->n_models; i++) srv_model_free(s->models[i]);
+	free(s->models);
+	s->models = NULL;
+	atomic_store(&s->n_models, 0);
+	base_pool_free(s->pool);
+	pthread_mutex_destroy(&s->models_mu);
+	pthread_cond_destroy(&s->models_cv);
+}
+
+// ---- a request's model --------------------------------------------------------------------------
+
+// Ollama's keep_alive: seconds as a number, or a duration ("5m", "1h30m", "-1", "0"). false: none of these.
+static bool keep_alive_of(json_t *v, double *out) {
+	if (!json_is_number(v)) return base_parse_duration(json_string_value(v), out);
+	*out = json_number_value(v);
+	if (*out < 0) *out = -1;
+	return isfinite(*out);
+}
+
+// Under models_mu: room for one more loaded model of the folder, an idle one unloaded when
+// --max-models are in. false: every one loaded is busy.
+static bool make_room(http_server *s, const srv_model *want) {
+	int in = 0;
+	srv_model *lru = NULL;
+	for (int i = 1; i < s->n_models; i++) {
+		srv_model *M = s->models[i];
+		const int st = atomic_load(&M->mstate);
+		if (M == want || (st != SRV_M_READY && st != SRV_M_LOADING)) continue;
+		in++;
+		if (st == SRV_M_READY && !M->users && (!lru || M->used_us < lru->used_us)) lru = M;
+	}
+	if (in < s->cfg.max_models) return true;
+	if (!lru) return false;
+	unload(lru);
+	return true;
+}
+
+// A resumed request whose model's load ended: its route runs, or it fails as the load did.
+static void model_resume(srv_conn *c) {
+	srv_model *M = c->mdl;
+	if (atomic_load(&M->mstate) != SRV_M_READY) {
+		srv_err e;
+		pthread_mutex_lock(&c->s->models_mu);
+		srv_fail(&e, SRV_E_INTERNAL, "model", "the model '%s' did not load from %s: %s", M->model_id, M->model_path, M->load_err);
+		pthread_mutex_unlock(&c->s->models_mu);
+		srv_reply_error(c, &e);
+		return;
+	}
+	srv_models_go(c);
+}
+
+bool srv_models_pick(srv_conn *c) {
+	http_server *s = c->s;
+	c->mdl = s->mdl;
+	if (s->n_models <= 1 || !c->body.len) return false;
+	json_t *j;
+	srv_err e;
+	if (srv_parse_body(c, &j, &e)) return false; // the route says what is wrong with the body
+	const char *name = json_string_value(json_object_get(j, "model"));
+	if (!name && c->family == SRV_OLLAMA) name = json_string_value(json_object_get(j, "name")); // its older spelling
+	srv_model *M = name ? srv_models_find(s, name) : NULL;
+	double keep;
+	const bool has_keep = keep_alive_of(json_object_get(j, "keep_alive"), &keep);
+	json_decref(j);
+	if (!M || M == s->mdl) return false; // the -m model, one of its adapters, or a name its route refuses
+	pthread_mutex_lock(&s->models_mu);
+	if (s->models_quit) {
+		pthread_mutex_unlock(&s->models_mu);
+		srv_fail(&e, SRV_E_UNAVAILABLE, NULL, "the server is stopping");
+		srv_reply_error(c, &e);
+		return true;
+	}
+	c->mdl = M;
+	c->holds_mdl = true;
+	M->users++;
+	M->used_us = base_now_us();
+	if (has_keep) M->keep_s = keep;
+	const int st = atomic_load(&M->mstate);
+	if (st == SRV_M_READY) {
+		pthread_mutex_unlock(&s->models_mu);
+		return false;
+	}
+	if (st != SRV_M_LOADING) {
+		if (!make_room(s, M)) {
+			pthread_mutex_unlock(&s->models_mu);
+			srv_fail(&e, SRV_E_UNAVAILABLE, "model", "%d models are loaded (%s) and every one is busy: retry shortly", s->cfg.max_models,
+				 HTTP_SETTING(&s->cfg, max_models));
+			srv_reply_error(c, &e);
+			return true;
+		}
+		if (M->loader_started) pthread_join(M->loader, NULL); // the last load's thread has ended
+		M->loader_started = false;
+		atomic_store(&M->mstate, SRV_M_LOADING);
+		LOG_INFO(MOD, "loading %s for a request", M->model_id);
+		if (pthread_create(&M->loader, NULL, load_thread, M)) {
+			snprintf(M->load_err, sizeof M->load_err, "cannot start its loader thread");
+			atomic_store(&M->mstate, SRV_M_FAILED);
+			pthread_mutex_unlock(&s->models_mu);
+			model_resume(c);
+			return true;
+		}
+		M->loader_started = true;
+	}
+	c->next_wait = M->waiting;
+	M->waiting = c;
+	c->resume = model_resume;
+	pthread_mutex_unlock(&s->models_mu);
+	if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c); // the load ended before the park
+	return true;
+}
+
+void srv_models_release(srv_conn *c) {
+	if (!c->holds_mdl) return;
+	http_server *s = c->s;
+	pthread_mutex_lock(&s->models_mu);
+	srv_model *M = c->mdl;
+	// a request that leaves while parked for the load is no longer woken by it
+	for (srv_conn **p = &M->waiting; *p; p = &(*p)->next_wait)
+		if (*p == c) {
+			*p = c->next_wait;
+			break;
+		}
+	M->users--;
+	M->used_us = base_now_us();
+	c->holds_mdl = false;
+	pthread_cond_broadcast(&s->models_cv);
+	pthread_mutex_unlock(&s->models_mu);
+}
+
+// ---- what the lists say -------------------------------------------------------------------------
+
+json_t *srv_model_status(srv_model *M) {
+	http_server *s = M->s;
+	pthread_mutex_lock(&s->models_mu);
+	const int st = M->pinned ? SRV_M_READY : atomic_load(&M->mstate);
+	json_t *o = json_pack("{s:s}", "value", srv_model_state_name[st]);
+	if (o && st == SRV_M_FAILED) json_object_set_new(o, "error", json_string(M->load_err));
+	// when it unloads once idle (a request running now puts that off)
+	const uint64_t at = !M->pinned && st == SRV_M_READY && M->keep_s >= 0 ? M->used_us + (uint64_t)(M->keep_s * 1e6) : 0;
+	if (o && at) json_object_set_new(o, "unloads_in_s", json_real((double)(at > base_now_us() ? at - base_now_us() : 0) / 1e6));
+	pthread_mutex_unlock(&s->models_mu);
+	return o;
+}
+
+int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max) {
+	int n = 0;
+	pthread_mutex_lock(&s->models_mu);
+	for (int i = 0; i < s->n_models && n < max; i++) {
+		srv_model *M = s->models[i];
+		if ((loaded_only && !M->pinned && atomic_load(&M->mstate) != SRV_M_READY) || (!loaded_only && atomic_load(&M->gone))) continue;
+		M->users++;
+		out[n++] = M;
+	}
+	pthread_mutex_unlock(&s->models_mu);
+	return n;
+}
+
+void srv_models_put(http_server *s, srv_model **v, int n) {
+	pthread_mutex_lock(&s->models_mu);
+	for (int i = 0; i < n; i++) v[i]->users--;
+	pthread_cond_broadcast(&s->models_cv);
+	pthread_mutex_unlock(&s->models_mu);
+}
+
+int srv_models_named(http_server *s, const char *id, srv_err *e) {
+	char list[512] = "";
+	size_t k = 0;
+	for (int i = 0; i < s->n_models && k < sizeof list; i++)
+		if (!atomic_load(&s->models[i]->gone)) k += (size_t)snprintf(list + k, sizeof list - k, "%s'%s'", i ? ", " : "", s->models[i]->model_id);
+	srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves %s", id, list);
+	snprintf(e->code, sizeof e->code, "model_not_found");
+	return -1;
+}
+
+// ---- drain, halt and the count of open requests reach every loaded model --------------------
+
+void srv_models_drain(http_server *s, const char *halt) {
+	if (!s->models) return;
+	pthread_mutex_lock(&s->models_mu);
+	for (int i = 1; i < s->n_models; i++) {
+		srv_model *M = s->models[i];
+		if (atomic_load(&M->mstate) != SRV_M_READY) continue;
+		if (halt) lane_host_halt(M->host, halt);
+		else lane_host_drain(M->host);
+	}
+	pthread_mutex_unlock(&s->models_mu);
+}
+
+int srv_models_open(http_server *s) {
+	int n = 0;
+	if (!s->models) return 0;
+	pthread_mutex_lock(&s->models_mu);
+	for (int i = 1; i < s->n_models; i++)
+		if (atomic_load(&s->models[i]->mstate) == SRV_M_READY) n += lane_host_open(s->models[i]->host);
+	pthread_mutex_unlock(&s->models_mu);
+	return n;
+}

@@ -1,0 +1,226 @@
+// Many models in one server (--models-dir): each GGUF of the folder is served by its name beside
+// -m, loaded by its first request and unloaded once idle past its keep-alive; what each model
+// writes is what it writes served alone, bit for bit, alone and with requests to the others
+// interleaved; --max-models unloads the least recently used; a file that is no model is listed
+// failing and answered with a 500 naming it, while the others serve on; an unknown name is a
+// 404 that lists the models; the openai and ollama clients list them; Ollama's pull, copy and
+// delete change what the folder serves; a model loading never holds up another's stream.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { Ollama } from 'ollama';
+import { SHARED, STORIES, TMP, startServer, postJSON, getJSON, sleep, waits, assertWaitsSettled, bigModel } from './lib.mjs';
+
+const dir = path.join(TMP, `models-${process.pid}`);
+const FILES = { 'llama-q8': 'ref-llama-Q8_0.gguf', 'org/qwen2': 'ref-qwen2-Q8_0.gguf' };
+const servers = [];
+
+before(() => {
+	fs.mkdirSync(path.join(dir, 'org'), { recursive: true });
+	for (const [name, file] of Object.entries(FILES)) fs.symlinkSync(path.join(SHARED, 'models', file), path.join(dir, `${name}.gguf`));
+	// a file that ends where its vocabulary should be
+	fs.writeFileSync(path.join(dir, 'broken.gguf'), fs.readFileSync(path.join(SHARED, 'models', FILES['llama-q8'])).subarray(0, 1000));
+	fs.writeFileSync(path.join(dir, 'notes.txt'), 'not a model');
+});
+
+after(() => {
+	for (const s of servers) if (s.proc.exitCode === null) s.proc.kill('SIGKILL');
+});
+
+async function serve(args) {
+	const s = await startServer(args);
+	servers.push(s);
+	return s;
+}
+
+const body = (model, i) => ({ model, prompt: `Once upon a time ${i}`, max_tokens: 12, temperature: 0.9, seed: 11 + i });
+
+async function complete(url, model, i) {
+	const r = await postJSON(`${url}/v1/completions`, body(model, i));
+	assert.equal(r.status, 200, `${model}: ${JSON.stringify(r.body)}`);
+	assert.equal(r.body.model, model);
+	return r.body.choices[0].token_sha;
+}
+
+const loaded = async (url) => (await getJSON(`${url}/api/ps`)).body.models.map((m) => m.name).sort();
+
+test('each model answers by its name with the bits it writes alone, solo and interleaved with the others', async () => {
+	const multi = await serve(['-m', STORIES, '--models-dir', dir]);
+	const solo = {};
+	for (const [name, file] of Object.entries({ stories260K: null, ...FILES })) {
+		const s = await serve(['-m', file ? path.join(SHARED, 'models', file) : STORIES, '--alias', name]);
+		solo[name] = [];
+		for (let i = 0; i < 3; i++) solo[name].push(await complete(s.url, name, i));
+		s.proc.kill('SIGTERM');
+		await s.exited;
+	}
+	assert.notEqual(solo['llama-q8'][0], solo['org/qwen2'][0], 'the models differ');
+	// one at a time: the first request of each loads it
+	for (const name of Object.keys(solo)) assert.equal(await complete(multi.url, name, 0), solo[name][0], `${name} alone`);
+	// interleaved: every model at once, several requests each
+	const jobs = [];
+	for (let i = 0; i < 3; i++) for (const name of Object.keys(solo)) jobs.push(complete(multi.url, name, i).then((sha) => [name, i, sha]));
+	for (const [name, i, sha] of await Promise.all(jobs)) assert.equal(sha, solo[name][i], `${name} #${i} among the others`);
+	await assertWaitsSettled(assert, multi.url, ['model']);
+});
+
+test('listed by name with their state; a model idle past its keep-alive unloads, and loads again with the same bits', async () => {
+	const s = await serve(['-m', STORIES, '--models-dir', dir, '--keep-alive', '1s']);
+	const m = (await getJSON(`${s.url}/v1/models`)).body.data;
+	const st = Object.fromEntries(m.map((o) => [o.id, o.status?.value]));
+	assert.deepEqual(st, { stories260K: 'loaded', broken: 'failed', 'llama-q8': 'unloaded', 'org/qwen2': 'unloaded' });
+	assert.match(m.find((o) => o.id === 'broken').status.error, /broken\.gguf/);
+	const tags = (await getJSON(`${s.url}/api/tags`)).body.models.map((o) => o.name).sort();
+	assert.deepEqual(tags, ['llama-q8:latest', 'org/qwen2:latest', 'stories260K:latest'], 'the models, not the broken file or the notes');
+
+	const first = await complete(s.url, 'llama-q8', 0);
+	const ps = (await getJSON(`${s.url}/api/ps`)).body.models;
+	assert.deepEqual(ps.map((o) => o.name).sort(), ['llama-q8:latest', 'stories260K:latest']);
+	assert.ok(Date.parse(ps.find((o) => o.name === 'llama-q8:latest').expires_at) < Date.now() + 60000, 'it expires soon');
+	// the gateway's figures and the residency beacon name each loaded model
+	const m2 = await (await fetch(`${s.url}/metrics`)).text();
+	for (const n of ['stories260K', 'llama-q8']) assert.match(m2, new RegExp(`^vllm:num_requests_running\\{model_name="${n}"\\} 0$`, 'm'));
+	assert.doesNotMatch(m2, /model_name="org\/qwen2"/, 'a model not loaded has no figures');
+	const res = (await getJSON(`${s.url}/v1/residency`)).body.models.map((o) => o.id).sort();
+	assert.deepEqual(res, ['llama-q8', 'stories260K']);
+	let gone = false;
+	for (let i = 0; i < 100 && !gone; i++) {
+		await sleep(100);
+		gone = !(await loaded(s.url)).includes('llama-q8:latest');
+	}
+	assert.ok(gone, 'unloaded after its keep-alive');
+	assert.equal((await getJSON(`${s.url}/v1/models/llama-q8`)).body.status.value, 'unloaded');
+	assert.equal(await complete(s.url, 'llama-q8', 0), first, 'loaded again: the same bits');
+
+	// Ollama's keep_alive 0: unloaded once its request ends
+	const r = await postJSON(`${s.url}/api/generate`, { model: 'org/qwen2:latest', prompt: 'Hi', stream: false, keep_alive: 0, options: { num_predict: 4 } });
+	assert.equal(r.status, 200, JSON.stringify(r.body));
+	gone = false;
+	for (let i = 0; i < 50 && !gone; i++) {
+		await sleep(100);
+		gone = !(await loaded(s.url)).includes('org/qwen2:latest');
+	}
+	assert.ok(gone, 'keep_alive 0 unloads it after the request');
+});
+
+test('--max-models: the least recently used idle model unloads for another', async () => {
+	const s = await serve(['-m', STORIES, '--models-dir', dir, '--max-models', '1', '--keep-alive', '-1']);
+	await complete(s.url, 'llama-q8', 0);
+	assert.deepEqual(await loaded(s.url), ['llama-q8:latest', 'stories260K:latest']);
+	await complete(s.url, 'org/qwen2', 0);
+	assert.deepEqual(await loaded(s.url), ['org/qwen2:latest', 'stories260K:latest'], 'llama-q8 made room');
+	assert.equal((await getJSON(`${s.url}/v1/models/org/qwen2`)).body.status.value, 'loaded');
+});
+
+test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
+	const s = await serve(['-m', STORIES, '--models-dir', dir]);
+	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+	assert.equal(bad.status, 500);
+	assert.match(bad.body.error.message, /broken\.gguf/);
+	await complete(s.url, 'llama-q8', 1);
+	await complete(s.url, 'stories260K', 1);
+	const none = await postJSON(`${s.url}/v1/completions`, body('nope', 0));
+	assert.equal(none.status, 404);
+	assert.equal(none.body.error.code, 'model_not_found');
+	for (const n of ['stories260K', 'llama-q8', 'org/qwen2']) assert.ok(none.body.error.message.includes(`'${n}'`), none.body.error.message);
+	const oll = await postJSON(`${s.url}/api/chat`, { model: 'nope', messages: [{ role: 'user', content: 'hi' }], stream: false });
+	assert.equal(oll.status, 404);
+	const w = await waits(s.url);
+	assert.equal(w.parked.model, 0, 'nothing left waiting for a load');
+});
+
+test('the openai and ollama clients list every model, and the ollama client runs one by name', async () => {
+	const s = await serve(['-m', STORIES, '--models-dir', dir]);
+	const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'none' });
+	const ids = [];
+	for await (const m of openai.models.list()) ids.push(m.id);
+	assert.deepEqual(ids.sort(), ['broken', 'llama-q8', 'org/qwen2', 'stories260K']);
+	const ollama = new Ollama({ host: s.url });
+	assert.deepEqual((await ollama.list()).models.map((m) => m.name).sort(), ['llama-q8:latest', 'org/qwen2:latest', 'stories260K:latest']);
+	const g = await ollama.generate({ model: 'org/qwen2', prompt: 'Hi', options: { num_predict: 4, seed: 1 } });
+	assert.equal(g.model, 'org/qwen2');
+	assert.ok(g.eval_count > 0);
+	assert.deepEqual((await ollama.ps()).models.map((m) => m.name).sort(), ['org/qwen2:latest', 'stories260K:latest']);
+});
+
+test('Ollama\'s pull, copy and delete act on the folder: what they write is served by name, what they delete is not', async (t) => {
+	const mdir = fs.mkdtempSync(path.join(TMP, 'models-pull-'));
+	const gguf = fs.readFileSync(path.join(SHARED, 'models', FILES['llama-q8']));
+	const sha = crypto.createHash('sha256').update(gguf).digest('hex');
+	const hub = http.createServer((req, res) => {
+		const u = new URL(req.url, 'http://x');
+		if (u.pathname === '/api/models/org/repo/tree/main') {
+			res.setHeader('content-type', 'application/json');
+			return res.end(JSON.stringify([{ type: 'file', path: 'tiny-Q8_0.gguf' }]));
+		}
+		if (u.pathname === '/org/repo/resolve/main/tiny-Q8_0.gguf') {
+			res.writeHead(302, { location: '/cdn/tiny', 'x-linked-etag': `"${sha}"`, 'x-linked-size': String(gguf.length) });
+			return res.end();
+		}
+		if (u.pathname === '/cdn/tiny') {
+			res.writeHead(200, { 'content-length': gguf.length });
+			return res.end(gguf);
+		}
+		res.writeHead(404);
+		res.end();
+	});
+	await new Promise((r) => hub.listen(0, '127.0.0.1', r));
+	t.after(() => hub.close());
+	const s = await startServer(['-m', STORIES, '--models-dir', mdir], { LANES_HF_ENDPOINT: `http://127.0.0.1:${hub.address().port}` });
+	servers.push(s);
+	const ollama = new Ollama({ host: s.url });
+	assert.deepEqual((await ollama.list()).models.map((m) => m.name), ['stories260K:latest']);
+	assert.deepEqual(await ollama.pull({ model: 'hf.co/org/repo:Q8_0', stream: false }), { status: 'success' });
+	assert.deepEqual((await ollama.list()).models.map((m) => m.name).sort(), ['org/repo/tiny-Q8_0:latest', 'stories260K:latest']);
+	// by its file's name or the reference it was pulled by
+	const byRef = await postJSON(`${s.url}/v1/completions`, body('org/repo:Q8_0', 0));
+	assert.equal(byRef.status, 200, JSON.stringify(byRef.body));
+	assert.equal(await complete(s.url, 'org/repo/tiny-Q8_0', 0), byRef.body.choices[0].token_sha);
+	await ollama.copy({ source: 'org/repo:Q8_0', destination: 'mine' });
+	assert.equal(await complete(s.url, 'mine', 0), byRef.body.choices[0].token_sha, 'the copy is the same model');
+	await ollama.delete({ model: 'org/repo:Q8_0' });
+	assert.deepEqual((await ollama.list()).models.map((m) => m.name).sort(), ['mine:latest', 'stories260K:latest']);
+	const gone = await postJSON(`${s.url}/v1/completions`, body('org/repo/tiny-Q8_0', 0));
+	assert.equal(gone.status, 404, JSON.stringify(gone.body));
+	let out = false;
+	for (let i = 0; i < 50 && !out; i++) {
+		out = !(await loaded(s.url)).includes('org/repo/tiny-Q8_0:latest');
+		if (!out) await sleep(100);
+	}
+	assert.ok(out, 'a deleted model unloads');
+});
+
+test("a model loading never holds up another's stream: its tokens keep coming while the other loads", async () => {
+	const bdir = fs.mkdtempSync(path.join(TMP, 'models-big-'));
+	fs.symlinkSync(bigModel(), path.join(bdir, 'big.gguf'));
+	const s = await serve(['-m', STORIES, '--models-dir', bdir]);
+	const order = [];
+	const res = await fetch(`${s.url}/v1/completions`, {
+		method: 'POST', headers: { 'content-type': 'application/json' },
+		body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 100000, ignore_eos: true, stream: true }),
+	});
+	const reader = res.body.getReader();
+	let streaming = true;
+	const pump = (async () => {
+		while (streaming) {
+			const { done } = await reader.read();
+			if (done) break;
+			order.push('a');
+		}
+	})();
+	while (order.length < 5) await sleep(5);
+	order.push('b-sent');
+	const b = await postJSON(`${s.url}/v1/completions`, { model: 'big', prompt: 'Hi', max_tokens: 2 });
+	order.push('b-answered');
+	streaming = false;
+	await reader.cancel();
+	await pump;
+	assert.equal(b.status, 200, JSON.stringify(b.body));
+	const during = order.slice(order.indexOf('b-sent'), order.indexOf('b-answered')).filter((e) => e === 'a').length;
+	assert.ok(during >= 3, `the stream went on while the other model loaded (${during} reads between)`);
+	assert.match(s.log(), /model big loaded/);
+});
