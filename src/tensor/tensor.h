@@ -150,6 +150,25 @@ static inline int tensor_iq4xs_scale(const block_iq4_xs *b, int ib) {
 	return ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | ((b->scales_h >> 2 * ib) & 3) << 4;
 }
 
+// MXFP4 (OCP microscaling FP4): 32 E2M1 codes under one E8M0 exponent, ggml's layout.
+#define QK_MXFP4 GGUF_BLOCK_MXFP4
+
+typedef struct {
+	uint8_t e;                 // E8M0 shared exponent: the block's scale is 2^(e - 127)
+	uint8_t qs[QK_MXFP4 / 2];  // E2M1 codes: low nibble = element j, high = element j+16
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "block_mxfp4 size");
+static_assert(sizeof(block_mxfp4) == GGUF_BYTES_MXFP4 && QK_MXFP4 == GGUF_BLOCK_MXFP4, "block_mxfp4: the GGUF list");
+
+// The 16 E2M1 values doubled (integers, so they dot as int8 codes): an element is
+// tensor_e8m0_half(e) * value[code]. Code bit 3 is the sign, bits 2..1 the exponent, bit 0 the mantissa.
+extern const int8_t tensor_mxfp4_values[16];
+// 2^(e - 128), half the E8M0 scale (the codebook is doubled); exact for every e, 0 and 1 subnormal.
+static inline float tensor_e8m0_half(uint8_t e) {
+	union { uint32_t u; float f; } v = {.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23};
+	return v.f;
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

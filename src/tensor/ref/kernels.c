@@ -428,6 +428,7 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 	case GGUF_T_Q8_0: off = 0; break;
 	case GGUF_T_IQ4_NL: break;
 	case GGUF_T_IQ4_XS: a[0] = a[1] = d * (float)(int8_t)dc->sc[t]; break;
+	case GGUF_T_MXFP4: a[0] = a[1] = tensor_e8m0_half(dc->sc[0]); break;
 	case GGUF_T_Q2_K:
 		for (int h = 0; h < 2; h++) {
 			a[h] = d * (float)(dc->sc[2 * t + h] & 15);
@@ -444,8 +445,8 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 		m[0] = m[1] = -(dm * (float)dc->mn[t]);
 	}
 	const bool iq4 = type == GGUF_T_IQ4_NL || type == GGUF_T_IQ4_XS;
-	for (int i = 0; i < 32; i++)
-		c[i] = type == GGUF_T_Q8_0 ? (int8_t)u[i] : iq4 ? tensor_iq4nl_values[u[i]] : (int8_t)(u[i] - off);
+	const int8_t *book = iq4 ? tensor_iq4nl_values : type == GGUF_T_MXFP4 ? tensor_mxfp4_values : NULL;
+	for (int i = 0; i < 32; i++) c[i] = type == GGUF_T_Q8_0 ? (int8_t)u[i] : book ? book[u[i]] : (int8_t)(u[i] - off);
 }
 
 // Outputs [o0, o1) of n rows of kern_q8 blocks: per output, blocks in k order, each piece of

@@ -280,20 +280,21 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 	}
 }
 
-// IQ4_NL (blocks of 32) and IQ4_XS (xs: 8 sub-blocks of 32 with int8 scales): 4-bit indices
-// looked up in the codebook, one byte shuffle per vector, then dotted as Q8_0's signed codes.
-// w = d * v(u), or d * sc * v(u).
+// IQ4_NL (blocks of 32), IQ4_XS (xsb: 8 sub-blocks of 32 with int8 scales) and MXFP4 (mx:
+// blocks of 32 with float scales, the E2M1 codebook): 4-bit indices looked up in the codebook,
+// one byte shuffle per vector, then dotted as Q8_0's signed codes. w = d * v(u), or d * sc * v(u).
 AI void rows_iq4(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool xsb,
-		 bool one) {
+		 bool mx, bool one) {
 	const int nsub = xsb ? 8 : 1;
-	const size_t bbytes = xsb ? 8 * 256 + 128 + 32 : 256 + 32;
+	const size_t bbytes = xsb ? 8 * 256 + 128 + 32 : mx ? 256 + 64 : 256 + 32;
 	// The codebook in every 128-bit lane, biased by 128 where the dot products want unsigned codes.
-	const vi lut = v_xor(v_lut16(tensor_iq4nl_values), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
+	const vi lut = v_xor(v_lut16(mx ? tensor_mxfp4_values : tensor_iq4nl_values),
+			     v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 256 * nsub;
 		pf(blk, bbytes);
-		const vf D0 = v_ldh(sc + (xsb ? 128 : 0) + 2 * VL * h);
+		const vf D0 = mx ? v_loadf((const float *)sc + VL * h) : v_ldh(sc + (xsb ? 128 : 0) + 2 * VL * h);
 		for (int j = 0; j < nsub; j++) {
 			vi w[8];
 			unpack4(blk + 256 * j, h, w);
@@ -461,8 +462,9 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 #define CALL_Q5_0(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 352, true, 16, false, ONE)
 #define CALL_Q5_1(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 384, true, 0, true, ONE)
 #define CALL_Q8_0(R, ONE) rows_q8_0(tw, nb, xr, xs, h, R, acc, ONE)
-#define CALL_IQ4_NL(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, ONE)
-#define CALL_IQ4_XS(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, true, ONE)
+#define CALL_IQ4_NL(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, false, ONE)
+#define CALL_IQ4_XS(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, true, false, ONE)
+#define CALL_MXFP4(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, true, ONE)
 #define CALL_Q4_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, false, ONE)
 #define CALL_Q5_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, true, ONE)
 #define CALL_Q6_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, true, ONE)
@@ -477,7 +479,7 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	X(q4_0, 32, 288, CALL_Q4_0) X(q4_1, 32, 320, CALL_Q4_1) X(q5_0, 32, 352, CALL_Q5_0) X(q5_1, 32, 384, CALL_Q5_1) \
 	X(q8_0, 32, 544, CALL_Q8_0) X(q2_K, 256, 8 * 128 + 320, CALL_Q2_K) X(q3_K, 256, 8 * 192 + 288, CALL_Q3_K)        \
 	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K) \
-	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS)
+	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS) X(mxfp4, 32, 320, CALL_MXFP4)
 #define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
 MM_TYPES(MM_BOTH)
 MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
@@ -490,7 +492,7 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
 	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
-	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs
+	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs, [GGUF_T_MXFP4] = P##mxfp4
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
