@@ -234,6 +234,11 @@ void tensor_softmax(float *x, int64_t n);
 void tensor_swiglu(const float *g, const float *u, float *out, int64_t n);
 // out[i] = gelu(g[i]) * u[i], GELU's tanh form (Gemma's FFN), in double; out may alias g or u.
 void tensor_geglu(const float *g, const float *u, float *out, int64_t n);
+// gpt-oss's experts: x = min(g, limit), y = clamp(u, -limit, limit), out = x sigmoid(alpha x) (y + 1),
+// in double (alpha 1.702, limit 7); out may alias g or u.
+#define TENSOR_OAI_ALPHA 1.702
+#define TENSOR_OAI_LIMIT 7.0
+void tensor_swiglu_oai(const float *g, const float *u, float *out, int64_t n);
 // cap * tanh(x / cap) in double, rounded once: the one soft cap every kernel set applies.
 float tensor_softcap(float x, float cap);
 
@@ -283,7 +288,14 @@ typedef struct {
 	int32_t off;              // blocks: the head's first value within a row
 	int32_t window;           // a query at position p sees p-window+1..p only (0: every position)
 	float softcap;            // each score s becomes tensor_softcap(s, softcap) (0: none)
+	const float *sinks;       // query head h of a call: a logit sinks[h] in its softmax's denominator alone (NULL: none)
 } tensor_kv_view;
+// The view of query head h alone (a single-head kernel reads sinks[0]).
+static inline tensor_kv_view tensor_kv_head(const tensor_kv_view *kvv, int32_t h) {
+	tensor_kv_view v = *kvv;
+	if (v.sinks) v.sinks += h;
+	return v;
+}
 // Position j's K (or V) values of one head as floats; returns its scale byte's value (1
 // without scale bytes), which the caller applies. Block values d * q are exact in float.
 float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_dim, float *dst);

@@ -3,8 +3,8 @@
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
 // activation widths; on shared models, on IQ4 and MXFP4 files `lanes quantize` makes here
-// (MXFP4_MOE: the MoE model's experts), and on the gemma2, gemma3 and phi3 ones `lanes gen`
-// writes (their local layers' window shorter than the prompt).
+// (MXFP4_MOE: the MoE model's experts), and on the gemma2, gemma3, phi3 and gpt-oss ones
+// `lanes gen` writes (their local layers' window shorter than the prompt; gpt-oss's sinks).
 #include "t.h"
 #include "gen.h"
 
@@ -233,12 +233,15 @@ int main(void) {
 	char made_path[NMADE][512];
 	for (int q = 0; q < NMADE; q++)
 		CHECKF(t_quantize("exact", made_src[q], made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);
-	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test"};
-	char fam_path[3][512], vocab[512];
+	// gpt-oss's experts in MXFP4, as its published files have them
+	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test", "gpt-oss-test"};
+	static const char *const fam_type[] = {"Q8_0", "Q8_0", "Q8_0", "MXFP4_MOE"};
+	enum { NFAM = sizeof fams / sizeof fams[0] };
+	char fam_path[NFAM][512], vocab[512];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
-	for (int g = 0; g < 3; g++) {
+	for (int g = 0; g < NFAM; g++) {
 		snprintf(fam_path[g], sizeof fam_path[g], "%s/exact-%s-%d.gguf", t_tmp(), fams[g], (int)getpid());
-		CHECK(t_gen_model(fams[g], "Q8_0", vocab, fam_path[g]) == 0);
+		CHECK(t_gen_model(fams[g], fam_type[g], vocab, fam_path[g]) == 0);
 	}
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
@@ -251,10 +254,10 @@ int main(void) {
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
 			for (int q = 0; q < NMADE; q++) run_file(made[q], made_path[q], false);
-			for (int g = 0; g < 3; g++) run_file(fams[g], fam_path[g], !q8);
+			for (int g = 0; g < NFAM; g++) run_file(fams[g], fam_path[g], !q8);
 		}
 	for (int q = 0; q < NMADE; q++) remove(made_path[q]);
-	for (int g = 0; g < 3; g++) remove(fam_path[g]);
+	for (int g = 0; g < NFAM; g++) remove(fam_path[g]);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }
