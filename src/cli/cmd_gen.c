@@ -28,6 +28,7 @@ typedef struct {
 	int64_t n_rot;    // dimensions rotated per head (0: all)
 	int64_t n_ctx_orig; // phi3: LongRoPE's original context, its factors and attention factor (0: none)
 	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
+	float rope_yarn;  // YaRN scaling by this factor over an original context of n_ctx / rope_yarn (gpt-oss; 0: none)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -85,10 +86,11 @@ static const gen_shape shapes[] = {
 	 .n_ff = 8192, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true, .n_swa = 262144,
 	 .n_rot = 96, .n_ctx_orig = 4096},
 	// gpt-oss's block at the test size: heads wider than n_embd / n_head, attention sinks, biases
-	// on q/k/v/o, the router and the experts, 4 of 8 experts, a window of 16 on the even layers
+	// on q/k/v/o, the router and the experts, 4 of 8 experts, a window of 16 on the even layers,
+	// YaRN from an original context of 64
 	{.name = "gpt-oss-test", .arch = "gpt-oss", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 32, .n_ctx = 256, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 8,
-	 .n_expert_used = 4, .head_dim = 32, .n_swa = 16},
+	 .n_expert_used = 4, .head_dim = 32, .n_swa = 16, .rope_yarn = 4.0f},
 };
 
 static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
@@ -335,6 +337,11 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	if (s->head_dim) {
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
+	}
+	if (s->rope_yarn > 0) {
+		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_yarn);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)(s->n_ctx / s->rope_yarn));
 	}
 	if (s->rope_linear > 0) {
 		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");

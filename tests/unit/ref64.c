@@ -20,7 +20,8 @@ void ref64_shape_of(const model *m, ref64_shape *s) {
 			   .attn_softcap = hp->attn_softcap, .final_softcap = hp->final_softcap, .swa = hp->n_swa,
 			   .swa_pattern = hp->swa_pattern, .rope_base_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_base : 0,
 			   .rope_scale_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_scale : 0, .n_rot = hp->rope.n_rot,
-			   .rope_mscale = hp->rope.attn_factor, .oai = hp->oai};
+			   .rope_mscale = hp->rope.attn_factor, .oai = hp->oai, .yarn_ext = hp->rope.ext_factor,
+			   .yarn_beta_fast = hp->rope.beta_fast, .yarn_beta_slow = hp->rope.beta_slow, .yarn_orig = hp->rope.n_ctx_orig};
 	// which factors the model rotates by: the tensor its divisors were read from
 	static const char *const fs[] = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
@@ -156,7 +157,13 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	const int R = s->n_rot ? s->n_rot : D;
 	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int64_t nff = fft ? gguf_tensor_nelem(fft) : 0; // pairs past the divisors the file has are not divided
-	const double ms = s->rope_mscale ? s->rope_mscale : 1.0;
+	double ms = s->rope_mscale ? s->rope_mscale : 1.0, ylo = 0, yhi = 0;
+	if (s->yarn_ext) {
+		// the pair index turning beta times over the original context, whole pairs, within the head
+		ylo = fmax(0, floor(R * log(s->yarn_orig / (s->yarn_beta_fast * 2 * M_PI)) / (2 * log(s->rope_base))));
+		yhi = fmin(R - 1, ceil(R * log(s->yarn_orig / (s->yarn_beta_slow * 2 * M_PI)) / (2 * log(s->rope_base))));
+		ms *= 1 + 0.1 * log(1 / s->rope_scale);
+	}
 	for (int p = 0; p < P; p++)
 		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
 	const bool neox = strcmp(s->arch, "llama") != 0;
@@ -185,6 +192,10 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 				for (int i = 0; i < R / 2; i++) {
 					const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
 					double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
+					if (s->yarn_ext) {
+						const double ex = th / rscale, ramp = (1 - fmin(1, fmax(0, (i - ylo) / fmax(0.001, yhi - ylo)))) * s->yarn_ext;
+						th = th * (1 - ramp) + ex * ramp;
+					}
 					double x0 = vec[a], x1 = vec[b];
 					vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
 					vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;

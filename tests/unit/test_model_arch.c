@@ -393,11 +393,13 @@ static void phi3_context_case(void) {
 static void no_sinks(ref64_shape *s) { s->no_sinks = true; }
 static void no_biases(ref64_shape *s) { s->no_biases = true; }
 static void plain_glu(ref64_shape *s) { s->plain_glu = true; }
+static void no_yarn(ref64_shape *s) { s->yarn_ext = 0, s->rope_scale = 1; }
 
 static bool oai_hp(const model_hparams *hp) {
 	return !strcmp(hp->arch, "gpt-oss") && hp->oai && hp->n_swa == 16 && hp->swa_pattern == 2 && model_layer_window(hp, 0) == 16 &&
 	       model_layer_window(hp, 1) == 0 && hp->head_dim == 32 && hp->n_experts == 8 && hp->n_experts_used == 4 &&
-	       hp->moe_norm && hp->rope.neox && !hp->post_norms && !hp->geglu && hp->embd_scale == 1.0f;
+	       hp->moe_norm && hp->rope.neox && !hp->post_norms && !hp->geglu && hp->embd_scale == 1.0f && hp->rope.ext_factor == 1.0 &&
+	       hp->rope.freq_scale == 0.25 && hp->rope.n_ctx_orig == 64 && hp->rope.beta_fast == 32 && hp->rope.beta_slow == 1;
 }
 
 static const arch_part oai_parts[] = {
@@ -405,6 +407,7 @@ static const arch_part oai_parts[] = {
 	{"attention sinks", no_sinks},
 	{"router and expert biases", no_biases},
 	{"clamped SwiGLU", plain_glu},
+	{"YaRN", no_yarn},
 };
 
 static const arch_part gemma3_parts[] = {
@@ -521,8 +524,8 @@ int main(void) {
 	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 64);
 	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 256);
 	phi3_context_case();
-	gen_parts_case("gpt-oss-test", "F32", oai_hp, oai_parts, 4, 0);
-	gen_parts_case("gpt-oss-test", "MXFP4_MOE", oai_hp, oai_parts, 4, 0);
+	gen_parts_case("gpt-oss-test", "F32", oai_hp, oai_parts, 5, 0);
+	gen_parts_case("gpt-oss-test", "MXFP4_MOE", oai_hp, oai_parts, 5, 0);
 
 	s = llama;
 	progress_case("llama", s);
