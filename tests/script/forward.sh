@@ -111,12 +111,12 @@ a=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --
 b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 2 --print-ids 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --activations q8: 1 and 2 threads differ"
 
-# gemma2, gemma3 and phi3 from lanes gen: info names the architecture; 40 positions (past the
-# window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in the
-# fused and the unfused attention, and the learning commands refuse them.
+# gemma2, gemma3, phi3 and gpt-oss from lanes gen: info names the architecture; 40 positions (past
+# the window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in
+# the fused and the unfused attention, and the learning commands refuse them.
 gids=$(seq 3 42 | paste -sd, -)
 printf '{"prompt": "Once upon", "completion": " a time"}\n' > "$TMP/g.jsonl"
-for fam in gemma2 gemma3 phi3; do
+for fam in gemma2 gemma3 phi3 gpt-oss; do
 	G="$TMP/$fam.gguf"
 	"$BIN" gen --shape $fam-test --type Q8_0 --vocab "$M" -o "$G" > /dev/null 2>&1 || bad "gen --shape $fam-test failed"
 	"$BIN" info "$G" 2>/dev/null | grep -q "^architecture: $fam$" && ok || bad "info does not name $fam"
