@@ -12,7 +12,8 @@
 //    most amax_b / (127 * 256) (q16: two int8 halves) or amax_b / (127 * 2) (q8: half a step
 //    of one int8) in its block b: the sum over blocks of that times sum_{i in b} |w_i|. Float
 //    types (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
-// Every set runs in both widths (enum tensor_act), the reference's q8 included.
+// Every set runs in both widths (enum tensor_act), the reference's q8 included. MXFP4 in width q8
+// is the reference's bit for bit: its power-of-two scale leaves no float step rounding apart.
 //  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
 //    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
 //    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error;
@@ -121,6 +122,18 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 		       grid ? "grid" : "random", worse, worst);
 		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
 		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
+		// MXFP4 in width q8: the reference's bits (a power-of-two scale leaves no step rounding apart)
+		if (type == GGUF_T_MXFP4 && tensor_kernels_act(ks) == TENSOR_ACT_Q8) {
+			const tensor_kernels *rq = tensor_kernels_with_act(tensor_kernels_find("ref"), TENSOR_ACT_Q8);
+			tensor_mat mr;
+			tensor_mat_init(&mr, rq, type, NO, K, 2, w, NULL, pool);
+			const tensor_mat *wr = &mr;
+			const int64_t first = 0;
+			float *yq = y2;
+			tensor_matmuls(pool, 1, &wr, &first, x, NR, &yq);
+			CHECKF(!memcmp(yq, y1, sizeof(float) * NR * NO), "%s q8 MXFP4 k=%lld %s activations: not the reference's bits",
+			       tensor_kernels_name(ks), (long long)K, grid ? "grid" : "random");
+		}
 		// A slice of rows through the second matrix of the stack: the fused pass's outputs.
 		float *y4 = y2;
 		const tensor_mat *w1 = &m;

@@ -171,6 +171,13 @@ AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int 
 // Chains per row: a lone row needs its own parallel chains, a full pass has other rows'.
 #define NCH(R) ((R) >= KX_ROWS_2CH ? 2 : 4)
 
+// acc + s * (D * d_x): one fma, or with pow2 (D a power of two, so D * d_x is exact) a multiply
+// then an add, which give the reference's q8 bits (MXFP4).
+AI vf acc_block(vf acc, vi s, vf D, float dx, bool pow2) {
+	const vf f = v_mul(D, v_set1f(dx));
+	return pow2 ? v_add(acc, v_mul(v_cvt(s), f)) : v_fma(v_cvt(s), f, acc);
+}
+
 #if KX_GROUP
 // Width q8 in groups of KX_GROUP rows whose dot products advance in lockstep, one code vector
 // at a time (more independent chains in flight than row after row). The group's first row is
@@ -188,9 +195,9 @@ AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, vi c[KX_GROUP]) {
 		c[j] = v_dpb(c[j], w[g], group_row(gb, xs, j)->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
 }
 // R rows (a multiple of KX_GROUP) against block b of codes w stored with offset off:
-// acc += (w . qh - off * sum) * D * d_x, and + M * ds_x when affine.
+// acc += (w . qh - off * sum) * D * d_x (acc_block), and + M * ds_x when affine.
 AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, int off, vf D, bool affine, vf M,
-		   vf *acc) {
+		   bool pow2, vf *acc) {
 	UNROLL for (int i0 = 0; i0 < R; i0 += KX_GROUP) {
 		const uint8_t *gb = group_base(xa, xs, i0, b);
 		vi c[KX_GROUP];
@@ -201,7 +208,7 @@ AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R
 		dot_group(w, gb, xs, c);
 		UNROLL for (int j = 0; j < KX_GROUP; j++) {
 			const kern_q8 *x = group_row(gb, xs, j);
-			acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
+			acc[i0 + j] = acc_block(acc[i0 + j], c[j], D, x->d, pow2);
 			if (affine) acc[i0 + j] = v_fma(M, v_set1f(x->ds), acc[i0 + j]);
 		}
 	}
@@ -224,7 +231,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
 #if KX_GROUP
 		if (one && R >= KX_GROUP) {
-			rows_group(w, xa, xs, b, R, off, D, affine, M, acc);
+			rows_group(w, xa, xs, b, R, off, D, affine, M, false, acc);
 			continue;
 		}
 #endif
@@ -239,19 +246,19 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 }
 
 // acc[i] += D * d_x * (w . x) for R rows' activation block b against one block of 8-bit
-// signed codes w (stored as w ^ 0x80 with KX_Q8_UNSIGNED).
-AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, vf D, vf *acc, bool one) {
+// signed codes w (stored as w ^ 0x80 with KX_Q8_UNSIGNED); pow2: D a power of two (acc_block).
+AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, vf D, vf *acc, bool pow2, bool one) {
 #if KX_Q8_UNSIGNED
 #if KX_GROUP
 	if (one && R >= KX_GROUP) {
-		rows_group(w, xa, xs, b, R, 128, D, false, v_zerof(), acc);
+		rows_group(w, xa, xs, b, R, 128, D, false, v_zerof(), pow2, acc);
 		return;
 	}
 #endif
 	ROWS {
 		const kern_q8 *x = xrow(xa, xs, i, b, one);
 		const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R), one);
-		acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+		acc[i] = acc_block(acc[i], s, D, x->d, pow2);
 	}
 	keep8(w);
 #else
@@ -264,7 +271,7 @@ AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int 
 		UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
 		if (!one) UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
 		const vi s = one ? hi : v_addi(v_slli32(hi, 8), lo);
-		acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+		acc[i] = acc_block(acc[i], s, D, x->d, pow2);
 	}
 #endif
 }
@@ -276,7 +283,7 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		pf(blk, 544);
 		vi w[8];
 		UNROLL for (int g = 0; g < 8; g++) w[g] = v_load(blk + 64 * g + VB * h);
-		rows_signed(w, xa, xs, b, R, v_ldh(blk + 512 + 2 * VL * h), acc, one);
+		rows_signed(w, xa, xs, b, R, v_ldh(blk + 512 + 2 * VL * h), acc, false, one);
 	}
 }
 
@@ -300,7 +307,7 @@ AI void rows_iq4(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, in
 			unpack4(blk + 256 * j, h, w);
 			UNROLL for (int g = 0; g < 8; g++) w[g] = v_shuf8(lut, w[g]);
 			const vf D = xsb ? v_mul(D0, v_cvt(v_ldi8(sc + 16 * j + VL * h))) : D0;
-			rows_signed(w, xa, xs, nsub * b + j, R, D, acc, one);
+			rows_signed(w, xa, xs, nsub * b + j, R, D, acc, mx, one);
 		}
 	}
 }
