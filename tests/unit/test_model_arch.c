@@ -596,12 +596,18 @@ int main(void) {
 	hostile("phi3-qkv", s, LANES_EFORMAT, "blk.1.attn_qkv.weight");
 	s = phi3, s.reshape = "blk.0.ffn_up.weight";
 	hostile("phi3-gate-up", s, LANES_EFORMAT, "blk.0.ffn_up.weight");
-	s = oai, s.skip = "blk.3.attn_sinks.weight";
-	hostile("gpt-oss-sinks", s, LANES_EFORMAT, "blk.3.attn_sinks.weight");
-	s = oai, s.skip = "blk.1.ffn_gate_inp.bias";
-	hostile("gpt-oss-router-bias", s, LANES_EFORMAT, "blk.1.ffn_gate_inp.bias");
-	s = oai, s.reshape = "blk.2.ffn_down_exps.bias";
-	hostile("gpt-oss-expert-bias", s, LANES_EFORMAT, "blk.2.ffn_down_exps.bias has shape");
+	// gpt-oss: a missing sink or router bias, an expert bias a row too long
+	static const struct {
+		const char *label, *skip, *reshape, *msg;
+	} oai_bad[] = {
+		{"gpt-oss-sinks", "blk.3.attn_sinks.weight", NULL, "blk.3.attn_sinks.weight"},
+		{"gpt-oss-router-bias", "blk.1.ffn_gate_inp.bias", NULL, "blk.1.ffn_gate_inp.bias"},
+		{"gpt-oss-expert-bias", NULL, "blk.2.ffn_down_exps.bias", "blk.2.ffn_down_exps.bias has shape"},
+	};
+	for (size_t i = 0; i < sizeof oai_bad / sizeof oai_bad[0]; i++) {
+		s = oai, s.skip = oai_bad[i].skip, s.reshape = oai_bad[i].reshape;
+		hostile(oai_bad[i].label, s, LANES_EFORMAT, oai_bad[i].msg);
+	}
 	s = oai, s.X = 0;
 	hostile("gpt-oss-dense", s, LANES_EFORMAT, "expert_count");
 	T_DONE("model_arch");
