@@ -91,6 +91,9 @@ static const gen_shape shapes[] = {
 	{.name = "gpt-oss-test", .arch = "gpt-oss", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 32, .n_ctx = 256, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 8,
 	 .n_expert_used = 4, .head_dim = 32, .n_swa = 16, .rope_yarn = 4.0f},
+	{.name = "gpt-oss-20b", .arch = "gpt-oss", .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8,
+	 .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 32,
+	 .n_expert_used = 4, .head_dim = 64, .n_swa = 128, .rope_yarn = 32.0f},
 };
 
 static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
