@@ -1,5 +1,5 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family (or gemma2, gemma3, phi3) model with random weights (and a real vocabulary) for tests and
+// a llama-family (or gemma2, gemma3, phi3, gpt-oss) model with random weights (and a real vocabulary) for tests and
 // benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
@@ -28,6 +28,7 @@ typedef struct {
 	int64_t n_rot;    // dimensions rotated per head (0: all)
 	int64_t n_ctx_orig; // phi3: LongRoPE's original context, its factors and attention factor (0: none)
 	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
+	float rope_yarn;  // YaRN scaling by this factor over an original context of n_ctx / rope_yarn (gpt-oss; 0: none)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -84,11 +85,21 @@ static const gen_shape shapes[] = {
 	{.name = "phi4-mini", .arch = "phi3", .n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8,
 	 .n_ff = 8192, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true, .n_swa = 262144,
 	 .n_rot = 96, .n_ctx_orig = 4096},
+	// gpt-oss's block at the test size: heads wider than n_embd / n_head, attention sinks, biases
+	// on q/k/v/o, the router and the experts, 4 of 8 experts, a window of 16 on the even layers,
+	// YaRN from an original context of 64
+	{.name = "gpt-oss-test", .arch = "gpt-oss", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 32, .n_ctx = 256, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 8,
+	 .n_expert_used = 4, .head_dim = 32, .n_swa = 16, .rope_yarn = 4.0f},
+	{.name = "gpt-oss-20b", .arch = "gpt-oss", .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8,
+	 .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 32,
+	 .n_expert_used = 4, .head_dim = 64, .n_swa = 128, .rope_yarn = 32.0f},
 };
 
 static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
 static bool is_gemma(const gen_shape *s) { return is_gemma2(s) || !strcmp(s->arch, "gemma3"); }
 static bool is_phi3(const gen_shape *s) { return !strcmp(s->arch, "phi3"); }
+static bool is_oai(const gen_shape *s) { return !strcmp(s->arch, "gpt-oss"); }
 static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 static int64_t n_rot(const gen_shape *s) { return s->n_rot ? s->n_rot : head_dim(s); }
 
@@ -198,7 +209,7 @@ static void add_t(gen_tensor *ts, int *n, const char *name, uint32_t n_dims, int
 // peaked softmax over the vocabulary, like a trained model's. Layer matrices use
 // 1/sqrt(fan_in) (smaller for the residual writers) so the residual stream stays bounded.
 static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
-	int cap = 8 + 16 * (int)s->n_layer, n = 0;
+	int cap = 8 + 24 * (int)s->n_layer, n = 0;
 	gen_tensor *ts = calloc((size_t)cap, sizeof *ts);
 	if (!ts) return -1;
 	const int64_t d = s->n_embd, hd = head_dim(s), dq = hd * s->n_head, dkv = hd * s->n_head_kv;
@@ -233,7 +244,15 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 			T("attn_k_norm.weight", 1, hd, 1, 1.5f, 0.3f);
 		}
 		T("attn_output.weight", 2, dq, d, 0, 1.0f / sqrtf((float)dq) * resid);
-		T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		if (is_oai(s)) {
+			T("attn_output.bias", 1, d, 1, 0, 0.1f * resid);
+			// sinks about as large as the scores, so they take a share of every softmax
+			T("attn_sinks.weight", 1, s->n_head, 1, 1.0f, 1.0f);
+			// the FFN's input norm, under the name llama.cpp gives it
+			T("post_attention_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		} else {
+			T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		}
 		if (is_gemma(s)) {
 			// the blocks' outputs are normed before the residual adds, so resid scales them
 			T("post_attention_norm.weight", 1, d, 1, resid, 0.05f * resid);
@@ -241,13 +260,21 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		}
 		if (s->n_expert) {
 			// the router a little sharper than the FFN inputs, so a row's experts are distinct
+			// gpt-oss: gate and up wide enough that the clamp at 7 bites
+			const float gu_scale = is_oai(s) ? 4 * in_scale : in_scale, dn_scale = is_oai(s) ? ff_scale * resid / 8 : ff_scale * resid;
 			T("ffn_gate_inp.weight", 2, d, s->n_expert, 0, 2 * in_scale);
-			T("ffn_gate_exps.weight", 3, d, s->n_ff, 0, in_scale);
+			T("ffn_gate_exps.weight", 3, d, s->n_ff, 0, gu_scale);
 			ts[n - 1].ne[2] = s->n_expert;
-			T("ffn_up_exps.weight", 3, d, s->n_ff, 0, in_scale);
+			T("ffn_up_exps.weight", 3, d, s->n_ff, 0, gu_scale);
 			ts[n - 1].ne[2] = s->n_expert;
-			T("ffn_down_exps.weight", 3, s->n_ff, d, 0, ff_scale * resid);
+			T("ffn_down_exps.weight", 3, s->n_ff, d, 0, dn_scale);
 			ts[n - 1].ne[2] = s->n_expert;
+			if (is_oai(s)) {
+				T("ffn_gate_inp.bias", 1, s->n_expert, 1, 0, 0.5f);
+				T("ffn_gate_exps.bias", 2, s->n_ff, s->n_expert, 0, 0.5f);
+				T("ffn_up_exps.bias", 2, s->n_ff, s->n_expert, 0, 0.5f);
+				T("ffn_down_exps.bias", 2, d, s->n_expert, 0, 0.1f * resid);
+			}
 			if (s->n_ff_shexp) {
 				const float sh_scale = 1.0f / sqrtf((float)s->n_ff_shexp);
 				T("ffn_gate_inp_shexp.weight", 2, d, 1, 0, in_scale);
@@ -314,11 +341,17 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
 		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
 	}
+	if (s->rope_yarn > 0) {
+		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_yarn);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)(s->n_ctx / s->rope_yarn));
+	}
 	if (s->rope_linear > 0) {
 		rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
 		rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear);
 	}
-	if (is_gemma(s) || is_phi3(s)) rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
+	if (is_gemma(s) || is_phi3(s) || is_oai(s))
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->n_swa);
 	if (s->n_ctx_orig) {
 		// as the converter writes LongRoPE's: sqrt(1 + ln(s) / ln(original)), s the context's growth
 		const double g = (double)s->n_ctx / (double)s->n_ctx_orig;

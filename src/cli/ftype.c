@@ -12,20 +12,22 @@ enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
 	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
-	FT_BF16 = 32,
+	FT_BF16 = 32, FT_MXFP4_MOE = 38,
 };
 
 static const ftype_info ftypes[] = {
-	{"F32", FT_F32, GGUF_T_F32},       {"F16", FT_F16, GGUF_T_F16},
-	{"BF16", FT_BF16, GGUF_T_BF16},    {"Q8_0", FT_Q8_0, GGUF_T_Q8_0},
-	{"Q4_0", FT_Q4_0, GGUF_T_Q4_0},    {"Q4_1", FT_Q4_1, GGUF_T_Q4_1},
-	{"Q5_0", FT_Q5_0, GGUF_T_Q5_0},    {"Q5_1", FT_Q5_1, GGUF_T_Q5_1},
-	{"Q2_K", FT_Q2_K, GGUF_T_Q2_K},    {"Q3_K_S", FT_Q3_K_S, GGUF_T_Q3_K},
-	{"Q3_K_M", FT_Q3_K_M, GGUF_T_Q3_K}, {"Q3_K_L", FT_Q3_K_L, GGUF_T_Q3_K},
-	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K},
-	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K},
-	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL},
-	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS},
+	{"F32", FT_F32, GGUF_T_F32, false},       {"F16", FT_F16, GGUF_T_F16, false},
+	{"BF16", FT_BF16, GGUF_T_BF16, false},    {"Q8_0", FT_Q8_0, GGUF_T_Q8_0, false},
+	{"Q4_0", FT_Q4_0, GGUF_T_Q4_0, false},    {"Q4_1", FT_Q4_1, GGUF_T_Q4_1, false},
+	{"Q5_0", FT_Q5_0, GGUF_T_Q5_0, false},    {"Q5_1", FT_Q5_1, GGUF_T_Q5_1, false},
+	{"Q2_K", FT_Q2_K, GGUF_T_Q2_K, false},    {"Q3_K_S", FT_Q3_K_S, GGUF_T_Q3_K, false},
+	{"Q3_K_M", FT_Q3_K_M, GGUF_T_Q3_K, false}, {"Q3_K_L", FT_Q3_K_L, GGUF_T_Q3_K, false},
+	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K, false}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K, false},
+	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K, false}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K, false},
+	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K, false},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL, false},
+	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS, false},
+	// llama.cpp has one file type for MXFP4; MXFP4 alone puts every weight in it
+	{"MXFP4", FT_MXFP4_MOE, GGUF_T_MXFP4, false}, {"MXFP4_MOE", FT_MXFP4_MOE, GGUF_T_MXFP4, true},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -160,7 +162,11 @@ uint32_t ftype_pick(const ftype_model *m, const char *name, uint32_t n_dims, con
 	uint32_t t = m->ft->base;
 	const gguf_ttype_info *ti = gguf_ttype_get(t);
 	if (ti->block == 1) return t; // F32, F16, BF16: no mix
-	t = mix_rule(m, name, ne[0], t);
+	const enum cat c = category(name);
+	if (m->ft->experts && c != C_OUTPUT && !(c == C_TOKEN_EMBD && m->tied))
+		t = n_dims >= 3 && ne[2] > 1 ? t : GGUF_T_Q8_0; // llama.cpp: the output's rule first, then this
+	else
+		t = mix_rule(m, name, ne[0], t);
 	ti = gguf_ttype_get(t);
 	if (ne[0] % ti->block) {
 		uint32_t f = fallback_of(t);

@@ -11,6 +11,7 @@ typedef struct {
 	const char *name; // "Q4_K_M"
 	uint32_t id;      // general.file_type (llama_ftype numbering)
 	uint32_t base;    // enum gguf_ttype most weights get
+	bool experts;     // base for MoE expert stacks alone, Q8_0 for the other weights (MXFP4_MOE)
 } ftype_info;
 
 // File type by name, case-insensitive ("Q4_K" means Q4_K_M as in llama.cpp); NULL if unknown.

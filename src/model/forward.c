@@ -349,6 +349,7 @@ static void attn_task(void *arg, int ith, int nth) {
 	const int64_t items = (j->fused ? s->nblk : j->n) * KH;
 	const float scale = hp->attn_scale;
 	const int32_t window = model_layer_window(hp, j->layer);
+	const float *sinks = j->m->layers[j->layer].sinks;
 	float *scores = s->scores + (size_t)ith * j->att_floats;
 	const size_t qd = (size_t)H * D;
 	for (;;) {
@@ -358,7 +359,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		if (j->fused) {
 			const int64_t b = s->nblk - 1 - i / KH, e0 = s->ablk[b];
 			tensor_kv_view kvv = kv_view(j->kv, j->layer, j->rows[s->aord[e0]].seq, g * D);
-			kvv.window = window, kvv.softcap = hp->attn_softcap;
+			kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 			tensor_k_attn_rows(j->m->ks, s->q + (size_t)g * grp * D, qd, s->aord + e0, (int32_t)(s->ablk[b + 1] - e0), grp, D,
 					   scale, &kvv, s->anpos + e0, scores, s->att + (size_t)g * grp * D, qd);
 			continue;
@@ -366,7 +367,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		const int64_t r = i / KH;
 		const model_row *row = &j->rows[r];
 		tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
-		kvv.window = window, kvv.softcap = hp->attn_softcap;
+		kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 		tensor_k_attn_unfused(j->m->ks, s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
 				      s->att + r * qd + (size_t)g * grp * D);
 	}
@@ -387,7 +388,8 @@ typedef struct {
 	const float *x, *w; // rows of width, and the norm's weights
 	float *h;
 	const int32_t *ridx;
-	const float *u;     // SwiGLU's up rows (g is h)
+	float *u;           // SwiGLU's up rows (g is h)
+	const float *bg, *bu; // biases of the gate and up rows, added before the GLU (gpt-oss's experts), or NULL
 	int64_t width;
 } row_maker;
 
@@ -399,9 +401,12 @@ static void norm_row(void *arg, int64_t r) {
 
 static void glu_row(void *arg, int64_t r) {
 	const row_maker *a = arg;
-	float *g = a->h + r * a->width;
-	if (a->m->hp.geglu) tensor_k_geglu(a->m->ks, g, a->u + r * a->width, g, a->width);
-	else tensor_k_swiglu(a->m->ks, g, a->u + r * a->width, g, a->width);
+	float *g = a->h + r * a->width, *u = a->u + r * a->width;
+	if (a->bg) add_bias(g, a->bg, 1, a->width);
+	if (a->bu) add_bias(u, a->bu, 1, a->width);
+	if (a->m->hp.oai) tensor_swiglu_oai(g, u, g, a->width);
+	else if (a->m->hp.geglu) tensor_k_geglu(a->m->ks, g, u, g, a->width);
+	else tensor_k_swiglu(a->m->ks, g, u, g, a->width);
 }
 
 // Gemma 2: x += RMSNorm(t) with a block's post norm, row by row.
@@ -437,10 +442,10 @@ static void mm_multi(base_pool *pool, scratch *s, int nw, const mweight *const *
 // SwiGLU FFN of n rows x (width E) through gate/up/down matrix `mat` of the three stacks,
 // into y (add: y += the FFN's output, the residual add done as the outputs are written).
 // norm: x's rows are made by it as gate/up read them. lp: the dense FFN of layer l takes the
-// rows' adapters (NULL for experts).
+// rows' adapters (NULL for experts). bg, bu: biases of the gate's and up's outputs (NULL: none).
 static void ffn(const model *m, base_pool *pool, scratch *s, const mweight *gate, const mweight *up, const mweight *down,
 		int64_t mat, const float *x, int64_t n, float *g, float *u, float *y, bool add, const row_maker *norm,
-		lora_pass *lp, int l) {
+		lora_pass *lp, int l, const float *bg, const float *bu) {
 	const mweight *gu[2] = {gate, up};
 	float *const out[2] = {g, u};
 	const int gu_kinds[2] = {LK_GATE, LK_UP}, down_kind = LK_DOWN;
@@ -449,7 +454,7 @@ static void ffn(const model *m, base_pool *pool, scratch *s, const mweight *gate
 	bool fuse = lora_fuse(lp, l, 2, gu_kinds, x, gate->k, n, out, gu_w, &lj);
 	mm_multi(pool, s, 2, gu, mat, x, n, out, norm ? norm_row : NULL, norm, fuse ? &lj : NULL);
 	if (!fuse) lora_add_kinds(lp, l, 2, gu_kinds, x, gate->k, n, NULL, out, gu_w);
-	const row_maker glu = {.m = m, .h = g, .u = u, .width = gate->rows};
+	const row_maker glu = {.m = m, .h = g, .u = u, .bg = bg, .bu = bu, .width = gate->rows};
 	fuse = lora_fuse(lp, l, 1, &down_kind, g, down->k, n, &y, &down->rows, &lj);
 	mm(pool, s, down, mat, g, n, y, glu_row, &glu, add, fuse ? &lj : NULL);
 	if (!fuse) lora_add(lp, l, LK_DOWN, g, down->k, n, NULL, y, down->rows);
@@ -459,6 +464,7 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 	const model_hparams *hp = &m->hp;
 	const int64_t E = hp->n_embd, X = hp->n_experts, K = hp->n_experts_used;
 	mm(pool, s, &ly->gate_inp, 0, s->h, n, s->rl, NULL, NULL, false, NULL);
+	add_bias(s->rl, ly->gate_inp_b, n, X);
 	for (int64_t r = 0; r < n; r++)
 		tensor_moe_route(s->rl + r * X, (int32_t)X, (int32_t)K, hp->moe_norm, s->ids + r * K, s->rw + r * K);
 	if (s->routes) model_routes_put(s->routes, (int32_t)(ly - m->layers), s->ids, s->rw, n);
@@ -472,7 +478,10 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 				}
 		if (!cnt) continue;
 		tensor_gather_rows(s->h, E, s->sel, cnt, E, s->xg);
-		ffn(m, pool, s, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t, false, NULL, NULL, 0);
+		const int64_t F = hp->n_ff_exp;
+		ffn(m, pool, s, &ly->gate_exps, &ly->up_exps, &ly->down_exps, e, s->xg, cnt, s->g, s->u, s->t, false, NULL, NULL, 0,
+		    ly->gate_exps_b ? ly->gate_exps_b + e * F : NULL, ly->up_exps_b ? ly->up_exps_b + e * F : NULL);
+		add_bias(s->t, ly->down_exps_b ? ly->down_exps_b + e * E : NULL, cnt, E);
 		for (int64_t i = 0; i < cnt; i++)
 			memcpy(s->ys + ((size_t)s->sel[i] * K + s->slot[i]) * E, s->t + i * E, (size_t)E * sizeof(float));
 	}
@@ -487,7 +496,8 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 	}
 	if (!m->shexp) return;
 	mm(pool, s, &ly->gate_inp_shexp, 0, s->h, n, s->sg, NULL, NULL, false, NULL);
-	ffn(m, pool, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, false, NULL, NULL, 0);
+	ffn(m, pool, s, &ly->gate_shexp, &ly->up_shexp, &ly->down_shexp, 0, s->h, n, s->g, s->u, s->xg, false, NULL, NULL, 0, NULL,
+	    NULL);
 	for (int64_t r = 0; r < n; r++) {
 		const float gate = (float)(1.0 / (1.0 + exp(-(double)s->sg[r])));
 		for (int64_t i = 0; i < E; i++) s->t[r * E + i] += gate * s->xg[r * E + i];
@@ -542,10 +552,12 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 		moe(m, ly, pool, n, s);
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 	} else if (ly->ffn_post_norm) {
-		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, false, &ffn_norm, s->lp, l);
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->t, false, &ffn_norm, s->lp, l, NULL,
+		    NULL);
 		post_norm_add(m, ly->ffn_post_norm, s->t, s->x, s->h, n);
 	} else {
-		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, s->lp, l);
+		ffn(m, pool, s, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, 0, s->h, n, s->g, s->u, s->x, true, &ffn_norm, s->lp, l, NULL,
+		    NULL);
 	}
 }
 

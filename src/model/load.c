@@ -23,6 +23,7 @@ typedef struct {
 	bool moe_norm;         // default: renormalize the chosen experts' weights
 	int gemma;             // Gemma's block (2, 3; 0: none): scaled embeddings, post norms, GELU, local layers
 	bool phi3;             // fused qkv and gate-up matrices, LongRoPE, a window on every layer
+	bool oai;              // gpt-oss: sinks, biased router and experts, clamped SwiGLU, even layers local
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -34,6 +35,7 @@ static const arch_desc archs[] = {
 	{.name = "gemma2", .neox = true, .gemma = 2},
 	{.name = "gemma3", .neox = true, .qk_norm = true, .gemma = 3},
 	{.name = "phi3", .neox = true, .phi3 = true},
+	{.name = "gpt-oss", .neox = true, .bias = true, .moe = MOE_REQUIRED, .moe_norm = true, .oai = true},
 };
 
 typedef struct {
@@ -276,13 +278,14 @@ out:
 	return rc;
 }
 
-// Binds a vector of n values as f32: in place when it is aligned f32, else converted.
-static int bind_vec(loader *L, const char *name, bool required, int64_t n, const float **out) {
+// Binds cnt vectors of n values each ([cnt][n]) as f32: in place when aligned f32, else converted.
+static int bind_vecs(loader *L, const char *name, bool required, int64_t n, int64_t cnt, const float **out) {
 	*out = NULL;
 	const gguf_tensor *t;
-	const int64_t ne[GGUF_MAX_DIMS] = {n, 1, 1, 1};
+	const int64_t ne[GGUF_MAX_DIMS] = {n, cnt, 1, 1};
 	int rc = find_shaped(L, name, required, ne, &t);
 	if (rc || !t) return rc;
+	n *= cnt;
 	L->m->weight_bytes += t->nbytes;
 	if (t->type == GGUF_T_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
 		*out = t->data;
@@ -297,6 +300,10 @@ static int bind_vec(loader *L, const char *name, bool required, int64_t n, const
 	tensor_traits_of(t->type)->to_f32(t->data, f, n);
 	*out = f;
 	return LANES_OK;
+}
+
+static int bind_vec(loader *L, const char *name, bool required, int64_t n, const float **out) {
+	return bind_vecs(L, name, required, n, 1, out);
 }
 
 static const char *lname(char *buf, size_t n, int l, const char *what) {
@@ -334,7 +341,12 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q_norm.weight"), true, D, &y->q_norm));
 		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k_norm.weight"), true, D, &y->k_norm));
 	}
-	TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_norm.weight"), true, E, &y->ffn_norm));
+	if (a->oai) { // its post_attention_norm is the FFN's input norm
+		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->ffn_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_sinks.weight"), true, hp->n_heads, &y->sinks));
+	} else {
+		TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_norm.weight"), true, E, &y->ffn_norm));
+	}
 	if (hp->post_norms) {
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->attn_post_norm));
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_ffw_norm.weight"), true, E, &y->ffn_post_norm));
@@ -358,6 +370,12 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_exps.weight"), true, E, F, X, &y->gate_exps));
 	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up_exps.weight"), true, E, F, X, &y->up_exps));
 	TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down_exps.weight"), true, F, E, X, &y->down_exps));
+	if (a->oai) {
+		TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_gate_inp.bias"), true, X, &y->gate_inp_b));
+		TRY(bind_vecs(L, lname(b, sizeof b, l, "ffn_gate_exps.bias"), true, F, X, &y->gate_exps_b));
+		TRY(bind_vecs(L, lname(b, sizeof b, l, "ffn_up_exps.bias"), true, F, X, &y->up_exps_b));
+		TRY(bind_vecs(L, lname(b, sizeof b, l, "ffn_down_exps.bias"), true, E, X, &y->down_exps_b));
+	}
 	if (a->shexp) {
 		const int64_t S = hp->n_ff_shexp;
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_inp_shexp.weight"), true, E, 1, 1, &y->gate_inp_shexp));
@@ -597,6 +615,12 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	hp->embd_scale = 1.0f;
 	if (a->phi3) return read_phi3(L);
+	if (a->oai) {
+		// the even layers local (a window of attention.sliding_window), the odd ones global
+		hp->oai = true;
+		hp->swa_pattern = 2;
+		return meta_int(L, "attention.sliding_window", true, 128, 1, INT32_MAX, &hp->n_swa);
+	}
 	return a->gemma ? read_gemma(L, a->gemma) : LANES_OK;
 }
 
@@ -646,7 +670,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	if (!a) {
 		char *s = gguf_str_dup(arch);
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
-				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3)",
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss)",
 				  s ? s : "?");
 		free(s);
 		goto fail;

@@ -1,5 +1,5 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe), gemma2, gemma3 and phi3 — hyper-parameters from GGUF metadata, weights bound in place from the
+// qwen3moe), gemma2, gemma3, phi3 and gpt-oss — hyper-parameters from GGUF metadata, weights bound in place from the
 // mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
@@ -14,7 +14,7 @@
 #include "tensor/tensor.h"
 
 typedef struct {
-	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3"
+	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"
 	int32_t n_vocab;        // logits per row
 	int32_t n_embd;         // residual width
 	int32_t n_layers;
@@ -42,6 +42,7 @@ typedef struct {
 	int32_t n_swa;          // sliding window of the local layers, in positions (0: none)
 	int32_t swa_pattern;    // layer l is local when l % swa_pattern < swa_pattern - 1 (0: every layer is)
 	tensor_rope rope_swa;   // the local layers' rope where it differs (gemma3); n_rot 0: they use rope
+	bool oai;               // gpt-oss: attention sinks, a router bias, biased experts with the clamped SwiGLU
 } model_hparams;
 
 // The window layer l's queries see (0: every position before them).

@@ -30,6 +30,10 @@ typedef struct {
 	mweight gate_exps, up_exps, down_exps;  // [n_experts][n_embd -> n_ff_exp], down back
 	mweight gate_shexp, up_shexp, down_shexp; // shared expert (qwen2moe)
 	mweight gate_inp_shexp;                 // [n_embd -> 1] shared expert's sigmoid gate
+	const float *sinks;                     // [n_heads] attention sink logits (gpt-oss), or NULL
+	const float *gate_inp_b;                // [n_experts] router bias (gpt-oss), or NULL
+	const float *gate_exps_b, *up_exps_b;   // [n_experts][n_ff_exp] expert biases (gpt-oss), or NULL
+	const float *down_exps_b;               // [n_experts][n_embd]
 } mlayer;
 
 struct model {

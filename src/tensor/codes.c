@@ -131,11 +131,19 @@ static void dec_iq4_xs(const uint8_t *b, kern_codes *o, bool q8u) {
 	o->d = x->d;
 }
 
+// MXFP4: codes are indices into tensor_mxfp4_values; the exponent rides in sc[0].
+static void dec_mxfp4(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_mxfp4 *x = (const block_mxfp4 *)b;
+	for (int e = 0; e < 16; e++) o->u[e] = x->qs[e] & 15, o->u[e + 16] = x->qs[e] >> 4;
+	o->sc[0] = x->e;
+}
+
 typedef void (*dec_fn)(const uint8_t *b, kern_codes *o, bool q8u);
 static const dec_fn decoders[GGUF_T_COUNT] = {
 	[GGUF_T_Q4_0] = dec_q4_0, [GGUF_T_Q4_1] = dec_q4_1, [GGUF_T_Q5_0] = dec_q5_0, [GGUF_T_Q5_1] = dec_q5_1,
 	[GGUF_T_Q8_0] = dec_q8_0, [GGUF_T_Q2_K] = dec_q2_K, [GGUF_T_Q3_K] = dec_q3_K, [GGUF_T_Q4_K] = dec_q4_K,
 	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K, [GGUF_T_IQ4_NL] = dec_q4_0, [GGUF_T_IQ4_XS] = dec_iq4_xs,
+	[GGUF_T_MXFP4] = dec_mxfp4,
 };
 
 bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }

@@ -91,11 +91,12 @@ extern const tensor_kernels tensor_kernels_avx512, tensor_kernels_avx512_q8;
 // bits; stored as q ^ 0x80 with q8u), Q2_K d sc_j u - dmin mn_j (sc_j = sc & 15, mn_j =
 // sc >> 4, j per 16), Q3_K d sc_j (u-4) and Q6_K d sc_j (u-32) (sc_j signed, j per 16),
 // Q4_K/Q5_K d sc_j u - dmin mn_j (j per 32), IQ4_NL d v(u) and IQ4_XS d sc_j v(u) (sc_j
-// signed, j per 32; v the codebook tensor_iq4nl_values).
+// signed, j per 32; v the codebook tensor_iq4nl_values), MXFP4 2^(sc_0 - 128) v(u) (sc_0
+// the E8M0 exponent e; v the doubled E2M1 codebook tensor_mxfp4_values).
 typedef struct {
 	uint8_t u[QK_K];
 	uint16_t d, m;      // fp16 scale and min (legacy), or super-block d and dmin (K)
-	uint8_t sc[16];     // K-quants: sub-block scales (Q3_K/Q6_K/IQ4_XS: int8, signed)
+	uint8_t sc[16];     // K-quants: sub-block scales (Q3_K/Q6_K/IQ4_XS: int8, signed); MXFP4: sc[0] = e
 	uint8_t mn[16];     // K-quants: sub-block mins
 } kern_codes;
 // Whether type has codes (the quantized weight types; not the float ones, nor Q8_1/Q8_K).
@@ -117,7 +118,8 @@ void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 // so one vector of 32-bit lanes holds four neighbouring codes of each of 16 rows, ready for
 // an int8 dot product with four activation bytes broadcast to every lane. Per-row scales
 // follow the block's planes as 16 fp16 values, or 16 bytes per sub-block for K-quants.
-// IQ4_NL and IQ4_XS keep their 4-bit indices in planes4 (the kernels look the codebook up).
+// IQ4_NL, IQ4_XS and MXFP4 keep their 4-bit indices in planes4 (the kernels look the codebook
+// up); MXFP4's per-row scales are 16 floats, 2^(e - 128) (beyond fp16's range).
 #define KERN_TILE 16
 size_t kern_x86_pack_bytes(uint32_t type, int64_t rows, int64_t k);
 // q8_unsigned: Q8_0 codes stored as q ^ 0x80 (an unsigned operand), else as signed q.

@@ -150,6 +150,25 @@ static inline int tensor_iq4xs_scale(const block_iq4_xs *b, int ib) {
 	return ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | ((b->scales_h >> 2 * ib) & 3) << 4;
 }
 
+// MXFP4 (OCP microscaling FP4): 32 E2M1 codes under one E8M0 exponent, ggml's layout.
+#define QK_MXFP4 GGUF_BLOCK_MXFP4
+
+typedef struct {
+	uint8_t e;                 // E8M0 shared exponent: the block's scale is 2^(e - 127)
+	uint8_t qs[QK_MXFP4 / 2];  // E2M1 codes: low nibble = element j, high = element j+16
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "block_mxfp4 size");
+static_assert(sizeof(block_mxfp4) == GGUF_BYTES_MXFP4 && QK_MXFP4 == GGUF_BLOCK_MXFP4, "block_mxfp4: the GGUF list");
+
+// The 16 E2M1 values doubled (integers, so they dot as int8 codes): an element is
+// tensor_e8m0_half(e) * value[code]. Code bit 3 is the sign, bits 2..1 the exponent, bit 0 the mantissa.
+extern const int8_t tensor_mxfp4_values[16];
+// 2^(e - 128), half the E8M0 scale (the codebook is doubled); exact for every e, 0 and 1 subnormal.
+static inline float tensor_e8m0_half(uint8_t e) {
+	union { uint32_t u; float f; } v = {.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23};
+	return v.f;
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;
@@ -215,6 +234,11 @@ void tensor_softmax(float *x, int64_t n);
 void tensor_swiglu(const float *g, const float *u, float *out, int64_t n);
 // out[i] = gelu(g[i]) * u[i], GELU's tanh form (Gemma's FFN), in double; out may alias g or u.
 void tensor_geglu(const float *g, const float *u, float *out, int64_t n);
+// gpt-oss's experts: x = min(g, limit), y = clamp(u, -limit, limit), out = x sigmoid(alpha x) (y + 1),
+// in double (alpha 1.702, limit 7); out may alias g or u.
+#define TENSOR_OAI_ALPHA 1.702
+#define TENSOR_OAI_LIMIT 7.0
+void tensor_swiglu_oai(const float *g, const float *u, float *out, int64_t n);
 // cap * tanh(x / cap) in double, rounded once: the one soft cap every kernel set applies.
 float tensor_softcap(float x, float cap);
 
@@ -264,7 +288,14 @@ typedef struct {
 	int32_t off;              // blocks: the head's first value within a row
 	int32_t window;           // a query at position p sees p-window+1..p only (0: every position)
 	float softcap;            // each score s becomes tensor_softcap(s, softcap) (0: none)
+	const float *sinks;       // query head h of a call: a logit sinks[h] in its softmax's denominator alone (NULL: none)
 } tensor_kv_view;
+// The view of query head h alone (a single-head kernel reads sinks[0]).
+static inline tensor_kv_view tensor_kv_head(const tensor_kv_view *kvv, int32_t h) {
+	tensor_kv_view v = *kvv;
+	if (v.sinks) v.sinks += h;
+	return v;
+}
 // Position j's K (or V) values of one head as floats; returns its scale byte's value (1
 // without scale bytes), which the caller applies. Block values d * q are exact in float.
 float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_dim, float *dst);

@@ -116,12 +116,12 @@ a=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --
 b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --threads 2 --print-ids 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --activations q8: 1 and 2 threads differ"
 
-# gemma2, gemma3 and phi3 from lanes gen: info names the architecture; 40 positions (past the
-# window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in the
-# fused and the unfused attention, and the learning commands refuse them.
+# gemma2, gemma3, phi3 and gpt-oss from lanes gen: info names the architecture; 40 positions (past
+# the window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in
+# the fused and the unfused attention, and the learning commands refuse them.
 gids=$(seq 3 42 | paste -sd, -)
 printf '{"prompt": "Once upon", "completion": " a time"}\n' > "$TMP/g.jsonl"
-for fam in gemma2 gemma3 phi3; do
+for fam in gemma2 gemma3 phi3 gpt-oss; do
 	G="$TMP/$fam.gguf"
 	"$BIN" gen --shape $fam-test --type Q8_0 --vocab "$M" -o "$G" > /dev/null 2>&1 || bad "gen --shape $fam-test failed"
 	"$BIN" info "$G" 2>/dev/null | grep -q "^architecture: $fam$" && ok || bad "info does not name $fam"
@@ -147,9 +147,9 @@ head -c $((40 * 512 * 4)) "$TMP/p80" | cmp -s - "$TMP/p40" && bad "phi3: 80 posi
 "$BIN" logits -m "$TMP/phi3.gguf" --lora "$TMP/p3lora.gguf" --ids "$gids" -o "$TMP/p3l" 2> "$TMP/err" && ok ||
 	bad "phi3 with an adapter: $(cat "$TMP/err")"
 
-# IQ4_NL and IQ4_XS files made here: logits the same on 1 thread in one chunk of 256 and on 2
-# threads in chunks of 1, in both widths.
-for ft in IQ4_NL IQ4_XS; do
+# IQ4_NL, IQ4_XS and MXFP4 files made here: logits the same on 1 thread in one chunk of 256 and
+# on 2 threads in chunks of 1, in both widths.
+for ft in IQ4_NL IQ4_XS MXFP4; do
 	"$BIN" quantize "$SHARED/models/ref-llama-F32.gguf" "$TMP/$ft.gguf" "$ft" > /dev/null 2>&1 || bad "quantize to $ft failed"
 	for act in q16 q8; do
 		"$BIN" logits -m "$TMP/$ft.gguf" --ids "$qids" -o "$TMP/$ft-a" --activations $act --threads 1 --chunk 256 2>/dev/null || bad "$ft logits failed"

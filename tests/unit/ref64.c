@@ -20,7 +20,8 @@ void ref64_shape_of(const model *m, ref64_shape *s) {
 			   .attn_softcap = hp->attn_softcap, .final_softcap = hp->final_softcap, .swa = hp->n_swa,
 			   .swa_pattern = hp->swa_pattern, .rope_base_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_base : 0,
 			   .rope_scale_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_scale : 0, .n_rot = hp->rope.n_rot,
-			   .rope_mscale = hp->rope.attn_factor};
+			   .rope_mscale = hp->rope.attn_factor, .oai = hp->oai, .yarn_ext = hp->rope.ext_factor,
+			   .yarn_beta_fast = hp->rope.beta_fast, .yarn_beta_slow = hp->rope.beta_slow, .yarn_orig = hp->rope.n_ctx_orig};
 	// which factors the model rotates by: the tensor its divisors were read from
 	static const char *const fs[] = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
@@ -68,14 +69,24 @@ static double silu(double g) { return g / (1 + exp(-g)); }
 
 static double gelu(double g) { return 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))); }
 
-// geglu: the gate is GELU-tanh (Gemma 2), else SiLU.
-static void ffn_ref(const double *g, const double *u, const double *d, const double *h, int E, int F, bool geglu, double *y) {
-	double *a = malloc(sizeof(double) * F), *b = malloc(sizeof(double) * F);
-	mv(g, NULL, h, E, F, a);
-	mv(u, NULL, h, E, F, b);
-	for (int i = 0; i < F; i++) a[i] = (geglu ? gelu(a[i]) : silu(a[i])) * b[i];
-	mv(d, NULL, a, F, E, y);
-	free(a), free(b);
+// gpt-oss's experts: x = min(g, 7), y = clamp(u, -7, 7), x sigmoid(1.702 x) (y + 1).
+static double glu_oai(double g, double u) {
+	const double x = fmin(g, 7.0), y = fmax(-7.0, fmin(u, 7.0));
+	return x / (1 + exp(-1.702 * x)) * (y + 1);
+}
+
+enum glu { GLU_SILU, GLU_GELU, GLU_OAI };
+
+// The gate is SiLU, GELU-tanh (Gemma 2) or gpt-oss's; b: the biases of gate, up and down (NULL: none).
+static void ffn_ref(const double *g, const double *u, const double *d, const double *const *b, const double *h, int E, int F,
+		    enum glu act, double *y) {
+	double *a = malloc(sizeof(double) * F), *c = malloc(sizeof(double) * F);
+	mv(g, b ? b[0] : NULL, h, E, F, a);
+	mv(u, b ? b[1] : NULL, h, E, F, c);
+	for (int i = 0; i < F; i++)
+		a[i] = act == GLU_OAI ? glu_oai(a[i], c[i]) : (act == GLU_GELU ? gelu(a[i]) : silu(a[i])) * c[i];
+	mv(d, b ? b[2] : NULL, a, F, E, y);
+	free(a), free(c);
 }
 
 // The MoE FFN of one position's normed input h into y; its choices into ids/margin when set.
@@ -85,7 +96,9 @@ static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *co
 	double *r = malloc(sizeof(double) * X), *pr = malloc(sizeof(double) * X), *ye = malloc(sizeof(double) * E);
 	int *chosen = malloc(sizeof(int) * K);
 	double mx = -1e300, sum = 0, sel = 0;
-	mv(wt[0], NULL, h, E, X, r);
+	double *rb = s->oai && !s->no_biases ? WL(g, l, "ffn_gate_inp.bias") : NULL;
+	mv(wt[0], rb, h, E, X, r);
+	free(rb);
 	for (int e = 0; e < X; e++) mx = fmax(mx, r[e]);
 	for (int e = 0; e < X; e++) sum += pr[e] = exp(r[e] - mx);
 	for (int e = 0; e < X; e++) pr[e] /= sum;
@@ -111,18 +124,24 @@ static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *co
 		*margin = out < 0 ? INFINITY : r[chosen[K - 1]] - r[out];
 	}
 	for (int e = 0; e < E; e++) y[e] = 0;
+	double *eb[3] = {NULL};
+	if (s->oai && !s->no_biases)
+		eb[0] = WL(g, l, "ffn_gate_exps.bias"), eb[1] = WL(g, l, "ffn_up_exps.bias"), eb[2] = WL(g, l, "ffn_down_exps.bias");
 	for (int kk = 0; kk < K; kk++) {
 		const size_t ex = (size_t)chosen[kk];
-		ffn_ref(wt[1] + ex * s->FX * E, wt[2] + ex * s->FX * E, wt[3] + ex * E * s->FX, h, E, s->FX, false, ye);
+		const double *b[3] = {eb[0] ? eb[0] + ex * s->FX : NULL, eb[1] ? eb[1] + ex * s->FX : NULL, eb[2] ? eb[2] + ex * E : NULL};
+		ffn_ref(wt[1] + ex * s->FX * E, wt[2] + ex * s->FX * E, wt[3] + ex * E * s->FX, eb[0] ? b : NULL, h, E, s->FX,
+			s->oai && !s->plain_glu ? GLU_OAI : GLU_SILU, ye);
 		const double wgt = s->moe_norm ? pr[ex] / sel : pr[ex];
 		if (w) w[kk] = wgt;
 		for (int e = 0; e < E; e++) y[e] += wgt * ye[e];
 	}
+	for (int i = 0; i < 3; i++) free(eb[i]);
 	if (s->FS) {
 		double *gi = WL(g, l, "ffn_gate_inp_shexp.weight"), *sg = WL(g, l, "ffn_gate_shexp.weight"),
 		       *su = WL(g, l, "ffn_up_shexp.weight"), *sd = WL(g, l, "ffn_down_shexp.weight"), gate;
 		mv(gi, NULL, h, E, 1, &gate);
-		ffn_ref(sg, su, sd, h, E, s->FS, false, ye);
+		ffn_ref(sg, su, sd, NULL, h, E, s->FS, GLU_SILU, ye);
 		for (int e = 0; e < E; e++) y[e] += ye[e] / (1 + exp(-gate));
 		free(gi), free(sg), free(su), free(sd);
 	}
@@ -138,7 +157,13 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	const int R = s->n_rot ? s->n_rot : D;
 	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int64_t nff = fft ? gguf_tensor_nelem(fft) : 0; // pairs past the divisors the file has are not divided
-	const double ms = s->rope_mscale ? s->rope_mscale : 1.0;
+	double ms = s->rope_mscale ? s->rope_mscale : 1.0, ylo = 0, yhi = 0;
+	if (s->yarn_ext) {
+		// the pair index turning beta times over the original context, whole pairs, within the head
+		ylo = fmax(0, floor(R * log(s->yarn_orig / (s->yarn_beta_fast * 2 * M_PI)) / (2 * log(s->rope_base))));
+		yhi = fmin(R - 1, ceil(R * log(s->yarn_orig / (s->yarn_beta_slow * 2 * M_PI)) / (2 * log(s->rope_base))));
+		ms *= 1 + 0.1 * log(1 / s->rope_scale);
+	}
 	for (int p = 0; p < P; p++)
 		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
 	const bool neox = strcmp(s->arch, "llama") != 0;
@@ -147,7 +172,8 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wq = WL(g, l, "attn_q.weight"),
 		       *wk = WL(g, l, "attn_k.weight"), *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
 		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
-		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, "ffn_norm.weight"),
+		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, s->oai ? "post_attention_norm.weight" : "ffn_norm.weight"),
+		       *bo = WL(g, l, "attn_output.bias"), *sk = s->oai && !s->no_sinks ? WL(g, l, "attn_sinks.weight") : NULL,
 		       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
 		       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
 		const int win = s->swa > 0 && (s->swa_pattern == 0 || l % s->swa_pattern < s->swa_pattern - 1) ? s->swa : 0;
@@ -166,6 +192,10 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 				for (int i = 0; i < R / 2; i++) {
 					const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
 					double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
+					if (s->yarn_ext) {
+						const double ex = th / rscale, ramp = (1 - fmin(1, fmax(0, (i - ylo) / fmax(0.001, yhi - ylo)))) * s->yarn_ext;
+						th = th * (1 - ramp) + ex * ramp;
+					}
 					double x0 = vec[a], x1 = vec[b];
 					vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
 					vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;
@@ -186,7 +216,8 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		for (int p = 0; p < P; p++) {
 			for (int hh = 0; hh < H; hh++) {
 				const int gk = hh / (H / HKV);
-				double mx = -1e300, sum = 0;
+				// a sink: a score in the softmax's denominator alone
+				double mx = sk ? sk[hh] : -1e300, sum = 0;
 				const int t0 = win && p >= win ? p - win + 1 : 0;
 				for (int t = t0; t <= p; t++) {
 					double d = 0;
@@ -195,6 +226,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 					if (s->attn_softcap) sc[t] = s->attn_softcap * tanh(sc[t] / s->attn_softcap);
 					mx = fmax(mx, sc[t]);
 				}
+				if (sk) sum = exp(sk[hh] - mx);
 				for (int t = t0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
 				for (int e = 0; e < D; e++) {
 					double o = 0;
@@ -202,12 +234,12 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 					att[hh * D + e] = o;
 				}
 			}
-			mv(wo, NULL, att, qd, E, y);
+			mv(wo, bo, att, qd, E, y);
 			if (pa) rms(y, pa, E, s->rms_eps, y);
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
 			if (!s->X)
-				ffn_ref(gate, up, wt[3], h, E, s->F, s->geglu, y);
+				ffn_ref(gate, up, wt[3], NULL, h, E, s->F, s->geglu ? GLU_GELU : GLU_SILU, y);
 			else
 				moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
 					rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
@@ -217,7 +249,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		}
 		for (int i = 0; i < 4; i++) free(wt[i]);
 		free(an), free(wqkv), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
-		free(pa), free(pf);
+		free(pa), free(pf), free(bo), free(sk);
 	}
 	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
 	for (int p = 0; logits && p < P; p++) {

@@ -1,4 +1,4 @@
-// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks and Phi 3's, written
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks, Phi 3's and gpt-oss's, written
 // from a file's weights, dequantized — the oracle the model and expert tests compare against.
 #ifndef LANES_REF64_H
 #define LANES_REF64_H
@@ -35,6 +35,16 @@ typedef struct {
 	const char *rope_factors;
 	double rope_mscale;
 	bool swap_gate_up;
+	// gpt-oss: attention sinks (no_sinks: left out), biased router and experts (no_biases: left
+	// out), the experts' clamped SwiGLU (plain_glu: silu(g) u instead), post_attention_norm as
+	// the FFN's input norm
+	bool oai, no_sinks, no_biases, plain_glu;
+	// YaRN (yarn_ext 0: none): the pairs from yarn_lo to yarn_hi ramp from extrapolated (the
+	// position's own frequency) to interpolated (times rope_scale), cos and sin times
+	// 1 + 0.1 ln(1 / rope_scale); lo and hi where a pair turns beta_fast and beta_slow times over
+	// yarn_orig positions
+	double yarn_ext, yarn_beta_fast, yarn_beta_slow;
+	int yarn_orig;
 } ref64_shape;
 
 // The shape of a loaded model (linear rope scaling at most; the rope factors it chose are read from g).

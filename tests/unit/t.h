@@ -114,15 +114,20 @@ static inline char *t_read_file(const char *path, size_t *len) {
 	return buf;
 }
 
-// ../shared's ref-llama-F32 as `lanes quantize` (LANES_BIN, default build/lanes) makes it in
-// file type ft, written to the scratch folder as TAG-ref-llama-FT.gguf (its path into path).
-static inline bool t_quantize_ref(const char *tag, const char *ft, char *path, size_t n) {
+// ../shared's model src as `lanes quantize` (LANES_BIN, default build/lanes) makes it in file
+// type ft, written to the scratch folder as TAG-SRC-FT.gguf (its path into path).
+static inline bool t_quantize(const char *tag, const char *src, const char *ft, char *path, size_t n) {
 	const char *bin = getenv("LANES_BIN");
 	char cmd[2048];
-	snprintf(path, n, "%s/%s-ref-llama-%s.gguf", t_tmp(), tag, ft);
-	snprintf(cmd, sizeof cmd, "%s quantize %s/models/ref-llama-F32.gguf %s %s >/dev/null 2>&1", bin && *bin ? bin : "build/lanes",
-		 t_shared(), path, ft);
+	snprintf(path, n, "%s/%s-%s-%s.gguf", t_tmp(), tag, src, ft);
+	snprintf(cmd, sizeof cmd, "%s quantize %s/models/%s.gguf %s %s >/dev/null 2>&1", bin && *bin ? bin : "build/lanes",
+		 t_shared(), src, path, ft);
 	return system(cmd) == 0;
+}
+
+// t_quantize of ref-llama-F32.
+static inline bool t_quantize_ref(const char *tag, const char *ft, char *path, size_t n) {
+	return t_quantize(tag, "ref-llama-F32", ft, path, n);
 }
 
 #endif

@@ -156,6 +156,7 @@ static void test_stories(void) {
 		// rows of 64 do not fit IQ4_XS's 256: IQ4_NL
 		{"IQ4_NL", 0.12, "IQ4_NL", "Q8_0", "IQ4_NL", "IQ4_NL", "F16", "IQ4_NL"},
 		{"IQ4_XS", 0.12, "IQ4_NL", "Q8_0", "IQ4_NL", "IQ4_NL", "F16", "IQ4_NL"},
+		{"MXFP4", 0.15, "MXFP4", "Q8_0", "MXFP4", "MXFP4", "F16", "MXFP4"},
 	};
 	char src[1024], out[1024], errf[1024];
 	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
@@ -222,6 +223,32 @@ static void test_stories(void) {
 	CHECK(run(NULL, "quantize %s", src) == 2);
 }
 
+typedef struct {
+	const char *name;
+	uint32_t type;
+} tensor_want;
+
+// ../shared's ref-moe-F16 quantized to ft: the types of the tensors in want, and the file type.
+static void moe_types(const char *ft, uint32_t file_type, const tensor_want *want, size_t n) {
+	char src[1024], out[1024];
+	snprintf(src, sizeof src, "%s/models/ref-moe-F16.gguf", t_shared());
+	snprintf(out, sizeof out, "%s/q-moe-%s.gguf", t_tmp(), ft);
+	const int rc = run(NULL, "quantize %s %s %s", src, out, ft);
+	CHECKF(rc == 0, "moe %s: exit %d", ft, rc);
+	gguf *g = rc ? NULL : open_or_fail(out);
+	if (g) {
+		for (size_t i = 0; i < n; i++) {
+			const gguf_tensor *t = gguf_find_tensor(g, want[i].name);
+			CHECKF(t && t->type == want[i].type, "moe %s %s: %s, want %s", ft, want[i].name, t ? type_name(t->type) : "missing",
+			       type_name(want[i].type));
+		}
+		uint32_t ftv = 0;
+		CHECK(gguf_get_u32(g, "general.file_type", &ftv) == 0 && ftv == file_type);
+		gguf_free(g);
+	}
+	remove(out);
+}
+
 // ---- IQ4_NL and IQ4_XS: llama.cpp's rules without an importance matrix ---------------------
 static void test_iq4_mixes(void) {
 	// A TinyLlama-shaped model (22 layers, 8 query heads per KV head): Q5_K for attn_v and for
@@ -264,32 +291,52 @@ static void test_iq4_mixes(void) {
 		CHECK(ftype_pick(&fm, "blk.3.attn_q.weight", 2, odder, GGUF_T_F32, note, sizeof note) == GGUF_T_F16 && note[0]);
 	}
 	// MoE of 8 experts: attn_k and attn_v Q8_0, attn_output Q5_K, the experts the base type.
-	char src[1024], out[1024];
-	snprintf(src, sizeof src, "%s/models/ref-moe-F16.gguf", t_shared());
-	snprintf(out, sizeof out, "%s/q-moe-IQ4_XS.gguf", t_tmp());
-	const int rc = run(NULL, "quantize %s %s IQ4_XS", src, out);
-	CHECKF(rc == 0, "moe IQ4_XS: exit %d", rc);
-	gguf *g = rc ? NULL : open_or_fail(out);
-	if (g) {
-		static const struct {
-			const char *name;
-			uint32_t type;
-		} want[] = {
-			{"blk.0.attn_k.weight", GGUF_T_Q8_0}, {"blk.1.attn_v.weight", GGUF_T_Q8_0},
-			{"blk.2.attn_output.weight", GGUF_T_Q5_K}, {"blk.0.ffn_up_exps.weight", GGUF_T_IQ4_XS},
-			{"blk.0.ffn_down_exps.weight", GGUF_T_IQ4_XS}, {"blk.0.attn_q.weight", GGUF_T_IQ4_XS},
-			{"output.weight", GGUF_T_Q6_K},
-		};
-		for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-			const gguf_tensor *t = gguf_find_tensor(g, want[i].name);
-			CHECKF(t && t->type == want[i].type, "moe IQ4_XS %s: %s, want %s", want[i].name, t ? type_name(t->type) : "missing",
-			       type_name(want[i].type));
-		}
-		uint32_t ftv = 0;
-		CHECK(gguf_get_u32(g, "general.file_type", &ftv) == 0 && ftv == 30);
-		gguf_free(g);
-	}
-	remove(out);
+	static const tensor_want want[] = {
+		{"blk.0.attn_k.weight", GGUF_T_Q8_0}, {"blk.1.attn_v.weight", GGUF_T_Q8_0},
+		{"blk.2.attn_output.weight", GGUF_T_Q5_K}, {"blk.0.ffn_up_exps.weight", GGUF_T_IQ4_XS},
+		{"blk.0.ffn_down_exps.weight", GGUF_T_IQ4_XS}, {"blk.0.attn_q.weight", GGUF_T_IQ4_XS},
+		{"output.weight", GGUF_T_Q6_K},
+	};
+	moe_types("IQ4_XS", 30, want, sizeof want / sizeof want[0]);
+}
+
+// ---- MXFP4 and MXFP4_MOE -------------------------------------------------------------------
+static void test_mxfp4_mixes(void) {
+	// MXFP4: every weight but the output (llama.cpp's Q6_K rule); llama.cpp's file type 38
+	const ftype_model fm = {.ft = ftype_by_name("mxfp4"), .llama_arch = true, .n_layer = 22, .n_head = 32,
+				.n_head_kv = 4, .n_attn_v = 22};
+	CHECK(fm.ft && fm.ft->base == GGUF_T_MXFP4 && fm.ft->id == 38 && !fm.ft->experts);
+	if (!fm.ft) return;
+	char note[256];
+	const int64_t ne[3] = {2048, 256, 8}, odd[2] = {48, 256};
+	static const char *const dense[] = {"blk.0.attn_q.weight", "blk.5.attn_v.weight", "blk.0.ffn_down.weight",
+					    "token_embd.weight", "blk.0.ffn_up_exps.weight"};
+	for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+		CHECKF(ftype_pick(&fm, dense[i], 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_MXFP4 && !note[0], "MXFP4 %s",
+		       dense[i]);
+	CHECK(ftype_pick(&fm, "output.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q6_K);
+	CHECK(ftype_pick(&fm, "blk.0.attn_q.weight", 2, odd, GGUF_T_F32, note, sizeof note) == GGUF_T_F16 && note[0]);
+	// MXFP4_MOE, llama.cpp's rule: expert stacks (a third dimension over 1) MXFP4, the output
+	// its own rule, every other weight Q8_0
+	ftype_model mm = fm;
+	mm.ft = ftype_by_name("MXFP4_MOE");
+	CHECK(mm.ft && mm.ft->base == GGUF_T_MXFP4 && mm.ft->id == 38 && mm.ft->experts);
+	if (!mm.ft) return;
+	const int64_t one[3] = {2048, 256, 1};
+	CHECK(ftype_pick(&mm, "blk.0.ffn_up_exps.weight", 3, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_MXFP4);
+	CHECK(ftype_pick(&mm, "blk.0.ffn_down_exps.weight", 3, ne, GGUF_T_F16, note, sizeof note) == GGUF_T_MXFP4);
+	CHECK(ftype_pick(&mm, "blk.0.ffn_up_exps.weight", 3, one, GGUF_T_F32, note, sizeof note) == GGUF_T_Q8_0);
+	CHECK(ftype_pick(&mm, "blk.0.attn_q.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q8_0);
+	CHECK(ftype_pick(&mm, "token_embd.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q8_0);
+	CHECK(ftype_pick(&mm, "output.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q6_K);
+	mm.tied = true; // the embedding is the output
+	CHECK(ftype_pick(&mm, "token_embd.weight", 2, ne, GGUF_T_F32, note, sizeof note) == GGUF_T_Q6_K);
+	// a real MoE file: its experts MXFP4, the other weights Q8_0
+	static const tensor_want want[] = {
+		{"blk.1.ffn_up_exps.weight", GGUF_T_MXFP4}, {"blk.1.ffn_down_exps.weight", GGUF_T_MXFP4},
+		{"blk.1.attn_q.weight", GGUF_T_Q8_0}, {"blk.2.attn_output.weight", GGUF_T_Q8_0},
+	};
+	moe_types("MXFP4_MOE", 38, want, sizeof want / sizeof want[0]);
 }
 
 // ---- gen ---------------------------------------------------------------------------------
@@ -310,7 +357,7 @@ static double tensor_std(const gguf_tensor *t, double *mean) {
 }
 
 static void test_gen(void) {
-	static const char *types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
+	static const char *types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"};
 	char vocab[1024], out[1024], out2[1024];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
 	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -380,6 +427,8 @@ static void test_gen(void) {
 			CHECK(emb && emb->type == GGUF_T_IQ4_NL && outw && outw->type == GGUF_T_Q8_0);
 			CHECK(ft == (strcmp(types[k], "IQ4_XS") ? 25u : 30u));
 		}
+		if (!strcmp(types[k], "MXFP4")) // the output's Q6_K does not fit 64-wide rows: Q8_0
+			CHECK(emb && emb->type == GGUF_T_MXFP4 && outw && outw->type == GGUF_T_Q8_0 && ft == 38);
 		if (!strcmp(types[k], "F32")) {
 			CHECK(emb && emb->type == GGUF_T_F32 && ft == 0);
 			// Logits of random unit-RMS hidden states have std near 5.
@@ -456,6 +505,7 @@ int main(void) {
 	test_mixes_moe_qwen2();
 	test_stories();
 	test_iq4_mixes();
+	test_mxfp4_mixes();
 	test_gen();
 	T_DONE("cli_quantize");
 }

@@ -2,8 +2,9 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths; on shared models, on IQ4 files `lanes quantize` makes here, and on the
-// gemma2, gemma3 and phi3 ones `lanes gen` writes (their local layers' window shorter than the prompt).
+// activation widths; on shared models, on IQ4 and MXFP4 files `lanes quantize` makes here
+// (MXFP4_MOE: the MoE model's experts), and on the gemma2, gemma3, phi3 and gpt-oss ones
+// `lanes gen` writes (their local layers' window shorter than the prompt; gpt-oss's sinks).
 #include "t.h"
 #include "gen.h"
 
@@ -225,15 +226,22 @@ int main(void) {
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
-	static const char *const iq4[] = {"IQ4_NL", "IQ4_XS"};
-	char iq4_path[2][512];
-	for (int q = 0; q < 2; q++) CHECKF(t_quantize_ref("exact", iq4[q], iq4_path[q], sizeof iq4_path[q]), "lanes quantize to %s", iq4[q]);
-	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test"};
-	char fam_path[3][512], vocab[512];
+	// files in the types no shared model has: the dense model, then the MoE one's experts
+	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "MXFP4", "MXFP4_MOE"};
+	static const char *const made_src[] = {"ref-llama-F32", "ref-llama-F32", "ref-llama-F32", "ref-moe-F16"};
+	enum { NMADE = sizeof made / sizeof made[0] };
+	char made_path[NMADE][512];
+	for (int q = 0; q < NMADE; q++)
+		CHECKF(t_quantize("exact", made_src[q], made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);
+	// gpt-oss's experts in MXFP4, as its published files have them
+	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test", "gpt-oss-test"};
+	static const char *const fam_type[] = {"Q8_0", "Q8_0", "Q8_0", "MXFP4_MOE"};
+	enum { NFAM = sizeof fams / sizeof fams[0] };
+	char fam_path[NFAM][512], vocab[512];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
-	for (int g = 0; g < 3; g++) {
+	for (int g = 0; g < NFAM; g++) {
 		snprintf(fam_path[g], sizeof fam_path[g], "%s/exact-%s-%d.gguf", t_tmp(), fams[g], (int)getpid());
-		CHECK(t_gen_model(fams[g], "Q8_0", vocab, fam_path[g]) == 0);
+		CHECK(t_gen_model(fams[g], fam_type[g], vocab, fam_path[g]) == 0);
 	}
 	for (int a = 0; a < TENSOR_ACT_COUNT; a++)
 		for (int k = 0; k < ns; k++) {
@@ -245,11 +253,11 @@ int main(void) {
 			if (q8 && ref) continue;
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
-			for (int q = 0; q < 2; q++) run_file(iq4[q], iq4_path[q], false);
-			for (int g = 0; g < 3; g++) run_file(fams[g], fam_path[g], !q8);
+			for (int q = 0; q < NMADE; q++) run_file(made[q], made_path[q], false);
+			for (int g = 0; g < NFAM; g++) run_file(fams[g], fam_path[g], !q8);
 		}
-	for (int q = 0; q < 2; q++) remove(iq4_path[q]);
-	for (int g = 0; g < 3; g++) remove(fam_path[g]);
+	for (int q = 0; q < NMADE; q++) remove(made_path[q]);
+	for (int g = 0; g < NFAM; g++) remove(fam_path[g]);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");
 }

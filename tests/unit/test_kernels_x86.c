@@ -12,7 +12,8 @@
 //    most amax_b / (127 * 256) (q16: two int8 halves) or amax_b / (127 * 2) (q8: half a step
 //    of one int8) in its block b: the sum over blocks of that times sum_{i in b} |w_i|. Float
 //    types (F32, F16, BF16) keep float activations, so their bound is 2^-12 A alone.
-// Every set runs in both widths (enum tensor_act), the reference's q8 included.
+// Every set runs in both widths (enum tensor_act), the reference's q8 included. MXFP4 in width q8
+// is the reference's bit for bit: its power-of-two scale leaves no float step rounding apart.
 //  - attention: 1e-5 * max|v| (float exp and dot products against the double-precision
 //    softmax of the reference); RMSNorm 1e-6 relative; SwiGLU 2e-6 relative for |g| <= 20;
 //    f16s: the scale the fast encoder picks has at most 1.001 x the reference's squared error;
@@ -31,7 +32,7 @@ static float frand(uint64_t *s) {
 
 static const uint32_t all_types[] = {GGUF_T_F32,  GGUF_T_F16,  GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1,
 				     GGUF_T_Q5_0, GGUF_T_Q5_1, GGUF_T_Q8_0, GGUF_T_Q2_K, GGUF_T_Q3_K,
-				     GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS};
+				     GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_MXFP4};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static bool is_float(uint32_t t) { return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16; }
@@ -121,6 +122,18 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 		       grid ? "grid" : "random", worse, worst);
 		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
 		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
+		// MXFP4 in width q8: the reference's bits (a power-of-two scale leaves no step rounding apart)
+		if (type == GGUF_T_MXFP4 && tensor_kernels_act(ks) == TENSOR_ACT_Q8) {
+			const tensor_kernels *rq = tensor_kernels_with_act(tensor_kernels_find("ref"), TENSOR_ACT_Q8);
+			tensor_mat mr;
+			tensor_mat_init(&mr, rq, type, NO, K, 2, w, NULL, pool);
+			const tensor_mat *wr = &mr;
+			const int64_t first = 0;
+			float *yq = y2;
+			tensor_matmuls(pool, 1, &wr, &first, x, NR, &yq);
+			CHECKF(!memcmp(yq, y1, sizeof(float) * NR * NO), "%s q8 MXFP4 k=%lld %s activations: not the reference's bits",
+			       tensor_kernels_name(ks), (long long)K, grid ? "grid" : "random");
+		}
 		// A slice of rows through the second matrix of the stack: the fused pass's outputs.
 		float *y4 = y2;
 		const tensor_mat *w1 = &m;
@@ -215,13 +228,18 @@ static void store_new(att_store *S, int32_t D, int32_t n_pos, int enc, uint64_t 
 static void store_free(att_store *S) { free(S->k), free(S->v), free(S->ksb), free(S->vsb); }
 
 // window, cap: the view's sliding window and soft cap (0: none).
-static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc, int32_t window, float cap) {
+// sink: each head a random sink logit (gpt-oss), compared the same way.
+static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n_pos, int enc, int32_t window, float cap,
+		      bool sink) {
 	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
 	if (enc >= 2 && D % 32) return;
 	uint64_t seed = (uint64_t)(D * 1000 + nq * 10 + n_pos + enc);
 	att_store S;
 	store_new(&S, D, n_pos, enc, &seed);
 	S.kvv.window = window, S.kvv.softcap = cap;
+	float sinks[64];
+	for (int32_t h = 0; h < nq; h++) sinks[h] = frand(&seed) * 4.0f;
+	if (sink) S.kvv.sinks = sinks;
 	const tensor_kv_view kvv = S.kvv;
 	const float vmax = S.vmax;
 	const size_t scn = tensor_attn_scratch(nq, D) > (size_t)nq * n_pos ? tensor_attn_scratch(nq, D) : (size_t)nq * n_pos;
@@ -234,8 +252,9 @@ static void attention(const tensor_kernels *ks, int32_t D, int32_t nq, int32_t n
 	if (enc < 2) tensor_k_attn_unfused(ks, q, nq, D, scale, &kvv, n_pos, sc, u);
 	int bad = 0, bad_u = 0, differ = 0;
 	for (int32_t h = 0; h < nq; h++) {
-		tensor_attn_f16(q + h * D, D, scale, &kvv, n_pos, sc, ref);
-		tensor_k_attn(ks, q + h * D, 1, D, scale, &kvv, n_pos, sc, o1);
+		const tensor_kv_view kh = tensor_kv_head(&kvv, h);
+		tensor_attn_f16(q + h * D, D, scale, &kh, n_pos, sc, ref);
+		tensor_k_attn(ks, q + h * D, 1, D, scale, &kh, n_pos, sc, o1);
 		for (int32_t e = 0; e < D; e++) {
 			bad += !(fabsf(o[h * D + e] - ref[e]) <= 1e-5f * vmax);
 			if (enc < 2) bad_u += !(fabsf(u[h * D + e] - ref[e]) <= 1e-5f * vmax);
@@ -282,7 +301,8 @@ static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const 
 	float *k = calloc((size_t)TT * D, sizeof(float)), *v = calloc((size_t)TT * D, sizeof(float)), ks[TT], vs[TT];
 	float *acc = calloc((size_t)nq * D, sizeof(float)), *mx = malloc(sizeof(float) * nq), *sum = calloc(nq, sizeof(float));
 	const int32_t lo = kvv->window > 0 && n_pos > kvv->window ? n_pos - kvv->window : 0;
-	for (int32_t h = 0; h < nq; h++) mx[h] = -INFINITY;
+	// a sink: a score seen before position 0 whose value row is 0
+	for (int32_t h = 0; h < nq; h++) mx[h] = kvv->sinks ? kvv->sinks[h] : -INFINITY, sum[h] = kvv->sinks ? 1.0f : 0.0f;
 	for (int32_t t0 = 0; t0 < n_pos; t0 += TT) {
 		const int nt = n_pos - t0 < TT ? n_pos - t0 : TT;
 		for (int j = 0; j < nt; j++) {
@@ -326,7 +346,7 @@ static void twin_attn(const float *q, int32_t nq, int32_t D, float scale, const 
 // Rows of one sequence in one call (blocks cut wherever the kernel cuts them, rows in a
 // scrambled order through ridx, strides wider than the rows): each row's values are the twin's
 // bit for bit, so equal to the row alone, to any other block, and to the other x86 set.
-static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int enc, int32_t window, float cap) {
+static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int enc, int32_t window, float cap, bool sink) {
 	static const char *const names[4] = {"f16", "f16s", "q8_0", "q4_0"};
 	if (enc >= 2 && D % 32) return;
 	enum { NR = 48, NP = 300 };
@@ -334,6 +354,9 @@ static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int 
 	att_store S;
 	store_new(&S, D, NP, enc, &seed);
 	S.kvv.window = window, S.kvv.softcap = cap;
+	float *sinks = malloc(sizeof(float) * nq);
+	for (int32_t h = 0; h < nq; h++) sinks[h] = frand(&seed) * 4.0f;
+	if (sink) S.kvv.sinks = sinks;
 	int32_t n_pos[NR], ridx[NR];
 	// a prompt piece across a tile boundary, then rows anywhere (a tile's first and last position too)
 	for (int i = 0; i < 30; i++) n_pos[i] = 50 + i;
@@ -355,7 +378,8 @@ static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int 
 		twin += memcmp(tw, or, sizeof(float) * nq * D) != 0;
 		for (int32_t h = 0; h < nq; h++) {
 			if (i % 4 || h > 3) continue; // the reference on a sample
-			tensor_attn_f16(qr + h * D, D, scale, &S.kvv, n_pos[i], sc, o1);
+			const tensor_kv_view kh = tensor_kv_head(&S.kvv, h);
+			tensor_attn_f16(qr + h * D, D, scale, &kh, n_pos[i], sc, o1);
 			for (int32_t e = 0; e < D; e++) off += !(fabsf(or[h * D + e] - o1[e]) <= 1e-5f * S.vmax);
 		}
 	}
@@ -365,7 +389,7 @@ static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int 
 	       tensor_kernels_name(ks), D, nq, names[enc], window, cap, twin);
 	CHECKF(off == 0, "%s attention rows D=%d nq=%d %s window %d cap %g: %d values off the reference", tensor_kernels_name(ks),
 	       D, nq, names[enc], window, cap, off);
-	free(q), free(o), free(o1), free(sc), free(tw);
+	free(q), free(o), free(o1), free(sc), free(tw), free(sinks);
 	store_free(&S);
 }
 
@@ -510,17 +534,20 @@ int main(void) {
 		for (int d = 0; d < 5; d++)
 			for (int enc = 0; enc < 4; enc++) {
 				t_case("%s attention D=%d kv %d", names[s], dims[d], enc);
-				attention(ks, dims[d], 1, 1, enc, 0, 0);
-				attention(ks, dims[d], 4, 37, enc, 0, 0);
-				attention(ks, dims[d], 6, 100, enc, 0, 0);
+				attention(ks, dims[d], 1, 1, enc, 0, 0, false);
+				attention(ks, dims[d], 4, 37, enc, 0, 0, false);
+				attention(ks, dims[d], 6, 100, enc, 0, 0, false);
 				// Gemma 2's soft cap, and windows inside a tile and across tiles
-				attention(ks, dims[d], 4, 37, enc, 16, 50.0f);
-				attention(ks, dims[d], 6, 100, enc, 70, 0);
+				attention(ks, dims[d], 4, 37, enc, 16, 50.0f, false);
+				attention(ks, dims[d], 6, 100, enc, 70, 0, false);
+				// gpt-oss's sinks, with and without a window
+				attention(ks, dims[d], 4, 37, enc, 0, 0, true);
+				attention(ks, dims[d], 6, 100, enc, 70, 0, true);
 			}
 		for (int enc = 0; enc < 4; enc++) {
 			t_case("%s attention 8x300 kv %d", names[s], enc);
-			attention(ks, 64, 8, 300, enc, 0, 0);
-			attention(ks, 64, 8, 300, enc, 130, 2.0f);
+			attention(ks, 64, 8, 300, enc, 0, 0, false);
+			attention(ks, 64, 8, 300, enc, 130, 2.0f, false);
 		}
 		// heads per KV head: GQA's 4 and 7, MHA's 1, and more than a block's lanes (the
 		// reference's own arithmetic has no twin)
@@ -529,8 +556,9 @@ int main(void) {
 			for (int g = 0; g < 4; g++)
 				for (int enc = 0; enc < 4 && (g < 3 || d == 0); enc++) {
 					t_case("%s attention rows D=%d nq=%d kv %d", names[s], rdims[d], rnq[g], enc);
-					attention_rows(ks, rdims[d], rnq[g], enc, 0, 0);
-					if (g < 2) attention_rows(ks, rdims[d], rnq[g], enc, 70, 1.5f);
+					attention_rows(ks, rdims[d], rnq[g], enc, 0, 0, false);
+					if (g < 2) attention_rows(ks, rdims[d], rnq[g], enc, 70, 1.5f, false);
+					if (g < 2) attention_rows(ks, rdims[d], rnq[g], enc, 70, 0, true); // gpt-oss's sinks
 				}
 		t_case("%s pointwise", names[s]);
 		pointwise(ks);

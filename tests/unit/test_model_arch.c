@@ -1,5 +1,5 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
@@ -85,8 +85,8 @@ static int write_synth(const synth *s, const char *path) {
 	key_f32(w, s, "attention.layer_norm_rms_epsilon", 1e-5f);
 	key_f32(w, s, "rope.freq_base", 10000.0f);
 	if (s->D) key_u32(w, s, "attention.key_length", (uint32_t)s->D);
-	const bool gemma = !strncmp(s->arch, "gemma", 5), phi3 = !strcmp(s->arch, "phi3");
-	if (gemma || phi3) key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
+	const bool gemma = !strncmp(s->arch, "gemma", 5), phi3 = !strcmp(s->arch, "phi3"), oai = !strcmp(s->arch, "gpt-oss");
+	if (gemma || phi3 || oai) key_u32(w, s, "attention.sliding_window", (uint32_t)s->swa);
 	if (s->swa_layers) {
 		char full[128];
 		uint8_t local[64];
@@ -150,7 +150,12 @@ static int write_synth(const synth *s, const char *path) {
 			T("attn_q_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
 			T("attn_k_norm.weight", D, 1, 1, GGUF_T_F32, 1, 0.2f);
 		}
-		T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+		if (oai) {
+			T("attn_output.bias", s->E, 1, 1, GGUF_T_F32, 0, 0.2f);
+			T("attn_sinks.weight", s->H, 1, 1, GGUF_T_F32, 1, 1);
+		}
+		if (oai) T("post_attention_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
+		else T("ffn_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.1f);
 		if (gemma) {
 			T("post_attention_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
 			T("post_ffw_norm.weight", s->E, 1, 1, GGUF_T_F32, 1, 0.3f);
@@ -167,6 +172,12 @@ static int write_synth(const synth *s, const char *path) {
 			T("ffn_gate_exps.weight", s->E, s->FX, s->X, wt, 0, in);
 			T("ffn_up_exps.weight", s->E, s->FX, s->X, wt, 0, in);
 			T("ffn_down_exps.weight", s->FX, s->E, s->X, wt, 0, 1.0f / sqrtf((float)s->FX));
+			if (oai) {
+				T("ffn_gate_inp.bias", s->X, 1, 1, GGUF_T_F32, 0, 0.5f);
+				T("ffn_gate_exps.bias", s->FX, s->X, 1, GGUF_T_F32, 0, 0.5f);
+				T("ffn_up_exps.bias", s->FX, s->X, 1, GGUF_T_F32, 0, 0.5f);
+				T("ffn_down_exps.bias", s->E, s->X, 1, GGUF_T_F32, 0, 0.2f);
+			}
 			if (s->FS) {
 				T("ffn_gate_inp_shexp.weight", s->E, 1, 1, GGUF_T_F32, 0, in);
 				T("ffn_gate_shexp.weight", s->E, s->FS, 1, wt, 0, in);
@@ -185,8 +196,9 @@ static int write_synth(const synth *s, const char *path) {
 
 // ---- the float64 reference (ref64.c) over the file's weights ---------------------------------
 static ref64_shape ref_shape(const synth *s) {
-	const bool gemma2 = !strcmp(s->arch, "gemma2"), gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3");
-	int pattern = gemma2 ? 2 : 6; // a bool a layer: its period (every layer local: 0)
+	const bool gemma2 = !strcmp(s->arch, "gemma2"), gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3"),
+		   oai = !strcmp(s->arch, "gpt-oss");
+	int pattern = gemma2 || oai ? 2 : 6; // a bool a layer: its period (every layer local: 0)
 	if (s->swa_layers) pattern = (int)(strchr(s->swa_layers, '0') ? strchr(s->swa_layers, '0') - s->swa_layers + 1 : 0);
 	ref64_shape r = {.arch = s->arch, .E = s->E, .L = s->L, .H = s->H, .HKV = s->HKV, .D = s->D ? s->D : s->E / s->H,
 			     .V = s->V, .F = s->F, .X = s->X, .K = s->K, .FX = s->FX, .FS = s->FS, .moe_norm = s->moe_norm,
@@ -194,8 +206,8 @@ static ref64_shape ref_shape(const synth *s) {
 			     .rope_scale = s->rope_type && !strcmp(s->rope_type, "linear") ? 1.0 / s->rope_factor : 1.0,
 			     .rms_eps = 1e-5, .embd_scale = gemma2 ? sqrt((double)s->E) : 0, .post_norms = gemma2, .geglu = gemma2,
 			     .attn_softcap = gemma2 ? s->attn_cap : 0, .final_softcap = gemma2 ? s->final_cap : 0,
-			     .swa = gemma2 || gemma3 || phi3 ? s->swa : 0, .swa_pattern = phi3 ? 0 : pattern,
-			     .rope_factors = phi3 ? "rope_factors_short.weight" : NULL};
+			     .swa = gemma2 || gemma3 || phi3 || oai ? s->swa : 0, .swa_pattern = phi3 ? 0 : pattern,
+			     .rope_factors = phi3 ? "rope_factors_short.weight" : NULL, .oai = oai};
 	if (gemma3) r.embd_scale = sqrt((double)s->E), r.post_norms = r.geglu = true;
 	return r;
 }
@@ -390,6 +402,26 @@ static void phi3_context_case(void) {
 	remove(path);
 }
 
+static void no_sinks(ref64_shape *s) { s->no_sinks = true; }
+static void no_biases(ref64_shape *s) { s->no_biases = true; }
+static void plain_glu(ref64_shape *s) { s->plain_glu = true; }
+static void no_yarn(ref64_shape *s) { s->yarn_ext = 0, s->rope_scale = 1; }
+
+static bool oai_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "gpt-oss") && hp->oai && hp->n_swa == 16 && hp->swa_pattern == 2 && model_layer_window(hp, 0) == 16 &&
+	       model_layer_window(hp, 1) == 0 && hp->head_dim == 32 && hp->n_experts == 8 && hp->n_experts_used == 4 &&
+	       hp->moe_norm && hp->rope.neox && !hp->post_norms && !hp->geglu && hp->embd_scale == 1.0f && hp->rope.ext_factor == 1.0 &&
+	       hp->rope.freq_scale == 0.25 && hp->rope.n_ctx_orig == 64 && hp->rope.beta_fast == 32 && hp->rope.beta_slow == 1;
+}
+
+static const arch_part oai_parts[] = {
+	{"window", no_window},
+	{"attention sinks", no_sinks},
+	{"router and expert biases", no_biases},
+	{"clamped SwiGLU", plain_glu},
+	{"YaRN", no_yarn},
+};
+
 static const arch_part gemma3_parts[] = {
 	{"window", no_window},
 	{"q/k norm", no_qk_norm},
@@ -495,6 +527,10 @@ int main(void) {
 	arch_case("gemma3-pattern", s);
 	const synth phi3 = {.arch = "phi3", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_Q8_0, .swa = 4};
 	arch_case("phi3", phi3);
+	// gpt-oss: sinks, a window of 4 on the even layers, biased router and experts, heads of 24
+	const synth oai = {.arch = "gpt-oss", .E = 64, .L = 4, .H = 4, .HKV = 2, .D = 24, .V = 50, .X = 6, .K = 3, .FX = 32,
+			   .bias = true, .moe_norm = true, .wtype = GGUF_T_Q8_0, .swa = 4};
+	arch_case("gpt-oss", oai);
 	gen_parts_case("gemma2-test", "F32", gemma2_hp, gemma2_gen_parts, 1, 0);
 	gen_parts_case("gemma2-test", "Q8_0", gemma2_hp, gemma2_gen_parts, 1, 0);
 	gen_parts_case("gemma3-test", "F32", gemma3_hp, gemma3_parts, 4, 0);
@@ -504,6 +540,8 @@ int main(void) {
 	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 64);
 	gen_parts_case("phi3-test", "Q8_0", phi3_hp, phi3_parts, 6, 256);
 	phi3_context_case();
+	gen_parts_case("gpt-oss-test", "F32", oai_hp, oai_parts, 5, 0);
+	gen_parts_case("gpt-oss-test", "MXFP4_MOE", oai_hp, oai_parts, 5, 0);
 
 	s = llama;
 	progress_case("llama", s);
@@ -558,5 +596,19 @@ int main(void) {
 	hostile("phi3-qkv", s, LANES_EFORMAT, "blk.1.attn_qkv.weight");
 	s = phi3, s.reshape = "blk.0.ffn_up.weight";
 	hostile("phi3-gate-up", s, LANES_EFORMAT, "blk.0.ffn_up.weight");
+	// gpt-oss: a missing sink or router bias, an expert bias a row too long
+	static const struct {
+		const char *label, *skip, *reshape, *msg;
+	} oai_bad[] = {
+		{"gpt-oss-sinks", "blk.3.attn_sinks.weight", NULL, "blk.3.attn_sinks.weight"},
+		{"gpt-oss-router-bias", "blk.1.ffn_gate_inp.bias", NULL, "blk.1.ffn_gate_inp.bias"},
+		{"gpt-oss-expert-bias", NULL, "blk.2.ffn_down_exps.bias", "blk.2.ffn_down_exps.bias has shape"},
+	};
+	for (size_t i = 0; i < sizeof oai_bad / sizeof oai_bad[0]; i++) {
+		s = oai, s.skip = oai_bad[i].skip, s.reshape = oai_bad[i].reshape;
+		hostile(oai_bad[i].label, s, LANES_EFORMAT, oai_bad[i].msg);
+	}
+	s = oai, s.X = 0;
+	hostile("gpt-oss-dense", s, LANES_EFORMAT, "expert_count");
 	T_DONE("model_arch");
 }

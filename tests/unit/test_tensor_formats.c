@@ -12,7 +12,7 @@
 static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
-	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS,
+	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_MXFP4,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -44,6 +44,7 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_q8_K) == 292);
 	CHECK(sizeof(block_iq4_nl) == 18);
 	CHECK(sizeof(block_iq4_xs) == 136);
+	CHECK(sizeof(block_mxfp4) == 17);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -62,6 +63,8 @@ static void test_sizes(void) {
 	CHECK(tensor_row_bytes(GGUF_T_IQ4_NL, 64) == 36);
 	CHECK(tensor_row_bytes(GGUF_T_IQ4_XS, 512) == 272);
 	CHECK(tensor_row_bytes(GGUF_T_IQ4_XS, 96) == 0);
+	CHECK(tensor_row_bytes(GGUF_T_MXFP4, 64) == 34);
+	CHECK(tensor_row_bytes(GGUF_T_MXFP4, 48) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_F16, 3) == 6);
 	CHECK(tensor_row_bytes(GGUF_T_F32, -1) == 0);
 	CHECK(tensor_row_bytes(GGUF_T_I32, 4) == 0);
@@ -112,6 +115,62 @@ static void test_iq4(void) {
 	for (int j = 0; j < 32; j++)
 		for (int c = 0; c < 16; c++) bad += fabsf(x[j] - d * published[c]) < fabsf(x[j] - y[j]);
 	CHECKF(bad == 0 && d != 0.0f, "IQ4_NL: %d elements not at their nearest code", bad);
+}
+
+// ---- MXFP4: the E2M1 codebook, the E8M0 scale and the layout, from their definitions -------
+// E2M1: bit 3 the sign, bits 2..1 the exponent (bias 1), bit 0 the mantissa; exponent 0 is
+// subnormal (0 or 0.5).
+static double e2m1(int c) {
+	const int ex = (c >> 1) & 3, m = c & 1;
+	const double v = ex ? ldexp(1.0 + 0.5 * m, ex - 1) : 0.5 * m;
+	return c & 8 ? -v : v;
+}
+
+static void test_mxfp4(void) {
+	int bad = 0;
+	for (int c = 0; c < 16; c++) CHECKF(tensor_mxfp4_values[c] == 2.0 * e2m1(c), "MXFP4 codebook value %d", c);
+	for (int e = 0; e < 256; e++) bad += tensor_e8m0_half((uint8_t)e) != (float)ldexp(1.0, e - 128);
+	CHECKF(bad == 0, "E8M0: %d exponents whose half-scale is not 2^(e-128)", bad);
+	// blocks at the subnormal scales, a middle one and the largest: byte j = code j (element j)
+	// and code 15 - j (element j + 16); element = 2^(e-127) * E2M1(code)
+	static const uint8_t es[] = {0, 1, 127, 131, 254};
+	float y[64];
+	for (size_t k = 0; k < sizeof es; k++) {
+		block_mxfp4 b = {.e = es[k]};
+		for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+		tensor_traits_of(GGUF_T_MXFP4)->to_f32(&b, y, 32);
+		bad = 0;
+		for (int j = 0; j < 16; j++)
+			bad += y[j] != (float)ldexp(e2m1(j), es[k] - 127) || y[j + 16] != (float)ldexp(e2m1(15 - j), es[k] - 127);
+		CHECKF(bad == 0, "MXFP4 e=%d: %d elements off their definition", es[k], bad);
+	}
+	// the quantizer: ggml's exponent floor(log2 amax) - 2 or one above, every code a nearest one
+	float x[64];
+	uint64_t s = 41;
+	for (int i = 0; i < 64; i++) x[i] = (float)((int64_t)(splitmix64(s++) >> 40) - (1 << 23)) / (1 << 20);
+	// block 0: elements within 0.25 and one at 7.9, which ggml's exponent (127, scale 1) clips
+	// to 6; one above (scale 2) stores it as 8 at little cost to the small ones
+	for (int i = 0; i < 32; i++) x[i] *= 1.0f / 32.0f;
+	x[5] = 7.9f;
+	block_mxfp4 q[2];
+	tensor_traits_of(GGUF_T_MXFP4)->from_f32(x, q, 64);
+	tensor_traits_of(GGUF_T_MXFP4)->to_f32(q, y, 64);
+	for (int k = 0; k < 2; k++) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++) amax = fabsf(x[32 * k + j]) > amax ? fabsf(x[32 * k + j]) : amax;
+		const int eg = (int)floor(log2(amax)) - 2 + 127;
+		CHECKF(q[k].e == eg || q[k].e == eg + 1, "MXFP4 block %d: exponent %d for amax %g", k, q[k].e, amax);
+		const float d = tensor_e8m0_half(q[k].e);
+		bad = 0;
+		for (int j = 0; j < 32; j++)
+			for (int c = 0; c < 16; c++) bad += fabsf(x[32 * k + j] - d * tensor_mxfp4_values[c]) < fabsf(x[32 * k + j] - y[32 * k + j]);
+		CHECKF(bad == 0, "MXFP4 block %d: %d elements not at their nearest code", k, bad);
+	}
+	CHECKF(q[0].e == 128 && y[5] == 8.0f, "MXFP4: 7.9 stored as %g (exponent %d), not 8", y[5], q[0].e);
+	// tiny and zero blocks: the exponent floors at 0, zeros stay +0
+	for (int i = 0; i < 32; i++) x[i] = i == 3 ? 1e-44f : 0.0f;
+	tensor_traits_of(GGUF_T_MXFP4)->from_f32(x, q, 32);
+	CHECKF(q[0].e == 0 && q[0].qs[0] == 0, "MXFP4: a subnormal block (e %d)", q[0].e);
 }
 
 // ---- golden tensors ----------------------------------------------------------------------
@@ -248,7 +307,7 @@ static void test_round_trip(void) {
 		{GGUF_T_Q6_K, 0.025},   {GGUF_T_Q5_0, 0.06},   {GGUF_T_Q5_1, 0.05},
 		{GGUF_T_Q5_K, 0.045},   {GGUF_T_Q4_0, 0.12},   {GGUF_T_Q4_1, 0.10},
 		{GGUF_T_Q4_K, 0.09},    {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q2_K, 0.40},
-		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},
+		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},  {GGUF_T_MXFP4, 0.2},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -400,6 +459,7 @@ static void test_half(void) {
 int main(void) {
 	test_sizes();
 	test_iq4();
+	test_mxfp4();
 	test_half();
 	test_round_trip();
 	test_golden();

@@ -160,6 +160,14 @@ void tensor_geglu(const float *g, const float *u, float *out, int64_t n) {
 	}
 }
 
+void tensor_swiglu_oai(const float *g, const float *u, float *out, int64_t n) {
+	for (int64_t i = 0; i < n; i++) {
+		const double x = g[i] < TENSOR_OAI_LIMIT ? g[i] : TENSOR_OAI_LIMIT;
+		const double y = u[i] < -TENSOR_OAI_LIMIT ? -TENSOR_OAI_LIMIT : u[i] > TENSOR_OAI_LIMIT ? TENSOR_OAI_LIMIT : u[i];
+		out[i] = (float)(x / (1.0 + exp(-TENSOR_OAI_ALPHA * x)) * (y + 1.0));
+	}
+}
+
 float tensor_softcap(float x, float cap) { return (float)(cap * tanh((double)x / cap)); }
 
 // ---- RoPE ---------------------------------------------------------------------------------
@@ -282,7 +290,7 @@ float tensor_kv_row(const tensor_kv_view *kvv, bool v, int32_t j, int32_t head_d
 void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 		     int32_t n_pos, float *scores, float *out) {
 	float row[KV_ROW_MAX];
-	float mx = -INFINITY;
+	float mx = kvv->sinks ? kvv->sinks[0] : -INFINITY; // a sink is a score whose value row is 0
 	const int32_t lo = tensor_attn_first(kvv, n_pos);
 	for (int32_t j = lo; j < n_pos; j++) {
 		const float ksc = tensor_kv_row(kvv, false, j, head_dim, row);
@@ -294,7 +302,7 @@ void tensor_attn_f16(const float *q, int32_t head_dim, float scale, const tensor
 		scores[j] = s;
 		mx = s > mx ? s : mx;
 	}
-	double sum = 0.0;
+	double sum = kvv->sinks ? (float)exp((double)kvv->sinks[0] - mx) : 0.0;
 	for (int32_t j = lo; j < n_pos; j++) {
 		const float p = (float)exp((double)scores[j] - mx);
 		scores[j] = p;
@@ -324,8 +332,9 @@ size_t tensor_attn_scratch(int32_t nq, int32_t head_dim) {
 void tensor_attn(const float *q, int32_t head_dim, float scale, const tensor_kv_view *kvv, int32_t n_pos,
 		 float *scratch, float *out) {
 	float *row = scratch, *sc = scratch + head_dim;
-	float mx = -INFINITY;
-	double sum = 0.0;
+	// a sink starts the online softmax as a score seen before position 0, whose value row is 0
+	float mx = kvv->sinks ? kvv->sinks[0] : -INFINITY;
+	double sum = kvv->sinks ? 1.0 : 0.0;
 	const int32_t lo = tensor_attn_first(kvv, n_pos);
 	for (int32_t e = 0; e < head_dim; e++) out[e] = 0.0f;
 	// tiles stay fixed by absolute position; those wholly before the window are not read
@@ -428,6 +437,7 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 	case GGUF_T_Q8_0: off = 0; break;
 	case GGUF_T_IQ4_NL: break;
 	case GGUF_T_IQ4_XS: a[0] = a[1] = d * (float)(int8_t)dc->sc[t]; break;
+	case GGUF_T_MXFP4: a[0] = a[1] = tensor_e8m0_half(dc->sc[0]); break;
 	case GGUF_T_Q2_K:
 		for (int h = 0; h < 2; h++) {
 			a[h] = d * (float)(dc->sc[2 * t + h] & 15);
@@ -444,8 +454,8 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 		m[0] = m[1] = -(dm * (float)dc->mn[t]);
 	}
 	const bool iq4 = type == GGUF_T_IQ4_NL || type == GGUF_T_IQ4_XS;
-	for (int i = 0; i < 32; i++)
-		c[i] = type == GGUF_T_Q8_0 ? (int8_t)u[i] : iq4 ? tensor_iq4nl_values[u[i]] : (int8_t)(u[i] - off);
+	const int8_t *book = iq4 ? tensor_iq4nl_values : type == GGUF_T_MXFP4 ? tensor_mxfp4_values : NULL;
+	for (int i = 0; i < 32; i++) c[i] = type == GGUF_T_Q8_0 ? (int8_t)u[i] : book ? book[u[i]] : (int8_t)(u[i] - off);
 }
 
 // Outputs [o0, o1) of n rows of kern_q8 blocks: per output, blocks in k order, each piece of
@@ -497,17 +507,21 @@ static void ref_attn(const float *q, size_t q_stride, const int32_t *ridx, int32
 		     float scale, const tensor_kv_view *kvv, const int32_t *n_pos, float *scratch, float *out, size_t o_stride) {
 	for (int32_t i = 0; i < nr; i++) {
 		const size_t r = (size_t)(ridx ? ridx[i] : i);
-		for (int32_t h = 0; h < nq; h++)
-			tensor_attn(q + r * q_stride + (size_t)h * head_dim, head_dim, scale, kvv, n_pos[i], scratch,
+		for (int32_t h = 0; h < nq; h++) {
+			const tensor_kv_view kh = tensor_kv_head(kvv, h);
+			tensor_attn(q + r * q_stride + (size_t)h * head_dim, head_dim, scale, &kh, n_pos[i], scratch,
 				    out + r * o_stride + (size_t)h * head_dim);
+		}
 	}
 }
 
 static void ref_attn_unfused(const float *q, int32_t nq, int32_t head_dim, float scale, const tensor_kv_view *kvv,
 			     int32_t n_pos, float *scores, float *out) {
-	for (int32_t h = 0; h < nq; h++)
-		tensor_attn_f16(q + (size_t)h * head_dim, head_dim, scale, kvv, n_pos, scores + (size_t)h * n_pos,
+	for (int32_t h = 0; h < nq; h++) {
+		const tensor_kv_view kh = tensor_kv_head(kvv, h);
+		tensor_attn_f16(q + (size_t)h * head_dim, head_dim, scale, &kh, n_pos, scores + (size_t)h * n_pos,
 				out + (size_t)h * head_dim);
+	}
 }
 
 // ---- the training products: plain multiply then add, inputs in order ----------------------------

@@ -64,7 +64,7 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 	float inv[64];
 	for (int32_t hq = 0; hq < nq; hq++) {
 		float *sc = scores + (size_t)hq * (n_pos + lo);
-		float mx = -INFINITY;
+		float mx = kvv->sinks ? kvv->sinks[hq] : -INFINITY; // a sink is a score whose value row is 0
 		for (int32_t j = 0; j < n_pos; j++) mx = sc[j] > mx ? sc[j] : mx;
 		vf sum = v_zerof();
 		int32_t j = 0;
@@ -82,7 +82,13 @@ AI void attn_body(const float *q, int32_t nq, int32_t D, float scale, const tens
 			sc[j] = e[0];
 			tail += e[0];
 		}
-		const float total = v_hsum(sum) + tail;
+		float total = v_hsum(sum) + tail;
+		if (kvv->sinks) {
+			float t[VL] = {0}, e[VL];
+			t[0] = kvv->sinks[hq] - mx;
+			v_storef(e, v_exp(v_loadf(t)));
+			total += e[0];
+		}
 		inv[hq] = 1.0f / total;
 	}
 	// Weighted sum of V in position order, HG heads at a time (accumulators in registers);
@@ -116,8 +122,9 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 		    float *scores, float *out) {
 	const int nc = D / VL;
 	if (nq > 64) { // the 1/sum table holds 64 heads
+		const tensor_kv_view rest = tensor_kv_head(kvv, 64);
 		kx_attn_unfused(q, 64, D, scale, kvv, n_pos, scores, out);
-		kx_attn_unfused(q + (size_t)64 * D, nq - 64, D, scale, kvv, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
+		kx_attn_unfused(q + (size_t)64 * D, nq - 64, D, scale, &rest, n_pos, scores + (size_t)64 * n_pos, out + (size_t)64 * D);
 		return;
 	}
 #ifdef KX_NARROW
@@ -127,8 +134,10 @@ static void kx_attn_unfused(const float *q, int32_t nq, int32_t D, float scale, 
 	}
 #endif
 	if (D % VL || nc > ATT_MAXC) {
-		for (int32_t hq = 0; hq < nq; hq++)
-			tensor_attn_f16(q + (size_t)hq * D, D, scale, kvv, n_pos, scores + (size_t)hq * n_pos, out + (size_t)hq * D);
+		for (int32_t hq = 0; hq < nq; hq++) {
+			const tensor_kv_view kh = tensor_kv_head(kvv, hq);
+			tensor_attn_f16(q + (size_t)hq * D, D, scale, &kh, n_pos, scores + (size_t)hq * n_pos, out + (size_t)hq * D);
+		}
 		return;
 	}
 	if (nc == 4) attn_body(q, nq, D, scale, kvv, n_pos, scores, out, 4);
@@ -222,7 +231,8 @@ AI void att_prefetch(const tensor_kv_view *kvv, bool v, int32_t j, int32_t D) {
 // tile's sum of p as a fixed tree over the TT slots (4 slots 16 apart summed in order, then
 // halves folded 8, 4, 2, 1 apart; slots it may not see are +0), sum = sum * alpha + that, and
 // its output acc * alpha + w_j v_j for its positions in order (w = p times the V row's scale);
-// the result is acc / sum. Lanes past a row's position or before its window add +0 and scale
+// the result is acc / sum. A view's sinks start a lane's maximum at its head's sink logit and
+// its sum at 1 (else -inf and 0). Lanes past a row's position or before its window add +0 and scale
 // by 1, which change nothing, so a row's bits are the same alone, in any block, on any thread,
 // in either set.
 #define QBMAX (KX_ATT_ACC / 4) // query vectors per register block
@@ -392,6 +402,8 @@ AI void att_block(const float *q, size_t qs, const int32_t *ridx, int32_t nr, in
 		b.lim[l] = 0.0f, b.first[l] = 0.0f;
 	}
 	for (int32_t l = 0; l < QP; l++) b.mx[l] = -INFINITY, b.sum[l] = 0.0f;
+	// a sink starts a lane's online softmax as a score seen before position 0, whose value row is 0
+	for (int32_t l = 0; kvv->sinks && l < Q; l++) b.mx[l] = kvv->sinks[l % nq], b.sum[l] = 1.0f;
 	memset(b.acc, 0, (size_t)Q * D * sizeof(float));
 	// Tiles wholly before every row's window add +0 and rescale by 1: they are not walked, and
 	// positions before minp are never read (zeros stand in for them, selected away all the same).
@@ -447,8 +459,10 @@ static void kx_attn(const float *q, size_t qs, const int32_t *ridx, int32_t nr, 
 	if (D % VL || nc > ATT_MAXC) {
 		for (int32_t i = 0; i < nr; i++) {
 			const size_t r = (size_t)(ridx ? ridx[i] : i);
-			for (int32_t h = 0; h < nq; h++)
-				tensor_attn(q + r * qs + (size_t)h * D, D, scale, kvv, n_pos[i], scratch, out + r * os + (size_t)h * D);
+			for (int32_t h = 0; h < nq; h++) {
+				const tensor_kv_view kh = tensor_kv_head(kvv, h);
+				tensor_attn(q + r * qs + (size_t)h * D, D, scale, &kh, n_pos[i], scratch, out + r * os + (size_t)h * D);
+			}
 		}
 		return;
 	}

@@ -171,6 +171,13 @@ AI vi dot_row(const vi w[8], const kern_q8 *x, int part, int bits, vi init, int 
 // Chains per row: a lone row needs its own parallel chains, a full pass has other rows'.
 #define NCH(R) ((R) >= KX_ROWS_2CH ? 2 : 4)
 
+// acc + s * (D * d_x): one fma, or with pow2 (D a power of two, so D * d_x is exact) a multiply
+// then an add, which give the reference's q8 bits (MXFP4).
+AI vf acc_block(vf acc, vi s, vf D, float dx, bool pow2) {
+	const vf f = v_mul(D, v_set1f(dx));
+	return pow2 ? v_add(acc, v_mul(v_cvt(s), f)) : v_fma(v_cvt(s), f, acc);
+}
+
 #if KX_GROUP
 // Width q8 in groups of KX_GROUP rows whose dot products advance in lockstep, one code vector
 // at a time (more independent chains in flight than row after row). The group's first row is
@@ -188,9 +195,9 @@ AI void dot_group(const vi w[8], const uint8_t *gb, size_t xs, vi c[KX_GROUP]) {
 		c[j] = v_dpb(c[j], w[g], group_row(gb, xs, j)->qh + (g < 4 ? 4 * g : 16 + 4 * (g - 4)));
 }
 // R rows (a multiple of KX_GROUP) against block b of codes w stored with offset off:
-// acc += (w . qh - off * sum) * D * d_x, and + M * ds_x when affine.
+// acc += (w . qh - off * sum) * D * d_x (acc_block), and + M * ds_x when affine.
 AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, int off, vf D, bool affine, vf M,
-		   vf *acc) {
+		   bool pow2, vf *acc) {
 	UNROLL for (int i0 = 0; i0 < R; i0 += KX_GROUP) {
 		const uint8_t *gb = group_base(xa, xs, i0, b);
 		vi c[KX_GROUP];
@@ -201,7 +208,7 @@ AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R
 		dot_group(w, gb, xs, c);
 		UNROLL for (int j = 0; j < KX_GROUP; j++) {
 			const kern_q8 *x = group_row(gb, xs, j);
-			acc[i0 + j] = v_fma(v_cvt(c[j]), v_mul(D, v_set1f(x->d)), acc[i0 + j]);
+			acc[i0 + j] = acc_block(acc[i0 + j], c[j], D, x->d, pow2);
 			if (affine) acc[i0 + j] = v_fma(M, v_set1f(x->ds), acc[i0 + j]);
 		}
 	}
@@ -224,7 +231,7 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 		const vf M = affine ? v_ldh(sc + 32 + 2 * VL * h) : v_zerof();
 #if KX_GROUP
 		if (one && R >= KX_GROUP) {
-			rows_group(w, xa, xs, b, R, off, D, affine, M, acc);
+			rows_group(w, xa, xs, b, R, off, D, affine, M, false, acc);
 			continue;
 		}
 #endif
@@ -239,19 +246,19 @@ AI void rows_legacy(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs,
 }
 
 // acc[i] += D * d_x * (w . x) for R rows' activation block b against one block of 8-bit
-// signed codes w (stored as w ^ 0x80 with KX_Q8_UNSIGNED).
-AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, vf D, vf *acc, bool one) {
+// signed codes w (stored as w ^ 0x80 with KX_Q8_UNSIGNED); pow2: D a power of two (acc_block).
+AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R, vf D, vf *acc, bool pow2, bool one) {
 #if KX_Q8_UNSIGNED
 #if KX_GROUP
 	if (one && R >= KX_GROUP) {
-		rows_group(w, xa, xs, b, R, 128, D, false, v_zerof(), acc);
+		rows_group(w, xa, xs, b, R, 128, D, false, v_zerof(), pow2, acc);
 		return;
 	}
 #endif
 	ROWS {
 		const kern_q8 *x = xrow(xa, xs, i, b, one);
 		const vi s = dot_row(w, x, 2, 8, v_set1_32(-128 * x->sum), NCH(R), one);
-		acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+		acc[i] = acc_block(acc[i], s, D, x->d, pow2);
 	}
 	keep8(w);
 #else
@@ -264,7 +271,7 @@ AI void rows_signed(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int 
 		UNROLL for (int g = 0; g < 8; g++) hi = v_dp(hi, aw[g], v_sign8(bcast32(x->qh + 4 * g), w[g]));
 		if (!one) UNROLL for (int g = 0; g < 8; g++) lo = v_dp(lo, aw[g], v_sign8(bcast32(x->ql + 4 * g), w[g]));
 		const vi s = one ? hi : v_addi(v_slli32(hi, 8), lo);
-		acc[i] = v_fma(v_cvt(s), v_mul(D, v_set1f(x->d)), acc[i]);
+		acc[i] = acc_block(acc[i], s, D, x->d, pow2);
 	}
 #endif
 }
@@ -276,30 +283,31 @@ AI void rows_q8_0(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, i
 		pf(blk, 544);
 		vi w[8];
 		UNROLL for (int g = 0; g < 8; g++) w[g] = v_load(blk + 64 * g + VB * h);
-		rows_signed(w, xa, xs, b, R, v_ldh(blk + 512 + 2 * VL * h), acc, one);
+		rows_signed(w, xa, xs, b, R, v_ldh(blk + 512 + 2 * VL * h), acc, false, one);
 	}
 }
 
-// IQ4_NL (blocks of 32) and IQ4_XS (xs: 8 sub-blocks of 32 with int8 scales): 4-bit indices
-// looked up in the codebook, one byte shuffle per vector, then dotted as Q8_0's signed codes.
-// w = d * v(u), or d * sc * v(u).
+// IQ4_NL (blocks of 32), IQ4_XS (xsb: 8 sub-blocks of 32 with int8 scales) and MXFP4 (mx:
+// blocks of 32 with float scales, the E2M1 codebook): 4-bit indices looked up in the codebook,
+// one byte shuffle per vector, then dotted as Q8_0's signed codes. w = d * v(u), or d * sc * v(u).
 AI void rows_iq4(const uint8_t *tw, int64_t nb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, bool xsb,
-		 bool one) {
+		 bool mx, bool one) {
 	const int nsub = xsb ? 8 : 1;
-	const size_t bbytes = xsb ? 8 * 256 + 128 + 32 : 256 + 32;
+	const size_t bbytes = xsb ? 8 * 256 + 128 + 32 : mx ? 256 + 64 : 256 + 32;
 	// The codebook in every 128-bit lane, biased by 128 where the dot products want unsigned codes.
-	const vi lut = v_xor(v_lut16(tensor_iq4nl_values), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
+	const vi lut = v_xor(v_lut16(mx ? tensor_mxfp4_values : tensor_iq4nl_values),
+			     v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 256 * nsub;
 		pf(blk, bbytes);
-		const vf D0 = v_ldh(sc + (xsb ? 128 : 0) + 2 * VL * h);
+		const vf D0 = mx ? v_loadf((const float *)sc + VL * h) : v_ldh(sc + (xsb ? 128 : 0) + 2 * VL * h);
 		for (int j = 0; j < nsub; j++) {
 			vi w[8];
 			unpack4(blk + 256 * j, h, w);
 			UNROLL for (int g = 0; g < 8; g++) w[g] = v_shuf8(lut, w[g]);
 			const vf D = xsb ? v_mul(D0, v_cvt(v_ldi8(sc + 16 * j + VL * h))) : D0;
-			rows_signed(w, xa, xs, nsub * b + j, R, D, acc, one);
+			rows_signed(w, xa, xs, nsub * b + j, R, D, acc, mx, one);
 		}
 	}
 }
@@ -461,8 +469,9 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 #define CALL_Q5_0(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 352, true, 16, false, ONE)
 #define CALL_Q5_1(R, ONE) rows_legacy(tw, nb, xr, xs, h, R, acc, 384, true, 0, true, ONE)
 #define CALL_Q8_0(R, ONE) rows_q8_0(tw, nb, xr, xs, h, R, acc, ONE)
-#define CALL_IQ4_NL(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, ONE)
-#define CALL_IQ4_XS(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, true, ONE)
+#define CALL_IQ4_NL(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, false, ONE)
+#define CALL_IQ4_XS(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, true, false, ONE)
+#define CALL_MXFP4(R, ONE) rows_iq4(tw, nb, xr, xs, h, R, acc, false, true, ONE)
 #define CALL_Q4_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, false, ONE)
 #define CALL_Q5_K(R, ONE) rows_q45_K(tw, nb, xr, xs, h, R, acc, true, ONE)
 #define CALL_Q6_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, true, ONE)
@@ -477,7 +486,7 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	X(q4_0, 32, 288, CALL_Q4_0) X(q4_1, 32, 320, CALL_Q4_1) X(q5_0, 32, 352, CALL_Q5_0) X(q5_1, 32, 384, CALL_Q5_1) \
 	X(q8_0, 32, 544, CALL_Q8_0) X(q2_K, 256, 8 * 128 + 320, CALL_Q2_K) X(q3_K, 256, 8 * 192 + 288, CALL_Q3_K)        \
 	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K) \
-	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS)
+	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS) X(mxfp4, 32, 320, CALL_MXFP4)
 #define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
 MM_TYPES(MM_BOTH)
 MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
@@ -490,7 +499,7 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
 	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
-	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs
+	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs, [GGUF_T_MXFP4] = P##mxfp4
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 

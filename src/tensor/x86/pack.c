@@ -67,6 +67,7 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, true},
 	[GGUF_T_IQ4_NL] = {GGUF_BLOCK_IQ4_NL, 256 + 32, true},
 	[GGUF_T_IQ4_XS] = {GGUF_BLOCK_IQ4_XS, 8 * 256 + 128 + 32, true},
+	[GGUF_T_MXFP4] = {GGUF_BLOCK_MXFP4, 256 + 64, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
@@ -84,6 +85,12 @@ size_t kern_x86_pack_bytes(uint32_t type, int64_t rows, int64_t k) {
 }
 
 static void put16(uint8_t *dst, uint16_t v) { dst[0] = (uint8_t)v, dst[1] = (uint8_t)(v >> 8); }
+
+// MXFP4's scale as the float the kernels multiply by.
+static void put_e8m0(uint8_t *dst, uint8_t e) {
+	const float d = tensor_e8m0_half(e);
+	memcpy(dst, &d, 4);
+}
 
 // One tile of a float type: for each k, the 16 rows' values side by side.
 static void pack_float_tile(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t nr, int64_t k, uint8_t *dst) {
@@ -104,6 +111,10 @@ static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 		if (type == GGUF_T_Q8_0) planes8(o, u), o += 512;
 		else planes4(o, u), o += 256;
 		if (type == GGUF_T_Q5_0 || type == GGUF_T_Q5_1) hb1(o, u, 4), o += 64;
+		if (type == GGUF_T_MXFP4) { // float scales: 2^(e - 128) is beyond fp16's range
+			for (int r = 0; r < 16; r++) put_e8m0(o + 4 * r, dc[r].sc[0]);
+			return;
+		}
 		for (int r = 0; r < 16; r++) put16(o + 2 * r, dc[r].d);
 		o += 32;
 		if (type == GGUF_T_Q4_1 || type == GGUF_T_Q5_1)
@@ -150,8 +161,8 @@ static uint32_t rd32(const uint8_t *p) {
 
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
-// Q4_0, Q4_1, IQ4_NL, Q8_0, Q4_K and IQ4_XS, whose codes need no decoding: one tile-block
-// from 16 rows.
+// Q4_0, Q4_1, IQ4_NL, MXFP4, Q8_0, Q4_K and IQ4_XS, whose codes need no decoding: one
+// tile-block from 16 rows.
 static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, uint8_t *o, bool q8u) {
 	switch (type) {
 	case GGUF_T_Q4_0:
@@ -167,6 +178,13 @@ static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, ui
 		}
 		return true;
 	}
+	case GGUF_T_MXFP4: // Q4_0's code layout after a one-byte exponent
+		for (int r = 0; r < 16; r++) {
+			const block_mxfp4 *x = (const block_mxfp4 *)(row[r] + (size_t)b * sizeof(block_mxfp4));
+			for (int g = 0; g < 4; g++) wr32(o + 64 * g + 4 * r, rd32(x->qs + 4 * g));
+			put_e8m0(o + 256 + 4 * r, x->e);
+		}
+		return true;
 	case GGUF_T_Q8_0:
 		for (int r = 0; r < 16; r++) {
 			const uint8_t *x = row[r] + (size_t)b * sizeof(block_q8_0);
