@@ -158,7 +158,8 @@ bool base_parse_duration(const char *p, double *seconds) {
 		else if (*p) return false;
 		total += x * unit;
 	}
-	*seconds = total < 0 ? -1 : total;
+	// past a century is for good: nothing is timed that far
+	*seconds = total < 0 || total > 3.2e9 ? -1 : total;
 	return true;
 }
 

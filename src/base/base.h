@@ -80,7 +80,8 @@ _Noreturn void base_panic(const char *file, int line, const char *what);
 uint64_t base_now_us(void); // monotonic microseconds
 uint64_t base_now_ns(void); // monotonic nanoseconds
 // A duration as Ollama and Go write it ("30s", "5m", "1h30m", "250ms"; a bare number is
-// seconds) into *seconds; a negative one is -1 (for good). false: not a duration.
+// seconds) into *seconds; a negative one, or one past a century, is -1 (for good). false:
+// not a duration.
 bool base_parse_duration(const char *s, double *seconds);
 
 // ---- checked arithmetic: false on overflow -------------------------------------------

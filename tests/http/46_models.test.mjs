@@ -105,6 +105,10 @@ test('listed by name with their state; a model idle past its keep-alive unloads,
 		gone = !(await loaded(s.url)).includes('org/qwen2:latest');
 	}
 	assert.ok(gone, 'keep_alive 0 unloads it after the request');
+	// loads and unloads leave nothing behind: the server stops cleanly (under ASan in .ci/run: nothing leaked)
+	await complete(s.url, 'llama-q8', 1);
+	s.proc.kill('SIGTERM');
+	assert.deepEqual(await s.exited, { code: 0, signal: null });
 });
 
 test('--max-models: the least recently used idle model unloads for another', async () => {

@@ -1,6 +1,7 @@
 // tests: text from outside as base handles it — base_utf8_copy keeps whole characters and
 // replaces bytes that are not UTF-8 with U+FFFD, and base_log escapes control characters and
-// invalid bytes so a logged value can never start a line of its own, in text and in JSON.
+// invalid bytes so a logged value can never start a line of its own, in text and in JSON;
+// base_parse_duration reads keep-alives as Ollama and Go write them.
 #include "t.h"
 #include "base/base.h"
 
@@ -59,5 +60,19 @@ int main(void) {
 	free(got);
 	close(fd);
 	unlink(path);
+
+	// durations: units add up, a bare number is seconds, negative or past a century is for good
+	const struct {
+		const char *in;
+		bool ok;
+		double s;
+	} durs[] = {{"5m", true, 300}, {"1h30m", true, 5400}, {"250ms", true, 0.25}, {"30", true, 30}, {"0", true, 0},
+		    {"-1", true, -1}, {"1.5s", true, 1.5}, {"-5m", true, -1}, {"1e12", true, -1}, {"", false, 0},
+		    {"5x", false, 0}, {"m", false, 0}, {"5 m", false, 0}, {"nan", false, 0}, {"1e999", false, 0}};
+	for (size_t i = 0; i < sizeof durs / sizeof durs[0]; i++) {
+		double v = 12345;
+		const bool ok = base_parse_duration(durs[i].in, &v);
+		CHECKF(ok == durs[i].ok && (!ok || v == durs[i].s), "'%s': %d %g", durs[i].in, ok, v);
+	}
 	T_DONE("base_text");
 }

@@ -335,8 +335,8 @@ void srv_models_free(http_server *s) {
 static bool keep_alive_of(json_t *v, double *out) {
 	if (!json_is_number(v)) return base_parse_duration(json_string_value(v), out);
 	*out = json_number_value(v);
-	if (*out < 0) *out = -1;
-	return isfinite(*out);
+	if (*out < 0 || *out > 3.2e9) *out = -1; // as base_parse_duration takes them
+	return isfinite(json_number_value(v));
 }
 
 // Under models_mu: room for one more loaded model of the folder, an idle one unloaded when
