@@ -13,7 +13,7 @@ import http from 'node:http';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
-import { SHARED, STORIES, TMP, startServer, postJSON, getJSON, sleep, waits, assertWaitsSettled, bigModel } from './lib.mjs';
+import { SHARED, STORIES, TMP, startServer, postJSON, getJSON, sleep, waits, assertWaitsSettled, bigModel, agentModel } from './lib.mjs';
 
 const dir = path.join(TMP, `models-${process.pid}`);
 const FILES = { 'llama-q8': 'ref-llama-Q8_0.gguf', 'org/qwen2': 'ref-qwen2-Q8_0.gguf' };
@@ -37,28 +37,35 @@ async function serve(args) {
 	return s;
 }
 
-const body = (model, i) => ({ model, prompt: `Once upon a time ${i}`, max_tokens: 12, temperature: 0.9, seed: 11 + i });
+const body = (model, i) => ({ model, prompt: `Once upon a time ${i}`, max_tokens: 12, temperature: 0.9, seed: 11 + i, logprobs: 2 });
 
+// The reply's tokens and their log-probabilities, with each token's text in its model's vocabulary.
 async function complete(url, model, i) {
 	const r = await postJSON(`${url}/v1/completions`, body(model, i));
 	assert.equal(r.status, 200, `${model}: ${JSON.stringify(r.body)}`);
 	assert.equal(r.body.model, model);
-	return r.body.choices[0].token_sha;
+	const c = r.body.choices[0];
+	return JSON.stringify({ sha: c.token_sha, lp: c.logprobs });
 }
 
 const loaded = async (url) => (await getJSON(`${url}/api/ps`)).body.models.map((m) => m.name).sort();
 
 test('each model answers by its name with the bits it writes alone, solo and interleaved with the others', async () => {
-	const multi = await serve(['-m', STORIES, '--models-dir', dir]);
+	// a model of another vocabulary (Qwen2's): its tokens' texts are its own
+	const vdir = fs.mkdtempSync(path.join(TMP, 'models-vocab-'));
+	for (const [name, file] of Object.entries(FILES)) fs.symlinkSync(path.join(SHARED, 'models', file), path.join(vdir, `${name.replace('/', '-')}.gguf`));
+	fs.symlinkSync(agentModel(), path.join(vdir, 'agent.gguf'));
+	const files = { stories260K: STORIES, 'llama-q8': path.join(SHARED, 'models', FILES['llama-q8']), 'org-qwen2': path.join(SHARED, 'models', FILES['org/qwen2']), agent: agentModel() };
+	const multi = await serve(['-m', STORIES, '--models-dir', vdir, '--max-models', '3']);
 	const solo = {};
-	for (const [name, file] of Object.entries({ stories260K: null, ...FILES })) {
-		const s = await serve(['-m', file ? path.join(SHARED, 'models', file) : STORIES, '--alias', name]);
+	for (const [name, file] of Object.entries(files)) {
+		const s = await serve(['-m', file, '--alias', name]);
 		solo[name] = [];
 		for (let i = 0; i < 3; i++) solo[name].push(await complete(s.url, name, i));
 		s.proc.kill('SIGTERM');
 		await s.exited;
 	}
-	assert.notEqual(solo['llama-q8'][0], solo['org/qwen2'][0], 'the models differ');
+	assert.notEqual(solo['llama-q8'][0], solo['org-qwen2'][0], 'the models differ');
 	// one at a time: the first request of each loads it
 	for (const name of Object.keys(solo)) assert.equal(await complete(multi.url, name, 0), solo[name][0], `${name} alone`);
 	// interleaved: every model at once, several requests each
@@ -183,9 +190,9 @@ test('Ollama\'s pull, copy and delete act on the folder: what they write is serv
 	// by its file's name or the reference it was pulled by
 	const byRef = await postJSON(`${s.url}/v1/completions`, body('org/repo:Q8_0', 0));
 	assert.equal(byRef.status, 200, JSON.stringify(byRef.body));
-	assert.equal(await complete(s.url, 'org/repo/tiny-Q8_0', 0), byRef.body.choices[0].token_sha);
+	assert.equal(JSON.parse(await complete(s.url, 'org/repo/tiny-Q8_0', 0)).sha, byRef.body.choices[0].token_sha);
 	await ollama.copy({ source: 'org/repo:Q8_0', destination: 'mine' });
-	assert.equal(await complete(s.url, 'mine', 0), byRef.body.choices[0].token_sha, 'the copy is the same model');
+	assert.equal(JSON.parse(await complete(s.url, 'mine', 0)).sha, byRef.body.choices[0].token_sha, 'the copy is the same model');
 	await ollama.delete({ model: 'org/repo:Q8_0' });
 	assert.deepEqual((await ollama.list()).models.map((m) => m.name).sort(), ['mine:latest', 'stories260K:latest']);
 	const gone = await postJSON(`${s.url}/v1/completions`, body('org/repo/tiny-Q8_0', 0));

@@ -58,13 +58,13 @@ static json_t *usage(const srv_call *c) {
 
 // ---- logprobs -----------------------------------------------------------------------------------
 
-static json_t *chat_lp_entry(http_server *s, int32_t id, float lp, const lane_top *top, int32_t n_top) {
+static json_t *chat_lp_entry(const srv_model *M, int32_t id, float lp, const lane_top *top, int32_t n_top) {
 	json_t *bytes = NULL;
-	char *t = srv_token_text(s, id, &bytes);
+	char *t = srv_token_text(M, id, &bytes);
 	json_t *tops = json_array();
 	for (int32_t k = 0; k < n_top && tops; k++) {
 		json_t *b2 = NULL;
-		char *t2 = srv_token_text(s, top[k].token, &b2);
+		char *t2 = srv_token_text(M, top[k].token, &b2);
 		json_array_append_new(tops, json_pack("{s:s, s:o, s:o}", "token", t2 ? t2 : "", "logprob",
 						      srv_real(top[k].logprob), "bytes", b2 ? b2 : json_array()));
 		free(t2);
@@ -78,13 +78,13 @@ static json_t *chat_lp_entry(http_server *s, int32_t id, float lp, const lane_to
 // Completions' legacy logprobs: appends one token to the four arrays of choice i.
 static void cmpl_lp_add(srv_call *c, int i, const lane_event *ev) {
 	oai_state *st = c->st;
-	char *t = srv_token_text(c->s, ev->token, NULL);
+	char *t = srv_token_text(c->mdl, ev->token, NULL);
 	json_array_append_new(st->lp[i], json_string(t ? t : ""));
 	json_array_append_new(st->lp_lp[i], srv_real(ev->logprob));
 	if (c->g.lr.top_logprobs > 0) {
 		json_t *o = json_object();
 		for (int32_t k = 0; k < ev->n_top && o; k++) {
-			char *t2 = srv_token_text(c->s, ev->top[k].token, NULL);
+			char *t2 = srv_token_text(c->mdl, ev->top[k].token, NULL);
 			if (t2 && !json_object_get(o, t2)) json_object_set_new(o, t2, srv_real(ev->top[k].logprob));
 			free(t2);
 		}
@@ -106,12 +106,12 @@ static void cmpl_prompt_lp(srv_call *c, int i, json_t *tokens, json_t *lps, json
 	const int32_t want = c->g.lr.top_logprobs < k ? c->g.lr.top_logprobs : k;
 	size_t off = 0;
 	for (int32_t p = 0; p < c->g.lr.n_prompt; p++) {
-		char *t = srv_token_text(c->s, c->g.prompt[p], NULL);
+		char *t = srv_token_text(c->mdl, c->g.prompt[p], NULL);
 		json_array_append_new(tokens, json_string(t ? t : ""));
 		json_array_append_new(lps, p && lp ? srv_real(lp[p].logprob) : json_null());
 		json_t *o = p && lp && want > 0 ? json_object() : NULL;
 		for (int32_t j = 0; o && j < want; j++) {
-			char *t2 = srv_token_text(c->s, top[(size_t)p * k + j].token, NULL);
+			char *t2 = srv_token_text(c->mdl, top[(size_t)p * k + j].token, NULL);
 			if (t2 && !json_object_get(o, t2)) json_object_set_new(o, t2, srv_real(top[(size_t)p * k + j].logprob));
 			free(t2);
 		}
@@ -135,7 +135,7 @@ static json_t *vllm_prompt_lp(srv_call *c, int i, int32_t want) {
 	for (int32_t p = 1; p < c->g.lr.n_prompt; p++) {
 		json_t *o = json_object();
 		char key[16];
-		char *t = srv_token_text(c->s, c->g.prompt[p], NULL);
+		char *t = srv_token_text(c->mdl, c->g.prompt[p], NULL);
 		snprintf(key, sizeof key, "%d", c->g.prompt[p]);
 		json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", srv_real(lp[p].logprob), "rank", lp[p].rank,
 						       "decoded_token", t ? t : ""));
@@ -144,7 +144,7 @@ static json_t *vllm_prompt_lp(srv_call *c, int i, int32_t want) {
 			const lane_top *x = &top[(size_t)p * k + j];
 			snprintf(key, sizeof key, "%d", x->token);
 			if (json_object_get(o, key)) continue;
-			char *t2 = srv_token_text(c->s, x->token, NULL);
+			char *t2 = srv_token_text(c->mdl, x->token, NULL);
 			json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", srv_real(x->logprob), "rank", j + 1,
 							       "decoded_token", t2 ? t2 : ""));
 			free(t2);
@@ -232,13 +232,13 @@ static void oai_text(srv_call *c, int i, const char *text, size_t len, const lan
 		srv_tools_stream(c, i, false, &oai_sink);
 		if (with_lp)
 			srv_sse(c, NULL, chunk(c, json_pack("[{s:i, s:{}, s:{s:[o], s:n}, s:n}]", "index", i, "delta", "logprobs", "content",
-							    chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top),
+							    chat_lp_entry(c->mdl, tok->token, tok->logprob, tok->top, tok->n_top),
 							    "refusal", "finish_reason")));
 		return;
 	}
 	if (!c->g.stream) {
 		if (!with_lp) return;
-		if (st->chat) json_array_append_new(st->lp[i], chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top));
+		if (st->chat) json_array_append_new(st->lp[i], chat_lp_entry(c->mdl, tok->token, tok->logprob, tok->top, tok->n_top));
 		else cmpl_lp_add(c, i, tok);
 		return;
 	}
@@ -246,7 +246,7 @@ static void oai_text(srv_call *c, int i, const char *text, size_t len, const lan
 	json_t *lp = json_null();
 	if (with_lp && st->chat) {
 		json_decref(lp);
-		lp = json_pack("{s:[o], s:n}", "content", chat_lp_entry(c->s, tok->token, tok->logprob, tok->top, tok->n_top), "refusal");
+		lp = json_pack("{s:[o], s:n}", "content", chat_lp_entry(c->mdl, tok->token, tok->logprob, tok->top, tok->n_top), "refusal");
 	} else if (with_lp) {
 		for (int k = 0; k < c->n; k++) {
 			json_array_clear(st->lp[k]);
@@ -634,7 +634,7 @@ static void oai_run(srv_conn *c, const oai_endpoint *ep, json_t *j, oai_req *r, 
 	if (st->echo_lp) {
 		off = 0;
 		for (int32_t p = 0; p < r->g.lr.n_prompt; p++) {
-			char *t = srv_token_text(c->s, r->g.prompt[p], NULL);
+			char *t = srv_token_text(c->mdl, r->g.prompt[p], NULL);
 			off += t ? strlen(t) : 0;
 			free(t);
 		}

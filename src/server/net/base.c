@@ -612,9 +612,9 @@ char *srv_json_text(const json_t *v) {
 	return t;
 }
 
-char *srv_token_text(http_server *s, int32_t id, json_t **bytes) {
+char *srv_token_text(const srv_model *M, int32_t id, json_t **bytes) {
 	size_t n = 0;
-	const char *p = tok_piece(s->mdl->vocab, id, TOK_DECODE_SPECIAL, &n);
+	const char *p = tok_piece(M->vocab, id, TOK_DECODE_SPECIAL, &n);
 	if (!p) n = 0;
 	if (bytes) {
 		*bytes = json_array();

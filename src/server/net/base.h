@@ -413,8 +413,8 @@ json_t *srv_real(double v);
 // v as compact JSON text (malloc'd; NULL when out of memory) whose reals are in the shortest form
 // that reads back as the same double: a 0.8 a client sent comes back as 0.8.
 char *srv_json_text(const json_t *v);
-// A token's bytes as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.
-char *srv_token_text(http_server *s, int32_t id, json_t **bytes);
+// A token of M's vocabulary as valid UTF-8 (invalid bytes become U+FFFD), NUL-terminated, malloc'd.
+char *srv_token_text(const srv_model *M, int32_t id, json_t **bytes);
 // Text of a message content: a string, or an array of parts whose type is one of types
 // (each {"type", "text"}). A part this model cannot read (image, image_url, input_image,
 // document, file, input_file, input_audio) becomes a short text saying so, named on c
