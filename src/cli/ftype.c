@@ -12,7 +12,7 @@ enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
 	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
-	FT_BF16 = 32,
+	FT_BF16 = 32, FT_TQ1_0 = 36, FT_TQ2_0 = 37,
 };
 
 static const ftype_info ftypes[] = {
@@ -25,7 +25,8 @@ static const ftype_info ftypes[] = {
 	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K},
 	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K},
 	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL},
-	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS},
+	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS}, {"TQ1_0", FT_TQ1_0, GGUF_T_TQ1_0},
+	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -97,7 +98,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 	const gguf_ttype_info *ti = gguf_ttype_get(t);
 	switch (category(name)) {
 	case C_TOKEN_EMBD: // a tied embedding is also the output
-		if (!m->tied) return t;
+		if (!m->tied) return ft == FT_TQ1_0 || ft == FT_TQ2_0 ? GGUF_T_Q4_K : t;
 		return ncols % ti->block ? GGUF_T_Q8_0 : t == GGUF_T_Q8_0 ? t : GGUF_T_Q6_K;
 	case C_OUTPUT:
 		return ncols % ti->block ? GGUF_T_Q8_0 : t == GGUF_T_Q8_0 ? t : GGUF_T_Q6_K;
@@ -145,6 +146,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 static uint32_t fallback_of(uint32_t t) {
 	switch (t) {
 	case GGUF_T_IQ4_XS: return GGUF_T_IQ4_NL;
+	case GGUF_T_TQ1_0: case GGUF_T_TQ2_0: return GGUF_T_Q4_0;
 	case GGUF_T_Q2_K: case GGUF_T_Q3_K: return GGUF_T_Q4_0;
 	case GGUF_T_Q4_K: return GGUF_T_Q5_0;
 	case GGUF_T_Q5_K: return GGUF_T_Q5_1;

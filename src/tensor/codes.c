@@ -131,13 +131,35 @@ static void dec_iq4_xs(const uint8_t *b, kern_codes *o, bool q8u) {
 	o->d = x->d;
 }
 
+// TQ1_0 and TQ2_0: the trits as Q2_K's codes under scale 1 and min 1 (sc = 0x11), with
+// d = dmin = the block's scale, so d * 1 * t - d * 1 = d (t - 1).
+static void tq_scales(uint16_t d, kern_codes *o) {
+	memset(o->sc, 0x11, sizeof o->sc);
+	o->d = o->m = d;
+}
+
+static void dec_tq1_0(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_tq1_0 *x = (const block_tq1_0 *)b;
+	for (int e = 0; e < QK_K; e++) o->u[e] = (uint8_t)tensor_tq1_get(x, e);
+	tq_scales(x->d, o);
+}
+
+static void dec_tq2_0(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_tq2_0 *x = (const block_tq2_0 *)b;
+	for (int e = 0; e < QK_K; e++) o->u[e] = (x->qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+	tq_scales(x->d, o);
+}
+
 typedef void (*dec_fn)(const uint8_t *b, kern_codes *o, bool q8u);
 static const dec_fn decoders[GGUF_T_COUNT] = {
 	[GGUF_T_Q4_0] = dec_q4_0, [GGUF_T_Q4_1] = dec_q4_1, [GGUF_T_Q5_0] = dec_q5_0, [GGUF_T_Q5_1] = dec_q5_1,
 	[GGUF_T_Q8_0] = dec_q8_0, [GGUF_T_Q2_K] = dec_q2_K, [GGUF_T_Q3_K] = dec_q3_K, [GGUF_T_Q4_K] = dec_q4_K,
 	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K, [GGUF_T_IQ4_NL] = dec_q4_0, [GGUF_T_IQ4_XS] = dec_iq4_xs,
+	[GGUF_T_TQ1_0] = dec_tq1_0, [GGUF_T_TQ2_0] = dec_tq2_0,
 };
 
 bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }
 
 void kern_decode(uint32_t type, const uint8_t *b, kern_codes *o, bool q8u) { decoders[type](b, o, q8u); }
+
+uint32_t kern_codes_as(uint32_t type) { return type == GGUF_T_TQ1_0 || type == GGUF_T_TQ2_0 ? GGUF_T_Q2_K : type; }

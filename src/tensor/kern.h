@@ -91,7 +91,7 @@ extern const tensor_kernels tensor_kernels_avx512, tensor_kernels_avx512_q8;
 // bits; stored as q ^ 0x80 with q8u), Q2_K d sc_j u - dmin mn_j (sc_j = sc & 15, mn_j =
 // sc >> 4, j per 16), Q3_K d sc_j (u-4) and Q6_K d sc_j (u-32) (sc_j signed, j per 16),
 // Q4_K/Q5_K d sc_j u - dmin mn_j (j per 32), IQ4_NL d v(u) and IQ4_XS d sc_j v(u) (sc_j
-// signed, j per 32; v the codebook tensor_iq4nl_values).
+// signed, j per 32; v the codebook tensor_iq4nl_values). TQ1_0 and TQ2_0 give Q2_K's codes.
 typedef struct {
 	uint8_t u[QK_K];
 	uint16_t d, m;      // fp16 scale and min (legacy), or super-block d and dmin (K)
@@ -102,6 +102,9 @@ typedef struct {
 bool kern_has_codes(uint32_t type);
 // Decodes the block of type at b (kern_has_codes(type)).
 void kern_decode(uint32_t type, const uint8_t *b, kern_codes *o, bool q8u);
+// The type whose codes type's decoder gives, and whose packed layout and kernels it shares:
+// Q2_K for TQ1_0 and TQ2_0 (trits under scale 1 and min 1), else type itself.
+uint32_t kern_codes_as(uint32_t type);
 // Q4_K/Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes q.
 void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 

@@ -150,6 +150,35 @@ static inline int tensor_iq4xs_scale(const block_iq4_xs *b, int ib) {
 	return ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | ((b->scales_h >> 2 * ib) & 3) << 4;
 }
 
+// Ternary types (BitNet b1.58, TriLMs): element = d * (t - 1), t in {0, 1, 2} a trit.
+typedef struct {
+	uint8_t qs[(QK_K - 4 * QK_K / 64) / 5]; // 240 trits, 5 per byte (see tensor_tq1_trit)
+	uint8_t qh[QK_K / 64];                  // the last 16 trits, 4 per byte
+	uint16_t d;                             // fp16 scale
+} block_tq1_0;
+static_assert(sizeof(block_tq1_0) == (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, "block_tq1_0 size");
+static_assert(sizeof(block_tq1_0) == GGUF_BYTES_TQ1_0 && QK_K == GGUF_BLOCK_TQ1_0, "block_tq1_0: the GGUF list");
+
+typedef struct {
+	uint8_t qs[QK_K / 4]; // 2-bit trits: bits 2l of byte 32c + m = element 128c + 32l + m
+	uint16_t d;           // fp16 scale
+} block_tq2_0;
+static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "block_tq2_0 size");
+static_assert(sizeof(block_tq2_0) == GGUF_BYTES_TQ2_0 && QK_K == GGUF_BLOCK_TQ2_0, "block_tq2_0: the GGUF list");
+
+// TQ1_0: a byte q holds the trits t_0..t_4 as q = ceil(256 v / 243), v = sum t_n 3^(4-n);
+// trit n comes back as the top of (q 3^n mod 256) * 3 (qh's bytes hold 4 trits and a 0).
+static inline int tensor_tq1_trit(uint8_t q, int n) {
+	static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+	return ((uint8_t)(q * pow3[n]) * 3) >> 8;
+}
+// TQ1_0: trit e (0..255) of a block, in element order.
+static inline int tensor_tq1_get(const block_tq1_0 *b, int e) {
+	if (e < 160) return tensor_tq1_trit(b->qs[e % 32], e / 32);
+	if (e < 240) return tensor_tq1_trit(b->qs[32 + (e - 160) % 16], (e - 160) / 16);
+	return tensor_tq1_trit(b->qh[(e - 240) % 4], (e - 240) / 4);
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

@@ -144,6 +144,8 @@ DOT_BLOCK(q6_K, QK_K, block_q6_K)
 DOT_BLOCK(q8_K, QK_K, block_q8_K)
 DOT_BLOCK(iq4_nl, QK4_NL, block_iq4_nl)
 DOT_BLOCK(iq4_xs, QK_K, block_iq4_xs)
+DOT_BLOCK(tq1_0, QK_K, block_tq1_0)
+DOT_BLOCK(tq2_0, QK_K, block_tq2_0)
 
 // ---- the table --------------------------------------------------------------------------
 // name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
@@ -159,6 +161,7 @@ static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_Q2_K] = QTYPE(q2_K, Q2_K), [GGUF_T_Q3_K] = QTYPE(q3_K, Q3_K), [GGUF_T_Q4_K] = QTYPE(q4_K, Q4_K),
 	[GGUF_T_Q5_K] = QTYPE(q5_K, Q5_K), [GGUF_T_Q6_K] = QTYPE(q6_K, Q6_K), [GGUF_T_Q8_K] = QTYPE(q8_K, Q8_K),
 	[GGUF_T_IQ4_NL] = QTYPE(iq4_nl, IQ4_NL), [GGUF_T_IQ4_XS] = QTYPE(iq4_xs, IQ4_XS),
+	[GGUF_T_TQ1_0] = QTYPE(tq1_0, TQ1_0), [GGUF_T_TQ2_0] = QTYPE(tq2_0, TQ2_0),
 };
 #undef QTYPE
 #undef FACTS

@@ -2,7 +2,7 @@
 // a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
 // whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
 // truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths; on shared models, on IQ4 files `lanes quantize` makes here, and on the
+// activation widths; on shared models, on files of the types no shared model has (IQ4, TQ) `lanes quantize` makes here, and on the
 // gemma2, gemma3 and phi3 ones `lanes gen` writes (their local layers' window shorter than the prompt).
 #include "t.h"
 #include "gen.h"
@@ -225,9 +225,10 @@ int main(void) {
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
-	static const char *const iq4[] = {"IQ4_NL", "IQ4_XS"};
-	char iq4_path[2][512];
-	for (int q = 0; q < 2; q++) CHECKF(t_quantize_ref("exact", iq4[q], iq4_path[q], sizeof iq4_path[q]), "lanes quantize to %s", iq4[q]);
+	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"};
+	enum { NQ = sizeof made / sizeof made[0] };
+	char made_path[NQ][512];
+	for (int q = 0; q < NQ; q++) CHECKF(t_quantize_ref("exact", made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);
 	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test"};
 	char fam_path[3][512], vocab[512];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
@@ -245,10 +246,10 @@ int main(void) {
 			if (q8 && ref) continue;
 			run_model("ref-moe-Q8_0", false);
 			run_model("ref-llama-Q4_0", false);
-			for (int q = 0; q < 2; q++) run_file(iq4[q], iq4_path[q], false);
+			for (int q = 0; q < NQ; q++) run_file(made[q], made_path[q], false);
 			for (int g = 0; g < 3; g++) run_file(fams[g], fam_path[g], !q8);
 		}
-	for (int q = 0; q < 2; q++) remove(iq4_path[q]);
+	for (int q = 0; q < NQ; q++) remove(made_path[q]);
 	for (int g = 0; g < 3; g++) remove(fam_path[g]);
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	T_DONE("exact");

@@ -12,7 +12,7 @@
 static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
-	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS,
+	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -44,6 +44,8 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_q8_K) == 292);
 	CHECK(sizeof(block_iq4_nl) == 18);
 	CHECK(sizeof(block_iq4_xs) == 136);
+	CHECK(sizeof(block_tq1_0) == 54);
+	CHECK(sizeof(block_tq2_0) == 66);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -112,6 +114,55 @@ static void test_iq4(void) {
 	for (int j = 0; j < 32; j++)
 		for (int c = 0; c < 16; c++) bad += fabsf(x[j] - d * published[c]) < fabsf(x[j] - y[j]);
 	CHECKF(bad == 0 && d != 0.0f, "IQ4_NL: %d elements not at their nearest code", bad);
+}
+
+// ---- the ternary types, from their definitions -------------------------------------------
+// Trit e of the test blocks, and the block scale.
+static int tq_trit(int e) { return (e * 7 + e / 5) % 3; }
+
+static void test_tq(void) {
+	// TQ1_0's byte for 5 trits is ceil(256 v / 243), v their base-3 number (first trit most
+	// significant); each of the 243 comes back whole
+	int bad = 0;
+	for (int v = 0; v < 243; v++) {
+		const uint8_t q = (uint8_t)((v * 256 + 242) / 243);
+		for (int n = 0, p = 81; n < 5; n++, p /= 3) bad += tensor_tq1_trit(q, n) != v / p % 3;
+	}
+	CHECKF(bad == 0, "TQ1_0: %d trits do not decode", bad);
+	// TQ1_0 by hand: element 32n + m is trit n of qs[m] (n < 5), 160 + 16n + m trit n of qs[32 + m],
+	// 240 + 4n + m trit n of qh[m] (4 trits and a 0)
+	block_tq1_0 t1 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int m = 0; m < 52; m++) {
+		int v = 0;
+		for (int n = 0; n < 5; n++) {
+			const int e = m < 32 ? 32 * n + m : m < 48 ? 160 + 16 * n + (m - 32) : 240 + 4 * n + (m - 48);
+			v = 3 * v + (m >= 48 && n == 4 ? 0 : tq_trit(e));
+		}
+		const uint8_t q = (uint8_t)((v * 256 + 242) / 243);
+		if (m < 48) t1.qs[m] = q;
+		else t1.qh[m - 48] = q;
+	}
+	float y[256], x[256];
+	tensor_traits_of(GGUF_T_TQ1_0)->to_f32(&t1, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) bad += y[e] != 0.5f * (float)(tq_trit(e) - 1);
+	CHECKF(bad == 0, "TQ1_0: %d elements off their definition", bad);
+	// TQ2_0 by hand: element 128c + 32l + m = bits 2l..2l+1 of qs[32c + m], minus 1, times d
+	block_tq2_0 t2 = {.d = tensor_f32_to_f16(-0.25f)};
+	for (int e = 0; e < 256; e++) t2.qs[32 * (e / 128) + e % 32] |= (uint8_t)(tq_trit(e) << (2 * (e % 128 / 32)));
+	tensor_traits_of(GGUF_T_TQ2_0)->to_f32(&t2, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) bad += y[e] != -0.25f * (float)(tq_trit(e) - 1);
+	CHECKF(bad == 0, "TQ2_0: %d elements off their definition", bad);
+	// ternary weights at any scale come back exactly (the scale is the block's largest magnitude)
+	for (int k = 0; k < 2; k++) {
+		const tensor_traits *tt = tensor_traits_of(k ? GGUF_T_TQ2_0 : GGUF_T_TQ1_0);
+		uint8_t q[66];
+		for (int e = 0; e < 256; e++) x[e] = 0.375f * (float)(tq_trit(e + 11 * k) - 1);
+		tt->from_f32(x, q, 256);
+		tt->to_f32(q, y, 256);
+		CHECKF(!memcmp(x, y, sizeof x), "%s: ternary weights do not round trip", tt->name);
+	}
 }
 
 // ---- golden tensors ----------------------------------------------------------------------
@@ -249,6 +300,8 @@ static void test_round_trip(void) {
 		{GGUF_T_Q5_K, 0.045},   {GGUF_T_Q4_0, 0.12},   {GGUF_T_Q4_1, 0.10},
 		{GGUF_T_Q4_K, 0.09},    {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q2_K, 0.40},
 		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},
+		// ternary at the block's largest magnitude: most Gaussian values round to 0 (about 0.80)
+		{GGUF_T_TQ1_0, 0.85},   {GGUF_T_TQ2_0, 0.85},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -400,6 +453,7 @@ static void test_half(void) {
 int main(void) {
 	test_sizes();
 	test_iq4();
+	test_tq();
 	test_half();
 	test_round_trip();
 	test_golden();

@@ -420,6 +420,7 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 	int off = 0;
 	a[0] = a[1] = d;
 	m[0] = m[1] = 0.0f;
+	type = kern_codes_as(type);
 	switch (type) {
 	case GGUF_T_Q4_0: off = 8; break;
 	case GGUF_T_Q5_0: off = 16; break;

@@ -490,18 +490,23 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
 	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
-	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs
+	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs,                    \
+	[GGUF_T_TQ1_0] = P##q2_K, [GGUF_T_TQ2_0] = P##q2_K
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
+// A type without a kernel here is read in place with float activations (kern_x86_act_kind),
+// as the reference reads it.
 static void kx_matmul8(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y,
 		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
-	mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	if (!mm8_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	else mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
 		      int64_t o0, int64_t o1, bool add) {
-	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	if (!mm_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	else mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {

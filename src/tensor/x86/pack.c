@@ -67,6 +67,8 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_Q6_K] = {GGUF_BLOCK_Q6_K, 8 * 384 + 256 + 32, true},
 	[GGUF_T_IQ4_NL] = {GGUF_BLOCK_IQ4_NL, 256 + 32, true},
 	[GGUF_T_IQ4_XS] = {GGUF_BLOCK_IQ4_XS, 8 * 256 + 128 + 32, true},
+	[GGUF_T_TQ1_0] = {GGUF_BLOCK_TQ1_0, 8 * 128 + 256 + 64, true}, // as Q2_K (kern_codes_as)
+	[GGUF_T_TQ2_0] = {GGUF_BLOCK_TQ2_0, 8 * 128 + 256 + 64, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
@@ -98,6 +100,7 @@ static void pack_float_tile(uint32_t type, const uint8_t *src, size_t row_bytes,
 
 static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 	const uint8_t *u[16];
+	type = kern_codes_as(type);
 	switch (packers[type].elems) {
 	case 32:
 		for (int r = 0; r < 16; r++) u[r] = dc[r].u;
