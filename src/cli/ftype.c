@@ -11,7 +11,7 @@
 enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
-	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
+	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ4_XS = 30,
 	FT_BF16 = 32, FT_TQ1_0 = 36, FT_TQ2_0 = 37,
 };
 
@@ -26,7 +26,7 @@ static const ftype_info ftypes[] = {
 	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K},
 	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL},
 	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS}, {"TQ1_0", FT_TQ1_0, GGUF_T_TQ1_0},
-	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0},
+	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0}, {"IQ3_S", FT_IQ3_S, GGUF_T_IQ3_S},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -107,6 +107,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 		else if (ft == FT_Q3_K_M) t = il < 2 ? GGUF_T_Q5_K : GGUF_T_Q4_K;
 		else if (ft == FT_Q3_K_L) t = GGUF_T_Q5_K;
 		else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && gqa >= 4) t = GGUF_T_Q5_K;
+		else if (ft == FT_IQ3_S && gqa >= 4) t = GGUF_T_Q4_K;
 		else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(il, m->n_attn_v)) t = GGUF_T_Q6_K;
 		else if (ft == FT_Q4_K_S && il < 4) t = GGUF_T_Q5_K;
 		if (is_70b && (t == GGUF_T_Q3_K || t == GGUF_T_Q4_K)) t = GGUF_T_Q5_K;
@@ -117,7 +118,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 	case C_ATTN_OUTPUT:
 		if (m->n_expert == 8) {
 			if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_Q4_K_S ||
-			    ft == FT_Q4_K_M || ft == FT_IQ4_NL || ft == FT_IQ4_XS)
+			    ft == FT_Q4_K_M || ft == FT_IQ4_NL || ft == FT_IQ4_XS || ft == FT_IQ3_S)
 				t = GGUF_T_Q5_K;
 		} else if (ft == FT_Q2_K) {
 			t = GGUF_T_Q3_K;
@@ -145,7 +146,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 // The type a 256-element type falls back to when its block does not divide the row (llama.cpp's map).
 static uint32_t fallback_of(uint32_t t) {
 	switch (t) {
-	case GGUF_T_IQ4_XS: return GGUF_T_IQ4_NL;
+	case GGUF_T_IQ4_XS: case GGUF_T_IQ3_XXS: case GGUF_T_IQ3_S: return GGUF_T_IQ4_NL;
 	case GGUF_T_TQ1_0: case GGUF_T_TQ2_0: return GGUF_T_Q4_0;
 	case GGUF_T_Q2_K: case GGUF_T_Q3_K: return GGUF_T_Q4_0;
 	case GGUF_T_Q4_K: return GGUF_T_Q5_0;

@@ -150,12 +150,60 @@ static void dec_tq2_0(const uint8_t *b, kern_codes *o, bool q8u) {
 	tq_scales(x->d, o);
 }
 
+// ---- grid types: a signed grid element as an index into the type's 16 values -------------
+// Magnitudes ranked m = 0..7 sit at 8 + m, their negatives at 7 - m.
+static const kern_iq_codebook cb_iq3xxs = {{-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}, 0.25f};
+static const kern_iq_codebook cb_iq3s = {{-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}, 1.0f};
+
+static inline uint8_t iq_code8(int m, bool neg) { return (uint8_t)(neg ? 7 - m : 8 + m); }
+
+static uint32_t rd32le(const uint8_t *p) {
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void dec_iq3_xxs(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_iq3_xxs *x = (const block_iq3_xxs *)b;
+	for (int ib = 0; ib < 8; ib++) {
+		const uint32_t aux = rd32le(x->qs + QK_K / 4 + 4 * ib);
+		o->sc[2 * ib] = o->sc[2 * ib + 1] = (uint8_t)(2 * (aux >> 28) + 1);
+		for (int l = 0; l < 4; l++) {
+			const uint8_t sg = tensor_iq_signs(aux >> 7 * l);
+			for (int j = 0; j < 8; j++) {
+				const int g = (int)(tensor_iq3xxs_grid[x->qs[8 * ib + 2 * l + j / 4]] >> 8 * (j % 4) & 0xff);
+				o->u[32 * ib + 8 * l + j] = iq_code8(g >> 3, sg >> j & 1); // 4, 12, ..., 52, 62
+			}
+		}
+	}
+	o->d = x->d;
+}
+
+static void dec_iq3_s(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_iq3_s *x = (const block_iq3_s *)b;
+	for (int ib = 0; ib < 8; ib++) {
+		o->sc[2 * ib] = o->sc[2 * ib + 1] = (uint8_t)(2 * (x->scales[ib / 2] >> 4 * (ib % 2) & 15) + 1);
+		for (int j = 0; j < 32; j++) {
+			const int k = j / 4, idx = x->qs[8 * ib + k] | (x->qh[ib] >> k & 1) << 8;
+			const int g = (int)(tensor_iq3s_grid[idx] >> 8 * (j % 4) & 0xff);
+			o->u[32 * ib + j] = iq_code8(g >> 1, x->signs[4 * ib + j / 8] >> (j % 8) & 1); // 1, 3, ..., 15
+		}
+	}
+	o->d = x->d;
+}
+
+const kern_iq_codebook *kern_iq_codebook_of(uint32_t type) {
+	switch (type) {
+	case GGUF_T_IQ3_XXS: return &cb_iq3xxs;
+	case GGUF_T_IQ3_S: return &cb_iq3s;
+	default: return NULL;
+	}
+}
+
 typedef void (*dec_fn)(const uint8_t *b, kern_codes *o, bool q8u);
 static const dec_fn decoders[GGUF_T_COUNT] = {
 	[GGUF_T_Q4_0] = dec_q4_0, [GGUF_T_Q4_1] = dec_q4_1, [GGUF_T_Q5_0] = dec_q5_0, [GGUF_T_Q5_1] = dec_q5_1,
 	[GGUF_T_Q8_0] = dec_q8_0, [GGUF_T_Q2_K] = dec_q2_K, [GGUF_T_Q3_K] = dec_q3_K, [GGUF_T_Q4_K] = dec_q4_K,
 	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K, [GGUF_T_IQ4_NL] = dec_q4_0, [GGUF_T_IQ4_XS] = dec_iq4_xs,
-	[GGUF_T_TQ1_0] = dec_tq1_0, [GGUF_T_TQ2_0] = dec_tq2_0,
+	[GGUF_T_TQ1_0] = dec_tq1_0, [GGUF_T_TQ2_0] = dec_tq2_0, [GGUF_T_IQ3_XXS] = dec_iq3_xxs, [GGUF_T_IQ3_S] = dec_iq3_s,
 };
 
 bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }

@@ -179,6 +179,37 @@ static inline int tensor_tq1_get(const block_tq1_0 *b, int e) {
 	return tensor_tq1_trit(b->qh[(e - 240) % 4], (e - 240) / 4);
 }
 
+// ---- grid types (IQ3, IQ2, IQ1): groups of elements name points of a published grid -----
+// The grids, as ggml publishes them: point i's element j is byte j (little-endian) of entry i.
+// IQ2 magnitudes are 0x08, 0x19, 0x2b; IQ3_XXS 4..52 step 8 and 62; IQ3_S 1..15 odd; IQ1 -1, 0, 1.
+extern const uint64_t tensor_iq2xxs_grid[256], tensor_iq2xs_grid[512], tensor_iq2s_grid[1024];
+extern const uint32_t tensor_iq3xxs_grid[256], tensor_iq3s_grid[512];
+extern const uint64_t tensor_iq1s_grid[2048];
+// The 8 signs of a group from its 7 stored bits: the 8th makes the count of negatives even
+// (bit j set: element j negative).
+static inline uint8_t tensor_iq_signs(uint32_t s7) {
+	s7 &= 127;
+	return (uint8_t)(s7 | (uint32_t)(__builtin_popcount(s7) & 1) << 7);
+}
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[3 * QK_K / 8];  // 64 grid indices (one per 4 elements, 8 per 32), then a u32 per
+				   // 32: 4 x 7 sign bits (a group of 8 each), the 4-bit scale ls on top
+} block_iq3_xxs;
+static_assert(sizeof(block_iq3_xxs) == 2 + 3 * QK_K / 8, "block_iq3_xxs size");
+static_assert(sizeof(block_iq3_xxs) == GGUF_BYTES_IQ3_XXS && QK_K == GGUF_BLOCK_IQ3_XXS, "block_iq3_xxs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                  // fp16 scale
+	uint8_t qs[QK_K / 4];        // low 8 bits of the 9-bit grid indices, one per 4 elements
+	uint8_t qh[QK_K / 32];       // bit k of byte ib: the 9th bit of sub-block ib's index k
+	uint8_t signs[QK_K / 8];     // a bit per element, set: negative
+	uint8_t scales[QK_K / 64];   // 4-bit scales ls, two per byte (low nibble: even sub-block)
+} block_iq3_s;
+static_assert(sizeof(block_iq3_s) == 2 + 13 * (QK_K / 32) + QK_K / 64, "block_iq3_s size");
+static_assert(sizeof(block_iq3_s) == GGUF_BYTES_IQ3_S && QK_K == GGUF_BLOCK_IQ3_S, "block_iq3_s: the GGUF list");
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

@@ -146,6 +146,8 @@ DOT_BLOCK(iq4_nl, QK4_NL, block_iq4_nl)
 DOT_BLOCK(iq4_xs, QK_K, block_iq4_xs)
 DOT_BLOCK(tq1_0, QK_K, block_tq1_0)
 DOT_BLOCK(tq2_0, QK_K, block_tq2_0)
+DOT_BLOCK(iq3_xxs, QK_K, block_iq3_xxs)
+DOT_BLOCK(iq3_s, QK_K, block_iq3_s)
 
 // ---- the table --------------------------------------------------------------------------
 // name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
@@ -162,6 +164,7 @@ static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_Q5_K] = QTYPE(q5_K, Q5_K), [GGUF_T_Q6_K] = QTYPE(q6_K, Q6_K), [GGUF_T_Q8_K] = QTYPE(q8_K, Q8_K),
 	[GGUF_T_IQ4_NL] = QTYPE(iq4_nl, IQ4_NL), [GGUF_T_IQ4_XS] = QTYPE(iq4_xs, IQ4_XS),
 	[GGUF_T_TQ1_0] = QTYPE(tq1_0, TQ1_0), [GGUF_T_TQ2_0] = QTYPE(tq2_0, TQ2_0),
+	[GGUF_T_IQ3_XXS] = QTYPE(iq3_xxs, IQ3_XXS), [GGUF_T_IQ3_S] = QTYPE(iq3_s, IQ3_S),
 };
 #undef QTYPE
 #undef FACTS

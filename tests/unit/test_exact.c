@@ -225,7 +225,7 @@ int main(void) {
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
-	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"};
+	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "IQ3_S"};
 	enum { NQ = sizeof made / sizeof made[0] };
 	char made_path[NQ][512];
 	for (int q = 0; q < NQ; q++) CHECKF(t_quantize_ref("exact", made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);

@@ -13,6 +13,7 @@ static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
 	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0,
+	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -46,6 +47,8 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_iq4_xs) == 136);
 	CHECK(sizeof(block_tq1_0) == 54);
 	CHECK(sizeof(block_tq2_0) == 66);
+	CHECK(sizeof(block_iq3_xxs) == 98);
+	CHECK(sizeof(block_iq3_s) == 110);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -162,6 +165,127 @@ static void test_tq(void) {
 		tt->from_f32(x, q, 256);
 		tt->to_f32(q, y, 256);
 		CHECKF(!memcmp(x, y, sizeof x), "%s: ternary weights do not round trip", tt->name);
+	}
+}
+
+// ---- the grid types' tables and layouts, from their definitions --------------------------
+// Byte j of entry i of a grid (little-endian, as ggml reads it).
+static int grid_byte(const void *tab, int w, int i, int j) {
+	const uint64_t e = w == 8 ? ((const uint64_t *)tab)[i] : ((const uint32_t *)tab)[i];
+	return (int)(e >> 8 * j & 0xff);
+}
+
+static void test_grids(void) {
+	static const struct {
+		const char *name;
+		const void *tab;
+		int n, w;
+		int bytes[8]; // the published element values, -1 ending the list
+		bool sorted;
+		const char *sha256; // the published table's digest, its entries as little-endian bytes
+	} grids[] = {
+		{"iq2xxs", tensor_iq2xxs_grid, 256, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "05826b5d3e472a3a78f196be62ac78acf81df0f909626e12ab9fa2a5d490dd54"},
+		{"iq2xs", tensor_iq2xs_grid, 512, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "06e47aaca60b4dc1d9b5a3f34540437058a6b142b4d7a59d5ded769b4d1bf1de"},
+		{"iq2s", tensor_iq2s_grid, 1024, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "e1aa1473412b0552c2174c30ef22ab4073f6a181b85a17056e8249bd2932fd88"},
+		{"iq3xxs", tensor_iq3xxs_grid, 256, 4, {4, 12, 20, 28, 36, 44, 52, 62}, true,
+		 "46e35f5a997efdee6c99ce57854c8a0d4f0ff8ca57e5e8a60c0793ea580acf5d"},
+		{"iq3s", tensor_iq3s_grid, 512, 4, {1, 3, 5, 7, 9, 11, 13, 15}, true,
+		 "bd1af4945a1717c65610b0284e4628b9a1ba3b306fae3a06f6e5f597356e349f"},
+		{"iq1s", tensor_iq1s_grid, 2048, 8, {0xff, 0x00, 0x01, -1}, false, // int8 -1, 0, 1
+		 "07540ffc1aeaf6ad4d97e96b0fcc765aae39671d4ae4a27bbd0e796fde167c6a"},
+	};
+	for (size_t t = 0; t < sizeof grids / sizeof grids[0]; t++) {
+		const int n = grids[t].n, w = grids[t].w;
+		int off = 0, order = 0, dup = 0;
+		uint8_t *le = malloc((size_t)n * (size_t)w);
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < w; j++) {
+				const int b = grid_byte(grids[t].tab, w, i, j);
+				le[w * i + j] = (uint8_t)b;
+				int k = 0;
+				while (k < 8 && grids[t].bytes[k] >= 0 && grids[t].bytes[k] != b) k++;
+				off += k == 8 || grids[t].bytes[k] < 0;
+			}
+		for (int i = 1; i < n; i++) {
+			const uint64_t a = w == 8 ? ((const uint64_t *)grids[t].tab)[i - 1] : ((const uint32_t *)grids[t].tab)[i - 1];
+			const uint64_t b = w == 8 ? ((const uint64_t *)grids[t].tab)[i] : ((const uint32_t *)grids[t].tab)[i];
+			order += !(a < b);
+			for (int k = 0; k < i && !grids[t].sorted; k++)
+				dup += (w == 8 ? ((const uint64_t *)grids[t].tab)[k] : ((const uint32_t *)grids[t].tab)[k]) == b;
+		}
+		CHECKF(off == 0, "%s grid: %d elements outside the published values", grids[t].name, off);
+		CHECKF(grids[t].sorted ? order == 0 : dup == 0, "%s grid: entries not ascending and unique", grids[t].name);
+		char hex[65];
+		sha256_hex(le, (size_t)n * (size_t)w, hex);
+		CHECKF(!strcmp(hex, grids[t].sha256), "%s grid: sha256 %s", grids[t].name, hex);
+		free(le);
+	}
+	// the sign rule: 7 bits kept, the 8th the parity (ksigns_iq2xs: 1 -> 129, 3 -> 3, 127 -> 255)
+	CHECK(tensor_iq_signs(1) == 129 && tensor_iq_signs(3) == 3 && tensor_iq_signs(127) == 255 && tensor_iq_signs(0) == 0);
+	int odd = 0;
+	for (uint32_t s7 = 0; s7 < 128; s7++) odd += (__builtin_popcount(tensor_iq_signs(s7)) & 1) || (tensor_iq_signs(s7) & 127) != s7;
+	CHECKF(odd == 0, "%d sign bytes break the parity rule", odd);
+}
+
+// Test blocks' fields: sub-block ib's scale, group k's index and signs.
+static int tb_ls(int ib) { return (5 * ib + 15) % 16; } // 15 first: d is the largest's
+static int tb_idx(int ib, int k, int n) { return (97 * ib + 41 * k + 13) % n; }
+static int tb_s7(int ib, int l) { return (37 * ib + 23 * l + 5) & 127; }
+
+static void test_iq3(void) {
+	float y[256];
+	// IQ3_XXS: element 8l + j of sub-block ib = d (2 ls + 1) / 4 * byte (j % 4) of point
+	// qs[8 ib + 2l + j / 4], negative where bit j of the group's signs is set
+	block_iq3_xxs b3 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		uint32_t aux = (uint32_t)tb_ls(ib) << 28;
+		for (int k = 0; k < 8; k++) b3.qs[8 * ib + k] = (uint8_t)tb_idx(ib, k, 256);
+		for (int l = 0; l < 4; l++) aux |= (uint32_t)tb_s7(ib, l) << 7 * l;
+		for (int k = 0; k < 4; k++) b3.qs[64 + 4 * ib + k] = (uint8_t)(aux >> 8 * k);
+	}
+	tensor_traits_of(GGUF_T_IQ3_XXS)->to_f32(&b3, y, 256);
+	int bad = 0;
+	for (int ib = 0; ib < 8; ib++)
+		for (int e = 0; e < 32; e++) {
+			const int l = e / 8, j = e % 8, s8 = tb_s7(ib, l) | (__builtin_popcount(tb_s7(ib, l)) & 1) << 7;
+			const int g = grid_byte(tensor_iq3xxs_grid, 4, tb_idx(ib, 2 * l + j / 4, 256), j % 4);
+			bad += y[32 * ib + e] != 0.5f * (float)(2 * tb_ls(ib) + 1) / 4 * (float)(s8 >> j & 1 ? -g : g);
+		}
+	CHECKF(bad == 0, "IQ3_XXS: %d elements off their definition", bad);
+	// IQ3_S: element j of sub-block ib = d (2 ls + 1) * byte (j % 4) of point qs[8 ib + j / 4] |
+	// bit j / 4 of qh[ib] << 8, negative where bit j % 8 of signs[4 ib + j / 8] is set
+	block_iq3_s bs = {.d = tensor_f32_to_f16(0.25f)};
+	for (int ib = 0; ib < 8; ib++) {
+		bs.scales[ib / 2] |= (uint8_t)(tb_ls(ib) << 4 * (ib % 2));
+		for (int k = 0; k < 8; k++) {
+			bs.qs[8 * ib + k] = (uint8_t)tb_idx(ib, k, 512);
+			bs.qh[ib] |= (uint8_t)((tb_idx(ib, k, 512) >> 8) << k);
+		}
+		for (int l = 0; l < 4; l++) bs.signs[4 * ib + l] = (uint8_t)(tb_s7(ib, l) * 2 + 1);
+	}
+	tensor_traits_of(GGUF_T_IQ3_S)->to_f32(&bs, y, 256);
+	bad = 0;
+	for (int ib = 0; ib < 8; ib++)
+		for (int e = 0; e < 32; e++) {
+			const int g = grid_byte(tensor_iq3s_grid, 4, tb_idx(ib, e / 4, 512), e % 4);
+			const int neg = (tb_s7(ib, e / 8) * 2 + 1) >> (e % 8) & 1;
+			bad += y[32 * ib + e] != 0.25f * (float)(2 * tb_ls(ib) + 1) * (float)(neg ? -g : g);
+		}
+	CHECKF(bad == 0, "IQ3_S: %d elements off their definition", bad);
+	// the quantizers store any grid point with any signs and a scale the format holds exactly
+	for (int k = 0; k < 2; k++) {
+		const tensor_traits *tt = tensor_traits_of(k ? GGUF_T_IQ3_S : GGUF_T_IQ3_XXS);
+		float x[256], z[256];
+		uint8_t q[110];
+		tt->to_f32(k ? (const void *)&bs : (const void *)&b3, x, 256);
+		tt->from_f32(x, q, 256);
+		tt->to_f32(q, z, 256);
+		bad = 0;
+		for (int e = 0; e < 256; e++) bad += fabsf(z[e] - x[e]) > 1e-3f * fabsf(x[e]);
+		CHECKF(bad == 0, "%s: %d elements of a block the format holds change in a round trip", tt->name, bad);
 	}
 }
 
@@ -302,6 +426,7 @@ static void test_round_trip(void) {
 		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},
 		// ternary at the block's largest magnitude: most Gaussian values round to 0 (about 0.80)
 		{GGUF_T_TQ1_0, 0.85},   {GGUF_T_TQ2_0, 0.85},
+		{GGUF_T_IQ3_XXS, 0.20}, {GGUF_T_IQ3_S, 0.15},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -454,6 +579,8 @@ int main(void) {
 	test_sizes();
 	test_iq4();
 	test_tq();
+	test_grids();
+	test_iq3();
 	test_half();
 	test_round_trip();
 	test_golden();

@@ -123,7 +123,8 @@ static void tensor_type_entries(void) {
 		{GGUF_T_Q5_K, QK_K, sizeof(block_q5_K)}, {GGUF_T_Q6_K, QK_K, sizeof(block_q6_K)},
 		{GGUF_T_Q8_K, QK_K, sizeof(block_q8_K)}, {GGUF_T_IQ4_NL, QK4_NL, sizeof(block_iq4_nl)},
 		{GGUF_T_IQ4_XS, QK_K, sizeof(block_iq4_xs)}, {GGUF_T_TQ1_0, QK_K, sizeof(block_tq1_0)},
-		{GGUF_T_TQ2_0, QK_K, sizeof(block_tq2_0)},
+		{GGUF_T_TQ2_0, QK_K, sizeof(block_tq2_0)}, {GGUF_T_IQ3_XXS, QK_K, sizeof(block_iq3_xxs)},
+		{GGUF_T_IQ3_S, QK_K, sizeof(block_iq3_s)},
 	};
 	const int nw = (int)(sizeof want / sizeof want[0]);
 	int convertible = 0;
