@@ -210,6 +210,31 @@ typedef struct {
 static_assert(sizeof(block_iq3_s) == 2 + 13 * (QK_K / 32) + QK_K / 64, "block_iq3_s size");
 static_assert(sizeof(block_iq3_s) == GGUF_BYTES_IQ3_S && QK_K == GGUF_BLOCK_IQ3_S, "block_iq3_s: the GGUF list");
 
+typedef struct {
+	uint16_t d;            // fp16 scale
+	uint8_t qs[QK_K / 4];  // per 32, two little-endian u32: 4 grid indices (a byte per 8
+			       // elements), then 4 x 7 sign bits and the 4-bit scale ls on top
+} block_iq2_xxs;
+static_assert(sizeof(block_iq2_xxs) == 2 + QK_K / 4, "block_iq2_xxs size");
+static_assert(sizeof(block_iq2_xxs) == GGUF_BYTES_IQ2_XXS && QK_K == GGUF_BLOCK_IQ2_XXS, "block_iq2_xxs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[QK_K / 4];      // a little-endian u16 per 8 elements: 9-bit grid index, 7 sign bits on top
+	uint8_t scales[QK_K / 32]; // 4-bit scales per 16, two per byte (low nibble: the first 16 of a 32)
+} block_iq2_xs;
+static_assert(sizeof(block_iq2_xs) == 2 + QK_K / 4 + QK_K / 32, "block_iq2_xs size");
+static_assert(sizeof(block_iq2_xs) == GGUF_BYTES_IQ2_XS && QK_K == GGUF_BLOCK_IQ2_XS, "block_iq2_xs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[QK_K / 4];      // low 8 bits of the 10-bit grid indices (one per 8 elements), then a sign byte per 8
+	uint8_t qh[QK_K / 32];     // bits 2k, 2k+1 of byte ib: the top bits of sub-block ib's index k
+	uint8_t scales[QK_K / 32]; // 4-bit scales per 16, as IQ2_XS's
+} block_iq2_s;
+static_assert(sizeof(block_iq2_s) == 2 + QK_K / 4 + QK_K / 16, "block_iq2_s size");
+static_assert(sizeof(block_iq2_s) == GGUF_BYTES_IQ2_S && QK_K == GGUF_BLOCK_IQ2_S, "block_iq2_s: the GGUF list");
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

@@ -13,7 +13,7 @@ static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
 	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0,
-	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S,
+	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -49,6 +49,9 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_tq2_0) == 66);
 	CHECK(sizeof(block_iq3_xxs) == 98);
 	CHECK(sizeof(block_iq3_s) == 110);
+	CHECK(sizeof(block_iq2_xxs) == 66);
+	CHECK(sizeof(block_iq2_xs) == 74);
+	CHECK(sizeof(block_iq2_s) == 82);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -235,6 +238,19 @@ static int tb_ls(int ib) { return (5 * ib + 15) % 16; } // 15 first: d is the la
 static int tb_idx(int ib, int k, int n) { return (97 * ib + 41 * k + 13) % n; }
 static int tb_s7(int ib, int l) { return (37 * ib + 23 * l + 5) & 127; }
 
+// The quantizer stores a block the format holds (any grid points and signs, one scale 15) as it is.
+static void held_round_trip(uint32_t type, const void *blk) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	float x[256], z[256];
+	uint8_t q[256];
+	tt->to_f32(blk, x, 256);
+	tt->from_f32(x, q, 256);
+	tt->to_f32(q, z, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) bad += fabsf(z[e] - x[e]) > 1e-3f * fabsf(x[e]);
+	CHECKF(bad == 0, "%s: %d elements of a block the format holds change in a round trip", tt->name, bad);
+}
+
 static void test_iq3(void) {
 	float y[256];
 	// IQ3_XXS: element 8l + j of sub-block ib = d (2 ls + 1) / 4 * byte (j % 4) of point
@@ -275,18 +291,64 @@ static void test_iq3(void) {
 			bad += y[32 * ib + e] != 0.25f * (float)(2 * tb_ls(ib) + 1) * (float)(neg ? -g : g);
 		}
 	CHECKF(bad == 0, "IQ3_S: %d elements off their definition", bad);
-	// the quantizers store any grid point with any signs and a scale the format holds exactly
-	for (int k = 0; k < 2; k++) {
-		const tensor_traits *tt = tensor_traits_of(k ? GGUF_T_IQ3_S : GGUF_T_IQ3_XXS);
-		float x[256], z[256];
-		uint8_t q[110];
-		tt->to_f32(k ? (const void *)&bs : (const void *)&b3, x, 256);
-		tt->from_f32(x, q, 256);
-		tt->to_f32(q, z, 256);
-		bad = 0;
-		for (int e = 0; e < 256; e++) bad += fabsf(z[e] - x[e]) > 1e-3f * fabsf(x[e]);
-		CHECKF(bad == 0, "%s: %d elements of a block the format holds change in a round trip", tt->name, bad);
+	held_round_trip(GGUF_T_IQ3_XXS, &b3);
+	held_round_trip(GGUF_T_IQ3_S, &bs);
+}
+
+static void test_iq2(void) {
+	float y[256];
+	// IQ2_XXS: group l of sub-block ib = d (2 ls + 1) / 8 * point qs[8 ib + l] of the grid, with
+	// the signs of bits 7l.. of the u32 at qs[8 ib + 4] (the 8th by parity), ls its top 4 bits
+	block_iq2_xxs bx = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		uint32_t aux = (uint32_t)tb_ls(ib) << 28;
+		for (int l = 0; l < 4; l++) bx.qs[8 * ib + l] = (uint8_t)tb_idx(ib, l, 256), aux |= (uint32_t)tb_s7(ib, l) << 7 * l;
+		for (int k = 0; k < 4; k++) bx.qs[8 * ib + 4 + k] = (uint8_t)(aux >> 8 * k);
 	}
+	tensor_traits_of(GGUF_T_IQ2_XXS)->to_f32(&bx, y, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int ib = e / 32, l = e % 32 / 8, j = e % 8, s8 = tb_s7(ib, l) | (__builtin_popcount(tb_s7(ib, l)) & 1) << 7;
+		const int g = grid_byte(tensor_iq2xxs_grid, 8, tb_idx(ib, l, 256), j);
+		bad += y[e] != 0.5f * (float)(2 * tb_ls(ib) + 1) / 8 * (float)(s8 >> j & 1 ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_XXS: %d elements off their definition", bad);
+	// IQ2_XS: group k (8 elements) = d (2 ls + 1) / 8 * point (u16 k & 511), signs u16 k >> 9 (the
+	// 8th by parity); ls per 16: scales[k / 4], low nibble for k % 4 < 2
+	block_iq2_xs bxs = {.d = tensor_f32_to_f16(0.25f)};
+	for (int k = 0; k < 32; k++) {
+		const int v = tb_idx(k / 4, k % 4, 512) | tb_s7(k / 4, k % 4) << 9;
+		bxs.qs[2 * k] = (uint8_t)v, bxs.qs[2 * k + 1] = (uint8_t)(v >> 8);
+	}
+	for (int ib = 0; ib < 8; ib++) bxs.scales[ib] = (uint8_t)(tb_ls(ib) | tb_ls(ib + 3) << 4);
+	tensor_traits_of(GGUF_T_IQ2_XS)->to_f32(&bxs, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, j = e % 8, ib = k / 4, s7 = tb_s7(ib, k % 4), s8 = s7 | (__builtin_popcount(s7) & 1) << 7;
+		const int ls = k % 4 < 2 ? tb_ls(ib) : tb_ls(ib + 3), g = grid_byte(tensor_iq2xs_grid, 8, tb_idx(ib, k % 4, 512), j);
+		bad += y[e] != 0.25f * (float)(2 * ls + 1) / 8 * (float)(s8 >> j & 1 ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_XS: %d elements off their definition", bad);
+	// IQ2_S: group k = d (2 ls + 1) / 8 * point qs[k] | (bits 2(k % 4).. of qh[k / 4]) << 8, signs
+	// qs[32 + k]; ls as IQ2_XS's
+	block_iq2_s b2s = {.d = tensor_f32_to_f16(0.125f)};
+	for (int k = 0; k < 32; k++) {
+		const int idx = tb_idx(k / 4, k % 4, 1024);
+		b2s.qs[k] = (uint8_t)idx, b2s.qh[k / 4] |= (uint8_t)((idx >> 8) << 2 * (k % 4));
+		b2s.qs[32 + k] = (uint8_t)(tb_s7(k / 4, k % 4) * 2 + 1);
+	}
+	memcpy(b2s.scales, bxs.scales, sizeof b2s.scales);
+	tensor_traits_of(GGUF_T_IQ2_S)->to_f32(&b2s, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, j = e % 8, ib = k / 4, neg = (tb_s7(ib, k % 4) * 2 + 1) >> j & 1;
+		const int ls = k % 4 < 2 ? tb_ls(ib) : tb_ls(ib + 3), g = grid_byte(tensor_iq2s_grid, 8, tb_idx(ib, k % 4, 1024), j);
+		bad += y[e] != 0.125f * (float)(2 * ls + 1) / 8 * (float)(neg ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_S: %d elements off their definition", bad);
+	held_round_trip(GGUF_T_IQ2_XXS, &bx);
+	held_round_trip(GGUF_T_IQ2_XS, &bxs);
+	held_round_trip(GGUF_T_IQ2_S, &b2s);
 }
 
 // ---- golden tensors ----------------------------------------------------------------------
@@ -427,6 +489,7 @@ static void test_round_trip(void) {
 		// ternary at the block's largest magnitude: most Gaussian values round to 0 (about 0.80)
 		{GGUF_T_TQ1_0, 0.85},   {GGUF_T_TQ2_0, 0.85},
 		{GGUF_T_IQ3_XXS, 0.20}, {GGUF_T_IQ3_S, 0.15},
+		{GGUF_T_IQ2_XXS, 0.36}, {GGUF_T_IQ2_XS, 0.32}, {GGUF_T_IQ2_S, 0.27},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -581,6 +644,7 @@ int main(void) {
 	test_tq();
 	test_grids();
 	test_iq3();
+	test_iq2();
 	test_half();
 	test_round_trip();
 	test_golden();

@@ -124,7 +124,8 @@ static void tensor_type_entries(void) {
 		{GGUF_T_Q8_K, QK_K, sizeof(block_q8_K)}, {GGUF_T_IQ4_NL, QK4_NL, sizeof(block_iq4_nl)},
 		{GGUF_T_IQ4_XS, QK_K, sizeof(block_iq4_xs)}, {GGUF_T_TQ1_0, QK_K, sizeof(block_tq1_0)},
 		{GGUF_T_TQ2_0, QK_K, sizeof(block_tq2_0)}, {GGUF_T_IQ3_XXS, QK_K, sizeof(block_iq3_xxs)},
-		{GGUF_T_IQ3_S, QK_K, sizeof(block_iq3_s)},
+		{GGUF_T_IQ3_S, QK_K, sizeof(block_iq3_s)}, {GGUF_T_IQ2_XXS, QK_K, sizeof(block_iq2_xxs)},
+		{GGUF_T_IQ2_XS, QK_K, sizeof(block_iq2_xs)}, {GGUF_T_IQ2_S, QK_K, sizeof(block_iq2_s)},
 	};
 	const int nw = (int)(sizeof want / sizeof want[0]);
 	int convertible = 0;

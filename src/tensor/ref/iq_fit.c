@@ -4,41 +4,41 @@
 #include "tensor/ref/quants.h"
 
 #include <math.h>
+#include <string.h>
 
-static inline float iq_elem(const iq_grid *gr, int i, int j) {
-	const uint64_t e = gr->w == 8 ? ((const uint64_t *)gr->tab)[i] : ((const uint32_t *)gr->tab)[i];
-	const uint8_t b = (uint8_t)(e >> 8 * j);
-	return gr->is_signed ? (float)(int8_t)b : (float)b;
-}
+// Points go four at a time: element j of points 4q..4q+3 side by side, so the search takes
+// four points per step of vector arithmetic.
+static inline float iq_pt(const iq_grid *gr, int i, int j) { return gr->pts[gr->g * 4 * (i / 4) + 4 * j + i % 4]; }
 
-// The search over points of 4 or 8 bytes, unrolled: targets less s * delta, then each point's
-// squared distance summed in pairs.
-#define IQ_PAIRS4(r) (((r)[0] * (r)[0] + (r)[1] * (r)[1]) + ((r)[2] * (r)[2] + (r)[3] * (r)[3]))
-
-static inline int near4(const uint32_t *tab, int n, const float *t, float s, float *err) {
-	int best = 0;
-	float be = INFINITY;
-	for (int i = 0; i < n; i++) {
-		float r[4];
-		_Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) r[j] = t[j] - s * (float)(tab[i] >> 8 * j & 0xff);
-		const float e = IQ_PAIRS4(r);
-		if (e < be) be = e, best = i;
-	}
-	*err = be;
-	return best;
-}
-
-static inline int near8(const uint64_t *tab, int n, const float *t, float s, bool sgn, float *err) {
-	int best = 0;
-	float be = INFINITY;
-	for (int i = 0; i < n; i++) {
-		float r[8];
-		_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-			const uint8_t b = (uint8_t)(tab[i] >> 8 * j);
-			r[j] = t[j] - s * (sgn ? (float)(int8_t)b : (float)b);
+void iq_expand(iq_grid *gr, float *pts) {
+	for (int i = 0; i < gr->n; i++)
+		for (int j = 0; j < gr->g; j++) {
+			const uint64_t e = gr->w == 8 ? ((const uint64_t *)gr->tab)[i] : ((const uint32_t *)gr->tab)[i];
+			const uint8_t b = (uint8_t)(e >> 8 * j);
+			pts[gr->g * 4 * (i / 4) + 4 * j + i % 4] = gr->is_signed ? (float)(int8_t)b : (float)b;
 		}
-		const float e = IQ_PAIRS4(r) + IQ_PAIRS4(r + 4);
-		if (e < be) be = e, best = i;
+	gr->pts = pts;
+}
+
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline int near_g(const float *pts, int n, const int g, const float *t, float s, float *err) {
+	int best = 0;
+	float be = INFINITY;
+	const v4f sv = {s, s, s, s};
+	v4f tv[8];
+	for (int j = 0; j < g; j++) tv[j] = (v4f){t[j], t[j], t[j], t[j]};
+	for (int q = 0; q < n / 4; q++) {
+		const float *p = pts + 4 * g * q;
+		v4f e = {0.0f, 0.0f, 0.0f, 0.0f};
+		_Pragma("GCC unroll 8") for (int j = 0; j < g; j++) {
+			v4f pj;
+			memcpy(&pj, p + 4 * j, sizeof pj);
+			const v4f r = tv[j] - sv * pj;
+			e += r * r;
+		}
+		for (int l = 0; l < 4; l++)
+			if (e[l] < be) be = e[l], best = 4 * q + l;
 	}
 	*err = be;
 	return best;
@@ -47,8 +47,7 @@ static inline int near8(const uint64_t *tab, int n, const float *t, float s, boo
 int iq_nearest(const iq_grid *gr, const float *a, float s, float delta, float *err) {
 	float t[8], e;
 	for (int j = 0; j < gr->g; j++) t[j] = a[j] - s * delta;
-	const int i = gr->g == 4 ? near4(gr->tab, gr->n, t, s, &e)
-		    : gr->is_signed ? near8(gr->tab, gr->n, t, s, true, &e) : near8(gr->tab, gr->n, t, s, false, &e);
+	const int i = gr->g == 4 ? near_g(gr->pts, gr->n, 4, t, s, &e) : near_g(gr->pts, gr->n, 8, t, s, &e);
 	if (err) *err = e;
 	return i;
 }
@@ -63,7 +62,7 @@ float iq_codes(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 		const int i = iq_nearest(gr, ak, s, dk, &e);
 		err += e;
 		for (int j = 0; j < gr->g; j++) {
-			const float q = iq_elem(gr, i, j) + dk;
+			const float q = iq_pt(gr, i, j) + dk;
 			aq += ak[j] * q;
 			qq += q * q;
 		}
@@ -76,7 +75,7 @@ float iq_codes(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 
 // Scales tried besides those that put the largest target at each grid level: fractions of
 // the one that puts it at the top level.
-static const float iq_tries[] = {0.6f, 0.75f, 0.85f, 0.95f, 1.1f};
+static const float iq_tries[] = {0.7f, 0.85f, 1.1f};
 
 float iq_fit(const iq_grid *gr, const float *a, int ng, const float *delta, float *gain) {
 	float amax = 0.0f;
@@ -91,7 +90,7 @@ float iq_fit(const iq_grid *gr, const float *a, int ng, const float *delta, floa
 		if (g > best && lsq > 0.0f) best = g, best_s = lsq;
 	}
 	// the best one's codes taken again at its refitted scale, while that helps
-	for (int it = 0; it < 2 && best_s > 0.0f; it++) {
+	for (int it = 0; it < 1 && best_s > 0.0f; it++) {
 		iq_codes(gr, a, ng, delta, best_s, NULL, &lsq, &g);
 		if (!(g > best) || !(lsq > 0.0f)) break;
 		best = g, best_s = lsq;
@@ -109,14 +108,16 @@ int iq_pick_ls(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 	// element scale d (2 ls + 1) mul: the ls nearest s, then its neighbours
 	int l0 = (int)lrintf((s / (d * mul) - 1.0f) * 0.5f);
 	l0 = l0 < 0 ? 0 : l0 > nl - 1 ? nl - 1 : l0;
-	int best = l0;
+	int best = l0, tmp[QK_K / 4];
 	float be = INFINITY;
 	for (int l = l0 - 1; l <= l0 + 1; l++) {
 		if (l < 0 || l > nl - 1) continue;
-		const float e = iq_codes(gr, a, ng, delta, d * (float)(2 * l + 1) * mul, NULL, NULL, NULL);
-		if (e < be) be = e, best = l;
+		const float e = iq_codes(gr, a, ng, delta, d * (float)(2 * l + 1) * mul, tmp, NULL, NULL);
+		if (e < be) {
+			be = e, best = l;
+			memcpy(idx, tmp, (size_t)ng * sizeof *idx);
+		}
 	}
-	iq_codes(gr, a, ng, delta, d * (float)(2 * best + 1) * mul, idx, NULL, NULL);
 	return best;
 }
 

@@ -28,7 +28,7 @@ static float smax8(const float s[8]) {
 }
 
 // ---- IQ3_XXS: x = d * (2 ls + 1) / 4 * grid * sign -------------------------------------------
-static const iq_grid grid_iq3xxs = {tensor_iq3xxs_grid, 256, 4, 4, false, 8, {4, 12, 20, 28, 36, 44, 52, 62}};
+static const iq_grid grid_iq3xxs_tab = {tensor_iq3xxs_grid, 256, 4, 4, false, 8, {4, 12, 20, 28, 36, 44, 52, 62}, NULL};
 
 void tensor_ref_dequant_iq3_xxs(const void *src, float *y, int64_t n) {
 	const block_iq3_xxs *b = src;
@@ -49,18 +49,21 @@ void tensor_ref_dequant_iq3_xxs(const void *src, float *y, int64_t n) {
 }
 
 void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) {
+	iq_grid gr = grid_iq3xxs_tab;
+	float pts[256 * 4];
+	iq_expand(&gr, pts);
 	block_iq3_xxs *b = dst;
 	float a[QK_K], s[8], gain;
 	uint8_t sg[QK_K / 8];
 	int idx[8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		for (int k = 0; k < QK_K / 8; k++) sg[k] = iq_signs8(x + 8 * k, true, a + 8 * k);
-		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&grid_iq3xxs, a + 32 * ib, 8, NULL, &gain);
+		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, 8, NULL, &gain);
 		// the largest sub-block scale at the top of the 4-bit range, 31 / 4
 		b[i].d = TO_F16(smax8(s) / (31.0f * 0.25f));
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < 8; ib++) {
-			const int ls = iq_pick_ls(&grid_iq3xxs, a + 32 * ib, 8, NULL, s[ib], d, 0.25f, 16, idx);
+			const int ls = iq_pick_ls(&gr, a + 32 * ib, 8, NULL, s[ib], d, 0.25f, 16, idx);
 			uint32_t aux = (uint32_t)ls << 28;
 			for (int k = 0; k < 8; k++) b[i].qs[8 * ib + k] = (uint8_t)idx[k];
 			for (int l = 0; l < 4; l++) aux |= (uint32_t)(sg[4 * ib + l] & 127) << 7 * l;
@@ -70,7 +73,7 @@ void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) {
 }
 
 // ---- IQ3_S: x = d * (2 ls + 1) * grid * sign -------------------------------------------------
-static const iq_grid grid_iq3s = {tensor_iq3s_grid, 512, 4, 4, false, 8, {1, 3, 5, 7, 9, 11, 13, 15}};
+static const iq_grid grid_iq3s_tab = {tensor_iq3s_grid, 512, 4, 4, false, 8, {1, 3, 5, 7, 9, 11, 13, 15}, NULL};
 
 void tensor_ref_dequant_iq3_s(const void *src, float *y, int64_t n) {
 	const block_iq3_s *b = src;
@@ -88,6 +91,9 @@ void tensor_ref_dequant_iq3_s(const void *src, float *y, int64_t n) {
 }
 
 void tensor_ref_quant_iq3_s(const float *x, void *dst, int64_t n) {
+	iq_grid gr = grid_iq3s_tab;
+	float pts[512 * 4];
+	iq_expand(&gr, pts);
 	block_iq3_s *b = dst;
 	float a[QK_K], s[8], gain;
 	int idx[8];
@@ -95,11 +101,11 @@ void tensor_ref_quant_iq3_s(const float *x, void *dst, int64_t n) {
 		memset(b[i].qh, 0, sizeof b[i].qh);
 		memset(b[i].scales, 0, sizeof b[i].scales);
 		for (int k = 0; k < QK_K / 8; k++) b[i].signs[k] = iq_signs8(x + 8 * k, false, a + 8 * k);
-		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&grid_iq3s, a + 32 * ib, 8, NULL, &gain);
+		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, 8, NULL, &gain);
 		b[i].d = TO_F16(smax8(s) / 31.0f);
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < 8; ib++) {
-			const int ls = iq_pick_ls(&grid_iq3s, a + 32 * ib, 8, NULL, s[ib], d, 1.0f, 16, idx);
+			const int ls = iq_pick_ls(&gr, a + 32 * ib, 8, NULL, s[ib], d, 1.0f, 16, idx);
 			b[i].scales[ib / 2] |= (uint8_t)(ls << 4 * (ib % 2));
 			for (int k = 0; k < 8; k++) {
 				b[i].qs[8 * ib + k] = (uint8_t)idx[k];

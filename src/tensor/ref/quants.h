@@ -30,21 +30,28 @@ TENSOR_REF_DECL(tq1_0)
 TENSOR_REF_DECL(tq2_0)
 TENSOR_REF_DECL(iq3_xxs)
 TENSOR_REF_DECL(iq3_s)
+TENSOR_REF_DECL(iq2_xxs)
+TENSOR_REF_DECL(iq2_xs)
+TENSOR_REF_DECL(iq2_s)
 
 #undef TENSOR_REF_DECL
 
 // ---- the grid quantizers' search (tensor/ref/iq_fit.c) ---------------------------------------
 // A grid as the search reads it: n points of g elements, element j of point i byte j of
 // entry i of tab (w bytes per entry), magnitudes or (is_signed) int8 values; its distinct
-// magnitudes (plus any offset the type adds) ascending in lev.
+// magnitudes ascending in lev; pts, the points as floats (iq_expand).
 typedef struct {
 	const void *tab;
 	int n, g, w;
 	bool is_signed;
 	int nlev;
 	float lev[8];
+	const float *pts;
 } iq_grid;
-// The point nearest the g targets a at scale s (g = 4 or 8): the least sum of
+// Fills pts (n * g floats, n a multiple of 4) with gr's points and points gr at them: the
+// search's form.
+void iq_expand(iq_grid *gr, float *pts);
+// The point nearest the g targets a at scale s (g = 4 or 8): the least sum over j in order of
 // ((a_j - s delta) - s p_j)^2 (the first on ties); that error in *err (may be NULL).
 int iq_nearest(const iq_grid *gr, const float *a, float s, float delta, float *err);
 // ng groups of g targets at scale s (group k offset by delta[k]; NULL: none): each group's

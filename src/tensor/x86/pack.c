@@ -71,6 +71,9 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_TQ2_0] = {GGUF_BLOCK_TQ2_0, 8 * 128 + 256 + 64, true},
 	[GGUF_T_IQ3_XXS] = {GGUF_BLOCK_IQ3_XXS, 8 * 256 + 256 + 32, true},
 	[GGUF_T_IQ3_S] = {GGUF_BLOCK_IQ3_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_XXS] = {GGUF_BLOCK_IQ2_XXS, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_XS] = {GGUF_BLOCK_IQ2_XS, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_S] = {GGUF_BLOCK_IQ2_S, 8 * 256 + 256 + 32, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
