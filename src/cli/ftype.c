@@ -11,8 +11,8 @@
 enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
-	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_IQ3_XXS = 23, FT_IQ4_NL = 25,
-	FT_IQ3_S = 26, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30,
+	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_IQ3_XXS = 23, FT_IQ1_S = 24,
+	FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_IQ1_M = 31,
 	FT_BF16 = 32, FT_TQ1_0 = 36, FT_TQ2_0 = 37,
 };
 
@@ -30,7 +30,8 @@ static const ftype_info ftypes[] = {
 	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0}, {"IQ3_S", FT_IQ3_S, GGUF_T_IQ3_S},
 	{"IQ3_XXS", FT_IQ3_XXS, GGUF_T_IQ3_XXS}, {"IQ2_S", FT_IQ2_S, GGUF_T_IQ2_S},
 	{"IQ2_M", FT_IQ2_M, GGUF_T_IQ2_S}, {"IQ2_XS", FT_IQ2_XS, GGUF_T_IQ2_XS},
-	{"IQ2_XXS", FT_IQ2_XXS, GGUF_T_IQ2_XXS},
+	{"IQ2_XXS", FT_IQ2_XXS, GGUF_T_IQ2_XXS}, {"IQ1_M", FT_IQ1_M, GGUF_T_IQ1_M},
+	{"IQ1_S", FT_IQ1_S, GGUF_T_IQ1_S},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -94,13 +95,15 @@ static int64_t layer_of(const char *name) {
 	return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
 }
 
-// The 2-bit file types, mixed by rules of their own.
-static bool low_bit(uint32_t ft) { return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M; }
+// The 2- and 1-bit file types, mixed by rules of their own.
+static bool low_bit(uint32_t ft) {
+	return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_S || ft == FT_IQ1_M;
+}
 
 const char *ftype_imatrix_note(const ftype_info *ft) {
 	if (!low_bit(ft->id) && ft->id != FT_IQ3_XXS) return NULL;
 	// IQ3_XXS's mix puts attn_q and attn_k in IQ2_S
-	return "note: llama.cpp's quantizer makes IQ2 tensors only with an importance matrix (--imatrix); "
+	return "note: llama.cpp's quantizer makes IQ2 and IQ1 tensors only with an importance matrix (--imatrix); "
 	       "lanes quantizes them without one, at a lower quality";
 }
 
@@ -118,7 +121,8 @@ static uint32_t low_bit_rule(const ftype_model *m, uint32_t ft, int cat, int64_t
 	case C_ATTN_V: return gqa >= 4 || m->n_expert >= 4 ? GGUF_T_Q4_K : s ? GGUF_T_IQ3_S : GGUF_T_Q2_K;
 	case C_ATTN_K: return m->n_expert == 8 ? GGUF_T_Q4_K : t;
 	case C_FFN_DOWN: return il < m->n_layer / 8 ? (s ? GGUF_T_IQ3_S : GGUF_T_Q2_K) : t;
-	case C_ATTN_OUTPUT: return m->n_expert == 8 ? GGUF_T_Q5_K : s ? GGUF_T_IQ3_S : t;
+	case C_ATTN_OUTPUT:
+		return m->n_expert == 8 ? GGUF_T_Q5_K : s ? GGUF_T_IQ3_S : ft == FT_IQ1_S || ft == FT_IQ1_M ? GGUF_T_IQ2_XXS : t;
 	default: return t;
 	}
 }
@@ -132,7 +136,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 	const enum cat cat = category(name);
 	if (cat == C_OUTPUT || (cat == C_TOKEN_EMBD && m->tied)) return output_type(ft, ncols, t, ti);
 	if (cat == C_TOKEN_EMBD) {
-		if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS) return GGUF_T_Q2_K;
+		if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ1_M) return GGUF_T_Q2_K;
 		if (ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ3_XXS) return GGUF_T_IQ3_S;
 		return ft == FT_TQ1_0 || ft == FT_TQ2_0 ? GGUF_T_Q4_K : t;
 	}
@@ -190,7 +194,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 static uint32_t fallback_of(uint32_t t) {
 	switch (t) {
 	case GGUF_T_IQ4_XS: case GGUF_T_IQ3_XXS: case GGUF_T_IQ3_S: case GGUF_T_IQ2_XXS: case GGUF_T_IQ2_XS:
-	case GGUF_T_IQ2_S: return GGUF_T_IQ4_NL;
+	case GGUF_T_IQ2_S: case GGUF_T_IQ1_S: case GGUF_T_IQ1_M: return GGUF_T_IQ4_NL;
 	case GGUF_T_TQ1_0: case GGUF_T_TQ2_0: return GGUF_T_Q4_0;
 	case GGUF_T_Q2_K: case GGUF_T_Q3_K: return GGUF_T_Q4_0;
 	case GGUF_T_Q4_K: return GGUF_T_Q5_0;

@@ -235,6 +235,36 @@ static void dec_iq2_s(const uint8_t *b, kern_codes *o, bool q8u) {
 	o->d = x->d;
 }
 
+// IQ1: 8 (grid + delta), grid -1, 0, 1 and delta -+1/8, at 2 (grid + 1) + (delta > 0).
+static const kern_iq_codebook cb_iq1 = {{-9, -7, -1, 1, 7, 9}, 0.125f};
+
+// The 8 codes of an IQ1 grid point shifted by delta (neg: -1/8).
+static void iq1_codes(int idx, bool neg, uint8_t *u) {
+	for (int j = 0; j < 8; j++) u[j] = (uint8_t)(2 * ((int8_t)(tensor_iq1s_grid[idx] >> 8 * j) + 1) + !neg);
+}
+
+static void dec_iq1_s(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_iq1_s *x = (const block_iq1_s *)b;
+	for (int ib = 0; ib < 8; ib++) {
+		const int qh = x->qh[2 * ib] | x->qh[2 * ib + 1] << 8;
+		o->sc[2 * ib] = o->sc[2 * ib + 1] = (uint8_t)(2 * (qh >> 12 & 7) + 1);
+		for (int l = 0; l < 4; l++) iq1_codes(x->qs[4 * ib + l] | (qh >> 3 * l & 7) << 8, qh & 0x8000, o->u + 32 * ib + 8 * l);
+	}
+	o->d = x->d;
+}
+
+static void dec_iq1_m(const uint8_t *b, kern_codes *o, bool q8u) {
+	const block_iq1_m *x = (const block_iq1_m *)b;
+	uint16_t sc[4];
+	tensor_iq1m_scales(x, sc);
+	for (int h = 0; h < 16; h++) o->sc[h] = (uint8_t)(2 * (sc[h / 4] >> 3 * (h % 4) & 7) + 1);
+	for (int k = 0; k < QK_K / 8; k++) {
+		const int q = x->qh[k / 2] >> 4 * (k % 2);
+		iq1_codes(x->qs[k] | (q & 7) << 8, q & 8, o->u + 8 * k);
+	}
+	o->d = tensor_iq1m_d(sc);
+}
+
 const kern_iq_codebook *kern_iq_codebook_of(uint32_t type) {
 	switch (type) {
 	case GGUF_T_IQ3_XXS: return &cb_iq3xxs;
@@ -242,6 +272,8 @@ const kern_iq_codebook *kern_iq_codebook_of(uint32_t type) {
 	case GGUF_T_IQ2_XXS:
 	case GGUF_T_IQ2_XS:
 	case GGUF_T_IQ2_S: return &cb_iq2;
+	case GGUF_T_IQ1_S:
+	case GGUF_T_IQ1_M: return &cb_iq1;
 	default: return NULL;
 	}
 }
@@ -253,6 +285,7 @@ static const dec_fn decoders[GGUF_T_COUNT] = {
 	[GGUF_T_Q5_K] = dec_q5_K, [GGUF_T_Q6_K] = dec_q6_K, [GGUF_T_IQ4_NL] = dec_q4_0, [GGUF_T_IQ4_XS] = dec_iq4_xs,
 	[GGUF_T_TQ1_0] = dec_tq1_0, [GGUF_T_TQ2_0] = dec_tq2_0, [GGUF_T_IQ3_XXS] = dec_iq3_xxs, [GGUF_T_IQ3_S] = dec_iq3_s,
 	[GGUF_T_IQ2_XXS] = dec_iq2_xxs, [GGUF_T_IQ2_XS] = dec_iq2_xs, [GGUF_T_IQ2_S] = dec_iq2_s,
+	[GGUF_T_IQ1_S] = dec_iq1_s, [GGUF_T_IQ1_M] = dec_iq1_m,
 };
 
 bool kern_has_codes(uint32_t type) { return type < GGUF_T_COUNT && decoders[type]; }

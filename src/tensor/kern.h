@@ -92,7 +92,7 @@ extern const tensor_kernels tensor_kernels_avx512, tensor_kernels_avx512_q8;
 // sc >> 4, j per 16), Q3_K d sc_j (u-4) and Q6_K d sc_j (u-32) (sc_j signed, j per 16),
 // Q4_K/Q5_K d sc_j u - dmin mn_j (j per 32), IQ4_NL d v(u) and IQ4_XS d sc_j v(u) (sc_j
 // signed, j per 32; v the codebook tensor_iq4nl_values). TQ1_0 and TQ2_0 give Q2_K's codes.
-// The grid types (IQ3, IQ2) give d sc_j mul v(u): sc_j unsigned, j per 16, v and mul their
+// The grid types (IQ3, IQ2, IQ1) give d sc_j mul v(u): sc_j unsigned, j per 16, v and mul their
 // kern_iq_codebook (a grid point's signed elements each take one of 16 values).
 typedef struct {
 	uint8_t u[QK_K];

@@ -235,6 +235,32 @@ typedef struct {
 static_assert(sizeof(block_iq2_s) == 2 + QK_K / 4 + QK_K / 16, "block_iq2_s size");
 static_assert(sizeof(block_iq2_s) == GGUF_BYTES_IQ2_S && QK_K == GGUF_BLOCK_IQ2_S, "block_iq2_s: the GGUF list");
 
+// IQ1: element = d (2 ls + 1) (grid + delta), grid in {-1, 0, 1}, delta +-1/8.
+typedef struct {
+	uint16_t d;            // fp16 scale
+	uint8_t qs[QK_K / 8];  // low 8 bits of the 11-bit grid indices, one per 8 elements
+	uint8_t qh[QK_K / 16]; // a little-endian u16 per 32: bits 3l.. the top 3 bits of index l,
+			       // bits 12..14 the 3-bit scale ls, bit 15 set: delta -1/8
+} block_iq1_s;
+static_assert(sizeof(block_iq1_s) == 2 + QK_K / 8 + QK_K / 16, "block_iq1_s size");
+static_assert(sizeof(block_iq1_s) == GGUF_BYTES_IQ1_S && QK_K == GGUF_BLOCK_IQ1_S, "block_iq1_s: the GGUF list");
+
+typedef struct {
+	uint8_t qs[QK_K / 8];      // low 8 bits of the 11-bit grid indices, one per 8 elements
+	uint8_t qh[QK_K / 16];     // a nibble per 8 elements: the index's top 3 bits, bit 3 set: delta -1/8
+	uint8_t scales[QK_K / 32]; // 4 little-endian u16: per 32 two 3-bit scales (6 bits per 32, from
+				   // bit 0), the fp16 d in the 4 top nibbles (u16 0 holds d's lowest)
+} block_iq1_m;
+static_assert(sizeof(block_iq1_m) == QK_K / 8 + QK_K / 16 + QK_K / 32, "block_iq1_m size");
+static_assert(sizeof(block_iq1_m) == GGUF_BYTES_IQ1_M && QK_K == GGUF_BLOCK_IQ1_M, "block_iq1_m: the GGUF list");
+// IQ1_M: the 4 u16 of scales, and the fp16 d they hold.
+static inline void tensor_iq1m_scales(const block_iq1_m *b, uint16_t sc[4]) {
+	for (int k = 0; k < 4; k++) sc[k] = (uint16_t)(b->scales[2 * k] | b->scales[2 * k + 1] << 8);
+}
+static inline uint16_t tensor_iq1m_d(const uint16_t sc[4]) {
+	return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

@@ -245,6 +245,9 @@ static void test_low_bit_mixes(void) {
 		{"IQ3_S", "blk.5.attn_v.weight", 8, GGUF_T_Q4_K}, {"IQ3_S", "blk.5.attn_v.weight", 1, GGUF_T_IQ3_S},
 		{"IQ3_S", "output.weight", 8, GGUF_T_Q6_K}, {"TQ1_0", "token_embd.weight", 8, GGUF_T_Q4_K},
 		{"TQ2_0", "output.weight", 8, GGUF_T_Q6_K}, {"TQ2_0", "blk.5.attn_v.weight", 8, GGUF_T_TQ2_0},
+		{"IQ1_S", "token_embd.weight", 8, GGUF_T_Q2_K}, {"IQ1_S", "blk.3.attn_output.weight", 8, GGUF_T_IQ2_XXS},
+		{"IQ1_M", "output.weight", 8, GGUF_T_Q5_K}, {"IQ1_M", "blk.5.attn_v.weight", 1, GGUF_T_Q2_K},
+		{"IQ1_M", "blk.3.ffn_up.weight", 8, GGUF_T_IQ1_M}, {"IQ1_S", "blk.3.ffn_gate.weight", 8, GGUF_T_IQ1_S},
 	};
 	char note[256];
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -265,6 +268,7 @@ static void test_low_bit_mixes(void) {
 	CHECK(ftype_pick(&ft, "blk.3.attn_q.weight", 2, odd, GGUF_T_F32, note, sizeof note) == GGUF_T_Q4_0 && note[0]);
 	// the types llama.cpp makes only with an importance matrix say so; the others do not
 	CHECK(ftype_imatrix_note(ftype_by_name("IQ2_XXS")) && ftype_imatrix_note(ftype_by_name("IQ3_XXS")) &&
+	      ftype_imatrix_note(ftype_by_name("IQ1_M")) &&
 	      strstr(ftype_imatrix_note(ftype_by_name("IQ2_S")), "importance matrix"));
 	CHECK(!ftype_imatrix_note(ftype_by_name("IQ3_S")) && !ftype_imatrix_note(ftype_by_name("Q4_K_M")) &&
 	      !ftype_imatrix_note(ftype_by_name("TQ2_0")));

@@ -195,7 +195,7 @@ int main(void) {
 		closedir(d);
 		qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
 		CHECK(n >= 20);
-		static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ2_XXS", "IQ2_XS"};
+		static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"};
 		enum { NQ = sizeof made / sizeof made[0] };
 		char made_path[NQ][512], made_label[NQ][64];
 		for (int q = 0; q < NQ; q++) {

@@ -13,7 +13,7 @@ static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
 	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0,
-	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S,
+	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -52,6 +52,8 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_iq2_xxs) == 66);
 	CHECK(sizeof(block_iq2_xs) == 74);
 	CHECK(sizeof(block_iq2_s) == 82);
+	CHECK(sizeof(block_iq1_s) == 50);
+	CHECK(sizeof(block_iq1_m) == 56);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -351,6 +353,51 @@ static void test_iq2(void) {
 	held_round_trip(GGUF_T_IQ2_S, &b2s);
 }
 
+static void test_iq1(void) {
+	float y[256];
+	// IQ1_S: group l of sub-block ib = d (2 ls + 1) (point (qs[4 ib + l] | bits 3l.. of qh << 8) +
+	// delta), qh the u16 of sub-block ib: ls its bits 12..14, delta -1/8 where bit 15 is set
+	block_iq1_s b1 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		int qh = (tb_ls(ib) % 8) << 12 | (ib % 3 == 1) << 15;
+		for (int l = 0; l < 4; l++) b1.qs[4 * ib + l] = (uint8_t)tb_idx(ib, l, 2048), qh |= (tb_idx(ib, l, 2048) >> 8) << 3 * l;
+		b1.qh[2 * ib] = (uint8_t)qh, b1.qh[2 * ib + 1] = (uint8_t)(qh >> 8);
+	}
+	tensor_traits_of(GGUF_T_IQ1_S)->to_f32(&b1, y, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int ib = e / 32, g = (int8_t)grid_byte(tensor_iq1s_grid, 8, tb_idx(ib, e % 32 / 8, 2048), e % 8);
+		bad += y[e] != 0.5f * (float)(2 * (tb_ls(ib) % 8) + 1) * ((float)g + (ib % 3 == 1 ? -0.125f : 0.125f));
+	}
+	CHECKF(bad == 0, "IQ1_S: %d elements off their definition", bad);
+	// IQ1_M: group k = d (2 ls + 1) (point (qs[k] | (nibble k of qh & 7) << 8) + delta), delta -1/8
+	// where the nibble's bit 3 is set; ls of 16 h: bits 3 (h % 4).. of u16 h / 4 of scales, d the
+	// four u16's top nibbles (the first's the lowest)
+	block_iq1_m bm;
+	memset(&bm, 0, sizeof bm);
+	const uint16_t dh = tensor_f32_to_f16(0.25f);
+	uint16_t sc[4] = {0};
+	for (int h = 0; h < 16; h++) sc[h / 4] |= (uint16_t)((tb_ls(h) % 8) << 3 * (h % 4));
+	for (int k = 0; k < 4; k++) {
+		sc[k] |= (uint16_t)((dh >> 4 * k & 15) << 12);
+		bm.scales[2 * k] = (uint8_t)sc[k], bm.scales[2 * k + 1] = (uint8_t)(sc[k] >> 8);
+	}
+	for (int k = 0; k < 32; k++) {
+		const int idx = tb_idx(k / 4, k % 4, 2048);
+		bm.qs[k] = (uint8_t)idx;
+		bm.qh[k / 2] |= (uint8_t)((idx >> 8 | (k % 3 == 2) << 3) << 4 * (k % 2));
+	}
+	tensor_traits_of(GGUF_T_IQ1_M)->to_f32(&bm, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, g = (int8_t)grid_byte(tensor_iq1s_grid, 8, tb_idx(k / 4, k % 4, 2048), e % 8);
+		bad += y[e] != 0.25f * (float)(2 * (tb_ls(e / 16) % 8) + 1) * ((float)g + (k % 3 == 2 ? -0.125f : 0.125f));
+	}
+	CHECKF(bad == 0, "IQ1_M: %d elements off their definition", bad);
+	held_round_trip(GGUF_T_IQ1_S, &b1);
+	held_round_trip(GGUF_T_IQ1_M, &bm);
+}
+
 // ---- golden tensors ----------------------------------------------------------------------
 static float dot_natural(const float *w, const float *x, int64_t n) {
 	float s = 0.0f;
@@ -490,6 +537,7 @@ static void test_round_trip(void) {
 		{GGUF_T_TQ1_0, 0.85},   {GGUF_T_TQ2_0, 0.85},
 		{GGUF_T_IQ3_XXS, 0.20}, {GGUF_T_IQ3_S, 0.15},
 		{GGUF_T_IQ2_XXS, 0.36}, {GGUF_T_IQ2_XS, 0.32}, {GGUF_T_IQ2_S, 0.27},
+		{GGUF_T_IQ1_S, 0.49},   {GGUF_T_IQ1_M, 0.45},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -645,6 +693,7 @@ int main(void) {
 	test_grids();
 	test_iq3();
 	test_iq2();
+	test_iq1();
 	test_half();
 	test_round_trip();
 	test_golden();

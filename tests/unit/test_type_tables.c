@@ -126,6 +126,7 @@ static void tensor_type_entries(void) {
 		{GGUF_T_TQ2_0, QK_K, sizeof(block_tq2_0)}, {GGUF_T_IQ3_XXS, QK_K, sizeof(block_iq3_xxs)},
 		{GGUF_T_IQ3_S, QK_K, sizeof(block_iq3_s)}, {GGUF_T_IQ2_XXS, QK_K, sizeof(block_iq2_xxs)},
 		{GGUF_T_IQ2_XS, QK_K, sizeof(block_iq2_xs)}, {GGUF_T_IQ2_S, QK_K, sizeof(block_iq2_s)},
+		{GGUF_T_IQ1_S, QK_K, sizeof(block_iq1_s)}, {GGUF_T_IQ1_M, QK_K, sizeof(block_iq1_m)},
 	};
 	const int nw = (int)(sizeof want / sizeof want[0]);
 	int convertible = 0;

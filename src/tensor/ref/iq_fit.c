@@ -56,17 +56,22 @@ float iq_codes(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 	       float *gain) {
 	float err = 0.0f, aq = 0.0f, qq = 0.0f;
 	for (int k = 0; k < ng; k++) {
-		const float dk = delta ? delta[k] : 0.0f;
+		float dk = delta ? delta[k] : 0.0f, e;
 		const float *ak = a + gr->g * k;
-		float e;
-		const int i = iq_nearest(gr, ak, s, dk, &e);
+		int i = iq_nearest(gr, ak, s, gr->pick != 0.0f ? gr->pick : dk, &e);
+		if (gr->pick != 0.0f) { // the group's own offset: +pick, or -pick where that is nearer
+			float e2;
+			const int i2 = iq_nearest(gr, ak, s, -gr->pick, &e2);
+			dk = e2 < e ? -gr->pick : gr->pick;
+			if (e2 < e) i = i2, e = e2;
+		}
 		err += e;
 		for (int j = 0; j < gr->g; j++) {
 			const float q = iq_pt(gr, i, j) + dk;
 			aq += ak[j] * q;
 			qq += q * q;
 		}
-		if (idx) idx[k] = i;
+		if (idx) idx[k] = i | (dk < 0.0f && gr->pick != 0.0f ? IQ_NEG_PICK : 0);
 	}
 	if (lsq) *lsq = qq > 0.0f ? aq / qq : 0.0f;
 	if (gain) *gain = qq > 0.0f ? aq * aq / qq : 0.0f;

@@ -20,9 +20,9 @@ static inline float g8(const uint64_t *grid, int idx, int j, uint8_t sg) {
 	return (float)(sg >> j & 1 ? -g : g);
 }
 
-static const iq_grid grid_iq2xxs_tab = {tensor_iq2xxs_grid, 256, 8, 8, false, 3, {8, 25, 43}, NULL};
-static const iq_grid grid_iq2xs_tab = {tensor_iq2xs_grid, 512, 8, 8, false, 3, {8, 25, 43}, NULL};
-static const iq_grid grid_iq2s_tab = {tensor_iq2s_grid, 1024, 8, 8, false, 3, {8, 25, 43}, NULL};
+static const iq_grid grid_iq2xxs_tab = {tensor_iq2xxs_grid, 256, 8, 8, false, 3, {8, 25, 43}, 0.0f, NULL};
+static const iq_grid grid_iq2xs_tab = {tensor_iq2xs_grid, 512, 8, 8, false, 3, {8, 25, 43}, 0.0f, NULL};
+static const iq_grid grid_iq2s_tab = {tensor_iq2s_grid, 1024, 8, 8, false, 3, {8, 25, 43}, 0.0f, NULL};
 
 // One block's signs (sg, a byte per 8; the count made even with parity) and targets a, its
 // sub-blocks of `sub` elements fitted, and d (fp16): the largest sub-block scale at the top of

@@ -28,7 +28,7 @@ static float smax8(const float s[8]) {
 }
 
 // ---- IQ3_XXS: x = d * (2 ls + 1) / 4 * grid * sign -------------------------------------------
-static const iq_grid grid_iq3xxs_tab = {tensor_iq3xxs_grid, 256, 4, 4, false, 8, {4, 12, 20, 28, 36, 44, 52, 62}, NULL};
+static const iq_grid grid_iq3xxs_tab = {tensor_iq3xxs_grid, 256, 4, 4, false, 8, {4, 12, 20, 28, 36, 44, 52, 62}, 0.0f, NULL};
 
 void tensor_ref_dequant_iq3_xxs(const void *src, float *y, int64_t n) {
 	const block_iq3_xxs *b = src;
@@ -73,7 +73,7 @@ void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) {
 }
 
 // ---- IQ3_S: x = d * (2 ls + 1) * grid * sign -------------------------------------------------
-static const iq_grid grid_iq3s_tab = {tensor_iq3s_grid, 512, 4, 4, false, 8, {1, 3, 5, 7, 9, 11, 13, 15}, NULL};
+static const iq_grid grid_iq3s_tab = {tensor_iq3s_grid, 512, 4, 4, false, 8, {1, 3, 5, 7, 9, 11, 13, 15}, 0.0f, NULL};
 
 void tensor_ref_dequant_iq3_s(const void *src, float *y, int64_t n) {
 	const block_iq3_s *b = src;

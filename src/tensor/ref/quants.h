@@ -33,21 +33,27 @@ TENSOR_REF_DECL(iq3_s)
 TENSOR_REF_DECL(iq2_xxs)
 TENSOR_REF_DECL(iq2_xs)
 TENSOR_REF_DECL(iq2_s)
+TENSOR_REF_DECL(iq1_s)
+TENSOR_REF_DECL(iq1_m)
 
 #undef TENSOR_REF_DECL
 
 // ---- the grid quantizers' search (tensor/ref/iq_fit.c) ---------------------------------------
 // A grid as the search reads it: n points of g elements, element j of point i byte j of
 // entry i of tab (w bytes per entry), magnitudes or (is_signed) int8 values; its distinct
-// magnitudes ascending in lev; pts, the points as floats (iq_expand).
+// magnitudes ascending in lev; pick (not 0): each group takes the offset +pick or -pick
+// that stores it better (delta unused); pts, the points as floats (iq_expand).
 typedef struct {
 	const void *tab;
 	int n, g, w;
 	bool is_signed;
 	int nlev;
 	float lev[8];
+	float pick;
 	const float *pts;
 } iq_grid;
+// Set in an index from iq_codes where the group took the offset -pick.
+#define IQ_NEG_PICK 0x8000
 // Fills pts (n * g floats, n a multiple of 4) with gr's points and points gr at them: the
 // search's form.
 void iq_expand(iq_grid *gr, float *pts);

@@ -408,7 +408,7 @@ AI vi dot_signed_half(const vi w[8], const kern_q8 *x, int part, bool one) {
 #endif
 }
 
-// Grid types (IQ3, IQ2): 4-bit indices looked up in the type's 16 values (biased by 128 where
+// Grid types (IQ3, IQ2, IQ1): 4-bit indices looked up in the type's 16 values (biased by 128 where
 // the dot products want unsigned codes), sub-blocks of 16 with unsigned scales;
 // w = d * mul * sc * v(u) (mul a power of two, so d * mul is exact).
 AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc,
@@ -516,6 +516,7 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 #define CALL_IQ3_XXS(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_XXS), ONE)
 #define CALL_IQ3_S(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_S), ONE)
 #define CALL_IQ2(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ2_XXS), ONE)
+#define CALL_IQ1(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ1_S), ONE)
 #define CALL_F32(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
 #define CALL_F16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
 #define CALL_BF16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
@@ -527,7 +528,7 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K) \
 	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS)                                    \
 	X(iq3_xxs, 256, 8 * 256 + 288, CALL_IQ3_XXS) X(iq3_s, 256, 8 * 256 + 288, CALL_IQ3_S)                          \
-	X(iq2, 256, 8 * 256 + 288, CALL_IQ2)
+	X(iq2, 256, 8 * 256 + 288, CALL_IQ2) X(iq1, 256, 8 * 256 + 288, CALL_IQ1)
 #define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
 MM_TYPES(MM_BOTH)
 MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
@@ -542,7 +543,8 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
 	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs,                    \
 	[GGUF_T_TQ1_0] = P##q2_K, [GGUF_T_TQ2_0] = P##q2_K, [GGUF_T_IQ3_XXS] = P##iq3_xxs, [GGUF_T_IQ3_S] = P##iq3_s,      \
-	[GGUF_T_IQ2_XXS] = P##iq2, [GGUF_T_IQ2_XS] = P##iq2, [GGUF_T_IQ2_S] = P##iq2
+	[GGUF_T_IQ2_XXS] = P##iq2, [GGUF_T_IQ2_XS] = P##iq2, [GGUF_T_IQ2_S] = P##iq2, [GGUF_T_IQ1_S] = P##iq1,        \
+	[GGUF_T_IQ1_M] = P##iq1
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 

@@ -74,6 +74,8 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_IQ2_XXS] = {GGUF_BLOCK_IQ2_XXS, 8 * 256 + 256 + 32, true},
 	[GGUF_T_IQ2_XS] = {GGUF_BLOCK_IQ2_XS, 8 * 256 + 256 + 32, true},
 	[GGUF_T_IQ2_S] = {GGUF_BLOCK_IQ2_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ1_S] = {GGUF_BLOCK_IQ1_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ1_M] = {GGUF_BLOCK_IQ1_M, 8 * 256 + 256 + 32, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
