@@ -2,6 +2,7 @@
 // agreement of our quantizers with llama.cpp's files, round-trip error bounds, fp16/bf16.
 #include "base/base.h"
 #include "gguf/gguf.h"
+#include "tensor/kern.h"
 #include "tensor/tensor.h"
 #include "t.h"
 
@@ -398,6 +399,43 @@ static void test_iq1(void) {
 	held_round_trip(GGUF_T_IQ1_M, &bm);
 }
 
+// ---- the codes every kernel set reads, against the reference dequantization -------------
+// Random blocks of each new type decoded to codes (kern_decode, what the x86 sets pack and the
+// reference's 8-bit width multiplies) give the reference's values bit for bit: d sc_j mul v(u)
+// for the grid types, Q2_K's d sc u - dmin mn for the ternary ones.
+static void test_codes(void) {
+	static const uint32_t types[] = {GGUF_T_TQ1_0, GGUF_T_TQ2_0, GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS,
+					 GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M};
+	uint64_t s = 5;
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		const tensor_traits *tt = tensor_traits_of(types[t]);
+		const kern_iq_codebook *cb = kern_iq_codebook_of(types[t]);
+		CHECKF(kern_has_codes(types[t]) && (cb != NULL) == (kern_codes_as(types[t]) == types[t]), "%s: codes", tt->name);
+		int bad = 0;
+		for (int rep = 0; rep < 64; rep++) {
+			uint8_t blk[128];
+			float y[256];
+			for (size_t i = 0; i < tt->bytes; i++) blk[i] = (uint8_t)(splitmix64(s++) >> 24);
+			// a finite d of moderate size (IQ1_M keeps d's nibbles in its scales' top bits)
+			const uint16_t dh = tensor_f32_to_f16((float)(rep + 1) / 64.0f);
+			if (types[t] == GGUF_T_IQ1_M)
+				for (int k = 0; k < 4; k++) blk[2 * k + 1 + 48] = (uint8_t)((blk[2 * k + 1 + 48] & 15) | (dh >> 4 * k & 15) << 4);
+			else if (types[t] == GGUF_T_TQ1_0 || types[t] == GGUF_T_TQ2_0) memcpy(blk + tt->bytes - 2, &dh, 2);
+			else memcpy(blk, &dh, 2);
+			tt->to_f32(blk, y, 256);
+			kern_codes dc;
+			kern_decode(types[t], blk, &dc, false);
+			const float d = tensor_f16_to_f32(dc.d), m = tensor_f16_to_f32(dc.m);
+			for (int e = 0; e < 256; e++) {
+				const float v = cb ? d * (float)dc.sc[e / 16] * cb->mul * (float)cb->v[dc.u[e]]
+						   : d * (float)(dc.sc[e / 16] & 15) * (float)dc.u[e] - m * (float)(dc.sc[e / 16] >> 4);
+				bad += f_bits(v) != f_bits(y[e]);
+			}
+		}
+		CHECKF(bad == 0, "%s: %d elements of random blocks whose codes differ from the reference", tt->name, bad);
+	}
+}
+
 // ---- golden tensors ----------------------------------------------------------------------
 static float dot_natural(const float *w, const float *x, int64_t n) {
 	float s = 0.0f;
@@ -694,6 +732,7 @@ int main(void) {
 	test_iq3();
 	test_iq2();
 	test_iq1();
+	test_codes();
 	test_half();
 	test_round_trip();
 	test_golden();
