@@ -26,12 +26,12 @@ static const ftype_info ftypes[] = {
 	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K},
 	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K},
 	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL},
-	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS}, {"TQ1_0", FT_TQ1_0, GGUF_T_TQ1_0},
-	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0}, {"IQ3_S", FT_IQ3_S, GGUF_T_IQ3_S},
+	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS}, {"IQ3_S", FT_IQ3_S, GGUF_T_IQ3_S},
 	{"IQ3_XXS", FT_IQ3_XXS, GGUF_T_IQ3_XXS}, {"IQ2_S", FT_IQ2_S, GGUF_T_IQ2_S},
 	{"IQ2_M", FT_IQ2_M, GGUF_T_IQ2_S}, {"IQ2_XS", FT_IQ2_XS, GGUF_T_IQ2_XS},
 	{"IQ2_XXS", FT_IQ2_XXS, GGUF_T_IQ2_XXS}, {"IQ1_M", FT_IQ1_M, GGUF_T_IQ1_M},
-	{"IQ1_S", FT_IQ1_S, GGUF_T_IQ1_S},
+	{"IQ1_S", FT_IQ1_S, GGUF_T_IQ1_S},   {"TQ1_0", FT_TQ1_0, GGUF_T_TQ1_0},
+	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0},
 };
 
 static const struct { const char *alias, *name; } aliases[] = {
@@ -47,9 +47,9 @@ const ftype_info *ftype_by_name(const char *name) {
 }
 
 const char *ftype_names(void) {
-	static char names[256];
+	static char names[512];
 	if (!names[0])
-		for (size_t i = 0, o = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+		for (size_t i = 0, o = 0; i < sizeof ftypes / sizeof ftypes[0] && o < sizeof names; i++)
 			o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? " " : "", ftypes[i].name);
 	return names;
 }
