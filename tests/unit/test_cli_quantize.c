@@ -272,6 +272,17 @@ static void test_low_bit_mixes(void) {
 	      strstr(ftype_imatrix_note(ftype_by_name("IQ2_S")), "importance matrix"));
 	CHECK(!ftype_imatrix_note(ftype_by_name("IQ3_S")) && !ftype_imatrix_note(ftype_by_name("Q4_K_M")) &&
 	      !ftype_imatrix_note(ftype_by_name("TQ2_0")));
+	// and lanes quantize says it (stories260K's rows fit no 256-block: the file is quick to make)
+	char src[1024], out[1024], errf[1024];
+	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
+	snprintf(out, sizeof out, "%s/q-stories-IQ2_XXS.gguf", t_tmp());
+	snprintf(errf, sizeof errf, "%s/q-stories-iq2.err", t_tmp());
+	CHECK(run(errf, "quantize %s %s IQ2_XXS", src, out) == 0);
+	char *errtext = t_read_file(errf, NULL);
+	CHECKF(errtext && strstr(errtext, "importance matrix") && strstr(errtext, "lanes quantizes them without one"),
+	       "IQ2_XXS: no note on stderr: %s", errtext ? errtext : "(none)");
+	free(errtext);
+	remove(out), remove(errf);
 }
 
 // ---- IQ4_NL and IQ4_XS: llama.cpp's rules without an importance matrix ---------------------
