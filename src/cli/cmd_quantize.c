@@ -114,6 +114,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	}
 	ftype_model m;
 	describe_model(g, ft, &m);
+	if (ftype_imatrix_note(ft)) cli_err("%s", ftype_imatrix_note(ft));
 	uint64_t size_in = 0, size_out = 0, all_in = 0;
 	int n_fallback = 0, n_requant = 0;
 	int64_t nt = gguf_n_tensors(g);

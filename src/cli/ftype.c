@@ -11,8 +11,9 @@
 enum {
 	FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
 	FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
-	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30,
-	FT_BF16 = 32, FT_MXFP4_MOE = 38,
+	FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_IQ3_XXS = 23, FT_IQ1_S = 24,
+	FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_IQ1_M = 31,
+	FT_BF16 = 32, FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38,
 };
 
 static const ftype_info ftypes[] = {
@@ -25,7 +26,12 @@ static const ftype_info ftypes[] = {
 	{"Q4_K_S", FT_Q4_K_S, GGUF_T_Q4_K, false}, {"Q4_K_M", FT_Q4_K_M, GGUF_T_Q4_K, false},
 	{"Q5_K_S", FT_Q5_K_S, GGUF_T_Q5_K, false}, {"Q5_K_M", FT_Q5_K_M, GGUF_T_Q5_K, false},
 	{"Q6_K", FT_Q6_K, GGUF_T_Q6_K, false},    {"IQ4_NL", FT_IQ4_NL, GGUF_T_IQ4_NL, false},
-	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS, false},
+	{"IQ4_XS", FT_IQ4_XS, GGUF_T_IQ4_XS, false}, {"IQ3_S", FT_IQ3_S, GGUF_T_IQ3_S, false},
+	{"IQ3_XXS", FT_IQ3_XXS, GGUF_T_IQ3_XXS, false}, {"IQ2_S", FT_IQ2_S, GGUF_T_IQ2_S, false},
+	{"IQ2_M", FT_IQ2_M, GGUF_T_IQ2_S, false}, {"IQ2_XS", FT_IQ2_XS, GGUF_T_IQ2_XS, false},
+	{"IQ2_XXS", FT_IQ2_XXS, GGUF_T_IQ2_XXS, false}, {"IQ1_M", FT_IQ1_M, GGUF_T_IQ1_M, false},
+	{"IQ1_S", FT_IQ1_S, GGUF_T_IQ1_S, false},   {"TQ1_0", FT_TQ1_0, GGUF_T_TQ1_0, false},
+	{"TQ2_0", FT_TQ2_0, GGUF_T_TQ2_0, false},
 	// llama.cpp has one file type for MXFP4; MXFP4 alone puts every weight in it
 	{"MXFP4", FT_MXFP4_MOE, GGUF_T_MXFP4, false}, {"MXFP4_MOE", FT_MXFP4_MOE, GGUF_T_MXFP4, true},
 };
@@ -43,9 +49,9 @@ const ftype_info *ftype_by_name(const char *name) {
 }
 
 const char *ftype_names(void) {
-	static char names[256];
+	static char names[512];
 	if (!names[0])
-		for (size_t i = 0, o = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+		for (size_t i = 0, o = 0; i < sizeof ftypes / sizeof ftypes[0] && o < sizeof names; i++)
 			o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? " " : "", ftypes[i].name);
 	return names;
 }
@@ -91,37 +97,78 @@ static int64_t layer_of(const char *name) {
 	return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
 }
 
+// The 2- and 1-bit file types, mixed by rules of their own.
+static bool low_bit(uint32_t ft) {
+	return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_S || ft == FT_IQ1_M;
+}
+
+const char *ftype_imatrix_note(const ftype_info *ft) {
+	if (!low_bit(ft->id) && ft->id != FT_IQ3_XXS) return NULL;
+	// IQ3_XXS's mix puts attn_q and attn_k in IQ2_S
+	return "note: llama.cpp's quantizer makes IQ2 and IQ1 tensors only with an importance matrix (--imatrix); "
+	       "lanes quantizes them without one, at a lower quality";
+}
+
+// output.weight, or a tied token_embd.
+static uint32_t output_type(uint32_t ft, int64_t ncols, uint32_t t, const gguf_ttype_info *ti) {
+	if (ncols % ti->block) return GGUF_T_Q8_0;
+	if (low_bit(ft) || ft == FT_IQ3_XXS) return GGUF_T_Q5_K;
+	return t == GGUF_T_Q8_0 ? t : GGUF_T_Q6_K;
+}
+
+// llama.cpp's rules for the 2-bit file types (what they leave alone keeps t).
+static uint32_t low_bit_rule(const ftype_model *m, uint32_t ft, int cat, int64_t gqa, int64_t il, uint32_t t) {
+	const bool s = ft == FT_IQ2_S || ft == FT_IQ2_M;
+	switch (cat) {
+	case C_ATTN_V: return gqa >= 4 || m->n_expert >= 4 ? GGUF_T_Q4_K : s ? GGUF_T_IQ3_S : GGUF_T_Q2_K;
+	case C_ATTN_K: return m->n_expert == 8 ? GGUF_T_Q4_K : t;
+	case C_FFN_DOWN: return il < m->n_layer / 8 ? (s ? GGUF_T_IQ3_S : GGUF_T_Q2_K) : t;
+	case C_ATTN_OUTPUT:
+		return m->n_expert == 8 ? GGUF_T_Q5_K : s ? GGUF_T_IQ3_S : ft == FT_IQ1_S || ft == FT_IQ1_M ? GGUF_T_IQ2_XXS : t;
+	default: return t;
+	}
+}
+
 static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, uint32_t t) {
 	const uint32_t ft = m->ft->id;
 	const int64_t gqa = m->n_head_kv > 0 ? m->n_head / m->n_head_kv : 1;
 	const int64_t il = layer_of(name), nl = m->n_layer;
 	const bool is_70b = m->llama_arch && nl == 80 && m->n_head != m->n_head_kv;
 	const gguf_ttype_info *ti = gguf_ttype_get(t);
-	switch (category(name)) {
-	case C_TOKEN_EMBD: // a tied embedding is also the output
-		if (!m->tied) return t;
-		return ncols % ti->block ? GGUF_T_Q8_0 : t == GGUF_T_Q8_0 ? t : GGUF_T_Q6_K;
-	case C_OUTPUT:
-		return ncols % ti->block ? GGUF_T_Q8_0 : t == GGUF_T_Q8_0 ? t : GGUF_T_Q6_K;
+	const enum cat cat = category(name);
+	if (cat == C_OUTPUT || (cat == C_TOKEN_EMBD && m->tied)) return output_type(ft, ncols, t, ti);
+	if (cat == C_TOKEN_EMBD) {
+		if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ1_M) return GGUF_T_Q2_K;
+		if (ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ3_XXS) return GGUF_T_IQ3_S;
+		return ft == FT_TQ1_0 || ft == FT_TQ2_0 ? GGUF_T_Q4_K : t;
+	}
+	if (low_bit(ft)) return low_bit_rule(m, ft, cat, gqa, il, t);
+	switch (cat) {
+	case C_TOKEN_EMBD:
+	case C_OUTPUT: return t; // above
 	case C_ATTN_V:
 		if (ft == FT_Q2_K) t = gqa >= 4 ? GGUF_T_Q4_K : GGUF_T_Q3_K;
+		else if (ft == FT_IQ3_XXS) t = gqa >= 4 ? GGUF_T_Q4_K : GGUF_T_IQ3_S; // llama.cpp without an importance matrix
 		else if (ft == FT_Q3_K_M) t = il < 2 ? GGUF_T_Q5_K : GGUF_T_Q4_K;
 		else if (ft == FT_Q3_K_L) t = GGUF_T_Q5_K;
 		else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && gqa >= 4) t = GGUF_T_Q5_K;
+		else if (ft == FT_IQ3_S && gqa >= 4) t = GGUF_T_Q4_K;
 		else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(il, m->n_attn_v)) t = GGUF_T_Q6_K;
 		else if (ft == FT_Q4_K_S && il < 4) t = GGUF_T_Q5_K;
 		if (is_70b && (t == GGUF_T_Q3_K || t == GGUF_T_Q4_K)) t = GGUF_T_Q5_K;
 		if (m->n_expert == 8) t = GGUF_T_Q8_0;
 		return t;
 	case C_ATTN_K:
-		return m->n_expert == 8 ? GGUF_T_Q8_0 : t;
+		return m->n_expert == 8 ? GGUF_T_Q8_0 : ft == FT_IQ3_XXS ? GGUF_T_IQ2_S : t;
 	case C_ATTN_OUTPUT:
 		if (m->n_expert == 8) {
 			if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_Q4_K_S ||
-			    ft == FT_Q4_K_M || ft == FT_IQ4_NL || ft == FT_IQ4_XS)
+			    ft == FT_Q4_K_M || ft == FT_IQ4_NL || ft == FT_IQ4_XS || ft == FT_IQ3_S || ft == FT_IQ3_XXS)
 				t = GGUF_T_Q5_K;
 		} else if (ft == FT_Q2_K) {
 			t = GGUF_T_Q3_K;
+		} else if (ft == FT_IQ3_XXS) {
+			t = GGUF_T_IQ3_S;
 		} else if (ft == FT_Q3_K_M) {
 			t = GGUF_T_Q4_K;
 		} else if (ft == FT_Q3_K_L) {
@@ -130,6 +177,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 		return t;
 	case C_FFN_DOWN:
 		if (ft == FT_Q2_K) t = GGUF_T_Q3_K;
+		else if (ft == FT_IQ3_XXS) t = il < nl / 8 ? GGUF_T_Q4_K : GGUF_T_Q3_K; // without an importance matrix
 		else if (ft == FT_Q3_K_M) t = il < nl / 16 ? GGUF_T_Q5_K : GGUF_T_Q4_K;
 		else if (ft == FT_Q3_K_L) t = GGUF_T_Q5_K;
 		else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(il, nl)) t = GGUF_T_Q6_K;
@@ -137,6 +185,7 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 		else if (ft == FT_Q4_K_S && il < nl / 8) t = GGUF_T_Q5_K;
 		return t;
 	case C_ATTN_Q:
+		return ft == FT_IQ3_XXS ? GGUF_T_IQ2_S : t;
 	case C_OTHER:
 		return t;
 	}
@@ -146,7 +195,9 @@ static uint32_t mix_rule(const ftype_model *m, const char *name, int64_t ncols, 
 // The type a 256-element type falls back to when its block does not divide the row (llama.cpp's map).
 static uint32_t fallback_of(uint32_t t) {
 	switch (t) {
-	case GGUF_T_IQ4_XS: return GGUF_T_IQ4_NL;
+	case GGUF_T_IQ4_XS: case GGUF_T_IQ3_XXS: case GGUF_T_IQ3_S: case GGUF_T_IQ2_XXS: case GGUF_T_IQ2_XS:
+	case GGUF_T_IQ2_S: case GGUF_T_IQ1_S: case GGUF_T_IQ1_M: return GGUF_T_IQ4_NL;
+	case GGUF_T_TQ1_0: case GGUF_T_TQ2_0: return GGUF_T_Q4_0;
 	case GGUF_T_Q2_K: case GGUF_T_Q3_K: return GGUF_T_Q4_0;
 	case GGUF_T_Q4_K: return GGUF_T_Q5_0;
 	case GGUF_T_Q5_K: return GGUF_T_Q5_1;

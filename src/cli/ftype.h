@@ -19,6 +19,10 @@ const ftype_info *ftype_by_name(const char *name);
 // Names accepted, space-separated, for usage messages.
 const char *ftype_names(void);
 
+// For a file type whose tensors llama.cpp's quantizer makes only with an importance matrix,
+// a line saying that lanes makes them without one (at a lower quality); NULL for the others.
+const char *ftype_imatrix_note(const ftype_info *ft);
+
 // What the rules need to know of the model.
 typedef struct {
 	const ftype_info *ft;

@@ -92,7 +92,9 @@ extern const tensor_kernels tensor_kernels_avx512, tensor_kernels_avx512_q8;
 // sc >> 4, j per 16), Q3_K d sc_j (u-4) and Q6_K d sc_j (u-32) (sc_j signed, j per 16),
 // Q4_K/Q5_K d sc_j u - dmin mn_j (j per 32), IQ4_NL d v(u) and IQ4_XS d sc_j v(u) (sc_j
 // signed, j per 32; v the codebook tensor_iq4nl_values), MXFP4 2^(sc_0 - 128) v(u) (sc_0
-// the E8M0 exponent e; v the doubled E2M1 codebook tensor_mxfp4_values).
+// the E8M0 exponent e; v the doubled E2M1 codebook tensor_mxfp4_values). TQ1_0 and TQ2_0 give
+// Q2_K's codes. The grid types (IQ3, IQ2, IQ1) give d sc_j mul v(u): sc_j unsigned, j per 16,
+// v and mul their kern_iq_codebook (a grid point's signed elements each take one of 16 values).
 typedef struct {
 	uint8_t u[QK_K];
 	uint16_t d, m;      // fp16 scale and min (legacy), or super-block d and dmin (K)
@@ -103,6 +105,16 @@ typedef struct {
 bool kern_has_codes(uint32_t type);
 // Decodes the block of type at b (kern_has_codes(type)).
 void kern_decode(uint32_t type, const uint8_t *b, kern_codes *o, bool q8u);
+// The type whose codes type's decoder gives, and whose packed layout and kernels it shares:
+// Q2_K for TQ1_0 and TQ2_0 (trits under scale 1 and min 1), else type itself.
+uint32_t kern_codes_as(uint32_t type);
+// A grid type's element values, ascending, and the power of two its scales carry.
+typedef struct {
+	int8_t v[16];
+	float mul;
+} kern_iq_codebook;
+// The codebook of a grid type; NULL for any other type.
+const kern_iq_codebook *kern_iq_codebook_of(uint32_t type);
 // Q4_K/Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes q.
 void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 
@@ -119,7 +131,8 @@ void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 // an int8 dot product with four activation bytes broadcast to every lane. Per-row scales
 // follow the block's planes as 16 fp16 values, or 16 bytes per sub-block for K-quants.
 // IQ4_NL, IQ4_XS and MXFP4 keep their 4-bit indices in planes4 (the kernels look the codebook
-// up); MXFP4's per-row scales are 16 floats, 2^(e - 128) (beyond fp16's range).
+// up); MXFP4's per-row scales are 16 floats, 2^(e - 128) (beyond fp16's range); the grid types
+// too, then a scale byte per 16 (as Q6_K's) and the fp16 d.
 #define KERN_TILE 16
 size_t kern_x86_pack_bytes(uint32_t type, int64_t rows, int64_t k);
 // q8_unsigned: Q8_0 codes stored as q ^ 0x80 (an unsigned operand), else as signed q.

@@ -169,6 +169,117 @@ static inline float tensor_e8m0_half(uint8_t e) {
 	return v.f;
 }
 
+// Ternary types (BitNet b1.58, TriLMs): element = d * (t - 1), t in {0, 1, 2} a trit.
+typedef struct {
+	uint8_t qs[(QK_K - 4 * QK_K / 64) / 5]; // 240 trits, 5 per byte (see tensor_tq1_trit)
+	uint8_t qh[QK_K / 64];                  // the last 16 trits, 4 per byte
+	uint16_t d;                             // fp16 scale
+} block_tq1_0;
+static_assert(sizeof(block_tq1_0) == (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, "block_tq1_0 size");
+static_assert(sizeof(block_tq1_0) == GGUF_BYTES_TQ1_0 && QK_K == GGUF_BLOCK_TQ1_0, "block_tq1_0: the GGUF list");
+
+typedef struct {
+	uint8_t qs[QK_K / 4]; // 2-bit trits: bits 2l of byte 32c + m = element 128c + 32l + m
+	uint16_t d;           // fp16 scale
+} block_tq2_0;
+static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "block_tq2_0 size");
+static_assert(sizeof(block_tq2_0) == GGUF_BYTES_TQ2_0 && QK_K == GGUF_BLOCK_TQ2_0, "block_tq2_0: the GGUF list");
+
+// TQ1_0: a byte q holds the trits t_0..t_4 as q = ceil(256 v / 243), v = sum t_n 3^(4-n);
+// trit n comes back as the top of (q 3^n mod 256) * 3 (qh's bytes hold 4 trits and a 0).
+static inline int tensor_tq1_trit(uint8_t q, int n) {
+	static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+	return ((uint8_t)(q * pow3[n]) * 3) >> 8;
+}
+// TQ1_0: trit e (0..255) of a block, in element order.
+static inline int tensor_tq1_get(const block_tq1_0 *b, int e) {
+	if (e < 160) return tensor_tq1_trit(b->qs[e % 32], e / 32);
+	if (e < 240) return tensor_tq1_trit(b->qs[32 + (e - 160) % 16], (e - 160) / 16);
+	return tensor_tq1_trit(b->qh[(e - 240) % 4], (e - 240) / 4);
+}
+
+// ---- grid types (IQ3, IQ2, IQ1): groups of elements name points of a published grid -----
+// The grids, as ggml publishes them: point i's element j is byte j (little-endian) of entry i.
+// IQ2 magnitudes are 0x08, 0x19, 0x2b; IQ3_XXS 4..52 step 8 and 62; IQ3_S 1..15 odd; IQ1 -1, 0, 1.
+extern const uint64_t tensor_iq2xxs_grid[256], tensor_iq2xs_grid[512], tensor_iq2s_grid[1024];
+extern const uint32_t tensor_iq3xxs_grid[256], tensor_iq3s_grid[512];
+extern const uint64_t tensor_iq1s_grid[2048];
+// The 8 signs of a group from its 7 stored bits: the 8th makes the count of negatives even
+// (bit j set: element j negative).
+static inline uint8_t tensor_iq_signs(uint32_t s7) {
+	s7 &= 127;
+	return (uint8_t)(s7 | (uint32_t)(__builtin_popcount(s7) & 1) << 7);
+}
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[3 * QK_K / 8];  // 64 grid indices (one per 4 elements, 8 per 32), then a u32 per
+				   // 32: 4 x 7 sign bits (a group of 8 each), the 4-bit scale ls on top
+} block_iq3_xxs;
+static_assert(sizeof(block_iq3_xxs) == 2 + 3 * QK_K / 8, "block_iq3_xxs size");
+static_assert(sizeof(block_iq3_xxs) == GGUF_BYTES_IQ3_XXS && QK_K == GGUF_BLOCK_IQ3_XXS, "block_iq3_xxs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                  // fp16 scale
+	uint8_t qs[QK_K / 4];        // low 8 bits of the 9-bit grid indices, one per 4 elements
+	uint8_t qh[QK_K / 32];       // bit k of byte ib: the 9th bit of sub-block ib's index k
+	uint8_t signs[QK_K / 8];     // a bit per element, set: negative
+	uint8_t scales[QK_K / 64];   // 4-bit scales ls, two per byte (low nibble: even sub-block)
+} block_iq3_s;
+static_assert(sizeof(block_iq3_s) == 2 + 13 * (QK_K / 32) + QK_K / 64, "block_iq3_s size");
+static_assert(sizeof(block_iq3_s) == GGUF_BYTES_IQ3_S && QK_K == GGUF_BLOCK_IQ3_S, "block_iq3_s: the GGUF list");
+
+typedef struct {
+	uint16_t d;            // fp16 scale
+	uint8_t qs[QK_K / 4];  // per 32, two little-endian u32: 4 grid indices (a byte per 8
+			       // elements), then 4 x 7 sign bits and the 4-bit scale ls on top
+} block_iq2_xxs;
+static_assert(sizeof(block_iq2_xxs) == 2 + QK_K / 4, "block_iq2_xxs size");
+static_assert(sizeof(block_iq2_xxs) == GGUF_BYTES_IQ2_XXS && QK_K == GGUF_BLOCK_IQ2_XXS, "block_iq2_xxs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[QK_K / 4];      // a little-endian u16 per 8 elements: 9-bit grid index, 7 sign bits on top
+	uint8_t scales[QK_K / 32]; // 4-bit scales per 16, two per byte (low nibble: the first 16 of a 32)
+} block_iq2_xs;
+static_assert(sizeof(block_iq2_xs) == 2 + QK_K / 4 + QK_K / 32, "block_iq2_xs size");
+static_assert(sizeof(block_iq2_xs) == GGUF_BYTES_IQ2_XS && QK_K == GGUF_BLOCK_IQ2_XS, "block_iq2_xs: the GGUF list");
+
+typedef struct {
+	uint16_t d;                // fp16 scale
+	uint8_t qs[QK_K / 4];      // low 8 bits of the 10-bit grid indices (one per 8 elements), then a sign byte per 8
+	uint8_t qh[QK_K / 32];     // bits 2k, 2k+1 of byte ib: the top bits of sub-block ib's index k
+	uint8_t scales[QK_K / 32]; // 4-bit scales per 16, as IQ2_XS's
+} block_iq2_s;
+static_assert(sizeof(block_iq2_s) == 2 + QK_K / 4 + QK_K / 16, "block_iq2_s size");
+static_assert(sizeof(block_iq2_s) == GGUF_BYTES_IQ2_S && QK_K == GGUF_BLOCK_IQ2_S, "block_iq2_s: the GGUF list");
+
+// IQ1: element = d (2 ls + 1) (grid + delta), grid in {-1, 0, 1}, delta +-1/8.
+typedef struct {
+	uint16_t d;            // fp16 scale
+	uint8_t qs[QK_K / 8];  // low 8 bits of the 11-bit grid indices, one per 8 elements
+	uint8_t qh[QK_K / 16]; // a little-endian u16 per 32: bits 3l.. the top 3 bits of index l,
+			       // bits 12..14 the 3-bit scale ls, bit 15 set: delta -1/8
+} block_iq1_s;
+static_assert(sizeof(block_iq1_s) == 2 + QK_K / 8 + QK_K / 16, "block_iq1_s size");
+static_assert(sizeof(block_iq1_s) == GGUF_BYTES_IQ1_S && QK_K == GGUF_BLOCK_IQ1_S, "block_iq1_s: the GGUF list");
+
+typedef struct {
+	uint8_t qs[QK_K / 8];      // low 8 bits of the 11-bit grid indices, one per 8 elements
+	uint8_t qh[QK_K / 16];     // a nibble per 8 elements: the index's top 3 bits, bit 3 set: delta -1/8
+	uint8_t scales[QK_K / 32]; // 4 little-endian u16: per 32 two 3-bit scales (6 bits per 32, from
+				   // bit 0), the fp16 d in the 4 top nibbles (u16 0 holds d's lowest)
+} block_iq1_m;
+static_assert(sizeof(block_iq1_m) == QK_K / 8 + QK_K / 16 + QK_K / 32, "block_iq1_m size");
+static_assert(sizeof(block_iq1_m) == GGUF_BYTES_IQ1_M && QK_K == GGUF_BLOCK_IQ1_M, "block_iq1_m: the GGUF list");
+// IQ1_M: the 4 u16 of scales, and the fp16 d they hold.
+static inline void tensor_iq1m_scales(const block_iq1_m *b, uint16_t sc[4]) {
+	for (int k = 0; k < 4; k++) sc[k] = (uint16_t)(b->scales[2 * k] | b->scales[2 * k + 1] << 8);
+}
+static inline uint16_t tensor_iq1m_d(const uint16_t sc[4]) {
+	return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+}
+
 // Activations for K-quant dot products: float scale, int8 quants, sums per 16.
 typedef struct {
 	float d;

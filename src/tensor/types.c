@@ -145,6 +145,15 @@ DOT_BLOCK(q8_K, QK_K, block_q8_K)
 DOT_BLOCK(iq4_nl, QK4_NL, block_iq4_nl)
 DOT_BLOCK(iq4_xs, QK_K, block_iq4_xs)
 DOT_BLOCK(mxfp4, QK_MXFP4, block_mxfp4)
+DOT_BLOCK(tq1_0, QK_K, block_tq1_0)
+DOT_BLOCK(tq2_0, QK_K, block_tq2_0)
+DOT_BLOCK(iq3_xxs, QK_K, block_iq3_xxs)
+DOT_BLOCK(iq3_s, QK_K, block_iq3_s)
+DOT_BLOCK(iq2_xxs, QK_K, block_iq2_xxs)
+DOT_BLOCK(iq2_xs, QK_K, block_iq2_xs)
+DOT_BLOCK(iq2_s, QK_K, block_iq2_s)
+DOT_BLOCK(iq1_s, QK_K, block_iq1_s)
+DOT_BLOCK(iq1_m, QK_K, block_iq1_m)
 
 // ---- the table --------------------------------------------------------------------------
 // name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
@@ -161,6 +170,10 @@ static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_Q5_K] = QTYPE(q5_K, Q5_K), [GGUF_T_Q6_K] = QTYPE(q6_K, Q6_K), [GGUF_T_Q8_K] = QTYPE(q8_K, Q8_K),
 	[GGUF_T_IQ4_NL] = QTYPE(iq4_nl, IQ4_NL), [GGUF_T_IQ4_XS] = QTYPE(iq4_xs, IQ4_XS),
 	[GGUF_T_MXFP4] = QTYPE(mxfp4, MXFP4),
+	[GGUF_T_TQ1_0] = QTYPE(tq1_0, TQ1_0), [GGUF_T_TQ2_0] = QTYPE(tq2_0, TQ2_0),
+	[GGUF_T_IQ3_XXS] = QTYPE(iq3_xxs, IQ3_XXS), [GGUF_T_IQ3_S] = QTYPE(iq3_s, IQ3_S),
+	[GGUF_T_IQ2_XXS] = QTYPE(iq2_xxs, IQ2_XXS), [GGUF_T_IQ2_XS] = QTYPE(iq2_xs, IQ2_XS),
+	[GGUF_T_IQ2_S] = QTYPE(iq2_s, IQ2_S), [GGUF_T_IQ1_S] = QTYPE(iq1_s, IQ1_S), [GGUF_T_IQ1_M] = QTYPE(iq1_m, IQ1_M),
 };
 #undef QTYPE
 #undef FACTS

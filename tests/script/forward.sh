@@ -147,9 +147,9 @@ head -c $((40 * 512 * 4)) "$TMP/p80" | cmp -s - "$TMP/p40" && bad "phi3: 80 posi
 "$BIN" logits -m "$TMP/phi3.gguf" --lora "$TMP/p3lora.gguf" --ids "$gids" -o "$TMP/p3l" 2> "$TMP/err" && ok ||
 	bad "phi3 with an adapter: $(cat "$TMP/err")"
 
-# IQ4_NL, IQ4_XS and MXFP4 files made here: logits the same on 1 thread in one chunk of 256 and
-# on 2 threads in chunks of 1, in both widths.
-for ft in IQ4_NL IQ4_XS MXFP4; do
+# IQ4_NL, IQ4_XS, TQ1_0, IQ2_XXS and MXFP4 files made here: logits the same on 1 thread in one
+# chunk of 256 and on 2 threads in chunks of 1, in both widths.
+for ft in IQ4_NL IQ4_XS TQ1_0 IQ2_XXS MXFP4; do
 	"$BIN" quantize "$SHARED/models/ref-llama-F32.gguf" "$TMP/$ft.gguf" "$ft" > /dev/null 2>&1 || bad "quantize to $ft failed"
 	for act in q16 q8; do
 		"$BIN" logits -m "$TMP/$ft.gguf" --ids "$qids" -o "$TMP/$ft-a" --activations $act --threads 1 --chunk 256 2>/dev/null || bad "$ft logits failed"

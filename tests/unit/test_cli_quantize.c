@@ -249,6 +249,69 @@ static void moe_types(const char *ft, uint32_t file_type, const tensor_want *wan
 	remove(out);
 }
 
+// ---- the 2- and 3-bit grid types and the ternary ones: llama.cpp's rules -------------------
+static void test_low_bit_mixes(void) {
+	// A TinyLlama-shaped model (22 layers); query heads per KV head 8 (gqa) or 1.
+	static const struct {
+		const char *ft, *name;
+		int gqa;
+		uint32_t want;
+	} cases[] = {
+		{"IQ2_XXS", "token_embd.weight", 8, GGUF_T_Q2_K}, {"IQ2_XXS", "output.weight", 8, GGUF_T_Q5_K},
+		{"IQ2_XXS", "blk.5.attn_v.weight", 8, GGUF_T_Q4_K}, {"IQ2_XXS", "blk.5.attn_v.weight", 1, GGUF_T_Q2_K},
+		{"IQ2_XXS", "blk.1.ffn_down.weight", 8, GGUF_T_Q2_K}, {"IQ2_XXS", "blk.3.ffn_down.weight", 8, GGUF_T_IQ2_XXS},
+		{"IQ2_XXS", "blk.3.attn_output.weight", 8, GGUF_T_IQ2_XXS}, {"IQ2_XS", "blk.3.ffn_up.weight", 8, GGUF_T_IQ2_XS},
+		{"IQ2_S", "token_embd.weight", 8, GGUF_T_IQ3_S}, {"IQ2_S", "blk.5.attn_v.weight", 1, GGUF_T_IQ3_S},
+		{"IQ2_S", "blk.1.ffn_down.weight", 8, GGUF_T_IQ3_S}, {"IQ2_S", "blk.3.attn_output.weight", 8, GGUF_T_IQ3_S},
+		{"IQ2_M", "blk.3.attn_q.weight", 8, GGUF_T_IQ2_S},
+		{"IQ3_XXS", "token_embd.weight", 8, GGUF_T_IQ3_S}, {"IQ3_XXS", "output.weight", 8, GGUF_T_Q5_K},
+		{"IQ3_XXS", "blk.5.attn_v.weight", 8, GGUF_T_Q4_K}, {"IQ3_XXS", "blk.5.attn_v.weight", 1, GGUF_T_IQ3_S},
+		{"IQ3_XXS", "blk.5.attn_q.weight", 8, GGUF_T_IQ2_S}, {"IQ3_XXS", "blk.5.attn_k.weight", 8, GGUF_T_IQ2_S},
+		{"IQ3_XXS", "blk.1.ffn_down.weight", 8, GGUF_T_Q4_K}, {"IQ3_XXS", "blk.3.ffn_down.weight", 8, GGUF_T_Q3_K},
+		{"IQ3_XXS", "blk.3.attn_output.weight", 8, GGUF_T_IQ3_S}, {"IQ3_XXS", "blk.3.ffn_gate.weight", 8, GGUF_T_IQ3_XXS},
+		{"IQ3_S", "blk.5.attn_v.weight", 8, GGUF_T_Q4_K}, {"IQ3_S", "blk.5.attn_v.weight", 1, GGUF_T_IQ3_S},
+		{"IQ3_S", "output.weight", 8, GGUF_T_Q6_K}, {"TQ1_0", "token_embd.weight", 8, GGUF_T_Q4_K},
+		{"TQ2_0", "output.weight", 8, GGUF_T_Q6_K}, {"TQ2_0", "blk.5.attn_v.weight", 8, GGUF_T_TQ2_0},
+		{"IQ1_S", "token_embd.weight", 8, GGUF_T_Q2_K}, {"IQ1_S", "blk.3.attn_output.weight", 8, GGUF_T_IQ2_XXS},
+		{"IQ1_M", "output.weight", 8, GGUF_T_Q5_K}, {"IQ1_M", "blk.5.attn_v.weight", 1, GGUF_T_Q2_K},
+		{"IQ1_M", "blk.3.ffn_up.weight", 8, GGUF_T_IQ1_M}, {"IQ1_S", "blk.3.ffn_gate.weight", 8, GGUF_T_IQ1_S},
+	};
+	char note[256];
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const ftype_model fm = {.ft = ftype_by_name(cases[i].ft), .llama_arch = true, .n_layer = 22, .n_head = 32,
+					.n_head_kv = 32 / cases[i].gqa, .n_attn_v = 22};
+		CHECKF(fm.ft != NULL, "%s: a file type", cases[i].ft);
+		if (!fm.ft) continue;
+		const int64_t ne[2] = {2048, 256};
+		const uint32_t t = ftype_pick(&fm, cases[i].name, 2, ne, GGUF_T_F32, note, sizeof note);
+		CHECKF(t == cases[i].want && !note[0], "%s %s (gqa %d): %s, want %s", cases[i].ft, cases[i].name, cases[i].gqa,
+		       type_name(t), type_name(cases[i].want));
+	}
+	// a row that is not whole blocks: IQ4_NL for the grid types, Q4_0 for the ternary ones
+	const ftype_model f2 = {.ft = ftype_by_name("IQ2_XS"), .n_layer = 22, .n_head = 32, .n_head_kv = 4},
+			  ft = {.ft = ftype_by_name("TQ1_0"), .n_layer = 22, .n_head = 32, .n_head_kv = 4};
+	const int64_t odd[2] = {96, 256};
+	CHECK(ftype_pick(&f2, "blk.3.attn_q.weight", 2, odd, GGUF_T_F32, note, sizeof note) == GGUF_T_IQ4_NL && note[0]);
+	CHECK(ftype_pick(&ft, "blk.3.attn_q.weight", 2, odd, GGUF_T_F32, note, sizeof note) == GGUF_T_Q4_0 && note[0]);
+	// the types llama.cpp makes only with an importance matrix say so; the others do not
+	CHECK(ftype_imatrix_note(ftype_by_name("IQ2_XXS")) && ftype_imatrix_note(ftype_by_name("IQ3_XXS")) &&
+	      ftype_imatrix_note(ftype_by_name("IQ1_M")) &&
+	      strstr(ftype_imatrix_note(ftype_by_name("IQ2_S")), "importance matrix"));
+	CHECK(!ftype_imatrix_note(ftype_by_name("IQ3_S")) && !ftype_imatrix_note(ftype_by_name("Q4_K_M")) &&
+	      !ftype_imatrix_note(ftype_by_name("TQ2_0")));
+	// and lanes quantize says it (stories260K's rows fit no 256-block: the file is quick to make)
+	char src[1024], out[1024], errf[1024];
+	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
+	snprintf(out, sizeof out, "%s/q-stories-IQ2_XXS.gguf", t_tmp());
+	snprintf(errf, sizeof errf, "%s/q-stories-iq2.err", t_tmp());
+	CHECK(run(errf, "quantize %s %s IQ2_XXS", src, out) == 0);
+	char *errtext = t_read_file(errf, NULL);
+	CHECKF(errtext && strstr(errtext, "importance matrix") && strstr(errtext, "lanes quantizes them without one"),
+	       "IQ2_XXS: no note on stderr: %s", errtext ? errtext : "(none)");
+	free(errtext);
+	remove(out), remove(errf);
+}
+
 // ---- IQ4_NL and IQ4_XS: llama.cpp's rules without an importance matrix ---------------------
 static void test_iq4_mixes(void) {
 	// A TinyLlama-shaped model (22 layers, 8 query heads per KV head): Q5_K for attn_v and for
@@ -506,6 +569,7 @@ int main(void) {
 	test_stories();
 	test_iq4_mixes();
 	test_mxfp4_mixes();
+	test_low_bit_mixes();
 	test_gen();
 	T_DONE("cli_quantize");
 }

@@ -1,10 +1,11 @@
-// tests: the numerics contract, bit for bit — a sequence's logits alone equal its logits in
-// a batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt
-// whole equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence
-// truncated and re-fed equals the original — under every kernel set the CPU runs, in both
-// activation widths; on shared models, on IQ4 and MXFP4 files `lanes quantize` makes here
-// (MXFP4_MOE: the MoE model's experts), and on the gemma2, gemma3, phi3 and gpt-oss ones
-// `lanes gen` writes (their local layers' window shorter than the prompt; gpt-oss's sinks).
+// tests: the numerics contract, bit for bit — a sequence's logits alone equal its logits in a
+// batch with other sequences (rows in any order, prompt and decode rows mixed), a prompt whole
+// equals it cut into pieces of 1, 7 and 64, 1 thread equals 2 and 3, and a sequence truncated
+// and re-fed equals the original — under every kernel set the CPU runs, in both activation
+// widths; on shared models, on files of the types no shared model has (IQ4, TQ, IQ3, IQ2,
+// MXFP4; MXFP4_MOE: the MoE model's experts) `lanes quantize` makes here, and on the gemma2,
+// gemma3, phi3 and gpt-oss ones `lanes gen` writes (their local layers' window shorter than the
+// prompt; gpt-oss's sinks).
 #include "t.h"
 #include "gen.h"
 
@@ -226,9 +227,11 @@ int main(void) {
 	// set's q8 takes one model).
 	const char *sets[8];
 	const int ns = tensor_kernels_available(sets, 8);
-	// files in the types no shared model has: the dense model, then the MoE one's experts
-	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "MXFP4", "MXFP4_MOE"};
-	static const char *const made_src[] = {"ref-llama-F32", "ref-llama-F32", "ref-llama-F32", "ref-moe-F16"};
+	// one file per kernel path: TQ1_0 shares TQ2_0's codes, and every grid type rows_iq (IQ3_XXS's
+	// mix holds IQ3_XXS, IQ3_S and IQ2_S); then the MoE model's experts in MXFP4
+	static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ2_0", "IQ3_XXS", "IQ2_XXS", "MXFP4", "MXFP4_MOE"};
+	static const char *const made_src[] = {"ref-llama-F32", "ref-llama-F32", "ref-llama-F32", "ref-llama-F32",
+					       "ref-llama-F32", "ref-llama-F32", "ref-moe-F16"};
 	enum { NMADE = sizeof made / sizeof made[0] };
 	char made_path[NMADE][512];
 	for (int q = 0; q < NMADE; q++)

@@ -32,7 +32,10 @@ static float frand(uint64_t *s) {
 
 static const uint32_t all_types[] = {GGUF_T_F32,  GGUF_T_F16,  GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1,
 				     GGUF_T_Q5_0, GGUF_T_Q5_1, GGUF_T_Q8_0, GGUF_T_Q2_K, GGUF_T_Q3_K,
-				     GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_MXFP4};
+				     GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS,
+				     GGUF_T_TQ1_0, GGUF_T_TQ2_0, GGUF_T_IQ3_XXS, GGUF_T_IQ3_S,
+				     GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M, GGUF_T_MXFP4,
+				     GGUF_T_Q8_1}; // Q8_1: no x86 kernel, read in place as the reference reads it
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static bool is_float(uint32_t t) { return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16; }

@@ -441,7 +441,8 @@ static void kernel_sets(void) {
 		// rows: the same bits as the type's reference converter
 		const uint32_t types[] = {GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0,
 					  GGUF_T_Q5_1, GGUF_T_Q8_0, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
-					  GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_MXFP4};
+					  GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0, GGUF_T_IQ3_XXS, GGUF_T_IQ3_S,
+					  GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M, GGUF_T_MXFP4};
 		float src[512], a[512], b[512];
 		uint8_t q[4096];
 		for (int i = 0; i < 512; i++) src[i] = (float)(urand(&s) * 4 - 2);

@@ -195,10 +195,10 @@ int main(void) {
 		closedir(d);
 		qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
 		CHECK(n >= 20);
-		static const char *const made[] = {"IQ4_NL", "IQ4_XS", "MXFP4"};
-		enum { NMADE = sizeof made / sizeof made[0] };
-		char made_path[NMADE][512], made_label[NMADE][64];
-		for (int q = 0; q < NMADE; q++) {
+		static const char *const made[] = {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M", "MXFP4"};
+		enum { NQ = sizeof made / sizeof made[0] };
+		char made_path[NQ][512], made_label[NQ][64];
+		for (int q = 0; q < NQ; q++) {
 			CHECKF(t_quantize_ref("golden", made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);
 			snprintf(made_label[q], sizeof made_label[q], "ref-llama-%s (ours)", made[q]);
 		}
@@ -210,10 +210,10 @@ int main(void) {
 				CHECK(tensor_kernels_select_act((enum tensor_act)a) == 0);
 				CHECK(tensor_kernels_select(sets[k]) == 0);
 				for (int i = 0; i < n; i++) golden_model(names[i]);
-				for (int q = 0; q < NMADE; q++) quantized_model(made_label[q], made_path[q]);
+				for (int q = 0; q < NQ; q++) quantized_model(made_label[q], made_path[q]);
 				stories_greedy();
 			}
-		for (int q = 0; q < NMADE; q++) remove(made_path[q]);
+		for (int q = 0; q < NQ; q++) remove(made_path[q]);
 		CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 		// The error each cache type costs, on the default set.
 		CHECK(tensor_kernels_select(sets[ns - 1]) == 0);

@@ -446,13 +446,14 @@ int main(void) {
 	CHECKF(conv.mem.copied_bytes > 0 && conv.mem.copied_bytes % 4 == 0, "copied %llu", (unsigned long long)conv.mem.copied_bytes);
 	test_meta_reads_no_data(f16v);
 	// and files of the types no shared model has, as `lanes quantize` makes them
-	char iq4nl[1024], iq4xs[1024];
+	char iq4nl[1024], iq4xs[1024], tq1[1024], iq2[1024];
 	CHECK(t_quantize_ref("plan", "IQ4_NL", iq4nl, sizeof iq4nl) && t_quantize_ref("plan", "IQ4_XS", iq4xs, sizeof iq4xs));
-	const char *const extra[] = {f16v, iq4nl, iq4xs, NULL};
+	CHECK(t_quantize_ref("plan", "TQ1_0", tq1, sizeof tq1) && t_quantize_ref("plan", "IQ2_XXS", iq2, sizeof iq2));
+	const char *const extra[] = {f16v, iq4nl, iq4xs, tq1, iq2, NULL};
 	test_meta_equals_loaded(tensor_kernels_name(tensor_kernels_default()), extra);
 	// and for the portable set, which reads every matrix in place
 	CHECK(tensor_kernels_select("ref") == 0);
 	test_meta_equals_loaded("ref", extra);
-	unlink(f16v), unlink(iq4nl), unlink(iq4xs);
+	unlink(f16v), unlink(iq4nl), unlink(iq4xs), unlink(tq1), unlink(iq2);
 	T_DONE("plan");
 }

@@ -2,6 +2,7 @@
 // agreement of our quantizers with llama.cpp's files, round-trip error bounds, fp16/bf16.
 #include "base/base.h"
 #include "gguf/gguf.h"
+#include "tensor/kern.h"
 #include "tensor/tensor.h"
 #include "t.h"
 
@@ -12,7 +13,8 @@
 static const uint32_t all_types[] = {
 	GGUF_T_F32, GGUF_T_F16, GGUF_T_BF16, GGUF_T_Q4_0, GGUF_T_Q4_1, GGUF_T_Q5_0, GGUF_T_Q5_1,
 	GGUF_T_Q8_0, GGUF_T_Q8_1, GGUF_T_Q2_K, GGUF_T_Q3_K, GGUF_T_Q4_K, GGUF_T_Q5_K, GGUF_T_Q6_K,
-	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_MXFP4,
+	GGUF_T_Q8_K, GGUF_T_IQ4_NL, GGUF_T_IQ4_XS, GGUF_T_TQ1_0, GGUF_T_TQ2_0,
+	GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M, GGUF_T_MXFP4,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -45,6 +47,15 @@ static void test_sizes(void) {
 	CHECK(sizeof(block_iq4_nl) == 18);
 	CHECK(sizeof(block_iq4_xs) == 136);
 	CHECK(sizeof(block_mxfp4) == 17);
+	CHECK(sizeof(block_tq1_0) == 54);
+	CHECK(sizeof(block_tq2_0) == 66);
+	CHECK(sizeof(block_iq3_xxs) == 98);
+	CHECK(sizeof(block_iq3_s) == 110);
+	CHECK(sizeof(block_iq2_xxs) == 66);
+	CHECK(sizeof(block_iq2_xs) == 74);
+	CHECK(sizeof(block_iq2_s) == 82);
+	CHECK(sizeof(block_iq1_s) == 50);
+	CHECK(sizeof(block_iq1_m) == 56);
 	for (size_t i = 0; i < N_TYPES; i++) {
 		const tensor_traits *tt = tensor_traits_of(all_types[i]);
 		const gguf_ttype_info *gi = gguf_ttype_get(all_types[i]);
@@ -171,6 +182,317 @@ static void test_mxfp4(void) {
 	for (int i = 0; i < 32; i++) x[i] = i == 3 ? 1e-44f : 0.0f;
 	tensor_traits_of(GGUF_T_MXFP4)->from_f32(x, q, 32);
 	CHECKF(q[0].e == 0 && q[0].qs[0] == 0, "MXFP4: a subnormal block (e %d)", q[0].e);
+}
+
+// ---- the ternary types, from their definitions -------------------------------------------
+// Trit e of the test blocks, and the block scale.
+static int tq_trit(int e) { return (e * 7 + e / 5) % 3; }
+
+static void test_tq(void) {
+	// TQ1_0's byte for 5 trits is ceil(256 v / 243), v their base-3 number (first trit most
+	// significant); each of the 243 comes back whole
+	int bad = 0;
+	for (int v = 0; v < 243; v++) {
+		const uint8_t q = (uint8_t)((v * 256 + 242) / 243);
+		for (int n = 0, p = 81; n < 5; n++, p /= 3) bad += tensor_tq1_trit(q, n) != v / p % 3;
+	}
+	CHECKF(bad == 0, "TQ1_0: %d trits do not decode", bad);
+	// TQ1_0 by hand: element 32n + m is trit n of qs[m] (n < 5), 160 + 16n + m trit n of qs[32 + m],
+	// 240 + 4n + m trit n of qh[m] (4 trits and a 0)
+	block_tq1_0 t1 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int m = 0; m < 52; m++) {
+		int v = 0;
+		for (int n = 0; n < 5; n++) {
+			const int e = m < 32 ? 32 * n + m : m < 48 ? 160 + 16 * n + (m - 32) : 240 + 4 * n + (m - 48);
+			v = 3 * v + (m >= 48 && n == 4 ? 0 : tq_trit(e));
+		}
+		const uint8_t q = (uint8_t)((v * 256 + 242) / 243);
+		if (m < 48) t1.qs[m] = q;
+		else t1.qh[m - 48] = q;
+	}
+	float y[256], x[256];
+	tensor_traits_of(GGUF_T_TQ1_0)->to_f32(&t1, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) bad += y[e] != 0.5f * (float)(tq_trit(e) - 1);
+	CHECKF(bad == 0, "TQ1_0: %d elements off their definition", bad);
+	// TQ2_0 by hand: element 128c + 32l + m = bits 2l..2l+1 of qs[32c + m], minus 1, times d
+	block_tq2_0 t2 = {.d = tensor_f32_to_f16(-0.25f)};
+	for (int e = 0; e < 256; e++) t2.qs[32 * (e / 128) + e % 32] |= (uint8_t)(tq_trit(e) << (2 * (e % 128 / 32)));
+	tensor_traits_of(GGUF_T_TQ2_0)->to_f32(&t2, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) bad += y[e] != -0.25f * (float)(tq_trit(e) - 1);
+	CHECKF(bad == 0, "TQ2_0: %d elements off their definition", bad);
+	// ternary weights at any scale come back exactly (the scale is the block's largest magnitude)
+	for (int k = 0; k < 2; k++) {
+		const tensor_traits *tt = tensor_traits_of(k ? GGUF_T_TQ2_0 : GGUF_T_TQ1_0);
+		uint8_t q[66];
+		for (int e = 0; e < 256; e++) x[e] = 0.375f * (float)(tq_trit(e + 11 * k) - 1);
+		tt->from_f32(x, q, 256);
+		tt->to_f32(q, y, 256);
+		CHECKF(!memcmp(x, y, sizeof x), "%s: ternary weights do not round trip", tt->name);
+	}
+}
+
+// ---- the grid types' tables and layouts, from their definitions --------------------------
+// Byte j of entry i of a grid (little-endian, as ggml reads it).
+static int grid_byte(const void *tab, int w, int i, int j) {
+	const uint64_t e = w == 8 ? ((const uint64_t *)tab)[i] : ((const uint32_t *)tab)[i];
+	return (int)(e >> 8 * j & 0xff);
+}
+
+static void test_grids(void) {
+	static const struct {
+		const char *name;
+		const void *tab;
+		int n, w;
+		int bytes[8]; // the published element values, -1 ending the list
+		bool sorted;
+		const char *sha256; // the published table's digest, its entries as little-endian bytes
+	} grids[] = {
+		{"iq2xxs", tensor_iq2xxs_grid, 256, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "05826b5d3e472a3a78f196be62ac78acf81df0f909626e12ab9fa2a5d490dd54"},
+		{"iq2xs", tensor_iq2xs_grid, 512, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "06e47aaca60b4dc1d9b5a3f34540437058a6b142b4d7a59d5ded769b4d1bf1de"},
+		{"iq2s", tensor_iq2s_grid, 1024, 8, {0x08, 0x19, 0x2b, -1}, true,
+		 "e1aa1473412b0552c2174c30ef22ab4073f6a181b85a17056e8249bd2932fd88"},
+		{"iq3xxs", tensor_iq3xxs_grid, 256, 4, {4, 12, 20, 28, 36, 44, 52, 62}, true,
+		 "46e35f5a997efdee6c99ce57854c8a0d4f0ff8ca57e5e8a60c0793ea580acf5d"},
+		{"iq3s", tensor_iq3s_grid, 512, 4, {1, 3, 5, 7, 9, 11, 13, 15}, true,
+		 "bd1af4945a1717c65610b0284e4628b9a1ba3b306fae3a06f6e5f597356e349f"},
+		{"iq1s", tensor_iq1s_grid, 2048, 8, {0xff, 0x00, 0x01, -1}, false, // int8 -1, 0, 1
+		 "07540ffc1aeaf6ad4d97e96b0fcc765aae39671d4ae4a27bbd0e796fde167c6a"},
+	};
+	for (size_t t = 0; t < sizeof grids / sizeof grids[0]; t++) {
+		const int n = grids[t].n, w = grids[t].w;
+		int off = 0, order = 0, dup = 0;
+		uint8_t *le = malloc((size_t)n * (size_t)w);
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < w; j++) {
+				const int b = grid_byte(grids[t].tab, w, i, j);
+				le[w * i + j] = (uint8_t)b;
+				int k = 0;
+				while (k < 8 && grids[t].bytes[k] >= 0 && grids[t].bytes[k] != b) k++;
+				off += k == 8 || grids[t].bytes[k] < 0;
+			}
+		for (int i = 1; i < n; i++) {
+			const uint64_t a = w == 8 ? ((const uint64_t *)grids[t].tab)[i - 1] : ((const uint32_t *)grids[t].tab)[i - 1];
+			const uint64_t b = w == 8 ? ((const uint64_t *)grids[t].tab)[i] : ((const uint32_t *)grids[t].tab)[i];
+			order += !(a < b);
+			for (int k = 0; k < i && !grids[t].sorted; k++)
+				dup += (w == 8 ? ((const uint64_t *)grids[t].tab)[k] : ((const uint32_t *)grids[t].tab)[k]) == b;
+		}
+		CHECKF(off == 0, "%s grid: %d elements outside the published values", grids[t].name, off);
+		CHECKF(grids[t].sorted ? order == 0 : dup == 0, "%s grid: entries not ascending and unique", grids[t].name);
+		char hex[65];
+		sha256_hex(le, (size_t)n * (size_t)w, hex);
+		CHECKF(!strcmp(hex, grids[t].sha256), "%s grid: sha256 %s", grids[t].name, hex);
+		free(le);
+	}
+	// the sign rule: 7 bits kept, the 8th the parity (ksigns_iq2xs: 1 -> 129, 3 -> 3, 127 -> 255)
+	CHECK(tensor_iq_signs(1) == 129 && tensor_iq_signs(3) == 3 && tensor_iq_signs(127) == 255 && tensor_iq_signs(0) == 0);
+	int odd = 0;
+	for (uint32_t s7 = 0; s7 < 128; s7++) odd += (__builtin_popcount(tensor_iq_signs(s7)) & 1) || (tensor_iq_signs(s7) & 127) != s7;
+	CHECKF(odd == 0, "%d sign bytes break the parity rule", odd);
+}
+
+// Test blocks' fields: sub-block ib's scale, group k's index and signs.
+static int tb_ls(int ib) { return (5 * ib + 15) % 16; } // 15 first: d is the largest's
+static int tb_idx(int ib, int k, int n) { return (97 * ib + 41 * k + 13) % n; }
+static int tb_s7(int ib, int l) { return (37 * ib + 23 * l + 5) & 127; }
+
+// The quantizer stores a block the format holds (any grid points and signs, one scale 15) as it is.
+static void held_round_trip(uint32_t type, const void *blk) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	float x[256], z[256];
+	uint8_t q[256];
+	tt->to_f32(blk, x, 256);
+	tt->from_f32(x, q, 256);
+	tt->to_f32(q, z, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) bad += fabsf(z[e] - x[e]) > 1e-3f * fabsf(x[e]);
+	CHECKF(bad == 0, "%s: %d elements of a block the format holds change in a round trip", tt->name, bad);
+}
+
+static void test_iq3(void) {
+	float y[256];
+	// IQ3_XXS: element 8l + j of sub-block ib = d (2 ls + 1) / 4 * byte (j % 4) of point
+	// qs[8 ib + 2l + j / 4], negative where bit j of the group's signs is set
+	block_iq3_xxs b3 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		uint32_t aux = (uint32_t)tb_ls(ib) << 28;
+		for (int k = 0; k < 8; k++) b3.qs[8 * ib + k] = (uint8_t)tb_idx(ib, k, 256);
+		for (int l = 0; l < 4; l++) aux |= (uint32_t)tb_s7(ib, l) << 7 * l;
+		for (int k = 0; k < 4; k++) b3.qs[64 + 4 * ib + k] = (uint8_t)(aux >> 8 * k);
+	}
+	tensor_traits_of(GGUF_T_IQ3_XXS)->to_f32(&b3, y, 256);
+	int bad = 0;
+	for (int ib = 0; ib < 8; ib++)
+		for (int e = 0; e < 32; e++) {
+			const int l = e / 8, j = e % 8, s8 = tb_s7(ib, l) | (__builtin_popcount(tb_s7(ib, l)) & 1) << 7;
+			const int g = grid_byte(tensor_iq3xxs_grid, 4, tb_idx(ib, 2 * l + j / 4, 256), j % 4);
+			bad += y[32 * ib + e] != 0.5f * (float)(2 * tb_ls(ib) + 1) / 4 * (float)(s8 >> j & 1 ? -g : g);
+		}
+	CHECKF(bad == 0, "IQ3_XXS: %d elements off their definition", bad);
+	// IQ3_S: element j of sub-block ib = d (2 ls + 1) * byte (j % 4) of point qs[8 ib + j / 4] |
+	// bit j / 4 of qh[ib] << 8, negative where bit j % 8 of signs[4 ib + j / 8] is set
+	block_iq3_s bs = {.d = tensor_f32_to_f16(0.25f)};
+	for (int ib = 0; ib < 8; ib++) {
+		bs.scales[ib / 2] |= (uint8_t)(tb_ls(ib) << 4 * (ib % 2));
+		for (int k = 0; k < 8; k++) {
+			bs.qs[8 * ib + k] = (uint8_t)tb_idx(ib, k, 512);
+			bs.qh[ib] |= (uint8_t)((tb_idx(ib, k, 512) >> 8) << k);
+		}
+		for (int l = 0; l < 4; l++) bs.signs[4 * ib + l] = (uint8_t)(tb_s7(ib, l) * 2 + 1);
+	}
+	tensor_traits_of(GGUF_T_IQ3_S)->to_f32(&bs, y, 256);
+	bad = 0;
+	for (int ib = 0; ib < 8; ib++)
+		for (int e = 0; e < 32; e++) {
+			const int g = grid_byte(tensor_iq3s_grid, 4, tb_idx(ib, e / 4, 512), e % 4);
+			const int neg = (tb_s7(ib, e / 8) * 2 + 1) >> (e % 8) & 1;
+			bad += y[32 * ib + e] != 0.25f * (float)(2 * tb_ls(ib) + 1) * (float)(neg ? -g : g);
+		}
+	CHECKF(bad == 0, "IQ3_S: %d elements off their definition", bad);
+	held_round_trip(GGUF_T_IQ3_XXS, &b3);
+	held_round_trip(GGUF_T_IQ3_S, &bs);
+}
+
+static void test_iq2(void) {
+	float y[256];
+	// IQ2_XXS: group l of sub-block ib = d (2 ls + 1) / 8 * point qs[8 ib + l] of the grid, with
+	// the signs of bits 7l.. of the u32 at qs[8 ib + 4] (the 8th by parity), ls its top 4 bits
+	block_iq2_xxs bx = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		uint32_t aux = (uint32_t)tb_ls(ib) << 28;
+		for (int l = 0; l < 4; l++) bx.qs[8 * ib + l] = (uint8_t)tb_idx(ib, l, 256), aux |= (uint32_t)tb_s7(ib, l) << 7 * l;
+		for (int k = 0; k < 4; k++) bx.qs[8 * ib + 4 + k] = (uint8_t)(aux >> 8 * k);
+	}
+	tensor_traits_of(GGUF_T_IQ2_XXS)->to_f32(&bx, y, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int ib = e / 32, l = e % 32 / 8, j = e % 8, s8 = tb_s7(ib, l) | (__builtin_popcount(tb_s7(ib, l)) & 1) << 7;
+		const int g = grid_byte(tensor_iq2xxs_grid, 8, tb_idx(ib, l, 256), j);
+		bad += y[e] != 0.5f * (float)(2 * tb_ls(ib) + 1) / 8 * (float)(s8 >> j & 1 ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_XXS: %d elements off their definition", bad);
+	// IQ2_XS: group k (8 elements) = d (2 ls + 1) / 8 * point (u16 k & 511), signs u16 k >> 9 (the
+	// 8th by parity); ls per 16: scales[k / 4], low nibble for k % 4 < 2
+	block_iq2_xs bxs = {.d = tensor_f32_to_f16(0.25f)};
+	for (int k = 0; k < 32; k++) {
+		const int v = tb_idx(k / 4, k % 4, 512) | tb_s7(k / 4, k % 4) << 9;
+		bxs.qs[2 * k] = (uint8_t)v, bxs.qs[2 * k + 1] = (uint8_t)(v >> 8);
+	}
+	for (int ib = 0; ib < 8; ib++) bxs.scales[ib] = (uint8_t)(tb_ls(ib) | tb_ls(ib + 3) << 4);
+	tensor_traits_of(GGUF_T_IQ2_XS)->to_f32(&bxs, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, j = e % 8, ib = k / 4, s7 = tb_s7(ib, k % 4), s8 = s7 | (__builtin_popcount(s7) & 1) << 7;
+		const int ls = k % 4 < 2 ? tb_ls(ib) : tb_ls(ib + 3), g = grid_byte(tensor_iq2xs_grid, 8, tb_idx(ib, k % 4, 512), j);
+		bad += y[e] != 0.25f * (float)(2 * ls + 1) / 8 * (float)(s8 >> j & 1 ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_XS: %d elements off their definition", bad);
+	// IQ2_S: group k = d (2 ls + 1) / 8 * point qs[k] | (bits 2(k % 4).. of qh[k / 4]) << 8, signs
+	// qs[32 + k]; ls as IQ2_XS's
+	block_iq2_s b2s = {.d = tensor_f32_to_f16(0.125f)};
+	for (int k = 0; k < 32; k++) {
+		const int idx = tb_idx(k / 4, k % 4, 1024);
+		b2s.qs[k] = (uint8_t)idx, b2s.qh[k / 4] |= (uint8_t)((idx >> 8) << 2 * (k % 4));
+		b2s.qs[32 + k] = (uint8_t)(tb_s7(k / 4, k % 4) * 2 + 1);
+	}
+	memcpy(b2s.scales, bxs.scales, sizeof b2s.scales);
+	tensor_traits_of(GGUF_T_IQ2_S)->to_f32(&b2s, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, j = e % 8, ib = k / 4, neg = (tb_s7(ib, k % 4) * 2 + 1) >> j & 1;
+		const int ls = k % 4 < 2 ? tb_ls(ib) : tb_ls(ib + 3), g = grid_byte(tensor_iq2s_grid, 8, tb_idx(ib, k % 4, 1024), j);
+		bad += y[e] != 0.125f * (float)(2 * ls + 1) / 8 * (float)(neg ? -g : g);
+	}
+	CHECKF(bad == 0, "IQ2_S: %d elements off their definition", bad);
+	held_round_trip(GGUF_T_IQ2_XXS, &bx);
+	held_round_trip(GGUF_T_IQ2_XS, &bxs);
+	held_round_trip(GGUF_T_IQ2_S, &b2s);
+}
+
+static void test_iq1(void) {
+	float y[256];
+	// IQ1_S: group l of sub-block ib = d (2 ls + 1) (point (qs[4 ib + l] | bits 3l.. of qh << 8) +
+	// delta), qh the u16 of sub-block ib: ls its bits 12..14, delta -1/8 where bit 15 is set
+	block_iq1_s b1 = {.d = tensor_f32_to_f16(0.5f)};
+	for (int ib = 0; ib < 8; ib++) {
+		int qh = (tb_ls(ib) % 8) << 12 | (ib % 3 == 1) << 15;
+		for (int l = 0; l < 4; l++) b1.qs[4 * ib + l] = (uint8_t)tb_idx(ib, l, 2048), qh |= (tb_idx(ib, l, 2048) >> 8) << 3 * l;
+		b1.qh[2 * ib] = (uint8_t)qh, b1.qh[2 * ib + 1] = (uint8_t)(qh >> 8);
+	}
+	tensor_traits_of(GGUF_T_IQ1_S)->to_f32(&b1, y, 256);
+	int bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int ib = e / 32, g = (int8_t)grid_byte(tensor_iq1s_grid, 8, tb_idx(ib, e % 32 / 8, 2048), e % 8);
+		bad += y[e] != 0.5f * (float)(2 * (tb_ls(ib) % 8) + 1) * ((float)g + (ib % 3 == 1 ? -0.125f : 0.125f));
+	}
+	CHECKF(bad == 0, "IQ1_S: %d elements off their definition", bad);
+	// IQ1_M: group k = d (2 ls + 1) (point (qs[k] | (nibble k of qh & 7) << 8) + delta), delta -1/8
+	// where the nibble's bit 3 is set; ls of 16 h: bits 3 (h % 4).. of u16 h / 4 of scales, d the
+	// four u16's top nibbles (the first's the lowest)
+	block_iq1_m bm;
+	memset(&bm, 0, sizeof bm);
+	const uint16_t dh = tensor_f32_to_f16(0.25f);
+	uint16_t sc[4] = {0};
+	for (int h = 0; h < 16; h++) sc[h / 4] |= (uint16_t)((tb_ls(h) % 8) << 3 * (h % 4));
+	for (int k = 0; k < 4; k++) {
+		sc[k] |= (uint16_t)((dh >> 4 * k & 15) << 12);
+		bm.scales[2 * k] = (uint8_t)sc[k], bm.scales[2 * k + 1] = (uint8_t)(sc[k] >> 8);
+	}
+	for (int k = 0; k < 32; k++) {
+		const int idx = tb_idx(k / 4, k % 4, 2048);
+		bm.qs[k] = (uint8_t)idx;
+		bm.qh[k / 2] |= (uint8_t)((idx >> 8 | (k % 3 == 2) << 3) << 4 * (k % 2));
+	}
+	tensor_traits_of(GGUF_T_IQ1_M)->to_f32(&bm, y, 256);
+	bad = 0;
+	for (int e = 0; e < 256; e++) {
+		const int k = e / 8, g = (int8_t)grid_byte(tensor_iq1s_grid, 8, tb_idx(k / 4, k % 4, 2048), e % 8);
+		bad += y[e] != 0.25f * (float)(2 * (tb_ls(e / 16) % 8) + 1) * ((float)g + (k % 3 == 2 ? -0.125f : 0.125f));
+	}
+	CHECKF(bad == 0, "IQ1_M: %d elements off their definition", bad);
+	held_round_trip(GGUF_T_IQ1_S, &b1);
+	held_round_trip(GGUF_T_IQ1_M, &bm);
+}
+
+// ---- the codes every kernel set reads, against the reference dequantization -------------
+// Random blocks of each new type decoded to codes (kern_decode, what the x86 sets pack and the
+// reference's 8-bit width multiplies) give the reference's values bit for bit: d sc_j mul v(u)
+// for the grid types, Q2_K's d sc u - dmin mn for the ternary ones.
+static void test_codes(void) {
+	static const uint32_t types[] = {GGUF_T_TQ1_0, GGUF_T_TQ2_0, GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS,
+					 GGUF_T_IQ2_XS, GGUF_T_IQ2_S, GGUF_T_IQ1_S, GGUF_T_IQ1_M};
+	uint64_t s = 5;
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		const tensor_traits *tt = tensor_traits_of(types[t]);
+		const kern_iq_codebook *cb = kern_iq_codebook_of(types[t]);
+		CHECKF(kern_has_codes(types[t]) && (cb != NULL) == (kern_codes_as(types[t]) == types[t]), "%s: codes", tt->name);
+		int bad = 0;
+		for (int rep = 0; rep < 64; rep++) {
+			uint8_t blk[128];
+			float y[256];
+			for (size_t i = 0; i < tt->bytes; i++) blk[i] = (uint8_t)(splitmix64(s++) >> 24);
+			// a finite d of moderate size (IQ1_M keeps d's nibbles in its scales' top bits)
+			const uint16_t dh = tensor_f32_to_f16((float)(rep + 1) / 64.0f);
+			if (types[t] == GGUF_T_IQ1_M)
+				for (int k = 0; k < 4; k++) blk[2 * k + 1 + 48] = (uint8_t)((blk[2 * k + 1 + 48] & 15) | (dh >> 4 * k & 15) << 4);
+			else if (types[t] == GGUF_T_TQ1_0 || types[t] == GGUF_T_TQ2_0) memcpy(blk + tt->bytes - 2, &dh, 2);
+			else memcpy(blk, &dh, 2);
+			tt->to_f32(blk, y, 256);
+			kern_codes dc;
+			kern_decode(types[t], blk, &dc, false);
+			const float d = tensor_f16_to_f32(dc.d), m = tensor_f16_to_f32(dc.m);
+			for (int e = 0; e < 256; e++) {
+				const float v = cb ? d * (float)dc.sc[e / 16] * cb->mul * (float)cb->v[dc.u[e]]
+						   : d * (float)(dc.sc[e / 16] & 15) * (float)dc.u[e] - m * (float)(dc.sc[e / 16] >> 4);
+				bad += f_bits(v) != f_bits(y[e]);
+			}
+		}
+		CHECKF(bad == 0, "%s: %d elements of random blocks whose codes differ from the reference", tt->name, bad);
+	}
 }
 
 // ---- golden tensors ----------------------------------------------------------------------
@@ -307,7 +629,14 @@ static void test_round_trip(void) {
 		{GGUF_T_Q6_K, 0.025},   {GGUF_T_Q5_0, 0.06},   {GGUF_T_Q5_1, 0.05},
 		{GGUF_T_Q5_K, 0.045},   {GGUF_T_Q4_0, 0.12},   {GGUF_T_Q4_1, 0.10},
 		{GGUF_T_Q4_K, 0.09},    {GGUF_T_Q3_K, 0.20},   {GGUF_T_Q2_K, 0.40},
-		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},  {GGUF_T_MXFP4, 0.2},
+		{GGUF_T_IQ4_NL, 0.09},  {GGUF_T_IQ4_XS, 0.09},
+		// ternary at the block's largest magnitude: most Gaussian values round to 0
+		{GGUF_T_TQ1_0, 0.85},   {GGUF_T_TQ2_0, 0.85},
+		// the grid types: about a tenth above what lanes's quantizer gives, so a worse search fails
+		{GGUF_T_IQ3_XXS, 0.20}, {GGUF_T_IQ3_S, 0.15},
+		{GGUF_T_IQ2_XXS, 0.36}, {GGUF_T_IQ2_XS, 0.32}, {GGUF_T_IQ2_S, 0.27},
+		{GGUF_T_IQ1_S, 0.49},   {GGUF_T_IQ1_M, 0.45},
+		{GGUF_T_MXFP4, 0.2},
 	};
 	const int64_t n = 256 * 64;
 	float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -460,6 +789,12 @@ int main(void) {
 	test_sizes();
 	test_iq4();
 	test_mxfp4();
+	test_tq();
+	test_grids();
+	test_iq3();
+	test_iq2();
+	test_iq1();
+	test_codes();
 	test_half();
 	test_round_trip();
 	test_golden();

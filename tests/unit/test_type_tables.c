@@ -122,7 +122,12 @@ static void tensor_type_entries(void) {
 		{GGUF_T_Q3_K, QK_K, sizeof(block_q3_K)}, {GGUF_T_Q4_K, QK_K, sizeof(block_q4_K)},
 		{GGUF_T_Q5_K, QK_K, sizeof(block_q5_K)}, {GGUF_T_Q6_K, QK_K, sizeof(block_q6_K)},
 		{GGUF_T_Q8_K, QK_K, sizeof(block_q8_K)}, {GGUF_T_IQ4_NL, QK4_NL, sizeof(block_iq4_nl)},
-		{GGUF_T_IQ4_XS, QK_K, sizeof(block_iq4_xs)}, {GGUF_T_MXFP4, QK_MXFP4, sizeof(block_mxfp4)},
+		{GGUF_T_IQ4_XS, QK_K, sizeof(block_iq4_xs)}, {GGUF_T_TQ1_0, QK_K, sizeof(block_tq1_0)},
+		{GGUF_T_TQ2_0, QK_K, sizeof(block_tq2_0)}, {GGUF_T_IQ3_XXS, QK_K, sizeof(block_iq3_xxs)},
+		{GGUF_T_IQ3_S, QK_K, sizeof(block_iq3_s)}, {GGUF_T_IQ2_XXS, QK_K, sizeof(block_iq2_xxs)},
+		{GGUF_T_IQ2_XS, QK_K, sizeof(block_iq2_xs)}, {GGUF_T_IQ2_S, QK_K, sizeof(block_iq2_s)},
+		{GGUF_T_IQ1_S, QK_K, sizeof(block_iq1_s)}, {GGUF_T_IQ1_M, QK_K, sizeof(block_iq1_m)},
+		{GGUF_T_MXFP4, QK_MXFP4, sizeof(block_mxfp4)},
 	};
 	const int nw = (int)(sizeof want / sizeof want[0]);
 	int convertible = 0;

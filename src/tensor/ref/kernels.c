@@ -429,6 +429,13 @@ static void ref_piece(uint32_t type, const kern_codes *dc, int t, int8_t c[32], 
 	int off = 0;
 	a[0] = a[1] = d;
 	m[0] = m[1] = 0.0f;
+	type = kern_codes_as(type);
+	const kern_iq_codebook *cb = kern_iq_codebook_of(type);
+	if (cb) {
+		for (int h = 0; h < 2; h++) a[h] = d * (float)dc->sc[2 * t + h] * cb->mul;
+		for (int i = 0; i < 32; i++) c[i] = cb->v[u[i]];
+		return;
+	}
 	switch (type) {
 	case GGUF_T_Q4_0: off = 8; break;
 	case GGUF_T_Q5_0: off = 16; break;

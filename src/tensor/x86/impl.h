@@ -400,6 +400,51 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 	}
 }
 
+// One row's dot of signed codes w over half `part` (0: elements 0..15, 1: 16..31).
+AI vi dot_signed_half(const vi w[8], const kern_q8 *x, int part, bool one) {
+#if KX_Q8_UNSIGNED
+	return dot_row(w, x, part, 8, v_set1_32(-128 * x->s16[part]), 2, one);
+#else
+	// |w| (unsigned) against the activations carrying w's sign.
+	vi hi = v_zeroi(), lo = v_zeroi();
+	UNROLL for (int g = 4 * part; g < 4 * part + 4; g++) {
+		const vi aw = v_abs8(w[g]);
+		hi = v_dp(hi, aw, v_sign8(bcast32(x->qh + 4 * g), w[g]));
+		if (!one) lo = v_dp(lo, aw, v_sign8(bcast32(x->ql + 4 * g), w[g]));
+	}
+	return one ? hi : v_addi(v_slli32(hi, 8), lo);
+#endif
+}
+
+// Grid types (IQ3, IQ2, IQ1): 4-bit indices looked up in the type's 16 values (biased by 128 where
+// the dot products want unsigned codes), sub-blocks of 16 with unsigned scales;
+// w = d * mul * sc * v(u) (mul a power of two, so d * mul is exact).
+AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc,
+		const kern_iq_codebook *cb, bool one) {
+	const size_t bbytes = 8 * 256 + 256 + 32;
+	const vi lut = v_xor(v_lut16(cb->v), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nsb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bbytes, *sc = blk + 8 * 256;
+		pf(blk, bbytes);
+		const vf D0 = v_mul(v_ldh(sc + 256 + 2 * VL * h), v_set1f(cb->mul));
+		for (int j = 0; j < 8; j++) {
+			vi w[8];
+			unpack4(blk + 256 * j, h, w);
+			UNROLL for (int g = 0; g < 8; g++) w[g] = v_shuf8(lut, w[g]);
+			const vf Da = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + VL * h)));
+			const vf Db = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + 16 + VL * h)));
+			ROWS {
+				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
+				const vi sa = dot_signed_half(w, x, 0, one), sb = dot_signed_half(w, x, 1, one);
+				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
+				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
+			}
+			keep8(w);
+		}
+	}
+}
+
 // Float types: one k at a time, acc = acc + w*x (fused), in k order.
 AI void rows_float(const uint8_t *tw, int64_t k, const uint8_t *xa, size_t xs, int h, int R, vf *acc, uint32_t type) {
 	ROWS acc[i] = v_zerof();
@@ -477,6 +522,10 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 #define CALL_Q6_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, true, ONE)
 #define CALL_Q3_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, false, ONE)
 #define CALL_Q2_K(R, ONE) rows_q2_K(tw, nb, xr, xs, h, R, acc, ONE)
+#define CALL_IQ3_XXS(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_XXS), ONE)
+#define CALL_IQ3_S(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_S), ONE)
+#define CALL_IQ2(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ2_XXS), ONE)
+#define CALL_IQ1(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ1_S), ONE)
 #define CALL_F32(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
 #define CALL_F16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
 #define CALL_BF16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
@@ -486,7 +535,9 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	X(q4_0, 32, 288, CALL_Q4_0) X(q4_1, 32, 320, CALL_Q4_1) X(q5_0, 32, 352, CALL_Q5_0) X(q5_1, 32, 384, CALL_Q5_1) \
 	X(q8_0, 32, 544, CALL_Q8_0) X(q2_K, 256, 8 * 128 + 320, CALL_Q2_K) X(q3_K, 256, 8 * 192 + 288, CALL_Q3_K)        \
 	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K) \
-	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS) X(mxfp4, 32, 320, CALL_MXFP4)
+	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS) X(mxfp4, 32, 320, CALL_MXFP4)              \
+	X(iq3_xxs, 256, 8 * 256 + 288, CALL_IQ3_XXS) X(iq3_s, 256, 8 * 256 + 288, CALL_IQ3_S)                          \
+	X(iq2, 256, 8 * 256 + 288, CALL_IQ2) X(iq1, 256, 8 * 256 + 288, CALL_IQ1)
 #define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
 MM_TYPES(MM_BOTH)
 MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
@@ -499,18 +550,25 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_F32] = mm_f32, [GGUF_T_F16] = mm_f16, [GGUF_T_BF16] = mm_bf16, [GGUF_T_Q4_0] = P##q4_0,                \
 	[GGUF_T_Q4_1] = P##q4_1, [GGUF_T_Q5_0] = P##q5_0, [GGUF_T_Q5_1] = P##q5_1, [GGUF_T_Q8_0] = P##q8_0,            \
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
-	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs, [GGUF_T_MXFP4] = P##mxfp4
+	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs, [GGUF_T_MXFP4] = P##mxfp4,         \
+	[GGUF_T_TQ1_0] = P##q2_K, [GGUF_T_TQ2_0] = P##q2_K, [GGUF_T_IQ3_XXS] = P##iq3_xxs, [GGUF_T_IQ3_S] = P##iq3_s,      \
+	[GGUF_T_IQ2_XXS] = P##iq2, [GGUF_T_IQ2_XS] = P##iq2, [GGUF_T_IQ2_S] = P##iq2, [GGUF_T_IQ1_S] = P##iq1,        \
+	[GGUF_T_IQ1_M] = P##iq1
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
+// A type without a kernel here is read in place with float activations (kern_x86_act_kind),
+// as the reference reads it.
 static void kx_matmul8(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y,
 		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
-	mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	if (!mm8_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	else mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
 		      int64_t o0, int64_t o1, bool add) {
-	mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	if (!mm_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	else mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {

@@ -68,6 +68,15 @@ static const packer packers[GGUF_T_COUNT] = {
 	[GGUF_T_IQ4_NL] = {GGUF_BLOCK_IQ4_NL, 256 + 32, true},
 	[GGUF_T_IQ4_XS] = {GGUF_BLOCK_IQ4_XS, 8 * 256 + 128 + 32, true},
 	[GGUF_T_MXFP4] = {GGUF_BLOCK_MXFP4, 256 + 64, true},
+	[GGUF_T_TQ1_0] = {GGUF_BLOCK_TQ1_0, 8 * 128 + 256 + 64, true}, // as Q2_K (kern_codes_as)
+	[GGUF_T_TQ2_0] = {GGUF_BLOCK_TQ2_0, 8 * 128 + 256 + 64, true},
+	[GGUF_T_IQ3_XXS] = {GGUF_BLOCK_IQ3_XXS, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ3_S] = {GGUF_BLOCK_IQ3_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_XXS] = {GGUF_BLOCK_IQ2_XXS, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_XS] = {GGUF_BLOCK_IQ2_XS, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ2_S] = {GGUF_BLOCK_IQ2_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ1_S] = {GGUF_BLOCK_IQ1_S, 8 * 256 + 256 + 32, true},
+	[GGUF_T_IQ1_M] = {GGUF_BLOCK_IQ1_M, 8 * 256 + 256 + 32, true},
 };
 
 size_t kern_x86_block_bytes(uint32_t type) { return type < GGUF_T_COUNT ? packers[type].bytes : 0; }
@@ -105,6 +114,17 @@ static void pack_float_tile(uint32_t type, const uint8_t *src, size_t row_bytes,
 
 static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 	const uint8_t *u[16];
+	type = kern_codes_as(type);
+	if (kern_iq_codebook_of(type)) { // grid types: indices per 32, a scale byte per 16, d
+		for (int j = 0; j < 8; j++, o += 256) {
+			for (int r = 0; r < 16; r++) u[r] = dc[r].u + 32 * j;
+			planes4(o, u);
+		}
+		for (int j = 0; j < 16; j++)
+			for (int r = 0; r < 16; r++) o[16 * j + r] = dc[r].sc[j];
+		for (int r = 0; r < 16; r++) put16(o + 256 + 2 * r, dc[r].d);
+		return;
+	}
 	switch (packers[type].elems) {
 	case 32:
 		for (int r = 0; r < 16; r++) u[r] = dc[r].u;
