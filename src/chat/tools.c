@@ -23,6 +23,7 @@ struct tool_format {
 	bool fallback;          // no tool support: calls and results become plain text
 	bool no_system_role;    // the template refuses a system turn: instructions go to the first user turn
 	bool bare_first;        // the prompt ends with the call's opener: the first call lacks it
+	bool thinking_field;    // the template reads an assistant turn's reasoning as `thinking`
 	const char *trigger;    // the text that opens the calls (a lazy grammar's trigger)
 	const char *open;       // before the first call (begins with trigger), or "" when each call opens
 	const char *call;       // one call's layout
@@ -36,6 +37,11 @@ struct tool_format {
 // <|python_tag|>, firefunction also holds <|start_header_id|>). Llama 3's <|python_tag|> calls of
 // builtin tools are left as content.
 static const struct tool_format formats[] = {
+	// gpt-oss: a call is a commentary message to functions.NAME, one per turn (<|call|> ends the
+	// generation); the reasoning family strips <|start|>assistant, so the answer opens with <|channel|>
+	{.name = "harmony", .detect = {"<|channel|>commentary", "<|call|>"}, .one_call_per_turn = true,
+	 .thinking_field = true, .trigger = "<|channel|>commentary to=functions.", .open = "",
+	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = ""},
 	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
 	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
 	{.name = "functionary-v3.2", .detect = {">>>all"}, .args_text = true, .bare_first = true, .trigger = ">>>",
@@ -326,6 +332,11 @@ static int convert_message(const tool_format *f, const json_t *m, size_t i, json
 	}
 	if (!json_is_string(json_object_get(c, "content")) && !(json_array_size(calls) && f->content_null))
 		json_object_set_new(c, "content", json_string(""));
+	// the template refuses both thinking and text in a call turn: the text is the analysis there
+	const json_t *reasoning = json_object_get(m, "reasoning_content");
+	if (f->thinking_field && json_is_string(reasoning) && !json_object_get(c, "thinking") &&
+	    !(json_array_size(calls) && *content_of(c)))
+		json_object_set(c, "thinking", (json_t *)reasoning);
 	*out = c;
 	return 0;
 }
