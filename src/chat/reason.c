@@ -12,10 +12,10 @@
 // mentions no <think>, but a template that names several families is read as the first).
 static const reason_format formats[] = {
 	// gpt-oss: the analysis message is the thinking; what follows it is the answer — the final
-	// channel's text, or a commentary message to a function that the harmony tool family reads
+	// channel's text, or a commentary message to a function that the harmony tool family reads —
+	// whose channel the model picks itself after <|end|>, even where the thinking was cut
 	{.name = "harmony", .detect = {"<|channel|>"}, .open = "<|channel|>analysis<|message|>", .close = "<|end|>",
-	 .after_open = "", .after = "<|start|>assistant<|channel|>final<|message|>",
-	 .answer_head = {"<|start|>assistant", "<|channel|>final<|message|>"}},
+	 .after_open = "", .after = "", .answer_head = {"<|start|>assistant", "<|channel|>final<|message|>"}},
 	{.name = "command-r7b", .detect = {"<|START_THINKING|>"}, .open = "<|START_THINKING|>", .close = "<|END_THINKING|>",
 	 .after_open = "", .after = ""},
 	// Qwen3, QwQ, DeepSeek-R1 and its distills (whose templates open the section in the prompt)

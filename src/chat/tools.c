@@ -24,6 +24,7 @@ struct tool_format {
 	bool no_system_role;    // the template refuses a system turn: instructions go to the first user turn
 	bool bare_first;        // the prompt ends with the call's opener: the first call lacks it
 	bool thinking_field;    // the template reads an assistant turn's reasoning as `thinking`
+	const char *lead;       // what a grammar lets the model write before the calls, which the reasoning family strips (NULL: none)
 	const char *trigger;    // the text that opens the calls (a lazy grammar's trigger)
 	const char *open;       // before the first call (begins with trigger), or "" when each call opens
 	const char *call;       // one call's layout
@@ -40,7 +41,7 @@ static const struct tool_format formats[] = {
 	// gpt-oss: a call is a commentary message to functions.NAME, one per turn (<|call|> ends the
 	// generation); the reasoning family strips <|start|>assistant, so the answer opens with <|channel|>
 	{.name = "harmony", .detect = {"<|channel|>commentary", "<|call|>"}, .one_call_per_turn = true,
-	 .thinking_field = true, .trigger = "<|channel|>commentary to=functions.", .open = "",
+	 .thinking_field = true, .lead = "<|start|>assistant", .trigger = "<|channel|>commentary to=functions.", .open = "",
 	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = ""},
 	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
 	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
@@ -566,6 +567,8 @@ int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice cho
 		}
 		bool bare = f->bare_first && choice != TOOL_CHOICE_AUTO;
 		fputs("root ::= ", o);
+		// the message header the model writes after its thinking, before a required call
+		if (f->lead && choice != TOOL_CHOICE_AUTO) gbnf_lit(o, f->lead, strlen(f->lead)), fputs("? ", o);
 		if (*f->open) gbnf_lit(o, f->open, strlen(f->open)), fputc(' ', o);
 		fputs(bare ? "first" : "call", o);
 		if (parallel) {

@@ -608,8 +608,14 @@ static void test_grammar(void) {
 		CHECK(!g && strstr(err, "nope"));
 	}
 	t_case("%s", "");
-	// a tool without parameters takes any object
+	// harmony: a required call may follow the message header the model writes after its thinking
 	char *g = NULL, err[256] = "";
+	CHECK(tool_grammar(family("harmony"), tools, TOOL_CHOICE_REQUIRED, NULL, true, &g, NULL, NULL, NULL, err, sizeof err) == 0);
+	CHECK(g && accepts(v, g, "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}", NULL, 0) == 1);
+	CHECK(g && accepts(v, g, "<|start|>assistant<|channel|>final<|message|>{}", NULL, 0) == 0);
+	free(g);
+	g = NULL;
+	// a tool without parameters takes any object
 	CHECK(tool_grammar(family("hermes"), tools, TOOL_CHOICE_NAMED, "get_time", false, &g, NULL, NULL, NULL, err, sizeof err) == 0);
 	CHECK(g && accepts(v, g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>", NULL, 0) == 1);
 	free(g);
@@ -738,15 +744,14 @@ static void test_harmony_scan(void) {
 			json_decref(want);
 		}
 	}
-	// thinking off and a spent budget write the empty analysis, then open the final channel
+	// thinking off writes an empty analysis; the model picks the channel after it
 	const reason_format *rf;
 	CHECK(reason_format_named("harmony", &rf) == 0);
 	char *p = strdup("<|start|>user<|message|>Hi<|end|><|start|>assistant");
 	size_t n = strlen(p);
 	bool inside = true;
 	CHECK(reason_prompt_end(rf, true, false, false, &p, &n, &inside) == 0 && !inside);
-	CHECK(p && !strcmp(p, "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|><|end|>"
-			       "<|start|>assistant<|channel|>final<|message|>"));
+	CHECK(p && !strcmp(p, "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|><|end|>"));
 	free(p);
 }
 
