@@ -697,17 +697,19 @@ static void test_harmony_render(void) {
 }
 
 // A gpt-oss reply read as the server reads it: the reasoning scan splits off the analysis and the
-// headers, the tool scan reads the answer. Fed at every split, it finds what the whole finds.
-static void harmony_split(const char *text, size_t cut, char *think, char *answer, json_t **calls) {
+// headers, the tool scan reads the answer. Fed split at any byte, or a byte at a time, it finds
+// what the whole finds.
+static void harmony_split(const char *text, bool inside, size_t cut, char *think, char *answer, json_t **calls) {
 	const reason_format *rf;
 	CHECK(reason_format_named("harmony", &rf) == 0 && rf);
 	reason_scan s;
-	reason_scan_init(&s, rf, false);
+	reason_scan_init(&s, rf, inside);
 	tool_scan ts;
 	tool_scan_init(&ts, family("harmony"), false);
 	size_t tn = 0, an = 0;
 	const size_t len = strlen(text);
-	for (size_t n = cut < len ? cut : len;; n = len) {
+	// cut 0: a byte at a time; else the text up to cut, then the rest
+	for (size_t n = cut < len ? (cut ? cut : len > 0) : len;; n = cut || n == len ? len : n + 1) {
 		reason_take(&s, text, n, len, think, &tn, answer, &an);
 		CHECK(tool_scan_feed(&ts, answer, an, n == len ? TOOL_END : TOOL_MORE) == 0);
 		if (n == len) break;
@@ -719,23 +721,27 @@ static void harmony_split(const char *text, size_t cut, char *think, char *answe
 }
 
 static void test_harmony_scan(void) {
-	static const struct { const char *text, *think, *content; int calls; } cases[] = {
+	// inside: the prompt opened the analysis (a grammar follows the thinking)
+	static const struct { const char *text, *think, *content; int calls; bool inside; } cases[] = {
 		{"<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", "The user greets.",
-		 "Hello!", 0},
-		{"<|channel|>final<|message|>Hi there.", "", "Hi there.", 0},
+		 "Hello!", 0, false},
+		{"<|channel|>final<|message|>Hi there.", "", "Hi there.", 0, false},
 		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
-		 "<|constrain|>json<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1},
-		{"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}", "", "", 1},
-		{"<|channel|>analysis<|message|>cut short <|en", "cut short <|en", "", 0},
-		{"<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>fin", "x", "", 0},
-		{"Plain words.", "", "Plain words.", 0},
+		 "<|constrain|>json<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1, false},
+		{"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}", "", "", 1, false},
+		{"<|channel|>analysis<|message|>cut short <|en", "cut short <|en", "", 0, false},
+		{"<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>fin", "x", "", 0, false},
+		{"Plain words.", "", "Plain words.", 0, false},
+		{"Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+		 "{\"city\": \"Paris\"}", "Need it.", "", 1, true},
+		{"Fine.<|end|><|channel|>final<|message|> Sure.", "Fine.", "Sure.", 0, true},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const size_t len = strlen(cases[i].text);
 		for (size_t cut = 0; cut <= len; cut++) {
 			char think[512], answer[512];
 			json_t *calls = NULL;
-			harmony_split(cases[i].text, cut, think, answer, &calls);
+			harmony_split(cases[i].text, cases[i].inside, cut, think, answer, &calls);
 			json_t *want = cases[i].calls ? want_calls(cases[i].calls) : json_array();
 			CHECKF(!strcmp(think, cases[i].think) && !strcmp(answer, cases[i].content) && json_equal(calls, want),
 			       "case %zu cut at %zu: think '%s' content '%s' calls %s", i, cut, think, answer,
