@@ -1,7 +1,8 @@
 // gpt-oss's harmony format end to end: a gpt-oss-shaped model under gpt-oss's own template
 // (tests/data/templates), both families picked from it; the analysis channel as the thinking and
 // the final channel as the answer, no channel markers in either; a required tool call in the
-// commentary channel read back as a call; streamed = whole; tool turns sent back render.
+// commentary channel read back as a call (OpenAI tool_calls, Anthropic tool_use); streamed = whole;
+// tool turns sent back render, an Anthropic thinking block as the analysis before the call.
 // No vocabulary in ../shared has the harmony special tokens, so the model is `lanes gen --shape
 // gpt-oss-test` over Qwen2's vocabulary: the markers are text, which is what the scans read.
 import { test, before, after } from 'node:test';
@@ -10,13 +11,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 import { startServer, BIN, KEY, SHARED, TMP } from './lib.mjs';
 
 const TEMPLATE = path.resolve('tests/data/templates/openai-gpt-oss-120b.jinja');
 const MARKERS = /<\|(start|channel|message|end|constrain|call|return)\|>/;
 const user = [{ role: 'user', content: 'What is the weather in Paris?' }];
 const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
-	parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false } } }];
+	parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 4 } }, required: ['city'], additionalProperties: false } } }];
 
 let srv, oai;
 before(async () => {
@@ -88,6 +90,26 @@ test('tool_choice required: a commentary message to functions.get_weather is a t
 		{ role: 'assistant', content: '', tool_calls: c.message.tool_calls },
 		{ role: 'tool', tool_call_id: c.message.tool_calls[0].id, content: 'sunny' }] });
 	assert.equal(back.object, 'chat.completion');
+});
+
+test('Anthropic: a thinking block then a tool_use block, streamed = whole; both sent back render as the analysis and the call', async () => {
+	const ant = new Anthropic({ baseURL: srv.url, apiKey: KEY, maxRetries: 0 });
+	// the model's window is 256 tokens: a budget below budget_tokens' least (1024) through the extension
+	const body = { model: 'm', max_tokens: 150, messages: user, seed: 5, thinking_budget: 2,
+		tools: [{ name: 'get_weather', description: 'Weather in a city', input_schema: tools[0].function.parameters }], tool_choice: { type: 'any' } };
+	const m = await ant.messages.create(body);
+	assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'tool_use'], JSON.stringify(m.content));
+	assert.equal(m.stop_reason, 'tool_use');
+	assert.equal(m.content[1].name, 'get_weather');
+	assert.equal(typeof m.content[1].input.city, 'string');
+	assert.ok(!MARKERS.test(m.content[0].thinking), m.content[0].thinking);
+	const s = await ant.messages.stream(body).finalMessage();
+	const noId = (c) => c.map(({ id, ...b }) => b);
+	assert.deepEqual(noId(s.content), noId(m.content));
+	const turn = (content) => ({ model: 'm', max_tokens: 1, messages: [...user, { role: 'assistant', content },
+		{ role: 'user', content: [{ type: 'tool_result', tool_use_id: m.content[1].id, content: 'sunny' }] }] });
+	const back = await ant.messages.create(turn(m.content)), bare = await ant.messages.create(turn([m.content[1]]));
+	assert.ok(back.usage.input_tokens > bare.usage.input_tokens + 4, 'the thinking renders as the analysis before the call');
 });
 
 test('the template reads chat_template_kwargs (model_identity, builtin_tools); effort none closes the analysis', async () => {
