@@ -95,6 +95,7 @@ typedef struct {
 	size_t pos;              // bytes read
 	int phase;               // content, the v3.2 prefix, a layout, over
 	bool tentative;          // the layout's match may still fail back (no call of it begun yet)
+	bool alt;                // the call being matched takes the family's second layout
 	size_t cand;             // where the match in progress began (content ends there if it holds)
 	size_t search;           // content: where the search for the trigger goes on
 	int part;                // which of the layout's strings is being matched

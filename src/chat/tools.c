@@ -1,7 +1,8 @@
 // chat, tools: one table row per tool-call family — how its template is recognized, how
 // messages and tools are shaped for it, the layout of its calls (which both the grammar and the
 // parser read), and the texts that open a call. Layouts are strings where %N is the tool's
-// name, %A its arguments (a JSON object), %I a 9-character id and %D a small number.
+// name, %A its arguments (a JSON object), %I a 9-character id, %D a small number and (in a
+// layout only the parser reads) %H a header's words up to the literal after it.
 #include "chat/chat.h"
 
 #include <stdio.h>
@@ -30,6 +31,8 @@ struct tool_format {
 	const char *call;       // one call's layout
 	const char *sep;        // between calls
 	const char *close;      // after the last call
+	const char *trigger2;   // opens a call in a second layout no grammar writes, read only (NULL: none)
+	const char *call2;      // that layout
 };
 
 #define HERMES_CALL "<tool_call>\n{\"name\": \"%N\", \"arguments\": %A}\n</tool_call>"
@@ -42,7 +45,9 @@ static const struct tool_format formats[] = {
 	// generation); the reasoning family strips <|start|>assistant, so the answer opens with <|channel|>
 	{.name = "harmony", .detect = {"<|channel|>commentary", "<|call|>"}, .one_call_per_turn = true,
 	 .thinking_field = true, .lead = "<|start|>assistant", .trigger = "<|channel|>commentary to=functions.", .open = "",
-	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = ""},
+	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = "",
+	 // the recipient before the channel, as the template writes calls in history
+	 .trigger2 = "to=functions.", .call2 = "to=functions.%N%H<|message|>%A"},
 	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
 	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
 	{.name = "functionary-v3.2", .detect = {">>>all"}, .args_text = true, .bare_first = true, .trigger = ">>>",
@@ -721,7 +726,8 @@ static void scan_over(tool_scan *s) {
 
 // Starts matching the layout at at: part's string from skip bytes into it.
 static void layout_at(tool_scan *s, size_t at, int part, size_t skip, size_t search_next) {
-	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->f->call, [PART_SEP] = s->f->sep, [PART_CLOSE] = s->f->close};
+	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->alt ? s->f->call2 : s->f->call, [PART_SEP] = s->f->sep,
+			      [PART_CLOSE] = s->f->close};
 	s->phase = PH_LAYOUT;
 	s->pos = s->cand = at;
 	s->search = search_next;
@@ -744,7 +750,7 @@ static void layout_fails(tool_scan *s) {
 static void part_end(tool_scan *s) {
 	if (s->part == PART_OPEN || s->part == PART_SEP) {
 		s->part = PART_CALL;
-		s->lay = s->f->call;
+		s->lay = s->alt ? s->f->call2 : s->f->call;
 	} else if (s->part == PART_CALL) {
 		s->part = PART_SEP;
 		s->lay = s->f->sep;
@@ -812,6 +818,20 @@ static int scan_layout(tool_scan *s, const char *t, size_t len) {
 			}
 			continue;
 		}
+		if (l[0] == '%' && l[1] == 'H') {
+			// up to the literal after it, which may still be arriving
+			const size_t n = strcspn(l + 2, "%"), have = len - s->pos < n ? len - s->pos : n;
+			if (!memcmp(t + s->pos, l + 2, have)) {
+				if (have < n) return 0;
+				s->dir_n = 0;
+				s->lay += 2;
+			} else if (s->dir_n++ < TOOL_WORD_MAX) {
+				s->pos++;
+			} else {
+				layout_fails(s);
+			}
+			continue;
+		}
 		if (l[0] == '%' && l[1]) {
 			const bool digits = l[1] == 'D', take = digits ? b != '"' : name_char(b);
 			if (take && s->dir_n < TOOL_WORD_MAX) {
@@ -847,19 +867,23 @@ static int scan_layout(tool_scan *s, const char *t, size_t len) {
 	return 0;
 }
 
-// Content: looks for the trigger from s->search; holds back the bytes that could begin it.
+// Content: looks for the triggers from s->search (the first to begin wins); holds back the bytes
+// that could begin one.
 static void scan_content(tool_scan *s, const char *t, size_t len) {
-	const char *tr = s->f->trigger;
-	const size_t tl = strlen(tr);
+	const char *tr = s->f->trigger, *tr2 = s->f->trigger2;
+	const size_t tl = strlen(tr), tl2 = tr2 ? strlen(tr2) : 0;
 	const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
-	if (p) {
-		const size_t at = (size_t)(p - t);
+	const char *p2 = tr2 && s->search < len ? memmem(t + s->search, len - s->search, tr2, tl2) : NULL;
+	if (p || p2) {
+		s->alt = !p || (p2 && p2 < p);
+		const size_t at = (size_t)((s->alt ? p2 : p) - t);
 		if (at > s->content_len) s->content_len = at;
 		layout_at(s, at, *s->f->open ? PART_OPEN : PART_CALL, 0, at + 1);
 		return;
 	}
-	if (len >= tl && len - tl + 1 > s->search) s->search = len - tl + 1;
-	const size_t upto = len - marker_tail(t, len, tr);
+	const size_t most = tl > tl2 ? tl : tl2, tail = marker_tail(t, len, tr), tail2 = tr2 ? marker_tail(t, len, tr2) : 0;
+	if (len >= most && len - most + 1 > s->search) s->search = len - most + 1;
+	const size_t upto = len - (tail > tail2 ? tail : tail2);
 	if (upto > s->content_len) s->content_len = upto;
 	s->pos = len;
 }

@@ -735,6 +735,11 @@ static void test_harmony_scan(void) {
 		{"Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
 		 "{\"city\": \"Paris\"}", "Need it.", "", 1, true},
 		{"Fine.<|end|><|channel|>final<|message|> Sure.", "Fine.", "Sure.", 0, true},
+		// the recipient before the channel, as the template writes calls in history
+		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json"
+		 "<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1, false},
+		{"<|channel|>analysis<|message|>Go.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json"
+		 "<|message|>{\"city\": \"Paris\"}", "Go.", "", 1, false},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const size_t len = strlen(cases[i].text);
