@@ -75,6 +75,7 @@ typedef struct {
 } tool_call_span;
 
 #define TOOL_JSON_DEPTH 2048 // nesting the arguments may reach (jansson's own bound)
+#define TOOL_MORE_LAYOUTS 2  // the layouts a family's calls may take beside the main one, read only
 
 // Generated text read incrementally into content and calls: fed the text as it grows, a scan
 // reads only the bytes it has not read, and never takes back what it reported, so a stream of
@@ -95,7 +96,7 @@ typedef struct {
 	size_t pos;              // bytes read
 	int phase;               // content, the v3.2 prefix, a layout, over
 	bool tentative;          // the layout's match may still fail back (no call of it begun yet)
-	bool alt;                // the call being matched takes the family's second layout
+	int alt;                 // the call being matched takes the family's main layout (0) or another (1...)
 	size_t cand;             // where the match in progress began (content ends there if it holds)
 	size_t search;           // content: where the search for the trigger goes on
 	int part;                // which of the layout's strings is being matched
@@ -134,6 +135,8 @@ void tool_scan_free(tool_scan *s); // accepts a zeroed s
 
 
 // ---- reasoning families (reason.c) ------------------------------------------------------------
+#define REASON_HEADS 3 // the headers a family's answer may begin with
+
 // How a family's replies set their thinking apart from the answer: one table row each.
 typedef struct {
 	const char *name;       // "think", "command-r7b", "harmony"
@@ -143,7 +146,7 @@ typedef struct {
 	const char *after_open; // what the template writes after open where it opens the section itself
 	const char *after;      // what the template's replies put between close and the answer
 	const char *off_var;    // the template's variable that turns thinking off when false (NULL: none)
-	const char *answer_head[2]; // what the answer may begin with, each skipped in turn (NULL: none)
+	const char *answer_head[REASON_HEADS]; // what the answer may begin with, each skipped in turn (NULL: none)
 } reason_format;
 
 #define REASON_MARKER_MAX 64 // the longest marker a family's row holds, in bytes

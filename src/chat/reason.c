@@ -15,7 +15,8 @@ static const reason_format formats[] = {
 	// channel's text, or a commentary message to a function that the harmony tool family reads —
 	// whose channel the model picks itself after <|end|>, even where the thinking was cut
 	{.name = "harmony", .detect = {"<|channel|>"}, .open = "<|channel|>analysis<|message|>", .close = "<|end|>",
-	 .after_open = "", .after = "", .answer_head = {"<|start|>assistant", "<|channel|>final<|message|>"}},
+	 .after_open = "", .after = "",
+	 .answer_head = {"<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>"}},
 	{.name = "command-r7b", .detect = {"<|START_THINKING|>"}, .open = "<|START_THINKING|>", .close = "<|END_THINKING|>",
 	 .after_open = "", .after = ""},
 	// Qwen3, QwQ, DeepSeek-R1 and its distills (whose templates open the section in the prompt)
@@ -133,7 +134,7 @@ static void think_to(reason_scan *s, const char *t, size_t end) {
 static void answer_from(reason_scan *s, const char *t, size_t len, bool end) {
 	for (;;) {
 		while (s->pos < len && is_space(t[s->pos])) s->pos++;
-		const char *h = s->head < 2 ? s->f->answer_head[s->head] : NULL;
+		const char *h = s->head < REASON_HEADS ? s->f->answer_head[s->head] : NULL;
 		if (!h) break;
 		const size_t n = strlen(h), have = len - s->pos;
 		if (have >= n && !memcmp(t + s->pos, h, n)) s->pos += n;

@@ -31,8 +31,8 @@ struct tool_format {
 	const char *call;       // one call's layout
 	const char *sep;        // between calls
 	const char *close;      // after the last call
-	const char *trigger2;   // opens a call in a second layout no grammar writes, read only (NULL: none)
-	const char *call2;      // that layout
+	const char *more_trigger[TOOL_MORE_LAYOUTS]; // open calls in layouts no grammar writes, read only (NULL: none)
+	const char *more_call[TOOL_MORE_LAYOUTS];    // those layouts, each beginning with its trigger
 };
 
 #define HERMES_CALL "<tool_call>\n{\"name\": \"%N\", \"arguments\": %A}\n</tool_call>"
@@ -46,8 +46,11 @@ static const struct tool_format formats[] = {
 	{.name = "harmony", .detect = {"<|channel|>commentary", "<|call|>"}, .one_call_per_turn = true,
 	 .thinking_field = true, .lead = "<|start|>assistant", .trigger = "<|channel|>commentary to=functions.", .open = "",
 	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = "",
-	 // the recipient before the channel, as the template writes calls in history
-	 .trigger2 = "to=functions.", .call2 = "to=functions.%N%H<|message|>%A"},
+	 // the recipient before the channel, as the template writes calls in history; a call after a
+	 // commentary preamble (the reasoning family strips that one's header), the preamble's end its syntax
+	 .more_trigger = {"to=functions.", "<|end|><|start|>assistant<|channel|>commentary to=functions."},
+	 .more_call = {"to=functions.%N%H<|message|>%A",
+		       "<|end|><|start|>assistant<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A"}},
 	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
 	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
 	{.name = "functionary-v3.2", .detect = {">>>all"}, .args_text = true, .bare_first = true, .trigger = ">>>",
@@ -726,7 +729,7 @@ static void scan_over(tool_scan *s) {
 
 // Starts matching the layout at at: part's string from skip bytes into it.
 static void layout_at(tool_scan *s, size_t at, int part, size_t skip, size_t search_next) {
-	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->alt ? s->f->call2 : s->f->call, [PART_SEP] = s->f->sep,
+	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->alt ? s->f->more_call[s->alt - 1] : s->f->call, [PART_SEP] = s->f->sep,
 			      [PART_CLOSE] = s->f->close};
 	s->phase = PH_LAYOUT;
 	s->pos = s->cand = at;
@@ -750,7 +753,7 @@ static void layout_fails(tool_scan *s) {
 static void part_end(tool_scan *s) {
 	if (s->part == PART_OPEN || s->part == PART_SEP) {
 		s->part = PART_CALL;
-		s->lay = s->alt ? s->f->call2 : s->f->call;
+		s->lay = s->alt ? s->f->more_call[s->alt - 1] : s->f->call;
 	} else if (s->part == PART_CALL) {
 		s->part = PART_SEP;
 		s->lay = s->f->sep;
@@ -867,23 +870,28 @@ static int scan_layout(tool_scan *s, const char *t, size_t len) {
 	return 0;
 }
 
-// Content: looks for the triggers from s->search (the first to begin wins); holds back the bytes
-// that could begin one.
+// Content: looks for the triggers from s->search (the first to begin wins, the main one on a
+// tie); holds back the bytes that could begin one.
 static void scan_content(tool_scan *s, const char *t, size_t len) {
-	const char *tr = s->f->trigger, *tr2 = s->f->trigger2;
-	const size_t tl = strlen(tr), tl2 = tr2 ? strlen(tr2) : 0;
-	const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
-	const char *p2 = tr2 && s->search < len ? memmem(t + s->search, len - s->search, tr2, tl2) : NULL;
-	if (p || p2) {
-		s->alt = !p || (p2 && p2 < p);
-		const size_t at = (size_t)((s->alt ? p2 : p) - t);
+	const char *found = NULL;
+	size_t most = 0, tail = 0;
+	for (int k = 0; k <= TOOL_MORE_LAYOUTS; k++) {
+		const char *tr = k ? s->f->more_trigger[k - 1] : s->f->trigger;
+		if (!tr) continue;
+		const size_t tl = strlen(tr), tk = marker_tail(t, len, tr);
+		const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
+		if (p && (!found || p < found)) found = p, s->alt = k;
+		if (tl > most) most = tl;
+		if (tk > tail) tail = tk;
+	}
+	if (found) {
+		const size_t at = (size_t)(found - t);
 		if (at > s->content_len) s->content_len = at;
 		layout_at(s, at, *s->f->open ? PART_OPEN : PART_CALL, 0, at + 1);
 		return;
 	}
-	const size_t most = tl > tl2 ? tl : tl2, tail = marker_tail(t, len, tr), tail2 = tr2 ? marker_tail(t, len, tr2) : 0;
 	if (len >= most && len - most + 1 > s->search) s->search = len - most + 1;
-	const size_t upto = len - (tail > tail2 ? tail : tail2);
+	const size_t upto = len - tail;
 	if (upto > s->content_len) s->content_len = upto;
 	s->pos = len;
 }

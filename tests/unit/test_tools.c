@@ -735,6 +735,11 @@ static void test_harmony_scan(void) {
 		{"Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
 		 "{\"city\": \"Paris\"}", "Need it.", "", 1, true},
 		{"Fine.<|end|><|channel|>final<|message|> Sure.", "Fine.", "Sure.", 0, true},
+		// a commentary preamble before the call is content
+		{"<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant<|channel|>commentary<|message|>Let me check.<|end|>"
+		 "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+		 "Plan.", "Let me check.", 1, false},
+		{"<|channel|>commentary<|message|>Only words.<|end|>", "", "Only words.<|end|>", 0, false},
 		// the recipient before the channel, as the template writes calls in history
 		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json"
 		 "<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1, false},
