@@ -24,7 +24,7 @@ typedef struct tool_format tool_format;
 // <tool_call>{"name", "arguments"}</tool_call> calls and the tools listed in the system turn —
 // so tools work on every model. Static storage. Thread-safe.
 const tool_format *tool_format_of(const char *src);
-// "hermes", "llama3", "mistral", "functionary-v3.1", "functionary-v3.2", "command-r",
+// "harmony", "hermes", "llama3", "mistral", "functionary-v3.1", "functionary-v3.2", "command-r",
 // "deepseek-r1", "firefunction-v2", "fallback". Thread-safe.
 const char *tool_format_name(const tool_format *f);
 
@@ -75,6 +75,7 @@ typedef struct {
 } tool_call_span;
 
 #define TOOL_JSON_DEPTH 2048 // nesting the arguments may reach (jansson's own bound)
+#define TOOL_MORE_LAYOUTS 2  // the layouts a family's calls may take beside the main one, read only
 
 // Generated text read incrementally into content and calls: fed the text as it grows, a scan
 // reads only the bytes it has not read, and never takes back what it reported, so a stream of
@@ -95,6 +96,7 @@ typedef struct {
 	size_t pos;              // bytes read
 	int phase;               // content, the v3.2 prefix, a layout, over
 	bool tentative;          // the layout's match may still fail back (no call of it begun yet)
+	int alt;                 // the call being matched takes the family's main layout (0) or another (1...)
 	size_t cand;             // where the match in progress began (content ends there if it holds)
 	size_t search;           // content: where the search for the trigger goes on
 	int part;                // which of the layout's strings is being matched
@@ -133,6 +135,8 @@ void tool_scan_free(tool_scan *s); // accepts a zeroed s
 
 
 // ---- reasoning families (reason.c) ------------------------------------------------------------
+#define REASON_HEADS 3 // the headers a family's answer may begin with
+
 // How a family's replies set their thinking apart from the answer: one table row each.
 typedef struct {
 	const char *name;       // "think", "command-r7b", "harmony"
@@ -142,6 +146,7 @@ typedef struct {
 	const char *after_open; // what the template writes after open where it opens the section itself
 	const char *after;      // what the template's replies put between close and the answer
 	const char *off_var;    // the template's variable that turns thinking off when false (NULL: none)
+	const char *answer_head[REASON_HEADS]; // what the answer may begin with, each skipped in turn (NULL: none)
 } reason_format;
 
 #define REASON_MARKER_MAX 64 // the longest marker a family's row holds, in bytes
@@ -176,7 +181,8 @@ enum reason_phase { REASON_BEFORE, REASON_IN, REASON_AFTER };
 // only the bytes it has not read and never takes back what it reported, so what a stream sends
 // piece by piece concatenates to what one scan of the whole text finds. The thinking is the text
 // between the markers, its surrounding whitespace trimmed; the answer is what follows the close
-// marker, its leading whitespace trimmed — or the whole text when the reply opens no section.
+// marker, its leading whitespace and the family's answer heads trimmed — or the whole text when
+// the reply opens no section (less those heads).
 // Markers never reach either. The caller allocates it; it holds no memory.
 typedef struct {
 	const reason_format *f;
@@ -187,6 +193,7 @@ typedef struct {
 	size_t answer_off;        // the answer: [answer_off, end of text) once answer_known
 	size_t pos;               // bytes read
 	size_t think_start;       // where the section's text begins (after the open marker)
+	int head;                 // the family's answer heads looked for so far
 } reason_scan;
 
 // Starts a scan under f (NULL: the whole text is the answer). inside: the prompt opened the

@@ -11,9 +11,12 @@
 // Order matters: the first row one of whose markers appears wins (Command R7B's template
 // mentions no <think>, but a template that names several families is read as the first).
 static const reason_format formats[] = {
-	// gpt-oss: the analysis channel is the thinking, the final channel the answer
-	{.name = "harmony", .detect = {"<|channel|>"}, .open = "<|channel|>analysis<|message|>",
-	 .close = "<|end|><|start|>assistant<|channel|>final<|message|>", .after_open = "", .after = ""},
+	// gpt-oss: the analysis message is the thinking; what follows it is the answer — the final
+	// channel's text, or a commentary message to a function that the harmony tool family reads —
+	// whose channel the model picks itself after <|end|>, even where the thinking was cut
+	{.name = "harmony", .detect = {"<|channel|>"}, .open = "<|channel|>analysis<|message|>", .close = "<|end|>",
+	 .after_open = "", .after = "",
+	 .answer_head = {"<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>"}},
 	{.name = "command-r7b", .detect = {"<|START_THINKING|>"}, .open = "<|START_THINKING|>", .close = "<|END_THINKING|>",
 	 .after_open = "", .after = ""},
 	// Qwen3, QwQ, DeepSeek-R1 and its distills (whose templates open the section in the prompt)
@@ -125,9 +128,22 @@ static void think_to(reason_scan *s, const char *t, size_t end) {
 	if (e > s->think_off && e - s->think_off > s->think_len) s->think_len = e - s->think_off;
 }
 
-// After the close marker: the answer begins at the first byte that is not whitespace.
+// After the close marker: the answer begins at the first byte that is neither whitespace nor one
+// of the family's heads (each skipped where it stands next; one cut short is waited for, and
+// dropped at the end: it is syntax, never text).
 static void answer_from(reason_scan *s, const char *t, size_t len, bool end) {
-	while (s->pos < len && is_space(t[s->pos])) s->pos++;
+	for (;;) {
+		while (s->pos < len && is_space(t[s->pos])) s->pos++;
+		const char *h = s->head < REASON_HEADS ? s->f->answer_head[s->head] : NULL;
+		if (!h) break;
+		const size_t n = strlen(h), have = len - s->pos;
+		if (have >= n && !memcmp(t + s->pos, h, n)) s->pos += n;
+		else if (have < n && have && !memcmp(t + s->pos, h, have)) {
+			if (!end) return;
+			s->pos = len;
+		} else if (!have && !end) return;
+		s->head++;
+	}
 	if (s->pos < len || end) s->answer_known = true, s->answer_off = s->pos;
 	s->pos = len;
 }
@@ -145,6 +161,10 @@ void reason_scan_feed(reason_scan *s, const char *text, size_t len, bool end) {
 		} else if ((have < n && !memcmp(text + i, s->f->open, have)) && !end) {
 			s->pos = len;
 			return;
+		} else if (s->f->answer_head[0]) {
+			// no thinking: the answer still begins after the family's heads
+			s->phase = REASON_AFTER;
+			s->pos = i;
 		} else {
 			s->phase = REASON_AFTER;
 			s->answer_known = true;

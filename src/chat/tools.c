@@ -1,7 +1,8 @@
 // chat, tools: one table row per tool-call family — how its template is recognized, how
 // messages and tools are shaped for it, the layout of its calls (which both the grammar and the
 // parser read), and the texts that open a call. Layouts are strings where %N is the tool's
-// name, %A its arguments (a JSON object), %I a 9-character id and %D a small number.
+// name, %A its arguments (a JSON object), %I a 9-character id, %D a small number and (in a
+// layout only the parser reads) %H a header's words up to the literal after it.
 #include "chat/chat.h"
 
 #include <stdio.h>
@@ -23,11 +24,15 @@ struct tool_format {
 	bool fallback;          // no tool support: calls and results become plain text
 	bool no_system_role;    // the template refuses a system turn: instructions go to the first user turn
 	bool bare_first;        // the prompt ends with the call's opener: the first call lacks it
+	bool thinking_field;    // the template reads an assistant turn's reasoning as `thinking`
+	const char *lead;       // what a grammar lets the model write before the calls, which the reasoning family strips (NULL: none)
 	const char *trigger;    // the text that opens the calls (a lazy grammar's trigger)
 	const char *open;       // before the first call (begins with trigger), or "" when each call opens
 	const char *call;       // one call's layout
 	const char *sep;        // between calls
 	const char *close;      // after the last call
+	const char *more_trigger[TOOL_MORE_LAYOUTS]; // open calls in layouts no grammar writes, read only (NULL: none)
+	const char *more_call[TOOL_MORE_LAYOUTS];    // those layouts, each beginning with its trigger
 };
 
 #define HERMES_CALL "<tool_call>\n{\"name\": \"%N\", \"arguments\": %A}\n</tool_call>"
@@ -36,6 +41,16 @@ struct tool_format {
 // <|python_tag|>, firefunction also holds <|start_header_id|>). Llama 3's <|python_tag|> calls of
 // builtin tools are left as content.
 static const struct tool_format formats[] = {
+	// gpt-oss: a call is a commentary message to functions.NAME, one per turn (<|call|> ends the
+	// generation); the reasoning family strips <|start|>assistant, so the answer opens with <|channel|>
+	{.name = "harmony", .detect = {"<|channel|>commentary", "<|call|>"}, .one_call_per_turn = true,
+	 .thinking_field = true, .lead = "<|start|>assistant", .trigger = "<|channel|>commentary to=functions.", .open = "",
+	 .call = "<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A", .sep = "", .close = "",
+	 // the recipient before the channel, as the template writes calls in history; a call after a
+	 // commentary preamble (the reasoning family strips that one's header), the preamble's end its syntax
+	 .more_trigger = {"to=functions.", "<|end|><|start|>assistant<|channel|>commentary to=functions."},
+	 .more_call = {"to=functions.%N%H<|message|>%A",
+		       "<|end|><|start|>assistant<|channel|>commentary to=functions.%N <|constrain|>json<|message|>%A"}},
 	// the prompt ends with ">>>": required and named grammars begin with the bare first call; a
 	// lazy grammar constrains the calls that follow a ">>>" the model writes itself
 	{.name = "functionary-v3.2", .detect = {">>>all"}, .args_text = true, .bare_first = true, .trigger = ">>>",
@@ -326,6 +341,11 @@ static int convert_message(const tool_format *f, const json_t *m, size_t i, json
 	}
 	if (!json_is_string(json_object_get(c, "content")) && !(json_array_size(calls) && f->content_null))
 		json_object_set_new(c, "content", json_string(""));
+	// the template refuses both thinking and text in a call turn: the text is the analysis there
+	const json_t *reasoning = json_object_get(m, "reasoning_content");
+	if (f->thinking_field && json_is_string(reasoning) && !json_object_get(c, "thinking") &&
+	    !(json_array_size(calls) && *content_of(c)))
+		json_object_set(c, "thinking", (json_t *)reasoning);
 	*out = c;
 	return 0;
 }
@@ -555,6 +575,8 @@ int tool_grammar(const tool_format *f, const json_t *tools, enum tool_choice cho
 		}
 		bool bare = f->bare_first && choice != TOOL_CHOICE_AUTO;
 		fputs("root ::= ", o);
+		// the message header the model writes after its thinking, before a required call
+		if (f->lead && choice != TOOL_CHOICE_AUTO) gbnf_lit(o, f->lead, strlen(f->lead)), fputs("? ", o);
 		if (*f->open) gbnf_lit(o, f->open, strlen(f->open)), fputc(' ', o);
 		fputs(bare ? "first" : "call", o);
 		if (parallel) {
@@ -707,7 +729,8 @@ static void scan_over(tool_scan *s) {
 
 // Starts matching the layout at at: part's string from skip bytes into it.
 static void layout_at(tool_scan *s, size_t at, int part, size_t skip, size_t search_next) {
-	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->f->call, [PART_SEP] = s->f->sep, [PART_CLOSE] = s->f->close};
+	const char *strs[] = {[PART_OPEN] = s->f->open, [PART_CALL] = s->alt ? s->f->more_call[s->alt - 1] : s->f->call, [PART_SEP] = s->f->sep,
+			      [PART_CLOSE] = s->f->close};
 	s->phase = PH_LAYOUT;
 	s->pos = s->cand = at;
 	s->search = search_next;
@@ -730,7 +753,7 @@ static void layout_fails(tool_scan *s) {
 static void part_end(tool_scan *s) {
 	if (s->part == PART_OPEN || s->part == PART_SEP) {
 		s->part = PART_CALL;
-		s->lay = s->f->call;
+		s->lay = s->alt ? s->f->more_call[s->alt - 1] : s->f->call;
 	} else if (s->part == PART_CALL) {
 		s->part = PART_SEP;
 		s->lay = s->f->sep;
@@ -798,6 +821,20 @@ static int scan_layout(tool_scan *s, const char *t, size_t len) {
 			}
 			continue;
 		}
+		if (l[0] == '%' && l[1] == 'H') {
+			// up to the literal after it, which may still be arriving
+			const size_t n = strcspn(l + 2, "%"), have = len - s->pos < n ? len - s->pos : n;
+			if (!memcmp(t + s->pos, l + 2, have)) {
+				if (have < n) return 0;
+				s->dir_n = 0;
+				s->lay += 2;
+			} else if (s->dir_n++ < TOOL_WORD_MAX) {
+				s->pos++;
+			} else {
+				layout_fails(s);
+			}
+			continue;
+		}
 		if (l[0] == '%' && l[1]) {
 			const bool digits = l[1] == 'D', take = digits ? b != '"' : name_char(b);
 			if (take && s->dir_n < TOOL_WORD_MAX) {
@@ -833,19 +870,28 @@ static int scan_layout(tool_scan *s, const char *t, size_t len) {
 	return 0;
 }
 
-// Content: looks for the trigger from s->search; holds back the bytes that could begin it.
+// Content: looks for the triggers from s->search (the first to begin wins, the main one on a
+// tie); holds back the bytes that could begin one.
 static void scan_content(tool_scan *s, const char *t, size_t len) {
-	const char *tr = s->f->trigger;
-	const size_t tl = strlen(tr);
-	const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
-	if (p) {
-		const size_t at = (size_t)(p - t);
+	const char *found = NULL;
+	size_t most = 0, tail = 0;
+	for (int k = 0; k <= TOOL_MORE_LAYOUTS; k++) {
+		const char *tr = k ? s->f->more_trigger[k - 1] : s->f->trigger;
+		if (!tr) continue;
+		const size_t tl = strlen(tr), tk = marker_tail(t, len, tr);
+		const char *p = s->search < len ? memmem(t + s->search, len - s->search, tr, tl) : NULL;
+		if (p && (!found || p < found)) found = p, s->alt = k;
+		if (tl > most) most = tl;
+		if (tk > tail) tail = tk;
+	}
+	if (found) {
+		const size_t at = (size_t)(found - t);
 		if (at > s->content_len) s->content_len = at;
 		layout_at(s, at, *s->f->open ? PART_OPEN : PART_CALL, 0, at + 1);
 		return;
 	}
-	if (len >= tl && len - tl + 1 > s->search) s->search = len - tl + 1;
-	const size_t upto = len - marker_tail(t, len, tr);
+	if (len >= most && len - most + 1 > s->search) s->search = len - most + 1;
+	const size_t upto = len - tail;
 	if (upto > s->content_len) s->content_len = upto;
 	s->pos = len;
 }

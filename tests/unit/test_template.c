@@ -126,6 +126,47 @@ static void test_expected(void) {
 	json_decref(exp);
 }
 
+// gpt-oss's template (tests/data/templates) over contexts with tools, tool turns, reasoning_effort,
+// builtin_tools and model_identity, against Jinja2's renders of it (render_jinja2.py there).
+static void test_gpt_oss(void) {
+	const char *dir = "tests/data/templates";
+	char path[4096];
+	snprintf(path, sizeof path, "%s/gpt-oss-expected.json", dir);
+	json_error_t je;
+	json_t *exp = json_load_file(path, 0, &je);
+	CHECKF(exp != NULL, "cannot load %s: %s", path, je.text);
+	if (!exp) return;
+	const char *date = json_string_value(json_object_get(exp, "date"));
+	snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(exp, "template")));
+	char *src = t_read_file(path, NULL);
+	CHECKF(src && date, "cannot read %s", path);
+	tmpl *t = NULL;
+	char err[1024] = "";
+	if (src && date) CHECKF(tmpl_compile(&t, src, strlen(src), err, sizeof err) == 0, "gpt-oss: compile failed: %s", err);
+	const char *key;
+	json_t *want;
+	int n = 0, same = 0;
+	json_object_foreach(json_object_get(exp, "renders"), key, want) {
+		if (!t) break;
+		char *out = NULL;
+		size_t len = 0;
+		err[0] = 0;
+		const int rc = tmpl_render(t, json_object_get(want, "context"), date, &out, &len, err, sizeof err);
+		const char *ok = json_string_value(json_object_get(want, "ok"));
+		const char *werr = json_string_value(json_object_get(want, "error"));
+		const bool got = ok ? rc == 0 && len == strlen(ok) && !memcmp(out, ok, len) : rc < 0 && werr && !strcmp(err, werr);
+		CHECKF(got, "gpt-oss [%s]: rc %d [%s]\n--- want\n%s\n--- got\n%s\n---", key, rc, err, ok ? ok : werr,
+		       out ? out : "(null)");
+		n++, same += got;
+		free(out);
+	}
+	fprintf(stderr, "gpt-oss: %d renders, %d matched\n", n, same);
+	CHECK(n >= 30);
+	tmpl_free(t);
+	free(src);
+	json_decref(exp);
+}
+
 // Expected strings below were produced by Jinja2 3.1 with HF's settings.
 static void test_whitespace(void) {
 	EXPECT("a\n{% if true %}\nb\n{% endif %}\nc", "a\nb\nc");
@@ -395,6 +436,7 @@ static void test_api(void) {
 
 int main(void) {
 	test_expected();
+	test_gpt_oss();
 	test_whitespace();
 	test_expressions();
 	test_statements();

@@ -233,6 +233,7 @@ static const struct {
 	 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
 	{"firefunction-v2", "", " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
 	 " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+	{"harmony", "", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}", NULL},
 	{"fallback", "Checking.\n", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
 	 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>"},
 };
@@ -240,7 +241,7 @@ static const struct {
 
 static const tool_format *family(const char *name) {
 	static const char *src[] = {"<tool_call>", "<|start_header_id|> ipython", "[TOOL_CALLS]", "<function=", ">>>all",
-				    "<|START_ACTION|>", "<｜tool▁calls▁begin｜>", " functools[", NULL};
+				    "<|START_ACTION|>", "<｜tool▁calls▁begin｜>", " functools[", "<|channel|>commentary <|call|>", NULL};
 	for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
 		const tool_format *f = tool_format_of(src[i]);
 		if (!strcmp(tool_format_name(f), name)) return f;
@@ -607,8 +608,14 @@ static void test_grammar(void) {
 		CHECK(!g && strstr(err, "nope"));
 	}
 	t_case("%s", "");
-	// a tool without parameters takes any object
+	// harmony: a required call may follow the message header the model writes after its thinking
 	char *g = NULL, err[256] = "";
+	CHECK(tool_grammar(family("harmony"), tools, TOOL_CHOICE_REQUIRED, NULL, true, &g, NULL, NULL, NULL, err, sizeof err) == 0);
+	CHECK(g && accepts(v, g, "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}", NULL, 0) == 1);
+	CHECK(g && accepts(v, g, "<|start|>assistant<|channel|>final<|message|>{}", NULL, 0) == 0);
+	free(g);
+	g = NULL;
+	// a tool without parameters takes any object
 	CHECK(tool_grammar(family("hermes"), tools, TOOL_CHOICE_NAMED, "get_time", false, &g, NULL, NULL, NULL, err, sizeof err) == 0);
 	CHECK(g && accepts(v, g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>", NULL, 0) == 1);
 	free(g);
@@ -631,6 +638,138 @@ static void test_grammar(void) {
 	json_decref(tools);
 }
 
+
+// Feeds text's first n of len bytes to s and appends what it released to think and answer.
+static void reason_take(reason_scan *s, const char *text, size_t n, size_t len, char *think, size_t *tn, char *answer, size_t *an) {
+	reason_scan_feed(s, text, n, n == len);
+	memcpy(think + *tn, text + s->think_off + *tn, s->think_len - *tn);
+	*tn = s->think_len;
+	const size_t al = reason_scan_answer(s, n);
+	memcpy(answer + *an, text + s->answer_off + *an, al - *an);
+	*an = al;
+	think[*tn] = answer[*an] = 0;
+}
+
+// ---- harmony (gpt-oss) ------------------------------------------------------------------------
+
+static char *read_gpt_oss(void) { return t_read_file("tests/data/templates/openai-gpt-oss-120b.jinja", NULL); }
+
+// gpt-oss's template names both families; the conversation renders with the call in the commentary
+// channel, the result from functions.NAME, and the thinking sent back as reasoning_content.
+static void test_harmony_render(void) {
+	char *src = read_gpt_oss();
+	CHECK(src != NULL);
+	if (!src) return;
+	CHECK(!strcmp(tool_format_name(tool_format_of(src)), "harmony"));
+	CHECK(!strcmp(reason_format_name(reason_format_of(src)), "harmony"));
+	const char *conv = "[{\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+			   "{\"role\": \"assistant\", \"content\": \"\", \"reasoning_content\": \"Call it.\", \"tool_calls\": [{\"id\": \"c1\", "
+			   "\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+			   "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"22 C and sunny\"}]";
+	json_t *tools = json_loads(TOOLS, 0, NULL), *msgs = json_loads(conv, 0, NULL), *m = NULL, *tl = NULL;
+	char err[512] = "", *out = NULL;
+	size_t n = 0;
+	tmpl *t = NULL;
+	CHECKF(tool_render_context(tool_format_of(src), tools, msgs, &m, &tl, err, sizeof err) == 0, "%s", err);
+	CHECKF(tmpl_compile(&t, src, strlen(src), err, sizeof err) == 0, "%s", err);
+	json_t *ctx = json_pack("{s:O, s:O, s:b, s:s}", "messages", m, "tools", tl, "add_generation_prompt", 1, "reasoning_effort", "low");
+	CHECKF(t && tmpl_render(t, ctx, "2026-12-02", &out, &n, err, sizeof err) == 0, "%s", err);
+	CHECKF(out && strstr(out, "Reasoning: low\n") && strstr(out, "type get_weather = (_: {\n// the city\ncity: string,\n}) => any;") &&
+		       strstr(out, "<|start|>assistant<|channel|>analysis<|message|>Call it.<|end|>"
+				   "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"
+				   "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"22 C and sunny\"<|end|><|start|>assistant"),
+	       "%s", out ? out : err);
+	free(out);
+	json_decref(ctx);
+	json_decref(m);
+	json_decref(tl);
+	// a call turn's text is its analysis: the thinking beside it is left out, as the template wants
+	json_t *a = json_array_get(msgs, 1);
+	json_object_set_new(a, "content", json_string("Let me look."));
+	CHECK(tool_render_context(tool_format_of(src), tools, msgs, &m, &tl, err, sizeof err) == 0);
+	CHECK(m && !json_object_get(json_array_get(m, 1), "thinking"));
+	json_decref(m);
+	json_decref(tl);
+	tmpl_free(t);
+	json_decref(tools);
+	json_decref(msgs);
+	free(src);
+}
+
+// A gpt-oss reply read as the server reads it: the reasoning scan splits off the analysis and the
+// headers, the tool scan reads the answer. Fed split at any byte, or a byte at a time, it finds
+// what the whole finds.
+static void harmony_split(const char *text, bool inside, size_t cut, char *think, char *answer, json_t **calls) {
+	const reason_format *rf;
+	CHECK(reason_format_named("harmony", &rf) == 0 && rf);
+	reason_scan s;
+	reason_scan_init(&s, rf, inside);
+	tool_scan ts;
+	tool_scan_init(&ts, family("harmony"), false);
+	size_t tn = 0, an = 0;
+	const size_t len = strlen(text);
+	// cut 0: a byte at a time; else the text up to cut, then the rest
+	for (size_t n = cut < len ? (cut ? cut : len > 0) : len;; n = cut || n == len ? len : n + 1) {
+		reason_take(&s, text, n, len, think, &tn, answer, &an);
+		CHECK(tool_scan_feed(&ts, answer, an, n == len ? TOOL_END : TOOL_MORE) == 0);
+		if (n == len) break;
+	}
+	*calls = scan_calls(&ts, answer);
+	answer[ts.content_len] = 0;
+	memmove(answer, answer + ts.content_off, strlen(answer + ts.content_off) + 1);
+	tool_scan_free(&ts);
+}
+
+static void test_harmony_scan(void) {
+	// inside: the prompt opened the analysis (a grammar follows the thinking)
+	static const struct { const char *text, *think, *content; int calls; bool inside; } cases[] = {
+		{"<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", "The user greets.",
+		 "Hello!", 0, false},
+		{"<|channel|>final<|message|>Hi there.", "", "Hi there.", 0, false},
+		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+		 "<|constrain|>json<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1, false},
+		{"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}", "", "", 1, false},
+		{"<|channel|>analysis<|message|>cut short <|en", "cut short <|en", "", 0, false},
+		{"<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>fin", "x", "", 0, false},
+		{"Plain words.", "", "Plain words.", 0, false},
+		{"Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+		 "{\"city\": \"Paris\"}", "Need it.", "", 1, true},
+		{"Fine.<|end|><|channel|>final<|message|> Sure.", "Fine.", "Sure.", 0, true},
+		// a commentary preamble before the call is content
+		{"<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant<|channel|>commentary<|message|>Let me check.<|end|>"
+		 "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+		 "Plan.", "Let me check.", 1, false},
+		{"<|channel|>commentary<|message|>Only words.<|end|>", "", "Only words.<|end|>", 0, false},
+		// the recipient before the channel, as the template writes calls in history
+		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json"
+		 "<|message|>{\"city\": \"Paris\"}", "Need weather.", "", 1, false},
+		{"<|channel|>analysis<|message|>Go.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json"
+		 "<|message|>{\"city\": \"Paris\"}", "Go.", "", 1, false},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const size_t len = strlen(cases[i].text);
+		for (size_t cut = 0; cut <= len; cut++) {
+			char think[512], answer[512];
+			json_t *calls = NULL;
+			harmony_split(cases[i].text, cases[i].inside, cut, think, answer, &calls);
+			json_t *want = cases[i].calls ? want_calls(cases[i].calls) : json_array();
+			CHECKF(!strcmp(think, cases[i].think) && !strcmp(answer, cases[i].content) && json_equal(calls, want),
+			       "case %zu cut at %zu: think '%s' content '%s' calls %s", i, cut, think, answer,
+			       json_dumps(calls, JSON_COMPACT));
+			json_decref(calls);
+			json_decref(want);
+		}
+	}
+	// thinking off writes an empty analysis; the model picks the channel after it
+	const reason_format *rf;
+	CHECK(reason_format_named("harmony", &rf) == 0);
+	char *p = strdup("<|start|>user<|message|>Hi<|end|><|start|>assistant");
+	size_t n = strlen(p);
+	bool inside = true;
+	CHECK(reason_prompt_end(rf, true, false, false, &p, &n, &inside) == 0 && !inside);
+	CHECK(p && !strcmp(p, "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|><|end|>"));
+	free(p);
+}
 
 // ---- reasoning families -----------------------------------------------------------------------
 
@@ -663,15 +802,9 @@ static void scan_pieces(const reason_format *f, bool inside, const char *text, s
 	size_t tn = 0, an = 0;
 	const size_t len = strlen(text);
 	for (size_t n = k < len ? k : len;; n = n + k < len ? n + k : len) {
-		reason_scan_feed(&s, text, n, n == len);
-		memcpy(think + tn, text + s.think_off + tn, s.think_len - tn);
-		tn = s.think_len;
-		const size_t al = reason_scan_answer(&s, n);
-		memcpy(answer + an, text + s.answer_off + an, al - an);
-		an = al;
+		reason_take(&s, text, n, len, think, &tn, answer, &an);
 		if (n == len) break;
 	}
-	think[tn] = answer[an] = 0;
 }
 
 static void test_reason_scan(void) {
@@ -715,5 +848,7 @@ int main(void) {
 	test_grammar();
 	test_reason_of();
 	test_reason_scan();
+	test_harmony_render();
+	test_harmony_scan();
 	T_DONE("test_tools");
 }
