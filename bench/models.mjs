@@ -32,7 +32,16 @@ const names = files.map((f, i) => {
 	return n;
 });
 
-const srv = await startServer(['-m', STORIES, '--models-dir', dir, '--keep-alive', '0', '--max-models', String(files.length)], {}, { bin });
+const srv = await startServer(['-m', STORIES, '--models-dir', dir, '--keep-alive', '1s', '--max-models', String(files.length)], {}, { bin });
+
+// Until name is no longer loaded (its keep-alive passed).
+async function unloaded(name) {
+	for (;;) {
+		const ps = await (await fetch(`${srv.url}/api/ps`)).json();
+		if (!ps.models.some((m) => m.name === `${name}:latest`)) return;
+		await new Promise((res) => setTimeout(res, 50));
+	}
+}
 
 async function ttft(model) {
 	const t0 = performance.now();
@@ -48,12 +57,10 @@ console.log('model | bytes | cold TTFT ms | warm TTFT ms | cold / warm');
 for (let i = 0; i < files.length; i++) {
 	const cold = [], warm = [];
 	for (let r = 0; r < reps; r++) {
-		// keep-alive 0: each cold request finds it unloaded; the warm one is sent while a stream holds it
-		await new Promise((res) => setTimeout(res, 300));
+		// cold: once its keep-alive (1 s) has unloaded it; warm: at once after
+		await unloaded(names[i]);
 		cold.push(await ttft(names[i]));
-		const hold = postSSE(`${srv.url}/v1/completions`, { model: names[i], prompt: 'Hold', max_tokens: 64, stream: true }, {}, () => {});
 		warm.push(await ttft(names[i]));
-		await hold;
 	}
 	const c = median(cold), w = median(warm);
 	console.log(`${names[i]} | ${fs.statSync(files[i]).size} | ${c.toFixed(1)} | ${w.toFixed(1)} | ${(c / w).toFixed(1)}`);
@@ -71,9 +78,11 @@ async function gaps(during) {
 	const g = times.slice(1).map((t, i) => t - times[i]).slice(20);
 	return { p50: median(g), p99: [...g].sort((a, b) => a - b)[Math.floor(g.length * 0.99)], max: Math.max(...g) };
 }
+await unloaded(names[0]);
 const big = names[files.map((f) => fs.statSync(f).size).reduce((b, s, i, a) => (s > a[b] ? i : b), 0)];
 const quiet = await gaps(null);
 await new Promise((res) => setTimeout(res, 300));
+await unloaded(big);
 const loading = await gaps(big);
 console.log(`\nthe -m model's stream, gaps between tokens (ms): p50 / p99 / max`);
 console.log(`nothing loading: ${quiet.p50.toFixed(2)} / ${quiet.p99.toFixed(2)} / ${quiet.max.toFixed(2)}`);

@@ -16,11 +16,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MOD "server"
 #define SCAN_DEPTH 3 // ORG/REPO/FILE.gguf: the depth `lanes pull` writes at
+#define LOAD_NICE 10  // a loader thread's niceness (Linux: per thread)
 
 const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed"};
 
@@ -73,6 +76,8 @@ static void *load_thread(void *arg) {
 	srv_model *M = arg;
 	http_server *s = M->s;
 	char err[512];
+	// the models serving now get the cores first: a load waits for them, not they for it
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LOAD_NICE);
 	const uint64_t t0 = base_now_us();
 	int rc = model_load(&M->m, M->model_path, err, sizeof err);
 	if (!rc) rc = srv_model_setup(M, err, sizeof err);
