@@ -159,7 +159,7 @@ bool base_parse_duration(const char *p, double *seconds) {
 		total += x * unit;
 	}
 	// past a century is for good: nothing is timed that far
-	*seconds = total < 0 || total > 3.2e9 ? -1 : total;
+	*seconds = !(total >= 0 && total <= 3.2e9) ? -1 : total; // NaN (inf - inf) too
 	return true;
 }
 

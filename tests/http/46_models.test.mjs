@@ -85,6 +85,12 @@ test('listed by name with their state; a model idle past its keep-alive unloads,
 	assert.deepEqual(tags, ['llama-q8:latest', 'org/qwen2:latest', 'stories260K:latest'], 'the models, not the broken file or the notes');
 
 	const first = await complete(s.url, 'llama-q8', 0);
+	// the weights are read at a lower priority, but no thread that serves runs at it
+	const nice = fs.readdirSync(`/proc/${s.proc.pid}/task`).map((t) => {
+		const stat = fs.readFileSync(`/proc/${s.proc.pid}/task/${t}/stat`, 'utf8');
+		return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+	});
+	assert.ok(nice.length > 4 && nice.every((n) => n === 0), `every thread at nice 0 once loaded: ${nice}`);
 	const ps = (await getJSON(`${s.url}/api/ps`)).body.models;
 	assert.deepEqual(ps.map((o) => o.name).sort(), ['llama-q8:latest', 'stories260K:latest']);
 	assert.ok(Date.parse(ps.find((o) => o.name === 'llama-q8:latest').expires_at) < Date.now() + 60000, 'it expires soon');
@@ -125,6 +131,10 @@ test('--max-models: the least recently used idle model unloads for another', asy
 	await complete(s.url, 'org/qwen2', 0);
 	assert.deepEqual(await loaded(s.url), ['org/qwen2:latest', 'stories260K:latest'], 'llama-q8 made room');
 	assert.equal((await getJSON(`${s.url}/v1/models/org/qwen2`)).body.status.value, 'loaded');
+	// a file that is no model never costs a loaded one its place
+	const bad = await postJSON(`${s.url}/v1/completions`, body('broken', 0));
+	assert.equal(bad.status, 500);
+	assert.deepEqual(await loaded(s.url), ['org/qwen2:latest', 'stories260K:latest'], 'org/qwen2 still loaded');
 });
 
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
@@ -187,9 +197,11 @@ test('Ollama\'s pull, copy and delete act on the folder: what they write is serv
 	assert.deepEqual((await ollama.list()).models.map((m) => m.name), ['stories260K:latest']);
 	assert.deepEqual(await ollama.pull({ model: 'hf.co/org/repo:Q8_0', stream: false }), { status: 'success' });
 	assert.deepEqual((await ollama.list()).models.map((m) => m.name).sort(), ['org/repo/tiny-Q8_0:latest', 'stories260K:latest']);
-	// by its file's name or the reference it was pulled by
+	// by its file's name or the reference it was pulled by, in the OpenAI and Ollama APIs
 	const byRef = await postJSON(`${s.url}/v1/completions`, body('org/repo:Q8_0', 0));
 	assert.equal(byRef.status, 200, JSON.stringify(byRef.body));
+	const oll = await ollama.generate({ model: 'org/repo:Q8_0', prompt: 'Hi', options: { num_predict: 4 } });
+	assert.ok(oll.eval_count > 0);
 	assert.equal(JSON.parse(await complete(s.url, 'org/repo/tiny-Q8_0', 0)).sha, byRef.body.choices[0].token_sha);
 	await ollama.copy({ source: 'org/repo:Q8_0', destination: 'mine' });
 	assert.equal(JSON.parse(await complete(s.url, 'mine', 0)).sha, byRef.body.choices[0].token_sha, 'the copy is the same model');

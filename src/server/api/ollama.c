@@ -48,7 +48,7 @@ static int oll_check_model(srv_model *M, const char *name, bool lookup, srv_err 
 	if (oll_model_ok(M, name) || oll_adapter(s, name, a) ||
 	    (!lookup && !s->cfg.strict_model && s->n_models == 1 && !(l && model_loras_ever(l))))
 		return 0;
-	if (s->n_models > 1) return srv_models_named(s, name, e);
+	if (s->n_models > 1) return name && srv_models_find(s, name) == M ? 0 : srv_models_named(s, name, e); // ORG/REPO:QUANT too
 	return srv_fail(e, SRV_E_NOT_FOUND, "model", "model '%s' not found: this server serves '%s'%s", name, M->model_id,
 			l && model_loras_ever(l) ? " and the adapters GET /v1/adapters lists" : "");
 }

@@ -421,16 +421,15 @@ int srv_check_parts(srv_model *M, json_t *parts, const char *param, srv_err *e) 
 }
 
 // The rendered prompt against the context: refused before it is tokenized.
-static int fits(void *arg, size_t bytes, char *err, size_t errlen) {
+static int fits(const srv_model *M, size_t bytes, char *err, size_t errlen) {
 	static const lane_api msgs = {.name = {[LANE_F_PROMPT] = "the rendered messages"}};
-	return lane_check_prompt_size(((http_server *)arg)->mdl->host, 0, bytes, &msgs, err, errlen, NULL);
+	return lane_check_prompt_size(M->host, 0, bytes, &msgs, err, errlen, NULL);
 }
 
 // Whether the template renders a system turn that comes after the conversation began, probed
 // once: many raise an error there, some drop it.
 static bool system_turns(srv_model *M) {
-	http_server *s = M->s;
-	const int known = atomic_load(&s->system_turns);
+	const int known = atomic_load(&M->system_turns);
 	if (known) return known > 0;
 	static const char mark[] = "lanes-system-turn-probe";
 	json_t *m = json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "system", "content", "s",
@@ -442,7 +441,7 @@ static bool system_turns(srv_model *M) {
 	const bool yes = m && !chat_render(&M->chat, &in, &text, &len, NULL, err, sizeof err) && memmem(text, len, mark, sizeof mark - 1);
 	free(text);
 	json_decref(m);
-	atomic_store(&s->system_turns, yes ? 1 : -1);
+	atomic_store(&M->system_turns, yes ? 1 : -1);
 	return yes;
 }
 
@@ -478,7 +477,6 @@ static json_t *join_system(const json_t *messages) {
 
 int srv_chat_prompt(srv_model *M, json_t *messages, const char *prefill, const char *param, srv_gen *g,
 		    int32_t **ids, int32_t *n, srv_err *e) {
-	http_server *s = M->s;
 	*ids = NULL;
 	*n = 0;
 	char err[512];
@@ -504,7 +502,7 @@ int srv_chat_prompt(srv_model *M, json_t *messages, const char *prefill, const c
 	int rc = chat_render(&M->chat, &in, &text, &len, &fault, err, sizeof err);
 	json_decref(kwo);
 	if (!rc && g && !srv_think_prompt(M, g, prefill && *prefill, &text, &len)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
-	if (!rc && (rc = fits(s, len, err, sizeof err))) fault = CHAT_F_SIZE;
+	if (!rc && (rc = fits(M, len, err, sizeof err))) fault = CHAT_F_SIZE;
 	if (!rc && (rc = tok_encode_chat(M->vocab, text, len, &v, &cnt, err, sizeof err))) fault = CHAT_F_MESSAGES;
 	free(text);
 	json_decref(joined);

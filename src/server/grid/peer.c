@@ -789,7 +789,8 @@ static bool route(srv_conn *c, bool full) {
 
 bool srv_grid_route(srv_conn *c, bool full) {
 	srv_grid *g = c->s->grid;
-	if (!g || srv_header(c, SRV_GRID_HOP)) return false;
+	// peers are asked for the -m model: a --models-dir model's request always runs here
+	if (!g || c->mdl != c->s->mdl || srv_header(c, SRV_GRID_HOP)) return false;
 	srv_grid_submitted(c);
 	pthread_mutex_lock(&g->route_mu);
 	const bool fwd = route(c, full);

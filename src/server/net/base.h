@@ -212,6 +212,7 @@ typedef struct srv_model {
 	bool reason_switch;            // the chat template reads reason's off_var: thinking off sets it false
 	int32_t think_end[LANE_THINK_END]; // its close marker and what the template writes after it, as tokens
 	int32_t n_think_end;
+	atomic_int system_turns;       // its template renders a system turn inside a conversation: 1 yes, -1 no, 0 not probed yet
 	struct model_loras *loras;       // the adapters (model/loras.h): set by the loader with the model
 	struct learn_live *learn;       // learning while serving (learn/live.h), NULL when --learn-share is 0
 } srv_model;
@@ -243,7 +244,6 @@ struct http_server {
 	atomic_int calls_open;         // generation calls not yet completed
 	atomic_uint_least64_t rejected; // API requests refused before reaching the lane host
 	atomic_uint_least64_t id_state;
-	atomic_int system_turns;       // the template renders a system turn inside a conversation: 1 yes, -1 no, 0 not probed yet
 
 	srv_slot *slots;               // one per generation call; never closed while the host lives
 	int n_slots;

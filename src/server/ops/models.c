@@ -53,6 +53,7 @@ static void unload_quiet(srv_model *M) {
 	free(M->rank_w);
 	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL;
 	M->reason = NULL, M->n_think_end = 0, M->max_ctx = 0;
+	atomic_store(&M->system_turns, 0);
 	memset(&M->chat, 0, sizeof M->chat);
 	atomic_store(&M->mstate, SRV_M_LISTED);
 }
@@ -72,14 +73,37 @@ static void wake_waiting(srv_model *M) {
 	M->waiting = NULL;
 }
 
+typedef struct {
+	srv_model *M;
+	int rc;
+	char err[512];
+} weights_job;
+
+// The weights read and repacked at a lower priority, so the models serving now get the cores
+// first; a thread of its own, since the threads a thread makes inherit its niceness and the
+// lane host's must not.
+static void *read_weights(void *arg) {
+	weights_job *j = arg;
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LOAD_NICE);
+	j->rc = model_load(&j->M->m, j->M->model_path, j->err, sizeof j->err);
+	return NULL;
+}
+
 static void *load_thread(void *arg) {
 	srv_model *M = arg;
 	http_server *s = M->s;
 	char err[512];
-	// the models serving now get the cores first: a load waits for them, not they for it
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LOAD_NICE);
 	const uint64_t t0 = base_now_us();
-	int rc = model_load(&M->m, M->model_path, err, sizeof err);
+	weights_job *j = calloc(1, sizeof *j);
+	pthread_t t;
+	int rc = j ? 0 : base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
+	if (j && (j->M = M, pthread_create(&t, NULL, read_weights, j))) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "cannot start a thread");
+	else if (j) {
+		pthread_join(t, NULL);
+		rc = j->rc;
+		if (rc) snprintf(err, sizeof err, "%s", j->err);
+	}
+	free(j);
 	if (!rc) rc = srv_model_setup(M, err, sizeof err);
 	if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
 	if (!rc) M->max_ctx = lane_host_max_context(M->host);
@@ -406,6 +430,13 @@ bool srv_models_pick(srv_conn *c) {
 	if (st == SRV_M_READY) {
 		pthread_mutex_unlock(&s->models_mu);
 		return false;
+	}
+	// a file whose metadata does not read (read again, it may have been mended) is answered at
+	// once, never at the cost of a model loaded now
+	if (st == SRV_M_FAILED && !M->meta.arch[0] && model_load_meta(M->model_path, &M->meta, NULL, M->load_err, sizeof M->load_err)) {
+		pthread_mutex_unlock(&s->models_mu);
+		model_resume(c);
+		return true;
 	}
 	if (st != SRV_M_LOADING) {
 		if (!make_room(s, M)) {
