@@ -175,14 +175,10 @@ static void iq2_codes(uint64_t point, uint8_t sg, uint8_t *u) {
 	}
 }
 
-static uint32_t rd32le(const uint8_t *p) {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static void dec_iq3_xxs(const uint8_t *b, kern_codes *o, bool q8u) {
 	const block_iq3_xxs *x = (const block_iq3_xxs *)b;
 	for (int ib = 0; ib < 8; ib++) {
-		const uint32_t aux = rd32le(x->qs + QK_K / 4 + 4 * ib);
+		const uint32_t aux = tensor_rd_u32(x->qs + QK_K / 4 + 4 * ib);
 		o->sc[2 * ib] = o->sc[2 * ib + 1] = (uint8_t)(2 * (aux >> 28) + 1);
 		for (int l = 0; l < 4; l++) {
 			const uint8_t sg = tensor_iq_signs(aux >> 7 * l);
@@ -211,7 +207,7 @@ static void dec_iq3_s(const uint8_t *b, kern_codes *o, bool q8u) {
 static void dec_iq2_xxs(const uint8_t *b, kern_codes *o, bool q8u) {
 	const block_iq2_xxs *x = (const block_iq2_xxs *)b;
 	for (int ib = 0; ib < 8; ib++) {
-		const uint32_t aux = rd32le(x->qs + 8 * ib + 4);
+		const uint32_t aux = tensor_rd_u32(x->qs + 8 * ib + 4);
 		o->sc[2 * ib] = o->sc[2 * ib + 1] = (uint8_t)(2 * (aux >> 28) + 1);
 		for (int l = 0; l < 4; l++)
 			iq2_codes(tensor_iq2xxs_grid[x->qs[8 * ib + l]], tensor_iq_signs(aux >> 7 * l), o->u + 32 * ib + 8 * l);

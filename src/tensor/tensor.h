@@ -198,6 +198,14 @@ static inline int tensor_tq1_get(const block_tq1_0 *b, int e) {
 	return tensor_tq1_trit(b->qh[(e - 240) % 4], (e - 240) / 4);
 }
 
+// A little-endian u32 in a block's bytes (the grid types' packed words, the legacy types' qh).
+static inline uint32_t tensor_rd_u32(const uint8_t *p) {
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void tensor_wr_u32(uint8_t *p, uint32_t v) {
+	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
 // ---- grid types (IQ3, IQ2, IQ1): groups of elements name points of a published grid -----
 // The grids, as ggml publishes them: point i's element j is byte j (little-endian) of entry i.
 // IQ2 magnitudes are 0x08, 0x19, 0x2b; IQ3_XXS 4..52 step 8 and 62; IQ3_S 1..15 odd; IQ1 -1, 0, 1.

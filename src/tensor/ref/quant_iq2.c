@@ -10,10 +10,6 @@
 #define F16(x) tensor_f16_to_f32(x)
 #define TO_F16(x) tensor_f32_to_f16(x)
 
-static uint32_t rd32le(const uint8_t *p) {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 // Element j of an 8-element grid point, with the sign bit j of sg.
 static inline float g8(const uint64_t *grid, int idx, int j, uint8_t sg) {
 	const int g = (int)(grid[idx] >> 8 * j & 0xff);
@@ -50,7 +46,7 @@ void tensor_ref_dequant_iq2_xxs(const void *src, float *y, int64_t n) {
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < QK_K / 32; ib++) {
-			const uint32_t aux = rd32le(b[i].qs + 8 * ib + 4);
+			const uint32_t aux = tensor_rd_u32(b[i].qs + 8 * ib + 4);
 			const float dl = d * (float)(2 * (aux >> 28) + 1) * 0.125f;
 			for (int l = 0; l < 4; l++, y += 8) {
 				const uint8_t sg = tensor_iq_signs(aux >> 7 * l);

@@ -9,14 +9,6 @@
 #define F16(x) tensor_f16_to_f32(x)
 #define TO_F16(x) tensor_f32_to_f16(x)
 
-static uint32_t rd32le(const uint8_t *p) {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void wr32le(uint8_t *p, uint32_t v) {
-	for (int k = 0; k < 4; k++) p[k] = (uint8_t)(v >> 8 * k);
-}
-
 // Element j of a 4-element grid point.
 static inline int g4(const uint32_t *grid, int idx, int j) { return (int)(grid[idx] >> 8 * j & 0xff); }
 
@@ -35,7 +27,7 @@ void tensor_ref_dequant_iq3_xxs(const void *src, float *y, int64_t n) {
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < QK_K / 32; ib++, y += 32) {
-			const uint32_t aux = rd32le(b[i].qs + QK_K / 4 + 4 * ib);
+			const uint32_t aux = tensor_rd_u32(b[i].qs + QK_K / 4 + 4 * ib);
 			const float dl = d * (float)(2 * (aux >> 28) + 1) * 0.25f;
 			for (int l = 0; l < 4; l++) {
 				const uint8_t sg = tensor_iq_signs(aux >> 7 * l);
@@ -67,7 +59,7 @@ void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) {
 			uint32_t aux = (uint32_t)ls << 28;
 			for (int k = 0; k < 8; k++) b[i].qs[8 * ib + k] = (uint8_t)idx[k];
 			for (int l = 0; l < 4; l++) aux |= (uint32_t)(sg[4 * ib + l] & 127) << 7 * l;
-			wr32le(b[i].qs + QK_K / 4 + 4 * ib, aux);
+			tensor_wr_u32(b[i].qs + QK_K / 4 + 4 * ib, aux);
 		}
 	}
 }

@@ -9,14 +9,6 @@
 #define F16(x) tensor_f16_to_f32(x)
 #define TO_F16(x) tensor_f32_to_f16(x)
 
-static inline uint32_t rd_u32(const uint8_t *p) {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline void wr_u32(uint8_t *p, uint32_t v) {
-	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
-}
-
 // The element of largest magnitude (first one on ties), with its sign.
 static float signed_absmax(const float *x, int n) {
 	float amax = 0.0f, max = 0.0f;
@@ -105,7 +97,7 @@ void tensor_ref_dequant_q5_0(const void *src, float *y, int64_t n) {
 	const block_q5_0 *b = src;
 	for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
 		const float d = F16(b[i].d);
-		const uint32_t qh = rd_u32(b[i].qh);
+		const uint32_t qh = tensor_rd_u32(b[i].qh);
 		for (int j = 0; j < QK5_0 / 2; j++) {
 			const int h0 = (int)((qh >> j) & 1) << 4;
 			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
@@ -131,7 +123,7 @@ void tensor_ref_quant_q5_0(const float *x, void *dst, int64_t n) {
 			qh |= (uint32_t)((q0 >> 4) & 1) << j;
 			qh |= (uint32_t)((q1 >> 4) & 1) << (j + 16);
 		}
-		wr_u32(b[i].qh, qh);
+		tensor_wr_u32(b[i].qh, qh);
 	}
 }
 
@@ -140,7 +132,7 @@ void tensor_ref_dequant_q5_1(const void *src, float *y, int64_t n) {
 	const block_q5_1 *b = src;
 	for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
 		const float d = F16(b[i].d), m = F16(b[i].m);
-		const uint32_t qh = rd_u32(b[i].qh);
+		const uint32_t qh = tensor_rd_u32(b[i].qh);
 		for (int j = 0; j < QK5_1 / 2; j++) {
 			const int h0 = (int)((qh >> j) & 1) << 4;
 			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
@@ -169,7 +161,7 @@ void tensor_ref_quant_q5_1(const float *x, void *dst, int64_t n) {
 			qh |= (uint32_t)((q0 >> 4) & 1) << j;
 			qh |= (uint32_t)((q1 >> 4) & 1) << (j + 16);
 		}
-		wr_u32(b[i].qh, qh);
+		tensor_wr_u32(b[i].qh, qh);
 	}
 }
 
