@@ -116,6 +116,8 @@ typedef void (*base_task_fn)(void *arg, int ith, int nth);
 int base_pool_new(base_pool **out, int n_threads); // n_threads >= 1 includes the caller
 void base_pool_free(base_pool *p);                 // accepts NULL
 int base_pool_threads(const base_pool *p);
+// Before its first job: several threads may post jobs to p, each run whole before the next.
+void base_pool_share(base_pool *p);
 // Runs fn(arg, ith, nth) on every thread and returns when all are done.
 void base_pool_run(base_pool *p, base_task_fn fn, void *arg);
 // Within one job: waits until *done reaches target, spinning briefly, then yielding. For work

@@ -16,7 +16,8 @@ struct base_pool {
 	int n;                    // threads including the caller
 	pthread_t *threads;       // n - 1 workers
 	pthread_mutex_t mu;
-	pthread_mutex_t run_mu;   // one job at a time: lane hosts of several models may share the pool
+	pthread_mutex_t run_mu;   // one job at a time when shared: lane hosts of several models run on it
+	bool shared;
 	pthread_cond_t go, done;
 	base_task_fn fn;         // the current job, published by gen
 	void *arg;
@@ -125,7 +126,7 @@ int base_pool_threads(const base_pool *p) { return p ? p->n : 1; }
 
 void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 	if (!p || p->n == 1) { fn(arg, 0, 1); return; }
-	pthread_mutex_lock(&p->run_mu);
+	if (p->shared) pthread_mutex_lock(&p->run_mu);
 	p->fn = fn;
 	p->arg = arg;
 	atomic_store(&p->pending, p->n - 1);
@@ -152,8 +153,10 @@ void base_pool_run(base_pool *p, base_task_fn fn, void *arg) {
 			break;
 		}
 	}
-	pthread_mutex_unlock(&p->run_mu);
+	if (p->shared) pthread_mutex_unlock(&p->run_mu);
 }
+
+void base_pool_share(base_pool *p) { p->shared = true; }
 
 void base_pool_wait(const _Atomic long long *done, long long target) {
 	for (int spins = 0; atomic_load(done) < target; spins++) {

@@ -283,7 +283,7 @@ typedef struct {
 	double round_ms;          // target duration of a round with prompt pieces (default 100)
 	double row_us, fixed_us;  // the pricing of a row and of a round's fixed cost (0: timed at start)
 	int32_t threads;          // compute threads (0: one per core)
-	base_pool *pool;          // compute threads shared with other lane hosts (borrowed; NULL: its own of threads)
+	base_pool *pool;          // compute threads shared with other lane hosts (borrowed, base_pool_share'd; NULL: its own of threads)
 	int32_t page_tokens;      // KV page size (default 16)
 	enum kv_type kv_type;     // KV cache type (default f16s)
 	bool prefix_cache;        // share prompt KV across requests (default on)

@@ -96,8 +96,9 @@ void srv_models_stop(http_server *s);                           // loads end; be
 void srv_models_free(http_server *s);                           // after the -m model's lane host is freed
 void srv_model_free(srv_model *M);
 // What a loaded model's file gives beside its weights: vocabulary, reranker, chat template,
-// reasoning, the prefix cache's ident. 0, or a code with err.
-int srv_model_setup(srv_model *M, char *err, size_t errlen);
+// reasoning, the prefix cache's ident; stage (may be NULL) hears the template's turn come.
+// 0, or a code with err.
+int srv_model_setup(srv_model *M, void (*stage)(http_server *s, enum srv_load_stage st), char *err, size_t errlen);
 // Sets c->mdl from its body's "model" (or "name"); a model of --models-dir not loaded is loaded,
 // c parked until it is in. true: c was replied to or parked (srv_models_go runs it on).
 bool srv_models_pick(srv_conn *c);

@@ -225,8 +225,7 @@ static void on_body(srv_conn *c) {
 }
 
 void srv_models_go(srv_conn *c) {
-	// the grid's peers serve the -m model
-	if (!c->gen || c->mdl != c->s->mdl || !srv_grid_route(c, false)) srv_route_run(c);
+	if (!c->gen || !srv_grid_route(c, false)) srv_route_run(c);
 }
 
 // The request ended: what it holds is freed, and it is logged.
@@ -319,7 +318,7 @@ static void *loader(void *arg) {
 	int rc = model_load_progress(&M->m, M->model_path, on_weights, s, err, sizeof err);
 	if (!rc) {
 		load_stage(s, SRV_LOAD_VOCAB);
-		rc = srv_model_setup(M, err, sizeof err);
+		rc = srv_model_setup(M, load_stage, err, sizeof err);
 	}
 	if (!rc && s->cfg.draft_model) {
 		load_stage(s, SRV_LOAD_DRAFT);

@@ -23,13 +23,13 @@
 
 #define MOD "server"
 #define SCAN_DEPTH 3 // ORG/REPO/FILE.gguf: the depth `lanes pull` writes at
-#define LOAD_NICE 10  // a loader thread's niceness (Linux: per thread)
+#define LOAD_NICE 10  // the niceness weights are read at (Linux: per thread)
 
 const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed"};
 
 // ---- reading a model in and letting it go -------------------------------------------------------
 
-int srv_model_setup(srv_model *M, char *err, size_t errlen) {
+int srv_model_setup(srv_model *M, void (*stage)(http_server *s, enum srv_load_stage st), char *err, size_t errlen) {
 	http_server *s = M->s;
 	const model_hparams *hp = model_hparams_of(M->m);
 	// the context every request may use settles what depends on it, once (Phi 3's rope factors)
@@ -38,6 +38,7 @@ int srv_model_setup(srv_model *M, char *err, size_t errlen) {
 	M->pooling = srv_pooling_of(s->cfg.pooling, hp);
 	int rc = tok_vocab_load(&M->vocab, model_gguf(M->m), err, errlen);
 	if (!rc) srv_rank_load(M);
+	if (!rc && stage) stage(s, SRV_LOAD_TEMPLATE);
 	if (!rc) rc = chat_load(&M->chat, M->vocab, M->template_path, err, errlen);
 	if (!rc) rc = srv_reason_load(M, err, errlen);
 	if (!rc && M->lanes.cache_dir) rc = base_file_ident(M->model_path, M->lanes.cache_ident, err, errlen);
@@ -94,17 +95,15 @@ static void *load_thread(void *arg) {
 	http_server *s = M->s;
 	char err[512];
 	const uint64_t t0 = base_now_us();
-	weights_job *j = calloc(1, sizeof *j);
+	weights_job j = {.M = M};
 	pthread_t t;
-	int rc = j ? 0 : base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
-	if (j && (j->M = M, pthread_create(&t, NULL, read_weights, j))) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "cannot start a thread");
-	else if (j) {
+	int rc = pthread_create(&t, NULL, read_weights, &j) ? base_seterr(err, sizeof err, LANES_ENOMEM, "cannot start a thread") : 0;
+	if (!rc) {
 		pthread_join(t, NULL);
-		rc = j->rc;
-		if (rc) snprintf(err, sizeof err, "%s", j->err);
+		rc = j.rc;
+		if (rc) snprintf(err, sizeof err, "%s", j.err);
 	}
-	free(j);
-	if (!rc) rc = srv_model_setup(M, err, sizeof err);
+	if (!rc) rc = srv_model_setup(M, NULL, err, sizeof err);
 	if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
 	if (!rc) M->max_ctx = lane_host_max_context(M->host);
 	pthread_mutex_lock(&s->models_mu);
@@ -116,6 +115,10 @@ static void *load_thread(void *arg) {
 	} else {
 		M->load_err[0] = 0;
 		atomic_store(&M->mstate, SRV_M_READY);
+		// a drain or halt that came during the load (srv_models_drain saw no host) reaches it now
+		const int st = atomic_load(&s->state);
+		if (st == HTTP_DRAINING) lane_host_drain(M->host);
+		else if (st == HTTP_HALTED) lane_host_halt(M->host, s->halt_reason);
 		LOG_INFO(MOD, "model %s loaded in %.1f s: up to %d tokens per request", M->model_id, (double)(base_now_us() - t0) / 1e6,
 			 M->max_ctx);
 	}
@@ -190,11 +193,13 @@ srv_model *srv_models_find(http_server *s, const char *name) {
 }
 
 // Every GGUF under dir/rel, named by its path there without .gguf; hidden entries and
-// unfinished downloads are skipped, symlinks followed. seen: the models found, by index.
-static int scan(http_server *s, const char *dir, const char *rel, int depth, bool *seen) {
+// unfinished downloads are skipped, symlinks followed. seen: the models found, by index;
+// *partial set when a folder or an entry could not be read (not one that went away).
+static int scan(http_server *s, const char *dir, const char *rel, int depth, bool *seen, bool *partial) {
 	char path[4096];
 	snprintf(path, sizeof path, "%s%s%s", dir, *rel ? "/" : "", rel);
 	DIR *d = opendir(path);
+	if (!d && errno != ENOENT) *partial = true;
 	if (!d) return depth ? 0 : LANES_EIO;
 	struct dirent *e;
 	int rc = 0;
@@ -204,9 +209,12 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 		if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= (int)sizeof sub) continue;
 		snprintf(full, sizeof full, "%s/%s", dir, sub);
 		struct stat st;
-		if (stat(full, &st)) continue;
+		if (stat(full, &st)) {
+			*partial |= errno != ENOENT;
+			continue;
+		}
 		if (S_ISDIR(st.st_mode)) {
-			if (depth + 1 < SCAN_DEPTH) rc = scan(s, dir, sub, depth + 1, seen);
+			if (depth + 1 < SCAN_DEPTH) rc = scan(s, dir, sub, depth + 1, seen, partial);
 			continue;
 		}
 		if (!S_ISREG(st.st_mode) || !has_suffix(sub, ".gguf")) continue;
@@ -245,9 +253,11 @@ void srv_models_rescan(http_server *s) {
 	if (!seen) return;
 	pthread_mutex_lock(&s->models_mu);
 	const int before = atomic_load(&s->n_models);
-	if (!scan(s, s->cfg.models_dir, "", 0, seen)) {
-		// a file no longer there: listed no more, unloaded once no request holds it
-		for (int i = 1; i < atomic_load(&s->n_models); i++)
+	bool partial = false;
+	if (!scan(s, s->cfg.models_dir, "", 0, seen, &partial)) {
+		// a file no longer there: listed no more, unloaded once no request holds it (a read
+		// that failed for want of descriptors or rights says nothing of what is gone)
+		for (int i = 1; i < atomic_load(&s->n_models) && !partial; i++)
 			if (!seen[i] && !atomic_exchange(&s->models[i]->gone, true)) {
 				s->models[i]->keep_s = 0;
 				LOG_INFO(MOD, "%s left %s: no longer served", s->models[i]->model_id, s->cfg.models_dir);
@@ -309,9 +319,11 @@ int srv_models_start(http_server *s, char *err, size_t errlen) {
 	if (!s->cfg.models_dir) return 0;
 	int rc = base_pool_new(&s->pool, s->cfg.lanes.threads > 0 ? s->cfg.lanes.threads : base_cpu_count());
 	if (rc) return base_seterr(err, errlen, rc, "cannot start the compute threads");
+	base_pool_share(s->pool);
 	s->mdl->lanes.pool = s->pool;
 	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
-	rc = seen ? scan(s, s->cfg.models_dir, "", 0, seen) : LANES_ENOMEM;
+	bool partial = false;
+	rc = seen ? scan(s, s->cfg.models_dir, "", 0, seen, &partial) : LANES_ENOMEM;
 	free(seen);
 	if (rc == LANES_EIO) return base_seterr(err, errlen, rc, "%s %s: %s", HTTP_SETTING(&s->cfg, models_dir), s->cfg.models_dir, strerror(errno));
 	if (rc) return base_seterr(err, errlen, rc, "out of memory");
