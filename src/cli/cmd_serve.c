@@ -107,7 +107,7 @@ const char *const cli_serve_flags[][2] = {
 	{"max_tokenize_bytes", "--max-tokenize-bytes"}, {"no_webui", "--no-webui"}, {"peers", "--peer"},
 	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
 	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dir", "--models-dir"},
-	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"},
+	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"}, {"model_path", "-m"}, {"draft_model", "--draft-model"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
 	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
 	{"sampling.dry_multiplier", "--dry-multiplier"}, {"sampling.dry_base", "--dry-base"},
@@ -149,8 +149,24 @@ int cmd_serve(const cli_settings *s) {
 		}
 		close(dfd);
 	}
-	char pulled[4096];
+	char pulled[4096], models_dir[4096] = "";
 	const char *model_path = s->model;
+	if (s->serve_models_dir && *s->serve_models_dir) {
+		snprintf(models_dir, sizeof models_dir, "%s", s->serve_models_dir);
+	} else if (!model_path) {
+		// no model named: the models `lanes pull` put in the cache, as Ollama serves its own
+		pull_config pc;
+		cli_pull_config(s, &pc);
+		pull_cache_dir(&pc, models_dir, sizeof models_dir);
+		char err[512];
+		int dfd;
+		if (base_dir_open(models_dir, true, &dfd, err, sizeof err)) {
+			cli_err("the model cache: %s", err);
+			return 2;
+		}
+		close(dfd);
+	}
+	if (!model_path && s->memory) return cli_usage_error(s, "--memory plans the -m model: give -m with it");
 	if (cli_is_pull_ref(s->model)) {
 		if (cli_pull(s, s->model, pulled, sizeof pulled)) return 1;
 		model_path = pulled;
@@ -210,7 +226,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.peer_poll_ms = (int)s->peer_poll_ms;
 	cfg.peer_timeout_ms = (int)s->peer_timeout_ms;
 	cfg.peer_key = s->peer_key;
-	cfg.models_dir = s->serve_models_dir && *s->serve_models_dir ? s->serve_models_dir : NULL;
+	cfg.models_dir = *models_dir ? models_dir : NULL;
 	cfg.max_models = (int)s->max_models;
 	if (!base_parse_duration(s->keep_alive, &cfg.keep_alive_s)) {
 		cli_err("--keep-alive: '%s' is no duration (30s, 5m, 1h, -1 or 0)", s->keep_alive);
@@ -252,7 +268,7 @@ int cmd_serve(const cli_settings *s) {
 	char err[512];
 	if (s->memory) {
 		if ((rc = plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window))) goto out;
-	} else {
+	} else if (model_path) {
 		// the model's metadata read at once (no tensor data), so a file that cannot be served is
 		// named here, before the server listens
 		plan_model pm;
@@ -279,7 +295,9 @@ int cmd_serve(const cli_settings *s) {
 		rc = 1;
 		goto out;
 	}
-	LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
+	if (model_path) LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
+	else LOG_INFO("serve", "listening on http://%s:%d (the models of %s, each loaded by its first request)", s->host, http_server_port(srv),
+		      models_dir);
 	atomic_store(&bar.shown, true);
 
 	bool halted = false;

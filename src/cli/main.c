@@ -20,7 +20,7 @@ static const cli_command commands[] = {
 	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},
 	{CMD_LEARN, "learn", cmd_learn, "train a LoRA adapter on examples (JSONL) and save it", "-m MODEL --data FILE.jsonl -o ADAPTER.gguf", 0},
 	{CMD_BENCH, "bench", cmd_bench, "measure prompt processing and generation speed", "-m MODEL", 0},
-	{CMD_SERVE, "serve", cmd_serve, "serve a model over HTTP (OpenAI, Anthropic, Responses and Ollama APIs)", "-m MODEL", 0},
+	{CMD_SERVE, "serve", cmd_serve, "serve models over HTTP (OpenAI, Anthropic, Responses and Ollama APIs)", "[-m MODEL]", 0},
 	{CMD_PLAN, "plan", cmd_plan, "plan lanes, window and KV for a memory budget from a model's metadata", "-m MODEL", 0},
 	{CMD_PULL, "pull", cmd_pull, "download a model into the cache (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, URL)", "REF", 1},
 	{CMD_LS, "ls", cmd_ls, "list the models in the cache", "", 0},

@@ -32,7 +32,7 @@
 
 // Rows for one command are printed in table order; a spelling may recur for other commands.
 const cli_setting cli_settings_table[] = {
-	{.names = "-m|--model", .kind = SET_STR, .field = F(model), .meta = "MODEL", .cmds = MODEL_CMDS | B(TEMPLATE), .req = MODEL_CMDS,
+	{.names = "-m|--model", .kind = SET_STR, .field = F(model), .meta = "MODEL", .cmds = MODEL_CMDS | B(TEMPLATE), .req = MODEL_CMDS & ~B(SERVE),
 	 .help = "GGUF file (a vocab-only file does for tokenize, detokenize and template)"},
 	{.names = "-m|--model", .kind = SET_STR, .field = F(model), .meta = "BASE", .cmds = B(GEN),
 	 .help = "with --lora: the base model the adapter is for"},
@@ -242,7 +242,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--cache-dir-max", .kind = SET_STR, .field = F(cache_dir_max), .dflt = "4GiB", .meta = "SIZE", .cmds = B(SERVE),
 	 .help = "the most the page files in --cache-dir take; the oldest written are deleted first"},
 	{.names = "--models-dir", .kind = SET_STR, .field = F(serve_models_dir), .meta = "DIR", .cmds = B(SERVE),
-	 .help = "serve every GGUF under DIR beside -m, by its path there without .gguf: loaded by its first request, unloaded when idle"},
+	 .help = "serve every GGUF under DIR (beside -m, if given) by its path there without .gguf: loaded by its first request, unloaded when "
+		 "idle; with neither, serve the model cache"},
 	{.names = "--keep-alive", .kind = SET_STR, .field = F(keep_alive), .dflt = "5m", .meta = "DURATION", .cmds = B(SERVE),
 	 .help = "how long a --models-dir model stays loaded idle (30s, 5m, 1h; -1: for good; 0: unloaded after each request); a request's keep_alive wins"},
 	{.names = "--max-models", .kind = SET_INT, .field = F(max_models), .dflt = SAID(HTTP_DEFAULT_MAX_MODELS), RANGE(HTTP_RANGE_MAX_MODELS), .meta = "N",
@@ -621,7 +622,7 @@ static bool in_head(const cli_command *c, const cli_setting *st) {
 	for (int k = 0; st->names && word_at(st->names, k, w, sizeof w); k++) {
 		const size_t n = strlen(w);
 		for (const char *p = strstr(c->head, w); p; p = strstr(p + 1, w))
-			if ((p == c->head || p[-1] == ' ' || p[-1] == '(') && (p[n] == ' ' || p[n] == 0)) return true;
+			if ((p == c->head || p[-1] == ' ' || p[-1] == '(' || p[-1] == '[') && (p[n] == ' ' || p[n] == 0)) return true;
 	}
 	return false;
 }

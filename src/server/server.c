@@ -221,6 +221,13 @@ static void on_body(srv_conn *c) {
 	// the routes that serve a model pick it by name; adapters, learning and leases are the -m model's
 	const unsigned fl = c->rt->flags;
 	const bool picks = (fl & SRV_R_MODEL) && !(fl & SRV_R_MUTATE) && strncmp(c->path, "/v1/leases", 10);
+	if ((fl & SRV_R_MODEL) && !picks && !srv_has_primary(c->s)) {
+		srv_err e;
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "adapters, learning and leases need a model given with %s: this server serves the models of %s alone",
+			 HTTP_SETTING(&c->s->cfg, model_path), c->s->cfg.models_dir);
+		srv_reply_error(c, &e);
+		return;
+	}
 	if (!picks || !srv_models_pick(c)) srv_models_go(c);
 }
 
@@ -431,7 +438,15 @@ const char *http_setting_name(const http_config *cfg, const char *field) {
 }
 
 int http_config_check(const http_config *cfg, char *err, size_t errlen) {
-	if (!cfg->model_path || !*cfg->model_path) return base_seterr(err, errlen, LANES_EINVAL, "no model: model_path is empty");
+	const bool primary = cfg->model_path && *cfg->model_path;
+	if (!primary && !cfg->models_dir)
+		return base_seterr(err, errlen, LANES_EINVAL, "no model: give %s or %s", HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dir));
+	// what belongs to the -m model has nothing to belong to without one
+	const char *needs = cfg->n_loras ? HTTP_SETTING(cfg, loras) : cfg->draft_model ? HTTP_SETTING(cfg, draft_model)
+			  : cfg->n_peers ? HTTP_SETTING(cfg, peers) : NULL;
+	if (!primary && needs)
+		return base_seterr(err, errlen, LANES_EINVAL, "%s needs a model given with %s: %s's models are served without them", needs,
+				   HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dir));
 	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
 		const void *p = (const char *)cfg + nums[i].off;
 		double v;
@@ -471,7 +486,7 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
 	s->mdl->s = s;
-	s->mdl->model_path = strdup(cfg->model_path);
+	s->mdl->model_path = dup_or_null(cfg->model_path);
 	s->alias = dup_or_null(cfg->alias);
 	s->api_key = dup_or_null(cfg->api_key);
 	s->host_addr = strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
@@ -490,12 +505,15 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 	s->mdl->pinned = true;
 	s->mdl->keep_s = -1;
 	s->mdl->lanes = s->cfg.lanes;
-	if (!s->mdl->model_path || !s->host_addr) {
+	if ((!s->mdl->model_path && cfg->model_path && *cfg->model_path) || !s->host_addr) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	}
-	// the model id: --alias, else the file name without .gguf
-	if (s->alias) {
+	// the model id: --alias, else the file name without .gguf (none: the folder's models alone)
+	if (!srv_has_primary(s)) {
+		atomic_store(&s->mdl->gone, true);
+		s->mdl->pinned = false;
+	} else if (s->alias) {
 		snprintf(s->mdl->model_id, sizeof s->mdl->model_id, "%s", s->alias);
 	} else {
 		const char *b = strrchr(s->mdl->model_path, '/');
@@ -563,11 +581,14 @@ int http_server_new(http_server **out, const http_config *cfg, char *err, size_t
 			 HTTP_SETTING(cfg, allow_unauth_mutations));
 	LOG_DEBUG(SRV_MOD, "connections: up to %d open, %d per address (0: any), %d threads; request deadline %g s, idle %d s",
 		 s->cfg.max_connections, cfg->max_per_ip, cfg->http_threads, cfg->header_timeout_s, cfg->idle_timeout_s);
-	if (pthread_create(&s->mdl->loader, NULL, loader, s)) {
+	if (!srv_has_primary(s)) {
+		atomic_store(&s->state, HTTP_READY); // the folder's models load on their first requests
+	} else if (pthread_create(&s->mdl->loader, NULL, loader, s)) {
 		http_server_free(s);
 		return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the loader thread");
+	} else {
+		s->mdl->loader_started = true;
 	}
-	s->mdl->loader_started = true;
 	*out = s;
 	return 0;
 }
@@ -630,7 +651,7 @@ void http_server_drain(http_server *s) {
 	pthread_mutex_lock(&s->mu);
 	int want = HTTP_READY;
 	if (atomic_compare_exchange_strong(&s->state, &want, HTTP_DRAINING)) {
-		lane_host_drain(s->mdl->host);
+		if (s->mdl->host) lane_host_drain(s->mdl->host);
 		srv_models_drain(s, NULL);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -642,7 +663,7 @@ void http_server_halt(http_server *s, const char *reason) {
 	if (st == HTTP_READY || st == HTTP_DRAINING) {
 		snprintf(s->halt_reason, sizeof s->halt_reason, "%s", reason ? reason : "halted");
 		atomic_store(&s->state, HTTP_HALTED);
-		lane_host_halt(s->mdl->host, s->halt_reason);
+		if (s->mdl->host) lane_host_halt(s->mdl->host, s->halt_reason);
 		srv_models_drain(s, s->halt_reason);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -651,7 +672,8 @@ void http_server_halt(http_server *s, const char *reason) {
 int http_server_open(http_server *s, int *in_engine) {
 	int calls = atomic_load(&s->calls_open);
 	int st = atomic_load(&s->state);
-	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? lane_host_open(s->mdl->host) + srv_models_open(s) : 0;
+	lane_host *h = srv_primary_host(s);
+	int lanes = (st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED) ? (h ? lane_host_open(h) : 0) + srv_models_open(s) : 0;
 	if (in_engine) *in_engine = lanes;
 	// a connection whose request is still arriving gets its answer (a 503 while draining)
 	int conns = atomic_load(&s->socks_pending);

@@ -207,6 +207,36 @@ test('the header names the model, its context and the build; the icon loads and 
 	await page.close();
 });
 
+test('a server of a models folder: the picker lists each model with its family, size and state; the chat runs on the one picked', { skip: why || false }, async () => {
+	const dir = fs.mkdtempSync(path.join(TMP, 'webui-models-'));
+	fs.symlinkSync(STORIES, path.join(dir, 'stories.gguf'));
+	fs.symlinkSync(path.join(SHARED, 'models', 'ref-llama-Q8_0.gguf'), path.join(dir, 'llama-q8.gguf'));
+	const s = await startServer(['--models-dir', dir]);
+	const page = await browser.newPage();
+	try {
+		const sent = [];
+		page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) sent.push(JSON.parse(r.postData())); });
+		await page.goto(s.url + '/');
+		await page.waitForSelector('#pick option', { timeout: 10000 });
+		const options = () => page.$$eval('#pick option', (os) => os.map((o) => [o.value, o.textContent]));
+		assert.deepEqual(await options(), [['llama-q8', 'llama-q8 · llama · 3 MiB · unloaded'], ['stories', 'stories · llama · 1 MiB · unloaded']]);
+		await page.select('#pick', 'stories');
+		await page.$eval('#max_tokens', (e) => { e.value = '6'; });
+		await page.type('#input', 'Once upon a time');
+		await page.keyboard.press('Enter');
+		await page.waitForFunction(() => /tok\/s|tokens/.test(document.querySelector('#messages .msg.assistant:last-child .stats span')?.textContent || ''), { timeout: 20000 });
+		assert.equal(sent.length, 1);
+		assert.equal(sent[0].model, 'stories', 'the request names the model picked');
+		assert.equal(await page.$eval('#model', (e) => e.textContent), 'stories', 'the header names it');
+		await page.waitForFunction(() => [...document.querySelectorAll('#pick option')].some((o) => o.textContent.endsWith('· loaded')), { timeout: 10000 });
+		assert.deepEqual((await options()).map(([, t]) => t.split(' · ').pop()), ['unloaded', 'loaded'], 'the picker shows which is loaded');
+		assert.ok((await bodyText(page)).length > 0, 'the reply is shown');
+	} finally {
+		await page.close();
+		s.proc.kill('SIGKILL');
+	}
+});
+
 test('every chart has a titled time axis, a y axis in its unit and a legend; the lines stay inside their axes', { skip: why || false }, async () => {
 	const page = await browser.newPage();
 	await page.goto(srv.url + '/');

@@ -11,9 +11,10 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
-import { SHARED, STORIES, TMP, startServer, postJSON, getJSON, sleep, waits, assertWaitsSettled, bigModel, agentModel } from './lib.mjs';
+import { BIN, SHARED, STORIES, TMP, startServer, postJSON, getJSON, sleep, waits, assertWaitsSettled, bigModel, agentModel } from './lib.mjs';
 
 const dir = path.join(TMP, `models-${process.pid}`);
 const FILES = { 'llama-q8': 'ref-llama-Q8_0.gguf', 'org/qwen2': 'ref-qwen2-Q8_0.gguf' };
@@ -152,6 +153,65 @@ test('a file that is no model fails alone with a 500 naming it; an unknown name 
 	assert.equal(oll.status, 404);
 	const w = await waits(s.url);
 	assert.equal(w.parked.model, 0, 'nothing left waiting for a load');
+});
+
+test('without -m: the folder alone (the model cache by default); each request names its model, what is the -m model\'s is refused', async () => {
+	const s = await serve(['--models-dir', dir]);
+	const ids = async (url) => (await getJSON(`${url}/v1/models`)).body.data.map((m) => m.id).sort();
+	assert.deepEqual(await ids(s.url), ['broken', 'llama-q8', 'org/qwen2'], 'the folder, and no model of its own');
+	assert.equal((await getJSON(`${s.url}/health`)).status, 200, 'ready with nothing loaded');
+	assert.deepEqual(await loaded(s.url), []);
+	const alone = await serve(['-m', path.join(SHARED, 'models', FILES['llama-q8']), '--alias', 'llama-q8']);
+	for (let i = 0; i < 2; i++) assert.equal(await complete(s.url, 'llama-q8', i), await complete(alone.url, 'llama-q8', i), `llama-q8 #${i} as served alone`);
+	alone.proc.kill('SIGTERM');
+	// a request that names no model is told which there are; an unknown name is a 404; bad JSON is a 400
+	for (const [route, req] of [['/v1/completions', { prompt: 'hi', max_tokens: 2 }], ['/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }] }],
+		['/api/chat', { messages: [{ role: 'user', content: 'hi' }], stream: false }], ['/v1/embeddings', { input: 'hi' }], ['/tokenize', { content: 'hi' }]]) {
+		const r = await postJSON(`${s.url}${route}`, req);
+		assert.equal(r.status, 400, `${route}: ${JSON.stringify(r.body)}`);
+		assert.match(JSON.stringify(r.body), /name the model.*'llama-q8', 'org\/qwen2'/, route);
+	}
+	const unknown = await postJSON(`${s.url}/v1/chat/completions`, { model: 'nope', messages: [{ role: 'user', content: 'hi' }] });
+	assert.equal(unknown.status, 404);
+	assert.equal(unknown.body.error.code, 'model_not_found');
+	const malformed = await fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"model":' });
+	assert.equal(malformed.status, 400);
+	assert.match((await malformed.json()).error.message, /malformed JSON/);
+	// adapters, learning and leases are the -m model's: refused, saying why
+	for (const [route, req] of [['/v1/adapters', { name: 'a', path: 'a.gguf' }], ['/learn/grants', { adapter: 'a', rank: 4 }], ['/v1/leases', { lanes: 1 }]]) {
+		const r = await postJSON(`${s.url}${route}`, req);
+		assert.equal(r.status, 404, route);
+		assert.match(r.body.error.message, /need a model given with -m/, route);
+	}
+	// the control reads answer without a model of their own; the loaded one is reported by name
+	const slots = await getJSON(`${s.url}/slots`);
+	assert.equal(slots.status, 200);
+	assert.deepEqual(slots.body.lanes, []);
+	assert.equal((await getJSON(`${s.url}/props`)).status, 200);
+	const res = (await getJSON(`${s.url}/v1/residency`)).body;
+	assert.deepEqual(res.models.map((m) => m.id), ['llama-q8']);
+	const metrics = await (await fetch(`${s.url}/metrics`)).text();
+	assert.match(metrics, /vllm:num_requests_running\{model_name="llama-q8"\} 0/);
+	assert.doesNotMatch(metrics, /model_name=""/);
+	const ex = await getJSON(`${s.url}/v1/experts`);
+	assert.equal(ex.status, 400);
+	assert.equal(ex.body.error.param, 'model');
+	const dense = await getJSON(`${s.url}/v1/experts?model=llama-q8`);
+	assert.equal(dense.status, 404);
+	assert.match(dense.body.error.message, /llama-q8 has no experts/);
+	assert.match((await getJSON(`${s.url}/v1/experts?model=org/qwen2`)).body.error.message, /not loaded now/);
+	// no folder named: the model cache (LANES_MODELS here, ~/.cache/lanes/models by default)
+	const cache = await startServer([], { LANES_MODELS: dir });
+	servers.push(cache);
+	assert.deepEqual(await ids(cache.url), ['broken', 'llama-q8', 'org/qwen2']);
+	assert.equal(await complete(cache.url, 'llama-q8', 0), await complete(s.url, 'llama-q8', 0));
+	// what needs the -m model stops the server before it listens, saying so
+	for (const [flags, why] of [[['--lora', 'a.gguf'], /--lora needs a model given with -m/], [['--draft-model', STORIES], /--draft-model needs a model given with -m/],
+		[['--memory', '1GiB'], /--memory plans the -m model/]]) {
+		const r = spawnSync(BIN, ['serve', '--port', '0', '--models-dir', dir, ...flags], { encoding: 'utf8', timeout: 20000 });
+		assert.notEqual(r.status, 0, flags.join(' '));
+		assert.match(r.stderr, why);
+	}
 });
 
 test('the openai and ollama clients list every model, and the ollama client runs one by name', async () => {

@@ -12,8 +12,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED; }
-
 json_t *srv_grid_adapters(http_server *s) {
 	json_t *names = json_array();
 	struct model_loras *l = model_loras_of(s);
@@ -32,13 +30,13 @@ void srv_residency(srv_conn *c) {
 	const int st = atomic_load(&s->state);
 	lane_snapshot *sn = calloc(1, sizeof *sn);
 	if (!sn) return;
-	if (loaded(st)) lane_host_snapshot(s->mdl->host, sn);
+	if (srv_primary_host(s)) lane_host_snapshot(s->mdl->host, sn);
 	char host[256] = "", node[300];
 	if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "%s", s->host_addr);
 	snprintf(node, sizeof node, "%s:%d", host, s->port);
 	json_t *models = json_array();
 	// a model that is loading, failed or halted is not held: peers stop sending it work at once
-	if (models && (st == HTTP_READY || st == HTTP_DRAINING))
+	if (models && (st == HTTP_READY || st == HTTP_DRAINING) && srv_has_primary(s))
 		json_array_append_new(models, json_pack("{s:s, s:o, s:i, s:i, s:i, s:I, s:i}", "id", s->mdl->model_id, "adapters",
 							srv_grid_adapters(s), "window", sn->window_max ? sn->window : s->mdl->max_ctx,
 							"lanes_total", (int)s->cfg.lanes.lanes, "lanes_free", sn->lanes_free,
@@ -219,7 +217,7 @@ void srv_grid_metrics(http_server *s, const lane_snapshot *sn, srv_buf *b) {
 	model_figs *f = calloc((size_t)n + 1, sizeof *f);
 	lane_snapshot *other = f ? calloc(1, sizeof *other) : NULL;
 	int k = 0;
-	if (f) figures(s, s->mdl->model_id, sn, true, &f[k++]);
+	if (f && srv_has_primary(s)) figures(s, s->mdl->model_id, sn, true, &f[k++]);
 	for (int i = 0; other && i < n; i++) {
 		if (v[i] == s->mdl) continue;
 		lane_host_snapshot(v[i]->host, other);

@@ -276,6 +276,16 @@ struct http_server {
 	struct srv_store *responses;   // finished Responses kept (api/store.h), NULL when --responses-store is 0
 };
 
+// Whether the server has a -m model (a server of --models-dir alone has none: its stub in
+// models[0] is never listed, loaded or picked).
+static inline bool srv_has_primary(const http_server *s) { return s->mdl->model_path != NULL; }
+
+// The -m model's lane host once it is in; NULL while it loads, after it failed, or with none.
+static inline lane_host *srv_primary_host(http_server *s) {
+	const int st = atomic_load(&s->state);
+	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->mdl->host : NULL;
+}
+
 // ---- one HTTP request ---------------------------------------------------------------------
 struct srv_sock;
 
@@ -403,6 +413,8 @@ int srv_models_named(http_server *s, const char *id, srv_err *e);
 // unloaded) until srv_models_put; how many.
 int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max);
 void srv_models_put(http_server *s, srv_model **v, int n);
+// The model named, when loaded now, held for its caller (srv_models_put lets it go); NULL: none.
+srv_model *srv_models_hold(http_server *s, const char *name);
 // A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model
 // or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);

@@ -163,7 +163,7 @@ static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapsh
 		*sn = NULL;
 		return NULL;
 	}
-	lane_host_snapshot(s->mdl->host, *sn);
+	if (srv_primary_host(s)) lane_host_snapshot(s->mdl->host, *sn);
 	return v;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 void srv_metrics_init(http_server *s) {
@@ -64,16 +65,16 @@ static const char *phase_name[] = {[LANE_IDLE] = "idle", [LANE_FILLING] = "filli
 
 // The activation width the model runs with (before it is in: the one it will load with).
 static const char *activations(http_server *s) {
-	const tensor_kernels *ks = loaded(atomic_load(&s->state)) ? model_kernels(s->mdl->m) : tensor_kernels_default();
+	const tensor_kernels *ks = srv_primary_host(s) ? model_kernels(s->mdl->m) : tensor_kernels_default();
 	return tensor_act_name(tensor_kernels_act(ks));
 }
 
 void srv_slots(srv_conn *c) {
 	http_server *s = c->s;
 	if (!loaded(atomic_load(&s->state))) { srv_health(c); return; }
-	lane_snapshot *sn = malloc(sizeof *sn);
+	lane_snapshot *sn = calloc(1, sizeof *sn);
 	if (!sn) return;
-	lane_host_snapshot(s->mdl->host, sn);
+	if (srv_primary_host(s)) lane_host_snapshot(s->mdl->host, sn); // none: no lanes of its own
 	json_t *lanes = json_array();
 	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
 		const lane_snap_lane *l = &sn->lanes[i];
@@ -112,7 +113,7 @@ void srv_metrics(srv_conn *c) {
 	http_server *s = c->s;
 	lane_snapshot *sn = calloc(1, sizeof *sn);
 	if (!sn) return;
-	if (loaded(atomic_load(&s->state))) lane_host_snapshot(s->mdl->host, sn);
+	if (srv_primary_host(s)) lane_host_snapshot(s->mdl->host, sn);
 	srv_buf b = {0};
 	char line[256];
 	srv_buf_adds(&b, "# HELP lanes_requests_total Requests by how they ended (rejected: refused before running).\n"
@@ -226,7 +227,14 @@ static json_t *model_object(srv_model *M) {
 			      "owned_by", "lanes", "activations", activations(s));
 	const bool in = M == s->mdl ? loaded(atomic_load(&s->state)) : atomic_load(&M->mstate) == SRV_M_READY;
 	if (m && in) json_object_set_new(m, "context_length", json_integer(M->max_ctx));
-	if (m && s->n_models > 1) json_object_set_new(m, "status", srv_model_status(M));
+	if (m && s->n_models > 1) {
+		// what a picker shows beside the name: the family and the file's size, before it loads too
+		const model_hparams *hp = in ? model_hparams_of(M->m) : &M->meta;
+		struct stat st;
+		json_object_set_new(m, "status", srv_model_status(M));
+		if (hp->arch[0]) json_object_set_new(m, "family", json_string(hp->arch));
+		if (!stat(M->model_path, &st)) json_object_set_new(m, "size_bytes", json_integer((json_int_t)st.st_size));
+	}
 	return m;
 }
 
@@ -234,7 +242,8 @@ static json_t *model_object(srv_model *M) {
 // lists them; then --models-dir's models, each with its status as llama-server's router says it.
 void srv_models(srv_conn *c) {
 	http_server *s = c->s;
-	json_t *m = model_object(s->mdl), *data = m ? json_pack("[o]", m) : NULL;
+	json_t *data = json_array();
+	if (data && srv_has_primary(s)) json_array_append_new(data, model_object(s->mdl));
 	if (data) srv_adapters_models(s, data, NULL);
 	for (int i = 1; data && i < s->n_models; i++)
 		if (!atomic_load(&s->models[i]->gone)) json_array_append_new(data, model_object(s->models[i]));
@@ -247,10 +256,10 @@ void srv_props(srv_conn *c) {
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "version", base_version_string(), "build_flags",
 			      base_build_flags(), "kernels", tensor_kernels_name(tensor_kernels_default()), "activations",
 			      activations((http_server *)s), "model", s->mdl->model_id,
-			      "model_path", s->mdl->model_path, "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
+			      "model_path", s->mdl->model_path ? s->mdl->model_path : "", "total_slots", (int)s->cfg.lanes.lanes, "build_info", base_version_string());
 	// the fields llama-server's web UIs read, once the model is in
 	const int st = atomic_load(&((http_server *)s)->state);
-	if (o && st != HTTP_LOADING && st != HTTP_FAILED) {
+	if (o && st != HTTP_LOADING && st != HTTP_FAILED && srv_has_primary(s)) {
 		json_object_set_new(o, "chat_template", json_string(s->mdl->chat.src ? s->mdl->chat.src : ""));
 		// which template that is: "the model's", "--chat-template", or the fallback ("ChatML", "plain text")
 		json_object_set_new(o, "chat_template_origin", json_string(s->mdl->chat.origin));

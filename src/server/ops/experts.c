@@ -12,35 +12,59 @@
 
 static bool loaded(int st) { return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED; }
 
-// A copy of the counters into e (reset: then a new window); -1 with e's error when there are none.
-static int take(srv_conn *c, lane_experts *out, bool reset, srv_err *e) {
+// The model a read reports on: ?model=NAME (one loaded now), else the -m model; held until
+// put back (NULL: e says why).
+static srv_model *reported(srv_conn *c, srv_err *e) {
 	http_server *s = c->s;
-	if (!lane_host_observes_experts(s->mdl->host))
-		return model_hparams_of(s->mdl->m)->n_experts
+	const char *name = srv_query(c, "model");
+	if (!name && srv_has_primary(s)) name = s->mdl->model_id;
+	if (!name) return srv_fail(e, SRV_E_BAD_REQUEST, "model", "name the model: ?model=NAME (this server has no -m model)"), NULL;
+	srv_model *M = srv_models_hold(s, name);
+	if (!M) srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' is not loaded now (GET /v1/models says what is)", name);
+	return M;
+}
+
+// A copy of M's counters into e (reset: then a new window); -1 with e's error when there are none.
+static int take(srv_conn *c, srv_model *M, lane_experts *out, bool reset, srv_err *e) {
+	if (!lane_host_observes_experts(M->host))
+		return model_hparams_of(M->m)->n_experts
 			       ? srv_fail(e, SRV_E_NOT_FOUND, NULL, "the expert observer is off (%s off)", HTTP_SETTING(&c->s->cfg, lanes.experts))
 			       : srv_fail(e, SRV_E_NOT_FOUND, NULL, "the model %s has no experts: /v1/experts reports on mixture-of-experts models",
-					  s->mdl->model_id);
-	if (lane_experts_init(s->mdl->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	lane_host_experts(s->mdl->host, out, reset);
+					  M->model_id);
+	if (lane_experts_init(M->host, out)) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	lane_host_experts(M->host, out, reset);
 	return 0;
 }
 
 // The counters a read reports; ?reset=1 (or true) begins a new window once they are taken.
-static int read_counts(srv_conn *c, lane_experts *out, srv_err *e) {
+// *M the model reported on (put back by the caller when not NULL).
+static int read_counts(srv_conn *c, srv_model **M, lane_experts *out, srv_err *e) {
 	const char *v = srv_query(c, "reset");
 	const bool reset = v && (!strcmp(v, "1") || !strcasecmp(v, "true"));
+	*M = NULL;
 	if (v && !reset && strcmp(v, "0") && strcasecmp(v, "false"))
 		return srv_fail(e, SRV_E_BAD_REQUEST, "reset", "reset must be 1 or 0 (true or false)");
-	return take(c, out, reset, e);
+	if (!(*M = reported(c, e))) return -1;
+	return take(c, *M, out, reset, e);
+}
+
+static void put(srv_conn *c, srv_model *M) {
+	if (M) srv_models_put(c->s, &M, 1);
 }
 
 void srv_experts(srv_conn *c) {
 	if (!loaded(atomic_load(&c->s->state))) { srv_health(c); return; }
 	srv_err e;
 	lane_experts ex;
-	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
-	json_t *body = obs_experts_json(&ex, c->s->mdl->model_id);
+	srv_model *M;
+	if (read_counts(c, &M, &ex, &e)) {
+		put(c, M);
+		srv_reply_error(c, &e);
+		return;
+	}
+	json_t *body = obs_experts_json(&ex, M->model_id);
 	lane_experts_release(&ex);
+	put(c, M);
 	srv_reply_json(c, 200, body, 0);
 }
 
@@ -48,10 +72,16 @@ void srv_experts_svg(srv_conn *c) {
 	if (!loaded(atomic_load(&c->s->state))) { srv_health(c); return; }
 	srv_err e;
 	lane_experts ex;
-	if (read_counts(c, &ex, &e)) { srv_reply_error(c, &e); return; }
+	srv_model *M;
+	if (read_counts(c, &M, &ex, &e)) {
+		put(c, M);
+		srv_reply_error(c, &e);
+		return;
+	}
 	size_t len = 0;
-	char *svg = obs_experts_svg(&ex, c->s->mdl->model_id, &len);
+	char *svg = obs_experts_svg(&ex, M->model_id, &len);
 	lane_experts_release(&ex);
+	put(c, M);
 	if (!svg) {
 		srv_fail(&e, SRV_E_INTERNAL, NULL, "out of memory");
 		srv_reply_error(c, &e);
@@ -65,7 +95,7 @@ void srv_experts_svg(srv_conn *c) {
 
 void srv_metrics_experts(http_server *s, srv_buf *b) {
 	lane_experts ex;
-	if (!s->cfg.metrics_experts || !loaded(atomic_load(&s->state)) || !lane_host_observes_experts(s->mdl->host) ||
+	if (!s->cfg.metrics_experts || !srv_primary_host(s) || !lane_host_observes_experts(s->mdl->host) ||
 	    lane_experts_init(s->mdl->host, &ex))
 		return;
 	lane_host_experts(s->mdl->host, &ex, false);

@@ -328,8 +328,12 @@ int srv_models_start(http_server *s, char *err, size_t errlen) {
 	if (rc == LANES_EIO) return base_seterr(err, errlen, rc, "%s %s: %s", HTTP_SETTING(&s->cfg, models_dir), s->cfg.models_dir, strerror(errno));
 	if (rc) return base_seterr(err, errlen, rc, "out of memory");
 	qsort(s->models + 1, (size_t)(s->n_models - 1), sizeof *s->models, by_id);
-	LOG_INFO(MOD, "serving %d model%s of %s beside %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
-		 s->cfg.models_dir, s->mdl->model_id);
+	if (srv_has_primary(s))
+		LOG_INFO(MOD, "serving %d model%s of %s beside %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
+			 s->cfg.models_dir, s->mdl->model_id);
+	else
+		LOG_INFO(MOD, "serving %d model%s of %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
+			 s->cfg.models_dir);
 	if (pthread_create(&s->reaper, NULL, reaper, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the models' reaper");
 	s->reaper_started = true;
 	return 0;
@@ -372,6 +376,24 @@ void srv_models_free(http_server *s) {
 
 // ---- a request's model --------------------------------------------------------------------------
 
+// The names served, quoted, for an error to list.
+static void served_list(http_server *s, char *list, size_t n) {
+	size_t k = 0;
+	list[0] = 0;
+	for (int i = 0; i < atomic_load(&s->n_models) && k < n; i++)
+		if (!atomic_load(&s->models[i]->gone)) k += (size_t)snprintf(list + k, n - k, "%s'%s'", k ? ", " : "", s->models[i]->model_id);
+	if (!k) snprintf(list, n, "no model yet (put GGUF files in %s, or pull one)", s->cfg.models_dir ? s->cfg.models_dir : "its folder");
+}
+
+// A request of a server without -m that names no model.
+static void unnamed(srv_conn *c) {
+	char list[512];
+	srv_err e;
+	served_list(c->s, list, sizeof list);
+	srv_fail(&e, SRV_E_BAD_REQUEST, "model", "name the model: this server has no default one and serves %s", list);
+	srv_reply_error(c, &e);
+}
+
 // Ollama's keep_alive: seconds as a number, or a duration ("5m", "1h30m", "-1", "0"). false: none of these.
 static bool keep_alive_of(json_t *v, double *out) {
 	if (!json_is_number(v)) return base_parse_duration(json_string_value(v), out);
@@ -412,18 +434,40 @@ static void model_resume(srv_conn *c) {
 	srv_models_go(c);
 }
 
+// Without -m every request a model serves names one: the ones that do not are answered here,
+// as the routes would run on no model.
 bool srv_models_pick(srv_conn *c) {
 	http_server *s = c->s;
+	const bool primary = srv_has_primary(s);
 	c->mdl = s->mdl;
-	if (s->n_models <= 1 || !c->body.len) return false;
+	if (primary && s->n_models <= 1) return false;
+	if (!c->body.len) {
+		if (primary || !strcmp(c->method, "GET")) return false; // /api/ps lists what is loaded
+		unnamed(c);
+		return true;
+	}
 	json_t *j;
 	srv_err e;
-	if (srv_parse_body(c, &j, &e)) return false; // the route says what is wrong with the body
+	if (srv_parse_body(c, &j, &e)) {
+		if (primary) return false; // the route says what is wrong with the body
+		srv_reply_error(c, &e);
+		return true;
+	}
 	const char *name = json_string_value(json_object_get(j, "model"));
 	if (!name && c->family == SRV_OLLAMA) name = json_string_value(json_object_get(j, "name")); // its older spelling
 	srv_model *M = name ? srv_models_find(s, name) : NULL;
 	double keep;
 	const bool has_keep = keep_alive_of(json_object_get(j, "keep_alive"), &keep);
+	if (!primary && !M) {
+		if (name) {
+			srv_models_named(s, name, &e);
+			srv_reply_error(c, &e);
+		} else {
+			unnamed(c);
+		}
+		json_decref(j);
+		return true;
+	}
 	json_decref(j);
 	if (!M || M == s->mdl) return false; // the -m model, one of its adapters, or a name its route refuses
 	pthread_mutex_lock(&s->models_mu);
@@ -525,6 +569,15 @@ int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max) 
 	return n;
 }
 
+srv_model *srv_models_hold(http_server *s, const char *name) {
+	srv_model *M = srv_models_find(s, name);
+	pthread_mutex_lock(&s->models_mu);
+	if (M && (M->pinned || atomic_load(&M->mstate) == SRV_M_READY)) M->users++;
+	else M = NULL;
+	pthread_mutex_unlock(&s->models_mu);
+	return M;
+}
+
 void srv_models_put(http_server *s, srv_model **v, int n) {
 	pthread_mutex_lock(&s->models_mu);
 	for (int i = 0; i < n; i++) v[i]->users--;
@@ -533,10 +586,8 @@ void srv_models_put(http_server *s, srv_model **v, int n) {
 }
 
 int srv_models_named(http_server *s, const char *id, srv_err *e) {
-	char list[512] = "";
-	size_t k = 0;
-	for (int i = 0; i < s->n_models && k < sizeof list; i++)
-		if (!atomic_load(&s->models[i]->gone)) k += (size_t)snprintf(list + k, sizeof list - k, "%s'%s'", i ? ", " : "", s->models[i]->model_id);
+	char list[512];
+	served_list(s, list, sizeof list);
 	srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves %s", id, list);
 	snprintf(e->code, sizeof e->code, "model_not_found");
 	return -1;

@@ -161,6 +161,7 @@ async function generate(c) {
 	for (const x of c.messages.slice(0, -1)) msgs.push({role: x.role, content: x.content});
 	const completion = $('mode').value === 'completion';
 	const req = completion ? {prompt: joinText(msgs.map((x) => x.content))} : {messages: msgs};
+	if (picked()) req.model = picked();
 	Object.assign(req, {stream: true, stream_options: {include_usage: true}});
 	for (const f of ['temperature', 'top_p', 'max_tokens', 'seed']) if ($(f).value !== '') req[f] = Number($(f).value);
 	busy = new AbortController();
@@ -381,8 +382,9 @@ function heatMap(name, rows, layers, E, K) {
 }
 async function pollExperts() {
 	if (expertsGone) return;
-	const r = await fetch('/v1/experts', {headers: headers()});
-	if (r.status === 404) { expertsGone = true; $('experts').hidden = true; return; }
+	const r = await fetch('/v1/experts' + (picked() ? '?model=' + encodeURIComponent(picked()) : ''), {headers: headers()});
+	// a picked model may load later: it is asked again
+	if (r.status === 404) { expertsGone = !picked(); $('experts').hidden = true; return; }
 	if (!r.ok) return;
 	const x = await r.json();
 	const maps = [heatMap('all', x.rows, x.layers, x.experts, x.experts_per_token)];
@@ -404,6 +406,32 @@ async function showAbout() {
 	$('version').textContent = p.version ? String(p.version).replace(/^lanes /, 'version ') : '';
 	if (ctx) about = p;
 }
+// A server of several models (--models-dir): a picker of them, each with its family, size and
+// state; the one picked is named in every request and is the one the dashboard's experts show.
+const picked = () => ($('pick-row').hidden ? '' : $('pick').value);
+function mib(n) { return n >= 1 << 30 ? (n / (1 << 30)).toFixed(1) + ' GiB' : Math.max(1, Math.round(n / (1 << 20))) + ' MiB'; }
+async function showModels() {
+	const r = await fetch('/v1/models', {headers: headers()});
+	if (!r.ok) return;
+	const list = (await r.json()).data || [];
+	const many = list.some((m) => m.status);
+	$('pick-row').hidden = !many;
+	if (!many) return;
+	const want = $('pick').value || settings.model;
+	$('pick').replaceChildren(...list.map((m) => {
+		const o = el('option', null, [m.id, m.family, m.size_bytes ? mib(m.size_bytes) : '', m.status?.value].filter(Boolean).join(' · '));
+		o.value = m.id;
+		return o;
+	}));
+	if (list.some((m) => m.id === want)) $('pick').value = want;
+	$('model').textContent = $('pick').value;
+}
+$('pick').addEventListener('change', () => {
+	settings.model = $('pick').value;
+	localStorage.setItem(SETTINGS, JSON.stringify(settings));
+	$('model').textContent = $('pick').value;
+	expertsGone = false; // another model may have experts
+});
 // While the model loads: its progress and what it is doing, as /health says.
 let loading = false;
 function showHealth(hj) {
@@ -419,6 +447,7 @@ async function poll() {
 		showHealth(await h.json());
 		if (!about) await showAbout();
 		if (loading) return;
+		await showModels();
 		// the rates are sampled every second even while the chat is shown: the plots cover the last minute
 		const mr = await fetch('/metrics', {headers: headers()});
 		const mv = mr.ok ? metrics(await mr.text()) : null;
