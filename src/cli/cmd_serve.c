@@ -60,6 +60,34 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 	return 0;
 }
 
+// --memory with --models-dir: the budget every model loaded at once shares, each planned at
+// --lanes and --ctx; the -m model's share is checked here. 0, else the exit code, printed.
+static int plan_folder(http_config *cfg, const char *path, const char *memory) {
+	char err[512], a[32], b[32];
+	cfg->memory_bytes = strcmp(memory, "auto") ? 0 : plan_available_memory();
+	if (!cfg->memory_bytes && plan_parse_size(memory, &cfg->memory_bytes)) return 2; // checked before
+	if (!path) {
+		LOG_INFO("serve", "plan for %s: the models loaded at once share it, each with %d lanes and %d KV tokens",
+			 plan_format_size(cfg->memory_bytes, a, sizeof a), cfg->lanes.lanes, cfg->lanes.ctx);
+		return 0;
+	}
+	plan_model pm;
+	plan_result pr;
+	const int32_t lanes = cfg->lanes.lanes;
+	if (plan_model_load(&pm, path, err, sizeof err) ||
+	    plan_at(&pr, &pm, cfg->memory_bytes, lanes, (cfg->lanes.ctx + lanes - 1) / lanes, &cfg->lanes, err, sizeof err)) {
+		cli_err("%s", err);
+		return 1;
+	}
+	if (!pr.fits) {
+		cli_err("the -m model does not fit in %s: %s", plan_format_size(cfg->memory_bytes, a, sizeof a), pr.reason);
+		return 1;
+	}
+	LOG_INFO("serve", "plan for %s: the -m model takes %s; the folder's models loaded at once share the rest, each with %d lanes and %d KV tokens",
+		 plan_format_size(cfg->memory_bytes, a, sizeof a), plan_format_size(pr.total_bytes, b, sizeof b), lanes, cfg->lanes.ctx);
+	return 0;
+}
+
 // The load's bar on a terminal, drawn by the loader thread once the listening line is out.
 typedef struct {
 	cli_progress bar;
@@ -108,6 +136,7 @@ const char *const cli_serve_flags[][2] = {
 	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
 	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dir", "--models-dir"},
 	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"}, {"model_path", "-m"}, {"draft_model", "--draft-model"},
+	{"memory_bytes", "--memory"}, {"lanes.ctx", "--ctx"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
 	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
 	{"sampling.dry_multiplier", "--dry-multiplier"}, {"sampling.dry_base", "--dry-base"},
@@ -166,7 +195,7 @@ int cmd_serve(const cli_settings *s) {
 		}
 		close(dfd);
 	}
-	if (!model_path && s->memory) return cli_usage_error(s, "--memory plans the -m model: give -m with it");
+	if (*models_dir && s->window) return cli_usage_error(s, "--window is the one-model plan's: with --models-dir each model runs --lanes and --ctx");
 	if (cli_is_pull_ref(s->model)) {
 		if (cli_pull(s, s->model, pulled, sizeof pulled)) return 1;
 		model_path = pulled;
@@ -266,8 +295,11 @@ int cmd_serve(const cli_settings *s) {
 	cfg.n_loras = s->lora.n;
 	int rc = 0, signals = 0;
 	char err[512];
-	if (s->memory) {
+	if (s->memory && !cfg.models_dir) {
 		if ((rc = plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window))) goto out;
+	} else if (s->memory) {
+		if ((rc = plan_folder(&cfg, model_path, s->memory))) goto out;
+		if (!cli_given(s, &s->max_models)) cfg.max_models = HTTP_MAX_MODELS; // the memory decides
 	} else if (model_path) {
 		// the model's metadata read at once (no tensor data), so a file that cannot be served is
 		// named here, before the server listens

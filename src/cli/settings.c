@@ -203,7 +203,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--lanes", .kind = SET_INT, .field = F(lanes), RANGE(LANE_RANGE_LANES), .meta = "N", .cmds = B(PLAN),
 	 .help = "concurrent requests (default: the planner chooses)"},
 	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(SERVE),
-	 .help = "memory budget (4GiB, 500MB, or auto: what is available): plan lanes and an elastic window"},
+	 .help = "memory budget (4GiB, 500MB, or auto: what is available): plan lanes and an elastic window; with --models-dir, what the "
+		 "models loaded at once share"},
 	{.names = "--memory", .kind = SET_STR, .field = F(memory), .meta = "SIZE", .cmds = B(PLAN),
 	 .help = "memory budget: 8GiB, 1.5GiB, 512MiB, 2GB or bytes (default: the available memory)"},
 	{.names = "--window", .kind = SET_INT, .field = F(window), .min = 1, .max = 1 << 24, .meta = "N", .cmds = B(SERVE),
@@ -247,7 +248,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--keep-alive", .kind = SET_STR, .field = F(keep_alive), .dflt = "5m", .meta = "DURATION", .cmds = B(SERVE),
 	 .help = "how long a --models-dir model stays loaded idle (30s, 5m, 1h; -1: for good; 0: unloaded after each request); a request's keep_alive wins"},
 	{.names = "--max-models", .kind = SET_INT, .field = F(max_models), .dflt = SAID(HTTP_DEFAULT_MAX_MODELS), RANGE(HTTP_RANGE_MAX_MODELS), .meta = "N",
-	 .cmds = B(SERVE), .help = "--models-dir models loaded at once: the least recently used idle one is unloaded for another"},
+	 .cmds = B(SERVE), .help = "--models-dir models loaded at once: the least recently used idle one is unloaded for another (with --memory: 64)"},
 	{.names = "--allow-unauthenticated-mutations", .kind = SET_FLAG, .field = F(allow_unauth_mutations), .cmds = B(SERVE),
 	 .help = "with --host not loopback and no --api-key: take adapter and learning changes anyway (refused by default)"},
 	{.names = "--learn-share", .kind = SET_FLOAT, .field = F(learn_share), .dflt = SAID(HTTP_DEFAULT_LEARN_SHARE), RANGE(HTTP_RANGE_LEARN_SHARE), .meta = "F", .cmds = B(SERVE),

@@ -43,7 +43,8 @@
 #define HTTP_RANGE_MAX_TOKENIZE_BYTES 16, 17179869184
 #define HTTP_RANGE_MAX_LORA 1, 64
 #define HTTP_RANGE_LEARN_SHARE 0, 1
-#define HTTP_RANGE_MAX_MODELS 1, 64
+#define HTTP_MAX_MODELS 64
+#define HTTP_RANGE_MAX_MODELS 1, HTTP_MAX_MODELS
 
 // An adapter the server loads at start (lanes serve --lora NAME=PATH[:SCALE]).
 typedef struct {
@@ -111,6 +112,9 @@ typedef struct {
 	const char *models_dir;     // NULL: model_path alone
 	double keep_alive_s;        // default 300; a request's own keep_alive (Ollama's) wins for its model
 	int max_models;             // models_dir's models loaded at once: the least recently used idle one goes first
+	// with models_dir: the memory every model loaded at once must fit in, each planned at its
+	// lanes and ctx (the least recently used idle one unloaded for another; 0: not counted)
+	uint64_t memory_bytes;
 } http_config;
 
 void http_config_default(http_config *c);

@@ -138,6 +138,53 @@ test('--max-models: the least recently used idle model unloads for another', asy
 	assert.deepEqual(await loaded(s.url), ['org/qwen2:latest', 'stories260K:latest'], 'org/qwen2 still loaded');
 });
 
+test('--memory: the models loaded at once fit in it, the least recently used idle ones unloaded first, never a busy one; one too big is a 507', async () => {
+	const mdir = fs.mkdtempSync(path.join(TMP, 'models-memory-'));
+	fs.symlinkSync(path.join(SHARED, 'models', FILES['llama-q8']), path.join(mdir, 'llama-q8.gguf'));
+	fs.symlinkSync(path.join(SHARED, 'models', FILES['org/qwen2']), path.join(mdir, 'qwen2.gguf'));
+	fs.symlinkSync(STORIES, path.join(mdir, 'stories.gguf'));
+	// what each needs at these lanes and KV, as the 507 below says: llama-q8 27.7 MiB, qwen2 22.9 MiB, stories 8.4 MiB
+	const s = await serve(['--models-dir', mdir, '--memory', '35MiB', '--lanes', '4', '--ctx', '8192']);
+	const run = async (model) => assert.equal((await postJSON(`${s.url}/v1/completions`, body(model, 0))).status, 200, model);
+	await run('llama-q8');
+	await run('stories');
+	assert.deepEqual(await loaded(s.url), ['stories:latest'], 'llama-q8 and stories do not fit together: the idle one went');
+	await run('qwen2');
+	assert.deepEqual(await loaded(s.url), ['qwen2:latest', 'stories:latest'], 'qwen2 and stories fit together: both stay (no count caps them)');
+	await run('llama-q8');
+	assert.deepEqual(await loaded(s.url), ['llama-q8:latest'], 'stories (least recently used), then qwen2 went for it');
+	// a running request's model is never unloaded: the model that would need its room waits for none, it is told to retry
+	const ctl = new AbortController();
+	const stream = await fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, signal: ctl.signal,
+		body: JSON.stringify({ model: 'llama-q8', prompt: 'Once', max_tokens: 100000, stream: true, ignore_eos: true }) });
+	const rd = stream.body.getReader();
+	await rd.read();
+	const busy = await postJSON(`${s.url}/v1/completions`, body('qwen2', 0));
+	assert.equal(busy.status, 503, JSON.stringify(busy.body));
+	assert.match(busy.body.error.message, /qwen2' needs 22\.9 MiB.*every one busy/);
+	ctl.abort();
+	await rd.cancel().catch(() => {});
+	for (let i = 0; i < 100 && (await postJSON(`${s.url}/v1/completions`, body('qwen2', 0))).status !== 200; i++) await sleep(50);
+	assert.deepEqual(await loaded(s.url), ['qwen2:latest'], 'let go, it made room');
+	// a model bigger than the whole budget: 507, saying what it needs (Ollama's client gets the same status)
+	const small = await serve(['--models-dir', mdir, '--memory', '20MiB']);
+	const big = await postJSON(`${small.url}/v1/chat/completions`, { model: 'llama-q8', messages: [{ role: 'user', content: 'hi' }] });
+	assert.equal(big.status, 507);
+	assert.equal(big.body.error.code, 'insufficient_memory');
+	assert.match(big.body.error.message, /'llama-q8' needs 27\.7 MiB loaded, more than all of --memory 20\.0 MiB/);
+	assert.equal((await postJSON(`${small.url}/api/chat`, { model: 'llama-q8', messages: [{ role: 'user', content: 'hi' }], stream: false })).status, 507);
+	assert.equal((await postJSON(`${small.url}/v1/completions`, body('stories', 0))).status, 200, 'a model that fits still serves');
+	// beside a -m model, its share is taken first
+	const withM = await serve(['-m', STORIES, '--models-dir', mdir, '--memory', '30MiB']);
+	const left = await postJSON(`${withM.url}/v1/completions`, body('llama-q8', 0));
+	assert.equal(left.status, 507);
+	assert.match(left.body.error.message, /needs 27\.7 MiB loaded and 21\.6 MiB of --memory 30\.0 MiB is free beside the -m model/);
+	const none = spawnSync(BIN, ['serve', '--port', '0', '-m', path.join(SHARED, 'models', FILES['llama-q8']), '--models-dir', mdir, '--memory', '20MiB'], { encoding: 'utf8', timeout: 20000 });
+	assert.notEqual(none.status, 0);
+	assert.match(none.stderr, /the -m model does not fit in 20\.0 MiB/);
+	await assertWaitsSettled(assert, s.url, ['model']);
+});
+
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
 	const s = await serve(['-m', STORIES, '--models-dir', dir]);
 	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
@@ -207,7 +254,7 @@ test('without -m: the folder alone (the model cache by default); each request na
 	assert.equal(await complete(cache.url, 'llama-q8', 0), await complete(s.url, 'llama-q8', 0));
 	// what needs the -m model stops the server before it listens, saying so
 	for (const [flags, why] of [[['--lora', 'a.gguf'], /--lora needs a model given with -m/], [['--draft-model', STORIES], /--draft-model needs a model given with -m/],
-		[['--memory', '1GiB'], /--memory plans the -m model/]]) {
+		[['--peer', 'http://127.0.0.1:1'], /--peer needs a model given with -m/], [['--memory', '1GiB', '--window', '512'], /--window is the one-model plan's/]]) {
 		const r = spawnSync(BIN, ['serve', '--port', '0', '--models-dir', dir, ...flags], { encoding: 'utf8', timeout: 20000 });
 		assert.notEqual(r.status, 0, flags.join(' '));
 		assert.match(r.stderr, why);

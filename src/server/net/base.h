@@ -43,6 +43,7 @@ enum srv_ekind {
 	SRV_E_BUSY,        // 429 (OpenAI) / 529 (Anthropic), with Retry-After
 	SRV_E_UNAVAILABLE, // 503 with Retry-After: loading, draining, halted
 	SRV_E_INTERNAL,    // 500: a generation failed (the halt among others)
+	SRV_E_NO_MEMORY,   // 507: a model needs more of --memory than is left to it
 	SRV_E__COUNT
 };
 
@@ -184,6 +185,7 @@ typedef struct srv_model {
 	atomic_bool gone;              // its file left the folder: listed no more, unloaded once idle
 	uint64_t file_bytes;
 	model_hparams meta;            // a --models-dir file's, from its metadata: what the lists say before it loads
+	uint64_t need_bytes;           // with --memory: its plan at its lanes and KV (weights, KV, compute)
 	lane_config lanes;             // its lane host's options
 	atomic_int mstate;             // enum srv_model_state
 	// under s->models_mu

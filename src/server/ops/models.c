@@ -8,6 +8,7 @@
 
 #include "base/base.h"
 #include "model/model.h"
+#include "plan/plan.h"
 #include "tokenizer/tokenizer.h"
 
 #include <dirent.h>
@@ -131,6 +132,26 @@ static void *load_thread(void *arg) {
 
 // ---- the list -----------------------------------------------------------------------------------
 
+// What M takes loaded, as the planner counts it: its weights, its lanes' KV of --ctx tokens
+// and their compute reserve (0 when the budget is not counted).
+static uint64_t need_of(const http_server *s, const srv_model *M, const model_memory *mem) {
+	if (!s->cfg.memory_bytes) return 0;
+	plan_model pm = {.hp = M->meta, .mem = *mem};
+	plan_result pr;
+	char err[256];
+	const int32_t lanes = M->lanes.lanes, window = (M->lanes.ctx + lanes - 1) / lanes;
+	if (plan_at(&pr, &pm, s->cfg.memory_bytes, lanes, window, &M->lanes, err, sizeof err)) return UINT64_MAX; // a KV type it cannot hold: never fits
+	return pr.total_bytes;
+}
+
+// M's metadata read again (its file may have changed), and what it needs; false: it is no model.
+static bool read_meta(http_server *s, srv_model *M) {
+	model_memory mem;
+	if (model_load_meta(M->model_path, &M->meta, &mem, M->load_err, sizeof M->load_err)) return false;
+	M->need_bytes = need_of(s, M, &mem);
+	return true;
+}
+
 static bool has_suffix(const char *n, const char *suf) {
 	const size_t a = strlen(n), b = strlen(suf);
 	return a > b && !strcmp(n + a - b, suf);
@@ -154,7 +175,7 @@ static srv_model *listed(http_server *s, const char *path, const char *id) {
 	if (!stat(path, &st)) M->file_bytes = (uint64_t)st.st_size;
 	atomic_init(&M->mstate, SRV_M_LISTED);
 	// what the file is, from its metadata alone: a file that cannot be a model is listed failing
-	if (model_load_meta(path, &M->meta, NULL, M->load_err, sizeof M->load_err)) atomic_store(&M->mstate, SRV_M_FAILED);
+	if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 	return M;
 }
 
@@ -230,7 +251,7 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 				M->file_bytes = (uint64_t)st.st_size;
 				M->keep_s = s->cfg.keep_alive_s;
 				if (atomic_load(&M->mstate) == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
-				if (model_load_meta(full, &M->meta, NULL, M->load_err, sizeof M->load_err)) atomic_store(&M->mstate, SRV_M_FAILED);
+				if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 			}
 		} else if (!(M = listed(s, full, sub))) {
 			rc = LANES_ENOMEM;
@@ -317,6 +338,7 @@ int srv_models_start(http_server *s, char *err, size_t errlen) {
 	s->models = calloc(s->cfg.models_dir ? SRV_MODELS_MAX : 1, sizeof *s->models);
 	if (!s->models || add(s, s->mdl)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (!s->cfg.models_dir) return 0;
+	if (srv_has_primary(s)) read_meta(s, s->mdl); // its share of --memory (a file that does not read fails its load)
 	int rc = base_pool_new(&s->pool, s->cfg.lanes.threads > 0 ? s->cfg.lanes.threads : base_cpu_count());
 	if (rc) return base_seterr(err, errlen, rc, "cannot start the compute threads");
 	base_pool_share(s->pool);
@@ -402,22 +424,49 @@ static bool keep_alive_of(json_t *v, double *out) {
 	return isfinite(json_number_value(v));
 }
 
-// Under models_mu: room for one more loaded model of the folder, an idle one unloaded when
-// --max-models are in. false: every one loaded is busy.
-static bool make_room(http_server *s, const srv_model *want) {
-	int in = 0;
-	srv_model *lru = NULL;
-	for (int i = 1; i < s->n_models; i++) {
-		srv_model *M = s->models[i];
-		const int st = atomic_load(&M->mstate);
-		if (M == want || (st != SRV_M_READY && st != SRV_M_LOADING)) continue;
-		in++;
-		if (st == SRV_M_READY && !M->users && (!lru || M->used_us < lru->used_us)) lru = M;
+// Under models_mu: room for want beside the models loaded now — fewer than --max-models, and
+// with --memory its need beside theirs — the least recently used idle ones unloaded until
+// there is. 0, else -1 with e: 503 when every one it would unload is busy, 507 when it does
+// not fit even alone beside the -m model (saying how much it needs and how much is left).
+static int make_room(http_server *s, const srv_model *want, srv_err *e) {
+	const uint64_t budget = s->cfg.memory_bytes, fixed = srv_has_primary(s) ? s->mdl->need_bytes : 0;
+	if (budget && (fixed > budget || want->need_bytes > budget - fixed)) {
+		char a[32], b[32], c[32];
+		plan_format_size(want->need_bytes, a, sizeof a);
+		plan_format_size(budget - (fixed < budget ? fixed : budget), b, sizeof b);
+		plan_format_size(budget, c, sizeof c);
+		if (!fixed)
+			return srv_fail(e, SRV_E_NO_MEMORY, "model", "the model '%s' needs %s loaded, more than all of %s %s: give more, or fewer %s or %s",
+					want->model_id, a, HTTP_SETTING(&s->cfg, memory_bytes), c, HTTP_SETTING(&s->cfg, lanes.lanes),
+					HTTP_SETTING(&s->cfg, lanes.ctx));
+		return srv_fail(e, SRV_E_NO_MEMORY, "model", "the model '%s' needs %s loaded and %s of %s %s is free beside the -m model: give more, or fewer %s or %s",
+				want->model_id, a, b, HTTP_SETTING(&s->cfg, memory_bytes), c, HTTP_SETTING(&s->cfg, lanes.lanes),
+				HTTP_SETTING(&s->cfg, lanes.ctx));
 	}
-	if (in < s->cfg.max_models) return true;
-	if (!lru) return false;
-	unload(lru);
-	return true;
+	for (;;) {
+		int in = 0;
+		uint64_t used = fixed;
+		srv_model *lru = NULL;
+		for (int i = 1; i < s->n_models; i++) {
+			srv_model *M = s->models[i];
+			const int st = atomic_load(&M->mstate);
+			if (M == want || (st != SRV_M_READY && st != SRV_M_LOADING)) continue;
+			in++;
+			used += M->need_bytes;
+			if (st == SRV_M_READY && !M->users && (!lru || M->used_us < lru->used_us)) lru = M;
+		}
+		if (in < s->cfg.max_models && (!budget || used + want->need_bytes <= budget)) return 0;
+		if (!lru) {
+			if (in >= s->cfg.max_models)
+				return srv_fail(e, SRV_E_UNAVAILABLE, "model", "%d models are loaded (%s) and every one is busy: retry shortly",
+						s->cfg.max_models, HTTP_SETTING(&s->cfg, max_models));
+			char a[32], b[32];
+			return srv_fail(e, SRV_E_UNAVAILABLE, "model", "the model '%s' needs %s and the models loaded now hold %s of %s, every one busy: retry shortly",
+					want->model_id, plan_format_size(want->need_bytes, a, sizeof a), plan_format_size(used, b, sizeof b),
+					HTTP_SETTING(&s->cfg, memory_bytes));
+		}
+		unload(lru);
+	}
 }
 
 // A resumed request whose model's load ended: its route runs, or it fails as the load did.
@@ -489,16 +538,14 @@ bool srv_models_pick(srv_conn *c) {
 	}
 	// a file whose metadata does not read (read again, it may have been mended) is answered at
 	// once, never at the cost of a model loaded now
-	if (st == SRV_M_FAILED && !M->meta.arch[0] && model_load_meta(M->model_path, &M->meta, NULL, M->load_err, sizeof M->load_err)) {
+	if (st == SRV_M_FAILED && !M->meta.arch[0] && !read_meta(s, M)) {
 		pthread_mutex_unlock(&s->models_mu);
 		model_resume(c);
 		return true;
 	}
 	if (st != SRV_M_LOADING) {
-		if (!make_room(s, M)) {
+		if (make_room(s, M, &e)) {
 			pthread_mutex_unlock(&s->models_mu);
-			srv_fail(&e, SRV_E_UNAVAILABLE, "model", "%d models are loaded (%s) and every one is busy: retry shortly", s->cfg.max_models,
-				 HTTP_SETTING(&s->cfg, max_models));
 			srv_reply_error(c, &e);
 			return true;
 		}
