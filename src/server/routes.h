@@ -108,6 +108,8 @@ void srv_models_go(srv_conn *c);
 void srv_models_release(srv_conn *c);
 // --models-dir read again: new files are served, files gone are no longer (after a pull, copy or delete).
 void srv_models_rescan(http_server *s);
+// The same when the folder was last read more than a second ago (a list, a name not found).
+void srv_models_refresh(http_server *s);
 // Every loaded model of --models-dir drains (halt NULL) or halts with that reason.
 void srv_models_drain(http_server *s, const char *halt);
 // Requests open in the lane hosts of --models-dir's loaded models.

@@ -108,7 +108,7 @@ static const srv_route routes[] = {
 	{"GET", "/api/version", 0, SRV_OLLAMA, srv_ollama_version},
 	{"GET", "/api/tags", SRV_R_AUTH, SRV_OLLAMA, srv_ollama_tags},
 	{"GET", "/api/ps", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_ps},
-	{"POST", "/api/show", SRV_R_AUTH | SRV_R_MODEL, SRV_OLLAMA, srv_ollama_show},
+	{"POST", "/api/show", SRV_R_AUTH | SRV_R_MODEL | SRV_R_DESCRIBE | SRV_R_WORK | SRV_R_UTIL, SRV_OLLAMA, srv_ollama_show},
 	{"POST", "/api/generate", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_generate},
 	{"POST", "/api/chat", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK | SRV_R_GEN, SRV_OLLAMA, srv_ollama_chat},
 	{"POST", "/api/embed", SRV_R_AUTH | SRV_R_MODEL | SRV_R_WORK, SRV_OLLAMA, srv_ollama_embed},

@@ -185,6 +185,55 @@ test('--memory: the models loaded at once fit in it, the least recently used idl
 	await assertWaitsSettled(assert, s.url, ['model']);
 });
 
+test('/api/show describes a model from its file without loading it, as it describes it loaded', async () => {
+	const s = await serve(['--models-dir', dir]);
+	const show = (model) => postJSON(`${s.url}/api/show`, { model });
+	const before = await show('org/qwen2');
+	assert.equal(before.status, 200, JSON.stringify(before.body));
+	assert.deepEqual(await loaded(s.url), [], 'nothing loaded to describe it');
+	assert.ok(before.body.capabilities.includes('completion'));
+	assert.equal(before.body.model_info['general.architecture'], 'qwen2');
+	assert.notEqual(before.body.details.parameter_size, '');
+	await complete(s.url, 'org/qwen2', 0);
+	assert.deepEqual(await loaded(s.url), ['org/qwen2:latest']);
+	assert.deepEqual((await show('org/qwen2')).body, before.body, 'the same description loaded');
+	const broken = await show('broken');
+	assert.equal(broken.status, 500);
+	assert.match(broken.body.error, /broken\.gguf/);
+	assert.doesNotMatch(s.log(), /loading (broken|llama-q8)/);
+});
+
+test('a file put in the folder is served, one replaced serves its new weights once let go, one taken out is no longer served', async () => {
+	const fdir = fs.mkdtempSync(path.join(TMP, 'models-files-'));
+	fs.copyFileSync(path.join(SHARED, 'models', FILES['llama-q8']), path.join(fdir, 'a.gguf'));
+	const s = await serve(['--models-dir', fdir, '--keep-alive', '-1']);
+	const ids = async () => (await getJSON(`${s.url}/v1/models`)).body.data.map((m) => m.id).sort();
+	assert.deepEqual(await ids(), ['a']);
+	const before = await complete(s.url, 'a', 0);
+	// put there while serving: a request naming it finds it
+	fs.copyFileSync(path.join(SHARED, 'models', FILES['org/qwen2']), path.join(fdir, 'b.gguf'));
+	assert.equal((await postJSON(`${s.url}/api/generate`, { model: 'b:latest', prompt: 'hi', stream: false, options: { num_predict: 2 } })).status, 200);
+	assert.deepEqual(await ids(), ['a', 'b']);
+	assert.doesNotMatch(s.log(), /left .*: no longer served/, 'reading the folder again keeps what it holds');
+	// replaced under its name while loaded: once the folder is read again it unloads and loads the new file
+	fs.copyFileSync(STORIES, path.join(fdir, 'a.tmp'));
+	fs.renameSync(path.join(fdir, 'a.tmp'), path.join(fdir, 'a.gguf'));
+	await sleep(1100); // a list reads the folder at most once a second
+	await ids();
+	const alone = await serve(['-m', STORIES, '--alias', 'a']);
+	const want = await complete(alone.url, 'a', 0);
+	alone.proc.kill('SIGTERM');
+	const after = await complete(s.url, 'a', 0);
+	assert.notEqual(after, before);
+	assert.equal(after, want, 'the new file, bit for bit');
+	assert.match(s.log(), /a changed in/);
+	// taken out: no longer listed nor served
+	fs.unlinkSync(path.join(fdir, 'b.gguf'));
+	await sleep(1100);
+	assert.deepEqual(await ids(), ['a']);
+	assert.equal((await postJSON(`${s.url}/v1/completions`, body('b', 0))).status, 404);
+});
+
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
 	const s = await serve(['-m', STORIES, '--models-dir', dir]);
 	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });

@@ -72,15 +72,21 @@ static void param_size(const gguf *g, char *out, size_t n) {
 	else snprintf(out, n, "%.0fK", p / 1e3);
 }
 
-static json_t *details(const srv_model *M) {
-	// a model of --models-dir not loaded: what its metadata says
-	const bool in = M->m && (M->pinned || atomic_load(&M->mstate) == SRV_M_READY);
-	const model_hparams *hp = in ? model_hparams_of(M->m) : &M->meta;
+// g: the file, when open (its tensors give the parameter count).
+static json_t *details_of(const model_hparams *hp, const gguf *g) {
 	const gguf_ttype_info *ti = gguf_ttype_get(hp->main_type);
 	char ps[32] = "";
-	if (in) param_size(model_gguf(M->m), ps, sizeof ps);
+	if (g) param_size(g, ps, sizeof ps);
 	return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf", "family", hp->arch,
 			 "families", hp->arch, "parameter_size", ps, "quantization_level", ti ? ti->name : "unknown");
+}
+
+// Whether M is in and stays so while its caller holds it.
+static bool is_in(const srv_model *M) { return M->m && (M->pinned || atomic_load(&M->mstate) == SRV_M_READY); }
+
+static json_t *details(const srv_model *M) {
+	// a model of --models-dir not loaded: what its metadata says
+	return is_in(M) ? details_of(model_hparams_of(M->m), model_gguf(M->m)) : details_of(&M->meta, NULL);
 }
 
 // One entry of /api/tags (with_ps: of /api/ps).
@@ -125,6 +131,7 @@ void srv_ollama_version(srv_conn *c) {
 // Every model served (tags) or loaded (ps); the -m model once it is in.
 static void list(srv_conn *c, bool ps) {
 	http_server *s = c->s;
+	if (!ps) srv_models_refresh(s); // what was put in the folder, or taken out, since
 	srv_model *v[256];
 	const int n = srv_models_each(s, ps, v, 256);
 	json_t *a = json_array();
@@ -158,17 +165,55 @@ static const srv_field show_fields[] = {
 // work on every template: one without a tool family of its own gets the fallback's calls), and
 // embedding always; thinking when replies set their thinking apart (a reasoning family); insert
 // when the vocabulary has fill-in-the-middle tokens (generate's suffix).
-static json_t *capabilities(const srv_model *M) {
-	const http_server *s = M->s;
+static json_t *capabilities(const http_server *s, bool reason, const tok_vocab *vocab) {
 	json_t *a = json_array();
 	if (!s->cfg.embeddings_only) {
 		json_array_append_new(a, json_string("completion"));
 		json_array_append_new(a, json_string("tools"));
 	}
 	json_array_append_new(a, json_string("embedding"));
-	if (!s->cfg.embeddings_only && M->reason) json_array_append_new(a, json_string("thinking"));
-	if (!s->cfg.embeddings_only && chat_fim_supported(M->vocab)) json_array_append_new(a, json_string("insert"));
+	if (!s->cfg.embeddings_only && reason) json_array_append_new(a, json_string("thinking"));
+	if (!s->cfg.embeddings_only && chat_fim_supported(vocab)) json_array_append_new(a, json_string("insert"));
 	return a;
+}
+
+static json_t *show_body(const http_server *s, const model_hparams *hp, const gguf *g, const tok_vocab *vocab, const char *tsrc, bool reason) {
+	char k[64];
+	json_t *info = json_object();
+	json_object_set_new(info, "general.architecture", json_string(hp->arch));
+	snprintf(k, sizeof k, "%s.context_length", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_ctx_train));
+	snprintf(k, sizeof k, "%s.embedding_length", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_embd));
+	snprintf(k, sizeof k, "%s.block_count", hp->arch);
+	json_object_set_new(info, k, json_integer(hp->n_layers));
+	// the template in use: the model's, a file's or the fallback
+	return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template", tsrc ? tsrc : "", "details",
+			 details_of(hp, g), "model_info", info, "capabilities", capabilities(s, reason, vocab));
+}
+
+// A model not loaded, described from its file — metadata, vocabulary and template — with its
+// weights unread, so listing a folder's capabilities loads nothing. NULL: e says why.
+static json_t *show_unloaded(const srv_model *M, srv_err *e) {
+	const http_server *s = M->s;
+	gguf *g = NULL;
+	tok_vocab *vocab = NULL;
+	chat_tmpl chat;
+	memset(&chat, 0, sizeof chat);
+	model_hparams hp;
+	char err[512];
+	int rc = gguf_open(&g, M->model_path, err, sizeof err);
+	if (!rc) rc = model_meta_from_gguf(g, &hp, NULL, err, sizeof err);
+	if (!rc) rc = tok_vocab_load(&vocab, g, err, sizeof err);
+	if (!rc) rc = chat_load(&chat, vocab, M->template_path, err, sizeof err);
+	json_t *o = NULL;
+	if (!rc) o = show_body(s, &hp, g, vocab, chat.src, s->reason_auto ? chat.reason != NULL : s->reason_named != NULL);
+	else srv_fail(e, SRV_E_INTERNAL, "model", "the model '%s' cannot be read from %s: %s", M->model_id, M->model_path, err);
+	if (!rc && !o) srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	chat_free(&chat);
+	tok_vocab_free(vocab);
+	gguf_free(g);
+	return o;
 }
 
 void srv_ollama_show(srv_conn *c) {
@@ -190,20 +235,13 @@ void srv_ollama_show(srv_conn *c) {
 		return;
 	}
 	json_decref(j);
-	const model_hparams *hp = model_hparams_of(M->m);
-	char k[64];
-	json_t *info = json_object();
-	json_object_set_new(info, "general.architecture", json_string(hp->arch));
-	snprintf(k, sizeof k, "%s.context_length", hp->arch);
-	json_object_set_new(info, k, json_integer(hp->n_ctx_train));
-	snprintf(k, sizeof k, "%s.embedding_length", hp->arch);
-	json_object_set_new(info, k, json_integer(hp->n_embd));
-	snprintf(k, sizeof k, "%s.block_count", hp->arch);
-	json_object_set_new(info, k, json_integer(hp->n_layers));
-	const char *tsrc = M->chat.src; // the template in use: the model's, a file's or the fallback
-	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
-			      tsrc ? tsrc : "", "details", details(M), "model_info", info, "capabilities", capabilities(M));
-	srv_reply_json(c, 200, o, 0);
+	if (is_in(M)) {
+		srv_reply_json(c, 200, show_body(M->s, model_hparams_of(M->m), model_gguf(M->m), M->vocab, M->chat.src, M->reason != NULL), 0);
+		return;
+	}
+	json_t *o = show_unloaded(M, &e);
+	if (o) srv_reply_json(c, 200, o, 0);
+	else srv_reply_error(c, &e);
 }
 
 // ---- generate and chat -------------------------------------------------------------------------

@@ -139,7 +139,8 @@ enum {
 	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
 	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
 	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
-	SRV_R_UTIL = 1 << 6    // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
+	SRV_R_UTIL = 1 << 6,   // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
+	SRV_R_DESCRIBE = 1 << 7 // with SRV_R_MODEL: describes its model, which a request does not load
 };
 typedef struct srv_route {
 	const char *method, *path;
@@ -183,7 +184,9 @@ typedef struct srv_model {
 	char model_id[128];
 	bool pinned;                   // the -m model: loaded at start, never unloaded
 	atomic_bool gone;              // its file left the folder: listed no more, unloaded once idle
-	uint64_t file_bytes;
+	uint64_t file_bytes, file_ino;
+	int64_t file_mtime_ns;         // with the size and inode: the file a rescan finds is the one listed
+	bool stale;                    // under models_mu: its file changed while loaded; unloaded once idle, read anew
 	model_hparams meta;            // a --models-dir file's, from its metadata: what the lists say before it loads
 	uint64_t need_bytes;           // with --memory: its plan at its lanes and KV (weights, KV, compute)
 	lane_config lanes;             // its lane host's options
@@ -229,6 +232,7 @@ struct http_server {
 	pthread_cond_t models_cv;      // the reaper's wake: a model let go, or the server stopping
 	pthread_t reaper;              // unloads models idle past their keep-alive
 	bool reaper_started, models_quit;
+	atomic_uint_least64_t scanned_us; // when the folder was last read (srv_models_refresh)
 	base_pool *pool;               // the compute threads every model's lane host shares
 	struct MHD_Daemon *mhd;
 	const struct srv_http_hooks *hooks; // the daemon's steps of a request (net/http.h)

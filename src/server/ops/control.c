@@ -242,6 +242,7 @@ static json_t *model_object(srv_model *M) {
 // lists them; then --models-dir's models, each with its status as llama-server's router says it.
 void srv_models(srv_conn *c) {
 	http_server *s = c->s;
+	srv_models_refresh(s); // what was put in the folder, or taken out, since
 	json_t *data = json_array();
 	if (data && srv_has_primary(s)) json_array_append_new(data, model_object(s->mdl));
 	if (data) srv_adapters_models(s, data, NULL);

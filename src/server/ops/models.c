@@ -25,6 +25,7 @@
 #define MOD "server"
 #define SCAN_DEPTH 3 // ORG/REPO/FILE.gguf: the depth `lanes pull` writes at
 #define LOAD_NICE 10  // the niceness weights are read at (Linux: per thread)
+#define RESCAN_US 1000000 // a list, or a name not found, reads the folder again at most this often
 
 const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed"};
 
@@ -46,6 +47,16 @@ int srv_model_setup(srv_model *M, void (*stage)(http_server *s, enum srv_load_st
 	return rc;
 }
 
+static int64_t mtime_ns(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
+
+static void note_file(srv_model *M, const struct stat *st) {
+	M->file_bytes = (uint64_t)st->st_size;
+	M->file_ino = (uint64_t)st->st_ino;
+	M->file_mtime_ns = mtime_ns(st);
+}
+
+static bool read_meta(http_server *s, srv_model *M);
+
 // What a load made, freed; the model is listed again. No request holds it.
 static void unload_quiet(srv_model *M) {
 	lane_host_free(M->host);
@@ -58,6 +69,9 @@ static void unload_quiet(srv_model *M) {
 	atomic_store(&M->system_turns, 0);
 	memset(&M->chat, 0, sizeof M->chat);
 	atomic_store(&M->mstate, SRV_M_LISTED);
+	// a file replaced while it was loaded: the next load reads the new one, listed as it is now
+	if (M->stale && !read_meta(M->s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
+	M->stale = false;
 }
 
 static void unload(srv_model *M) {
@@ -172,7 +186,7 @@ static srv_model *listed(http_server *s, const char *path, const char *id) {
 	M->lanes.draft_model = NULL; // the draft model is the -m model's
 	M->lanes.pool = s->pool;
 	struct stat st;
-	if (!stat(path, &st)) M->file_bytes = (uint64_t)st.st_size;
+	if (!stat(path, &st)) note_file(M, &st);
 	atomic_init(&M->mstate, SRV_M_LISTED);
 	// what the file is, from its metadata alone: a file that cannot be a model is listed failing
 	if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
@@ -213,6 +227,20 @@ srv_model *srv_models_find(http_server *s, const char *name) {
 	return find_id(s, rel, false);
 }
 
+// Under models_mu: M's file put back, or replaced under its name (changed), as st says it is now.
+static void relist(http_server *s, srv_model *M, const struct stat *st, bool changed) {
+	const int mst = atomic_load(&M->mstate);
+	if (atomic_exchange(&M->gone, false)) M->keep_s = s->cfg.keep_alive_s;
+	note_file(M, st);
+	if (mst == SRV_M_READY || mst == SRV_M_LOADING) {
+		M->stale = changed; // its old weights serve the requests that hold it, then it unloads
+	} else {
+		if (mst == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
+		if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
+	}
+	if (changed) LOG_INFO(MOD, "%s changed in %s", M->model_id, s->cfg.models_dir);
+}
+
 // Every GGUF under dir/rel, named by its path there without .gguf; hidden entries and
 // unfinished downloads are skipped, symlinks followed. seen: the models found, by index;
 // *partial set when a folder or an entry could not be read (not one that went away).
@@ -246,13 +274,9 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 			LOG_WARN(MOD, "%s: not served (its name is too long, or the -m model's)", full);
 			continue;
 		}
-		if (M) { // listed before: a file put back is served again
-			if (atomic_exchange(&M->gone, false)) {
-				M->file_bytes = (uint64_t)st.st_size;
-				M->keep_s = s->cfg.keep_alive_s;
-				if (atomic_load(&M->mstate) == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
-				if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
-			}
+		const bool changed = M && (M->file_bytes != (uint64_t)st.st_size || M->file_ino != (uint64_t)st.st_ino || M->file_mtime_ns != mtime_ns(&st));
+		if (M) {
+			if (atomic_load(&M->gone) || changed) relist(s, M, &st, changed);
 		} else if (!(M = listed(s, full, sub))) {
 			rc = LANES_ENOMEM;
 			break;
@@ -268,8 +292,17 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 	return rc;
 }
 
+void srv_models_refresh(http_server *s) {
+	if (!s->cfg.models_dir) return;
+	const uint64_t now = base_now_us(), last = atomic_load(&s->scanned_us);
+	if (now - last < RESCAN_US && last) return;
+	uint64_t want = last;
+	if (atomic_compare_exchange_strong(&s->scanned_us, &want, now)) srv_models_rescan(s); // one caller scans
+}
+
 void srv_models_rescan(http_server *s) {
 	if (!s->cfg.models_dir) return;
+	atomic_store(&s->scanned_us, base_now_us());
 	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
 	if (!seen) return;
 	pthread_mutex_lock(&s->models_mu);
@@ -299,8 +332,8 @@ static int by_id(const void *a, const void *b) {
 
 // Under models_mu: when M, loaded and idle, is due to unload (0: never).
 static uint64_t due_us(const srv_model *M) {
-	if (M->pinned || atomic_load(&M->mstate) != SRV_M_READY || M->users || M->keep_s < 0) return 0;
-	return M->used_us + (uint64_t)(M->keep_s * 1e6);
+	if (M->pinned || atomic_load(&M->mstate) != SRV_M_READY || M->users || (M->keep_s < 0 && !M->stale)) return 0;
+	return M->stale ? M->used_us : M->used_us + (uint64_t)(M->keep_s * 1e6);
 }
 
 static void *reaper(void *arg) {
@@ -407,6 +440,21 @@ static void served_list(http_server *s, char *list, size_t n) {
 	if (!k) snprintf(list, n, "no model yet (put GGUF files in %s, or pull one)", s->cfg.models_dir ? s->cfg.models_dir : "its folder");
 }
 
+// Whether name is a file put in the folder since it was read (a name that is no file there
+// costs a stat, never a scan).
+static bool put_since(http_server *s, const char *name) {
+	char path[4096], base[256];
+	struct stat st;
+	size_t n = strlen(name);
+	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7; // Ollama's tag
+	if (!s->cfg.models_dir || n >= sizeof base) return false;
+	memcpy(base, name, n);
+	base[n] = 0;
+	if (!pull_safe_path(base, true)) return false;
+	snprintf(path, sizeof path, "%s/%s.gguf", s->cfg.models_dir, base);
+	return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
 // A request of a server without -m that names no model.
 static void unnamed(srv_conn *c) {
 	char list[512];
@@ -489,7 +537,7 @@ bool srv_models_pick(srv_conn *c) {
 	http_server *s = c->s;
 	const bool primary = srv_has_primary(s);
 	c->mdl = s->mdl;
-	if (primary && s->n_models <= 1) return false;
+	if (primary && !s->cfg.models_dir) return false;
 	if (!c->body.len) {
 		if (primary || !strcmp(c->method, "GET")) return false; // /api/ps lists what is loaded
 		unnamed(c);
@@ -505,6 +553,10 @@ bool srv_models_pick(srv_conn *c) {
 	const char *name = json_string_value(json_object_get(j, "model"));
 	if (!name && c->family == SRV_OLLAMA) name = json_string_value(json_object_get(j, "name")); // its older spelling
 	srv_model *M = name ? srv_models_find(s, name) : NULL;
+	if (name && !M && put_since(s, name)) {
+		srv_models_rescan(s);
+		M = srv_models_find(s, name);
+	}
 	double keep;
 	const bool has_keep = keep_alive_of(json_object_get(j, "keep_alive"), &keep);
 	if (!primary && !M) {
@@ -531,8 +583,12 @@ bool srv_models_pick(srv_conn *c) {
 	M->users++;
 	M->used_us = base_now_us();
 	if (has_keep) M->keep_s = keep;
-	const int st = atomic_load(&M->mstate);
-	if (st == SRV_M_READY) {
+	int st = atomic_load(&M->mstate);
+	if (st == SRV_M_READY && M->stale && M->users == 1 && !(c->rt->flags & SRV_R_DESCRIBE)) { // its file changed: not served from the old one
+		unload(M);
+		st = atomic_load(&M->mstate);
+	}
+	if (st == SRV_M_READY || (c->rt->flags & SRV_R_DESCRIBE)) { // held as it is: a description reads its file
 		pthread_mutex_unlock(&s->models_mu);
 		return false;
 	}
