@@ -119,6 +119,21 @@ test('listed by name with their state; a model idle past its keep-alive unloads,
 		gone = !(await loaded(s.url)).includes('org/qwen2:latest');
 	}
 	assert.ok(gone, 'keep_alive 0 unloads it after the request');
+	// requests that come while it unloads wait for the unload, then load it again: every one answered, with the same bits
+	const gen = async () => {
+		const x = await postJSON(`${s.url}/api/generate`, { model: 'org/qwen2', prompt: 'Once upon', raw: true, stream: false, keep_alive: 0,
+			options: { num_predict: 8, seed: 5, temperature: 0.9 } });
+		assert.equal(x.status, 200, JSON.stringify(x.body));
+		return x.body.response;
+	};
+	const kept = await gen();
+	const churn = [];
+	for (let i = 0; i < 8; i++) {
+		churn.push(gen());
+		await sleep(15 * i);
+	}
+	for (const got of await Promise.all(churn)) assert.equal(got, kept);
+	assert.match(s.log(), /model org\/qwen2 unloaded[\s\S]*loading org\/qwen2 for a request[\s\S]*model org\/qwen2 unloaded/);
 	// loads and unloads leave nothing behind: the server stops cleanly (under ASan in .ci/run: nothing leaked)
 	await complete(s.url, 'llama-q8', 1);
 	s.proc.kill('SIGTERM');

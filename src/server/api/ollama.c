@@ -82,7 +82,7 @@ static json_t *details_of(const model_hparams *hp, const gguf *g) {
 }
 
 // Whether M is in and stays so while its caller holds it.
-static bool is_in(const srv_model *M) { return M->m && (M->pinned || atomic_load(&M->mstate) == SRV_M_READY); }
+static bool is_in(const srv_model *M) { return (M->pinned || atomic_load(&M->mstate) == SRV_M_READY) && M->m; }
 
 static json_t *details(const srv_model *M) {
 	// a model of --models-dir not loaded: what its metadata says

@@ -174,6 +174,7 @@ enum srv_model_state {
 	SRV_M_LOADING, // a loader thread reads it; requests wait parked for it
 	SRV_M_READY,
 	SRV_M_FAILED,  // its load failed: load_err says why; the next request tries again
+	SRV_M_UNLOADING, // the reaper frees it, outside models_mu; requests for it wait parked, then load it again
 };
 extern const char *const srv_model_state_name[];
 
@@ -195,7 +196,7 @@ typedef struct srv_model {
 	int users;                     // requests holding it: it is not unloaded under them
 	uint64_t used_us;              // when it was last picked or let go
 	double keep_s;                 // how long it stays loaded idle (< 0: for good)
-	struct srv_conn *waiting;      // requests parked for its load (linked by next_wait)
+	struct srv_conn *waiting;      // requests parked for its load or unload (linked by next_wait)
 	atomic_int progress_ppm;       // load progress, parts per million
 	atomic_int load_stage;         // what the loader does now (enum srv_load_stage)
 	char load_err[512];

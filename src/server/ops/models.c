@@ -27,7 +27,7 @@
 #define LOAD_NICE 10  // the niceness weights are read at (Linux: per thread)
 #define RESCAN_US 1000000 // a list, or a name not found, reads the folder again at most this often
 
-const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed"};
+const char *const srv_model_state_name[] = {"unloaded", "loading", "loaded", "failed", "unloading"};
 
 // ---- reading a model in and letting it go -------------------------------------------------------
 
@@ -57,13 +57,20 @@ static void note_file(srv_model *M, const struct stat *st) {
 
 static bool read_meta(http_server *s, srv_model *M);
 
-// What a load made, freed; the model is listed again. No request holds it.
-static void unload_quiet(srv_model *M) {
+// What a load made, freed. No request holds it, nothing reads it: not under models_mu.
+static void free_loaded(srv_model *M) {
 	lane_host_free(M->host);
 	chat_free(&M->chat);
 	tok_vocab_free(M->vocab);
 	model_free(M->m);
 	free(M->rank_w);
+}
+
+static void wake_waiting(srv_model *M);
+
+// Under models_mu, after free_loaded: M is listed again, and the requests that waited for the
+// unload go on (picking it again loads it).
+static void unloaded(srv_model *M) {
 	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL;
 	M->reason = NULL, M->n_think_end = 0, M->max_ctx = 0;
 	atomic_store(&M->system_turns, 0);
@@ -72,11 +79,15 @@ static void unload_quiet(srv_model *M) {
 	// a file replaced while it was loaded: the next load reads the new one, listed as it is now
 	if (M->stale && !read_meta(M->s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 	M->stale = false;
+	wake_waiting(M);
+	pthread_cond_broadcast(&M->s->models_cv);
 }
 
-static void unload(srv_model *M) {
-	unload_quiet(M);
-	LOG_INFO(MOD, "model %s unloaded", M->model_id);
+// Under models_mu: M, loaded and idle, is to be freed; the reaper does it outside the lock, so
+// no pick or request end waits on a lane host's threads or a cache flush.
+static void retire(srv_model *M) {
+	atomic_store(&M->mstate, SRV_M_UNLOADING);
+	pthread_cond_broadcast(&M->s->models_cv);
 }
 
 // Under models_mu: the requests parked for M's load are woken (each goes on, or fails, as M's state says).
@@ -125,7 +136,9 @@ static void *load_thread(void *arg) {
 	if (rc) {
 		snprintf(M->load_err, sizeof M->load_err, "%s", err);
 		LOG_ERROR(MOD, "cannot load %s: %s", M->model_path, err);
-		unload_quiet(M);
+		free_loaded(M); // what it made before it failed: no request has seen any of it
+		M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->reason = NULL;
+		memset(&M->chat, 0, sizeof M->chat);
 		atomic_store(&M->mstate, SRV_M_FAILED);
 	} else {
 		M->load_err[0] = 0;
@@ -336,6 +349,7 @@ static uint64_t due_us(const srv_model *M) {
 	return M->stale ? M->used_us : M->used_us + (uint64_t)(M->keep_s * 1e6);
 }
 
+// Frees the models retired, and retires the ones idle past their keep-alive.
 static void *reaper(void *arg) {
 	http_server *s = arg;
 	pthread_mutex_lock(&s->models_mu);
@@ -344,9 +358,21 @@ static void *reaper(void *arg) {
 		for (int i = 0; i < s->n_models; i++) {
 			const uint64_t at = due_us(s->models[i]);
 			if (!at) continue;
-			if (at <= now) unload(s->models[i]);
+			if (at <= now) retire(s->models[i]);
 			else if (!next || at < next) next = at;
 		}
+		bool freed = false;
+		for (int i = 0; i < s->n_models; i++) {
+			srv_model *M = s->models[i];
+			if (atomic_load(&M->mstate) != SRV_M_UNLOADING) continue;
+			pthread_mutex_unlock(&s->models_mu);
+			free_loaded(M);
+			pthread_mutex_lock(&s->models_mu);
+			unloaded(M);
+			LOG_INFO(MOD, "model %s unloaded", M->model_id);
+			freed = true;
+		}
+		if (freed) continue; // the clock moved on, and a waiter may have loaded another
 		if (!next) {
 			pthread_cond_wait(&s->models_cv, &s->models_mu);
 		} else {
@@ -412,7 +438,8 @@ void srv_models_stop(http_server *s) {
 
 void srv_model_free(srv_model *M) {
 	if (!M) return;
-	if (atomic_load(&M->mstate) == SRV_M_READY) unload(M);
+	const int st = atomic_load(&M->mstate);
+	if (st == SRV_M_READY || st == SRV_M_UNLOADING) free_loaded(M);
 	free(M->model_path);
 	free(M->template_path);
 	free(M);
@@ -513,14 +540,20 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 					want->model_id, plan_format_size(want->need_bytes, a, sizeof a), plan_format_size(used, b, sizeof b),
 					HTTP_SETTING(&s->cfg, memory_bytes));
 		}
-		unload(lru);
+		retire(lru); // freed by the reaper while this one loads
 	}
 }
 
 // A resumed request whose model's load ended: its route runs, or it fails as the load did.
 static void model_resume(srv_conn *c) {
 	srv_model *M = c->mdl;
-	if (atomic_load(&M->mstate) != SRV_M_READY) {
+	const int st = atomic_load(&M->mstate);
+	if (st == SRV_M_LISTED) { // it waited for an unload: picked afresh, it loads
+		srv_models_release(c);
+		if (!srv_models_pick(c)) srv_models_go(c);
+		return;
+	}
+	if (st != SRV_M_READY) {
 		srv_err e;
 		pthread_mutex_lock(&c->s->models_mu);
 		srv_fail(&e, SRV_E_INTERNAL, "model", "the model '%s' did not load from %s: %s", M->model_id, M->model_path, M->load_err);
@@ -585,8 +618,8 @@ bool srv_models_pick(srv_conn *c) {
 	if (has_keep) M->keep_s = keep;
 	int st = atomic_load(&M->mstate);
 	if (st == SRV_M_READY && M->stale && M->users == 1 && !(c->rt->flags & SRV_R_DESCRIBE)) { // its file changed: not served from the old one
-		unload(M);
-		st = atomic_load(&M->mstate);
+		retire(M);
+		st = SRV_M_UNLOADING;
 	}
 	if (st == SRV_M_READY || (c->rt->flags & SRV_R_DESCRIBE)) { // held as it is: a description reads its file
 		pthread_mutex_unlock(&s->models_mu);
@@ -599,7 +632,7 @@ bool srv_models_pick(srv_conn *c) {
 		model_resume(c);
 		return true;
 	}
-	if (st != SRV_M_LOADING) {
+	if (st != SRV_M_LOADING && st != SRV_M_UNLOADING) { // an unload ends by waking its waiters, who load it again
 		if (make_room(s, M, &e)) {
 			pthread_mutex_unlock(&s->models_mu);
 			srv_reply_error(c, &e);
