@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -134,7 +135,7 @@ const char *const cli_serve_flags[][2] = {
 	{"cors_origins", "--cors-origin"}, {"protect_control", "--protect-control"}, {"max_output_bytes", "--max-output-bytes"},
 	{"max_tokenize_bytes", "--max-tokenize-bytes"}, {"no_webui", "--no-webui"}, {"peers", "--peer"},
 	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
-	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dir", "--models-dir"},
+	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dirs", "--models-dir"}, {"aliases", "--alias"},
 	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"}, {"model_path", "-m"}, {"draft_model", "--draft-model"},
 	{"memory_bytes", "--memory"}, {"lanes.ctx", "--ctx"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
@@ -178,24 +179,46 @@ int cmd_serve(const cli_settings *s) {
 		}
 		close(dfd);
 	}
-	char pulled[4096], models_dir[4096] = "";
-	const char *model_path = s->model;
-	if (s->serve_models_dir && *s->serve_models_dir) {
-		snprintf(models_dir, sizeof models_dir, "%s", s->serve_models_dir);
-	} else if (!model_path) {
+	char pulled[4096], cache[4096];
+	const char *model_path = s->model, *dirs[CLI_LIST_MAX], *alias = NULL;
+	int n_dirs = s->serve_models_dir.n, n_aliases = 0;
+	http_alias aliases[CLI_LIST_MAX];
+	char alias_buf[CLI_LIST_MAX][256];
+	for (int i = 0; i < n_dirs; i++) dirs[i] = s->serve_models_dir.v[i];
+	// --alias NAME names the -m model; NAME=FILE serves FILE by that name
+	for (int i = 0; i < s->alias.n; i++) {
+		const char *a = s->alias.v[i], *eq = strchr(a, '=');
+		struct stat st;
+		if (!eq) {
+			if (alias) return cli_usage_error(s, "--alias NAME names the -m model once; --alias NAME=FILE serves another file");
+			alias = a;
+			continue;
+		}
+		if (eq == a || (size_t)(eq - a) >= sizeof alias_buf[0] || stat(eq + 1, &st) || !S_ISREG(st.st_mode)) {
+			cli_err("--alias %s: give NAME=FILE, FILE a model file", a);
+			return 2;
+		}
+		snprintf(alias_buf[n_aliases], sizeof alias_buf[0], "%.*s", (int)(eq - a), a);
+		aliases[n_aliases] = (http_alias){alias_buf[n_aliases], eq + 1};
+		n_aliases++;
+	}
+	if (alias && !model_path) return cli_usage_error(s, "--alias NAME names the -m model: give -m, or NAME=FILE");
+	if (!n_dirs && !model_path) {
 		// no model named: the models `lanes pull` put in the cache, as Ollama serves its own
 		pull_config pc;
 		cli_pull_config(s, &pc);
-		pull_cache_dir(&pc, models_dir, sizeof models_dir);
+		pull_cache_dir(&pc, cache, sizeof cache);
 		char err[512];
 		int dfd;
-		if (base_dir_open(models_dir, true, &dfd, err, sizeof err)) {
+		if (base_dir_open(cache, true, &dfd, err, sizeof err)) {
 			cli_err("the model cache: %s", err);
 			return 2;
 		}
 		close(dfd);
+		dirs[n_dirs++] = cache;
 	}
-	if (*models_dir && s->window) return cli_usage_error(s, "--window is the one-model plan's: with --models-dir each model runs --lanes and --ctx");
+	const bool multi = n_dirs || n_aliases;
+	if (multi && s->window) return cli_usage_error(s, "--window is the one-model plan's: with --models-dir each model runs --lanes and --ctx");
 	if (cli_is_pull_ref(s->model)) {
 		if (cli_pull(s, s->model, pulled, sizeof pulled)) return 1;
 		model_path = pulled;
@@ -207,7 +230,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.model_path = model_path;
 	cfg.host = s->host;
 	cfg.port = (int)s->port;
-	cfg.alias = s->alias;
+	cfg.alias = alias;
 	cfg.api_key = s->api_key;
 	cfg.max_body = (size_t)s->max_body;
 	cfg.chat_template = s->chat_template;
@@ -255,7 +278,10 @@ int cmd_serve(const cli_settings *s) {
 	cfg.peer_poll_ms = (int)s->peer_poll_ms;
 	cfg.peer_timeout_ms = (int)s->peer_timeout_ms;
 	cfg.peer_key = s->peer_key;
-	cfg.models_dir = *models_dir ? models_dir : NULL;
+	cfg.models_dirs = dirs;
+	cfg.n_models_dirs = n_dirs;
+	cfg.aliases = aliases;
+	cfg.n_aliases = n_aliases;
 	cfg.max_models = (int)s->max_models;
 	if (!base_parse_duration(s->keep_alive, &cfg.keep_alive_s)) {
 		cli_err("--keep-alive: '%s' is no duration (30s, 5m, 1h, -1 or 0)", s->keep_alive);
@@ -275,7 +301,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.allow_unauth_mutations = s->allow_unauth_mutations;
 	cli_pull_config(s, &cfg.cache);
 	cfg.cache.urls = false; // over HTTP the hub's names alone: the server fetches no URL a client names
-	if (cfg.models_dir) cfg.cache.dir = cfg.models_dir; // Ollama's pull, copy and delete change what it serves
+	if (n_dirs) cfg.cache.dir = dirs[0]; // Ollama's pull, copy and delete change what it serves
 	enum { LORA_BUF = 8192 };
 	http_lora *loras = s->lora.n ? calloc((size_t)s->lora.n, sizeof *loras) : NULL;
 	char *lora_buf = s->lora.n ? malloc((size_t)s->lora.n * LORA_BUF) : NULL;
@@ -295,7 +321,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.n_loras = s->lora.n;
 	int rc = 0, signals = 0;
 	char err[512];
-	if (s->memory && !cfg.models_dir) {
+	if (s->memory && !multi) {
 		if ((rc = plan_serve(&cfg, model_path, s->memory, (int32_t)s->lanes, (int32_t)s->window))) goto out;
 	} else if (s->memory) {
 		if ((rc = plan_folder(&cfg, model_path, s->memory))) goto out;
@@ -328,8 +354,7 @@ int cmd_serve(const cli_settings *s) {
 		goto out;
 	}
 	if (model_path) LOG_INFO("serve", "listening on http://%s:%d (loading %s)", s->host, http_server_port(srv), model_path);
-	else LOG_INFO("serve", "listening on http://%s:%d (the models of %s, each loaded by its first request)", s->host, http_server_port(srv),
-		      models_dir);
+	else LOG_INFO("serve", "listening on http://%s:%d (models by name, each loaded by its first request)", s->host, http_server_port(srv));
 	atomic_store(&bar.shown, true);
 
 	bool halted = false;

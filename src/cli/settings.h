@@ -27,9 +27,9 @@ typedef struct {
 	// files and texts
 	const char *grammar_file, *json_schema_file, *data_file, *eval_file, *from_adapter;
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
-	const char *host, *alias, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
+	const char *host, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
 	const char *corpus, *svg;
-	const char *cache_dir, *cache_dir_max, *serve_models_dir, *keep_alive;
+	const char *cache_dir, *cache_dir_max, *keep_alive;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
 	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;
@@ -43,7 +43,7 @@ typedef struct {
 	double dry_multiplier, dry_base, xtc_probability, xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exp, mirostat_lr, mirostat_ent;
 	const char *samplers, *sampling_seq;
 	double temp, top_p, min_p, round_ms, price_row_us, price_fixed_us, drain_s, header_timeout, lr, alpha, weight_decay, clip, learn_share, stream_flush_ms, end_logit;
-	cli_list allowed_host, cors_origin, lora, peer, dry_breaker; // repeatable
+	cli_list allowed_host, cors_origin, lora, peer, dry_breaker, alias, serve_models_dir; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
 		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations,

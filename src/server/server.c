@@ -223,8 +223,8 @@ static void on_body(srv_conn *c) {
 	const bool picks = (fl & SRV_R_MODEL) && !(fl & SRV_R_MUTATE) && strncmp(c->path, "/v1/leases", 10);
 	if ((fl & SRV_R_MODEL) && !picks && !srv_has_primary(c->s)) {
 		srv_err e;
-		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "adapters, learning and leases need a model given with %s: this server serves the models of %s alone",
-			 HTTP_SETTING(&c->s->cfg, model_path), c->s->cfg.models_dir);
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "adapters, learning and leases need a model given with %s: this server serves models by name alone",
+			 HTTP_SETTING(&c->s->cfg, model_path));
 		srv_reply_error(c, &e);
 		return;
 	}
@@ -439,14 +439,14 @@ const char *http_setting_name(const http_config *cfg, const char *field) {
 
 int http_config_check(const http_config *cfg, char *err, size_t errlen) {
 	const bool primary = cfg->model_path && *cfg->model_path;
-	if (!primary && !cfg->models_dir)
-		return base_seterr(err, errlen, LANES_EINVAL, "no model: give %s or %s", HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dir));
+	if (!primary && !cfg->n_models_dirs && !cfg->n_aliases)
+		return base_seterr(err, errlen, LANES_EINVAL, "no model: give %s or %s", HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dirs));
 	// what belongs to the -m model has nothing to belong to without one
 	const char *needs = cfg->n_loras ? HTTP_SETTING(cfg, loras) : cfg->draft_model ? HTTP_SETTING(cfg, draft_model)
 			  : cfg->n_peers ? HTTP_SETTING(cfg, peers) : NULL;
 	if (!primary && needs)
-		return base_seterr(err, errlen, LANES_EINVAL, "%s needs a model given with %s: %s's models are served without them", needs,
-				   HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dir));
+		return base_seterr(err, errlen, LANES_EINVAL, "%s needs a model given with %s: the models served by name run without them", needs,
+				   HTTP_SETTING(cfg, model_path));
 	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
 		const void *p = (const char *)cfg + nums[i].off;
 		double v;

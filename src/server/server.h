@@ -53,6 +53,11 @@ typedef struct {
 	float scale;                // what a request that names it gets unless it gives its own
 } http_lora;
 
+// A model file served by a name of its own (`--alias NAME=FILE`).
+typedef struct {
+	const char *name, *path;
+} http_alias;
+
 typedef struct {
 	// How messages name a setting, given as spelt here ("max_body", "lanes.queue"): NULL, by
 	// that spelling; `lanes serve` names its flags.
@@ -109,7 +114,10 @@ typedef struct {
 	pull_config cache;          // the model cache Ollama's /api/pull, /api/copy and /api/delete work on (strings borrowed)
 	// more models served by name beside model_path (ops/models.c): each GGUF under models_dir,
 	// loaded on its first request and unloaded once idle for keep_alive_s (< 0: never)
-	const char *models_dir;     // NULL: model_path alone
+	const char *const *models_dirs; // none: model_path alone; the first is where Ollama's pull, copy and delete write
+	int n_models_dirs;
+	const http_alias *aliases;  // files served by a name of their own, as a folder's are (borrowed)
+	int n_aliases;
 	double keep_alive_s;        // default 300; a request's own keep_alive (Ollama's) wins for its model
 	int max_models;             // models_dir's models loaded at once: the least recently used idle one goes first
 	// with models_dir: the memory every model loaded at once must fit in, each planned at its

@@ -249,6 +249,35 @@ test('a file put in the folder is served, one replaced serves its new weights on
 	assert.equal((await postJSON(`${s.url}/v1/completions`, body('b', 0))).status, 404);
 });
 
+test('several folders and --alias NAME=FILE: the first folder holding a name serves it, an alias before either', async () => {
+	const d1 = fs.mkdtempSync(path.join(TMP, 'models-d1-')), d2 = fs.mkdtempSync(path.join(TMP, 'models-d2-'));
+	const llama = path.join(SHARED, 'models', FILES['llama-q8']), qwen = path.join(SHARED, 'models', FILES['org/qwen2']);
+	fs.symlinkSync(llama, path.join(d1, 'a.gguf'));
+	fs.symlinkSync(qwen, path.join(d2, 'a.gguf'));
+	fs.symlinkSync(qwen, path.join(d2, 'q.gguf'));
+	const s = await serve(['--models-dir', d1, '--models-dir', d2, '--alias', `story=${STORIES}`, '--alias', `q=${llama}`]);
+	assert.deepEqual((await getJSON(`${s.url}/v1/models`)).body.data.map((m) => m.id).sort(), ['a', 'q', 'story']);
+	const alone = { llama: await serve(['-m', llama, '--alias', 'x']), story: await serve(['-m', STORIES, '--alias', 'x']) };
+	const want = {};
+	for (const [k, a] of Object.entries(alone)) {
+		want[k] = (await complete(a.url, 'x', 0)).replace(/"x"/g, '');
+		a.proc.kill('SIGTERM');
+	}
+	const got = async (name) => (await complete(s.url, name, 0)).replace(new RegExp(`"${name}"`, 'g'), '');
+	assert.equal(await got('a'), want.llama, "a: the first folder's file");
+	assert.equal(await got('q'), want.llama, "q: the alias's file, not the second folder's");
+	assert.equal(await got('story'), want.story);
+	// a file put in the second folder is found by name too
+	fs.symlinkSync(qwen, path.join(d2, 'late.gguf'));
+	assert.equal((await postJSON(`${s.url}/v1/completions`, body('late', 0))).status, 200);
+	for (const [flags, why] of [[['--alias', 'x=/nonexistent.gguf'], /--alias x=\/nonexistent\.gguf: give NAME=FILE/], [['-m', STORIES, '--alias', 'a', '--alias', 'b'], /names the -m model once/],
+		[['--alias', 'lonely', '--models-dir', d1], /--alias NAME names the -m model: give -m/], [['--alias', `a=${STORIES}`, '--models-dir', d1, '-m', STORIES, '--alias', 'a'], /the name is too long or taken/]]) {
+		const r = spawnSync(BIN, ['serve', '--port', '0', ...flags], { encoding: 'utf8', timeout: 20000 });
+		assert.notEqual(r.status, 0, flags.join(' '));
+		assert.match(r.stderr, why);
+	}
+});
+
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
 	const s = await serve(['-m', STORIES, '--models-dir', dir]);
 	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });

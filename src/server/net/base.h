@@ -184,6 +184,8 @@ typedef struct srv_model {
 	char *model_path, *template_path;
 	char model_id[128];
 	bool pinned;                   // the -m model: loaded at start, never unloaded
+	bool named;                    // an --alias NAME=FILE: listed whatever the folders hold
+	const char *dir;               // the --models-dir it was found in (NULL: -m or an alias)
 	atomic_bool gone;              // its file left the folder: listed no more, unloaded once idle
 	uint64_t file_bytes, file_ino;
 	int64_t file_mtime_ns;         // with the size and inode: the file a rescan finds is the one listed
@@ -282,6 +284,12 @@ struct http_server {
 	struct srv_pulls *pulls;       // Ollama's pulls running on threads of their own (ops/cache.c)
 	struct srv_store *responses;   // finished Responses kept (api/store.h), NULL when --responses-store is 0
 };
+
+// Whether the server serves models by name beside (or instead of) a -m model.
+static inline bool srv_multi(const http_server *s) { return s->cfg.n_models_dirs > 0 || s->cfg.n_aliases > 0; }
+
+// The folder Ollama's pull, copy and delete write to (NULL: none).
+static inline const char *srv_models_home(const http_server *s) { return s->cfg.n_models_dirs ? s->cfg.models_dirs[0] : NULL; }
 
 // Whether the server has a -m model (a server of --models-dir alone has none: its stub in
 // models[0] is never listed, loaded or picked).

@@ -184,10 +184,11 @@ static bool has_suffix(const char *n, const char *suf) {
 	return a > b && !strcmp(n + a - b, suf);
 }
 
-static srv_model *listed(http_server *s, const char *path, const char *id) {
+static srv_model *listed(http_server *s, const char *dir, const char *path, const char *id) {
 	srv_model *M = calloc(1, sizeof *M);
 	if (!M) return NULL;
 	M->s = s;
+	M->dir = dir;
 	M->model_path = strdup(path);
 	if (!M->model_path) {
 		free(M);
@@ -230,10 +231,10 @@ srv_model *srv_models_find(http_server *s, const char *name) {
 	memcpy(base, name, n);
 	base[n] = 0;
 	srv_model *M = find_id(s, base, false);
-	if (M || !s->cfg.models_dir) return M;
+	if (M || !srv_models_home(s)) return M;
 	// the names `lanes ls` prints for what `lanes pull` wrote there (ORG/REPO:QUANT, ORG/REPO)
 	pull_config pc = s->cfg.cache;
-	pc.dir = s->cfg.models_dir;
+	pc.dir = srv_models_home(s);
 	char rel[1024], err[256];
 	if (pull_cache_find(&pc, name, rel, sizeof rel, err, sizeof err) || !has_suffix(rel, ".gguf")) return NULL;
 	rel[strlen(rel) - 5] = 0;
@@ -251,7 +252,7 @@ static void relist(http_server *s, srv_model *M, const struct stat *st, bool cha
 		if (mst == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
 		if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 	}
-	if (changed) LOG_INFO(MOD, "%s changed in %s", M->model_id, s->cfg.models_dir);
+	if (changed) LOG_INFO(MOD, "%s changed in %s", M->model_id, M->dir);
 }
 
 // Every GGUF under dir/rel, named by its path there without .gguf; hidden entries and
@@ -287,10 +288,11 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 			LOG_WARN(MOD, "%s: not served (its name is too long, or the -m model's)", full);
 			continue;
 		}
+		if (M && M->dir != dir) continue; // an alias's name, or the same name in a folder given before
 		const bool changed = M && (M->file_bytes != (uint64_t)st.st_size || M->file_ino != (uint64_t)st.st_ino || M->file_mtime_ns != mtime_ns(&st));
 		if (M) {
 			if (atomic_load(&M->gone) || changed) relist(s, M, &st, changed);
-		} else if (!(M = listed(s, full, sub))) {
+		} else if (!(M = listed(s, dir, full, sub))) {
 			rc = LANES_ENOMEM;
 			break;
 		} else if (add(s, M)) {
@@ -306,31 +308,44 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 }
 
 void srv_models_refresh(http_server *s) {
-	if (!s->cfg.models_dir) return;
+	if (!s->cfg.n_models_dirs) return;
 	const uint64_t now = base_now_us(), last = atomic_load(&s->scanned_us);
 	if (now - last < RESCAN_US && last) return;
 	uint64_t want = last;
 	if (atomic_compare_exchange_strong(&s->scanned_us, &want, now)) srv_models_rescan(s); // one caller scans
 }
 
+// Under models_mu: every folder read again. seen: the models found, by index.
+static int scan_all(http_server *s, bool *seen, bool *partial, const char **failed) {
+	for (int d = 0; d < s->cfg.n_models_dirs; d++) {
+		const int rc = scan(s, s->cfg.models_dirs[d], "", 0, seen, partial);
+		if (rc) {
+			*failed = s->cfg.models_dirs[d];
+			return rc;
+		}
+	}
+	return 0;
+}
+
 void srv_models_rescan(http_server *s) {
-	if (!s->cfg.models_dir) return;
+	if (!s->cfg.n_models_dirs) return;
 	atomic_store(&s->scanned_us, base_now_us());
 	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
 	if (!seen) return;
 	pthread_mutex_lock(&s->models_mu);
 	const int before = atomic_load(&s->n_models);
 	bool partial = false;
-	if (!scan(s, s->cfg.models_dir, "", 0, seen, &partial)) {
+	const char *failed = NULL;
+	if (!scan_all(s, seen, &partial, &failed)) {
 		// a file no longer there: listed no more, unloaded once no request holds it (a read
 		// that failed for want of descriptors or rights says nothing of what is gone)
 		for (int i = 1; i < atomic_load(&s->n_models) && !partial; i++)
-			if (!seen[i] && !atomic_exchange(&s->models[i]->gone, true)) {
+			if (!seen[i] && s->models[i]->dir && !atomic_exchange(&s->models[i]->gone, true)) {
 				s->models[i]->keep_s = 0;
-				LOG_INFO(MOD, "%s left %s: no longer served", s->models[i]->model_id, s->cfg.models_dir);
+				LOG_INFO(MOD, "%s left %s: no longer served", s->models[i]->model_id, s->models[i]->dir);
 			}
 		for (int i = before; i < atomic_load(&s->n_models); i++)
-			LOG_INFO(MOD, "serving %s, new in %s", s->models[i]->model_id, s->cfg.models_dir);
+			LOG_INFO(MOD, "serving %s, new in %s", s->models[i]->model_id, s->models[i]->dir);
 	}
 	pthread_cond_broadcast(&s->models_cv);
 	pthread_mutex_unlock(&s->models_mu);
@@ -394,27 +409,39 @@ static void *reaper(void *arg) {
 int srv_models_start(http_server *s, char *err, size_t errlen) {
 	pthread_mutex_init(&s->models_mu, NULL);
 	pthread_cond_init(&s->models_cv, NULL);
-	s->models = calloc(s->cfg.models_dir ? SRV_MODELS_MAX : 1, sizeof *s->models);
+	s->models = calloc(srv_multi(s) ? SRV_MODELS_MAX : 1, sizeof *s->models);
 	if (!s->models || add(s, s->mdl)) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
-	if (!s->cfg.models_dir) return 0;
+	if (!srv_multi(s)) return 0;
 	if (srv_has_primary(s)) read_meta(s, s->mdl); // its share of --memory (a file that does not read fails its load)
 	int rc = base_pool_new(&s->pool, s->cfg.lanes.threads > 0 ? s->cfg.lanes.threads : base_cpu_count());
 	if (rc) return base_seterr(err, errlen, rc, "cannot start the compute threads");
 	base_pool_share(s->pool);
 	s->mdl->lanes.pool = s->pool;
+	// the names given first: a folder's file of the same name is not served by it
+	for (int i = 0; i < s->cfg.n_aliases; i++) {
+		const http_alias *a = &s->cfg.aliases[i];
+		if (strlen(a->name) >= sizeof s->mdl->model_id || !strcmp(a->name, s->mdl->model_id) || find_id(s, a->name, true))
+			return base_seterr(err, errlen, LANES_EINVAL, "%s %s=%s: the name is too long or taken", HTTP_SETTING(&s->cfg, aliases), a->name, a->path);
+		srv_model *M = listed(s, NULL, a->path, a->name);
+		if (!M || add(s, M)) {
+			srv_model_free(M);
+			return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+		}
+		M->named = true;
+	}
 	bool *seen = calloc(SRV_MODELS_MAX, sizeof *seen);
 	bool partial = false;
-	rc = seen ? scan(s, s->cfg.models_dir, "", 0, seen, &partial) : LANES_ENOMEM;
+	const char *failed = NULL;
+	rc = seen ? scan_all(s, seen, &partial, &failed) : LANES_ENOMEM;
 	free(seen);
-	if (rc == LANES_EIO) return base_seterr(err, errlen, rc, "%s %s: %s", HTTP_SETTING(&s->cfg, models_dir), s->cfg.models_dir, strerror(errno));
+	if (rc == LANES_EIO) return base_seterr(err, errlen, rc, "%s %s: %s", HTTP_SETTING(&s->cfg, models_dirs), failed, strerror(errno));
 	if (rc) return base_seterr(err, errlen, rc, "out of memory");
 	qsort(s->models + 1, (size_t)(s->n_models - 1), sizeof *s->models, by_id);
-	if (srv_has_primary(s))
-		LOG_INFO(MOD, "serving %d model%s of %s beside %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
-			 s->cfg.models_dir, s->mdl->model_id);
-	else
-		LOG_INFO(MOD, "serving %d model%s of %s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
-			 s->cfg.models_dir);
+	char where[512] = "";
+	for (int d = 0, k = 0; d < s->cfg.n_models_dirs && k < (int)sizeof where; d++)
+		k += snprintf(where + k, sizeof where - (size_t)k, "%s%s", d ? ", " : "", s->cfg.models_dirs[d]);
+	LOG_INFO(MOD, "serving %d model%s%s%s%s%s, each loaded by its first request", s->n_models - 1, s->n_models == 2 ? "" : "s",
+		 *where ? " of " : "", where, srv_has_primary(s) ? " beside " : "", srv_has_primary(s) ? s->mdl->model_id : "");
 	if (pthread_create(&s->reaper, NULL, reaper, s)) return base_seterr(err, errlen, LANES_ENOMEM, "cannot start the models' reaper");
 	s->reaper_started = true;
 	return 0;
@@ -464,7 +491,7 @@ static void served_list(http_server *s, char *list, size_t n) {
 	list[0] = 0;
 	for (int i = 0; i < atomic_load(&s->n_models) && k < n; i++)
 		if (!atomic_load(&s->models[i]->gone)) k += (size_t)snprintf(list + k, n - k, "%s'%s'", k ? ", " : "", s->models[i]->model_id);
-	if (!k) snprintf(list, n, "no model yet (put GGUF files in %s, or pull one)", s->cfg.models_dir ? s->cfg.models_dir : "its folder");
+	if (!k) snprintf(list, n, "no model yet (put GGUF files in %s, or pull one)", srv_models_home(s) ? srv_models_home(s) : "its folder");
 }
 
 // Whether name is a file put in the folder since it was read (a name that is no file there
@@ -474,12 +501,15 @@ static bool put_since(http_server *s, const char *name) {
 	struct stat st;
 	size_t n = strlen(name);
 	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7; // Ollama's tag
-	if (!s->cfg.models_dir || n >= sizeof base) return false;
+	if (n >= sizeof base) return false;
 	memcpy(base, name, n);
 	base[n] = 0;
 	if (!pull_safe_path(base, true)) return false;
-	snprintf(path, sizeof path, "%s/%s.gguf", s->cfg.models_dir, base);
-	return !stat(path, &st) && S_ISREG(st.st_mode);
+	for (int d = 0; d < s->cfg.n_models_dirs; d++) {
+		snprintf(path, sizeof path, "%s/%s.gguf", s->cfg.models_dirs[d], base);
+		if (!stat(path, &st) && S_ISREG(st.st_mode)) return true;
+	}
+	return false;
 }
 
 // A request of a server without -m that names no model.
@@ -570,7 +600,7 @@ bool srv_models_pick(srv_conn *c) {
 	http_server *s = c->s;
 	const bool primary = srv_has_primary(s);
 	c->mdl = s->mdl;
-	if (primary && !s->cfg.models_dir) return false;
+	if (primary && !srv_multi(s)) return false;
 	if (!c->body.len) {
 		if (primary || !strcmp(c->method, "GET")) return false; // /api/ps lists what is loaded
 		unnamed(c);
