@@ -278,6 +278,21 @@ test('several folders and --alias NAME=FILE: the first folder holding a name ser
 	}
 });
 
+test("the -m model's adapters are its own: a request to another model that names one is a 404, never run on it", async () => {
+	const adapter = path.join(TMP, `models-adapter-${process.pid}.gguf`);
+	const g = spawnSync(BIN, ['gen', '--lora', '4', '-m', STORIES, '-o', adapter, '--seed', '3'], { encoding: 'utf8' });
+	assert.equal(g.status, 0, g.stderr);
+	const s = await serve(['-m', STORIES, '--lora', `sql=${adapter}`, '--models-dir', dir]);
+	const ask = (model, lora) => postJSON(`${s.url}/v1/completions`, { model, prompt: 'Once', max_tokens: 4, lora });
+	assert.equal((await ask('stories260K', [{ name: 'sql' }])).status, 200);
+	for (const lora of [[{ name: 'sql' }], [{ id: 0 }]]) {
+		const r = await ask('llama-q8', lora);
+		assert.equal(r.status, 404, JSON.stringify(r.body));
+		assert.equal(r.body.error.param, 'lora[0]');
+	}
+	assert.equal((await ask('llama-q8', undefined)).status, 200);
+});
+
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
 	const s = await serve(['-m', STORIES, '--models-dir', dir]);
 	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
