@@ -123,7 +123,7 @@ static const srv_route routes[] = {
 	{"POST", "/v1/leases", SRV_R_AUTH | SRV_R_MODEL, SRV_OPENAI, srv_lease_new},
 	{"DELETE", "/v1/leases/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX, SRV_OPENAI, srv_lease_release},
 	{"GET", "/v1/adapters", 0, SRV_OPENAI, srv_adapters_list},
-	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_load},
+	{"POST", "/v1/adapters", SRV_R_AUTH | SRV_R_MODEL | SRV_R_MUTATE | SRV_R_BASE, SRV_OPENAI, srv_adapters_load},
 	{"DELETE", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_unload},
 	{"POST", "/v1/adapters/", SRV_R_AUTH | SRV_R_MODEL | SRV_R_PREFIX | SRV_R_MUTATE, SRV_OPENAI, srv_adapters_save},
 	// learning while serving: the ledger is read off the engine's last publication
@@ -218,12 +218,14 @@ static int early_check(srv_conn *c, const char *url, const char *method, srv_err
 
 // The body is in: a generation request may go to a peer, the rest runs its route here.
 static void on_body(srv_conn *c) {
-	// the routes that serve a model pick it by name; adapters, learning and leases are the -m model's
+	// the routes that serve a model pick it by name, an adapter's load by its base; learning and
+	// leases are the -m model's, an adapter's unload finds its model
 	const unsigned fl = c->rt->flags;
-	const bool picks = (fl & SRV_R_MODEL) && !(fl & SRV_R_MUTATE) && strncmp(c->path, "/v1/leases", 10);
-	if ((fl & SRV_R_MODEL) && !picks && !srv_has_primary(c->s)) {
+	const bool picks = ((fl & SRV_R_MODEL) && !(fl & SRV_R_MUTATE) && strncmp(c->path, "/v1/leases", 10)) || (fl & SRV_R_BASE);
+	const bool unload = c->rt->fn == srv_adapters_unload;
+	if ((fl & SRV_R_MODEL) && !picks && !unload && !srv_has_primary(c->s)) {
 		srv_err e;
-		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "adapters, learning and leases need a model given with %s: this server serves models by name alone",
+		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "learning, saving adapters and leases need a model given with %s: this server serves models by name alone",
 			 HTTP_SETTING(&c->s->cfg, model_path));
 		srv_reply_error(c, &e);
 		return;

@@ -57,6 +57,7 @@ const complete = (url, model, seed, extra = {}) =>
 
 test('the ledger is published at start and moves only when something changed', async () => {
 	const a = await ledger();
+	assert.equal(a.model, 'stories260K', 'the ledger names the model it trains on');
 	assert.equal(a.sequence, 1);
 	assert.equal(a.revision, 0);
 	assert.deepEqual(a.grants, []);

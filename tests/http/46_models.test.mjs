@@ -168,18 +168,22 @@ test('--memory: the models loaded at once fit in it, the least recently used idl
 	assert.deepEqual(await loaded(s.url), ['qwen2:latest', 'stories:latest'], 'qwen2 and stories fit together: both stay (no count caps them)');
 	await run('llama-q8');
 	assert.deepEqual(await loaded(s.url), ['llama-q8:latest'], 'stories (least recently used), then qwen2 went for it');
-	// a running request's model is never unloaded: the model that would need its room waits for none, it is told to retry
+	// a running request's model is never unloaded: the model that needs its room waits (parked) until it is let go, as Ollama queues
 	const ctl = new AbortController();
 	const stream = await fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, signal: ctl.signal,
 		body: JSON.stringify({ model: 'llama-q8', prompt: 'Once', max_tokens: 100000, stream: true, ignore_eos: true }) });
 	const rd = stream.body.getReader();
 	await rd.read();
-	const busy = await postJSON(`${s.url}/v1/completions`, body('qwen2', 0));
-	assert.equal(busy.status, 503, JSON.stringify(busy.body));
-	assert.match(busy.body.error.message, /qwen2' needs 22\.9 MiB.*every one busy/);
+	let done = false;
+	const queued = postJSON(`${s.url}/v1/completions`, body('qwen2', 0)).then((r) => ((done = true), r));
+	for (let i = 0; i < 100 && (await waits(s.url)).parked.model !== 1; i++) await sleep(20);
+	assert.equal((await waits(s.url)).parked.model, 1, 'it waits for room');
+	assert.equal(done, false);
+	assert.deepEqual(await loaded(s.url), ['llama-q8:latest'], 'the busy model stays');
 	ctl.abort();
 	await rd.cancel().catch(() => {});
-	for (let i = 0; i < 100 && (await postJSON(`${s.url}/v1/completions`, body('qwen2', 0))).status !== 200; i++) await sleep(50);
+	const got = await queued;
+	assert.equal(got.status, 200, JSON.stringify(got.body));
 	assert.deepEqual(await loaded(s.url), ['qwen2:latest'], 'let go, it made room');
 	// a model bigger than the whole budget: 507, saying what it needs (Ollama's client gets the same status)
 	const small = await serve(['--models-dir', mdir, '--memory', '20MiB']);
@@ -278,11 +282,16 @@ test('several folders and --alias NAME=FILE: the first folder holding a name ser
 	}
 });
 
-test("the -m model's adapters are its own: a request to another model that names one is a 404, never run on it", async () => {
+test("a model's adapters are its own: a request to another model that names one is a 404, never run on it", async () => {
 	const adapter = path.join(TMP, `models-adapter-${process.pid}.gguf`);
 	const g = spawnSync(BIN, ['gen', '--lora', '4', '-m', STORIES, '-o', adapter, '--seed', '3'], { encoding: 'utf8' });
 	assert.equal(g.status, 0, g.stderr);
-	const s = await serve(['-m', STORIES, '--lora', `sql=${adapter}`, '--models-dir', dir]);
+	const s = await serve(['-m', STORIES, '--lora', `sql=${adapter}`, '--models-dir', dir, '--adapters-dir', TMP]);
+	// a base that is no model here is a 404, never the -m model instead
+	const nobase = await postJSON(`${s.url}/v1/adapters`, { name: 'x', file: path.basename(adapter), base: 'nope' });
+	assert.equal(nobase.status, 404);
+	assert.equal(nobase.body.error.param, 'base');
+	assert.equal((await postJSON(`${s.url}/v1/adapters`, { name: 'x', file: path.basename(adapter), base: 'stories260K' })).status, 200, 'the -m model by name');
 	const ask = (model, lora) => postJSON(`${s.url}/v1/completions`, { model, prompt: 'Once', max_tokens: 4, lora });
 	assert.equal((await ask('stories260K', [{ name: 'sql' }])).status, 200);
 	for (const lora of [[{ name: 'sql' }], [{ id: 0 }]]) {
@@ -291,6 +300,46 @@ test("the -m model's adapters are its own: a request to another model that names
 		assert.equal(r.body.error.param, 'lora[0]');
 	}
 	assert.equal((await ask('llama-q8', undefined)).status, 200);
+});
+
+test('an adapter names its base model: loaded on it (loading it), requests naming the adapter run on it with the bits of a server of that model alone; it goes with its model', async () => {
+	const adir = fs.mkdtempSync(path.join(TMP, 'models-adapters-'));
+	const llama = path.join(SHARED, 'models', FILES['llama-q8']);
+	const g = spawnSync(BIN, ['gen', '--lora', '4', '-m', llama, '-o', path.join(adir, 'lq.gguf'), '--seed', '7'], { encoding: 'utf8' });
+	assert.equal(g.status, 0, g.stderr);
+	const s = await serve(['--models-dir', dir, '--adapters-dir', adir]);
+	const load = await postJSON(`${s.url}/v1/adapters`, { name: 'lq', file: 'lq.gguf', base: 'llama-q8' });
+	assert.equal(load.status, 200, JSON.stringify(load.body));
+	assert.equal(load.body.parent, 'llama-q8');
+	assert.deepEqual(await loaded(s.url), ['llama-q8:latest'], 'its base loaded for it');
+	const alone = await serve(['-m', llama, '--alias', 'llama-q8', '--lora', `lq=${path.join(adir, 'lq.gguf')}`]);
+	for (let i = 0; i < 2; i++) assert.equal(await complete(s.url, 'lq', i), await complete(alone.url, 'lq', i), `lq #${i} as on a server of its model alone`);
+	const lora = await postJSON(`${s.url}/v1/completions`, { ...body('llama-q8', 0), lora: [{ name: 'lq' }] });
+	const named = await postJSON(`${alone.url}/v1/completions`, { ...body('llama-q8', 0), lora: [{ name: 'lq' }] });
+	assert.equal(lora.body.choices[0].token_sha, named.body.choices[0].token_sha, 'named in lora, too');
+	alone.proc.kill('SIGTERM');
+	assert.deepEqual((await getJSON(`${s.url}/v1/adapters`)).body.data.map((a) => [a.name, a.parent]), [['lq', 'llama-q8']]);
+	assert.ok((await getJSON(`${s.url}/v1/models`)).body.data.some((m) => m.id === 'lq' && m.parent === 'llama-q8'));
+	// another model neither takes it by name in lora nor gets a second adapter of that name
+	assert.equal((await postJSON(`${s.url}/v1/completions`, { ...body('org/qwen2', 0), lora: [{ name: 'lq' }] })).status, 404);
+	const twice = await postJSON(`${s.url}/v1/adapters`, { name: 'lq', file: 'lq.gguf', base: 'org/qwen2' });
+	assert.equal(twice.status, 409);
+	assert.match(twice.body.error.message, /an adapter of llama-q8/);
+	const unknown = await postJSON(`${s.url}/v1/adapters`, { name: 'zz', file: 'lq.gguf', base: 'nope' });
+	assert.equal(unknown.status, 404);
+	assert.equal(unknown.body.error.param, 'base');
+	// unloaded with it: its model's keep-alive ends both
+	assert.equal((await postJSON(`${s.url}/api/generate`, { model: 'llama-q8', prompt: 'x', raw: true, stream: false, keep_alive: 0, options: { num_predict: 1 } })).status, 200);
+	for (let i = 0; i < 100 && (await loaded(s.url)).length; i++) await sleep(50);
+	assert.deepEqual((await getJSON(`${s.url}/v1/adapters`)).body.data, []);
+	assert.equal((await postJSON(`${s.url}/v1/completions`, body('lq', 0))).status, 404);
+	// loaded again and deleted by name
+	assert.equal((await postJSON(`${s.url}/v1/adapters`, { name: 'lq', file: 'lq.gguf', base: 'llama-q8' })).status, 200);
+	const del = await fetch(`${s.url}/v1/adapters/lq`, { method: 'DELETE' });
+	assert.equal(del.status, 200);
+	assert.equal((await del.json()).parent, 'llama-q8');
+	assert.equal((await postJSON(`${s.url}/v1/completions`, body('lq', 0))).status, 404);
+	await assertWaitsSettled(assert, s.url, ['model', 'load']);
 });
 
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
@@ -332,12 +381,15 @@ test('without -m: the folder alone (the model cache by default); each request na
 	const malformed = await fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"model":' });
 	assert.equal(malformed.status, 400);
 	assert.match((await malformed.json()).error.message, /malformed JSON/);
-	// adapters, learning and leases are the -m model's: refused, saying why
-	for (const [route, req] of [['/v1/adapters', { name: 'a', path: 'a.gguf' }], ['/learn/grants', { adapter: 'a', rank: 4 }], ['/v1/leases', { lanes: 1 }]]) {
+	// learning and leases are the -m model's: refused, saying why; an adapter names its base model
+	for (const [route, req] of [['/learn/grants', { adapter: 'a', rank: 4 }], ['/v1/leases', { lanes: 1 }], ['/v1/adapters/a', {}]]) {
 		const r = await postJSON(`${s.url}${route}`, req);
 		assert.equal(r.status, 404, route);
 		assert.match(r.body.error.message, /need a model given with -m/, route);
 	}
+	const nobase = await postJSON(`${s.url}/v1/adapters`, { name: 'a', file: 'a.gguf' });
+	assert.equal(nobase.status, 400);
+	assert.equal(nobase.body.error.param, 'base');
 	// the control reads answer without a model of their own; the loaded one is reported by name
 	const slots = await getJSON(`${s.url}/slots`);
 	assert.equal(slots.status, 200);

@@ -30,8 +30,8 @@ static bool oll_model_ok(const srv_model *M, const char *name) {
 }
 
 // The loaded adapter name calls (":latest" allowed), into out; false when it calls none.
-static bool oll_adapter(http_server *s, const char *name, char *out) {
-	struct model_loras *l = model_loras_of(s);
+static bool oll_adapter(srv_model *M, const char *name, char *out) {
+	struct model_loras *l = srv_loras_of(M);
 	size_t n = name ? strlen(name) : 0;
 	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7;
 	if (!l || !n || n > MODEL_LORA_NAME_MAX) return false;
@@ -44,8 +44,8 @@ static bool oll_adapter(http_server *s, const char *name, char *out) {
 static int oll_check_model(srv_model *M, const char *name, bool lookup, srv_err *e) {
 	http_server *s = M->s;
 	char a[MODEL_LORA_NAME_MAX + 1];
-	struct model_loras *l = model_loras_of(s);
-	if (oll_model_ok(M, name) || oll_adapter(s, name, a) ||
+	struct model_loras *l = srv_loras_of(M);
+	if (oll_model_ok(M, name) || oll_adapter(M, name, a) ||
 	    (!lookup && !s->cfg.strict_model && s->n_models == 1 && !(l && model_loras_ever(l))))
 		return 0;
 	if (s->n_models > 1) return name && srv_models_find(s, name) == M ? 0 : srv_models_named(s, name, e); // ORG/REPO:QUANT too
@@ -635,7 +635,6 @@ static int oll_messages(srv_conn *c, json_t *msgs, json_t **out, srv_err *e) {
 
 static void oll_run(srv_conn *c, bool chat) {
 	srv_model *M = c->mdl;
-	http_server *s = c->s;
 	srv_err e;
 	oll_req *r = calloc(1, sizeof *r);
 	if (!r) {
@@ -660,7 +659,7 @@ static void oll_run(srv_conn *c, bool chat) {
 	if (!rc) rc = oll_check_model(M, r->g.model, false, &e);
 	if (!rc) snprintf(r->name, sizeof r->name, "%s", r->g.model);
 	// checked here, in Ollama's naming; an adapter's name is bound by srv_gen_check
-	r->g.model = !rc && oll_adapter(s, r->g.model, r->lora) ? r->lora : NULL;
+	r->g.model = !rc && oll_adapter(M, r->g.model, r->lora) ? r->lora : NULL;
 	size_t n_images = 0;
 	if (!rc) rc = oll_unsupported(c, r, &e) || oll_images(r->images, "images", &n_images, &e) || oll_options_apply(c, r, &e) ||
 		      srv_gen_check(M, &r->g, &e) || oll_format(M, r, &e);

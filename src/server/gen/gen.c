@@ -184,8 +184,7 @@ static int no_adapter(srv_err *e, const char *param, const char *what) {
 }
 
 int srv_gen_bind(srv_model *M, srv_gen *g, srv_err *e) {
-	http_server *s = M->s;
-	struct model_loras *l = M == s->mdl ? model_loras_of(s) : NULL; // the adapters are the -m model's: another model has none
+	struct model_loras *l = srv_loras_of(M); // a model's adapters are its own
 	const model_lora *a;
 	float scale;
 	char name[MODEL_LORA_NAME_MAX + 1];

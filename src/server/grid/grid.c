@@ -14,7 +14,7 @@
 
 json_t *srv_grid_adapters(http_server *s) {
 	json_t *names = json_array();
-	struct model_loras *l = model_loras_of(s);
+	struct model_loras *l = srv_loras_of(s->mdl);
 	model_loras_entry *all = NULL;
 	const int n = l ? model_loras_list(l, &all) : 0;
 	for (int i = 0; names && i < n; i++)

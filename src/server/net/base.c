@@ -453,9 +453,9 @@ uint64_t srv_lease_of(srv_conn *c) {
 	return srv_lease_parse(srv_header(c, SRV_LEASE_HEADER));
 }
 
-struct model_loras *model_loras_of(http_server *s) {
-	const int st = atomic_load(&s->state);
-	return st == HTTP_READY || st == HTTP_DRAINING || st == HTTP_HALTED ? s->mdl->loras : NULL;
+struct model_loras *srv_loras_of(srv_model *M) {
+	if (M == M->s->mdl) return srv_primary_host(M->s) ? M->loras : NULL;
+	return atomic_load(&M->mstate) == SRV_M_READY ? M->loras : NULL;
 }
 
 int srv_check_model(http_server *s, const char *id, srv_err *e) {
@@ -463,15 +463,19 @@ int srv_check_model(http_server *s, const char *id, srv_err *e) {
 	if (s->n_models > 1) return srv_model_lookup(s, id, e); // several: a name is one of them
 	// one model and no adapters: any name means it, as llama-server takes it (--strict-model: 404).
 	// Once an adapter has been loaded a name never falls back to the base: it names an adapter or nothing.
-	struct model_loras *l = model_loras_of(s);
+	struct model_loras *l = srv_loras_of(s->mdl);
 	if (!s->cfg.strict_model && !(l && model_loras_ever(l))) return 0;
 	return srv_model_lookup(s, id, e);
 }
 
 int srv_model_lookup(http_server *s, const char *id, srv_err *e) {
-	struct model_loras *l = model_loras_of(s);
+	struct model_loras *l = srv_loras_of(s->mdl);
 	if (!strcmp(id, s->mdl->model_id) || (l && model_loras_has(l, id))) return 0;
-	if (s->n_models > 1) return srv_models_find(s, id) ? 0 : srv_models_named(s, id, e);
+	if (s->n_models > 1) {
+		srv_model *A = srv_models_find(s, id) ? NULL : srv_models_adapter(s, id); // another model's adapter
+		if (A) srv_models_put(s, &A, 1);
+		return srv_models_find(s, id) || A ? 0 : srv_models_named(s, id, e);
+	}
 	if (l && model_loras_ever(l))
 		srv_fail(e, SRV_E_NOT_FOUND, "model", "the model '%s' does not exist: this server serves '%s' and the adapters GET /v1/adapters lists",
 			 id, s->mdl->model_id);

@@ -140,7 +140,8 @@ enum {
 	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
 	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
 	SRV_R_UTIL = 1 << 6,   // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
-	SRV_R_DESCRIBE = 1 << 7 // with SRV_R_MODEL: describes its model, which a request does not load
+	SRV_R_DESCRIBE = 1 << 7, // with SRV_R_MODEL: describes its model, which a request does not load
+	SRV_R_BASE = 1 << 8      // picks its model by "base" (an adapter's base model), loading it as a request would
 };
 typedef struct srv_route {
 	const char *method, *path;
@@ -236,6 +237,7 @@ struct http_server {
 	pthread_t reaper;              // unloads models idle past their keep-alive
 	bool reaper_started, models_quit;
 	atomic_uint_least64_t scanned_us; // when the folder was last read (srv_models_refresh)
+	struct srv_conn *room_waiting; // under models_mu: requests parked until a loaded model is let go, to make room
 	base_pool *pool;               // the compute threads every model's lane host shares
 	struct MHD_Daemon *mhd;
 	const struct srv_http_hooks *hooks; // the daemon's steps of a request (net/http.h)
@@ -315,7 +317,9 @@ struct srv_conn {
 	http_server *s;
 	srv_model *mdl;                // the model its request names (set before its route runs)
 	bool holds_mdl;                // it counts among mdl's users until it ends
-	struct srv_conn *next_wait;    // the next request parked for the same model's load
+	struct srv_conn *next_wait;    // the next request parked for the same model's load, or for room
+	struct srv_conn **wait_list;   // the list it is parked on (a model's waiting, or the server's room_waiting)
+	bool room_wait;                // it waited for room: woken, it is picked afresh
 	struct MHD_Connection *mc;
 	const struct srv_route *rt;    // the daemon's route (NULL: none matched)
 	enum srv_family family;        // the route's error shape
@@ -433,8 +437,12 @@ srv_model *srv_models_hold(http_server *s, const char *name);
 // A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model
 // or a loaded adapter.
 int srv_model_lookup(http_server *s, const char *id, srv_err *e);
-// The adapters once the model is in (NULL before): control reads may run while it loads.
-struct model_loras *model_loras_of(http_server *s);
+// M's adapters once it is in (NULL before, and for a model not loaded): control reads may run
+// while it loads. A model of --models-dir must be held (users) while they are read.
+struct model_loras *srv_loras_of(srv_model *M);
+// The loaded model with an adapter called name (":latest" allowed), held for its caller
+// (srv_models_put lets it go); NULL: none.
+srv_model *srv_models_adapter(http_server *s, const char *name);
 // A JSON number that never fails (non-finite values clamped).
 json_t *srv_real(double v);
 // v as compact JSON text (malloc'd; NULL when out of memory) whose reals are in the shortest form

@@ -17,6 +17,7 @@
 
 typedef struct lora_job {
 	http_server *s;
+	srv_model *M;                // its base model (held by the connection, or the -m model at start)
 	srv_conn *conn;              // the POST waiting for it, parked
 	char name[MODEL_LORA_NAME_MAX + 1];
 	char path[1024];             // as listed: the operator's path, or the adapters' folder and file
@@ -41,20 +42,20 @@ static void run_load(http_server *s, lora_job *j) {
 		// a missing or refused file is the client's 400, like a malformed one
 		if (base_file_open_in(s->adapters_dfd, j->file, &fd, j->err, sizeof j->err)) j->rc = LANES_EINVAL;
 		else {
-			j->rc = model_lora_load_fd(&a, s->mdl->m, fd, j->file, j->err, sizeof j->err);
+			j->rc = model_lora_load_fd(&a, j->M->m, fd, j->file, j->err, sizeof j->err);
 			close(fd);
 		}
 	} else {
-		j->rc = model_lora_load(&a, s->mdl->m, j->path, j->err, sizeof j->err);
+		j->rc = model_lora_load(&a, j->M->m, j->path, j->err, sizeof j->err);
 	}
 	if (!j->rc) model_lora_info_of(a, &j->info);
-	model_loras_publish(s->mdl->loras, j->name, j->ticket, a, &j->version);
+	model_loras_publish(j->M->loras, j->name, j->ticket, a, &j->version);
 	j->ms = (double)(base_now_us() - t0) / 1000.0;
 	if (!j->rc && !j->version)
 		j->rc = base_seterr(j->err, sizeof j->err, LANES_EBUSY, "the adapter '%s' was unloaded while it loaded", j->name);
 	if (!j->rc)
-		LOG_INFO(SRV_MOD, "adapter %s v%u from %s in %.0f ms: rank %d, %d matrices (%s), %.2f MiB", j->name, j->version, j->path,
-			 j->ms, j->info.rank, j->info.n_targets, j->info.targets, (double)j->info.bytes / 1048576.0);
+		LOG_INFO(SRV_MOD, "adapter %s v%u of %s from %s in %.0f ms: rank %d, %d matrices (%s), %.2f MiB", j->name, j->version, j->M->model_id,
+			 j->path, j->ms, j->info.rank, j->info.n_targets, j->info.targets, (double)j->info.bytes / 1048576.0);
 	else
 		LOG_WARN(SRV_MOD, "adapter %s not loaded: %s", j->name, j->err);
 }
@@ -64,7 +65,7 @@ static void load_job(void *arg, bool stopping) {
 	lora_job *j = arg;
 	if (stopping) {
 		j->rc = base_seterr(j->err, sizeof j->err, LANES_ECANCELLED, "the server is stopping");
-		model_loras_publish(j->s->mdl->loras, j->name, j->ticket, NULL, NULL);
+		model_loras_publish(j->M->loras, j->name, j->ticket, NULL, NULL);
 	} else {
 		run_load(j->s, j);
 	}
@@ -89,7 +90,7 @@ static int load_at_start(http_server *s, int i, char *err, size_t errlen) {
 	if (!(fabsf(l->scale) <= MODEL_LORA_SCALE_MAX))
 		return base_seterr(err, errlen, LANES_EINVAL, "%s %s: the scale must be between -%d and %d", HTTP_SETTING(&s->cfg, loras), l->name,
 				   MODEL_LORA_SCALE_MAX, MODEL_LORA_SCALE_MAX);
-	lora_job j = {.scale = l->scale};
+	lora_job j = {.M = s->mdl, .scale = l->scale};
 	snprintf(j.name, sizeof j.name, "%s", l->name);
 	snprintf(j.path, sizeof j.path, "%s", l->path);
 	char why[256], hint[96];
@@ -127,7 +128,7 @@ static const lane_snap_lora *snap_of(const lane_snapshot *sn, uint64_t id) {
 
 static const char *const state_name[] = {[MODEL_LORAS_LOADING] = "loading", [MODEL_LORAS_READY] = "ready", [MODEL_LORAS_RETIRED] = "retired"};
 
-static json_t *adapter_object(const http_server *s, const model_loras_entry *a, const lane_snapshot *sn) {
+static json_t *adapter_object(const srv_model *M, const model_loras_entry *a, const lane_snapshot *sn) {
 	const lane_snap_lora *u = snap_of(sn, a->lora_id);
 	json_t *targets = json_array();
 	for (const char *p = a->info.targets; targets && *p;) {
@@ -137,7 +138,7 @@ static json_t *adapter_object(const http_server *s, const model_loras_entry *a, 
 		p += n + (q != NULL);
 	}
 	json_t *o = json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:I, s:i, s:i, s:I, s:I}", "name", a->name, "id",
-			      (int)a->id, "version", (int)a->version, "status", state_name[a->state], "parent", s->mdl->model_id, "path",
+			      (int)a->id, "version", (int)a->version, "status", state_name[a->state], "parent", M->model_id, "path",
 			      a->path, "scale", srv_real(a->scale), "rank", a->info.rank, "alpha", srv_real(a->info.alpha), "bytes",
 			      (json_int_t)a->info.bytes, "requests_running", u ? u->running : 0, "requests_waiting",
 			      u ? u->waiting : 0, "requests_total", (json_int_t)a->requests, "created", (json_int_t)a->created);
@@ -147,11 +148,11 @@ static json_t *adapter_object(const http_server *s, const model_loras_entry *a, 
 	return o;
 }
 
-// The registry's entries and the lane host's last snapshot; NULL before the model is in.
-static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapshot **sn) {
+// M's registry entries and its lane host's last snapshot; NULL before the model is in.
+static model_loras_entry *list_with_snapshot(srv_model *M, int *n, lane_snapshot **sn) {
 	*n = 0;
 	*sn = NULL;
-	struct model_loras *l = model_loras_of(s);
+	struct model_loras *l = srv_loras_of(M);
 	if (!l) return NULL;
 	model_loras_entry *v = NULL;
 	*n = model_loras_list(l, &v);
@@ -163,19 +164,25 @@ static model_loras_entry *list_with_snapshot(http_server *s, int *n, lane_snapsh
 		*sn = NULL;
 		return NULL;
 	}
-	if (srv_primary_host(s)) lane_host_snapshot(s->mdl->host, *sn);
+	lane_host_snapshot(M->host, *sn); // in: its host is too
 	return v;
 }
 
+// Every loaded model's adapters, each naming its base model (parent).
 void srv_adapters_list(srv_conn *c) {
 	http_server *s = c->s;
-	int n;
-	lane_snapshot *sn;
-	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
+	srv_model *ms[SRV_MODELS_MAX];
+	const int nm = srv_models_each(s, true, ms, SRV_MODELS_MAX);
 	json_t *data = json_array();
-	for (int i = 0; data && i < n; i++) json_array_append_new(data, adapter_object(s, &v[i], sn));
-	free(v);
-	free(sn);
+	for (int k = 0; k < nm; k++) {
+		int n;
+		lane_snapshot *sn;
+		model_loras_entry *v = list_with_snapshot(ms[k], &n, &sn);
+		for (int i = 0; data && i < n; i++) json_array_append_new(data, adapter_object(ms[k], &v[i], sn));
+		free(v);
+		free(sn);
+	}
+	srv_models_put(s, ms, nm);
 	srv_reply_json(c, 200, json_pack("{s:s, s:o, s:i}", "object", "list", "data", data ? data : json_array(), "max_lora",
 					 s->cfg.max_lora),
 		       0);
@@ -204,13 +211,14 @@ int srv_adapter_file(http_server *s, const char *path, const char *file, const c
 }
 
 typedef struct {
-	const char *name, *file, *path;
+	const char *name, *file, *path, *base;
 	json_t *scale;
 	bool replace;
 } load_req;
 
 static const srv_field load_fields[] = {
 	SRV_ROW(load_req, name, SRV_K_STR),
+	SRV_ROW(load_req, base, SRV_K_STR), // read by the pick: the model it is loaded on
 	SRV_ROW(load_req, file, SRV_K_STR),
 	SRV_ROW(load_req, path, SRV_K_STR),
 	SRV_ROW(load_req, scale, SRV_K_JSON),
@@ -240,11 +248,11 @@ static void load_resume(srv_conn *c) {
 	// the entry as the registry has it now (its id, scale, count), unless it changed since
 	int n;
 	lane_snapshot *sn;
-	model_loras_entry *v = list_with_snapshot(c->s, &n, &sn);
+	model_loras_entry *v = list_with_snapshot(j->M, &n, &sn);
 	for (int i = 0; i < n; i++)
 		if (v[i].state == MODEL_LORAS_READY && !strcmp(v[i].name, j->name) && v[i].version == j->version) a = v[i];
 	static const lane_snapshot none;
-	json_t *o = adapter_object(c->s, &a, sn ? sn : &none);
+	json_t *o = adapter_object(j->M, &a, sn ? sn : &none);
 	free(v);
 	free(sn);
 	if (o) json_object_set_new(o, "load_ms", srv_real(j->ms));
@@ -268,8 +276,15 @@ void srv_adapters_load(srv_conn *c) {
 		srv_fail(&e, SRV_E_BAD_REQUEST, "name", "an adapter's name is 1 to %d letters, digits, '.', '_' or '-'", MODEL_LORA_NAME_MAX);
 		goto fail;
 	}
-	if (!strcmp(r.name, s->mdl->model_id)) {
-		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is the base model's name", r.name);
+	// c->mdl: the base model "base" names (held, loaded), else the -m model
+	srv_model *M = c->mdl, *other = srv_models_find(s, r.name) ? NULL : srv_models_adapter(s, r.name);
+	if (other) srv_models_put(s, &other, 1);
+	if (!strcmp(r.name, s->mdl->model_id) || srv_models_find(s, r.name)) {
+		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is a model's name", r.name);
+		goto fail;
+	}
+	if (other && other != M) { // a request names an adapter alone: one name, one model
+		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is an adapter of %s: DELETE it first", r.name, other->model_id);
 		goto fail;
 	}
 	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= MODEL_LORA_SCALE_MAX))) {
@@ -289,7 +304,8 @@ void srv_adapters_load(srv_conn *c) {
 	json_decref(j);
 	j = NULL;
 	char err[256], hint[96];
-	int rc = model_loras_reserve(s->mdl->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
+	job->M = M;
+	int rc = model_loras_reserve(M->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
 	if (rc) {
 		free(job);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s%s", err, full_hint(s, rc, hint));
@@ -302,7 +318,7 @@ void srv_adapters_load(srv_conn *c) {
 	c->done = load_done;
 	rc = srv_work_post(s, SRV_WORK_LOAD, load_job, job);
 	if (rc) {
-		model_loras_publish(s->mdl->loras, job->name, job->ticket, NULL, NULL);
+		model_loras_publish(M->loras, job->name, job->ticket, NULL, NULL);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), NULL,
 			 rc == LANES_ENOMEM ? "out of memory" : "the server is stopping");
 		srv_reply_error(c, &e);
@@ -322,27 +338,32 @@ void srv_adapters_unload(srv_conn *c) {
 	http_server *s = c->s;
 	const char *name = c->path + strlen("/v1/adapters/");
 	srv_err e;
+	// the model that holds it (held while this runs); else the -m model's registry says why not
+	srv_model *M = srv_models_adapter(s, name), *held = M;
+	if (!M && srv_has_primary(s)) M = s->mdl;
 	int n;
-	lane_snapshot *sn;
-	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
+	lane_snapshot *sn = NULL;
+	model_loras_entry *v = M ? list_with_snapshot(M, &n, &sn) : NULL;
 	uint64_t id = 0;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; v && i < n; i++)
 		if (v[i].state != MODEL_LORAS_RETIRED && !strcmp(v[i].name, name)) id = v[i].lora_id;
 	free(v);
 	bool freed = false;
-	const int rc = model_loras_remove(s->mdl->loras, name, &freed);
+	const int rc = M ? model_loras_remove(M->loras, name, &freed) : LANES_EINVAL;
 	if (rc) {
 		free(sn);
+		if (held) srv_models_put(s, &held, 1);
 		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
 		else srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no adapter called '%.64s' is loaded", name);
 		srv_reply_error(c, &e);
 		return;
 	}
 	const lane_snap_lora *u = sn ? snap_of(sn, id) : NULL;
-	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "name", name, "status", freed ? "unloaded" : "unloading", "requests_running",
-			      u ? u->running : 0, "requests_waiting", u ? u->waiting : 0);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i}", "name", name, "parent", M->model_id, "status", freed ? "unloaded" : "unloading",
+			      "requests_running", u ? u->running : 0, "requests_waiting", u ? u->waiting : 0);
 	free(sn);
-	LOG_INFO(SRV_MOD, "adapter %s unloaded%s", name, freed ? "" : ": freed when the requests holding it end");
+	LOG_INFO(SRV_MOD, "adapter %s of %s unloaded%s", name, M->model_id, freed ? "" : ": freed when the requests holding it end");
+	if (held) srv_models_put(s, &held, 1);
 	// 202: the memory goes when the requests still holding it end; new requests get 404 now
 	srv_reply_json(c, freed ? 200 : 202, o, 0);
 }
@@ -350,17 +371,22 @@ void srv_adapters_unload(srv_conn *c) {
 // ---- what /v1/models and /metrics say ------------------------------------------------------
 
 void srv_adapters_models(http_server *s, json_t *data, const char *only) {
-	int n;
-	lane_snapshot *sn;
-	model_loras_entry *v = list_with_snapshot(s, &n, &sn);
-	for (int i = 0; i < n; i++) {
-		if (v[i].state != MODEL_LORAS_READY || (only && strcmp(only, v[i].name))) continue;
-		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", v[i].name, "object", "model", "created",
-						      (json_int_t)v[i].created, "owned_by", "lanes", "parent", s->mdl->model_id, "root",
-						      v[i].path));
+	srv_model *ms[SRV_MODELS_MAX];
+	const int nm = srv_models_each(s, true, ms, SRV_MODELS_MAX);
+	for (int k = 0; k < nm; k++) {
+		int n;
+		lane_snapshot *sn;
+		model_loras_entry *v = list_with_snapshot(ms[k], &n, &sn);
+		for (int i = 0; i < n; i++) {
+			if (v[i].state != MODEL_LORAS_READY || (only && strcmp(only, v[i].name))) continue;
+			json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", v[i].name, "object", "model", "created",
+							      (json_int_t)v[i].created, "owned_by", "lanes", "parent", ms[k]->model_id, "root",
+							      v[i].path));
+		}
+		free(v);
+		free(sn);
 	}
-	free(v);
-	free(sn);
+	srv_models_put(s, ms, nm);
 }
 
 // Names of the adapters with requests of one kind, comma-separated, into b: each once, though
@@ -389,7 +415,7 @@ static void names_with(const model_loras_entry *v, int n, const lane_snapshot *s
 void srv_adapters_metrics(http_server *s, const lane_snapshot *sn, srv_buf *out) {
 	int n = 0;
 	model_loras_entry *v = NULL;
-	struct model_loras *l = model_loras_of(s);
+	struct model_loras *l = srv_loras_of(s->mdl);
 	if (l) n = model_loras_list(l, &v);
 	if (n < 0) n = 0;
 	srv_buf run = {0}, wait = {0};

@@ -87,7 +87,7 @@ void srv_learn_grants(srv_conn *c) {
 	if (l) learn_live_ledger_of(l, lg);
 	json_t *grants = json_array();
 	for (int i = 0; grants && i < lg->n_grants; i++) json_array_append_new(grants, grant_object(&lg->grants[i]));
-	json_t *o = json_pack("{s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:i}", "sequence", (json_int_t)lg->sequence,
+	json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:i}", "model", s->mdl->model_id, "sequence", (json_int_t)lg->sequence,
 			      "clock_us", (json_int_t)lg->clock_us, "revision", (json_int_t)lg->revision, "grants",
 			      grants ? grants : json_array(), "committed_steps", (json_int_t)lg->committed_steps, "aborted_steps",
 			      (json_int_t)lg->aborted_steps, "tokens_trained", (json_int_t)lg->tokens_trained, "examples",

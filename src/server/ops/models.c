@@ -7,6 +7,7 @@
 #include "server/gen/gen.h"
 
 #include "base/base.h"
+#include "model/loras.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "tokenizer/tokenizer.h"
@@ -60,6 +61,7 @@ static bool read_meta(http_server *s, srv_model *M);
 // What a load made, freed. No request holds it, nothing reads it: not under models_mu.
 static void free_loaded(srv_model *M) {
 	lane_host_free(M->host);
+	model_loras_free(M->loras); // its adapters go with it (after the host: no request holds one)
 	chat_free(&M->chat);
 	tok_vocab_free(M->vocab);
 	model_free(M->m);
@@ -71,7 +73,7 @@ static void wake_waiting(srv_model *M);
 // Under models_mu, after free_loaded: M is listed again, and the requests that waited for the
 // unload go on (picking it again loads it).
 static void unloaded(srv_model *M) {
-	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL;
+	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->loras = NULL;
 	M->reason = NULL, M->n_think_end = 0, M->max_ctx = 0;
 	atomic_store(&M->system_turns, 0);
 	memset(&M->chat, 0, sizeof M->chat);
@@ -91,13 +93,23 @@ static void retire(srv_model *M) {
 }
 
 // Under models_mu: the requests parked for M's load are woken (each goes on, or fails, as M's state says).
-static void wake_waiting(srv_model *M) {
-	for (srv_conn *c = M->waiting, *next; c; c = next) {
+static void wake_list(srv_conn **head) {
+	for (srv_conn *c = *head, *next; c; c = next) {
 		next = c->next_wait;
 		c->next_wait = NULL;
+		c->wait_list = NULL;
 		srv_wake(c, SRV_WAIT_MODEL);
 	}
-	M->waiting = NULL;
+	*head = NULL;
+}
+
+static void wake_waiting(srv_model *M) { wake_list(&M->waiting); }
+
+// Under models_mu: c parked on the list head (woken by wake_list).
+static void wait_on(srv_conn *c, srv_conn **head) {
+	c->next_wait = *head;
+	c->wait_list = head;
+	*head = c;
 }
 
 typedef struct {
@@ -131,13 +143,14 @@ static void *load_thread(void *arg) {
 	}
 	if (!rc) rc = srv_model_setup(M, NULL, err, sizeof err);
 	if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
+	if (!rc && model_loras_new(&M->loras, M->m, s->cfg.max_lora)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	if (!rc) M->max_ctx = lane_host_max_context(M->host);
 	pthread_mutex_lock(&s->models_mu);
 	if (rc) {
 		snprintf(M->load_err, sizeof M->load_err, "%s", err);
 		LOG_ERROR(MOD, "cannot load %s: %s", M->model_path, err);
 		free_loaded(M); // what it made before it failed: no request has seen any of it
-		M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->reason = NULL;
+		M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->reason = NULL, M->loras = NULL;
 		memset(&M->chat, 0, sizeof M->chat);
 		atomic_store(&M->mstate, SRV_M_FAILED);
 	} else {
@@ -451,6 +464,7 @@ void srv_models_stop(http_server *s) {
 	if (!s->models) return;
 	pthread_mutex_lock(&s->models_mu);
 	s->models_quit = true;
+	wake_list(&s->room_waiting); // picked again, they hear the server is stopping
 	pthread_cond_broadcast(&s->models_cv);
 	pthread_mutex_unlock(&s->models_mu);
 	if (s->reaper_started) pthread_join(s->reaper, NULL);
@@ -485,6 +499,14 @@ void srv_models_free(http_server *s) {
 
 // ---- a request's model --------------------------------------------------------------------------
 
+// Under models_mu: one holder of M fewer; a loaded model no one holds may make the room a
+// parked request waits for.
+static void let_go(http_server *s, srv_model *M) {
+	M->users--;
+	if (!M->users && atomic_load(&M->mstate) == SRV_M_READY && !M->pinned) wake_list(&s->room_waiting);
+	pthread_cond_broadcast(&s->models_cv);
+}
+
 // The names served, quoted, for an error to list.
 static void served_list(http_server *s, char *list, size_t n) {
 	size_t k = 0;
@@ -492,6 +514,29 @@ static void served_list(http_server *s, char *list, size_t n) {
 	for (int i = 0; i < atomic_load(&s->n_models) && k < n; i++)
 		if (!atomic_load(&s->models[i]->gone)) k += (size_t)snprintf(list + k, n - k, "%s'%s'", k ? ", " : "", s->models[i]->model_id);
 	if (!k) snprintf(list, n, "no model yet (put GGUF files in %s, or pull one)", srv_models_home(s) ? srv_models_home(s) : "its folder");
+}
+
+// Under models_mu: the model in now with an adapter called name (":latest" allowed), or NULL.
+static srv_model *adapter_owner(http_server *s, const char *name) {
+	char base[MODEL_LORA_NAME_MAX + 1];
+	size_t n = strlen(name);
+	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7;
+	if (!n || n >= sizeof base) return NULL;
+	memcpy(base, name, n);
+	base[n] = 0;
+	for (int i = 0; i < s->n_models; i++) {
+		struct model_loras *l = srv_loras_of(s->models[i]);
+		if (l && model_loras_has(l, base)) return s->models[i];
+	}
+	return NULL;
+}
+
+srv_model *srv_models_adapter(http_server *s, const char *name) {
+	pthread_mutex_lock(&s->models_mu);
+	srv_model *M = adapter_owner(s, name);
+	if (M) M->users++;
+	pthread_mutex_unlock(&s->models_mu);
+	return M;
 }
 
 // Whether name is a file put in the folder since it was read (a name that is no file there
@@ -517,7 +562,10 @@ static void unnamed(srv_conn *c) {
 	char list[512];
 	srv_err e;
 	served_list(c->s, list, sizeof list);
-	srv_fail(&e, SRV_E_BAD_REQUEST, "model", "name the model: this server has no default one and serves %s", list);
+	if (c->rt->flags & SRV_R_BASE)
+		srv_fail(&e, SRV_E_BAD_REQUEST, "base", "name the adapter's base model (\"base\"): this server has no default one and serves %s", list);
+	else
+		srv_fail(&e, SRV_E_BAD_REQUEST, "model", "name the model: this server has no default one and serves %s", list);
 	srv_reply_error(c, &e);
 }
 
@@ -531,8 +579,8 @@ static bool keep_alive_of(json_t *v, double *out) {
 
 // Under models_mu: room for want beside the models loaded now — fewer than --max-models, and
 // with --memory its need beside theirs — the least recently used idle ones unloaded until
-// there is. 0, else -1 with e: 503 when every one it would unload is busy, 507 when it does
-// not fit even alone beside the -m model (saying how much it needs and how much is left).
+// there is. 0; 1 when every one it would unload is busy (e says so); -1 with e, a 507, when
+// it does not fit even alone beside the -m model (saying how much it needs and how much is left).
 static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 	const uint64_t budget = s->cfg.memory_bytes, fixed = srv_has_primary(s) ? s->mdl->need_bytes : 0;
 	if (budget && (fixed > budget || want->need_bytes > budget - fixed)) {
@@ -562,13 +610,7 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 		}
 		if (in < s->cfg.max_models && (!budget || used + want->need_bytes <= budget)) return 0;
 		if (!lru) {
-			if (in >= s->cfg.max_models)
-				return srv_fail(e, SRV_E_UNAVAILABLE, "model", "%d models are loaded (%s) and every one is busy: retry shortly",
-						s->cfg.max_models, HTTP_SETTING(&s->cfg, max_models));
-			char a[32], b[32];
-			return srv_fail(e, SRV_E_UNAVAILABLE, "model", "the model '%s' needs %s and the models loaded now hold %s of %s, every one busy: retry shortly",
-					want->model_id, plan_format_size(want->need_bytes, a, sizeof a), plan_format_size(used, b, sizeof b),
-					HTTP_SETTING(&s->cfg, memory_bytes));
+			return 1;
 		}
 		retire(lru); // freed by the reaper while this one loads
 	}
@@ -578,7 +620,8 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 static void model_resume(srv_conn *c) {
 	srv_model *M = c->mdl;
 	const int st = atomic_load(&M->mstate);
-	if (st == SRV_M_LISTED) { // it waited for an unload: picked afresh, it loads
+	if (st == SRV_M_LISTED || c->room_wait) { // it waited for an unload, or for room: picked afresh, it loads
+		c->room_wait = false;
 		srv_models_release(c);
 		if (!srv_models_pick(c)) srv_models_go(c);
 		return;
@@ -613,18 +656,25 @@ bool srv_models_pick(srv_conn *c) {
 		srv_reply_error(c, &e);
 		return true;
 	}
-	const char *name = json_string_value(json_object_get(j, "model"));
+	const bool base = c->rt->flags & SRV_R_BASE;
+	const char *name = json_string_value(json_object_get(j, base ? "base" : "model"));
 	if (!name && c->family == SRV_OLLAMA) name = json_string_value(json_object_get(j, "name")); // its older spelling
 	srv_model *M = name ? srv_models_find(s, name) : NULL;
 	if (name && !M && put_since(s, name)) {
 		srv_models_rescan(s);
 		M = srv_models_find(s, name);
 	}
+	if (name && !M && !base) { // an adapter of a model loaded now: the request runs on that model
+		pthread_mutex_lock(&s->models_mu);
+		M = adapter_owner(s, name);
+		pthread_mutex_unlock(&s->models_mu);
+	}
 	double keep;
 	const bool has_keep = keep_alive_of(json_object_get(j, "keep_alive"), &keep);
-	if (!primary && !M) {
+	if (!M && (!primary || (base && name))) { // without -m a name is needed; a base named must be one
 		if (name) {
 			srv_models_named(s, name, &e);
+			if (base) snprintf(e.param, sizeof e.param, "base");
 			srv_reply_error(c, &e);
 		} else {
 			unnamed(c);
@@ -645,7 +695,7 @@ bool srv_models_pick(srv_conn *c) {
 	c->holds_mdl = true;
 	M->users++;
 	M->used_us = base_now_us();
-	if (has_keep) M->keep_s = keep;
+	M->keep_s = has_keep ? keep : s->cfg.keep_alive_s; // as Ollama: a request without keep_alive gets the default
 	int st = atomic_load(&M->mstate);
 	if (st == SRV_M_READY && M->stale && M->users == 1 && !(c->rt->flags & SRV_R_DESCRIBE)) { // its file changed: not served from the old one
 		retire(M);
@@ -663,9 +713,18 @@ bool srv_models_pick(srv_conn *c) {
 		return true;
 	}
 	if (st != SRV_M_LOADING && st != SRV_M_UNLOADING) { // an unload ends by waking its waiters, who load it again
-		if (make_room(s, M, &e)) {
+		const int room = make_room(s, M, &e);
+		if (room < 0) {
 			pthread_mutex_unlock(&s->models_mu);
 			srv_reply_error(c, &e);
+			return true;
+		}
+		if (room > 0) { // every loaded one is busy: it waits, as Ollama queues, until one is let go
+			wait_on(c, &s->room_waiting);
+			c->room_wait = true;
+			c->resume = model_resume;
+			pthread_mutex_unlock(&s->models_mu);
+			if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c);
 			return true;
 		}
 		if (M->loader_started) pthread_join(M->loader, NULL); // the last load's thread has ended
@@ -681,8 +740,7 @@ bool srv_models_pick(srv_conn *c) {
 		}
 		M->loader_started = true;
 	}
-	c->next_wait = M->waiting;
-	M->waiting = c;
+	wait_on(c, &M->waiting);
 	c->resume = model_resume;
 	pthread_mutex_unlock(&s->models_mu);
 	if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c); // the load ended before the park
@@ -694,16 +752,17 @@ void srv_models_release(srv_conn *c) {
 	http_server *s = c->s;
 	pthread_mutex_lock(&s->models_mu);
 	srv_model *M = c->mdl;
-	// a request that leaves while parked for the load is no longer woken by it
-	for (srv_conn **p = &M->waiting; *p; p = &(*p)->next_wait)
+	// a request that leaves while parked is no longer woken
+	for (srv_conn **p = c->wait_list; p && *p; p = &(*p)->next_wait)
 		if (*p == c) {
 			*p = c->next_wait;
 			break;
 		}
-	M->users--;
-	M->used_us = base_now_us();
+	c->wait_list = NULL;
+	c->next_wait = NULL;
+	M->used_us = base_now_us(); // a request, not a list's look, keeps it loaded
+	let_go(s, M);
 	c->holds_mdl = false;
-	pthread_cond_broadcast(&s->models_cv);
 	pthread_mutex_unlock(&s->models_mu);
 }
 
@@ -746,8 +805,7 @@ srv_model *srv_models_hold(http_server *s, const char *name) {
 
 void srv_models_put(http_server *s, srv_model **v, int n) {
 	pthread_mutex_lock(&s->models_mu);
-	for (int i = 0; i < n; i++) v[i]->users--;
-	pthread_cond_broadcast(&s->models_cv);
+	for (int i = 0; i < n; i++) let_go(s, v[i]);
 	pthread_mutex_unlock(&s->models_mu);
 }
 
