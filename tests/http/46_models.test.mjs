@@ -342,6 +342,37 @@ test('an adapter names its base model: loaded on it (loading it), requests namin
 	await assertWaitsSettled(assert, s.url, ['model', 'load']);
 });
 
+test('a --models-dir model overflows to a peer whose beacon holds it, with the text it writes here', async () => {
+	const llama = path.join(SHARED, 'models', FILES['llama-q8']);
+	const B = await serve(['-m', llama, '--alias', 'llama-q8', '--lanes', '4']);
+	const A = await serve(['-m', STORIES, '--models-dir', dir, '--lanes', '1', '--queue', '2', '--overflow-queue', '1', '--peer', B.url, '--peer-poll-ms', '100']);
+	for (let i = 0; i < 100 && !/lanes_peer_up\{peer="[^"]+"\} 1/.test(await (await fetch(`${A.url}/metrics`)).text()); i++) await sleep(50);
+	const req = (i) => ({ model: 'llama-q8', prompt: `Story ${i}:`, max_tokens: 48, ignore_eos: true, seed: 100 + i, temperature: 0.8 });
+	const send = async (i) => {
+		const r = await fetch(`${A.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(req(i)) });
+		return { status: r.status, peer: r.headers.get('x-lanes-peer'), body: await r.json() };
+	};
+	await send(99); // loaded on A first: the burst finds it in
+	const got = await Promise.all(Array.from({ length: 8 }, (_, i) => send(i)));
+	for (const g of got) assert.equal(g.status, 200, JSON.stringify(g.body));
+	const forwarded = got.filter((g) => g.peer === B.url).length;
+	assert.ok(forwarded >= 1 && forwarded < 8, `A (1 lane, 2 queued) passed ${forwarded} of 8 to B`);
+	assert.match(await (await fetch(`${A.url}/metrics`)).text(), new RegExp(`lanes_overflow_requests_total\\{peer="${B.url}",outcome="forwarded"\\} ${forwarded}`));
+	// alone on A, idle: the same text
+	for (const [i, g] of got.entries()) {
+		const solo = await send(i);
+		assert.equal(solo.peer, null);
+		assert.equal(g.body.choices[0].text, solo.body.choices[0].text, `request ${i} (${g.peer ? 'on B' : 'on A'}) as alone on A`);
+	}
+	// a model no peer holds always runs here
+	const q = await Promise.all(Array.from({ length: 3 }, (_, i) => fetch(`${A.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+		body: JSON.stringify({ ...req(i), model: 'org/qwen2' }) })));
+	for (const r of q) {
+		assert.equal(r.status, 200);
+		assert.equal(r.headers.get('x-lanes-peer'), null);
+	}
+});
+
 test('a file that is no model fails alone with a 500 naming it; an unknown name is a 404 listing the models', async () => {
 	const s = await serve(['-m', STORIES, '--models-dir', dir]);
 	const bad = await postJSON(`${s.url}/v1/chat/completions`, { model: 'broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });

@@ -687,7 +687,9 @@ static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stre
 	const json_t *st = json_object_get(b, "stream");
 	*stream = srv_families[srv_family_of(c->path, strlen(c->path))].ndjson ? !json_is_false(st) : json_is_true(st);
 	const char *name = json_string_value(json_object_get(b, "model"));
-	json_t *ad = srv_grid_adapters(s);
+	// the -m model's adapters are its beacon's; another model is asked for by its own name
+	const bool primary = c->mdl == s->mdl;
+	json_t *ad = primary ? srv_grid_adapters(s) : NULL;
 	bool adapter = false;
 	size_t i;
 	json_t *a;
@@ -697,8 +699,8 @@ static bool wanted(http_server *s, srv_conn *c, char *want, size_t n, bool *stre
 	// adapters named in "lora" may be this server's alone: such a request runs here
 	const json_t *lora = json_object_get(b, "lora");
 	const bool ok = json_is_object(b) && !(json_is_array(lora) && json_array_size(lora)) &&
-			(adapter || !name || !srv_check_model(s, name, &e));
-	snprintf(want, n, "%s", adapter ? name : s->mdl->model_id);
+			(primary ? adapter || !name || !srv_check_model(s, name, &e) : name && srv_models_find(s, name) == c->mdl);
+	snprintf(want, n, "%s", adapter ? name : c->mdl->model_id);
 	json_decref(b);
 	return ok;
 }
@@ -715,18 +717,19 @@ static bool route(srv_conn *c, bool full) {
 	http_server *s = c->s;
 	srv_grid *g = s->grid;
 	const bool draining = atomic_load(&s->state) == HTTP_DRAINING;
+	const srv_model *M = c->mdl; // held and in: the request's own model
 	lane_snapshot *sn = malloc(sizeof *sn);
 	if (!sn) return false;
-	lane_host_snapshot(s->mdl->host, sn);
+	lane_host_snapshot(M->host, sn);
 	// those that arrived together see one snapshot: the live count finds the ones ahead of this
-	const int32_t live = lane_host_open(s->mdl->host) + atomic_load(&g->routing) - s->cfg.lanes.lanes;
+	const int32_t live = lane_host_open(M->host) + atomic_load(&g->routing) - M->lanes.lanes;
 	const int32_t depth = live > sn->queue_depth ? live : sn->queue_depth;
 	// the prompt's KV on the peer, from its text: about four bytes a token
-	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)s->cfg.lanes.page_tokens);
+	const uint64_t spike = (uint64_t)c->body.len / 4 * (sn->kv_page_bytes / (uint64_t)M->lanes.page_tokens);
 	free(sn);
 	char want[256];
 	bool stream = false;
-	full = full || lane_host_open(s->mdl->host) >= s->cfg.lanes.lanes + s->cfg.lanes.queue;
+	full = full || lane_host_open(M->host) >= M->lanes.lanes + M->lanes.queue;
 	pthread_mutex_lock(&g->mu);
 	const int waiting = g->n_pending;
 	pthread_mutex_unlock(&g->mu);
@@ -734,7 +737,7 @@ static bool route(srv_conn *c, bool full) {
 	if ((!draining && !full && !waiting && depth <= s->cfg.overflow_queue) || !wanted(s, c, want, sizeof want, &stream)) return false;
 	// a peer holds the model (busy or not), and the list of those waiting has room: --queue, or
 	// as many as those peers run at once when that is more
-	json_int_t cap = s->cfg.lanes.queue > 0 ? s->cfg.lanes.queue : 1, lanes = 0;
+	json_int_t cap = M->lanes.queue > 0 ? M->lanes.queue : 1, lanes = 0;
 	int holders = 0;
 	pthread_mutex_lock(&g->mu);
 	for (int i = 0; i < g->n; i++) {
@@ -789,8 +792,8 @@ static bool route(srv_conn *c, bool full) {
 
 bool srv_grid_route(srv_conn *c, bool full) {
 	srv_grid *g = c->s->grid;
-	// peers are asked for the -m model: a --models-dir model's request always runs here
-	if (!g || c->mdl != c->s->mdl || srv_header(c, SRV_GRID_HOP)) return false;
+	// each model overflows to the peers whose beacons hold it
+	if (!g || srv_header(c, SRV_GRID_HOP)) return false;
 	srv_grid_submitted(c);
 	pthread_mutex_lock(&g->route_mu);
 	const bool fwd = route(c, full);
