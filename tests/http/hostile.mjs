@@ -37,6 +37,7 @@ const API = {
 	ollama_chat: { path: '/api/chat', shape: 'ollama', gen: true },
 	ollama_generate: { path: '/api/generate', shape: 'ollama', gen: true },
 	ollama_embed: { path: '/api/embed', shape: 'ollama' },
+	infill: { path: '/infill', shape: 'openai', gen: true },
 };
 
 function base(api, r) {
@@ -65,6 +66,8 @@ function base(api, r) {
 			return { model: 'stories260K', prompt: text, options: { num_predict: mt } };
 		case 'ollama_embed':
 			return { model: 'stories260K', input: text };
+		case 'infill':
+			return { input_prefix: text, input_suffix: ' the end', n_predict: mt };
 	}
 }
 
@@ -88,6 +91,8 @@ const FIELDS = {
 	ollama_generate: ['model', 'prompt', 'system', 'suffix', 'template', 'raw', 'stream', 'format', 'images', 'context', 'options',
 		'keep_alive', 'think'],
 	ollama_embed: ['model', 'input', 'truncate', 'dimensions', 'options', 'keep_alive'],
+	infill: ['input_prefix', 'input_suffix', 'input_extra', 'prompt', 'n_predict', 'temperature', 'top_k', 'top_p', 'seed', 'stream', 'stop',
+		'samplers', 'dry_multiplier', 'xtc_probability', 'mirostat'],
 };
 
 const nested = (d, leaf) => {
@@ -393,7 +398,7 @@ export function makeCase(seed, index) {
 		return { replies: 1, shape: 'any', ...c, index, family: c.family || (c.protocol ? 'http-protocol' : 'http-edge'), tags: [...tags], parts, bytes: undefined };
 	}
 	const api = r.pick(['chat', 'chat', 'completions', 'completions', 'messages', 'messages', 'responses', 'responses', 'tokenize', 'detokenize',
-		'embeddings', 'count_tokens', 'ollama_chat', 'ollama_generate', 'ollama_embed']);
+		'embeddings', 'count_tokens', 'ollama_chat', 'ollama_generate', 'ollama_embed', 'infill']);
 	let body, family;
 	if (kind <= 5) {
 		const o = mutateObject(api, r, tags);
