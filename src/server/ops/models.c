@@ -620,7 +620,9 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 static void model_resume(srv_conn *c) {
 	srv_model *M = c->mdl;
 	const int st = atomic_load(&M->mstate);
-	if (st == SRV_M_LISTED || c->room_wait) { // it waited for an unload, or for room: picked afresh, it loads
+	// it waited for an unload or for room, or another request began a load since its wake:
+	// picked afresh, it loads or waits again
+	if ((st != SRV_M_READY && st != SRV_M_FAILED) || c->room_wait) {
 		c->room_wait = false;
 		srv_models_release(c);
 		if (!srv_models_pick(c)) srv_models_go(c);
