@@ -245,6 +245,14 @@ bool model_loras_has(model_loras *r, const char *name) {
 	return ok;
 }
 
+bool model_loras_named(model_loras *r, const char *name) {
+	pthread_mutex_lock(&r->mu);
+	const entry *e = find(r, name);
+	const bool taken = e && e->info.state != MODEL_LORAS_RETIRED;
+	pthread_mutex_unlock(&r->mu);
+	return taken;
+}
+
 bool model_loras_ever(model_loras *r) {
 	pthread_mutex_lock(&r->mu);
 	const bool ever = r->ever;

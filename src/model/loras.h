@@ -73,6 +73,8 @@ int model_loras_remove(model_loras *r, const char *name, bool *freed);
 int model_loras_bind(model_loras *r, const char *name, int64_t id, const model_lora **a, float *scale, char *name_out);
 // Whether name is loaded (ready). Thread-safe, as everything here.
 bool model_loras_has(model_loras *r, const char *name);
+// Whether name is taken: an adapter loading or loaded under it. Thread-safe.
+bool model_loras_named(model_loras *r, const char *name);
 // Whether an adapter has ever been loaded.
 bool model_loras_ever(model_loras *r);
 // A copy of every entry (loading, ready, then retired), malloc'd into *out. Returns the count

@@ -132,9 +132,9 @@ void srv_ollama_version(srv_conn *c) {
 static void list(srv_conn *c, bool ps) {
 	http_server *s = c->s;
 	if (!ps) srv_models_refresh(s); // what was put in the folder, or taken out, since
-	srv_model *v[256];
-	const int n = srv_models_each(s, ps, v, 256);
-	json_t *a = json_array();
+	srv_model **v = malloc(SRV_MODELS_MAX * sizeof *v);
+	const int n = v ? srv_models_each(s, ps, v, SRV_MODELS_MAX) : 0;
+	json_t *a = v ? json_array() : NULL;
 	const int st = atomic_load(&s->state);
 	for (int i = 0; a && i < n; i++) {
 		if (v[i] == s->mdl && (st == HTTP_LOADING || st == HTTP_FAILED)) continue;
@@ -142,6 +142,7 @@ static void list(srv_conn *c, bool ps) {
 		json_array_append_new(a, model_entry(v[i], ps));
 	}
 	srv_models_put(s, v, n);
+	free(v);
 	srv_reply_json(c, 200, a ? json_pack("{s:o}", "models", a) : NULL, 0);
 }
 

@@ -237,6 +237,7 @@ struct http_server {
 	pthread_t reaper;              // unloads models idle past their keep-alive
 	bool reaper_started, models_quit;
 	atomic_uint_least64_t scanned_us; // when the folder was last read (srv_models_refresh)
+	atomic_uint_least64_t put_scan_us; // when a request's name last had it read
 	struct srv_conn *room_waiting; // under models_mu: requests parked until a loaded model is let go, to make room
 	base_pool *pool;               // the compute threads every model's lane host shares
 	struct MHD_Daemon *mhd;
@@ -432,6 +433,19 @@ int srv_models_named(http_server *s, const char *id, srv_err *e);
 // unloaded) until srv_models_put; how many.
 int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max);
 void srv_models_put(http_server *s, srv_model **v, int n);
+// Reserves an adapter's name on M's registry (model_loras_reserve) unless another model has an
+// adapter of that name, loading or loaded (*owner then names it): both under the models' lock,
+// so two loads of one name on two models cannot both pass.
+int srv_models_reserve_adapter(srv_model *M, const char *name, const char *path, float scale, bool replace, uint64_t *ticket,
+			       const char **owner, char *err, size_t errlen);
+// What a list says of M, read under the models' lock (M need not be held).
+typedef struct {
+	bool in;                       // loaded now
+	int32_t max_ctx;               // tokens a request may use (when in)
+	char family[16];               // its architecture ("" when its file does not read)
+	int64_t size;                  // its file's bytes (-1: gone)
+} srv_model_facts;
+void srv_models_facts(srv_model *M, srv_model_facts *out);
 // The model named, when loaded now, held for its caller (srv_models_put lets it go); NULL: none.
 srv_model *srv_models_hold(http_server *s, const char *name);
 // A lookup by name (GET /v1/models/ID): 404 model_not_found unless id is this server's model

@@ -277,14 +277,9 @@ void srv_adapters_load(srv_conn *c) {
 		goto fail;
 	}
 	// c->mdl: the base model "base" names (held, loaded), else the -m model
-	srv_model *M = c->mdl, *other = srv_models_find(s, r.name) ? NULL : srv_models_adapter(s, r.name);
-	if (other) srv_models_put(s, &other, 1);
+	srv_model *M = c->mdl;
 	if (!strcmp(r.name, s->mdl->model_id) || srv_models_find(s, r.name)) {
 		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is a model's name", r.name);
-		goto fail;
-	}
-	if (other && other != M) { // a request names an adapter alone: one name, one model
-		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is an adapter of %s: DELETE it first", r.name, other->model_id);
 		goto fail;
 	}
 	if (r.scale && (!json_is_number(r.scale) || !(fabs(json_number_value(r.scale)) <= MODEL_LORA_SCALE_MAX))) {
@@ -305,7 +300,13 @@ void srv_adapters_load(srv_conn *c) {
 	j = NULL;
 	char err[256], hint[96];
 	job->M = M;
-	int rc = model_loras_reserve(M->loras, job->name, job->path, job->scale, job->replace, &job->ticket, err, sizeof err);
+	const char *owner = NULL;
+	int rc = srv_models_reserve_adapter(M, job->name, job->path, job->scale, job->replace, &job->ticket, &owner, err, sizeof err);
+	if (owner) { // a request names an adapter alone: one name, one model
+		free(job);
+		srv_fail(&e, SRV_E_CONFLICT, "name", "'%s' is an adapter of %s: DELETE it first", r.name, owner);
+		goto fail;
+	}
 	if (rc) {
 		free(job);
 		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), "name", "%s%s", err, full_hint(s, rc, hint));
@@ -336,7 +337,11 @@ fail:
 
 void srv_adapters_unload(srv_conn *c) {
 	http_server *s = c->s;
-	const char *name = c->path + strlen("/v1/adapters/");
+	char name[MODEL_LORA_NAME_MAX + 8] = ""; // a longer name is no adapter's: left empty, it finds none
+	const char *asked = c->path + strlen("/v1/adapters/");
+	if (strlen(asked) < sizeof name) snprintf(name, sizeof name, "%s", asked);
+	const size_t len = strlen(name);
+	if (len > 7 && !strcmp(name + len - 7, ":latest")) name[len - 7] = 0; // Ollama's tag, as requests may name it
 	srv_err e;
 	// the model that holds it (held while this runs); else the -m model's registry says why not
 	srv_model *M = srv_models_adapter(s, name), *held = M;
@@ -354,7 +359,7 @@ void srv_adapters_unload(srv_conn *c) {
 		free(sn);
 		if (held) srv_models_put(s, &held, 1);
 		if (rc == LANES_EBUSY) srv_fail(&e, SRV_E_CONFLICT, NULL, "the adapter '%.64s' is loading: wait for it to end", name);
-		else srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no adapter called '%.64s' is loaded", name);
+		else srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no adapter called '%.64s' is loaded", asked);
 		srv_reply_error(c, &e);
 		return;
 	}

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 void srv_metrics_init(http_server *s) {
@@ -225,15 +224,14 @@ static json_t *model_object(srv_model *M) {
 	http_server *s = M->s;
 	json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", M->model_id, "object", "model", "created", (json_int_t)0,
 			      "owned_by", "lanes", "activations", activations(s));
-	const bool in = M == s->mdl ? loaded(atomic_load(&s->state)) : atomic_load(&M->mstate) == SRV_M_READY;
-	if (m && in) json_object_set_new(m, "context_length", json_integer(M->max_ctx));
+	srv_model_facts f;
+	srv_models_facts(M, &f); // read under the models' lock: a model may unload meanwhile
+	if (m && f.in) json_object_set_new(m, "context_length", json_integer(f.max_ctx));
 	if (m && s->n_models > 1) {
 		// what a picker shows beside the name: the family and the file's size, before it loads too
-		const model_hparams *hp = in ? model_hparams_of(M->m) : &M->meta;
-		struct stat st;
 		json_object_set_new(m, "status", srv_model_status(M));
-		if (hp->arch[0]) json_object_set_new(m, "family", json_string(hp->arch));
-		if (!stat(M->model_path, &st)) json_object_set_new(m, "size_bytes", json_integer((json_int_t)st.st_size));
+		if (f.family[0]) json_object_set_new(m, "family", json_string(f.family));
+		if (f.size >= 0) json_object_set_new(m, "size_bytes", json_integer((json_int_t)f.size));
 	}
 	return m;
 }

@@ -69,10 +69,12 @@ static void free_loaded(srv_model *M) {
 }
 
 static void wake_waiting(srv_model *M);
+static void wake_list(srv_conn **head);
 
 // Under models_mu, after free_loaded: M is listed again, and the requests that waited for the
 // unload go on (picking it again loads it).
 static void unloaded(srv_model *M) {
+	if (atomic_load(&M->mstate) != SRV_M_UNLOADING) return;
 	M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->loras = NULL;
 	M->reason = NULL, M->n_think_end = 0, M->max_ctx = 0;
 	atomic_store(&M->system_turns, 0);
@@ -82,6 +84,7 @@ static void unloaded(srv_model *M) {
 	if (M->stale && !read_meta(M->s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 	M->stale = false;
 	wake_waiting(M);
+	wake_list(&M->s->room_waiting); // the room it held is free now
 	pthread_cond_broadcast(&M->s->models_cv);
 }
 
@@ -145,14 +148,16 @@ static void *load_thread(void *arg) {
 	if (!rc) rc = lane_host_new(&M->host, M->m, M->vocab, &M->lanes, err, sizeof err);
 	if (!rc && model_loras_new(&M->loras, M->m, s->cfg.max_lora)) rc = base_seterr(err, sizeof err, LANES_ENOMEM, "out of memory");
 	if (!rc) M->max_ctx = lane_host_max_context(M->host);
+	if (rc) free_loaded(M); // what it made before it failed: no request has seen any of it
 	pthread_mutex_lock(&s->models_mu);
 	if (rc) {
 		snprintf(M->load_err, sizeof M->load_err, "%s", err);
 		LOG_ERROR(MOD, "cannot load %s: %s", M->model_path, err);
-		free_loaded(M); // what it made before it failed: no request has seen any of it
 		M->host = NULL, M->vocab = NULL, M->m = NULL, M->rank_w = NULL, M->rank_why = NULL, M->reason = NULL, M->loras = NULL;
+		M->max_ctx = 0;
 		memset(&M->chat, 0, sizeof M->chat);
 		atomic_store(&M->mstate, SRV_M_FAILED);
+		wake_list(&s->room_waiting); // the room it held is free again
 	} else {
 		M->load_err[0] = 0;
 		atomic_store(&M->mstate, SRV_M_READY);
@@ -259,8 +264,8 @@ static void relist(http_server *s, srv_model *M, const struct stat *st, bool cha
 	const int mst = atomic_load(&M->mstate);
 	if (atomic_exchange(&M->gone, false)) M->keep_s = s->cfg.keep_alive_s;
 	note_file(M, st);
-	if (mst == SRV_M_READY || mst == SRV_M_LOADING) {
-		M->stale = changed; // its old weights serve the requests that hold it, then it unloads
+	if (mst == SRV_M_READY || mst == SRV_M_LOADING || mst == SRV_M_UNLOADING) {
+		M->stale |= changed; // its old weights serve the requests that hold it, then it unloads
 	} else {
 		if (mst == SRV_M_FAILED) atomic_store(&M->mstate, SRV_M_LISTED);
 		if (!read_meta(s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
@@ -298,10 +303,21 @@ static int scan(http_server *s, const char *dir, const char *rel, int depth, boo
 		const bool fits = strlen(sub) < sizeof s->mdl->model_id;
 		srv_model *M = fits ? find_id(s, sub, true) : NULL;
 		if (!fits || M == s->mdl) {
-			LOG_WARN(MOD, "%s: not served (its name is too long, or the -m model's)", full);
+			if (!s->reaper_started) LOG_WARN(MOD, "%s: not served (its name is too long, or the -m model's)", full); // said once, at start
 			continue;
 		}
-		if (M && M->dir != dir) continue; // an alias's name, or the same name in a folder given before
+		if (M && M->dir != dir) {
+			// an alias's name, or the same name in a folder given before: this folder's file serves
+			// it once that one is gone, unloaded and held by no one
+			const int mst = atomic_load(&M->mstate);
+			if (!M->dir || !atomic_load(&M->gone) || M->users || (mst != SRV_M_LISTED && mst != SRV_M_FAILED)) continue;
+			char *p = strdup(full);
+			if (!p) continue;
+			free(M->model_path);
+			M->model_path = p;
+			M->dir = dir;
+			M->file_ino = 0; // read anew below
+		}
 		const bool changed = M && (M->file_bytes != (uint64_t)st.st_size || M->file_ino != (uint64_t)st.st_ino || M->file_mtime_ns != mtime_ns(&st));
 		if (M) {
 			if (atomic_load(&M->gone) || changed) relist(s, M, &st, changed);
@@ -328,16 +344,20 @@ void srv_models_refresh(http_server *s) {
 	if (atomic_compare_exchange_strong(&s->scanned_us, &want, now)) srv_models_rescan(s); // one caller scans
 }
 
-// Under models_mu: every folder read again. seen: the models found, by index.
+// Under models_mu: every folder read again. seen: the models found, by index. A folder that
+// cannot be read is *failed (the first) and *partial, and the others are read all the same.
 static int scan_all(http_server *s, bool *seen, bool *partial, const char **failed) {
+	int first = 0;
 	for (int d = 0; d < s->cfg.n_models_dirs; d++) {
 		const int rc = scan(s, s->cfg.models_dirs[d], "", 0, seen, partial);
-		if (rc) {
+		if (rc == LANES_EIO) *partial = true;
+		if (rc && !first) {
+			first = rc;
 			*failed = s->cfg.models_dirs[d];
-			return rc;
 		}
+		if (rc == LANES_ENOMEM) break;
 	}
-	return 0;
+	return first;
 }
 
 void srv_models_rescan(http_server *s) {
@@ -349,7 +369,7 @@ void srv_models_rescan(http_server *s) {
 	const int before = atomic_load(&s->n_models);
 	bool partial = false;
 	const char *failed = NULL;
-	if (!scan_all(s, seen, &partial, &failed)) {
+	if (scan_all(s, seen, &partial, &failed) != LANES_ENOMEM) {
 		// a file no longer there: listed no more, unloaded once no request holds it (a read
 		// that failed for want of descriptors or rights says nothing of what is gone)
 		for (int i = 1; i < atomic_load(&s->n_models) && !partial; i++)
@@ -469,6 +489,15 @@ void srv_models_stop(http_server *s) {
 	pthread_mutex_unlock(&s->models_mu);
 	if (s->reaper_started) pthread_join(s->reaper, NULL);
 	s->reaper_started = false;
+	// what the reaper left unloading is freed here; its waiters, picked again, hear the server stops
+	for (int i = 1; i < s->n_models; i++) {
+		srv_model *M = s->models[i];
+		if (atomic_load(&M->mstate) != SRV_M_UNLOADING) continue;
+		free_loaded(M);
+		pthread_mutex_lock(&s->models_mu);
+		unloaded(M);
+		pthread_mutex_unlock(&s->models_mu);
+	}
 	// a load still running ends before its model is freed
 	for (int i = 1; i < s->n_models; i++) {
 		srv_model *M = s->models[i];
@@ -525,7 +554,7 @@ static srv_model *adapter_owner(http_server *s, const char *name) {
 	memcpy(base, name, n);
 	base[n] = 0;
 	for (int i = 0; i < s->n_models; i++) {
-		struct model_loras *l = srv_loras_of(s->models[i]);
+		struct model_loras *l = atomic_load(&s->models[i]->gone) ? NULL : srv_loras_of(s->models[i]);
 		if (l && model_loras_has(l, base)) return s->models[i];
 	}
 	return NULL;
@@ -546,13 +575,22 @@ static bool put_since(http_server *s, const char *name) {
 	struct stat st;
 	size_t n = strlen(name);
 	if (n > 7 && !strcmp(name + n - 7, ":latest")) n -= 7; // Ollama's tag
-	if (n >= sizeof base) return false;
+	if (n >= sizeof s->mdl->model_id || n >= sizeof base) return false;
 	memcpy(base, name, n);
 	base[n] = 0;
-	if (!pull_safe_path(base, true)) return false;
+	// only what a scan would serve: no hidden part, at most SCAN_DEPTH deep
+	int depth = 0;
+	for (const char *p = base; *p; p++) depth += *p == '/';
+	if (!pull_safe_path(base, true) || base[0] == '.' || strstr(base, "/.") || depth >= SCAN_DEPTH) return false;
+	// and a folder read at most ten times a second for it, whatever names the requests try
+	const uint64_t now = base_now_us(), last = atomic_load(&s->put_scan_us);
+	if (last && now - last < RESCAN_US / 10) return false;
 	for (int d = 0; d < s->cfg.n_models_dirs; d++) {
 		snprintf(path, sizeof path, "%s/%s.gguf", s->cfg.models_dirs[d], base);
-		if (!stat(path, &st) && S_ISREG(st.st_mode)) return true;
+		if (!stat(path, &st) && S_ISREG(st.st_mode)) {
+			atomic_store(&s->put_scan_us, now);
+			return true;
+		}
 	}
 	return false;
 }
@@ -603,8 +641,8 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 		for (int i = 1; i < s->n_models; i++) {
 			srv_model *M = s->models[i];
 			const int st = atomic_load(&M->mstate);
-			if (M == want || (st != SRV_M_READY && st != SRV_M_LOADING)) continue;
-			in++;
+			if (M == want || (st != SRV_M_READY && st != SRV_M_LOADING && st != SRV_M_UNLOADING)) continue;
+			in++; // one unloading still holds its memory: the load waits for the reaper to free it
 			used += M->need_bytes;
 			if (st == SRV_M_READY && !M->users && (!lru || M->used_us < lru->used_us)) lru = M;
 		}
@@ -620,9 +658,9 @@ static int make_room(http_server *s, const srv_model *want, srv_err *e) {
 static void model_resume(srv_conn *c) {
 	srv_model *M = c->mdl;
 	const int st = atomic_load(&M->mstate);
-	// it waited for an unload or for room, or another request began a load since its wake:
-	// picked afresh, it loads or waits again
-	if ((st != SRV_M_READY && st != SRV_M_FAILED) || c->room_wait) {
+	// it waited for an unload, for room or (unheld) for a replaced file's old model to be let go,
+	// or another request began a load since its wake: picked afresh, it loads or waits again
+	if ((st != SRV_M_READY && st != SRV_M_FAILED) || c->room_wait || !c->holds_mdl) {
 		c->room_wait = false;
 		srv_models_release(c);
 		if (!srv_models_pick(c)) srv_models_go(c);
@@ -647,7 +685,7 @@ bool srv_models_pick(srv_conn *c) {
 	c->mdl = s->mdl;
 	if (primary && !srv_multi(s)) return false;
 	if (!c->body.len) {
-		if (primary || !strcmp(c->method, "GET")) return false; // /api/ps lists what is loaded
+		if (primary || !strcmp(c->method, "GET") || !strcmp(c->method, "HEAD")) return false; // /api/ps lists what is loaded
 		unnamed(c);
 		return true;
 	}
@@ -696,12 +734,25 @@ bool srv_models_pick(srv_conn *c) {
 	c->mdl = M;
 	c->holds_mdl = true;
 	M->users++;
-	M->used_us = base_now_us();
-	M->keep_s = has_keep ? keep : s->cfg.keep_alive_s; // as Ollama: a request without keep_alive gets the default
+	const bool describe = c->rt->flags & SRV_R_DESCRIBE;
+	if (!describe) { // a look at a model is no use of it
+		M->used_us = base_now_us();
+		M->keep_s = has_keep ? keep : s->cfg.keep_alive_s; // as Ollama: a request without keep_alive gets the default
+	}
 	int st = atomic_load(&M->mstate);
-	if (st == SRV_M_READY && M->stale && M->users == 1 && !(c->rt->flags & SRV_R_DESCRIBE)) { // its file changed: not served from the old one
-		retire(M);
-		st = SRV_M_UNLOADING;
+	if (st == SRV_M_READY && M->stale && !describe) { // its file changed: never served from the old one again
+		if (M->users == 1) {
+			retire(M);
+			st = SRV_M_UNLOADING;
+		} else { // the requests on the old one end first: this one waits unheld, so they can
+			M->users--;
+			c->holds_mdl = false;
+			wait_on(c, &M->waiting);
+			c->resume = model_resume;
+			pthread_mutex_unlock(&s->models_mu);
+			if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c);
+			return true;
+		}
 	}
 	if (st == SRV_M_READY || (c->rt->flags & SRV_R_DESCRIBE)) { // held as it is: a description reads its file
 		pthread_mutex_unlock(&s->models_mu);
@@ -750,8 +801,8 @@ bool srv_models_pick(srv_conn *c) {
 }
 
 void srv_models_release(srv_conn *c) {
-	if (!c->holds_mdl) return;
 	http_server *s = c->s;
+	if (!srv_multi(s)) return;
 	pthread_mutex_lock(&s->models_mu);
 	srv_model *M = c->mdl;
 	// a request that leaves while parked is no longer woken
@@ -762,9 +813,11 @@ void srv_models_release(srv_conn *c) {
 		}
 	c->wait_list = NULL;
 	c->next_wait = NULL;
-	M->used_us = base_now_us(); // a request, not a list's look, keeps it loaded
-	let_go(s, M);
-	c->holds_mdl = false;
+	if (c->holds_mdl) {
+		M->used_us = base_now_us(); // a request, not a list's look, keeps it loaded
+		let_go(s, M);
+		c->holds_mdl = false;
+	}
 	pthread_mutex_unlock(&s->models_mu);
 }
 
@@ -794,6 +847,32 @@ int srv_models_each(http_server *s, bool loaded_only, srv_model **out, int max) 
 	}
 	pthread_mutex_unlock(&s->models_mu);
 	return n;
+}
+
+int srv_models_reserve_adapter(srv_model *M, const char *name, const char *path, float scale, bool replace, uint64_t *ticket,
+			       const char **owner, char *err, size_t errlen) {
+	http_server *s = M->s;
+	*owner = NULL;
+	pthread_mutex_lock(&s->models_mu);
+	for (int i = 0; i < s->n_models && !*owner; i++) {
+		struct model_loras *l = s->models[i] == M ? NULL : srv_loras_of(s->models[i]);
+		if (l && model_loras_named(l, name)) *owner = s->models[i]->model_id;
+	}
+	int rc = *owner ? LANES_EINVAL : model_loras_reserve(M->loras, name, path, scale, replace, ticket, err, errlen);
+	pthread_mutex_unlock(&s->models_mu);
+	return rc;
+}
+
+void srv_models_facts(srv_model *M, srv_model_facts *out) {
+	http_server *s = M->s;
+	struct stat st;
+	pthread_mutex_lock(&s->models_mu);
+	out->in = M == s->mdl ? srv_primary_host(s) != NULL : atomic_load(&M->mstate) == SRV_M_READY;
+	out->max_ctx = out->in ? M->max_ctx : 0;
+	const char *arch = M == s->mdl && out->in ? model_hparams_of(M->m)->arch : M->meta.arch;
+	snprintf(out->family, sizeof out->family, "%s", arch);
+	out->size = M->model_path && !stat(M->model_path, &st) ? (int64_t)st.st_size : -1;
+	pthread_mutex_unlock(&s->models_mu);
 }
 
 srv_model *srv_models_hold(http_server *s, const char *name) {
