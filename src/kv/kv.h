@@ -53,6 +53,7 @@ typedef struct {
 	int32_t page_tokens;  // tokens per page (e.g. 16)
 	int32_t n_pages;      // pages reserved (address space; memory is taken as pages are used)
 	int32_t n_seqs;       // sequence slots; ids are 0..n_seqs-1
+	int64_t state_floats; // recurrent state each sequence keeps beside its pages (0: none)
 } kv_config;
 
 typedef struct kv_cache kv_cache;
@@ -99,6 +100,18 @@ int kv_seq_grow(kv_cache *kv, int32_t seq, int64_t len);
 // it no longer needs. Ignores a bad seq. Not thread-safe.
 void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len);
 void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
+// ---- recurrent state: a fixed block of floats per sequence, for models with recurrent layers --
+// A sequence's state is for all its tokens: zero when it is empty, advanced by the forward
+// pass with every token it adds. A cut to 0 zeroes it; a cut to any other length leaves no
+// state for the tokens kept, so the sequence's state is invalid until it is cleared. With a
+// state the prefix cache neither attaches nor publishes pages (they would come without it).
+// Seq's state (state_floats floats), or NULL without one or for a bad seq. Thread-safe: a read.
+float *kv_seq_state(kv_cache *kv, int32_t seq);
+// False when seq was cut back to a length other than 0 since its last clear. Thread-safe: a read.
+bool kv_seq_state_valid(const kv_cache *kv, int32_t seq);
+// Bytes of every sequence's state together. Thread-safe: a read.
+uint64_t kv_state_bytes(const kv_cache *kv);
+
 // The block table of seq: page ids for positions [i*page_tokens, (i+1)*page_tokens);
 // *n gets their count. Valid until the next grow/truncate of seq. Thread-safe: a read.
 const int32_t *kv_seq_pages(const kv_cache *kv, int32_t seq, int32_t *n);

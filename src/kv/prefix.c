@@ -191,7 +191,8 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 	kv_seq *s = kv__seq(kv, seq);
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
-	if (!s || s->len || !p || n < pt) return s ? s->len : 0;
+	// pages without the recurrent state after them would not give the same bits
+	if (!s || s->len || !p || n < pt || kv->state) return s ? s->len : 0;
 	int32_t whole = n / pt;
 	if (kv__seq_reserve(kv, s, whole)) return 0;
 	uint64_t key = root;
@@ -220,7 +221,7 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 	kv_seq *s = kv__seq(kv, seq);
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
-	if (!s || !p) return;
+	if (!s || !p || kv->state) return;
 	if (n > s->len) n = s->len;
 	uint64_t key = root;
 	for (int32_t i = 0; i < n / pt; i++) {
