@@ -209,6 +209,7 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
 	out->kv_bytes_per_token = P->kvpt;
+	out->state_bytes_per_lane = (uint64_t)model_state_floats(hp) * sizeof(float);
 	out->budget_bytes = budget;
 	out->kv_type = cfg->kv_type;
 	out->page_tokens = pt;

@@ -516,6 +516,78 @@ static void rewrite(const char *src, const char *dst, const char *skip, const ch
 	gguf_free(g);
 }
 
+// Older Qwen3-Next files store a DeltaNet layer's attn_qkv and attn_gate as one ssm_in whose rows
+// per key head are its q, k, its value heads' v, then their z: the same weights in that layout
+// give the same logits bit for bit, and the float64 reference reads it too.
+static void next_legacy_case(void) {
+	char src[512], dst[512], vocab[512], err[256];
+	snprintf(src, sizeof src, "%s/arch-next-new-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(dst, sizeof dst, "%s/arch-next-old-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("qwen3-next-test", "Q8_0", vocab, src) == 0);
+	model *a;
+	CHECKF(model_load(&a, src, err, sizeof err) == 0, "%s", err);
+	if (!a) return;
+	const model_hparams *hp = model_hparams_of(a);
+	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, R = hp->ssm_v_heads / Hk;
+	const gguf *g = model_gguf(a);
+	gguf_writer *w = gguf_writer_new();
+	CHECK(gguf_writer_copy_kv(w, g, "general.alignment") == 0);
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		int l;
+		char leaf[64];
+		if (sscanf(t->name, "blk.%d.%63s", &l, leaf) == 2 && !strcmp(leaf, "attn_gate.weight")) continue;
+		if (sscanf(t->name, "blk.%d.%63s", &l, leaf) != 2 || strcmp(leaf, "attn_qkv.weight")) {
+			CHECK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes) == 0);
+			continue;
+		}
+		char zn[64], in[64];
+		snprintf(zn, sizeof zn, "blk.%d.attn_gate.weight", l);
+		snprintf(in, sizeof in, "blk.%d.ssm_in.weight", l);
+		const gguf_tensor *z = gguf_find_tensor(g, zn);
+		const size_t rb = t->nbytes / (size_t)t->ne[1];
+		const int64_t rows = t->ne[1] + z->ne[1];
+		uint8_t *out = malloc(rb * (size_t)rows), *o = out;
+		const uint8_t *qkv = t->data, *zz = z->data;
+#define ROWS(base, first, n) (memcpy(o, (base) + (size_t)(first) * rb, (size_t)(n) * rb), o += (size_t)(n) * rb)
+		for (int64_t kh = 0; kh < Hk; kh++) {
+			ROWS(qkv, kh * Dk, Dk);
+			ROWS(qkv, Hk * Dk + kh * Dk, Dk);
+			ROWS(qkv, 2 * Hk * Dk + kh * R * Dv, R * Dv);
+			ROWS(zz, kh * R * Dv, R * Dv);
+		}
+#undef ROWS
+		const int64_t ne[2] = {t->ne[0], rows};
+		CHECK(gguf_writer_add_tensor(w, in, t->type, 2, ne, out, rb * (size_t)rows) == 0);
+		free(out);
+	}
+	CHECKF(gguf_writer_write(w, dst, err, sizeof err) == 0, "%s", err);
+	gguf_writer_free(w);
+	model *b;
+	CHECKF(model_load(&b, dst, err, sizeof err) == 0, "%s", err);
+	enum { P = 24 };
+	const int V = hp->n_vocab;
+	int32_t ids[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 29 + 7) % V);
+	float *la = malloc(sizeof(float) * P * V), *lb = malloc(sizeof(float) * P * V);
+	double *ra = malloc(sizeof(double) * P * V), *rb = malloc(sizeof(double) * P * V);
+	CHECK(b && run_prompt(a, ids, P, la, err, sizeof err) == 0 && run_prompt(b, ids, P, lb, err, sizeof err) == 0);
+	CHECKF(b && !memcmp(la, lb, sizeof(float) * P * V), "ssm_in's layout gives other logits than attn_qkv + attn_gate");
+	ref64_shape rs;
+	ref64_shape_of(a, &rs);
+	ref64_forward(model_gguf(a), &rs, ids, P, ra, NULL);
+	if (b) ref64_forward(model_gguf(b), &rs, ids, P, rb, NULL);
+	double worst = 0;
+	for (int i = 0; b && i < P * V; i++) worst = fmax(worst, fabs(ra[i] - rb[i]));
+	CHECKF(b && worst < 1e-9, "the reference reads ssm_in's layout %g off", worst);
+	free(la), free(lb), free(ra), free(rb);
+	model_free(a);
+	model_free(b);
+	remove(src);
+	remove(dst);
+}
+
 // Broken Qwen3-Next files: the loader names the tensor or key at fault.
 static void next_hostile_case(void) {
 	char src[512], dst[512], vocab[512], err[256];
@@ -670,6 +742,7 @@ int main(void) {
 	gen_parts_case("qwen3-next-test", "Q8_0", next_hp, next_parts, 5, 0);
 	next_forms_case();
 	next_hostile_case();
+	next_legacy_case();
 
 	s = llama;
 	progress_case("llama", s);
