@@ -583,6 +583,17 @@ static float scale_dot(float *row, float a, float b, const float *x, const float
 	return t;
 }
 
+// Key head g's part of one layer's state (its channels of the convolution's window, its value
+// heads' matrices) from st to dst.
+static void ssm_copy_part(const model_hparams *hp, const float *st, float *dst, int64_t g) {
+	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, R = hp->ssm_v_heads / Hk, C = model_ssm_conv_dim(hp);
+	const int64_t first[3] = {g * Dk, Hk * Dk + g * Dk, 2 * Hk * Dk + g * R * Dv}, cnt[3] = {Dk, Dk, R * Dv};
+	for (int64_t t = 0; t < hp->ssm_conv - 1; t++)
+		for (int c = 0; c < 3; c++) memcpy(dst + t * C + first[c], st + t * C + first[c], (size_t)cnt[c] * sizeof(float));
+	const int64_t s0 = (int64_t)(hp->ssm_conv - 1) * C + g * R * Dv * Dk;
+	memcpy(dst + s0, st + s0, (size_t)(R * Dv * Dk) * sizeof(float));
+}
+
 // Sequence run sp's rows, in position order, through key head g's part of the layer.
 static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
 	const model *m = j->m;
@@ -591,8 +602,8 @@ static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
 	const scratch *s = j->s;
 	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads, R = Hv / Hk,
 		      C = model_ssm_conv_dim(hp), VD = Hv * Dv;
-	const int32_t K = hp->ssm_conv;
-	float *st = kv_seq_state(j->kv, j->rows[s->aord[s->sspan[sp]]].seq) + j->slot;
+	const int32_t K = hp->ssm_conv, seq = j->rows[s->aord[s->sspan[sp]]].seq, cap = kv_seq_capture_pos(j->kv, seq);
+	float *st = kv_seq_state(j->kv, seq) + j->slot;
 	float *win = st, *S = st + (int64_t)(K - 1) * C;
 	float *q = tmp, *k = tmp + Dk, *v = tmp + 2 * Dk;
 	const float qscale = 1.0f / sqrtf((float)Dk);
@@ -618,6 +629,8 @@ static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
 			tensor_k_rmsnorm(m->ks, o, ly->ssm_norm, Dv, hp->rms_eps, o);
 			for (int64_t jv = 0; jv < Dv; jv++) o[jv] = o[jv] * silu_f(z[jv]);
 		}
+		// the state after the position the prefix cache asked for, kept as it is now
+		if (j->rows[r].pos + 1 == cap) ssm_copy_part(hp, st, kv_seq_capture_state(j->kv, seq) + j->slot, g);
 	}
 }
 

@@ -126,7 +126,7 @@ static cost cost_of(const planner *P, int32_t lanes, int32_t window) {
 	cost r = {.compute = lane_compute_bytes(&P->pm->hp, &c)};
 	uint64_t per_lane, t;
 	// a recurrent model's state: a fixed block per lane beside its pages
-	const uint64_t state = (uint64_t)model_state_floats(&P->pm->hp) * sizeof(float);
+	const uint64_t state = kv_state_bytes_per_seq(model_state_floats(&P->pm->hp));
 	if (!ck_mul(P->kvpt, (uint64_t)window, &per_lane) || !ck_add(per_lane, state, &per_lane) ||
 	    !ck_mul(per_lane, (uint64_t)lanes, &r.kv)) {
 		r.kv = r.total = UINT64_MAX;
@@ -209,7 +209,7 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
 	out->kv_bytes_per_token = P->kvpt;
-	out->state_bytes_per_lane = (uint64_t)model_state_floats(hp) * sizeof(float);
+	out->state_bytes_per_lane = kv_state_bytes_per_seq(model_state_floats(hp));
 	out->budget_bytes = budget;
 	out->kv_type = cfg->kv_type;
 	out->page_tokens = pt;

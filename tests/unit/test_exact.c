@@ -6,7 +6,8 @@
 // MXFP4; MXFP4_MOE: the MoE model's experts) `lanes quantize` makes here, and on the gemma2,
 // gemma3, phi3, gpt-oss and qwen3next ones `lanes gen` writes (their local layers' window shorter
 // than the prompt; gpt-oss's sinks; Qwen3-Next's recurrent state, with pieces cut at every
-// offset, and a cut into its state refused until the sequence is cleared).
+// offset, prefix-cache hits at every page boundary from its state's checkpoints, and a cut
+// into its state refused until the sequence is cleared).
 #include "t.h"
 #include "gen.h"
 
@@ -67,6 +68,54 @@ static void every_offset(fixture *f, enum kv_type t) {
 		ok = ok && same(out, f->ref, all);
 		kv_free(kv);
 	}
+	free(out);
+}
+
+// A recurrent model's prefix cache: the state captured after each page boundary b (inside a
+// piece of 7), published with the pages and attached to another sequence, which resumes at b
+// and gives the whole prompt's logits for the rest, bit for bit. Pages published without a
+// checkpoint are not attached; of two checkpoints the later one inside a prompt is taken, and
+// a prompt that parts from them before the first takes none.
+static void checkpoints(fixture *f, enum kv_type t) {
+	const size_t all = (size_t)P * f->V;
+	float *out = malloc(all * sizeof *out);
+	const int32_t pt = 16;
+	for (int32_t b = pt; b < P; b += pt) {
+		kv_cache *kv = new_kv(f->m, t, 3, P);
+		kv_seq_capture(kv, 0, b);
+		CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 7, out, f->V) == 0);
+		kv_prefix_publish(kv, 0, 0, f->ids, P);
+		CHECKF(kv_seq_capture_pos(kv, 0) == 0, "the capture at %d was published", b);
+		const int32_t got = kv_prefix_attach(kv, 1, 0, f->ids, P - 1);
+		CHECKF(got == b, "attached %d tokens, the checkpoint is at %d", got, b);
+		memset(out, 0, all * sizeof *out);
+		CHECK(feed(f->m, kv, NULL, 1, f->ids, got, P, 5, out, f->V) == 0);
+		CHECKF(same(out + (size_t)b * f->V, f->ref + (size_t)b * f->V, (size_t)(P - b) * f->V),
+		       "resumed from the checkpoint at %d: the rest differs from the whole prompt", b);
+		// another adapter set's chain finds none
+		CHECK(kv_prefix_attach(kv, 2, 77, f->ids, P - 1) == 0);
+		kv_free(kv);
+	}
+	kv_cache *kv = new_kv(f->m, t, 3, P);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, P, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, P);
+	CHECKF(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 0, "pages without a checkpoint are not attached");
+	kv_seq_clear(kv, 0);
+	kv_seq_capture(kv, 0, 32);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, 40, 40, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, 40);
+	kv_seq_clear(kv, 0);
+	kv_seq_capture(kv, 0, 64);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 33, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, P);
+	CHECK(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 64);
+	CHECK(kv_prefix_attach(kv, 2, 0, f->ids, 63) == 32);
+	kv_seq_clear(kv, 2);
+	int32_t other[P];
+	memcpy(other, f->ids, sizeof other);
+	other[20] = other[20] == 5 ? 6 : 5;
+	CHECK(kv_prefix_attach(kv, 2, 0, other, P - 1) == 0);
+	kv_free(kv);
 	free(out);
 }
 
@@ -242,7 +291,10 @@ static void run_file(const char *name, const char *path, bool full) {
 		CHECK(feed(f.m, kv, NULL, 0, f.ids, 0, P, P, f.ref, f.V) == 0);
 		kv_free(kv);
 		pieces_and_threads(&f, types[t], t == 0 ? (full ? 2 : 1) : 0);
-		if (t == 0 && model_state_floats(model_hparams_of(f.m))) every_offset(&f, types[t]);
+		if (model_state_floats(model_hparams_of(f.m))) {
+			if (t == 0) every_offset(&f, types[t]);
+			checkpoints(&f, types[t]);
+		}
 		if (types[t] != KV_F16) mixed_batches(&f, types[t]);
 		free(f.ref);
 	}
