@@ -1,5 +1,5 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
-// a llama-family (or gemma2, gemma3, phi3, gpt-oss) model with random weights (and a real vocabulary) for tests and
+// a llama-family (or gemma2, gemma3, phi3, gpt-oss, qwen3next) model with random weights (and a real vocabulary) for tests and
 // benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
@@ -29,6 +29,8 @@ typedef struct {
 	int64_t n_ctx_orig; // phi3: LongRoPE's original context, its factors and attention factor (0: none)
 	uint32_t pooling; // the pooling_type key when set (4: rank, a reranker)
 	float rope_yarn;  // YaRN scaling by this factor over an original context of n_ctx / rope_yarn (gpt-oss; 0: none)
+	// qwen3next: Gated DeltaNet layers (every full_attn-th layer is gated full attention)
+	int64_t full_attn, ssm_conv, ssm_dk, ssm_k_heads, ssm_v_heads, ssm_dv;
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -91,6 +93,18 @@ static const gen_shape shapes[] = {
 	{.name = "gpt-oss-test", .arch = "gpt-oss", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 32, .n_ctx = 256, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 8,
 	 .n_expert_used = 4, .head_dim = 32, .n_swa = 16, .rope_yarn = 4.0f},
+	// Qwen3-Next's block at the test size: three Gated DeltaNet layers then gated full attention,
+	// two value heads per key head, a quarter of each attention head rotated, 2 of 8 experts and
+	// a shared one; and a mini with its published layer pattern and head shapes, 8 layers and
+	// small experts
+	{.name = "qwen3-next-test", .arch = "qwen3next", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 32, .n_ctx = 4096, .rope_base = 10000000.0f, .rms_eps = 1e-6f, .n_expert = 8, .n_expert_used = 2,
+	 .n_ff_shexp = 64, .head_dim = 32, .n_rot = 8, .qk_norm = true, .full_attn = 4, .ssm_conv = 4, .ssm_dk = 16,
+	 .ssm_k_heads = 2, .ssm_v_heads = 4, .ssm_dv = 16},
+	{.name = "qwen3-next-mini", .arch = "qwen3next", .n_embd = 2048, .n_layer = 8, .n_head = 16, .n_head_kv = 2,
+	 .n_ff = 128, .n_ctx = 262144, .rope_base = 10000000.0f, .rms_eps = 1e-6f, .n_expert = 32, .n_expert_used = 10,
+	 .n_ff_shexp = 512, .head_dim = 256, .n_rot = 64, .qk_norm = true, .full_attn = 4, .ssm_conv = 4, .ssm_dk = 128,
+	 .ssm_k_heads = 16, .ssm_v_heads = 32, .ssm_dv = 128},
 	{.name = "gpt-oss-20b", .arch = "gpt-oss", .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8,
 	 .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 32,
 	 .n_expert_used = 4, .head_dim = 64, .n_swa = 128, .rope_yarn = 32.0f},
@@ -100,6 +114,8 @@ static bool is_gemma2(const gen_shape *s) { return !strcmp(s->arch, "gemma2"); }
 static bool is_gemma(const gen_shape *s) { return is_gemma2(s) || !strcmp(s->arch, "gemma3"); }
 static bool is_phi3(const gen_shape *s) { return !strcmp(s->arch, "phi3"); }
 static bool is_oai(const gen_shape *s) { return !strcmp(s->arch, "gpt-oss"); }
+static bool is_next(const gen_shape *s) { return !strcmp(s->arch, "qwen3next"); }
+static bool recurrent(const gen_shape *s, int64_t l) { return s->full_attn > 0 && (l + 1) % s->full_attn != 0; }
 static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 static int64_t n_rot(const gen_shape *s) { return s->n_rot ? s->n_rot : head_dim(s); }
 
@@ -231,7 +247,23 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		add_t(ts, &n, nm, nd, a, b, FILL_NOISE, mean, scale);        \
 	} while (0)
 		T("attn_norm.weight", 1, d, 1, 1.0f, 0.05f);
-		if (is_phi3(s)) T("attn_qkv.weight", 2, d, dq + 2 * dkv, 0, in_scale);
+		if (is_next(s) && recurrent(s, l)) {
+			// queries, keys, values; the output gate; per key head its value heads' beta and alpha
+			const int64_t C = 2 * s->ssm_k_heads * s->ssm_dk + s->ssm_v_heads * s->ssm_dv, VD = s->ssm_v_heads * s->ssm_dv;
+			T("attn_qkv.weight", 2, d, C, 0, in_scale);
+			T("attn_gate.weight", 2, d, VD, 0, in_scale);
+			T("ssm_ba.weight", 2, d, 2 * s->ssm_v_heads, 0, in_scale);
+			T("ssm_conv1d.weight", 2, s->ssm_conv, C, 0, 0.5f);
+			T("ssm_dt.bias", 1, s->ssm_v_heads, 1, 0, 0.5f);
+			// -exp(A_log): negative, so every step decays the state
+			T("ssm_a", 1, s->ssm_v_heads, 1, -0.5f, 0.1f);
+			T("ssm_norm.weight", 1, s->ssm_dv, 1, 1.0f, 0.05f);
+			T("ssm_out.weight", 2, VD, d, 0, 1.0f / sqrtf((float)VD) * resid);
+			T("post_attention_norm.weight", 1, d, 1, 1.0f, 0.05f);
+			goto ffn;
+		}
+		if (is_next(s)) T("attn_q.weight", 2, d, 2 * dq, 0, in_scale); // each head's query, then its gate
+		else if (is_phi3(s)) T("attn_qkv.weight", 2, d, dq + 2 * dkv, 0, in_scale);
 		else T("attn_q.weight", 2, d, dq, 0, in_scale);
 		if (s->qkv_bias) T("attn_q.bias", 1, dq, 1, 0, 0.1f);
 		if (!is_phi3(s)) T("attn_k.weight", 2, d, dkv, 0, in_scale);
@@ -244,7 +276,9 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 			T("attn_k_norm.weight", 1, hd, 1, 1.5f, 0.3f);
 		}
 		T("attn_output.weight", 2, dq, d, 0, 1.0f / sqrtf((float)dq) * resid);
-		if (is_oai(s)) {
+		if (is_next(s)) {
+			T("post_attention_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		} else if (is_oai(s)) {
 			T("attn_output.bias", 1, d, 1, 0, 0.1f * resid);
 			// sinks about as large as the scores, so they take a share of every softmax
 			T("attn_sinks.weight", 1, s->n_head, 1, 1.0f, 1.0f);
@@ -258,6 +292,7 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 			T("post_attention_norm.weight", 1, d, 1, resid, 0.05f * resid);
 			T("post_ffw_norm.weight", 1, d, 1, resid, 0.05f * resid);
 		}
+	ffn:
 		if (s->n_expert) {
 			// the router a little sharper than the FFN inputs, so a row's experts are distinct
 			// gpt-oss: gate and up wide enough that the clamp at 7 bites
@@ -369,6 +404,14 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	}
 	if (s->n_ff_shexp) rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
 	if (s->pooling) rc = rc ? rc : gguf_writer_set_u32(w, KEY("pooling_type"), s->pooling);
+	if (s->full_attn) {
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("full_attention_interval"), (uint32_t)s->full_attn);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)s->ssm_conv);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("ssm.state_size"), (uint32_t)s->ssm_dk);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("ssm.group_count"), (uint32_t)s->ssm_k_heads);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)s->ssm_v_heads);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(s->ssm_v_heads * s->ssm_dv));
+	}
 #undef KEY
 	return rc;
 }

@@ -11,9 +11,10 @@
 #include <string.h>
 
 static void print_json(const plan_result *r, const plan_model *pm) {
-	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s}",
+	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s}",
 			      "weights_bytes", (json_int_t)r->weights_bytes,
 			      "kv_bytes_per_token", (json_int_t)r->kv_bytes_per_token,
+			      "state_bytes_per_lane", (json_int_t)r->state_bytes_per_lane,
 			      "compute_reserve_bytes", (json_int_t)r->compute_reserve_bytes,
 			      "lanes", (json_int_t)r->lanes,
 			      "window", (json_int_t)r->window,
@@ -43,9 +44,13 @@ static void print_text(const plan_result *r, const plan_model *pm, const char *p
 	       plan_format_size(mm->in_place_bytes, c, sizeof c), plan_format_size(mm->copied_bytes, d, sizeof d),
 	       mm->kernels ? mm->kernels : "?");
 	printf("KV per token  %s (%s)\n", plan_format_size(r->kv_bytes_per_token, a, sizeof a), kv_type_name(r->kv_type));
+	if (r->state_bytes_per_lane)
+		printf("state         %s per lane (%d recurrent layers; KV in the %d others)\n", plan_format_size(r->state_bytes_per_lane, a, sizeof a),
+		       hp->n_layers - model_kv_layers(hp), model_kv_layers(hp));
 	printf("lanes         %d\n", r->lanes);
 	printf("window        %d tokens per lane (cap %d, pages of %d)\n", r->window, r->window_cap, r->page_tokens);
-	printf("KV            %s (%d x %d tokens)\n", plan_format_size(r->kv_bytes, a, sizeof a), r->lanes, r->window);
+	printf("KV            %s (%d x %d tokens%s)\n", plan_format_size(r->kv_bytes, a, sizeof a), r->lanes, r->window,
+	       r->state_bytes_per_lane ? ", states included" : "");
 	printf("compute       %s reserve\n", plan_format_size(r->compute_reserve_bytes, a, sizeof a));
 	printf("total         %s\n", plan_format_size(r->total_bytes, a, sizeof a));
 	printf("budget        %s%s\n", plan_format_size(r->budget_bytes, a, sizeof a),

@@ -83,8 +83,9 @@ static bool quantizable(const char *name, uint32_t n_dims, const int64_t *ne) {
 	int dims = 0;
 	for (uint32_t d = 0; d < n_dims; d++)
 		if (ne[d] > 1) dims = (int)d + 1;
+	// the convolution's few taps per channel stay as they are (llama.cpp keeps them F32 too)
 	return dims >= 2 && ends_with(name, "weight") && !strstr(name, "_norm.weight") &&
-	       !strstr(name, "ffn_gate_inp.weight");
+	       !strstr(name, "ffn_gate_inp.weight") && !strstr(name, "ssm_conv1d.weight");
 }
 
 // llama.cpp's layer choice for extra bits: the first and last eighth, and every third between.

@@ -14,7 +14,7 @@ static const cli_command commands[] = {
 	{CMD_TEMPLATE, "template", cmd_template, "render a chat template over a JSON list of messages",
 	 "(-m MODEL | --file T.jinja) --messages M.json", 0},
 	{CMD_QUANTIZE, "quantize", cmd_quantize, "convert a model's weights to a file type (Q8_0, Q4_K_M, ...)", "IN.gguf OUT.gguf TYPE", 3},
-	{CMD_GEN, "gen", cmd_gen, "write a random-weight model (llama family, gemma2, gemma3, phi3, gpt-oss), or a LoRA adapter for one, for tests and benchmarks",
+	{CMD_GEN, "gen", cmd_gen, "write a random-weight model (llama family, gemma2, gemma3, phi3, gpt-oss, qwen3next), or a LoRA adapter for one, for tests and benchmarks",
 	 "(--shape NAME --vocab VOCAB.gguf | --lora RANK -m BASE) --type TYPE -o OUT.gguf", 0},
 	{CMD_RUN, "run", cmd_run, "generate text from a prompt", "-m MODEL (-p TEXT | --ids 1,2,3)", 0},
 	{CMD_LOGITS, "logits", cmd_logits, "write the logits of every prompt position", "-m MODEL --ids 1,2,3 -o OUT.f32", 0},

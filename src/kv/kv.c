@@ -76,6 +76,11 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	if (!kt) return base_seterr(err, errlen, LANES_EINVAL, "kv: unknown cache type %d", (int)cfg->type);
 	if (cfg->n_layers < 1 || cfg->kv_dim < 1 || cfg->page_tokens < 1 || cfg->n_pages < 1 || cfg->n_seqs < 1)
 		return base_seterr(err, errlen, LANES_EINVAL, "kv: layers, kv_dim, page_tokens, pages and seqs must be >= 1");
+	uint64_t state_all;
+	if (cfg->state_floats < 0 || cfg->state_ckpts < 0 || !ck_mul((uint64_t)cfg->state_floats, (uint64_t)cfg->n_seqs, &state_all) ||
+	    state_all > SIZE_MAX / 8)
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: recurrent state of %lld floats per sequence is out of range",
+				    (long long)cfg->state_floats);
 	const bool scaled = kt->scaled;
 	if (scaled && (cfg->group < 1 || cfg->kv_dim % cfg->group))
 		return base_seterr(err, errlen, LANES_EINVAL, "kv: group %d does not divide kv_dim %d", cfg->group, cfg->kv_dim);
@@ -99,7 +104,9 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	kv->free_ids = malloc((size_t)cfg->n_pages * sizeof *kv->free_ids);
 	kv->seqs = calloc((size_t)cfg->n_seqs, sizeof *kv->seqs);
 	kv->ref = calloc((size_t)cfg->n_pages, sizeof *kv->ref);
-	bool scales_ok = true;
+	if (state_all) kv->state = calloc((size_t)state_all, sizeof *kv->state);
+	if (state_all) kv->captured = calloc((size_t)state_all, sizeof *kv->captured);
+	bool scales_ok = !state_all || (kv->state && kv->captured);
 	if (scaled) {
 		kv->s_stride = (size_t)cfg->page_tokens * (size_t)(cfg->kv_dim / cfg->group);
 		kv->ks = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
@@ -125,6 +132,8 @@ void kv_free(kv_cache *kv) {
 		for (int32_t i = 0; i < kv->cfg.n_seqs; i++) free(kv->seqs[i].pages);
 	free(kv->seqs);
 	free(kv->ref);
+	free(kv->state);
+	free(kv->captured);
 	kv_disk_close(kv);
 	kv_prefix_release(kv);
 	free(kv->free_ids);
@@ -253,12 +262,51 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s) return;
 	if (len < 0) len = 0;
+	if (s->capture > len) s->capture = 0; // its pages are cut, or it was never reached
 	if (len >= s->len) return;
 	int32_t keep = kv_pages_for(kv, len);
 	// a shared page is only ever read: no one may write into it again after a cut
 	LANES_ASSERT(len % kv->cfg.page_tokens == 0 || kv->ref[s->pages[keep - 1]] == 1);
 	while (s->npages > keep) kv__page_unref(kv, s->pages[--s->npages]);
 	s->len = (int32_t)len;
+	if (kv->state) {
+		// the state holds every token: only an empty sequence has one again (zero)
+		s->stale = len > 0;
+		if (!len) memset(kv_seq_state(kv, seq), 0, (size_t)kv->cfg.state_floats * sizeof(float));
+	}
+}
+
+void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos) {
+	kv_seq *s = seq_at(kv, seq);
+	if (!s || !kv->state) return;
+	LANES_ASSERT(pos == 0 || (pos > s->len && pos % kv->cfg.page_tokens == 0));
+	s->capture = pos;
+}
+
+int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq) {
+	const kv_seq *s = seq_at(kv, seq);
+	return s && kv->state ? s->capture : 0;
+}
+
+float *kv_seq_capture_state(kv_cache *kv, int32_t seq) {
+	if (!kv->captured || !seq_at(kv, seq)) return NULL;
+	return kv->captured + (size_t)seq * (size_t)kv->cfg.state_floats;
+}
+
+uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 3 * sizeof(float); }
+
+float *kv_seq_state(kv_cache *kv, int32_t seq) {
+	if (!kv->state || !seq_at(kv, seq)) return NULL;
+	return kv->state + (size_t)seq * (size_t)kv->cfg.state_floats;
+}
+
+bool kv_seq_state_valid(const kv_cache *kv, int32_t seq) {
+	const kv_seq *s = seq_at(kv, seq);
+	return s && !s->stale;
+}
+
+uint64_t kv_state_bytes(const kv_cache *kv) {
+	return (uint64_t)kv->cfg.state_floats * (2 * (uint64_t)kv->cfg.n_seqs + (uint64_t)kv->cfg.state_ckpts) * sizeof(float);
 }
 
 void kv_seq_clear(kv_cache *kv, int32_t seq) { kv_seq_truncate(kv, seq, 0); }

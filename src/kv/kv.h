@@ -53,6 +53,8 @@ typedef struct {
 	int32_t page_tokens;  // tokens per page (e.g. 16)
 	int32_t n_pages;      // pages reserved (address space; memory is taken as pages are used)
 	int32_t n_seqs;       // sequence slots; ids are 0..n_seqs-1
+	int64_t state_floats; // recurrent state each sequence keeps beside its pages (0: none)
+	int32_t state_ckpts;  // the prefix cache's checkpoints of that state, least recently used dropped first
 } kv_config;
 
 typedef struct kv_cache kv_cache;
@@ -99,6 +101,33 @@ int kv_seq_grow(kv_cache *kv, int32_t seq, int64_t len);
 // it no longer needs. Ignores a bad seq. Not thread-safe.
 void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len);
 void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
+// ---- recurrent state: a fixed block of floats per sequence, for models with recurrent layers --
+// A sequence's state is for all its tokens: zero when it is empty, advanced by the forward
+// pass with every token it adds. A cut to 0 zeroes it; a cut to any other length leaves no
+// state for the tokens kept, so the sequence's state is invalid until it is cleared.
+// The prefix cache keeps checkpoints of it: the state after a whole number of pages, keyed by
+// the hash chain of those pages' tokens (state_ckpts of them, least recently used dropped
+// first). A pass keeps a copy of a sequence's state at the position kv_seq_capture asked for;
+// kv_prefix_publish offers that copy with the pages before it; kv_prefix_attach attaches
+// pages only up to the last checkpoint it finds among them and restores the state there.
+// Seq's state (state_floats floats), or NULL without one or for a bad seq. Thread-safe: a read.
+float *kv_seq_state(kv_cache *kv, int32_t seq);
+// False when seq was cut back to a length other than 0 since its last clear. Thread-safe: a read.
+bool kv_seq_state_valid(const kv_cache *kv, int32_t seq);
+// Bytes of every sequence's state together, with the copies being captured and the checkpoints.
+// Thread-safe: a read.
+uint64_t kv_state_bytes(const kv_cache *kv);
+// Bytes of state per sequence slot a cache of state_floats per sequence holds (its own, the
+// capture, and the checkpoints model_kv_config gives it: one per slot). Thread-safe.
+uint64_t kv_state_bytes_per_seq(int64_t state_floats);
+// Asks the passes that take seq past position pos - 1 to keep a copy of its state as it is
+// after that position (pos a whole number of pages past its length; 0: none). Not thread-safe.
+void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos);
+// The position seq's capture is for (0: none), and where the pass writes it (NULL without a
+// state). Thread-safe: reads; the pass writes the copy as it writes the state.
+int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq);
+float *kv_seq_capture_state(kv_cache *kv, int32_t seq);
+
 // The block table of seq: page ids for positions [i*page_tokens, (i+1)*page_tokens);
 // *n gets their count. Valid until the next grow/truncate of seq. Thread-safe: a read.
 const int32_t *kv_seq_pages(const kv_cache *kv, int32_t seq, int32_t *n);
@@ -145,12 +174,14 @@ tensor_kv_view kv_view(kv_cache *kv, int32_t layer, int32_t seq, int32_t first);
 // The chain of hashes starts at root: KV written under different roots (the base model, an
 // adapter set) is never shared, even for the same tokens. Root 0 is the base model's.
 // Attaches to the empty sequence seq the cached pages that hold tokens[0..n) page by page
-// (only whole pages, stopping at the first miss) and returns the tokens now in seq.
+// (only whole pages, stopping at the first miss) and returns the tokens now in seq. With a
+// recurrent state: only up to the last checkpoint among them, whose state seq then has.
 // Not thread-safe.
 int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Offers seq's whole pages for positions [0, n) to the cache (tokens: the ids at those
-// positions, already written); pages whose prefix is cached already are left alone.
-// Not thread-safe.
+// positions, already written); pages whose prefix is cached already are left alone. With a
+// recurrent state, also the copy captured at seq's capture position (when seq has passed it
+// and it is within n) as the checkpoint after the pages before it. Not thread-safe.
 void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Drops every cached page that no sequence holds. Not thread-safe.
 void kv_prefix_clear(kv_cache *kv);

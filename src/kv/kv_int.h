@@ -10,6 +10,8 @@ typedef struct {
 	int32_t npages;  // pages in the table
 	int32_t cap;     // table capacity
 	int32_t *pages;  // block table
+	bool stale;      // cut back past its recurrent state: invalid until cleared
+	int32_t capture; // the position whose state a pass keeps a copy of (0: none)
 } kv_seq;
 
 typedef struct kv_prefix kv_prefix;
@@ -30,6 +32,8 @@ struct kv_cache {
 	int32_t n_free;
 	int32_t *ref;        // holders of each page: sequences, plus one when the prefix cache has it
 	kv_seq *seqs;        // n_seqs slots
+	float *state;        // [n_seqs][state_floats] recurrent state; NULL without one
+	float *captured;     // [n_seqs][state_floats] copies kept at each capture position
 	kv_prefix *px;
 	kv_disk *disk;       // the prefix cache's pages on disk, when attached
 };

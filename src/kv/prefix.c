@@ -18,6 +18,11 @@ struct kv_prefix {
 	int32_t head, tail;
 	int32_t n_cached;    // pages in the index
 	int32_t n_only;      // of which no sequence holds
+	// checkpoints of the recurrent state (a cache with one): the state after whole pages
+	uint64_t *ck_key;    // [state_ckpts] chain hash of the pages before it (0: empty)
+	uint64_t *ck_used;   // [state_ckpts] when last published or attached: the least recent goes first
+	float *ck_state;     // [state_ckpts][state_floats]
+	uint64_t ck_clock;
 };
 
 enum { PX_KEEP = 1, PX_ON_DISK = 2 }; // the base model's page (disk may keep it); a file holds it
@@ -45,6 +50,13 @@ int kv_prefix_init(kv_cache *kv) {
 	p->next = malloc((size_t)np * sizeof *p->next);
 	p->head = p->tail = -1;
 	if (!p->slot_key || !p->slot_page || !p->key || !p->parent || !p->tokens || !p->flag || !p->prev || !p->next) return LANES_ENOMEM;
+	const size_t nc = kv->state ? (size_t)kv->cfg.state_ckpts : 0;
+	if (nc) {
+		p->ck_key = calloc(nc, sizeof *p->ck_key);
+		p->ck_used = calloc(nc, sizeof *p->ck_used);
+		p->ck_state = malloc(nc * (size_t)kv->cfg.state_floats * sizeof *p->ck_state);
+		if (!p->ck_key || !p->ck_used || !p->ck_state) return LANES_ENOMEM;
+	}
 	return LANES_OK;
 }
 
@@ -59,6 +71,9 @@ void kv_prefix_release(kv_cache *kv) {
 	free(p->flag);
 	free(p->prev);
 	free(p->next);
+	free(p->ck_key);
+	free(p->ck_used);
+	free(p->ck_state);
 	free(p);
 	kv->px = NULL;
 }
@@ -115,7 +130,8 @@ static void table_remove(kv_prefix *p, uint64_t key, int32_t page) {
 // Writes pg to disk unless a file holds it or it is not the base model's.
 static void keep_on_disk(kv_cache *kv, int32_t pg) {
 	kv_prefix *p = kv->px;
-	if (!kv->disk || p->flag[pg] != PX_KEEP) return;
+	// a recurrent model's checkpoints stay in memory: its pages alone would never be read back
+	if (!kv->disk || p->flag[pg] != PX_KEEP || kv->state) return;
 	if (kv__disk_write(kv, pg, p->key[pg], p->parent[pg], p->tokens + (size_t)pg * kv->cfg.page_tokens))
 		p->flag[pg] |= PX_ON_DISK;
 }
@@ -150,6 +166,7 @@ void kv_prefix_evict_one(kv_cache *kv) {
 
 void kv_prefix_clear(kv_cache *kv) {
 	kv_prefix *p = kv->px;
+	for (int32_t i = 0; p->ck_key && i < kv->cfg.state_ckpts; i++) p->ck_key[i] = p->ck_used[i] = 0;
 	for (int32_t pg = p->tail; pg >= 0;) {
 		int32_t prev = p->prev[pg];
 		if (kv->ref[pg] == 1) drop(kv, pg, false);
@@ -187,12 +204,38 @@ static int32_t from_disk(kv_cache *kv, uint64_t k, uint64_t parent, const int32_
 	return pg;
 }
 
+// The checkpoint after the pages of chain hash key, or -1.
+static int32_t ck_find(const kv_cache *kv, uint64_t key) {
+	for (int32_t i = 0; kv->px->ck_key && i < kv->cfg.state_ckpts; i++)
+		if (kv->px->ck_key[i] == key) return i;
+	return -1;
+}
+
+// Pages without the recurrent state after them would not give the same bits: with a state,
+// only the pages up to the last checkpoint among the cached ones (n / pt of them at most).
+static int32_t ck_pages(kv_cache *kv, uint64_t root, const int32_t *tokens, int32_t whole, int32_t *slot) {
+	const int32_t pt = kv->cfg.page_tokens;
+	uint64_t key = root;
+	int32_t best = 0;
+	*slot = -1;
+	for (int32_t i = 0; i < whole; i++) {
+		const int32_t *tok = tokens + (size_t)i * pt;
+		const uint64_t k = chain(key, tok, pt);
+		if (lookup(kv, k, key, tok) < 0) break;
+		const int32_t c = ck_find(kv, k);
+		if (c >= 0) best = i + 1, *slot = c;
+		key = k;
+	}
+	return best;
+}
+
 int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n) {
 	kv_seq *s = kv__seq(kv, seq);
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || s->len || !p || n < pt) return s ? s->len : 0;
-	int32_t whole = n / pt;
+	int32_t whole = n / pt, ck = -1;
+	if (kv->state && (whole = ck_pages(kv, root, tokens, whole, &ck)) == 0) return 0;
 	if (kv__seq_reserve(kv, s, whole)) return 0;
 	uint64_t key = root;
 	int32_t got = 0;
@@ -200,7 +243,7 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 		const int32_t *tok = tokens + (size_t)got * pt;
 		uint64_t k = chain(key, tok, pt);
 		int32_t pg = lookup(kv, k, key, tok);
-		if (pg < 0 && kv->disk && root == 0) pg = from_disk(kv, k, key, tok);
+		if (pg < 0 && kv->disk && root == 0 && !kv->state) pg = from_disk(kv, k, key, tok);
 		if (pg < 0) break;
 		if (kv->ref[pg] == 1) p->n_only--;
 		kv->ref[pg]++;
@@ -213,6 +256,12 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 		lru_front(p, s->pages[i]);
 	}
 	s->len = got * pt;
+	if (ck >= 0) {
+		LANES_ASSERT(got == whole);
+		memcpy(kv_seq_state(kv, seq), p->ck_state + (size_t)ck * (size_t)kv->cfg.state_floats,
+		       (size_t)kv->cfg.state_floats * sizeof(float));
+		p->ck_used[ck] = ++p->ck_clock;
+	}
 	return s->len;
 }
 
@@ -222,6 +271,8 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || !p) return;
 	if (n > s->len) n = s->len;
+	// the captured state goes with the pages before it, once the sequence has passed it
+	const int32_t cap = kv->state && p->ck_key && s->capture > 0 && s->capture <= n ? s->capture : 0;
 	uint64_t key = root;
 	for (int32_t i = 0; i < n / pt; i++) {
 		const int32_t *tok = tokens + (size_t)i * pt;
@@ -229,6 +280,18 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 		int32_t pg = s->pages[i];
 		if (p->key[pg] == 0 && lookup(kv, k, key, tok) < 0) insert(kv, pg, k, key, tok, root == 0 ? PX_KEEP : 0);
 		key = k;
+		if ((i + 1) * pt != cap) continue;
+		int32_t c = ck_find(kv, k);
+		if (c < 0) { // the least recently used takes it (an empty one first: never used)
+			c = 0;
+			for (int32_t j = 1; j < kv->cfg.state_ckpts; j++)
+				if (p->ck_used[j] < p->ck_used[c]) c = j;
+			memcpy(p->ck_state + (size_t)c * (size_t)kv->cfg.state_floats, kv_seq_capture_state(kv, seq),
+			       (size_t)kv->cfg.state_floats * sizeof(float));
+			p->ck_key[c] = k;
+		}
+		p->ck_used[c] = ++p->ck_clock;
+		s->capture = 0;
 	}
 }
 

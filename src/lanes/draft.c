@@ -117,6 +117,10 @@ static int draft_check(const model *target, const model *draft, char *err, size_
 	const gguf *a = model_gguf(target), *b = model_gguf(draft);
 	const gguf_value *ta = gguf_get_arr(a, "tokenizer.ggml.tokens"), *tb = gguf_get_arr(b, "tokenizer.ggml.tokens");
 	int32_t na = model_hparams_of(target)->n_vocab, nb = model_hparams_of(draft)->n_vocab;
+	// its rejected proposals would be cut from a recurrent state, which cannot be cut back
+	if (model_state_floats(model_hparams_of(draft)))
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "a draft model with recurrent layers (%s) is not supported",
+				   model_hparams_of(draft)->arch);
 	if (na != nb)
 		return base_seterr(err, errlen, LANES_EINVAL, "the draft model's vocabulary has %d tokens, the model's %d", nb, na);
 	if (!ta || !tb || ta->arr.n != tb->arr.n || ta->arr.type != GGUF_STRING || tb->arr.type != GGUF_STRING)

@@ -31,6 +31,16 @@ typedef struct {
 	int32_t *anpos; // [n] positions each of them sees, in that order
 	int32_t *ablk; // [n + 1] first entry of aord of each block
 	int64_t nblk;  // attention blocks
+	int32_t *sspan; // [n + 1] first entry of aord of each sequence's run (recurrent layers)
+	int64_t nspan; // sequences in the pass
+	float *qg;     // [n][2 qd] gated attention: each head's query, then its gate
+	float *ag;     // [n][qd] the gates
+	float *lin;    // [n][C + VD] a recurrent layer's ssm_in (older files), before it is split
+	float *lq;     // [n][C] its queries, keys and values before the convolution
+	float *lz;     // [n][VD] its output gate
+	float *lba;    // [n][2 Hv] beta and alpha
+	float *lo;     // [n][VD] its output, normed and gated
+	float *lsc;    // [nth][2 Dk + VD / Hk] each thread's convolved q, k and v of one key head
 	double *cs;    // [n][tables][n_rot] rope tables (a second for gemma3's local layers)
 	void *mmx;     // the matmuls' prepared activations
 	size_t mmx_bytes;
@@ -328,7 +338,7 @@ static void put_row(const attn_job *j, int64_t r) {
 	const double *cs = j->s->cs + (r * rope_tables(hp) + local) * hp->rope.n_rot;
 	tensor_rope_apply(rp, cs, q, hp->n_heads, (int32_t)D);
 	tensor_rope_apply(rp, cs, k, hp->n_kv_heads, (int32_t)D);
-	kv_put(j->kv, m->ks, j->layer, j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
+	kv_put(j->kv, m->ks, model_kv_layer(hp, j->layer), j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
 }
 
 // First every row's put_row (claimed a row at a time; a query may read any row of its
@@ -358,7 +368,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		const int32_t g = (int32_t)(i % KH);
 		if (j->fused) {
 			const int64_t b = s->nblk - 1 - i / KH, e0 = s->ablk[b];
-			tensor_kv_view kvv = kv_view(j->kv, j->layer, j->rows[s->aord[e0]].seq, g * D);
+			tensor_kv_view kvv = kv_view(j->kv, model_kv_layer(hp, j->layer), j->rows[s->aord[e0]].seq, g * D);
 			kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 			tensor_k_attn_rows(j->m->ks, s->q + (size_t)g * grp * D, qd, s->aord + e0, (int32_t)(s->ablk[b + 1] - e0), grp, D,
 					   scale, &kvv, s->anpos + e0, scores, s->att + (size_t)g * grp * D, qd);
@@ -366,7 +376,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		}
 		const int64_t r = i / KH;
 		const model_row *row = &j->rows[r];
-		tensor_kv_view kvv = kv_view(j->kv, j->layer, row->seq, g * D);
+		tensor_kv_view kvv = kv_view(j->kv, model_kv_layer(hp, j->layer), row->seq, g * D);
 		kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 		tensor_k_attn_unfused(j->m->ks, s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
 				      s->att + r * qd + (size_t)g * grp * D);
@@ -504,6 +514,168 @@ static void moe(const model *m, const mlayer *ly, base_pool *pool, int64_t n, sc
 	}
 }
 
+// ---- a recurrent (Gated DeltaNet) layer -------------------------------------------------------
+// Each sequence's rows run through the recurrence one token at a time in position order, from
+// the state its earlier tokens left: the convolution over the last ssm_conv inputs, then per
+// value head the decay, the delta rule's update of the [Dv][Dk] state and the read by the
+// query. A row's result is then a function of its sequence's tokens alone, however the rows
+// came in pieces, batches or threads. Items are a sequence and one key head (its queries,
+// keys and the value heads that share them), which touch disjoint parts of the state.
+typedef struct {
+	const model *m;
+	kv_cache *kv;
+	const model_row *rows;
+	int layer;
+	int64_t slot;      // the layer's state within a sequence's
+	scratch *s;
+	size_t lsc_floats; // scratch floats per thread
+	atomic_llong next;
+} ssm_job;
+
+static float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// softplus in double, as x past 20 where it is x in float
+static float softplus_f(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
+
+// x /= max(|x|, eps), the squares summed in double in order
+static void l2norm(float *x, int64_t n, float eps, float scale) {
+	double ss = 0;
+	for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+	const float inv = 1.0f / fmaxf(sqrtf((float)ss), eps);
+	for (int64_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
+}
+
+// The convolution of channels [c0, c0 + cnt) for input row x (SiLU after) into out, and the
+// row appended to the window of last inputs (oldest first).
+static void ssm_conv(const float *w, int32_t K, int64_t C, float *win, const float *x, int64_t c0, int64_t cnt, float *out) {
+	for (int64_t c = c0; c < c0 + cnt; c++) {
+		const float *wc = w + c * K;
+		float acc = 0.0f;
+		for (int32_t t = 0; t < K - 1; t++) acc += wc[t] * win[t * C + c];
+		acc += wc[K - 1] * x[c];
+		for (int32_t t = 0; t + 1 < K - 1; t++) win[t * C + c] = win[(t + 1) * C + c];
+		if (K > 1) win[(K - 2) * C + c] = x[c];
+		out[c - c0] = silu_f(acc);
+	}
+}
+
+// row = row * a + b * x, then its dot product with y: eight running sums (lane i % 8) added in
+// one fixed tree, the tail after them; the same operations for every row of every pass.
+static float scale_dot(float *row, float a, float b, const float *x, const float *y, int64_t n) {
+	typedef float v4 __attribute__((vector_size(16)));
+	v4 s0 = {0, 0, 0, 0}, s1 = s0;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		v4 r0, r1, x0, x1, y0, y1;
+		memcpy(&r0, row + i, 16), memcpy(&r1, row + i + 4, 16);
+		memcpy(&x0, x + i, 16), memcpy(&x1, x + i + 4, 16);
+		memcpy(&y0, y + i, 16), memcpy(&y1, y + i + 4, 16);
+		r0 = r0 * a + x0 * b, r1 = r1 * a + x1 * b;
+		memcpy(row + i, &r0, 16), memcpy(row + i + 4, &r1, 16);
+		s0 = s0 + r0 * y0, s1 = s1 + r1 * y1;
+	}
+	const v4 s = s0 + s1;
+	float t = (s[0] + s[1]) + (s[2] + s[3]);
+	for (; i < n; i++) {
+		row[i] = row[i] * a + x[i] * b;
+		t += row[i] * y[i];
+	}
+	return t;
+}
+
+// Key head g's part of one layer's state (its channels of the convolution's window, its value
+// heads' matrices) from st to dst.
+static void ssm_copy_part(const model_hparams *hp, const float *st, float *dst, int64_t g) {
+	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, R = hp->ssm_v_heads / Hk, C = model_ssm_conv_dim(hp);
+	const int64_t first[3] = {g * Dk, Hk * Dk + g * Dk, 2 * Hk * Dk + g * R * Dv}, cnt[3] = {Dk, Dk, R * Dv};
+	for (int64_t t = 0; t < hp->ssm_conv - 1; t++)
+		for (int c = 0; c < 3; c++) memcpy(dst + t * C + first[c], st + t * C + first[c], (size_t)cnt[c] * sizeof(float));
+	const int64_t s0 = (int64_t)(hp->ssm_conv - 1) * C + g * R * Dv * Dk;
+	memcpy(dst + s0, st + s0, (size_t)(R * Dv * Dk) * sizeof(float));
+}
+
+// Sequence run sp's rows, in position order, through key head g's part of the layer.
+static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
+	const model *m = j->m;
+	const model_hparams *hp = &m->hp;
+	const mlayer *ly = &m->layers[j->layer];
+	const scratch *s = j->s;
+	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads, R = Hv / Hk,
+		      C = model_ssm_conv_dim(hp), VD = Hv * Dv;
+	const int32_t K = hp->ssm_conv, seq = j->rows[s->aord[s->sspan[sp]]].seq, cap = kv_seq_capture_pos(j->kv, seq);
+	float *st = kv_seq_state(j->kv, seq) + j->slot;
+	float *win = st, *S = st + (int64_t)(K - 1) * C;
+	float *q = tmp, *k = tmp + Dk, *v = tmp + 2 * Dk;
+	const float qscale = 1.0f / sqrtf((float)Dk);
+	for (int64_t e = s->sspan[sp]; e < s->sspan[sp + 1]; e++) {
+		const int64_t r = s->aord[e];
+		const float *x = s->lq + r * C, *ba = s->lba + r * 2 * Hv + g * 2 * R;
+		ssm_conv(ly->ssm_conv1d, K, C, win, x, g * Dk, Dk, q);
+		ssm_conv(ly->ssm_conv1d, K, C, win, x, Hk * Dk + g * Dk, Dk, k);
+		ssm_conv(ly->ssm_conv1d, K, C, win, x, 2 * Hk * Dk + g * R * Dv, R * Dv, v);
+		l2norm(q, Dk, hp->rms_eps, qscale);
+		l2norm(k, Dk, hp->rms_eps, 1.0f);
+		for (int64_t hh = 0; hh < R; hh++) {
+			const int64_t h = g * R + hh;
+			const float beta = 1.0f / (1.0f + expf(-ba[hh])), decay = expf(ly->ssm_a[h] * softplus_f(ba[R + hh] + ly->ssm_dt[h]));
+			const float *vh = v + hh * Dv;
+			float *Sh = S + h * Dv * Dk, *o = s->lo + r * VD + h * Dv;
+			for (int64_t jv = 0; jv < Dv; jv++) {
+				float *row = Sh + jv * Dk;
+				const float sk = scale_dot(row, decay, 0.0f, k, k, Dk), d = (vh[jv] - sk) * beta;
+				o[jv] = scale_dot(row, 1.0f, d, k, q, Dk);
+			}
+			const float *z = s->lz + r * VD + h * Dv;
+			tensor_k_rmsnorm(m->ks, o, ly->ssm_norm, Dv, hp->rms_eps, o);
+			for (int64_t jv = 0; jv < Dv; jv++) o[jv] = o[jv] * silu_f(z[jv]);
+		}
+		// the state after the position the prefix cache asked for, kept as it is now
+		if (j->rows[r].pos + 1 == cap) ssm_copy_part(hp, st, kv_seq_capture_state(j->kv, seq) + j->slot, g);
+	}
+}
+
+static void ssm_task(void *arg, int ith, int nth) {
+	ssm_job *j = arg;
+	const int64_t Hk = j->m->hp.ssm_k_heads, items = j->s->nspan * Hk;
+	float *tmp = j->s->lsc + (size_t)ith * j->lsc_floats;
+	for (int64_t i; (i = atomic_fetch_add(&j->next, 1)) < items;) ssm_item(j, i / Hk, (int32_t)(i % Hk), tmp);
+	(void)nth;
+}
+
+static void ssm_block(const model *m, int l, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n, scratch *s) {
+	const model_hparams *hp = &m->hp;
+	const mlayer *ly = &m->layers[l];
+	const int64_t E = hp->n_embd, Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads,
+		      R = Hv / Hk, C = model_ssm_conv_dim(hp), VD = Hv * Dv;
+	const row_maker an = {.m = m, .x = s->x, .w = ly->attn_norm, .h = s->h, .width = E};
+	if (ly->ssm_in.data) {
+		const mweight *w[2] = {&ly->ssm_in, &ly->ssm_ba};
+		float *const y[2] = {s->lin, s->lba};
+		mm_multi(pool, s, 2, w, 0, s->h, n, y, norm_row, &an, NULL);
+		// per key head q, k, its value heads' v and z: into the flat order the convolution reads
+		const int64_t per = 2 * Dk + 2 * R * Dv;
+		for (int64_t r = 0; r < n; r++)
+			for (int64_t g = 0; g < Hk; g++) {
+				const float *src = s->lin + r * (C + VD) + g * per;
+				float *lq = s->lq + r * C;
+				memcpy(lq + g * Dk, src, (size_t)Dk * sizeof(float));
+				memcpy(lq + Hk * Dk + g * Dk, src + Dk, (size_t)Dk * sizeof(float));
+				memcpy(lq + 2 * Hk * Dk + g * R * Dv, src + 2 * Dk, (size_t)(R * Dv) * sizeof(float));
+				memcpy(s->lz + r * VD + g * R * Dv, src + 2 * Dk + R * Dv, (size_t)(R * Dv) * sizeof(float));
+			}
+	} else {
+		const mweight *w[3] = {&ly->ssm_qkv, &ly->ssm_z, &ly->ssm_ba};
+		float *const y[3] = {s->lq, s->lz, s->lba};
+		mm_multi(pool, s, 3, w, 0, s->h, n, y, norm_row, &an, NULL);
+	}
+	ssm_job j = {.m = m, .kv = kv, .rows = rows, .layer = l, .s = s, .lsc_floats = (size_t)(2 * Dk + R * Dv),
+		     .slot = (int64_t)(l - l / hp->full_attn_interval) * model_ssm_layer_floats(hp)};
+	atomic_init(&j.next, 0);
+	if (pool && s->nspan * Hk > 1) base_pool_run(pool, ssm_task, &j);
+	else ssm_task(&j, 0, 1);
+	mm(pool, s, &ly->ssm_out, 0, s->lo, n, s->x, NULL, NULL, true, NULL);
+}
+
 // One block: every matmul makes its input's rows (RMSNorm, SwiGLU) as it prepares them, the
 // residual adds happen as the outputs are written, and RoPE and the K/V writes run in the
 // attention's pool job, so no per-row work waits on one thread between hand-offs. Adapter
@@ -514,16 +686,26 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	const mlayer *ly = &m->layers[l];
 	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D,
 		      kvd = (int64_t)hp->n_kv_heads * D;
+	if (model_layer_recurrent(hp, l)) {
+		ssm_block(m, l, kv, pool, rows, n, s);
+		goto ffn;
+	}
 
 	const row_maker attn_norm = {.m = m, .x = s->x, .w = ly->attn_norm, .h = s->h, .width = E};
 	const mweight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
-	float *const qkv_out[3] = {s->q, s->k, s->v};
+	// a gated query's rows go apart first, then each head's query and gate are split out
+	float *const qkv_out[3] = {hp->attn_gate ? s->qg : s->q, s->k, s->v};
 	const int qkv_kinds[3] = {LK_Q, LK_K, LK_V}, o_kind = LK_O;
-	const int64_t qkv_w[3] = {qd, kvd, kvd};
+	const int64_t qkv_w[3] = {hp->attn_gate ? 2 * qd : qd, kvd, kvd};
 	lora_job lj;
 	bool fuse = lora_fuse(s->lp, l, 3, qkv_kinds, s->h, E, n, qkv_out, qkv_w, &lj);
 	mm_multi(pool, s, 3, qkv, 0, s->h, n, qkv_out, norm_row, &attn_norm, fuse ? &lj : NULL);
 	if (!fuse) lora_add_kinds(s->lp, l, 3, qkv_kinds, s->h, E, n, NULL, qkv_out, qkv_w);
+	for (int64_t r = 0; hp->attn_gate && r < n; r++)
+		for (int32_t h = 0; h < hp->n_heads; h++) {
+			memcpy(s->q + r * qd + h * D, s->qg + r * 2 * qd + 2 * h * D, (size_t)D * sizeof(float));
+			memcpy(s->ag + r * qd + h * D, s->qg + r * 2 * qd + 2 * h * D + D, (size_t)D * sizeof(float));
+		}
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
@@ -533,6 +715,7 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	atomic_init(&aj.next, 0);
 	if (pool && n * hp->n_kv_heads > 1) base_pool_run(pool, attn_task, &aj);
 	else attn_task(&aj, 0, 1);
+	for (int64_t i = 0; hp->attn_gate && i < n * qd; i++) s->att[i] = s->att[i] * (1.0f / (1.0f + expf(-s->ag[i])));
 	const bool fold = !ly->bo && !ly->attn_post_norm; // x += the output as it is written; the adapters' terms follow it
 	float *const o_out = fold ? s->x : s->t;
 	fuse = lora_fuse(s->lp, l, 1, &o_kind, s->att, qd, n, &o_out, &E, &lj);
@@ -546,6 +729,7 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 		for (int64_t i = 0; i < n * E; i++) s->x[i] += s->t[i];
 	}
 
+ffn:;
 	const row_maker ffn_norm = {.m = m, .x = s->x, .w = ly->ffn_norm, .h = s->h, .width = E};
 	if (hp->n_experts) {
 		for (int64_t r = 0; r < n; r++) norm_row((void *)&ffn_norm, r);
@@ -577,7 +761,7 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 		      char *err, size_t errlen) {
 	const kv_config *c = kv_config_of(kv);
 	const model_hparams *hp = &m->hp;
-	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
+	if (c->n_layers != model_kv_layers(hp) || c->state_floats != model_state_floats(hp) || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
 	    (kv_type_get(c->type)->scaled && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
 		return base_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	seqpos *sp = malloc((size_t)n * sizeof *sp);
@@ -593,6 +777,9 @@ static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64
 			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: sequence %d is not a kv slot", (long long)i, r->seq);
 		else if (r->pos < 0 || r->pos == INT32_MAX)
 			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: bad position %d", (long long)i, r->pos);
+		else if (!kv_seq_state_valid(kv, r->seq))
+			rc = base_seterr(err, errlen, LANES_EINVAL,
+					 "forward: sequence %d was cut back past its recurrent state: clear it and feed it again", r->seq);
 		else if (r->lora && (r->lora->n < 0 || r->lora->n > MODEL_LORA_MAX))
 			rc = base_seterr(err, errlen, LANES_EINVAL, "forward: row %lld: %d adapters (at most %d)", (long long)i, r->lora->n,
 					  MODEL_LORA_MAX);
@@ -665,6 +852,10 @@ static void attn_blocks(const model_row *rows, int64_t n, int32_t rb, scratch *s
 		if (!i || rows[s->aord[i - 1]].seq != rows[s->aord[i]].seq || i - s->ablk[s->nblk - 1] == rb) s->ablk[s->nblk++] = (int32_t)i;
 	}
 	s->ablk[s->nblk] = (int32_t)n;
+	s->nspan = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (!i || rows[s->aord[i - 1]].seq != rows[s->aord[i]].seq) s->sspan[s->nspan++] = (int32_t)i;
+	s->sspan[s->nspan] = (int32_t)n;
 }
 
 static atomic_bool attn_unfused; // the caller's choice, model_attn_set_fused
@@ -677,6 +868,7 @@ void model_attn_set_fused(bool fused) { atomic_store(&attn_unfused, !fused); }
 // scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.
 typedef struct {
 	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, mx, mx_bytes, ids, sel, slot, aord, anpos, ablk, cs;
+	uint64_t qg, ag, lin, lq, lz, lba, lo, lsc, sspan;
 	layout f, i, d;
 } ws_plan;
 
@@ -693,14 +885,23 @@ static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att,
 	p->att = take(L, un, qd * 4), p->g = take(L, un, F * 4), p->u = take(L, un, F * 4);
 	p->rl = take(L, un, X * 4), p->rw = take(L, un, K * 4), p->xg = take(L, X ? un : 0, E * 4);
 	p->ys = take(L, X ? un * K : 0, E * 4), p->sg = take(L, un, 4), p->sc = take(L, (uint64_t)nth, att * 4);
+	const bool rec = hp->full_attn_interval > 0;
+	const uint64_t C = rec ? (uint64_t)model_ssm_conv_dim(hp) : 0, VD = rec ? (uint64_t)hp->ssm_v_heads * hp->ssm_dv : 0,
+		       HV = rec ? (uint64_t)hp->ssm_v_heads : 0, HK = rec ? (uint64_t)hp->ssm_k_heads : 1;
+	p->qg = take(L, hp->attn_gate ? un : 0, 2 * qd * 4), p->ag = take(L, hp->attn_gate ? un : 0, qd * 4);
+	p->lin = take(L, un, (C + VD) * 4), p->lq = take(L, un, C * 4), p->lz = take(L, un, VD * 4);
+	p->lba = take(L, un, 2 * HV * 4), p->lo = take(L, un, VD * 4);
+	p->lsc = take(L, rec ? (uint64_t)nth : 0, (2 * (uint64_t)hp->ssm_dk + VD / HK) * 4);
 	// the matmuls' prepared activations: the widest input, in blocks of 32 of at most 96 bytes
 	uint64_t wide = E > qd ? E : qd;
 	wide = F > wide ? F : wide;
+	wide = VD > wide ? VD : wide;
 	p->mx_bytes = 0;
 	if (!ck_mul(un, (wide + 31) / 32 * 96, &p->mx_bytes) || !ck_add(p->mx_bytes, 64, &p->mx_bytes)) L->bad = true;
 	p->mx = take(L, p->mx_bytes, 1);
 	p->ids = take(&p->i, un, K * 4), p->sel = take(&p->i, un, 4), p->slot = take(&p->i, un, 4);
 	p->aord = take(&p->i, un, 4), p->anpos = take(&p->i, un, 4), p->ablk = take(&p->i, un + 1, 4);
+	p->sspan = take(&p->i, un + 1, 4);
 	p->cs = take(&p->d, un, (uint64_t)(hp->rope.n_rot * rope_tables(hp)) * 8);
 	uint64_t total;
 	return !p->f.bad && !p->i.bad && !p->d.bad && ck_add(p->f.off, p->i.off, &total) && ck_add(total, p->d.off, &total) &&
@@ -847,6 +1048,9 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
 		.aord = (int32_t *)(ib + p.aord), .anpos = (int32_t *)(ib + p.anpos), .ablk = (int32_t *)(ib + p.ablk),
 		.cs = (double *)(db + p.cs), .mmx = fb + p.mx, .mmx_bytes = (size_t)p.mx_bytes,
+		.sspan = (int32_t *)(ib + p.sspan), .qg = (float *)(fb + p.qg), .ag = (float *)(fb + p.ag),
+		.lin = (float *)(fb + p.lin), .lq = (float *)(fb + p.lq), .lz = (float *)(fb + p.lz), .lba = (float *)(fb + p.lba),
+		.lo = (float *)(fb + p.lo), .lsc = (float *)(fb + p.lsc),
 		.routes = hp->n_experts ? w->routes : NULL,
 	};
 	lora_pass lp;

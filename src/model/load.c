@@ -24,6 +24,7 @@ typedef struct {
 	int gemma;             // Gemma's block (2, 3; 0: none): scaled embeddings, post norms, GELU, local layers
 	bool phi3;             // fused qkv and gate-up matrices, LongRoPE, a window on every layer
 	bool oai;              // gpt-oss: sinks, biased router and experts, clamped SwiGLU, even layers local
+	bool next;             // qwen3next: Gated DeltaNet layers between gated full-attention ones
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -36,6 +37,7 @@ static const arch_desc archs[] = {
 	{.name = "gemma3", .neox = true, .qk_norm = true, .gemma = 3},
 	{.name = "phi3", .neox = true, .phi3 = true},
 	{.name = "gpt-oss", .neox = true, .bias = true, .moe = MOE_REQUIRED, .moe_norm = true, .oai = true},
+	{.name = "qwen3next", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .shexp = true, .moe_norm = true, .next = true},
 };
 
 typedef struct {
@@ -181,6 +183,7 @@ static int model_mats(model *m, mweight **out, int cap) {
 		ADD(y->ffn_gate); ADD(y->ffn_up); ADD(y->ffn_down);
 		ADD(y->gate_inp); ADD(y->gate_exps); ADD(y->up_exps); ADD(y->down_exps);
 		ADD(y->gate_shexp); ADD(y->up_shexp); ADD(y->down_shexp); ADD(y->gate_inp_shexp);
+		ADD(y->ssm_qkv); ADD(y->ssm_z); ADD(y->ssm_in); ADD(y->ssm_ba); ADD(y->ssm_out);
 	}
 #undef ADD
 	return n;
@@ -200,7 +203,7 @@ static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *o
 
 // Metadata only: the size pack_weights would map, nothing mapped or packed.
 static int pack_size(model *m, char *err, size_t errlen) {
-	const int cap = 16 * m->hp.n_layers + 1;
+	const int cap = 24 * m->hp.n_layers + 1;
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const uint64_t total = pack_layout(m, ws, model_mats(m, ws, cap), NULL);
@@ -216,7 +219,7 @@ static int pack_size(model *m, char *err, size_t errlen) {
 // private and never written: a later touch reads the file again), so the peak stays near
 // one copy of the weights. fn (may be NULL) hears of each matrix once it is done.
 static int pack_weights(model *m, bool mapped, model_progress_fn fn, void *ud, char *err, size_t errlen) {
-	const int cap = 16 * m->hp.n_layers + 1;
+	const int cap = 24 * m->hp.n_layers + 1;
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const int n = model_mats(m, ws, cap);
@@ -311,6 +314,44 @@ static const char *lname(char *buf, size_t n, int l, const char *what) {
 	return buf;
 }
 
+// qwen3next's mixer of layer l: gated full attention (attn_q holds each head's query, then its
+// gate) or a Gated DeltaNet layer (its q, k, v either as attn_qkv + attn_gate or as the older
+// ssm_in, whose rows interleave q, k, v and z per key head).
+static int bind_next_mixer(loader *L, int l) {
+	model *m = L->m;
+	const model_hparams *hp = &m->hp;
+	mlayer *y = &m->layers[l];
+	const int64_t E = hp->n_embd, D = hp->head_dim, qd = (int64_t)hp->n_heads * D, kvd = (int64_t)hp->n_kv_heads * D;
+	char b[96];
+	int rc;
+#define TRY(x) \
+	if ((rc = (x))) return rc
+	if (!model_layer_recurrent(hp, l)) {
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_q.weight"), true, E, 2 * qd, 1, &y->wq));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_k.weight"), true, E, kvd, 1, &y->wk));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_v.weight"), true, E, kvd, 1, &y->wv));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_output.weight"), true, qd, E, 1, &y->wo));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q_norm.weight"), true, D, &y->q_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k_norm.weight"), true, D, &y->k_norm));
+		return LANES_OK;
+	}
+	const int64_t C = model_ssm_conv_dim(hp), VD = (int64_t)hp->ssm_v_heads * hp->ssm_dv;
+	if (gguf_find_tensor(m->g, lname(b, sizeof b, l, "ssm_in.weight"))) {
+		TRY(bind_mat(L, b, true, E, C + VD, 1, &y->ssm_in));
+	} else {
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_qkv.weight"), true, E, C, 1, &y->ssm_qkv));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_gate.weight"), true, E, VD, 1, &y->ssm_z));
+	}
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ssm_ba.weight"), true, E, 2 * (int64_t)hp->ssm_v_heads, 1, &y->ssm_ba));
+	TRY(bind_mat(L, lname(b, sizeof b, l, "ssm_out.weight"), true, VD, E, 1, &y->ssm_out));
+	TRY(bind_vecs(L, lname(b, sizeof b, l, "ssm_conv1d.weight"), true, hp->ssm_conv, C, &y->ssm_conv1d));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "ssm_dt.bias"), true, hp->ssm_v_heads, &y->ssm_dt));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "ssm_a"), true, hp->ssm_v_heads, &y->ssm_a));
+	TRY(bind_vec(L, lname(b, sizeof b, l, "ssm_norm.weight"), true, hp->ssm_dv, &y->ssm_norm));
+	return LANES_OK;
+#undef TRY
+}
+
 static int bind_layer(loader *L, const arch_desc *a, int l) {
 	model *m = L->m;
 	const model_hparams *hp = &m->hp;
@@ -322,6 +363,11 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 #define TRY(x) \
 	if ((rc = (x))) return rc
 	TRY(bind_vec(L, lname(b, sizeof b, l, "attn_norm.weight"), true, E, &y->attn_norm));
+	if (a->next) {
+		TRY(bind_next_mixer(L, l));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->ffn_norm));
+		goto ffn;
+	}
 	if (a->phi3 && gguf_find_tensor(m->g, lname(b, sizeof b, l, "attn_qkv.weight"))) {
 		// q's rows, then k's, then v's
 		const int64_t rows[3] = {qd, kvd, kvd};
@@ -351,6 +397,7 @@ static int bind_layer(loader *L, const arch_desc *a, int l) {
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_attention_norm.weight"), true, E, &y->attn_post_norm));
 		TRY(bind_vec(L, lname(b, sizeof b, l, "post_ffw_norm.weight"), true, E, &y->ffn_post_norm));
 	}
+ffn:
 	if (a->phi3 && !gguf_find_tensor(m->g, lname(b, sizeof b, l, "ffn_gate.weight"))) {
 		// ffn_up holds the gate's rows, then the up's
 		const int64_t rows[2] = {hp->n_ff, hp->n_ff};
@@ -537,6 +584,34 @@ static int read_phi3(loader *L) {
 	return LANES_OK;
 }
 
+// qwen3next as its GGUF files describe it: the Gated DeltaNet's sizes (ssm.*) and the period of
+// its full-attention layers. Its norms are plain RMSNorms: the converter folds in the 1 that
+// the zero-centred ones add (all but the gated norm, which has none).
+static int read_next(loader *L) {
+	model_hparams *hp = &L->m->hp;
+	int32_t inner;
+	int rc;
+	if ((rc = meta_int(L, "full_attention_interval", true, 4, 1, 4096, &hp->full_attn_interval)) ||
+	    (rc = meta_int(L, "ssm.conv_kernel", false, 0, 1, 64, &hp->ssm_conv)) ||
+	    (rc = meta_int(L, "ssm.state_size", false, 0, 1, 4096, &hp->ssm_dk)) ||
+	    (rc = meta_int(L, "ssm.group_count", false, 0, 1, 4096, &hp->ssm_k_heads)) ||
+	    (rc = meta_int(L, "ssm.time_step_rank", false, 0, 1, 4096, &hp->ssm_v_heads)) ||
+	    (rc = meta_int(L, "ssm.inner_size", false, 0, 1, 1 << 20, &inner)))
+		return rc;
+	if (hp->ssm_v_heads % hp->ssm_k_heads || inner % hp->ssm_v_heads)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT,
+				   "model: qwen3next.ssm.time_step_rank = %d must be a multiple of ssm.group_count = %d and divide ssm.inner_size = %d",
+				   hp->ssm_v_heads, hp->ssm_k_heads, inner);
+	if (gguf_get(L->m->g, "qwen3next.attention.recurrent_layers"))
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED,
+				   "model: qwen3next.attention.recurrent_layers is not supported (only full_attention_interval)");
+	hp->ssm_dv = inner / hp->ssm_v_heads;
+	hp->attn_gate = true;
+	// an interval of 1 has no recurrent layer: the plain path then holds no state
+	if (hp->full_attn_interval == 1) hp->full_attn_interval = 0;
+	return LANES_OK;
+}
+
 // rope_factors_long and rope_factors_short, both or neither; the short ones rotate until
 // model_set_context says a sequence may be longer than the original context.
 static int read_phi3_factors(loader *L) {
@@ -615,6 +690,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	hp->embd_scale = 1.0f;
 	if (a->phi3) return read_phi3(L);
+	if (a->next) return read_next(L);
 	if (a->oai) {
 		// the even layers local (a window of attention.sliding_window), the odd ones global
 		hp->oai = true;
@@ -670,7 +746,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	if (!a) {
 		char *s = gguf_str_dup(arch);
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
-				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss)",
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, qwen3next)",
 				  s ? s : "?");
 		free(s);
 		goto fail;
@@ -755,8 +831,9 @@ double model_pack_ms(const model *m) { return m->pack_ms; }
 
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
 			  int32_t page_tokens) {
-	kv_config c = {.type = type, .n_layers = m->hp.n_layers, .kv_dim = m->hp.n_kv_heads * m->hp.head_dim,
-		       .group = m->hp.head_dim, .page_tokens = page_tokens, .n_seqs = n_seqs};
+	kv_config c = {.type = type, .n_layers = model_kv_layers(&m->hp), .kv_dim = m->hp.n_kv_heads * m->hp.head_dim,
+		       .group = m->hp.head_dim, .page_tokens = page_tokens, .n_seqs = n_seqs,
+		       .state_floats = model_state_floats(&m->hp), .state_ckpts = model_state_floats(&m->hp) ? n_seqs : 0};
 	int64_t per = page_tokens > 0 ? ((int64_t)n_ctx + page_tokens - 1) / page_tokens : 0;
 	int64_t pages = per * (n_seqs > 0 ? n_seqs : 0);
 	c.n_pages = pages > INT32_MAX ? INT32_MAX : (int32_t)pages;
@@ -796,10 +873,13 @@ static void memory_of(const model *m, model_memory *out) {
 		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->attn_post_norm, E) +
 		      vec_in_place(m, y->ffn_post_norm, E) + vec_in_place(m, y->bq, qd) +
 		      vec_in_place(m, y->bk, kvd) + vec_in_place(m, y->bv, kvd) + vec_in_place(m, y->bo, E) +
-		      vec_in_place(m, y->q_norm, D) + vec_in_place(m, y->k_norm, D);
+		      vec_in_place(m, y->q_norm, D) + vec_in_place(m, y->k_norm, D) +
+		      vec_in_place(m, y->ssm_conv1d, model_ssm_conv_dim(hp) * hp->ssm_conv) + vec_in_place(m, y->ssm_dt, hp->ssm_v_heads) +
+		      vec_in_place(m, y->ssm_a, hp->ssm_v_heads) + vec_in_place(m, y->ssm_norm, hp->ssm_dv);
 		const mweight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->ffn_gate, &y->ffn_up, &y->ffn_down,
 				       &y->gate_inp, &y->gate_exps, &y->up_exps, &y->down_exps, &y->gate_shexp,
-				       &y->up_shexp, &y->down_shexp, &y->gate_inp_shexp};
+				       &y->up_shexp, &y->down_shexp, &y->gate_inp_shexp, &y->ssm_qkv, &y->ssm_z,
+				       &y->ssm_in, &y->ssm_ba, &y->ssm_out};
 		for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) in += mat_in_place(m, ws[i]);
 	}
 	*out = (model_memory){.packed_bytes = m->packed_bytes, .in_place_bytes = in, .copied_bytes = m->copied_bytes,

@@ -1,5 +1,5 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe), gemma2, gemma3, phi3 and gpt-oss — hyper-parameters from GGUF metadata, weights bound in place from the
+// qwen3moe), gemma2, gemma3, phi3, gpt-oss and qwen3next (Gated DeltaNet layers beside gated attention) — hyper-parameters from GGUF metadata, weights bound in place from the
 // mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
@@ -43,7 +43,47 @@ typedef struct {
 	int32_t swa_pattern;    // layer l is local when l % swa_pattern < swa_pattern - 1 (0: every layer is)
 	tensor_rope rope_swa;   // the local layers' rope where it differs (gemma3); n_rot 0: they use rope
 	bool oai;               // gpt-oss: attention sinks, a router bias, biased experts with the clamped SwiGLU
+	// qwen3next (all 0 elsewhere): Gated DeltaNet layers between the full-attention ones
+	bool attn_gate;         // attn_q's rows per head: D of the query, then D of a sigmoid gate on its output
+	int32_t full_attn_interval; // layer l is full attention when (l + 1) % it == 0, else recurrent (0: no recurrent layers)
+	int32_t ssm_conv;       // the short causal convolution's width (ssm.conv_kernel)
+	int32_t ssm_dk;         // a key head's width (ssm.state_size)
+	int32_t ssm_k_heads;    // key (and query) heads (ssm.group_count)
+	int32_t ssm_v_heads;    // value heads (ssm.time_step_rank); a multiple of ssm_k_heads
+	int32_t ssm_dv;         // a value head's width (ssm.inner_size / ssm_v_heads)
 } model_hparams;
+
+// Whether layer l is a recurrent (Gated DeltaNet) layer.
+static inline bool model_layer_recurrent(const model_hparams *hp, int32_t l) {
+	return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
+}
+
+// Layers that keep K and V in the cache (the others keep a recurrent state per sequence).
+static inline int32_t model_kv_layers(const model_hparams *hp) {
+	return hp->full_attn_interval > 0 ? hp->n_layers / hp->full_attn_interval : hp->n_layers;
+}
+
+// The cache layer of full-attention layer l.
+static inline int32_t model_kv_layer(const model_hparams *hp, int32_t l) {
+	return hp->full_attn_interval > 0 ? l / hp->full_attn_interval : l;
+}
+
+// Channels the convolution runs over in a recurrent layer: queries, keys, then values.
+static inline int64_t model_ssm_conv_dim(const model_hparams *hp) {
+	return 2 * (int64_t)hp->ssm_k_heads * hp->ssm_dk + (int64_t)hp->ssm_v_heads * hp->ssm_dv;
+}
+
+// Floats one recurrent layer keeps per sequence: the convolution's last ssm_conv - 1 inputs,
+// then a [ssm_dv][ssm_dk] matrix per value head.
+static inline int64_t model_ssm_layer_floats(const model_hparams *hp) {
+	if (!hp->full_attn_interval) return 0;
+	return (int64_t)(hp->ssm_conv - 1) * model_ssm_conv_dim(hp) + (int64_t)hp->ssm_v_heads * hp->ssm_dv * hp->ssm_dk;
+}
+
+// Floats of recurrent state per sequence, every recurrent layer's (0: none).
+static inline int64_t model_state_floats(const model_hparams *hp) {
+	return (int64_t)(hp->n_layers - model_kv_layers(hp)) * model_ssm_layer_floats(hp);
+}
 
 // The window layer l's queries see (0: every position before them).
 static inline int32_t model_layer_window(const model_hparams *hp, int32_t l) {

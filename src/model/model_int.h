@@ -34,6 +34,16 @@ typedef struct {
 	const float *gate_inp_b;                // [n_experts] router bias (gpt-oss), or NULL
 	const float *gate_exps_b, *up_exps_b;   // [n_experts][n_ff_exp] expert biases (gpt-oss), or NULL
 	const float *down_exps_b;               // [n_experts][n_embd]
+	// a recurrent (Gated DeltaNet) layer, qwen3next; C = model_ssm_conv_dim, VD = ssm_v_heads * ssm_dv
+	mweight ssm_qkv;                        // [n_embd -> C]: queries, keys, values (attn_qkv)
+	mweight ssm_z;                          // [n_embd -> VD]: the output gate (attn_gate)
+	mweight ssm_in;                         // or both in one matrix as older files store it, per key head: q, k, v, z (ssm_in)
+	mweight ssm_ba;                         // [n_embd -> 2 * ssm_v_heads]: per key head, its value heads' beta then alpha
+	mweight ssm_out;                        // [VD -> n_embd]
+	const float *ssm_conv1d;                // [C][ssm_conv] the causal convolution, oldest input first
+	const float *ssm_dt;                    // [ssm_v_heads] bias of alpha before the softplus
+	const float *ssm_a;                     // [ssm_v_heads] -exp(A_log): the decay's rate
+	const float *ssm_norm;                  // [ssm_dv] the gated RMSNorm's weights
 } mlayer;
 
 struct model {

@@ -125,7 +125,10 @@ static cost cost_of(const planner *P, int32_t lanes, int32_t window) {
 	c.ctx = (int32_t)((int64_t)lanes * window > INT32_MAX ? INT32_MAX : (int64_t)lanes * window);
 	cost r = {.compute = lane_compute_bytes(&P->pm->hp, &c)};
 	uint64_t per_lane, t;
-	if (!ck_mul(P->kvpt, (uint64_t)window, &per_lane) || !ck_mul(per_lane, (uint64_t)lanes, &r.kv)) {
+	// a recurrent model's state: a fixed block per lane beside its pages
+	const uint64_t state = kv_state_bytes_per_seq(model_state_floats(&P->pm->hp));
+	if (!ck_mul(P->kvpt, (uint64_t)window, &per_lane) || !ck_add(per_lane, state, &per_lane) ||
+	    !ck_mul(per_lane, (uint64_t)lanes, &r.kv)) {
 		r.kv = r.total = UINT64_MAX;
 		return r;
 	}
@@ -199,13 +202,14 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 	const char *tn = kv_type_name(cfg->kv_type);
 	if (!tn) return base_seterr(err, errlen, LANES_EINVAL, "plan: unknown KV type");
 	*P = (planner){.pm = pm, .cfg = *cfg, .budget = budget,
-		       .kvpt = kv_bytes_per_token(cfg->kv_type, hp->n_layers, hp->n_kv_heads * hp->head_dim, hp->head_dim)};
+		       .kvpt = kv_bytes_per_token(cfg->kv_type, model_kv_layers(hp), hp->n_kv_heads * hp->head_dim, hp->head_dim)};
 	if (!P->kvpt)
 		return base_seterr(err, errlen, LANES_EINVAL, "plan: KV type %s cannot hold rows of %d values (%d heads of %d)",
 				    tn, hp->n_kv_heads * hp->head_dim, hp->n_kv_heads, hp->head_dim);
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
 	out->kv_bytes_per_token = P->kvpt;
+	out->state_bytes_per_lane = kv_state_bytes_per_seq(model_state_floats(hp));
 	out->budget_bytes = budget;
 	out->kv_type = cfg->kv_type;
 	out->page_tokens = pt;

@@ -21,7 +21,9 @@ void ref64_shape_of(const model *m, ref64_shape *s) {
 			   .swa_pattern = hp->swa_pattern, .rope_base_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_base : 0,
 			   .rope_scale_swa = hp->rope_swa.n_rot ? hp->rope_swa.freq_scale : 0, .n_rot = hp->rope.n_rot,
 			   .rope_mscale = hp->rope.attn_factor, .oai = hp->oai, .yarn_ext = hp->rope.ext_factor,
-			   .yarn_beta_fast = hp->rope.beta_fast, .yarn_beta_slow = hp->rope.beta_slow, .yarn_orig = hp->rope.n_ctx_orig};
+			   .yarn_beta_fast = hp->rope.beta_fast, .yarn_beta_slow = hp->rope.beta_slow, .yarn_orig = hp->rope.n_ctx_orig,
+			   .full_attn = hp->full_attn_interval, .ssm_conv = hp->ssm_conv, .ssm_dk = hp->ssm_dk, .ssm_hk = hp->ssm_k_heads,
+			   .ssm_hv = hp->ssm_v_heads, .ssm_dv = hp->ssm_dv};
 	// which factors the model rotates by: the tensor its divisors were read from
 	static const char *const fs[] = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
@@ -148,11 +150,148 @@ static void moe_ref(const gguf *g, const ref64_shape *s, int l, const double *co
 	free(r), free(pr), free(ye), free(chosen);
 }
 
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+
+// The delta rule of one value head over positions 0..P-1 from a zero state S [dv][dk]: q, k
+// [P][dk] (normed, q scaled), v [P][dv], beta and the log-decay g [P]; outputs o [P][dv].
+// Token by token: S = e^g S; d = beta (v - S k); S += d k^T; o = S q.
+static void delta_steps(const double *q, const double *k, const double *v, const double *beta, const double *g, int P, int dk,
+			int dv, double *S, double *o) {
+	for (int t = 0; t < P; t++)
+		for (int j = 0; j < dv; j++) {
+			double *row = S + (size_t)j * dk, sk = 0, oo = 0;
+			for (int i = 0; i < dk; i++) sk += (row[i] *= exp(g[t])) * k[(size_t)t * dk + i];
+			const double d = beta[t] * (v[(size_t)t * dv + j] - sk);
+			for (int i = 0; i < dk; i++) oo += (row[i] += d * k[(size_t)t * dk + i]) * q[(size_t)t * dk + i];
+			o[(size_t)t * dv + j] = oo;
+		}
+}
+
+// The same in chunks of c positions: with G the decays' running sum inside a chunk and S0 the
+// state before it, d_t = beta_t (v_t - e^G_t S0 k_t - sum_{s<t} e^(G_t - G_s) (k_s . k_t) d_s)
+// (a triangular solve), o_t = e^G_t S0 q_t + sum_{s<=t} e^(G_t - G_s) (k_s . q_t) d_s, and
+// the state after it e^G_last S0 + sum_s e^(G_last - G_s) d_s k_s^T.
+static void delta_chunks(const double *q, const double *k, const double *v, const double *beta, const double *g, int P, int dk,
+			 int dv, int c, double *S, double *o) {
+	double *G = malloc(sizeof(double) * c), *d = malloc(sizeof(double) * c * dv), *S0 = malloc(sizeof(double) * dv * dk);
+	for (int c0 = 0; c0 < P; c0 += c) {
+		const int n = P - c0 < c ? P - c0 : c;
+		memcpy(S0, S, sizeof(double) * dv * dk);
+		for (int t = 0; t < n; t++) G[t] = (t ? G[t - 1] : 0) + g[c0 + t];
+		for (int t = 0; t < n; t++) {
+			const double *kt = k + (size_t)(c0 + t) * dk, *qt = q + (size_t)(c0 + t) * dk;
+			for (int j = 0; j < dv; j++) {
+				double s0k = 0, s0q = 0, acc = 0;
+				for (int i = 0; i < dk; i++) s0k += S0[(size_t)j * dk + i] * kt[i], s0q += S0[(size_t)j * dk + i] * qt[i];
+				for (int u = 0; u < t; u++) {
+					double kk = 0;
+					for (int i = 0; i < dk; i++) kk += k[(size_t)(c0 + u) * dk + i] * kt[i];
+					acc += exp(G[t] - G[u]) * kk * d[(size_t)u * dv + j];
+				}
+				d[(size_t)t * dv + j] = beta[c0 + t] * (v[(size_t)(c0 + t) * dv + j] - exp(G[t]) * s0k - acc);
+				double oo = exp(G[t]) * s0q;
+				for (int u = 0; u <= t; u++) {
+					double kq = 0;
+					for (int i = 0; i < dk; i++) kq += k[(size_t)(c0 + u) * dk + i] * qt[i];
+					oo += exp(G[t] - G[u]) * kq * d[(size_t)u * dv + j];
+				}
+				o[(size_t)(c0 + t) * dv + j] = oo;
+			}
+		}
+		for (int j = 0; j < dv; j++)
+			for (int i = 0; i < dk; i++) {
+				double st = exp(G[n - 1]) * S0[(size_t)j * dk + i];
+				for (int u = 0; u < n; u++) st += exp(G[n - 1] - G[u]) * d[(size_t)u * dv + j] * k[(size_t)(c0 + u) * dk + i];
+				S[(size_t)j * dk + i] = st;
+			}
+	}
+	free(G), free(d), free(S0);
+}
+
+// A Gated DeltaNet layer over every position: x[p] += its output.
+static void deltanet_ref(const gguf *g, const ref64_shape *s, int l, double *x, int P) {
+	const int E = s->E, Dk = s->ssm_dk, Dv = s->ssm_dv, Hk = s->ssm_hk, Hv = s->ssm_hv, R = Hv / Hk, K = s->ssm_conv;
+	const int C = 2 * Hk * Dk + Hv * Dv, VD = Hv * Dv;
+	double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wz = WL(g, l, "attn_gate.weight"),
+	       *win = WL(g, l, "ssm_in.weight"), *wba = WL(g, l, "ssm_ba.weight"), *cw = WL(g, l, "ssm_conv1d.weight"),
+	       *dt = WL(g, l, "ssm_dt.bias"), *A = WL(g, l, "ssm_a"), *nw = WL(g, l, "ssm_norm.weight"), *wo = WL(g, l, "ssm_out.weight");
+	double *h = malloc(sizeof(double) * E), *raw = calloc((size_t)P * C, sizeof(double)), *z = malloc(sizeof(double) * P * VD);
+	double *ba = malloc(sizeof(double) * P * 2 * Hv), *cv = malloc(sizeof(double) * P * C), *o = malloc(sizeof(double) * P * VD);
+	double *tmp = malloc(sizeof(double) * (C + VD));
+	for (int p = 0; p < P; p++) {
+		rms(x + (size_t)p * E, an, E, s->rms_eps, h);
+		if (win) {
+			// per key head: q, k, its value heads' v, then their z
+			mv(win, NULL, h, E, C + VD, tmp);
+			const int per = 2 * Dk + 2 * R * Dv;
+			for (int kh = 0; kh < Hk; kh++)
+				for (int i = 0; i < per; i++) {
+					const double val = tmp[kh * per + i];
+					if (i < Dk) raw[(size_t)p * C + kh * Dk + i] = val;
+					else if (i < 2 * Dk) raw[(size_t)p * C + Hk * Dk + kh * Dk + i - Dk] = val;
+					else if (i < 2 * Dk + R * Dv) raw[(size_t)p * C + 2 * Hk * Dk + kh * R * Dv + i - 2 * Dk] = val;
+					else z[(size_t)p * VD + kh * R * Dv + i - 2 * Dk - R * Dv] = val;
+				}
+		} else {
+			mv(wqkv, NULL, h, E, C, raw + (size_t)p * C);
+			mv(wz, NULL, h, E, VD, z + (size_t)p * VD);
+		}
+		mv(wba, NULL, h, E, 2 * Hv, ba + (size_t)p * 2 * Hv);
+	}
+	// the causal convolution (inputs before position 0 are zero), then SiLU
+	for (int p = 0; p < P; p++)
+		for (int c = 0; c < C; c++) {
+			double acc = 0;
+			for (int t = 0; t < K; t++) {
+				const int src = p - (K - 1) + t;
+				if (src >= 0) acc += cw[(size_t)c * K + t] * raw[(size_t)src * C + c];
+			}
+			if (s->no_conv) acc = raw[(size_t)p * C + c];
+			cv[(size_t)p * C + c] = silu(acc);
+		}
+	double *q = malloc(sizeof(double) * P * Dk), *k = malloc(sizeof(double) * P * Dk), *v = malloc(sizeof(double) * P * Dv);
+	double *bt = malloc(sizeof(double) * P), *gd = malloc(sizeof(double) * P), *S = malloc(sizeof(double) * Dv * Dk);
+	double *oh = malloc(sizeof(double) * P * Dv);
+	for (int hv = 0; hv < Hv; hv++) {
+		const int kh = hv / R, j = hv % R;
+		for (int p = 0; p < P; p++) {
+			double nq = 0, nk = 0;
+			for (int i = 0; i < Dk; i++) {
+				q[(size_t)p * Dk + i] = cv[(size_t)p * C + kh * Dk + i];
+				k[(size_t)p * Dk + i] = cv[(size_t)p * C + Hk * Dk + kh * Dk + i];
+				nq += q[(size_t)p * Dk + i] * q[(size_t)p * Dk + i], nk += k[(size_t)p * Dk + i] * k[(size_t)p * Dk + i];
+			}
+			// L2 norms (|x| at least eps), the query scaled by 1/sqrt(dk)
+			nq = 1 / fmax(sqrt(nq), s->rms_eps) / sqrt((double)Dk), nk = 1 / fmax(sqrt(nk), s->rms_eps);
+			for (int i = 0; i < Dk; i++) q[(size_t)p * Dk + i] *= nq, k[(size_t)p * Dk + i] *= nk;
+			for (int i = 0; i < Dv; i++) v[(size_t)p * Dv + i] = cv[(size_t)p * C + 2 * Hk * Dk + hv * Dv + i];
+			const double b = ba[(size_t)p * 2 * Hv + kh * 2 * R + j], a = ba[(size_t)p * 2 * Hv + kh * 2 * R + R + j] + dt[hv];
+			bt[p] = sigm(b);
+			gd[p] = s->no_decay ? 0 : A[hv] * (a > 20 ? a : log1p(exp(a)));
+		}
+		memset(S, 0, sizeof(double) * Dv * Dk);
+		if (s->chunk > 0) delta_chunks(q, k, v, bt, gd, P, Dk, Dv, s->chunk, S, oh);
+		else delta_steps(q, k, v, bt, gd, P, Dk, Dv, S, oh);
+		// the gated norm: RMSNorm of the head's output times SiLU of its z
+		for (int p = 0; p < P; p++) {
+			double *op = o + (size_t)p * VD + hv * Dv;
+			rms(oh + (size_t)p * Dv, nw, Dv, s->rms_eps, op);
+			for (int i = 0; i < Dv && !s->no_out_gate; i++) op[i] *= silu(z[(size_t)p * VD + hv * Dv + i]);
+		}
+	}
+	for (int p = 0; p < P; p++) {
+		mv(wo, NULL, o + (size_t)p * VD, VD, E, h);
+		for (int e = 0; e < E; e++) x[(size_t)p * E + e] += h[e];
+	}
+	free(an), free(wqkv), free(wz), free(win), free(wba), free(cw), free(dt), free(A), free(nw), free(wo);
+	free(h), free(raw), free(z), free(ba), free(cv), free(o), free(tmp), free(q), free(k), free(v), free(bt), free(gd), free(S), free(oh);
+}
+
 void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt) {
 	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D, V = s->V;
 	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
 	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
-	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P);
+	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P), *gt = malloc(sizeof(double) * P * qd);
 	double *emb = W(g, "token_embd.weight"), *ff = W(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int R = s->n_rot ? s->n_rot : D;
 	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
@@ -169,10 +308,12 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 	const bool neox = strcmp(s->arch, "llama") != 0;
 	const double scale = s->attn_scale ? s->attn_scale : 1 / sqrt((double)D);
 	for (int l = 0; l < s->L; l++) {
+		const bool next = s->full_attn > 0, recurrent = next && (l + 1) % s->full_attn != 0;
+		if (recurrent) deltanet_ref(g, s, l, x, P);
 		double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wq = WL(g, l, "attn_q.weight"),
 		       *wk = WL(g, l, "attn_k.weight"), *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
 		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
-		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, s->oai ? "post_attention_norm.weight" : "ffn_norm.weight"),
+		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, s->oai || next ? "post_attention_norm.weight" : "ffn_norm.weight"),
 		       *bo = WL(g, l, "attn_output.bias"), *sk = s->oai && !s->no_sinks ? WL(g, l, "attn_sinks.weight") : NULL,
 		       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
 		       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
@@ -181,9 +322,19 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 			     rscale = win && s->rope_scale_swa ? s->rope_scale_swa : s->rope_scale;
 		const double *lq = wqkv ? wqkv : wq, *lk = wqkv ? wqkv + (size_t)qd * E : wk,
 			     *lv = wqkv ? wqkv + (size_t)(qd + kvd) * E : wv;
-		for (int p = 0; p < P; p++) {
+		for (int p = 0; p < P && !recurrent; p++) {
 			rms(x + (size_t)p * E, an, E, s->rms_eps, h);
-			mv(lq, bq, h, E, qd, q + (size_t)p * qd);
+			if (next) {
+				// each head's query, then its gate
+				double *qg = malloc(sizeof(double) * 2 * qd);
+				mv(lq, NULL, h, E, 2 * qd, qg);
+				for (int hh = 0; hh < H; hh++)
+					for (int e = 0; e < D; e++)
+						q[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + e], gt[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + D + e];
+				free(qg);
+			} else {
+				mv(lq, bq, h, E, qd, q + (size_t)p * qd);
+			}
 			mv(lk, bk, h, E, kvd, k + (size_t)p * kvd);
 			mv(lv, bv, h, E, kvd, v + (size_t)p * kvd);
 			for (int hh = 0; hh < H + HKV; hh++) {
@@ -214,7 +365,7 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		const double *gate = wt[1] ? wt[1] : wt[2] + (s->swap_gate_up ? half : 0),
 			     *up = wt[1] ? wt[2] : wt[2] + (s->swap_gate_up ? 0 : half);
 		for (int p = 0; p < P; p++) {
-			for (int hh = 0; hh < H; hh++) {
+			for (int hh = 0; hh < H && !recurrent; hh++) {
 				const int gk = hh / (H / HKV);
 				// a sink: a score in the softmax's denominator alone
 				double mx = sk ? sk[hh] : -1e300, sum = 0;
@@ -234,9 +385,12 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 					att[hh * D + e] = o;
 				}
 			}
-			mv(wo, bo, att, qd, E, y);
-			if (pa) rms(y, pa, E, s->rms_eps, y);
-			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+			for (int i = 0; next && !s->no_attn_gate && i < qd; i++) att[i] *= sigm(gt[(size_t)p * qd + i]);
+			if (!recurrent) {
+				mv(wo, bo, att, qd, E, y);
+				if (pa) rms(y, pa, E, s->rms_eps, y);
+				for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+			}
 			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
 			if (!s->X)
 				ffn_ref(gate, up, wt[3], NULL, h, E, s->F, s->geglu ? GLU_GELU : GLU_SILU, y);
@@ -258,5 +412,5 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		for (int i = 0; s->final_softcap && i < V; i++)
 			logits[(size_t)p * V + i] = s->final_softcap * tanh(logits[(size_t)p * V + i] / s->final_softcap);
 	}
-	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc);
+	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc), free(gt);
 }

@@ -1,4 +1,4 @@
-// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks, Phi 3's and gpt-oss's, written
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks, Phi 3's, gpt-oss's and Qwen3-Next's, written
 // from a file's weights, dequantized — the oracle the model and expert tests compare against.
 #ifndef LANES_REF64_H
 #define LANES_REF64_H
@@ -45,6 +45,13 @@ typedef struct {
 	// yarn_orig positions
 	double yarn_ext, yarn_beta_fast, yarn_beta_slow;
 	int yarn_orig;
+	// Qwen3-Next (full_attn 0: none): layer l is a Gated DeltaNet layer when (l + 1) % full_attn
+	// != 0, else full attention whose attn_q holds each head's query then a sigmoid gate on its
+	// output; post_attention_norm is the FFN's input norm. chunk > 0: the delta rule in its
+	// chunked form, chunks of that many positions from position 0 (else token by token). The
+	// no_* switches leave a part out (a check that it matters).
+	int full_attn, ssm_conv, ssm_dk, ssm_hk, ssm_hv, ssm_dv, chunk;
+	bool no_attn_gate, no_conv, no_decay, no_out_gate;
 } ref64_shape;
 
 // The shape of a loaded model (linear rope scaling at most; the rope factors it chose are read from g).

@@ -4,8 +4,10 @@
 // and re-fed equals the original — under every kernel set the CPU runs, in both activation
 // widths; on shared models, on files of the types no shared model has (IQ4, TQ, IQ3, IQ2,
 // MXFP4; MXFP4_MOE: the MoE model's experts) `lanes quantize` makes here, and on the gemma2,
-// gemma3, phi3 and gpt-oss ones `lanes gen` writes (their local layers' window shorter than the
-// prompt; gpt-oss's sinks).
+// gemma3, phi3, gpt-oss and qwen3next ones `lanes gen` writes (their local layers' window shorter
+// than the prompt; gpt-oss's sinks; Qwen3-Next's recurrent state, with pieces cut at every
+// offset, prefix-cache hits at every page boundary from its state's checkpoints, and a cut
+// into its state refused until the sequence is cleared).
 #include "t.h"
 #include "gen.h"
 
@@ -50,6 +52,73 @@ static int feed(const model *m, kv_cache *kv, base_pool *pool, int32_t seq, cons
 
 static bool same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+// A recurrent model: the prompt cut once at every offset (the first piece 1..P-1 long, then the
+// rest, in two passes) gives the whole prompt's logits; so do pieces of 2 beside decode-like
+// single rows of another sequence. A recurrent layer's state depends on every earlier token,
+// so a cut anywhere must leave it exactly as the whole pass does.
+static void every_offset(fixture *f, enum kv_type t) {
+	const size_t all = (size_t)P * f->V;
+	float *out = malloc(all * sizeof *out);
+	bool ok = true;
+	for (int cut = 1; cut < P && ok; cut++) {
+		kv_cache *kv = new_kv(f->m, t, 1, P);
+		memset(out, 0, all * sizeof *out);
+		ok = feed(f->m, kv, NULL, 0, f->ids, 0, cut, cut, out, f->V) == 0 && feed(f->m, kv, NULL, 0, f->ids, cut, P, P, out, f->V) == 0;
+		CHECKF(ok && same(out, f->ref, all), "a cut at %d differs from the whole prompt", cut);
+		ok = ok && same(out, f->ref, all);
+		kv_free(kv);
+	}
+	free(out);
+}
+
+// A recurrent model's prefix cache: the state captured after each page boundary b (inside a
+// piece of 7), published with the pages and attached to another sequence, which resumes at b
+// and gives the whole prompt's logits for the rest, bit for bit. Pages published without a
+// checkpoint are not attached; of two checkpoints the later one inside a prompt is taken, and
+// a prompt that parts from them before the first takes none.
+static void checkpoints(fixture *f, enum kv_type t) {
+	const size_t all = (size_t)P * f->V;
+	float *out = malloc(all * sizeof *out);
+	const int32_t pt = 16;
+	for (int32_t b = pt; b < P; b += pt) {
+		kv_cache *kv = new_kv(f->m, t, 3, P);
+		kv_seq_capture(kv, 0, b);
+		CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 7, out, f->V) == 0);
+		kv_prefix_publish(kv, 0, 0, f->ids, P);
+		CHECKF(kv_seq_capture_pos(kv, 0) == 0, "the capture at %d was published", b);
+		const int32_t got = kv_prefix_attach(kv, 1, 0, f->ids, P - 1);
+		CHECKF(got == b, "attached %d tokens, the checkpoint is at %d", got, b);
+		memset(out, 0, all * sizeof *out);
+		CHECK(feed(f->m, kv, NULL, 1, f->ids, got, P, 5, out, f->V) == 0);
+		CHECKF(same(out + (size_t)b * f->V, f->ref + (size_t)b * f->V, (size_t)(P - b) * f->V),
+		       "resumed from the checkpoint at %d: the rest differs from the whole prompt", b);
+		// another adapter set's chain finds none
+		CHECK(kv_prefix_attach(kv, 2, 77, f->ids, P - 1) == 0);
+		kv_free(kv);
+	}
+	kv_cache *kv = new_kv(f->m, t, 3, P);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, P, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, P);
+	CHECKF(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 0, "pages without a checkpoint are not attached");
+	kv_seq_clear(kv, 0);
+	kv_seq_capture(kv, 0, 32);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, 40, 40, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, 40);
+	kv_seq_clear(kv, 0);
+	kv_seq_capture(kv, 0, 64);
+	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 33, out, f->V) == 0);
+	kv_prefix_publish(kv, 0, 0, f->ids, P);
+	CHECK(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 64);
+	CHECK(kv_prefix_attach(kv, 2, 0, f->ids, 63) == 32);
+	kv_seq_clear(kv, 2);
+	int32_t other[P];
+	memcpy(other, f->ids, sizeof other);
+	other[20] = other[20] == 5 ? 6 : 5;
+	CHECK(kv_prefix_attach(kv, 2, 0, other, P - 1) == 0);
+	kv_free(kv);
+	free(out);
+}
+
 // level 0: pieces of 7, 2 threads; 1: also pieces of 64; 2: also pieces of 1 and 3 threads.
 static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
 	const size_t all = (size_t)P * f->V;
@@ -68,6 +137,20 @@ static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
 		kv_cache *kv = new_kv(f->m, t, 1, P);
 		CHECK(feed(f->m, kv, pool, 0, f->ids, 0, P, nth == 2 ? P : 7, out, f->V) == 0);
 		CHECKF(same(out, f->ref, all), "%d threads differ from 1", nth);
+		if (kv_config_of(kv)->state_floats) {
+			// a recurrent state cannot be cut back: refused until cleared, then the same again
+			kv_seq_truncate(kv, 0, 41);
+			model_row r = {f->ids[41], 41, 0, true, NULL};
+			char err[256];
+			CHECK(model_forward(f->m, kv, pool, &r, 1, out, err, sizeof err) == LANES_EINVAL && strstr(err, "recurrent state"));
+			kv_seq_clear(kv, 0);
+			memset(out, 0, all * sizeof *out);
+			CHECK(feed(f->m, kv, pool, 0, f->ids, 0, P, 13, out, f->V) == 0);
+			CHECKF(same(out, f->ref, all), "cleared + re-fed differs (%d threads)", nth);
+			kv_free(kv);
+			base_pool_free(pool);
+			continue;
+		}
 		// Truncate and re-feed the tail: the prefix from the cache gives the same logits.
 		kv_seq_truncate(kv, 0, 41);
 		CHECK(kv_seq_len(kv, 0) == 41);
@@ -208,6 +291,10 @@ static void run_file(const char *name, const char *path, bool full) {
 		CHECK(feed(f.m, kv, NULL, 0, f.ids, 0, P, P, f.ref, f.V) == 0);
 		kv_free(kv);
 		pieces_and_threads(&f, types[t], t == 0 ? (full ? 2 : 1) : 0);
+		if (model_state_floats(model_hparams_of(f.m))) {
+			if (t == 0) every_offset(&f, types[t]);
+			checkpoints(&f, types[t]);
+		}
 		if (types[t] != KV_F16) mixed_batches(&f, types[t]);
 		free(f.ref);
 	}
@@ -237,8 +324,8 @@ int main(void) {
 	for (int q = 0; q < NMADE; q++)
 		CHECKF(t_quantize("exact", made_src[q], made[q], made_path[q], sizeof made_path[q]), "lanes quantize to %s", made[q]);
 	// gpt-oss's experts in MXFP4, as its published files have them
-	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test", "gpt-oss-test"};
-	static const char *const fam_type[] = {"Q8_0", "Q8_0", "Q8_0", "MXFP4_MOE"};
+	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test", "gpt-oss-test", "qwen3-next-test"};
+	static const char *const fam_type[] = {"Q8_0", "Q8_0", "Q8_0", "MXFP4_MOE", "Q8_0"};
 	enum { NFAM = sizeof fams / sizeof fams[0] };
 	char fam_path[NFAM][512], vocab[512];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());

@@ -1,5 +1,5 @@
 // tests: every architecture the model loads (llama, MQA, tied, rope scalings, qwen2, qwen3,
-// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss) on small synthetic files, against a plain float64 forward
+// llama MoE, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, qwen3next) on small synthetic files, against a plain float64 forward
 // written here from the weights in the file; and hostile files that must fail with a clear
 // message naming the culprit, never a crash.
 #include "t.h"
@@ -10,6 +10,7 @@
 #include "tensor/tensor.h"
 
 #include <math.h>
+#include <unistd.h>
 
 typedef struct {
 	const char *arch;
@@ -429,6 +430,201 @@ static const arch_part gemma3_parts[] = {
 	{"global layers' rope scaling", no_global_scaling},
 };
 
+static void no_attn_gate(ref64_shape *s) { s->no_attn_gate = true; }
+static void no_conv(ref64_shape *s) { s->no_conv = true; }
+static void no_decay(ref64_shape *s) { s->no_decay = true; }
+static void no_out_gate(ref64_shape *s) { s->no_out_gate = true; }
+
+static bool next_hp(const model_hparams *hp) {
+	return !strcmp(hp->arch, "qwen3next") && hp->attn_gate && hp->full_attn_interval == 4 && hp->ssm_conv == 4 &&
+	       hp->ssm_dk == 16 && hp->ssm_k_heads == 2 && hp->ssm_v_heads == 4 && hp->ssm_dv == 16 && model_layer_recurrent(hp, 0) &&
+	       model_layer_recurrent(hp, 2) && !model_layer_recurrent(hp, 3) && model_kv_layers(hp) == 1 && hp->head_dim == 32 &&
+	       hp->rope.n_rot == 8 && hp->rope.neox && hp->n_experts == 8 && hp->n_experts_used == 2 && hp->n_ff_shexp == 64 &&
+	       hp->moe_norm && model_state_floats(hp) == 3 * (3 * 128 + 4 * 16 * 16);
+}
+
+static const arch_part next_parts[] = {
+	{"attention's output gate", no_attn_gate},
+	{"causal convolution", no_conv},
+	{"decay", no_decay},
+	{"gated norm's gate", no_out_gate},
+	{"partial rotary", no_partial_rotary},
+};
+
+// Qwen3-Next's delta rule two ways in the float64 reference: token by token and in chunks of 16
+// (and of 7, which do not divide the prompt) agree far within the accuracy bar.
+static void next_forms_case(void) {
+	char path[512], vocab[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-forms-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("qwen3-next-test", "F32", vocab, path) == 0);
+	model *m;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "%s", err);
+	if (rc) return;
+	enum { P = 40 };
+	const int V = model_hparams_of(m)->n_vocab;
+	int32_t ids[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 53 + 5) % V);
+	double *a = malloc(sizeof(double) * P * V), *b = malloc(sizeof(double) * P * V);
+	ref64_shape rs;
+	ref64_shape_of(m, &rs);
+	ref64_forward(model_gguf(m), &rs, ids, P, a, NULL);
+	const int chunks[] = {16, 7};
+	for (int c = 0; c < 2; c++) {
+		rs.chunk = chunks[c];
+		ref64_forward(model_gguf(m), &rs, ids, P, b, NULL);
+		double worst = 0, spread = 0;
+		for (int i = 0; i < P * V; i++) worst = fmax(worst, fabs(a[i] - b[i])), spread += a[i] * a[i];
+		spread = sqrt(spread / (P * V));
+		CHECKF(worst < 1e-9 * spread, "chunks of %d: the chunked delta rule is off the recurrence by %g (rms %g)", chunks[c], worst,
+		       spread);
+	}
+	free(a), free(b);
+	model_free(m);
+	remove(path);
+}
+
+// A copy of the gguf at src with tensor skip left out, tensor reshape given one row more, and
+// (key non-NULL) key set to u32 val.
+static void rewrite(const char *src, const char *dst, const char *skip, const char *reshape, const char *key, uint32_t val) {
+	char err[256];
+	gguf *g;
+	CHECKF(gguf_open(&g, src, err, sizeof err) == 0, "%s", err);
+	gguf_writer *w = gguf_writer_new();
+	CHECK(gguf_writer_copy_kv(w, g, "general.alignment") == 0);
+	if (key) CHECK(gguf_writer_set_u32(w, key, val) == 0);
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		if (skip && !strcmp(t->name, skip)) continue;
+		int64_t ne[GGUF_MAX_DIMS];
+		memcpy(ne, t->ne, sizeof ne);
+		uint64_t nb = t->nbytes;
+		void *data = (void *)t->data;
+		if (reshape && !strcmp(t->name, reshape)) {
+			const uint64_t row = nb / (uint64_t)(ne[1] * ne[2] * ne[3]);
+			ne[1]++;
+			data = calloc(1, nb + row);
+			memcpy(data, t->data, nb);
+			nb += row;
+		}
+		CHECK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, data, nb) == 0);
+		if (data != t->data) free(data);
+	}
+	CHECKF(gguf_writer_write(w, dst, err, sizeof err) == 0, "%s", err);
+	gguf_writer_free(w);
+	gguf_free(g);
+}
+
+// Older Qwen3-Next files store a DeltaNet layer's attn_qkv and attn_gate as one ssm_in whose rows
+// per key head are its q, k, its value heads' v, then their z: the same weights in that layout
+// give the same logits bit for bit, and the float64 reference reads it too.
+static void next_legacy_case(void) {
+	char src[512], dst[512], vocab[512], err[256];
+	snprintf(src, sizeof src, "%s/arch-next-new-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(dst, sizeof dst, "%s/arch-next-old-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("qwen3-next-test", "Q8_0", vocab, src) == 0);
+	model *a;
+	CHECKF(model_load(&a, src, err, sizeof err) == 0, "%s", err);
+	if (!a) return;
+	const model_hparams *hp = model_hparams_of(a);
+	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, R = hp->ssm_v_heads / Hk;
+	const gguf *g = model_gguf(a);
+	gguf_writer *w = gguf_writer_new();
+	CHECK(gguf_writer_copy_kv(w, g, "general.alignment") == 0);
+	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		int l;
+		char leaf[64];
+		if (sscanf(t->name, "blk.%d.%63s", &l, leaf) == 2 && !strcmp(leaf, "attn_gate.weight")) continue;
+		if (sscanf(t->name, "blk.%d.%63s", &l, leaf) != 2 || strcmp(leaf, "attn_qkv.weight")) {
+			CHECK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes) == 0);
+			continue;
+		}
+		char zn[64], in[64];
+		snprintf(zn, sizeof zn, "blk.%d.attn_gate.weight", l);
+		snprintf(in, sizeof in, "blk.%d.ssm_in.weight", l);
+		const gguf_tensor *z = gguf_find_tensor(g, zn);
+		const size_t rb = t->nbytes / (size_t)t->ne[1];
+		const int64_t rows = t->ne[1] + z->ne[1];
+		uint8_t *out = malloc(rb * (size_t)rows), *o = out;
+		const uint8_t *qkv = t->data, *zz = z->data;
+#define ROWS(base, first, n) (memcpy(o, (base) + (size_t)(first) * rb, (size_t)(n) * rb), o += (size_t)(n) * rb)
+		for (int64_t kh = 0; kh < Hk; kh++) {
+			ROWS(qkv, kh * Dk, Dk);
+			ROWS(qkv, Hk * Dk + kh * Dk, Dk);
+			ROWS(qkv, 2 * Hk * Dk + kh * R * Dv, R * Dv);
+			ROWS(zz, kh * R * Dv, R * Dv);
+		}
+#undef ROWS
+		const int64_t ne[2] = {t->ne[0], rows};
+		CHECK(gguf_writer_add_tensor(w, in, t->type, 2, ne, out, rb * (size_t)rows) == 0);
+		free(out);
+	}
+	CHECKF(gguf_writer_write(w, dst, err, sizeof err) == 0, "%s", err);
+	gguf_writer_free(w);
+	model *b;
+	CHECKF(model_load(&b, dst, err, sizeof err) == 0, "%s", err);
+	enum { P = 24 };
+	const int V = hp->n_vocab;
+	int32_t ids[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 29 + 7) % V);
+	float *la = malloc(sizeof(float) * P * V), *lb = malloc(sizeof(float) * P * V);
+	double *ra = malloc(sizeof(double) * P * V), *rb = malloc(sizeof(double) * P * V);
+	CHECK(b && run_prompt(a, ids, P, la, err, sizeof err) == 0 && run_prompt(b, ids, P, lb, err, sizeof err) == 0);
+	CHECKF(b && !memcmp(la, lb, sizeof(float) * P * V), "ssm_in's layout gives other logits than attn_qkv + attn_gate");
+	ref64_shape rs;
+	ref64_shape_of(a, &rs);
+	ref64_forward(model_gguf(a), &rs, ids, P, ra, NULL);
+	if (b) ref64_forward(model_gguf(b), &rs, ids, P, rb, NULL);
+	double worst = 0;
+	for (int i = 0; b && i < P * V; i++) worst = fmax(worst, fabs(ra[i] - rb[i]));
+	CHECKF(b && worst < 1e-9, "the reference reads ssm_in's layout %g off", worst);
+	free(la), free(lb), free(ra), free(rb);
+	model_free(a);
+	model_free(b);
+	remove(src);
+	remove(dst);
+}
+
+// Broken Qwen3-Next files: the loader names the tensor or key at fault.
+static void next_hostile_case(void) {
+	char src[512], dst[512], vocab[512], err[256];
+	snprintf(src, sizeof src, "%s/arch-next-src-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(dst, sizeof dst, "%s/arch-next-bad-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("qwen3-next-test", "Q8_0", vocab, src) == 0);
+	static const struct {
+		const char *skip, *reshape, *key;
+		uint32_t val;
+		int rc;
+		const char *msg;
+	} bad[] = {
+		{"blk.1.ssm_conv1d.weight", NULL, NULL, 0, LANES_EFORMAT, "blk.1.ssm_conv1d.weight"},
+		{"blk.2.ssm_a", NULL, NULL, 0, LANES_EFORMAT, "blk.2.ssm_a"},
+		{"blk.0.attn_gate.weight", NULL, NULL, 0, LANES_EFORMAT, "blk.0.attn_gate.weight"},
+		{"blk.3.attn_q_norm.weight", NULL, NULL, 0, LANES_EFORMAT, "blk.3.attn_q_norm.weight"},
+		{"blk.3.ffn_gate_inp_shexp.weight", NULL, NULL, 0, LANES_EFORMAT, "blk.3.ffn_gate_inp_shexp.weight"},
+		{NULL, "blk.0.ssm_ba.weight", NULL, 0, LANES_EFORMAT, "blk.0.ssm_ba.weight has shape"},
+		{NULL, "blk.3.attn_q.weight", NULL, 0, LANES_EFORMAT, "blk.3.attn_q.weight has shape"},
+		{NULL, "blk.1.ssm_out.weight", NULL, 0, LANES_EFORMAT, "blk.1.ssm_out.weight has shape"},
+		{NULL, NULL, "qwen3next.ssm.time_step_rank", 3, LANES_EFORMAT, "time_step_rank = 3"},
+		{NULL, NULL, "qwen3next.full_attention_interval", 2, LANES_EFORMAT, "blk.1.attn_q.weight"},
+		{NULL, NULL, "qwen3next.ssm.conv_kernel", 0, LANES_EFORMAT, "ssm.conv_kernel"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		t_case("qwen3next hostile %zu", i);
+		rewrite(src, dst, bad[i].skip, bad[i].reshape, bad[i].key, bad[i].val);
+		model *m = NULL;
+		const int rc = model_load(&m, dst, err, sizeof err);
+		CHECKF(rc == bad[i].rc && strstr(err, bad[i].msg), "case %zu: rc %d, '%s' (want '%s')", i, rc, err, bad[i].msg);
+		model_free(m);
+	}
+	remove(src);
+	remove(dst);
+}
+
 static void hostile(const char *label, synth s, int want_rc, const char *want_msg) {
 	char path[512], err[256] = "";
 	snprintf(path, sizeof path, "%s/hostile-%s.gguf", t_tmp(), label);
@@ -542,6 +738,11 @@ int main(void) {
 	phi3_context_case();
 	gen_parts_case("gpt-oss-test", "F32", oai_hp, oai_parts, 5, 0);
 	gen_parts_case("gpt-oss-test", "MXFP4_MOE", oai_hp, oai_parts, 5, 0);
+	gen_parts_case("qwen3-next-test", "F32", next_hp, next_parts, 5, 0);
+	gen_parts_case("qwen3-next-test", "Q8_0", next_hp, next_parts, 5, 0);
+	next_forms_case();
+	next_hostile_case();
+	next_legacy_case();
 
 	s = llama;
 	progress_case("llama", s);

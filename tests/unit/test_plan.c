@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "t.h"
+#include "gen.h"
 
 #include <stdint.h>
 #include <sys/mman.h>
@@ -73,7 +74,8 @@ static char *model_path(char *buf, size_t n, const char *name) {
 
 // Every figure of a plan matches its parts, and it is within the budget when it fits.
 static void check_sums(const plan_result *r, const char *what) {
-	CHECKF(r->kv_bytes == r->kv_bytes_per_token * (uint64_t)r->lanes * (uint64_t)r->window, "%s: kv bytes", what);
+	CHECKF(r->kv_bytes == (r->kv_bytes_per_token * (uint64_t)r->window + r->state_bytes_per_lane) * (uint64_t)r->lanes, "%s: kv bytes",
+	       what);
 	CHECKF(r->total_bytes == r->weights_bytes + r->kv_bytes + r->compute_reserve_bytes, "%s: total is not the sum", what);
 	CHECKF(r->window > 0 && r->window % r->page_tokens == 0, "%s: window %d is not whole pages", what, r->window);
 	CHECKF(r->window <= r->window_cap, "%s: window %d over the cap %d", what, r->window, r->window_cap);
@@ -428,6 +430,41 @@ static void test_meta_reads_no_data(const char *extra) {
 	CHECK(plan_model_load(&pm, path, err, sizeof err) < 0 && err[0]);
 }
 
+// A model with recurrent layers (qwen3next): KV per token for its full-attention layers alone,
+// and its state a fixed block per lane (its own, a capture's copy and a checkpoint's), counted
+// in every plan.
+static void test_recurrent(void) {
+	char path[1024], vocab[1024], err[256];
+	snprintf(path, sizeof path, "%s/test_plan_%d_next.gguf", t_tmp(), (int)getpid());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("qwen3-next-test", "Q8_0", vocab, path) == 0);
+	plan_model pm;
+	CHECKF(plan_model_load(&pm, path, err, sizeof err) == 0, "%s", err);
+	const model_hparams *hp = &pm.hp;
+	lane_config cfg;
+	lane_config_default(&cfg);
+	plan_result r, r1;
+	CHECK(plan_make(&r, &pm, 1ull << 40, 4, &cfg, err, sizeof err) == 0);
+	CHECK(plan_at(&r1, &pm, 1ull << 40, 1, r.window, &cfg, err, sizeof err) == 0);
+	check_sums(&r, "recurrent");
+	check_sums(&r1, "recurrent, 1 lane");
+	CHECKF(model_kv_layers(hp) == 1 && r.kv_bytes_per_token == kv_bytes_per_token(KV_F16S, 1, hp->n_kv_heads * hp->head_dim, hp->head_dim),
+	       "KV of the %d full-attention layers alone: %llu bytes per token", model_kv_layers(hp), (unsigned long long)r.kv_bytes_per_token);
+	CHECKF(r.state_bytes_per_lane == (uint64_t)model_state_floats(hp) * 4 * 3 && r.state_bytes_per_lane > 0 &&
+	       r.kv_bytes - r1.kv_bytes == 3 * (r1.kv_bytes_per_token * (uint64_t)r.window + r.state_bytes_per_lane),
+	       "state %llu bytes per lane", (unsigned long long)r.state_bytes_per_lane);
+	// the cache a lane host makes holds the same state
+	model *m;
+	CHECKF(model_load(&m, path, err, sizeof err) == 0, "%s", err);
+	kv_config kc = model_kv_config(m, KV_F16S, 4, 64, 16);
+	kv_cache *kv;
+	CHECK(kv_new(&kv, &kc, err, sizeof err) == 0);
+	CHECK(kv_state_bytes(kv) == 4 * r.state_bytes_per_lane && kv_seq_state(kv, 3) && !kv_seq_state(kv, 4));
+	kv_free(kv);
+	model_free(m);
+	unlink(path);
+}
+
 int main(void) {
 	char path[1024], err[512];
 	plan_model pm;
@@ -437,6 +474,7 @@ int main(void) {
 		T_DONE("plan");
 	}
 	test_arithmetic(&pm);
+	test_recurrent();
 	// a model whose vectors loading converts to f32 copies (qwen2: biases too)
 	char f16v[1024];
 	snprintf(f16v, sizeof f16v, "%s/test_plan_%d_f16v.gguf", t_tmp(), (int)getpid());
