@@ -161,8 +161,19 @@ test('--memory: the models loaded at once fit in it, the least recently used idl
 	fs.symlinkSync(path.join(SHARED, 'models', FILES['llama-q8']), path.join(mdir, 'llama-q8.gguf'));
 	fs.symlinkSync(path.join(SHARED, 'models', FILES['org/qwen2']), path.join(mdir, 'qwen2.gguf'));
 	fs.symlinkSync(STORIES, path.join(mdir, 'stories.gguf'));
-	// what each needs at these lanes and KV, as the 507 below says: llama-q8 27.7 MiB, qwen2 22.9 MiB, stories 8.4 MiB
-	const s = await serve(['--models-dir', mdir, '--memory', '35MiB', '--lanes', '4', '--ctx', '8192']);
+	// what each needs at these lanes and KV (the planner's figures, which the kernel set moves), from a 507 each
+	const LK = ['--lanes', '4', '--ctx', '8192'];
+	const probe = await serve(['--models-dir', mdir, '--memory', '1MiB', ...LK]);
+	const need = {};
+	for (const m of ['llama-q8', 'qwen2', 'stories']) {
+		const r = await postJSON(`${probe.url}/v1/completions`, body(m, 0));
+		assert.equal(r.status, 507, JSON.stringify(r.body));
+		need[m] = Number(r.body.error.message.match(/needs ([\d.]+) MiB loaded/)[1]);
+	}
+	// a budget where qwen2 and stories fit together, llama-q8 alone, and llama-q8 and stories not
+	const B = need.qwen2 + need.stories + Math.min(0.5, (need['llama-q8'] - need.qwen2) / 2);
+	assert.ok(need['llama-q8'] + need.stories > B + 0.2 && need['llama-q8'] < B, JSON.stringify(need));
+	const s = await serve(['--models-dir', mdir, '--memory', `${B.toFixed(2)}MiB`, ...LK]);
 	const run = async (model) => assert.equal((await postJSON(`${s.url}/v1/completions`, body(model, 0))).status, 200, model);
 	await run('llama-q8');
 	await run('stories');
@@ -189,21 +200,25 @@ test('--memory: the models loaded at once fit in it, the least recently used idl
 	assert.equal(got.status, 200, JSON.stringify(got.body));
 	assert.deepEqual(await loaded(s.url), ['qwen2:latest'], 'let go, it made room');
 	// a model bigger than the whole budget: 507, saying what it needs (Ollama's client gets the same status)
-	const small = await serve(['--models-dir', mdir, '--memory', '20MiB']);
+	const small = await serve(['--models-dir', mdir, '--memory', `${(need.stories + 1).toFixed(1)}MiB`, ...LK]);
 	const big = await postJSON(`${small.url}/v1/chat/completions`, { model: 'llama-q8', messages: [{ role: 'user', content: 'hi' }] });
 	assert.equal(big.status, 507);
 	assert.equal(big.body.error.code, 'insufficient_memory');
-	assert.match(big.body.error.message, /'llama-q8' needs 27\.7 MiB loaded, more than all of --memory 20\.0 MiB/);
+	assert.match(big.body.error.message, new RegExp(`'llama-q8' needs ${need['llama-q8']} MiB loaded, more than all of --memory ${(need.stories + 1).toFixed(1)} MiB`));
 	assert.equal((await postJSON(`${small.url}/api/chat`, { model: 'llama-q8', messages: [{ role: 'user', content: 'hi' }], stream: false })).status, 507);
 	assert.equal((await postJSON(`${small.url}/v1/completions`, body('stories', 0))).status, 200, 'a model that fits still serves');
 	// beside a -m model, its share is taken first
-	const withM = await serve(['-m', STORIES, '--models-dir', mdir, '--memory', '30MiB']);
+	const total = need['llama-q8'] + need.stories - 1;
+	const withM = await serve(['-m', STORIES, '--models-dir', mdir, '--memory', `${total.toFixed(1)}MiB`, ...LK]);
 	const left = await postJSON(`${withM.url}/v1/completions`, body('llama-q8', 0));
 	assert.equal(left.status, 507);
-	assert.match(left.body.error.message, /needs 27\.7 MiB loaded and 21\.6 MiB of --memory 30\.0 MiB is free beside the -m model/);
-	const none = spawnSync(BIN, ['serve', '--port', '0', '-m', path.join(SHARED, 'models', FILES['llama-q8']), '--models-dir', mdir, '--memory', '20MiB'], { encoding: 'utf8', timeout: 20000 });
+	const [, n, free] = left.body.error.message.match(/needs ([\d.]+) MiB loaded and ([\d.]+) MiB of --memory [\d.]+ MiB is free beside the -m model/);
+	assert.equal(Number(n), need['llama-q8']);
+	assert.ok(Math.abs(Number(free) - (total - need.stories)) < 0.15, `${free} MiB free of ${total} beside stories' ${need.stories}`);
+	const none = spawnSync(BIN, ['serve', '--port', '0', '-m', path.join(SHARED, 'models', FILES['llama-q8']), '--models-dir', mdir, '--memory', '1MiB', ...LK],
+		{ encoding: 'utf8', timeout: 20000 });
 	assert.notEqual(none.status, 0);
-	assert.match(none.stderr, /the -m model does not fit in 20\.0 MiB/);
+	assert.match(none.stderr, /the -m model does not fit in 1\.0 MiB/);
 	await assertWaitsSettled(assert, s.url, ['model']);
 });
 
