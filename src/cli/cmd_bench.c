@@ -65,10 +65,12 @@ static double run_tg(bench_ctx *b, int64_t n, double *fastest) {
 static double fill_tps; // tokens/s of the last depth fill
 
 // A context of depth tokens in the KV: filled once, in pieces of 512 (as an agent's prompt
-// arrives), and cut back to depth for each later use. 0, or -1 on error.
+// arrives), and cut back to depth for each later use — filled again for a model with a
+// recurrent state, which cannot be cut back. 0, or -1 on error.
 static int fill_depth(bench_ctx *b, int64_t depth) {
 	char err[256];
-	if (kv_seq_len(b->kv, 0) < depth) {
+	const bool state = model_state_floats(model_hparams_of(b->m)) > 0;
+	if (kv_seq_len(b->kv, 0) < depth || (state && kv_seq_len(b->kv, 0) != depth)) {
 		const uint64_t f0 = base_now_ns();
 		kv_seq_clear(b->kv, 0);
 		for (int64_t i0 = 0; i0 < depth; i0 += 512) {

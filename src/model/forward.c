@@ -534,7 +534,7 @@ typedef struct {
 
 static float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
-// softplus in double, as x past 20 where it is x in float
+// ln(1 + e^x) in double; x itself past 20, where the two agree in float
 static float softplus_f(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
 
 // x /= max(|x|, eps), the squares summed in double in order
