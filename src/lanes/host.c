@@ -173,6 +173,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	model_memory_of(m, &mm);
 	h->weight_bytes = mm.total_bytes ? (double)mm.total_bytes : 1;
 	if (!rc && cfg.draft_model) rc = lane_draft_open(h, kc.n_pages, err, errlen);
+	if (!rc && cfg.draft == LANE_DRAFT_MTP && !lane_mtp_wanted(&h->hp, &cfg))
+		rc = base_seterr(err, errlen, LANES_EINVAL, "draft mtp: %s", h->hp.n_nextn ? "the MTP head drafts only without a draft model, a proposer hook, and with draft_max > 0"
+											  : "the model has no MTP layer (nextn_predict_layers)");
+	if (!rc && lane_mtp_wanted(&h->hp, &cfg)) rc = lane_mtp_open(h, kc.n_pages, err, errlen);
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
 	// the host's own accounting of its compute memory, from the sizes it allocated
 	h->compute_bytes = (h->ws ? model_ws_size(h->ws) : 0) + (uint64_t)max_logit_rows(&cfg) * V * sizeof(float) +
