@@ -93,6 +93,7 @@ int lane_config_check(const lane_config *cfg, char *err, size_t errlen) {
 		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
 	if (!(cfg->row_us >= 0 && cfg->row_us < 1e9 && cfg->fixed_us >= 0 && cfg->fixed_us < 1e9))
 		return base_seterr(err, errlen, LANES_EINVAL, "row_us and fixed_us must be in [0, 1e9) microseconds");
+	if ((unsigned)cfg->draft > LANE_DRAFT_MTP) return base_seterr(err, errlen, LANES_EINVAL, "draft mode %d is not one of the four", (int)cfg->draft);
 	const lane_background *bg = &cfg->background;
 	if (bg->run && (!bg->cost || !(bg->share > 0 && bg->share <= 1)))
 		return base_seterr(err, errlen, LANES_EINVAL, "background work needs its price and a share of the round in (0, 1], got %g",
