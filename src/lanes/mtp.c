@@ -1,8 +1,6 @@
-// lanes: the model's own MTP head as the proposer of the rounds — after each round the head
-// reads the trunk's hidden states of every lane's accepted rows (its KV follows the lane's
-// context, a row behind), which leaves it the proposal for the token after the lane's last;
-// at the next round's start it chains on its own states for the further drafts. Its KV
-// rows past the context are cut when the next round feeds it. Proposals never change a token.
+// lanes: the model's own MTP head as the proposer of the rounds — fed the trunk's hidden states
+// of each lane's accepted rows after every round (leaving the first proposal), chained on its
+// own states for the further drafts at the next round's start. Proposals never change a token.
 #include "lanes/lanes_int.h"
 
 #include <stdlib.h>
