@@ -31,11 +31,15 @@ typedef struct {
 	float rope_yarn;  // YaRN scaling by this factor over an original context of n_ctx / rope_yarn (gpt-oss; 0: none)
 	// qwen3next: Gated DeltaNet layers (every full_attn-th layer is gated full attention)
 	int64_t full_attn, ssm_conv, ssm_dk, ssm_k_heads, ssm_v_heads, ssm_dv;
+	int64_t n_nextn;  // MTP layers after the n_layer trunk blocks (their own eh_proj, norms and shared head norm)
 } gen_shape;
 
 static const gen_shape shapes[] = {
 	{.name = "test", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-5f},
+	// the test shape with an MTP layer (nextn_predict_layers 1): the trunk's 2 blocks, then the head's
+	{.name = "mtp-test", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+	 .n_ff = 192, .n_ctx = 256, .rope_base = 10000.0f, .rms_eps = 1e-5f, .n_nextn = 1},
 	// the test shape's size with a long window: agents' prompts of tens of thousands of tokens
 	{.name = "agent", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
 	 .n_ff = 192, .n_ctx = 131072, .rope_base = 1000000.0f, .rms_eps = 1e-5f},
@@ -225,7 +229,7 @@ static void add_t(gen_tensor *ts, int *n, const char *name, uint32_t n_dims, int
 // peaked softmax over the vocabulary, like a trained model's. Layer matrices use
 // 1/sqrt(fan_in) (smaller for the residual writers) so the residual stream stays bounded.
 static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
-	int cap = 8 + 24 * (int)s->n_layer, n = 0;
+	int cap = 8 + 30 * (int)(s->n_layer + s->n_nextn), n = 0;
 	gen_tensor *ts = calloc((size_t)cap, sizeof *ts);
 	if (!ts) return -1;
 	const int64_t d = s->n_embd, hd = head_dim(s), dq = hd * s->n_head, dkv = hd * s->n_head_kv;
@@ -239,7 +243,7 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 		add_t(ts, &n, "rope_factors_long.weight", 1, n_rot(s) / 2, 1, FILL_NOISE, 6.0f, 1.0f);
 		add_t(ts, &n, "rope_factors_short.weight", 1, n_rot(s) / 2, 1, FILL_NOISE, 1.5f, 0.3f);
 	}
-	for (int64_t l = 0; l < s->n_layer; l++) {
+	for (int64_t l = 0; l < s->n_layer + s->n_nextn; l++) {
 		char nm[64];
 #define T(suffix, nd, a, b, mean, scale)                                   \
 	do {                                                                \
@@ -326,6 +330,13 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 			T("ffn_up.weight", 2, d, s->n_ff, 0, in_scale);
 			T("ffn_down.weight", 2, s->n_ff, d, 0, ff_scale * resid);
 		}
+		if (l >= s->n_layer) {
+			// the MTP layer's input: the normed embedding and hidden state side by side, into n_embd
+			T("nextn.eh_proj.weight", 2, 2 * d, d, 0, 1.0f / sqrtf(2.0f * (float)d));
+			T("nextn.enorm.weight", 1, d, 1, 1.0f, 0.05f);
+			T("nextn.hnorm.weight", 1, d, 1, 1.0f, 0.05f);
+			T("nextn.shared_head_norm.weight", 1, d, 1, 1.0f, 0.05f);
+		}
 #undef T
 	}
 	add_t(ts, &n, "output_norm.weight", 1, d, 1, FILL_NOISE, 1.0f, 0.05f);
@@ -365,7 +376,8 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s->n_embd);
-	rc = rc ? rc : gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
+	rc = rc ? rc : gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(s->n_layer + s->n_nextn));
+	if (s->n_nextn) rc = rc ? rc : gguf_writer_set_u32(w, KEY("nextn_predict_layers"), (uint32_t)s->n_nextn);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
@@ -601,8 +613,8 @@ int cmd_gen(const cli_settings *set) {
 			goto done;
 		}
 	}
-	ftype_model m = {.ft = ft, .llama_arch = !strcmp(s->arch, "llama"), .n_layer = s->n_layer,
-			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_expert = s->n_expert, .n_attn_v = s->n_layer,
+	ftype_model m = {.ft = ft, .llama_arch = !strcmp(s->arch, "llama"), .n_layer = s->n_layer + s->n_nextn,
+			 .n_head = s->n_head, .n_head_kv = s->n_head_kv, .n_expert = s->n_expert, .n_attn_v = s->n_layer + s->n_nextn,
 			 .tied = s->tied};
 	// Values are drawn and converted a slab of rows at a time; only the converted tensor
 	// is held whole (the writer copies it).

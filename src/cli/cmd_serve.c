@@ -251,7 +251,11 @@ int cmd_serve(const cli_settings *s) {
 	cfg.lanes.row_us = s->price_row_us;
 	cfg.lanes.fixed_us = s->price_fixed_us;
 	cfg.lanes.threads = (int32_t)s->threads;
-	cfg.lanes.draft = strcmp(s->draft_mode, "off") ? LANE_DRAFT_AUTO : LANE_DRAFT_OFF;
+	static const char *const modes[] = {[LANE_DRAFT_AUTO] = "auto", [LANE_DRAFT_OFF] = "off", [LANE_DRAFT_NGRAM] = "ngram",
+					    [LANE_DRAFT_MTP] = "mtp"};
+	cfg.lanes.draft = LANE_DRAFT_AUTO;
+	for (int i = 0; i < (int)(sizeof modes / sizeof modes[0]); i++)
+		if (!strcmp(s->draft_mode, modes[i])) cfg.lanes.draft = (enum lane_draft_mode)i;
 	cfg.lanes.draft_max = (int32_t)s->draft_max;
 	cfg.draft_model = s->draft_model;
 	cfg.pooling = strcmp(s->pooling, "auto") ? s->pooling : NULL;

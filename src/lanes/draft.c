@@ -1,6 +1,6 @@
-// lanes: drafting for speculative decoding, all of it — proposers (prompt lookup: the
+// lanes: drafting for speculative decoding — proposers (prompt lookup: the
 // continuation of the latest earlier occurrence of the context's last n-gram; a small draft
-// model decoding greedily over its own KV; a hook), the per-lane proposal size adapted to
+// model decoding greedily over its own KV; the model's MTP head, in mtp.c; a hook), the per-lane proposal size adapted to
 // acceptance and priced against the round's cost (a draft row is only worth its time when
 // it is likely enough to be accepted), verification's bookkeeping, and the draft model's
 // memory. Proposals never change a token: the target verifies every one.
@@ -13,8 +13,6 @@
 #define NGRAM_WINDOW 4096   // how far back the search looks
 #define DRAFT_REGAIN 0.01f  // per round a lane does not draft, its acceptance estimate regains this share of the way to 1
 
-static int32_t ctx_at(const lane_req *r, int32_t i) { return i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt]; }
-
 // Writes r->drafts / r->n_draft (0 when it has nothing); returns the length of the n-gram
 // it matched (0: none).
 static int32_t propose_ngram(lane_host *h, lane_req *r, int32_t k) {
@@ -22,7 +20,7 @@ static int32_t propose_ngram(lane_host *h, lane_req *r, int32_t k) {
 	int32_t L = r->n_prompt + r->n_gen;
 	int32_t from = L > NGRAM_WINDOW ? L - NGRAM_WINDOW : 0;
 	int32_t *c = h->ctxbuf;
-	for (int32_t i = from; i < L; i++) c[i - from] = ctx_at(r, i);
+	for (int32_t i = from; i < L; i++) c[i - from] = lane_ctx_at(r, i);
 	int32_t n_ctx = L - from;
 	for (int32_t n = NGRAM_MAX; n >= 1; n--) {
 		if (n_ctx <= n) continue;
@@ -62,7 +60,7 @@ static int32_t catch_up(lane_host *h, lane_req *r) {
 	while (r->dkv_len <= last) {
 		int32_t n = 0;
 		for (int32_t p = r->dkv_len; p <= last && n < LANE_DRAFT_CHUNK; p++, n++)
-			h->drows[n] = (model_row){ctx_at(r, p), p, r->lane, p == last, NULL};
+			h->drows[n] = (model_row){lane_ctx_at(r, p), p, r->lane, p == last, NULL};
 		if (model_forward_ws(dm, h->dkv, h->pool, h->dws, h->drows, n, h->dlogits, err, sizeof err)) {
 			LOG_WARN("lanes", "draft model: %s", err);
 			return -1;
@@ -138,7 +136,7 @@ static int draft_check(const model *target, const model *draft, char *err, size_
 // A proposer hook's drafts for r, from the last tokens of its context.
 static void custom_propose(lane_host *h, lane_req *r, int32_t k) {
 	int32_t L = r->n_prompt + r->n_gen, from = L > 4096 ? L - 4096 : 0;
-	for (int32_t i = from; i < L; i++) h->ctxbuf[i - from] = i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt];
+	for (int32_t i = from; i < L; i++) h->ctxbuf[i - from] = lane_ctx_at(r, i);
 	int32_t got = h->cfg.hooks.propose(h->cfg.hooks.arg, h->ctxbuf, L - from, r->drafts, k);
 	r->n_draft = got < 0 ? 0 : got > k ? k : got;
 	for (int32_t j = 0; j < r->n_draft; j++)
@@ -164,7 +162,8 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 }
 
 // Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
-// long) first, else the draft model when there is one, else the n-gram's weak match.
+// long) first, else the draft model or the MTP head when there is one, else the n-gram's weak
+// match.
 void lane_propose(lane_host *h) {
 	lane_req *mr[LANE_SNAP_MAX_LANES];
 	int32_t mk[LANE_SNAP_MAX_LANES], nm = 0, n_live = 0;
@@ -187,18 +186,23 @@ void lane_propose(lane_host *h) {
 			continue;
 		}
 		int32_t n = propose_ngram(h, r, k);
-		if (n < 2 && h->dkv) {
+		if (n < 2 && ((h->dkv && h->cfg.draft != LANE_DRAFT_NGRAM) || r->mtp)) {
 			mr[nm] = r;
 			mk[nm++] = k;
 		}
 	}
-	if (nm) propose_model(h, mr, mk, nm);
+	if (nm && h->mkv) lane_mtp_propose(h, mr, mk, nm);
+	else if (nm) propose_model(h, mr, mk, nm);
 }
 
 void lane_draft_start(lane_host *h, lane_req *r) {
 	r->draft_k = imin(4, h->cfg.draft_max);
 	// optimistic: a few rows tell a repetitive text from another
 	r->draft_ema = 1.0f;
+	r->mtp = h->mkv && r->draft && r->embed == LANE_EMBED_OFF;
+	r->mtp_at = -1;
+	memset(r->drafted_at, 0, sizeof r->drafted_at);
+	memset(r->accepted_at, 0, sizeof r->accepted_at);
 }
 
 // Cuts the KV the rejected drafts wrote, counts, and adapts how many this lane proposes next.
@@ -207,6 +211,7 @@ void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int
 	h->stats.draft_accepted[r->prop] += (uint64_t)acc;
 	r->n_drafted += (uint64_t)nd;
 	r->n_accepted += (uint64_t)acc;
+	for (int32_t j = 0; j < nd; j++) r->drafted_at[j]++, r->accepted_at[j] += j < acc;
 	if (r->lane < 0) return; // it ended inside the drafts
 	kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
 	if (h->dkv && r->dkv_len > P + 1 + acc) {
@@ -234,6 +239,7 @@ int lane_draft_open(lane_host *h, int32_t n_pages, char *err, size_t errlen) {
 }
 
 void lane_draft_free(lane_host *h) {
+	lane_mtp_free(h);
 	kv_free(h->dkv);
 	model_ws_free(h->dws);
 	free(h->dlogits);
@@ -241,7 +247,7 @@ void lane_draft_free(lane_host *h) {
 }
 
 uint64_t lane_draft_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window) {
-	if (!cfg->draft_model) return 0;
+	if (!cfg->draft_model) return lane_mtp_compute_bytes(hp, cfg, nth, window);
 	const uint64_t V = (uint64_t)hp->n_vocab;
 	const int32_t drows = cfg->lanes > LANE_DRAFT_CHUNK ? cfg->lanes : LANE_DRAFT_CHUNK;
 	uint64_t b = (uint64_t)cfg->lanes * V * sizeof(float); // draft logits
@@ -252,5 +258,5 @@ uint64_t lane_draft_compute_bytes(const model_hparams *hp, const lane_config *cf
 
 uint64_t lane_draft_held_bytes(const lane_host *h) {
 	return (h->cfg.draft_model ? (uint64_t)h->cfg.lanes * h->hp.n_vocab * sizeof(float) : 0) +
-	       (h->dws ? model_ws_size(h->dws) : 0);
+	       (h->dws ? model_ws_size(h->dws) : 0) + lane_mtp_held_bytes(h);
 }

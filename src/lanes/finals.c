@@ -7,6 +7,7 @@ static void release_lane(lane_host *h, lane_req *r) {
 	if (r->lane >= 0) {
 		kv_seq_clear(h->kv, r->lane);
 		if (h->dkv) kv_seq_clear(h->dkv, r->lane);
+		if (h->mkv) kv_seq_clear(h->mkv, r->lane);
 		r->dkv_len = 0;
 		h->lanes[r->lane] = NULL;
 		h->pages_reserved -= r->pages_reserved;

@@ -93,6 +93,7 @@ int lane_config_check(const lane_config *cfg, char *err, size_t errlen) {
 		return base_seterr(err, errlen, LANES_EINVAL, "window_recent_s must be in (0, 86400] seconds");
 	if (!(cfg->row_us >= 0 && cfg->row_us < 1e9 && cfg->fixed_us >= 0 && cfg->fixed_us < 1e9))
 		return base_seterr(err, errlen, LANES_EINVAL, "row_us and fixed_us must be in [0, 1e9) microseconds");
+	if ((unsigned)cfg->draft > LANE_DRAFT_MTP) return base_seterr(err, errlen, LANES_EINVAL, "draft mode %d is not one of the four", (int)cfg->draft);
 	const lane_background *bg = &cfg->background;
 	if (bg->run && (!bg->cost || !(bg->share > 0 && bg->share <= 1)))
 		return base_seterr(err, errlen, LANES_EINVAL, "background work needs its price and a share of the round in (0, 1], got %g",
@@ -175,6 +176,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	model_memory_of(m, &mm);
 	h->weight_bytes = mm.total_bytes ? (double)mm.total_bytes : 1;
 	if (!rc && cfg.draft_model) rc = lane_draft_open(h, kc.n_pages, err, errlen);
+	if (!rc && cfg.draft == LANE_DRAFT_MTP && !lane_mtp_wanted(&h->hp, &cfg))
+		rc = base_seterr(err, errlen, LANES_EINVAL, "draft mtp: %s", h->hp.n_nextn ? "the MTP head drafts only without a draft model, a proposer hook, and with draft_max > 0"
+											  : "the model has no MTP layer (nextn_predict_layers)");
+	if (!rc && lane_mtp_wanted(&h->hp, &cfg)) rc = lane_mtp_open(h, kc.n_pages, err, errlen);
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
 	// the host's own accounting of its compute memory, from the sizes it allocated
 	h->compute_bytes = (h->ws ? model_ws_size(h->ws) : 0) + (uint64_t)max_logit_rows(&cfg) * V * sizeof(float) +

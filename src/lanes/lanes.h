@@ -19,9 +19,11 @@
 #define LANE_MAX_DRY_BREAKERS 32
 #define LANE_DRY_BREAKER_MAX 40 // bytes of one breaker
 
-// Who proposed draft tokens: prompt lookup (n-gram) or a draft model.
-enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_COUNT };
-enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF };
+// Who proposed draft tokens: prompt lookup (n-gram), a draft model or the model's own MTP head.
+enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_MTP, LANE_PROP_COUNT };
+// auto: n-gram drafts, then the draft model's when one is given, else the MTP head's when the
+// model has one; ngram: n-gram drafts alone; mtp: as auto, and the model must have a head.
+enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF, LANE_DRAFT_NGRAM, LANE_DRAFT_MTP };
 // An embedding request's pooling of its prompt's final hidden states into one vector: the
 // last token's, the mean over every token, or the first token's; or none: every token's own.
 enum lane_embed { LANE_EMBED_OFF, LANE_EMBED_LAST, LANE_EMBED_MEAN, LANE_EMBED_CLS, LANE_EMBED_NONE };
@@ -293,7 +295,7 @@ typedef struct {
 	const char *cache_dir;
 	uint64_t cache_dir_bytes;
 	uint8_t cache_ident[32];
-	enum lane_draft_mode draft; // auto: n-gram drafts, and the draft model's when one is given
+	enum lane_draft_mode draft; // who drafts (enum lane_draft_mode)
 	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
 	const model *draft_model; // optional; its vocabulary must equal the target's
 	lane_hooks hooks;         // budget, row policy and proposer (zero: the defaults)
@@ -456,6 +458,8 @@ typedef struct {
 	int32_t generated_tokens;
 	int32_t draft_k;          // draft tokens it may propose next
 	float draft_acceptance;   // accepted / proposed draft tokens so far (0 when none)
+	int32_t n_draft_at;       // places in a proposal that drafts reached so far
+	float draft_acceptance_at[LANE_MAX_DRAFT]; // of those, accepted / proposed at each place
 } lane_snap_lane;
 
 #define LANE_SNAP_MAX_LANES 64

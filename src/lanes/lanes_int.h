@@ -103,7 +103,11 @@ struct lane_req {
 	int32_t draft_k;          // current proposal size, adapted to acceptance
 	float draft_ema;          // recent acceptance rate
 	uint64_t n_drafted, n_accepted;
+	uint32_t drafted_at[LANE_MAX_DRAFT], accepted_at[LANE_MAX_DRAFT]; // by place in the proposal
 	int32_t dkv_len;          // tokens the draft model's KV holds for this lane
+	bool mtp;                 // its rows keep their hidden states for the MTP head (mtp.c)
+	int32_t mtp_next;         // the head's proposal for the token after last, made when the context was mtp_at long
+	int32_t mtp_at;
 	tok_stream *detok;
 	char *pending;            // text held back while it may start a stop string
 	size_t n_pending, cap_pending;
@@ -189,6 +193,13 @@ struct lane_host {
 	model_row *drows;
 	int32_t cap_drows;
 	int32_t *ctxbuf;          // a lane's context (prompt + generated) for the n-gram search
+	// the MTP head (mtp.c); mkv NULL when it does not draft
+	kv_cache *mkv;            // its KV (one layer), one sequence per lane
+	model_ws *mws;            // its workspace: lane_max_rows rows
+	model_row *mrows;         // a head pass's rows, lane_max_rows of them
+	float *mhin;              // their hidden states [lane_max_rows][n_embd]
+	float *mlogits;           // a row per lane
+	float *mstate;            // [lanes][n_embd]: each lane's last head row's state, which the next chained row reads
 	bool (*fault)(void *, uint64_t, uint64_t);
 	void *fault_arg;
 	// background work (background.c): engine thread only, but bg_woken (under mu)
@@ -324,6 +335,22 @@ void lane_window_set(lane_host *h, int32_t tokens);
 void lane_window_follow(lane_host *h);
 // Records an ending request's size as demand.
 void lane_window_record(lane_host *h, const lane_req *r);
+
+// A request's context token at position i: its prompt, then what it generated.
+static inline int32_t lane_ctx_at(const lane_req *r, int32_t i) { return i < r->n_prompt ? r->prompt[i] : r->gen[i - r->n_prompt]; }
+
+// The MTP head (mtp.c). Whether a host of cfg drafts with the head of a model of hp.
+bool lane_mtp_wanted(const model_hparams *hp, const lane_config *cfg);
+// Allocates the head's KV (n_pages beside the target's), workspace and buffers.
+int lane_mtp_open(lane_host *h, int32_t n_pages, char *err, size_t errlen);
+void lane_mtp_free(lane_host *h);
+uint64_t lane_mtp_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window);
+uint64_t lane_mtp_held_bytes(const lane_host *h);
+// After the round's rows were sampled: the head reads the hidden states of the n rows' lanes
+// up to each one's last accepted row, and proposes the token after each lane's last.
+void lane_mtp_feed(lane_host *h, int32_t n);
+// Drafts for the n lanes in rs with the head, up to ks[i] tokens each, chaining its own states.
+void lane_mtp_propose(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n);
 
 // Drafting (draft.c).
 // Checks the draft model and allocates its KV (beside the target's n_pages), workspace

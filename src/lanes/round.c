@@ -92,11 +92,11 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 		}
 		int32_t pos = r->n_prompt + r->n_gen - 1;
 		h->rows[n] = (model_row){r->last, pos, i, true, r->lora.n ? &r->lora : NULL};
-		h->row_hidden[n] = false;
+		h->row_hidden[n] = r->mtp;
 		h->row_lane[n++] = i;
 		for (int32_t k = 0; k < r->n_draft; k++) {
 			h->rows[n] = (model_row){r->drafts[k], pos + 1 + k, i, true, r->lora.n ? &r->lora : NULL};
-			h->row_hidden[n] = false;
+			h->row_hidden[n] = r->mtp;
 			h->row_lane[n++] = i;
 		}
 		*cost += (1 + r->n_draft) * row_weight(h, r) + lora_reads(h, r);
@@ -135,7 +135,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double 
 			const bool last = pos == r->n_prompt - 1;
 			h->rows[n] = (model_row){r->prompt[pos], pos, r->lane, (last || r->plp) && !embed, r->lora.n ? &r->lora : NULL};
 			h->row_hidden[n] = r->embed == LANE_EMBED_MEAN || r->embed == LANE_EMBED_NONE || (r->embed == LANE_EMBED_LAST && last) ||
-					   (r->embed == LANE_EMBED_CLS && pos == 0);
+					   (r->embed == LANE_EMBED_CLS && pos == 0) || r->mtp;
 			h->row_lane[n++] = r->lane;
 		}
 		budget -= take * w;
@@ -222,9 +222,10 @@ static void sample_rows(lane_host *h, int32_t n) {
 	int32_t li = 0, hi = 0, drawn = 0;
 	const uint64_t t0 = base_now_us();
 	for (int32_t i = 0; i < n; i++) {
+		// the hidden states are the flagged rows', in batch order (the MTP head's included)
+		const float *hid = h->row_hidden[i] ? h->hidden + (size_t)hi++ * h->hp.n_embd : NULL;
 		if (!h->rows[i].logits) {
 			h->stats.prompt_tokens++;
-			const float *hid = h->row_hidden[i] ? h->hidden + (size_t)hi++ * h->hp.n_embd : NULL;
 			lane_req *r = h->lanes[h->row_lane[i]];
 			if (r && r->embed != LANE_EMBED_OFF) embed_row(h, r, hid, h->rows[i].pos);
 			continue;
@@ -255,6 +256,7 @@ static void sample_rows(lane_host *h, int32_t n) {
 			acc++;
 		}
 		li += nd;
+		for (int32_t j = 1; j <= nd; j++) hi += h->row_hidden[i + j];
 		i += nd;
 		if (nd) lane_draft_verified(h, r, nd, acc, P);
 		lreq_unref(r);
@@ -281,6 +283,7 @@ void lane_run_round(lane_host *h) {
 	if (n > 0 && !forward(h, n)) {
 		lane_experts_count(h, n);
 		sample_rows(h, n);
+		lane_mtp_feed(h, n);
 	}
 	lane_bg_run(h);
 }

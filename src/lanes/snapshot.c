@@ -43,6 +43,9 @@ void lane_publish(lane_host *h) {
 		l->generated_tokens = r ? r->n_gen : 0;
 		l->draft_k = r ? r->draft_k : 0;
 		l->draft_acceptance = r && r->n_drafted ? (float)r->n_accepted / (float)r->n_drafted : 0;
+		l->n_draft_at = 0;
+		for (int32_t j = 0; r && j < LANE_MAX_DRAFT && r->drafted_at[j]; j++)
+			l->draft_acceptance_at[l->n_draft_at++] = (float)r->accepted_at[j] / (float)r->drafted_at[j];
 	}
 	s->n_lora = 0;
 	for (int32_t i = 0; i < h->cfg.lanes; i++)

@@ -21,6 +21,7 @@ typedef struct {
 	float *rl;     // [n][n_exp] router logits
 	float *rw;     // [n][n_used] routing weights
 	float *xg;     // [n][E] rows gathered for one expert
+	float *ec;     // [n][2E] the MTP head's input: the normed embedding, then the normed hidden state
 	float *ys;     // [n][n_used][E] expert outputs per slot
 	float *sg;     // [n] shared expert gate
 	float *scores; // [nth][attention scratch]
@@ -311,6 +312,7 @@ typedef struct {
 	const model_row *rows;
 	int64_t n;
 	int layer;
+	int kvl;           // the layer's place in kv (the MTP head's KV holds its block alone)
 	scratch *s;
 	size_t att_floats; // scratch floats per thread
 	bool fused;
@@ -338,7 +340,7 @@ static void put_row(const attn_job *j, int64_t r) {
 	const double *cs = j->s->cs + (r * rope_tables(hp) + local) * hp->rope.n_rot;
 	tensor_rope_apply(rp, cs, q, hp->n_heads, (int32_t)D);
 	tensor_rope_apply(rp, cs, k, hp->n_kv_heads, (int32_t)D);
-	kv_put(j->kv, m->ks, model_kv_layer(hp, j->layer), j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
+	kv_put(j->kv, m->ks, j->kvl, j->rows[r].seq, j->rows[r].pos, k, j->s->v + r * kvd);
 }
 
 // First every row's put_row (claimed a row at a time; a query may read any row of its
@@ -368,7 +370,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		const int32_t g = (int32_t)(i % KH);
 		if (j->fused) {
 			const int64_t b = s->nblk - 1 - i / KH, e0 = s->ablk[b];
-			tensor_kv_view kvv = kv_view(j->kv, model_kv_layer(hp, j->layer), j->rows[s->aord[e0]].seq, g * D);
+			tensor_kv_view kvv = kv_view(j->kv, j->kvl, j->rows[s->aord[e0]].seq, g * D);
 			kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 			tensor_k_attn_rows(j->m->ks, s->q + (size_t)g * grp * D, qd, s->aord + e0, (int32_t)(s->ablk[b + 1] - e0), grp, D,
 					   scale, &kvv, s->anpos + e0, scores, s->att + (size_t)g * grp * D, qd);
@@ -376,7 +378,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		}
 		const int64_t r = i / KH;
 		const model_row *row = &j->rows[r];
-		tensor_kv_view kvv = kv_view(j->kv, model_kv_layer(hp, j->layer), row->seq, g * D);
+		tensor_kv_view kvv = kv_view(j->kv, j->kvl, row->seq, g * D);
 		kvv.window = window, kvv.softcap = hp->attn_softcap, kvv.sinks = sinks ? sinks + g * grp : NULL;
 		tensor_k_attn_unfused(j->m->ks, s->q + r * qd + (size_t)g * grp * D, grp, D, scale, &kvv, row->pos + 1, scores,
 				      s->att + r * qd + (size_t)g * grp * D);
@@ -680,7 +682,7 @@ static void ssm_block(const model *m, int l, kv_cache *kv, base_pool *pool, cons
 // residual adds happen as the outputs are written, and RoPE and the K/V writes run in the
 // attention's pool job, so no per-row work waits on one thread between hand-offs. Adapter
 // terms are added after the residual; an output bias comes first, so its residual waits.
-static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
+static void layer(const model *m, int l, int kvl, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  scratch *s, size_t att_floats, bool fused) {
 	const model_hparams *hp = &m->hp;
 	const mlayer *ly = &m->layers[l];
@@ -709,7 +711,7 @@ static void layer(const model *m, int l, kv_cache *kv, base_pool *pool, const mo
 	add_bias(s->q, ly->bq, n, qd);
 	add_bias(s->k, ly->bk, n, kvd);
 	add_bias(s->v, ly->bv, n, kvd);
-	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .s = s, .att_floats = att_floats, .fused = fused};
+	attn_job aj = {.m = m, .kv = kv, .rows = rows, .n = n, .layer = l, .kvl = kvl, .s = s, .att_floats = att_floats, .fused = fused};
 	atomic_init(&aj.put_next, 0);
 	atomic_init(&aj.put_done, 0);
 	atomic_init(&aj.next, 0);
@@ -757,11 +759,11 @@ static int cmp_seqpos(const void *a, const void *b) {
 
 // Checks the rows against the model and kv, then (grow) grows every sequence they extend,
 // all or none.
-static int check_rows(const model *m, kv_cache *kv, const model_row *rows, int64_t n, bool grow, int32_t *max_pos,
-		      char *err, size_t errlen) {
+static int check_rows(const model *m, kv_cache *kv, int32_t kv_layers, const model_row *rows, int64_t n, bool grow,
+		      int32_t *max_pos, char *err, size_t errlen) {
 	const kv_config *c = kv_config_of(kv);
 	const model_hparams *hp = &m->hp;
-	if (c->n_layers != model_kv_layers(hp) || c->state_floats != model_state_floats(hp) || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
+	if (c->n_layers != kv_layers || c->state_floats != model_state_floats(hp) || c->kv_dim != hp->n_kv_heads * hp->head_dim ||
 	    (kv_type_get(c->type)->scaled && c->group != hp->head_dim) || kv_row_bytes(kv) == 0)
 		return base_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	seqpos *sp = malloc((size_t)n * sizeof *sp);
@@ -867,7 +869,7 @@ void model_attn_set_fused(bool fused) { atomic_store(&attn_unfused, !fused); }
 // Where the workspace's parts go for n rows on nth threads with att floats of attention
 // scratch per thread: three blocks (floats, ints, doubles), all sizes overflow-checked.
 typedef struct {
-	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ys, sg, sc, mx, mx_bytes, ids, sel, slot, aord, anpos, ablk, cs;
+	uint64_t x, h, t, q, k, v, att, g, u, rl, rw, xg, ec, ys, sg, sc, mx, mx_bytes, ids, sel, slot, aord, anpos, ablk, cs;
 	uint64_t qg, ag, lin, lq, lz, lba, lo, lsc, sspan;
 	layout f, i, d;
 } ws_plan;
@@ -892,8 +894,10 @@ static bool plan_ws(const model_hparams *hp, uint64_t un, int nth, uint64_t att,
 	p->lin = take(L, un, (C + VD) * 4), p->lq = take(L, un, C * 4), p->lz = take(L, un, VD * 4);
 	p->lba = take(L, un, 2 * HV * 4), p->lo = take(L, un, VD * 4);
 	p->lsc = take(L, rec ? (uint64_t)nth : 0, (2 * (uint64_t)hp->ssm_dk + VD / HK) * 4);
+	p->ec = take(L, hp->n_nextn ? un : 0, 2 * E * 4);
 	// the matmuls' prepared activations: the widest input, in blocks of 32 of at most 96 bytes
 	uint64_t wide = E > qd ? E : qd;
+	if (hp->n_nextn && 2 * E > wide) wide = 2 * E;
 	wide = F > wide ? F : wide;
 	wide = VD > wide ? VD : wide;
 	p->mx_bytes = 0;
@@ -1021,30 +1025,32 @@ int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w,
 	return model_forward_hidden(m, kv, pool, w, rows, n, logits, NULL, NULL, err, errlen);
 }
 
-int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
-			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen) {
-	if (n <= 0) return LANES_OK;
+// A pass's start, the trunk's or the head's: the rows checked against the model, kv (of
+// kv_layers layers) and w, the scratch laid out for n rows, the adapters set up, the
+// sequences grown and the attention's blocks and rope tables made.
+static int pass_begin(const model *m, kv_cache *kv, int32_t kv_layers, base_pool *pool, model_ws *w, const model_row *rows,
+		      int64_t n, scratch *s, lora_pass *lp, uint64_t *af, bool *fused, char *err, size_t errlen) {
 	const model_hparams *hp = &m->hp;
 	const int nth = base_pool_threads(pool);
 	int32_t max_pos = 0;
-	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
+	int rc = check_rows(m, kv, kv_layers, rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
 	// the unfused attention reads f16 rows only
-	const bool fused = w->fused || !kv_type_get(kv_config_of(kv)->type)->f16;
-	if (n > w->max_rows || nth > w->nth || (!fused && max_pos > w->max_pos))
+	*fused = w->fused || !kv_type_get(kv_config_of(kv)->type)->f16;
+	if (n > w->max_rows || nth > w->nth || (!*fused && max_pos > w->max_pos))
 		return base_seterr(err, errlen, LANES_EINVAL,
 				    "forward: %lld rows (positions to %d) on %d threads exceed the workspace (%lld rows, %d, %d)",
 				    (long long)n, max_pos, nth, (long long)w->max_rows, w->max_pos, w->nth);
 	// The parts are laid out for this n inside the buffers sized for max_rows.
 	ws_plan p;
-	const uint64_t af = att_floats(hp, fused, fused ? 0 : w->max_pos);
-	plan_ws(hp, (uint64_t)n, nth, af, &p);
+	*af = att_floats(hp, *fused, *fused ? 0 : w->max_pos);
+	plan_ws(hp, (uint64_t)n, nth, *af, &p);
 	char *fb = w->fb, *ib = w->ib, *db = w->db;
-	scratch s = {
+	*s = (scratch){
 		.x = (float *)(fb + p.x), .h = (float *)(fb + p.h), .t = (float *)(fb + p.t), .q = (float *)(fb + p.q),
 		.k = (float *)(fb + p.k), .v = (float *)(fb + p.v), .att = (float *)(fb + p.att), .g = (float *)(fb + p.g),
 		.u = (float *)(fb + p.u), .rl = (float *)(fb + p.rl), .rw = (float *)(fb + p.rw), .xg = (float *)(fb + p.xg),
-		.ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
+		.ec = (float *)(fb + p.ec), .ys = (float *)(fb + p.ys), .sg = (float *)(fb + p.sg), .scores = (float *)(fb + p.sc),
 		.ids = (int32_t *)(ib + p.ids), .sel = (int32_t *)(ib + p.sel), .slot = (int32_t *)(ib + p.slot),
 		.aord = (int32_t *)(ib + p.aord), .anpos = (int32_t *)(ib + p.anpos), .ablk = (int32_t *)(ib + p.ablk),
 		.cs = (double *)(db + p.cs), .mmx = fb + p.mx, .mmx_bytes = (size_t)p.mx_bytes,
@@ -1053,11 +1059,49 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 		.lo = (float *)(fb + p.lo), .lsc = (float *)(fb + p.lsc),
 		.routes = hp->n_experts ? w->routes : NULL,
 	};
-	lora_pass lp;
-	if ((rc = lora_setup(m, pool, w, rows, n, &lp, &s.lp, err, errlen))) return rc;
-	if ((rc = check_rows(m, kv, rows, n, true, &max_pos, err, errlen))) return rc;
-	attn_blocks(rows, n, tensor_attn_block_rows(hp->n_heads / hp->n_kv_heads), &s);
+	if ((rc = lora_setup(m, pool, w, rows, n, lp, &s->lp, err, errlen))) return rc;
+	if ((rc = check_rows(m, kv, kv_layers, rows, n, true, &max_pos, err, errlen))) return rc;
+	attn_blocks(rows, n, tensor_attn_block_rows(hp->n_heads / hp->n_kv_heads), s);
+	for (int64_t r = 0; r < n; r++) {
+		double *cs = s->cs + r * rope_tables(hp) * hp->rope.n_rot;
+		tensor_rope_table(&hp->rope, rows[r].pos, cs);
+		if (hp->rope_swa.n_rot) tensor_rope_table(&hp->rope_swa, rows[r].pos, cs + hp->rope.n_rot);
+	}
+	return LANES_OK;
+}
 
+// The output head over the rows that asked, gathered in batch order and normed (by norm) as it
+// reads them; the rows of want (all those with logits when want_logits) get that normed state
+// in hidden. lora: the output head takes the rows' adapters.
+static void pass_end(const model *m, base_pool *pool, scratch *s, const model_row *rows, int64_t n, const float *norm,
+		     const mweight *head, float *logits, const bool *want, bool want_logits, float *hidden) {
+	const model_hparams *hp = &m->hp;
+	const uint64_t E = hp->n_embd;
+	int64_t nl = 0;
+	for (int64_t r = 0; r < n; r++)
+		if (rows[r].logits) s->sel[nl++] = (int32_t)r;
+	if (s->lp) memcpy(s->lp->ridx, s->sel, (size_t)nl * sizeof *s->sel);
+	const row_maker out_norm = {.m = m, .x = s->x, .w = norm, .h = s->h, .ridx = s->sel, .width = (int64_t)E};
+	if (nl) mm(pool, s, head, 0, s->h, nl, logits, norm_row, &out_norm, false, NULL);
+	if (nl) lora_add(s->lp, -1, LK_OUTPUT, s->h, (int64_t)E, nl, s->lp ? s->lp->ridx : NULL, logits, hp->n_vocab);
+	if (hp->final_softcap != 0.0f)
+		for (int64_t i = 0; i < nl * hp->n_vocab; i++) logits[i] = tensor_softcap(logits[i], hp->final_softcap);
+	int64_t nh = 0;
+	for (int64_t r = 0; r < n && hidden; r++)
+		if (want_logits ? rows[r].logits : want && want[r])
+			tensor_k_rmsnorm(m->ks, s->x + r * E, norm, (int64_t)E, hp->rms_eps, hidden + nh++ * E);
+}
+
+int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
+			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen) {
+	if (n <= 0) return LANES_OK;
+	const model_hparams *hp = &m->hp;
+	scratch s;
+	lora_pass lp;
+	uint64_t af;
+	bool fused;
+	int rc = pass_begin(m, kv, model_kv_layers(hp), pool, w, rows, n, &s, &lp, &af, &fused, err, errlen);
+	if (rc) return rc;
 	const uint64_t E = hp->n_embd;
 	const tensor_traits *et = tensor_traits_of(m->tok_embd.type);
 	for (int64_t r = 0; r < n; r++) {
@@ -1065,25 +1109,38 @@ int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws
 			   (int64_t)E);
 		if (hp->embd_scale != 1.0f)
 			for (uint64_t i = 0; i < E; i++) s.x[r * E + i] *= hp->embd_scale;
-		double *cs = s.cs + r * rope_tables(hp) * hp->rope.n_rot;
-		tensor_rope_table(&hp->rope, rows[r].pos, cs);
-		if (hp->rope_swa.n_rot) tensor_rope_table(&hp->rope_swa, rows[r].pos, cs + hp->rope.n_rot);
 	}
-	for (int l = 0; l < hp->n_layers; l++) layer(m, l, kv, pool, rows, n, &s, (size_t)af, fused);
+	for (int l = 0; l < hp->n_layers; l++) layer(m, l, model_kv_layer(hp, l), kv, pool, rows, n, &s, (size_t)af, fused);
+	pass_end(m, pool, &s, rows, n, m->output_norm, &m->output, logits, want, false, want ? hidden : NULL);
+	return LANES_OK;
+}
 
-	// Output head over the rows that asked, gathered in batch order and normed as it reads them.
-	int64_t nl = 0;
+int model_mtp_forward(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+		      const float *hin, float *logits, float *hout, char *err, size_t errlen) {
+	const model_hparams *hp = &m->hp;
+	if (!hp->n_nextn) return base_seterr(err, errlen, LANES_EINVAL, "forward: the model has no MTP layer");
+	if (n <= 0) return LANES_OK;
 	for (int64_t r = 0; r < n; r++)
-		if (rows[r].logits) s.sel[nl++] = (int32_t)r;
-	if (s.lp) memcpy(s.lp->ridx, s.sel, (size_t)nl * sizeof *s.sel);
-	const row_maker out_norm = {.m = m, .x = s.x, .w = m->output_norm, .h = s.h, .ridx = s.sel, .width = (int64_t)E};
-	if (nl) mm(pool, &s, &m->output, 0, s.h, nl, logits, norm_row, &out_norm, false, NULL);
-	if (nl) lora_add(s.lp, -1, LK_OUTPUT, s.h, (int64_t)E, nl, s.lp ? s.lp->ridx : NULL, logits, hp->n_vocab);
-	if (hp->final_softcap != 0.0f)
-		for (int64_t i = 0; i < nl * hp->n_vocab; i++) logits[i] = tensor_softcap(logits[i], hp->final_softcap);
-	int64_t nh = 0;
-	for (int64_t r = 0; r < n && want; r++)
-		if (want[r]) tensor_k_rmsnorm(m->ks, s.x + r * E, m->output_norm, (int64_t)E, hp->rms_eps, hidden + nh++ * E);
+		if (rows[r].lora) return base_seterr(err, errlen, LANES_EINVAL, "forward: the MTP head takes no adapters");
+	scratch s;
+	lora_pass lp;
+	uint64_t af;
+	bool fused;
+	int rc = pass_begin(m, kv, 1, pool, w, rows, n, &s, &lp, &af, &fused, err, errlen);
+	if (rc) return rc;
+	s.routes = NULL; // the observer counts the trunk's layers only
+	const mnextn *x = &m->nextn[0];
+	const int64_t E = hp->n_embd;
+	const tensor_traits *et = tensor_traits_of(x->embed->type);
+	for (int64_t r = 0; r < n; r++) {
+		float *ec = s.ec + r * 2 * E;
+		et->to_f32((const uint8_t *)x->embed->data + (size_t)rows[r].token * x->embed->row_bytes, s.h, E);
+		tensor_k_rmsnorm(m->ks, s.h, x->enorm, E, hp->rms_eps, ec);
+		tensor_k_rmsnorm(m->ks, hin + r * E, x->hnorm, E, hp->rms_eps, ec + E);
+	}
+	mm(pool, &s, &x->eh_proj, 0, s.ec, n, s.x, NULL, NULL, false, NULL);
+	layer(m, hp->n_layers, 0, kv, pool, rows, n, &s, (size_t)af, fused);
+	pass_end(m, pool, &s, rows, n, x->head_norm, x->head, logits, NULL, true, hout);
 	return LANES_OK;
 }
 
@@ -1092,7 +1149,7 @@ int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row
 	if (n <= 0) return LANES_OK;
 	// The positions bound the unfused attention scratch: check them before sizing anything.
 	int32_t max_pos = 0;
-	int rc = check_rows(m, kv, rows, n, false, &max_pos, err, errlen);
+	int rc = check_rows(m, kv, model_kv_layers(&m->hp), rows, n, false, &max_pos, err, errlen);
 	if (rc) return rc;
 	model_ws *w;
 	if ((rc = model_ws_new(&w, m, n, base_pool_threads(pool), max_pos, err, errlen))) return rc;

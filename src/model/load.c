@@ -25,14 +25,15 @@ typedef struct {
 	bool phi3;             // fused qkv and gate-up matrices, LongRoPE, a window on every layer
 	bool oai;              // gpt-oss: sinks, biased router and experts, clamped SwiGLU, even layers local
 	bool next;             // qwen3next: Gated DeltaNet layers between gated full-attention ones
+	bool nextn;            // MTP layers (nextn_predict_layers) may follow the trunk's blocks
 } arch_desc;
 
 static const arch_desc archs[] = {
-	{.name = "llama", .moe = MOE_OPTIONAL, .moe_norm = true},
-	{.name = "qwen2", .neox = true, .bias = true},
-	{.name = "qwen3", .neox = true, .qk_norm = true},
-	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true},
-	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true},
+	{.name = "llama", .moe = MOE_OPTIONAL, .moe_norm = true, .nextn = true},
+	{.name = "qwen2", .neox = true, .bias = true, .nextn = true},
+	{.name = "qwen3", .neox = true, .qk_norm = true, .nextn = true},
+	{.name = "qwen2moe", .neox = true, .bias = true, .moe = MOE_REQUIRED, .shexp = true, .nextn = true},
+	{.name = "qwen3moe", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .moe_norm = true, .nextn = true},
 	{.name = "gemma2", .neox = true, .gemma = 2},
 	{.name = "gemma3", .neox = true, .qk_norm = true, .gemma = 3},
 	{.name = "phi3", .neox = true, .phi3 = true},
@@ -177,7 +178,10 @@ static int model_mats(model *m, mweight **out, int cap) {
 #define ADD(w) \
 	if ((w).data && n < cap) out[n++] = &(w)
 	ADD(m->output);
-	for (int l = 0; l < m->hp.n_layers; l++) {
+	for (int i = 0; i < m->hp.n_nextn; i++) {
+		ADD(m->nextn[i].eh_proj); ADD(m->nextn[i].own_head);
+	}
+	for (int l = 0; l < m->hp.n_layers + m->hp.n_nextn; l++) {
 		mlayer *y = &m->layers[l];
 		ADD(y->wq); ADD(y->wk); ADD(y->wv); ADD(y->wo);
 		ADD(y->ffn_gate); ADD(y->ffn_up); ADD(y->ffn_down);
@@ -201,9 +205,12 @@ static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *o
 	return total;
 }
 
+// Room for every matrix model_mats may list.
+static int mats_cap(const model *m) { return 24 * (m->hp.n_layers + m->hp.n_nextn) + 2 * m->hp.n_nextn + 1; }
+
 // Metadata only: the size pack_weights would map, nothing mapped or packed.
 static int pack_size(model *m, char *err, size_t errlen) {
-	const int cap = 24 * m->hp.n_layers + 1;
+	const int cap = mats_cap(m);
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const uint64_t total = pack_layout(m, ws, model_mats(m, ws, cap), NULL);
@@ -219,7 +226,7 @@ static int pack_size(model *m, char *err, size_t errlen) {
 // private and never written: a later touch reads the file again), so the peak stays near
 // one copy of the weights. fn (may be NULL) hears of each matrix once it is done.
 static int pack_weights(model *m, bool mapped, model_progress_fn fn, void *ud, char *err, size_t errlen) {
-	const int cap = 24 * m->hp.n_layers + 1;
+	const int cap = mats_cap(m);
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	const int n = model_mats(m, ws, cap);
@@ -432,6 +439,28 @@ ffn:
 	}
 	return LANES_OK;
 #undef TRY
+}
+
+// MTP layer i's own tensors (its block is bound as layer n_layers + i); the token embedding,
+// the head's norm and the head itself fall back to the model's where the layer has none.
+static int bind_nextn(loader *L, int i) {
+	model *m = L->m;
+	const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
+	const int l = m->hp.n_layers + i;
+	mnextn *x = &m->nextn[i];
+	char b[96];
+	int rc;
+	if ((rc = bind_mat(L, lname(b, sizeof b, l, "nextn.eh_proj.weight"), true, 2 * E, E, 1, &x->eh_proj)) ||
+	    (rc = bind_vec(L, lname(b, sizeof b, l, "nextn.enorm.weight"), true, E, &x->enorm)) ||
+	    (rc = bind_vec(L, lname(b, sizeof b, l, "nextn.hnorm.weight"), true, E, &x->hnorm)) ||
+	    (rc = bind_mat(L, lname(b, sizeof b, l, "nextn.embed_tokens.weight"), false, E, V, 1, &x->own_embed)) ||
+	    (rc = bind_vec(L, lname(b, sizeof b, l, "nextn.shared_head_norm.weight"), false, E, &x->head_norm)) ||
+	    (rc = bind_mat(L, lname(b, sizeof b, l, "nextn.shared_head_head.weight"), false, E, V, 1, &x->own_head)))
+		return rc;
+	x->embed = x->own_embed.data ? &x->own_embed : &m->tok_embd;
+	x->head = x->own_head.data ? &x->own_head : &m->output;
+	if (!x->head_norm && !L->meta) x->head_norm = m->output_norm;
+	return LANES_OK;
 }
 
 // Llama 3 frequency divisors, for files that name the scaling but carry no rope_freqs tensor.
@@ -652,6 +681,16 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	    (rc = meta_int(L, "attention.head_count_kv", true, hp->n_heads, 1, hp->n_heads, &hp->n_kv_heads)))
 		return rc;
 	if ((rc = meta_int(L, "pooling_type", true, -1, -1, 4, &hp->pooling))) return rc;
+	// block_count counts the MTP layers too: they are the last blocks, and the trunk never runs them
+	if ((rc = meta_int(L, "nextn_predict_layers", true, 0, 0, INT32_MAX, &hp->n_nextn))) return rc;
+	if (hp->n_nextn && !a->nextn)
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: MTP layers (%s.nextn_predict_layers) with architecture %s are not supported",
+				   a->name, a->name);
+	if (hp->n_nextn >= hp->n_layers)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT,
+				   "model: %s.nextn_predict_layers = %d leaves no trunk: block_count is %d, MTP layers included", a->name,
+				   hp->n_nextn, hp->n_layers);
+	hp->n_layers -= hp->n_nextn;
 	if (hp->n_heads % hp->n_kv_heads)
 		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
 				    hp->n_heads, hp->n_kv_heads);
@@ -776,13 +815,14 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 		goto fail;
 	if (!m->output.data) m->output = m->tok_embd; // tied embeddings
 	if (a->phi3 && (rc = read_phi3_factors(&L))) goto fail;
-	m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-	if (!m->layers) {
+	m->layers = calloc((size_t)(hp->n_layers + hp->n_nextn), sizeof *m->layers);
+	m->nextn = hp->n_nextn ? calloc((size_t)hp->n_nextn, sizeof *m->nextn) : NULL;
+	if (!m->layers || (hp->n_nextn && !m->nextn)) {
 		rc = base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 		goto fail;
 	}
-	for (int l = 0; l < hp->n_layers; l++)
-		if ((rc = bind_layer(&L, a, l))) goto fail;
+	for (int l = 0; l < hp->n_layers + hp->n_nextn; l++)
+		if ((rc = bind_layer(&L, a, l)) || (l >= hp->n_layers && (rc = bind_nextn(&L, l - hp->n_layers)))) goto fail;
 	main_type(m);
 	m->ks = tensor_kernels_default();
 	rc = mode == OPEN_META ? pack_size(m, err, errlen) : pack_weights(m, mode == OPEN_MAPPED, fn, ud, err, errlen);
@@ -812,6 +852,7 @@ void model_free(model *m) {
 	for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
 	free(m->owned);
 	free(m->layers);
+	free(m->nextn);
 	if (m->packed) munmap(m->packed, m->packed_bytes);
 	gguf_free(m->g);
 	free(m);
@@ -828,6 +869,12 @@ uint64_t model_copied_bytes(const model *m) { return m->copied_bytes; }
 const tensor_kernels *model_kernels(const model *m) { return m->ks; }
 uint64_t model_packed_bytes(const model *m) { return m->packed_bytes; }
 double model_pack_ms(const model *m) { return m->pack_ms; }
+
+kv_config model_mtp_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx, int32_t page_tokens) {
+	kv_config c = model_kv_config(m, type, n_seqs, n_ctx, page_tokens);
+	c.n_layers = 1;
+	return c;
+}
 
 kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx,
 			  int32_t page_tokens) {
@@ -868,7 +915,13 @@ static void memory_of(const model *m, model_memory *out) {
 		      vec_in_place(m, m->output_norm, E) +
 		      (m->rope_long ? vec_in_place(m, m->rope_long, hp->rope.n_rot / 2) + vec_in_place(m, m->rope_short, hp->rope.n_rot / 2)
 				    : vec_in_place(m, hp->rope.freq_factors, hp->rope.n_rot / 2));
-	for (int l = 0; l < hp->n_layers; l++) {
+	for (int i = 0; i < hp->n_nextn; i++) {
+		const mnextn *x = &m->nextn[i];
+		in += vec_in_place(m, x->enorm, E) + vec_in_place(m, x->hnorm, E) + mat_in_place(m, &x->eh_proj) +
+		      mat_in_place(m, &x->own_head) + (uint64_t)x->own_embed.mat_bytes +
+		      (x->head_norm != m->output_norm ? vec_in_place(m, x->head_norm, E) : 0);
+	}
+	for (int l = 0; l < hp->n_layers + hp->n_nextn; l++) {
 		const mlayer *y = &m->layers[l];
 		in += vec_in_place(m, y->attn_norm, E) + vec_in_place(m, y->ffn_norm, E) + vec_in_place(m, y->attn_post_norm, E) +
 		      vec_in_place(m, y->ffn_post_norm, E) + vec_in_place(m, y->bq, qd) +

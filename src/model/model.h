@@ -17,7 +17,8 @@ typedef struct {
 	char arch[16];          // general.architecture: "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"
 	int32_t n_vocab;        // logits per row
 	int32_t n_embd;         // residual width
-	int32_t n_layers;
+	int32_t n_layers;       // the trunk's blocks (block_count less the MTP layers)
+	int32_t n_nextn;        // MTP layers (<arch>.nextn_predict_layers), stored as blocks n_layers .. n_layers + n_nextn - 1
 	int32_t n_heads;        // query heads
 	int32_t n_kv_heads;     // key/value heads (GQA: divides n_heads; MQA: 1)
 	int32_t head_dim;       // values per head (qwen3: attention.key_length)
@@ -282,6 +283,26 @@ int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w,
 // position and its sequence's KV. want NULL: none.
 int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
 			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen);
+
+// ---- the MTP head (multi-token prediction: the nextn layers) -------------------------------
+// A model with n_nextn > 0 carries a head that proposes the token after next. Row p of the head
+// reads the token at p + 1 and a hidden state for position p (the trunk's, as
+// model_forward_hidden gives it, or the head's own from its previous row):
+//   x = eh_proj . concat(enorm(embed(token)), hnorm(hidden))
+// then one transformer block (MTP layer 0, over its own KV at position p), then
+// shared_head_norm and shared_head_head (the model's output norm and head where the layer has
+// none) give the logits for position p + 2. The trunk never runs these blocks.
+
+// A kv_config for the head's KV: one layer, like model_kv_config otherwise. Thread-safe.
+kv_config model_mtp_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx, int32_t page_tokens);
+// Runs n head rows (lora must be NULL; logits as model_forward's) with hin [n][n_embd] their
+// hidden states, over kv made by model_mtp_kv_config, in a workspace of the model's. For
+// each row with logits it writes n_vocab logits and, into hout (NULL: none), the n_embd state
+// its logits were read from (after the head's norm), flagged rows in batch order: the next
+// row's hidden state when the head chains. LANES_EINVAL when the model has no MTP layer, or
+// as model_forward_ws. Thread-safe as model_forward_ws.
+int model_mtp_forward(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
+		      const float *hin, float *logits, float *hout, char *err, size_t errlen);
 
 // ---- the MoE observer's side of the pass (experts.c) --------------------------------------
 // A pass can keep what every MoE layer's router chose for each row (its top-k experts and

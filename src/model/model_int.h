@@ -46,6 +46,15 @@ typedef struct {
 	const float *ssm_norm;                  // [ssm_dv] the gated RMSNorm's weights
 } mlayer;
 
+// An MTP layer's own tensors (blk.N.nextn.*); its block is layers[n_layers + i].
+typedef struct {
+	mweight eh_proj;              // [2 n_embd -> n_embd]: the embedding's half first, then the hidden state's
+	const float *enorm, *hnorm;   // [n_embd]
+	mweight own_embed, own_head;  // embed_tokens [n_embd] x n_vocab and shared_head_head [n_embd -> n_vocab], when stored
+	const mweight *embed, *head;  // the layer's own, or the model's token_embd and output
+	const float *head_norm;       // shared_head_norm, or the model's output norm
+} mnextn;
+
 struct model {
 	gguf *g;
 	model_hparams hp;
@@ -53,7 +62,8 @@ struct model {
 	mweight tok_embd;         // [n_embd] x n_vocab rows
 	mweight output;           // [n_embd -> n_vocab]; token_embd when tied
 	const float *output_norm; // [n_embd]
-	mlayer *layers;           // n_layers
+	mlayer *layers;           // n_layers, then the n_nextn MTP layers' blocks
+	mnextn *nextn;            // n_nextn
 	float **owned;            // vectors converted to f32 (copies)
 	int n_owned, cap_owned;
 	uint64_t weight_bytes, copied_bytes;

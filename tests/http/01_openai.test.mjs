@@ -223,7 +223,7 @@ test('control reads: /slots shape, /metrics names and counters', async () => {
 	assert.equal(typeof s.queue_depth, 'number');
 	assert.ok(s.lanes.length >= 1);
 	for (const l of s.lanes) {
-		assert.deepEqual(Object.keys(l).sort(), ['draft_acceptance', 'draft_k', 'filled_tokens', 'generated_tokens', 'id', 'phase', 'prompt_tokens']);
+		assert.deepEqual(Object.keys(l).sort(), ['draft_acceptance', 'draft_acceptance_by_position', 'draft_k', 'filled_tokens', 'generated_tokens', 'id', 'phase', 'prompt_tokens']);
 		assert.ok(['idle', 'filling', 'live'].includes(l.phase));
 	}
 	const scrape = async () => {

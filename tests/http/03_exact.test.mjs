@@ -3,7 +3,8 @@
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { mainServer, metric, KEY } from './lib.mjs';
+import { spawn } from 'node:child_process';
+import { mainServer, metric, shapeModel, startServer, BIN, STORIES, KEY } from './lib.mjs';
 
 let client;
 before(async () => {
@@ -67,4 +68,42 @@ test('drafted = "draft": false, and drafts get accepted on repetitive text', asy
 	assert.ok(after > before, `n-gram drafts accepted (${before} -> ${after})`);
 	const slots = await (await fetch(`${url}/slots`)).json();
 	assert.ok(slots.lanes.every((l) => typeof l.draft_acceptance === 'number'), '/slots shows each lane\'s acceptance');
+});
+
+// A model with an MTP head drafts with it (priced so that every round drafts): the tokens are
+// those of "draft": false, the head's proposals count under proposer="mtp"; --draft mtp is
+// refused for a model without a head.
+test('the MTP head drafts, and drafted = "draft": false', async () => {
+	const srv = await startServer(['-m', shapeModel('mtp-test'), '--api-key', KEY, '--lanes', '4', '--price-row-us', '1', '--price-fixed-us', '1000', '--draft', 'mtp']);
+	try {
+		const mtp = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEY, maxRetries: 0 });
+		const go = (r, extra) => (r.kind === 'chat' ? mtp.chat.completions : mtp.completions).create({ ...r.body, ...extra });
+		const sha = (x) => x.choices[0].token_sha;
+		const reqs = requests.slice(0, 8).map((r) => ({ ...r, body: { ...r.body, ignore_eos: true } }));
+		const drafted = await Promise.all(reqs.map((r) => go(r, {})));
+		const plain = await Promise.all(reqs.map((r) => go(r, { draft: false })));
+		for (let i = 0; i < reqs.length; i++) assert.equal(sha(drafted[i]), sha(plain[i]), `request ${i} tokens`);
+		const proposed = await metric(srv.url, 'lanes_draft_tokens_total{proposer="mtp"}');
+		assert.ok(proposed > 0, `the MTP head proposed (${proposed})`);
+		// a live lane's acceptance at each place of its proposals, the first place reached first
+		const long = go({ kind: 'completion', body: { prompt: 'Once upon a time', max_tokens: 200, ignore_eos: true } }, {});
+		let seen = null;
+		for (let i = 0; i < 400 && !seen; i++) {
+			const slots = await (await fetch(`${srv.url}/slots`)).json();
+			seen = slots.lanes.find((l) => l.phase === 'live' && l.draft_acceptance_by_position.length > 0);
+		}
+		await long;
+		assert.ok(seen, '/slots shows a live lane\'s acceptance by position');
+		assert.ok(seen.draft_acceptance_by_position.every((a) => a >= 0 && a <= 1), JSON.stringify(seen));
+	} finally {
+		srv.proc.kill('SIGKILL');
+	}
+	const bad = spawn(BIN, ['serve', '--port', '0', '-m', STORIES, '--draft', 'mtp'], { stdio: ['ignore', 'ignore', 'pipe'] });
+	let log = '';
+	await new Promise((done) => {
+		bad.stderr.on('data', (d) => /no MTP layer/.test((log += d)) && done());
+		bad.on('exit', done);
+	});
+	bad.kill('SIGKILL');
+	assert.match(log, /cannot load .*draft mtp: the model has no MTP layer/);
 });

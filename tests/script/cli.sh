@@ -83,7 +83,7 @@ refused "lanes run: --temp must be 0..2, not 9" "$BIN" run -m "$M" --ids 1 --tem
 refused "lanes run: --top-k wants an integer in 0..2147483647, got 'x'" "$BIN" run -m "$M" --ids 1 --top-k x
 refused "lanes plan: --lanes must be 1..64, not 0" "$BIN" plan -m "$M" --lanes 0
 refused "lanes serve: --port must be 0..65535, not 70000" "$BIN" serve -m "$M" --port 70000
-refused "lanes serve: --draft must be auto or off, not 'maybe'" "$BIN" serve -m "$M" --draft maybe
+refused "lanes serve: --draft must be auto, off, ngram or mtp, not 'maybe'" "$BIN" serve -m "$M" --draft maybe
 refused "lanes gen: --threads must be 0..1024, not 5000" "$BIN" gen --shape test --vocab "$M" -o "$TMP/g.gguf" --threads 5000
 refused "lanes info: LANES_LOG must be error, warn, info or debug, not 'verbose'" env LANES_LOG=verbose "$BIN" info "$M"
 refused "lanes run: LANES_ATTN must be fused or unfused, not 'half'" env LANES_ATTN=half "$BIN" run -m "$M" --ids 1 -n 1

@@ -287,12 +287,15 @@ static void deltanet_ref(const gguf *g, const ref64_shape *s, int l, double *x, 
 	free(h), free(raw), free(z), free(ba), free(cv), free(o), free(tmp), free(q), free(k), free(v), free(bt), free(gd), free(S), free(oh);
 }
 
-void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt) {
-	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D, V = s->V;
-	double *x = calloc((size_t)P * E, sizeof *x), *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
+// Block l of the file (its attention and FFN) over the P positions' residual rows x, in place.
+static void block_ref(const gguf *g, const ref64_shape *s, int l, double *x, int P, ref64_routes *rt) {
+	const bool next = s->full_attn > 0, recurrent = next && (l + 1) % s->full_attn != 0;
+	if (recurrent) deltanet_ref(g, s, l, x, P);
+	const int E = s->E, H = s->H, HKV = s->HKV, D = s->D ? s->D : E / H, qd = H * D, kvd = HKV * D;
+	double *h = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * E);
 	double *q = malloc(sizeof(double) * P * qd), *k = malloc(sizeof(double) * P * kvd), *v = malloc(sizeof(double) * P * kvd);
 	double *att = malloc(sizeof(double) * qd), *sc = malloc(sizeof(double) * P), *gt = malloc(sizeof(double) * P * qd);
-	double *emb = W(g, "token_embd.weight"), *ff = W(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
+	double *ff = W(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int R = s->n_rot ? s->n_rot : D;
 	const gguf_tensor *fft = gguf_find_tensor(g, s->rope_factors ? s->rope_factors : "rope_freqs.weight");
 	const int64_t nff = fft ? gguf_tensor_nelem(fft) : 0; // pairs past the divisors the file has are not divided
@@ -303,114 +306,152 @@ void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int 
 		yhi = fmin(R - 1, ceil(R * log(s->yarn_orig / (s->yarn_beta_slow * 2 * M_PI)) / (2 * log(s->rope_base))));
 		ms *= 1 + 0.1 * log(1 / s->rope_scale);
 	}
-	for (int p = 0; p < P; p++)
-		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
 	const bool neox = strcmp(s->arch, "llama") != 0;
 	const double scale = s->attn_scale ? s->attn_scale : 1 / sqrt((double)D);
-	for (int l = 0; l < s->L; l++) {
-		const bool next = s->full_attn > 0, recurrent = next && (l + 1) % s->full_attn != 0;
-		if (recurrent) deltanet_ref(g, s, l, x, P);
-		double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wq = WL(g, l, "attn_q.weight"),
-		       *wk = WL(g, l, "attn_k.weight"), *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
-		       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
-		       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, s->oai || next ? "post_attention_norm.weight" : "ffn_norm.weight"),
-		       *bo = WL(g, l, "attn_output.bias"), *sk = s->oai && !s->no_sinks ? WL(g, l, "attn_sinks.weight") : NULL,
-		       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
-		       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
-		const int win = s->swa > 0 && (s->swa_pattern == 0 || l % s->swa_pattern < s->swa_pattern - 1) ? s->swa : 0;
-		const double base = win && s->rope_base_swa ? s->rope_base_swa : s->rope_base,
-			     rscale = win && s->rope_scale_swa ? s->rope_scale_swa : s->rope_scale;
-		const double *lq = wqkv ? wqkv : wq, *lk = wqkv ? wqkv + (size_t)qd * E : wk,
-			     *lv = wqkv ? wqkv + (size_t)(qd + kvd) * E : wv;
-		for (int p = 0; p < P && !recurrent; p++) {
-			rms(x + (size_t)p * E, an, E, s->rms_eps, h);
-			if (next) {
-				// each head's query, then its gate
-				double *qg = malloc(sizeof(double) * 2 * qd);
-				mv(lq, NULL, h, E, 2 * qd, qg);
-				for (int hh = 0; hh < H; hh++)
-					for (int e = 0; e < D; e++)
-						q[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + e], gt[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + D + e];
-				free(qg);
-			} else {
-				mv(lq, bq, h, E, qd, q + (size_t)p * qd);
-			}
-			mv(lk, bk, h, E, kvd, k + (size_t)p * kvd);
-			mv(lv, bv, h, E, kvd, v + (size_t)p * kvd);
-			for (int hh = 0; hh < H + HKV; hh++) {
-				double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
-				if (qn && !s->no_qk_norm) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
-				for (int i = 0; i < R / 2; i++) {
-					const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
-					double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
-					if (s->yarn_ext) {
-						const double ex = th / rscale, ramp = (1 - fmin(1, fmax(0, (i - ylo) / fmax(0.001, yhi - ylo)))) * s->yarn_ext;
-						th = th * (1 - ramp) + ex * ramp;
-					}
-					double x0 = vec[a], x1 = vec[b];
-					vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
-					vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;
-				}
-			}
-		}
-		double *wt[4] = {NULL};
-		if (s->X) {
-			wt[0] = WL(g, l, "ffn_gate_inp.weight"), wt[1] = WL(g, l, "ffn_gate_exps.weight");
-			wt[2] = WL(g, l, "ffn_up_exps.weight"), wt[3] = WL(g, l, "ffn_down_exps.weight");
+	double *an = WL(g, l, "attn_norm.weight"), *wqkv = WL(g, l, "attn_qkv.weight"), *wq = WL(g, l, "attn_q.weight"),
+	       *wk = WL(g, l, "attn_k.weight"), *wv = WL(g, l, "attn_v.weight"), *wo = WL(g, l, "attn_output.weight"), *bq = WL(g, l, "attn_q.bias"),
+	       *bk = WL(g, l, "attn_k.bias"), *bv = WL(g, l, "attn_v.bias"), *qn = WL(g, l, "attn_q_norm.weight"),
+	       *kn = WL(g, l, "attn_k_norm.weight"), *fn = WL(g, l, s->oai || next ? "post_attention_norm.weight" : "ffn_norm.weight"),
+	       *bo = WL(g, l, "attn_output.bias"), *sk = s->oai && !s->no_sinks ? WL(g, l, "attn_sinks.weight") : NULL,
+	       *pa = s->post_norms ? WL(g, l, "post_attention_norm.weight") : NULL,
+	       *pf = s->post_norms ? WL(g, l, "post_ffw_norm.weight") : NULL;
+	const int win = s->swa > 0 && (s->swa_pattern == 0 || l % s->swa_pattern < s->swa_pattern - 1) ? s->swa : 0;
+	const double base = win && s->rope_base_swa ? s->rope_base_swa : s->rope_base,
+		     rscale = win && s->rope_scale_swa ? s->rope_scale_swa : s->rope_scale;
+	const double *lq = wqkv ? wqkv : wq, *lk = wqkv ? wqkv + (size_t)qd * E : wk,
+		     *lv = wqkv ? wqkv + (size_t)(qd + kvd) * E : wv;
+	for (int p = 0; p < P && !recurrent; p++) {
+		rms(x + (size_t)p * E, an, E, s->rms_eps, h);
+		if (next) {
+			// each head's query, then its gate
+			double *qg = malloc(sizeof(double) * 2 * qd);
+			mv(lq, NULL, h, E, 2 * qd, qg);
+			for (int hh = 0; hh < H; hh++)
+				for (int e = 0; e < D; e++)
+					q[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + e], gt[(size_t)p * qd + hh * D + e] = qg[2 * hh * D + D + e];
+			free(qg);
 		} else {
-			wt[1] = WL(g, l, "ffn_gate.weight"), wt[2] = WL(g, l, "ffn_up.weight"), wt[3] = WL(g, l, "ffn_down.weight");
+			mv(lq, bq, h, E, qd, q + (size_t)p * qd);
 		}
-		// a fused gate-up (no ffn_gate): the gate's rows first, then the up's
-		const size_t half = (size_t)s->F * E;
-		const double *gate = wt[1] ? wt[1] : wt[2] + (s->swap_gate_up ? half : 0),
-			     *up = wt[1] ? wt[2] : wt[2] + (s->swap_gate_up ? 0 : half);
-		for (int p = 0; p < P; p++) {
-			for (int hh = 0; hh < H && !recurrent; hh++) {
-				const int gk = hh / (H / HKV);
-				// a sink: a score in the softmax's denominator alone
-				double mx = sk ? sk[hh] : -1e300, sum = 0;
-				const int t0 = win && p >= win ? p - win + 1 : 0;
-				for (int t = t0; t <= p; t++) {
-					double d = 0;
-					for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
-					sc[t] = d * scale;
-					if (s->attn_softcap) sc[t] = s->attn_softcap * tanh(sc[t] / s->attn_softcap);
-					mx = fmax(mx, sc[t]);
+		mv(lk, bk, h, E, kvd, k + (size_t)p * kvd);
+		mv(lv, bv, h, E, kvd, v + (size_t)p * kvd);
+		for (int hh = 0; hh < H + HKV; hh++) {
+			double *vec = hh < H ? q + (size_t)p * qd + hh * D : k + (size_t)p * kvd + (hh - H) * D;
+			if (qn && !s->no_qk_norm) rms(vec, hh < H ? qn : kn, D, s->rms_eps, vec);
+			for (int i = 0; i < R / 2; i++) {
+				const int a = neox ? i : 2 * i, b = neox ? i + R / 2 : 2 * i + 1;
+				double th = p * pow(base, -2.0 * i / R) * rscale / (ff && i < nff ? ff[i] : 1.0);
+				if (s->yarn_ext) {
+					const double ex = th / rscale, ramp = (1 - fmin(1, fmax(0, (i - ylo) / fmax(0.001, yhi - ylo)))) * s->yarn_ext;
+					th = th * (1 - ramp) + ex * ramp;
 				}
-				if (sk) sum = exp(sk[hh] - mx);
-				for (int t = t0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
-				for (int e = 0; e < D; e++) {
-					double o = 0;
-					for (int t = t0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
-					att[hh * D + e] = o;
-				}
+				double x0 = vec[a], x1 = vec[b];
+				vec[a] = (x0 * cos(th) - x1 * sin(th)) * ms;
+				vec[b] = (x0 * sin(th) + x1 * cos(th)) * ms;
 			}
-			for (int i = 0; next && !s->no_attn_gate && i < qd; i++) att[i] *= sigm(gt[(size_t)p * qd + i]);
-			if (!recurrent) {
-				mv(wo, bo, att, qd, E, y);
-				if (pa) rms(y, pa, E, s->rms_eps, y);
-				for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
+		}
+	}
+	double *wt[4] = {NULL};
+	if (s->X) {
+		wt[0] = WL(g, l, "ffn_gate_inp.weight"), wt[1] = WL(g, l, "ffn_gate_exps.weight");
+		wt[2] = WL(g, l, "ffn_up_exps.weight"), wt[3] = WL(g, l, "ffn_down_exps.weight");
+	} else {
+		wt[1] = WL(g, l, "ffn_gate.weight"), wt[2] = WL(g, l, "ffn_up.weight"), wt[3] = WL(g, l, "ffn_down.weight");
+	}
+	// a fused gate-up (no ffn_gate): the gate's rows first, then the up's
+	const size_t half = (size_t)s->F * E;
+	const double *gate = wt[1] ? wt[1] : wt[2] + (s->swap_gate_up ? half : 0),
+		     *up = wt[1] ? wt[2] : wt[2] + (s->swap_gate_up ? 0 : half);
+	for (int p = 0; p < P; p++) {
+		for (int hh = 0; hh < H && !recurrent; hh++) {
+			const int gk = hh / (H / HKV);
+			// a sink: a score in the softmax's denominator alone
+			double mx = sk ? sk[hh] : -1e300, sum = 0;
+			const int t0 = win && p >= win ? p - win + 1 : 0;
+			for (int t = t0; t <= p; t++) {
+				double d = 0;
+				for (int e = 0; e < D; e++) d += q[(size_t)p * qd + hh * D + e] * k[(size_t)t * kvd + gk * D + e];
+				sc[t] = d * scale;
+				if (s->attn_softcap) sc[t] = s->attn_softcap * tanh(sc[t] / s->attn_softcap);
+				mx = fmax(mx, sc[t]);
 			}
-			rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
-			if (!s->X)
-				ffn_ref(gate, up, wt[3], NULL, h, E, s->F, s->geglu ? GLU_GELU : GLU_SILU, y);
-			else
-				moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
-					rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
-					rt ? rt->margin + (size_t)l * P + p : NULL);
-			if (pf) rms(y, pf, E, s->rms_eps, y);
+			if (sk) sum = exp(sk[hh] - mx);
+			for (int t = t0; t <= p; t++) sum += sc[t] = exp(sc[t] - mx);
+			for (int e = 0; e < D; e++) {
+				double o = 0;
+				for (int t = t0; t <= p; t++) o += sc[t] / sum * v[(size_t)t * kvd + gk * D + e];
+				att[hh * D + e] = o;
+			}
+		}
+		for (int i = 0; next && !s->no_attn_gate && i < qd; i++) att[i] *= sigm(gt[(size_t)p * qd + i]);
+		if (!recurrent) {
+			mv(wo, bo, att, qd, E, y);
+			if (pa) rms(y, pa, E, s->rms_eps, y);
 			for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 		}
-		for (int i = 0; i < 4; i++) free(wt[i]);
-		free(an), free(wqkv), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
-		free(pa), free(pf), free(bo), free(sk);
+		rms(x + (size_t)p * E, fn, E, s->rms_eps, h);
+		if (!s->X)
+			ffn_ref(gate, up, wt[3], NULL, h, E, s->F, s->geglu ? GLU_GELU : GLU_SILU, y);
+		else
+			moe_ref(g, s, l, (const double *const *)wt, h, y, rt ? rt->ids + ((size_t)l * P + p) * s->K : NULL,
+				rt ? rt->w + ((size_t)l * P + p) * s->K : NULL, rt ? rt->alt + (size_t)l * P + p : NULL,
+				rt ? rt->margin + (size_t)l * P + p : NULL);
+		if (pf) rms(y, pf, E, s->rms_eps, y);
+		for (int e = 0; e < E; e++) x[(size_t)p * E + e] += y[e];
 	}
-	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
-	for (int p = 0; logits && p < P; p++) {
-		rms(x + (size_t)p * E, on, E, s->rms_eps, h);
-		mv(out ? out : emb, NULL, h, E, V, logits + (size_t)p * V);
+	for (int i = 0; i < 4; i++) free(wt[i]);
+	free(an), free(wqkv), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv), free(qn), free(kn), free(fn);
+	free(pa), free(pf), free(bo), free(sk);
+	free(ff), free(h), free(y), free(q), free(k), free(v), free(att), free(sc), free(gt);
+}
+
+void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt) {
+	ref64_forward_hidden(g, s, ids, P, logits, rt, NULL);
+}
+
+// The output norm of each row of x into hidden (NULL: none), and the head's logits (NULL: none).
+static void head_ref(const double *x, int P, const ref64_shape *s, const double *norm, const double *out, double *logits,
+		     double *hidden) {
+	const int E = s->E, V = s->V;
+	double *h = malloc(sizeof(double) * E);
+	for (int p = 0; p < P; p++) {
+		rms(x + (size_t)p * E, norm, E, s->rms_eps, h);
+		if (hidden) memcpy(hidden + (size_t)p * E, h, sizeof(double) * E);
+		if (!logits) continue;
+		mv(out, NULL, h, E, V, logits + (size_t)p * V);
 		for (int i = 0; s->final_softcap && i < V; i++)
 			logits[(size_t)p * V + i] = s->final_softcap * tanh(logits[(size_t)p * V + i] / s->final_softcap);
 	}
-	free(on), free(out), free(emb), free(ff), free(x), free(h), free(y), free(q), free(k), free(v), free(att), free(sc), free(gt);
+	free(h);
+}
+
+void ref64_forward_hidden(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt,
+			  double *hidden) {
+	const int E = s->E;
+	double *x = calloc((size_t)P * E, sizeof *x), *emb = W(g, "token_embd.weight");
+	for (int p = 0; p < P; p++)
+		for (int e = 0; e < E; e++) x[(size_t)p * E + e] = emb[(size_t)ids[p] * E + e] * (s->embd_scale ? s->embd_scale : 1.0);
+	for (int l = 0; l < s->L; l++) block_ref(g, s, l, x, P, rt);
+	double *on = W(g, "output_norm.weight"), *out = s->tied ? NULL : W(g, "output.weight");
+	head_ref(x, P, s, on, out ? out : emb, logits, hidden);
+	free(on), free(out), free(emb), free(x);
+}
+
+void ref64_mtp(const gguf *g, const ref64_shape *s, const int32_t *tok, const double *hin, int P, double *logits, double *hout) {
+	const int E = s->E, l = s->L;
+	double *eh = WL(g, l, "nextn.eh_proj.weight"), *en = WL(g, l, "nextn.enorm.weight"), *hn = WL(g, l, "nextn.hnorm.weight"),
+	       *emb = WL(g, l, "nextn.embed_tokens.weight"), *sn = WL(g, l, "nextn.shared_head_norm.weight"),
+	       *sh = WL(g, l, "nextn.shared_head_head.weight");
+	if (!emb) emb = W(g, "token_embd.weight");
+	if (!sn) sn = W(g, "output_norm.weight");
+	if (!sh) sh = W(g, s->tied ? "token_embd.weight" : "output.weight");
+	double *x = malloc(sizeof(double) * P * E), *c = malloc(sizeof(double) * 2 * E);
+	for (int p = 0; p < P; p++) {
+		rms(emb + (size_t)tok[p] * E, en, E, s->rms_eps, c);
+		rms(hin + (size_t)p * E, hn, E, s->rms_eps, c + E);
+		mv(eh, NULL, c, 2 * E, E, x + (size_t)p * E);
+	}
+	block_ref(g, s, l, x, P, NULL);
+	head_ref(x, P, s, sn, sh, logits, hout);
+	free(eh), free(en), free(hn), free(emb), free(sn), free(sh), free(x), free(c);
 }

@@ -71,5 +71,11 @@ typedef struct {
 // Runs ids[0..P) from position 0; logits [P][V] (NULL: skip the output head) and, when rt is not
 // NULL, the MoE layers' choices (caller-sized).
 void ref64_forward(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt);
+// The same, and each position's state after the output norm into hidden [P][E] (NULL: none).
+void ref64_forward_hidden(const gguf *g, const ref64_shape *s, const int32_t *ids, int P, double *logits, ref64_routes *rt,
+			  double *hidden);
+// The MTP head (MTP layer 0, block s->L of the file) over P positions from 0: row p reads token
+// tok[p] and hidden state hin[p]; logits [P][V] and the states its head read, hout [P][E] (NULL: none).
+void ref64_mtp(const gguf *g, const ref64_shape *s, const int32_t *tok, const double *hin, int P, double *logits, double *hout);
 
 #endif

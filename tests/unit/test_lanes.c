@@ -827,6 +827,15 @@ static void test_notify_apart(void) {
 	lane_host_free(h);
 }
 
+// h's snapshot once finished requests have ended: the last round's counts are published at its end.
+static void snapshot_after(lane_host *h, uint64_t finished, lane_snapshot *snap) {
+	for (int w = 0; w < 60000; w++) {
+		lane_host_snapshot(h, snap);
+		if (snap->finished >= finished) break;
+		usleep(1000);
+	}
+}
+
 // Speculative decoding never changes a token: 32 requests (greedy and seeded sampling at
 // several temperatures, some on repetitive prompts) give the same tokens, logprobs and
 // receipts drafted and undrafted, solo and concurrent; and drafts get accepted.
@@ -850,11 +859,7 @@ static void test_draft_equal(const char *what, uint64_t *accepted_out, uint64_t 
 	h = host(8, 0, false, 2);
 	run_all(h, s, NREQ, drafted, true);
 	lane_snapshot snap;
-	for (int w = 0; w < 60000; w++) {
-		lane_host_snapshot(h, &snap);
-		if (snap.finished >= NREQ) break;
-		usleep(1000);
-	}
+	snapshot_after(h, NREQ, &snap);
 	lane_host_free(h);
 	h = host(1, 0, false, 2);
 	run_all(h, s, NREQ / 4, drafted_solo, false);
@@ -1017,6 +1022,59 @@ static void test_draft_model(void) {
 	lane_host *h = NULL;
 	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && h == NULL && strstr(err, "vocabulary"));
 	model_free(dm);
+}
+
+// The MTP head as the proposer (a generated model with one nextn layer): 16 requests, greedy
+// and seeded, give the same tokens, logprobs and receipts undrafted, drafted concurrently in
+// prompt pieces, again from the prefix cache (the head's KV then starts with a cached prefix
+// it never saw the trunk run), and drafted solo; the head proposed, and its drafts were priced
+// and verified like the others.
+static void test_draft_mtp(void) {
+	enum { N = 16 };
+	CHECKF(model_hparams_of(M)->n_nextn == 1, "the model has an MTP layer (%d)", model_hparams_of(M)->n_nextn);
+	static req_spec s[NREQ];
+	make_specs(s, N, 7, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < N; i++) {
+		s[i].q.ignore_eos = true;
+		s[i].q.max_tokens = 20 + i % 12;
+	}
+	static result plain[N], conc[N], cached[N], solo[N];
+	lane_host *h = host(8, 0, false, 2);
+	run_all(h, s, N, plain, true);
+	lane_snapshot snap;
+	lane_host_snapshot(h, &snap);
+	CHECKF(snap.draft_tokens[LANE_PROP_MTP] == 0, "undrafted requests never run the head (%llu)",
+	       (unsigned long long)snap.draft_tokens[LANE_PROP_MTP]);
+	lane_host_free(h);
+	for (int i = 0; i < N; i++) s[i].q.draft = true;
+	ROW_US = 1, FIXED_US = 1000; // every round drafts
+	h = host(4, 7, true, 2);
+	run_all(h, s, N, conc, true);
+	run_all(h, s, N, cached, true);
+	snapshot_after(h, 2 * N, &snap);
+	lane_host_free(h);
+	h = host(1, 5, false, 1);
+	run_all(h, s, N / 2, solo, false);
+	lane_host_free(h);
+	ROW_US = FIXED_US = 0;
+	for (int i = 0; i < N; i++) {
+		CHECKF(same(&plain[i], &conc[i]), "MTP req %d: drafted in pieces = undrafted", i);
+		CHECKF(same(&plain[i], &cached[i]), "MTP req %d: drafted from the prefix cache = undrafted", i);
+		if (i < N / 2) CHECKF(same(&plain[i], &solo[i]), "MTP req %d: drafted solo on 1 thread = undrafted", i);
+	}
+	fprintf(stderr, "MTP head: %llu of %llu drafts accepted (n-gram %llu of %llu)\n",
+		(unsigned long long)snap.draft_accepted[LANE_PROP_MTP], (unsigned long long)snap.draft_tokens[LANE_PROP_MTP],
+		(unsigned long long)snap.draft_accepted[LANE_PROP_NGRAM], (unsigned long long)snap.draft_tokens[LANE_PROP_NGRAM]);
+	CHECKF(snap.draft_tokens[LANE_PROP_MTP] >= 32 && snap.draft_accepted[LANE_PROP_MTP] <= snap.draft_tokens[LANE_PROP_MTP],
+	       "the head proposed (%llu)", (unsigned long long)snap.draft_tokens[LANE_PROP_MTP]);
+	// asked for the head: refused for a model without one, and with a draft model
+	lane_config c;
+	lane_config_default(&c);
+	c.draft = LANE_DRAFT_MTP;
+	char err[256];
+	h = NULL;
+	c.draft_model = M;
+	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "draft model"));
 }
 
 // Hooks change when rows run, never what a request gets: a stingy planner, a newest-first
@@ -2073,6 +2131,11 @@ int main(void) {
 	with_model(gemma2, test_draft_ngram);
 	with_model(gemma2, test_grammar_exact);
 	with_model(gemma2, test_think);
+	// a model with an MTP layer: every way, and the head as the proposer
+	snprintf(gemma2, sizeof gemma2, "%s/lanes-mtp-test-%d.gguf", t_tmp(), (int)getpid());
+	CHECK(t_gen_model("mtp-test", "Q8_0", vocab, gemma2) == 0);
+	test_exact(gemma2);
+	with_model(gemma2, test_draft_mtp);
 	remove(gemma2);
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);

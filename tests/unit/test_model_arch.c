@@ -682,7 +682,127 @@ static void progress_case(const char *label, synth s) {
 	CHECK(model_load_progress(&m, "/nonexistent/model.gguf", on_report, &none, err, sizeof err) != 0 && none.n == 0 && !m);
 }
 
+// A copy of g as out, block_count and nextn_predict_layers set (nextn < 0: the key left out),
+// without the tensors whose names start with drop (NULL: none).
+static int write_variant(const gguf *g, const char *out, uint32_t blocks, int32_t nextn, const char *drop) {
+	gguf_writer *w = gguf_writer_new();
+	int rc = w ? 0 : LANES_ENOMEM;
+	for (int64_t i = 0; i < gguf_n_kv(g) && !rc; i++) {
+		const gguf_kv *kv = gguf_kv_at(g, i);
+		char *key = gguf_str_dup(kv->key);
+		if (!key) rc = LANES_ENOMEM;
+		else if (!strcmp(key, "llama.block_count")) rc = gguf_writer_set_u32(w, key, blocks);
+		else if (!strcmp(key, "llama.nextn_predict_layers")) rc = nextn < 0 ? 0 : gguf_writer_set_u32(w, key, (uint32_t)nextn);
+		else rc = gguf_writer_set(w, key, &kv->val);
+		free(key);
+	}
+	for (int64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
+		const gguf_tensor *t = gguf_tensor_at(g, i);
+		if (drop && !strncmp(t->name, drop, strlen(drop))) continue;
+		rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+	}
+	char err[256];
+	if (!rc) rc = gguf_writer_write(w, out, err, sizeof err);
+	gguf_writer_free(w);
+	return rc;
+}
+
+static int32_t argmax_f(const float *x, int n) {
+	int32_t b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b]) b = i;
+	return b;
+}
+
+// The MTP head of `lanes gen --shape mtp-test` (F32): the file's trunk gives the logits of the
+// same file with its nextn layer stripped (the MTP block never runs in the trunk); the head's
+// logits over a prompt (each row reading the trunk's hidden state) and a row chained on its
+// own state match the float64 reference, and so do its proposals where the reference's best
+// two are apart; nextn metadata that leaves no trunk, or a layer without eh_proj, is refused
+// naming what is wrong.
+static void test_mtp(void) {
+	char path[512], alt[512], vocab[512], err[256];
+	snprintf(path, sizeof path, "%s/arch-mtp.gguf", t_tmp());
+	snprintf(alt, sizeof alt, "%s/arch-mtp-alt.gguf", t_tmp());
+	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+	CHECK(t_gen_model("mtp-test", "F32", vocab, path) == 0);
+	model *m = NULL, *t = NULL;
+	int rc = model_load(&m, path, err, sizeof err);
+	CHECKF(rc == 0, "mtp: %s", err);
+	if (rc) return;
+	const model_hparams *hp = model_hparams_of(m);
+	CHECKF(hp->n_layers == 2 && hp->n_nextn == 1, "mtp: %d trunk layers and %d MTP layers", hp->n_layers, hp->n_nextn);
+	enum { P = 24 };
+	const int V = hp->n_vocab, E = hp->n_embd;
+	int32_t ids[P], tok[P];
+	for (int i = 0; i < P; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+	float *lg = malloc(sizeof(float) * P * V), *lt = malloc(sizeof(float) * P * V);
+	CHECK(write_variant(model_gguf(m), alt, 2, -1, "blk.2.") == 0);
+	CHECKF(model_load(&t, alt, err, sizeof err) == 0, "mtp stripped: %s", err);
+	CHECK(t && model_hparams_of(t)->n_nextn == 0 && run_prompt(m, ids, P, lg, err, sizeof err) == 0 &&
+	      run_prompt(t, ids, P, lt, err, sizeof err) == 0);
+	CHECKF(t && !memcmp(lg, lt, sizeof(float) * P * V), "mtp: the trunk's logits are the stripped file's, bit for bit");
+	model_free(t);
+	char bad[256];
+	CHECK(write_variant(model_gguf(m), alt, 3, 3, NULL) == 0);
+	CHECK(model_load(&t, alt, bad, sizeof bad) == LANES_EFORMAT && !t && strstr(bad, "nextn_predict_layers = 3"));
+	CHECK(write_variant(model_gguf(m), alt, 3, 1, "blk.2.nextn.eh_proj") == 0);
+	CHECK(model_load(&t, alt, bad, sizeof bad) == LANES_EFORMAT && !t && strstr(bad, "blk.2.nextn.eh_proj.weight"));
+	remove(alt);
+
+	// the trunk's hidden states, then the head over positions 0..P-2 and one chained row at P-1
+	kv_config c = model_kv_config(m, KV_F16S, 1, P, 4), hc = model_mtp_kv_config(m, KV_F16S, 1, P, 4);
+	kv_cache *kv = NULL, *hkv = NULL;
+	model_ws *w = NULL;
+	float *hid = malloc(sizeof(float) * P * E), *hout = malloc(sizeof(float) * P * E);
+	model_row rows[P];
+	bool want[P];
+	for (int i = 0; i < P; i++) rows[i] = (model_row){ids[i], i, 0, false, NULL}, want[i] = true;
+	CHECK(kv_new(&kv, &c, err, sizeof err) == 0 && kv_new(&hkv, &hc, err, sizeof err) == 0 &&
+	      model_ws_new(&w, m, P, 1, 0, err, sizeof err) == 0);
+	CHECKF(model_forward_hidden(m, kv, NULL, w, rows, P, lg, want, hid, err, sizeof err) == 0, "mtp trunk: %s", err);
+	for (int i = 0; i + 1 < P; i++) rows[i] = (model_row){ids[i + 1], i, 0, true, NULL}, tok[i] = ids[i + 1];
+	CHECKF(model_mtp_forward(m, hkv, NULL, w, rows, P - 1, hid, lg, hout, err, sizeof err) == 0, "mtp head: %s", err);
+	tok[P - 1] = argmax_f(lg + (size_t)(P - 2) * V, V);
+	rows[0] = (model_row){tok[P - 1], P - 1, 0, true, NULL};
+	CHECKF(model_mtp_forward(m, hkv, NULL, w, rows, 1, hout + (size_t)(P - 2) * E, lg + (size_t)(P - 1) * V, hout + (size_t)(P - 1) * E,
+				 err, sizeof err) == 0, "mtp chained: %s", err);
+	// the head takes no adapters
+	model_lora_set set = {0};
+	rows[0].lora = &set;
+	CHECK(model_mtp_forward(m, hkv, NULL, w, rows, 1, hid, lt, NULL, err, sizeof err) == LANES_EINVAL);
+
+	ref64_shape rs;
+	ref64_shape_of(m, &rs);
+	double *rh = malloc(sizeof(double) * P * E), *rl = malloc(sizeof(double) * P * V), *ro = malloc(sizeof(double) * P * E);
+	ref64_forward_hidden(model_gguf(m), &rs, ids, P, NULL, NULL, rh);
+	ref64_mtp(model_gguf(m), &rs, tok, rh, P - 1, NULL, ro);
+	memcpy(rh + (size_t)(P - 1) * E, ro + (size_t)(P - 2) * E, sizeof(double) * E);
+	ref64_mtp(model_gguf(m), &rs, tok, rh, P, rl, NULL);
+	double worst = 0, spread = 0;
+	for (int i = 0; i < P * V; i++) worst = fmax(worst, fabs(lg[i] - rl[i])), spread += rl[i] * rl[i];
+	spread = sqrt(spread / (P * V));
+	CHECKF(worst < 0.003 * spread && spread > 0.5, "mtp head: logits off the float64 reference by %g (rms %g)", worst, spread);
+	int agree = 0, clear = 0;
+	for (int p = 0; p < P; p++) {
+		const double *r = rl + (size_t)p * V;
+		int b = 0, b2 = -1;
+		for (int i = 1; i < V; i++)
+			if (r[i] > r[b]) b2 = b, b = i;
+			else if (b2 < 0 || r[i] > r[b2]) b2 = i;
+		if (r[b] - r[b2] < 4 * worst) continue;
+		clear++;
+		agree += argmax_f(lg + (size_t)p * V, V) == b;
+	}
+	CHECKF(clear >= P / 2 && agree == clear, "mtp head: proposals equal the reference's at %d of %d clear positions", agree, clear);
+	free(rh), free(rl), free(ro), free(hid), free(hout), free(lg), free(lt);
+	kv_free(kv), kv_free(hkv), model_ws_free(w);
+	model_free(m);
+	remove(path);
+}
+
 int main(void) {
+	test_mtp();
 	const synth llama = {.arch = "llama", .E = 64, .L = 2, .H = 4, .HKV = 2, .F = 96, .V = 50, .wtype = GGUF_T_F32};
 	synth s = llama;
 	arch_case("llama", s);

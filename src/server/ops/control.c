@@ -77,11 +77,13 @@ void srv_slots(srv_conn *c) {
 	json_t *lanes = json_array();
 	for (int32_t i = 0; lanes && i < sn->n_lanes; i++) {
 		const lane_snap_lane *l = &sn->lanes[i];
-		json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:i, s:i, s:f, s:i}", "id", l->id, "phase",
+		json_t *at = json_array();
+		for (int32_t j = 0; at && j < l->n_draft_at; j++) json_array_append_new(at, json_real(l->draft_acceptance_at[j]));
+		json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:i, s:i, s:f, s:o*, s:i}", "id", l->id, "phase",
 						       phase_name[l->phase <= LANE_LIVE ? l->phase : 0], "prompt_tokens",
 						       l->prompt_tokens, "filled_tokens", l->filled, "generated_tokens",
 						       l->generated_tokens, "draft_acceptance", (double)l->draft_acceptance,
-						       "draft_k", l->draft_k));
+						       "draft_acceptance_by_position", at, "draft_k", l->draft_k));
 	}
 	json_t *body = json_pack("{s:I, s:I, s:i, s:s, s:o}", "sequence", (json_int_t)sn->sequence, "clock_us",
 				 (json_int_t)sn->clock_us, "queue_depth", sn->queue_depth, "activations", activations(s), "lanes",
@@ -173,7 +175,7 @@ void srv_metrics(srv_conn *c) {
 			 (unsigned long long)parts[i].v);
 		srv_buf_adds(&b, line);
 	}
-	static const char *prop[LANE_PROP_COUNT] = {[LANE_PROP_NGRAM] = "ngram", [LANE_PROP_MODEL] = "model"};
+	static const char *prop[LANE_PROP_COUNT] = {[LANE_PROP_NGRAM] = "ngram", [LANE_PROP_MODEL] = "model", [LANE_PROP_MTP] = "mtp"};
 	srv_buf_adds(&b, "# HELP lanes_draft_tokens_total Draft tokens proposed for verification.\n"
 			 "# TYPE lanes_draft_tokens_total counter\n");
 	for (int p = 0; p < LANE_PROP_COUNT; p++) {
