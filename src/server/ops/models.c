@@ -68,8 +68,16 @@ static void free_loaded(srv_model *M) {
 	free(M->rank_w);
 }
 
-static void wake_waiting(srv_model *M);
-static void wake_list(srv_conn **head);
+// Under models_mu: the requests parked on the list head are woken (each goes on, or fails, as its model's state says).
+static void wake_list(srv_conn **head) {
+	for (srv_conn *c = *head, *next; c; c = next) {
+		next = c->next_wait;
+		c->next_wait = NULL;
+		c->wait_list = NULL;
+		srv_wake(c, SRV_WAIT_MODEL);
+	}
+	*head = NULL;
+}
 
 // Under models_mu, after free_loaded: M is listed again, and the requests that waited for the
 // unload go on (picking it again loads it).
@@ -83,7 +91,7 @@ static void unloaded(srv_model *M) {
 	// a file replaced while it was loaded: the next load reads the new one, listed as it is now
 	if (M->stale && !read_meta(M->s, M)) atomic_store(&M->mstate, SRV_M_FAILED);
 	M->stale = false;
-	wake_waiting(M);
+	wake_list(&M->waiting);
 	wake_list(&M->s->room_waiting); // the room it held is free now
 	pthread_cond_broadcast(&M->s->models_cv);
 }
@@ -95,25 +103,6 @@ static void retire(srv_model *M) {
 	pthread_cond_broadcast(&M->s->models_cv);
 }
 
-// Under models_mu: the requests parked for M's load are woken (each goes on, or fails, as M's state says).
-static void wake_list(srv_conn **head) {
-	for (srv_conn *c = *head, *next; c; c = next) {
-		next = c->next_wait;
-		c->next_wait = NULL;
-		c->wait_list = NULL;
-		srv_wake(c, SRV_WAIT_MODEL);
-	}
-	*head = NULL;
-}
-
-static void wake_waiting(srv_model *M) { wake_list(&M->waiting); }
-
-// Under models_mu: c parked on the list head (woken by wake_list).
-static void wait_on(srv_conn *c, srv_conn **head) {
-	c->next_wait = *head;
-	c->wait_list = head;
-	*head = c;
-}
 
 typedef struct {
 	srv_model *M;
@@ -169,7 +158,7 @@ static void *load_thread(void *arg) {
 			 M->max_ctx);
 	}
 	M->used_us = base_now_us();
-	wake_waiting(M);
+	wake_list(&M->waiting);
 	pthread_cond_broadcast(&s->models_cv);
 	pthread_mutex_unlock(&s->models_mu);
 	return NULL;
@@ -677,6 +666,18 @@ static void model_resume(srv_conn *c) {
 	srv_models_go(c);
 }
 
+// Under models_mu, which it lets go: c parked on the list head until wake_list wakes it, then
+// resumed (at once when the wake came before the park). true, as the pick returns.
+static bool park_on(srv_conn *c, srv_conn **head) {
+	c->next_wait = *head;
+	c->wait_list = head;
+	*head = c;
+	c->resume = model_resume;
+	pthread_mutex_unlock(&c->s->models_mu);
+	if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c);
+	return true;
+}
+
 // Without -m every request a model serves names one: the ones that do not are answered here,
 // as the routes would run on no model.
 bool srv_models_pick(srv_conn *c) {
@@ -747,11 +748,7 @@ bool srv_models_pick(srv_conn *c) {
 		} else { // the requests on the old one end first: this one waits unheld, so they can
 			M->users--;
 			c->holds_mdl = false;
-			wait_on(c, &M->waiting);
-			c->resume = model_resume;
-			pthread_mutex_unlock(&s->models_mu);
-			if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c);
-			return true;
+			return park_on(c, &M->waiting);
 		}
 	}
 	if (st == SRV_M_READY || (c->rt->flags & SRV_R_DESCRIBE)) { // held as it is: a description reads its file
@@ -773,12 +770,8 @@ bool srv_models_pick(srv_conn *c) {
 			return true;
 		}
 		if (room > 0) { // every loaded one is busy: it waits, as Ollama queues, until one is let go
-			wait_on(c, &s->room_waiting);
 			c->room_wait = true;
-			c->resume = model_resume;
-			pthread_mutex_unlock(&s->models_mu);
-			if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c);
-			return true;
+			return park_on(c, &s->room_waiting);
 		}
 		if (M->loader_started) pthread_join(M->loader, NULL); // the last load's thread has ended
 		M->loader_started = false;
@@ -793,11 +786,7 @@ bool srv_models_pick(srv_conn *c) {
 		}
 		M->loader_started = true;
 	}
-	wait_on(c, &M->waiting);
-	c->resume = model_resume;
-	pthread_mutex_unlock(&s->models_mu);
-	if (!srv_park(c, SRV_WAIT_MODEL)) model_resume(c); // the load ended before the park
-	return true;
+	return park_on(c, &M->waiting);
 }
 
 void srv_models_release(srv_conn *c) {
