@@ -276,6 +276,15 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	}
 }
 
+void kv_seq_ungrow(kv_cache *kv, int32_t seq, int64_t len) {
+	kv_seq *s = seq_at(kv, seq);
+	if (!s) return;
+	const bool stale = s->stale;
+	const int32_t capture = s->capture;
+	kv_seq_truncate(kv, seq, len);
+	s->stale = stale, s->capture = capture;
+}
+
 void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s || !kv->state) return;

@@ -100,6 +100,9 @@ int kv_seq_grow(kv_cache *kv, int32_t seq, int64_t len);
 // Cuts seq to len tokens (len <= its length; a longer len is clamped) and frees the pages
 // it no longer needs. Ignores a bad seq. Not thread-safe.
 void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len);
+// Undoes a kv_seq_grow that nothing was written into: back to len, the state and its capture
+// as they were (a truncation would take the state for stale).
+void kv_seq_ungrow(kv_cache *kv, int32_t seq, int64_t len);
 void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
 // ---- recurrent state: a fixed block of floats per sequence, for models with recurrent layers --
 // A sequence's state is for all its tokens: zero when it is empty, advanced by the forward

@@ -91,8 +91,7 @@ void lane_start_admitted(lane_host *h) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prefix_root, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;
-			// a recurrent state: its checkpoint after the prompt's last whole page before the
-			// last token, where the next turn's prompt resumes (published with the pages)
+			// a recurrent state's checkpoint, where the next turn resumes: the prompt's last whole page before its last token
 			const int32_t pt = kv_config_of(h->kv)->page_tokens, at = (r->n_prompt - 1) / pt * pt;
 			kv_seq_capture(h->kv, i, at > r->n_filled ? at : 0);
 		}

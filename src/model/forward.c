@@ -823,7 +823,7 @@ static int check_rows(const model *m, kv_cache *kv, int32_t kv_layers, const mod
 				if (sp[j + 1].seq != sp[j].seq) {
 					int64_t first = j;
 					while (first > 0 && sp[first - 1].seq == sp[j].seq) first--;
-					kv_seq_truncate(kv, sp[j].seq, sp[first].pos);
+					kv_seq_ungrow(kv, sp[j].seq, sp[first].pos);
 				}
 			rc = base_seterr(err, errlen, rc, "forward: cannot grow sequence %d", sp[i].seq);
 			goto out;
@@ -991,6 +991,7 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 	if (!slots) return LANES_OK;
 	int64_t wide = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim;
 	if (qd > wide) wide = qd;
+	if (hp->attn_gate && 2 * qd > wide) wide = 2 * qd; // a gated query's rows: each head's query, then its gate
 	if (hp->n_ff > wide) wide = hp->n_ff;
 	const int64_t out_w = output && hp->n_vocab > wide ? hp->n_vocab : wide;
 	const int nth = base_pool_threads(pool);

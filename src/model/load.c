@@ -636,6 +636,9 @@ static int read_next(loader *L) {
 				   "model: qwen3next.attention.recurrent_layers is not supported (only full_attention_interval)");
 	hp->ssm_dv = inner / hp->ssm_v_heads;
 	hp->attn_gate = true;
+	if (hp->full_attn_interval > hp->n_layers)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: qwen3next.full_attention_interval = %d leaves no full-attention layer in %d",
+				   hp->full_attn_interval, hp->n_layers);
 	// an interval of 1 has no recurrent layer: the plain path then holds no state
 	if (hp->full_attn_interval == 1) hp->full_attn_interval = 0;
 	return LANES_OK;

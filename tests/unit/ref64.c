@@ -383,7 +383,7 @@ static void block_ref(const gguf *g, const ref64_shape *s, int l, double *x, int
 				att[hh * D + e] = o;
 			}
 		}
-		for (int i = 0; next && !s->no_attn_gate && i < qd; i++) att[i] *= sigm(gt[(size_t)p * qd + i]);
+		for (int i = 0; next && !recurrent && !s->no_attn_gate && i < qd; i++) att[i] *= sigm(gt[(size_t)p * qd + i]);
 		if (!recurrent) {
 			mv(wo, bo, att, qd, E, y);
 			if (pa) rms(y, pa, E, s->rms_eps, y);

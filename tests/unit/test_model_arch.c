@@ -612,6 +612,7 @@ static void next_hostile_case(void) {
 		{NULL, NULL, "qwen3next.ssm.time_step_rank", 3, LANES_EFORMAT, "time_step_rank = 3"},
 		{NULL, NULL, "qwen3next.full_attention_interval", 2, LANES_EFORMAT, "blk.1.attn_q.weight"},
 		{NULL, NULL, "qwen3next.ssm.conv_kernel", 0, LANES_EFORMAT, "ssm.conv_kernel"},
+		{NULL, NULL, "qwen3next.full_attention_interval", 4000, LANES_EFORMAT, "leaves no full-attention layer"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		t_case("qwen3next hostile %zu", i);
