@@ -357,7 +357,8 @@ test('an adapter names its base model: loaded on it (loading it), requests namin
 	assert.equal(del.status, 200);
 	assert.equal((await del.json()).parent, 'llama-q8');
 	assert.equal((await postJSON(`${s.url}/v1/completions`, body('lq', 0))).status, 404);
-	await assertWaitsSettled(assert, s.url, ['model', 'load']);
+	// a rank-4 adapter can load before its request parks (40_waits retries until one has waited)
+	await assertWaitsSettled(assert, s.url, ['model']);
 });
 
 test('a --models-dir model overflows to a peer whose beacon holds it, with the text it writes here', async () => {
