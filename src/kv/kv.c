@@ -106,7 +106,8 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	kv->ref = calloc((size_t)cfg->n_pages, sizeof *kv->ref);
 	if (state_all) kv->state = calloc((size_t)state_all, sizeof *kv->state);
 	if (state_all) kv->captured = calloc((size_t)state_all, sizeof *kv->captured);
-	bool scales_ok = !state_all || (kv->state && kv->captured);
+	if (state_all) kv->marked = calloc((size_t)state_all, sizeof *kv->marked);
+	bool scales_ok = !state_all || (kv->state && kv->captured && kv->marked);
 	if (scaled) {
 		kv->s_stride = (size_t)cfg->page_tokens * (size_t)(cfg->kv_dim / cfg->group);
 		kv->ks = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
@@ -134,6 +135,7 @@ void kv_free(kv_cache *kv) {
 	free(kv->ref);
 	free(kv->state);
 	free(kv->captured);
+	free(kv->marked);
 	kv_disk_close(kv);
 	kv_prefix_release(kv);
 	free(kv->free_ids);
@@ -263,6 +265,7 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	if (!s) return;
 	if (len < 0) len = 0;
 	if (s->capture > len) s->capture = 0; // its pages are cut, or it was never reached
+	if (s->mark > len) s->mark = 0;
 	if (len >= s->len) return;
 	int32_t keep = kv_pages_for(kv, len);
 	// a shared page is only ever read: no one may write into it again after a cut
@@ -280,9 +283,36 @@ void kv_seq_ungrow(kv_cache *kv, int32_t seq, int64_t len) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s) return;
 	const bool stale = s->stale;
-	const int32_t capture = s->capture;
+	const int32_t capture = s->capture, mark = s->mark;
 	kv_seq_truncate(kv, seq, len);
-	s->stale = stale, s->capture = capture;
+	s->stale = stale, s->capture = capture, s->mark = mark;
+}
+
+void kv_seq_mark(kv_cache *kv, int32_t seq, int32_t pos) {
+	kv_seq *s = seq_at(kv, seq);
+	if (!s || !kv->state) return;
+	LANES_ASSERT(pos == 0 || pos > s->len);
+	s->mark = pos;
+}
+
+int32_t kv_seq_mark_pos(const kv_cache *kv, int32_t seq) {
+	const kv_seq *s = seq_at(kv, seq);
+	return s && kv->state ? s->mark : 0;
+}
+
+float *kv_seq_mark_state(kv_cache *kv, int32_t seq) {
+	if (!kv->marked || !seq_at(kv, seq)) return NULL;
+	return kv->marked + (size_t)seq * (size_t)kv->cfg.state_floats;
+}
+
+int kv_seq_rewind(kv_cache *kv, int32_t seq) {
+	kv_seq *s = seq_at(kv, seq);
+	if (!s || !kv->state || !s->mark || s->len < s->mark || s->stale) return LANES_EINVAL;
+	const int32_t at = s->mark;
+	kv_seq_truncate(kv, seq, at);
+	memcpy(kv_seq_state(kv, seq), kv_seq_mark_state(kv, seq), (size_t)kv->cfg.state_floats * sizeof(float));
+	s->stale = false, s->mark = 0;
+	return LANES_OK;
 }
 
 void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos) {
@@ -302,7 +332,7 @@ float *kv_seq_capture_state(kv_cache *kv, int32_t seq) {
 	return kv->captured + (size_t)seq * (size_t)kv->cfg.state_floats;
 }
 
-uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 3 * sizeof(float); }
+uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 4 * sizeof(float); }
 
 float *kv_seq_state(kv_cache *kv, int32_t seq) {
 	if (!kv->state || !seq_at(kv, seq)) return NULL;
@@ -315,7 +345,7 @@ bool kv_seq_state_valid(const kv_cache *kv, int32_t seq) {
 }
 
 uint64_t kv_state_bytes(const kv_cache *kv) {
-	return (uint64_t)kv->cfg.state_floats * (2 * (uint64_t)kv->cfg.n_seqs + (uint64_t)kv->cfg.state_ckpts) * sizeof(float);
+	return (uint64_t)kv->cfg.state_floats * (3 * (uint64_t)kv->cfg.n_seqs + (uint64_t)kv->cfg.state_ckpts) * sizeof(float);
 }
 
 void kv_seq_clear(kv_cache *kv, int32_t seq) { kv_seq_truncate(kv, seq, 0); }

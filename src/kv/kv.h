@@ -121,7 +121,7 @@ bool kv_seq_state_valid(const kv_cache *kv, int32_t seq);
 // Thread-safe: a read.
 uint64_t kv_state_bytes(const kv_cache *kv);
 // Bytes of state per sequence slot a cache of state_floats per sequence holds (its own, the
-// capture, and the checkpoints model_kv_config gives it: one per slot). Thread-safe.
+// capture, the mark, and the checkpoints model_kv_config gives it: one per slot). Thread-safe.
 uint64_t kv_state_bytes_per_seq(int64_t state_floats);
 // Asks the passes that take seq past position pos - 1 to keep a copy of its state as it is
 // after that position (pos a whole number of pages past its length; 0: none). Not thread-safe.
@@ -130,6 +130,18 @@ void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos);
 // state). Thread-safe: reads; the pass writes the copy as it writes the state.
 int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq);
 float *kv_seq_capture_state(kv_cache *kv, int32_t seq);
+// Drafts on a recurrent state: asks the passes that take seq past position pos - 1 to keep a
+// copy of its state as it is after that position (pos past its length; 0: none), so rejected
+// rows after it can be undone. A cut below pos forgets the mark. Not thread-safe.
+void kv_seq_mark(kv_cache *kv, int32_t seq, int32_t pos);
+// The position seq's mark is for (0: none), and where the pass writes its copy (NULL without a
+// state). Thread-safe: reads; the pass writes the copy as it writes the state.
+int32_t kv_seq_mark_pos(const kv_cache *kv, int32_t seq);
+float *kv_seq_mark_state(kv_cache *kv, int32_t seq);
+// Cuts seq back to its mark with the state kept there, valid, and forgets the mark. Returns 0,
+// or LANES_EINVAL (nothing changes) when seq has no mark a pass has taken it past.
+// Not thread-safe.
+int kv_seq_rewind(kv_cache *kv, int32_t seq);
 
 // The block table of seq: page ids for positions [i*page_tokens, (i+1)*page_tokens);
 // *n gets their count. Valid until the next grow/truncate of seq. Thread-safe: a read.

@@ -12,6 +12,7 @@ typedef struct {
 	int32_t *pages;  // block table
 	bool stale;      // cut back past its recurrent state: invalid until cleared
 	int32_t capture; // the position whose state a pass keeps a copy of (0: none)
+	int32_t mark;    // the position whose state a pass keeps for kv_seq_rewind (0: none)
 } kv_seq;
 
 typedef struct kv_prefix kv_prefix;
@@ -34,6 +35,7 @@ struct kv_cache {
 	kv_seq *seqs;        // n_seqs slots
 	float *state;        // [n_seqs][state_floats] recurrent state; NULL without one
 	float *captured;     // [n_seqs][state_floats] copies kept at each capture position
+	float *marked;       // [n_seqs][state_floats] copies kept at each mark
 	kv_prefix *px;
 	kv_disk *disk;       // the prefix cache's pages on disk, when attached
 };

@@ -213,7 +213,13 @@ void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int
 	r->n_accepted += (uint64_t)acc;
 	for (int32_t j = 0; j < nd; j++) r->drafted_at[j]++, r->accepted_at[j] += j < acc;
 	if (r->lane < 0) return; // it ended inside the drafts
-	kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+	if (kv_seq_mark_pos(h->kv, r->lane)) {
+		// a recurrent state cannot be cut: back to the decode row's; the next round feeds the accepted drafts again
+		if (acc == nd) kv_seq_mark(h->kv, r->lane, 0);
+		else if (kv_seq_rewind(h->kv, r->lane)) kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+	} else {
+		kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+	}
 	if (h->dkv && r->dkv_len > P + 1 + acc) {
 		kv_seq_truncate(h->dkv, r->lane, P + 1 + acc);
 		r->dkv_len = P + 1 + acc;

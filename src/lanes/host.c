@@ -114,8 +114,6 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	h->m = m;
 	h->vocab = vocab;
 	h->hp = *model_hparams_of(m);
-	// a rejected draft would have to be cut from the recurrent state: these models do not draft yet
-	if (model_state_floats(&h->hp)) h->cfg.draft = LANE_DRAFT_OFF, h->cfg.draft_model = NULL, cfg.draft_model = NULL;
 	h->max_piece = 4; // an unknown character's token covers up to 4 bytes
 	for (int32_t i = 0; i < tok_n_tokens(vocab); i++) {
 		size_t n = 0;

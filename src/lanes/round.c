@@ -86,11 +86,20 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 	for (int32_t i = 0; i < h->cfg.lanes; i++) {
 		lane_req *r = h->lanes[i];
 		if (!r || r->n_filled < r->n_prompt) continue;
-		if (ensure_rows(h, n + 1 + r->n_draft) || lane_fault(h, r)) {
+		// drafts a recurrent state was rewound past (accepted ones) are fed again first
+		const int32_t pos = r->n_prompt + r->n_gen - 1, from = kv_seq_len(h->kv, i);
+		if (ensure_rows(h, n + (pos - from) + 1 + r->n_draft) || lane_fault(h, r)) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
 		}
-		int32_t pos = r->n_prompt + r->n_gen - 1;
+		for (int32_t p = from; p < pos; p++) {
+			h->rows[n] = (model_row){lane_ctx_at(r, p), p, i, false, r->lora.n ? &r->lora : NULL};
+			h->row_hidden[n] = r->mtp;
+			h->row_lane[n++] = i;
+		}
+		h->stats.draft_replayed += (uint64_t)(pos - from);
+		// the state after the decode row is kept: a rejected draft rewinds to it
+		if (r->n_draft) kv_seq_mark(h->kv, i, pos + 1);
 		h->rows[n] = (model_row){r->last, pos, i, true, r->lora.n ? &r->lora : NULL};
 		h->row_hidden[n] = r->mtp;
 		h->row_lane[n++] = i;
@@ -99,7 +108,7 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 			h->row_hidden[n] = r->mtp;
 			h->row_lane[n++] = i;
 		}
-		*cost += (1 + r->n_draft) * row_weight(h, r) + lora_reads(h, r);
+		*cost += (pos - from + 1 + r->n_draft) * row_weight(h, r) + lora_reads(h, r);
 	}
 	return n;
 }
@@ -225,8 +234,9 @@ static void sample_rows(lane_host *h, int32_t n) {
 		// the hidden states are the flagged rows', in batch order (the MTP head's included)
 		const float *hid = h->row_hidden[i] ? h->hidden + (size_t)hi++ * h->hp.n_embd : NULL;
 		if (!h->rows[i].logits) {
-			h->stats.prompt_tokens++;
 			lane_req *r = h->lanes[h->row_lane[i]];
+			if (r && h->rows[i].pos >= r->n_prompt) continue; // a replayed draft: counted as one
+			h->stats.prompt_tokens++;
 			if (r && r->embed != LANE_EMBED_OFF) embed_row(h, r, hid, h->rows[i].pos);
 			continue;
 		}

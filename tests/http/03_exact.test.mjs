@@ -70,6 +70,32 @@ test('drafted = "draft": false, and drafts get accepted on repetitive text', asy
 	assert.ok(slots.lanes.every((l) => typeof l.draft_acceptance === 'number'), '/slots shows each lane\'s acceptance');
 });
 
+// A hybrid model (Gated DeltaNet layers with a recurrent state) drafts too: a rejected draft
+// rewinds the state to the decode row's, the accepted ones are fed again; the tokens are those
+// of "draft": false, concurrent and solo.
+test('a recurrent model drafts, and drafted = "draft": false', async () => {
+	const srv = await startServer(['-m', shapeModel('qwen3-next-test'), '--api-key', KEY, '--lanes', '4', '--price-row-us', '1', '--price-fixed-us', '1000']);
+	try {
+		const c = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEY, maxRetries: 0 });
+		const go = (r, extra) => (r.kind === 'chat' ? c.chat.completions : c.completions).create({ ...r.body, ...extra });
+		const sha = (x) => x.choices[0].token_sha;
+		const rep = { kind: 'completion', body: { prompt: 'Lily saw a cat. Lily saw a cat. Lily saw a cat.', max_tokens: 64, temperature: 0 } };
+		const reqs = [...requests.slice(0, 7), rep].map((r) => ({ ...r, body: { ...r.body, max_tokens: 64, ignore_eos: true } }));
+		const drafted = await Promise.all(reqs.map((r) => go(r, {})));
+		const plain = await Promise.all(reqs.map((r) => go(r, { draft: false })));
+		const solo = [];
+		for (const r of reqs.slice(0, 3)) solo.push(await go(r, {}));
+		for (let i = 0; i < reqs.length; i++) assert.equal(sha(drafted[i]), sha(plain[i]), `request ${i} tokens`);
+		for (let i = 0; i < solo.length; i++) assert.equal(sha(solo[i]), sha(plain[i]), `request ${i} solo`);
+		const proposed = await metric(srv.url, 'lanes_draft_tokens_total{proposer="ngram"}');
+		const accepted = await metric(srv.url, 'lanes_draft_accepted_tokens_total{proposer="ngram"}');
+		assert.ok(accepted > 0 && accepted < proposed, `drafts accepted and rejected (${accepted} of ${proposed})`);
+		assert.ok((await metric(srv.url, 'lanes_draft_replayed_tokens_total')) > 0, 'accepted drafts fed again after a rewind');
+	} finally {
+		srv.proc.kill('SIGKILL');
+	}
+});
+
 // A model with an MTP head drafts with it (priced so that every round drafts): the tokens are
 // those of "draft": false, the head's proposals count under proposer="mtp"; --draft mtp is
 // refused for a model without a head.

@@ -147,6 +147,23 @@ static void pieces_and_threads(fixture *f, enum kv_type t, int level) {
 			memset(out, 0, all * sizeof *out);
 			CHECK(feed(f->m, kv, pool, 0, f->ids, 0, P, 13, out, f->V) == 0);
 			CHECKF(same(out, f->ref, all), "cleared + re-fed differs (%d threads)", nth);
+			// drafts: the state kept at a mark, rows past it with other tokens rewound, the
+			// prompt's own tokens fed from there give the whole prompt's logits
+			CHECK(kv_seq_rewind(kv, 0) == LANES_EINVAL);
+			kv_seq_clear(kv, 0);
+			CHECK(feed(f->m, kv, pool, 0, f->ids, 0, 30, 30, out, f->V) == 0);
+			int32_t wrong[P];
+			for (int i = 0; i < P; i++) wrong[i] = f->ids[i] == 5 ? 6 : 5;
+			memcpy(wrong + 30, f->ids + 30, sizeof(int32_t));
+			kv_seq_mark(kv, 0, 31);
+			CHECK(kv_seq_mark_pos(kv, 0) == 31);
+			CHECK(feed(f->m, kv, pool, 0, wrong, 30, 38, 8, out, f->V) == 0);
+			CHECK(kv_seq_rewind(kv, 0) == 0 && kv_seq_len(kv, 0) == 31 && kv_seq_mark_pos(kv, 0) == 0);
+			CHECK(kv_seq_rewind(kv, 0) == LANES_EINVAL);
+			memset(out, 0, all * sizeof *out);
+			CHECK(feed(f->m, kv, pool, 0, f->ids, 31, P, 5, out, f->V) == 0);
+			CHECKF(same(out + 31 * (size_t)f->V, f->ref + 31 * (size_t)f->V, all - 31 * (size_t)f->V),
+			       "rewound to a mark + re-fed differs (%d threads)", nth);
 			kv_free(kv);
 			base_pool_free(pool);
 			continue;

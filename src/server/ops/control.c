@@ -190,6 +190,10 @@ void srv_metrics(srv_conn *c) {
 			 (unsigned long long)sn->draft_accepted[p]);
 		srv_buf_adds(&b, line);
 	}
+	srv_buf_adds(&b, "# HELP lanes_draft_replayed_tokens_total Accepted draft tokens fed again after a recurrent state "
+			 "rewound past them.\n# TYPE lanes_draft_replayed_tokens_total counter\n");
+	snprintf(line, sizeof line, "lanes_draft_replayed_tokens_total %llu\n", (unsigned long long)sn->draft_replayed);
+	srv_buf_adds(&b, line);
 	// the one wait: what suspended requests wait for, and every park matched by its wake
 	static const char *const waits[][3] = {
 		{"lanes_http_parked", "gauge", "Requests suspended now, by what they wait for."},
