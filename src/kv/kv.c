@@ -288,6 +288,11 @@ void kv_seq_ungrow(kv_cache *kv, int32_t seq, int64_t len) {
 	s->stale = stale, s->capture = capture, s->mark = mark;
 }
 
+// Seq's block in all (its state, capture or mark), NULL without one.
+static float *state_of(const kv_cache *kv, float *all, int32_t seq) {
+	return all && seq_at(kv, seq) ? all + (size_t)seq * (size_t)kv->cfg.state_floats : NULL;
+}
+
 void kv_seq_mark(kv_cache *kv, int32_t seq, int32_t pos) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s || !kv->state) return;
@@ -300,10 +305,7 @@ int32_t kv_seq_mark_pos(const kv_cache *kv, int32_t seq) {
 	return s && kv->state ? s->mark : 0;
 }
 
-float *kv_seq_mark_state(kv_cache *kv, int32_t seq) {
-	if (!kv->marked || !seq_at(kv, seq)) return NULL;
-	return kv->marked + (size_t)seq * (size_t)kv->cfg.state_floats;
-}
+float *kv_seq_mark_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->marked, seq); }
 
 int kv_seq_rewind(kv_cache *kv, int32_t seq) {
 	kv_seq *s = seq_at(kv, seq);
@@ -327,17 +329,11 @@ int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq) {
 	return s && kv->state ? s->capture : 0;
 }
 
-float *kv_seq_capture_state(kv_cache *kv, int32_t seq) {
-	if (!kv->captured || !seq_at(kv, seq)) return NULL;
-	return kv->captured + (size_t)seq * (size_t)kv->cfg.state_floats;
-}
+float *kv_seq_capture_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->captured, seq); }
 
 uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 4 * sizeof(float); }
 
-float *kv_seq_state(kv_cache *kv, int32_t seq) {
-	if (!kv->state || !seq_at(kv, seq)) return NULL;
-	return kv->state + (size_t)seq * (size_t)kv->cfg.state_floats;
-}
+float *kv_seq_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->state, seq); }
 
 bool kv_seq_state_valid(const kv_cache *kv, int32_t seq) {
 	const kv_seq *s = seq_at(kv, seq);
