@@ -431,15 +431,20 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 // ---- a random LoRA adapter ----------------------------------------------------------------
 // The weights an adapter may target, as llama.cpp names them.
 static bool lora_target(const gguf *g, const gguf_tensor *t) {
-	static const char *const kinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+	static const char *const kinds[] = {"attn_q",   "attn_k",    "attn_v", "attn_output", "ffn_gate", "ffn_up",
+					    "ffn_down", "ssm_in",    "ssm_ba", "ssm_out",     "attn_qkv", "attn_gate"};
 	if (t->n_dims != 2) return false;
 	if (!strcmp(t->name, "output.weight")) return true;
 	int l, used = 0;
 	if (sscanf(t->name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
-	char gate[64];
+	char gate[64], ba[64];
 	snprintf(gate, sizeof gate, "blk.%d.ffn_gate.weight", l);
+	snprintf(ba, sizeof ba, "blk.%d.ssm_ba.weight", l);
 	// an ffn_up without its ffn_gate holds both (phi3's fused gate-up), which lanes does not adapt
 	if (!strcmp(t->name + used, "ffn_up.weight") && !gguf_find_tensor(g, gate)) return false;
+	// attn_qkv and attn_gate are a recurrent layer's; elsewhere (phi3) a fused matrix lanes does not adapt
+	if ((!strcmp(t->name + used, "attn_qkv.weight") || !strcmp(t->name + used, "attn_gate.weight")) && !gguf_find_tensor(g, ba))
+		return false;
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		const size_t n = strlen(kinds[k]);
 		if (!strncmp(t->name + used, kinds[k], n) && !strcmp(t->name + used + n, ".weight")) return true;
@@ -457,7 +462,7 @@ static int lora_fill(base_pool *pool, const char *name, uint64_t seed, float sca
 	return tensor_quantize_rows(type, f, q, rows, cols, pool);
 }
 
-// `lanes gen --lora RANK -m BASE -o OUT.gguf`: every attention and dense FFN matrix of BASE
+// `lanes gen --lora RANK -m BASE -o OUT.gguf`: every attention, dense FFN and recurrent-layer matrix of BASE
 // (and output.weight when it has one) gets A (std 1/sqrt(n_in)) and B (std 0.2/sqrt(r), or 0),
 // alpha = r: a term about a fifth of the base matmul's size.
 static int gen_lora(const cli_settings *set) {

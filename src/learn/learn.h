@@ -42,7 +42,7 @@ typedef struct {
 } learn_adapter_opts;
 
 // Attention (q, k, v, output) and dense FFN (gate, up, down) projections: not the output head.
-#define LEARN_TARGETS_DEFAULT ((1u << MODEL_LORA_OUTPUT) - 1u)
+#define LEARN_TARGETS_DEFAULT ((1u << MODEL_LORA_SSM_IN) - 1u)
 
 // A new adapter for m: one pair per targeted weight that m has (an MoE model's FFN and a
 // tied output head have none). LANES_EINVAL (bad options, or nothing to target),

@@ -653,10 +653,15 @@ static void ssm_block(const model *m, int l, kv_cache *kv, base_pool *pool, cons
 	const int64_t E = hp->n_embd, Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads,
 		      R = Hv / Hk, C = model_ssm_conv_dim(hp), VD = Hv * Dv;
 	const row_maker an = {.m = m, .x = s->x, .w = ly->attn_norm, .h = s->h, .width = E};
+	lora_job lj;
 	if (ly->ssm_in.data) {
 		const mweight *w[2] = {&ly->ssm_in, &ly->ssm_ba};
 		float *const y[2] = {s->lin, s->lba};
-		mm_multi(pool, s, 2, w, 0, s->h, n, y, norm_row, &an, NULL);
+		const int kinds[2] = {LK_SSM_IN, LK_SSM_BA};
+		const int64_t widths[2] = {C + VD, 2 * Hv};
+		const bool fuse = lora_fuse(s->lp, l, 2, kinds, s->h, E, n, y, widths, &lj);
+		mm_multi(pool, s, 2, w, 0, s->h, n, y, norm_row, &an, fuse ? &lj : NULL);
+		if (!fuse) lora_add_kinds(s->lp, l, 2, kinds, s->h, E, n, NULL, y, widths);
 		// per key head q, k, its value heads' v and z: into the flat order the convolution reads
 		const int64_t per = 2 * Dk + 2 * R * Dv;
 		for (int64_t r = 0; r < n; r++)
@@ -671,14 +676,23 @@ static void ssm_block(const model *m, int l, kv_cache *kv, base_pool *pool, cons
 	} else {
 		const mweight *w[3] = {&ly->ssm_qkv, &ly->ssm_z, &ly->ssm_ba};
 		float *const y[3] = {s->lq, s->lz, s->lba};
-		mm_multi(pool, s, 3, w, 0, s->h, n, y, norm_row, &an, NULL);
+		const int kinds[3] = {LK_SSM_QKV, LK_SSM_Z, LK_SSM_BA};
+		const int64_t widths[3] = {C, VD, 2 * Hv};
+		const bool fuse = lora_fuse(s->lp, l, 3, kinds, s->h, E, n, y, widths, &lj);
+		mm_multi(pool, s, 3, w, 0, s->h, n, y, norm_row, &an, fuse ? &lj : NULL);
+		if (!fuse) lora_add_kinds(s->lp, l, 3, kinds, s->h, E, n, NULL, y, widths);
 	}
 	ssm_job j = {.m = m, .kv = kv, .rows = rows, .layer = l, .s = s, .lsc_floats = (size_t)(2 * Dk + R * Dv),
 		     .slot = (int64_t)(l - l / hp->full_attn_interval) * model_ssm_layer_floats(hp)};
 	atomic_init(&j.next, 0);
 	if (pool && s->nspan * Hk > 1) base_pool_run(pool, ssm_task, &j);
 	else ssm_task(&j, 0, 1);
-	mm(pool, s, &ly->ssm_out, 0, s->lo, n, s->x, NULL, NULL, true, NULL);
+	// x += the output as it is written; the adapters' terms follow it
+	const int o_kind = LK_SSM_OUT;
+	float *const xo = s->x;
+	const bool fuse = lora_fuse(s->lp, l, 1, &o_kind, s->lo, VD, n, &xo, &E, &lj);
+	mm(pool, s, &ly->ssm_out, 0, s->lo, n, s->x, NULL, NULL, true, fuse ? &lj : NULL);
+	if (!fuse) lora_add(s->lp, l, LK_SSM_OUT, s->lo, VD, n, NULL, s->x, E);
 }
 
 // One block: every matmul makes its input's rows (RMSNorm, SwiGLU) as it prepares them, the
@@ -996,6 +1010,9 @@ static int lora_setup(const model *m, base_pool *pool, model_ws *w, const model_
 	if (qd > wide) wide = qd;
 	if (hp->attn_gate && 2 * qd > wide) wide = 2 * qd; // a gated query's rows: each head's query, then its gate
 	if (hp->n_ff > wide) wide = hp->n_ff;
+	// a recurrent layer's input projection: q, k, v and z together
+	if (hp->ssm_v_heads && model_ssm_conv_dim(hp) + (int64_t)hp->ssm_v_heads * hp->ssm_dv > wide)
+		wide = model_ssm_conv_dim(hp) + (int64_t)hp->ssm_v_heads * hp->ssm_dv;
 	const int64_t out_w = output && hp->n_vocab > wide ? hp->n_vocab : wide;
 	const int nth = base_pool_threads(pool);
 	// a quantized adapter's input, prepared: the widest input or the largest rank, per piece

@@ -10,11 +10,14 @@
 
 static const char *const kind_names[LK_COUNT] = {
 	[LK_Q] = "attn_q", [LK_K] = "attn_k", [LK_V] = "attn_v", [LK_O] = "attn_output",
-	[LK_GATE] = "ffn_gate", [LK_UP] = "ffn_up", [LK_DOWN] = "ffn_down", [LK_OUTPUT] = "output",
+	[LK_GATE] = "ffn_gate", [LK_UP] = "ffn_up", [LK_DOWN] = "ffn_down", [LK_SSM_IN] = "ssm_in",
+	[LK_SSM_QKV] = "attn_qkv", [LK_SSM_Z] = "attn_gate", [LK_SSM_BA] = "ssm_ba", [LK_SSM_OUT] = "ssm_out",
+	[LK_OUTPUT] = "output",
 };
 
 static const mweight *layer_weight(const mlayer *y, int k) {
-	const mweight *w[LK_LAYER] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->ffn_gate, &y->ffn_up, &y->ffn_down};
+	const mweight *w[LK_LAYER] = {&y->wq,	   &y->wk,	&y->wv,	   &y->wo,    &y->ffn_gate, &y->ffn_up,
+				      &y->ffn_down, &y->ssm_in, &y->ssm_qkv, &y->ssm_z, &y->ssm_ba,   &y->ssm_out};
 	return w[k];
 }
 

@@ -196,9 +196,11 @@ void model_lora_info_of(const model_lora *a, model_lora_info *out); // thread-sa
 const model *model_lora_base(const model_lora *a);                  // the model it was loaded for
 
 // The weights an adapter may target; llama.cpp's names (model_lora_kind_name) with `blk.L.`
-// before and `.weight` after: "attn_q" ... "ffn_down" per layer, then the output head.
+// before and `.weight` after: "attn_q" ... "ffn_down" per layer, a recurrent (Gated DeltaNet)
+// layer's projections "ssm_in" ... "ssm_out", then the output head.
 enum model_lora_kind {
 	MODEL_LORA_Q, MODEL_LORA_K, MODEL_LORA_V, MODEL_LORA_O, MODEL_LORA_GATE, MODEL_LORA_UP, MODEL_LORA_DOWN,
+	MODEL_LORA_SSM_IN, MODEL_LORA_SSM_QKV, MODEL_LORA_SSM_Z, MODEL_LORA_SSM_BA, MODEL_LORA_SSM_OUT,
 	MODEL_LORA_OUTPUT, MODEL_LORA_KINDS
 };
 const char *model_lora_kind_name(int32_t kind); // "attn_q"; NULL outside the list

@@ -75,8 +75,12 @@ struct model {
 };
 
 // The weights an adapter may target, per layer, then the output head.
-enum lora_kind { LK_Q, LK_K, LK_V, LK_O, LK_GATE, LK_UP, LK_DOWN, LK_LAYER, LK_OUTPUT = LK_LAYER, LK_COUNT };
-_Static_assert((int)LK_Q == (int)MODEL_LORA_Q && (int)LK_DOWN == (int)MODEL_LORA_DOWN && (int)LK_OUTPUT == (int)MODEL_LORA_OUTPUT &&
+enum lora_kind {
+	LK_Q, LK_K, LK_V, LK_O, LK_GATE, LK_UP, LK_DOWN, LK_SSM_IN, LK_SSM_QKV, LK_SSM_Z, LK_SSM_BA, LK_SSM_OUT, LK_LAYER,
+	LK_OUTPUT = LK_LAYER, LK_COUNT
+};
+_Static_assert((int)LK_Q == (int)MODEL_LORA_Q && (int)LK_DOWN == (int)MODEL_LORA_DOWN && (int)LK_SSM_IN == (int)MODEL_LORA_SSM_IN &&
+		       (int)LK_SSM_OUT == (int)MODEL_LORA_SSM_OUT && (int)LK_OUTPUT == (int)MODEL_LORA_OUTPUT &&
 		       (int)LK_COUNT == (int)MODEL_LORA_KINDS, "the public adapter kinds are the internal ones");
 
 // One adapted weight: A [r rows of n_in], B [n_out rows of r], as the model's kernel set reads them.

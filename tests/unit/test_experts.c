@@ -1,4 +1,4 @@
-// tests: the MoE expert observer, on ref-moe (F16, Q8_0) and a generated qwen2moe file — every
+// tests: the MoE expert observer, on ref-moe (F16, Q8_0) and generated qwen2moe and qwen3next files — every
 // row's kept choices are the top k a float64 forward of the same tokens picks (the f32 forward
 // may take the runner-up only where the float64 router itself is within 1e-3 of a tie), and
 // the counters equal counts recomputed here from those choices: in mixed batches, and through
@@ -497,10 +497,10 @@ static void with_model(const char *path, void (*fn)(const char *)) {
 }
 
 // `lanes gen --shape qwen2moe-test` (a shared expert beside 16 routed, top 4) into path.
-static int gen_qwen2moe(const char *path) {
+static int gen_shape(const char *shape, const char *path) {
 	char vocab[1024];
 	snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
-	char *argv[] = {"gen", "--shape", "qwen2moe-test", "--type", "Q8_0", "--vocab", vocab, "-o", (char *)path, NULL};
+	char *argv[] = {"gen", "--shape", (char *)shape, "--type", "Q8_0", "--vocab", vocab, "-o", (char *)path, NULL};
 	static const cli_command c = {CMD_GEN, "gen", cmd_gen, "", "", 0};
 	cli_settings s;
 	const int rc = cli_setup(&c, 9, argv, &s);
@@ -524,9 +524,16 @@ int main(void) {
 	with_model(path, tokens_unchanged);
 	with_model(path, domain_bound);
 	snprintf(path, sizeof path, "%s/lanes-experts-%d-qwen2moe.gguf", t_tmp(), (int)getpid());
-	CHECK(gen_qwen2moe(path) == 0);
+	CHECK(gen_shape("qwen2moe-test", path) == 0);
 	with_model(path, pass_choices);
 	with_model(path, host_counts);
+	remove(path);
+	// qwen3next: its MoE (a shared expert beside the routed ones) behind recurrent layers
+	snprintf(path, sizeof path, "%s/lanes-experts-%d-qwen3next.gguf", t_tmp(), (int)getpid());
+	CHECK(gen_shape("qwen3-next-test", path) == 0);
+	with_model(path, pass_choices);
+	with_model(path, host_counts);
+	with_model(path, tokens_unchanged);
 	remove(path);
 	no_counters();
 	T_DONE("experts");

@@ -743,9 +743,10 @@ int main(void) {
 		model_free(m);
 	}
 	// gemma2 and gemma3: the output and down projections' terms go before the blocks' post norms;
-	// phi3: the adapter leaves its fused matrices out
-	static const char *const gemmas[] = {"gemma2-test", "gemma3-test", "phi3-test"};
-	for (int gi = 0; gi < 3; gi++) {
+	// phi3: the adapter leaves its fused matrices out; qwen3next: its recurrent layers' projections
+	// (q, k, v and z in one matrix, interleaved per key head) and its gated queries adapted
+	static const char *const gemmas[] = {"gemma2-test", "gemma3-test", "phi3-test", "qwen3-next-test"};
+	for (int gi = 0; gi < 4; gi++) {
 		char g2[512], vocab[512];
 		tmp_path(g2, sizeof g2, "gemma.gguf");
 		snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
