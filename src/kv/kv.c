@@ -331,7 +331,7 @@ int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq) {
 
 float *kv_seq_capture_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->captured, seq); }
 
-uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 4 * sizeof(float); }
+uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 5 * sizeof(float); }
 
 float *kv_seq_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->state, seq); }
 

@@ -121,7 +121,8 @@ bool kv_seq_state_valid(const kv_cache *kv, int32_t seq);
 // Thread-safe: a read.
 uint64_t kv_state_bytes(const kv_cache *kv);
 // Bytes of state per sequence slot a cache of state_floats per sequence holds (its own, the
-// capture, the mark, and the checkpoints model_kv_config gives it: one per slot). Thread-safe.
+// capture, the mark, and the checkpoints model_kv_config gives it: two per slot, a prompt's
+// and a reply's). Thread-safe.
 uint64_t kv_state_bytes_per_seq(int64_t state_floats);
 // Asks the passes that take seq past position pos - 1 to keep a copy of its state as it is
 // after that position (pos a whole number of pages past its length; 0: none). Not thread-safe.

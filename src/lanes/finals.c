@@ -2,6 +2,22 @@
 // pages (exactly once), the counters, and the ends of cancelled requests at a round boundary.
 #include "lanes/lanes_int.h"
 
+#include <stdlib.h>
+
+// A reply joins its prompt in the prefix cache: a conversation's next turn holds both. The last
+// token's row may hold a rejected draft (a request can end inside its drafts), so the pages
+// stop before it; a recurrent model's checkpoint is the copy taken at the last page boundary.
+static void publish_reply(lane_host *h, lane_req *r) {
+	if (!h->cfg.prefix_cache || r->lane < 0 || r->embed != LANE_EMBED_OFF || r->n_filled < r->n_prompt) return;
+	const int32_t pt = kv_config_of(h->kv)->page_tokens, n = imin(kv_seq_len(h->kv, r->lane), r->n_prompt + r->n_gen - 1);
+	if (n / pt <= r->n_prompt / pt) return; // no whole page past the prompt's, published already
+	int32_t *t = malloc((size_t)n * sizeof *t);
+	if (!t) return;
+	for (int32_t i = 0; i < n; i++) t[i] = lane_ctx_at(r, i);
+	kv_prefix_publish(h->kv, r->lane, r->prefix_root, t, n);
+	free(t);
+}
+
 // Frees r's lane, its KV in both models and the pages it was promised; once, as lane < 0 after.
 static void release_lane(lane_host *h, lane_req *r) {
 	if (r->lane >= 0) {
@@ -19,6 +35,7 @@ static void release_lane(lane_host *h, lane_req *r) {
 void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_finish fin, int32_t stop_index,
 		 const char *reason, const char *text, size_t len) {
 	if (r->lane >= 0) lane_window_record(h, r);
+	if (kind != LANE_EV_FAILED) publish_reply(h, r);
 	release_lane(h, r);
 	lane_lora_release(r); // no pass uses them after this: an unloaded adapter may go now
 	switch (kind) {

@@ -100,6 +100,9 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 		h->stats.draft_replayed += (uint64_t)(pos - from);
 		// the state after the decode row is kept: a rejected draft rewinds to it
 		if (r->n_draft) kv_seq_mark(h->kv, i, pos + 1);
+		// and a copy at the page boundary these rows cross: the reply's checkpoint (publish_reply)
+		const int32_t pt = kv_config_of(h->kv)->page_tokens, b = (from / pt + 1) * pt;
+		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF && b <= pos + r->n_draft + 1) kv_seq_capture(h->kv, i, b);
 		h->rows[n] = (model_row){r->last, pos, i, true, r->lora.n ? &r->lora : NULL};
 		h->row_hidden[n] = r->mtp;
 		h->row_lane[n++] = i;

@@ -70,6 +70,27 @@ test('drafted = "draft": false, and drafts get accepted on repetitive text', asy
 	assert.ok(slots.lanes.every((l) => typeof l.draft_acceptance === 'number'), '/slots shows each lane\'s acceptance');
 });
 
+// A conversation's second turn repeats the first turn's reply: the reply's pages are in the
+// prefix cache (cached_tokens past the whole first prompt), and its tokens are a fresh server's.
+test('a second turn finds the first turn\'s reply in the prefix cache, with a fresh server\'s bits', async () => {
+	const servers = [await startServer(['-m', STORIES, '--api-key', KEY]), await startServer(['-m', STORIES, '--api-key', KEY])];
+	try {
+		const [warm, fresh] = servers.map((s) => new OpenAI({ baseURL: `${s.url}/v1`, apiKey: KEY, maxRetries: 0 }));
+		const m1 = [{ role: 'user', content: 'Tell me a story about a dog named Max.' }];
+		const a = await warm.chat.completions.create({ messages: m1, max_tokens: 80, temperature: 0, ignore_eos: true });
+		const m2 = [...m1, { role: 'assistant', content: a.choices[0].message.content }, { role: 'user', content: 'What happened next?' }];
+		const turn2 = { messages: m2, max_tokens: 24, temperature: 0.7, seed: 5, ignore_eos: true };
+		const b = await warm.chat.completions.create(turn2);
+		const f = await fresh.chat.completions.create(turn2);
+		assert.ok(b.usage.prompt_tokens_details.cached_tokens > a.usage.prompt_tokens,
+			`turn 2 took ${b.usage.prompt_tokens_details.cached_tokens} tokens from the cache, turn 1's prompt was ${a.usage.prompt_tokens}`);
+		assert.equal(f.usage.prompt_tokens_details.cached_tokens, 0);
+		assert.equal(b.choices[0].token_sha, f.choices[0].token_sha, 'cached = fresh');
+	} finally {
+		for (const s of servers) s.proc.kill('SIGKILL');
+	}
+});
+
 // A hybrid model (Gated DeltaNet layers with a recurrent state) drafts too: a rejected draft
 // rewinds the state to the decode row's, the accepted ones are fed again; the tokens are those
 // of "draft": false, concurrent and solo.
