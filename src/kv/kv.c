@@ -105,7 +105,7 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	kv->seqs = calloc((size_t)cfg->n_seqs, sizeof *kv->seqs);
 	kv->ref = calloc((size_t)cfg->n_pages, sizeof *kv->ref);
 	if (state_all) kv->state = calloc((size_t)state_all, sizeof *kv->state);
-	if (state_all) kv->captured = calloc((size_t)state_all, sizeof *kv->captured);
+	if (state_all) kv->captured = calloc((size_t)state_all * KV_CAPTURES, sizeof *kv->captured);
 	if (state_all) kv->marked = calloc((size_t)state_all, sizeof *kv->marked);
 	bool scales_ok = !state_all || (kv->state && kv->captured && kv->marked);
 	if (scaled) {
@@ -264,7 +264,8 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s) return;
 	if (len < 0) len = 0;
-	if (s->capture > len) s->capture = 0; // its pages are cut, or it was never reached
+	for (int c = 0; c < KV_CAPTURES; c++)
+		if (s->capture[c] > len) s->capture[c] = 0; // its pages are cut, or it was never reached
 	if (s->mark > len) s->mark = 0;
 	if (len >= s->len) return;
 	int32_t keep = kv_pages_for(kv, len);
@@ -283,9 +284,12 @@ void kv_seq_ungrow(kv_cache *kv, int32_t seq, int64_t len) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s) return;
 	const bool stale = s->stale;
-	const int32_t capture = s->capture, mark = s->mark;
+	int32_t capture[KV_CAPTURES];
+	memcpy(capture, s->capture, sizeof capture);
+	const int32_t mark = s->mark;
 	kv_seq_truncate(kv, seq, len);
-	s->stale = stale, s->capture = capture, s->mark = mark;
+	memcpy(s->capture, capture, sizeof capture);
+	s->stale = stale, s->mark = mark;
 }
 
 // Seq's block in all (its state, capture or mark), NULL without one.
@@ -321,17 +325,20 @@ void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s || !kv->state) return;
 	LANES_ASSERT(pos == 0 || (pos > s->len && pos % kv->cfg.page_tokens == 0));
-	s->capture = pos;
+	s->capture[0] = pos;
 }
 
-int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq) {
+int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq, int slot) {
 	const kv_seq *s = seq_at(kv, seq);
-	return s && kv->state ? s->capture : 0;
+	return s && kv->state && slot >= 0 && slot < KV_CAPTURES ? s->capture[slot] : 0;
 }
 
-float *kv_seq_capture_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->captured, seq); }
+float *kv_seq_capture_state(kv_cache *kv, int32_t seq, int slot) {
+	if (slot < 0 || slot >= KV_CAPTURES || !kv->captured) return NULL;
+	return state_of(kv, kv->captured + (size_t)slot * (size_t)kv->cfg.n_seqs * (size_t)kv->cfg.state_floats, seq);
+}
 
-uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 5 * sizeof(float); }
+uint64_t kv_state_bytes_per_seq(int64_t state_floats) { return (uint64_t)state_floats * 6 * sizeof(float); }
 
 float *kv_seq_state(kv_cache *kv, int32_t seq) { return state_of(kv, kv->state, seq); }
 
@@ -341,7 +348,7 @@ bool kv_seq_state_valid(const kv_cache *kv, int32_t seq) {
 }
 
 uint64_t kv_state_bytes(const kv_cache *kv) {
-	return (uint64_t)kv->cfg.state_floats * (3 * (uint64_t)kv->cfg.n_seqs + (uint64_t)kv->cfg.state_ckpts) * sizeof(float);
+	return (uint64_t)kv->cfg.state_floats * ((2 + KV_CAPTURES) * (uint64_t)kv->cfg.n_seqs + (uint64_t)kv->cfg.state_ckpts) * sizeof(float);
 }
 
 void kv_seq_clear(kv_cache *kv, int32_t seq) { kv_seq_truncate(kv, seq, 0); }

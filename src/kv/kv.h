@@ -110,9 +110,10 @@ void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
 // state for the tokens kept, so the sequence's state is invalid until it is cleared.
 // The prefix cache keeps checkpoints of it: the state after a whole number of pages, keyed by
 // the hash chain of those pages' tokens (state_ckpts of them, least recently used dropped
-// first). A pass keeps a copy of a sequence's state at the position kv_seq_capture asked for;
-// kv_prefix_publish offers that copy with the pages before it; kv_prefix_attach attaches
-// pages only up to the last checkpoint it finds among them and restores the state there.
+// first). A pass keeps a copy of a sequence's state at the positions asked for (capture slots:
+// 0 kv_seq_capture's, 1 the fork kv_prefix_attach asks for); kv_prefix_publish offers those
+// copies with the pages before them; kv_prefix_attach attaches pages only up to the last
+// checkpoint it finds among them and restores the state there.
 // Seq's state (state_floats floats), or NULL without one or for a bad seq. Thread-safe: a read.
 float *kv_seq_state(kv_cache *kv, int32_t seq);
 // False when seq was cut back to a length other than 0 since its last clear. Thread-safe: a read.
@@ -120,17 +121,18 @@ bool kv_seq_state_valid(const kv_cache *kv, int32_t seq);
 // Bytes of every sequence's state together, with the copies being captured and the checkpoints.
 // Thread-safe: a read.
 uint64_t kv_state_bytes(const kv_cache *kv);
-// Bytes of state per sequence slot a cache of state_floats per sequence holds (its own, the
-// capture, the mark, and the checkpoints model_kv_config gives it: two per slot, a prompt's
-// and a reply's). Thread-safe.
+// Bytes of state per sequence slot a cache of state_floats per sequence holds (its own, the two
+// captures, the mark, and the checkpoints model_kv_config gives it: two per slot). Thread-safe.
 uint64_t kv_state_bytes_per_seq(int64_t state_floats);
+#define KV_CAPTURES 2
 // Asks the passes that take seq past position pos - 1 to keep a copy of its state as it is
-// after that position (pos a whole number of pages past its length; 0: none). Not thread-safe.
+// after that position (pos a whole number of pages past its length; 0: none), in slot 0.
+// Not thread-safe.
 void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos);
-// The position seq's capture is for (0: none), and where the pass writes it (NULL without a
-// state). Thread-safe: reads; the pass writes the copy as it writes the state.
-int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq);
-float *kv_seq_capture_state(kv_cache *kv, int32_t seq);
+// The position seq's capture slot is for (0: none), and where the pass writes it (NULL without
+// a state). Thread-safe: reads; the pass writes the copy as it writes the state.
+int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq, int slot);
+float *kv_seq_capture_state(kv_cache *kv, int32_t seq, int slot);
 // Drafts on a recurrent state: asks the passes that take seq past position pos - 1 to keep a
 // copy of its state as it is after that position (pos past its length; 0: none), so rejected
 // rows after it can be undone. A cut below pos forgets the mark. Not thread-safe.
@@ -191,13 +193,15 @@ tensor_kv_view kv_view(kv_cache *kv, int32_t layer, int32_t seq, int32_t first);
 // adapter set) is never shared, even for the same tokens. Root 0 is the base model's.
 // Attaches to the empty sequence seq the cached pages that hold tokens[0..n) page by page
 // (only whole pages, stopping at the first miss) and returns the tokens now in seq. With a
-// recurrent state: only up to the last checkpoint among them, whose state seq then has.
+// recurrent state: only up to the last checkpoint among them, whose state seq then has; where
+// cached pages go on past it (another prompt parted from this one there), seq's capture slot 1
+// asks for the state at the last of them, the fork a third prompt may resume from.
 // Not thread-safe.
 int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Offers seq's whole pages for positions [0, n) to the cache (tokens: the ids at those
 // positions, already written); pages whose prefix is cached already are left alone. With a
-// recurrent state, also the copy captured at seq's capture position (when seq has passed it
-// and it is within n) as the checkpoint after the pages before it. Not thread-safe.
+// recurrent state, also the copies captured at seq's capture positions (when seq has passed
+// them and they are within n) as the checkpoints after the pages before them. Not thread-safe.
 void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *tokens, int32_t n);
 // Drops every cached page that no sequence holds. Not thread-safe.
 void kv_prefix_clear(kv_cache *kv);

@@ -11,7 +11,7 @@ typedef struct {
 	int32_t cap;     // table capacity
 	int32_t *pages;  // block table
 	bool stale;      // cut back past its recurrent state: invalid until cleared
-	int32_t capture; // the position whose state a pass keeps a copy of (0: none)
+	int32_t capture[KV_CAPTURES]; // the positions whose state a pass keeps a copy of (0: none)
 	int32_t mark;    // the position whose state a pass keeps for kv_seq_rewind (0: none)
 } kv_seq;
 
@@ -34,7 +34,7 @@ struct kv_cache {
 	int32_t *ref;        // holders of each page: sequences, plus one when the prefix cache has it
 	kv_seq *seqs;        // n_seqs slots
 	float *state;        // [n_seqs][state_floats] recurrent state; NULL without one
-	float *captured;     // [n_seqs][state_floats] copies kept at each capture position
+	float *captured;     // [KV_CAPTURES][n_seqs][state_floats] copies kept at each capture position
 	float *marked;       // [n_seqs][state_floats] copies kept at each mark
 	kv_prefix *px;
 	kv_disk *disk;       // the prefix cache's pages on disk, when attached

@@ -212,13 +212,14 @@ static int32_t ck_find(const kv_cache *kv, uint64_t key) {
 }
 
 // Pages without the recurrent state after them would not give the same bits: with a state,
-// only the pages up to the last checkpoint among the cached ones (n / pt of them at most).
-static int32_t ck_pages(kv_cache *kv, uint64_t root, const int32_t *tokens, int32_t whole, int32_t *slot) {
+// only the pages up to the last checkpoint among the cached ones (n / pt of them at most);
+// *cached gets how many of them are cached, checkpoint or not.
+static int32_t ck_pages(kv_cache *kv, uint64_t root, const int32_t *tokens, int32_t whole, int32_t *slot, int32_t *cached) {
 	const int32_t pt = kv->cfg.page_tokens;
 	uint64_t key = root;
-	int32_t best = 0;
+	int32_t best = 0, i = 0;
 	*slot = -1;
-	for (int32_t i = 0; i < whole; i++) {
+	for (; i < whole; i++) {
 		const int32_t *tok = tokens + (size_t)i * pt;
 		const uint64_t k = chain(key, tok, pt);
 		if (lookup(kv, k, key, tok) < 0) break;
@@ -226,6 +227,7 @@ static int32_t ck_pages(kv_cache *kv, uint64_t root, const int32_t *tokens, int3
 		if (c >= 0) best = i + 1, *slot = c;
 		key = k;
 	}
+	*cached = i;
 	return best;
 }
 
@@ -234,8 +236,13 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 	kv_prefix *p = kv->px;
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || s->len || !p || n < pt) return s ? s->len : 0;
-	int32_t whole = n / pt, ck = -1;
-	if (kv->state && (whole = ck_pages(kv, root, tokens, whole, &ck)) == 0) return 0;
+	int32_t whole = n / pt, ck = -1, cached = 0;
+	if (kv->state) {
+		whole = ck_pages(kv, root, tokens, whole, &ck, &cached);
+		// the pages go on past the checkpoint: the state where they end is worth keeping
+		s->capture[1] = cached > whole ? cached * pt : 0;
+		if (!whole) return 0;
+	}
 	if (kv__seq_reserve(kv, s, whole)) return 0;
 	uint64_t key = root;
 	int32_t got = 0;
@@ -271,8 +278,10 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 	int32_t pt = kv->cfg.page_tokens;
 	if (!s || !p) return;
 	if (n > s->len) n = s->len;
-	// the captured state goes with the pages before it, once the sequence has passed it
-	const int32_t cap = kv->state && p->ck_key && s->capture > 0 && s->capture <= n ? s->capture : 0;
+	// each captured state goes with the pages before it, once the sequence has passed it
+	int32_t cap[KV_CAPTURES];
+	for (int c = 0; c < KV_CAPTURES; c++)
+		cap[c] = kv->state && p->ck_key && s->capture[c] > 0 && s->capture[c] <= n ? s->capture[c] : 0;
 	uint64_t key = root;
 	for (int32_t i = 0; i < n / pt; i++) {
 		const int32_t *tok = tokens + (size_t)i * pt;
@@ -280,18 +289,20 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq, uint64_t root, const int32_t *
 		int32_t pg = s->pages[i];
 		if (p->key[pg] == 0 && lookup(kv, k, key, tok) < 0) insert(kv, pg, k, key, tok, root == 0 ? PX_KEEP : 0);
 		key = k;
-		if ((i + 1) * pt != cap) continue;
-		int32_t c = ck_find(kv, k);
-		if (c < 0) { // the least recently used takes it (an empty one first: never used)
-			c = 0;
-			for (int32_t j = 1; j < kv->cfg.state_ckpts; j++)
-				if (p->ck_used[j] < p->ck_used[c]) c = j;
-			memcpy(p->ck_state + (size_t)c * (size_t)kv->cfg.state_floats, kv_seq_capture_state(kv, seq),
-			       (size_t)kv->cfg.state_floats * sizeof(float));
-			p->ck_key[c] = k;
+		for (int slot = 0; slot < KV_CAPTURES; slot++) {
+			if ((i + 1) * pt != cap[slot]) continue;
+			int32_t c = ck_find(kv, k);
+			if (c < 0) { // the least recently used takes it (an empty one first: never used)
+				c = 0;
+				for (int32_t j = 1; j < kv->cfg.state_ckpts; j++)
+					if (p->ck_used[j] < p->ck_used[c]) c = j;
+				memcpy(p->ck_state + (size_t)c * (size_t)kv->cfg.state_floats, kv_seq_capture_state(kv, seq, slot),
+				       (size_t)kv->cfg.state_floats * sizeof(float));
+				p->ck_key[c] = k;
+			}
+			p->ck_used[c] = ++p->ck_clock;
+			s->capture[slot] = 0;
 		}
-		p->ck_used[c] = ++p->ck_clock;
-		s->capture = 0;
 	}
 }
 

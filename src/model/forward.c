@@ -604,8 +604,9 @@ static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
 	const scratch *s = j->s;
 	const int64_t Dk = hp->ssm_dk, Dv = hp->ssm_dv, Hk = hp->ssm_k_heads, Hv = hp->ssm_v_heads, R = Hv / Hk,
 		      C = model_ssm_conv_dim(hp), VD = Hv * Dv;
-	const int32_t K = hp->ssm_conv, seq = j->rows[s->aord[s->sspan[sp]]].seq, cap = kv_seq_capture_pos(j->kv, seq),
-		      mark = kv_seq_mark_pos(j->kv, seq);
+	const int32_t K = hp->ssm_conv, seq = j->rows[s->aord[s->sspan[sp]]].seq, mark = kv_seq_mark_pos(j->kv, seq);
+	int32_t cap[KV_CAPTURES];
+	for (int c = 0; c < KV_CAPTURES; c++) cap[c] = kv_seq_capture_pos(j->kv, seq, c);
 	float *st = kv_seq_state(j->kv, seq) + j->slot;
 	float *win = st, *S = st + (int64_t)(K - 1) * C;
 	float *q = tmp, *k = tmp + Dk, *v = tmp + 2 * Dk;
@@ -633,7 +634,8 @@ static void ssm_item(const ssm_job *j, int64_t sp, int32_t g, float *tmp) {
 			for (int64_t jv = 0; jv < Dv; jv++) o[jv] = o[jv] * silu_f(z[jv]);
 		}
 		// the state after the position the prefix cache asked for, kept as it is now
-		if (j->rows[r].pos + 1 == cap) ssm_copy_part(hp, st, kv_seq_capture_state(j->kv, seq) + j->slot, g);
+		for (int c = 0; c < KV_CAPTURES; c++)
+			if (j->rows[r].pos + 1 == cap[c]) ssm_copy_part(hp, st, kv_seq_capture_state(j->kv, seq, c) + j->slot, g);
 		// the state before a lane's drafts, where a rejection rewinds to
 		if (j->rows[r].pos + 1 == mark) ssm_copy_part(hp, st, kv_seq_mark_state(j->kv, seq) + j->slot, g);
 	}

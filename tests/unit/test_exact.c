@@ -85,7 +85,7 @@ static void checkpoints(fixture *f, enum kv_type t) {
 		kv_seq_capture(kv, 0, b);
 		CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 7, out, f->V) == 0);
 		kv_prefix_publish(kv, 0, 0, f->ids, P);
-		CHECKF(kv_seq_capture_pos(kv, 0) == 0, "the capture at %d was published", b);
+		CHECKF(kv_seq_capture_pos(kv, 0, 0) == 0, "the capture at %d was published", b);
 		const int32_t got = kv_prefix_attach(kv, 1, 0, f->ids, P - 1);
 		CHECKF(got == b, "attached %d tokens, the checkpoint is at %d", got, b);
 		memset(out, 0, all * sizeof *out);

@@ -936,6 +936,43 @@ static void test_next_turn(void) {
 	CHECKF(same(&r3, &f3), "a prompt that parts before the checkpoint = fresh");
 }
 
+// Conversations that share a head (a system prompt) and part after it: on a recurrent model the
+// second to part computes from the start (no checkpoint lies inside the head yet) and keeps the
+// state where the cached pages end; a third resumes there (counted), with a fresh host's tokens.
+static void test_shared_head(void) {
+	static req_spec s[3];
+	const int32_t nv = model_hparams_of(M)->n_vocab;
+	make_specs(s, 3, 9, nv);
+	lane_config dc;
+	lane_config_default(&dc);
+	const int32_t pt = dc.page_tokens, head = 2 * pt + 8;
+	for (int i = 0; i < 3; i++) {
+		s[i].n_prompt = s[i].q.n_prompt = head + 10 + i;
+		for (int32_t k = 1; k < s[i].n_prompt; k++) s[i].prompt[k] = 3 + (k < head ? k * 37 : k * 13 + i * 7) % (nv - 3);
+		s[i].q.max_tokens = 4, s[i].q.ignore_eos = true;
+	}
+	lane_host *h = host(2, 5, true, 2);
+	static result r[3], f[3];
+	uint64_t hit[3];
+	for (int i = 0; i < 3; i++) {
+		lane_snapshot a, b;
+		lane_host_snapshot(h, &a);
+		run_all(h, &s[i], 1, &r[i], false);
+		lane_host_snapshot(h, &b);
+		hit[i] = b.prefix_hit_tokens - a.prefix_hit_tokens;
+	}
+	lane_host_free(h);
+	const bool rec = model_state_floats(model_hparams_of(M)) > 0;
+	const int32_t shared = head / pt * pt;
+	CHECKF(hit[0] == 0 && hit[1] == (uint64_t)(rec ? 0 : shared) && hit[2] == (uint64_t)shared,
+	       "hits %llu, %llu, %llu (the head's pages: %d)", (unsigned long long)hit[0], (unsigned long long)hit[1],
+	       (unsigned long long)hit[2], shared);
+	h = host(1, 0, false, 2);
+	run_all(h, s, 3, f, false);
+	lane_host_free(h);
+	for (int i = 0; i < 3; i++) CHECKF(same(&r[i], &f[i]), "req %d: from the shared head = fresh", i);
+}
+
 // One request on a one-lane host priced as given, drafting: its result and the draft tokens
 // proposed and accepted for it.
 static void run_priced(double row_us, double fixed_us, const lane_request *q, result *res, uint64_t *proposed, uint64_t *accepted) {
@@ -2138,6 +2175,7 @@ int main(void) {
 	CHECK(t_gen_model("qwen3-next-test", "Q8_0", vocab, gemma2) == 0);
 	test_exact(gemma2);
 	with_model(gemma2, test_next_turn);
+	with_model(gemma2, test_shared_head);
 	with_model(gemma2, test_draft_ngram);
 	with_model(gemma2, test_grammar_exact);
 	with_model(gemma2, test_think);
@@ -2157,6 +2195,7 @@ int main(void) {
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q16) == 0);
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_next_turn);
+	with_model("stories260K.gguf", test_shared_head);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);
 	with_model("stories260K.gguf", test_embed);
