@@ -73,7 +73,7 @@ struct tok_vocab {
 	uint32_t *piece_len;     // (n_tokens)
 	int32_t bos, eos, eot, eom, unk, pad, sep;
 	int32_t fim[TOK_FIM__COUNT]; // fill-in-the-middle ids by enum tok_fim (-1: none)
-	bool add_bos, add_eos, add_space_prefix, ignore_merges;
+	bool add_bos, add_eos, add_sep, add_space_prefix, ignore_merges; // add_sep: WordPiece ends a text with [SEP]
 	int32_t *special;        // control / user-defined / unknown ids, longest text first
 	size_t n_special;
 	uint32_t *sp_start;      // (65537) CSR by a special token's first two bytes into sp_list
@@ -146,6 +146,8 @@ int tok_pre_split(const tok_vocab *v, const char *text, size_t len, tok_span **s
 
 // SPM on one text fragment (spaces already escaped as U+2581).
 int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
+// WordPiece on one text fragment (BERT's basic split, then the longest pieces; wpm.c).
+int tok_wpm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
 // BPE on one text fragment (raw bytes; invalid UTF-8 becomes U+FFFD).
 int tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out, char *err,
 		   size_t errlen);
