@@ -369,6 +369,7 @@ static void test_validation(void) {
 		{"add_bos not a bool", LANES_EFORMAT, NULL},
 		{"chat_template not a string", LANES_EFORMAT, NULL},
 		{"byte token misnamed", LANES_EFORMAT, NULL},
+		{"WordPiece without [UNK]", LANES_EFORMAT, NULL},
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 		gguf_writer *w = synth_writer();
@@ -382,7 +383,7 @@ static void test_validation(void) {
 		case 4: t300[0] = 9; gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, t300, SY_N); break;
 		case 5: gguf_writer_remove(w, "tokenizer.ggml.merges"); break;
 		case 6: gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const[]){"Hello"}, 1); break;
-		case 7: gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); break;
+		case 7: gguf_writer_set_str(w, "tokenizer.ggml.model", "t5"); break;
 		case 8: gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre"); break;
 		case 9: gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const[]){"a", "b", "a"}, 3);
 			gguf_writer_remove(w, "tokenizer.ggml.token_type");
@@ -395,6 +396,7 @@ static void test_validation(void) {
 		case 14: gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 1); break;
 		case 15: gguf_writer_set_u32(w, "tokenizer.chat_template", 1); break;
 		case 16: t300[65] = TOK_TYPE_BYTE; gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, t300, SY_N); break;
+		case 17: gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); break;
 		}
 		err[0] = 0;
 		int rc = synth_load(w, &v, err, sizeof err);
