@@ -114,6 +114,9 @@ static const gen_shape shapes[] = {
 	// token types, the classifier's dense layer and its one-row output, pooling rank
 	{.name = "bert-rerank-test", .arch = "bert", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4,
 	 .n_ff = 128, .n_ctx = 512, .rms_eps = 1e-12f, .pooling = 4},
+	// bge-reranker-base's trunk (XLM-RoBERTa base's widths) over the same small vocabulary
+	{.name = "bert-rerank-base", .arch = "bert", .n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
+	 .n_ff = 3072, .n_ctx = 512, .rms_eps = 1e-5f, .pooling = 4},
 	{.name = "gpt-oss-20b", .arch = "gpt-oss", .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8,
 	 .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 32,
 	 .n_expert_used = 4, .head_dim = 64, .n_swa = 128, .rope_yarn = 32.0f},
@@ -402,7 +405,7 @@ static const char *const bert_words[] = {
 	"kitten", "say", "meow", "bark", "sky", "blue", "clear", "day", "mail", "man", "small", "loud", "document", "query",
 	"search", "web", "answer", "passage", "relevant", "text", "red", "green", "sun", "moon", "water", "tree", "house", "car",
 	"run", "jump", "eat", "sleep", "play", "good", "bad", "big", "little", "new", "old", "one", "two", "three", "cafe",
-	"paris", "france", "capital", "city", "un", "play", "##s", "##es", "##ed", "##ing", "##er", "##est", "##ly", "##ness",
+	"paris", "france", "capital", "city", "un", "river", "stone", "light", "market", "song", "##s", "##es", "##ed", "##ing", "##er", "##est", "##ly", "##ness",
 	"##able", "##ful", "##y", "##ion", "##al",
 };
 

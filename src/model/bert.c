@@ -30,7 +30,25 @@ static void layer_norm(const float *x, const float *w, const float *b, int64_t n
 }
 
 // GELU in its erf form, as BERT was trained with.
-static float gelu_erf(float x) { return (float)(0.5 * (double)x * (1.0 + erf((double)x * M_SQRT1_2))); }
+static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+
+// a . b over n values in 16 running sums (value c into sum c % 16), then a fixed tree: one
+// order for every call, and lanes a compiler can keep in vectors.
+static float dot16(const float *restrict a, const float *restrict b, int64_t n) {
+	float acc[16] = {0};
+	int64_t c = 0;
+	for (; c + 16 <= n; c += 16)
+		for (int l = 0; l < 16; l++) acc[l] += a[c + l] * b[c + l];
+	for (; c < n; c++) acc[c & 15] += a[c] * b[c];
+	for (int w = 8; w; w >>= 1)
+		for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+	return acc[0];
+}
+
+// o += w * v over n values.
+static void axpy(float *restrict o, float w, const float *restrict v, int64_t n) {
+	for (int64_t c = 0; c < n; c++) o[c] += w * v[c];
+}
 
 // y = x . W^T + b over n rows (add: y += it first; the bias is added after the product).
 static void linear(base_pool *pool, const mweight *w, const float *x, int64_t n, float *y, const float *b) {
@@ -64,10 +82,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		const float *qr = j->q + r * j->E + h * D;
 		float mx = -INFINITY;
 		for (int64_t p = 0; p < L; p++) {
-			const float *kr = j->k + (int64_t)j->ord[f + p].row * j->E + h * D;
-			float d = 0;
-			for (int64_t c = 0; c < D; c++) d += qr[c] * kr[c];
-			sc[p] = d * j->scale;
+			sc[p] = dot16(qr, j->k + (int64_t)j->ord[f + p].row * j->E + h * D, D) * j->scale;
 			if (sc[p] > mx) mx = sc[p];
 		}
 		double sum = 0;
@@ -78,9 +93,7 @@ static void attn_task(void *arg, int ith, int nth) {
 		float *o = j->att + r * j->E + h * D;
 		memset(o, 0, (size_t)D * sizeof *o);
 		for (int64_t p = 0; p < L; p++) {
-			const float w = (float)(sc[p] / sum);
-			const float *vr = j->v + (int64_t)j->ord[f + p].row * j->E + h * D;
-			for (int64_t c = 0; c < D; c++) o[c] += w * vr[c];
+			axpy(o, (float)(sc[p] / sum), j->v + (int64_t)j->ord[f + p].row * j->E + h * D, D);
 		}
 	}
 }
@@ -90,7 +103,7 @@ static void attn_task(void *arg, int ith, int nth) {
 static int check(const model *m, kv_cache *kv, const model_row *rows, int64_t n, bert_ent *ord, char *err, size_t errlen) {
 	const model_hparams *hp = &m->hp;
 	const kv_config *c = kv_config_of(kv);
-	if (c->n_layers != hp->n_layers || c->kv_dim != hp->n_embd)
+	if (c->n_layers != model_kv_layers(hp) || c->kv_dim != hp->n_embd)
 		return base_seterr(err, errlen, LANES_EINVAL, "forward: the kv cache does not fit this model");
 	for (int64_t i = 0; i < n; i++) {
 		const model_row *r = &rows[i];

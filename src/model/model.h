@@ -66,8 +66,10 @@ static inline bool model_layer_recurrent(const model_hparams *hp, int32_t l) {
 	return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
 }
 
-// Layers that keep K and V in the cache (the others keep a recurrent state per sequence).
+// Layers that keep K and V in the cache (the others keep a recurrent state per sequence). An
+// encoder keeps none: its pass holds them, and one layer's pages only count its sequences.
 static inline int32_t model_kv_layers(const model_hparams *hp) {
+	if (hp->encoder) return 1;
 	return hp->full_attn_interval > 0 ? hp->n_layers / hp->full_attn_interval : hp->n_layers;
 }
 
