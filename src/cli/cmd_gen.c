@@ -33,6 +33,7 @@ typedef struct {
 	// qwen3next: Gated DeltaNet layers (every full_attn-th layer is gated full attention)
 	int64_t full_attn, ssm_conv, ssm_dk, ssm_k_heads, ssm_v_heads, ssm_dv;
 	int64_t n_nextn;  // MTP layers after the n_layer trunk blocks (their own eh_proj, norms and shared head norm)
+	bool xlmr;        // bert: XLM-RoBERTa's layout (a Unigram vocabulary, "t5"; one token type)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -114,6 +115,9 @@ static const gen_shape shapes[] = {
 	// token types, the classifier's dense layer and its one-row output, pooling rank
 	{.name = "bert-rerank-test", .arch = "bert", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4,
 	 .n_ff = 128, .n_ctx = 512, .rms_eps = 1e-12f, .pooling = 4},
+	// the test size with XLM-RoBERTa's vocabulary kind and one token type (bge-reranker's layout)
+	{.name = "xlmr-rerank-test", .arch = "bert", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4,
+	 .n_ff = 128, .n_ctx = 512, .rms_eps = 1e-5f, .pooling = 4, .xlmr = true},
 	// bge-reranker-base's trunk (XLM-RoBERTa base's widths) over the same small vocabulary
 	{.name = "bert-rerank-base", .arch = "bert", .n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
 	 .n_ff = 3072, .n_ctx = 512, .rms_eps = 1e-5f, .pooling = 4},
@@ -365,7 +369,7 @@ static int build_bert_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out
 	const float in_scale = 1.0f / sqrtf((float)d), ff_scale = 1.0f / sqrtf((float)f);
 	add_t(ts, &n, "token_embd.weight", 2, d, n_vocab, FILL_NOISE, 0, 1.0f);
 	add_t(ts, &n, "position_embd.weight", 2, d, s->n_ctx, FILL_NOISE, 0, 0.5f);
-	add_t(ts, &n, "token_types.weight", 2, d, 2, FILL_NOISE, 0, 0.5f);
+	add_t(ts, &n, "token_types.weight", 2, d, s->xlmr ? 1 : 2, FILL_NOISE, 0, 0.5f);
 	add_t(ts, &n, "token_embd_norm.weight", 1, d, 1, FILL_NOISE, 1.0f, 0.05f);
 	add_t(ts, &n, "token_embd_norm.bias", 1, d, 1, FILL_NOISE, 0, 0.05f);
 	// each layer's tensors: name, inputs (0: a vector), outputs, mean, scale
@@ -397,8 +401,7 @@ static int build_bert_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out
 	return n;
 }
 
-// A small WordPiece vocabulary as llama.cpp's converter writes BERT's: [PAD] [UNK] [CLS] [SEP]
-// [MASK], then a word's first pieces with a leading U+2581 and continuations bare (BERT's "##").
+// The generated encoders' words ("##": a continuation, as BERT's vocabularies mark one).
 static const char *const bert_words[] = {
 	"the", "a", "an", "is", "are", "was", "of", "and", "to", "in", "on", "at", "it", "for", "with", "that", "this", "be",
 	"by", "not", "or", "as", "what", "which", "who", "how", "why", "when", "where", "cat", "dog", "bird", "fish", "animal",
@@ -409,19 +412,28 @@ static const char *const bert_words[] = {
 	"##able", "##ful", "##y", "##ion", "##al",
 };
 
-static int bert_vocab(gguf_writer *w, int64_t *n_vocab) {
+// A small vocabulary as llama.cpp's converter writes BERT's (xlmr false: WordPiece, [PAD] [UNK]
+// [CLS] [SEP] [MASK], then each word's first pieces with a leading U+2581 and continuations bare)
+// or XLM-RoBERTa's (Unigram, "t5": <s> <pad> </s> <unk>, then pieces scored so that longer
+// ones win, spaces merged).
+static int bert_vocab(gguf_writer *w, bool xlmr, int64_t *n_vocab) {
 	enum { MAX = 512 };
 	char *toks[MAX];
 	int32_t types[MAX];
+	float scores[MAX];
 	int n = 0, rc = 0;
-	static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+	static const char *const bert_specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+	static const char *const xlmr_specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
+	const char *const *specials = xlmr ? xlmr_specials : bert_specials;
+	const int n_specials = xlmr ? 4 : 5, unk = xlmr ? 3 : 1;
 	char buf[64];
-	for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) toks[n] = strdup(specials[i]), types[n++] = i == 1 ? 2 : 3;
+	for (int i = 0; i < n_specials; i++) scores[n] = 0, toks[n] = strdup(specials[i]), types[n++] = i == unk ? 2 : 3;
 	// every printable ASCII character as a word and (letters, digits) as a continuation
 	for (int c = 33; c < 127; c++) {
 		snprintf(buf, sizeof buf, "\xE2\x96\x81%c", c);
-		toks[n] = strdup(buf), types[n++] = 1;
-		if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) snprintf(buf, sizeof buf, "%c", c), toks[n] = strdup(buf), types[n++] = 1;
+		scores[n] = -8.0f, toks[n] = strdup(buf), types[n++] = 1;
+		if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (xlmr && c >= 'A' && c <= 'Z'))
+			snprintf(buf, sizeof buf, "%c", c), scores[n] = -9.0f, toks[n] = strdup(buf), types[n++] = 1;
 	}
 	for (size_t i = 0; i < sizeof bert_words / sizeof bert_words[0]; i++) {
 		const char *wd = bert_words[i];
@@ -429,18 +441,30 @@ static int bert_vocab(gguf_writer *w, int64_t *n_vocab) {
 		else snprintf(buf, sizeof buf, "\xE2\x96\x81%s", wd);
 		bool dup = false;
 		for (int k = 0; k < n && !dup; k++) dup = toks[k] && !strcmp(toks[k], buf);
-		if (!dup) toks[n] = strdup(buf), types[n++] = 1;
+		if (!dup) scores[n] = -(float)(10 - (strlen(buf) < 9 ? strlen(buf) : 9)) / 2, toks[n] = strdup(buf), types[n++] = 1;
 	}
 	for (int k = 0; k < n; k++)
 		if (!toks[k]) rc = LANES_ENOMEM;
-	rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+	rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", xlmr ? "t5" : "bert");
 	rc = rc ? rc : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n);
 	rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)n);
-	rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0);
-	rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
-	rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.cls_token_id", 2);
-	rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.seperator_token_id", 3);
-	rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 4);
+	if (xlmr) {
+		rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, (uint64_t)n);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.remove_extra_whitespaces", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+	}
+	const uint32_t ids[][2] = {{0, 1}, {1, 3}, {2, 0}, {3, 2}}; // pad, unk, cls (and bos), sep (and eos): BERT's, XLM-R's
+	static const char *const keys[] = {"tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id",
+					   "tokenizer.ggml.cls_token_id", "tokenizer.ggml.seperator_token_id"};
+	for (int k = 0; k < 4; k++) rc = rc ? rc : gguf_writer_set_u32(w, keys[k], ids[k][xlmr]);
+	if (xlmr) {
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	} else {
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 4);
+	}
 	for (int k = 0; k < n; k++) free(toks[k]);
 	*n_vocab = n;
 	return rc;
@@ -700,7 +724,7 @@ int cmd_gen(const cli_settings *set) {
 		snprintf(err, sizeof err, "%s", base_strerror(rc));
 		goto done;
 	}
-	if ((rc = v ? copy_vocab(w, v, &n_vocab) : bert_vocab(w, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
+	if ((rc = v ? copy_vocab(w, v, &n_vocab) : bert_vocab(w, s->xlmr, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
 	if (rc) {
 		snprintf(err, sizeof err, "%s: %s", rc == LANES_ENOTFOUND ? vocab_path : "metadata",
 			 rc == LANES_ENOTFOUND ? "no tokenizer.ggml.tokens array" : base_strerror(rc));

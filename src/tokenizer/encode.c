@@ -151,6 +151,8 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_specia
 			prev_special = false;
 		} else if (v->model == TOK_MODEL_WPM) {
 			rc = tok_wpm_encode(v, text + f->off, f->len, &out);
+		} else if (v->model == TOK_MODEL_UGM) {
+			rc = tok_ugm_encode(v, text + f->off, f->len, &out);
 		} else {
 			rc = tok_bpe_encode(v, text + f->off, f->len, &out, err, errlen);
 		}

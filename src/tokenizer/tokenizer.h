@@ -1,6 +1,6 @@
-// tokenizer: the vocabulary from GGUF metadata, SentencePiece-style (llama) and byte-level BPE
-// (gpt2, pre-tokenizer regexes run on PCRE2) encoders, special-token parsing, a streaming
-// detokenizer. Tokenizes as llama.cpp does.
+// tokenizer: the vocabulary from GGUF metadata, SentencePiece-style (llama), byte-level BPE
+// (gpt2, pre-tokenizer regexes run on PCRE2), WordPiece (bert) and Unigram (t5) encoders,
+// special-token parsing, a streaming detokenizer. Tokenizes as llama.cpp does.
 #ifndef LANES_TOKENIZER_H
 #define LANES_TOKENIZER_H
 
@@ -19,6 +19,7 @@ enum tok_model {
 	TOK_MODEL_SPM, // "llama": SentencePiece-style, score-driven merges with byte fallback
 	TOK_MODEL_BPE, // "gpt2": byte-level BPE with a named pre-tokenizer
 	TOK_MODEL_WPM, // "bert": WordPiece after BERT's basic split; [CLS] text [SEP] with the specials
+	TOK_MODEL_UGM, // "t5": Unigram (T5's, XLM-RoBERTa's) after the file's charsmap normalization
 };
 
 // tokenizer.ggml.token_type values, numbered as in the file.

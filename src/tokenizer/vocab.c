@@ -498,8 +498,9 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	if (gguf_str_eq(model, "llama")) v->model = TOK_MODEL_SPM;
 	else if (gguf_str_eq(model, "gpt2")) v->model = TOK_MODEL_BPE;
 	else if (gguf_str_eq(model, "bert")) v->model = TOK_MODEL_WPM;
+	else if (gguf_str_eq(model, "t5")) v->model = TOK_MODEL_UGM;
 	else {
-		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2, bert)",
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2, bert, t5)",
 				  (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		goto fail;
 	}
@@ -522,6 +523,7 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	if ((rc = load_tokens(v, g, err, errlen))) goto fail;
 	if ((rc = load_scores_types(v, g, err, errlen))) goto fail;
 	if (v->model == TOK_MODEL_BPE && (rc = load_merges(v, g, err, errlen))) goto fail;
+	if (v->model == TOK_MODEL_UGM && (rc = tok_ugm_init(v, g, err, errlen))) goto fail;
 
 	// Special ids: llama.cpp's SPM defaults, none for BPE; the file's keys override.
 	int32_t sp[SP_COUNT];
@@ -545,16 +547,21 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 			goto fail;
 		}
 	}
+	if (v->model == TOK_MODEL_UGM && sp[SP_UNK] < 0) {
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "a Unigram vocabulary needs an unknown token (" KEY("unknown_token_id") ")");
+		goto fail;
+	}
 	// Flags: llama.cpp's defaults per model and pre-tokenizer, then the file's keys.
 	v->add_bos = v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_WPM || (v->pre && tok_pre_add_bos(v->pre));
-	v->add_eos = false;
+	v->add_eos = v->model == TOK_MODEL_UGM; // T5's defaults: no BOS, an EOS
 	v->add_sep = v->model == TOK_MODEL_WPM;
-	v->add_space_prefix = v->model == TOK_MODEL_SPM;
+	v->add_space_prefix = v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_UGM;
 	v->ignore_merges = v->pre && tok_pre_ignore_merges(v->pre);
 	if ((rc = get_flag(g, KEY("add_bos_token"), &v->add_bos, err, errlen)) ||
 	    (rc = get_flag(g, KEY("add_eos_token"), &v->add_eos, err, errlen)) ||
 	    (rc = get_flag(g, KEY("add_sep_token"), &v->add_sep, err, errlen)) ||
-	    (rc = get_flag(g, KEY("add_space_prefix"), &v->add_space_prefix, err, errlen)))
+	    (rc = get_flag(g, KEY("add_space_prefix"), &v->add_space_prefix, err, errlen)) ||
+	    (rc = get_flag(g, KEY("remove_extra_whitespaces"), &v->ugm_merge_spaces, err, errlen)))
 		goto fail;
 
 	gguf_str chat;
@@ -615,6 +622,8 @@ void tok_vocab_free(tok_vocab *v) {
 	free(v->eog);
 	free(v->chat_template);
 	free(v->pre_name);
+	free(v->xcda);
+	free(v->ugm_repl);
 	for (size_t i = 0; i < v->n_re; i++) pcre2_code_free(v->re[i]);
 	free(v->re);
 	free(v);

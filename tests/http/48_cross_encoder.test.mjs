@@ -3,7 +3,9 @@
 // vocabulary, the classifier head). The server cuts prompts into pieces of 3 tokens, so a
 // score at all shows an encoder's sequence runs whole in one round; a document scores the same
 // bits alone and among 64; the usage counts [CLS] query [SEP] document [SEP]; generation, bad
-// requests and an encoder without a classifier get 400s that say why.
+// requests and an encoder without a classifier get 400s that say why. The same file with
+// XLM-RoBERTa's vocabulary kind (Unigram, one token type: bge-reranker's layout) frames a pair
+// as <s> query </s></s> document </s>.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -13,6 +15,7 @@ import { startServer, BIN, TMP, KEY, postJSON } from './lib.mjs';
 
 const model = path.join(TMP, 'bert-rerank-test-F32.gguf');
 const bare = path.join(TMP, 'bert-no-classifier-F32.gguf');
+const xlmr = path.join(TMP, 'xlmr-rerank-test-F32.gguf');
 const query = 'Which animal says meow?';
 const docs = ['A cat says meow.', 'The sky is blue on a clear day.', 'Dogs bark at the mail man.', 'A kitten [SEP] says meow.'];
 
@@ -119,6 +122,29 @@ test('an encoder without a classifier (cls.output) is refused for rerank by name
 		// it still embeds
 		const e = await postJSON(`${s.url}/v1/embeddings`, { input: 'a cat' });
 		assert.equal(e.status, 200, JSON.stringify(e.body));
+	} finally {
+		s.proc.kill('SIGKILL');
+	}
+});
+
+test('XLM-RoBERTa\'s layout: <s> query </s></s> document </s>, the same bits alone and among others', async () => {
+	if (!fs.existsSync(xlmr)) {
+		const g = spawnSync(BIN, ['gen', '--shape', 'xlmr-rerank-test', '--type', 'F32', '-o', xlmr], { encoding: 'utf8' });
+		assert.equal(g.status, 0, g.stderr);
+	}
+	const s = await startServer(['-m', xlmr, '--api-key', KEY, '--piece', '5']);
+	try {
+		const r = await postJSON(`${s.url}/v1/rerank`, { query, documents: docs });
+		assert.equal(r.status, 200, JSON.stringify(r.body));
+		let tokens = 0;
+		for (const d of docs) {
+			const n = async (content) => (await postJSON(`${s.url}/tokenize`, { content, add_special: false, parse_special: false })).body.tokens.length;
+			tokens += (await n(query)) + (await n(d)) + 4;
+		}
+		assert.equal(r.body.usage.prompt_tokens, tokens);
+		const one = await postJSON(`${s.url}/v1/rerank`, { query, documents: [docs[2]] });
+		assert.equal(one.body.results[0].relevance_score, r.body.results.find((x) => x.index === 2).relevance_score);
+		assert.equal(new Set(r.body.results.map((x) => x.relevance_score)).size, docs.length);
 	} finally {
 		s.proc.kill('SIGKILL');
 	}

@@ -8,6 +8,7 @@
 #include "gen.h"
 #include "model/model.h"
 #include "ref64.h"
+#include "vocab.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -205,18 +206,8 @@ static void test_wordpiece(void) {
 		size_t n = 0;
 		CHECKF(tok_encode(v, cases[k].text, strlen(cases[k].text), cases[k].special, cases[k].special, &ids, &n, err, sizeof err) == 0,
 		       "%s", err);
-		char got[512] = "";
-		size_t at = 0;
-		for (size_t i = 0; i < n; i++) {
-			size_t len;
-			const char *t = tok_text(v, ids[i], &len);
-			if (i) got[at++] = ' ';
-			for (size_t j = 0; j < len && at < sizeof got - 2;) {
-				if (len - j >= 3 && !memcmp(t + j, "\xE2\x96\x81", 3)) got[at++] = '_', j += 3;
-				else got[at++] = t[j++];
-			}
-			got[at] = 0;
-		}
+		char got[512];
+		t_pieces(v, ids, n, got, sizeof got);
 		CHECKF(!strcmp(got, cases[k].pieces), "case %zu: got \"%s\", want \"%s\"", k, got, cases[k].pieces);
 		free(ids);
 	}

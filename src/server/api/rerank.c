@@ -161,25 +161,31 @@ static int append(srv_model *M, const char *text, bool first, bool special, int3
 	return 0;
 }
 
-// A cross-encoder's pair: [CLS] query [SEP] document [SEP], the texts never read as control tokens.
+// A cross-encoder's pair, the texts never read as control tokens: BERT's [CLS] query [SEP]
+// document [SEP], or RoBERTa's <s> query </s></s> document </s> (its EOS, then its separator).
 static int cross_ids(srv_model *M, const rank_req *r, const char *doc, int32_t **ids, int32_t *n, srv_err *e) {
-	const int32_t cls = tok_bos(M->vocab), sep = tok_sep(M->vocab);
-	if (cls < 0 || sep < 0)
-		return srv_fail(e, SRV_E_BAD_REQUEST, "model", "this cross-encoder's vocabulary has no [CLS] and [SEP] tokens to frame a pair");
+	const tok_vocab *v = M->vocab;
+	const bool bert = tok_model(v) == TOK_MODEL_WPM;
+	const int32_t open = tok_bos(v), sep = tok_sep(v), close = bert ? sep : tok_eos(v);
+	if (open < 0 || sep < 0 || close < 0)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "model", "this cross-encoder's vocabulary has no %s to frame a pair",
+				bert ? "[CLS] and [SEP]" : "BOS, EOS and separator tokens");
+	const int32_t mid[2] = {close, sep}, n_mid = bert ? 1 : 2;
 	*ids = malloc(sizeof **ids);
 	if (!*ids) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	(*ids)[0] = cls;
+	(*ids)[0] = open;
 	*n = 1;
 	int32_t *tail = NULL, nt = 0;
 	int rc = append(M, r->query, false, false, ids, n, e);
 	if (!rc) rc = append(M, doc, false, false, &tail, &nt, e);
-	int32_t *m = rc ? NULL : realloc(*ids, ((size_t)*n + (size_t)nt + 2) * sizeof *m);
+	int32_t *m = rc ? NULL : realloc(*ids, ((size_t)*n + (size_t)nt + 3) * sizeof *m);
 	if (!rc && !m) rc = srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (!rc) {
-		m[(*n)++] = sep;
+		memcpy(m + *n, mid + 2 - n_mid, (size_t)n_mid * sizeof *mid);
+		*n += n_mid;
 		if (nt) memcpy(m + *n, tail, (size_t)nt * sizeof *tail);
 		*n += nt;
-		m[(*n)++] = sep;
+		m[(*n)++] = close;
 		*ids = m;
 	}
 	free(tail);
