@@ -463,7 +463,10 @@ static int bind_bert(loader *L) {
 	if (tt) TRY(bind_vecs(L, "token_types.weight", true, E, hp->n_types, &m->type_embd));
 	TRY(bind_vec(L, "token_embd_norm.weight", true, E, &m->embd_norm));
 	TRY(bind_vec(L, "token_embd_norm.bias", true, E, &m->embd_norm_b));
-	TRY(bind_mat(L, "cls.weight", false, E, E, 1, &m->cls));
+	// the classifier's dense layer serves a reranker (rank pooling, or its output row) alone: an
+	// embedding model's [CLS] state is its last layer's, as llama.cpp pools it
+	const bool ranks = hp->pooling == 4 || gguf_find_tensor(m->g, "cls.output.weight");
+	if (ranks) TRY(bind_mat(L, "cls.weight", false, E, E, 1, &m->cls));
 	if (m->cls.data) TRY(bind_vec(L, "cls.bias", true, E, &m->cls_b));
 	hp->cls_head = m->cls.data != NULL;
 	for (int l = 0; l < hp->n_layers; l++) {

@@ -58,7 +58,7 @@ typedef struct {
 	float norm_eps;         // LayerNorm's epsilon (attention.layer_norm_epsilon)
 	int32_t n_types;        // rows of token_types (0: none)
 	int32_t type_sep;       // a sequence's rows after its first token of this id take token type 1 (-1: all type 0)
-	bool cls_head;          // cls.weight: a position-0 row's hidden state is the classifier's input tanh(W h + b)
+	bool cls_head;          // cls.weight in a reranker: a position-0 row's hidden state is the classifier's input tanh(W h + b)
 } model_hparams;
 
 // Whether layer l is a recurrent (Gated DeltaNet) layer.
