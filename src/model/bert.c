@@ -32,24 +32,6 @@ static void layer_norm(const float *x, const float *w, const float *b, int64_t n
 // GELU in its erf form, as BERT was trained with.
 static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
 
-// a . b over n values in 16 running sums (value c into sum c % 16), then a fixed tree: one
-// order for every call, and lanes a compiler can keep in vectors.
-static float dot16(const float *restrict a, const float *restrict b, int64_t n) {
-	float acc[16] = {0};
-	int64_t c = 0;
-	for (; c + 16 <= n; c += 16)
-		for (int l = 0; l < 16; l++) acc[l] += a[c + l] * b[c + l];
-	for (; c < n; c++) acc[c & 15] += a[c] * b[c];
-	for (int w = 8; w; w >>= 1)
-		for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-	return acc[0];
-}
-
-// o += w * v over n values.
-static void axpy(float *restrict o, float w, const float *restrict v, int64_t n) {
-	for (int64_t c = 0; c < n; c++) o[c] += w * v[c];
-}
-
 // y = x . W^T + b over n rows (add: y += it first; the bias is added after the product).
 static void linear(base_pool *pool, const mweight *w, const float *x, int64_t n, float *y, const float *b) {
 	const tensor_mat *tm = &w->tm;
@@ -60,42 +42,54 @@ static void linear(base_pool *pool, const mweight *w, const float *x, int64_t n,
 }
 
 typedef struct {
+	const model *m;
 	const float *q, *k, *v; // [n][E]
 	float *att;             // [n][E]
 	const bert_ent *ord;    // rows by sequence, then position
-	const int32_t *first;   // [n] entry of ord where each entry's sequence begins
-	const int32_t *len;     // [n] its sequence's rows
-	int64_t n, E, D, H;
+	const int32_t *span;    // [n_spans + 1] entry of ord where each sequence begins
+	int64_t n_spans, E, D, H;
 	float scale;
-	float *scores;          // [nth][longest sequence]
-	int64_t per_th;
+	uint8_t *scratch;       // [nth][per_th]
+	size_t per_th;
+	size_t kpack, vpack;    // bytes the kernel set packs a head's K and V^T into (0: read in place)
 } attn_job;
 
-// Item (entry i, head h): softmax over the sequence's rows in position order, then the
-// weighted sum of V in that order. Items are split across threads whole.
+static uint8_t *align64(void *p) { return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+// One item (sequence, head) on one thread: S = Q K^T and O = softmax(S) V as two matmuls of
+// the model's kernel set over the sequence's own rows (each output one dot product in one
+// order), the softmax of each row in position order between them.
+static void attn_item(const attn_job *j, int64_t item, uint8_t *scr) {
+	const int64_t D = j->D, E = j->E, sp = item / j->H, h = item % j->H;
+	const int64_t f = j->span[sp], L = j->span[sp + 1] - f;
+	float *qh = (float *)scr, *kh = qh + L * D, *vt = kh + L * D, *sc = vt + L * D, *oh = sc + L * L;
+	uint8_t *kp = align64(oh + L * D), *vp = align64(kp + j->kpack), *mm = align64(vp + j->vpack);
+	for (int64_t p = 0; p < L; p++) {
+		const int64_t r = j->ord[f + p].row;
+		memcpy(qh + p * D, j->q + r * E + h * D, (size_t)D * sizeof *qh);
+		memcpy(kh + p * D, j->k + r * E + h * D, (size_t)D * sizeof *kh);
+		for (int64_t c = 0; c < D; c++) vt[c * L + p] = j->v[r * E + h * D + c];
+	}
+	const tensor_kernels *ks = j->m->ks;
+	tensor_mat km, vm;
+	tensor_mat_init(&km, ks, GGUF_T_F32, L, D, 1, kh, j->kpack ? kp : NULL, NULL);
+	tensor_matmul_part(&km, 0, qh, D, L, sc, L, 0, L, mm, false);
+	for (int64_t i = 0; i < L; i++) {
+		float *row = sc + i * L, mx = -INFINITY;
+		for (int64_t p = 0; p < L; p++) mx = fmaxf(mx, row[p] *= j->scale);
+		double sum = 0;
+		for (int64_t p = 0; p < L; p++) sum += row[p] = expf(row[p] - mx);
+		for (int64_t p = 0; p < L; p++) row[p] = (float)(row[p] / sum);
+	}
+	tensor_mat_init(&vm, ks, GGUF_T_F32, D, L, 1, vt, j->vpack ? vp : NULL, NULL);
+	tensor_matmul_part(&vm, 0, sc, L, L, oh, D, 0, D, mm, false);
+	for (int64_t p = 0; p < L; p++) memcpy(j->att + j->ord[f + p].row * E + h * D, oh + p * D, (size_t)D * sizeof *oh);
+}
+
+// Items are split across threads whole.
 static void attn_task(void *arg, int ith, int nth) {
 	const attn_job *j = arg;
-	float *sc = j->scores + (size_t)ith * (size_t)j->per_th;
-	for (int64_t it = ith; it < j->n * j->H; it += nth) {
-		const int64_t i = it / j->H, h = it % j->H, D = j->D;
-		const int64_t r = j->ord[i].row, f = j->first[i], L = j->len[i];
-		const float *qr = j->q + r * j->E + h * D;
-		float mx = -INFINITY;
-		for (int64_t p = 0; p < L; p++) {
-			sc[p] = dot16(qr, j->k + (int64_t)j->ord[f + p].row * j->E + h * D, D) * j->scale;
-			if (sc[p] > mx) mx = sc[p];
-		}
-		double sum = 0;
-		for (int64_t p = 0; p < L; p++) {
-			sc[p] = expf(sc[p] - mx);
-			sum += sc[p];
-		}
-		float *o = j->att + r * j->E + h * D;
-		memset(o, 0, (size_t)D * sizeof *o);
-		for (int64_t p = 0; p < L; p++) {
-			axpy(o, (float)(sc[p] / sum), j->v + (int64_t)j->ord[f + p].row * j->E + h * D, D);
-		}
-	}
+	for (int64_t it = ith; it < j->n_spans * j->H; it += nth) attn_item(j, it, j->scratch + (size_t)ith * j->per_th);
 }
 
 // The rows checked: whole sequences, each empty in kv before the call, positions 0..len-1,
@@ -155,29 +149,37 @@ int model_bert_forward(const model *m, kv_cache *kv, base_pool *pool, const mode
 	const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim, H = hp->n_heads;
 	const int nth = base_pool_threads(pool);
 	bert_ent *ord = malloc((size_t)n * sizeof *ord);
-	int32_t *first = malloc((size_t)n * 2 * sizeof *first), *len = first ? first + n : NULL;
+	// first[i], len[i]: where entry i's sequence begins in ord and its rows; span: each sequence's first entry
+	int32_t *first = malloc((size_t)n * 3 * sizeof *first + sizeof *first), *len = first ? first + n : NULL, *span = len ? len + n : NULL;
 	int rc = ord && first ? check(m, kv, rows, n, ord, err, errlen) : base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory");
-	int64_t longest = 0;
+	int64_t longest = 0, n_spans = 0;
 	for (int64_t i = 0; !rc && i < n; i++) {
 		first[i] = ord[i].pos == 0 ? (int32_t)i : first[i - 1];
+		if (ord[i].pos == 0) span[n_spans++] = (int32_t)i;
 		if (i + 1 == n || ord[i + 1].seq != ord[i].seq) {
 			for (int64_t k = first[i]; k <= i; k++) len[k] = (int32_t)(i - first[i] + 1);
 			if (i - first[i] + 1 > longest) longest = i - first[i] + 1;
 		}
 	}
-	// x, h, t, q, k, v, att: [n][E] each; u: [n][F]; scores: [nth][longest]
+	if (!rc) span[n_spans] = (int32_t)n;
+	// x, h, t, q, k, v, att: [n][E] each; u: [n][F]; each thread's attention scratch for the
+	// longest sequence: its Q, K, V^T, scores and output, K and V^T packed, the matmuls' own
+	const size_t kpack = tensor_pack_bytes(m->ks, GGUF_T_F32, longest, D, 1), vpack = tensor_pack_bytes(m->ks, GGUF_T_F32, D, longest, 1);
+	const size_t per_th = ((size_t)(4 * longest * D + longest * longest) * sizeof(float) + kpack + vpack +
+			       tensor_matmul_scratch(m->ks, longest, longest > D ? longest : D) + 4 * 64 + 63) & ~(size_t)63;
 	float *buf = NULL;
+	uint8_t *scr = NULL;
 	uint64_t fl = 0;
-	if (!rc && (!ck_mul((uint64_t)n, (uint64_t)(7 * E + F), &fl) || !ck_add(fl, (uint64_t)nth * (uint64_t)longest, &fl) ||
-		    fl > SIZE_MAX / sizeof(float) || !(buf = malloc((size_t)fl * sizeof *buf))))
+	if (!rc && (!ck_mul((uint64_t)n, (uint64_t)(7 * E + F), &fl) || fl > SIZE_MAX / sizeof(float) || per_th > SIZE_MAX / (size_t)nth ||
+		    !(buf = malloc((size_t)fl * sizeof *buf)) || !(scr = aligned_alloc(64, per_th * (size_t)nth))))
 		rc = base_seterr(err, errlen, LANES_ENOMEM, "forward: out of memory for %lld encoder rows", (long long)n);
 	if (!rc) rc = grow(kv, ord, len, n, err, errlen);
 	if (rc) {
-		free(ord), free(first), free(buf);
+		free(ord), free(first), free(buf), free(scr);
 		return rc;
 	}
 	float *x = buf, *h = x + n * E, *t = h + n * E, *q = t + n * E, *k = q + n * E, *v = k + n * E, *att = v + n * E;
-	float *u = att + n * E, *scores = u + n * F;
+	float *u = att + n * E;
 	const tensor_traits *et = tensor_traits_of(m->tok_embd.type);
 	// token type 1 from the row after the sequence's first separator, where the file has two types
 	for (int64_t i = 0, sep_at = INT32_MAX; i < n; i++) {
@@ -205,8 +207,8 @@ int model_bert_forward(const model *m, kv_cache *kv, base_pool *pool, const mode
 				k[r * E + c] += y->bk[c];
 				v[r * E + c] += y->bv[c];
 			}
-		attn_job aj = {.q = q, .k = k, .v = v, .att = att, .ord = ord, .first = first, .len = len, .n = n, .E = E, .D = D,
-			       .H = H, .scale = hp->attn_scale, .scores = scores, .per_th = longest};
+		attn_job aj = {.m = m, .q = q, .k = k, .v = v, .att = att, .ord = ord, .span = span, .n_spans = n_spans, .E = E, .D = D,
+			       .H = H, .scale = hp->attn_scale, .scratch = scr, .per_th = per_th, .kpack = kpack, .vpack = vpack};
 		base_pool_run(pool, attn_task, &aj);
 		linear(pool, &y->wo, att, n, t, y->bo);
 		for (int64_t r = 0; r < n; r++) {
@@ -234,6 +236,6 @@ int model_bert_forward(const model *m, kv_cache *kv, base_pool *pool, const mode
 		const float *src = hp->cls_head && rows[r].pos == 0 ? t + ci++ * E : x + r * E;
 		memcpy(hidden + o++ * E, src, (size_t)E * sizeof *hidden);
 	}
-	free(ord), free(first), free(buf);
+	free(ord), free(first), free(buf), free(scr);
 	return LANES_OK;
 }

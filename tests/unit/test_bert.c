@@ -1,6 +1,6 @@
 // tests: the bert architecture (a cross-encoder from `lanes gen --shape bert-rerank-test`) —
 // its classifier's input and score against the float64 reference, a sequence's state the same
-// bits alone, among 64 and on 1 or 3 threads, the rows an encoder refuses, and WordPiece
+// bits alone, among 64 and on 1 or 3 threads (each kernel set), the rows an encoder refuses, and WordPiece
 // vectors written by hand from the algorithm over the generated vocabulary.
 #include "t.h"
 
@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "ref64.h"
 #include "vocab.h"
+#include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -228,8 +229,16 @@ int main(void) {
 	snprintf(path, sizeof path, "%s/bert-%d.gguf", t_tmp(), (int)getpid());
 	CHECK(t_gen_model("bert-rerank-test", "F32", NULL, path) == 0);
 	test_hparams();
-	test_reference();
-	test_batch_invariance();
+	// each kernel set this CPU runs: its matmuls carry the attention too
+	const char *sets[8];
+	const int ns = tensor_kernels_available(sets, 8);
+	for (int k = 0; k < ns; k++) {
+		CHECK(tensor_kernels_force(sets[k], "test") == 0);
+		t_case("%s", sets[k]);
+		test_reference();
+		test_batch_invariance();
+	}
+	t_case("%s", "");
 	test_refusals();
 	test_wordpiece();
 	remove(path);
