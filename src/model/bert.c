@@ -32,7 +32,7 @@ static void layer_norm(const float *x, const float *w, const float *b, int64_t n
 // GELU in its erf form, as BERT was trained with.
 static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
 
-// y = x . W^T + b over n rows (add: y += it first; the bias is added after the product).
+// y = x . W^T + b over n rows (b NULL: none), the bias added after the product.
 static void linear(base_pool *pool, const mweight *w, const float *x, int64_t n, float *y, const float *b) {
 	const tensor_mat *tm = &w->tm;
 	const int64_t mat = 0;
