@@ -1,6 +1,7 @@
 // cli: `lanes gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf [--seed S]` —
 // a llama-family (or gemma2, gemma3, phi3, gpt-oss, qwen3next) model with random weights (and a real vocabulary) for tests and
-// benchmarks; `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
+// benchmarks, or a BERT cross-encoder with a small WordPiece vocabulary of its own (no --vocab);
+// `lanes gen --lora RANK -m BASE -o OUT.gguf` a random LoRA adapter for BASE.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "cli/ftype.h"
@@ -32,6 +33,7 @@ typedef struct {
 	// qwen3next: Gated DeltaNet layers (every full_attn-th layer is gated full attention)
 	int64_t full_attn, ssm_conv, ssm_dk, ssm_k_heads, ssm_v_heads, ssm_dv;
 	int64_t n_nextn;  // MTP layers after the n_layer trunk blocks (their own eh_proj, norms and shared head norm)
+	bool xlmr;        // bert: XLM-RoBERTa's layout (a Unigram vocabulary, "t5"; one token type)
 } gen_shape;
 
 static const gen_shape shapes[] = {
@@ -109,6 +111,16 @@ static const gen_shape shapes[] = {
 	 .n_ff = 128, .n_ctx = 262144, .rope_base = 10000000.0f, .rms_eps = 1e-6f, .n_expert = 32, .n_expert_used = 10,
 	 .n_ff_shexp = 512, .head_dim = 256, .n_rot = 64, .qk_norm = true, .full_attn = 4, .ssm_conv = 4, .ssm_dk = 128,
 	 .ssm_k_heads = 16, .ssm_v_heads = 32, .ssm_dv = 128},
+	// a BERT cross-encoder at the test size (bge-reranker's and ms-marco-MiniLM's layout): two
+	// token types, the classifier's dense layer and its one-row output, pooling rank
+	{.name = "bert-rerank-test", .arch = "bert", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4,
+	 .n_ff = 128, .n_ctx = 512, .rms_eps = 1e-12f, .pooling = 4},
+	// the test size with XLM-RoBERTa's vocabulary kind and one token type (bge-reranker's layout)
+	{.name = "xlmr-rerank-test", .arch = "bert", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4,
+	 .n_ff = 128, .n_ctx = 512, .rms_eps = 1e-5f, .pooling = 4, .xlmr = true},
+	// bge-reranker-base's trunk (XLM-RoBERTa base's widths) over the same small vocabulary
+	{.name = "bert-rerank-base", .arch = "bert", .n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
+	 .n_ff = 3072, .n_ctx = 512, .rms_eps = 1e-5f, .pooling = 4},
 	{.name = "gpt-oss-20b", .arch = "gpt-oss", .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8,
 	 .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.0f, .rms_eps = 1e-5f, .qkv_bias = true, .n_expert = 32,
 	 .n_expert_used = 4, .head_dim = 64, .n_swa = 128, .rope_yarn = 32.0f},
@@ -119,6 +131,7 @@ static bool is_gemma(const gen_shape *s) { return is_gemma2(s) || !strcmp(s->arc
 static bool is_phi3(const gen_shape *s) { return !strcmp(s->arch, "phi3"); }
 static bool is_oai(const gen_shape *s) { return !strcmp(s->arch, "gpt-oss"); }
 static bool is_next(const gen_shape *s) { return !strcmp(s->arch, "qwen3next"); }
+static bool is_bert(const gen_shape *s) { return !strcmp(s->arch, "bert"); }
 static bool recurrent(const gen_shape *s, int64_t l) { return s->full_attn > 0 && (l + 1) % s->full_attn != 0; }
 static int64_t head_dim(const gen_shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 static int64_t n_rot(const gen_shape *s) { return s->n_rot ? s->n_rot : head_dim(s); }
@@ -345,6 +358,118 @@ static int build_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
 	return n;
 }
 
+// BERT's tensors under llama.cpp's names: embeddings (token, position, two types) and their
+// LayerNorm, post-LayerNorm blocks with biases everywhere, the classifier's dense layer and its
+// one-row output, scaled so scores spread around 0.
+static int build_bert_list(const gen_shape *s, int64_t n_vocab, gen_tensor **out) {
+	int n = 0;
+	gen_tensor *ts = calloc((size_t)(16 + 16 * s->n_layer), sizeof *ts);
+	if (!ts) return -1;
+	const int64_t d = s->n_embd, f = s->n_ff;
+	const float in_scale = 1.0f / sqrtf((float)d), ff_scale = 1.0f / sqrtf((float)f);
+	add_t(ts, &n, "token_embd.weight", 2, d, n_vocab, FILL_NOISE, 0, 1.0f);
+	add_t(ts, &n, "position_embd.weight", 2, d, s->n_ctx, FILL_NOISE, 0, 0.5f);
+	add_t(ts, &n, "token_types.weight", 2, d, s->xlmr ? 1 : 2, FILL_NOISE, 0, 0.5f);
+	add_t(ts, &n, "token_embd_norm.weight", 1, d, 1, FILL_NOISE, 1.0f, 0.05f);
+	add_t(ts, &n, "token_embd_norm.bias", 1, d, 1, FILL_NOISE, 0, 0.05f);
+	// each layer's tensors: name, inputs (0: a vector), outputs, mean, scale
+	const struct {
+		const char *name;
+		int64_t k, rows;
+		float mean, scale;
+	} per[] = {
+		{"attn_q.weight", d, d, 0, in_scale},  {"attn_q.bias", 0, d, 0, 0.1f},         {"attn_k.weight", d, d, 0, in_scale},
+		{"attn_k.bias", 0, d, 0, 0.1f},        {"attn_v.weight", d, d, 0, in_scale},   {"attn_v.bias", 0, d, 0, 0.1f},
+		{"attn_output.weight", d, d, 0, in_scale}, {"attn_output.bias", 0, d, 0, 0.1f},
+		{"attn_output_norm.weight", 0, d, 1.0f, 0.05f}, {"attn_output_norm.bias", 0, d, 0, 0.05f},
+		{"ffn_up.weight", d, f, 0, in_scale},  {"ffn_up.bias", 0, f, 0, 0.1f},         {"ffn_down.weight", f, d, 0, ff_scale},
+		{"ffn_down.bias", 0, d, 0, 0.1f},      {"layer_output_norm.weight", 0, d, 1.0f, 0.05f},
+		{"layer_output_norm.bias", 0, d, 0, 0.05f},
+	};
+	for (int64_t l = 0; l < s->n_layer; l++)
+		for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
+			char nm[64];
+			snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)l, per[i].name);
+			if (per[i].k) add_t(ts, &n, nm, 2, per[i].k, per[i].rows, FILL_NOISE, per[i].mean, per[i].scale);
+			else add_t(ts, &n, nm, 1, per[i].rows, 1, FILL_NOISE, per[i].mean, per[i].scale);
+		}
+	add_t(ts, &n, "cls.weight", 2, d, d, FILL_NOISE, 0, in_scale);
+	add_t(ts, &n, "cls.bias", 1, d, 1, FILL_NOISE, 0, 0.1f);
+	add_t(ts, &n, "cls.output.weight", 2, d, 1, FILL_NOISE, 0, 3.0f * in_scale);
+	add_t(ts, &n, "cls.output.bias", 1, 1, 1, FILL_NOISE, 0, 0.1f);
+	*out = ts;
+	return n;
+}
+
+// The generated encoders' words ("##": a continuation, as BERT's vocabularies mark one).
+static const char *const bert_words[] = {
+	"the", "a", "an", "is", "are", "was", "of", "and", "to", "in", "on", "at", "it", "for", "with", "that", "this", "be",
+	"by", "not", "or", "as", "what", "which", "who", "how", "why", "when", "where", "cat", "dog", "bird", "fish", "animal",
+	"kitten", "say", "meow", "bark", "sky", "blue", "clear", "day", "mail", "man", "small", "loud", "document", "query",
+	"search", "web", "answer", "passage", "relevant", "text", "red", "green", "sun", "moon", "water", "tree", "house", "car",
+	"run", "jump", "eat", "sleep", "play", "good", "bad", "big", "little", "new", "old", "one", "two", "three", "cafe",
+	"paris", "france", "capital", "city", "un", "river", "stone", "light", "market", "song", "##s", "##es", "##ed", "##ing", "##er", "##est", "##ly", "##ness",
+	"##able", "##ful", "##y", "##ion", "##al",
+};
+
+// A small vocabulary as llama.cpp's converter writes BERT's (xlmr false: WordPiece, [PAD] [UNK]
+// [CLS] [SEP] [MASK], then each word's first pieces with a leading U+2581 and continuations bare)
+// or XLM-RoBERTa's (Unigram, "t5": <s> <pad> </s> <unk>, then pieces scored so that longer
+// ones win, spaces merged).
+static int bert_vocab(gguf_writer *w, bool xlmr, int64_t *n_vocab) {
+	enum { MAX = 512 };
+	char *toks[MAX];
+	int32_t types[MAX];
+	float scores[MAX];
+	int n = 0, rc = 0;
+	static const char *const bert_specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+	static const char *const xlmr_specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
+	const char *const *specials = xlmr ? xlmr_specials : bert_specials;
+	const int n_specials = xlmr ? 4 : 5, unk = xlmr ? 3 : 1;
+	char buf[64];
+	for (int i = 0; i < n_specials; i++) scores[n] = 0, toks[n] = strdup(specials[i]), types[n++] = i == unk ? 2 : 3;
+	// every printable ASCII character as a word and (letters, digits) as a continuation
+	for (int c = 33; c < 127; c++) {
+		snprintf(buf, sizeof buf, "\xE2\x96\x81%c", c);
+		scores[n] = -8.0f, toks[n] = strdup(buf), types[n++] = 1;
+		if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (xlmr && c >= 'A' && c <= 'Z'))
+			snprintf(buf, sizeof buf, "%c", c), scores[n] = -9.0f, toks[n] = strdup(buf), types[n++] = 1;
+	}
+	for (size_t i = 0; i < sizeof bert_words / sizeof bert_words[0]; i++) {
+		const char *wd = bert_words[i];
+		if (!strncmp(wd, "##", 2)) snprintf(buf, sizeof buf, "%s", wd + 2);
+		else snprintf(buf, sizeof buf, "\xE2\x96\x81%s", wd);
+		bool dup = false;
+		for (int k = 0; k < n && !dup; k++) dup = toks[k] && !strcmp(toks[k], buf);
+		if (!dup) scores[n] = -(float)(10 - (strlen(buf) < 9 ? strlen(buf) : 9)) / 2, toks[n] = strdup(buf), types[n++] = 1;
+	}
+	for (int k = 0; k < n; k++)
+		if (!toks[k]) rc = LANES_ENOMEM;
+	rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", xlmr ? "t5" : "bert");
+	rc = rc ? rc : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n);
+	rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)n);
+	if (xlmr) {
+		rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, (uint64_t)n);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.remove_extra_whitespaces", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+		rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+	}
+	const uint32_t ids[][2] = {{0, 1}, {1, 3}, {2, 0}, {3, 2}}; // pad, unk, cls (and bos), sep (and eos): BERT's, XLM-R's
+	static const char *const keys[] = {"tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id",
+					   "tokenizer.ggml.cls_token_id", "tokenizer.ggml.seperator_token_id"};
+	for (int k = 0; k < 4; k++) rc = rc ? rc : gguf_writer_set_u32(w, keys[k], ids[k][xlmr]);
+	if (xlmr) {
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	} else {
+		rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 4);
+	}
+	for (int k = 0; k < n; k++) free(toks[k]);
+	*n_vocab = n;
+	return rc;
+}
+
 // ---- metadata --------------------------------------------------------------------------
 static int copy_vocab(gguf_writer *w, const gguf *v, int64_t *n_vocab) {
 	const gguf_value *toks = gguf_get_arr(v, "tokenizer.ggml.tokens");
@@ -380,6 +505,12 @@ static int write_meta(gguf_writer *w, const gen_shape *s, const ftype_info *ft, 
 	if (s->n_nextn) rc = rc ? rc : gguf_writer_set_u32(w, KEY("nextn_predict_layers"), (uint32_t)s->n_nextn);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+	if (is_bert(s)) {
+		rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), s->rms_eps);
+		rc = rc ? rc : gguf_writer_set_bool(w, KEY("attention.causal"), false);
+		rc = rc ? rc : gguf_writer_set_u32(w, KEY("pooling_type"), s->pooling);
+		return rc;
+	}
 	rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
 	rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
@@ -560,7 +691,7 @@ done:
 int cmd_gen(const cli_settings *set) {
 	if (set->lora_rank) return gen_lora(set);
 	if (set->lora_zero_b) return cli_usage_error(set, "--lora-zero-b goes with --lora RANK");
-	if (!set->shape || !set->vocab) return cli_usage_error(set, "give --shape NAME and --vocab VOCAB.gguf (or --lora RANK -m BASE)");
+	if (!set->shape) return cli_usage_error(set, "give --shape NAME and --vocab VOCAB.gguf (or --lora RANK -m BASE)");
 	if (set->model) return cli_usage_error(set, "-m BASE goes with --lora RANK");
 	const char *shape_name = set->shape, *type_name = set->type, *vocab_path = set->vocab, *out_path = set->output;
 	const int64_t seed = set->seed, threads = set->threads > 0 ? set->threads : base_cpu_count();
@@ -574,6 +705,9 @@ int cmd_gen(const cli_settings *set) {
 		cli_err("unknown shape '%s' (one of: %s)", shape_name, names);
 		return 2;
 	}
+	if (!vocab_path != is_bert(s))
+		return cli_usage_error(set, is_bert(s) ? "a bert shape writes its own WordPiece vocabulary: leave out --vocab"
+						       : "give --shape NAME and --vocab VOCAB.gguf (or --lora RANK -m BASE)");
 	const ftype_info *ft = ftype_by_name(type_name);
 	if (!ft) {
 		cli_err("unknown type '%s' (one of: %s)", type_name, ftype_names());
@@ -589,19 +723,19 @@ int cmd_gen(const cli_settings *set) {
 	float *f = NULL;
 	void *q = NULL;
 	int64_t n_vocab = 0;
-	if ((rc = gguf_open(&v, vocab_path, err, sizeof err))) goto done;
+	if (vocab_path && (rc = gguf_open(&v, vocab_path, err, sizeof err))) goto done;
 	if (!(w = gguf_writer_new()) || (rc = base_pool_new(&pool, (int)threads))) {
 		rc = rc ? rc : LANES_ENOMEM;
 		snprintf(err, sizeof err, "%s", base_strerror(rc));
 		goto done;
 	}
-	if ((rc = copy_vocab(w, v, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
+	if ((rc = v ? copy_vocab(w, v, &n_vocab) : bert_vocab(w, s->xlmr, &n_vocab)) == 0) rc = write_meta(w, s, ft, n_vocab);
 	if (rc) {
 		snprintf(err, sizeof err, "%s: %s", rc == LANES_ENOTFOUND ? vocab_path : "metadata",
 			 rc == LANES_ENOTFOUND ? "no tokenizer.ggml.tokens array" : base_strerror(rc));
 		goto done;
 	}
-	int nt = build_list(s, n_vocab, &ts);
+	int nt = is_bert(s) ? build_bert_list(s, n_vocab, &ts) : build_list(s, n_vocab, &ts);
 	if (nt < 0) {
 		rc = LANES_ENOMEM;
 		snprintf(err, sizeof err, "out of memory");
@@ -610,7 +744,7 @@ int cmd_gen(const cli_settings *set) {
 	gen_end end = {.id = -1, .dim = s->n_embd - 1, .logit = (float)set->end_logit};
 	if (set->end_logit > 0) {
 		// the chat turn's end where the vocabulary has one (<|im_end|>, <|eot_id|>), else its eos
-		end.id = end_token(v);
+		end.id = v ? end_token(v) : -1;
 		if (s->tied || s->n_expert || is_gemma(s) || is_phi3(s) || end.id < 0 || end.id >= n_vocab) {
 			rc = LANES_EINVAL;
 			snprintf(err, sizeof err, "--end-logit: %s", end.id < 0 || end.id >= n_vocab ? "the vocabulary names no end token"

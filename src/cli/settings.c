@@ -291,7 +291,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--eos", .kind = SET_STR, .field = F(eos), .meta = "S", .cmds = B(TEMPLATE), .help = "eos_token text (default: the model's; empty with --file)"},
 	{.names = "--date", .kind = SET_STR, .field = F(date), .meta = "YYYY-MM-DD", .cmds = B(TEMPLATE), .help = "the day strftime_now() sees (default: today)"},
 	{.names = "--shape", .kind = SET_STR, .field = F(shape), .meta = "NAME", .cmds = B(GEN),
-	 .help = "test, agent (the test size, a 131072-token window), tinyllama-1.1b, qwen2.5-0.5b, llama-3.2-1b, mixtral-mini, moe-mid, qwen2moe-test, gemma2-test, gemma2-2b, gemma3-test, gemma3-1b, phi3-test, phi3.5-mini, phi4-mini, gpt-oss-test, gpt-oss-20b, reranker-test or reranker-0.5b (Qwen3-Reranker-shaped, pooling rank)"},
+	 .help = "test, agent (the test size, a 131072-token window), tinyllama-1.1b, qwen2.5-0.5b, llama-3.2-1b, mixtral-mini, moe-mid, qwen2moe-test, gemma2-test, gemma2-2b, gemma3-test, gemma3-1b, phi3-test, phi3.5-mini, phi4-mini, gpt-oss-test, gpt-oss-20b, reranker-test or reranker-0.5b (Qwen3-Reranker-shaped, pooling rank), bert-rerank-test, xlmr-rerank-test or bert-rerank-base (BERT cross-encoders with a small vocabulary of their own, WordPiece or XLM-RoBERTa's Unigram: no --vocab)"},
 	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(GEN),
 	 .help = "file type: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q6_K ... (an adapter: F32, F16, BF16 or Q8_0)"},
 	{.names = "--vocab", .kind = SET_STR, .field = F(vocab), .meta = "VOCAB.gguf", .cmds = B(GEN),

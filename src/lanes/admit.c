@@ -87,7 +87,8 @@ void lane_start_admitted(lane_host *h) {
 		r->started = true;
 		lane_draft_start(h, r);
 		// a request for prompt log-probabilities computes every row: a cached one has no logits
-		if (h->cfg.prefix_cache && (r->embed == LANE_EMBED_OFF || r->embed == LANE_EMBED_LAST) && !r->plp) {
+		// an encoder's rows depend on the whole sequence: no prefix of it can be reused
+		if (h->cfg.prefix_cache && (r->embed == LANE_EMBED_OFF || r->embed == LANE_EMBED_LAST) && !r->plp && !h->hp.encoder) {
 			r->n_cached = r->n_filled = kv_prefix_attach(h->kv, i, r->prefix_root, r->prompt, r->n_prompt - 1);
 			h->stats.prefix_hit_tokens += (uint64_t)r->n_cached;
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;

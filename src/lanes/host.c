@@ -41,6 +41,8 @@ static int32_t max_logit_rows(const lane_config *cfg) {
 
 int32_t lane_config_max_context(const lane_config *cfg, const model_hparams *hp) {
 	const int32_t train = hp->n_ctx_train > 0 ? hp->n_ctx_train : cfg->ctx;
+	// an encoder's sequence runs whole in one round: its learned positions and a round's rows bound it
+	if (hp->encoder) return imin(imin(train, cfg->ctx), LANE_PROMPT_ROWS);
 	return cfg->window_max > 0 ? cfg->window_max : imin(train, cfg->ctx);
 }
 

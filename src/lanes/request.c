@@ -197,6 +197,11 @@ int lane_check_prompt(const lane_host *h, const lane_request *q, const lane_api 
 			return fail(LANE_F_PROMPT, bad,
 				    base_seterr(err, errlen, LANES_EINVAL, "prompt token %d at index %d is not in the vocabulary (0..%d)",
 						 q->prompt[i], i, nv - 1));
+	if (h->hp.encoder && q->embed == LANE_EMBED_OFF)
+		return fail(LANE_F_PROMPT, bad,
+			    base_seterr(err, errlen, LANES_EINVAL,
+					 "this model (%s) is an encoder: it generates no text; use it through /v1/rerank, /v1/score or /v1/embeddings",
+					 h->hp.arch));
 	// a generation needs room for one token; a larger max_tokens is capped at the context
 	const int32_t want = q->embed != LANE_EMBED_OFF ? 0 : 1;
 	if ((int64_t)q->n_prompt + want <= h->max_ctx) return 0;

@@ -134,6 +134,11 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double 
 		const int32_t room = h->cap_logits - n_logits;
 		if (r->plp) take = imin(take, room);
 		else if (r->n_filled + take == r->n_prompt && room < 1) take = r->n_prompt - 1 - r->n_filled; // its last row waits
+		// an encoder's sequence is one piece (its rows keep no logits): past the budget it opens the next round
+		if (h->hp.encoder && take < r->n_prompt) {
+			if (n > 0) break;
+			take = r->n_prompt;
+		}
 		// the pieces cut here change no bits: a row's logits never depend on its piece
 		if (take < 1) break;
 		n_logits += r->plp ? take : r->n_filled + take == r->n_prompt;
@@ -216,7 +221,7 @@ static void embed_row(lane_host *h, lane_req *r, const float *hid, int32_t pos) 
 	}
 	if (pos != r->n_prompt - 1) return;
 	// the last token's vector needs no other row's: its prompt's pages serve later requests
-	if (h->cfg.prefix_cache && r->embed == LANE_EMBED_LAST) kv_prefix_publish(h->kv, r->lane, r->prefix_root, r->prompt, r->n_prompt);
+	if (h->cfg.prefix_cache && r->embed == LANE_EMBED_LAST && !h->hp.encoder) kv_prefix_publish(h->kv, r->lane, r->prefix_root, r->prompt, r->n_prompt);
 	const double div = r->embed == LANE_EMBED_MEAN ? r->n_prompt : 1;
 	double ss = 0;
 	for (int32_t e = 0; e < E; e++) ss += (r->pool_sum[e] / div) * (r->pool_sum[e] / div);
@@ -319,7 +324,8 @@ void lane_calibrate(lane_host *h) {
 	// the first pass warms caches; then up to 4 more, fewer when passes are slow
 	for (int rep = 0; rep < 5 && (rep < 2 || base_now_us() - start < 300000); rep++)
 		for (int k = 0; k < 2; k++) {
-			for (int32_t i = 0; i < sizes[k]; i++) rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1, NULL};
+			for (int32_t i = 0; i < sizes[k]; i++)
+				rows[i] = (model_row){tok_bos(h->vocab) >= 0 ? tok_bos(h->vocab) : 0, i, 0, i == sizes[k] - 1 && !h->hp.encoder, NULL};
 			uint64_t t0 = base_now_us();
 			int rc = model_forward_ws(h->m, h->kv, h->pool, h->ws, rows, sizes[k], h->logits, err, sizeof err);
 			double dt = (double)(base_now_us() - t0);

@@ -1118,6 +1118,7 @@ static void pass_end(const model *m, base_pool *pool, scratch *s, const model_ro
 int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
 			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen) {
 	if (n <= 0) return LANES_OK;
+	if (m->hp.encoder) return model_bert_forward(m, kv, pool, rows, n, want, hidden, err, errlen);
 	const model_hparams *hp = &m->hp;
 	scratch s;
 	lora_pass lp;
@@ -1170,6 +1171,7 @@ int model_mtp_forward(const model *m, kv_cache *kv, base_pool *pool, model_ws *w
 int model_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n,
 		  float *logits, char *err, size_t errlen) {
 	if (n <= 0) return LANES_OK;
+	if (m->hp.encoder) return model_bert_forward(m, kv, pool, rows, n, NULL, NULL, err, errlen);
 	// The positions bound the unfused attention scratch: check them before sizing anything.
 	int32_t max_pos = 0;
 	int rc = check_rows(m, kv, model_kv_layers(&m->hp), rows, n, false, &max_pos, err, errlen);

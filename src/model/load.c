@@ -26,6 +26,7 @@ typedef struct {
 	bool oai;              // gpt-oss: sinks, biased router and experts, clamped SwiGLU, even layers local
 	bool next;             // qwen3next: Gated DeltaNet layers between gated full-attention ones
 	bool nextn;            // MTP layers (nextn_predict_layers) may follow the trunk's blocks
+	bool bert;             // an encoder: learned positions, post-LayerNorm blocks, a GELU FFN, a classifier head
 } arch_desc;
 
 static const arch_desc archs[] = {
@@ -39,6 +40,7 @@ static const arch_desc archs[] = {
 	{.name = "phi3", .neox = true, .phi3 = true},
 	{.name = "gpt-oss", .neox = true, .bias = true, .moe = MOE_REQUIRED, .moe_norm = true, .oai = true},
 	{.name = "qwen3next", .neox = true, .qk_norm = true, .moe = MOE_REQUIRED, .shexp = true, .moe_norm = true, .next = true},
+	{.name = "bert", .bias = true, .bert = true},
 };
 
 typedef struct {
@@ -178,6 +180,7 @@ static int model_mats(model *m, mweight **out, int cap) {
 #define ADD(w) \
 	if ((w).data && n < cap) out[n++] = &(w)
 	ADD(m->output);
+	ADD(m->cls);
 	for (int i = 0; i < m->hp.n_nextn; i++) {
 		ADD(m->nextn[i].eh_proj); ADD(m->nextn[i].own_head);
 	}
@@ -206,7 +209,7 @@ static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *o
 }
 
 // Room for every matrix model_mats may list.
-static int mats_cap(const model *m) { return 24 * (m->hp.n_layers + m->hp.n_nextn) + 2 * m->hp.n_nextn + 1; }
+static int mats_cap(const model *m) { return 24 * (m->hp.n_layers + m->hp.n_nextn) + 2 * m->hp.n_nextn + 2; }
 
 // Metadata only: the size pack_weights would map, nothing mapped or packed.
 static int pack_size(model *m, char *err, size_t errlen) {
@@ -436,6 +439,54 @@ ffn:
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_gate_shexp.weight"), true, E, S, 1, &y->gate_shexp));
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up_shexp.weight"), true, E, S, 1, &y->up_shexp));
 		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down_shexp.weight"), true, S, E, 1, &y->down_shexp));
+	}
+	return LANES_OK;
+#undef TRY
+}
+
+// bert's tensors as llama.cpp's converter names them: embeddings (token, position, type) and
+// their LayerNorm, per layer biased q/k/v/output, the LayerNorms after the attention and the
+// FFN, a biased up/down FFN; the classifier's dense layer when present.
+static int bind_bert(loader *L) {
+	model *m = L->m;
+	model_hparams *hp = &m->hp;
+	const int64_t E = hp->n_embd, F = hp->n_ff;
+	int rc;
+	char b[96];
+#define TRY(x) \
+	if ((rc = (x))) return rc
+	TRY(bind_vecs(L, "position_embd.weight", true, E, hp->n_ctx_train, &m->pos_embd));
+	const gguf_tensor *tt = gguf_find_tensor(m->g, "token_types.weight");
+	if (tt && (tt->n_dims != 2 || tt->ne[1] < 1 || tt->ne[1] > 16))
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: token_types.weight must have 1 to 16 rows");
+	hp->n_types = tt ? (int32_t)tt->ne[1] : 0;
+	if (tt) TRY(bind_vecs(L, "token_types.weight", true, E, hp->n_types, &m->type_embd));
+	TRY(bind_vec(L, "token_embd_norm.weight", true, E, &m->embd_norm));
+	TRY(bind_vec(L, "token_embd_norm.bias", true, E, &m->embd_norm_b));
+	// the classifier's dense layer serves a reranker (rank pooling, or its output row) alone: an
+	// embedding model's [CLS] state is its last layer's, as llama.cpp pools it
+	const bool ranks = hp->pooling == 4 || gguf_find_tensor(m->g, "cls.output.weight");
+	if (ranks) TRY(bind_mat(L, "cls.weight", false, E, E, 1, &m->cls));
+	if (m->cls.data) TRY(bind_vec(L, "cls.bias", true, E, &m->cls_b));
+	hp->cls_head = m->cls.data != NULL;
+	for (int l = 0; l < hp->n_layers; l++) {
+		mlayer *y = &m->layers[l];
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_q.weight"), true, E, E, 1, &y->wq));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_k.weight"), true, E, E, 1, &y->wk));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_v.weight"), true, E, E, 1, &y->wv));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "attn_output.weight"), true, E, E, 1, &y->wo));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_q.bias"), true, E, &y->bq));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_k.bias"), true, E, &y->bk));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_v.bias"), true, E, &y->bv));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_output.bias"), true, E, &y->bo));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_output_norm.weight"), true, E, &y->attn_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "attn_output_norm.bias"), true, E, &y->attn_norm_b));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_up.weight"), true, E, F, 1, &y->ffn_up));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_up.bias"), true, F, &y->b_up));
+		TRY(bind_mat(L, lname(b, sizeof b, l, "ffn_down.weight"), true, F, E, 1, &y->ffn_down));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "ffn_down.bias"), true, E, &y->b_down));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "layer_output_norm.weight"), true, E, &y->ffn_norm));
+		TRY(bind_vec(L, lname(b, sizeof b, l, "layer_output_norm.bias"), true, E, &y->ffn_norm_b));
 	}
 	return LANES_OK;
 #undef TRY
@@ -671,6 +722,27 @@ static int read_phi3_factors(loader *L) {
 	return LANES_OK;
 }
 
+// bert: no rope (positions are learned), LayerNorm's epsilon, the separator that starts
+// token type 1 where the file has two types.
+static int read_bert(loader *L) {
+	model_hparams *hp = &L->m->hp;
+	double eps;
+	int rc = meta_float(L, "attention.layer_norm_epsilon", 1e-12, 0.0, 1.0, &eps);
+	if (rc) return rc;
+	if (hp->n_kv_heads != hp->n_heads || hp->head_dim * hp->n_heads != hp->n_embd)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: bert needs heads of n_embd / head_count with no grouped keys");
+	if (hp->n_ctx_train > (1 << 20))
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: bert.context_length %d is past the %d positions lanes binds",
+				   hp->n_ctx_train, 1 << 20);
+	hp->encoder = true;
+	hp->norm_eps = (float)eps;
+	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
+	hp->embd_scale = 1.0f;
+	uint32_t sep;
+	hp->type_sep = gguf_get_u32(L->m->g, "tokenizer.ggml.seperator_token_id", &sep) || sep > INT32_MAX ? -1 : (int32_t)sep;
+	return LANES_OK;
+}
+
 static int read_hparams(loader *L, const arch_desc *a) {
 	model *m = L->m;
 	model_hparams *hp = &m->hp;
@@ -727,6 +799,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 	} else if ((rc = meta_int(L, "feed_forward_length", false, 0, 1, big, &hp->n_ff))) {
 		return rc;
 	}
+	if (a->bert) return read_bert(L);
 	if ((rc = read_rope(L))) return rc;
 	hp->rope.neox = a->neox;
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
@@ -788,7 +861,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	if (!a) {
 		char *s = gguf_str_dup(arch);
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
-				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, qwen3next)",
+				 "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, qwen3next, bert)",
 				  s ? s : "?");
 		free(s);
 		goto fail;
@@ -812,6 +885,15 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 		goto fail;
 	}
 	hp->n_vocab = (int32_t)nv;
+	if (a->bert) {
+		m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+		if (!m->layers) {
+			rc = base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
+			goto fail;
+		}
+		if ((rc = bind_mat(&L, "token_embd.weight", true, hp->n_embd, nv, 1, &m->tok_embd)) || (rc = bind_bert(&L))) goto fail;
+		goto bound;
+	}
 	if ((rc = bind_mat(&L, "token_embd.weight", true, hp->n_embd, nv, 1, &m->tok_embd)) ||
 	    (rc = bind_vec(&L, "output_norm.weight", true, hp->n_embd, &m->output_norm)) ||
 	    (rc = bind_mat(&L, "output.weight", false, hp->n_embd, nv, 1, &m->output)))
@@ -826,6 +908,7 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 	}
 	for (int l = 0; l < hp->n_layers + hp->n_nextn; l++)
 		if ((rc = bind_layer(&L, a, l)) || (l >= hp->n_layers && (rc = bind_nextn(&L, l - hp->n_layers)))) goto fail;
+bound:
 	main_type(m);
 	m->ks = tensor_kernels_default();
 	rc = mode == OPEN_META ? pack_size(m, err, errlen) : pack_weights(m, mode == OPEN_MAPPED, fn, ud, err, errlen);

@@ -309,6 +309,7 @@ const char *model_lora_kind_name(int32_t kind) { return kind >= 0 && kind < LK_C
 
 // The weight layer l's kind k adapts, or NULL when an adapter cannot target it.
 static const mweight *target_of(const model *m, int32_t l, int32_t kind) {
+	if (m->hp.encoder) return NULL; // an encoder's pass takes no adapters
 	if (kind == LK_OUTPUT) return m->output.data == m->tok_embd.data ? NULL : &m->output;
 	if (kind < 0 || kind >= LK_LAYER || l < 0 || l >= m->hp.n_layers) return NULL;
 	const mweight *w = layer_weight(&m->layers[l], kind);

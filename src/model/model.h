@@ -1,5 +1,6 @@
 // model: the llama family (llama/mistral, qwen2, qwen3, Mixtral-style MoE, qwen2moe,
-// qwen3moe), gemma2, gemma3, phi3, gpt-oss and qwen3next (Gated DeltaNet layers beside gated attention) — hyper-parameters from GGUF metadata, weights bound in place from the
+// qwen3moe), gemma2, gemma3, phi3, gpt-oss, qwen3next (Gated DeltaNet layers beside gated attention)
+// and bert (an encoder: cross-encoder rerankers) — hyper-parameters from GGUF metadata, weights bound in place from the
 // mapping and checked against them, and forward(batch) over the paged KV cache.
 #ifndef LANES_MODEL_H
 #define LANES_MODEL_H
@@ -52,6 +53,12 @@ typedef struct {
 	int32_t ssm_k_heads;    // key (and query) heads (ssm.group_count)
 	int32_t ssm_v_heads;    // value heads (ssm.time_step_rank); a multiple of ssm_k_heads
 	int32_t ssm_dv;         // a value head's width (ssm.inner_size / ssm_v_heads)
+	// bert (all 0 elsewhere): an encoder, its attention bidirectional over a whole sequence
+	bool encoder;           // no output head: a pass runs every sequence whole and gives hidden states only
+	float norm_eps;         // LayerNorm's epsilon (attention.layer_norm_epsilon)
+	int32_t n_types;        // rows of token_types (0: none)
+	int32_t type_sep;       // a sequence's rows after its first token of this id take token type 1 (-1: all type 0)
+	bool cls_head;          // cls.weight in a reranker: a position-0 row's hidden state is the classifier's input tanh(W h + b)
 } model_hparams;
 
 // Whether layer l is a recurrent (Gated DeltaNet) layer.
@@ -59,8 +66,10 @@ static inline bool model_layer_recurrent(const model_hparams *hp, int32_t l) {
 	return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
 }
 
-// Layers that keep K and V in the cache (the others keep a recurrent state per sequence).
+// Layers that keep K and V in the cache (the others keep a recurrent state per sequence). An
+// encoder keeps none: its pass holds them, and one layer's pages only count its sequences.
 static inline int32_t model_kv_layers(const model_hparams *hp) {
+	if (hp->encoder) return 1;
 	return hp->full_attn_interval > 0 ? hp->n_layers / hp->full_attn_interval : hp->n_layers;
 }
 
@@ -283,6 +292,10 @@ int model_forward_ws(const model *m, kv_cache *kv, base_pool *pool, model_ws *w,
 // (flagged rows in batch order): the state the output head reads (after the output norm),
 // as embeddings pool it. Like the logits, a row's hidden state depends only on its token,
 // position and its sequence's KV. want NULL: none.
+// An encoder (hp.encoder) takes every sequence whole: its rows are positions 0..len-1 of a
+// sequence empty before the call, none with logits, no adapters (else LANES_EINVAL); its
+// hidden state is the last layer's output (with cls_head, a position-0 row's is the
+// classifier's input), a function of its own sequence's tokens alone.
 int model_forward_hidden(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows,
 			 int64_t n, float *logits, const bool *want, float *hidden, char *err, size_t errlen);
 

@@ -44,6 +44,9 @@ typedef struct {
 	const float *ssm_dt;                    // [ssm_v_heads] bias of alpha before the softplus
 	const float *ssm_a;                     // [ssm_v_heads] -exp(A_log): the decay's rate
 	const float *ssm_norm;                  // [ssm_dv] the gated RMSNorm's weights
+	// bert: attn_norm and ffn_norm are the LayerNorms after the attention's and the FFN's residual adds
+	const float *attn_norm_b, *ffn_norm_b;  // [n_embd] their biases
+	const float *b_up, *b_down;             // [n_ff], [n_embd] the FFN's biases
 } mlayer;
 
 // An MTP layer's own tensors (blk.N.nextn.*); its block is layers[n_layers + i].
@@ -72,7 +75,17 @@ struct model {
 	size_t packed_bytes;
 	double pack_ms;           // time spent repacking at load
 	const float *rope_long, *rope_short; // [n_rot/2] Phi 3's LongRoPE divisors (NULL: none); hp.rope has one
+	// bert
+	const float *pos_embd;    // [n_ctx_train][n_embd] learned position embeddings
+	const float *type_embd;   // [n_types][n_embd] token type embeddings, or NULL
+	const float *embd_norm, *embd_norm_b; // [n_embd] the embeddings' LayerNorm
+	mweight cls;              // [n_embd -> n_embd] the classifier's dense layer (cls.weight), or absent
+	const float *cls_b;       // [n_embd]
 };
+
+// bert's forward (bert.c): model_forward_hidden for an encoder.
+int model_bert_forward(const model *m, kv_cache *kv, base_pool *pool, const model_row *rows, int64_t n, const bool *want,
+		       float *hidden, char *err, size_t errlen);
 
 // The weights an adapter may target, per layer, then the output head.
 enum lora_kind {

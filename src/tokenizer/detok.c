@@ -19,7 +19,7 @@ struct tok_stream {
 };
 
 static bool strip_applies(const tok_vocab *v, unsigned flags) {
-	return (flags & TOK_DECODE_STRIP_SPACE) && v->model == TOK_MODEL_SPM && v->add_space_prefix;
+	return (flags & TOK_DECODE_STRIP_SPACE) && (v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_UGM) && v->add_space_prefix;
 }
 
 tok_stream *tok_stream_new(const tok_vocab *v, unsigned flags) {

@@ -149,11 +149,16 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_specia
 		} else if (v->model == TOK_MODEL_SPM) {
 			rc = spm_fragment(v, text + f->off, f->len, v->add_space_prefix && prev_special, &buf, &cap, &out);
 			prev_special = false;
+		} else if (v->model == TOK_MODEL_WPM) {
+			rc = tok_wpm_encode(v, text + f->off, f->len, &out);
+		} else if (v->model == TOK_MODEL_UGM) {
+			rc = tok_ugm_encode(v, text + f->off, f->len, &out);
 		} else {
 			rc = tok_bpe_encode(v, text + f->off, f->len, &out, err, errlen);
 		}
 	}
 	if (!rc && add_special && v->add_eos) rc = tok_ids_push(&out, v->eos);
+	if (!rc && add_special && v->add_sep) rc = tok_ids_push(&out, v->sep);
 	free(fr.v);
 	free(buf);
 	if (rc) {

@@ -73,7 +73,7 @@ struct tok_vocab {
 	uint32_t *piece_len;     // (n_tokens)
 	int32_t bos, eos, eot, eom, unk, pad, sep;
 	int32_t fim[TOK_FIM__COUNT]; // fill-in-the-middle ids by enum tok_fim (-1: none)
-	bool add_bos, add_eos, add_space_prefix, ignore_merges;
+	bool add_bos, add_eos, add_sep, add_space_prefix, ignore_merges; // add_sep: WordPiece ends a text with [SEP]
 	int32_t *special;        // control / user-defined / unknown ids, longest text first
 	size_t n_special;
 	uint32_t *sp_start;      // (65537) CSR by a special token's first two bytes into sp_list
@@ -93,6 +93,13 @@ struct tok_vocab {
 	pcre2_code **re;         // (n_re) compiled pre-tokenizer regexes
 	size_t n_re;
 	uint32_t re_pairs;       // ovector pairs the regexes need
+	// Unigram (ugm.c)
+	double ugm_unk_score;    // what a code point no token covers costs: the lowest normal score less 10
+	bool ugm_merge_spaces;   // tokenizer.ggml.remove_extra_whitespaces
+	uint32_t *xcda;          // (n_xcda) the precompiled charsmap's double array, or NULL
+	size_t n_xcda;
+	char *ugm_repl;          // (n_repl + 1) its replacement strings, NUL-terminated, one NUL added after them
+	size_t n_repl;
 };
 
 // ---- a growable list of ids -------------------------------------------------------------
@@ -146,6 +153,11 @@ int tok_pre_split(const tok_vocab *v, const char *text, size_t len, tok_span **s
 
 // SPM on one text fragment (spaces already escaped as U+2581).
 int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
+// Unigram: the charsmap and the unknown score from g (ugm.c); on one text fragment.
+int tok_ugm_init(tok_vocab *v, const gguf *g, char *err, size_t errlen);
+int tok_ugm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
+// WordPiece on one text fragment (BERT's basic split, then the longest pieces; wpm.c).
+int tok_wpm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out);
 // BPE on one text fragment (raw bytes; invalid UTF-8 becomes U+FFFD).
 int tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out, char *err,
 		   size_t errlen);

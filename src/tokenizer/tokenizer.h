@@ -1,6 +1,6 @@
-// tokenizer: the vocabulary from GGUF metadata, SentencePiece-style (llama) and byte-level BPE
-// (gpt2, pre-tokenizer regexes run on PCRE2) encoders, special-token parsing, a streaming
-// detokenizer. Tokenizes as llama.cpp does.
+// tokenizer: the vocabulary from GGUF metadata, SentencePiece-style (llama), byte-level BPE
+// (gpt2, pre-tokenizer regexes run on PCRE2), WordPiece (bert) and Unigram (t5) encoders,
+// special-token parsing, a streaming detokenizer. Tokenizes as llama.cpp does.
 #ifndef LANES_TOKENIZER_H
 #define LANES_TOKENIZER_H
 
@@ -18,6 +18,8 @@ typedef struct tok_vocab tok_vocab;
 enum tok_model {
 	TOK_MODEL_SPM, // "llama": SentencePiece-style, score-driven merges with byte fallback
 	TOK_MODEL_BPE, // "gpt2": byte-level BPE with a named pre-tokenizer
+	TOK_MODEL_WPM, // "bert": WordPiece after BERT's basic split; [CLS] text [SEP] with the specials
+	TOK_MODEL_UGM, // "t5": Unigram (T5's, XLM-RoBERTa's) after the file's charsmap normalization
 };
 
 // tokenizer.ggml.token_type values, numbered as in the file.
@@ -43,6 +45,7 @@ int32_t tok_n_tokens(const tok_vocab *v);
 enum tok_model tok_model(const tok_vocab *v);
 const char *tok_pre_name(const tok_vocab *v); // pre-tokenizer in use ("default" for SPM)
 int32_t tok_bos(const tok_vocab *v);
+int32_t tok_sep(const tok_vocab *v); // the separator ([SEP]); -1: none
 int32_t tok_eos(const tok_vocab *v);
 int32_t tok_eot(const tok_vocab *v); // from the file, else found by text (<|eot_id|>, <|im_end|>, ...)
 int32_t tok_eom(const tok_vocab *v); // from the file, else <|eom_id|>

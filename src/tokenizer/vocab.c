@@ -138,7 +138,7 @@ static int32_t find_cstr(const tok_vocab *v, const char *s) {
 }
 
 // Special ids read from the file; index order matches special_keys below.
-enum { SP_BOS, SP_EOS, SP_EOT, SP_EOM, SP_UNK, SP_SEP, SP_PAD, SP_FIM_PRE, SP_FIM_SUF, SP_FIM_MID,
+enum { SP_BOS, SP_EOS, SP_EOT, SP_EOM, SP_UNK, SP_SEP, SP_PAD, SP_CLS, SP_FIM_PRE, SP_FIM_SUF, SP_FIM_MID,
        SP_FIM_PAD, SP_FIM_REP, SP_FIM_SEP, SP_COUNT };
 // the FIM slots run in enum tok_fim's order, so tok_fim reads them by offset
 static_assert(SP_FIM_SEP - SP_FIM_PRE == TOK_FIM_SEP && SP_COUNT - SP_FIM_PRE == TOK_FIM__COUNT, "FIM slots out of order");
@@ -155,6 +155,7 @@ static const struct {
 	{SP_UNK, KEY("unknown_token_id"), NULL},
 	{SP_SEP, KEY("seperator_token_id"), NULL},
 	{SP_PAD, KEY("padding_token_id"), NULL},
+	{SP_CLS, KEY("cls_token_id"), NULL},
 	{SP_FIM_PRE, KEY("fim_pre_token_id"), fim_pre_names},
 	{SP_FIM_SUF, KEY("fim_suf_token_id"), fim_suf_names},
 	{SP_FIM_MID, KEY("fim_mid_token_id"), fim_mid_names},
@@ -328,7 +329,7 @@ static int build_pieces(tok_vocab *v, char *err, size_t errlen) {
 			memcpy(o, t, tl);
 			ol = tl;
 		} else if (a & TOK_A_NORMAL) {
-			if (v->model == TOK_MODEL_SPM) {
+			if (v->model != TOK_MODEL_BPE) {
 				for (size_t k = 0; k < tl;) {
 					if (k + 3 <= tl && !memcmp(t + k, "\xE2\x96\x81", 3)) { o[ol++] = ' '; k += 3; }
 					else o[ol++] = t[k++];
@@ -496,8 +497,10 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	if (!v) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
 	if (gguf_str_eq(model, "llama")) v->model = TOK_MODEL_SPM;
 	else if (gguf_str_eq(model, "gpt2")) v->model = TOK_MODEL_BPE;
+	else if (gguf_str_eq(model, "bert")) v->model = TOK_MODEL_WPM;
+	else if (gguf_str_eq(model, "t5")) v->model = TOK_MODEL_UGM;
 	else {
-		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2)",
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported tokenizer model '%.*s' (lanes knows llama, gpt2, bert, t5)",
 				  (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		goto fail;
 	}
@@ -510,7 +513,7 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 		pre = (gguf_str){"default", 7};
 		if (v->model == TOK_MODEL_BPE) LOG_WARN("tok", "%s is missing; using the 'default' pre-tokenizer", KEY("pre"));
 	}
-	if (v->model == TOK_MODEL_SPM) pre = (gguf_str){"default", 7};
+	if (v->model != TOK_MODEL_BPE) pre = (gguf_str){"default", 7};
 	if (!(v->pre_name = dup_str(pre))) { rc = base_seterr(err, errlen, LANES_ENOMEM, "out of memory"); goto fail; }
 	if (v->model == TOK_MODEL_BPE && !(v->pre = tok_pre_find(v->pre_name))) {
 		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED, "unsupported pre-tokenizer '%s'", v->pre_name);
@@ -520,6 +523,7 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	if ((rc = load_tokens(v, g, err, errlen))) goto fail;
 	if ((rc = load_scores_types(v, g, err, errlen))) goto fail;
 	if (v->model == TOK_MODEL_BPE && (rc = load_merges(v, g, err, errlen))) goto fail;
+	if (v->model == TOK_MODEL_UGM && (rc = tok_ugm_init(v, g, err, errlen))) goto fail;
 
 	// Special ids: llama.cpp's SPM defaults, none for BPE; the file's keys override.
 	int32_t sp[SP_COUNT];
@@ -534,14 +538,30 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 		if ((rc = get_id(g, special_keys[k].key, v->n_tokens, &sp[special_keys[k].slot], err, errlen))) goto fail;
 	}
 
+	// WordPiece: [CLS] opens a text (as its BOS) and [SEP] ends it
+	if (v->model == TOK_MODEL_WPM) {
+		if (sp[SP_CLS] >= 0) sp[SP_BOS] = sp[SP_CLS];
+		if (sp[SP_UNK] < 0) sp[SP_UNK] = find_cstr(v, "[UNK]");
+		if (sp[SP_UNK] < 0) {
+			rc = base_seterr(err, errlen, LANES_EFORMAT, "a WordPiece vocabulary needs an unknown token (" KEY("unknown_token_id") " or [UNK])");
+			goto fail;
+		}
+	}
+	if (v->model == TOK_MODEL_UGM && sp[SP_UNK] < 0) {
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "a Unigram vocabulary needs an unknown token (" KEY("unknown_token_id") ")");
+		goto fail;
+	}
 	// Flags: llama.cpp's defaults per model and pre-tokenizer, then the file's keys.
-	v->add_bos = v->model == TOK_MODEL_SPM || (v->pre && tok_pre_add_bos(v->pre));
-	v->add_eos = false;
-	v->add_space_prefix = v->model == TOK_MODEL_SPM;
+	v->add_bos = v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_WPM || (v->pre && tok_pre_add_bos(v->pre));
+	v->add_eos = v->model == TOK_MODEL_UGM; // T5's defaults: no BOS, an EOS
+	v->add_sep = v->model == TOK_MODEL_WPM;
+	v->add_space_prefix = v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_UGM;
 	v->ignore_merges = v->pre && tok_pre_ignore_merges(v->pre);
 	if ((rc = get_flag(g, KEY("add_bos_token"), &v->add_bos, err, errlen)) ||
 	    (rc = get_flag(g, KEY("add_eos_token"), &v->add_eos, err, errlen)) ||
-	    (rc = get_flag(g, KEY("add_space_prefix"), &v->add_space_prefix, err, errlen)))
+	    (rc = get_flag(g, KEY("add_sep_token"), &v->add_sep, err, errlen)) ||
+	    (rc = get_flag(g, KEY("add_space_prefix"), &v->add_space_prefix, err, errlen)) ||
+	    (rc = get_flag(g, KEY("remove_extra_whitespaces"), &v->ugm_merge_spaces, err, errlen)))
 		goto fail;
 
 	gguf_str chat;
@@ -561,6 +581,10 @@ int tok_vocab_load(tok_vocab **out, const gguf *g, char *err, size_t errlen) {
 	if (v->add_bos && v->bos < 0) {
 		rc = base_seterr(err, errlen, LANES_EFORMAT, "BOS is to be added (%s) but there is no BOS token",
 				  gguf_get(g, KEY("add_bos_token")) ? KEY("add_bos_token") : "the default for this tokenizer");
+		goto fail;
+	}
+	if (v->add_sep && v->sep < 0) {
+		rc = base_seterr(err, errlen, LANES_EFORMAT, "a [SEP] is to be added but there is no separator token (" KEY("seperator_token_id") ")");
 		goto fail;
 	}
 	if (v->add_eos && v->eos < 0) {
@@ -598,6 +622,8 @@ void tok_vocab_free(tok_vocab *v) {
 	free(v->eog);
 	free(v->chat_template);
 	free(v->pre_name);
+	free(v->xcda);
+	free(v->ugm_repl);
 	for (size_t i = 0; i < v->n_re; i++) pcre2_code_free(v->re[i]);
 	free(v->re);
 	free(v);
@@ -611,6 +637,7 @@ int32_t tok_n_tokens(const tok_vocab *v) { return v->n_tokens; }
 enum tok_model tok_model(const tok_vocab *v) { return v->model; }
 const char *tok_pre_name(const tok_vocab *v) { return v->pre_name; }
 int32_t tok_bos(const tok_vocab *v) { return v->bos; }
+int32_t tok_sep(const tok_vocab *v) { return v->sep; }
 int32_t tok_eos(const tok_vocab *v) { return v->eos; }
 int32_t tok_eot(const tok_vocab *v) { return v->eot; }
 int32_t tok_eom(const tok_vocab *v) { return v->eom; }

@@ -455,3 +455,100 @@ void ref64_mtp(const gguf *g, const ref64_shape *s, const int32_t *tok, const do
 	head_ref(x, P, s, sn, sh, logits, hout);
 	free(eh), free(en), free(hn), free(emb), free(sn), free(sh), free(x), free(c);
 }
+
+// ---- BERT ---------------------------------------------------------------------------------
+static int64_t meta_i(const gguf *g, const char *key) {
+	int64_t v = 0;
+	gguf_get_i64(g, key, &v);
+	return v;
+}
+
+static void layer_norm64(const double *x, const double *w, const double *b, int n, double eps, double *y) {
+	double mean = 0, var = 0;
+	for (int i = 0; i < n; i++) mean += x[i];
+	mean /= n;
+	for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+	const double inv = 1 / sqrt(var / n + eps);
+	for (int i = 0; i < n; i++) y[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+void ref64_bert(const gguf *g, const int32_t *ids, int P, const ref64_bert_opts *o, double *pooled, double *score) {
+	const int E = (int)meta_i(g, "bert.embedding_length"), L = (int)meta_i(g, "bert.block_count"),
+		  H = (int)meta_i(g, "bert.attention.head_count"), F = (int)meta_i(g, "bert.feed_forward_length"), D = E / H;
+	float epsf = 1e-12f;
+	gguf_get_f32(g, "bert.attention.layer_norm_epsilon", &epsf);
+	const double eps = epsf;
+	uint32_t sep = UINT32_MAX;
+	gguf_get_u32(g, "tokenizer.ggml.seperator_token_id", &sep);
+	const gguf_tensor *tt = gguf_find_tensor(g, "token_types.weight");
+	double *tok = W(g, "token_embd.weight"), *pos = W(g, "position_embd.weight"), *typ = W(g, "token_types.weight");
+	double *nw = W(g, "token_embd_norm.weight"), *nb = W(g, "token_embd_norm.bias");
+	double *x = calloc((size_t)P * E, sizeof *x), *t = calloc((size_t)P * E, sizeof *t), *q = calloc((size_t)P * E, sizeof *q),
+	       *k = calloc((size_t)P * E, sizeof *k), *v = calloc((size_t)P * E, sizeof *v), *a = calloc((size_t)P * E, sizeof *a),
+	       *u = calloc((size_t)F, sizeof *u), *sc = calloc((size_t)P, sizeof *sc);
+	// embeddings: token + position + type (1 after the first separator), then LayerNorm
+	int sep_at = P;
+	for (int p = 0; p < P; p++) {
+		const int type = !o->no_types && typ && tt->ne[1] > 1 && p > sep_at ? 1 : 0;
+		if ((uint32_t)ids[p] == sep && sep_at == P) sep_at = p;
+		for (int e = 0; e < E; e++)
+			t[(size_t)p * E + e] = tok[(size_t)ids[p] * E + e] + pos[(size_t)p * E + e] + (typ ? typ[(size_t)type * E + e] : 0);
+		layer_norm64(t + (size_t)p * E, nw, nb, E, eps, x + (size_t)p * E);
+	}
+	for (int l = 0; l < L; l++) {
+		double *wq = WL(g, l, "attn_q.weight"), *bq = WL(g, l, "attn_q.bias"), *wk = WL(g, l, "attn_k.weight"),
+		       *bk = WL(g, l, "attn_k.bias"), *wv = WL(g, l, "attn_v.weight"), *bv = WL(g, l, "attn_v.bias"),
+		       *wo = WL(g, l, "attn_output.weight"), *bo = WL(g, l, "attn_output.bias"),
+		       *n1w = WL(g, l, "attn_output_norm.weight"), *n1b = WL(g, l, "attn_output_norm.bias"),
+		       *wu = WL(g, l, "ffn_up.weight"), *bu = WL(g, l, "ffn_up.bias"), *wd = WL(g, l, "ffn_down.weight"),
+		       *bd = WL(g, l, "ffn_down.bias"), *n2w = WL(g, l, "layer_output_norm.weight"),
+		       *n2b = WL(g, l, "layer_output_norm.bias");
+		for (int p = 0; p < P; p++) {
+			mv(wq, bq, x + (size_t)p * E, E, E, q + (size_t)p * E);
+			mv(wk, bk, x + (size_t)p * E, E, E, k + (size_t)p * E);
+			mv(wv, bv, x + (size_t)p * E, E, E, v + (size_t)p * E);
+		}
+		// every position attends to the whole sequence (causal: to those up to it)
+		for (int p = 0; p < P; p++)
+			for (int h = 0; h < H; h++) {
+				const int n = o->causal ? p + 1 : P;
+				double mx = -INFINITY, sum = 0;
+				for (int j = 0; j < n; j++) {
+					double d = 0;
+					for (int c = 0; c < D; c++) d += q[(size_t)p * E + h * D + c] * k[(size_t)j * E + h * D + c];
+					sc[j] = d / sqrt((double)D);
+					mx = fmax(mx, sc[j]);
+				}
+				for (int j = 0; j < n; j++) sum += sc[j] = exp(sc[j] - mx);
+				for (int c = 0; c < D; c++) {
+					double s = 0;
+					for (int j = 0; j < n; j++) s += sc[j] / sum * v[(size_t)j * E + h * D + c];
+					a[(size_t)p * E + h * D + c] = s;
+				}
+			}
+		for (int p = 0; p < P; p++) {
+			double *xp = x + (size_t)p * E, *tp = t + (size_t)p * E;
+			mv(wo, bo, a + (size_t)p * E, E, E, tp);
+			for (int e = 0; e < E; e++) tp[e] += xp[e];
+			layer_norm64(tp, n1w, n1b, E, eps, xp);
+			mv(wu, bu, xp, E, F, u);
+			for (int i = 0; i < F; i++) u[i] = 0.5 * u[i] * (1 + erf(u[i] / sqrt(2.0)));
+			mv(wd, bd, u, F, E, tp);
+			for (int e = 0; e < E; e++) tp[e] += xp[e];
+			layer_norm64(tp, n2w, n2b, E, eps, xp);
+		}
+		free(wq), free(bq), free(wk), free(bk), free(wv), free(bv), free(wo), free(bo), free(n1w), free(n1b);
+		free(wu), free(bu), free(wd), free(bd), free(n2w), free(n2b);
+	}
+	double *cw = W(g, "cls.weight"), *cb = W(g, "cls.bias"), *ow = W(g, "cls.output.weight"), *ob = W(g, "cls.output.bias");
+	if (cw) {
+		mv(cw, cb, x, E, E, pooled);
+		for (int e = 0; e < E; e++) pooled[e] = tanh(pooled[e]);
+	} else {
+		memcpy(pooled, x, (size_t)E * sizeof *pooled);
+	}
+	if (score) mv(ow, ob, pooled, E, 1, score);
+	free(cw), free(cb), free(ow), free(ob);
+	free(tok), free(pos), free(typ), free(nw), free(nb);
+	free(x), free(t), free(q), free(k), free(v), free(a), free(u), free(sc);
+}

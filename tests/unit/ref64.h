@@ -1,4 +1,5 @@
-// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks, Phi 3's, gpt-oss's and Qwen3-Next's, written
+// tests: a plain float64 forward pass of the llama family (dense, MoE, shared expert), Gemma 2's and 3's blocks, Phi 3's, gpt-oss's and Qwen3-Next's,
+// and of a BERT encoder with its classifier, written
 // from a file's weights, dequantized — the oracle the model and expert tests compare against.
 #ifndef LANES_REF64_H
 #define LANES_REF64_H
@@ -77,5 +78,16 @@ void ref64_forward_hidden(const gguf *g, const ref64_shape *s, const int32_t *id
 // The MTP head (MTP layer 0, block s->L of the file) over P positions from 0: row p reads token
 // tok[p] and hidden state hin[p]; logits [P][V] and the states its head read, hout [P][E] (NULL: none).
 void ref64_mtp(const gguf *g, const ref64_shape *s, const int32_t *tok, const double *hin, int P, double *logits, double *hout);
+
+// BERT (an encoder) over ids[0..P) as one whole sequence, shape and epsilon read from g: rows
+// after the first separator (tokenizer.ggml.seperator_token_id) take token type 1 where the file
+// has two types. pooled [E]: the classifier's input at position 0, tanh(cls.weight x0 +
+// cls.bias) (x0 itself without cls.weight); *score: cls.output's row on it plus its bias
+// (NULL: none). The switches leave a part out (a check that it matters).
+typedef struct {
+	bool causal;   // each position sees only those before it
+	bool no_types; // every row takes token type 0
+} ref64_bert_opts;
+void ref64_bert(const gguf *g, const int32_t *ids, int P, const ref64_bert_opts *o, double *pooled, double *score);
 
 #endif

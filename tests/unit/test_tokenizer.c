@@ -369,6 +369,7 @@ static void test_validation(void) {
 		{"add_bos not a bool", LANES_EFORMAT, NULL},
 		{"chat_template not a string", LANES_EFORMAT, NULL},
 		{"byte token misnamed", LANES_EFORMAT, NULL},
+		{"WordPiece without [UNK]", LANES_EFORMAT, NULL},
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 		gguf_writer *w = synth_writer();
@@ -382,7 +383,7 @@ static void test_validation(void) {
 		case 4: t300[0] = 9; gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, t300, SY_N); break;
 		case 5: gguf_writer_remove(w, "tokenizer.ggml.merges"); break;
 		case 6: gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const[]){"Hello"}, 1); break;
-		case 7: gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); break;
+		case 7: gguf_writer_set_str(w, "tokenizer.ggml.model", "rwkv"); break;
 		case 8: gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre"); break;
 		case 9: gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const[]){"a", "b", "a"}, 3);
 			gguf_writer_remove(w, "tokenizer.ggml.token_type");
@@ -395,6 +396,7 @@ static void test_validation(void) {
 		case 14: gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 1); break;
 		case 15: gguf_writer_set_u32(w, "tokenizer.chat_template", 1); break;
 		case 16: t300[65] = TOK_TYPE_BYTE; gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, t300, SY_N); break;
+		case 17: gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); break;
 		}
 		err[0] = 0;
 		int rc = synth_load(w, &v, err, sizeof err);
@@ -935,6 +937,96 @@ static void test_random(void) {
 	}
 }
 
+// The charsmap's double array for keys with distinct first bytes, each to its value (an offset
+// into the replacement strings), laid out by hand: the root's base is 512, so a key's first
+// node lies at 512 ^ its first byte; the other nodes and the values take fresh indices below 512.
+static void xcda_put(uint32_t *a, const char *key, uint32_t value, uint32_t *fresh) {
+	const uint8_t *k = (const uint8_t *)key;
+	const size_t m = strlen(key);
+	uint32_t at = 512 ^ k[0];
+	for (size_t i = 0; i < m; i++) {
+		const uint32_t next = (*fresh)++;
+		const uint32_t base = i + 1 < m ? at ^ next ^ k[i + 1] : at ^ next;
+		a[at] = base << 10 | (i + 1 == m ? 1u << 8 : 0) | k[i];
+		if (i + 1 == m) a[next] = value;
+		at = next;
+	}
+}
+
+// Unigram (tokenizer.ggml.model "t5"): the best sum of scores wins, a code point no piece
+// covers is an [UNK] (neighbours merged) costing the lowest score less 10, the charsmap
+// replaces the longest prefix it holds, spaces are U+2581 (merged when the file says so).
+// The expected pieces are worked out by hand from the scores below.
+static void test_unigram(void) {
+	static const char *const toks[] = {"<s>", "<pad>", "</s>", "<unk>", "\xE2\x96\x81", "\xE2\x96\x81" "a", "b", "\xE2\x96\x81" "ab",
+					   "c", "\xE2\x96\x81" "abc", "\xE2\x96\x81" "c", "a"};
+	static const float scores[] = {0, 0, 0, 0, -2, -1, -3, -2.5f, -4, -9, -3.5f, -2};
+	static const int32_t types[] = {3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1};
+	enum { NT = sizeof toks / sizeof toks[0] };
+	// "Ａ" (U+FF21) -> "a", no-break space -> " "
+	uint32_t a[1024] = {0}, fresh = 16;
+	a[0] = 512u << 10;
+	xcda_put(a, "\xEF\xBC\xA1", 0, &fresh);
+	xcda_put(a, "\xC2\xA0", 2, &fresh);
+	uint8_t cm[4 + sizeof a + 4];
+	const uint32_t blob = sizeof a;
+	for (int i = 0; i < 4; i++) cm[i] = (uint8_t)(blob >> (8 * i));
+	for (size_t i = 0; i < 1024; i++)
+		for (int b = 0; b < 4; b++) cm[4 + 4 * i + b] = (uint8_t)(a[i] >> (8 * b));
+	memcpy(cm + 4 + sizeof a, "a\0 \0", 4);
+	static const struct {
+		bool merge;
+		const char *text, *pieces; // "_" for U+2581
+	} cases[] = {
+		{false, "abc", "_ab c"},                     // -6.5 beats _abc (-9) and _a b c (-8)
+		{false, "ab  c", "_ab _ _c"},                // each space its own U+2581
+		{true, "  ab  c ", "_ab _c"},                // merged, the ends' dropped
+		{false, "a\xE2\x82\xAC\xE2\x82\xAC" "b", "_a <unk> b"}, // two uncovered code points, one [UNK]
+		{false, "\xEF\xBC\xA1" "b", "_ab"},         // the charsmap's replacement
+		{false, "a\xC2\xA0" "c", "_a _c"},          // a replacement that is a space
+		{false, "", ""},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		gguf_writer *w = gguf_writer_new();
+		gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
+		gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NT);
+		gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, NT);
+		gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, NT);
+		gguf_writer_set_arr(w, "tokenizer.ggml.precompiled_charsmap", GGUF_U8, cm, sizeof cm);
+		gguf_writer_set_bool(w, "tokenizer.ggml.remove_extra_whitespaces", cases[k].merge);
+		gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
+		gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+		gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+		tok_vocab *v;
+		char err[256];
+		CHECKF(synth_load(w, &v, err, sizeof err) == 0, "%s", err);
+		if (!v) continue;
+		int32_t *ids = NULL;
+		size_t n = 0;
+		CHECKF(tok_encode(v, cases[k].text, strlen(cases[k].text), false, false, &ids, &n, err, sizeof err) == 0, "%s", err);
+		char got[256];
+		t_pieces(v, ids, n, got, sizeof got);
+		CHECKF(!strcmp(got, cases[k].pieces), "case %zu: got \"%s\", want \"%s\"", k, got, cases[k].pieces);
+		free(ids);
+		// the specials T5's way: no BOS, an EOS
+		if (k == 0) {
+			CHECK(tok_encode(v, "abc", 3, true, false, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[2] == 2);
+			free(ids);
+		}
+		tok_vocab_free(v);
+	}
+	// a charsmap whose double array runs past its bytes is refused
+	gguf_writer *w = gguf_writer_new();
+	gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
+	gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NT);
+	gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+	const uint8_t bad[8] = {0xff, 0, 0, 0, 1, 2, 3, 4};
+	gguf_writer_set_arr(w, "tokenizer.ggml.precompiled_charsmap", GGUF_U8, bad, sizeof bad);
+	tok_vocab *v;
+	char err[256];
+	CHECK(synth_load(w, &v, err, sizeof err) == LANES_EFORMAT && strstr(err, "charsmap"));
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2; // LANES_LOG and the other knobs, as the CLI reads them
 	test_random();
@@ -946,5 +1038,6 @@ int main(void) {
 	test_stream();
 	test_models();
 	test_threads();
+	test_unigram();
 	T_DONE("tokenizer");
 }

@@ -1,9 +1,12 @@
 // server/api/rerank: POST /v1/rerank and /rerank (the Jina and Cohere shape llama-server and
-// vLLM take) and /v1/score (vLLM's) over a decoder reranker. Each (query, document) pair is
-// one prompt-only lane request in Qwen3-Reranker's published prompt format; its last hidden
-// state is scored in double by the file's classifier row (cls.output) or by its output head's
-// "yes" row less its "no" row, through a sigmoid. A pair's score is the same alone or among
-// many, as any embedding is; the pairs' shared head comes from the prefix cache.
+// vLLM take) and /v1/score (vLLM's) over a reranker of either kind. Each (query, document) pair
+// is one prompt-only lane request. A decoder reranker reads it in Qwen3-Reranker's published
+// prompt format, and its last hidden state is scored; a cross-encoder (a BERT-family encoder
+// with a classifier) reads [CLS] query [SEP] document [SEP] whole in one round, and its first
+// row's classifier input is scored. The score is the file's classifier row (cls.output) or the
+// output head's "yes" row less its "no" row, in double, through a sigmoid. A pair's score is
+// the same alone or among many, as any embedding is; a decoder's pairs share their head
+// through the prefix cache.
 #include "server/gen/gen.h"
 #include "server/routes.h"
 
@@ -64,6 +67,10 @@ void srv_rank_load(srv_model *M) {
 	const int32_t E = hp->n_embd;
 	const gguf_tensor *cls = gguf_find_tensor(g, "cls.output.weight");
 	M->rank_w = NULL;
+	if (!cls && hp->encoder) {
+		M->rank_why = "this encoder has no classifier (cls.output): it embeds texts, it does not rerank them";
+		return;
+	}
 	if (!cls && hp->pooling != 4 && !named_reranker(g)) {
 		M->rank_why = "this model is not a reranker (its file has no classifier cls.output, no rank pooling and no reranker name)";
 		return;
@@ -81,7 +88,7 @@ void srv_rank_load(srv_model *M) {
 			return;
 		}
 		if (bias && bias->type == GGUF_T_F32 && bias->ne[0] >= 1) M->rank_b = ((const float *)bias->data)[0];
-		snprintf(M->rank_how, sizeof M->rank_how, "its classifier (cls.output)");
+		snprintf(M->rank_how, sizeof M->rank_how, "%s", hp->encoder ? "its classifier (cls.output) as a cross-encoder" : "its classifier (cls.output)");
 	} else {
 		const int32_t yes = single_token(M->vocab, "yes"), no = single_token(M->vocab, "no");
 		const gguf_tensor *out = gguf_find_tensor(g, "output.weight");
@@ -154,19 +161,55 @@ static int append(srv_model *M, const char *text, bool first, bool special, int3
 	return 0;
 }
 
+// A cross-encoder's pair, the texts never read as control tokens: BERT's [CLS] query [SEP]
+// document [SEP], or RoBERTa's <s> query </s></s> document </s> (its EOS, then its separator).
+static int cross_ids(srv_model *M, const rank_req *r, const char *doc, int32_t **ids, int32_t *n, srv_err *e) {
+	const tok_vocab *v = M->vocab;
+	const bool bert = tok_model(v) == TOK_MODEL_WPM;
+	const int32_t open = tok_bos(v), sep = tok_sep(v), close = bert ? sep : tok_eos(v);
+	if (open < 0 || sep < 0 || close < 0)
+		return srv_fail(e, SRV_E_BAD_REQUEST, "model", "this cross-encoder's vocabulary has no %s to frame a pair",
+				bert ? "[CLS] and [SEP]" : "BOS, EOS and separator tokens");
+	const int32_t mid[2] = {close, sep}, n_mid = bert ? 1 : 2;
+	*ids = malloc(sizeof **ids);
+	if (!*ids) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	(*ids)[0] = open;
+	*n = 1;
+	int32_t *tail = NULL, nt = 0;
+	int rc = append(M, r->query, false, false, ids, n, e);
+	if (!rc) rc = append(M, doc, false, false, &tail, &nt, e);
+	int32_t *m = rc ? NULL : realloc(*ids, ((size_t)*n + (size_t)nt + 3) * sizeof *m);
+	if (!rc && !m) rc = srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+	if (!rc) {
+		memcpy(m + *n, mid + 2 - n_mid, (size_t)n_mid * sizeof *mid);
+		*n += n_mid;
+		if (nt) memcpy(m + *n, tail, (size_t)nt * sizeof *tail);
+		*n += nt;
+		m[(*n)++] = close;
+		*ids = m;
+	}
+	free(tail);
+	return rc;
+}
+
 // The pair's prompt: the format's own parts with their control tokens, the client's texts
 // never read as control tokens.
 static int pair_ids(srv_model *M, const rank_req *r, const char *doc, const char *p, int32_t **ids, int32_t *n, srv_err *e) {
-	const char *instr = r->instruction ? r->instruction : RANK_INSTRUCTION;
-	const size_t len = strlen(instr) + strlen(r->query) + strlen(doc) + 64;
-	char *user = malloc(len);
-	if (!user) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
-	snprintf(user, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", instr, r->query, doc);
 	*ids = NULL;
 	*n = 0;
-	int rc = append(M, RANK_PREFIX, true, true, ids, n, e) || append(M, user, false, false, ids, n, e) ||
-		 append(M, RANK_SUFFIX, false, true, ids, n, e);
-	free(user);
+	int rc;
+	if (model_hparams_of(M->m)->encoder) {
+		rc = cross_ids(M, r, doc, ids, n, e);
+	} else {
+		const char *instr = r->instruction ? r->instruction : RANK_INSTRUCTION;
+		const size_t len = strlen(instr) + strlen(r->query) + strlen(doc) + 64;
+		char *user = malloc(len);
+		if (!user) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
+		snprintf(user, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", instr, r->query, doc);
+		rc = append(M, RANK_PREFIX, true, true, ids, n, e) || append(M, user, false, false, ids, n, e) ||
+		     append(M, RANK_SUFFIX, false, true, ids, n, e);
+		free(user);
+	}
 	if (!rc && *n > M->max_ctx)
 		rc = srv_fail(e, SRV_E_BAD_REQUEST, p, "%s makes a prompt of %d tokens: more than the %d a request may use", p, *n,
 			      M->max_ctx);
@@ -307,6 +350,9 @@ static void rank_run(srv_conn *c, enum rank_shape shape) {
 			r->query = json_string_value(q);
 	}
 	if (!rc && shape == RANK_RERANK && !r->query) rc = srv_fail(&e, SRV_E_BAD_REQUEST, "query", "query is required: a string");
+	const bool cross = model_hparams_of(M->m)->encoder;
+	if (!rc && cross && r->instruction)
+		rc = srv_fail(&e, SRV_E_BAD_REQUEST, "instruction", "instruction is for a decoder reranker's prompt: a cross-encoder reads the query and document alone");
 	if (!rc) rc = read_docs(M, r, shape == RANK_RERANK ? r->documents : r->text_2, shape == RANK_RERANK ? "documents" : "text_2", &e);
 	if (rc) {
 		json_decref(j);
@@ -316,8 +362,9 @@ static void rank_run(srv_conn *c, enum rank_shape shape) {
 		srv_reply_error(c, &e);
 		return;
 	}
-	// the last position's hidden state, as the output head reads it, not normalized
-	r->g.lr.embed = LANE_EMBED_LAST;
+	// a decoder's last position's hidden state, as the output head reads it (a cross-encoder's
+	// first, its classifier's input), not normalized
+	r->g.lr.embed = cross ? LANE_EMBED_CLS : LANE_EMBED_LAST;
 	r->g.lr.normalize = false;
 	if (r->top_n) r->top_n = json_integer(json_integer_value(r->top_n)); // a copy: the body goes
 	json_t *top = r->top_n;
