@@ -130,7 +130,7 @@ static int32_t add_prompt_pieces(lane_host *h, int32_t n, double decode, double 
 		const double w = row_weight(h, r);
 		const double fit = floor(budget / w);
 		int32_t take = imin(r->n_prompt - r->n_filled, fit < 1 ? 1 : fit > LANE_PROMPT_ROWS ? LANE_PROMPT_ROWS : (int32_t)fit);
-		if (h->cfg.piece > 0) take = imin(take, h->cfg.piece);
+		if (h->cfg.piece > 0 && !h->hp.encoder) take = imin(take, h->cfg.piece); // an encoder's sequence is never cut
 		const int32_t room = h->cap_logits - n_logits;
 		if (r->plp) take = imin(take, room);
 		else if (r->n_filled + take == r->n_prompt && room < 1) take = r->n_prompt - 1 - r->n_filled; // its last row waits

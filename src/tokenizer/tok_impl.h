@@ -100,6 +100,8 @@ struct tok_vocab {
 	size_t n_xcda;
 	char *ugm_repl;          // (n_repl + 1) its replacement strings, NUL-terminated, one NUL added after them
 	size_t n_repl;
+	int32_t *ugm_sorted;     // (n_ugm) the ids a text may be cut into, by their bytes: a prefix before its extensions
+	int32_t n_ugm;
 };
 
 // ---- a growable list of ids -------------------------------------------------------------

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #define UGM_UNK_PENALTY 10.0
+#define UGM_PIECE_MAX 256 // bytes of a piece: SentencePiece's are 16 code points at most
+
+#define UGM_PIECE (TOK_A_NORMAL | TOK_A_USER | TOK_A_UNUSED)
 
 // A node's fields in the charsmap's double array (base, the label that leads to it, whether it
 // ends a key, the value a key's last node points at).
@@ -19,10 +22,32 @@ static uint32_t xcda_lcheck(uint32_t node) { return node & ((1u << 31) | 0xffu);
 static bool xcda_leaf(uint32_t node) { return (node >> 8) & 1; }
 static uint32_t xcda_value(uint32_t node) { return node & ((1u << 31) - 1); }
 
+// Token order by bytes (a prefix first), then id.
+static int by_bytes(const void *a, const void *b, void *arg) {
+	const tok_vocab *v = arg;
+	const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	size_t nx, ny;
+	const char *sx = tok_text(v, x, &nx), *sy = tok_text(v, y, &ny);
+	const int c = memcmp(sx, sy, nx < ny ? nx : ny);
+	return c ? c : nx != ny ? (nx < ny ? -1 : 1) : (x > y) - (x < y);
+}
+
 int tok_ugm_init(tok_vocab *v, const gguf *g, char *err, size_t errlen) {
 	double lo = DBL_MAX;
-	for (int32_t i = 0; i < v->n_tokens; i++)
+	v->ugm_sorted = malloc(((size_t)v->n_tokens + 1) * sizeof *v->ugm_sorted);
+	if (!v->ugm_sorted) return base_seterr(err, errlen, LANES_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < v->n_tokens; i++) {
 		if (v->attr[i] & TOK_A_NORMAL && v->scores[i] < lo) lo = v->scores[i];
+		size_t len;
+		tok_text(v, i, &len);
+		if (!(v->attr[i] & UGM_PIECE) || !len) continue;
+		// the cut's search walks a piece's bytes at every position of the text: a bound keeps it linear
+		if (len > UGM_PIECE_MAX)
+			return base_seterr(err, errlen, LANES_EFORMAT, "token %d is %zu bytes: a Unigram piece is %d at most", i, len,
+					   UGM_PIECE_MAX);
+		v->ugm_sorted[v->n_ugm++] = i;
+	}
+	qsort_r(v->ugm_sorted, (size_t)v->n_ugm, sizeof *v->ugm_sorted, by_bytes, v);
 	v->ugm_unk_score = (lo == DBL_MAX ? 0 : lo) - UGM_UNK_PENALTY;
 	const gguf_value *cm = gguf_get(g, "tokenizer.ggml.precompiled_charsmap");
 	if (!cm) return 0;
@@ -110,6 +135,19 @@ typedef struct {
 	double score;
 } ugm_best;
 
+// The first of the sorted ids [lo, hi) (each longer than k bytes) whose byte k is at least c
+// (above: past c).
+static int32_t bound(const tok_vocab *v, int32_t lo, int32_t hi, size_t k, uint8_t c, bool above) {
+	while (lo < hi) {
+		const int32_t m = lo + (hi - lo) / 2;
+		size_t len;
+		const uint8_t b = (uint8_t)tok_text(v, v->ugm_sorted[m], &len)[k];
+		if (b < c || (above && b == c)) lo = m + 1;
+		else hi = m;
+	}
+	return lo;
+}
+
 int tok_ugm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *out) {
 	const size_t n = normalize(v, text, len, NULL);
 	if (!n) return 0;
@@ -127,10 +165,16 @@ int tok_ugm_encode(const tok_vocab *v, const char *text, size_t len, tok_ids *ou
 		size_t cp = tok_utf8_len((uint8_t)ns[at]);
 		if (cp > n - at) cp = n - at;
 		bool whole = false;
-		const size_t most = n - at < v->tokens.max_len ? n - at : v->tokens.max_len;
-		for (size_t l = 1; l <= most; l++) {
-			const int64_t id = tok_strtab_find(&v->tokens, ns + at, l);
-			if (id < 0 || !(v->attr[id] & (TOK_A_NORMAL | TOK_A_USER | TOK_A_UNUSED))) continue;
+		// the pieces the text at at starts with: the sorted ids narrowed a byte at a time
+		int32_t lo = 0, hi = v->n_ugm;
+		for (size_t l = 1; at + l <= n && lo < hi; l++) {
+			size_t tl;
+			while (lo < hi && (tok_text(v, v->ugm_sorted[lo], &tl), tl < l)) lo++;
+			const uint8_t c = (uint8_t)ns[at + l - 1];
+			lo = bound(v, lo, hi, l - 1, c, false);
+			hi = bound(v, lo, hi, l - 1, c, true);
+			if (lo == hi || (tok_text(v, v->ugm_sorted[lo], &tl), tl != l)) continue;
+			const int32_t id = v->ugm_sorted[lo];
 			whole |= l == cp;
 			const double s = best[at].score + (v->attr[id] & TOK_A_USER ? 0.0 : (double)v->scores[id]);
 			if (s > best[at + l].score) best[at + l] = (ugm_best){(int32_t)id, at, s};

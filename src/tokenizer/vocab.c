@@ -624,6 +624,7 @@ void tok_vocab_free(tok_vocab *v) {
 	free(v->pre_name);
 	free(v->xcda);
 	free(v->ugm_repl);
+	free(v->ugm_sorted);
 	for (size_t i = 0; i < v->n_re; i++) pcre2_code_free(v->re[i]);
 	free(v->re);
 	free(v);

@@ -1,8 +1,8 @@
 // Cross-encoder rerank: /v1/rerank (Jina's and Cohere's shape), /rerank and /v1/score (vLLM's)
 // on a generated BERT cross-encoder (`lanes gen --shape bert-rerank-test`, its own WordPiece
-// vocabulary, the classifier head). The server cuts prompts into pieces of 3 tokens, so a
-// score at all shows an encoder's sequence runs whole in one round; a document scores the same
-// bits alone and among 64; the usage counts [CLS] query [SEP] document [SEP]; generation, bad
+// vocabulary, the classifier head). The server cuts prompts into pieces of 3 tokens, which an
+// encoder's sequence ignores: it runs whole in one round, several to a round; a document scores
+// the same bits alone and among 64; the usage counts [CLS] query [SEP] document [SEP]; generation, bad
 // requests and an encoder without a classifier get 400s that say why. The same file with
 // XLM-RoBERTa's vocabulary kind (Unigram, one token type: bge-reranker's layout) frames a pair
 // as <s> query </s></s> document </s>.
@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { startServer, BIN, TMP, KEY, postJSON } from './lib.mjs';
+import { startServer, BIN, TMP, KEY, postJSON, metric } from './lib.mjs';
 
 const model = path.join(TMP, 'bert-rerank-test-F32.gguf');
 const bare = path.join(TMP, 'bert-no-classifier-F32.gguf');
@@ -62,8 +62,12 @@ test('the Jina/Cohere shape: sorted results with index, relevance_score and the 
 
 test('a document scores the same bits alone and among 64, and /v1/score agrees', async () => {
 	const many = Array.from({ length: 64 }, (_, i) => `Document ${i}: ${['cats', 'dogs', 'birds', 'fish'][i % 4]} are ${i % 3 ? 'small' : 'loud'} animals${' and play'.repeat(i % 9)}.`);
+	const rounds = async () => metric(srv.url, 'lanes_round_seconds_count');
+	const r0 = await rounds();
 	const all = await postJSON(`${srv.url}/v1/rerank`, { query, documents: many });
 	assert.equal(all.status, 200, JSON.stringify(all.body));
+	const batched = (await rounds()) - r0;
+	assert.ok(batched < 32, `64 documents in ${batched} rounds: several sequences share a round`);
 	const byIndex = new Map(all.body.results.map((x) => [x.index, x.relevance_score]));
 	for (const i of [0, 17, 42, 63]) {
 		const one = await postJSON(`${srv.url}/v1/rerank`, { query, documents: [many[i]] });

@@ -1013,7 +1013,53 @@ static void test_unigram(void) {
 			CHECK(tok_encode(v, "abc", 3, true, false, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[2] == 2);
 			free(ids);
 		}
+		// random texts of a, b and c: the cut is the best sum of scores a plain search over every
+		// piece at every byte finds (the pieces of this vocabulary cover any such text)
+		for (int r = 0; k == 0 && r < 200; r++) {
+			char text[40], ns[48];
+			const int m = 1 + r % 37;
+			for (int i = 0; i < m; i++) text[i] = "abc"[(r * 7 + i * i * 3 + i) % 3];
+			memcpy(ns, "\xE2\x96\x81", 3);
+			memcpy(ns + 3, text, (size_t)m);
+			const int nn = m + 3;
+			double best[48];
+			int from[48], tok[48];
+			for (int i = 0; i <= nn; i++) best[i] = -1e300;
+			best[0] = 0;
+			for (int at = 0; at < nn; at++)
+				for (int t = 4; t < NT && best[at] > -1e300; t++) {
+					const int l = (int)strlen(toks[t]);
+					if (at + l > nn || memcmp(ns + at, toks[t], (size_t)l)) continue;
+					if (best[at] + scores[t] > best[at + l]) best[at + l] = best[at] + scores[t], from[at + l] = at, tok[at + l] = t;
+				}
+			int32_t want[48];
+			int nw = 0;
+			for (int at = nn; at > 0; at = from[at]) want[nw++] = tok[at];
+			CHECK(tok_encode(v, text, (size_t)m, false, false, &ids, &n, err, sizeof err) == 0);
+			bool same = (int)n == nw;
+			for (int i = 0; same && i < nw; i++) same = ids[i] == want[nw - 1 - i];
+			CHECKF(same, "random text %d (%.*s): the cut differs from the plain search's", r, m, text);
+			free(ids);
+		}
 		tok_vocab_free(v);
+	}
+	// a piece longer than any SentencePiece writes is refused: the search walks it at every byte
+	{
+		char longest[300];
+		memset(longest, 'b', sizeof longest - 1);
+		longest[sizeof longest - 1] = 0;
+		const char *lt[NT];
+		memcpy(lt, toks, sizeof lt);
+		lt[6] = longest;
+		gguf_writer *w = gguf_writer_new();
+		gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
+		gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", lt, NT);
+		gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, NT);
+		gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, NT);
+		gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+		tok_vocab *v;
+		char err[256];
+		CHECKF(synth_load(w, &v, err, sizeof err) == LANES_EFORMAT && strstr(err, "token 6 is 299 bytes"), "%s", err);
 	}
 	// a charsmap whose double array runs past its bytes is refused
 	gguf_writer *w = gguf_writer_new();

@@ -115,6 +115,7 @@ typedef struct {
 	json_t *top_n;
 	bool return_documents;
 	json_t *docs;              // the documents' texts (owned), in order
+	int32_t *qids, n_q;        // a cross-encoder's query, tokenized once for every pair
 } rank_req;
 
 static const srv_field rerank_fields[] = {
@@ -176,11 +177,12 @@ static int cross_ids(srv_model *M, const rank_req *r, const char *doc, int32_t *
 	(*ids)[0] = open;
 	*n = 1;
 	int32_t *tail = NULL, nt = 0;
-	int rc = append(M, r->query, false, false, ids, n, e);
-	if (!rc) rc = append(M, doc, false, false, &tail, &nt, e);
-	int32_t *m = rc ? NULL : realloc(*ids, ((size_t)*n + (size_t)nt + 3) * sizeof *m);
+	int rc = append(M, doc, false, false, &tail, &nt, e);
+	int32_t *m = rc ? NULL : realloc(*ids, ((size_t)*n + (size_t)r->n_q + (size_t)nt + 3) * sizeof *m);
 	if (!rc && !m) rc = srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	if (!rc) {
+		if (r->n_q) memcpy(m + *n, r->qids, (size_t)r->n_q * sizeof *m);
+		*n += r->n_q;
 		memcpy(m + *n, mid + 2 - n_mid, (size_t)n_mid * sizeof *mid);
 		*n += n_mid;
 		if (nt) memcpy(m + *n, tail, (size_t)nt * sizeof *tail);
@@ -242,7 +244,9 @@ static int read_docs(srv_model *M, rank_req *r, json_t *in, const char *name, sr
 	g->n_prompts = calloc(n, sizeof *g->n_prompts);
 	if (!g->prompts || !g->n_prompts) return srv_fail(e, SRV_E_INTERNAL, NULL, "out of memory");
 	g->n = (int)n;
-	// the query's part once, so an oversized query is refused before it is tokenized per document
+	// the query's part once, so an oversized query is refused before it is tokenized per document;
+	// a cross-encoder's query tokens serve every pair (its tokenizers fold any length into few)
+	if (model_hparams_of(M->m)->encoder && append(M, r->query ? r->query : "", false, false, &r->qids, &r->n_q, e)) return -1;
 	int32_t *head = NULL, n_head = 0;
 	const int rc = pair_ids(M, r, "", r->shape == RANK_RERANK ? "query" : "text_1", &head, &n_head, e);
 	free(head);
@@ -318,6 +322,7 @@ static json_t *rank_reply(srv_call *c) {
 
 static void rank_free(void *st) {
 	rank_req *r = st;
+	free(r->qids);
 	json_decref(r->docs);
 	json_decref(r->top_n);
 	free(r);
@@ -358,6 +363,7 @@ static void rank_run(srv_conn *c, enum rank_shape shape) {
 		json_decref(j);
 		srv_gen_free(&r->g);
 		json_decref(r->docs);
+		free(r->qids);
 		free(r);
 		srv_reply_error(c, &e);
 		return;
