@@ -321,11 +321,11 @@ int kv_seq_rewind(kv_cache *kv, int32_t seq) {
 	return LANES_OK;
 }
 
-void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos) {
+void kv_seq_capture(kv_cache *kv, int32_t seq, int slot, int32_t pos) {
 	kv_seq *s = seq_at(kv, seq);
 	if (!s || !kv->state) return;
 	LANES_ASSERT(pos == 0 || (pos > s->len && pos % kv->cfg.page_tokens == 0));
-	s->capture[0] = pos;
+	if (slot >= 0 && slot < KV_CAPTURES) s->capture[slot] = pos;
 }
 
 int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq, int slot) {

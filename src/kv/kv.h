@@ -110,8 +110,8 @@ void kv_seq_clear(kv_cache *kv, int32_t seq); // truncate to 0. Not thread-safe.
 // state for the tokens kept, so the sequence's state is invalid until it is cleared.
 // The prefix cache keeps checkpoints of it: the state after a whole number of pages, keyed by
 // the hash chain of those pages' tokens (state_ckpts of them, least recently used dropped
-// first). A pass keeps a copy of a sequence's state at the positions asked for (capture slots:
-// 0 kv_seq_capture's, 1 the fork kv_prefix_attach asks for); kv_prefix_publish offers those
+// first). A pass keeps a copy of a sequence's state at the positions asked for (capture slots;
+// a prompt's: 0 its last page, 1 the fork kv_prefix_attach asks for); kv_prefix_publish offers those
 // copies with the pages before them; kv_prefix_attach attaches pages only up to the last
 // checkpoint it finds among them and restores the state there.
 // Seq's state (state_floats floats), or NULL without one or for a bad seq. Thread-safe: a read.
@@ -126,9 +126,9 @@ uint64_t kv_state_bytes(const kv_cache *kv);
 uint64_t kv_state_bytes_per_seq(int64_t state_floats);
 #define KV_CAPTURES 2
 // Asks the passes that take seq past position pos - 1 to keep a copy of its state as it is
-// after that position (pos a whole number of pages past its length; 0: none), in slot 0.
-// Not thread-safe.
-void kv_seq_capture(kv_cache *kv, int32_t seq, int32_t pos);
+// after that position (pos a whole number of pages past its length; 0: none), in the capture
+// slot given. Not thread-safe.
+void kv_seq_capture(kv_cache *kv, int32_t seq, int slot, int32_t pos);
 // The position seq's capture slot is for (0: none), and where the pass writes it (NULL without
 // a state). Thread-safe: reads; the pass writes the copy as it writes the state.
 int32_t kv_seq_capture_pos(const kv_cache *kv, int32_t seq, int slot);

@@ -94,7 +94,7 @@ void lane_start_admitted(lane_host *h) {
 			h->stats.prefix_query_tokens += (uint64_t)r->n_prompt;
 			// a recurrent state's checkpoint, where the next turn resumes: the prompt's last whole page before its last token
 			const int32_t pt = kv_config_of(h->kv)->page_tokens, at = (r->n_prompt - 1) / pt * pt;
-			kv_seq_capture(h->kv, i, at > r->n_filled ? at : 0);
+			kv_seq_capture(h->kv, i, 0, at > r->n_filled ? at : 0);
 		}
 	}
 }

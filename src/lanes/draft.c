@@ -215,8 +215,12 @@ void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int
 	if (r->lane < 0) return; // it ended inside the drafts
 	if (kv_seq_mark_pos(h->kv, r->lane)) {
 		// a recurrent state cannot be cut: back to the decode row's; the next round feeds the accepted drafts again
-		if (acc == nd) kv_seq_mark(h->kv, r->lane, 0);
-		else if (kv_seq_rewind(h->kv, r->lane)) kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
+		if (acc == nd) {
+			kv_seq_mark(h->kv, r->lane, 0);
+		} else if (kv_seq_rewind(h->kv, r->lane)) {
+			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "drafts: the recurrent state could not be rewound", NULL, 0);
+			return;
+		}
 	} else {
 		kv_seq_truncate(h->kv, r->lane, P + 1 + acc);
 	}

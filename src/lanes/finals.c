@@ -11,6 +11,9 @@ static void publish_reply(lane_host *h, lane_req *r) {
 	if (!h->cfg.prefix_cache || r->lane < 0 || r->embed != LANE_EMBED_OFF || r->n_filled < r->n_prompt) return;
 	const int32_t pt = kv_config_of(h->kv)->page_tokens, n = imin(kv_seq_len(h->kv, r->lane), r->n_prompt + r->n_gen - 1);
 	if (n / pt <= r->n_prompt / pt) return; // no whole page past the prompt's, published already
+	// the later of the captures within the pages is the reply's checkpoint; the earlier is dropped
+	const int32_t c0 = kv_seq_capture_pos(h->kv, r->lane, 0), c1 = kv_seq_capture_pos(h->kv, r->lane, 1);
+	if (c0 && c1 && c0 <= n && c1 <= n) kv_seq_capture(h->kv, r->lane, c0 < c1 ? 0 : 1, 0);
 	int32_t *t = malloc((size_t)n * sizeof *t);
 	if (!t) return;
 	for (int32_t i = 0; i < n; i++) t[i] = lane_ctx_at(r, i);

@@ -88,6 +88,8 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 		if (!r || r->n_filled < r->n_prompt) continue;
 		// drafts a recurrent state was rewound past (accepted ones) are fed again first
 		const int32_t pos = r->n_prompt + r->n_gen - 1, from = kv_seq_len(h->kv, i);
+		// a lane's rows stay within 1 + draft_max, as the pass's workspace counts them: replays leave fewer drafts
+		if (r->n_draft > h->cfg.draft_max - (pos - from)) r->n_draft = pos - from < h->cfg.draft_max ? h->cfg.draft_max - (pos - from) : 0;
 		if (ensure_rows(h, n + (pos - from) + 1 + r->n_draft) || lane_fault(h, r)) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
@@ -100,9 +102,15 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 		h->stats.draft_replayed += (uint64_t)(pos - from);
 		// the state after the decode row is kept: a rejected draft rewinds to it
 		if (r->n_draft) kv_seq_mark(h->kv, i, pos + 1);
-		// and a copy at the page boundary these rows cross: the reply's checkpoint (publish_reply)
-		const int32_t pt = kv_config_of(h->kv)->page_tokens, b = (from / pt + 1) * pt;
-		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF && b <= pos + r->n_draft + 1) kv_seq_capture(h->kv, i, b);
+		// and copies for the reply's checkpoint: at the last page boundary the replays and the
+		// decode row cross (confirmed by this pass), in the older capture's slot, then at the last
+		// the drafts cross, in the other; a rejection drops only the drafts' (kv_seq_rewind)
+		const int32_t pt = kv_config_of(h->kv)->page_tokens, conf = (pos + 1) / pt * pt, pend = (pos + r->n_draft + 1) / pt * pt;
+		if (h->cfg.prefix_cache && r->embed == LANE_EMBED_OFF) {
+			int slot = kv_seq_capture_pos(h->kv, i, 0) <= kv_seq_capture_pos(h->kv, i, 1) ? 0 : 1;
+			if (conf > from) kv_seq_capture(h->kv, i, slot, conf), slot ^= 1;
+			if (pend > conf && pend > from) kv_seq_capture(h->kv, i, slot, pend);
+		}
 		h->rows[n] = (model_row){r->last, pos, i, true, r->lora.n ? &r->lora : NULL};
 		h->row_hidden[n] = r->mtp;
 		h->row_lane[n++] = i;

@@ -82,7 +82,7 @@ static void checkpoints(fixture *f, enum kv_type t) {
 	const int32_t pt = 16;
 	for (int32_t b = pt; b < P; b += pt) {
 		kv_cache *kv = new_kv(f->m, t, 3, P);
-		kv_seq_capture(kv, 0, b);
+		kv_seq_capture(kv, 0, 0, b);
 		CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 7, out, f->V) == 0);
 		kv_prefix_publish(kv, 0, 0, f->ids, P);
 		CHECKF(kv_seq_capture_pos(kv, 0, 0) == 0, "the capture at %d was published", b);
@@ -101,11 +101,11 @@ static void checkpoints(fixture *f, enum kv_type t) {
 	kv_prefix_publish(kv, 0, 0, f->ids, P);
 	CHECKF(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 0, "pages without a checkpoint are not attached");
 	kv_seq_clear(kv, 0);
-	kv_seq_capture(kv, 0, 32);
+	kv_seq_capture(kv, 0, 0, 32);
 	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, 40, 40, out, f->V) == 0);
 	kv_prefix_publish(kv, 0, 0, f->ids, 40);
 	kv_seq_clear(kv, 0);
-	kv_seq_capture(kv, 0, 64);
+	kv_seq_capture(kv, 0, 0, 64);
 	CHECK(feed(f->m, kv, NULL, 0, f->ids, 0, P, 33, out, f->V) == 0);
 	kv_prefix_publish(kv, 0, 0, f->ids, P);
 	CHECK(kv_prefix_attach(kv, 1, 0, f->ids, P - 1) == 64);

@@ -973,6 +973,130 @@ static void test_shared_head(void) {
 	for (int i = 0; i < 3; i++) CHECKF(same(&r[i], &f[i]), "req %d: from the shared head = fresh", i);
 }
 
+// A proposer that knows each request's undrafted tokens (ORACLE_*): it proposes what follows
+// the context with the last draft wrong, so every round accepts all but one and, on a recurrent
+// model, feeds them again after the rewind.
+#define ORACLE_N 2
+static int32_t ORACLE_P[ORACLE_N][64], ORACLE_NP[ORACLE_N], ORACLE_G[ORACLE_N][MAXGEN + 1], ORACLE_NG[ORACLE_N];
+static int32_t oracle(void *arg, const int32_t *ctx, int32_t n, int32_t *out, int32_t k) {
+	(void)arg;
+	for (int i = 0; i < ORACLE_N; i++) {
+		if (n < ORACLE_NP[i] || memcmp(ctx, ORACLE_P[i], sizeof(int32_t) * (size_t)ORACLE_NP[i])) continue;
+		const int32_t g = n - ORACLE_NP[i];
+		if (g + k > ORACLE_NG[i]) k = ORACLE_NG[i] - g;
+		if (k < 2) return 0;
+		memcpy(out, ORACLE_G[i] + g, (size_t)k * sizeof *out);
+		out[k - 1] = (out[k - 1] + 1) % model_hparams_of(M)->n_vocab;
+		return k;
+	}
+	return 0;
+}
+
+static int32_t full_budget(void *arg, int32_t n_decode, double row_us, double fixed_us, double round_ms) {
+	(void)arg, (void)n_decode, (void)row_us, (void)fixed_us, (void)round_ms;
+	return 512; // the most prompt rows a round carries
+}
+
+// Drafts fed again after a rewind never take a lane past 1 + draft_max rows (the pass's
+// workspace counts that many): two lanes accepting 15 of 16 drafts a round beside a long
+// prompt filling at the full budget all finish, with the undrafted tokens.
+static void test_replay_rows(void) {
+	static req_spec s[ORACLE_N + 1];
+	static int32_t longp[2048];
+	make_specs(s, ORACLE_N, 7, model_hparams_of(M)->n_vocab);
+	for (int i = 0; i < ORACLE_N; i++) {
+		s[i].q.sampling.temperature = 0, s[i].q.ignore_eos = true, s[i].q.max_tokens = MAXGEN;
+		s[i].prompt[1] = 10 + i;
+		if (s[i].n_prompt < 4) s[i].n_prompt = s[i].q.n_prompt = 4;
+		memcpy(ORACLE_P[i], s[i].prompt, sizeof ORACLE_P[i]);
+		ORACLE_NP[i] = s[i].n_prompt;
+	}
+	static result plain[ORACLE_N], got[ORACLE_N + 1];
+	lane_host *h = host(3, 0, false, 2);
+	run_all(h, s, ORACLE_N, plain, true);
+	lane_host_free(h);
+	for (int i = 0; i < ORACLE_N; i++) ORACLE_NG[i] = plain[i].n, memcpy(ORACLE_G[i], plain[i].ids, sizeof ORACLE_G[i]);
+	s[ORACLE_N] = s[0];
+	longp[0] = 1;
+	for (int k = 1; k < 2030; k++) longp[k] = 3 + (k * 31) % (model_hparams_of(M)->n_vocab - 3);
+	s[ORACLE_N].q.prompt = longp, s[ORACLE_N].q.n_prompt = 2030, s[ORACLE_N].q.max_tokens = 8;
+	for (int i = 0; i < ORACLE_N; i++) s[i].q.draft = true;
+	for (int rep = 0; rep < 3; rep++) {
+		lane_config c;
+		lane_config_default(&c);
+		c.lanes = 3, c.threads = 2, c.ctx = 6144, c.draft_max = 16;
+		c.hooks.propose = oracle, c.hooks.budget = full_budget;
+		char err[256];
+		CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+		if (!h) return;
+		run_all(h, s, ORACLE_N + 1, got, true);
+		lane_snapshot sn;
+		lane_host_snapshot(h, &sn);
+		lane_host_free(h);
+		CHECKF(sn.draft_replayed > 0 && sn.failed == 0, "rep %d: %llu replayed, %llu failed", rep, (unsigned long long)sn.draft_replayed,
+		       (unsigned long long)sn.failed);
+		for (int i = 0; i < ORACLE_N; i++) CHECKF(same(&plain[i], &got[i]), "rep %d req %d: drafted = undrafted", rep, i);
+		CHECKF(got[ORACLE_N].end == LANE_EV_FINISHED, "rep %d: the long prompt ended %d (%s)", rep, got[ORACLE_N].end, got[ORACLE_N].reason);
+	}
+}
+
+// A reply's last whole page has its checkpoint however the reply ends — on a stop token at a
+// page boundary, inside drafts that crossed the next one — so the next turn (the prompt, the
+// reply, more) resumes there, drafted or not.
+static void test_reply_checkpoint(void) {
+	static req_spec s[2];
+	lane_config dc;
+	lane_config_default(&dc);
+	const int32_t pt = dc.page_tokens;
+	for (int32_t np = 8; np <= 20; np += 6)
+		for (int32_t stop_at = 12; stop_at < 40; stop_at += 4)
+			for (int draft = 0; draft < 2; draft++) {
+				make_specs(s, 2, 11, model_hparams_of(M)->n_vocab);
+				s[0].n_prompt = s[0].q.n_prompt = np;
+				s[0].q.sampling.temperature = 0, s[0].q.ignore_eos = true, s[0].q.max_tokens = 40;
+				s[0].q.logprobs = false, s[0].q.top_logprobs = 0, s[0].q.n_stop_strs = 0;
+				memcpy(ORACLE_P[0], s[0].prompt, sizeof ORACLE_P[0]);
+				ORACLE_NP[0] = np, ORACLE_NP[1] = 1 << 20;
+				lane_config c = dc;
+				c.lanes = 1, c.threads = 2, c.ctx = 2048, c.draft_max = 16, c.prefix_cache = true, c.hooks.propose = oracle;
+				char err[256];
+				lane_host *h;
+				static result a, b;
+				s[0].q.draft = false, s[0].q.n_stop_ids = 0;
+				CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+				run_all(h, s, 1, &a, false);
+				lane_host_free(h);
+				ORACLE_NG[0] = a.n;
+				memcpy(ORACLE_G[0], a.ids, sizeof ORACLE_G[0]);
+				// the first token at stop_at or later not drawn before it stops the reply there
+				int32_t at = stop_at, stop = -1;
+				for (; at < a.n && stop < 0; at++) {
+					bool seen = tok_is_eog(V, a.ids[at]);
+					for (int32_t k = 0; k < at && !seen; k++) seen = a.ids[k] == a.ids[at];
+					if (!seen) stop = a.ids[at];
+				}
+				if (stop < 0) continue;
+				s[0].q.draft = draft, s[0].q.stop_ids = &stop, s[0].q.n_stop_ids = 1;
+				CHECKF(lane_host_new(&h, M, V, &c, err, sizeof err) == 0, "%s", err);
+				run_all(h, s, 1, &a, false);
+				static int32_t p2[64];
+				memcpy(p2, s[0].prompt, (size_t)np * sizeof(int32_t));
+				memcpy(p2 + np, a.ids, (size_t)a.n * sizeof(int32_t));
+				for (int32_t k = np + a.n; k < 64; k++) p2[k] = 3 + k;
+				s[1] = s[0];
+				s[1].q.prompt = p2, s[1].q.n_prompt = 64, s[1].q.max_tokens = 2, s[1].q.draft = false, s[1].q.n_stop_ids = 0;
+				lane_snapshot x, y;
+				lane_host_snapshot(h, &x);
+				run_all(h, &s[1], 1, &b, false);
+				lane_host_snapshot(h, &y);
+				lane_host_free(h);
+				// the reply's pages end before its last token, whose row may be a rejected draft's
+				const uint64_t want = (uint64_t)((np + a.n - 1) / pt * pt), got = y.prefix_hit_tokens - x.prefix_hit_tokens;
+				CHECKF(got == want, "prompt %d, reply of %d stopped at %d, %s: the next turn resumed at %llu, not %llu", np, a.n,
+				       at - 1, draft ? "drafted" : "undrafted", (unsigned long long)got, (unsigned long long)want);
+			}
+}
+
 // One request on a one-lane host priced as given, drafting: its result and the draft tokens
 // proposed and accepted for it.
 static void run_priced(double row_us, double fixed_us, const lane_request *q, result *res, uint64_t *proposed, uint64_t *accepted) {
@@ -2176,6 +2300,8 @@ int main(void) {
 	test_exact(gemma2);
 	with_model(gemma2, test_next_turn);
 	with_model(gemma2, test_shared_head);
+	with_model(gemma2, test_replay_rows);
+	with_model(gemma2, test_reply_checkpoint);
 	with_model(gemma2, test_draft_ngram);
 	with_model(gemma2, test_grammar_exact);
 	with_model(gemma2, test_think);
@@ -2196,6 +2322,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_hooks);
 	with_model("stories260K.gguf", test_next_turn);
 	with_model("stories260K.gguf", test_shared_head);
+	with_model("stories260K.gguf", test_reply_checkpoint);
 	with_model("stories260K.gguf", test_contract);
 	with_model("stories260K.gguf", test_config_refused);
 	with_model("stories260K.gguf", test_embed);
