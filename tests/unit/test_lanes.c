@@ -2212,10 +2212,33 @@ static void test_cache_dir(void) {
 		for (int i = 0; i < NREQ / 2; i++) CHECKF(same(&solo[i], &after[i]), "req %d: fresh = read back again", i);
 	}
 
-	// a cap of two files: the folder never holds more, the oldest go first
+	// a reply's pages are written too: a next turn (the prompt, the reply, more) after a restart
+	// reads them back, with a fresh host's tokens
 	char rm[1100];
 	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
 	CHECK(system(rm) == 0);
+	static req_spec t[2];
+	static result r1, r2, f2;
+	make_specs(t, 2, 5, model_hparams_of(M)->n_vocab);
+	t[0].n_prompt = t[0].q.n_prompt = 20;
+	t[0].q.sampling.temperature = 0, t[0].q.ignore_eos = true, t[0].q.max_tokens = 40, t[0].q.n_stop_strs = 0, t[0].q.n_stop_ids = 0;
+	run_cached(0, t, 1, &r1);
+	CHECK(r1.n == 40);
+	t[1] = t[0];
+	t[1].q.prompt = t[1].prompt;
+	memcpy(t[1].prompt + 20, r1.ids, 30 * sizeof(int32_t));
+	for (int k = 50; k < 55; k++) t[1].prompt[k] = 3 + k;
+	t[1].n_prompt = t[1].q.n_prompt = 55, t[1].q.max_tokens = 8;
+	sn = run_cached(0, &t[1], 1, &r2);
+	CHECKF(sn.prefix_hit_tokens == 48 && sn.prefix_disk.read == 3, "turn 2 after a restart: %llu tokens from %llu pages read back",
+	       (unsigned long long)sn.prefix_hit_tokens, (unsigned long long)sn.prefix_disk.read);
+	h = host(1, 0, false, 2);
+	run_all(h, &t[1], 1, &f2, false);
+	lane_host_free(h);
+	CHECKF(same(&r2, &f2), "turn 2 from the reply's pages on disk = fresh");
+	CHECK(system(rm) == 0);
+
+	// a cap of two files: the folder never holds more, the oldest go first
 	CACHE_MAX = (uint64_t)fsize * 2;
 	h = host(4, 0, true, 2);
 	run_all(h, s, NREQ / 2, after, true);
