@@ -44,6 +44,7 @@ enum srv_ekind {
 	SRV_E_UNAVAILABLE, // 503 with Retry-After: loading, draining, halted
 	SRV_E_INTERNAL,    // 500: a generation failed (the halt among others)
 	SRV_E_NO_MEMORY,   // 507: a model needs more of --memory than is left to it
+	SRV_E_UNSUPPORTED, // 501: the server was not started with what it needs (llama-server's not_supported_error)
 	SRV_E__COUNT
 };
 
