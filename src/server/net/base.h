@@ -139,7 +139,7 @@ enum {
 	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
 	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
 	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
-	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
+	SRV_R_MUTATE = 1 << 5, // changes adapters, learning, the model cache or slot files: refused when open to the network without a key
 	SRV_R_UTIL = 1 << 6,   // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
 	SRV_R_DESCRIBE = 1 << 7, // with SRV_R_MODEL: describes its model, which a request does not load
 	SRV_R_BASE = 1 << 8      // picks its model by "base" (an adapter's base model), loading it as a request would

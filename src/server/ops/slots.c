@@ -148,6 +148,12 @@ void srv_slot_action(srv_conn *c) {
 		goto fail;
 	}
 	json_t *body = NULL;
+	struct stat st;
+	if (job.action == LANE_SLOT_SAVE && !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISDIR(st.st_mode)) {
+		free(job.bytes);
+		srv_fail(&e, SRV_E_CONFLICT, "filename", "'%s' is a folder of --cache-dir (the page cache's own): name another file", name);
+		goto fail;
+	}
 	if (job.action == LANE_SLOT_SAVE) {
 		base_wfile w;
 		rc = base_wfile_begin(&w, dfd, name, err, sizeof err);
@@ -159,8 +165,7 @@ void srv_slot_action(srv_conn *c) {
 		}
 		free(job.bytes);
 		if (rc) {
-			// a folder of that name (the page cache's own) is the caller's to avoid
-			srv_fail(&e, SRV_E_CONFLICT, "filename", "cannot write slot file: %s", err);
+			srv_fail(&e, SRV_E_INTERNAL, NULL, "cannot write the slot file: %s", err);
 			goto fail;
 		}
 		body = json_pack("{s:i, s:s, s:i, s:I, s:{s:f}}", "id_slot", id, "filename", name, "n_saved", job.n_tokens, "n_written",
