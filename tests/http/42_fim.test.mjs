@@ -68,7 +68,7 @@ test('/infill: prompt as token ids, as ids and strings, or a one-element list gi
 	assert.equal(text.status, 200, JSON.stringify(text.body));
 	const tok = await ids(typed2, true);
 	assert.ok(tok.length >= 2, `typed text of several tokens (${tok.length})`);
-	for (const prompt of [tok, [tok], [...(await ids('return', true)), ...(await ids(' a +', true))], ['return', ...(await ids(' a +', true))]]) {
+	for (const prompt of [tok, [tok], [...(await ids('return', true)), ...(await ids(' a +', true))], ['return', ...(await ids(' a +', true))], ['', ...tok, '']]) {
 		const r = await post(fim.url, '/infill', { ...base, prompt });
 		assert.equal(r.status, 200, JSON.stringify(r.body));
 		assert.equal(r.body.tokens_evaluated, text.body.tokens_evaluated, JSON.stringify(prompt));

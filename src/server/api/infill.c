@@ -171,6 +171,10 @@ static int inf_middle_ids(srv_model *M, json_t *p, int32_t **out, size_t *n, srv
 			rc = srv_fail(e, SRV_E_BAD_REQUEST, at, "%s must be a token id in 0..%d or a string", at, M->n_vocab - 1);
 			break;
 		}
+		if (!m) { // an empty string adds nothing
+			if (ids != &one) free(ids);
+			continue;
+		}
 		int32_t *q = *out;
 		if (*n + m > cap) {
 			cap = (*n + m) * 2;
