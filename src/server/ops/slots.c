@@ -115,6 +115,10 @@ void srv_slot_action(srv_conn *c) {
 			 srv_has_primary(s) ? "the model is not loaded yet" : "this server has no -m model: it has no slots of its own");
 		goto fail;
 	}
+	if (!lane_slot_max_bytes(h)) {
+		srv_fail(&e, SRV_E_UNSUPPORTED, NULL, "this server's prefix cache is off: slot files hold its pages");
+		goto fail;
+	}
 	if (id < 0 || id >= s->mdl->lanes.lanes) {
 		srv_fail(&e, SRV_E_NOT_FOUND, NULL, "no slot '%s': slots are 0..%d (GET /slots lists them)", c->path + strlen("/slots/"),
 			 s->mdl->lanes.lanes - 1);
