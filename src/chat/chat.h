@@ -274,6 +274,8 @@ typedef struct {
 typedef struct {
 	const char *prefix, *middle, *suffix;
 	size_t prefix_len, middle_len, suffix_len;
+	const int32_t *middle_ids;  // the typed text as token ids instead (NULL: middle's text)
+	size_t n_middle_ids;
 	const chat_fim_file *extra;
 	size_t n_extra;
 	bool repo;                  // llama-server's /infill: the repository framing even with no files

@@ -82,7 +82,10 @@ int chat_fim_prompt(const tok_vocab *v, const chat_fim *f, int32_t **ids, size_t
 	if (framed && sep >= 0) put(&l, sep), put_str(&l, v, "filename\n", err, errlen);
 	put(&l, tok_fim(v, TOK_FIM_PRE));
 	put_text(&l, v, f->prefix, f->prefix_len, false, err, errlen);
-	put_text(&l, v, f->middle, f->middle_len, true, err, errlen);
+	if (f->middle_ids)
+		for (size_t i = 0; i < f->n_middle_ids; i++) put(&l, f->middle_ids[i]);
+	else
+		put_text(&l, v, f->middle, f->middle_len, true, err, errlen);
 	put(&l, tok_fim(v, TOK_FIM_SUF));
 	put_text(&l, v, f->suffix, f->suffix_len, false, err, errlen);
 	put(&l, tok_fim(v, TOK_FIM_MID));

@@ -43,8 +43,7 @@ struct kv_disk {
 
 static void name_of(uint64_t key, char out[32]) { snprintf(out, 32, "%016llx" SUFFIX, (unsigned long long)key); }
 
-// The page's bytes in file order: every layer's K rows, V rows, then K and V scales.
-static void copy_page(kv_cache *kv, int32_t pg, uint8_t *file, bool to_file) {
+void kv__page_copy(kv_cache *kv, int32_t pg, uint8_t *file, bool to_file) {
 	const int32_t L = kv->cfg.n_layers, np = kv->cfg.n_pages;
 	uint8_t *o = file;
 	for (int32_t l = 0; l < L; l++) {
@@ -167,9 +166,7 @@ int kv_disk_open(kv_cache *kv, const char *dir, const uint8_t ident[32], uint64_
 		return base_seterr(err, errlen, LANES_EINVAL, "kv: the cache folder's path is too long");
 	int dfd;
 	if (base_dir_open(path, true, &dfd, err, errlen)) return LANES_EIO;
-	const size_t sbytes = kv->s_stride * (kv->ks ? 2 : 0);
-	const size_t bytes = sizeof h + (size_t)kv->cfg.page_tokens * sizeof(int32_t) +
-			     (size_t)kv->cfg.n_layers * (2 * kv->page_bytes + sbytes) + sizeof(uint64_t);
+	const size_t bytes = sizeof h + (size_t)kv->cfg.page_tokens * sizeof(int32_t) + kv__page_rows_bytes(kv) + sizeof(uint64_t);
 	kv_disk *d = calloc(1, sizeof *d);
 	uint8_t *buf = malloc(bytes);
 	if (!d || !buf) {
@@ -202,6 +199,19 @@ void kv_disk_close(kv_cache *kv) {
 	kv->disk = NULL;
 }
 
+size_t kv__page_rows_bytes(const kv_cache *kv) {
+	return (size_t)kv->cfg.n_layers * (2 * kv->page_bytes + kv->s_stride * (kv->ks ? 2 : 0));
+}
+
+const uint8_t *kv__disk_ident(const kv_cache *kv) { return kv->disk ? kv->disk->ident : NULL; }
+
+bool kv__disk_forget(kv_cache *kv, uint64_t key) {
+	char name[32];
+	name_of(key, name);
+	// its place in the written order stays: the count of bytes held errs high until it is passed
+	return kv->disk && !unlinkat(kv->disk->dfd, name, 0);
+}
+
 kv_disk_stats kv_disk_stats_of(const kv_cache *kv) {
 	kv_disk_stats z = {0};
 	return kv->disk ? kv->disk->st : z;
@@ -222,7 +232,7 @@ bool kv__disk_write(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, con
 	o += sizeof h;
 	memcpy(o, tokens, (size_t)kv->cfg.page_tokens * sizeof *tokens);
 	o += (size_t)kv->cfg.page_tokens * sizeof *tokens;
-	copy_page(kv, pg, o, true);
+	kv__page_copy(kv, pg, o, true);
 	const uint64_t sum = base_hash64(d->buf, d->file_bytes - sizeof sum, key);
 	memcpy(d->buf + d->file_bytes - sizeof sum, &sum, sizeof sum);
 	if (!existed) make_room(d);
@@ -292,7 +302,7 @@ bool kv__disk_read(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, cons
 	const uint8_t *tok = d->buf + sizeof h;
 	// the same hash for another prefix: a miss, and the file stays for the prefix it holds
 	if (h.parent != parent || memcmp(tok, tokens, (size_t)kv->cfg.page_tokens * sizeof *tokens)) return false;
-	copy_page(kv, pg, d->buf + sizeof h + (size_t)kv->cfg.page_tokens * sizeof *tokens, false);
+	kv__page_copy(kv, pg, d->buf + sizeof h + (size_t)kv->cfg.page_tokens * sizeof *tokens, false);
 	d->st.read++;
 	return true;
 }

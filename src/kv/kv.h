@@ -229,4 +229,26 @@ void kv_disk_close(kv_cache *kv);
 // The counts so far (zero without a folder). Thread-safe: a read.
 kv_disk_stats kv_disk_stats_of(const kv_cache *kv);
 
+// ---- slot files: a prompt's cached pages of the base model in one file (llama-server's slot
+// save and restore). A file holds the disk folder's ident, the layout, the pages' tokens and rows,
+// and a checksum: it is taken back only by a cache whose rows would be the same bits. Each needs
+// kv_disk_open (LANES_EUNSUPPORTED without it, or with a recurrent state, whose pages alone would
+// not give the same bits). Not thread-safe, but kv_slot_max_bytes.
+// The file for tokens[0..n)'s cached pages: whole pages from the first, up to the first not
+// cached. *out malloc'd (*len bytes; the caller frees), *n_tokens the tokens its pages hold.
+// 0, LANES_EUNSUPPORTED or LANES_ENOMEM with err.
+int kv_slot_save(kv_cache *kv, const int32_t *tokens, int32_t n, uint8_t **out, size_t *len, int32_t *n_tokens, char *err,
+		 size_t errlen);
+// The largest file kv_slot_load may take: every page of the cache. Thread-safe.
+uint64_t kv_slot_max_bytes(const kv_cache *kv);
+// Checks a file's bytes (size, checksum, ident, layout) and takes its pages into the prefix cache
+// as pages no sequence holds (a page cached already stays), in order until no page can be had.
+// *tokens (malloc'd, may be NULL) the file's tokens, *n_tokens how many the cache now holds of
+// them. 0; LANES_EINVAL for a file that is damaged, truncated or another cache's (nothing taken);
+// LANES_EUNSUPPORTED, LANES_ENOMEM; with err.
+int kv_slot_load(kv_cache *kv, const uint8_t *buf, size_t len, int32_t **tokens, int32_t *n_tokens, char *err, size_t errlen);
+// Drops tokens[0..n)'s cached pages from memory and their page files from disk (a sequence that
+// holds one keeps it); the tokens the dropped pages held.
+int32_t kv_slot_erase(kv_cache *kv, const int32_t *tokens, int32_t n);
+
 #endif

@@ -53,5 +53,21 @@ bool kv__disk_write(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, con
 // Fills page pg from the file of chain hash key when it holds exactly that prefix (a foreign
 // or damaged file is deleted); false for a miss.
 bool kv__disk_read(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, const int32_t *tokens);
+// The page's bytes in file order: every layer's K rows, V rows, then K and V scales; into file
+// (to_file) or from it. kv__page_rows_bytes of them.
+void kv__page_copy(kv_cache *kv, int32_t pg, uint8_t *file, bool to_file);
+size_t kv__page_rows_bytes(const kv_cache *kv);
+// The disk folder's ident (the model file, kernel set and layout), NULL without one.
+const uint8_t *kv__disk_ident(const kv_cache *kv);
+// Deletes the page file of chain hash key; whether there was one.
+bool kv__disk_forget(kv_cache *kv, uint64_t key);
+// The prefix index as slot files use it (slot.c): the chain hash after parent over tok, the
+// cached page after parent holding tok (-1: none), a page taken into the index as root 0's
+// cache-only page from rows (kv__page_copy's order; -1 when no page can be had), and a page
+// taken out of the index without writing it to disk.
+uint64_t kv__prefix_chain(uint64_t parent, const int32_t *tok, int32_t n);
+int32_t kv__prefix_find(const kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok);
+int32_t kv__prefix_adopt(kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok, const uint8_t *rows);
+void kv__prefix_forget(kv_cache *kv, int32_t page);
 
 #endif

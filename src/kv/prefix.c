@@ -204,6 +204,28 @@ static int32_t from_disk(kv_cache *kv, uint64_t k, uint64_t parent, const int32_
 	return pg;
 }
 
+uint64_t kv__prefix_chain(uint64_t parent, const int32_t *tok, int32_t n) { return chain(parent, tok, n); }
+
+int32_t kv__prefix_find(const kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok) {
+	return kv->px ? lookup(kv, key, parent, tok) : -1;
+}
+
+int32_t kv__prefix_adopt(kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok, const uint8_t *rows) {
+	if (!kv->px) return -1;
+	if (kv->n_free == 0 && kv_pages_cached(kv) > 0) kv_prefix_evict_one(kv);
+	if (kv->n_free == 0) return -1;
+	const int32_t pg = kv->free_ids[--kv->n_free];
+	kv__page_copy(kv, pg, (uint8_t *)rows, false);
+	// kept, not yet on disk: the disk cache writes it when it leaves memory, as any page of the base
+	insert(kv, pg, key, parent, tok, PX_KEEP);
+	kv->px->n_only++;
+	return pg;
+}
+
+void kv__prefix_forget(kv_cache *kv, int32_t page) {
+	if (kv->px && kv->px->key[page]) drop(kv, page, false);
+}
+
 // The checkpoint after the pages of chain hash key, or -1.
 static int32_t ck_find(const kv_cache *kv, uint64_t key) {
 	for (int32_t i = 0; kv->px->ck_key && i < kv->cfg.state_ckpts; i++)

@@ -26,7 +26,7 @@ static void halt_all(lane_host *h, lane_req *queued) {
 
 // Under h->mu: waits until there is work (requests, or the background's), a halt or the end.
 static void wait_for_work(lane_host *h) {
-	while (!h->quit && !h->halting && !h->qhead && !any_active(h) && !h->bg_more && !h->bg_woken) {
+	while (!h->quit && !h->halting && !h->qhead && !any_active(h) && !h->bg_more && !h->bg_woken && !h->slot_head) {
 		if (h->cfg.window_max <= 0 || atomic_load(&h->window) <= h->cfg.window) {
 			pthread_cond_wait(&h->work, &h->mu);
 			continue;
@@ -51,7 +51,9 @@ static void halt(lane_host *h) {
 	h->qhead = h->qtail = NULL;
 	h->qlen = 0;
 	lane_lease_clear(h);
+	struct lane_slot_task *st = lane_slot_take(h);
 	pthread_mutex_unlock(&h->mu);
+	lane_slot_tasks(h, st, true);
 	halt_all(h, q);
 	lane_bg_halt(h);
 	h->stats.halted = true;
@@ -83,9 +85,13 @@ void *lane_engine(void *arg) {
 		// nothing runs and the queue waits: leases hold the lanes or pages it needs
 		const bool held = h->qhead && !any_active(h) && !bg;
 		if (held) lane_lease_wait(h);
+		struct lane_slot_task *st = lane_slot_take(h);
+		// slot actions alone: no round to run after them
+		const bool only_slots = st && !h->qhead && !any_active(h) && !bg;
 		pthread_mutex_unlock(&h->mu);
 		lane_end_cancelled(h, h->cancelled, n_cancelled);
-		if (held) {
+		lane_slot_tasks(h, st, false);
+		if (held || only_slots) {
 			lane_publish(h);
 			continue;
 		}

@@ -38,7 +38,8 @@ static void release_lane(lane_host *h, lane_req *r) {
 void lane_finish(lane_host *h, lane_req *r, enum lane_ev_kind kind, enum lane_finish fin, int32_t stop_index,
 		 const char *reason, const char *text, size_t len) {
 	if (r->lane >= 0) lane_window_record(h, r);
-	if (kind != LANE_EV_FAILED) publish_reply(h, r);
+	// a halt's ends allocate nothing: a failed request leaves no record and publishes nothing
+	if (kind != LANE_EV_FAILED) publish_reply(h, r), lane_slot_record(h, r);
 	release_lane(h, r);
 	lane_lora_release(r); // no pass uses them after this: an unloaded adapter may go now
 	switch (kind) {

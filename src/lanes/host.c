@@ -156,6 +156,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	if (!rc && cfg.pool) h->pool = cfg.pool;
 	else if (!rc) rc = base_pool_new(&h->pool, cfg.threads);
 	h->lanes = calloc((size_t)cfg.lanes, sizeof *h->lanes);
+	h->last = calloc((size_t)cfg.lanes, sizeof *h->last);
 	// a request queued or admitted is counted open: no more than queue + lanes, and as many
 	// again as leases may hold (a request with a lease passes a full queue)
 	h->cancelled = calloc((size_t)cfg.queue + 2 * (size_t)cfg.lanes, sizeof *h->cancelled);
@@ -186,7 +187,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 			   V * (sizeof(float) + sizeof(int32_t)) + max_rows * (sizeof(model_row) + sizeof(int32_t)) +
 			   lane_draft_held_bytes(h) + lane_experts_bytes(&h->hp, &cfg);
 	if (!rc) rc = sampler_new(&h->sampler, h->hp.n_vocab);
-	if (!rc && (!h->lanes || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf ||
+	if (!rc && (!h->lanes || !h->last || !h->cancelled || !h->leases || !h->logits || !h->scratch || !h->top || !h->counts || !h->ctxbuf ||
 			 !h->cap_rows || !h->round_lora))
 		rc = LANES_ENOMEM;
 	if (!rc) rc = lane_experts_open(h, (int32_t)max_rows, err, errlen);
@@ -234,6 +235,8 @@ void lane_host_free(lane_host *h) {
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->thread, NULL);
 	}
+	lane_slot_tasks(h, lane_slot_take(h), true); // none is posted once halting: none waits here
+	lane_slot_free(h);
 	if (h->kv) {
 		const int32_t flushed = kv_disk_flush(h->kv);
 		const kv_disk_stats d = kv_disk_stats_of(h->kv);

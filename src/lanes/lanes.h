@@ -584,6 +584,29 @@ int lane_lease_new(lane_host *h, int32_t want, uint64_t spike_bytes, uint64_t tt
 // when no such lease is held (used up, released or lapsed). Thread-safe.
 int lane_lease_release(lane_host *h, uint64_t id);
 
+// ---- slots: what a lane last held, saved, restored and erased (llama-server's slot actions) ----
+// A lane's last request (one that finished or was cancelled) leaves its prompt on record; its
+// cached pages of the base model are what a save writes and an erase drops. Restore takes a file's
+// pages into the prefix cache, so a prompt that starts with its tokens hits them; the lane's record
+// becomes the file's tokens. Every action runs on the engine thread at a round boundary.
+enum lane_slot_action { LANE_SLOT_SAVE, LANE_SLOT_RESTORE, LANE_SLOT_ERASE };
+typedef struct {
+	enum lane_slot_action action;
+	int32_t lane;             // 0..lanes-1
+	uint8_t *bytes;           // save: the file made (malloc'd, the caller frees); restore: the file's bytes (the caller's)
+	size_t n_bytes;
+	int32_t n_tokens;         // tokens saved, restored or erased
+} lane_slot_job;
+// The largest slot file a restore may take (every KV page), 0 when the host has no prefix cache
+// on disk. Thread-safe.
+uint64_t lane_slot_max_bytes(const lane_host *h);
+// Runs job at the engine's next round boundary and waits for it: call from a thread that may wait
+// a round, never an HTTP or engine thread. 0; LANES_ENOTFOUND (no such lane), LANES_EBUSY (the
+// lane runs a request), LANES_EUNSUPPORTED (no prefix cache on disk, a recurrent model; a save
+// whose last request used adapters), LANES_EINVAL (a restore's file damaged, truncated or another
+// cache's), LANES_ENOMEM, LANES_ECANCELLED (halting); with err. Thread-safe.
+int lane_slot_run(lane_host *h, lane_slot_job *job, char *err, size_t errlen);
+
 // Hooks for tests: when set, fault(arg, round, request_serial) returning true makes an
 // allocation for that request fail in that round. Not thread-safe against a running round:
 // the engine reads it without a lock (a hook for tests only).

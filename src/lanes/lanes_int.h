@@ -124,6 +124,12 @@ struct lane_req {
 	} th;
 };
 
+// A lane's last request's prompt, as slot actions read it (slots.c).
+struct lane_last {
+	int32_t *ids, n, cap;     // the prompt (cap: ids' room)
+	uint64_t root;            // its prefix chain's root: 0 for the base model
+};
+
 struct lane_host {
 	lane_config cfg;
 	const model *m;
@@ -149,6 +155,7 @@ struct lane_host {
 	lane_req *qhead, *qtail;
 	int32_t qlen;
 	bool quit, draining, halting;
+	struct lane_slot_task *slot_head, *slot_tail; // slot actions for the next boundary (slots.c)
 	char halt_reason[160];
 	uint64_t serial;
 	atomic_uint_least64_t seed_state; // lane_draw_seed's sequence
@@ -163,6 +170,7 @@ struct lane_host {
 
 	// engine thread only
 	lane_req **lanes;         // cfg.lanes slots, NULL when idle
+	struct lane_last *last;   // cfg.lanes: each lane's last request's prompt (slots.c)
 	lane_req **cancelled;     // admission's scratch: cfg.queue + cfg.lanes slots (the most ever queued)
 	_Atomic int32_t pages_reserved; // sum over admitted requests (changed by the engine; leases read it under mu)
 	uint64_t round;
@@ -253,6 +261,13 @@ void lane_calibrate(lane_host *h);
 
 // Prompt rows a round may carry after decode and draft rows costing decode base rows.
 double lane_prompt_budget(const lane_host *h, double decode);
+
+// Slots (slots.c). The tasks taken from the list (under h->mu) run at the boundary, or end
+// cancelled at a halt; a request's end leaves its prompt on its lane's record.
+struct lane_slot_task *lane_slot_take(lane_host *h);
+void lane_slot_tasks(lane_host *h, struct lane_slot_task *t, bool cancel);
+void lane_slot_record(lane_host *h, const lane_req *r);
+void lane_slot_free(lane_host *h);
 
 // Background work (background.c).
 // Before the prompt pieces: the price the background may take this round; returns the prompt

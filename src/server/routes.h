@@ -19,6 +19,9 @@ void srv_metrics_experts(http_server *s, srv_buf *b);
 // The server's own histograms (time to first token, inter-token gaps).
 void srv_metrics_init(http_server *s);
 
+// llama-server's slot actions (ops/slots.c): POST /slots/{id}?action=save|restore|erase, files in --cache-dir
+void srv_slot_action(srv_conn *c);
+
 // tokenizer utilities (api/tokens.c)
 void srv_tokenize(srv_conn *c);
 void srv_detokenize(srv_conn *c);

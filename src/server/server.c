@@ -84,6 +84,8 @@ static int sampling_check(const http_config *cfg, char *err, size_t errlen) {
 static const srv_route routes[] = {
 	{"GET", "/health", 0, SRV_OPENAI, srv_health},
 	{"GET", "/slots", 0, SRV_OPENAI, srv_slots},
+	// slot files are written and read on the utilities' work thread, the KV taken at a round boundary
+	{"POST", "/slots/", SRV_R_AUTH | SRV_R_PREFIX | SRV_R_MUTATE | SRV_R_WORK | SRV_R_UTIL, SRV_OPENAI, srv_slot_action},
 	{"GET", "/metrics", 0, SRV_OPENAI, srv_metrics},
 	{"GET", "/v1/models", 0, SRV_OPENAI, srv_models},
 	{"GET", "/props", 0, SRV_OPENAI, srv_props},

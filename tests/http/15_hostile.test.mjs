@@ -5,7 +5,8 @@
 // LANES_HOSTILE_ALL=1 (the families in KNOWN too) or =family,family (those of them).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, STORIES, getJSON, waitIdle } from './lib.mjs';
+import path from 'node:path';
+import { startServer, STORIES, TMP, getJSON, waitIdle } from './lib.mjs';
 import { makeCase, send, judge, describe, KNOWN, KEY } from './hostile.mjs';
 
 const envSeed = process.env.LANES_HOSTILE_SEED;
@@ -24,7 +25,8 @@ const SANITIZER = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMAR
 
 test(`hostile requests (seed ${SEED}, ${ONLY ? ONLY.length : N} cases): every one answered, the server intact`, { timeout: 300000 }, async (t) => {
 	console.log(`# hostile: seed ${SEED} (rerun: LANES_HOSTILE_SEED=${SEED} LANES_HOSTILE_N=${N})`);
-	const srv = await startServer(['-m', STORIES, '--api-key', KEY, '--max-body', '262144', '--lanes', '4']);
+	// a cache folder of its own: the slot actions write and read files there
+	const srv = await startServer(['-m', STORIES, '--api-key', KEY, '--max-body', '262144', '--lanes', '4', '--cache-dir', path.join(TMP, `hostile-cache-${process.pid}`)]);
 	let died = null;
 	srv.exited.then((e) => (died = e));
 	const failures = [];

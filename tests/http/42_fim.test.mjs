@@ -61,6 +61,33 @@ test('/infill: the prompt in llama-server\'s order, generated as a completion of
 	assert.equal(r2.body.token_sha, (await completion(want2)).token_sha);
 });
 
+test('/infill: prompt as token ids, as ids and strings, or a one-element list gives the bits of its text', async () => {
+	const base = { input_prefix: prefix, input_suffix: suffix, n_predict: 8, ...greedy };
+	const typed2 = 'return a +';
+	const text = await post(fim.url, '/infill', { ...base, prompt: typed2 });
+	assert.equal(text.status, 200, JSON.stringify(text.body));
+	const tok = await ids(typed2, true);
+	assert.ok(tok.length >= 2, `typed text of several tokens (${tok.length})`);
+	for (const prompt of [tok, [tok], [...(await ids('return', true)), ...(await ids(' a +', true))], ['return', ...(await ids(' a +', true))], ['', ...tok, '']]) {
+		const r = await post(fim.url, '/infill', { ...base, prompt });
+		assert.equal(r.status, 200, JSON.stringify(r.body));
+		assert.equal(r.body.tokens_evaluated, text.body.tokens_evaluated, JSON.stringify(prompt));
+		assert.equal(r.body.token_sha, text.body.token_sha, JSON.stringify(prompt));
+		assert.equal(r.body.content, text.body.content);
+	}
+	// special tokens typed in a string are parsed, as in a text prompt
+	const [MID] = await ids('<|fim_middle|>', true);
+	const s1 = await post(fim.url, '/infill', { ...base, prompt: '<|fim_middle|>' });
+	const s2 = await post(fim.url, '/infill', { ...base, prompt: [MID] });
+	assert.equal(s1.body.token_sha, s2.body.token_sha);
+	// an empty list is no typed text
+	const none = await post(fim.url, '/infill', base);
+	const empty = await post(fim.url, '/infill', { ...base, prompt: [] });
+	assert.equal(empty.status, 200);
+	assert.equal(empty.body.token_sha, none.body.token_sha);
+	assert.equal(empty.body.tokens_evaluated, none.body.tokens_evaluated);
+});
+
 test('/infill streams llama-server\'s events: content pieces, then one that says stop, and no [DONE]', async () => {
 	const body = { input_prefix: prefix, input_suffix: suffix, n_predict: 8, ...greedy };
 	const whole = (await post(fim.url, '/infill', body)).body;
@@ -118,7 +145,11 @@ test('a model without FIM tokens: 400 naming them; bad /infill fields: 400 namin
 		[{ input_extra: [{ filename: 'a' }] }, 'input_extra[0]'],
 		[{ input_extra: [{ text: 'a', filename: 3 }] }, 'input_extra[0]'],
 		[{ input_prefix: 3 }, 'input_prefix'],
-		[{ prompt: ['a'] }, 'prompt'],
+		[{ prompt: 3 }, 'prompt'],
+		[{ prompt: ['a', 1e9] }, 'prompt[1]'],
+		[{ prompt: [-1] }, 'prompt[0]'],
+		[{ prompt: [1.5] }, 'prompt[0]'],
+		[{ prompt: [{}] }, 'prompt[0]'],
 		[{ max_tokens: 0 }, 'max_tokens'],
 		[{ nonsense: 1 }, 'nonsense'],
 	]) {

@@ -38,6 +38,8 @@ const API = {
 	ollama_generate: { path: '/api/generate', shape: 'ollama', gen: true },
 	ollama_embed: { path: '/api/embed', shape: 'ollama' },
 	infill: { path: '/infill', shape: 'openai', gen: true },
+	slot_save: { path: '/slots/0?action=save', shape: 'openai' },
+	slot_restore: { path: '/slots/1?action=restore', shape: 'openai' },
 };
 
 function base(api, r) {
@@ -68,6 +70,9 @@ function base(api, r) {
 			return { model: 'stories260K', input: text };
 		case 'infill':
 			return { input_prefix: text, input_suffix: ' the end', n_predict: mt };
+		case 'slot_save':
+		case 'slot_restore':
+			return { filename: r.pick(['hostile-slot', 'hostile.bin', 'missing']) };
 	}
 }
 
@@ -93,6 +98,8 @@ const FIELDS = {
 	ollama_embed: ['model', 'input', 'truncate', 'dimensions', 'options', 'keep_alive'],
 	infill: ['input_prefix', 'input_suffix', 'input_extra', 'prompt', 'n_predict', 'temperature', 'top_k', 'top_p', 'seed', 'stream', 'stop',
 		'samplers', 'dry_multiplier', 'xtc_probability', 'mirostat'],
+	slot_save: ['filename'],
+	slot_restore: ['filename'],
 };
 
 const nested = (d, leaf) => {
@@ -398,7 +405,7 @@ export function makeCase(seed, index) {
 		return { replies: 1, shape: 'any', ...c, index, family: c.family || (c.protocol ? 'http-protocol' : 'http-edge'), tags: [...tags], parts, bytes: undefined };
 	}
 	const api = r.pick(['chat', 'chat', 'completions', 'completions', 'messages', 'messages', 'responses', 'responses', 'tokenize', 'detokenize',
-		'embeddings', 'count_tokens', 'ollama_chat', 'ollama_generate', 'ollama_embed', 'infill']);
+		'embeddings', 'count_tokens', 'ollama_chat', 'ollama_generate', 'ollama_embed', 'infill', 'slot_save', 'slot_restore']);
 	let body, family;
 	if (kind <= 5) {
 		const o = mutateObject(api, r, tags);

@@ -2249,6 +2249,79 @@ static void test_cache_dir(void) {
 	CHECK(system(rm) == 0);
 }
 
+// Slot actions: a lane's last prompt saved, erased and restored hits with the bits of a fresh
+// prompt; a damaged or cut file is refused whole; no such lane, no folder and a busy lane are said.
+static void test_slots(void) {
+	char dir[1024], rm[1100];
+	snprintf(dir, sizeof dir, "%s/lanes-slots-%d", t_tmp(), (int)getpid());
+	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+	static req_spec s[8];
+	static result solo[1], first[1], back[1];
+	make_specs(s, 8, 91, model_hparams_of(M)->n_vocab);
+	int k = 0;
+	while (k < 7 && s[k].n_prompt < 34) k++;
+	CHECKF(s[k].n_prompt >= 34, "a prompt of two pages or more (%d)", s[k].n_prompt);
+	char err[256];
+	lane_host *h = host(1, 0, true, 2);
+	run_all(h, &s[k], 1, solo, false);
+	lane_slot_job none = {.action = LANE_SLOT_SAVE};
+	CHECK(lane_slot_run(h, &none, err, sizeof err) == LANES_EUNSUPPORTED && lane_slot_max_bytes(h) == 0);
+	lane_host_free(h);
+
+	CACHE_DIR = dir;
+	h = host(1, 0, true, 2);
+	run_all(h, &s[k], 1, first, false);
+	CHECK(same(&solo[0], &first[0]));
+	lane_slot_job save = {.action = LANE_SLOT_SAVE};
+	CHECKF(lane_slot_run(h, &save, err, sizeof err) == 0, "save: %s", err);
+	const int32_t pages = s[k].n_prompt / 16 * 16;
+	CHECKF(save.n_tokens == pages && save.bytes && save.n_bytes <= lane_slot_max_bytes(h), "saved %d of %d tokens", save.n_tokens, pages);
+	lane_slot_job erase = {.action = LANE_SLOT_ERASE}, again = {.action = LANE_SLOT_SAVE};
+	CHECK(lane_slot_run(h, &erase, err, sizeof err) == 0 && erase.n_tokens == pages);
+	CHECK(lane_slot_run(h, &again, err, sizeof err) == 0 && again.n_tokens == 0);
+	free(again.bytes);
+	// damaged or cut: refused, nothing taken
+	uint8_t *bad = malloc(save.n_bytes);
+	CHECK(bad != NULL);
+	if (bad) {
+		memcpy(bad, save.bytes, save.n_bytes);
+		bad[save.n_bytes / 2] ^= 4;
+		lane_slot_job r1 = {.action = LANE_SLOT_RESTORE, .bytes = bad, .n_bytes = save.n_bytes};
+		lane_slot_job r2 = {.action = LANE_SLOT_RESTORE, .bytes = save.bytes, .n_bytes = save.n_bytes - 3};
+		CHECK(lane_slot_run(h, &r1, err, sizeof err) == LANES_EINVAL && strstr(err, "checksum"));
+		CHECK(lane_slot_run(h, &r2, err, sizeof err) == LANES_EINVAL);
+		free(bad);
+	}
+	lane_slot_job far = {.action = LANE_SLOT_ERASE, .lane = 1};
+	CHECK(lane_slot_run(h, &far, err, sizeof err) == LANES_ENOTFOUND);
+	lane_snapshot sn0, sn1;
+	lane_host_snapshot(h, &sn0);
+	lane_slot_job restore = {.action = LANE_SLOT_RESTORE, .bytes = save.bytes, .n_bytes = save.n_bytes};
+	CHECKF(lane_slot_run(h, &restore, err, sizeof err) == 0 && restore.n_tokens == pages, "restore: %s (%d)", err, restore.n_tokens);
+	run_all(h, &s[k], 1, back, false);
+	lane_host_snapshot(h, &sn1);
+	CHECKF(sn1.prefix_hit_tokens - sn0.prefix_hit_tokens == (uint64_t)pages, "the restored pages hit (%llu)",
+	       (unsigned long long)(sn1.prefix_hit_tokens - sn0.prefix_hit_tokens));
+	CHECK(same(&solo[0], &back[0]));
+	// a lane mid-request is busy
+	lane_req *r = NULL;
+	// far longer than a round: a reader slow to see the first token still finds the lane busy
+	s[k].q.max_tokens = 1500;
+	s[k].q.ignore_eos = true;
+	CHECK(lane_submit(h, &s[k].q, &r, err, sizeof err) == 0);
+	lane_event ev;
+	CHECK(lane_next(r, &ev, -1) == 1);
+	lane_slot_job busy = {.action = LANE_SLOT_SAVE};
+	const int brc = lane_slot_run(h, &busy, err, sizeof err);
+	CHECKF(brc == LANES_EBUSY && ev.kind == LANE_EV_TOKEN, "a lane mid-request is busy (%d)", brc);
+	free(busy.bytes);
+	lane_req_free(r);
+	free(save.bytes);
+	lane_host_free(h);
+	CACHE_DIR = NULL;
+	CHECK(system(rm) == 0);
+}
+
 // Phi 3's LongRoPE: pages whose keys turned by the long factors go to a folder of their own, so a
 // restart with the other factors never reads them.
 static void test_cache_dir_rope(void) {
@@ -2287,6 +2360,7 @@ int main(void) {
 	with_model("stories260K.gguf", test_elastic);
 	with_model("stories260K.gguf", test_plan_accounting);
 	with_model("stories260K.gguf", test_cache_dir);
+	with_model("stories260K.gguf", test_slots);
 	test_exact_kv("stories260K.gguf", KV_Q8_0);
 	test_exact_kv("stories260K.gguf", KV_Q4_0);
 	test_exact_kv("stories260K.gguf", KV_F16);

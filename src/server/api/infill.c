@@ -13,8 +13,9 @@
 typedef struct {
 	srv_gen g;
 	json_t *j;                     // the request: the stops point into it
-	const char *input_prefix, *input_suffix, *prompt;
+	const char *input_prefix, *input_suffix;
 	const char *grammar;           // GBNF text
+	json_t *prompt;                // text, or token ids and texts
 	json_t *input_extra, *repeat_last_n, *max_tokens, *json_schema;
 } inf_req;
 
@@ -23,7 +24,7 @@ static const srv_field inf_fields[] = {
 	SRV_ROW(inf_req, input_prefix, SRV_K_STR),
 	SRV_ROW(inf_req, input_suffix, SRV_K_STR),
 	SRV_ROW(inf_req, input_extra, SRV_K_JSON),
-	SRV_ROW(inf_req, prompt, SRV_K_STR),
+	SRV_ROW(inf_req, prompt, SRV_K_JSON),
 	SRV_ROW(inf_req, max_tokens, SRV_K_JSON),
 	{"temperature", SRV_K_NUM, LANE_F_TEMPERATURE, offsetof(inf_req, g.lr.sampling.temperature), .sub = NULL},
 	{"top_p", SRV_K_NUM, LANE_F_TOP_P, offsetof(inf_req, g.lr.sampling.top_p), .sub = NULL},
@@ -146,13 +147,69 @@ static int inf_constrain(inf_req *r, srv_err *e) {
 	return 0;
 }
 
+// prompt as ids: token ids and strings (tokenized with special tokens parsed, as llama-server's
+// mixed prompts are) in order, or a one-element array of such; *out malloc'd, *n of them.
+static int inf_middle_ids(srv_model *M, json_t *p, int32_t **out, size_t *n, srv_err *e) {
+	*out = NULL, *n = 0;
+	if (json_array_size(p) == 1 && json_is_array(json_array_get(p, 0))) p = json_array_get(p, 0);
+	size_t k, cap = 0;
+	json_t *v;
+	char err[256], at[48];
+	int rc = 0;
+	json_array_foreach(p, k, v) {
+		snprintf(at, sizeof at, "prompt[%zu]", k);
+		int32_t one, *ids = &one;
+		size_t m = 1;
+		if (json_is_string(v)) {
+			if ((rc = tok_encode(M->vocab, json_string_value(v), json_string_length(v), false, true, &ids, &m, err, sizeof err))) {
+				srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), at, "%s: %s", at, err);
+				break;
+			}
+		} else if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < M->n_vocab) {
+			one = (int32_t)json_integer_value(v);
+		} else {
+			rc = srv_fail(e, SRV_E_BAD_REQUEST, at, "%s must be a token id in 0..%d or a string", at, M->n_vocab - 1);
+			break;
+		}
+		if (!m) { // an empty string adds nothing
+			if (ids != &one) free(ids);
+			continue;
+		}
+		int32_t *q = *out;
+		if (*n + m > cap) {
+			cap = (*n + m) * 2;
+			q = cap <= (size_t)INT32_MAX ? realloc(*out, cap * sizeof *q) : NULL;
+		}
+		if (q) *out = q, memcpy(*out + *n, ids, m * sizeof *ids), *n += m;
+		if (ids != &one) free(ids);
+		if (!q) {
+			rc = srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "the prompt is too long");
+			break;
+		}
+	}
+	if (rc) free(*out), *out = NULL, *n = 0;
+	return rc;
+}
+
 // The prompt in the vocabulary's fill-in-the-middle form; a model without the tokens is a 400.
 static int inf_prompt(srv_model *M, inf_req *r, srv_err *e) {
 	chat_fim f = {.repo = true};
 	if (inf_extra(r->input_extra, (chat_fim_file **)&f.extra, &f.n_extra, e)) return -1;
 	f.prefix = r->input_prefix, f.prefix_len = r->input_prefix ? strlen(r->input_prefix) : 0;
 	f.suffix = r->input_suffix, f.suffix_len = r->input_suffix ? strlen(r->input_suffix) : 0;
-	f.middle = r->prompt, f.middle_len = r->prompt ? strlen(r->prompt) : 0;
+	int32_t *mid = NULL;
+	if (json_is_string(r->prompt)) {
+		f.middle = json_string_value(r->prompt), f.middle_len = json_string_length(r->prompt);
+	} else if (json_is_array(r->prompt)) {
+		if (inf_middle_ids(M, r->prompt, &mid, &f.n_middle_ids, e)) {
+			free((void *)f.extra);
+			return -1;
+		}
+		f.middle_ids = mid;
+	} else if (r->prompt && !json_is_null(r->prompt)) {
+		free((void *)f.extra);
+		return srv_fail(e, SRV_E_BAD_REQUEST, "prompt", "prompt must be a string, or an array of token ids and strings");
+	}
 	size_t bytes = f.prefix_len + f.suffix_len + f.middle_len;
 	for (size_t k = 0; k < f.n_extra; k++) bytes += f.extra[k].text_len + f.extra[k].filename_len;
 	char err[256];
@@ -165,6 +222,7 @@ static int inf_prompt(srv_model *M, inf_req *r, srv_err *e) {
 	if (!rc && (rc = chat_fim_prompt(M->vocab, &f, &r->g.prompt, &n, err, sizeof err)))
 		srv_fail(e, srv_kind_of(rc, SRV_BLAME_REQUEST), rc == LANES_EUNSUPPORTED ? NULL : "input_prefix", "%s", err);
 	free((void *)f.extra);
+	free(mid);
 	if (rc) return -1;
 	r->g.lr.n_prompt = (int32_t)n;
 	return 0;

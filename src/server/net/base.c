@@ -64,6 +64,7 @@ static const struct {
 	[SRV_E_UNAVAILABLE] = {503, "server_error", "unavailable", 503, "overloaded_error", 2},
 	[SRV_E_INTERNAL] = {500, "server_error", NULL, 500, "api_error", 0},
 	[SRV_E_NO_MEMORY] = {507, "server_error", "insufficient_memory", 500, "api_error", 0},
+	[SRV_E_UNSUPPORTED] = {501, "not_supported_error", "not_supported", 501, "api_error", 0},
 };
 
 int srv_fail(srv_err *e, enum srv_ekind kind, const char *param, const char *fmt, ...) {

@@ -44,6 +44,7 @@ enum srv_ekind {
 	SRV_E_UNAVAILABLE, // 503 with Retry-After: loading, draining, halted
 	SRV_E_INTERNAL,    // 500: a generation failed (the halt among others)
 	SRV_E_NO_MEMORY,   // 507: a model needs more of --memory than is left to it
+	SRV_E_UNSUPPORTED, // 501: the server was not started with what it needs (llama-server's not_supported_error)
 	SRV_E__COUNT
 };
 
@@ -138,7 +139,7 @@ enum {
 	SRV_R_GEN = 1 << 2,   // generates (503 while draining or halted)
 	SRV_R_PREFIX = 1 << 3, // path matches as a prefix
 	SRV_R_WORK = 1 << 4,   // runs on a work thread (reads a body, may render and tokenize a prompt)
-	SRV_R_MUTATE = 1 << 5, // changes adapters, learning or the model cache: refused when open to the network without a key
+	SRV_R_MUTATE = 1 << 5, // changes adapters, learning, the model cache or slot files: refused when open to the network without a key
 	SRV_R_UTIL = 1 << 6,   // with SRV_R_WORK: on the utilities' work thread, not the generation requests'
 	SRV_R_DESCRIBE = 1 << 7, // with SRV_R_MODEL: describes its model, which a request does not load
 	SRV_R_BASE = 1 << 8      // picks its model by "base" (an adapter's base model), loading it as a request would
