@@ -62,7 +62,7 @@ int kv_slot_save(kv_cache *kv, const int32_t *tokens, int32_t n, uint8_t **out, 
 	slot_head h;
 	head_of(kv, &h, (uint32_t)got);
 	memcpy(buf, &h, sizeof h);
-	memcpy(buf + sizeof h, tokens, tb);
+	if (tb) memcpy(buf + sizeof h, tokens, tb); // a lane that held nothing has no tokens
 	uint64_t key = 0;
 	for (int32_t i = 0; i < got; i++) {
 		const int32_t *tok = tokens + (size_t)i * pt;
