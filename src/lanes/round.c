@@ -89,7 +89,8 @@ static int32_t add_decode_rows(lane_host *h, double *cost) {
 		// drafts a recurrent state was rewound past (accepted ones) are fed again first
 		const int32_t pos = r->n_prompt + r->n_gen - 1, from = kv_seq_len(h->kv, i);
 		// a lane's rows stay within 1 + draft_max, as the pass's workspace counts them: replays leave fewer drafts
-		if (r->n_draft > h->cfg.draft_max - (pos - from)) r->n_draft = pos - from < h->cfg.draft_max ? h->cfg.draft_max - (pos - from) : 0;
+		const int32_t room = h->cfg.draft_max - (pos - from);
+		if (r->n_draft > room) r->n_draft = room > 0 ? room : 0;
 		if (ensure_rows(h, n + (pos - from) + 1 + r->n_draft) || lane_fault(h, r)) {
 			lane_finish(h, r, LANE_EV_FAILED, 0, -1, "out of memory", NULL, 0);
 			continue;
