@@ -363,7 +363,8 @@ test('an adapter names its base model: loaded on it (loading it), requests namin
 
 test('a --models-dir model overflows to a peer whose beacon holds it, with the text it writes here', async () => {
 	const llama = path.join(SHARED, 'models', FILES['llama-q8']);
-	const B = await serve(['-m', llama, '--alias', 'llama-q8', '--lanes', '4']);
+	// A holds 3 (a lane, 2 queued) and lists as many for B as B has lanes: room for the burst of 8 however slow A is
+	const B = await serve(['-m', llama, '--alias', 'llama-q8', '--lanes', '6']);
 	const A = await serve(['-m', STORIES, '--models-dir', dir, '--lanes', '1', '--queue', '2', '--overflow-queue', '1', '--peer', B.url, '--peer-poll-ms', '100']);
 	const up = async () => /lanes_peer_up\{peer="[^"]+"\} 1/.test(await (await fetch(`${A.url}/metrics`)).text());
 	for (let i = 0; i < 200 && !(await up()); i++) await sleep(50);

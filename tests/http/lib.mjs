@@ -228,6 +228,8 @@ export async function mainServer() {
 	if (!mainSrv) {
 		// as tests/script/http.sh starts it: pricing fixed, so n-gram drafts pay on any machine
 		mainSrv = await startServer(['-m', STORIES, '--api-key', KEY, '--price-row-us', '100', '--price-fixed-us', '20000']);
+		// the file's process ends with its tests (killing the server), not when the server does
+		for (const h of [mainSrv.proc, mainSrv.proc.stdout, mainSrv.proc.stderr]) h.unref();
 		process.on('exit', () => mainSrv.proc.kill('SIGKILL'));
 	}
 	return mainSrv;
