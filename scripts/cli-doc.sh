@@ -5,7 +5,7 @@
 # --commands: `lanes help` on stdin as the markdown table of the commands
 if [ "$1" = "--commands" ]; then
 	printf '| command | what |\n|---|---|\n'
-	sed -n 's/^  \([a-z]*\)  *\(.*\)$/| `\1` | \2 |/p'
+	sed -n 's/^  \([a-z-]*\)  *\(.*\)$/| `\1` | \2 |/p'
 	exit 0
 fi
 BIN=${LANES_BIN:-build/lanes}

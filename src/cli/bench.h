@@ -20,6 +20,8 @@ typedef struct {
 	const model_lora_set *lora_sets; // request i adds lora_sets[i % n_lora_sets] (the filler none)
 	int32_t n_lora_sets;
 	bool no_experts;      // the host runs without the expert observer (MoE models)
+	const int32_t *text;  // n_text > 0: each prompt is BOS, a token of its own, then these (n_prompt unused)
+	int32_t n_text;
 } bench_lanes_opts;
 
 typedef struct {
@@ -32,6 +34,7 @@ typedef struct {
 	double ttft_ms;       // to the first token of any request
 	double itl_p50_ms, itl_p99_ms; // gaps between a request's consecutive tokens
 	uint64_t drafted, accepted;    // draft tokens proposed and accepted
+	uint64_t mtp_at[LANE_MAX_DRAFT], mtp_accepted_at[LANE_MAX_DRAFT]; // the MTP head's, by position
 } bench_lanes_result;
 
 // Runs the requests through a lane host of its own; 0 or an error with a message (a request

@@ -71,7 +71,8 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	cfg.queue = M + 1;
 	cfg.threads = o->threads;
 	cfg.kv_type = o->kv_type;
-	int64_t per = (int64_t)o->n_prompt + o->n_gen + 1;
+	const int32_t n_prompt = o->n_text > 0 ? o->n_text + 1 : o->n_prompt;
+	int64_t per = (int64_t)n_prompt + o->n_gen + 1;
 	int64_t fill = o->fill > 0 ? (int64_t)o->fill + 2 : 0;
 	// whole pages per request: a request of `per` tokens holds ceil(per / page) pages
 	const int64_t pt = cfg.page_tokens;
@@ -88,7 +89,7 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	int rc = lane_host_new(&h, m, voc, &cfg, err, errlen);
 	if (rc) return rc;
 	stream *st = calloc((size_t)M + 1, sizeof *st);
-	int32_t *prompt = malloc(((size_t)o->n_prompt + (size_t)(fill > 0 ? fill : 0) + 2) * sizeof *prompt);
+	int32_t *prompt = malloc(((size_t)n_prompt + (size_t)(fill > 0 ? fill : 0) + 2) * sizeof *prompt);
 	size_t cap_gaps = (size_t)M * (size_t)(o->n_gen > 0 ? o->n_gen : 1);
 	uint64_t *gaps = malloc(cap_gaps * sizeof *gaps);
 	if (!st || !prompt || !gaps) {
@@ -100,13 +101,14 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	for (int32_t i = 0; i <= M; i++) {
 		bool filler = i == M;
 		if (filler && fill <= 0) break;
-		int32_t np = filler ? (int32_t)fill - 1 : 1 + o->n_prompt;
+		int32_t np = filler ? (int32_t)fill - 1 : 1 + n_prompt;
 		prompt[0] = bos;
 		// distinct prompts, so no request can lean on another's KV
 		for (int32_t k = 1; k < np; k++) {
 			int32_t kk = o->repetitive && !filler ? 1 + (k - 1) % 7 : k;
 			prompt[k] = (int32_t)(splitmix64(((uint64_t)i << 32) + (uint64_t)kk) % (uint64_t)n_vocab);
 		}
+		if (!filler && o->n_text > 0) memcpy(prompt + 2, o->text, (size_t)o->n_text * sizeof *prompt);
 		lane_request q = {0};
 		q.prompt = prompt;
 		q.n_prompt = np;
@@ -148,6 +150,8 @@ int bench_lanes(const model *m, const tok_vocab *voc, const bench_lanes_opts *o,
 	lane_snapshot snap;
 	lane_host_snapshot(h, &snap);
 	for (int p = 0; p < LANE_PROP_COUNT; p++) res->drafted += snap.draft_tokens[p], res->accepted += snap.draft_accepted[p];
+	memcpy(res->mtp_at, snap.draft_at[LANE_PROP_MTP], sizeof res->mtp_at);
+	memcpy(res->mtp_accepted_at, snap.draft_accepted_at[LANE_PROP_MTP], sizeof res->mtp_accepted_at);
 	qsort(gaps, n_gaps, sizeof *gaps, cmp_u64);
 	res->tokens = total;
 	res->seconds = (t_end - t0) / 1e6;

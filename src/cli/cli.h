@@ -31,6 +31,7 @@ int cmd_pull(const cli_settings *s);
 int cmd_ls(const cli_settings *s);
 int cmd_rm(const cli_settings *s);
 int cmd_experts(const cli_settings *s);
+int cmd_mtp_merge(const cli_settings *s);
 // The model cache (cmd_pull.c over src/pull): ref (hf:ORG/REPO/FILE.gguf, ORG/REPO:QUANT, an
 // http(s) URL) downloaded unless cached; its path into path. Prints its error and returns -1, else 0.
 int cli_pull(const cli_settings *s, const char *ref, char *path, size_t n);
@@ -50,6 +51,8 @@ int cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 int cli_threads(int64_t want, base_pool **pool);
 // a model and, when voc is not NULL, its vocabulary;
 int cli_load_model(const char *path, model **m, tok_vocab **voc);
+// The same with the MTP head of file head (NULL: none) in place of the model's own.
+int cli_load_model_head(const char *path, const char *head, model **m, tok_vocab **voc);
 // the vocabulary of a GGUF file (a model or a vocab-only file).
 int cli_load_vocab(const char *path, tok_vocab **voc);
 // "PATH:SCALE" when what follows the last ':' is a number (*scale), else all of arg is the

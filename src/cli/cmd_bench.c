@@ -163,17 +163,24 @@ static int bench_concurrent(const model *m, const tok_vocab *voc, const char *pa
 	}
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	const char *act = tensor_act_name(tensor_kernels_act(model_kernels(m)));
+	// the MTP head's acceptance by position in the drafts, as far as it drafted
+	char pos[LANE_MAX_DRAFT * 16] = "";
+	size_t k = 0;
+	for (int j = 0; j < LANE_MAX_DRAFT && r.mtp_at[j] && k < sizeof pos; j++)
+		k += (size_t)snprintf(pos + k, sizeof pos - k, json ? "%s%.4f" : "%s%.0f%%", j ? (json ? ", " : " ") : "",
+				      (json ? 1.0 : 100.0) * (double)r.mtp_accepted_at[j] / (double)r.mtp_at[j]);
 	if (json)
 		printf("{\"model\": \"%s\", \"activations\": \"%s\", \"concurrent\": %d, \"lanes\": %d, \"fill\": %d, "
 		       "\"tokens\": %d, \"seconds\": %.3f, \"aggregate_tps\": %.2f, \"tg_tps\": %.2f, \"ttft_ms\": %.1f, "
-		       "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, \"draft_tokens\": %llu, \"draft_accepted\": %llu}\n",
+		       "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, \"draft_tokens\": %llu, \"draft_accepted\": %llu, "
+		       "\"mtp_acceptance_by_position\": [%s]}\n",
 		       base, act, M, lanes > 0 ? lanes : M + (fill > 0), fill, r.tokens, r.seconds, r.tps, r.tg_tps, r.ttft_ms,
-		       r.itl_p50_ms, r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted);
+		       r.itl_p50_ms, r.itl_p99_ms, (unsigned long long)r.drafted, (unsigned long long)r.accepted, pos);
 	else
 		printf("%s (activations %s): %d concurrent requests%s: %d tokens in %.2f s = %.2f tok/s aggregate; first token "
-		       "%.0f ms; inter-token p50 %.1f ms, p99 %.1f ms; drafts %llu/%llu accepted\n",
+		       "%.0f ms; inter-token p50 %.1f ms, p99 %.1f ms; drafts %llu/%llu accepted%s%s\n",
 		       base, act, M, fill > 0 ? " (and a filling prompt)" : "", r.tokens, r.seconds, r.tps, r.ttft_ms, r.itl_p50_ms,
-		       r.itl_p99_ms, (unsigned long long)r.accepted, (unsigned long long)r.drafted);
+		       r.itl_p99_ms, (unsigned long long)r.accepted, (unsigned long long)r.drafted, *pos ? "; the MTP head's by position: " : "", pos);
 	return 0;
 }
 
@@ -183,8 +190,10 @@ int cmd_bench(const cli_settings *set) {
 	const bool json = set->json;
 	const enum kv_type kvt = cli_kv_type(kv_name);
 	if (set->lora.n && set->concurrent <= 0) return cli_usage_error(set, "--lora goes with --concurrent M");
+	if (set->prompt && set->concurrent <= 0) return cli_usage_error(set, "-p goes with --concurrent M");
 	char err[512];
 	int rc = 1;
+	int32_t *text = NULL;
 	model *m = NULL, *dm = NULL;
 	tok_vocab *voc = NULL;
 	bench_ctx b = {0};
@@ -193,7 +202,7 @@ int cmd_bench(const cli_settings *set) {
 	bench_rep *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
 	if (!pp || !tg) goto out;
 	const uint64_t load_t0 = base_now_us();
-	if (cli_load_model(model_path, &m, NULL)) goto out;
+	if (cli_load_model_head(model_path, set->draft_head, &m, NULL)) goto out;
 	model_set_context(m, (int32_t)(depth + n_pp + n_tg)); // the positions a run uses are its context (Phi 3's factors)
 	const double load_s = (double)(base_now_us() - load_t0) / 1e6;
 	if (tok_vocab_load(&voc, model_gguf(m), err, sizeof err)) {
@@ -207,6 +216,16 @@ int cmd_bench(const cli_settings *set) {
 				      .no_experts = !strcmp(set->experts, "off")};
 		if (set->draft_model && cli_load_model(set->draft_model, &dm, NULL)) goto out;
 		o.draft_model = dm;
+		size_t nt = 0;
+		if (set->prompt && tok_encode(voc, set->prompt, strlen(set->prompt), false, false, &text, &nt, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		if (set->prompt && (nt < 1 || nt > 1 << 20)) {
+			cli_err("-p: the text gives %zu tokens", nt);
+			goto out;
+		}
+		o.text = text, o.n_text = (int32_t)nt;
 		if (cli_load_loras(m, &set->lora, &all, &loras)) goto out;
 		for (int32_t k = 0; k < all.n; k++) one[k] = (model_lora_set){.n = 1, .use = {all.use[k]}};
 		o.lora_sets = one;
@@ -318,6 +337,7 @@ int cmd_bench(const cli_settings *set) {
 	}
 	rc = 0;
 out:
+	free(text);
 	free(pp);
 	free(tg);
 	free(b.logits);

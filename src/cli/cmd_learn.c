@@ -136,6 +136,108 @@ static double held_out(const model *m, const model_lora *lora, base_pool *pool, 
 	return *count ? nll / (double)*count : 0.0;
 }
 
+// The MTP sequences of examples (learn_mtp_seqs_of); NULL after printing the error.
+static learn_mtp_seq **mtp_seqs(const cli_settings *s, const model *m, base_pool *pool, const ex_list *l, int64_t *count) {
+	char err[512];
+	learn_mtp_seq **out;
+	if (!learn_mtp_seqs_of(&out, count, m, pool, (const learn_example *const *)l->ex, l->n, s->mtp_gen, s->max_tokens, (float)s->temp,
+			       (uint64_t)s->seed, err, sizeof err))
+		return out;
+	cli_err("%s", err);
+	return NULL;
+}
+
+static void mtp_seqs_free(learn_mtp_seq **q, int64_t n) {
+	for (int64_t i = 0; q && i < n; i++) learn_mtp_seq_free(q[i]);
+	free(q);
+}
+
+// lanes learn --mtp: the head trained on the model's choices, written for --draft-head.
+static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool, const ex_list *train, const ex_list *ev) {
+	char err[512];
+	int rc = 1;
+	learn_mtp *h = NULL;
+	learn_mtp_seq **tr = NULL, **te = NULL, **batch = NULL;
+	int64_t *order = NULL, ntr = 0, nte = 0;
+	const uint64_t t0 = base_now_us();
+	if (learn_mtp_new(&h, m, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	if (!(tr = mtp_seqs(s, m, pool, train, &ntr)) || (ev->n && !(te = mtp_seqs(s, m, pool, ev, &nte)))) goto out;
+	int64_t rows = 0;
+	for (int64_t i = 0; i < ntr; i++) rows += learn_mtp_seq_tokens(tr[i]) - 1;
+	printf("learn --mtp: %lld sequences (%lld head rows, %s) in %.1f s; head of %lld parameters (%.2f MiB, optimizer %.2f MiB)\n",
+	       (long long)ntr, (long long)rows, s->mtp_gen ? "the model's continuations" : "the examples' text",
+	       (double)(base_now_us() - t0) / 1e6, (long long)learn_mtp_params(h), learn_mtp_params(h) * 4 / 1048576.0,
+	       learn_mtp_params(h) * 8 / 1048576.0);
+	double acc0 = 0, loss0 = 0, acc1, loss1;
+	if (te && learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, &acc0, &loss0, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = (float)s->lr, o.weight_decay = (float)s->weight_decay, o.clip = (float)s->clip;
+	order = malloc((size_t)ntr * sizeof *order);
+	batch = malloc((size_t)s->batch * sizeof *batch);
+	if (!order || !batch) {
+		cli_err("out of memory");
+		goto out;
+	}
+	uint64_t rng = splitmix64((uint64_t)s->seed ^ 0x6d7470ull);
+	int64_t next = ntr, tokens = 0;
+	const uint64_t t1 = base_now_us();
+	for (int64_t step = 1; step <= s->steps; step++) {
+		for (int64_t b = 0; b < s->batch; b++) {
+			if (next == ntr) {
+				for (int64_t i = 0; i < ntr; i++) order[i] = i;
+				for (int64_t i = ntr - 1; i > 0; i--) {
+					const int64_t k = (int64_t)(splitmix64(rng++) % (uint64_t)(i + 1)), t = order[i];
+					order[i] = order[k], order[k] = t;
+				}
+				next = 0;
+			}
+			batch[b] = tr[order[next++]];
+		}
+		learn_step_info info;
+		if (learn_mtp_step(h, pool, (const learn_mtp_seq *const *)batch, (int32_t)s->batch, &o, &info, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		tokens += info.learned;
+		if (step == 1 || step == s->steps || step % 10 == 0) {
+			const double all = (double)(base_now_us() - t1) / 1e6;
+			printf("step %lld/%lld  loss %.4f  grad %.3f  (%.0f rows/s)\n", (long long)step, (long long)s->steps, info.loss, info.grad_norm,
+			       all > 0 ? (double)tokens / all : 0.0);
+			fflush(stdout);
+		}
+	}
+	const double secs = (double)(base_now_us() - t1) / 1e6;
+	if (learn_mtp_save(h, s->output, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	printf("learn --mtp: %lld steps in %.1f s; head written to %s (lanes serve -m MODEL --draft-head %s)\n", (long long)s->steps, secs,
+	       s->output, s->output);
+	if (te) {
+		if (learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, &acc1, &loss1, err, sizeof err)) {
+			cli_err("%s", err);
+			goto out;
+		}
+		printf("held-out: the head's first draft is the model's choice %.1f%% -> %.1f%% of the time, loss %.4f -> %.4f\n", 100 * acc0,
+		       100 * acc1, loss0, loss1);
+	}
+	rc = 0;
+out:
+	free(order);
+	free(batch);
+	mtp_seqs_free(tr, ntr);
+	mtp_seqs_free(te, nte);
+	learn_mtp_free(h);
+	return rc;
+}
+
 int cmd_learn(const cli_settings *s) {
 	char err[512];
 	int rc = 1;
@@ -154,6 +256,10 @@ int cmd_learn(const cli_settings *s) {
 	}
 	if (cli_load_model(s->model, &m, &c.voc) || cli_threads(s->threads, &pool)) goto out;
 	if (read_examples(&c, s->data_file, &train) || (s->eval_file && read_examples(&c, s->eval_file, &ev))) goto out;
+	if (s->mtp) {
+		rc = learn_mtp_cli(s, m, pool, &train, &ev);
+		goto out;
+	}
 	const learn_adapter_opts ao = {.rank = (int32_t)s->lora_rank, .alpha = (float)s->alpha, .seed = (uint64_t)s->seed};
 	if (s->from_adapter ? learn_adapter_load(&a, m, s->from_adapter, err, sizeof err) : learn_adapter_new(&a, m, &ao, err, sizeof err)) {
 		cli_err("%s", err);

@@ -136,7 +136,7 @@ const char *const cli_serve_flags[][2] = {
 	{"max_tokenize_bytes", "--max-tokenize-bytes"}, {"no_webui", "--no-webui"}, {"peers", "--peer"},
 	{"overflow_queue", "--overflow-queue"}, {"peer_poll_ms", "--peer-poll-ms"}, {"peer_timeout_ms", "--peer-timeout-ms"},
 	{"loras", "--lora"}, {"max_lora", "--max-lora"}, {"adapters_dir", "--adapters-dir"}, {"models_dirs", "--models-dir"}, {"aliases", "--alias"},
-	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"}, {"model_path", "-m"}, {"draft_model", "--draft-model"},
+	{"keep_alive_s", "--keep-alive"}, {"max_models", "--max-models"}, {"model_path", "-m"}, {"draft_model", "--draft-model"}, {"draft_head", "--draft-head"},
 	{"memory_bytes", "--memory"}, {"lanes.ctx", "--ctx"},
 	{"allow_unauth_mutations", "--allow-unauthenticated-mutations"}, {"learn_share", "--learn-share"},
 	{"lanes.lanes", "--lanes"}, {"lanes.queue", "--queue"}, {"lanes.experts", "--experts"},
@@ -258,6 +258,7 @@ int cmd_serve(const cli_settings *s) {
 		if (!strcmp(s->draft_mode, modes[i])) cfg.lanes.draft = (enum lane_draft_mode)i;
 	cfg.lanes.draft_max = (int32_t)s->draft_max;
 	cfg.draft_model = s->draft_model;
+	cfg.draft_head = s->draft_head;
 	cfg.pooling = strcmp(s->pooling, "auto") ? s->pooling : NULL;
 	cfg.embeddings_only = s->embeddings;
 	cfg.strict_params = s->strict_params;

@@ -65,11 +65,13 @@ int cli_threads(int64_t want, base_pool **pool) {
 	return 0;
 }
 
-int cli_load_model(const char *path, model **m, tok_vocab **voc) {
+int cli_load_model(const char *path, model **m, tok_vocab **voc) { return cli_load_model_head(path, NULL, m, voc); }
+
+int cli_load_model_head(const char *path, const char *head, model **m, tok_vocab **voc) {
 	char err[512];
 	cli_progress bar;
 	cli_progress_start(&bar, "load", true, false);
-	const int rc = model_load_progress(m, path, cli_progress_model, &bar, err, sizeof err);
+	const int rc = model_load_head(m, path, head, cli_progress_model, &bar, err, sizeof err);
 	cli_progress_end(&bar);
 	if (rc || (voc && tok_vocab_load(voc, model_gguf(*m), err, sizeof err))) {
 		cli_err("%s", err);

@@ -27,6 +27,8 @@ static const cli_command commands[] = {
 	{CMD_RM, "rm", cmd_rm, "delete a model from the cache", "NAME", 1},
 	{CMD_EXPERTS, "experts", cmd_experts, "which experts a MoE model uses on a corpus of domains: report, JSON, SVG heat map",
 	 "-m MODEL --corpus DIR", 0},
+	{CMD_MTP_MERGE, "mtp-merge", cmd_mtp_merge, "add an MTP head (lanes learn --mtp) to its model's GGUF in the standard nextn names",
+	 "-m MODEL --draft-head HEAD.gguf -o OUT.gguf", 0},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -24,7 +24,7 @@
 #define F(x) offsetof(cli_settings, x)
 #define B(c) (1u << CMD_##c)
 #define ALL ((1u << CMD_COUNT) - 1)
-#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
+#define MODEL_CMDS (B(TOKENIZE) | B(DETOKENIZE) | B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS) | B(MTP_MERGE))
 #define THREAD_CMDS (B(QUANTIZE) | B(GEN) | B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN) | B(EXPERTS))
 #define KV_CMDS (B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE) | B(PLAN))
 #define I32 2147483647
@@ -51,7 +51,17 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--eval", .kind = SET_STR, .field = F(eval_file), .meta = "FILE.jsonl", .cmds = B(LEARN),
 	 .help = "held-out examples (the same format): their loss before and after training"},
 	{.names = "-o|--output", .kind = SET_STR, .field = F(output), .meta = "ADAPTER.gguf", .cmds = B(LEARN), .req = B(LEARN),
-	 .help = "the trained adapter, a GGUF LoRA file that lanes and llama.cpp load"},
+	 .help = "the trained adapter, a GGUF LoRA file that lanes and llama.cpp load (with --mtp: the head, which --draft-head loads)"},
+	{.names = "-o|--output", .kind = SET_STR, .field = F(output), .meta = "OUT.gguf", .cmds = B(MTP_MERGE), .req = B(MTP_MERGE),
+	 .help = "the model with the head's layers after its trunk, in the standard nextn names"},
+	{.names = "--mtp", .kind = SET_FLAG, .field = F(mtp), .cmds = B(LEARN),
+	 .help = "train an MTP head (the trunk frozen) on the model's own choices instead of a LoRA adapter: -o is the head's GGUF"},
+	{.names = "--gen", .kind = SET_INT, .field = F(mtp_gen), .dflt = "0", .min = 0, .max = 1 << 20, .meta = "N", .cmds = B(LEARN),
+	 .help = "with --mtp: the head learns from the model's own N-token continuations of windows of the examples' text, one every 16 tokens (0: the model's choices along the examples' own text)"},
+	{.names = "--temp", .kind = SET_FLOAT, .field = F(temp), .dflt = "0", .min = 0, .max = 2, .meta = "T", .cmds = B(LEARN),
+	 .help = "with --mtp --gen: the continuations are drawn at this temperature (from --seed) for more varied text; the head learns the greedy choice either way (0: greedy)"},
+	{.names = "--draft-head", .kind = SET_STR, .field = F(draft_head), .meta = "HEAD.gguf", .cmds = B(MTP_MERGE), .req = B(MTP_MERGE),
+	 .help = "the MTP head (lanes learn --mtp) to add to the model"},
 	{.names = "--from", .kind = SET_STR, .field = F(from_adapter), .meta = "ADAPTER.gguf", .cmds = B(LEARN),
 	 .help = "go on training this adapter (its rank and alpha) instead of a new one"},
 	{.names = "--rank", .kind = SET_INT, .field = F(lora_rank), .dflt = "8", .min = 1, .max = 4096, .meta = "R", .cmds = B(LEARN),
@@ -77,6 +87,8 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(LEARN),
 	 .help = "the saved adapter's type: F32, F16, BF16 or Q8_0"},
 	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(RUN), .help = "prompt text (BOS added as the vocab says)"},
+	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(BENCH),
+	 .help = "with --concurrent: each request's prompt is BOS, a token of its own, then this text (in place of --req-prompt random tokens)"},
 	{.names = "--ids", .kind = SET_STR, .field = F(ids), .meta = "1,2,3", .cmds = B(RUN) | B(LOGITS), .req = B(LOGITS),
 	 .help = "token ids, used exactly"},
 	{.names = "-o|--output", .kind = SET_STR, .field = F(output), .meta = "FILE", .cmds = B(LOGITS) | B(GEN), .req = B(LOGITS) | B(GEN),
@@ -259,6 +271,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "serve embeddings only: the generation endpoints answer 400"},
 	{.names = "--draft", .kind = SET_CHOICE, .field = F(draft_mode), .dflt = "auto", .meta = "auto|off|ngram|mtp", .cmds = B(SERVE),
 	 .help = "speculative decoding for requests that allow it: ngram alone, or the draft model or the model's MTP head beside it (auto; mtp: the model must have a head)"},
+	{.names = "--draft-head", .kind = SET_STR, .field = F(draft_head), .meta = "HEAD.gguf", .cmds = B(SERVE) | B(BENCH),
+	 .help = "an MTP head (lanes learn --mtp) for the -m model, in place of any it has: its drafts as the model's own head's"},
 	{.names = "--draft-model", .kind = SET_STR, .field = F(draft_model), .meta = "FILE", .cmds = B(SERVE) | B(BENCH),
 	 .help = "a draft model with the same vocabulary (serve's auto uses it beside n-gram, in place of an MTP head)"},
 	{.names = "--draft-max", .kind = SET_INT, .field = F(draft_max), .dflt = SAID(LANE_DEFAULT_DRAFT_MAX), RANGE(LANE_RANGE_DRAFT_MAX), .meta = "K", .cmds = B(SERVE) | B(PLAN),

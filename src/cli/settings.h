@@ -12,7 +12,7 @@
 // The subcommands; a setting names those that take it as bits (1u << CMD_x).
 enum cli_cmd {
 	CMD_INFO, CMD_QUANTIZE, CMD_GEN, CMD_TOKENIZE, CMD_DETOKENIZE, CMD_TEMPLATE,
-	CMD_RUN, CMD_LOGITS, CMD_LEARN, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_PULL, CMD_LS, CMD_RM, CMD_EXPERTS, CMD_COUNT
+	CMD_RUN, CMD_LOGITS, CMD_LEARN, CMD_BENCH, CMD_SERVE, CMD_PLAN, CMD_PULL, CMD_LS, CMD_RM, CMD_EXPERTS, CMD_MTP_MERGE, CMD_COUNT
 };
 
 // A repeatable option's values, in the order given (they point into argv).
@@ -27,7 +27,7 @@ typedef struct {
 	// files and texts
 	const char *grammar_file, *json_schema_file, *data_file, *eval_file, *from_adapter;
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
-	const char *host, *api_key, *chat_template, *memory, *draft_model, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
+	const char *host, *api_key, *chat_template, *memory, *draft_model, *draft_head, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
 	const char *corpus, *svg;
 	const char *cache_dir, *cache_dir_max, *keep_alive;
 	const char *peer_key;
@@ -38,7 +38,7 @@ typedef struct {
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;
 	int64_t max_output_bytes, max_tokenize_bytes, lora_rank, max_lora, max_models, corpus_tokens, steps, batch, max_tokens;
 	int64_t serve_max_tokens, responses_store, overflow_queue, peer_poll_ms, peer_timeout_ms, pull_stall_s, pull_max_bytes;
-	int64_t pull_tries, pull_retry_ms, pull_retry_max_ms, think_budget;
+	int64_t pull_tries, pull_retry_ms, pull_retry_max_ms, think_budget, mtp_gen;
 	int64_t dry_allowed_length, dry_penalty_last_n, mirostat;
 	double dry_multiplier, dry_base, xtc_probability, xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exp, mirostat_lr, mirostat_ent;
 	const char *samplers, *sampling_seq;
@@ -46,7 +46,7 @@ typedef struct {
 	cli_list allowed_host, cors_origin, lora, peer, dry_breaker, alias, serve_models_dir; // repeatable
 	// switches
 	bool help, json, protect_control, print_ids, no_bos, no_parse_special, special, keep_space, add_generation_prompt, draft, repetitive,
-		embeddings, strict_params, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations,
+		embeddings, strict_params, mtp, strict_model, lora_zero_b, no_webui, metrics_experts, allow_unauth_mutations,
 		think, no_think;
 	const char *pos[3]; // positional arguments, npos of them
 	int npos;

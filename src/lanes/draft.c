@@ -161,6 +161,23 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 	return k_best;
 }
 
+// The MTP drafts (up to kmax) that most raise a lane's expected tokens per unit of round time:
+// the first comes with the head's feed, each further one costs a chained pass of the head
+// (shared by the lanes drafting), and draft j is accepted (with those before it) at the rate
+// the request measured at position j, or a^(j+1) until it has tried that position a few times.
+static int32_t mtp_worth(const lane_host *h, const lane_req *r, float a, int32_t kmax, int32_t n_live) {
+	const double n = n_live > 1 ? n_live : 1, F = h->fixed_us / n, R = h->row_us + h->draw_us, H = h->mtp_us / n;
+	double best = 1.0 / (F + R), e = 1.0, p = 1.0;
+	int32_t k_best = 0;
+	for (int32_t k = 1; k <= kmax; k++) {
+		p = r->drafted_at[k - 1] >= 4 ? (double)r->accepted_at[k - 1] / (double)r->drafted_at[k - 1] : p * a;
+		e += p;
+		const double v = e / (F + (1 + k) * R + (k - 1) * H);
+		if (v > best) best = v, k_best = k;
+	}
+	return k_best;
+}
+
 // Lanes that may draft this round get proposals: a strong n-gram match (2 or more tokens
 // long) first, else the draft model or the MTP head when there is one, else the n-gram's weak
 // match.
@@ -173,9 +190,11 @@ void lane_propose(lane_host *h) {
 		if (!r) continue;
 		r->n_draft = 0;
 		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
-		int32_t k = imin(r->draft_k, r->max_tokens - r->n_gen - 1);
+		const int32_t room = r->max_tokens - r->n_gen - 1;
+		int32_t k = imin(r->draft_k, room);
+		const int32_t km = r->mtp && k > 0 && !h->cfg.hooks.propose ? mtp_worth(h, r, r->draft_ema, imin(h->cfg.draft_max, room), n_live) : 0;
 		if (k > 0 && !h->cfg.hooks.propose) k = drafts_worth(h, r->draft_ema, k, n_live);
-		if (k <= 0) {
+		if (k <= 0 && km <= 0) {
 			// not drafting tells nothing of acceptance: the estimate creeps back up, so the
 			// lane tries again now and then (text may have turned repetitive)
 			r->draft_ema += (1.0f - r->draft_ema) * DRAFT_REGAIN;
@@ -185,10 +204,10 @@ void lane_propose(lane_host *h) {
 			custom_propose(h, r, k);
 			continue;
 		}
-		int32_t n = propose_ngram(h, r, k);
-		if (n < 2 && ((h->dkv && h->cfg.draft != LANE_DRAFT_NGRAM) || r->mtp)) {
+		int32_t n = k > 0 ? propose_ngram(h, r, k) : 0;
+		if (n < 2 && ((h->dkv && h->cfg.draft != LANE_DRAFT_NGRAM) || km > 0)) {
 			mr[nm] = r;
-			mk[nm++] = k;
+			mk[nm++] = r->mtp ? km : k;
 		}
 	}
 	if (nm && h->mkv) lane_mtp_propose(h, mr, mk, nm);
@@ -211,7 +230,10 @@ void lane_draft_verified(lane_host *h, lane_req *r, int32_t nd, int32_t acc, int
 	h->stats.draft_accepted[r->prop] += (uint64_t)acc;
 	r->n_drafted += (uint64_t)nd;
 	r->n_accepted += (uint64_t)acc;
-	for (int32_t j = 0; j < nd; j++) r->drafted_at[j]++, r->accepted_at[j] += j < acc;
+	for (int32_t j = 0; j < nd; j++) {
+		r->drafted_at[j]++, r->accepted_at[j] += j < acc;
+		h->stats.draft_at[r->prop][j]++, h->stats.draft_accepted_at[r->prop][j] += j < acc;
+	}
 	if (r->lane < 0) return; // it ended inside the drafts
 	if (kv_seq_mark_pos(h->kv, r->lane)) {
 		// a recurrent state cannot be cut: back to the decode row's; the next round feeds the accepted drafts again

@@ -499,6 +499,7 @@ typedef struct {
 	uint64_t forward_us;      // time inside forward passes, summed
 	uint64_t draft_tokens[LANE_PROP_COUNT];   // proposed
 	uint64_t draft_accepted[LANE_PROP_COUNT]; // of which the target confirmed
+	uint64_t draft_at[LANE_PROP_COUNT][LANE_MAX_DRAFT], draft_accepted_at[LANE_PROP_COUNT][LANE_MAX_DRAFT]; // the same by position in the drafts
 	uint64_t draft_replayed;  // accepted drafts fed again after a recurrent state's rewind
 	lane_hist round_seconds;  // whole rounds
 	lane_hist forward_seconds; // their forward passes

@@ -176,6 +176,7 @@ struct lane_host {
 	uint64_t round;
 	double row_us, fixed_us;  // pricing: cost of a row and of a round
 	double draw_us;           // calibrated pricing: a sampled row's draw and emit, as the rounds measure it (0: not yet)
+	double mtp_us;            // the MTP head's chained pass, as measured (0: not yet)
 	double weight_bytes;      // the model's weights as held: what fixed_us mostly reads
 	const model_lora **round_lora; // adapters this round's rows read so far (lanes * MODEL_LORA_MAX)
 	int32_t n_round_lora;

@@ -137,10 +137,14 @@ void lane_mtp_propose(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n)
 			m++;
 		}
 		if (!m) break;
+		const uint64_t t0 = base_now_us();
 		if (model_mtp_forward(h->m, h->mkv, h->pool, h->mws, h->mrows, m, h->mhin, h->mlogits, h->mhin, err, sizeof err)) {
 			LOG_WARN(MOD, "MTP head: %s", err);
 			break;
 		}
+		// the pricing's cost of a chained draft: timing picks how many drafts, never a token
+		const double us = (double)(base_now_us() - t0);
+		h->mtp_us = h->mtp_us > 0.0 ? 0.9 * h->mtp_us + 0.1 * us : us;
 		for (int32_t k = 0; k < m; k++) {
 			const int32_t lane = h->mrows[k].seq;
 			lane_req *r = h->lanes[lane];

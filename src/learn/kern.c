@@ -6,6 +6,7 @@
 
 #include "tensor/tensor.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -168,4 +169,47 @@ void lk_outer(base_pool *pool, int64_t rows, int64_t cols, int64_t n, const floa
 	j.items = rows * j.spans;
 	atomic_init(&j.next, 0);
 	run(pool, j.items, (double)n * (double)rows * (double)cols, outer_task, &j);
+}
+
+// dx += the transposed Jacobian of y = x / rms(x) * w applied to dy (w NULL: no weight).
+void lk_rms_bwd(const float *x, const float *w, int64_t n, float eps, const float *dy, float *dx) {
+	double ss = 0.0, dot = 0.0;
+	for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+	const double r = 1.0 / sqrt(ss / (double)n + (double)eps);
+	for (int64_t i = 0; i < n; i++) dot += (double)x[i] * (w ? w[i] : 1.0f) * dy[i];
+	const double c = r * r * r * dot / (double)n;
+	for (int64_t i = 0; i < n; i++) dx[i] += (float)(r * (w ? w[i] : 1.0f) * dy[i] - x[i] * c);
+}
+
+// The transpose of tensor_rope_apply: each pair turned back by its angle (magnitude kept).
+void lk_rope_t(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads, int32_t head_dim) {
+	const int32_t half = rp->n_rot / 2;
+	for (int32_t h = 0; h < n_heads; h++) {
+		float *v = x + (size_t)h * head_dim;
+		for (int32_t i = 0; i < half; i++) {
+			const int32_t a = rp->neox ? i : 2 * i, b = rp->neox ? i + half : 2 * i + 1;
+			const double x0 = v[a], x1 = v[b], c = cs[2 * i], s = cs[2 * i + 1];
+			v[a] = (float)(x0 * c + x1 * s);
+			v[b] = (float)(x1 * c - x0 * s);
+		}
+	}
+}
+
+// dg, du from da through act = silu(g) * u.
+void lk_swiglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n) {
+	for (int64_t i = 0; i < n; i++) {
+		const double gv = g[i], sig = 1.0 / (1.0 + exp(-gv));
+		dg[i] = (float)(da[i] * u[i] * sig * (1.0 + gv * (1.0 - sig)));
+		du[i] = (float)(da[i] * gv * sig);
+	}
+}
+
+// Eight running sums (a vector's worth), folded in a fixed order.
+float lk_dot(const float *a, const float *b, int64_t n) {
+	float acc[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+	for (; i < n; i++) acc[0] += a[i] * b[i];
+	return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }

@@ -214,4 +214,65 @@ int learn_eval(const model *m, const model_lora *lora, base_pool *pool, const le
 // (0: the next one; negative: none). Process-wide.
 void learn_test_fail_alloc(int64_t after);
 
+// ---- MTP heads (mtp.c) ---------------------------------------------------------------------
+// A model's multi-token-prediction head trained with the trunk frozen, by self-distillation:
+// head row p reads the trunk's state at p (after its output norm) and the token at p + 1, and
+// learns the trunk's greedy choice after p + 1 — what the model will say, so what a draft of
+// it is accepted for. Every head weight trains in f32 (eh_proj, enorm, hnorm, the block's
+// norms and matrices, shared_head_norm); biases and per-head q/k norms stay as they start; the
+// embedding and output head are the model's, read as stored.
+typedef struct learn_mtp learn_mtp;
+// From the model's own first MTP layer when it has one, else a new head: its block the trunk's
+// last layer, eh_proj adding the two normed halves, its norm the output norm. llama, qwen2 and
+// qwen3 with dense layers (else LANES_EUNSUPPORTED); LANES_ENOMEM. It must not outlive m.
+int learn_mtp_new(learn_mtp **out, const model *m, char *err, size_t errlen);
+void learn_mtp_free(learn_mtp *h); // accepts NULL
+int64_t learn_mtp_params(const learn_mtp *h); // floats trained
+// The head's parameters, flat (learn_mtp_params of them), writable between steps; and the
+// gradient of the last step's mean loss before clipping, in the same order.
+float *learn_mtp_weights(learn_mtp *h);
+const float *learn_mtp_grad(const learn_mtp *h);
+// Tensor i of the flat parameters (i < LEARN_MTP_TENSORS): its name in the head's file after
+// "blk.N.", its first parameter and its count.
+#define LEARN_MTP_TENSORS 13
+const char *learn_mtp_tensor(const learn_mtp *h, int i, int64_t *off, int64_t *n);
+
+// A training sequence: tokens, and the trunk's state and greedy choice at each.
+typedef struct learn_mtp_seq learn_mtp_seq;
+// count sequences: prompt i (n_prompts[i] >= 1 tokens) and the model's continuation of gen
+// tokens (greedy, or drawn at temp > 0 from seed and i; the head learns the greedy choice at
+// every position either way), cut to max_tokens (3 at least), run through m several at once
+// (no adapters, an f16 KV cache) into out[i]. LANES_EINVAL, LANES_ENOMEM, or the forward's
+// codes, with nothing left in out.
+int learn_mtp_seqs_new(learn_mtp_seq **out, const model *m, base_pool *pool, const int32_t *const *prompts, const int64_t *n_prompts,
+		       int64_t count, int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen);
+// With gen > 0 the prompts are windows of an example's text, one every LEARN_MTP_STRIDE
+// tokens: its first token (the BOS), then up to LEARN_MTP_WINDOW tokens before the cut.
+#define LEARN_MTP_STRIDE 16
+#define LEARN_MTP_WINDOW 16
+// The sequences of n examples: each example's own tokens (gen 0: the head learns the model's
+// choices along the text), or its windows continued by gen tokens of the model's (varied
+// starts teach the head more of the model than one continuation would), as
+// learn_mtp_seqs_new makes them. *out (an array of *count, the caller's to free with
+// learn_mtp_seq_free each) on success; codes as learn_mtp_seqs_new.
+int learn_mtp_seqs_of(learn_mtp_seq ***out, int64_t *count, const model *m, base_pool *pool, const learn_example *const *ex, int64_t n,
+		      int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen);
+void learn_mtp_seq_free(learn_mtp_seq *s); // accepts NULL
+int64_t learn_mtp_seq_tokens(const learn_mtp_seq *s);
+// One AdamW step (o: lr, betas, eps, weight_decay on the matrices, clip) on the mean loss of
+// every head row of the n sequences. info: step, examples, tokens, learned (rows), loss and
+// grad_norm before the update. The same bits for any pool's thread count. LANES_ENOMEM.
+int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o,
+		   learn_step_info *info, char *err, size_t errlen);
+// The share of head rows whose argmax is the trunk's choice (a first draft's acceptance, the
+// trunk's state given) and their mean loss, by the training pass in f32. LANES_ENOMEM.
+int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double *accept, double *loss,
+		   char *err, size_t errlen);
+// Writes the head as a GGUF of general.type "mtp": general.architecture, <arch>.block_count
+// (the trunk's layers and the head's), <arch>.nextn_predict_layers 1, <arch>.embedding_length,
+// and the tensors of layer n_layers in the standard names (blk.N.attn_q.weight ...,
+// blk.N.nextn.eh_proj.weight, nextn.enorm, nextn.hnorm, nextn.shared_head_norm), in f32,
+// whole or not at all (base_wfile). model_load_head loads it beside its model.
+int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errlen);
+
 #endif

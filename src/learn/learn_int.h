@@ -134,6 +134,14 @@ void lk_mat_bwd(base_pool *pool, const tensor_kernels *ks, const model_matrix *w
 // g[r][c] += alpha * sum_i p[i*ldp + r] * q[i*ldq + c] for r < rows, c < cols, i < n.
 void lk_outer(base_pool *pool, int64_t rows, int64_t cols, int64_t n, const float *p, int64_t ldp, const float *q,
 	      int64_t ldq, float alpha, float *g);
+// dx += the transposed Jacobian of y = x / rms(x) * w applied to dy (w NULL: no weight).
+void lk_rms_bwd(const float *x, const float *w, int64_t n, float eps, const float *dy, float *dx);
+// The transpose of tensor_rope_apply (cs: tensor_rope_table's) on n_heads heads of x.
+void lk_rope_t(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads, int32_t head_dim);
+// dg, du from da through act = silu(g) * u.
+void lk_swiglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n);
+// sum a[i] b[i] in eight running sums folded in a fixed order.
+float lk_dot(const float *a, const float *b, int64_t n);
 // A dense f32 matrix of rows x k as a model_matrix.
 static inline model_matrix lk_f32(const float *w, int64_t rows, int64_t k) {
 	return (model_matrix){.data = w, .type = GGUF_T_F32, .k = k, .rows = rows, .n_mat = 1, .row_bytes = (size_t)k * 4,

@@ -100,39 +100,6 @@ static void add_bias(float *y, const float *bias, int64_t n, int64_t width) {
 		for (int64_t i = 0; i < width; i++) y[r * width + i] += bias[i];
 }
 
-// dx += the transposed Jacobian of y = x / rms(x) * w applied to dy (w NULL: no weight).
-static void rms_bwd(const float *x, const float *w, int64_t n, float eps, const float *dy, float *dx) {
-	double ss = 0.0, dot = 0.0;
-	for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-	const double r = 1.0 / sqrt(ss / (double)n + (double)eps);
-	for (int64_t i = 0; i < n; i++) dot += (double)x[i] * (w ? w[i] : 1.0f) * dy[i];
-	const double c = r * r * r * dot / (double)n;
-	for (int64_t i = 0; i < n; i++) dx[i] += (float)(r * (w ? w[i] : 1.0f) * dy[i] - x[i] * c);
-}
-
-// The transpose of tensor_rope_apply: each pair turned back by its angle (magnitude kept).
-static void rope_t(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads, int32_t head_dim) {
-	const int32_t half = rp->n_rot / 2;
-	for (int32_t h = 0; h < n_heads; h++) {
-		float *v = x + (size_t)h * head_dim;
-		for (int32_t i = 0; i < half; i++) {
-			const int32_t a = rp->neox ? i : 2 * i, b = rp->neox ? i + half : 2 * i + 1;
-			const double x0 = v[a], x1 = v[b], c = cs[2 * i], s = cs[2 * i + 1];
-			v[a] = (float)(x0 * c + x1 * s);
-			v[b] = (float)(x1 * c - x0 * s);
-		}
-	}
-}
-
-// dg, du from da through act = silu(g) * u.
-static void swiglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n) {
-	for (int64_t i = 0; i < n; i++) {
-		const double gv = g[i], sig = 1.0 / (1.0 + exp(-gv));
-		dg[i] = (float)(da[i] * u[i] * sig * (1.0 + gv * (1.0 - sig)));
-		du[i] = (float)(da[i] * gv * sig);
-	}
-}
-
 // ---- the adapters' terms -------------------------------------------------------------------------
 // y[n][n_out] += f * B (A x), keeping u = A x [n][r]; nothing when the weight is not adapted.
 static void lora_fwd(const learn_job *j, base_pool *pool, const lpair *p, const float *x, int64_t n, float *u, float *y) {
@@ -188,7 +155,7 @@ static void ffn_bwd(learn_job *j, base_pool *pool, const ffn_w *w, const float *
 	memset(b->da, 0, (size_t)(n * F) * sizeof(float));
 	lk_mat_bwd(pool, KS, w->down, w->mat, dy, E, n, b->da, F);
 	lora_bwd(j, pool, w->pd, act, b->lu[MODEL_LORA_DOWN], dy, n, b->da);
-	swiglu_bwd(g, u, b->da, b->dg, b->du, n * F);
+	lk_swiglu_bwd(g, u, b->da, b->dg, b->du, n * F);
 	lk_mat_bwd(pool, KS, w->gate, w->mat, b->dg, F, n, dx, E);
 	lora_bwd(j, pool, w->pg, x, b->lu[MODEL_LORA_GATE], b->dg, n, dx);
 	lk_mat_bwd(pool, KS, w->up, w->mat, b->du, F, n, dx, E);
@@ -318,16 +285,6 @@ typedef struct {
 	const float scale = (float)(1.0 / sqrt((double)D));                                                          \
 	const float *kc = (aj)->j->b.kc + (size_t)(aj)->l * (aj)->j->T * kvd, *vc = (aj)->j->b.vc + (size_t)(aj)->l * (aj)->j->T * kvd
 
-// Eight running sums (a vector's worth), folded in a fixed order.
-static float dot(const float *a, const float *b, int64_t n) {
-	float acc[8] = {0};
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-	for (; i < n; i++) acc[0] += a[i] * b[i];
-	return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
 // Queries of the chunk over their example's keys up to themselves: items are (row, KV head).
 static void attn_fwd_task(void *arg, int ith, int nth) {
 	attn_job *aj = arg;
@@ -345,7 +302,7 @@ static void attn_fwd_task(void *arg, int ith, int nth) {
 			const float *q = b->q + r * qd + h * D;
 			float *o = b->att + r * qd + h * D, mx = -INFINITY;
 			for (int64_t p = 0; p < np; p++) {
-				sc[p] = scale * dot(q, kc + (st + p) * kvd + g * D, D);
+				sc[p] = scale * lk_dot(q, kc + (st + p) * kvd + g * D, D);
 				mx = sc[p] > mx ? sc[p] : mx;
 			}
 			double sum = 0.0;
@@ -376,13 +333,13 @@ static void attn_bwd_task(void *arg, int ith, int nth) {
 			for (int64_t hh = 0; hh < grp; hh++) {
 				const int64_t h = g * grp + hh;
 				const float *q = b->q + r * qd + h * D, *o = b->att + r * qd + h * D, *dO = b->datt + r * qd + h * D;
-				const float lse = b->lse[r * H + h], di = dot(dO, o, D);
+				const float lse = b->lse[r * H + h], di = lk_dot(dO, o, D);
 				float *dq = b->dq + r * qd + h * D;
 				for (int64_t p = 0; p < np; p++) {
 					const float *k = kc + (st + p) * kvd + g * D, *v = vc + (st + p) * kvd + g * D;
 					float *dk = b->dk + (st + p) * kvd + g * D, *dv = b->dv + (st + p) * kvd + g * D;
-					const float pr = expf(scale * dot(q, k, D) - lse);
-					const float ds = pr * (dot(dO, v, D) - di) * scale;
+					const float pr = expf(scale * lk_dot(q, k, D) - lse);
+					const float ds = pr * (lk_dot(dO, v, D) - di) * scale;
 					for (int64_t d = 0; d < D; d++) {
 						dq[d] += ds * k[d];
 						dk[d] += ds * q[d];
@@ -480,7 +437,7 @@ static void layer_bwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 				 learn_pair_of(a, l, MODEL_LORA_UP), learn_pair_of(a, l, MODEL_LORA_DOWN)};
 		ffn_bwd(j, pool, &w, b->h2, b->g, b->u, b->act, dy, n, b->dh2);
 	}
-	for (int64_t r = 0; r < n; r++) rms_bwd(b->xm + r * E, lw->ffn_norm, E, hp->rms_eps, b->dh2 + r * E, b->dxm + r * E);
+	for (int64_t r = 0; r < n; r++) lk_rms_bwd(b->xm + r * E, lw->ffn_norm, E, hp->rms_eps, b->dh2 + r * E, b->dxm + r * E);
 	memset(b->datt, 0, (size_t)(n * qd) * 4);
 	lk_mat_bwd(pool, KS, &lw->wo, 0, b->dxm, E, n, b->datt, qd);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_O), b->att, b->lu[MODEL_LORA_O], b->dxm, n, b->datt);
@@ -492,18 +449,18 @@ static void layer_bwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 	for (int64_t r = 0; r < n; r++) {
 		const double *cs = b->cs + (i0 + r) * hp->rope.n_rot;
 		float *dq = b->dq + r * qd, *dk = b->dkr + r * kvd;
-		rope_t(&hp->rope, cs, dq, hp->n_heads, (int32_t)D);
-		rope_t(&hp->rope, cs, dk, hp->n_kv_heads, (int32_t)D);
+		lk_rope_t(&hp->rope, cs, dq, hp->n_heads, (int32_t)D);
+		lk_rope_t(&hp->rope, cs, dk, hp->n_kv_heads, (int32_t)D);
 		if (lw->q_norm) {
 			float tmp[1024];
 			for (int32_t h = 0; h < hp->n_heads; h++) {
 				memset(tmp, 0, (size_t)D * 4);
-				rms_bwd(b->qraw + r * qd + h * D, lw->q_norm, D, hp->rms_eps, dq + h * D, tmp);
+				lk_rms_bwd(b->qraw + r * qd + h * D, lw->q_norm, D, hp->rms_eps, dq + h * D, tmp);
 				memcpy(dq + h * D, tmp, (size_t)D * 4);
 			}
 			for (int32_t h = 0; h < hp->n_kv_heads; h++) {
 				memset(tmp, 0, (size_t)D * 4);
-				rms_bwd(b->kraw + r * kvd + h * D, lw->k_norm, D, hp->rms_eps, dk + h * D, tmp);
+				lk_rms_bwd(b->kraw + r * kvd + h * D, lw->k_norm, D, hp->rms_eps, dk + h * D, tmp);
 				memcpy(dk + h * D, tmp, (size_t)D * 4);
 			}
 		}
@@ -516,7 +473,7 @@ static void layer_bwd(learn_job *j, base_pool *pool, int32_t l, int64_t i0, int6
 	lk_mat_bwd(pool, KS, &lw->wv, 0, b->dvr, kvd, n, b->dh, E);
 	lora_bwd(j, pool, learn_pair_of(a, l, MODEL_LORA_V), b->h, b->lu[MODEL_LORA_V], b->dvr, n, b->dh);
 	memcpy(dy, b->dxm, (size_t)(n * E) * 4);
-	for (int64_t r = 0; r < n; r++) rms_bwd(x + r * E, lw->attn_norm, E, hp->rms_eps, b->dh + r * E, dy + r * E);
+	for (int64_t r = 0; r < n; r++) lk_rms_bwd(x + r * E, lw->attn_norm, E, hp->rms_eps, b->dh + r * E, dy + r * E);
 }
 
 // The output head and the loss over the chunk's learned rows; their gradient into dx.
@@ -555,7 +512,7 @@ static void head(learn_job *j, base_pool *pool, int64_t i0, int64_t n) {
 		lora_bwd(j, pool, po, hn, b->lu[MODEL_LORA_OUTPUT], b->lg, nk, dhn);
 	}
 	for (int64_t k = 0; k < nr; k++)
-		rms_bwd(xl + (size_t)b->hrow[k] * E, j->io.output_norm, E, hp->rms_eps, b->dhn + k * E, b->dx + (size_t)b->hrow[k] * E);
+		lk_rms_bwd(xl + (size_t)b->hrow[k] * E, j->io.output_norm, E, hp->rms_eps, b->dhn + k * E, b->dx + (size_t)b->hrow[k] * E);
 }
 
 // ---- the cursor ----------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ static const arch_desc archs[] = {
 typedef struct {
 	model *m;
 	const char *arch;
+	gguf *src;             // where the tensors being bound are: NULL for the model's file
 	bool meta;             // metadata only: count what binding would copy, read no tensor data
 	char *err;
 	size_t errlen;
@@ -109,7 +110,7 @@ static int own_floats(model *m, int64_t n, float **out) {
 static int find_shaped(loader *L, const char *name, bool required, const int64_t ne[GGUF_MAX_DIMS],
 		       const gguf_tensor **out) {
 	*out = NULL;
-	const gguf_tensor *t = gguf_find_tensor(L->m->g, name);
+	const gguf_tensor *t = gguf_find_tensor(L->src ? L->src : L->m->g, name);
 	if (!t) {
 		if (!required) return LANES_OK;
 		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: missing tensor %s (architecture %s)", name, L->arch);
@@ -743,6 +744,34 @@ static int read_bert(loader *L) {
 	return LANES_OK;
 }
 
+// A separate head file's MTP layers take the place of any the model's file has: its
+// architecture, width and trunk depth must be the model's (its blocks are named after them).
+static int read_head(loader *L, const arch_desc *a) {
+	model_hparams *hp = &L->m->hp;
+	const gguf *h = L->m->hg;
+	char key[96];
+	gguf_str s;
+	int64_t n = 0, blocks = 0, E = 0;
+	if (gguf_get_str(h, "general.type", &s) || !gguf_str_eq(s, "mtp"))
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: the draft head is not an MTP head file (general.type \"mtp\")");
+	if (gguf_get_str(h, "general.architecture", &s) || !gguf_str_eq(s, a->name))
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: the draft head is not for architecture %s", a->name);
+	if (!a->nextn)
+		return base_seterr(L->err, L->errlen, LANES_EUNSUPPORTED, "model: MTP heads with architecture %s are not supported", a->name);
+	snprintf(key, sizeof key, "%s.nextn_predict_layers", a->name);
+	if (gguf_get_i64(h, key, &n) || n < 1 || n > 16)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: the draft head's %s is missing or out of range", key);
+	snprintf(key, sizeof key, "%s.block_count", a->name);
+	if (gguf_get_i64(h, key, &blocks) || blocks != (int64_t)hp->n_layers + n)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT,
+				   "model: the draft head follows a trunk of %lld layers, the model's has %d", (long long)(blocks - n), hp->n_layers);
+	snprintf(key, sizeof key, "%s.embedding_length", a->name);
+	if (gguf_get_i64(h, key, &E) || E != hp->n_embd)
+		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: the draft head's width is not the model's %d", hp->n_embd);
+	hp->n_nextn = (int32_t)n;
+	return LANES_OK;
+}
+
 static int read_hparams(loader *L, const arch_desc *a) {
 	model *m = L->m;
 	model_hparams *hp = &m->hp;
@@ -766,6 +795,7 @@ static int read_hparams(loader *L, const arch_desc *a) {
 				   "model: %s.nextn_predict_layers = %d leaves no trunk: block_count is %d, MTP layers included", a->name,
 				   hp->n_nextn, hp->n_layers);
 	hp->n_layers -= hp->n_nextn;
+	if (m->hg && (rc = read_head(L, a))) return rc;
 	if (hp->n_heads % hp->n_kv_heads)
 		return base_seterr(L->err, L->errlen, LANES_EFORMAT, "model: %d heads are not a multiple of %d kv heads",
 				    hp->n_heads, hp->n_kv_heads);
@@ -828,20 +858,22 @@ static void main_type(model *m) {
 }
 
 enum open_mode { OPEN_MEM, OPEN_MAPPED, OPEN_META };
-static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen);
-int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, OPEN_MEM, NULL, NULL, err, errlen); }
+static int model_open(model **out, gguf *g, gguf *hg, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen);
+int model_from_gguf(model **out, gguf *g, char *err, size_t errlen) { return model_open(out, g, NULL, OPEN_MEM, NULL, NULL, err, errlen); }
 
 // OPEN_MAPPED: g maps a file, so the pages of matrices once repacked may leave this process.
 // OPEN_META: binds and checks, but neither converts nor packs (vectors needing a copy stay
 // NULL), and g stays the caller's, also on failure. fn: pack_weights' progress reports.
-static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen) {
+static int model_open(model **out, gguf *g, gguf *hg, enum open_mode mode, model_progress_fn fn, void *ud, char *err, size_t errlen) {
 	*out = NULL;
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
 		if (mode != OPEN_META) gguf_free(g);
+		gguf_free(hg);
 		return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
 	m->g = g;
+	m->hg = hg;
 	loader L = {.m = m, .meta = mode == OPEN_META, .err = err, .errlen = errlen};
 	int rc;
 	gguf_str arch, type;
@@ -906,8 +938,11 @@ static int model_open(model **out, gguf *g, enum open_mode mode, model_progress_
 		rc = base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 		goto fail;
 	}
-	for (int l = 0; l < hp->n_layers + hp->n_nextn; l++)
+	for (int l = 0; l < hp->n_layers + hp->n_nextn; l++) {
+		L.src = l >= hp->n_layers ? m->hg : NULL;
 		if ((rc = bind_layer(&L, a, l)) || (l >= hp->n_layers && (rc = bind_nextn(&L, l - hp->n_layers)))) goto fail;
+	}
+	L.src = NULL;
 bound:
 	main_type(m);
 	m->ks = tensor_kernels_default();
@@ -922,11 +957,19 @@ fail:
 }
 
 int model_load_progress(model **out, const char *path, model_progress_fn fn, void *ud, char *err, size_t errlen) {
+	return model_load_head(out, path, NULL, fn, ud, err, errlen);
+}
+
+int model_load_head(model **out, const char *path, const char *head, model_progress_fn fn, void *ud, char *err, size_t errlen) {
 	*out = NULL;
-	gguf *g;
+	gguf *g, *hg = NULL;
 	int rc = gguf_open(&g, path, err, errlen);
 	if (rc) return rc;
-	return model_open(out, g, OPEN_MAPPED, fn, ud, err, errlen);
+	if (head && (rc = gguf_open(&hg, head, err, errlen))) {
+		gguf_free(g);
+		return rc;
+	}
+	return model_open(out, g, hg, OPEN_MAPPED, fn, ud, err, errlen);
 }
 
 int model_load(model **out, const char *path, char *err, size_t errlen) {
@@ -941,6 +984,7 @@ void model_free(model *m) {
 	free(m->nextn);
 	if (m->packed) munmap(m->packed, m->packed_bytes);
 	gguf_free(m->g);
+	gguf_free(m->hg);
 	free(m);
 }
 
@@ -1030,7 +1074,7 @@ void model_memory_of(const model *m, model_memory *out) { memory_of(m, out); }
 
 int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
 	model *m;
-	int rc = model_open(&m, (gguf *)g, OPEN_META, NULL, NULL, err, errlen); // read only: g is never written
+	int rc = model_open(&m, (gguf *)g, NULL, OPEN_META, NULL, NULL, err, errlen); // read only: g is never written
 	if (rc) return rc;
 	if (hp) {
 		*hp = m->hp;
@@ -1073,4 +1117,12 @@ void model_layer_weights_of(const model *m, int32_t l, model_layer_weights *out)
 void model_io_weights_of(const model *m, model_io_weights *out) {
 	*out = (model_io_weights){.tok_embd = matrix_of(&m->tok_embd), .output = matrix_of(&m->output),
 				  .output_norm = m->output_norm, .tied = m->output.data == m->tok_embd.data};
+}
+
+int model_mtp_weights_of(const model *m, int32_t i, model_mtp_weights *out) {
+	if (i < 0 || i >= m->hp.n_nextn) return LANES_EINVAL;
+	const mnextn *x = &m->nextn[i];
+	*out = (model_mtp_weights){.eh_proj = matrix_of(&x->eh_proj), .enorm = x->enorm, .hnorm = x->hnorm,
+				   .head_norm = x->head_norm, .embed = matrix_of(x->embed), .head = matrix_of(x->head)};
+	return LANES_OK;
 }

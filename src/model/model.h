@@ -113,6 +113,10 @@ typedef void (*model_progress_fn)(void *ud, uint64_t done, uint64_t total);
 // model_load that reports to fn (NULL: none), on the calling thread only, never two at once.
 // Thread-safe as model_load, fn and ud being the caller's.
 int model_load_progress(model **out, const char *path, model_progress_fn fn, void *ud, char *err, size_t errlen);
+// model_load_progress with the MTP layers of a separate head file (general.type "mtp", its
+// blocks named after the trunk's depth, as lanes learn --mtp writes them) in place of any the
+// model's file has; head NULL: none. LANES_EFORMAT naming what does not match the model.
+int model_load_head(model **out, const char *path, const char *head, model_progress_fn fn, void *ud, char *err, size_t errlen);
 // The same over an open gguf, which the model then owns (freed by model_free, also on failure).
 // Thread-safe on distinct ggufs.
 int model_from_gguf(model **out, gguf *g, char *err, size_t errlen);
@@ -399,8 +403,18 @@ typedef struct {
 	bool tied;                // the output head is token_embd
 } model_io_weights;
 
+// MTP layer i's own weights; its block is layer n_layers + i of model_layer_weights_of.
+typedef struct {
+	model_matrix eh_proj;            // [2 n_embd -> n_embd]: the embedding's half first
+	const float *enorm, *hnorm;      // [n_embd]
+	const float *head_norm;          // shared_head_norm, or the model's output norm
+	model_matrix embed, head;        // the layer's own, or the model's token_embd and output
+} model_mtp_weights;
+
 // Thread-safe: the views point into the loaded model and live as long as it.
 void model_layer_weights_of(const model *m, int32_t l, model_layer_weights *out);
 void model_io_weights_of(const model *m, model_io_weights *out);
+// LANES_EINVAL unless i < n_nextn.
+int model_mtp_weights_of(const model *m, int32_t i, model_mtp_weights *out);
 
 #endif

@@ -60,6 +60,7 @@ typedef struct {
 
 struct model {
 	gguf *g;
+	gguf *hg;                 // a separate MTP head's file (--draft-head), or NULL
 	model_hparams hp;
 	bool has_bias, qk_norm, shexp;
 	mweight tok_embd;         // [n_embd] x n_vocab rows

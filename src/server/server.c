@@ -326,7 +326,7 @@ static void *loader(void *arg) {
 	char err[512];
 	uint64_t t0 = base_now_us();
 	atomic_store(&M->progress_ppm, 1000);
-	int rc = model_load_progress(&M->m, M->model_path, on_weights, s, err, sizeof err);
+	int rc = model_load_head(&M->m, M->model_path, s->cfg.draft_head, on_weights, s, err, sizeof err);
 	if (!rc) {
 		load_stage(s, SRV_LOAD_VOCAB);
 		rc = srv_model_setup(M, load_stage, err, sizeof err);
@@ -447,6 +447,7 @@ int http_config_check(const http_config *cfg, char *err, size_t errlen) {
 		return base_seterr(err, errlen, LANES_EINVAL, "no model: give %s or %s", HTTP_SETTING(cfg, model_path), HTTP_SETTING(cfg, models_dirs));
 	// what belongs to the -m model has nothing to belong to without one
 	const char *needs = cfg->n_loras ? HTTP_SETTING(cfg, loras) : cfg->draft_model ? HTTP_SETTING(cfg, draft_model)
+			  : cfg->draft_head ? HTTP_SETTING(cfg, draft_head)
 			  : cfg->n_peers ? HTTP_SETTING(cfg, peers) : NULL;
 	if (!primary && needs)
 		return base_seterr(err, errlen, LANES_EINVAL, "%s needs a model given with %s: the models served by name run without them", needs,

@@ -77,6 +77,7 @@ typedef struct {
 	int http_threads;           // threads that serve the connections (epoll, one pool)
 	lane_config lanes;          // the lane host's options
 	const char *draft_model;    // path of a draft model for speculative decoding (NULL: none)
+	const char *draft_head;     // path of an MTP head for the -m model (NULL: none)
 	const char *pooling;        // embeddings: "last", "mean" or "cls" (NULL: the model's pooling_type, else last)
 	bool embeddings_only;       // the generation endpoints answer 400
 	bool strict_model;          // a model name that is not this server's gets 404 (default: any name means it)

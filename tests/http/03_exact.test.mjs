@@ -3,8 +3,9 @@
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { spawn } from 'node:child_process';
-import { mainServer, metric, shapeModel, startServer, BIN, STORIES, KEY } from './lib.mjs';
+import { spawn, execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { mainServer, metric, shapeModel, startServer, BIN, STORIES, KEY, TMP, SHARED } from './lib.mjs';
 
 let client;
 before(async () => {
@@ -154,3 +155,38 @@ test('the MTP head drafts, and drafted = "draft": false', async () => {
 	bad.kill('SIGKILL');
 	assert.match(log, /cannot load .*draft mtp: the model has no MTP layer/);
 });
+
+// A head trained by `lanes learn --mtp` and served with --draft-head: its drafts are accepted,
+// the tokens are those of "draft": false; a head that does not fit the model, or --draft-head
+// without -m, stops the server with the reason.
+test('--draft-head: a trained MTP head drafts, and drafted = "draft": false', async () => {
+	const head = path.join(TMP, 'stories-head.gguf');
+	execFileSync(BIN, ['learn', '--mtp', '-m', STORIES, '--data', 'tests/data/learn/stories-train.jsonl', '--gen', '32', '--temp', '1',
+		'--steps', '40', '--batch', '8', '--lr', '0.006', '-t', '2', '-o', head], { stdio: 'ignore', env: { ...process.env, LANES_LOG: 'error' } });
+	const srv = await startServer(['-m', STORIES, '--draft-head', head, '--api-key', KEY, '--lanes', '4', '--price-row-us', '1', '--price-fixed-us', '1000']);
+	try {
+		const c = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEY, maxRetries: 0 });
+		const go = (r, extra) => (r.kind === 'chat' ? c.chat.completions : c.completions).create({ ...r.body, ...extra });
+		const reqs = requests.slice(0, 8).map((r) => ({ ...r, body: { ...r.body, ignore_eos: true } }));
+		const drafted = await Promise.all(reqs.map((r) => go(r, {})));
+		const plain = await Promise.all(reqs.map((r) => go(r, { draft: false })));
+		for (let i = 0; i < reqs.length; i++) assert.equal(drafted[i].choices[0].token_sha, plain[i].choices[0].token_sha, `request ${i} tokens`);
+		const proposed = await metric(srv.url, 'lanes_draft_tokens_total{proposer="mtp"}');
+		const accepted = await metric(srv.url, 'lanes_draft_accepted_tokens_total{proposer="mtp"}');
+		assert.ok(proposed > 0 && accepted > 0, `the trained head proposed ${proposed} and had ${accepted} accepted`);
+	} finally {
+		srv.proc.kill('SIGKILL');
+	}
+	const refused = async (args, want) => {
+		const p = spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+		let log = '';
+		p.stderr.on('data', (d) => (log += d));
+		const code = await new Promise((done) => p.on('exit', done));
+		assert.notEqual(code, 0, `${args.join(' ')} exits with an error`);
+		assert.match(log, want);
+	};
+	await refused(['-m', path.join(SHARED, 'models', 'ref-llama-F32.gguf'), '--draft-head', head], /the draft head follows a trunk of 5 layers, the model's has 4/);
+	await refused(['-m', STORIES, '--draft-head', STORIES], /not an MTP head file/);
+	await refused(['--models-dir', TMP, '--draft-head', head], /--draft-head needs a model given with -m/);
+});
+

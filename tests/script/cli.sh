@@ -48,8 +48,8 @@ cli "$BIN" --help
 same "$rc" 0 "lanes --help: exit code"
 cli "$BIN" help
 same "$rc" 0 "lanes help: exit code"
-cmds=$(sed -n 's/^  \([a-z]*\)  .*/\1/p' "$TMP/out")
-same "$(echo $cmds)" "info tokenize detokenize template quantize gen run logits learn bench serve plan pull ls rm experts" "lanes alone: the command list"
+cmds=$(sed -n 's/^  \([a-z-]*\)  .*/\1/p' "$TMP/out")
+same "$(echo $cmds)" "info tokenize detokenize template quantize gen run logits learn bench serve plan pull ls rm experts mtp-merge" "lanes alone: the command list"
 
 # Every command: --help exits 0, equals `lanes help CMD`, its synopsis names every option and
 # stands in docs/cli.md, and each option is in the doc's table for that command.

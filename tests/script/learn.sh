@@ -50,5 +50,26 @@ expect_fail "data FILE.jsonl is required" "$BIN" learn -m "$M" -o "$TMP/x.gguf"
 expect_fail "type is F32, F16, BF16 or Q8_0, not 'Q4_0'" "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" -o "$TMP/x.gguf" --type Q4_0
 expect_fail "rank must be 1..4096, not 0" "$BIN" learn -m "$M" --data "$TMP/chat.jsonl" -o "$TMP/x.gguf" --rank 0
 [ -e "$TMP/x.gguf" ] && bad "a failed run wrote an adapter" || ok
+
+# --mtp: a head trained on the model's own continuations, which serve, bench and mtp-merge take
+LANES_LOG=error "$BIN" learn --mtp -m "$M" --data "$DATA/stories-train.jsonl" --eval "$DATA/stories-held.jsonl" --gen 32 --temp 1 \
+	--steps 20 --batch 4 --lr 0.006 -t 2 -o "$TMP/head.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "learn --mtp: $(cat "$TMP/err")"
+grep -q "^learn --mtp: [0-9]* sequences ([0-9]* head rows, the model's continuations)" "$TMP/out" && ok || bad "--mtp summary: $(head -n 1 "$TMP/out")"
+same "$(grep -c '^step [0-9]*/20  loss [0-9.]*  grad [0-9.]*' "$TMP/out")" 3 "--mtp progress lines (1, 10, 20)"
+line=$(grep "^held-out: the head's first draft is the model's choice" "$TMP/out")
+before=$(echo "$line" | sed -n 's/.*time, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
+after=$(echo "$line" | sed -n 's/.*time, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
+[ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "the head's held-out loss did not fall: '$line'"
+LANES_LOG=error "$BIN" bench -m "$M" --draft-head "$TMP/head.gguf" --concurrent 1 --draft -n 64 -t 1 -p "Once upon a time" > "$TMP/out" 2> "$TMP/err" \
+	&& ok || bad "bench --draft-head: $(cat "$TMP/err")"
+grep -q "the MTP head's by position: [0-9]*%" "$TMP/out" && ok || bad "bench --draft-head: no MTP drafts: $(cat "$TMP/out")"
+LANES_LOG=error "$BIN" mtp-merge -m "$M" --draft-head "$TMP/head.gguf" -o "$TMP/merged.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "mtp-merge: $(cat "$TMP/err")"
+"$BIN" info "$TMP/merged.gguf" > "$TMP/out" 2> /dev/null
+grep -q "llama.nextn_predict_layers \[u32\] = 1" "$TMP/out" && grep -q "llama.block_count \[u32\] = 6" "$TMP/out" && grep -q "blk.5.nextn.eh_proj.weight" "$TMP/out" \
+	&& ok || bad "the merged file's head: $(grep -E 'nextn|block_count' "$TMP/out" | head -n 4)"
+expect_fail "the draft head follows a trunk of 5 layers, the model's has 4" "$BIN" mtp-merge -m "$SHARED/models/ref-llama-F32.gguf" --draft-head "$TMP/head.gguf" -o "$TMP/y.gguf"
+expect_fail "the draft head is not an MTP head file" "$BIN" bench -m "$M" --draft-head "$M" --concurrent 1 -n 4
+expect_fail "draft-head HEAD.gguf is required" "$BIN" mtp-merge -m "$M" -o "$TMP/y.gguf"
+[ -e "$TMP/y.gguf" ] && bad "a failed merge wrote a file" || ok
 echo "learn: $pass passed, $fail failed"
 [ "$fail" = 0 ]

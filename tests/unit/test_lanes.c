@@ -4,11 +4,13 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "lanes/lanes.h"
+#include "learn/learn.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "sample/sample.h"
 #include "t.h"
 #include "gen.h"
+#include "stories.h"
 #include "tokenizer/tokenizer.h"
 
 #include <dirent.h>
@@ -1241,6 +1243,129 @@ static void test_draft_mtp(void) {
 	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "draft model"));
 }
 
+// A head trained here for stories260K (the trunk frozen: `lanes learn --mtp`), served with
+// --draft-head: its first drafts are accepted above a floor on natural text, drafted =
+// undrafted for greedy and seeded requests, and `lanes mtp-merge` writes one file whose head
+// gives the same logits; heads that do not fit a model are refused by name.
+static void test_trained_head(void) {
+	enum { NT = 48, NH = 8, N = 16, STEPS = 200 };
+	char err[512], head[1024], merged[1024], cmd[4096], src[1024];
+	learn_example *tr[NT] = {0}, *he[NH] = {0};
+	learn_mtp_seq **seqs = NULL, **hseqs = NULL;
+	int64_t ns = 0, nh = 0;
+	learn_mtp *hd = NULL;
+	model *mh = NULL, *mm = NULL, *base = M;
+	const int nt = t_read_stories(V, "tests/data/learn/stories-train.jsonl", NT, 512, tr);
+	const int nhe = t_read_stories(V, "tests/data/learn/stories-held.jsonl", NH, 512, he);
+	CHECKF(nt == NT && nhe == NH, "read %d and %d stories", nt, nhe);
+	snprintf(head, sizeof head, "%s/lanes-head-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(merged, sizeof merged, "%s/lanes-merged-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(src, sizeof src, "%s/models/stories260K.gguf", t_shared());
+	base_pool *pool = NULL;
+	CHECK(base_pool_new(&pool, 2) == 0);
+	CHECK(learn_mtp_seqs_of(&seqs, &ns, M, pool, (const learn_example *const *)tr, nt, 64, 512, 1.0f, 1, err, sizeof err) == 0);
+	CHECK(learn_mtp_seqs_of(&hseqs, &nh, M, pool, (const learn_example *const *)he, nhe, 64, 512, 1.0f, 2, err, sizeof err) == 0);
+	CHECK(learn_mtp_new(&hd, M, err, sizeof err) == 0);
+	if (!seqs || !hseqs || !hd || nt != NT || nhe != NH) goto out;
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = 0.006f;
+	for (int step = 0; step < STEPS; step++) {
+		const learn_mtp_seq *batch[8];
+		for (int b = 0; b < 8; b++) batch[b] = seqs[splitmix64((uint64_t)(step * 8 + b)) % (uint64_t)ns];
+		learn_step_info info;
+		CHECKF(learn_mtp_step(hd, pool, batch, 8, &o, &info, err, sizeof err) == 0, "%s", err);
+	}
+	double acc, loss;
+	CHECK(learn_mtp_eval(hd, pool, (const learn_mtp_seq *const *)hseqs, (int32_t)nh, &acc, &loss, err, sizeof err) == 0);
+	fprintf(stderr, "trained MTP head: %d steps; held-out first drafts the model's choice %.1f%% (loss %.3f)\n", STEPS, 100 * acc, loss);
+	CHECKF(acc >= 0.40, "the trained head's first draft is the model's choice %.1f%% of the time (floor 40%%)", 100 * acc);
+	CHECKF(learn_mtp_save(hd, head, err, sizeof err) == 0, "%s", err);
+	CHECKF(model_load_head(&mh, src, head, NULL, NULL, err, sizeof err) == 0, "%s", err);
+	if (!mh) goto out;
+	CHECK(model_hparams_of(mh)->n_nextn == 1 && model_hparams_of(mh)->n_layers == model_hparams_of(M)->n_layers);
+	// natural prompts: the hseqs-out stories' first words; half greedy, half seeded draws
+	static req_spec s[N];
+	for (int i = 0; i < N; i++) {
+		memset(&s[i], 0, sizeof s[i]);
+		const learn_example *e = he[i % NH];
+		s[i].n_prompt = 4 + i % 9;
+		memcpy(s[i].prompt, learn_example_ids_of(e), (size_t)s[i].n_prompt * 4);
+		lane_request *q = &s[i].q;
+		q->prompt = s[i].prompt, q->n_prompt = s[i].n_prompt, q->max_tokens = MAXGEN, q->ignore_eos = true;
+		q->sampling.top_p = 1, q->sampling.repeat_penalty = 1, q->logprobs = true;
+		if (i >= N / 2) q->sampling.temperature = 0.8f, q->sampling.seed = 77 + (uint64_t)i, q->sampling.has_seed = true;
+	}
+	static result plain[N], drafted[N];
+	M = mh;
+	lane_host *h = host(4, 0, false, 2);
+	if (h) run_all(h, s, N, plain, true);
+	lane_host_free(h);
+	for (int i = 0; i < N; i++) s[i].q.draft = true;
+	ROW_US = 1, FIXED_US = 1000; // drafts pay on any machine
+	h = host(4, 5, true, 2);
+	lane_snapshot snap = {0};
+	if (h) {
+		run_all(h, s, N / 2, drafted, true); // the greedy ones: what the head is measured on
+		lane_host_snapshot(h, &snap);
+		run_all(h, s + N / 2, N / 2, drafted + N / 2, true);
+	}
+	lane_host_free(h);
+	ROW_US = FIXED_US = 0;
+	M = base;
+	for (int i = 0; i < N; i++) CHECKF(same(&plain[i], &drafted[i]), "trained head req %d: drafted = undrafted", i);
+	const uint64_t p1 = snap.draft_at[LANE_PROP_MTP][0], a1 = snap.draft_accepted_at[LANE_PROP_MTP][0];
+	fprintf(stderr, "trained MTP head served: %llu of %llu first drafts accepted (%.1f%%)\n", (unsigned long long)a1,
+		(unsigned long long)p1, p1 ? 100.0 * (double)a1 / (double)p1 : 0.0);
+	CHECKF(p1 >= 32 && a1 * 100 >= p1 * 40, "the served head's first drafts: %llu of %llu accepted (floor 40%%)", (unsigned long long)a1,
+	       (unsigned long long)p1);
+	// one file through mtp-merge: the same head, the same logits
+	const char *bin = getenv("LANES_BIN");
+	snprintf(cmd, sizeof cmd, "'%s' mtp-merge -m '%s' --draft-head '%s' -o '%s' > /dev/null 2>&1", bin ? bin : "build/lanes", src, head, merged);
+	CHECKF(system(cmd) == 0, "lanes mtp-merge writes the merged file");
+	CHECKF(model_load(&mm, merged, err, sizeof err) == 0, "%s", err);
+	if (mm) {
+		CHECK(model_hparams_of(mm)->n_nextn == 1 && model_hparams_of(mm)->n_layers == model_hparams_of(M)->n_layers);
+		const int32_t E = model_hparams_of(M)->n_embd, nv = model_hparams_of(M)->n_vocab;
+		model *two[2] = {mh, mm};
+		float *lg[2], *hin = calloc((size_t)8 * E, sizeof *hin);
+		for (int i = 0; i < 8 * E; i++) hin[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+		model_row rows[8];
+		for (int r = 0; r < 8; r++) rows[r] = (model_row){3 + r * 29, r, 0, true, NULL};
+		for (int k = 0; k < 2; k++) {
+			lg[k] = calloc((size_t)8 * nv, sizeof *lg[k]);
+			kv_config c = model_mtp_kv_config(two[k], KV_F16S, 1, 64, 16);
+			kv_cache *kv = NULL;
+			model_ws *ws = NULL;
+			CHECK(kv_new(&kv, &c, err, sizeof err) == 0 && model_ws_new(&ws, two[k], 8, 1, 64, err, sizeof err) == 0);
+			CHECKF(kv && ws && model_mtp_forward(two[k], kv, NULL, ws, rows, 8, hin, lg[k], NULL, err, sizeof err) == 0, "%s", err);
+			model_ws_free(ws);
+			kv_free(kv);
+		}
+		CHECKF(!memcmp(lg[0], lg[1], (size_t)8 * nv * sizeof(float)), "the merged file's head gives the logits of --draft-head's");
+		free(lg[0]), free(lg[1]), free(hin);
+	}
+	// heads that do not fit are refused, naming why
+	snprintf(cmd, sizeof cmd, "%s/models/ref-llama-F32.gguf", t_shared());
+	model *bad = NULL;
+	CHECKF(model_load_head(&bad, cmd, head, NULL, NULL, err, sizeof err) == LANES_EFORMAT && !bad && strstr(err, "draft head"),
+	       "a head for another model: %s", err);
+	CHECKF(model_load_head(&bad, src, src, NULL, NULL, err, sizeof err) == LANES_EFORMAT && !bad && strstr(err, "not an MTP head"),
+	       "a model as the head: %s", err);
+out:
+	unlink(head);
+	unlink(merged);
+	model_free(mh);
+	model_free(mm);
+	learn_mtp_free(hd);
+	for (int64_t i = 0; i < ns; i++) learn_mtp_seq_free(seqs[i]);
+	for (int64_t i = 0; i < nh; i++) learn_mtp_seq_free(hseqs[i]);
+	free(seqs), free(hseqs);
+	for (int i = 0; i < NT; i++) learn_example_free(tr[i]);
+	for (int i = 0; i < NH; i++) learn_example_free(he[i]);
+	base_pool_free(pool);
+}
+
 // Hooks change when rows run, never what a request gets: a stingy planner, a newest-first
 // row policy and a proposer of wrong guesses leave every token as it was.
 static int32_t budget_small(void *arg, int32_t n_decode, double row_us, double fixed_us, double round_ms) { return 5; }
@@ -2409,6 +2534,7 @@ int main(void) {
 	test_exact(gemma2);
 	with_model(gemma2, test_draft_mtp);
 	remove(gemma2);
+	with_model("stories260K.gguf", test_trained_head);
 	// The 8-bit activation width keeps the contract too: the quantized models again, and drafts.
 	CHECK(tensor_kernels_select_act(TENSOR_ACT_Q8) == 0);
 	test_exact("ref-llama-Q4_K_M.gguf");

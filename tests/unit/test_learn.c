@@ -974,6 +974,77 @@ out0:
 	model_free(m);
 }
 
+// ---- MTP heads ------------------------------------------------------------------------------------
+// The head's backward against central differences of its own loss (every kind of weight it
+// trains: the largest gradients and some at random), on a llama, a qwen2 (biases) and a qwen3
+// (per-head norms); the gradient the same bits on 1 and 2 threads.
+static void mtp_gradient(const char *name, const char *path, base_pool *pool) {
+	t_case(name);
+	model *m = NULL;
+	char buf[512];
+	if (!path) snprintf(buf, sizeof buf, "%s/models/%s.gguf", t_shared(), name), path = buf;
+	CHECKF(model_load(&m, path, err, sizeof err) == 0, "%s", err);
+	if (!m) return;
+	const int32_t V = model_hparams_of(m)->n_vocab;
+	int32_t ids[2][14];
+	uint64_t r = 11;
+	for (int q = 0; q < 2; q++)
+		for (int i = 0; i < 14; i++) ids[q][i] = 3 + (int32_t)(urand(&r) * (V - 3));
+	const int32_t *pr[2] = {ids[0], ids[1]};
+	const int64_t np[2] = {14, 9};
+	learn_mtp_seq *seqs[2] = {0};
+	learn_mtp *h = NULL, *h1 = NULL;
+	CHECK(learn_mtp_seqs_new(seqs, m, pool, pr, np, 2, 3, 64, 0.0f, 0, err, sizeof err) == 0);
+	CHECK(learn_mtp_new(&h, m, err, sizeof err) == 0 && learn_mtp_new(&h1, m, err, sizeof err) == 0);
+	if (!h || !h1 || !seqs[1]) goto out;
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = 0.0f, o.clip = 0.0f; // the step only measures: the weights stay
+	learn_step_info info;
+	CHECK(learn_mtp_step(h, pool, (const learn_mtp_seq *const *)seqs, 2, &o, &info, err, sizeof err) == 0);
+	CHECK(learn_mtp_step(h1, NULL, (const learn_mtp_seq *const *)seqs, 2, &o, &info, err, sizeof err) == 0);
+	const int64_t P = learn_mtp_params(h);
+	CHECKF(!memcmp(learn_mtp_grad(h), learn_mtp_grad(h1), (size_t)P * 4), "the head's gradient depends on the threads");
+	const float *g = learn_mtp_grad(h);
+	float *w = learn_mtp_weights(h);
+	double gmax = 0;
+	for (int64_t i = 0; i < P; i++) gmax = fabs(g[i]) > gmax ? fabs(g[i]) : gmax;
+	// in every tensor, its two largest gradients and one at random
+	int64_t idx[3 * LEARN_MTP_TENSORS];
+	int n = 0;
+	for (int t = 0; t < LEARN_MTP_TENSORS; t++) {
+		int64_t off, cnt, b1 = -1, b2 = -1;
+		learn_mtp_tensor(h, t, &off, &cnt);
+		for (int64_t i = off; i < off + cnt; i++) {
+			if (b1 < 0 || fabs(g[i]) > fabs(g[b1])) b2 = b1, b1 = i;
+			else if (b2 < 0 || fabs(g[i]) > fabs(g[b2])) b2 = i;
+		}
+		idx[n++] = b1, idx[n++] = b2, idx[n++] = off + (int64_t)(urand(&r) * (double)cnt);
+	}
+	int bad = 0;
+	double worst = 0;
+	for (int k = 0; k < n; k++) {
+		const int64_t i = idx[k];
+		const float w0 = w[i], eps = 1e-2f * (fabsf(w0) > 1.0f ? fabsf(w0) : 1.0f);
+		double lp, lm, acc;
+		w[i] = w0 + eps;
+		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, &acc, &lp, err, sizeof err);
+		w[i] = w0 - eps;
+		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, &acc, &lm, err, sizeof err);
+		w[i] = w0;
+		const double fd = (lp - lm) / (2.0 * (double)eps), e = fabs(fd - g[i]) / (fabs(g[i]) + 1e-2 * gmax);
+		worst = e > worst ? e : worst;
+		bad += e > 0.05;
+	}
+	CHECKF(!bad, "%s: %d of %d head gradients off their central differences (worst relative error %.3g)", name, bad, n, worst);
+	printf("%s MTP head: %d gradients checked, worst |fd - g| / (|g| + gmax/100) = %.3g\n", name, n, worst);
+out:
+	learn_mtp_free(h);
+	learn_mtp_free(h1);
+	learn_mtp_seq_free(seqs[0]), learn_mtp_seq_free(seqs[1]);
+	model_free(m);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2;
 	base_pool *pool = NULL;
@@ -988,6 +1059,9 @@ int main(void) {
 	tmp_path(q3, sizeof q3, "qwen3.gguf");
 	CHECKF(make_qwen3(q3) == 0, "qwen3: %s", err);
 	gradient_check("qwen3 (from ref-llama-F32)", q3, NULL, false);
+	mtp_gradient("ref-llama-F32", NULL, pool);
+	mtp_gradient("ref-qwen2-F16", NULL, pool);
+	mtp_gradient("qwen3 MTP head", q3, pool);
 	unlink(q3);
 	model *m = load("ref-llama-F32");
 	CHECK(m != NULL);

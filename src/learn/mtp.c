@@ -1,0 +1,612 @@
+// learn/mtp: trains a model's MTP head with the trunk frozen, by self-distillation: the head
+// reads the trunk's hidden state at p and the token at p + 1 and learns the trunk's own choice
+// at p + 2 (its greedy continuations of the data's prompts). Every head weight is trained in
+// f32 (the block, eh_proj and the norms; biases and per-head norms stay as they start); the
+// embedding and the output head are the model's, read as stored. The head is written as a
+// GGUF of general.type "mtp" whose tensors have the standard nextn names.
+#include "learn/learn_int.h"
+
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "sample/sample.h"
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The trained tensors, in the order of the flat parameter array.
+enum { W_EH, W_ENORM, W_HNORM, W_ANORM, W_Q, W_K, W_V, W_O, W_FNORM, W_GATE, W_UP, W_DOWN, W_HEADNORM, W_COUNT };
+_Static_assert(W_COUNT == LEARN_MTP_TENSORS, "the head's tensors");
+
+static const char *const wname[W_COUNT] = {"nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "attn_norm", "attn_q", "attn_k", "attn_v",
+					   "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "nextn.shared_head_norm"};
+
+struct learn_mtp {
+	const model *m;
+	model_mtp_weights io;         // the embedding and output head the head reads (the model's, or its own head's)
+	int64_t rows[W_COUNT], cols[W_COUNT]; // cols 1: a vector
+	int64_t off[W_COUNT + 1];
+	float *w, *m1, *m2, *g;       // parameters, AdamW moments, the step's gradient
+	float *bias[4];               // q, k, v, o biases as the block starts (NULL: none), frozen
+	float *qk_norm[2];            // per-head q and k norms (NULL: none), frozen
+	int64_t adam_t;
+	// one sequence's activations, grown to the longest
+	int64_t cap;
+	void *mem;
+};
+
+struct learn_mtp_seq {
+	int64_t n;
+	int32_t *ids;   // [n]
+	float *hid;     // [n][E] the trunk's state after its output norm
+	int32_t *next;  // [n] the trunk's choice after position p
+	int32_t *top;   // [n][MTP_TOP] its likeliest tokens there, most likely first
+	float *topp;    // [n][MTP_TOP] their probabilities
+};
+
+// The trunk's distribution the head learns, cut to its likeliest tokens: far more to learn
+// from a row than its choice alone.
+#define MTP_TOP 8
+
+#define W(h, i) ((h)->w + (h)->off[i])
+#define G(h, i) ((h)->g + (h)->off[i])
+
+static const model_hparams *HP(const learn_mtp *h) { return model_hparams_of(h->m); }
+
+// Copies n_rows rows of a stored matrix into f32 dst.
+static void mat_f32(const model_matrix *x, float *dst) {
+	const tensor_traits *t = tensor_traits_of(x->type);
+	for (int64_t r = 0; r < x->rows; r++) t->to_f32((const uint8_t *)x->data + (size_t)r * x->row_bytes, dst + r * x->k, x->k);
+}
+
+static float *dup_vec(const float *v, int64_t n) {
+	if (!v) return NULL;
+	float *d = learn_malloc((size_t)n * sizeof *d);
+	if (d) memcpy(d, v, (size_t)n * sizeof *d);
+	return d;
+}
+
+int learn_mtp_new(learn_mtp **out, const model *m, char *err, size_t errlen) {
+	*out = NULL;
+	const model_hparams *hp = model_hparams_of(m);
+	if (strcmp(hp->arch, "llama") && strcmp(hp->arch, "qwen2") && strcmp(hp->arch, "qwen3"))
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: MTP heads are trained for llama, qwen2 and qwen3 models, not %s", hp->arch);
+	if (hp->n_experts)
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: MTP heads are trained for dense models (this one routes experts)");
+	learn_mtp *h = calloc(1, sizeof *h);
+	if (!h) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	h->m = m;
+	const int64_t E = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim, F = hp->n_ff;
+	const int64_t shape[W_COUNT][2] = {{E, 2 * E}, {E, 1}, {E, 1}, {E, 1}, {qd, E}, {kvd, E}, {kvd, E}, {E, qd},
+					   {E, 1}, {F, E}, {F, E}, {E, F}, {E, 1}};
+	for (int i = 0; i < W_COUNT; i++) h->rows[i] = shape[i][0], h->cols[i] = shape[i][1], h->off[i + 1] = h->off[i] + shape[i][0] * shape[i][1];
+	const size_t n = (size_t)h->off[W_COUNT];
+	h->w = learn_calloc(n, 4), h->m1 = learn_calloc(n, 4), h->m2 = learn_calloc(n, 4), h->g = learn_calloc(n, 4);
+	if (!h->w || !h->m1 || !h->m2 || !h->g) goto oom;
+	// the model's own head when it has one; else the trunk's last block, eh_proj passing both halves on
+	model_layer_weights lw;
+	model_io_weights io;
+	model_io_weights_of(m, &io);
+	if (!model_mtp_weights_of(m, 0, &h->io)) {
+		model_layer_weights_of(m, hp->n_layers, &lw);
+		mat_f32(&h->io.eh_proj, W(h, W_EH));
+		memcpy(W(h, W_ENORM), h->io.enorm, (size_t)E * 4);
+		memcpy(W(h, W_HNORM), h->io.hnorm, (size_t)E * 4);
+		memcpy(W(h, W_HEADNORM), h->io.head_norm, (size_t)E * 4);
+	} else {
+		h->io = (model_mtp_weights){.embed = io.tok_embd, .head = io.output, .head_norm = io.output_norm};
+		model_layer_weights_of(m, hp->n_layers - 1, &lw);
+		for (int64_t i = 0; i < E; i++) {
+			W(h, W_EH)[i * 2 * E + i] = 1.0f;
+			W(h, W_EH)[i * 2 * E + E + i] = 1.0f;
+			W(h, W_ENORM)[i] = W(h, W_HNORM)[i] = 1.0f;
+		}
+		memcpy(W(h, W_HEADNORM), io.output_norm, (size_t)E * 4);
+	}
+	if (!lw.ffn_gate.data)
+		return learn_mtp_free(h), base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: the head's block has no dense FFN");
+	memcpy(W(h, W_ANORM), lw.attn_norm, (size_t)E * 4);
+	memcpy(W(h, W_FNORM), lw.ffn_norm, (size_t)E * 4);
+	const model_matrix *mats[] = {[W_Q] = &lw.wq, [W_K] = &lw.wk, [W_V] = &lw.wv, [W_O] = &lw.wo,
+				      [W_GATE] = &lw.ffn_gate, [W_UP] = &lw.ffn_up, [W_DOWN] = &lw.ffn_down};
+	for (int i = W_Q; i <= W_DOWN; i++)
+		if (mats[i]) mat_f32(mats[i], W(h, i));
+	const float *bs[4] = {lw.bq, lw.bk, lw.bv, lw.bo};
+	const int64_t bn[4] = {qd, kvd, kvd, E};
+	for (int i = 0; i < 4; i++)
+		if (bs[i] && !(h->bias[i] = dup_vec(bs[i], bn[i]))) goto oom;
+	if (lw.q_norm && (!(h->qk_norm[0] = dup_vec(lw.q_norm, hp->head_dim)) || !(h->qk_norm[1] = dup_vec(lw.k_norm, hp->head_dim)))) goto oom;
+	*out = h;
+	return LANES_OK;
+oom:
+	learn_mtp_free(h);
+	return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+}
+
+void learn_mtp_free(learn_mtp *h) {
+	if (!h) return;
+	free(h->w), free(h->m1), free(h->m2), free(h->g), free(h->mem);
+	for (int i = 0; i < 4; i++) free(h->bias[i]);
+	free(h->qk_norm[0]), free(h->qk_norm[1]);
+	free(h);
+}
+
+int64_t learn_mtp_params(const learn_mtp *h) { return h->off[W_COUNT]; }
+float *learn_mtp_weights(learn_mtp *h) { return h->w; }
+const char *learn_mtp_tensor(const learn_mtp *h, int i, int64_t *off, int64_t *n) {
+	*off = h->off[i], *n = h->off[i + 1] - h->off[i];
+	return wname[i];
+}
+const float *learn_mtp_grad(const learn_mtp *h) { return h->g; }
+
+// ---- sequences: the trunk's states and choices ------------------------------------------------
+void learn_mtp_seq_free(learn_mtp_seq *s) {
+	if (!s) return;
+	free(s->ids), free(s->hid), free(s->next), free(s->top), free(s->topp);
+	free(s);
+}
+
+int64_t learn_mtp_seq_tokens(const learn_mtp_seq *s) { return s->n; }
+
+// A draw from softmax(l / temp) by u in [0, 1).
+static int32_t draw(const float *l, int64_t V, float temp, double u) {
+	float mx = l[0];
+	for (int64_t v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+	double sum = 0.0;
+	for (int64_t v = 0; v < V; v++) sum += exp(((double)l[v] - mx) / temp);
+	double acc = 0.0, at = u * sum;
+	for (int64_t v = 0; v < V; v++)
+		if ((acc += exp(((double)l[v] - mx) / temp)) > at) return (int32_t)v;
+	return (int32_t)(V - 1);
+}
+
+// The MTP_TOP likeliest tokens of logits l and their probabilities (ties: the lower id first).
+static void top_of(const float *l, int64_t V, int32_t *id, float *p) {
+	float mx = l[0];
+	for (int64_t v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+	double sum = 0.0;
+	for (int64_t v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+	int n = 0;
+	for (int64_t v = 0; v < V; v++) {
+		if (n == MTP_TOP && l[v] <= l[id[n - 1]]) continue;
+		int at = n < MTP_TOP ? n++ : n - 1;
+		while (at > 0 && l[v] > l[id[at - 1]]) id[at] = id[at - 1], at--;
+		id[at] = (int32_t)v;
+	}
+	for (int k = 0; k < MTP_TOP; k++) p[k] = k < n ? (float)(exp((double)l[id[k]] - mx) / sum) : 0.0f;
+	for (int k = n; k < MTP_TOP; k++) id[k] = id[0];
+}
+
+// Sequences generated together: one KV sequence each, a row each per decode pass.
+#define GEN_SEQS 32
+#define GEN_ROWS 64
+
+// One sequence's memory for n tokens. NULL when out of memory.
+static learn_mtp_seq *seq_alloc(int64_t n, int64_t E) {
+	learn_mtp_seq *s = calloc(1, sizeof *s);
+	if (!s) return NULL;
+	s->n = n;
+	s->ids = learn_malloc((size_t)n * 4), s->hid = learn_malloc((size_t)(n * E) * 4), s->next = learn_malloc((size_t)n * 4);
+	s->top = learn_malloc((size_t)(n * MTP_TOP) * 4), s->topp = learn_malloc((size_t)(n * MTP_TOP) * 4);
+	if (s->ids && s->hid && s->next && s->top && s->topp) return s;
+	learn_mtp_seq_free(s);
+	return NULL;
+}
+
+// Row r's results into sequence s at position p: its state, choice and likeliest tokens; the
+// token after it when p + 1 is past the prompt.
+static void seq_take(learn_mtp_seq *s, int64_t p, int64_t n_prompt, const float *lg, const float *hid, int64_t V, int64_t E, float temp,
+		     uint64_t seed) {
+	memcpy(s->hid + p * E, hid, (size_t)E * 4);
+	s->next[p] = sample_argmax(lg, (int32_t)V);
+	top_of(lg, V, s->top + p * MTP_TOP, s->topp + p * MTP_TOP);
+	if (p + 1 >= n_prompt && p + 1 < s->n)
+		s->ids[p + 1] = temp > 0.0f ? draw(lg, V, temp, (double)(splitmix64(seed + (uint64_t)p) >> 11) * 0x1p-53) : s->next[p];
+}
+
+int learn_mtp_seqs_new(learn_mtp_seq **out, const model *m, base_pool *pool, const int32_t *const *prompts, const int64_t *n_prompts,
+		       int64_t count, int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen) {
+	const model_hparams *hp = model_hparams_of(m);
+	const int64_t E = hp->n_embd, V = hp->n_vocab;
+	memset(out, 0, (size_t)count * sizeof *out);
+	if (gen < 0 || max_tokens < 3) return base_seterr(err, errlen, LANES_EINVAL, "learn: an MTP sequence needs 3 tokens or more");
+	for (int64_t i = 0; i < count; i++) {
+		if (n_prompts[i] < 1 || (n_prompts[i] + gen < max_tokens ? n_prompts[i] + gen : max_tokens) < 3)
+			return base_seterr(err, errlen, LANES_EINVAL, "learn: MTP sequence %lld has fewer than 3 tokens", (long long)i + 1);
+		for (int64_t k = 0; k < n_prompts[i]; k++)
+			if (prompts[i][k] < 0 || prompts[i][k] >= V)
+				return base_seterr(err, errlen, LANES_EINVAL, "learn: token %d is outside the vocabulary", prompts[i][k]);
+	}
+	kv_cache *kv = NULL;
+	model_ws *ws = NULL;
+	model_row *rows = learn_malloc(GEN_ROWS * sizeof *rows);
+	float *lg = learn_malloc((size_t)(GEN_ROWS * V) * sizeof *lg), *hid = learn_malloc((size_t)(GEN_ROWS * E) * sizeof *hid);
+	bool want[GEN_ROWS];
+	int64_t owner[GEN_ROWS];
+	memset(want, 1, sizeof want);
+	int rc = !rows || !lg || !hid ? base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory") : LANES_OK;
+	int64_t longest = 3;
+	for (int64_t i = 0; i < count; i++) {
+		const int64_t n = n_prompts[i] + gen < max_tokens ? n_prompts[i] + gen : max_tokens;
+		longest = n > longest ? n : longest;
+		if (!rc && !(out[i] = seq_alloc(n, E))) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+		if (!rc) memcpy(out[i]->ids, prompts[i], (size_t)(n < n_prompts[i] ? n : n_prompts[i]) * 4);
+	}
+	kv_config c = model_kv_config(m, KV_F16S, GEN_SEQS, (int32_t)longest, 16);
+	if (!rc) rc = kv_new(&kv, &c, err, errlen);
+	if (!rc) rc = model_ws_new(&ws, m, GEN_ROWS, base_pool_threads(pool), 0, err, errlen);
+	// GEN_SEQS at a time: their prompts in chunks, then a row each per pass until all are whole
+	for (int64_t g0 = 0; !rc && g0 < count; g0 += GEN_SEQS) {
+		const int64_t nb = count - g0 < GEN_SEQS ? count - g0 : GEN_SEQS;
+		int64_t len[GEN_SEQS];
+		for (int64_t b = 0; b < nb; b++) {
+			learn_mtp_seq *s = out[g0 + b];
+			const int64_t np = n_prompts[g0 + b] < s->n ? n_prompts[g0 + b] : s->n;
+			kv_seq_clear(kv, (int32_t)b);
+			for (int64_t p0 = 0; !rc && p0 < np; p0 += GEN_ROWS) {
+				const int64_t k = np - p0 < GEN_ROWS ? np - p0 : GEN_ROWS;
+				for (int64_t r = 0; r < k; r++) rows[r] = (model_row){s->ids[p0 + r], (int32_t)(p0 + r), (int32_t)b, true, NULL};
+				if ((rc = model_forward_hidden(m, kv, pool, ws, rows, k, lg, want, hid, err, errlen))) break;
+				for (int64_t r = 0; r < k; r++)
+					seq_take(s, p0 + r, n_prompts[g0 + b], lg + r * V, hid + r * E, V, E, temp, splitmix64(seed + (uint64_t)(g0 + b)));
+			}
+			len[b] = np;
+		}
+		for (;;) {
+			int64_t k = 0;
+			for (int64_t b = 0; b < nb && !rc; b++) {
+				learn_mtp_seq *s = out[g0 + b];
+				if (len[b] >= s->n) continue;
+				owner[k] = b;
+				rows[k++] = (model_row){s->ids[len[b]], (int32_t)len[b], (int32_t)b, true, NULL};
+			}
+			if (!k || rc) break;
+			if ((rc = model_forward_hidden(m, kv, pool, ws, rows, k, lg, want, hid, err, errlen))) break;
+			for (int64_t r = 0; r < k; r++) {
+				const int64_t b = owner[r];
+				seq_take(out[g0 + b], len[b], n_prompts[g0 + b], lg + r * V, hid + r * E, V, E, temp, splitmix64(seed + (uint64_t)(g0 + b)));
+				len[b]++;
+			}
+		}
+	}
+	model_ws_free(ws);
+	kv_free(kv);
+	free(rows), free(lg), free(hid);
+	if (rc)
+		for (int64_t i = 0; i < count; i++) learn_mtp_seq_free(out[i]), out[i] = NULL;
+	return rc;
+}
+
+int learn_mtp_seqs_of(learn_mtp_seq ***out, int64_t *count, const model *m, base_pool *pool, const learn_example *const *ex, int64_t n,
+		      int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen) {
+	*out = NULL, *count = 0;
+	int64_t total = 0;
+	for (int64_t i = 0; i < n; i++) total += gen ? (ex[i]->n + LEARN_MTP_STRIDE - 1) / LEARN_MTP_STRIDE : 1;
+	const size_t t = (size_t)(total ? total : 1);
+	learn_mtp_seq **seqs = calloc(t, sizeof *seqs);
+	const int32_t **pr = calloc(t, sizeof *pr);
+	int64_t *np = calloc(t, sizeof *np);
+	int32_t *win = malloc(t * (LEARN_MTP_WINDOW + 1) * sizeof *win);
+	int rc = !seqs || !pr || !np || !win ? base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory") : LANES_OK;
+	for (int64_t i = 0, k = 0; i < n && !rc; i++) {
+		const int32_t *ids = ex[i]->ids;
+		if (!gen) {
+			pr[k] = ids, np[k++] = ex[i]->n;
+			continue;
+		}
+		for (int64_t at = LEARN_MTP_STRIDE; at - LEARN_MTP_STRIDE < ex[i]->n; at += LEARN_MTP_STRIDE, k++) {
+			const int64_t cut = at < ex[i]->n ? at : ex[i]->n, from = cut - LEARN_MTP_WINDOW > 1 ? cut - LEARN_MTP_WINDOW : 1;
+			int32_t *w = win + k * (LEARN_MTP_WINDOW + 1);
+			w[0] = ids[0];
+			memcpy(w + 1, ids + from, (size_t)(cut - from) * sizeof *w);
+			pr[k] = w, np[k] = 1 + cut - from;
+		}
+	}
+	if (!rc) rc = learn_mtp_seqs_new(seqs, m, pool, pr, np, total, gen, max_tokens, temp, seed, err, errlen);
+	free(pr), free(np), free(win);
+	if (rc) {
+		free(seqs);
+		return rc;
+	}
+	*out = seqs, *count = total;
+	return LANES_OK;
+}
+
+// ---- the head's pass in f32 -----------------------------------------------------------------
+// One sequence's activations (R head rows) and gradients, carved from h->mem.
+typedef struct {
+	double *cs;
+	float *e, *cat, *z, *xn, *q, *k, *v, *qraw, *kraw, *att, *lse, *h1, *hn2, *gt, *up, *act, *out, *fn, *lg, *sc;
+	float *dfn, *dout, *dact, *dg, *du, *dhn2, *dh1, *datt, *dq, *dk, *dv, *dxn, *dz, *dcat, *tmp;
+} acts;
+
+#define HEAD_ROWS 32
+
+static int acts_of(learn_mtp *h, int64_t R, acts *a, char *err, size_t errlen) {
+	const model_hparams *hp = HP(h);
+	const int64_t E = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim,
+		      F = hp->n_ff, V = hp->n_vocab, H = hp->n_heads;
+	const int64_t sizes[] = {R * hp->rope.n_rot * 2, R * E, R * 2 * E, R * E, R * E, R * qd, R * kvd, R * kvd, R * qd, R * kvd, R * qd, R * H,
+				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, HEAD_ROWS * V, R,
+				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, R * qd, R * qd, R * kvd, R * kvd, R * E, R * E, R * 2 * E, R * E};
+	float **ptrs[] = {(float **)&a->cs, &a->e, &a->cat, &a->z, &a->xn, &a->q, &a->k, &a->v, &a->qraw, &a->kraw, &a->att, &a->lse,
+			  &a->h1, &a->hn2, &a->gt, &a->up, &a->act, &a->out, &a->fn, &a->lg, &a->sc,
+			  &a->dfn, &a->dout, &a->dact, &a->dg, &a->du, &a->dhn2, &a->dh1, &a->datt, &a->dq, &a->dk, &a->dv, &a->dxn, &a->dz, &a->dcat, &a->tmp};
+	const int cnt = (int)(sizeof sizes / sizeof sizes[0]);
+	int64_t total = 0;
+	for (int i = 0; i < cnt; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+	if (R > h->cap) {
+		void *mem = learn_malloc((size_t)total * 4);
+		if (!mem) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for a sequence of %lld tokens", (long long)R + 1);
+		free(h->mem);
+		h->mem = mem, h->cap = R;
+	}
+	float *p = h->mem;
+	for (int i = 0; i < cnt; i++) *ptrs[i] = p, p += (sizes[i] + 15) & ~(int64_t)15;
+	return LANES_OK;
+}
+
+static void rmsnorm_rows(const float *x, const float *w, int64_t n, int64_t width, float eps, float *y) {
+	for (int64_t r = 0; r < n; r++) tensor_rmsnorm(x + r * width, w, width, eps, y + r * width);
+}
+
+// dw += dy * x / rms(x), row by row.
+static void rms_wgrad(const float *x, int64_t n, int64_t width, float eps, const float *dy, float *dw) {
+	for (int64_t r = 0; r < n; r++) {
+		const float *xr = x + r * width, *d = dy + r * width;
+		double ss = 0.0;
+		for (int64_t i = 0; i < width; i++) ss += (double)xr[i] * xr[i];
+		const double rr = 1.0 / sqrt(ss / (double)width + (double)eps);
+		for (int64_t i = 0; i < width; i++) dw[i] += (float)(d[i] * xr[i] * rr);
+	}
+}
+
+static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
+	if (!b) return;
+	for (int64_t r = 0; r < n; r++)
+		for (int64_t i = 0; i < width; i++) y[r * width + i] += b[i];
+}
+
+static model_matrix WM(const learn_mtp *h, int i) { return lk_f32(h->w + h->off[i], h->rows[i], h->cols[i]); }
+
+// The forward over sequence s's R = n - 1 head rows; with dlg_scale > 0 the backward too, its
+// gradient added to h->g. *loss_sum (-log p of each target) and *hits (argmax == target).
+static void pass(learn_mtp *h, base_pool *pool, const learn_mtp_seq *s, acts *a, double dlg_scale, double *loss_sum, int64_t *hits) {
+	const model_hparams *hp = HP(h);
+	const tensor_kernels *ks = model_kernels(h->m);
+	const int64_t R = s->n - 1, E = hp->n_embd, D = hp->head_dim, H = hp->n_heads, KH = hp->n_kv_heads, grp = H / KH, qd = H * D,
+		      kvd = KH * D, F = hp->n_ff, V = hp->n_vocab, nr = hp->rope.n_rot;
+	const float eps = hp->rms_eps, scale = (float)(1.0 / sqrt((double)D));
+	const tensor_traits *et = tensor_traits_of(h->io.embed.type);
+	// inputs: the normed embedding of the token at p + 1 beside the normed state at p
+	for (int64_t r = 0; r < R; r++) {
+		et->to_f32((const uint8_t *)h->io.embed.data + (size_t)s->ids[r + 1] * h->io.embed.row_bytes, a->e + r * E, E);
+		tensor_rmsnorm(a->e + r * E, W(h, W_ENORM), E, eps, a->cat + r * 2 * E);
+		tensor_rmsnorm(s->hid + r * E, W(h, W_HNORM), E, eps, a->cat + r * 2 * E + E);
+		tensor_rope_table(&hp->rope, (int32_t)r, a->cs + r * nr);
+	}
+	model_matrix M[W_COUNT];
+	for (int i = 0; i < W_COUNT; i++) M[i] = WM(h, i);
+	lk_mat_fwd(pool, ks, &M[W_EH], 0, a->cat, 2 * E, R, a->z, E, 1.0f, false);
+	rmsnorm_rows(a->z, W(h, W_ANORM), R, E, eps, a->xn);
+	lk_mat_fwd(pool, ks, &M[W_Q], 0, a->xn, E, R, a->q, qd, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_K], 0, a->xn, E, R, a->k, kvd, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_V], 0, a->xn, E, R, a->v, kvd, 1.0f, false);
+	add_bias(a->q, h->bias[0], R, qd), add_bias(a->k, h->bias[1], R, kvd), add_bias(a->v, h->bias[2], R, kvd);
+	for (int64_t r = 0; r < R; r++) {
+		float *q = a->q + r * qd, *k = a->k + r * kvd;
+		if (h->qk_norm[0]) {
+			memcpy(a->qraw + r * qd, q, (size_t)qd * 4), memcpy(a->kraw + r * kvd, k, (size_t)kvd * 4);
+			for (int64_t hh = 0; hh < H; hh++) tensor_rmsnorm(q + hh * D, h->qk_norm[0], D, eps, q + hh * D);
+			for (int64_t hh = 0; hh < KH; hh++) tensor_rmsnorm(k + hh * D, h->qk_norm[1], D, eps, k + hh * D);
+		}
+		tensor_rope_apply(&hp->rope, a->cs + r * nr, q, (int32_t)H, (int32_t)D);
+		tensor_rope_apply(&hp->rope, a->cs + r * nr, k, (int32_t)KH, (int32_t)D);
+	}
+	// causal attention over the head's own rows
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t hh = 0; hh < H; hh++) {
+			const int64_t g = hh / grp;
+			const float *q = a->q + r * qd + hh * D;
+			float *o = a->att + r * qd + hh * D, mx = -INFINITY;
+			for (int64_t p = 0; p <= r; p++) {
+				a->sc[p] = scale * lk_dot(q, a->k + p * kvd + g * D, D);
+				mx = a->sc[p] > mx ? a->sc[p] : mx;
+			}
+			double sum = 0.0;
+			for (int64_t p = 0; p <= r; p++) a->sc[p] = expf(a->sc[p] - mx), sum += a->sc[p];
+			memset(o, 0, (size_t)D * 4);
+			for (int64_t p = 0; p <= r; p++) {
+				const float w = (float)(a->sc[p] / sum), *v = a->v + p * kvd + g * D;
+				for (int64_t d = 0; d < D; d++) o[d] += w * v[d];
+			}
+			a->lse[r * H + hh] = (float)(mx + log(sum));
+		}
+	lk_mat_fwd(pool, ks, &M[W_O], 0, a->att, qd, R, a->h1, E, 1.0f, false);
+	add_bias(a->h1, h->bias[3], R, E);
+	for (int64_t i = 0; i < R * E; i++) a->h1[i] += a->z[i];
+	rmsnorm_rows(a->h1, W(h, W_FNORM), R, E, eps, a->hn2);
+	lk_mat_fwd(pool, ks, &M[W_GATE], 0, a->hn2, E, R, a->gt, F, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_UP], 0, a->hn2, E, R, a->up, F, 1.0f, false);
+	for (int64_t i = 0; i < R * F; i++) a->act[i] = (float)((double)a->gt[i] / (1.0 + exp(-(double)a->gt[i]))) * a->up[i];
+	memcpy(a->out, a->h1, (size_t)(R * E) * 4);
+	lk_mat_fwd(pool, ks, &M[W_DOWN], 0, a->act, F, R, a->out, E, 1.0f, true);
+	rmsnorm_rows(a->out, W(h, W_HEADNORM), R, E, eps, a->fn);
+	// the output head and the loss, HEAD_ROWS rows at a time
+	const bool bwd = dlg_scale > 0.0;
+	if (bwd) memset(a->dfn, 0, (size_t)(R * E) * 4);
+	for (int64_t r0 = 0; r0 < R; r0 += HEAD_ROWS) {
+		const int64_t nh = R - r0 < HEAD_ROWS ? R - r0 : HEAD_ROWS;
+		lk_mat_fwd(pool, ks, &h->io.head, 0, a->fn + r0 * E, E, nh, a->lg, V, 1.0f, false);
+		for (int64_t r = 0; r < nh; r++) {
+			float *l = a->lg + r * V;
+			const int32_t t = s->next[r0 + r + 1], *tid = s->top + (r0 + r + 1) * MTP_TOP;
+			const float *tp = s->topp + (r0 + r + 1) * MTP_TOP;
+			float mx = l[0];
+			for (int64_t v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+			double sum = 0.0, mass = 0.0;
+			for (int64_t v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+			// the cross-entropy to the trunk's likeliest tokens: -sum p_k log q_k
+			for (int k = 0; k < MTP_TOP; k++) *loss_sum += tp[k] * (mx + log(sum) - l[tid[k]]), mass += tp[k];
+			*hits += sample_argmax(l, (int32_t)V) == t;
+			if (!bwd) continue;
+			for (int64_t v = 0; v < V; v++) l[v] = (float)(dlg_scale * mass * exp((double)l[v] - mx) / sum);
+			for (int k = 0; k < MTP_TOP; k++) l[tid[k]] -= (float)(dlg_scale * tp[k]);
+		}
+		if (bwd) lk_mat_bwd(pool, ks, &h->io.head, 0, a->lg, V, nh, a->dfn + r0 * E, E);
+	}
+	if (!bwd) return;
+	// backward: the head norm, the FFN, the attention, the input projection and its norms
+	memset(a->dout, 0, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->out + r * E, W(h, W_HEADNORM), E, eps, a->dfn + r * E, a->dout + r * E);
+	rms_wgrad(a->out, R, E, eps, a->dfn, G(h, W_HEADNORM));
+	lk_outer(pool, E, F, R, a->dout, E, a->act, F, 1.0f, G(h, W_DOWN));
+	memset(a->dact, 0, (size_t)(R * F) * 4);
+	lk_mat_bwd(pool, ks, &M[W_DOWN], 0, a->dout, E, R, a->dact, F);
+	lk_swiglu_bwd(a->gt, a->up, a->dact, a->dg, a->du, R * F);
+	lk_outer(pool, F, E, R, a->dg, F, a->hn2, E, 1.0f, G(h, W_GATE));
+	lk_outer(pool, F, E, R, a->du, F, a->hn2, E, 1.0f, G(h, W_UP));
+	memset(a->dhn2, 0, (size_t)(R * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_GATE], 0, a->dg, F, R, a->dhn2, E);
+	lk_mat_bwd(pool, ks, &M[W_UP], 0, a->du, F, R, a->dhn2, E);
+	memcpy(a->dh1, a->dout, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->h1 + r * E, W(h, W_FNORM), E, eps, a->dhn2 + r * E, a->dh1 + r * E);
+	rms_wgrad(a->h1, R, E, eps, a->dhn2, G(h, W_FNORM));
+	lk_outer(pool, E, qd, R, a->dh1, E, a->att, qd, 1.0f, G(h, W_O));
+	memset(a->datt, 0, (size_t)(R * qd) * 4);
+	lk_mat_bwd(pool, ks, &M[W_O], 0, a->dh1, E, R, a->datt, qd);
+	memset(a->dq, 0, (size_t)(R * qd) * 4);
+	memset(a->dk, 0, (size_t)(R * kvd) * 4);
+	memset(a->dv, 0, (size_t)(R * kvd) * 4);
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t hh = 0; hh < H; hh++) {
+			const int64_t g = hh / grp;
+			const float *q = a->q + r * qd + hh * D, *o = a->att + r * qd + hh * D, *dO = a->datt + r * qd + hh * D;
+			const float lse = a->lse[r * H + hh], di = lk_dot(dO, o, D);
+			float *dq = a->dq + r * qd + hh * D;
+			for (int64_t p = 0; p <= r; p++) {
+				const float *k = a->k + p * kvd + g * D, *v = a->v + p * kvd + g * D;
+				float *dk = a->dk + p * kvd + g * D, *dv = a->dv + p * kvd + g * D;
+				const float pr = expf(scale * lk_dot(q, k, D) - lse), ds = pr * (lk_dot(dO, v, D) - di) * scale;
+				for (int64_t d = 0; d < D; d++) dq[d] += ds * k[d], dk[d] += ds * q[d], dv[d] += pr * dO[d];
+			}
+		}
+	for (int64_t r = 0; r < R; r++) {
+		lk_rope_t(&hp->rope, a->cs + r * nr, a->dq + r * qd, (int32_t)H, (int32_t)D);
+		lk_rope_t(&hp->rope, a->cs + r * nr, a->dk + r * kvd, (int32_t)KH, (int32_t)D);
+		if (!h->qk_norm[0]) continue;
+		// through the per-head norms (their weights stay)
+		memcpy(a->tmp, a->dq + r * qd, (size_t)qd * 4);
+		memset(a->dq + r * qd, 0, (size_t)qd * 4);
+		for (int64_t hh = 0; hh < H; hh++)
+			lk_rms_bwd(a->qraw + r * qd + hh * D, h->qk_norm[0], D, eps, a->tmp + hh * D, a->dq + r * qd + hh * D);
+		memcpy(a->tmp, a->dk + r * kvd, (size_t)kvd * 4);
+		memset(a->dk + r * kvd, 0, (size_t)kvd * 4);
+		for (int64_t hh = 0; hh < KH; hh++)
+			lk_rms_bwd(a->kraw + r * kvd + hh * D, h->qk_norm[1], D, eps, a->tmp + hh * D, a->dk + r * kvd + hh * D);
+	}
+	lk_outer(pool, qd, E, R, a->dq, qd, a->xn, E, 1.0f, G(h, W_Q));
+	lk_outer(pool, kvd, E, R, a->dk, kvd, a->xn, E, 1.0f, G(h, W_K));
+	lk_outer(pool, kvd, E, R, a->dv, kvd, a->xn, E, 1.0f, G(h, W_V));
+	memset(a->dxn, 0, (size_t)(R * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_Q], 0, a->dq, qd, R, a->dxn, E);
+	lk_mat_bwd(pool, ks, &M[W_K], 0, a->dk, kvd, R, a->dxn, E);
+	lk_mat_bwd(pool, ks, &M[W_V], 0, a->dv, kvd, R, a->dxn, E);
+	memcpy(a->dz, a->dh1, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->z + r * E, W(h, W_ANORM), E, eps, a->dxn + r * E, a->dz + r * E);
+	rms_wgrad(a->z, R, E, eps, a->dxn, G(h, W_ANORM));
+	lk_outer(pool, E, 2 * E, R, a->dz, E, a->cat, 2 * E, 1.0f, G(h, W_EH));
+	memset(a->dcat, 0, (size_t)(R * 2 * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_EH], 0, a->dz, E, R, a->dcat, 2 * E);
+	for (int64_t r = 0; r < R; r++) {
+		rms_wgrad(a->e + r * E, 1, E, eps, a->dcat + r * 2 * E, G(h, W_ENORM));
+		rms_wgrad(s->hid + r * E, 1, E, eps, a->dcat + r * 2 * E + E, G(h, W_HNORM));
+	}
+}
+
+int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o, learn_step_info *info,
+		   char *err, size_t errlen) {
+	memset(info, 0, sizeof *info);
+	int64_t rows = 0, longest = 0, hits = 0;
+	for (int32_t i = 0; i < n; i++) rows += seqs[i]->n - 1, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
+	if (!rows) return base_seterr(err, errlen, LANES_EINVAL, "learn: no sequence to learn from");
+	acts a;
+	int rc = acts_of(h, longest, &a, err, errlen);
+	if (rc) return rc;
+	const int64_t P = h->off[W_COUNT];
+	memset(h->g, 0, (size_t)P * 4);
+	double loss = 0.0;
+	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, 1.0 / (double)rows, &loss, &hits);
+	double norm = 0.0;
+	for (int64_t i = 0; i < P; i++) norm += (double)h->g[i] * h->g[i];
+	norm = sqrt(norm);
+	const float clip = o->clip > 0.0f && norm > o->clip ? (float)(o->clip / norm) : 1.0f;
+	h->adam_t++;
+	const double bc1 = 1.0 - pow(o->beta1, (double)h->adam_t), bc2 = 1.0 - pow(o->beta2, (double)h->adam_t);
+	for (int k = 0; k < W_COUNT; k++) {
+		// weight decay on the matrices, not the norms' gains
+		const float decay = h->cols[k] > 1 ? 1.0f - o->lr * o->weight_decay : 1.0f;
+		for (int64_t i = h->off[k]; i < h->off[k + 1]; i++) {
+			const float g = h->g[i] * clip;
+			h->m1[i] = o->beta1 * h->m1[i] + (1.0f - o->beta1) * g;
+			h->m2[i] = o->beta2 * h->m2[i] + (1.0f - o->beta2) * g * g;
+			h->w[i] = h->w[i] * decay - o->lr * (float)((h->m1[i] / bc1) / (sqrt(h->m2[i] / bc2) + o->eps));
+		}
+	}
+	info->step = h->adam_t, info->examples = n, info->learned = rows, info->loss = loss / (double)rows, info->grad_norm = norm;
+	for (int32_t i = 0; i < n; i++) info->tokens += seqs[i]->n;
+	return LANES_OK;
+}
+
+int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double *accept, double *loss, char *err,
+		   size_t errlen) {
+	int64_t rows = 0, longest = 0, hits = 0;
+	for (int32_t i = 0; i < n; i++) rows += seqs[i]->n - 1, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
+	*accept = *loss = 0.0;
+	if (!rows) return LANES_OK;
+	acts a;
+	int rc = acts_of(h, longest, &a, err, errlen);
+	if (rc) return rc;
+	double sum = 0.0;
+	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, 0.0, &sum, &hits);
+	*accept = (double)hits / (double)rows, *loss = sum / (double)rows;
+	return LANES_OK;
+}
+
+// ---- the head's file ----------------------------------------------------------------------------
+int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errlen) {
+	const model_hparams *hp = HP(h);
+	const int l = hp->n_layers;
+	gguf_writer *w = gguf_writer_new();
+	if (!w) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	char key[96], name[128];
+	int rc = gguf_writer_set_str(w, "general.type", "mtp") || gguf_writer_set_str(w, "general.architecture", hp->arch);
+	snprintf(key, sizeof key, "%s.block_count", hp->arch);
+	rc = rc || gguf_writer_set_u32(w, key, (uint32_t)l + 1);
+	snprintf(key, sizeof key, "%s.nextn_predict_layers", hp->arch);
+	rc = rc || gguf_writer_set_u32(w, key, 1);
+	snprintf(key, sizeof key, "%s.embedding_length", hp->arch);
+	rc = rc || gguf_writer_set_u32(w, key, (uint32_t)hp->n_embd);
+	for (int i = 0; i < W_COUNT && !rc; i++) {
+		snprintf(name, sizeof name, "blk.%d.%s.weight", l, wname[i]);
+		const int64_t ne[2] = {h->cols[i] > 1 ? h->cols[i] : h->rows[i], h->cols[i] > 1 ? h->rows[i] : 1};
+		rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, h->cols[i] > 1 ? 2 : 1, ne, W(h, i), (uint64_t)(h->off[i + 1] - h->off[i]) * 4);
+	}
+	static const char *const bname[4] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
+	const int64_t bn[4] = {h->rows[W_Q], h->rows[W_K], h->rows[W_V], hp->n_embd};
+	for (int i = 0; i < 4 && !rc; i++) {
+		if (!h->bias[i]) continue;
+		snprintf(name, sizeof name, "blk.%d.%s", l, bname[i]);
+		rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, 1, &bn[i], h->bias[i], (uint64_t)bn[i] * 4);
+	}
+	const int64_t D = hp->head_dim;
+	for (int i = 0; i < 2 && !rc && h->qk_norm[0]; i++) {
+		snprintf(name, sizeof name, "blk.%d.%s", l, i ? "attn_k_norm.weight" : "attn_q_norm.weight");
+		rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, 1, &D, h->qk_norm[i], (uint64_t)D * 4);
+	}
+	if (rc) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	else rc = gguf_writer_write(w, path, err, errlen);
+	gguf_writer_free(w);
+	return rc;
+}
