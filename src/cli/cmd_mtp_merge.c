@@ -15,16 +15,16 @@ static bool block_at_or_after(const char *name, int32_t l) {
 int cmd_mtp_merge(const cli_settings *s) {
 	char err[512], key[96];
 	int rc = 1;
-	model *m = NULL;
+	model_hparams hpv;
+	const model_hparams *hp = &hpv;
 	gguf *g = NULL, *hg = NULL;
 	gguf_writer *w = NULL;
-	// the head is checked against the model as serving would load it
-	if (model_load_head(&m, s->model, s->draft_head, NULL, NULL, err, sizeof err) || gguf_open(&g, s->model, err, sizeof err) ||
-	    gguf_open(&hg, s->draft_head, err, sizeof err)) {
+	// the head is checked against the model as serving would bind it, no weight read
+	if (gguf_open(&g, s->model, err, sizeof err) || gguf_open(&hg, s->draft_head, err, sizeof err) ||
+	    model_meta_head(g, hg, &hpv, NULL, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
 	}
-	const model_hparams *hp = model_hparams_of(m);
 	if (!(w = gguf_writer_new()) || gguf_writer_copy_kv(w, g, NULL)) goto oom;
 	snprintf(key, sizeof key, "%s.block_count", hp->arch);
 	if (gguf_writer_set_u32(w, key, (uint32_t)(hp->n_layers + hp->n_nextn))) goto oom;
@@ -33,12 +33,12 @@ int cmd_mtp_merge(const cli_settings *s) {
 	for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor *t = gguf_tensor_at(g, i);
 		if (block_at_or_after(t->name, hp->n_layers)) continue; // the model's own MTP layers give way
-		if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes)) goto oom;
+		if (gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes)) goto oom;
 	}
 	for (int64_t i = 0; i < gguf_n_tensors(hg); i++) {
 		const gguf_tensor *t = gguf_tensor_at(hg, i);
 		if (!block_at_or_after(t->name, hp->n_layers)) continue;
-		if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes)) goto oom;
+		if (gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes)) goto oom;
 	}
 	if (gguf_writer_write(w, s->output, err, sizeof err)) {
 		cli_err("%s", err);
@@ -54,6 +54,5 @@ out:
 	gguf_writer_free(w);
 	gguf_free(hg);
 	gguf_free(g);
-	model_free(m);
 	return rc;
 }

@@ -157,6 +157,10 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf *g, const char *skip_prefix);
 // Adds a tensor; data (nbytes, must match type and shape) is copied at once.
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
 			   const int64_t *ne, const void *data, uint64_t nbytes);
+// The same, the data not copied: read at the write, so it must stay valid until then (a
+// tensor of an open gguf, say).
+int gguf_writer_add_tensor_ref(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+			       const int64_t *ne, const void *data, uint64_t nbytes);
 // Writes version 3 with general.alignment (default 32) to path, whole or not at all
 // (base_wfile: the old file stays until the new one is complete on disk).
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);

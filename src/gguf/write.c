@@ -20,6 +20,7 @@ typedef struct {
 	uint32_t type, n_dims;
 	int64_t ne[GGUF_MAX_DIMS];
 	void *data;
+	const void *borrowed; // the caller's data, read at the write (data NULL)
 	uint64_t nbytes;
 } wtensor;
 
@@ -190,8 +191,8 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf *g, const char *skip_prefix) 
 	return 0;
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-			   const int64_t *ne, const void *data, uint64_t nbytes) {
+static int add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data,
+		      uint64_t nbytes, bool borrow) {
 	const gguf_ttype_info *ti = gguf_ttype_get(type);
 	if (!ti || !name || !*name || n_dims > GGUF_MAX_DIMS) return LANES_EINVAL;
 	uint64_t nel = 1;
@@ -213,15 +214,26 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
 	wtensor t = {.type = type, .n_dims = n_dims, .nbytes = nbytes};
 	for (int d = 0; d < GGUF_MAX_DIMS; d++) t.ne[d] = d < (int)n_dims ? ne[d] : 1;
 	t.name = strdup(name);
-	t.data = malloc(nbytes ? nbytes : 1);
-	if (!t.name || !t.data) {
+	if (borrow) t.borrowed = data;
+	else t.data = malloc(nbytes ? nbytes : 1);
+	if (!t.name || (!borrow && !t.data)) {
 		free(t.name);
 		free(t.data);
 		return LANES_ENOMEM;
 	}
-	if (nbytes) memcpy(t.data, data, nbytes);
+	if (nbytes && !borrow) memcpy(t.data, data, nbytes);
 	w->t[w->n_t++] = t;
 	return 0;
+}
+
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data,
+			   uint64_t nbytes) {
+	return add_tensor(w, name, type, n_dims, ne, data, nbytes, false);
+}
+
+int gguf_writer_add_tensor_ref(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data,
+			       uint64_t nbytes) {
+	return add_tensor(w, name, type, n_dims, ne, data, nbytes, true);
 }
 
 typedef struct {
@@ -320,7 +332,7 @@ static int write_into(gguf_writer *gw, base_wfile *w, char *err, size_t errlen) 
 	}
 	pad_to(&o, align);
 	for (size_t i = 0; i < gw->n_t; i++) {
-		put(&o, gw->t[i].data, gw->t[i].nbytes);
+		put(&o, gw->t[i].data ? gw->t[i].data : gw->t[i].borrowed, gw->t[i].nbytes);
 		pad_to(&o, align);
 	}
 	bool bad = o.bad;

@@ -205,6 +205,40 @@ static void seq_take(learn_mtp_seq *s, int64_t p, int64_t n_prompt, const float 
 		s->ids[p + 1] = temp > 0.0f ? draw(lg, V, temp, (double)(splitmix64(seed + (uint64_t)p) >> 11) * 0x1p-53) : s->next[p];
 }
 
+// The generation's state: the sequences of a group, and the rows of its next pass.
+typedef struct {
+	const model *m;
+	base_pool *pool;
+	kv_cache *kv;
+	model_ws *ws;
+	learn_mtp_seq **seq;       // the group's
+	const int64_t *n_prompts;  // the group's
+	model_row rows[GEN_ROWS];
+	int64_t owner[GEN_ROWS], at[GEN_ROWS], k;
+	float *lg, *hid;
+	float temp;
+	uint64_t seed;             // the group's first sequence's
+} gen_state;
+
+// Runs the rows gathered and takes each row's results into its sequence.
+static int gen_pass(gen_state *g, char *err, size_t errlen) {
+	const model_hparams *hp = model_hparams_of(g->m);
+	const int64_t E = hp->n_embd, V = hp->n_vocab;
+	bool want[GEN_ROWS];
+	memset(want, 1, sizeof want);
+	int rc = model_forward_hidden(g->m, g->kv, g->pool, g->ws, g->rows, g->k, g->lg, want, g->hid, err, errlen);
+	for (int64_t r = 0; r < g->k && !rc; r++)
+		seq_take(g->seq[g->owner[r]], g->at[r], g->n_prompts[g->owner[r]], g->lg + r * V, g->hid + r * E, V, E, g->temp,
+			 splitmix64(g->seed + (uint64_t)g->owner[r]));
+	g->k = 0;
+	return rc;
+}
+
+static void gen_row(gen_state *g, int64_t b, int64_t p) {
+	g->owner[g->k] = b, g->at[g->k] = p;
+	g->rows[g->k++] = (model_row){g->seq[b]->ids[p], (int32_t)p, (int32_t)b, true, NULL};
+}
+
 int learn_mtp_seqs_new(learn_mtp_seq **out, const model *m, base_pool *pool, const int32_t *const *prompts, const int64_t *n_prompts,
 		       int64_t count, int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen) {
 	const model_hparams *hp = model_hparams_of(m);
@@ -218,61 +252,50 @@ int learn_mtp_seqs_new(learn_mtp_seq **out, const model *m, base_pool *pool, con
 			if (prompts[i][k] < 0 || prompts[i][k] >= V)
 				return base_seterr(err, errlen, LANES_EINVAL, "learn: token %d is outside the vocabulary", prompts[i][k]);
 	}
-	kv_cache *kv = NULL;
-	model_ws *ws = NULL;
-	model_row *rows = learn_malloc(GEN_ROWS * sizeof *rows);
-	float *lg = learn_malloc((size_t)(GEN_ROWS * V) * sizeof *lg), *hid = learn_malloc((size_t)(GEN_ROWS * E) * sizeof *hid);
-	bool want[GEN_ROWS];
-	int64_t owner[GEN_ROWS];
-	memset(want, 1, sizeof want);
-	int rc = !rows || !lg || !hid ? base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory") : LANES_OK;
+	gen_state *g = calloc(1, sizeof *g);
+	int rc = g ? LANES_OK : base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	if (!rc) {
+		*g = (gen_state){.m = m, .pool = pool, .temp = temp};
+		g->lg = learn_malloc((size_t)(GEN_ROWS * V) * sizeof *g->lg), g->hid = learn_malloc((size_t)(GEN_ROWS * E) * sizeof *g->hid);
+		if (!g->lg || !g->hid) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	}
 	int64_t longest = 3;
-	for (int64_t i = 0; i < count; i++) {
+	for (int64_t i = 0; i < count && !rc; i++) {
 		const int64_t n = n_prompts[i] + gen < max_tokens ? n_prompts[i] + gen : max_tokens;
 		longest = n > longest ? n : longest;
-		if (!rc && !(out[i] = seq_alloc(n, E))) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
-		if (!rc) memcpy(out[i]->ids, prompts[i], (size_t)(n < n_prompts[i] ? n : n_prompts[i]) * 4);
+		if (!(out[i] = seq_alloc(n, E))) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+		else memcpy(out[i]->ids, prompts[i], (size_t)(n < n_prompts[i] ? n : n_prompts[i]) * 4);
 	}
 	kv_config c = model_kv_config(m, KV_F16S, GEN_SEQS, (int32_t)longest, 16);
-	if (!rc) rc = kv_new(&kv, &c, err, errlen);
-	if (!rc) rc = model_ws_new(&ws, m, GEN_ROWS, base_pool_threads(pool), 0, err, errlen);
-	// GEN_SEQS at a time: their prompts in chunks, then a row each per pass until all are whole
+	if (!rc) rc = kv_new(&g->kv, &c, err, errlen);
+	if (!rc) rc = model_ws_new(&g->ws, m, GEN_ROWS, base_pool_threads(pool), 0, err, errlen);
+	// GEN_SEQS at a time: their prompts, rows of several to a pass, then a row each per pass until all are whole
 	for (int64_t g0 = 0; !rc && g0 < count; g0 += GEN_SEQS) {
 		const int64_t nb = count - g0 < GEN_SEQS ? count - g0 : GEN_SEQS;
 		int64_t len[GEN_SEQS];
-		for (int64_t b = 0; b < nb; b++) {
-			learn_mtp_seq *s = out[g0 + b];
-			const int64_t np = n_prompts[g0 + b] < s->n ? n_prompts[g0 + b] : s->n;
-			kv_seq_clear(kv, (int32_t)b);
-			for (int64_t p0 = 0; !rc && p0 < np; p0 += GEN_ROWS) {
-				const int64_t k = np - p0 < GEN_ROWS ? np - p0 : GEN_ROWS;
-				for (int64_t r = 0; r < k; r++) rows[r] = (model_row){s->ids[p0 + r], (int32_t)(p0 + r), (int32_t)b, true, NULL};
-				if ((rc = model_forward_hidden(m, kv, pool, ws, rows, k, lg, want, hid, err, errlen))) break;
-				for (int64_t r = 0; r < k; r++)
-					seq_take(s, p0 + r, n_prompts[g0 + b], lg + r * V, hid + r * E, V, E, temp, splitmix64(seed + (uint64_t)(g0 + b)));
+		g->seq = out + g0, g->n_prompts = n_prompts + g0, g->seed = seed + (uint64_t)g0;
+		for (int64_t b = 0; b < nb && !rc; b++) {
+			kv_seq_clear(g->kv, (int32_t)b);
+			len[b] = n_prompts[g0 + b] < out[g0 + b]->n ? n_prompts[g0 + b] : out[g0 + b]->n;
+			for (int64_t p = 0; p < len[b] && !rc; p++) {
+				gen_row(g, b, p);
+				if (g->k == GEN_ROWS) rc = gen_pass(g, err, errlen);
 			}
-			len[b] = np;
 		}
-		for (;;) {
-			int64_t k = 0;
-			for (int64_t b = 0; b < nb && !rc; b++) {
-				learn_mtp_seq *s = out[g0 + b];
-				if (len[b] >= s->n) continue;
-				owner[k] = b;
-				rows[k++] = (model_row){s->ids[len[b]], (int32_t)len[b], (int32_t)b, true, NULL};
-			}
-			if (!k || rc) break;
-			if ((rc = model_forward_hidden(m, kv, pool, ws, rows, k, lg, want, hid, err, errlen))) break;
-			for (int64_t r = 0; r < k; r++) {
-				const int64_t b = owner[r];
-				seq_take(out[g0 + b], len[b], n_prompts[g0 + b], lg + r * V, hid + r * E, V, E, temp, splitmix64(seed + (uint64_t)(g0 + b)));
-				len[b]++;
-			}
+		if (!rc && g->k) rc = gen_pass(g, err, errlen);
+		for (bool more = true; more && !rc;) {
+			more = false;
+			for (int64_t b = 0; b < nb; b++)
+				if (len[b] < out[g0 + b]->n) gen_row(g, b, len[b]++), more = true;
+			if (more) rc = gen_pass(g, err, errlen);
 		}
 	}
-	model_ws_free(ws);
-	kv_free(kv);
-	free(rows), free(lg), free(hid);
+	if (g) {
+		model_ws_free(g->ws);
+		kv_free(g->kv);
+		free(g->lg), free(g->hid);
+		free(g);
+	}
 	if (rc)
 		for (int64_t i = 0; i < count; i++) learn_mtp_seq_free(out[i]), out[i] = NULL;
 	return rc;
@@ -329,7 +352,7 @@ static int acts_of(learn_mtp *h, int64_t R, acts *a, char *err, size_t errlen) {
 		      F = hp->n_ff, V = hp->n_vocab, H = hp->n_heads;
 	const int64_t sizes[] = {R * hp->rope.n_rot * 2, R * E, R * 2 * E, R * E, R * E, R * qd, R * kvd, R * kvd, R * qd, R * kvd, R * qd, R * H,
 				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, HEAD_ROWS * V, R,
-				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, R * qd, R * qd, R * kvd, R * kvd, R * E, R * E, R * 2 * E, R * E};
+				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, R * qd, R * qd, R * kvd, R * kvd, R * E, R * E, R * 2 * E, qd > kvd ? qd : kvd};
 	float **ptrs[] = {(float **)&a->cs, &a->e, &a->cat, &a->z, &a->xn, &a->q, &a->k, &a->v, &a->qraw, &a->kraw, &a->att, &a->lse,
 			  &a->h1, &a->hn2, &a->gt, &a->up, &a->act, &a->out, &a->fn, &a->lg, &a->sc,
 			  &a->dfn, &a->dout, &a->dact, &a->dg, &a->du, &a->dhn2, &a->dh1, &a->datt, &a->dq, &a->dk, &a->dv, &a->dxn, &a->dz, &a->dcat, &a->tmp};
@@ -599,6 +622,17 @@ int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errle
 		if (!h->bias[i]) continue;
 		snprintf(name, sizeof name, "blk.%d.%s", l, bname[i]);
 		rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, 1, &bn[i], h->bias[i], (uint64_t)bn[i] * 4);
+	}
+	// the embedding and output head the head learned with, where they are its own and not the model's
+	model_io_weights io;
+	model_io_weights_of(h->m, &io);
+	const model_matrix *own[2] = {h->io.embed.data != io.tok_embd.data ? &h->io.embed : NULL,
+				      h->io.head.data != io.output.data ? &h->io.head : NULL};
+	for (int i = 0; i < 2 && !rc; i++) {
+		if (!own[i]) continue;
+		snprintf(name, sizeof name, "blk.%d.nextn.%s.weight", l, i ? "shared_head_head" : "embed_tokens");
+		const int64_t ne[2] = {own[i]->k, own[i]->rows};
+		rc = gguf_writer_add_tensor(w, name, own[i]->type, 2, ne, own[i]->data, (uint64_t)own[i]->row_bytes * (uint64_t)own[i]->rows);
 	}
 	const int64_t D = hp->head_dim;
 	for (int i = 0; i < 2 && !rc && h->qk_norm[0]; i++) {

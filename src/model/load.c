@@ -868,8 +868,7 @@ static int model_open(model **out, gguf *g, gguf *hg, enum open_mode mode, model
 	*out = NULL;
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
-		if (mode != OPEN_META) gguf_free(g);
-		gguf_free(hg);
+		if (mode != OPEN_META) gguf_free(g), gguf_free(hg);
 		return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
 	m->g = g;
@@ -951,7 +950,7 @@ bound:
 	*out = m;
 	return LANES_OK;
 fail:
-	if (mode == OPEN_META) m->g = NULL;
+	if (mode == OPEN_META) m->g = NULL, m->hg = NULL;
 	model_free(m);
 	return rc;
 }
@@ -1073,15 +1072,19 @@ static void memory_of(const model *m, model_memory *out) {
 void model_memory_of(const model *m, model_memory *out) { memory_of(m, out); }
 
 int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
+	return model_meta_head(g, NULL, hp, mem, err, errlen);
+}
+
+int model_meta_head(const gguf *g, const gguf *hg, model_hparams *hp, model_memory *mem, char *err, size_t errlen) {
 	model *m;
-	int rc = model_open(&m, (gguf *)g, NULL, OPEN_META, NULL, NULL, err, errlen); // read only: g is never written
+	int rc = model_open(&m, (gguf *)g, (gguf *)hg, OPEN_META, NULL, NULL, err, errlen); // read only: never written
 	if (rc) return rc;
 	if (hp) {
 		*hp = m->hp;
 		hp->rope.freq_factors = NULL;
 	}
 	if (mem) memory_of(m, mem);
-	m->g = NULL;
+	m->g = NULL, m->hg = NULL;
 	model_free(m);
 	return LANES_OK;
 }

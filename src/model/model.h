@@ -161,6 +161,8 @@ void model_memory_of(const model *m, model_memory *out);
 int model_load_meta(const char *path, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
 // The same over an open gguf, which stays the caller's. Both are thread-safe.
 int model_meta_from_gguf(const gguf *g, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
+// The same with the MTP layers of head file hg (NULL: none), as model_load_head binds them.
+int model_meta_head(const gguf *g, const gguf *hg, model_hparams *hp, model_memory *mem, char *err, size_t errlen);
 
 // A kv_config that fits this model: type, page_tokens per page, scale groups of one head,
 // and enough pages for n_seqs sequences of n_ctx tokens each. Thread-safe.

@@ -974,6 +974,49 @@ out0:
 	model_free(m);
 }
 
+// A qwen3 whose queries are wider than twice its embedding (n_heads * head_dim > 2 n_embd): the
+// shapes where the head's scratch must follow the heads, not the width. Random f32 weights.
+static int wide_put(gguf_writer *w, const char *name, int nd, int64_t a, int64_t b, float base, uint64_t *st) {
+	const int64_t ne[2] = {a, b}, n = a * (nd > 1 ? b : 1);
+	float *d = malloc((size_t)n * 4);
+	for (int64_t i = 0; i < n; i++) d[i] = base != 0 ? base + 0.1f * (float)(urand(st) - 0.5) : 0.5f * (float)(urand(st) - 0.5);
+	const int rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, (uint32_t)nd, ne, d, (uint64_t)n * 4);
+	free(d);
+	return rc;
+}
+
+static int make_wide_qwen3(const char *path) {
+	const int64_t E = 16, H = 4, KH = 2, D = 16, F = 32, L = 2;
+	char src[512], n[96];
+	snprintf(src, sizeof src, "%s/models/ref-llama-F32.gguf", t_shared());
+	gguf *g = NULL;
+	gguf_writer *w = gguf_writer_new();
+	int rc = gguf_open(&g, src, err, sizeof err) || !w;
+	if (!rc) rc = gguf_writer_copy_kv(w, g, "llama.");
+	const int64_t V = rc ? 0 : (int64_t)gguf_get_arr(g, "tokenizer.ggml.tokens")->arr.n;
+	rc = rc || gguf_writer_set_str(w, "general.architecture", "qwen3") || gguf_writer_set_u32(w, "qwen3.block_count", L) ||
+	     gguf_writer_set_u32(w, "qwen3.embedding_length", E) || gguf_writer_set_u32(w, "qwen3.attention.head_count", H) ||
+	     gguf_writer_set_u32(w, "qwen3.attention.head_count_kv", KH) || gguf_writer_set_u32(w, "qwen3.attention.key_length", D) ||
+	     gguf_writer_set_u32(w, "qwen3.attention.value_length", D) || gguf_writer_set_u32(w, "qwen3.feed_forward_length", F) ||
+	     gguf_writer_set_u32(w, "qwen3.rope.dimension_count", D) ||
+	     gguf_writer_set_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-5f);
+	uint64_t st = 5;
+	rc = rc || wide_put(w, "token_embd.weight", 2, E, V, 0, &st) || wide_put(w, "output_norm.weight", 1, E, 1, 1, &st) ||
+	     wide_put(w, "output.weight", 2, E, V, 0, &st);
+	for (int l = 0; l < L && !rc; l++) {
+#define WT(s, nd, a, b, base) (snprintf(n, sizeof n, "blk.%d." s, l), wide_put(w, n, nd, a, b, base, &st))
+		rc = WT("attn_norm.weight", 1, E, 1, 1) || WT("attn_q.weight", 2, E, H * D, 0) || WT("attn_k.weight", 2, E, KH * D, 0) ||
+		     WT("attn_v.weight", 2, E, KH * D, 0) || WT("attn_output.weight", 2, H * D, E, 0) || WT("attn_q_norm.weight", 1, D, 1, 1) ||
+		     WT("attn_k_norm.weight", 1, D, 1, 1) || WT("ffn_norm.weight", 1, E, 1, 1) || WT("ffn_gate.weight", 2, E, F, 0) ||
+		     WT("ffn_up.weight", 2, E, F, 0) || WT("ffn_down.weight", 2, F, E, 0);
+#undef WT
+	}
+	if (!rc) rc = gguf_writer_write(w, path, err, sizeof err);
+	gguf_writer_free(w);
+	gguf_free(g);
+	return rc;
+}
+
 // ---- MTP heads ------------------------------------------------------------------------------------
 // The head's backward against central differences of its own loss (every kind of weight it
 // trains: the largest gradients and some at random), on a llama, a qwen2 (biases) and a qwen3
@@ -991,7 +1034,7 @@ static void mtp_gradient(const char *name, const char *path, base_pool *pool) {
 	for (int q = 0; q < 2; q++)
 		for (int i = 0; i < 14; i++) ids[q][i] = 3 + (int32_t)(urand(&r) * (V - 3));
 	const int32_t *pr[2] = {ids[0], ids[1]};
-	const int64_t np[2] = {14, 9};
+	const int64_t np[2] = {14, 1}; // the second of 4 tokens: 3 head rows
 	learn_mtp_seq *seqs[2] = {0};
 	learn_mtp *h = NULL, *h1 = NULL;
 	CHECK(learn_mtp_seqs_new(seqs, m, pool, pr, np, 2, 3, 64, 0.0f, 0, err, sizeof err) == 0);
@@ -1061,7 +1104,10 @@ int main(void) {
 	gradient_check("qwen3 (from ref-llama-F32)", q3, NULL, false);
 	mtp_gradient("ref-llama-F32", NULL, pool);
 	mtp_gradient("ref-qwen2-F16", NULL, pool);
-	mtp_gradient("qwen3 MTP head", q3, pool);
+	mtp_gradient("qwen3 (from ref-llama-F32)", q3, pool);
+	unlink(q3);
+	CHECKF(make_wide_qwen3(q3) == 0, "wide qwen3: %s", err);
+	mtp_gradient("qwen3 with queries wider than twice its embedding", q3, pool);
 	unlink(q3);
 	model *m = load("ref-llama-F32");
 	CHECK(m != NULL);
