@@ -171,8 +171,8 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 	       (long long)ntr, (long long)rows, s->mtp_gen ? "the model's continuations" : "the examples' text",
 	       (double)(base_now_us() - t0) / 1e6, (long long)learn_mtp_params(h), learn_mtp_params(h) * 4 / 1048576.0,
 	       learn_mtp_params(h) * 8 / 1048576.0);
-	double acc0 = 0, loss0 = 0, acc1, loss1;
-	if (te && learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, &acc0, &loss0, err, sizeof err)) {
+	double acc0[2] = {0, 0}, loss0 = 0, acc1[2], loss1;
+	if (te && learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, acc0, &loss0, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
 	}
@@ -221,12 +221,12 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 	printf("learn --mtp: %lld steps in %.1f s; head written to %s (lanes serve -m MODEL --draft-head %s)\n", (long long)s->steps, secs,
 	       s->output, s->output);
 	if (te) {
-		if (learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, &acc1, &loss1, err, sizeof err)) {
+		if (learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, acc1, &loss1, err, sizeof err)) {
 			cli_err("%s", err);
 			goto out;
 		}
-		printf("held-out: the head's first draft is the model's choice %.1f%% -> %.1f%% of the time, loss %.4f -> %.4f\n", 100 * acc0,
-		       100 * acc1, loss0, loss1);
+		printf("held-out: the head's first draft is the model's choice %.1f%% -> %.1f%% of the time, its second (chained) %.1f%% -> %.1f%%, "
+		       "loss %.4f -> %.4f\n", 100 * acc0[0], 100 * acc1[0], 100 * acc0[1], 100 * acc1[1], loss0, loss1);
 	}
 	rc = 0;
 out:

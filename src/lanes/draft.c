@@ -165,19 +165,21 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 // the first comes with the head's feed, each further one costs a chained pass of the head
 // (shared by the lanes drafting), and draft j is accepted (with those before it) at the rate
 // the request measured at position j once it has tried it often enough, else the rate every
-// request measured there, else (untried) a for the first and half the one before for the rest.
+// request measured there, else (untried) a for the first and the one before times the first's
+// for the rest.
 static int32_t mtp_worth(const lane_host *h, const lane_req *r, float a, int32_t kmax, int32_t n_live) {
 	// a chained pass not yet timed is priced as a row
 	const double n = n_live > 1 ? n_live : 1, F = h->fixed_us / n, R = h->row_us + h->draw_us, H = (h->mtp_us > 0 ? h->mtp_us : R) / n;
 	const uint64_t *hd = h->stats.draft_at[LANE_PROP_MTP], *ha = h->stats.draft_accepted_at[LANE_PROP_MTP];
-	double best = 1.0 / (F + R), e = 1.0, p = 1.0;
+	double best = 1.0 / (F + R), e = 1.0, p = 1.0, p0 = a;
 	int32_t k_best = 0;
 	for (int32_t k = 1; k <= kmax; k++) {
 		const int32_t j = k - 1;
 		p = r->drafted_at[j] >= 16 ? (double)r->accepted_at[j] / (double)r->drafted_at[j]
 		    : hd[j] >= 16	  ? (double)ha[j] / (double)hd[j]
 		    : j == 0		  ? a
-					  : p * 0.5;
+					  : p * p0;
+		if (j == 0) p0 = p;
 		e += p;
 		const double v = e / (F + (1 + k) * R + (k - 1) * H);
 		if (v > best) best = v, k_best = k;

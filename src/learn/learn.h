@@ -259,14 +259,20 @@ int learn_mtp_seqs_of(learn_mtp_seq ***out, int64_t *count, const model *m, base
 		      int64_t gen, int64_t max_tokens, float temp, uint64_t seed, char *err, size_t errlen);
 void learn_mtp_seq_free(learn_mtp_seq *s); // accepts NULL
 int64_t learn_mtp_seq_tokens(const learn_mtp_seq *s);
-// One AdamW step (o: lr, betas, eps, weight_decay on the matrices, clip) on the mean loss of
-// every head row of the n sequences. info: step, examples, tokens, learned (rows), loss and
-// grad_norm before the update. The same bits for any pool's thread count. LANES_ENOMEM.
+// One AdamW step (o: lr, betas, eps, weight_decay on the matrices, clip) on the head's loss
+// over the n sequences: the mean over first drafts (row p reads the trunk's state at p and the
+// token at p + 1) plus the mean over second drafts chained as the served head chains them (row
+// p reads the first's state at p and the token at p + 2, at position p + 1, attending over the
+// first drafts' rows up to p and itself). info: step, examples, tokens, learned (first-draft
+// rows), loss and grad_norm before the update. The same bits for any pool's thread count.
+// LANES_EINVAL (no sequence of 3 tokens), LANES_ENOMEM.
 int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o,
 		   learn_step_info *info, char *err, size_t errlen);
-// The share of head rows whose argmax is the trunk's choice (a first draft's acceptance, the
-// trunk's state given) and their mean loss, by the training pass in f32. LANES_ENOMEM.
-int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double *accept, double *loss,
+// The share of head rows whose argmax is the trunk's choice — accept[0] for first drafts (the
+// trunk's state given), accept[1] for the second, chained on the first's state — and the
+// loss a step lowers (the two sets' mean losses added), by the training pass in f32.
+// LANES_ENOMEM.
+int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double accept[2], double *loss,
 		   char *err, size_t errlen);
 // Writes the head as a GGUF of general.type "mtp": general.architecture, <arch>.block_count
 // (the trunk's layers and the head's), <arch>.nextn_predict_layers 1, <arch>.embedding_length,

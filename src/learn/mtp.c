@@ -337,11 +337,20 @@ int learn_mtp_seqs_of(learn_mtp_seq ***out, int64_t *count, const model *m, base
 }
 
 // ---- the head's pass in f32 -----------------------------------------------------------------
-// One sequence's activations (R head rows) and gradients, carved from h->mem.
+// A set of head rows and their activations and gradients: the first drafts (row r reads the
+// trunk's state at r and the token at r + 1), or the chained ones (row r reads the first
+// draft row r's state and the token at r + 2, at position r + 1, attending over the first
+// rows 0..r and itself, as the served head's KV holds them when it chains).
 typedef struct {
+	int64_t n;
 	double *cs;
-	float *e, *cat, *z, *xn, *q, *k, *v, *qraw, *kraw, *att, *lse, *h1, *hn2, *gt, *up, *act, *out, *fn, *lg, *sc;
-	float *dfn, *dout, *dact, *dg, *du, *dhn2, *dh1, *datt, *dq, *dk, *dv, *dxn, *dz, *dcat, *tmp;
+	float *e, *cat, *z, *xn, *q, *k, *v, *qraw, *kraw, *att, *lse, *h1, *hn2, *gt, *up, *act, *out, *fn;
+	float *dfn, *dout, *dact, *dg, *du, *dhn2, *dh1, *datt, *dq, *dk, *dv, *dxn, *dz, *dcat;
+} rowset;
+
+typedef struct {
+	rowset m, c;    // first drafts, chained drafts
+	float *lg, *sc, *tmp;
 } acts;
 
 #define HEAD_ROWS 32
@@ -350,15 +359,14 @@ static int acts_of(learn_mtp *h, int64_t R, acts *a, char *err, size_t errlen) {
 	const model_hparams *hp = HP(h);
 	const int64_t E = hp->n_embd, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim,
 		      F = hp->n_ff, V = hp->n_vocab, H = hp->n_heads;
-	const int64_t sizes[] = {R * hp->rope.n_rot * 2, R * E, R * 2 * E, R * E, R * E, R * qd, R * kvd, R * kvd, R * qd, R * kvd, R * qd, R * H,
-				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, HEAD_ROWS * V, R,
-				 R * E, R * E, R * F, R * F, R * F, R * E, R * E, R * qd, R * qd, R * kvd, R * kvd, R * E, R * E, R * 2 * E, qd > kvd ? qd : kvd};
-	float **ptrs[] = {(float **)&a->cs, &a->e, &a->cat, &a->z, &a->xn, &a->q, &a->k, &a->v, &a->qraw, &a->kraw, &a->att, &a->lse,
-			  &a->h1, &a->hn2, &a->gt, &a->up, &a->act, &a->out, &a->fn, &a->lg, &a->sc,
-			  &a->dfn, &a->dout, &a->dact, &a->dg, &a->du, &a->dhn2, &a->dh1, &a->datt, &a->dq, &a->dk, &a->dv, &a->dxn, &a->dz, &a->dcat, &a->tmp};
-	const int cnt = (int)(sizeof sizes / sizeof sizes[0]);
+	const int64_t per[] = {R * hp->rope.n_rot * 2, R * E, R * 2 * E, R * E, R * E, R * qd, R * kvd, R * kvd, R * qd, R * kvd, R * qd, R * H,
+			       R * E, R * E, R * F, R * F, R * F, R * E, R * E,
+			       R * E, R * E, R * F, R * F, R * F, R * E, R * E, R * qd, R * qd, R * kvd, R * kvd, R * E, R * E, R * 2 * E};
+	const int cnt = (int)(sizeof per / sizeof per[0]);
+	const int64_t shared[] = {HEAD_ROWS * V, R + 1, qd > kvd ? qd : kvd};
 	int64_t total = 0;
-	for (int i = 0; i < cnt; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+	for (int i = 0; i < cnt; i++) total += 2 * ((per[i] + 15) & ~(int64_t)15);
+	for (int i = 0; i < 3; i++) total += (shared[i] + 15) & ~(int64_t)15;
 	if (R > h->cap) {
 		void *mem = learn_malloc((size_t)total * 4);
 		if (!mem) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for a sequence of %lld tokens", (long long)R + 1);
@@ -366,7 +374,16 @@ static int acts_of(learn_mtp *h, int64_t R, acts *a, char *err, size_t errlen) {
 		h->mem = mem, h->cap = R;
 	}
 	float *p = h->mem;
-	for (int i = 0; i < cnt; i++) *ptrs[i] = p, p += (sizes[i] + 15) & ~(int64_t)15;
+	for (int set = 0; set < 2; set++) {
+		rowset *x = set ? &a->c : &a->m;
+		float **ptrs[] = {(float **)&x->cs, &x->e, &x->cat, &x->z, &x->xn, &x->q, &x->k, &x->v, &x->qraw, &x->kraw, &x->att, &x->lse,
+				  &x->h1, &x->hn2, &x->gt, &x->up, &x->act, &x->out, &x->fn,
+				  &x->dfn, &x->dout, &x->dact, &x->dg, &x->du, &x->dhn2, &x->dh1, &x->datt, &x->dq, &x->dk, &x->dv, &x->dxn, &x->dz, &x->dcat};
+		_Static_assert(sizeof ptrs / sizeof ptrs[0] == sizeof per / sizeof per[0], "a size for every buffer");
+		for (int i = 0; i < cnt; i++) *ptrs[i] = p, p += (per[i] + 15) & ~(int64_t)15;
+	}
+	float **sh[] = {&a->lg, &a->sc, &a->tmp};
+	for (int i = 0; i < 3; i++) *sh[i] = p, p += (shared[i] + 15) & ~(int64_t)15;
 	return LANES_OK;
 }
 
@@ -393,79 +410,98 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
 
 static model_matrix WM(const learn_mtp *h, int i) { return lk_f32(h->w + h->off[i], h->rows[i], h->cols[i]); }
 
-// The forward over sequence s's R = n - 1 head rows; with dlg_scale > 0 the backward too, its
-// gradient added to h->g. *loss_sum (-log p of each target) and *hits (argmax == target).
-static void pass(learn_mtp *h, base_pool *pool, const learn_mtp_seq *s, acts *a, double dlg_scale, double *loss_sum, int64_t *hits) {
-	const model_hparams *hp = HP(h);
-	const tensor_kernels *ks = model_kernels(h->m);
-	const int64_t R = s->n - 1, E = hp->n_embd, D = hp->head_dim, H = hp->n_heads, KH = hp->n_kv_heads, grp = H / KH, qd = H * D,
-		      kvd = KH * D, F = hp->n_ff, V = hp->n_vocab, nr = hp->rope.n_rot;
-	const float eps = hp->rms_eps, scale = (float)(1.0 / sqrt((double)D));
-	const tensor_traits *et = tensor_traits_of(h->io.embed.type);
-	// inputs: the normed embedding of the token at p + 1 beside the normed state at p
-	for (int64_t r = 0; r < R; r++) {
-		et->to_f32((const uint8_t *)h->io.embed.data + (size_t)s->ids[r + 1] * h->io.embed.row_bytes, a->e + r * E, E);
-		tensor_rmsnorm(a->e + r * E, W(h, W_ENORM), E, eps, a->cat + r * 2 * E);
-		tensor_rmsnorm(s->hid + r * E, W(h, W_HNORM), E, eps, a->cat + r * 2 * E + E);
-		tensor_rope_table(&hp->rope, (int32_t)r, a->cs + r * nr);
+// The keys row r of set x attends to: the first drafts' rows 0..r (pre NULL: x's own), then,
+// for a chained set, its own row r: the body sees K_, Vv_ and their gradients dK_, dV_.
+#define ATT_KEYS(x, pre, r, ...)                                                                         \
+	for (int64_t kk_ = 0, nk_ = (r) + 1 + ((pre) != NULL); kk_ < nk_; kk_++) {                     \
+		const rowset *ks_ = (pre) && kk_ <= (r) ? (pre) : (x);                                        \
+		const int64_t kr_ = (pre) && kk_ > (r) ? (r) : kk_;                                           \
+		const float *K_ = ks_->k + kr_ * kvd + g * D, *Vv_ = ks_->v + kr_ * kvd + g * D;              \
+		float *dK_ = ks_->dk + kr_ * kvd + g * D, *dV_ = ks_->dv + kr_ * kvd + g * D;                 \
+		__VA_ARGS__                                                                                   \
 	}
-	model_matrix M[W_COUNT];
-	for (int i = 0; i < W_COUNT; i++) M[i] = WM(h, i);
-	lk_mat_fwd(pool, ks, &M[W_EH], 0, a->cat, 2 * E, R, a->z, E, 1.0f, false);
-	rmsnorm_rows(a->z, W(h, W_ANORM), R, E, eps, a->xn);
-	lk_mat_fwd(pool, ks, &M[W_Q], 0, a->xn, E, R, a->q, qd, 1.0f, false);
-	lk_mat_fwd(pool, ks, &M[W_K], 0, a->xn, E, R, a->k, kvd, 1.0f, false);
-	lk_mat_fwd(pool, ks, &M[W_V], 0, a->xn, E, R, a->v, kvd, 1.0f, false);
-	add_bias(a->q, h->bias[0], R, qd), add_bias(a->k, h->bias[1], R, kvd), add_bias(a->v, h->bias[2], R, kvd);
+
+// The shapes a set's pass works with, and the head's weights as matrices.
+#define SET_DIMS(h, x)                                                                                                  \
+	const model_hparams *hp = HP(h);                                                                                \
+	const tensor_kernels *ks = model_kernels((h)->m);                                                               \
+	const int64_t R = (x)->n, E = hp->n_embd, D = hp->head_dim, H = hp->n_heads, KH = hp->n_kv_heads, grp = H / KH, \
+		      qd = H * D, kvd = KH * D, F = hp->n_ff, nr = hp->rope.n_rot;                                      \
+	const float eps = hp->rms_eps, scale = (float)(1.0 / sqrt((double)D));                                          \
+	model_matrix M[W_COUNT];                                                                                        \
+	for (int i = 0; i < W_COUNT; i++) M[i] = WM(h, i)
+
+// The block over set x's inputs (cat, cs): attention over its keys (ATT_KEYS), then the FFN and
+// the head norm into fn.
+static void set_fwd(learn_mtp *h, base_pool *pool, rowset *x, const rowset *pre, acts *a) {
+	SET_DIMS(h, x);
+	lk_mat_fwd(pool, ks, &M[W_EH], 0, x->cat, 2 * E, R, x->z, E, 1.0f, false);
+	rmsnorm_rows(x->z, W(h, W_ANORM), R, E, eps, x->xn);
+	lk_mat_fwd(pool, ks, &M[W_Q], 0, x->xn, E, R, x->q, qd, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_K], 0, x->xn, E, R, x->k, kvd, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_V], 0, x->xn, E, R, x->v, kvd, 1.0f, false);
+	add_bias(x->q, h->bias[0], R, qd), add_bias(x->k, h->bias[1], R, kvd), add_bias(x->v, h->bias[2], R, kvd);
 	for (int64_t r = 0; r < R; r++) {
-		float *q = a->q + r * qd, *k = a->k + r * kvd;
+		float *q = x->q + r * qd, *k = x->k + r * kvd;
 		if (h->qk_norm[0]) {
-			memcpy(a->qraw + r * qd, q, (size_t)qd * 4), memcpy(a->kraw + r * kvd, k, (size_t)kvd * 4);
+			memcpy(x->qraw + r * qd, q, (size_t)qd * 4), memcpy(x->kraw + r * kvd, k, (size_t)kvd * 4);
 			for (int64_t hh = 0; hh < H; hh++) tensor_rmsnorm(q + hh * D, h->qk_norm[0], D, eps, q + hh * D);
 			for (int64_t hh = 0; hh < KH; hh++) tensor_rmsnorm(k + hh * D, h->qk_norm[1], D, eps, k + hh * D);
 		}
-		tensor_rope_apply(&hp->rope, a->cs + r * nr, q, (int32_t)H, (int32_t)D);
-		tensor_rope_apply(&hp->rope, a->cs + r * nr, k, (int32_t)KH, (int32_t)D);
+		tensor_rope_apply(&hp->rope, x->cs + r * nr, q, (int32_t)H, (int32_t)D);
+		tensor_rope_apply(&hp->rope, x->cs + r * nr, k, (int32_t)KH, (int32_t)D);
 	}
-	// causal attention over the head's own rows
 	for (int64_t r = 0; r < R; r++)
 		for (int64_t hh = 0; hh < H; hh++) {
 			const int64_t g = hh / grp;
-			const float *q = a->q + r * qd + hh * D;
-			float *o = a->att + r * qd + hh * D, mx = -INFINITY;
-			for (int64_t p = 0; p <= r; p++) {
-				a->sc[p] = scale * lk_dot(q, a->k + p * kvd + g * D, D);
-				mx = a->sc[p] > mx ? a->sc[p] : mx;
-			}
+			const float *q = x->q + r * qd + hh * D;
+			float *o = x->att + r * qd + hh * D, mx = -INFINITY;
+			int64_t i = 0;
+			ATT_KEYS(x, pre, r, {
+				a->sc[i] = scale * lk_dot(q, K_, D);
+				mx = a->sc[i] > mx ? a->sc[i] : mx;
+				i++;
+				(void)Vv_, (void)dK_, (void)dV_;
+			})
 			double sum = 0.0;
-			for (int64_t p = 0; p <= r; p++) a->sc[p] = expf(a->sc[p] - mx), sum += a->sc[p];
+			for (int64_t p = 0; p < i; p++) a->sc[p] = expf(a->sc[p] - mx), sum += a->sc[p];
 			memset(o, 0, (size_t)D * 4);
-			for (int64_t p = 0; p <= r; p++) {
-				const float w = (float)(a->sc[p] / sum), *v = a->v + p * kvd + g * D;
-				for (int64_t d = 0; d < D; d++) o[d] += w * v[d];
-			}
-			a->lse[r * H + hh] = (float)(mx + log(sum));
+			i = 0;
+			ATT_KEYS(x, pre, r, {
+				const float w = (float)(a->sc[i++] / sum);
+				for (int64_t d = 0; d < D; d++) o[d] += w * Vv_[d];
+				(void)K_, (void)dK_, (void)dV_;
+			})
+			x->lse[r * H + hh] = (float)(mx + log(sum));
 		}
-	lk_mat_fwd(pool, ks, &M[W_O], 0, a->att, qd, R, a->h1, E, 1.0f, false);
-	add_bias(a->h1, h->bias[3], R, E);
-	for (int64_t i = 0; i < R * E; i++) a->h1[i] += a->z[i];
-	rmsnorm_rows(a->h1, W(h, W_FNORM), R, E, eps, a->hn2);
-	lk_mat_fwd(pool, ks, &M[W_GATE], 0, a->hn2, E, R, a->gt, F, 1.0f, false);
-	lk_mat_fwd(pool, ks, &M[W_UP], 0, a->hn2, E, R, a->up, F, 1.0f, false);
-	for (int64_t i = 0; i < R * F; i++) a->act[i] = (float)((double)a->gt[i] / (1.0 + exp(-(double)a->gt[i]))) * a->up[i];
-	memcpy(a->out, a->h1, (size_t)(R * E) * 4);
-	lk_mat_fwd(pool, ks, &M[W_DOWN], 0, a->act, F, R, a->out, E, 1.0f, true);
-	rmsnorm_rows(a->out, W(h, W_HEADNORM), R, E, eps, a->fn);
-	// the output head and the loss, HEAD_ROWS rows at a time
-	const bool bwd = dlg_scale > 0.0;
-	if (bwd) memset(a->dfn, 0, (size_t)(R * E) * 4);
+	lk_mat_fwd(pool, ks, &M[W_O], 0, x->att, qd, R, x->h1, E, 1.0f, false);
+	add_bias(x->h1, h->bias[3], R, E);
+	for (int64_t i = 0; i < R * E; i++) x->h1[i] += x->z[i];
+	rmsnorm_rows(x->h1, W(h, W_FNORM), R, E, eps, x->hn2);
+	lk_mat_fwd(pool, ks, &M[W_GATE], 0, x->hn2, E, R, x->gt, F, 1.0f, false);
+	lk_mat_fwd(pool, ks, &M[W_UP], 0, x->hn2, E, R, x->up, F, 1.0f, false);
+	for (int64_t i = 0; i < R * F; i++) x->act[i] = (float)((double)x->gt[i] / (1.0 + exp(-(double)x->gt[i]))) * x->up[i];
+	memcpy(x->out, x->h1, (size_t)(R * E) * 4);
+	lk_mat_fwd(pool, ks, &M[W_DOWN], 0, x->act, F, R, x->out, E, 1.0f, true);
+	rmsnorm_rows(x->out, W(h, W_HEADNORM), R, E, eps, x->fn);
+}
+
+// The output head and the loss of set x: row r learns the trunk's distribution at r + toff.
+// With scale > 0, dfn gets the loss's gradient (times scale). hits: argmax == the trunk's choice.
+static void set_loss(learn_mtp *h, base_pool *pool, rowset *x, const learn_mtp_seq *s, int64_t toff, acts *a, double scale,
+		     double *loss_sum, int64_t *hits) {
+	const model_hparams *hp = HP(h);
+	const tensor_kernels *ks = model_kernels(h->m);
+	const int64_t R = x->n, E = hp->n_embd, V = hp->n_vocab;
+	if (scale > 0.0) memset(x->dfn, 0, (size_t)(R * E) * 4);
 	for (int64_t r0 = 0; r0 < R; r0 += HEAD_ROWS) {
 		const int64_t nh = R - r0 < HEAD_ROWS ? R - r0 : HEAD_ROWS;
-		lk_mat_fwd(pool, ks, &h->io.head, 0, a->fn + r0 * E, E, nh, a->lg, V, 1.0f, false);
+		lk_mat_fwd(pool, ks, &h->io.head, 0, x->fn + r0 * E, E, nh, a->lg, V, 1.0f, false);
 		for (int64_t r = 0; r < nh; r++) {
 			float *l = a->lg + r * V;
-			const int32_t t = s->next[r0 + r + 1], *tid = s->top + (r0 + r + 1) * MTP_TOP;
-			const float *tp = s->topp + (r0 + r + 1) * MTP_TOP;
+			const int64_t at = r0 + r + toff;
+			const int32_t t = s->next[at], *tid = s->top + at * MTP_TOP;
+			const float *tp = s->topp + at * MTP_TOP;
 			float mx = l[0];
 			for (int64_t v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
 			double sum = 0.0, mass = 0.0;
@@ -473,94 +509,133 @@ static void pass(learn_mtp *h, base_pool *pool, const learn_mtp_seq *s, acts *a,
 			// the cross-entropy to the trunk's likeliest tokens: -sum p_k log q_k
 			for (int k = 0; k < MTP_TOP; k++) *loss_sum += tp[k] * (mx + log(sum) - l[tid[k]]), mass += tp[k];
 			*hits += sample_argmax(l, (int32_t)V) == t;
-			if (!bwd) continue;
-			for (int64_t v = 0; v < V; v++) l[v] = (float)(dlg_scale * mass * exp((double)l[v] - mx) / sum);
-			for (int k = 0; k < MTP_TOP; k++) l[tid[k]] -= (float)(dlg_scale * tp[k]);
+			if (scale <= 0.0) continue;
+			for (int64_t v = 0; v < V; v++) l[v] = (float)(scale * mass * exp((double)l[v] - mx) / sum);
+			for (int k = 0; k < MTP_TOP; k++) l[tid[k]] -= (float)(scale * tp[k]);
 		}
-		if (bwd) lk_mat_bwd(pool, ks, &h->io.head, 0, a->lg, V, nh, a->dfn + r0 * E, E);
+		if (scale > 0.0) lk_mat_bwd(pool, ks, &h->io.head, 0, a->lg, V, nh, x->dfn + r0 * E, E);
 	}
-	if (!bwd) return;
-	// backward: the head norm, the FFN, the attention, the input projection and its norms
-	memset(a->dout, 0, (size_t)(R * E) * 4);
-	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->out + r * E, W(h, W_HEADNORM), E, eps, a->dfn + r * E, a->dout + r * E);
-	rms_wgrad(a->out, R, E, eps, a->dfn, G(h, W_HEADNORM));
-	lk_outer(pool, E, F, R, a->dout, E, a->act, F, 1.0f, G(h, W_DOWN));
-	memset(a->dact, 0, (size_t)(R * F) * 4);
-	lk_mat_bwd(pool, ks, &M[W_DOWN], 0, a->dout, E, R, a->dact, F);
-	lk_swiglu_bwd(a->gt, a->up, a->dact, a->dg, a->du, R * F);
-	lk_outer(pool, F, E, R, a->dg, F, a->hn2, E, 1.0f, G(h, W_GATE));
-	lk_outer(pool, F, E, R, a->du, F, a->hn2, E, 1.0f, G(h, W_UP));
-	memset(a->dhn2, 0, (size_t)(R * E) * 4);
-	lk_mat_bwd(pool, ks, &M[W_GATE], 0, a->dg, F, R, a->dhn2, E);
-	lk_mat_bwd(pool, ks, &M[W_UP], 0, a->du, F, R, a->dhn2, E);
-	memcpy(a->dh1, a->dout, (size_t)(R * E) * 4);
-	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->h1 + r * E, W(h, W_FNORM), E, eps, a->dhn2 + r * E, a->dh1 + r * E);
-	rms_wgrad(a->h1, R, E, eps, a->dhn2, G(h, W_FNORM));
-	lk_outer(pool, E, qd, R, a->dh1, E, a->att, qd, 1.0f, G(h, W_O));
-	memset(a->datt, 0, (size_t)(R * qd) * 4);
-	lk_mat_bwd(pool, ks, &M[W_O], 0, a->dh1, E, R, a->datt, qd);
-	memset(a->dq, 0, (size_t)(R * qd) * 4);
-	memset(a->dk, 0, (size_t)(R * kvd) * 4);
-	memset(a->dv, 0, (size_t)(R * kvd) * 4);
+}
+
+// The backward of set x from its dfn: the gradients of every head weight added to h->g, its
+// keys' and values' gradients added to dk and dv (the first drafts' too, for a chained set),
+// and the gradient at its hidden input hin added to dhin (NULL: the trunk's, not learned).
+static void set_bwd(learn_mtp *h, base_pool *pool, rowset *x, rowset *pre, const float *hin, float *dhin, acts *a) {
+	SET_DIMS(h, x);
+	memset(x->dout, 0, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(x->out + r * E, W(h, W_HEADNORM), E, eps, x->dfn + r * E, x->dout + r * E);
+	rms_wgrad(x->out, R, E, eps, x->dfn, G(h, W_HEADNORM));
+	lk_outer(pool, E, F, R, x->dout, E, x->act, F, 1.0f, G(h, W_DOWN));
+	memset(x->dact, 0, (size_t)(R * F) * 4);
+	lk_mat_bwd(pool, ks, &M[W_DOWN], 0, x->dout, E, R, x->dact, F);
+	lk_swiglu_bwd(x->gt, x->up, x->dact, x->dg, x->du, R * F);
+	lk_outer(pool, F, E, R, x->dg, F, x->hn2, E, 1.0f, G(h, W_GATE));
+	lk_outer(pool, F, E, R, x->du, F, x->hn2, E, 1.0f, G(h, W_UP));
+	memset(x->dhn2, 0, (size_t)(R * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_GATE], 0, x->dg, F, R, x->dhn2, E);
+	lk_mat_bwd(pool, ks, &M[W_UP], 0, x->du, F, R, x->dhn2, E);
+	memcpy(x->dh1, x->dout, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(x->h1 + r * E, W(h, W_FNORM), E, eps, x->dhn2 + r * E, x->dh1 + r * E);
+	rms_wgrad(x->h1, R, E, eps, x->dhn2, G(h, W_FNORM));
+	lk_outer(pool, E, qd, R, x->dh1, E, x->att, qd, 1.0f, G(h, W_O));
+	memset(x->datt, 0, (size_t)(R * qd) * 4);
+	lk_mat_bwd(pool, ks, &M[W_O], 0, x->dh1, E, R, x->datt, qd);
+	memset(x->dq, 0, (size_t)(R * qd) * 4);
 	for (int64_t r = 0; r < R; r++)
 		for (int64_t hh = 0; hh < H; hh++) {
 			const int64_t g = hh / grp;
-			const float *q = a->q + r * qd + hh * D, *o = a->att + r * qd + hh * D, *dO = a->datt + r * qd + hh * D;
-			const float lse = a->lse[r * H + hh], di = lk_dot(dO, o, D);
-			float *dq = a->dq + r * qd + hh * D;
-			for (int64_t p = 0; p <= r; p++) {
-				const float *k = a->k + p * kvd + g * D, *v = a->v + p * kvd + g * D;
-				float *dk = a->dk + p * kvd + g * D, *dv = a->dv + p * kvd + g * D;
-				const float pr = expf(scale * lk_dot(q, k, D) - lse), ds = pr * (lk_dot(dO, v, D) - di) * scale;
-				for (int64_t d = 0; d < D; d++) dq[d] += ds * k[d], dk[d] += ds * q[d], dv[d] += pr * dO[d];
-			}
+			const float *q = x->q + r * qd + hh * D, *o = x->att + r * qd + hh * D, *dO = x->datt + r * qd + hh * D;
+			const float lse = x->lse[r * H + hh], di = lk_dot(dO, o, D);
+			float *dq = x->dq + r * qd + hh * D;
+			ATT_KEYS(x, pre, r, {
+				const float pr = expf(scale * lk_dot(q, K_, D) - lse), ds = pr * (lk_dot(dO, Vv_, D) - di) * scale;
+				for (int64_t d = 0; d < D; d++) dq[d] += ds * K_[d], dK_[d] += ds * q[d], dV_[d] += pr * dO[d];
+			})
 		}
+	(void)pre;
 	for (int64_t r = 0; r < R; r++) {
-		lk_rope_t(&hp->rope, a->cs + r * nr, a->dq + r * qd, (int32_t)H, (int32_t)D);
-		lk_rope_t(&hp->rope, a->cs + r * nr, a->dk + r * kvd, (int32_t)KH, (int32_t)D);
+		lk_rope_t(&hp->rope, x->cs + r * nr, x->dq + r * qd, (int32_t)H, (int32_t)D);
+		lk_rope_t(&hp->rope, x->cs + r * nr, x->dk + r * kvd, (int32_t)KH, (int32_t)D);
 		if (!h->qk_norm[0]) continue;
 		// through the per-head norms (their weights stay)
-		memcpy(a->tmp, a->dq + r * qd, (size_t)qd * 4);
-		memset(a->dq + r * qd, 0, (size_t)qd * 4);
+		memcpy(a->tmp, x->dq + r * qd, (size_t)qd * 4);
+		memset(x->dq + r * qd, 0, (size_t)qd * 4);
 		for (int64_t hh = 0; hh < H; hh++)
-			lk_rms_bwd(a->qraw + r * qd + hh * D, h->qk_norm[0], D, eps, a->tmp + hh * D, a->dq + r * qd + hh * D);
-		memcpy(a->tmp, a->dk + r * kvd, (size_t)kvd * 4);
-		memset(a->dk + r * kvd, 0, (size_t)kvd * 4);
+			lk_rms_bwd(x->qraw + r * qd + hh * D, h->qk_norm[0], D, eps, a->tmp + hh * D, x->dq + r * qd + hh * D);
+		memcpy(a->tmp, x->dk + r * kvd, (size_t)kvd * 4);
+		memset(x->dk + r * kvd, 0, (size_t)kvd * 4);
 		for (int64_t hh = 0; hh < KH; hh++)
-			lk_rms_bwd(a->kraw + r * kvd + hh * D, h->qk_norm[1], D, eps, a->tmp + hh * D, a->dk + r * kvd + hh * D);
+			lk_rms_bwd(x->kraw + r * kvd + hh * D, h->qk_norm[1], D, eps, a->tmp + hh * D, x->dk + r * kvd + hh * D);
 	}
-	lk_outer(pool, qd, E, R, a->dq, qd, a->xn, E, 1.0f, G(h, W_Q));
-	lk_outer(pool, kvd, E, R, a->dk, kvd, a->xn, E, 1.0f, G(h, W_K));
-	lk_outer(pool, kvd, E, R, a->dv, kvd, a->xn, E, 1.0f, G(h, W_V));
-	memset(a->dxn, 0, (size_t)(R * E) * 4);
-	lk_mat_bwd(pool, ks, &M[W_Q], 0, a->dq, qd, R, a->dxn, E);
-	lk_mat_bwd(pool, ks, &M[W_K], 0, a->dk, kvd, R, a->dxn, E);
-	lk_mat_bwd(pool, ks, &M[W_V], 0, a->dv, kvd, R, a->dxn, E);
-	memcpy(a->dz, a->dh1, (size_t)(R * E) * 4);
-	for (int64_t r = 0; r < R; r++) lk_rms_bwd(a->z + r * E, W(h, W_ANORM), E, eps, a->dxn + r * E, a->dz + r * E);
-	rms_wgrad(a->z, R, E, eps, a->dxn, G(h, W_ANORM));
-	lk_outer(pool, E, 2 * E, R, a->dz, E, a->cat, 2 * E, 1.0f, G(h, W_EH));
-	memset(a->dcat, 0, (size_t)(R * 2 * E) * 4);
-	lk_mat_bwd(pool, ks, &M[W_EH], 0, a->dz, E, R, a->dcat, 2 * E);
+	lk_outer(pool, qd, E, R, x->dq, qd, x->xn, E, 1.0f, G(h, W_Q));
+	lk_outer(pool, kvd, E, R, x->dk, kvd, x->xn, E, 1.0f, G(h, W_K));
+	lk_outer(pool, kvd, E, R, x->dv, kvd, x->xn, E, 1.0f, G(h, W_V));
+	memset(x->dxn, 0, (size_t)(R * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_Q], 0, x->dq, qd, R, x->dxn, E);
+	lk_mat_bwd(pool, ks, &M[W_K], 0, x->dk, kvd, R, x->dxn, E);
+	lk_mat_bwd(pool, ks, &M[W_V], 0, x->dv, kvd, R, x->dxn, E);
+	memcpy(x->dz, x->dh1, (size_t)(R * E) * 4);
+	for (int64_t r = 0; r < R; r++) lk_rms_bwd(x->z + r * E, W(h, W_ANORM), E, eps, x->dxn + r * E, x->dz + r * E);
+	rms_wgrad(x->z, R, E, eps, x->dxn, G(h, W_ANORM));
+	lk_outer(pool, E, 2 * E, R, x->dz, E, x->cat, 2 * E, 1.0f, G(h, W_EH));
+	memset(x->dcat, 0, (size_t)(R * 2 * E) * 4);
+	lk_mat_bwd(pool, ks, &M[W_EH], 0, x->dz, E, R, x->dcat, 2 * E);
 	for (int64_t r = 0; r < R; r++) {
-		rms_wgrad(a->e + r * E, 1, E, eps, a->dcat + r * 2 * E, G(h, W_ENORM));
-		rms_wgrad(s->hid + r * E, 1, E, eps, a->dcat + r * 2 * E + E, G(h, W_HNORM));
+		rms_wgrad(x->e + r * E, 1, E, eps, x->dcat + r * 2 * E, G(h, W_ENORM));
+		rms_wgrad(hin + r * E, 1, E, eps, x->dcat + r * 2 * E + E, G(h, W_HNORM));
+		if (dhin) lk_rms_bwd(hin + r * E, W(h, W_HNORM), E, eps, x->dcat + r * 2 * E + E, dhin + r * E);
 	}
+}
+
+// Set x's inputs: row r reads token ids[r + toff] and the state hin row r, at position r + poff.
+static void set_inputs(learn_mtp *h, rowset *x, const learn_mtp_seq *s, int64_t toff, const float *hin, int64_t poff) {
+	const model_hparams *hp = HP(h);
+	const int64_t E = hp->n_embd, nr = hp->rope.n_rot;
+	const tensor_traits *et = tensor_traits_of(h->io.embed.type);
+	for (int64_t r = 0; r < x->n; r++) {
+		et->to_f32((const uint8_t *)h->io.embed.data + (size_t)s->ids[r + toff] * h->io.embed.row_bytes, x->e + r * E, E);
+		tensor_rmsnorm(x->e + r * E, W(h, W_ENORM), E, hp->rms_eps, x->cat + r * 2 * E);
+		tensor_rmsnorm(hin + r * E, W(h, W_HNORM), E, hp->rms_eps, x->cat + r * 2 * E + E);
+		tensor_rope_table(&hp->rope, (int32_t)(r + poff), x->cs + r * nr);
+	}
+}
+
+// Sequence s's n - 1 first-draft rows and n - 2 chained rows, forward; with scale[0] > 0 the
+// backward too, the gradient added to h->g (each set's loss times its scale). loss[2], hits[2]:
+// each set's summed loss and argmax hits.
+static void pass(learn_mtp *h, base_pool *pool, const learn_mtp_seq *s, acts *a, const double scale[2], double loss[2], int64_t hits[2]) {
+	const model_hparams *hp = HP(h);
+	const int64_t E = hp->n_embd, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+	rowset *m = &a->m, *c = &a->c;
+	m->n = s->n - 1, c->n = s->n - 2;
+	set_inputs(h, m, s, 1, s->hid, 0);
+	set_fwd(h, pool, m, NULL, a);
+	set_loss(h, pool, m, s, 1, a, scale[0], &loss[0], &hits[0]);
+	set_inputs(h, c, s, 2, m->fn, 1);
+	set_fwd(h, pool, c, m, a);
+	set_loss(h, pool, c, s, 2, a, scale[1], &loss[1], &hits[1]);
+	if (scale[0] <= 0.0) return;
+	memset(m->dk, 0, (size_t)(m->n * kvd) * 4), memset(m->dv, 0, (size_t)(m->n * kvd) * 4);
+	memset(c->dk, 0, (size_t)(c->n * kvd) * 4), memset(c->dv, 0, (size_t)(c->n * kvd) * 4);
+	set_bwd(h, pool, c, m, m->fn, m->dfn, a);
+	(void)E;
+	set_bwd(h, pool, m, NULL, s->hid, NULL, a);
 }
 
 int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o, learn_step_info *info,
 		   char *err, size_t errlen) {
 	memset(info, 0, sizeof *info);
-	int64_t rows = 0, longest = 0, hits = 0;
-	for (int32_t i = 0; i < n; i++) rows += seqs[i]->n - 1, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
-	if (!rows) return base_seterr(err, errlen, LANES_EINVAL, "learn: no sequence to learn from");
+	int64_t rows[2] = {0, 0}, longest = 0, hits[2] = {0, 0};
+	for (int32_t i = 0; i < n; i++) rows[0] += seqs[i]->n - 1, rows[1] += seqs[i]->n - 2, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
+	if (!rows[1]) return base_seterr(err, errlen, LANES_EINVAL, "learn: no sequence to learn from");
 	acts a;
 	int rc = acts_of(h, longest, &a, err, errlen);
 	if (rc) return rc;
 	const int64_t P = h->off[W_COUNT];
 	memset(h->g, 0, (size_t)P * 4);
-	double loss = 0.0;
-	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, 1.0 / (double)rows, &loss, &hits);
+	double loss[2] = {0.0, 0.0};
+	const double scale[2] = {1.0 / (double)rows[0], 1.0 / (double)rows[1]};
+	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, scale, loss, hits);
 	double norm = 0.0;
 	for (int64_t i = 0; i < P; i++) norm += (double)h->g[i] * h->g[i];
 	norm = sqrt(norm);
@@ -577,23 +652,26 @@ int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *se
 			h->w[i] = h->w[i] * decay - o->lr * (float)((h->m1[i] / bc1) / (sqrt(h->m2[i] / bc2) + o->eps));
 		}
 	}
-	info->step = h->adam_t, info->examples = n, info->learned = rows, info->loss = loss / (double)rows, info->grad_norm = norm;
+	info->step = h->adam_t, info->examples = n, info->learned = rows[0];
+	info->loss = loss[0] / (double)rows[0] + loss[1] / (double)rows[1], info->grad_norm = norm;
 	for (int32_t i = 0; i < n; i++) info->tokens += seqs[i]->n;
 	return LANES_OK;
 }
 
-int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double *accept, double *loss, char *err,
+int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, double accept[2], double *loss, char *err,
 		   size_t errlen) {
-	int64_t rows = 0, longest = 0, hits = 0;
-	for (int32_t i = 0; i < n; i++) rows += seqs[i]->n - 1, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
-	*accept = *loss = 0.0;
-	if (!rows) return LANES_OK;
+	int64_t rows[2] = {0, 0}, longest = 0, hits[2] = {0, 0};
+	for (int32_t i = 0; i < n; i++) rows[0] += seqs[i]->n - 1, rows[1] += seqs[i]->n - 2, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
+	accept[0] = accept[1] = *loss = 0.0;
+	if (!rows[1]) return LANES_OK;
 	acts a;
 	int rc = acts_of(h, longest, &a, err, errlen);
 	if (rc) return rc;
-	double sum = 0.0;
-	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, 0.0, &sum, &hits);
-	*accept = (double)hits / (double)rows, *loss = sum / (double)rows;
+	double sum[2] = {0.0, 0.0};
+	const double none[2] = {0.0, 0.0};
+	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, none, sum, hits);
+	accept[0] = (double)hits[0] / (double)rows[0], accept[1] = (double)hits[1] / (double)rows[1];
+	*loss = sum[0] / (double)rows[0] + sum[1] / (double)rows[1];
 	return LANES_OK;
 }
 

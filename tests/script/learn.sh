@@ -57,8 +57,8 @@ LANES_LOG=error "$BIN" learn --mtp -m "$M" --data "$DATA/stories-train.jsonl" --
 grep -q "^learn --mtp: [0-9]* sequences ([0-9]* head rows, the model's continuations)" "$TMP/out" && ok || bad "--mtp summary: $(head -n 1 "$TMP/out")"
 same "$(grep -c '^step [0-9]*/20  loss [0-9.]*  grad [0-9.]*' "$TMP/out")" 3 "--mtp progress lines (1, 10, 20)"
 line=$(grep "^held-out: the head's first draft is the model's choice" "$TMP/out")
-before=$(echo "$line" | sed -n 's/.*time, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
-after=$(echo "$line" | sed -n 's/.*time, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
+before=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
+after=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
 [ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "the head's held-out loss did not fall: '$line'"
 LANES_LOG=error "$BIN" bench -m "$M" --draft-head "$TMP/head.gguf" --concurrent 1 --draft -n 64 -t 1 -p "Once upon a time" > "$TMP/out" 2> "$TMP/err" \
 	&& ok || bad "bench --draft-head: $(cat "$TMP/err")"

@@ -1069,11 +1069,11 @@ static void mtp_gradient(const char *name, const char *path, base_pool *pool) {
 	for (int k = 0; k < n; k++) {
 		const int64_t i = idx[k];
 		const float w0 = w[i], eps = 1e-2f * (fabsf(w0) > 1.0f ? fabsf(w0) : 1.0f);
-		double lp, lm, acc;
+		double lp, lm, acc[2];
 		w[i] = w0 + eps;
-		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, &acc, &lp, err, sizeof err);
+		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, acc, &lp, err, sizeof err);
 		w[i] = w0 - eps;
-		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, &acc, &lm, err, sizeof err);
+		learn_mtp_eval(h, NULL, (const learn_mtp_seq *const *)seqs, 2, acc, &lm, err, sizeof err);
 		w[i] = w0;
 		const double fd = (lp - lm) / (2.0 * (double)eps), e = fabs(fd - g[i]) / (fabs(g[i]) + 1e-2 * gmax);
 		worst = e > worst ? e : worst;
