@@ -11,6 +11,7 @@
 
 #define NGRAM_MAX 3
 #define NGRAM_WINDOW 4096   // how far back the search looks
+#define MTP_UNTRIED 0.5   // a head's acceptance at a first position no request has tried: a trial where rows are cheap, none where dear
 #define DRAFT_REGAIN 0.01f  // per round a lane does not draft, its acceptance estimate regains this share of the way to 1
 
 // Writes r->drafts / r->n_draft (0 when it has nothing); returns the length of the n-gram
@@ -165,19 +166,19 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 // the first comes with the head's feed, each further one costs a chained pass of the head
 // (shared by the lanes drafting), and draft j is accepted (with those before it) at the rate
 // the request measured at position j once it has tried it often enough, else the rate every
-// request measured there, else (untried) a for the first and the one before times the first's
-// for the rest.
-static int32_t mtp_worth(const lane_host *h, const lane_req *r, float a, int32_t kmax, int32_t n_live) {
+// request measured there, else (untried) MTP_UNTRIED for the first and the one before times
+// the first's for the rest.
+static int32_t mtp_worth(const lane_host *h, const lane_req *r, int32_t kmax, int32_t n_live) {
 	// a chained pass not yet timed is priced as a row
 	const double n = n_live > 1 ? n_live : 1, F = h->fixed_us / n, R = h->row_us + h->draw_us, H = (h->mtp_us > 0 ? h->mtp_us : R) / n;
 	const uint64_t *hd = h->stats.draft_at[LANE_PROP_MTP], *ha = h->stats.draft_accepted_at[LANE_PROP_MTP];
-	double best = 1.0 / (F + R), e = 1.0, p = 1.0, p0 = a;
+	double best = 1.0 / (F + R), e = 1.0, p = 1.0, p0 = MTP_UNTRIED;
 	int32_t k_best = 0;
 	for (int32_t k = 1; k <= kmax; k++) {
 		const int32_t j = k - 1;
 		p = r->drafted_at[j] >= 16 ? (double)r->accepted_at[j] / (double)r->drafted_at[j]
 		    : hd[j] >= 16	  ? (double)ha[j] / (double)hd[j]
-		    : j == 0		  ? a
+		    : j == 0		  ? MTP_UNTRIED
 					  : p * p0;
 		if (j == 0) p0 = p;
 		e += p;
@@ -201,7 +202,8 @@ void lane_propose(lane_host *h) {
 		if (r->n_filled < r->n_prompt || !r->draft || h->cfg.draft == LANE_DRAFT_OFF) continue;
 		const int32_t room = r->max_tokens - r->n_gen - 1;
 		int32_t k = imin(r->draft_k, room);
-		const int32_t km = r->mtp && k > 0 && !h->cfg.hooks.propose ? mtp_worth(h, r, r->draft_ema, imin(h->cfg.draft_max, room), n_live) : 0;
+		const int32_t km = r->mtp && k > 0 && !h->cfg.hooks.propose ? mtp_worth(h, r, imin(h->cfg.draft_max, room), n_live) : 0;
+		r->mtp_idle = km > 0 ? 0 : r->mtp_idle + 1;
 		if (k > 0 && !h->cfg.hooks.propose) k = drafts_worth(h, r->draft_ema, k, n_live);
 		if (k <= 0 && km <= 0) {
 			// not drafting tells nothing of acceptance: the estimate creeps back up, so the
@@ -229,6 +231,7 @@ void lane_draft_start(lane_host *h, lane_req *r) {
 	r->draft_ema = 1.0f;
 	r->mtp = h->mkv && r->draft && r->embed == LANE_EMBED_OFF;
 	r->mtp_at = -1;
+	r->mtp_idle = 0;
 	memset(r->drafted_at, 0, sizeof r->drafted_at);
 	memset(r->accepted_at, 0, sizeof r->accepted_at);
 }

@@ -14,6 +14,7 @@
 #define LANE_DEMAND_SAMPLES 256 // recent requests' sizes the window follows
 #define LANE_PROMPT_ROWS 512     // prompt rows one round carries at most
 #define LANE_DRAFT_CHUNK 512     // rows per draft-model pass while it catches up
+#define MTP_IDLE 8               // rounds a lane's head drafts go unasked before its head stops being fed
 // What one multiply-add of an adapter's term costs against one of the base model's matmuls:
 // the terms run in f32 over small matrices, rows grouped by adapter, where the base's kernels
 // reuse each quantized weight across the whole batch.
@@ -108,6 +109,7 @@ struct lane_req {
 	bool mtp;                 // its rows keep their hidden states for the MTP head (mtp.c)
 	int32_t mtp_next;         // the head's proposal for the token after last, made when the context was mtp_at long
 	int32_t mtp_at;
+	int32_t mtp_idle;         // rounds in a row the head's drafts were not worth asking for: past MTP_IDLE, the head is not fed
 	tok_stream *detok;
 	char *pending;            // text held back while it may start a stop string
 	size_t n_pending, cap_pending;

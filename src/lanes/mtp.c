@@ -93,7 +93,9 @@ void lane_mtp_feed(lane_host *h, int32_t n) {
 		const int32_t lane = h->row_lane[i], h0 = hi;
 		for (j = i; j < n && h->row_lane[j] == lane; j++) hi += h->row_hidden[j];
 		lane_req *r = h->lanes[lane];
-		if (!r || !r->mtp || !h->row_hidden[i]) continue;
+		// a lane the head's drafts do not pay for stops feeding it; the positions it skips get
+		// the embedding alone when it is worth asking again
+		if (!r || !r->mtp || !h->row_hidden[i] || r->mtp_idle > MTP_IDLE) continue;
 		// row p reads the token at p + 1: up to the one drawn last, past the rejected drafts
 		const int32_t p0 = h->rows[i].pos, last = r->n_prompt + r->n_gen - 2, p1 = imin(h->rows[j - 1].pos, last);
 		int32_t len = kv_seq_len(h->mkv, lane);
