@@ -190,7 +190,7 @@ int cmd_bench(const cli_settings *set) {
 	const bool json = set->json;
 	const enum kv_type kvt = cli_kv_type(kv_name);
 	if (set->lora.n && set->concurrent <= 0) return cli_usage_error(set, "--lora goes with --concurrent M");
-	if (set->prompt && set->concurrent <= 0) return cli_usage_error(set, "-p goes with --concurrent M");
+	if (set->prompt && set->concurrent <= 0) return cli_usage_error(set, "--text goes with --concurrent M");
 	char err[512];
 	int rc = 1;
 	int32_t *text = NULL;
@@ -222,7 +222,7 @@ int cmd_bench(const cli_settings *set) {
 			goto out;
 		}
 		if (set->prompt && (nt < 1 || nt > 1 << 20)) {
-			cli_err("-p: the text gives %zu tokens", nt);
+			cli_err("--text: the text gives %zu tokens", nt);
 			goto out;
 		}
 		o.text = text, o.n_text = (int32_t)nt;

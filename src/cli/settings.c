@@ -87,7 +87,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--type", .kind = SET_STR, .field = F(type), .dflt = "F32", .meta = "TYPE", .cmds = B(LEARN),
 	 .help = "the saved adapter's type: F32, F16, BF16 or Q8_0"},
 	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(RUN), .help = "prompt text (BOS added as the vocab says)"},
-	{.names = "-p|--prompt", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(BENCH),
+	{.names = "--text", .kind = SET_STR, .field = F(prompt), .meta = "TEXT", .cmds = B(BENCH),
 	 .help = "with --concurrent: each request's prompt is BOS, a token of its own, then this text (in place of --req-prompt random tokens)"},
 	{.names = "--ids", .kind = SET_STR, .field = F(ids), .meta = "1,2,3", .cmds = B(RUN) | B(LOGITS), .req = B(LOGITS),
 	 .help = "token ids, used exactly"},

@@ -56,7 +56,7 @@ same "$(complete_in_bash lanes serve --por)" "--port" "bash: lanes serve --por<T
 same "$(complete_in_bash lanes run --temp 0 --top- | tr '\n' ' ')" "--top-k --top-p --top-nsigma " "bash: lanes run --temp 0 --top-<TAB>"
 same "$(complete_in_bash lanes serve --kv-type q | tr '\n' ' ')" "q8_0 q4_0 " "bash: lanes serve --kv-type q<TAB>"
 same "$(complete_in_bash lanes help ex)" "experts" "bash: lanes help ex<TAB>"
-same "$(complete_in_bash lanes bench --dra | tr '\n' ' ')" "--draft --draft-model " "bash: lanes bench --dra<TAB>"
+same "$(complete_in_bash lanes bench --dra | tr '\n' ' ')" "--draft --draft-head --draft-model " "bash: lanes bench --dra<TAB>"
 if command -v zsh > /dev/null 2>&1; then
 	zsh -n "$ROOT/usr/share/zsh/site-functions/_lanes" && ok || bad "the zsh completion does not parse"
 fi

@@ -60,7 +60,7 @@ line=$(grep "^held-out: the head's first draft is the model's choice" "$TMP/out"
 before=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
 after=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
 [ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "the head's held-out loss did not fall: '$line'"
-LANES_LOG=error "$BIN" bench -m "$M" --draft-head "$TMP/head.gguf" --concurrent 1 --draft -n 64 -t 1 -p "Once upon a time" > "$TMP/out" 2> "$TMP/err" \
+LANES_LOG=error "$BIN" bench -m "$M" --draft-head "$TMP/head.gguf" --concurrent 1 --draft -n 64 -t 1 --text "Once upon a time" > "$TMP/out" 2> "$TMP/err" \
 	&& ok || bad "bench --draft-head: $(cat "$TMP/err")"
 grep -q "the MTP head's by position: [0-9]*%" "$TMP/out" && ok || bad "bench --draft-head: no MTP drafts: $(cat "$TMP/out")"
 LANES_LOG=error "$BIN" mtp-merge -m "$M" --draft-head "$TMP/head.gguf" -o "$TMP/merged.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "mtp-merge: $(cat "$TMP/err")"
