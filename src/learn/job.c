@@ -39,9 +39,9 @@ int learn_job_new(learn_job **out, learn_adapter *a, const learn_opts *o, char *
 	if (hp->n_experts > 256 || hp->n_experts_used > 64 || hp->head_dim > 1024)
 		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: %d experts (%d used) or heads of %d values are more than training handles",
 				    hp->n_experts, hp->n_experts_used, hp->head_dim);
-	if (hp->post_norms || hp->geglu || hp->attn_softcap != 0.0f || hp->final_softcap != 0.0f || hp->n_swa || hp->embd_scale != 1.0f ||
-	    hp->oai || hp->attn_gate || hp->encoder || !strcmp(hp->arch, "phi3")) // an adapter of phi3 targets its fused matrices, which the trainer does not split
-		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: training covers the llama family's block, not %s's", hp->arch);
+	if (hp->attn_gate || hp->encoder)
+		return base_seterr(err, errlen, LANES_EUNSUPPORTED, "learn: training covers the attention blocks of the llama, gemma, phi3 and gpt-oss families, not %s's",
+				    hp->arch);
 	if (a->busy) return base_seterr(err, errlen, LANES_EBUSY, "learn: another job trains this adapter");
 	learn_job *j = learn_calloc(1, sizeof *j);
 	if (!j) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");

@@ -204,6 +204,26 @@ void lk_swiglu_bwd(const float *g, const float *u, const float *da, float *dg, f
 	}
 }
 
+void lk_geglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n) {
+	const double c = 0.7978845608028654;
+	for (int64_t i = 0; i < n; i++) {
+		const double x = g[i], t = tanh(c * (x + 0.044715 * x * x * x));
+		const double dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+		dg[i] = (float)(da[i] * u[i] * dgelu);
+		du[i] = (float)(da[i] * 0.5 * x * (1.0 + t));
+	}
+}
+
+void lk_swiglu_oai_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n) {
+	const double A = TENSOR_OAI_ALPHA, lim = TENSOR_OAI_LIMIT;
+	for (int64_t i = 0; i < n; i++) {
+		const double x = g[i] < lim ? g[i] : lim, y = u[i] < -lim ? -lim : u[i] > lim ? lim : u[i];
+		const double sig = 1.0 / (1.0 + exp(-A * x));
+		dg[i] = g[i] < lim ? (float)(da[i] * (y + 1.0) * sig * (1.0 + A * x * (1.0 - sig))) : 0.0f;
+		du[i] = u[i] > -lim && u[i] < lim ? (float)(da[i] * x * sig) : 0.0f;
+	}
+}
+
 // Eight running sums (a vector's worth), folded in a fixed order.
 float lk_dot(const float *a, const float *b, int64_t n) {
 	float acc[8] = {0};

@@ -55,13 +55,14 @@ enum { PH_FWD, PH_HEAD, PH_BWD, PH_DONE };
 // A step's memory: the whole step's activations, then one chunk's scratch.
 typedef struct {
 	int32_t *tok, *start, *tgt;  // [T] token, its example's first index, the next token when learned (else -1)
-	double *cs;                  // [T][n_rot] rope tables
+	double *cs;                  // [T][learn_rope_stride] rope tables: the model's, then the local layers' where they differ
 	float *xs;                   // [L+1][T][E] each layer's input; [L]: the final residual
 	float *kc, *vc;              // [L][T][kvd] keys (after rope) and values
 	float *dx;                   // [T][E] the gradient at the current layer's output
 	float *dk, *dv;              // [T][kvd] the current layer's key and value gradients
 	float *sc;                   // [LEARN_ATT_THREADS][Tmax] attention scores
 	float *h, *q, *qraw, *k, *kraw, *v, *att, *lse, *xm, *h2, *t; // chunk activations
+	float *ao;                   // [P][E] the attention's output before its post norm (gemma), or NULL
 	float *g, *u, *act;          // [P * used][F] FFN gate, up, and their SwiGLU
 	float *lu[MODEL_LORA_KINDS]; // [P][r] A x of each adapted weight
 	float *ldu;                  // [P][r]
@@ -71,6 +72,9 @@ typedef struct {
 	float *hn, *lg, *dhn;        // the head: [P][E], [P][V], [P][E]
 	int32_t *hrow;               // [P] the learned rows of a chunk
 } learn_buf;
+
+// Doubles of rope table per position: one table, or two where local layers rotate otherwise.
+static inline int64_t learn_rope_stride(const model_hparams *hp) { return (int64_t)hp->rope.n_rot * (hp->rope_swa.n_rot ? 2 : 1); }
 
 #define LEARN_ATT_THREADS 64 // threads that share attention work; more wait
 
@@ -140,6 +144,9 @@ void lk_rms_bwd(const float *x, const float *w, int64_t n, float eps, const floa
 void lk_rope_t(const tensor_rope *rp, const double *cs, float *x, int32_t n_heads, int32_t head_dim);
 // dg, du from da through act = silu(g) * u.
 void lk_swiglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n);
+// The same for tensor_geglu (Gemma) and tensor_swiglu_oai (gpt-oss: no gradient past a clamp).
+void lk_geglu_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n);
+void lk_swiglu_oai_bwd(const float *g, const float *u, const float *da, float *dg, float *du, int64_t n);
 // sum a[i] b[i] in eight running sums folded in a fixed order.
 float lk_dot(const float *a, const float *b, int64_t n);
 // A dense f32 matrix of rows x k as a model_matrix.

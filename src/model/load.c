@@ -1114,6 +1114,8 @@ void model_layer_weights_of(const model *m, int32_t l, model_layer_weights *out)
 		.router = matrix_of(&y->gate_inp), .gate_exps = matrix_of(&y->gate_exps), .up_exps = matrix_of(&y->up_exps),
 		.down_exps = matrix_of(&y->down_exps), .gate_shexp = matrix_of(&y->gate_shexp), .up_shexp = matrix_of(&y->up_shexp),
 		.down_shexp = matrix_of(&y->down_shexp), .router_shexp = matrix_of(&y->gate_inp_shexp),
+		.attn_post_norm = y->attn_post_norm, .ffn_post_norm = y->ffn_post_norm, .sinks = y->sinks, .router_b = y->gate_inp_b,
+		.gate_exps_b = y->gate_exps_b, .up_exps_b = y->up_exps_b, .down_exps_b = y->down_exps_b,
 	};
 }
 

@@ -396,6 +396,11 @@ typedef struct {
 	model_matrix gate_exps, up_exps, down_exps;              // n_experts stacks
 	model_matrix gate_shexp, up_shexp, down_shexp;           // shared expert (qwen2moe)
 	model_matrix router_shexp;                // [n_embd -> 1] the shared expert's sigmoid gate
+	const float *attn_post_norm, *ffn_post_norm; // [n_embd] norms of the blocks' outputs (gemma), or NULL
+	const float *sinks;                       // [n_heads] attention sink logits (gpt-oss), or NULL
+	const float *router_b;                    // [n_experts] router bias (gpt-oss), or NULL
+	const float *gate_exps_b, *up_exps_b;     // [n_experts][n_ff_exp] expert biases (gpt-oss), or NULL
+	const float *down_exps_b;                 // [n_experts][n_embd]
 } model_layer_weights;
 
 typedef struct {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests: `lanes learn` from the command line — a short run on stories260K prints a progress line
 # per step and a lower held-out loss, the adapter it writes changes `lanes logits --lora` and
-# can be trained further with --from, conversations train too, and bad data or options fail
+# can be trained further with --from, conversations train too, gemma2/gemma3/phi3/gpt-oss train, and bad data or options fail
 # with a message naming the file and line or the option.
 BIN=${LANES_BIN:-build/lanes}
 SHARED=${LANES_SHARED:-../shared}
@@ -29,6 +29,22 @@ grep -q "^learn: 48 examples .* rank 4 alpha 4 on 35 weights" "$TMP/out" && ok |
 "$BIN" logits -m "$M" --ids 1,403,407,261 -o "$TMP/base" 2> /dev/null && ok || bad "logits"
 "$BIN" logits -m "$M" --ids 1,403,407,261 -o "$TMP/lora" --lora "$TMP/a.gguf" 2> "$TMP/err" && ok || bad "logits --lora: $(cat "$TMP/err")"
 cmp -s "$TMP/base" "$TMP/lora" && bad "the trained adapter left the logits as they were" || ok
+
+# the families with their own operations train too (examples longer than their window of 16),
+# and their adapters run through the inference path
+for fam in gemma2-test gemma3-test phi3-test gpt-oss-test; do
+	"$BIN" gen --shape "$fam" --type Q8_0 --vocab "$M" -o "$TMP/$fam.gguf" > /dev/null 2>&1 && ok || bad "gen $fam"
+	LANES_LOG=error "$BIN" learn -m "$TMP/$fam.gguf" --data "$DATA/stories-train.jsonl" --eval "$DATA/stories-held.jsonl" --steps 6 \
+		--batch 2 --rank 4 --lr 0.01 --max-tokens 64 -t 2 -o "$TMP/$fam-a.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "learn $fam: $(cat "$TMP/err")"
+	line=$(grep '^held-out loss: ' "$TMP/out")
+	before=$(echo "$line" | sed -n 's/^held-out loss: \([0-9.]*\) -> \([0-9.]*\) .*/\1/p')
+	after=$(echo "$line" | sed -n 's/^held-out loss: \([0-9.]*\) -> \([0-9.]*\) .*/\2/p')
+	[ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "$fam: held-out loss did not fall: '$line'"
+	"$BIN" logits -m "$TMP/$fam.gguf" --ids 1,403,407,261 -o "$TMP/base" 2> /dev/null && ok || bad "logits $fam"
+	"$BIN" logits -m "$TMP/$fam.gguf" --ids 1,403,407,261 -o "$TMP/lora" --lora "$TMP/$fam-a.gguf" 2> "$TMP/err" && ok || bad "logits --lora $fam: $(cat "$TMP/err")"
+	cmp -s "$TMP/base" "$TMP/lora" && bad "$fam: the trained adapter left the logits as they were" || ok
+	rm -f "$TMP/$fam.gguf" "$TMP/$fam-a.gguf"
+done
 
 # training goes on from the file; conversations (plain text here: the model has no template, nor ChatML's tokens) train too
 printf '%s\n' '{"messages": [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once upon a time, Pip the little robot found a red ball."}]}' \

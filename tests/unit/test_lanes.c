@@ -1231,7 +1231,8 @@ static void test_draft_mtp(void) {
 	fprintf(stderr, "MTP head: %llu of %llu drafts accepted (n-gram %llu of %llu)\n",
 		(unsigned long long)snap.draft_accepted[LANE_PROP_MTP], (unsigned long long)snap.draft_tokens[LANE_PROP_MTP],
 		(unsigned long long)snap.draft_accepted[LANE_PROP_NGRAM], (unsigned long long)snap.draft_tokens[LANE_PROP_NGRAM]);
-	CHECKF(snap.draft_tokens[LANE_PROP_MTP] >= 32 && snap.draft_accepted[LANE_PROP_MTP] <= snap.draft_tokens[LANE_PROP_MTP],
+	// this random head is never right, so the pricing stops asking it once 16 first drafts failed
+	CHECKF(snap.draft_tokens[LANE_PROP_MTP] >= 16 && snap.draft_accepted[LANE_PROP_MTP] <= snap.draft_tokens[LANE_PROP_MTP],
 	       "the head proposed (%llu)", (unsigned long long)snap.draft_tokens[LANE_PROP_MTP]);
 	// asked for the head: refused for a model without one, and with a draft model
 	lane_config c;

@@ -4,6 +4,7 @@
 // commit (a step cut short, aborted, or failing to allocate leaves the adapter and its
 // versions as they were); examples from text and chats; saved adapters that lanes loads back;
 // and learning on stories260K that lowers the loss of held-out lines of the same style.
+#include "gen.h"
 #include "t.h"
 #include "stories.h"
 
@@ -38,6 +39,7 @@ typedef struct {
 
 typedef struct {
 	double *attn_norm, *ffn_norm, *bq, *bk, *bv, *bo, *q_norm, *k_norm;
+	double *attn_post_norm, *ffn_post_norm, *sinks, *router_b, *ge_b, *ue_b, *de_b; // gemma's post norms, gpt-oss's sinks and biases
 	dmat wq, wk, wv, wo, gate, up, down, router;
 	dmat *ge, *ue, *de; // experts
 } dlayer;
@@ -85,6 +87,9 @@ static void ref_init(ref *R, const model *m, learn_adapter *a) {
 		y->attn_norm = dv(w.attn_norm, E), y->ffn_norm = dv(w.ffn_norm, E);
 		y->bq = dv(w.bq, qd), y->bk = dv(w.bk, kvd), y->bv = dv(w.bv, kvd), y->bo = dv(w.bo, E);
 		y->q_norm = dv(w.q_norm, hp->head_dim), y->k_norm = dv(w.k_norm, hp->head_dim);
+		y->attn_post_norm = dv(w.attn_post_norm, E), y->ffn_post_norm = dv(w.ffn_post_norm, E), y->sinks = dv(w.sinks, hp->n_heads);
+		y->router_b = dv(w.router_b, hp->n_experts), y->ge_b = dv(w.gate_exps_b, (int64_t)hp->n_experts * hp->n_ff_exp);
+		y->ue_b = dv(w.up_exps_b, (int64_t)hp->n_experts * hp->n_ff_exp), y->de_b = dv(w.down_exps_b, (int64_t)hp->n_experts * E);
 		y->wq = dm(&w.wq, 0), y->wk = dm(&w.wk, 0), y->wv = dm(&w.wv, 0), y->wo = dm(&w.wo, 0);
 		if (hp->n_experts) {
 			y->router = dm(&w.router, 0);
@@ -115,6 +120,7 @@ static void ref_free(ref *R) {
 	for (int l = 0; l < R->hp->n_layers; l++) {
 		dlayer *y = &R->ly[l];
 		free(y->attn_norm), free(y->ffn_norm), free(y->bq), free(y->bk), free(y->bv), free(y->bo), free(y->q_norm), free(y->k_norm);
+		free(y->attn_post_norm), free(y->ffn_post_norm), free(y->sinks), free(y->router_b), free(y->ge_b), free(y->ue_b), free(y->de_b);
 		dm_free(&y->wq), dm_free(&y->wk), dm_free(&y->wv), dm_free(&y->wo), dm_free(&y->gate), dm_free(&y->up);
 		dm_free(&y->down), dm_free(&y->router);
 		for (int e = 0; e < R->hp->n_experts; e++) dm_free(&y->ge[e]), dm_free(&y->ue[e]), dm_free(&y->de[e]);
@@ -176,15 +182,28 @@ static void ref_rope(const tensor_rope *rp, int pos, double *x, int nh, int D) {
 		}
 }
 
-static void ref_ffn(const ref *R, const dmat *g, const dmat *u, const dmat *d, int l, bool lora, const double *x, double *y) {
+// The FFN's gate activation times up: SiLU, Gemma's GELU (tanh form) or gpt-oss's clamped SwiGLU.
+static double ref_glu(const model_hparams *hp, double g, double u) {
+	if (hp->oai) {
+		const double x = g < 7.0 ? g : 7.0, y = u < -7.0 ? -7.0 : u > 7.0 ? 7.0 : u;
+		return x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
+	}
+	if (hp->geglu) return 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+	return g / (1.0 + exp(-g)) * u;
+}
+
+static void ref_ffn(const ref *R, const dmat *g, const dmat *u, const dmat *d, const double *bg, const double *bu, const double *bd,
+		    int l, bool lora, const double *x, double *y) {
 	const int64_t F = g->rows;
 	double *gv = malloc((size_t)F * 8), *uv = malloc((size_t)F * 8);
-	ref_mv(R, g, NULL, lora ? l : -2, MODEL_LORA_GATE, x, gv);
-	ref_mv(R, u, NULL, lora ? l : -2, MODEL_LORA_UP, x, uv);
-	for (int64_t i = 0; i < F; i++) gv[i] = gv[i] / (1.0 + exp(-gv[i])) * uv[i];
-	ref_mv(R, d, NULL, lora ? l : -2, MODEL_LORA_DOWN, gv, y);
+	ref_mv(R, g, bg, lora ? l : -2, MODEL_LORA_GATE, x, gv);
+	ref_mv(R, u, bu, lora ? l : -2, MODEL_LORA_UP, x, uv);
+	for (int64_t i = 0; i < F; i++) gv[i] = ref_glu(R->hp, gv[i], uv[i]);
+	ref_mv(R, d, bd, lora ? l : -2, MODEL_LORA_DOWN, gv, y);
 	free(gv), free(uv);
 }
+
+static double ref_cap(double x, double cap) { return cap != 0.0 ? cap * tanh(x / cap) : x; }
 
 // The mean -log p over the learned tokens of the examples; layers from `from` on, starting from
 // the cached layer inputs (from 0: fills the cache).
@@ -208,12 +227,14 @@ static double ref_loss(ref *R, learn_example *const *ex, int n_ex, int from) {
 				const int32_t id = learn_example_ids_of(ex[e])[p];
 				tensor_dequantize_rows(io.tok_embd.type, (const uint8_t *)io.tok_embd.data + (size_t)id * io.tok_embd.row_bytes,
 						       f, 1, E, NULL);
-				for (int64_t c = 0; c < E; c++) x[i * E + c] = f[c];
+				for (int64_t c = 0; c < E; c++) x[i * E + c] = (double)f[c] * hp->embd_scale;
 			}
 		free(f);
 	}
 	for (int64_t l = from; l < L; l++) {
 		const dlayer *y = &R->ly[l];
+		const int64_t win = model_layer_window(hp, (int32_t)l);
+		const tensor_rope *rp = hp->rope_swa.n_rot && win ? &hp->rope_swa : &hp->rope;
 		if (from == 0) memcpy(R->cache + (size_t)l * T * E, x, (size_t)(T * E) * 8);
 		int64_t i0 = 0;
 		for (int e = 0; e < n_ex; e++) {
@@ -226,34 +247,36 @@ static double ref_loss(ref *R, learn_example *const *ex, int n_ex, int from) {
 				ref_mv(R, &y->wv, y->bv, (int)l, MODEL_LORA_V, h, v + i * kvd);
 				for (int64_t hh = 0; y->q_norm && hh < H; hh++) ref_rms(q + i * qd + hh * D, y->q_norm, D, hp->rms_eps, q + i * qd + hh * D);
 				for (int64_t hh = 0; y->k_norm && hh < KH; hh++) ref_rms(k + i * kvd + hh * D, y->k_norm, D, hp->rms_eps, k + i * kvd + hh * D);
-				ref_rope(&hp->rope, (int)p, q + i * qd, (int)H, (int)D);
-				ref_rope(&hp->rope, (int)p, k + i * kvd, (int)KH, (int)D);
+				ref_rope(rp, (int)p, q + i * qd, (int)H, (int)D);
+				ref_rope(rp, (int)p, k + i * kvd, (int)KH, (int)D);
 			}
 			for (int64_t p = 0; p < n; p++) {
 				const int64_t i = i0 + p;
 				for (int64_t hh = 0; hh < H; hh++) {
-					const int64_t g = hh / (H / KH);
-					double mx = -INFINITY, sum = 0;
-					for (int64_t j = 0; j <= p; j++) {
+					const int64_t g = hh / (H / KH), j0 = win && p - win + 1 > 0 ? p - win + 1 : 0;
+					double mx = y->sinks ? y->sinks[hh] : -INFINITY, sum = 0;
+					for (int64_t j = j0; j <= p; j++) {
 						double s = 0;
 						for (int64_t d = 0; d < D; d++) s += q[i * qd + hh * D + d] * k[(i0 + j) * kvd + g * D + d];
-						sc[j] = s / sqrt((double)D);
+						sc[j] = ref_cap(s * hp->attn_scale, hp->attn_softcap);
 						mx = sc[j] > mx ? sc[j] : mx;
 					}
-					for (int64_t j = 0; j <= p; j++) sum += exp(sc[j] - mx);
+					if (y->sinks) sum = exp(y->sinks[hh] - mx);
+					for (int64_t j = j0; j <= p; j++) sum += exp(sc[j] - mx);
 					for (int64_t d = 0; d < D; d++) {
 						double s = 0;
-						for (int64_t j = 0; j <= p; j++) s += exp(sc[j] - mx) / sum * v[(i0 + j) * kvd + g * D + d];
+						for (int64_t j = j0; j <= p; j++) s += exp(sc[j] - mx) / sum * v[(i0 + j) * kvd + g * D + d];
 						att[hh * D + d] = s;
 					}
 				}
 				ref_mv(R, &y->wo, y->bo, (int)l, MODEL_LORA_O, att, o);
+				if (y->attn_post_norm) ref_rms(o, y->attn_post_norm, E, hp->rms_eps, o);
 				for (int64_t c = 0; c < E; c++) x[i * E + c] += o[c];
 				ref_rms(x + i * E, y->ffn_norm, E, hp->rms_eps, h);
 				if (hp->n_experts) {
 					double rl[256], p2[256], mx = -INFINITY, sum = 0, selsum = 0, *yo = malloc((size_t)E * 8);
 					int ids[64];
-					ref_mv(R, &y->router, NULL, -2, -1, h, rl);
+					ref_mv(R, &y->router, y->router_b, -2, -1, h, rl);
 					for (int e2 = 0; e2 < hp->n_experts; e2++) mx = rl[e2] > mx ? rl[e2] : mx;
 					for (int e2 = 0; e2 < hp->n_experts; e2++) sum += exp(rl[e2] - mx);
 					for (int e2 = 0; e2 < hp->n_experts; e2++) p2[e2] = exp(rl[e2] - mx) / sum;
@@ -269,12 +292,15 @@ static double ref_loss(ref *R, learn_example *const *ex, int n_ex, int from) {
 					}
 					for (int kk = 0; kk < hp->n_experts_used; kk++) {
 						const double w = hp->moe_norm ? p2[ids[kk]] / selsum : p2[ids[kk]];
-						ref_ffn(R, &y->ge[ids[kk]], &y->ue[ids[kk]], &y->de[ids[kk]], (int)l, false, h, yo);
+						const int64_t F = hp->n_ff_exp, xe = ids[kk];
+						ref_ffn(R, &y->ge[xe], &y->ue[xe], &y->de[xe], y->ge_b ? y->ge_b + xe * F : NULL, y->ue_b ? y->ue_b + xe * F : NULL,
+							y->de_b ? y->de_b + xe * E : NULL, (int)l, false, h, yo);
 						for (int64_t c = 0; c < E; c++) x[i * E + c] += w * yo[c];
 					}
 					free(yo);
 				} else {
-					ref_ffn(R, &y->gate, &y->up, &y->down, (int)l, true, h, o);
+					ref_ffn(R, &y->gate, &y->up, &y->down, NULL, NULL, NULL, (int)l, true, h, o);
+					if (y->ffn_post_norm) ref_rms(o, y->ffn_post_norm, E, hp->rms_eps, o);
 					for (int64_t c = 0; c < E; c++) x[i * E + c] += o[c];
 				}
 			}
@@ -290,6 +316,7 @@ static double ref_loss(ref *R, learn_example *const *ex, int n_ex, int from) {
 			if (!learn_example_is_learned(ex[e], p)) continue;
 			ref_rms(x + (i0 + p - 1) * E, R->out_norm, E, hp->rms_eps, h);
 			ref_mv(R, &R->out, NULL, -1, MODEL_LORA_OUTPUT, h, lg);
+			for (int64_t c = 0; c < V; c++) lg[c] = ref_cap(lg[c], hp->final_softcap);
 			double mx = lg[0], sum = 0;
 			for (int64_t c = 1; c < V; c++) mx = lg[c] > mx ? lg[c] : mx;
 			for (int64_t c = 0; c < V; c++) sum += exp(lg[c] - mx);
@@ -310,6 +337,19 @@ static int make_examples(learn_example **ex) {
 	for (int i = 3; i < 9; i++) la[i] = i != 6;
 	for (int i = 1; i < 7; i++) lb[i] = i % 2 == 0;
 	if (learn_example_ids(&ex[0], a, la, 9, err, sizeof err) || learn_example_ids(&ex[1], b, lb, 7, err, sizeof err)) {
+		fprintf(stderr, "%s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+// Two examples longer than the test shapes' window of 16, learned past it.
+static int make_long_examples(learn_example **ex) {
+	int32_t a[26], b[21];
+	bool la[26] = {0}, lb[21] = {0};
+	for (int i = 0; i < 26; i++) a[i] = i ? 3 + (i * 149) % 500 : 1, la[i] = i >= 2 && i % 3 != 1;
+	for (int i = 0; i < 21; i++) b[i] = i ? 5 + (i * 211) % 500 : 1, lb[i] = i >= 12;
+	if (learn_example_ids(&ex[0], a, la, 26, err, sizeof err) || learn_example_ids(&ex[1], b, lb, 21, err, sizeof err)) {
 		fprintf(stderr, "%s\n", err);
 		return -1;
 	}
@@ -355,6 +395,15 @@ static learn_job *grad_step(learn_adapter *a, learn_example **ex, int n_ex, int 
 	return j;
 }
 
+static double eval_loss(const model *m, const model_lora *l, base_pool *pool, learn_example **ex, int n, double *nll) {
+	int64_t cnt = 0;
+	if (learn_eval(m, l, pool, (const learn_example *const *)ex, n, nll, &cnt, err, sizeof err)) {
+		fprintf(stderr, "%s\n", err);
+		return -1;
+	}
+	return cnt ? *nll / (double)cnt : -1;
+}
+
 // Every pair of the model's adapter (all_layers), or those of its first and last layers and the head.
 static void gradient_check(const char *name, const char *path, base_pool *pool, bool all_layers) {
 	t_case("%s", name);
@@ -365,7 +414,7 @@ static void gradient_check(const char *name, const char *path, base_pool *pool, 
 	if (!m) return;
 	learn_example *ex[2] = {0};
 	learn_adapter *a = gc_adapter(m, 11);
-	CHECK(a != NULL && make_examples(ex) == 0);
+	CHECK(a != NULL && (model_hparams_of(m)->n_swa ? make_long_examples(ex) : make_examples(ex)) == 0);
 	learn_job *j = a && ex[1] ? grad_step(a, ex, 2, 5, pool, INFINITY) : NULL;
 	CHECK(j && learn_step_state(j) == LEARN_READY);
 	if (!j || learn_step_state(j) != LEARN_READY) goto out;
@@ -375,6 +424,24 @@ static void gradient_check(const char *name, const char *path, base_pool *pool, 
 	learn_step_info info;
 	CHECK(learn_step_info_of(j, &info) == 0);
 	CHECKF(fabs(info.loss - l0) <= 1e-4 * fabs(l0), "%s: loss %.9f, float64 reference %.9f", name, info.loss, l0);
+	// what training computes is what serving computes: the adapter served gives the same loss
+	model_lora *lv = NULL;
+	double nll = 0;
+	CHECK(learn_adapter_lora(a, &lv, err, sizeof err) == 0);
+	const double ls = lv ? eval_loss(m, lv, NULL, ex, 2, &nll) : -1;
+	CHECKF(fabs(ls - info.loss) <= 2e-3 * fabs(info.loss), "%s: trained loss %.6f, served %.6f", name, info.loss, ls);
+	printf("%s: loss %.6f trained, %.6f served\n", name, info.loss, ls);
+	model_lora_free(lv);
+	// and from its file, in the names lanes loads (phi3: its fused matrices' row blocks)
+	char file[512];
+	tmp_path(file, sizeof file, "gc-adapter.gguf");
+	lv = NULL;
+	CHECKF(learn_adapter_save(a, file, GGUF_T_F32, err, sizeof err) == 0 && model_lora_load(&lv, m, file, err, sizeof err) == 0, "%s: %s",
+	       name, err);
+	const double lf = lv ? eval_loss(m, lv, NULL, ex, 2, &nll) : -1;
+	CHECKF(lf == ls, "%s: served from the file %.6f, from memory %.6f", name, lf, ls);
+	model_lora_free(lv);
+	unlink(file);
 	const double eps = 1e-4; // the reference models' logits are peaked: the loss curves sharply
 	uint64_t s = 99;
 	unsigned kinds = 0;
@@ -905,14 +972,6 @@ static void examples(const model *m) {
 
 // ---- learning works -------------------------------------------------------------------------------
 
-static double eval_loss(const model *m, const model_lora *l, base_pool *pool, learn_example **ex, int n, double *nll) {
-	int64_t cnt = 0;
-	if (learn_eval(m, l, pool, (const learn_example *const *)ex, n, nll, &cnt, err, sizeof err)) {
-		fprintf(stderr, "%s\n", err);
-		return -1;
-	}
-	return cnt ? *nll / (double)cnt : -1;
-}
 
 static void learning(base_pool *pool) {
 	t_case("stories260K");
@@ -1102,6 +1161,18 @@ int main(void) {
 	tmp_path(q3, sizeof q3, "qwen3.gguf");
 	CHECKF(make_qwen3(q3) == 0, "qwen3: %s", err);
 	gradient_check("qwen3 (from ref-llama-F32)", q3, NULL, false);
+	// the families with their own operations: soft caps, GELU, post norms, windows and a local
+	// rope (gemma2, gemma3), fused matrices, LongRoPE and partial rotary (phi3), sinks, biased
+	// experts and the clamped SwiGLU (gpt-oss); examples past the window
+	static const char *const fams[] = {"gemma2-test", "gemma3-test", "phi3-test", "gpt-oss-test"};
+	for (int f = 0; f < 4; f++) {
+		char fam[512], vocab[512];
+		tmp_path(fam, sizeof fam, fams[f]);
+		snprintf(vocab, sizeof vocab, "%s/models/stories260K.gguf", t_shared());
+		CHECKF(t_gen_model(fams[f], "F32", vocab, fam) == 0, "lanes gen %s", fams[f]);
+		gradient_check(fams[f], fam, NULL, true);
+		unlink(fam);
+	}
 	mtp_gradient("ref-llama-F32", NULL, pool);
 	mtp_gradient("ref-qwen2-F16", NULL, pool);
 	mtp_gradient("qwen3 (from ref-llama-F32)", q3, pool);
