@@ -1,8 +1,9 @@
-// cli: `lanes quantize IN.gguf OUT.gguf TYPE` — rewrites a model's weights in a file type
-// (Q8_0, Q4_K_M, ...) with the per-tensor mix llama.cpp makes; metadata is copied.
+// cli: `lanes quantize IN.gguf OUT.gguf TYPE [--imatrix FILE]` — rewrites a model's weights in a
+// file type (Q8_0, Q4_K_M, ...) with the per-tensor mix llama.cpp makes; metadata is copied.
 #include "base/base.h"
 #include "cli/cli.h"
 #include "cli/ftype.h"
+#include "cli/imatrix.h"
 #include "gguf/gguf.h"
 #include "tensor/tensor.h"
 
@@ -39,8 +40,9 @@ static void describe_model(const gguf *g, const ftype_info *ft, ftype_model *m) 
 	}
 }
 
-// Converts one tensor to type dst into a malloc'd buffer (*out, *outlen).
-static int convert_tensor(const gguf_tensor *t, uint32_t dst, base_pool *pool, void **out,
+// Converts one tensor to type dst into a malloc'd buffer (*out, *outlen), each matrix of a
+// stack under its part of imp (NULL: none).
+static int convert_tensor(const gguf_tensor *t, uint32_t dst, const float *imp, base_pool *pool, void **out,
 			  uint64_t *outlen, char *err, size_t errlen) {
 	*out = NULL;
 	if (t->type == dst) { // same type: the bytes are copied unchanged
@@ -78,7 +80,11 @@ static int convert_tensor(const gguf_tensor *t, uint32_t dst, base_pool *pool, v
 					  t->name, (long long)i);
 			goto fail;
 		}
-	rc = tensor_quantize_rows(dst, f, q, nrows, n, pool);
+	// the matrices of a stack (experts) one by one, each with its own importances
+	const int64_t nmat = t->n_dims >= 3 && t->ne[1] > 0 ? nrows / t->ne[1] : 1, mrows = nrows / nmat;
+	for (int64_t e = 0; e < nmat && !rc; e++)
+		rc = tensor_quantize_rows_imp(dst, f + e * mrows * n, (uint8_t *)q + (size_t)(e * mrows) * rb, mrows, n, imp ? imp + e * n : NULL,
+					      pool);
 	if (rc) {
 		rc = base_seterr(err, errlen, rc, "%s: cannot quantize", t->name);
 		goto fail;
@@ -93,13 +99,40 @@ fail:
 	return rc;
 }
 
-static int quantize_file(const char *in, const char *out, const ftype_info *ft, int threads) {
+// The importances of tensor t from im where its type dst takes them: NULL when none are
+// (*missing set where dst would have used them); an entry of the wrong size is an error.
+static int importance_of(const cli_imatrix *im, const gguf_tensor *t, uint32_t dst, const float **imp, bool *missing, char *err,
+			 size_t errlen) {
+	*imp = NULL, *missing = false;
+	const tensor_traits *tt = tensor_traits_of(dst);
+	if (!im || !tt || !tt->from_f32_imp || t->type == dst) return 0;
+	int64_t n;
+	const float *v = imatrix_find(im, t->name, &n);
+	const int64_t want = t->ne[0] * (t->n_dims >= 3 ? t->ne[2] : 1);
+	if (!v) {
+		*missing = true;
+		return 0;
+	}
+	if (n != want)
+		return base_seterr(err, errlen, LANES_EINVAL, "%s: the importance matrix has %lld values for it, which takes %lld (made for another model?)",
+				    t->name, (long long)n, (long long)want);
+	*imp = v;
+	return 0;
+}
+
+static int quantize_file(const char *in, const char *out, const ftype_info *ft, const char *impath, int threads) {
 	char err[512];
 	gguf *g = NULL;
 	gguf_writer *w = NULL;
 	base_pool *pool = NULL;
+	cli_imatrix *im = NULL;
+	int n_imp = 0, n_missing = 0;
 	int rc = gguf_open(&g, in, err, sizeof err);
 	if (rc) goto done;
+	if (impath) {
+		if ((rc = imatrix_load(&im, impath, err, sizeof err))) goto done;
+		cli_err("importance matrix %s: %d entries, %lld chunks", impath, imatrix_entries(im), (long long)imatrix_chunks(im));
+	}
 	w = gguf_writer_new();
 	rc = w ? base_pool_new(&pool, threads) : LANES_ENOMEM;
 	if (rc) {
@@ -114,7 +147,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	}
 	ftype_model m;
 	describe_model(g, ft, &m);
-	if (ftype_imatrix_note(ft)) cli_err("%s", ftype_imatrix_note(ft));
+	if (!im && ftype_imatrix_note(ft)) cli_err("%s", ftype_imatrix_note(ft));
 	uint64_t size_in = 0, size_out = 0, all_in = 0;
 	int n_fallback = 0, n_requant = 0;
 	int64_t nt = gguf_n_tensors(g);
@@ -135,7 +168,18 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 		if (dst != t->type && st && st->block > 1) n_requant++;
 		void *data = NULL;
 		uint64_t len = 0;
-		rc = convert_tensor(t, dst, pool, &data, &len, err, sizeof err);
+		const float *imp;
+		bool missing;
+		if ((rc = importance_of(im, t, dst, &imp, &missing, err, sizeof err))) {
+			cli_progress_end(&bar);
+			goto done;
+		}
+		if (missing) {
+			cli_progress_clear(&bar);
+			cli_err("note: the importance matrix has nothing for %s: it is fitted without", t->name);
+		}
+		n_imp += imp != NULL, n_missing += missing;
+		rc = convert_tensor(t, dst, imp, pool, &data, &len, err, sizeof err);
 		if (!rc && (rc = gguf_writer_add_tensor(w, t->name, dst, t->n_dims, t->ne, data, len)))
 			snprintf(err, sizeof err, "%s: %s", t->name, base_strerror(rc));
 		free(data);
@@ -153,6 +197,7 @@ static int quantize_file(const char *in, const char *out, const ftype_info *ft, 
 	cli_progress_end(&bar);
 	if (n_requant)
 		cli_err("warning: %d tensors were already quantized; requantizing loses precision", n_requant);
+	if (im) cli_err("importance used for %d tensors (%d of the types that take it had none)", n_imp, n_missing);
 	rc = gguf_writer_write(w, out, err, sizeof err);
 	if (rc) goto done;
 	printf("%s: %s, %lld tensors, %.2f MiB -> %.2f MiB%s\n", out, ft->name, (long long)nt,
@@ -162,11 +207,12 @@ done:
 	base_pool_free(pool);
 	gguf_writer_free(w);
 	gguf_free(g);
+	imatrix_free(im);
 	return rc ? 1 : 0;
 }
 
 int cmd_quantize(const cli_settings *s) {
 	const ftype_info *ft = ftype_by_name(s->pos[2]);
 	if (!ft) return cli_usage_error(s, "unknown type '%s' (one of: %s)", s->pos[2], ftype_names());
-	return quantize_file(s->pos[0], s->pos[1], ft, (int)(s->threads > 0 ? s->threads : base_cpu_count()));
+	return quantize_file(s->pos[0], s->pos[1], ft, s->imatrix, (int)(s->threads > 0 ? s->threads : base_cpu_count()));
 }

@@ -9,6 +9,7 @@ typedef struct {
 	bool to_f32;
 	const void *src;
 	void *dst;
+	const float *imp; // importances of a row's elements, or NULL
 	int64_t nrows, n;
 	size_t row_bytes;
 } conv_job;
@@ -21,17 +22,19 @@ static void conv_slice(void *arg, int ith, int nth) {
 	for (int64_t r = r0; r < r1; r++) {
 		if (j->to_f32)
 			j->tt->to_f32((const uint8_t *)j->src + r * j->row_bytes, (float *)j->dst + r * j->n, j->n);
+		else if (j->imp && j->tt->from_f32_imp)
+			j->tt->from_f32_imp((const float *)j->src + r * j->n, (uint8_t *)j->dst + r * j->row_bytes, j->n, j->imp);
 		else
 			j->tt->from_f32((const float *)j->src + r * j->n, (uint8_t *)j->dst + r * j->row_bytes, j->n);
 	}
 }
 
-static int convert(uint32_t type, bool to_f32, const void *src, void *dst, int64_t nrows, int64_t n,
+static int convert(uint32_t type, bool to_f32, const void *src, void *dst, int64_t nrows, int64_t n, const float *imp,
 		   base_pool *pool) {
 	const tensor_traits *tt = tensor_traits_of(type);
 	size_t rb = tensor_row_bytes(type, n);
 	if (!tt || nrows < 0 || (n > 0 && !rb)) return LANES_EINVAL;
-	conv_job j = {.tt = tt, .to_f32 = to_f32, .src = src, .dst = dst, .nrows = nrows, .n = n,
+	conv_job j = {.tt = tt, .to_f32 = to_f32, .src = src, .dst = dst, .imp = imp, .nrows = nrows, .n = n,
 		      .row_bytes = rb};
 	if (!nrows || !n) return 0;
 	if (pool && nrows > 1) base_pool_run(pool, conv_slice, &j);
@@ -41,10 +44,15 @@ static int convert(uint32_t type, bool to_f32, const void *src, void *dst, int64
 
 int tensor_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n,
 			 base_pool *pool) {
-	return convert(type, false, src, dst, nrows, n, pool);
+	return convert(type, false, src, dst, nrows, n, NULL, pool);
+}
+
+int tensor_quantize_rows_imp(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n, const float *imp,
+			     base_pool *pool) {
+	return convert(type, false, src, dst, nrows, n, imp, pool);
 }
 
 int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n,
 			   base_pool *pool) {
-	return convert(type, true, src, dst, nrows, n, pool);
+	return convert(type, true, src, dst, nrows, n, NULL, pool);
 }

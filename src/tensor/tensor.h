@@ -306,6 +306,9 @@ typedef struct {
 	size_t bytes;      // bytes per block
 	void (*to_f32)(const void *src, float *dst, int64_t n);   // dequantize
 	void (*from_f32)(const float *src, void *dst, int64_t n); // reference quantize
+	// The same under importances (an importance matrix: one per element of src), or NULL where
+	// the type's quantizer takes none (then from_f32 serves).
+	void (*from_f32_imp)(const float *src, void *dst, int64_t n, const float *imp);
 	// Dot product of one weight row (n elements) with x, as float. The sum order is fixed:
 	// blocks in order, elements in order within a block, sum = sum + w*x (no FMA), so a
 	// faster kernel that wants to match it bit for bit knows exactly what to reproduce.
@@ -324,6 +327,11 @@ size_t tensor_row_bytes(uint32_t type, int64_t n);
 // an n that is not a multiple of its block.
 int tensor_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n,
 			 base_pool *pool);
+// The same with imp, the n importances of a row's elements (an importance matrix's entry for
+// the tensor; the same for every row), where the type's quantizer takes them (from_f32_imp);
+// imp NULL, or a type without, quantizes as tensor_quantize_rows.
+int tensor_quantize_rows_imp(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n, const float *imp,
+			     base_pool *pool);
 int tensor_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n,
 			   base_pool *pool);
 

@@ -159,6 +159,9 @@ DOT_BLOCK(iq1_m, QK_K, block_iq1_m)
 // name, block and bytes come from the GGUF list (gguf.h); only the functions are stated here
 #define FACTS(T) .name = #T, .block = GGUF_BLOCK_##T, .bytes = GGUF_BYTES_##T
 #define QTYPE(t, T) {FACTS(T), .to_f32 = tensor_ref_dequant_##t, .from_f32 = tensor_ref_quant_##t, .vec_dot_f32 = dot_##t}
+#define QTYPE_IMP(t, T)                                                                                                        \
+	{FACTS(T), .to_f32 = tensor_ref_dequant_##t, .from_f32 = tensor_ref_quant_##t, .from_f32_imp = tensor_ref_quant_imp_##t, \
+	 .vec_dot_f32 = dot_##t}
 
 static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_F32] = {FACTS(F32), .to_f32 = f32_to_f32, .from_f32 = f32_from_f32, .vec_dot_f32 = dot_f32},
@@ -171,9 +174,9 @@ static const tensor_traits traits[GGUF_T_COUNT] = {
 	[GGUF_T_IQ4_NL] = QTYPE(iq4_nl, IQ4_NL), [GGUF_T_IQ4_XS] = QTYPE(iq4_xs, IQ4_XS),
 	[GGUF_T_MXFP4] = QTYPE(mxfp4, MXFP4),
 	[GGUF_T_TQ1_0] = QTYPE(tq1_0, TQ1_0), [GGUF_T_TQ2_0] = QTYPE(tq2_0, TQ2_0),
-	[GGUF_T_IQ3_XXS] = QTYPE(iq3_xxs, IQ3_XXS), [GGUF_T_IQ3_S] = QTYPE(iq3_s, IQ3_S),
-	[GGUF_T_IQ2_XXS] = QTYPE(iq2_xxs, IQ2_XXS), [GGUF_T_IQ2_XS] = QTYPE(iq2_xs, IQ2_XS),
-	[GGUF_T_IQ2_S] = QTYPE(iq2_s, IQ2_S), [GGUF_T_IQ1_S] = QTYPE(iq1_s, IQ1_S), [GGUF_T_IQ1_M] = QTYPE(iq1_m, IQ1_M),
+	[GGUF_T_IQ3_XXS] = QTYPE_IMP(iq3_xxs, IQ3_XXS), [GGUF_T_IQ3_S] = QTYPE_IMP(iq3_s, IQ3_S),
+	[GGUF_T_IQ2_XXS] = QTYPE_IMP(iq2_xxs, IQ2_XXS), [GGUF_T_IQ2_XS] = QTYPE_IMP(iq2_xs, IQ2_XS),
+	[GGUF_T_IQ2_S] = QTYPE_IMP(iq2_s, IQ2_S), [GGUF_T_IQ1_S] = QTYPE_IMP(iq1_s, IQ1_S), [GGUF_T_IQ1_M] = QTYPE_IMP(iq1_m, IQ1_M),
 };
 #undef QTYPE
 #undef FACTS

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static const char *bin(void) {
 	const char *b = getenv("LANES_BIN");
@@ -563,6 +564,192 @@ static void test_gen(void) {
 	CHECK(run(NULL, "gen --shape test --type Q4_0 -o %s", out) == 2);
 }
 
+
+// ---- --imatrix: llama-imatrix's two formats, the grid types fitted under them -----------------
+#define IM_COLS 512
+#define IM_ROWS 32
+#define IM_EXPERTS 4
+
+// The importance of column c (of expert e for the stack): a few columns large, the rest small;
+// powers of two, so both formats' means come back exact.
+static float im_value(int c, int e) { return (c + 7 * e) % 16 == 0 ? 64.0f : 0.0625f; }
+
+static uint64_t im_rng = 12345;
+static float im_rand(void) { return (float)((double)(splitmix64(im_rng++) >> 11) / 9007199254740992.0 - 0.5); }
+
+// A llama-shaped file with one dense matrix and one stack of experts, both quantized to IQ2_XXS
+// in the IQ2_XXS mix.
+static int im_model(const char *path) {
+	gguf_writer *w = gguf_writer_new();
+	char err[256];
+	float *a = malloc(IM_COLS * IM_ROWS * 4), *b = malloc(IM_COLS * IM_ROWS * IM_EXPERTS * 4);
+	for (int i = 0; i < IM_COLS * IM_ROWS; i++) a[i] = im_rand();
+	for (int i = 0; i < IM_COLS * IM_ROWS * IM_EXPERTS; i++) b[i] = im_rand();
+	const int64_t na[2] = {IM_COLS, IM_ROWS}, nb[3] = {IM_COLS, IM_ROWS, IM_EXPERTS};
+	int rc = !w || gguf_writer_set_str(w, "general.architecture", "llama") || gguf_writer_set_u32(w, "llama.block_count", 8) ||
+		 gguf_writer_set_u32(w, "llama.attention.head_count", 8) || gguf_writer_set_u32(w, "llama.expert_count", IM_EXPERTS) ||
+		 gguf_writer_add_tensor(w, "blk.3.ffn_gate.weight", GGUF_T_F32, 2, na, a, sizeof(float) * IM_COLS * IM_ROWS) ||
+		 gguf_writer_add_tensor(w, "blk.3.ffn_up_exps.weight", GGUF_T_F32, 3, nb, b, sizeof(float) * IM_COLS * IM_ROWS * IM_EXPERTS) ||
+		 gguf_writer_write(w, path, err, sizeof err);
+	gguf_writer_free(w);
+	free(a), free(b);
+	return rc;
+}
+
+static void put_i32(FILE *f, int32_t v) { fwrite(&v, 4, 1, f); }
+
+// llama-imatrix's .dat: entries of name, calls, values (the means times the calls), then the
+// last call and the dataset's name. `skip` leaves out the stack's entry; `cut` ends the file early.
+static void im_dat(const char *path, bool skip, long cut) {
+	FILE *f = fopen(path, "wb");
+	const char *names[2] = {"blk.3.ffn_gate.weight", "blk.3.ffn_up_exps.weight"};
+	const int32_t ncall = 8;
+	put_i32(f, skip ? 1 : 2);
+	for (int k = 0; k < (skip ? 1 : 2); k++) {
+		const int ne = k ? IM_EXPERTS : 1;
+		put_i32(f, (int32_t)strlen(names[k]));
+		fwrite(names[k], 1, strlen(names[k]), f);
+		put_i32(f, ncall);
+		put_i32(f, IM_COLS * ne);
+		for (int e = 0; e < ne; e++)
+			for (int c = 0; c < IM_COLS; c++) {
+				const float v = im_value(c, k ? e : 0) * ncall;
+				fwrite(&v, 4, 1, f);
+			}
+	}
+	put_i32(f, 8);
+	put_i32(f, 4);
+	fwrite("text", 1, 4, f);
+	fclose(f);
+	if (cut > 0) (void)!truncate(path, cut);
+}
+
+// The GGUF form: <name>.in_sum2 (sums of squares per expert) and <name>.counts (rows per expert).
+// `nocounts` leaves the stack's counts out.
+static void im_gguf(const char *path, bool nocounts) {
+	gguf_writer *w = gguf_writer_new();
+	char err[256];
+	float sums[IM_COLS * IM_EXPERTS], counts[IM_EXPERTS];
+	gguf_writer_set_str(w, "general.type", "imatrix");
+	gguf_writer_set_u32(w, "imatrix.chunk_count", 8);
+	for (int k = 0; k < 2; k++) {
+		const int ne = k ? IM_EXPERTS : 1;
+		const char *name = k ? "blk.3.ffn_up_exps.weight" : "blk.3.ffn_gate.weight";
+		char tn[128];
+		for (int e = 0; e < ne; e++) {
+			counts[e] = (float)(16 << e);
+			for (int c = 0; c < IM_COLS; c++) sums[e * IM_COLS + c] = im_value(c, k ? e : 0) * counts[e];
+		}
+		const int64_t ns[2] = {IM_COLS, ne}, nc[2] = {1, ne};
+		snprintf(tn, sizeof tn, "%s.in_sum2", name);
+		gguf_writer_add_tensor(w, tn, GGUF_T_F32, 2, ns, sums, sizeof(float) * IM_COLS * ne);
+		snprintf(tn, sizeof tn, "%s.counts", name);
+		if (!(k && nocounts)) gguf_writer_add_tensor(w, tn, GGUF_T_F32, 2, nc, counts, sizeof(float) * ne);
+	}
+	CHECKF(gguf_writer_write(w, path, err, sizeof err) == 0, "%s", err);
+	gguf_writer_free(w);
+}
+
+// Sum over the tensor's elements of importance times squared error, against the F32 original.
+static double im_werr(const gguf_tensor *orig, const gguf_tensor *q) {
+	const int64_t n = gguf_tensor_nelem(orig), rows = n / IM_COLS;
+	float *y = malloc((size_t)n * 4);
+	tensor_traits_of(q->type)->to_f32(q->data, y, n);
+	double e = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int c = 0; c < IM_COLS; c++) {
+			const double d = (double)((const float *)orig->data)[r * IM_COLS + c] - y[r * IM_COLS + c];
+			e += im_value(c, (int)(r / IM_ROWS)) * d * d;
+		}
+	free(y);
+	return e;
+}
+
+static void test_imatrix(void) {
+	char src[1024], dat[1024], gg[1024], out[4][1024], errf[1024];
+	snprintf(src, sizeof src, "%s/lanes-im-model-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(dat, sizeof dat, "%s/lanes-im-%d.dat", t_tmp(), (int)getpid());
+	snprintf(gg, sizeof gg, "%s/lanes-im-%d.gguf", t_tmp(), (int)getpid());
+	snprintf(errf, sizeof errf, "%s/lanes-im-%d.err", t_tmp(), (int)getpid());
+	for (int i = 0; i < 4; i++) snprintf(out[i], sizeof out[i], "%s/lanes-im-out%d-%d.gguf", t_tmp(), i, (int)getpid());
+	CHECK(im_model(src) == 0);
+	im_dat(dat, false, 0);
+	im_gguf(gg, false);
+	CHECK(run(NULL, "quantize %s %s IQ2_XXS", src, out[0]) == 0);
+	CHECK(run(errf, "quantize %s %s IQ2_XXS --imatrix %s", src, out[1], dat) == 0);
+	char *text = t_read_file(errf, NULL);
+	CHECKF(text && strstr(text, "2 entries, 8 chunks") && strstr(text, "importance used for 2 tensors") && !strstr(text, "lanes quantizes them without"),
+	       "stderr with --imatrix: %s", text ? text : "(none)");
+	free(text);
+	CHECK(run(NULL, "quantize %s %s IQ2_XXS --imatrix %s", src, out[2], gg) == 0);
+	gguf *g0 = open_or_fail(src), *g[3] = {open_or_fail(out[0]), open_or_fail(out[1]), open_or_fail(out[2])};
+	if (g0 && g[0] && g[1] && g[2]) {
+		const char *names[2] = {"blk.3.ffn_gate.weight", "blk.3.ffn_up_exps.weight"};
+		for (int k = 0; k < 2; k++) {
+			const gguf_tensor *o = gguf_find_tensor(g0, names[k]), *t[3];
+			for (int i = 0; i < 3; i++) t[i] = gguf_find_tensor(g[i], names[k]);
+			if (!o || !t[0] || !t[1] || !t[2]) {
+				CHECKF(0, "%s missing", names[k]);
+				continue;
+			}
+			CHECKF(t[1]->type == GGUF_T_IQ2_XXS && t[0]->type == GGUF_T_IQ2_XXS, "%s: IQ2_XXS (%s)", names[k], type_name(t[1]->type));
+			// both formats give the same means, so the same bytes
+			CHECKF(t[1]->nbytes == t[2]->nbytes && !memcmp(t[1]->data, t[2]->data, t[1]->nbytes), "%s: .dat and GGUF differ", names[k]);
+			const double plain = im_werr(o, t[0]), weighted = im_werr(o, t[1]);
+			printf("imatrix %s: importance-weighted error %.4g without, %.4g with (%.0f%% lower)\n", names[k], plain, weighted,
+			       100.0 * (1.0 - weighted / plain));
+			CHECKF(weighted < 0.8 * plain, "%s: the importance-weighted error %.4g with the matrix, %.4g without", names[k], weighted, plain);
+		}
+	}
+	gguf_free(g0);
+	for (int i = 0; i < 3; i++) gguf_free(g[i]);
+	// an entry missing is said, and the tensor is fitted without
+	im_dat(dat, true, 0);
+	CHECK(run(errf, "quantize %s %s IQ2_XXS --imatrix %s", src, out[3], dat) == 0);
+	text = t_read_file(errf, NULL);
+	CHECKF(text && strstr(text, "has nothing for blk.3.ffn_up_exps.weight") && strstr(text, "(1 of the types that take it had none)"),
+	       "a missing entry: %s", text ? text : "(none)");
+	free(text);
+	// bad files fail with the file and the entry named, and write nothing
+	static const struct {
+		int kind;
+		long cut;
+		const char *want;
+	} bad[] = {
+		{0, 30, "entry blk.3.ffn_gate.weight: cut short"}, {0, 2, "not an importance matrix"},
+		{0, 1000, "more values than the file holds"}, {1, 0, "in_sum2 without its counts"},
+		{2, 0, "cannot open it"}, {3, 0, "takes 2048 (made for another model?)"}, {4, 0, "value 0 is -1"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		remove(out[3]);
+		const char *file = dat;
+		if (bad[i].kind == 0) im_dat(dat, false, bad[i].cut);
+		if (bad[i].kind == 1) im_gguf(gg, true), file = gg;
+		if (bad[i].kind == 2) file = "/nonexistent/imatrix.dat";
+		if (bad[i].kind == 3 || bad[i].kind == 4) { // the stack's entry sized for one matrix; a negative mean
+			FILE *f = fopen(dat, "wb");
+			const char *nm = bad[i].kind == 3 ? "blk.3.ffn_up_exps.weight" : "blk.3.ffn_gate.weight";
+			put_i32(f, 1), put_i32(f, (int32_t)strlen(nm));
+			fwrite(nm, 1, strlen(nm), f);
+			put_i32(f, 1), put_i32(f, IM_COLS);
+			for (int c = 0; c < IM_COLS; c++) {
+				const float v = bad[i].kind == 4 ? -1.0f : 1.0f;
+				fwrite(&v, 4, 1, f);
+			}
+			fclose(f);
+		}
+		CHECK(run(errf, "quantize %s %s IQ2_XXS --imatrix %s", src, out[3], file) != 0);
+		text = t_read_file(errf, NULL);
+		CHECKF(text && strstr(text, bad[i].want), "bad imatrix %zu: stderr lacks '%s': %s", i, bad[i].want, text ? text : "(none)");
+		free(text);
+		FILE *o = fopen(out[3], "rb");
+		CHECKF(!o, "bad imatrix %zu: an output was written", i);
+		if (o) fclose(o);
+	}
+	remove(src), remove(dat), remove(gg), remove(errf);
+	for (int i = 0; i < 4; i++) remove(out[i]);
+}
+
 int main(void) {
 	test_matches_llamacpp();
 	test_mixes_moe_qwen2();
@@ -571,5 +758,6 @@ int main(void) {
 	test_mxfp4_mixes();
 	test_low_bit_mixes();
 	test_gen();
+	test_imatrix();
 	T_DONE("cli_quantize");
 }

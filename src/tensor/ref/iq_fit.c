@@ -22,12 +22,12 @@ void iq_expand(iq_grid *gr, float *pts) {
 
 typedef float v4f __attribute__((vector_size(16)));
 
-static inline int near_g(const float *pts, int n, const int g, const float *t, float s, float *err) {
+static inline int near_g(const float *pts, int n, const int g, const float *t, const float *wt, float s, float *err) {
 	int best = 0;
 	float be = INFINITY;
 	const v4f sv = {s, s, s, s};
-	v4f tv[8];
-	for (int j = 0; j < g; j++) tv[j] = (v4f){t[j], t[j], t[j], t[j]};
+	v4f tv[8], wv[8];
+	for (int j = 0; j < g; j++) tv[j] = (v4f){t[j], t[j], t[j], t[j]}, wv[j] = (v4f){wt[j], wt[j], wt[j], wt[j]};
 	for (int q = 0; q < n / 4; q++) {
 		const float *p = pts + 4 * g * q;
 		v4f e = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -35,7 +35,7 @@ static inline int near_g(const float *pts, int n, const int g, const float *t, f
 			v4f pj;
 			memcpy(&pj, p + 4 * j, sizeof pj);
 			const v4f r = tv[j] - sv * pj;
-			e += r * r;
+			e += wv[j] * r * r;
 		}
 		for (int l = 0; l < 4; l++)
 			if (e[l] < be) be = e[l], best = 4 * q + l;
@@ -44,32 +44,35 @@ static inline int near_g(const float *pts, int n, const int g, const float *t, f
 	return best;
 }
 
-int iq_nearest(const iq_grid *gr, const float *a, float s, float delta, float *err) {
+static const float ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+int iq_nearest(const iq_grid *gr, const float *a, const float *wt, float s, float delta, float *err) {
 	float t[8], e;
 	for (int j = 0; j < gr->g; j++) t[j] = a[j] - s * delta;
-	const int i = gr->g == 4 ? near_g(gr->pts, gr->n, 4, t, s, &e) : near_g(gr->pts, gr->n, 8, t, s, &e);
+	if (!wt) wt = ones8;
+	const int i = gr->g == 4 ? near_g(gr->pts, gr->n, 4, t, wt, s, &e) : near_g(gr->pts, gr->n, 8, t, wt, s, &e);
 	if (err) *err = e;
 	return i;
 }
 
-float iq_codes(const iq_grid *gr, const float *a, int ng, const float *delta, float s, int *idx, float *lsq,
+float iq_codes(const iq_grid *gr, const float *a, const float *wt, int ng, const float *delta, float s, int *idx, float *lsq,
 	       float *gain) {
 	float err = 0.0f, aq = 0.0f, qq = 0.0f;
 	for (int k = 0; k < ng; k++) {
 		float dk = delta ? delta[k] : 0.0f, e;
-		const float *ak = a + gr->g * k;
-		int i = iq_nearest(gr, ak, s, gr->pick != 0.0f ? gr->pick : dk, &e);
+		const float *ak = a + gr->g * k, *wk = wt ? wt + gr->g * k : ones8;
+		int i = iq_nearest(gr, ak, wk, s, gr->pick != 0.0f ? gr->pick : dk, &e);
 		if (gr->pick != 0.0f) { // the group's own offset: +pick, or -pick where that is nearer
 			float e2;
-			const int i2 = iq_nearest(gr, ak, s, -gr->pick, &e2);
+			const int i2 = iq_nearest(gr, ak, wk, s, -gr->pick, &e2);
 			dk = e2 < e ? -gr->pick : gr->pick;
 			if (e2 < e) i = i2, e = e2;
 		}
 		err += e;
 		for (int j = 0; j < gr->g; j++) {
 			const float q = iq_pt(gr, i, j) + dk;
-			aq += ak[j] * q;
-			qq += q * q;
+			aq += wk[j] * ak[j] * q;
+			qq += wk[j] * q * q;
 		}
 		if (idx) idx[k] = i | (dk < 0.0f && gr->pick != 0.0f ? IQ_NEG_PICK : 0);
 	}
@@ -82,7 +85,7 @@ float iq_codes(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 // the one that puts it at the top level.
 static const float iq_tries[] = {0.7f, 0.85f, 1.1f};
 
-float iq_fit(const iq_grid *gr, const float *a, int ng, const float *delta, float *gain) {
+float iq_fit(const iq_grid *gr, const float *a, const float *wt, int ng, const float *delta, float *gain) {
 	float amax = 0.0f;
 	for (int j = 0; j < gr->g * ng; j++) amax = fabsf(a[j]) > amax ? fabsf(a[j]) : amax;
 	*gain = 0.0f;
@@ -91,12 +94,12 @@ float iq_fit(const iq_grid *gr, const float *a, int ng, const float *delta, floa
 	float best = -1.0f, best_s = 0.0f, g, lsq;
 	for (int t = 0; t < gr->nlev + nt; t++) {
 		const float s = t < gr->nlev ? amax / gr->lev[t] : iq_tries[t - gr->nlev] * amax / gr->lev[gr->nlev - 1];
-		iq_codes(gr, a, ng, delta, s, NULL, &lsq, &g);
+		iq_codes(gr, a, wt, ng, delta, s, NULL, &lsq, &g);
 		if (g > best && lsq > 0.0f) best = g, best_s = lsq;
 	}
 	// the best one's codes taken again at its refitted scale, while that helps
 	for (int it = 0; it < 1 && best_s > 0.0f; it++) {
-		iq_codes(gr, a, ng, delta, best_s, NULL, &lsq, &g);
+		iq_codes(gr, a, wt, ng, delta, best_s, NULL, &lsq, &g);
 		if (!(g > best) || !(lsq > 0.0f)) break;
 		best = g, best_s = lsq;
 	}
@@ -104,10 +107,10 @@ float iq_fit(const iq_grid *gr, const float *a, int ng, const float *delta, floa
 	return best_s;
 }
 
-int iq_pick_ls(const iq_grid *gr, const float *a, int ng, const float *delta, float s, float d, float mul, int nl,
+int iq_pick_ls(const iq_grid *gr, const float *a, const float *wt, int ng, const float *delta, float s, float d, float mul, int nl,
 	       int *idx) {
 	if (d == 0.0f) {
-		iq_codes(gr, a, ng, delta, 0.0f, idx, NULL, NULL);
+		iq_codes(gr, a, wt, ng, delta, 0.0f, idx, NULL, NULL);
 		return 0;
 	}
 	// element scale d (2 ls + 1) mul: the ls nearest s, then its neighbours
@@ -117,7 +120,7 @@ int iq_pick_ls(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 	float be = INFINITY;
 	for (int l = l0 - 1; l <= l0 + 1; l++) {
 		if (l < 0 || l > nl - 1) continue;
-		const float e = iq_codes(gr, a, ng, delta, d * (float)(2 * l + 1) * mul, tmp, NULL, NULL);
+		const float e = iq_codes(gr, a, wt, ng, delta, d * (float)(2 * l + 1) * mul, tmp, NULL, NULL);
 		if (e < be) {
 			be = e, best = l;
 			memcpy(idx, tmp, (size_t)ng * sizeof *idx);
@@ -126,15 +129,25 @@ int iq_pick_ls(const iq_grid *gr, const float *a, int ng, const float *delta, fl
 	return best;
 }
 
-uint8_t iq_signs8(const float *x, bool even, float *a) {
+uint8_t iq_signs8(const float *x, const float *wt, bool even, float *a) {
 	uint8_t s = 0;
 	int small = 0;
+	if (!wt) wt = ones8;
 	for (int j = 0; j < 8; j++) {
 		if (x[j] < 0.0f) s |= (uint8_t)(1u << j);
-		if (fabsf(x[j]) < fabsf(x[small])) small = j;
+		if (wt[j] * x[j] * x[j] < wt[small] * x[small] * x[small]) small = j;
 	}
 	// an odd count of negatives cannot be stored: the smallest element takes the other sign
 	if (even && __builtin_popcount(s) & 1) s ^= (uint8_t)(1u << small);
 	for (int j = 0; j < 8; j++) a[j] = s >> j & 1 ? -x[j] : x[j];
 	return s;
+}
+
+const float *iq_weights(const float *x, const float *imp, float wt[QK_K]) {
+	if (!imp) return NULL;
+	double ss = 0.0;
+	for (int i = 0; i < QK_K; i++) ss += (double)x[i] * x[i];
+	const float sigma2 = (float)(2.0 * ss / QK_K);
+	for (int i = 0; i < QK_K; i++) wt[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
+	return wt;
 }

@@ -23,20 +23,21 @@ static const iq_grid grid_iq2s_tab = {tensor_iq2s_grid, 1024, 8, 8, false, 3, {8
 // One block's signs (sg, a byte per 8; the count made even with parity) and targets a, its
 // sub-blocks of `sub` elements fitted, and d (fp16): the largest sub-block scale at the top of
 // the 4-bit range, 31 / 8. Each sub-block's ls into ls[], its points into idx (one per 8).
-static uint16_t iq2_block(const iq_grid *tab, const float *x, int sub, bool parity, uint8_t sg[QK_K / 8], int ls[16],
+static uint16_t iq2_block(const iq_grid *tab, const float *x, const float *imp, int sub, bool parity, uint8_t sg[QK_K / 8], int ls[16],
 			  int idx[QK_K / 8]) {
 	iq_grid g = *tab;
-	float pts[1024 * 8], a[QK_K], s[16], smax = 0.0f, gain;
+	float pts[1024 * 8], a[QK_K], s[16], smax = 0.0f, gain, wb[QK_K];
 	const iq_grid *gr = &g;
 	iq_expand(&g, pts);
+	const float *wt = iq_weights(x, imp, wb);
 	const int ns = QK_K / sub, ng = sub / 8;
-	for (int k = 0; k < QK_K / 8; k++) sg[k] = iq_signs8(x + 8 * k, parity, a + 8 * k);
+	for (int k = 0; k < QK_K / 8; k++) sg[k] = iq_signs8(x + 8 * k, wt ? wt + 8 * k : NULL, parity, a + 8 * k);
 	for (int b = 0; b < ns; b++) {
-		s[b] = iq_fit(gr, a + sub * b, ng, NULL, &gain);
+		s[b] = iq_fit(gr, a + sub * b, wt ? wt + sub * b : NULL, ng, NULL, &gain);
 		smax = s[b] > smax ? s[b] : smax;
 	}
 	const uint16_t dh = TO_F16(smax / (31.0f * 0.125f));
-	for (int b = 0; b < ns; b++) ls[b] = iq_pick_ls(gr, a + sub * b, ng, NULL, s[b], F16(dh), 0.125f, 16, idx + ng * b);
+	for (int b = 0; b < ns; b++) ls[b] = iq_pick_ls(gr, a + sub * b, wt ? wt + sub * b : NULL, ng, NULL, s[b], F16(dh), 0.125f, 16, idx + ng * b);
 	return dh;
 }
 
@@ -56,12 +57,14 @@ void tensor_ref_dequant_iq2_xxs(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq2_xxs(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq2_xxs(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq2_xxs(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq2_xxs(const float *x, void *dst, int64_t n, const float *imp) {
 	block_iq2_xxs *b = dst;
 	uint8_t sg[QK_K / 8];
 	int ls[16], idx[QK_K / 8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		b[i].d = iq2_block(&grid_iq2xxs_tab, x, 32, true, sg, ls, idx);
+		b[i].d = iq2_block(&grid_iq2xxs_tab, x, imp ? imp + i * QK_K : NULL, 32, true, sg, ls, idx);
 		for (int ib = 0; ib < QK_K / 32; ib++) {
 			uint32_t aux = (uint32_t)ls[ib] << 28;
 			for (int l = 0; l < 4; l++) {
@@ -89,12 +92,14 @@ void tensor_ref_dequant_iq2_xs(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq2_xs(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq2_xs(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq2_xs(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq2_xs(const float *x, void *dst, int64_t n, const float *imp) {
 	block_iq2_xs *b = dst;
 	uint8_t sg[QK_K / 8];
 	int ls[16], idx[QK_K / 8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		b[i].d = iq2_block(&grid_iq2xs_tab, x, 16, true, sg, ls, idx);
+		b[i].d = iq2_block(&grid_iq2xs_tab, x, imp ? imp + i * QK_K : NULL, 16, true, sg, ls, idx);
 		for (int ib = 0; ib < QK_K / 32; ib++) b[i].scales[ib] = (uint8_t)(ls[2 * ib] | ls[2 * ib + 1] << 4);
 		for (int k = 0; k < QK_K / 8; k++) {
 			const int v = idx[k] | (sg[k] & 127) << 9;
@@ -116,11 +121,13 @@ void tensor_ref_dequant_iq2_s(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq2_s(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq2_s(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq2_s(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq2_s(const float *x, void *dst, int64_t n, const float *imp) {
 	block_iq2_s *b = dst;
 	int ls[16], idx[QK_K / 8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		b[i].d = iq2_block(&grid_iq2s_tab, x, 16, false, b[i].qs + QK_K / 8, ls, idx);
+		b[i].d = iq2_block(&grid_iq2s_tab, x, imp ? imp + i * QK_K : NULL, 16, false, b[i].qs + QK_K / 8, ls, idx);
 		memset(b[i].qh, 0, sizeof b[i].qh);
 		for (int ib = 0; ib < QK_K / 32; ib++) b[i].scales[ib] = (uint8_t)(ls[2 * ib] | ls[2 * ib + 1] << 4);
 		for (int k = 0; k < QK_K / 8; k++) {

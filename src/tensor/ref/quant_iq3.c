@@ -40,22 +40,25 @@ void tensor_ref_dequant_iq3_xxs(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq3_xxs(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq3_xxs(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq3_xxs(const float *x, void *dst, int64_t n, const float *imp) {
 	iq_grid gr = grid_iq3xxs_tab;
 	float pts[256 * 4];
 	iq_expand(&gr, pts);
 	block_iq3_xxs *b = dst;
-	float a[QK_K], s[8], gain;
+	float a[QK_K], s[8], gain, wb[QK_K];
 	uint8_t sg[QK_K / 8];
 	int idx[8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		for (int k = 0; k < QK_K / 8; k++) sg[k] = iq_signs8(x + 8 * k, true, a + 8 * k);
-		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, 8, NULL, &gain);
+		const float *wt = iq_weights(x, imp ? imp + i * QK_K : NULL, wb);
+		for (int k = 0; k < QK_K / 8; k++) sg[k] = iq_signs8(x + 8 * k, wt ? wt + 8 * k : NULL, true, a + 8 * k);
+		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, wt ? wt + 32 * ib : NULL, 8, NULL, &gain);
 		// the largest sub-block scale at the top of the 4-bit range, 31 / 4
 		b[i].d = TO_F16(smax8(s) / (31.0f * 0.25f));
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < 8; ib++) {
-			const int ls = iq_pick_ls(&gr, a + 32 * ib, 8, NULL, s[ib], d, 0.25f, 16, idx);
+			const int ls = iq_pick_ls(&gr, a + 32 * ib, wt ? wt + 32 * ib : NULL, 8, NULL, s[ib], d, 0.25f, 16, idx);
 			uint32_t aux = (uint32_t)ls << 28;
 			for (int k = 0; k < 8; k++) b[i].qs[8 * ib + k] = (uint8_t)idx[k];
 			for (int l = 0; l < 4; l++) aux |= (uint32_t)(sg[4 * ib + l] & 127) << 7 * l;
@@ -82,22 +85,25 @@ void tensor_ref_dequant_iq3_s(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq3_s(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq3_s(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq3_s(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq3_s(const float *x, void *dst, int64_t n, const float *imp) {
 	iq_grid gr = grid_iq3s_tab;
 	float pts[512 * 4];
 	iq_expand(&gr, pts);
 	block_iq3_s *b = dst;
-	float a[QK_K], s[8], gain;
+	float a[QK_K], s[8], gain, wb[QK_K];
 	int idx[8];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		const float *wt = iq_weights(x, imp ? imp + i * QK_K : NULL, wb);
 		memset(b[i].qh, 0, sizeof b[i].qh);
 		memset(b[i].scales, 0, sizeof b[i].scales);
-		for (int k = 0; k < QK_K / 8; k++) b[i].signs[k] = iq_signs8(x + 8 * k, false, a + 8 * k);
-		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, 8, NULL, &gain);
+		for (int k = 0; k < QK_K / 8; k++) b[i].signs[k] = iq_signs8(x + 8 * k, NULL, false, a + 8 * k);
+		for (int ib = 0; ib < 8; ib++) s[ib] = iq_fit(&gr, a + 32 * ib, wt ? wt + 32 * ib : NULL, 8, NULL, &gain);
 		b[i].d = TO_F16(smax8(s) / 31.0f);
 		const float d = F16(b[i].d);
 		for (int ib = 0; ib < 8; ib++) {
-			const int ls = iq_pick_ls(&gr, a + 32 * ib, 8, NULL, s[ib], d, 1.0f, 16, idx);
+			const int ls = iq_pick_ls(&gr, a + 32 * ib, wt ? wt + 32 * ib : NULL, 8, NULL, s[ib], d, 1.0f, 16, idx);
 			b[i].scales[ib / 2] |= (uint8_t)(ls << 4 * (ib % 2));
 			for (int k = 0; k < 8; k++) {
 				b[i].qs[8 * ib + k] = (uint8_t)idx[k];
