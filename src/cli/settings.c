@@ -61,7 +61,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--temp", .kind = SET_FLOAT, .field = F(temp), .dflt = "0", .min = 0, .max = 2, .meta = "T", .cmds = B(LEARN),
 	 .help = "with --mtp --gen: the continuations are drawn at this temperature (from --seed) for more varied text; the head learns the greedy choice either way (0: greedy)"},
 	{.names = "--imatrix", .kind = SET_STR, .field = F(imatrix), .meta = "FILE", .cmds = B(QUANTIZE),
-	 .help = "an importance matrix (llama-imatrix's GGUF or .dat): the IQ3, IQ2 and IQ1 tensors are fitted where it says the inputs are large"},
+	 .help = "an importance matrix (llama-imatrix's GGUF or .dat): the K-quant, IQ4, IQ3, IQ2 and IQ1 tensors are fitted closest where it says the inputs are large"},
 	{.names = "--draft-head", .kind = SET_STR, .field = F(draft_head), .meta = "HEAD.gguf", .cmds = B(MTP_MERGE), .req = B(MTP_MERGE),
 	 .help = "the MTP head (lanes learn --mtp) to add to the model"},
 	{.names = "--from", .kind = SET_STR, .field = F(from_adapter), .meta = "ADAPTER.gguf", .cmds = B(LEARN),

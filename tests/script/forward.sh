@@ -118,7 +118,7 @@ b=$("$BIN" run -m "$Q" --ids "$qids" -n 12 --temp 1 --seed 3 --activations q8 --
 
 # gemma2, gemma3, phi3 and gpt-oss from lanes gen: info names the architecture; 40 positions (past
 # the window of 16 of their local layers) give the same logits on 1 and 2 threads in chunks of 7, in
-# the fused and the unfused attention, and the learning commands refuse them.
+# the fused and the unfused attention, and training writes the same adapter on 1 and 2 threads.
 gids=$(seq 3 42 | paste -sd, -)
 printf '{"prompt": "Once upon", "completion": " a time"}\n' > "$TMP/g.jsonl"
 for fam in gemma2 gemma3 phi3 gpt-oss; do
@@ -131,8 +131,11 @@ for fam in gemma2 gemma3 phi3 gpt-oss; do
 		same "$(wc -c < "$TMP/g1" | tr -d ' ')" "$((40 * 512 * 4))" "$fam logits file size ($attn)"
 		cmp -s "$TMP/g1" "$TMP/g2" && ok || bad "$fam logits ($attn) differ between 1 thread and 2 threads in chunks of 7"
 	done
-	"$BIN" learn -m "$G" --data "$TMP/g.jsonl" --steps 1 --batch 1 -o "$TMP/ga.gguf" > /dev/null 2> "$TMP/err" && bad "learn took $fam" ||
-		{ grep -q "not $fam's" "$TMP/err" && ok || bad "learn on $fam said: $(cat "$TMP/err")"; }
+	for t in 1 2; do
+		"$BIN" learn -m "$G" --data "$TMP/g.jsonl" --steps 2 --batch 1 -t $t -o "$TMP/ga$t.gguf" > /dev/null 2> "$TMP/err" ||
+			bad "learn on $fam (-t $t): $(cat "$TMP/err")"
+	done
+	cmp -s "$TMP/ga1.gguf" "$TMP/ga2.gguf" && ok || bad "$fam: the adapter trained on 1 thread differs from 2 threads'"
 done
 
 # phi3's LongRoPE: 80 positions (past its original context of 64) rotate by the long factors, so

@@ -785,6 +785,49 @@ static void test_half(void) {
 	CHECK(tensor_bf16_to_f32(0xc040) == -3.0f);
 }
 
+
+// ---- importance: the types that take an importance matrix fit to the weighted error -------------
+static void test_importance(void) {
+	static const uint32_t takes[] = {GGUF_T_Q2_K,	 GGUF_T_Q3_K,	GGUF_T_Q4_K,   GGUF_T_Q5_K,   GGUF_T_Q6_K,
+					 GGUF_T_IQ4_NL,	 GGUF_T_IQ4_XS, GGUF_T_IQ3_XXS, GGUF_T_IQ3_S,  GGUF_T_IQ2_XXS,
+					 GGUF_T_IQ2_XS, GGUF_T_IQ2_S,	GGUF_T_IQ1_S,  GGUF_T_IQ1_M};
+	enum { COLS = 1024, ROWS = 8 };
+	float *x = malloc(COLS * ROWS * 4), *y = malloc(COLS * ROWS * 4), imp[COLS];
+	void *q = malloc(COLS * ROWS * 4);
+	uint64_t s = 99;
+	for (int i = 0; i < COLS * ROWS; i++) x[i] = (float)(gauss(&s) * 0.02);
+	// one column in eight carries large activations, as an importance matrix finds
+	for (int c = 0; c < COLS; c++) imp[c] = c % 8 == 3 ? 50.0f : 0.05f;
+	int n_takes = 0;
+	for (size_t t = 0; t < N_TYPES; t++) {
+		const tensor_traits *tt = tensor_traits_of(all_types[t]);
+		bool listed = false;
+		for (size_t k = 0; k < sizeof takes / sizeof takes[0]; k++) listed |= takes[k] == all_types[t];
+		CHECKF(!!tt->from_f32_imp == listed, "%s: takes an importance matrix: %d", tt->name, !!tt->from_f32_imp);
+		if (!tt->from_f32_imp) continue;
+		n_takes++;
+		const size_t rb = tensor_row_bytes(all_types[t], COLS);
+		double e[2];
+		for (int with = 0; with < 2; with++) {
+			for (int r = 0; r < ROWS; r++) {
+				if (with) tt->from_f32_imp(x + r * COLS, (uint8_t *)q + r * rb, COLS, imp);
+				else tt->from_f32(x + r * COLS, (uint8_t *)q + r * rb, COLS);
+			}
+			tt->to_f32(q, y, COLS * ROWS);
+			e[with] = 0;
+			for (int i = 0; i < COLS * ROWS; i++) e[with] += imp[i % COLS] * (double)(x[i] - y[i]) * (x[i] - y[i]);
+		}
+		printf("importance %s: weighted error %.4g without, %.4g with (%.0f%% lower)\n", tt->name, e[0], e[1], 100 * (1 - e[1] / e[0]));
+		CHECKF(e[1] < 0.9 * e[0], "%s: importance-weighted error %.4g with the importances, %.4g without", tt->name, e[1], e[0]);
+		// no importances: the plain quantizer's bytes
+		tt->from_f32(x, y, COLS);
+		tt->from_f32_imp(x, q, COLS, NULL);
+		CHECKF(!memcmp(y, q, rb), "%s: from_f32_imp without importances differs from from_f32", tt->name);
+	}
+	CHECK(n_takes == (int)(sizeof takes / sizeof takes[0]));
+	free(x), free(y), free(q);
+}
+
 int main(void) {
 	test_sizes();
 	test_iq4();
@@ -799,5 +842,6 @@ int main(void) {
 	test_round_trip();
 	test_golden();
 	test_quantize_matches_llamacpp();
+	test_importance();
 	T_DONE("tensor_formats");
 }

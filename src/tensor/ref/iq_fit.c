@@ -143,11 +143,12 @@ uint8_t iq_signs8(const float *x, const float *wt, bool even, float *a) {
 	return s;
 }
 
-const float *iq_weights(const float *x, const float *imp, float wt[QK_K]) {
-	if (!imp) return NULL;
+const float *quant_weights(const float *x, const float *imp, int n, float *wt) {
 	double ss = 0.0;
-	for (int i = 0; i < QK_K; i++) ss += (double)x[i] * x[i];
-	const float sigma2 = (float)(2.0 * ss / QK_K);
-	for (int i = 0; i < QK_K; i++) wt[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
+	for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+	const float sigma2 = (float)(2.0 * ss / n);
+	for (int i = 0; i < n; i++) wt[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
 	return wt;
 }
+
+const float *iq_weights(const float *x, const float *imp, float wt[QK_K]) { return imp ? quant_weights(x, imp, QK_K, wt) : NULL; }

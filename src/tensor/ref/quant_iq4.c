@@ -42,18 +42,23 @@ static inline vf iq4_nearest4(vf v, vi *c) {
 
 static inline float hsum4(vf a) { return ((a[0] + a[1]) + a[2]) + a[3]; }
 
+static const float ones32[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+				 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
 // Codes of 32 elements x for the inverse scale id (into L unless NULL); returns the
 // least-squares scale for those codes and in *gain how much it lowers the squared error
-// below sum x^2: (sum v x)^2 / sum v^2.
-static float iq4_codes(const float *x, float id, uint8_t *L, float *gain) {
+// below sum x^2: (sum v x)^2 / sum v^2 — each element's term weighted by w (all 1 without
+// an importance matrix).
+static float iq4_codes(const float *x, const float *w, float id, uint8_t *L, float *gain) {
 	vf sqx = vsplat(0.0f), sqq = vsplat(0.0f);
 	for (int k = 0; k < 8; k++) {
-		vf xv;
+		vf xv, wv;
 		vi c;
 		memcpy(&xv, x + 4 * k, sizeof xv);
+		memcpy(&wv, w + 4 * k, sizeof wv);
 		const vf q = iq4_nearest4(xv * id, &c);
-		sqx += q * xv;
-		sqq += q * q;
+		sqx += wv * q * xv;
+		sqq += wv * q * q;
 		if (L)
 			for (int l = 0; l < 4; l++) L[4 * k + l] = (uint8_t)c[l];
 	}
@@ -65,7 +70,7 @@ static float iq4_codes(const float *x, float id, uint8_t *L, float *gain) {
 // The scale of a group of 32 with the least squared error found: the largest element put
 // near either end of the codebook, each candidate's codes refitted by least squares, then the
 // best one's codes taken again while that helps. 0 for an all-zero group.
-static float iq4_fit(const float *x) {
+static float iq4_fit(const float *x, const float *w) {
 	float amax = 0.0f, max = 0.0f;
 	for (int j = 0; j < 32; j++)
 		if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
@@ -73,11 +78,11 @@ static float iq4_fit(const float *x) {
 	float best = -1.0f, best_d = 0.0f, gain;
 	for (int end = 0; end < 2; end++)
 		for (int t = -IQ4_TRIES; t <= IQ4_TRIES; t++) {
-			const float d = iq4_codes(x, ((end ? KV(15) : KV(0)) + (float)t) / max, NULL, &gain);
+			const float d = iq4_codes(x, w, ((end ? KV(15) : KV(0)) + (float)t) / max, NULL, &gain);
 			if (gain > best) best = gain, best_d = d;
 		}
 	for (int it = 0; it < 2 && best_d != 0.0f; it++) {
-		const float d = iq4_codes(x, 1.0f / best_d, NULL, &gain);
+		const float d = iq4_codes(x, w, 1.0f / best_d, NULL, &gain);
 		if (!(gain > best)) break;
 		best = gain, best_d = d;
 	}
@@ -88,20 +93,21 @@ static float iq4_fit(const float *x) {
 static void iq4_pack(const float *x, float d, uint8_t *qs) {
 	uint8_t L[32];
 	float gain;
-	iq4_codes(x, d != 0.0f ? 1.0f / d : 0.0f, L, &gain);
+	iq4_codes(x, ones32, d != 0.0f ? 1.0f / d : 0.0f, L, &gain);
 	for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
-// Squared error of 32 elements stored with scale dl (as the dequantizer computes dl * value).
-static float iq4_err(const float *x, float dl) {
+// Squared error of 32 elements stored with scale dl (as the dequantizer computes dl * value), weighted by w.
+static float iq4_err(const float *x, const float *w, float dl) {
 	const vf id = vsplat(dl != 0.0f ? 1.0f / dl : 0.0f);
 	vf e = vsplat(0.0f);
 	for (int k = 0; k < 8; k++) {
-		vf xv;
+		vf xv, wv;
 		vi c;
 		memcpy(&xv, x + 4 * k, sizeof xv);
+		memcpy(&wv, w + 4 * k, sizeof wv);
 		const vf r = xv - vsplat(dl) * iq4_nearest4(xv * id, &c);
-		e += r * r;
+		e += wv * r * r;
 	}
 	return hsum4(e);
 }
@@ -118,10 +124,14 @@ void tensor_ref_dequant_iq4_nl(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq4_nl(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq4_nl(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq4_nl(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq4_nl(const float *x, void *dst, int64_t n, const float *imp) {
 	block_iq4_nl *b = dst;
+	float wb[QK4_NL];
 	for (int64_t i = 0; i < n / QK4_NL; i++, x += QK4_NL) {
-		b[i].d = TO_F16(iq4_fit(x));
+		const float *w = imp ? quant_weights(x, imp + i * QK4_NL, QK4_NL, wb) : ones32;
+		b[i].d = TO_F16(iq4_fit(x, w));
 		// codes for the scale as stored, not as fitted
 		iq4_pack(x, F16(b[i].d), b[i].qs);
 	}
@@ -143,12 +153,16 @@ void tensor_ref_dequant_iq4_xs(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_iq4_xs(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_iq4_xs(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_iq4_xs(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_iq4_xs(const float *x, void *dst, int64_t n, const float *imp) {
 	block_iq4_xs *b = dst;
+	float wb[QK_K];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		float s[QK_K / 32], smax = 0.0f;
+		const float *wt = imp ? quant_weights(x, imp + i * QK_K, QK_K, wb) : NULL;
 		for (int ib = 0; ib < QK_K / 32; ib++) {
-			s[ib] = iq4_fit(x + 32 * ib);
+			s[ib] = iq4_fit(x + 32 * ib, wt ? wt + 32 * ib : ones32);
 			if (fabsf(s[ib]) > fabsf(smax)) smax = s[ib];
 		}
 		// The largest sub-block scale maps to -32, the end of the 6-bit range that reaches furthest.
@@ -157,17 +171,17 @@ void tensor_ref_quant_iq4_xs(const float *x, void *dst, int64_t n) {
 		b[i].scales_h = 0;
 		memset(b[i].scales_l, 0, sizeof b[i].scales_l);
 		for (int ib = 0; ib < QK_K / 32; ib++) {
-			const float *xb = x + 32 * ib;
+			const float *xb = x + 32 * ib, *wl = wt ? wt + 32 * ib : ones32;
 			int l = 0;
 			if (d != 0.0f) {
 				// the rounded scale, or a neighbour of it where that stores the sub-block better
 				const int l0 = iclamp((int)lrintf(s[ib] / d), -32, 31);
-				float be = iq4_err(xb, d * (float)l0);
+				float be = iq4_err(xb, wl, d * (float)l0);
 				l = l0;
 				for (int step = -1; step <= 1; step += 2) {
 					const int c = l0 + step;
 					if (c < -32 || c > 31) continue;
-					const float e = iq4_err(xb, d * (float)c);
+					const float e = iq4_err(xb, wl, d * (float)c);
 					if (e < be) be = e, l = c;
 				}
 			}

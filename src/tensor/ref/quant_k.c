@@ -62,13 +62,17 @@ static void transpose_in(int n, const float *x, vf *t) {
 		for (int g = 0; g < VL; g++) t[i][g] = x[g * n + i];
 }
 
-// Symmetric quants L in [0, 2*nmax) for x ~ scale * (L - nmax), weighted by x^2: tries 18
-// scales around the one that maps the extreme element to -nmax and keeps the best
-// least-squares fit. Four groups of n <= 32 elements (x + g*n); scale[g] per group.
-static void fit_symmetric4(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
-	vf xt[32];
+// Symmetric quants L in [0, 2*nmax) for x ~ scale * (L - nmax), weighted by x^2 (or by wq,
+// an importance matrix's weights): tries 18 scales around the one that maps the extreme
+// element to -nmax and keeps the best least-squares fit. Four groups of n <= 32 elements
+// (x + g*n); scale[g] per group.
+static void fit_symmetric4(int n, int nmax, const float *x, const float *wq, int8_t *L, float *scale_out) {
+	vf xt[32], wt[32];
 	vi lbest[32], lt[32];
 	transpose_in(n, x, xt);
+	if (wq) transpose_in(n, wq, wt);
+	else
+		for (int i = 0; i < n; i++) wt[i] = xt[i] * xt[i];
 	vf amax = vsplat(0.0f), max = vsplat(0.0f);
 	for (int i = 0; i < n; i++) {
 		const vi m = vabs(xt[i]) > amax;
@@ -82,7 +86,7 @@ static void fit_symmetric4(int n, int nmax, const float *x, int8_t *L, float *sc
 	for (int i = 0; i < n; i++) {
 		const vi l = vnearest(iscale * xt[i], -nmax, nmax - 1);
 		lbest[i] = l + nmax;
-		const vf fl = vcvt(l), w = xt[i] * xt[i];
+		const vf fl = vcvt(l), w = wt[i];
 		sumlx += w * xt[i] * fl;
 		suml2 += w * fl * fl;
 	}
@@ -95,7 +99,7 @@ static void fit_symmetric4(int n, int nmax, const float *x, int8_t *L, float *sc
 		for (int i = 0; i < n; i++) {
 			const vi l = vnearest(iscale * xt[i], -nmax, nmax - 1);
 			lt[i] = l + nmax;
-			const vf fl = vcvt(l), w = xt[i] * xt[i];
+			const vf fl = vcvt(l), w = wt[i];
 			sumlx += w * xt[i] * fl;
 			suml2 += w * fl * fl;
 		}
@@ -113,8 +117,8 @@ static void fit_symmetric4(int n, int nmax, const float *x, int8_t *L, float *sc
 }
 
 // Symmetric 3-bit quants: starts from the extreme-element scale, then moves single
-// elements to the level that improves the weighted (x^2) least-squares fit.
-static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
+// elements to the level that improves the weighted (x^2, or wq's) least-squares fit.
+static float fit_q3(int n, int nmax, const float *x, const float *wq, int8_t *L) {
 	float amax = 0.0f, max = 0.0f;
 	for (int i = 0; i < n; i++) {
 		if (fabsf(x[i]) > amax) {
@@ -131,14 +135,14 @@ static float fit_q3(int n, int nmax, const float *x, int8_t *L) {
 	for (int i = 0; i < n; i++) {
 		int l = iclamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
 		L[i] = (int8_t)l;
-		float w = x[i] * x[i];
+		float w = wq ? wq[i] : x[i] * x[i];
 		sumlx += w * x[i] * l;
 		suml2 += w * l * l;
 	}
 	for (int pass = 0; pass < 5; pass++) {
 		int changed = 0;
 		for (int i = 0; i < n; i++) {
-			float w = x[i] * x[i];
+			float w = wq ? wq[i] : x[i] * x[i];
 			float slx = sumlx - w * x[i] * L[i];
 			if (slx <= 0) continue;
 			float sl2 = suml2 - w * L[i] * L[i];
@@ -284,13 +288,17 @@ void tensor_ref_dequant_q2_K(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_q2_K(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_q2_K(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_q2_K(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_q2_K(const float *x, void *dst, int64_t n, const float *imp) {
 	block_q2_K *b = dst;
 	uint8_t L[QK_K];
 	float w[QK_K], mins[QK_K / 16], scales[QK_K / 16];
 	const float q4scale = 15.0f;
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		for (int l = 0; l < QK_K; l++) w[l] = fabsf(x[l]);
+		if (imp) quant_weights(x, imp + i * QK_K, QK_K, w);
+		else
+			for (int l = 0; l < QK_K; l++) w[l] = fabsf(x[l]);
 		for (int h = 0; h < QK_K / 16; h += VL)
 			fit_affine4(16, 3, x + 16 * h, w + 16 * h, L + 16 * h, scales + h, mins + h, -0.5f,
 				    0.1f, 15, true);
@@ -350,14 +358,17 @@ void tensor_ref_dequant_q3_K(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_q3_K(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_q3_K(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_q3_K(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_q3_K(const float *x, void *dst, int64_t n, const float *imp) {
 	block_q3_K *b = dst;
 	int8_t L[QK_K];
-	float scales[QK_K / 16];
+	float scales[QK_K / 16], wb[QK_K];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		float max_scale = 0.0f, amax = 0.0f;
+		const float *wt = imp ? quant_weights(x, imp + i * QK_K, QK_K, wb) : NULL;
 		for (int j = 0; j < QK_K / 16; j++) {
-			scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
+			scales[j] = fit_q3(16, 4, x + 16 * j, wt ? wt + 16 * j : NULL, L + 16 * j);
 			if (fabsf(scales[j]) > amax) {
 				amax = fabsf(scales[j]);
 				max_scale = scales[j];
@@ -417,10 +428,11 @@ void tensor_ref_dequant_q4_K(const void *src, float *y, int64_t n) {
 
 // Q4_K and Q5_K share the search for 8 (scale, min) pairs and their 6-bit packing; the
 // final codes L (0..nmax) are computed against the stored scales.
-static void quant_k_affine(const float *x, uint16_t *d_out, uint16_t *dmin_out, uint8_t *packed,
+static void quant_k_affine(const float *x, const float *imp, uint16_t *d_out, uint16_t *dmin_out, uint8_t *packed,
 			   uint8_t *L, int nmax, float rmin, float rdelta, int nstep) {
 	float w[QK_K], mins[QK_K / 32], scales[QK_K / 32];
-	for (int j = 0; j < QK_K / 32; j++) {
+	if (imp) quant_weights(x, imp, QK_K, w);
+	for (int j = 0; !imp && j < QK_K / 32; j++) {
 		float sum_x2 = 0.0f;
 		for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
 		const float av_x = sqrtf(sum_x2 / 32);
@@ -454,12 +466,14 @@ static void quant_k_affine(const float *x, uint16_t *d_out, uint16_t *dmin_out, 
 	}
 }
 
-void tensor_ref_quant_q4_K(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_q4_K(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_q4_K(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_q4_K(const float *x, void *dst, int64_t n, const float *imp) {
 	block_q4_K *b = dst;
 	uint8_t L[QK_K];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		memset(b[i].scales, 0, sizeof b[i].scales);
-		quant_k_affine(x, &b[i].d, &b[i].dmin, b[i].scales, L, 15, -1.0f, 0.1f, 20);
+		quant_k_affine(x, imp ? imp + i * QK_K : NULL, &b[i].d, &b[i].dmin, b[i].scales, L, 15, -1.0f, 0.1f, 20);
 		uint8_t *q = b[i].qs;
 		for (int j = 0; j < QK_K; j += 64, q += 32)
 			for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
@@ -485,12 +499,14 @@ void tensor_ref_dequant_q5_K(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_q5_K(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_q5_K(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_q5_K(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_q5_K(const float *x, void *dst, int64_t n, const float *imp) {
 	block_q5_K *b = dst;
 	uint8_t L[QK_K];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		memset(b[i].scales, 0, sizeof b[i].scales);
-		quant_k_affine(x, &b[i].d, &b[i].dmin, b[i].scales, L, 31, -0.5f, 0.1f, 15);
+		quant_k_affine(x, imp ? imp + i * QK_K : NULL, &b[i].d, &b[i].dmin, b[i].scales, L, 31, -0.5f, 0.1f, 15);
 		memset(b[i].qh, 0, sizeof b[i].qh);
 		uint8_t *ql = b[i].qs;
 		uint8_t m1 = 1, m2 = 2;
@@ -528,13 +544,16 @@ void tensor_ref_dequant_q6_K(const void *src, float *y, int64_t n) {
 	}
 }
 
-void tensor_ref_quant_q6_K(const float *x, void *dst, int64_t n) {
+void tensor_ref_quant_q6_K(const float *x, void *dst, int64_t n) { tensor_ref_quant_imp_q6_K(x, dst, n, NULL); }
+
+void tensor_ref_quant_imp_q6_K(const float *x, void *dst, int64_t n, const float *imp) {
 	block_q6_K *b = dst;
 	int8_t L[QK_K];
-	float scales[QK_K / 16];
+	float scales[QK_K / 16], wb[QK_K];
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		const float *wt = imp ? quant_weights(x, imp + i * QK_K, QK_K, wb) : NULL;
 		for (int h = 0; h < QK_K / 16; h += VL)
-			fit_symmetric4(16, 32, x + 16 * h, L + 16 * h, scales + h);
+			fit_symmetric4(16, 32, x + 16 * h, wt ? wt + 16 * h : NULL, L + 16 * h, scales + h);
 		float max_scale = 0.0f, amax = 0.0f;
 		for (int j = 0; j < QK_K / 16; j++) {
 			if (fabsf(scales[j]) > amax) {

@@ -22,14 +22,14 @@ TENSOR_REF_DECL(q5_0)
 TENSOR_REF_DECL(q5_1)
 TENSOR_REF_DECL(q8_0)
 TENSOR_REF_DECL(q8_1)
-TENSOR_REF_DECL(q2_K)
-TENSOR_REF_DECL(q3_K)
-TENSOR_REF_DECL(q4_K)
-TENSOR_REF_DECL(q5_K)
-TENSOR_REF_DECL(q6_K)
+TENSOR_REF_DECL_IMP(q2_K)
+TENSOR_REF_DECL_IMP(q3_K)
+TENSOR_REF_DECL_IMP(q4_K)
+TENSOR_REF_DECL_IMP(q5_K)
+TENSOR_REF_DECL_IMP(q6_K)
 TENSOR_REF_DECL(q8_K)
-TENSOR_REF_DECL(iq4_nl)
-TENSOR_REF_DECL(iq4_xs)
+TENSOR_REF_DECL_IMP(iq4_nl)
+TENSOR_REF_DECL_IMP(iq4_xs)
 TENSOR_REF_DECL(mxfp4)
 TENSOR_REF_DECL(tq1_0)
 TENSOR_REF_DECL(tq2_0)
@@ -84,8 +84,10 @@ int iq_pick_ls(const iq_grid *gr, const float *a, const float *wt, int ng, const
 // Signs of 8 elements (bit j: element j negative), the count made even when `even` by giving
 // the element that costs least (smallest wt x^2) the other sign; a_j = x_j with its stored sign taken off.
 uint8_t iq_signs8(const float *x, const float *wt, bool even, float *a);
-// The weights of a block of QK_K elements x under importances imp (NULL: none, and wt NULL):
-// imp_i sqrt(sigma2 + x_i^2), sigma2 twice the block's mean square.
+// The weights of a block of n elements x under importances imp: imp_i sqrt(sigma2 + x_i^2),
+// sigma2 twice the block's mean square; into wt, returned.
+const float *quant_weights(const float *x, const float *imp, int n, float *wt);
+// The same for a block of QK_K (imp NULL: none, and NULL returned).
 const float *iq_weights(const float *x, const float *imp, float wt[QK_K]);
 
 #endif
