@@ -27,6 +27,10 @@ static void print_json(const plan_result *r, const plan_model *pm) {
 			      "window_cap", (json_int_t)r->window_cap,
 			      "page_tokens", (json_int_t)r->page_tokens,
 			      "kernels", pm->mem.kernels ? pm->mem.kernels : "");
+	if (o && r->kv_local_bytes_per_token) {
+		json_object_set_new(o, "kv_local_bytes_per_token", json_integer((json_int_t)r->kv_local_bytes_per_token));
+		json_object_set_new(o, "local_tokens", json_integer(r->local_tokens));
+	}
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	puts(s ? s : "{}");
 	free(s);
@@ -47,10 +51,13 @@ static void print_text(const plan_result *r, const plan_model *pm, const char *p
 	if (r->state_bytes_per_lane)
 		printf("state         %s per lane (%d recurrent layers; KV in the %d others)\n", plan_format_size(r->state_bytes_per_lane, a, sizeof a),
 		       hp->n_layers - model_kv_layers(hp), model_kv_layers(hp));
+	if (r->kv_local_bytes_per_token)
+		printf("local layers  %s of it (sliding window of %d): a lane keeps %d tokens of theirs\n",
+		       plan_format_size(r->kv_local_bytes_per_token, a, sizeof a), hp->n_swa, r->local_tokens);
 	printf("lanes         %d\n", r->lanes);
 	printf("window        %d tokens per lane (cap %d, pages of %d)\n", r->window, r->window_cap, r->page_tokens);
 	printf("KV            %s (%d x %d tokens%s)\n", plan_format_size(r->kv_bytes, a, sizeof a), r->lanes, r->window,
-	       r->state_bytes_per_lane ? ", states included" : "");
+	       r->state_bytes_per_lane ? ", states included" : r->kv_local_bytes_per_token ? ", the local layers' as kept" : "");
 	printf("compute       %s reserve\n", plan_format_size(r->compute_reserve_bytes, a, sizeof a));
 	printf("total         %s\n", plan_format_size(r->total_bytes, a, sizeof a));
 	printf("budget        %s%s\n", plan_format_size(r->budget_bytes, a, sizeof a),

@@ -219,6 +219,7 @@ kv_disk_stats kv_disk_stats_of(const kv_cache *kv) {
 
 bool kv__disk_write(kv_cache *kv, int32_t pg, uint64_t key, uint64_t parent, const int32_t *tokens) {
 	kv_disk *d = kv->disk;
+	if (kv__page_freed(kv, pg)) return false; // its local rows are gone: a file would not hold the page
 	char name[32], err[256];
 	name_of(key, name);
 	// a file there already (one a prompt never reached, perhaps damaged) is written over whole

@@ -108,6 +108,11 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 	if (state_all) kv->captured = calloc((size_t)state_all * KV_CAPTURES, sizeof *kv->captured);
 	if (state_all) kv->marked = calloc((size_t)state_all, sizeof *kv->marked);
 	bool scales_ok = !state_all || (kv->state && kv->captured && kv->marked);
+	if (cfg->window < 0 || cfg->swa_pattern < 0 || cfg->local_cap < 0) {
+		kv_free(kv);
+		return base_seterr(err, errlen, LANES_EINVAL, "kv: window, swa_pattern and local_cap must be >= 0");
+	}
+	if (cfg->window > 0) scales_ok = (kv->lheld = calloc((size_t)cfg->n_pages, 1)) != NULL && scales_ok;
 	if (scaled) {
 		kv->s_stride = (size_t)cfg->page_tokens * (size_t)(cfg->kv_dim / cfg->group);
 		kv->ks = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
@@ -136,6 +141,7 @@ void kv_free(kv_cache *kv) {
 	free(kv->state);
 	free(kv->captured);
 	free(kv->marked);
+	free(kv->lheld);
 	kv_disk_close(kv);
 	kv_prefix_release(kv);
 	free(kv->free_ids);
@@ -155,6 +161,82 @@ uint64_t kv_reserved_bytes(const kv_cache *kv) { return kv_page_bytes(kv) * (uin
 
 // ---- the limit ---------------------------------------------------------------------------------
 
+// Hands back the memory of pages [a, b] of layer l in every map (whole system pages only: a
+// partial one at either end stays).
+static void release_range(kv_cache *kv, int32_t l, int32_t a, int32_t b) {
+	const size_t sys = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *maps[4] = {kv->k, kv->v, kv->ks, kv->vs};
+	const size_t per[4] = {kv->page_bytes, kv->page_bytes, kv->s_stride, kv->s_stride};
+	for (int m = 0; m < 4; m++) {
+		if (!maps[m]) continue;
+		uintptr_t lo = (uintptr_t)maps[m] + per[m] * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)a);
+		uintptr_t hi = (uintptr_t)maps[m] + per[m] * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)b + 1);
+		lo = (lo + sys - 1) & ~(uintptr_t)(sys - 1);
+		hi &= ~(uintptr_t)(sys - 1);
+		if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	}
+}
+
+bool kv_layer_local(const kv_config *c, int32_t l) {
+	return c->window > 0 && (c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1);
+}
+
+uint64_t kv_local_page_bytes(const kv_cache *kv) {
+	uint64_t n = 0;
+	for (int32_t l = 0; l < kv->cfg.n_layers; l++) n += kv_layer_local(&kv->cfg, l);
+	return n * ((uint64_t)kv->page_bytes * 2 + (uint64_t)kv->s_stride * 2);
+}
+
+int32_t kv_pages_local_held(const kv_cache *kv) { return kv->lheld ? kv->held : 0; }
+uint64_t kv_pages_local_freed(const kv_cache *kv) { return kv->n_freed; }
+
+// Frees pg's local rows: their memory goes back with that of the freed pages beside it (a run
+// of them, so rows smaller than a system page go back too).
+static void free_local(kv_cache *kv, int32_t pg) {
+	enum { RUN = 64 };
+	kv->lheld[pg] = 0;
+	kv->held--;
+	kv->n_freed++;
+	int32_t a = pg, b = pg;
+	while (a > 0 && pg - a < RUN && !kv->lheld[a - 1]) a--;
+	while (b + 1 < kv->cfg.n_pages && b - pg < RUN && !kv->lheld[b + 1]) b++;
+	for (int32_t l = 0; l < kv->cfg.n_layers; l++)
+		if (kv_layer_local(&kv->cfg, l)) release_range(kv, l, a, b);
+}
+
+void kv__page_taken(kv_cache *kv, int32_t pg) {
+	if (!kv->lheld || kv->lheld[pg]) return;
+	kv->lheld[pg] = 1;
+	kv->held++;
+	const int32_t cap = kv->cfg.local_cap;
+	if (!cap || kv->held <= cap) return;
+	// past the cap, down to seven eighths of it: pages no sequence holds (free, or the prefix
+	// cache's alone) give up their local rows, swept in page order
+	for (int32_t k = 0; k < kv->cfg.n_pages && kv->held > cap - cap / 8; k++) {
+		const int32_t p = kv->clock;
+		kv->clock = (kv->clock + 1) % kv->cfg.n_pages;
+		if (p == pg || !kv->lheld[p] || kv->ref[p] > (kv__prefix_has(kv, p) ? 1 : 0)) continue;
+		free_local(kv, p);
+	}
+}
+
+int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep) {
+	kv_seq *s = kv__seq(kv, seq);
+	if (!s || !kv->lheld) return 0;
+	const int64_t pt = kv->cfg.page_tokens, from = (int64_t)s->len - kv->cfg.window + 1, k0 = (int64_t)keep - kv->cfg.window + 1;
+	int32_t n = 0;
+	for (; s->lseen < s->npages && (int64_t)(s->lseen + 1) * pt <= from; s->lseen++) {
+		const int32_t pg = s->pages[s->lseen];
+		const int64_t lo = (int64_t)s->lseen * pt, hi = lo + pt;
+		if (keep > 0 && hi > k0 && lo < keep) continue;
+		// another sequence that holds it may still read it
+		if (!kv->lheld[pg] || kv->ref[pg] - (kv__prefix_has(kv, pg) ? 1 : 0) > 1) continue;
+		free_local(kv, pg);
+		n++;
+	}
+	return n;
+}
+
 // Hands back the memory of every page at or above the limit, layer by layer (whole system
 // pages only: a partial one at a boundary stays).
 static void release_tail(kv_cache *kv) {
@@ -171,6 +253,8 @@ static void release_tail(kv_cache *kv) {
 			if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 		}
 	}
+	for (int32_t p = kv->limit; kv->lheld && p < kv->cfg.n_pages; p++)
+		if (kv->lheld[p]) kv->lheld[p] = 0, kv->held--;
 	kv->released = true;
 }
 
@@ -255,6 +339,7 @@ int kv_seq_grow(kv_cache *kv, int32_t seq, int64_t len) {
 		int32_t p = kv->free_ids[--kv->n_free];
 		kv->ref[p] = 1;
 		s->pages[s->npages++] = p;
+		kv__page_taken(kv, p);
 	}
 	s->len = (int32_t)len;
 	return LANES_OK;
@@ -273,6 +358,7 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	LANES_ASSERT(len % kv->cfg.page_tokens == 0 || kv->ref[s->pages[keep - 1]] == 1);
 	while (s->npages > keep) kv__page_unref(kv, s->pages[--s->npages]);
 	s->len = (int32_t)len;
+	if (s->lseen > s->npages) s->lseen = s->npages;
 	if (kv->state) {
 		// the state holds every token: only an empty sequence has one again (zero)
 		s->stale = len > 0;

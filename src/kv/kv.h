@@ -55,6 +55,11 @@ typedef struct {
 	int32_t n_seqs;       // sequence slots; ids are 0..n_seqs-1
 	int64_t state_floats; // recurrent state each sequence keeps beside its pages (0: none)
 	int32_t state_ckpts;  // the prefix cache's checkpoints of that state, least recently used dropped first
+	// Local layers: readers of layer l see only the last `window` positions (0: no such layers)
+	// when swa_pattern is 0 or l % swa_pattern < swa_pattern - 1. Their rows of a page no reader
+	// can reach any more are freed (kv_seq_release_window), and at most local_cap pages keep
+	// local rows in memory (0: no cap): past it, the pages no sequence holds give theirs up.
+	int32_t window, swa_pattern, local_cap;
 } kv_config;
 
 typedef struct kv_cache kv_cache;
@@ -145,6 +150,23 @@ float *kv_seq_mark_state(kv_cache *kv, int32_t seq);
 // or LANES_EINVAL (nothing changes) when seq has no mark a pass has taken it past.
 // Not thread-safe.
 int kv_seq_rewind(kv_cache *kv, int32_t seq);
+
+// ---- local layers (kv_config.window): their rows only where a reader can reach them -------
+// Frees the local layers' rows of seq's pages that hold only positions before its window
+// (before len - window + 1: no query at len or later reads them) and that no other sequence
+// holds, but for the window before position keep (0: none), where a resume of its prompt would
+// read; returns the pages freed. Their other layers' rows stay. A page whose local rows are
+// freed is attached from the prefix cache only where no resume reads them, is never written to
+// disk or to a slot file, and gets them back when next handed out. Not thread-safe.
+int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep);
+// Pages whose local rows are in memory, and how many times a page's local rows were freed.
+// Thread-safe: reads.
+int32_t kv_pages_local_held(const kv_cache *kv);
+uint64_t kv_pages_local_freed(const kv_cache *kv);
+// Bytes of one page's local rows (K, V and scales of every local layer). Thread-safe: a read.
+uint64_t kv_local_page_bytes(const kv_cache *kv);
+// Whether layer l is local. Thread-safe: a read.
+bool kv_layer_local(const kv_config *c, int32_t l);
 
 // The block table of seq: page ids for positions [i*page_tokens, (i+1)*page_tokens);
 // *n gets their count. Valid until the next grow/truncate of seq. Thread-safe: a read.

@@ -13,6 +13,7 @@ typedef struct {
 	bool stale;      // cut back past its recurrent state: invalid until cleared
 	int32_t capture[KV_CAPTURES]; // the positions whose state a pass keeps a copy of (0: none)
 	int32_t mark;    // the position whose state a pass keeps for kv_seq_rewind (0: none)
+	int32_t lseen;   // pages before it were looked at by kv_seq_release_window
 } kv_seq;
 
 typedef struct kv_prefix kv_prefix;
@@ -38,9 +39,20 @@ struct kv_cache {
 	float *marked;       // [n_seqs][state_floats] copies kept at each mark
 	kv_prefix *px;
 	kv_disk *disk;       // the prefix cache's pages on disk, when attached
+	uint8_t *lheld;      // per page: its local layers' rows are in memory (kv_config.window), else NULL
+	int32_t held;        // pages with lheld set
+	uint64_t n_freed;    // pages whose local rows were freed, all told
+	int32_t clock;       // where the sweep for local_cap goes on
 };
 
 kv_seq *kv__seq(const kv_cache *kv, int32_t seq);
+// Page pg is handed out: its local rows will be written, so they count as held; over
+// local_cap, pages no sequence holds give theirs up (pg aside). Not thread-safe.
+void kv__page_taken(kv_cache *kv, int32_t pg);
+// Whether pg's local rows are freed: it cannot be written out whole, nor resumed where they are read.
+static inline bool kv__page_freed(const kv_cache *kv, int32_t pg) { return kv->lheld && !kv->lheld[pg]; }
+// Whether the prefix cache holds pg (one of its references).
+bool kv__prefix_has(const kv_cache *kv, int32_t pg);
 void kv__page_unref(kv_cache *kv, int32_t page);
 int kv__seq_reserve(kv_cache *kv, kv_seq *s, int32_t need);
 int kv_prefix_init(kv_cache *kv);      // LANES_ENOMEM

@@ -199,12 +199,15 @@ static int32_t from_disk(kv_cache *kv, uint64_t k, uint64_t parent, const int32_
 	int32_t pg = kv->free_ids[kv->n_free - 1];
 	if (!kv__disk_read(kv, pg, k, parent, tok)) return -1;
 	kv->n_free--;
+	kv__page_taken(kv, pg);
 	insert(kv, pg, k, parent, tok, PX_KEEP | PX_ON_DISK);
 	kv->px->n_only++;
 	return pg;
 }
 
 uint64_t kv__prefix_chain(uint64_t parent, const int32_t *tok, int32_t n) { return chain(parent, tok, n); }
+
+bool kv__prefix_has(const kv_cache *kv, int32_t pg) { return kv->px && kv->px->key[pg] != 0; }
 
 int32_t kv__prefix_find(const kv_cache *kv, uint64_t key, uint64_t parent, const int32_t *tok) {
 	return kv->px ? lookup(kv, key, parent, tok) : -1;
@@ -216,6 +219,7 @@ int32_t kv__prefix_adopt(kv_cache *kv, uint64_t key, uint64_t parent, const int3
 	if (kv->n_free == 0) return -1;
 	const int32_t pg = kv->free_ids[--kv->n_free];
 	kv__page_copy(kv, pg, (uint8_t *)rows, false);
+	kv__page_taken(kv, pg);
 	// kept, not yet on disk: the disk cache writes it when it leaves memory, as any page of the base
 	insert(kv, pg, key, parent, tok, PX_KEEP);
 	kv->px->n_only++;
@@ -278,6 +282,18 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 		kv->ref[pg]++;
 		s->pages[s->npages++] = pg;
 		key = k;
+	}
+	// local layers: a resume at a page's end reads the window before it, so it ends where
+	// none of those pages has its local rows freed
+	if (kv->lheld) {
+		int32_t use = got;
+		for (; use > 0; use--) {
+			int64_t first = (int64_t)use * pt - kv->cfg.window + 1;
+			int32_t i = (int32_t)((first > 0 ? first : 0) / pt);
+			while (i < use && !kv__page_freed(kv, s->pages[i])) i++;
+			if (i == use) break;
+		}
+		while (got > use) kv__page_unref(kv, s->pages[--got]), s->npages--;
 	}
 	// the earliest pages become the most recent, so a prefix outlives its continuations
 	for (int32_t i = got - 1; i >= 0; i--) {

@@ -53,7 +53,8 @@ int kv_slot_save(kv_cache *kv, const int32_t *tokens, int32_t n, uint8_t **out, 
 	for (uint64_t key = 0; got < n / pt; got++) {
 		const int32_t *tok = tokens + (size_t)got * pt;
 		const uint64_t k = kv__prefix_chain(key, tok, pt);
-		if (kv__prefix_find(kv, k, key, tok) < 0) break;
+		const int32_t pg = kv__prefix_find(kv, k, key, tok);
+		if (pg < 0 || kv__page_freed(kv, pg)) break; // a page without its local rows cannot be restored
 		key = k;
 	}
 	const size_t bytes = file_bytes(kv, (uint64_t)got), tb = (size_t)got * pt * sizeof(int32_t), rb = kv__page_rows_bytes(kv);

@@ -32,6 +32,13 @@ int32_t lane_max_rows(const lane_config *cfg) {
 	return cfg->lanes * (1 + cfg->draft_max) + LANE_PROMPT_ROWS;
 }
 
+int32_t lane_local_tokens(const lane_config *cfg, const model_hparams *hp, int32_t window) {
+	if (hp->n_swa <= 0 || hp->full_attn_interval > 0 || hp->encoder) return 0;
+	// its window, that before its prompt's end (a resume from the prefix cache reads it), a round's rows
+	const int64_t t = 2 * (int64_t)hp->n_swa + lane_max_rows(cfg) + 3 * (int64_t)cfg->page_tokens;
+	return t < window ? (int32_t)t : window;
+}
+
 // Rows of logits one round writes at most: a decode row and its drafts per live lane, or
 // the last prompt row of a filling one.
 static int32_t max_logit_rows(const lane_config *cfg) {
@@ -137,6 +144,10 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		kc.n_pages = lane_pages_for(h, cfg.ctx);
 		if (kc.n_pages < lane_pages_for(h, h->max_ctx)) kc.n_pages = lane_pages_for(h, h->max_ctx);
 	}
+	// a sliding-window model's local rows: each lane's window and the rows a round adds; the
+	// pages no sequence holds give theirs up past that
+	const int32_t lt = lane_local_tokens(&cfg, &h->hp, h->max_ctx);
+	if (lt > 0) kc.local_cap = cfg.lanes * ((lt + cfg.page_tokens - 1) / cfg.page_tokens);
 	int rc = kv_new(&h->kv, &kc, err, errlen);
 	if (!rc && cfg.cache_dir && cfg.prefix_cache) {
 		// rows differ by kernel set and activation width: each has a folder of its own

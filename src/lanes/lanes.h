@@ -364,6 +364,11 @@ uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg);
 // Most rows one round forwards: a decode row and draft_max drafts per lane, plus prompt rows.
 // cfg's draft_max must be 0..LANE_MAX_DRAFT (others abort). Thread-safe.
 int32_t lane_max_rows(const lane_config *cfg);
+// Tokens of a sliding-window model's local layers one lane keeps in memory at most: its
+// window, the window before its prompt's end (for a resume of the prompt), the rows one round
+// adds and three pages (0: the model has no local layers; the window itself when it is
+// shorter). Thread-safe.
+int32_t lane_local_tokens(const lane_config *cfg, const model_hparams *hp, int32_t window);
 
 // Checks cfg (LANES_EINVAL naming the field and its range), allocates everything the host
 // will use, prices a round and starts the engine thread over m and vocab (both must outlive
@@ -491,6 +496,9 @@ typedef struct {
 	lane_snap_lane lanes[LANE_SNAP_MAX_LANES];
 	int32_t queue_depth;
 	int32_t kv_pages_used, kv_pages_free, kv_pages_cached;
+	int32_t kv_local_held;      // a sliding-window model's pages whose local layers' rows are in memory
+	uint64_t kv_local_freed;    // times a page's local rows were freed (kv_seq_release_window and the cap)
+	uint64_t kv_local_page_bytes; // bytes of one page's local rows
 	uint64_t prefix_hit_tokens;
 	kv_disk_stats prefix_disk;  // the prefix cache's pages on disk (zero without --cache-dir)
 	uint64_t prefix_query_tokens; // prompt tokens of the requests that looked in the prefix cache

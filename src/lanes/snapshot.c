@@ -64,6 +64,9 @@ void lane_publish(lane_host *h) {
 	s->kv_used_bytes = (uint64_t)s->kv_pages_used * kv_page_bytes(h->kv);
 	s->compute_bytes = h->compute_bytes;
 	s->kv_pages_cached = kv_pages_cached(h->kv);
+	s->kv_local_held = kv_pages_local_held(h->kv);
+	s->kv_local_freed = kv_pages_local_freed(h->kv);
+	s->kv_local_page_bytes = kv_local_page_bytes(h->kv);
 	s->prefix_disk = kv_disk_stats_of(h->kv);
 	pthread_mutex_lock(&h->mu);
 	s->queue_depth = h->qlen;

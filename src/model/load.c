@@ -1010,6 +1010,8 @@ kv_config model_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int
 	kv_config c = {.type = type, .n_layers = model_kv_layers(&m->hp), .kv_dim = m->hp.n_kv_heads * m->hp.head_dim,
 		       .group = m->hp.head_dim, .page_tokens = page_tokens, .n_seqs = n_seqs,
 		       .state_floats = model_state_floats(&m->hp), .state_ckpts = model_state_floats(&m->hp) ? 2 * n_seqs : 0};
+	// the cache's layers are the model's when none is recurrent
+	if (m->hp.n_swa > 0 && !m->hp.full_attn_interval && !m->hp.encoder) c.window = m->hp.n_swa, c.swa_pattern = m->hp.swa_pattern;
 	int64_t per = page_tokens > 0 ? ((int64_t)n_ctx + page_tokens - 1) / page_tokens : 0;
 	int64_t pages = per * (n_seqs > 0 ? n_seqs : 0);
 	c.n_pages = pages > INT32_MAX ? INT32_MAX : (int32_t)pages;

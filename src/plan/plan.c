@@ -109,7 +109,7 @@ void plan_model_of(plan_model *out, const model *m) {
 typedef struct {
 	const plan_model *pm;
 	lane_config cfg;
-	uint64_t kvpt;
+	uint64_t kvpt, kvpt_local; // per token: every layer's K and V, and the local layers' of them
 	uint64_t budget;
 } planner;
 
@@ -124,10 +124,13 @@ static cost cost_of(const planner *P, int32_t lanes, int32_t window) {
 	c.window_max = window;
 	c.ctx = (int32_t)((int64_t)lanes * window > INT32_MAX ? INT32_MAX : (int64_t)lanes * window);
 	cost r = {.compute = lane_compute_bytes(&P->pm->hp, &c)};
-	uint64_t per_lane, t;
+	uint64_t per_lane, local, t;
 	// a recurrent model's state: a fixed block per lane beside its pages
 	const uint64_t state = kv_state_bytes_per_seq(model_state_floats(&P->pm->hp));
-	if (!ck_mul(P->kvpt, (uint64_t)window, &per_lane) || !ck_add(per_lane, state, &per_lane) ||
+	// a sliding-window model's local layers hold a lane's window and a round's rows, not all of it
+	const int32_t lt = P->kvpt_local ? lane_local_tokens(&c, &P->pm->hp, window) : 0;
+	if (!ck_mul(P->kvpt - P->kvpt_local, (uint64_t)window, &per_lane) || !ck_mul(P->kvpt_local, (uint64_t)lt, &local) ||
+	    !ck_add(per_lane, local, &per_lane) || !ck_add(per_lane, state, &per_lane) ||
 	    !ck_mul(per_lane, (uint64_t)lanes, &r.kv)) {
 		r.kv = r.total = UINT64_MAX;
 		return r;
@@ -156,6 +159,9 @@ static void fill(plan_result *r, const planner *P, int32_t lanes, int32_t window
 	r->window = window;
 	r->compute_reserve_bytes = c.compute;
 	r->kv_bytes = c.kv;
+	lane_config lc = P->cfg;
+	lc.lanes = lanes;
+	r->local_tokens = P->kvpt_local ? lane_local_tokens(&lc, &P->pm->hp, window) : 0;
 	r->total_bytes = c.total;
 	r->fits = c.total <= P->budget;
 }
@@ -206,9 +212,13 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 	if (!P->kvpt)
 		return base_seterr(err, errlen, LANES_EINVAL, "plan: KV type %s cannot hold rows of %d values (%d heads of %d)",
 				    tn, hp->n_kv_heads * hp->head_dim, hp->n_kv_heads, hp->head_dim);
+	int32_t n_local = 0;
+	for (int32_t l = 0; hp->n_swa > 0 && !hp->full_attn_interval && !hp->encoder && l < hp->n_layers; l++) n_local += model_layer_window(hp, l) > 0;
+	if (n_local) P->kvpt_local = kv_bytes_per_token(cfg->kv_type, n_local, hp->n_kv_heads * hp->head_dim, hp->head_dim);
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
 	out->kv_bytes_per_token = P->kvpt;
+	out->kv_local_bytes_per_token = P->kvpt_local;
 	out->state_bytes_per_lane = kv_state_bytes_per_seq(model_state_floats(hp));
 	out->budget_bytes = budget;
 	out->kv_type = cfg->kv_type;

@@ -40,9 +40,12 @@ void plan_model_of(plan_model *out, const model *m);
 typedef struct {
 	uint64_t weights_bytes;         // model_memory.total_bytes
 	uint64_t kv_bytes_per_token;    // K and V of every layer that keeps them, scales included
+	uint64_t kv_local_bytes_per_token; // of which a sliding-window model's local layers (0: none)
+	int32_t local_tokens;           // the local layers' tokens a lane keeps (lane_local_tokens at this window)
 	uint64_t compute_reserve_bytes; // lane_compute_bytes at these lanes and this window
 	uint64_t state_bytes_per_lane;  // a recurrent model's state, its capture and checkpoint (kv_state_bytes_per_seq), fixed per lane; else 0
-	uint64_t kv_bytes;              // (kv_bytes_per_token * window + state_bytes_per_lane) * lanes
+	uint64_t kv_bytes;              // (kv_bytes_per_token * window + state_bytes_per_lane) * lanes, the
+					// local layers counted for local_tokens instead of the window
 	uint64_t total_bytes;           // weights + kv + compute reserve
 	uint64_t budget_bytes;
 	enum kv_type kv_type;

@@ -915,11 +915,12 @@ static void test_next_turn(void) {
 	s[2].prompt[at - 3] = s[0].prompt[at - 3] == 7 ? 8 : 7;
 	s[2].n_prompt = s[2].q.n_prompt = 40;
 	lane_snapshot a, b, c;
-	lane_host_snapshot(h, &a);
+	// a snapshot that has seen each request end (one is published at a round's end)
+	snapshot_after(h, 1, &a);
 	run_all(h, &s[1], 1, &r2, false);
-	lane_host_snapshot(h, &b);
+	snapshot_after(h, 2, &b);
 	run_all(h, &s[2], 1, &r3, false);
-	lane_host_snapshot(h, &c);
+	snapshot_after(h, 3, &c);
 	lane_host_free(h);
 	// the reply's pages up to its last token (whose row may be a rejected draft's) are cached
 	const int32_t full = (40 + r1.n - 1) / pt, shared = 48 / pt, resume = (full < shared ? full : shared) * pt;
@@ -1242,6 +1243,95 @@ static void test_draft_mtp(void) {
 	h = NULL;
 	c.draft_model = M;
 	CHECK(lane_host_new(&h, M, V, &c, err, sizeof err) == LANES_EINVAL && !h && strstr(err, "draft model"));
+}
+
+// A sliding-window model's local layers keep only what a reader can reach: a request past its
+// window frees the local rows of the pages before it (but the window before its prompt's end,
+// where a resume of the prompt reads); a prompt that parts where the freed pages would be read
+// resumes before them instead; the next turn still resumes at the reply's last cached page;
+// both give a fresh host's tokens; and the planner counts the local layers for what a lane keeps.
+static void test_window_release(void) {
+	const model_hparams *hp = model_hparams_of(M);
+	CHECKF(hp->n_swa == 16, "the model has a window of 16 (%d)", hp->n_swa);
+	static req_spec s[3];
+	make_specs(s, 3, 5, hp->n_vocab);
+	lane_config dc;
+	lane_config_default(&dc);
+	const int32_t pt = dc.page_tokens;
+	CHECK(pt == 16);
+	s[0].n_prompt = s[0].q.n_prompt = 20;
+	for (int i = 0; i < 3; i++) s[i].q.max_tokens = 40, s[i].q.ignore_eos = true, s[i].q.draft = false;
+	lane_host *h = host(1, 0, true, 2);
+	static result r1, r2, r3, f2, f3;
+	lane_snapshot a, b, c;
+	run_all(h, &s[0], 1, &r1, false);
+	snapshot_after(h, 1, &a);
+	CHECK(r1.n == 40);
+	// the prompt, all of the reply, then 4 tokens of the next turn
+	memcpy(s[1].prompt, s[0].prompt, 20 * sizeof(int32_t));
+	memcpy(s[1].prompt + 20, r1.ids, 40 * sizeof(int32_t));
+	for (int k = 0; k < 4; k++) s[1].prompt[60 + k] = 3 + k * 7;
+	s[1].n_prompt = s[1].q.n_prompt = 64;
+	// the prompt and the reply's first 20 tokens, then another turn: parts inside page 2
+	memcpy(s[2].prompt, s[1].prompt, 40 * sizeof(int32_t));
+	for (int k = 0; k < 8; k++) s[2].prompt[40 + k] = 5 + k * 11;
+	s[2].n_prompt = s[2].q.n_prompt = 48;
+	run_all(h, &s[2], 1, &r3, false);
+	snapshot_after(h, 2, &c);
+	run_all(h, &s[1], 1, &r2, false);
+	snapshot_after(h, 3, &b);
+	lane_host_free(h);
+	// the first request (59 tokens long) freed page 1's local rows (page 0 holds its prompt's end)
+	CHECKF(a.kv_local_freed >= 1 && a.kv_local_page_bytes > 0, "local rows freed %llu times (%llu bytes a page)",
+	       (unsigned long long)a.kv_local_freed, (unsigned long long)a.kv_local_page_bytes);
+	CHECKF(a.kv_local_held + (int32_t)a.kv_local_freed == 4, "of the 4 pages written, %d hold local rows and %llu were freed",
+	       a.kv_local_held, (unsigned long long)a.kv_local_freed);
+	// a resume at 32 would read page 1's: the parting prompt resumes at 16
+	CHECKF(c.prefix_hit_tokens - a.prefix_hit_tokens == 16, "the parting prompt resumed at %llu, not 16",
+	       (unsigned long long)(c.prefix_hit_tokens - a.prefix_hit_tokens));
+	// the next turn reads page 2's, which were kept: it resumes at the reply's last whole cached page
+	CHECKF(b.prefix_hit_tokens - c.prefix_hit_tokens == 48, "the next turn resumed at %llu, not 48",
+	       (unsigned long long)(b.prefix_hit_tokens - c.prefix_hit_tokens));
+	h = host(1, 0, false, 2);
+	run_all(h, &s[1], 1, &f2, false);
+	run_all(h, &s[2], 1, &f3, false);
+	lane_host_free(h);
+	CHECKF(same(&r2, &f2), "the next turn from the prefix cache = fresh");
+	CHECKF(same(&r3, &f3), "the parting prompt = fresh");
+	// pages no sequence holds give up their local rows past the host's cap: 48 prompts of 30
+	// tokens each leave their first page cached with its local rows (a resume of the prompt reads them)
+	static req_spec many[48];
+	static result mr[48];
+	make_specs(many, 48, 77, hp->n_vocab);
+	for (int i = 0; i < 48; i++) {
+		many[i].n_prompt = many[i].q.n_prompt = 30;
+		for (int k = 1; k < 30; k++) many[i].prompt[k] = 3 + (i * 131 + k * 17) % (hp->n_vocab - 3);
+		many[i].q.max_tokens = 2, many[i].q.draft = false;
+	}
+	h = host(1, 0, true, 2);
+	run_all(h, many, 48, mr, false);
+	lane_snapshot d;
+	snapshot_after(h, 48, &d);
+	lane_host_free(h);
+	lane_config cc;
+	lane_config_default(&cc);
+	cc.lanes = 1, cc.ctx = 2048, cc.threads = 2;
+	const int32_t cap = (lane_local_tokens(&cc, hp, lane_config_max_context(&cc, hp)) + pt - 1) / pt;
+	CHECKF(cap < 48 && d.kv_local_held <= cap && d.kv_local_freed >= (uint64_t)(48 - cap),
+	       "%d pages hold local rows (cap %d), %llu freed", d.kv_local_held, cap, (unsigned long long)d.kv_local_freed);
+	// the planner: five of six layers are local, and they cost a lane what it keeps
+	plan_model pm;
+	plan_model_of(&pm, M);
+	plan_result pr;
+	char err[256];
+	lane_config pc;
+	lane_config_default(&pc);
+	CHECK(plan_at(&pr, &pm, (uint64_t)1 << 40, 4, 4096, &pc, err, sizeof err) == 0);
+	CHECKF(pr.kv_local_bytes_per_token * 6 == pr.kv_bytes_per_token * 5, "local %llu of %llu bytes a token",
+	       (unsigned long long)pr.kv_local_bytes_per_token, (unsigned long long)pr.kv_bytes_per_token);
+	const uint64_t want = 4 * ((pr.kv_bytes_per_token - pr.kv_local_bytes_per_token) * 4096 + pr.kv_local_bytes_per_token * (uint64_t)pr.local_tokens);
+	CHECKF(pr.local_tokens > 32 && pr.local_tokens < 4096 && pr.kv_bytes == want, "local tokens %d, kv %llu bytes (want %llu)",
+	       pr.local_tokens, (unsigned long long)pr.kv_bytes, (unsigned long long)want);
 }
 
 // A head trained here for stories260K (the trunk frozen: `lanes learn --mtp`), served with
@@ -2512,6 +2602,7 @@ int main(void) {
 		CHECK(t_gen_model(fams[f], "Q8_0", vocab, gemma2) == 0);
 		test_exact(gemma2);
 		with_model(gemma2, test_draft_ngram);
+		if (f == 0) with_model(gemma2, test_window_release);
 		if (f == 1) with_model(gemma2, test_cache_dir_rope);
 		remove(gemma2);
 	}

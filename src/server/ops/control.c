@@ -139,6 +139,12 @@ void srv_metrics(srv_conn *c) {
 	metric(&b, "lanes_lanes_busy", "gauge", "Lanes holding a request.", (uint64_t)busy);
 	metric(&b, "lanes_kv_pages_used", "gauge", "KV cache pages in use.", (uint64_t)sn->kv_pages_used);
 	metric(&b, "lanes_kv_pages_free", "gauge", "KV cache pages free.", (uint64_t)sn->kv_pages_free);
+	if (sn->kv_local_page_bytes) { // a sliding-window model: its local layers keep only their window
+		metric(&b, "lanes_kv_local_pages_held", "gauge", "KV pages whose sliding-window layers' rows are in memory.",
+		       (uint64_t)sn->kv_local_held);
+		metric(&b, "lanes_kv_local_pages_freed_total", "counter", "Times a KV page's sliding-window layers' rows were freed.",
+		       sn->kv_local_freed);
+	}
 	metric(&b, "lanes_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
 	       sn->prefix_hit_tokens);
 	if (s->cfg.lanes.cache_dir) {
