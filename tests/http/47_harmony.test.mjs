@@ -109,7 +109,9 @@ test('Anthropic: a thinking block then a tool_use block, streamed = whole; both 
 	const turn = (content) => ({ model: 'm', max_tokens: 1, messages: [...user, { role: 'assistant', content },
 		{ role: 'user', content: [{ type: 'tool_result', tool_use_id: m.content[1].id, content: 'sunny' }] }] });
 	const back = await ant.messages.create(turn(m.content)), bare = await ant.messages.create(turn([m.content[1]]));
-	assert.ok(back.usage.input_tokens > bare.usage.input_tokens + 4, 'the thinking renders as the analysis before the call');
+	// the whole prompt: input_tokens leaves out what the prefix cache gave
+	const prompt = (u) => u.input_tokens + (u.cache_read_input_tokens || 0);
+	assert.ok(prompt(back.usage) > prompt(bare.usage) + 4, 'the thinking renders as the analysis before the call');
 });
 
 test('the template reads chat_template_kwargs (model_identity, builtin_tools); effort none closes the analysis', async () => {
