@@ -421,10 +421,17 @@ static void pointwise(const tensor_kernels *ks) {
 	// An element's result does not depend on where the call's range starts or ends.
 	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
 	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s swiglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
-	// GELU (tanh form) gate: every set gives the reference's bits; known values of gelu
+	// GELU (tanh form) gate: within the rounding of the set's exp of the reference; an element's
+	// result is the same wherever the call's range starts or ends; known values of gelu
+	bad = 0;
 	tensor_geglu(x, w, a, n);
 	tensor_k_geglu(ks, x, w, b, n);
-	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s geglu: differs from the reference", tensor_kernels_name(ks));
+	// (where the gate is nearly shut the float exponent's rounding shows relative to the tiny
+	// result: the bound is relative to the ungated product too)
+	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 4e-6f * fabsf(a[i]) + 1e-7f * fabsf(x[i] * w[i]) + 1e-30f);
+	CHECKF(bad == 0, "%s geglu: %d values off", tensor_kernels_name(ks), bad);
+	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_geglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
+	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s geglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
 	const float gx[4] = {1.0f, -1.0f, 3.0f, 0.0f}, gu[4] = {1.0f, 1.0f, 2.0f, 5.0f};
 	float gy[4];
 	tensor_k_geglu(ks, gx, gu, gy, 4);

@@ -670,7 +670,7 @@ static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
 	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
-	 .swiglu = kx_swiglu, .geglu = tensor_geglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
+	 .swiglu = kx_swiglu, .geglu = kx_geglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
 	 .f32_rows = kx_f32_rows,                                                                                     \
 	 .f32_t16 = kx_f32_t16, .f32_fwd = kx_f32_fwd, .f32_bwd = kx_f32_bwd, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
@@ -697,19 +697,28 @@ AI vf v_exp(vf x) {
 
 AI vf silu_mul(vf gv, vf uv) { return v_mul(v_div(gv, v_add(v_set1f(1.0f), v_exp(v_sub(v_zerof(), gv)))), uv); }
 
+// GELU's tanh form as x sigmoid(2y), y = sqrt(2/pi) (x + 0.044715 x^3): 0.5 x (1 + tanh y) exactly.
+AI vf gelu_mul(vf gv, vf uv) {
+	const vf y2 = v_mul(v_mul(v_fma(v_mul(gv, gv), v_set1f(0.044715f), v_set1f(1.0f)), gv), v_set1f(-1.5957691216057308f));
+	return v_mul(v_div(gv, v_add(v_set1f(1.0f), v_exp(y2))), uv);
+}
+
 // Every element takes the same vector arithmetic, the tail too: callers pass whole batches,
 // so which elements form the tail depends on the batch size.
-static void kx_swiglu(const float *g, const float *u, float *out, int64_t n) {
-	int64_t i = 0;
-	for (; i + VL <= n; i += VL) v_storef(out + i, silu_mul(v_loadf(g + i), v_loadf(u + i)));
-	if (i < n) {
-		float tg[VL] = {0}, tu[VL] = {0}, to[VL];
-		memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
-		memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
-		v_storef(to, silu_mul(v_loadf(tg), v_loadf(tu)));
-		memcpy(out + i, to, (size_t)(n - i) * sizeof(float));
+#define KX_GLU(name, op)                                                                       \
+	static void name(const float *g, const float *u, float *out, int64_t n) {              \
+		int64_t i = 0;                                                                 \
+		for (; i + VL <= n; i += VL) v_storef(out + i, op(v_loadf(g + i), v_loadf(u + i))); \
+		if (i < n) {                                                                   \
+			float tg[VL] = {0}, tu[VL] = {0}, to[VL];                              \
+			memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));                    \
+			memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));                    \
+			v_storef(to, op(v_loadf(tg), v_loadf(tu)));                            \
+			memcpy(out + i, to, (size_t)(n - i) * sizeof(float));                  \
+		}                                                                              \
 	}
-}
+KX_GLU(kx_swiglu, silu_mul)
+KX_GLU(kx_geglu, gelu_mul)
 
 static void kx_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
 	if (n % VL) {
