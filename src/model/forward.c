@@ -416,7 +416,7 @@ static void glu_row(void *arg, int64_t r) {
 	float *g = a->h + r * a->width, *u = a->u + r * a->width;
 	if (a->bg) add_bias(g, a->bg, 1, a->width);
 	if (a->bu) add_bias(u, a->bu, 1, a->width);
-	if (a->m->hp.oai) tensor_swiglu_oai(g, u, g, a->width);
+	if (a->m->hp.oai) tensor_k_swiglu_oai(a->m->ks, g, u, g, a->width);
 	else if (a->m->hp.geglu) tensor_k_geglu(a->m->ks, g, u, g, a->width);
 	else tensor_k_swiglu(a->m->ks, g, u, g, a->width);
 }

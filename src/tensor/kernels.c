@@ -337,6 +337,10 @@ void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, f
 	ks->swiglu(g, u, out, n);
 }
 
+void tensor_k_swiglu_oai(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
+	ks->swiglu_oai(g, u, out, n);
+}
+
 void tensor_k_geglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
 	ks->geglu(g, u, out, n);
 }

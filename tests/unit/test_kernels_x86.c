@@ -400,7 +400,7 @@ static void pointwise(const tensor_kernels *ks) {
 	uint64_t seed = 99;
 	const int64_t n = 2048 + 40;
 	float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
-	      *b = malloc(sizeof(float) * n);
+	      *b = malloc(sizeof(float) * n), *y2 = malloc(sizeof(float) * n);
 	for (int64_t i = 0; i < n; i++) x[i] = frand(&seed) * 20.0f, w[i] = frand(&seed) * 2.0f;
 	const int64_t sizes[] = {2048, 64, 8, 2088};
 	int bad = 0;
@@ -432,6 +432,15 @@ static void pointwise(const tensor_kernels *ks) {
 	CHECKF(bad == 0, "%s geglu: %d values off", tensor_kernels_name(ks), bad);
 	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_geglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
 	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s geglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
+	// gpt-oss's clamped SwiGLU likewise (both clamps reached: x spans +-10, u +-1 scaled up)
+	bad = 0;
+	for (int64_t i = 0; i < n; i++) b[i] = w[i] * 5.0f;
+	tensor_swiglu_oai(x, b, a, n);
+	tensor_k_swiglu_oai(ks, x, b, y2, n);
+	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - y2[i]) <= 4e-6f * fabsf(a[i]) + 1e-7f * fabsf(x[i] * b[i]) + 1e-30f);
+	CHECKF(bad == 0, "%s swiglu_oai: %d values off", tensor_kernels_name(ks), bad);
+	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu_oai(ks, x + i0, b + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
+	CHECKF(memcmp(a, y2, sizeof(float) * n) == 0, "%s swiglu_oai: pieces of 7 differ from one call", tensor_kernels_name(ks));
 	const float gx[4] = {1.0f, -1.0f, 3.0f, 0.0f}, gu[4] = {1.0f, 1.0f, 2.0f, 5.0f};
 	float gy[4];
 	tensor_k_geglu(ks, gx, gu, gy, 4);
@@ -464,7 +473,7 @@ static void pointwise(const tensor_kernels *ks) {
 		bad += !(ef <= er * 1.001 + 1e-45) || bf != bf2 || memcmp(h2, h3, sizeof(uint16_t) * D);
 	}
 	CHECKF(bad == 0, "%s f16s encode: %d groups worse than the reference or not repeatable", tensor_kernels_name(ks), bad);
-	free(x), free(w), free(a), free(b);
+	free(x), free(w), free(a), free(b), free(y2);
 }
 
 // The KV block quantizers: the reference's bytes exactly, for random rows and the edges —

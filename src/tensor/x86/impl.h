@@ -670,7 +670,7 @@ static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
 	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
-	 .swiglu = kx_swiglu, .geglu = kx_geglu, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
+	 .swiglu = kx_swiglu, .geglu = kx_geglu, .swiglu_oai = kx_swiglu_oai, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
 	 .f32_rows = kx_f32_rows,                                                                                     \
 	 .f32_t16 = kx_f32_t16, .f32_fwd = kx_f32_fwd, .f32_bwd = kx_f32_bwd, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
@@ -717,8 +717,17 @@ AI vf gelu_mul(vf gv, vf uv) {
 			memcpy(out + i, to, (size_t)(n - i) * sizeof(float));                  \
 		}                                                                              \
 	}
+// gpt-oss's experts: x = min(g, 7), y = clamp(u, -7, 7), x sigmoid(1.702 x) (y + 1).
+AI vf oai_mul(vf gv, vf uv) {
+	const vf x = v_min(gv, v_set1f((float)TENSOR_OAI_LIMIT));
+	const vf y = v_max(v_min(uv, v_set1f((float)TENSOR_OAI_LIMIT)), v_set1f((float)-TENSOR_OAI_LIMIT));
+	const vf sig = v_div(x, v_add(v_set1f(1.0f), v_exp(v_mul(x, v_set1f((float)-TENSOR_OAI_ALPHA)))));
+	return v_mul(sig, v_add(y, v_set1f(1.0f)));
+}
+
 KX_GLU(kx_swiglu, silu_mul)
 KX_GLU(kx_geglu, gelu_mul)
+KX_GLU(kx_swiglu_oai, oai_mul)
 
 static void kx_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
 	if (n % VL) {
