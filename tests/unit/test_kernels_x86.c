@@ -396,6 +396,23 @@ static void attention_rows(const tensor_kernels *ks, int32_t D, int32_t nq, int 
 	store_free(&S);
 }
 
+// A gate of the set against its reference: within the rounding of the set's exp (where the
+// gate is nearly shut that rounding shows relative to the tiny result, so the bound is relative
+// to the ungated product too), and the same bits in pieces of 7 as in one call.
+static void glu_check(const tensor_kernels *ks, const char *name, void (*ref)(const float *, const float *, float *, int64_t),
+		      void (*set)(const tensor_kernels *, const float *, const float *, float *, int64_t), const float *g, const float *u,
+		      int64_t n) {
+	float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+	int bad = 0;
+	ref(g, u, a, n);
+	set(ks, g, u, b, n);
+	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 4e-6f * fabsf(a[i]) + 1e-7f * fabsf(g[i] * u[i]) + 1e-30f);
+	CHECKF(bad == 0, "%s %s: %d values off", tensor_kernels_name(ks), name, bad);
+	for (int64_t i0 = 0; i0 < n; i0 += 7) set(ks, g + i0, u + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
+	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s %s: pieces of 7 differ from one call", tensor_kernels_name(ks), name);
+	free(a), free(b);
+}
+
 static void pointwise(const tensor_kernels *ks) {
 	uint64_t seed = 99;
 	const int64_t n = 2048 + 40;
@@ -421,26 +438,13 @@ static void pointwise(const tensor_kernels *ks) {
 	// An element's result does not depend on where the call's range starts or ends.
 	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
 	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s swiglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
-	// GELU (tanh form) gate: within the rounding of the set's exp of the reference; an element's
-	// result is the same wherever the call's range starts or ends; known values of gelu
-	bad = 0;
-	tensor_geglu(x, w, a, n);
-	tensor_k_geglu(ks, x, w, b, n);
-	// (where the gate is nearly shut the float exponent's rounding shows relative to the tiny
-	// result: the bound is relative to the ungated product too)
-	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 4e-6f * fabsf(a[i]) + 1e-7f * fabsf(x[i] * w[i]) + 1e-30f);
-	CHECKF(bad == 0, "%s geglu: %d values off", tensor_kernels_name(ks), bad);
-	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_geglu(ks, x + i0, w + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
-	CHECKF(memcmp(a, b, sizeof(float) * n) == 0, "%s geglu: pieces of 7 differ from one call", tensor_kernels_name(ks));
-	// gpt-oss's clamped SwiGLU likewise (both clamps reached: x spans +-10, u +-1 scaled up)
-	bad = 0;
-	for (int64_t i = 0; i < n; i++) b[i] = w[i] * 5.0f;
-	tensor_swiglu_oai(x, b, a, n);
-	tensor_k_swiglu_oai(ks, x, b, y2, n);
-	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - y2[i]) <= 4e-6f * fabsf(a[i]) + 1e-7f * fabsf(x[i] * b[i]) + 1e-30f);
-	CHECKF(bad == 0, "%s swiglu_oai: %d values off", tensor_kernels_name(ks), bad);
-	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_swiglu_oai(ks, x + i0, b + i0, a + i0, n - i0 < 7 ? n - i0 : 7);
-	CHECKF(memcmp(a, y2, sizeof(float) * n) == 0, "%s swiglu_oai: pieces of 7 differ from one call", tensor_kernels_name(ks));
+	// GELU (tanh form) gate and gpt-oss's clamped SwiGLU (both clamps reached: x spans +-10, u
+	// +-5): within the rounding of the set's exp of the reference; an element's result is the
+	// same wherever the call's range starts or ends
+	for (int64_t i = 0; i < n; i++) y2[i] = w[i] * 5.0f;
+	glu_check(ks, "geglu", tensor_geglu, tensor_k_geglu, x, w, n);
+	glu_check(ks, "swiglu_oai", tensor_swiglu_oai, tensor_k_swiglu_oai, x, y2, n);
+	// known values of gelu
 	const float gx[4] = {1.0f, -1.0f, 3.0f, 0.0f}, gu[4] = {1.0f, 1.0f, 2.0f, 5.0f};
 	float gy[4];
 	tensor_k_geglu(ks, gx, gu, gy, 4);
