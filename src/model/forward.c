@@ -1107,8 +1107,7 @@ static void pass_end(const model *m, base_pool *pool, scratch *s, const model_ro
 	const row_maker out_norm = {.m = m, .x = s->x, .w = norm, .h = s->h, .ridx = s->sel, .width = (int64_t)E};
 	if (nl) mm(pool, s, head, 0, s->h, nl, logits, norm_row, &out_norm, false, NULL);
 	if (nl) lora_add(s->lp, -1, LK_OUTPUT, s->h, (int64_t)E, nl, s->lp ? s->lp->ridx : NULL, logits, hp->n_vocab);
-	if (hp->final_softcap != 0.0f)
-		for (int64_t i = 0; i < nl * hp->n_vocab; i++) logits[i] = tensor_softcap(logits[i], hp->final_softcap);
+	if (hp->final_softcap != 0.0f) tensor_k_softcap_rows(m->ks, logits, nl * hp->n_vocab, hp->final_softcap);
 	int64_t nh = 0;
 	for (int64_t r = 0; r < n && hidden; r++)
 		if (want_logits ? rows[r].logits : want && want[r])

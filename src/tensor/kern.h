@@ -63,6 +63,7 @@ struct tensor_kernels {
 	void (*swiglu)(const float *g, const float *u, float *out, int64_t n);
 	void (*geglu)(const float *g, const float *u, float *out, int64_t n);
 	void (*swiglu_oai)(const float *g, const float *u, float *out, int64_t n);
+	void (*softcap_rows)(float *x, int64_t n, float cap); // x = cap tanh(x / cap), in place
 	uint8_t (*f16s_encode)(const float *x, int32_t n, uint16_t *h);
 	// The training products (tensor_k_f32_rows, _t16, _fwd, _bwd).
 	void (*f32_rows)(uint32_t type, const void *src, float *dst, int64_t n);

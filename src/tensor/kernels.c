@@ -337,6 +337,8 @@ void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, f
 	ks->swiglu(g, u, out, n);
 }
 
+void tensor_k_softcap_rows(const tensor_kernels *ks, float *x, int64_t n, float cap) { ks->softcap_rows(x, n, cap); }
+
 void tensor_k_swiglu_oai(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n) {
 	ks->swiglu_oai(g, u, out, n);
 }

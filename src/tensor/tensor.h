@@ -565,6 +565,8 @@ size_t tensor_matmul_scratch(const tensor_kernels *ks, int64_t n, int64_t k);
 void tensor_k_rmsnorm(const tensor_kernels *ks, const float *x, const float *w, int64_t n, float eps, float *y);
 void tensor_k_swiglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 void tensor_k_geglu(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
+// x[i] = tensor_softcap(x[i], cap) with ks's arithmetic (the output logits' cap, Gemma 2).
+void tensor_k_softcap_rows(const tensor_kernels *ks, float *x, int64_t n, float cap);
 // gpt-oss's clamped SwiGLU (tensor_swiglu_oai) with ks's arithmetic.
 void tensor_k_swiglu_oai(const tensor_kernels *ks, const float *g, const float *u, float *out, int64_t n);
 uint8_t tensor_k_f16s_encode(const tensor_kernels *ks, const float *x, int32_t n, uint16_t *h);

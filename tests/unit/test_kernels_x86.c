@@ -444,6 +444,17 @@ static void pointwise(const tensor_kernels *ks) {
 	for (int64_t i = 0; i < n; i++) y2[i] = w[i] * 5.0f;
 	glu_check(ks, "geglu", tensor_geglu, tensor_k_geglu, x, w, n);
 	glu_check(ks, "swiglu_oai", tensor_swiglu_oai, tensor_k_swiglu_oai, x, y2, n);
+	// the output logits' soft cap: within the set's exp of the reference (relative to the cap
+	// near 0, where tanh's formula through exp cancels), the same bits in pieces of 7
+	for (int64_t i = 0; i < n; i++) a[i] = b[i] = x[i] * 8.0f;
+	for (int64_t i = 0; i < n; i++) a[i] = tensor_softcap(a[i], 30.0f);
+	tensor_k_softcap_rows(ks, b, n, 30.0f);
+	bad = 0;
+	for (int64_t i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= 4e-6f * fabsf(a[i]) + 4e-6f * 30.0f);
+	CHECKF(bad == 0, "%s softcap_rows: %d values off", tensor_kernels_name(ks), bad);
+	for (int64_t i = 0; i < n; i++) y2[i] = x[i] * 8.0f;
+	for (int64_t i0 = 0; i0 < n; i0 += 7) tensor_k_softcap_rows(ks, y2 + i0, n - i0 < 7 ? n - i0 : 7, 30.0f);
+	CHECKF(memcmp(y2, b, sizeof(float) * n) == 0, "%s softcap_rows: pieces of 7 differ from one call", tensor_kernels_name(ks));
 	// known values of gelu
 	const float gx[4] = {1.0f, -1.0f, 3.0f, 0.0f}, gu[4] = {1.0f, 1.0f, 2.0f, 5.0f};
 	float gy[4];

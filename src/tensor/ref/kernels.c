@@ -170,6 +170,10 @@ void tensor_swiglu_oai(const float *g, const float *u, float *out, int64_t n) {
 
 float tensor_softcap(float x, float cap) { return (float)(cap * tanh((double)x / cap)); }
 
+static void ref_softcap_rows(float *x, int64_t n, float cap) {
+	for (int64_t i = 0; i < n; i++) x[i] = tensor_softcap(x[i], cap);
+}
+
 // ---- RoPE ---------------------------------------------------------------------------------
 // YaRN: the pair index at which a dimension turns n_rot_beta times over the training context.
 static double yarn_corr_dim(int32_t n_dims, int32_t n_ctx_orig, double beta, double base) {
@@ -570,7 +574,7 @@ static void ref_mm_any(const tensor_mat *w, const void *mat, const void *xa, siz
 #define REF_SET(ACT, TWIN, ACT_KIND, ACT_Q8, MATMUL)                                                               \
 	{.name = "ref", .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8), .tile = MM_OT, .act_kind = ACT_KIND, .act_q8 = ACT_Q8,             \
 	 .matmul = MATMUL, .attn = ref_attn, .attn_unfused = ref_attn_unfused, .rmsnorm = tensor_rmsnorm,            \
-	 .swiglu = tensor_swiglu, .geglu = tensor_geglu, .swiglu_oai = tensor_swiglu_oai, .f16s_encode = tensor_f16s_encode, .f32_rows = ref_f32_rows, .f32_t16 = ref_f32_t16, \
+	 .swiglu = tensor_swiglu, .geglu = tensor_geglu, .swiglu_oai = tensor_swiglu_oai, .softcap_rows = ref_softcap_rows, .f16s_encode = tensor_f16s_encode, .f32_rows = ref_f32_rows, .f32_t16 = ref_f32_t16, \
 	 .f32_fwd = ref_f32_fwd, .f32_bwd = ref_f32_bwd, .cpu_ok = ref_cpu_ok}
 const tensor_kernels tensor_kernels_ref = REF_SET(TENSOR_ACT_Q16, tensor_kernels_ref_q8, ref_act_kind, NULL, ref_mm);
 const tensor_kernels tensor_kernels_ref_q8 = REF_SET(TENSOR_ACT_Q8, tensor_kernels_ref, ref_act_kind_q8, ref_act_q8, ref_mm_any);

@@ -670,7 +670,7 @@ static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
 	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
-	 .swiglu = kx_swiglu, .geglu = kx_geglu, .swiglu_oai = kx_swiglu_oai, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
+	 .swiglu = kx_swiglu, .geglu = kx_geglu, .swiglu_oai = kx_swiglu_oai, .softcap_rows = kx_softcap_rows, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
 	 .f32_rows = kx_f32_rows,                                                                                     \
 	 .f32_t16 = kx_f32_t16, .f32_fwd = kx_f32_fwd, .f32_bwd = kx_f32_bwd, .cpu_ok = CPU_OK}
 #define KX_SETS(NAME, Q16, Q8, CPU_OK)                                                                             \
@@ -723,6 +723,23 @@ AI vf oai_mul(vf gv, vf uv) {
 	const vf y = v_max(v_min(uv, v_set1f((float)TENSOR_OAI_LIMIT)), v_set1f((float)-TENSOR_OAI_LIMIT));
 	const vf sig = v_div(x, v_add(v_set1f(1.0f), v_exp(v_mul(x, v_set1f((float)-TENSOR_OAI_ALPHA)))));
 	return v_mul(sig, v_add(y, v_set1f(1.0f)));
+}
+
+// cap tanh(x / cap) = cap - 2 cap / (e^(2x / cap) + 1): saturates at +-cap as tanh does.
+AI vf softcap_v(vf x, float cap) {
+	const vf e = v_exp(v_mul(x, v_set1f(2.0f / cap)));
+	return v_sub(v_set1f(cap), v_div(v_set1f(2.0f * cap), v_add(e, v_set1f(1.0f))));
+}
+
+static void kx_softcap_rows(float *x, int64_t n, float cap) {
+	int64_t i = 0;
+	for (; i + VL <= n; i += VL) v_storef(x + i, softcap_v(v_loadf(x + i), cap));
+	if (i < n) {
+		float t[VL] = {0};
+		memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+		v_storef(t, softcap_v(v_loadf(t), cap));
+		memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
+	}
 }
 
 KX_GLU(kx_swiglu, silu_mul)
