@@ -112,7 +112,9 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 		kv_free(kv);
 		return base_seterr(err, errlen, LANES_EINVAL, "kv: window, swa_pattern and local_cap must be >= 0");
 	}
-	if (cfg->window > 0) scales_ok = (kv->lheld = calloc((size_t)cfg->n_pages, 1)) != NULL && scales_ok;
+	// local rows are freed only where a page's slice of a layer is whole system pages
+	const bool frees = cfg->window > 0 && kv_local_bytes_per_token(cfg->type, 1, cfg->kv_dim, cfg->page_tokens) > 0;
+	if (frees && !(kv->lheld = calloc((size_t)cfg->n_pages, 1))) scales_ok = false;
 	if (scaled) {
 		kv->s_stride = (size_t)cfg->page_tokens * (size_t)(cfg->kv_dim / cfg->group);
 		kv->ks = reserve(kv->s_stride * (size_t)cfg->n_pages * (size_t)cfg->n_layers);
@@ -125,6 +127,7 @@ int kv_new(kv_cache **out, const kv_config *cfg, char *err, size_t errlen) {
 		return base_seterr(err, errlen, LANES_ENOMEM, "kv: cannot reserve %llu bytes of cache",
 				    (unsigned long long)want);
 	}
+	for (int32_t i = 0; i < cfg->n_seqs; i++) kv->seqs[i].lshared = -1;
 	// Pop order gives low page ids first.
 	for (int32_t i = 0; i < cfg->n_pages; i++) kv->free_ids[i] = cfg->n_pages - 1 - i;
 	kv->n_free = cfg->n_pages;
@@ -161,47 +164,38 @@ uint64_t kv_reserved_bytes(const kv_cache *kv) { return kv_page_bytes(kv) * (uin
 
 // ---- the limit ---------------------------------------------------------------------------------
 
-// Hands back the memory of pages [a, b] of layer l in every map (whole system pages only: a
-// partial one at either end stays).
-static void release_range(kv_cache *kv, int32_t l, int32_t a, int32_t b) {
-	const size_t sys = (size_t)sysconf(_SC_PAGESIZE);
-	uint8_t *maps[4] = {kv->k, kv->v, kv->ks, kv->vs};
-	const size_t per[4] = {kv->page_bytes, kv->page_bytes, kv->s_stride, kv->s_stride};
-	for (int m = 0; m < 4; m++) {
-		if (!maps[m]) continue;
-		uintptr_t lo = (uintptr_t)maps[m] + per[m] * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)a);
-		uintptr_t hi = (uintptr_t)maps[m] + per[m] * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)b + 1);
-		lo = (lo + sys - 1) & ~(uintptr_t)(sys - 1);
-		hi &= ~(uintptr_t)(sys - 1);
-		if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-	}
-}
-
 bool kv_layer_local(const kv_config *c, int32_t l) {
 	return c->window > 0 && (c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1);
 }
 
+uint64_t kv_local_bytes_per_token(enum kv_type type, int32_t n_local, int32_t kv_dim, int32_t page_tokens) {
+	const kv_type_traits *kt = kv_type_get(type);
+	const uint64_t row = kt && kv_dim > 0 ? tensor_row_bytes(kt->ttype, kv_dim) : 0, sys = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (!row || n_local < 1 || page_tokens < 1 || (row * (uint64_t)page_tokens) % sys) return 0;
+	return 2 * row * (uint64_t)n_local;
+}
+
 uint64_t kv_local_page_bytes(const kv_cache *kv) {
 	uint64_t n = 0;
-	for (int32_t l = 0; l < kv->cfg.n_layers; l++) n += kv_layer_local(&kv->cfg, l);
-	return n * ((uint64_t)kv->page_bytes * 2 + (uint64_t)kv->s_stride * 2);
+	for (int32_t l = 0; kv->lheld && l < kv->cfg.n_layers; l++) n += kv_layer_local(&kv->cfg, l);
+	return n * (uint64_t)kv->page_bytes * 2;
 }
 
 int32_t kv_pages_local_held(const kv_cache *kv) { return kv->lheld ? kv->held : 0; }
 uint64_t kv_pages_local_freed(const kv_cache *kv) { return kv->n_freed; }
 
-// Frees pg's local rows: their memory goes back with that of the freed pages beside it (a run
-// of them, so rows smaller than a system page go back too).
+// Frees pg's local rows: each local layer's K and V slice of the page (whole system pages,
+// kv_new saw to it) goes back to the system; the scale bytes (F16S), a few per row, stay.
 static void free_local(kv_cache *kv, int32_t pg) {
-	enum { RUN = 64 };
 	kv->lheld[pg] = 0;
 	kv->held--;
 	kv->n_freed++;
-	int32_t a = pg, b = pg;
-	while (a > 0 && pg - a < RUN && !kv->lheld[a - 1]) a--;
-	while (b + 1 < kv->cfg.n_pages && b - pg < RUN && !kv->lheld[b + 1]) b++;
-	for (int32_t l = 0; l < kv->cfg.n_layers; l++)
-		if (kv_layer_local(&kv->cfg, l)) release_range(kv, l, a, b);
+	for (int32_t l = 0; l < kv->cfg.n_layers; l++) {
+		if (!kv_layer_local(&kv->cfg, l)) continue;
+		const size_t at = kv->page_bytes * ((size_t)l * (size_t)kv->cfg.n_pages + (size_t)pg);
+		madvise(kv->k + at, kv->page_bytes, MADV_DONTNEED);
+		madvise(kv->v + at, kv->page_bytes, MADV_DONTNEED);
+	}
 }
 
 void kv__page_taken(kv_cache *kv, int32_t pg) {
@@ -220,20 +214,37 @@ void kv__page_taken(kv_cache *kv, int32_t pg) {
 	}
 }
 
-int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep) {
+// Whether positions [lo, hi) lie in the window before keep or before a multiple of stride up
+// to keep: where a resume of the prompt, or of a prompt that parts from it there, reads.
+static bool kept(const kv_cache *kv, int64_t lo, int64_t hi, int32_t keep, int32_t stride) {
+	const int64_t w = kv->cfg.window;
+	if (keep <= 0) return false;
+	if (hi > keep - w + 1 && lo < keep) return true;
+	if (stride <= 0) return false;
+	const int64_t c = (lo / stride + 1) * stride; // the first multiple past lo: its window is the first that could reach [lo, hi)
+	return c <= keep && c - w + 1 < hi;
+}
+
+int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep, int32_t stride) {
 	kv_seq *s = kv__seq(kv, seq);
 	if (!s || !kv->lheld) return 0;
-	const int64_t pt = kv->cfg.page_tokens, from = (int64_t)s->len - kv->cfg.window + 1, k0 = (int64_t)keep - kv->cfg.window + 1;
-	int32_t n = 0;
-	for (; s->lseen < s->npages && (int64_t)(s->lseen + 1) * pt <= from; s->lseen++) {
-		const int32_t pg = s->pages[s->lseen];
-		const int64_t lo = (int64_t)s->lseen * pt, hi = lo + pt;
-		if (keep > 0 && hi > k0 && lo < keep) continue;
+	// the window before its last whole page stays too: a next turn resumes there
+	const int64_t pt = kv->cfg.page_tokens, from = ((int64_t)s->len - 1) / pt * pt - kv->cfg.window + 1;
+	int32_t n = 0, shared = -1;
+	// pages passed while another sequence held them are looked at again until freed
+	for (int32_t i = s->lshared >= 0 ? s->lshared : s->lseen; i < s->npages && (int64_t)(i + 1) * pt <= from; i++) {
+		const int32_t pg = s->pages[i];
+		if (i >= s->lseen) s->lseen = i + 1;
+		if (!kv->lheld[pg] || kept(kv, (int64_t)i * pt, (int64_t)(i + 1) * pt, keep, stride)) continue;
 		// another sequence that holds it may still read it
-		if (!kv->lheld[pg] || kv->ref[pg] - (kv__prefix_has(kv, pg) ? 1 : 0) > 1) continue;
+		if (kv->ref[pg] - (kv__prefix_has(kv, pg) ? 1 : 0) > 1) {
+			if (shared < 0) shared = i;
+			continue;
+		}
 		free_local(kv, pg);
 		n++;
 	}
+	s->lshared = shared;
 	return n;
 }
 
@@ -276,6 +287,9 @@ void kv_set_limit(kv_cache *kv, int32_t limit) {
 		for (int32_t i = 0; i < kv->n_free; i++)
 			if (kv->free_ids[i] < limit) kv->free_ids[n++] = kv->free_ids[i];
 		kv->n_free = n;
+		// over still counts the pages above the old limit: dropping these must not hand back
+		// the memory of pages sequences hold between the two limits
+		kv->released = true;
 		for (int32_t p = limit; p < kv->cfg.n_pages; p++)
 			if (kv->ref[p] == 1) kv__prefix_drop(kv, p);
 	}
@@ -359,6 +373,7 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
 	while (s->npages > keep) kv__page_unref(kv, s->pages[--s->npages]);
 	s->len = (int32_t)len;
 	if (s->lseen > s->npages) s->lseen = s->npages;
+	if (s->lshared >= s->npages) s->lshared = -1;
 	if (kv->state) {
 		// the state holds every token: only an empty sequence has one again (zero)
 		s->stale = len > 0;

@@ -153,17 +153,26 @@ int kv_seq_rewind(kv_cache *kv, int32_t seq);
 
 // ---- local layers (kv_config.window): their rows only where a reader can reach them -------
 // Frees the local layers' rows of seq's pages that hold only positions before its window
-// (before len - window + 1: no query at len or later reads them) and that no other sequence
-// holds, but for the window before position keep (0: none), where a resume of its prompt would
-// read; returns the pages freed. Their other layers' rows stay. A page whose local rows are
-// freed is attached from the prefix cache only where no resume reads them, is never written to
-// disk or to a slot file, and gets them back when next handed out. Not thread-safe.
-int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep);
+// (before len - window + 1: no query at len or later reads them; and before the window of its
+// last whole page, where a next turn resumes from the prefix cache) and that no other sequence
+// holds (those are looked at again next time), but for the window before position keep and
+// before each multiple of stride up to keep (0: none), where a resume of its prompt, or of a
+// prompt that parts from it there, would read; returns the pages freed. Their other layers'
+// rows stay. A page whose local rows are freed is attached from the prefix cache only where no
+// resume reads them, is never written to disk or to a slot file, and gets them back when next
+// handed out. Only a cache whose pages' slices of a layer are whole system pages frees (see
+// kv_local_bytes_per_token); for others it does nothing. Not thread-safe.
+int32_t kv_seq_release_window(kv_cache *kv, int32_t seq, int32_t keep, int32_t stride);
+// Bytes per token of n_local layers' K and V rows that a cache of this type frees (0 when a
+// page of page_tokens rows of one layer is not whole system pages: then nothing is freed).
+// Scale bytes (F16S) are not counted: they stay. Thread-safe.
+uint64_t kv_local_bytes_per_token(enum kv_type type, int32_t n_local, int32_t kv_dim, int32_t page_tokens);
 // Pages whose local rows are in memory, and how many times a page's local rows were freed.
 // Thread-safe: reads.
 int32_t kv_pages_local_held(const kv_cache *kv);
 uint64_t kv_pages_local_freed(const kv_cache *kv);
-// Bytes of one page's local rows (K, V and scales of every local layer). Thread-safe: a read.
+// Bytes of one page's local rows that are freed (K and V of every local layer; 0 when the cache
+// frees none). Thread-safe: a read.
 uint64_t kv_local_page_bytes(const kv_cache *kv);
 // Whether layer l is local. Thread-safe: a read.
 bool kv_layer_local(const kv_config *c, int32_t l);

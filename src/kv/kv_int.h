@@ -14,6 +14,7 @@ typedef struct {
 	int32_t capture[KV_CAPTURES]; // the positions whose state a pass keeps a copy of (0: none)
 	int32_t mark;    // the position whose state a pass keeps for kv_seq_rewind (0: none)
 	int32_t lseen;   // pages before it were looked at by kv_seq_release_window
+	int32_t lshared; // the first of them it passed while another sequence held it (-1: none)
 } kv_seq;
 
 typedef struct kv_prefix kv_prefix;

@@ -32,10 +32,16 @@ int32_t lane_max_rows(const lane_config *cfg) {
 	return cfg->lanes * (1 + cfg->draft_max) + LANE_PROMPT_ROWS;
 }
 
+int32_t lane_window_stride(const lane_config *cfg, const model_hparams *hp) {
+	const int64_t pt = cfg->page_tokens, s = (4 * (int64_t)hp->n_swa + pt - 1) / pt * pt;
+	return s < INT32_MAX ? (int32_t)s : INT32_MAX / (int32_t)pt * (int32_t)pt;
+}
+
 int32_t lane_local_tokens(const lane_config *cfg, const model_hparams *hp, int32_t window) {
 	if (hp->n_swa <= 0 || hp->full_attn_interval > 0 || hp->encoder) return 0;
-	// its window, that before its prompt's end (a resume from the prefix cache reads it), a round's rows
-	const int64_t t = 2 * (int64_t)hp->n_swa + lane_max_rows(cfg) + 3 * (int64_t)cfg->page_tokens;
+	// its window, that before its prompt's end and before each stride of it (where a resume from
+	// the prefix cache reads), a round's rows
+	const int64_t w = hp->n_swa, t = (2 + window / lane_window_stride(cfg, hp)) * w + lane_max_rows(cfg) + 3 * (int64_t)cfg->page_tokens;
 	return t < window ? (int32_t)t : window;
 }
 

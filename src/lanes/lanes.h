@@ -365,10 +365,13 @@ uint64_t lane_compute_bytes(const model_hparams *hp, const lane_config *cfg);
 // cfg's draft_max must be 0..LANE_MAX_DRAFT (others abort). Thread-safe.
 int32_t lane_max_rows(const lane_config *cfg);
 // Tokens of a sliding-window model's local layers one lane keeps in memory at most: its
-// window, the window before its prompt's end (for a resume of the prompt), the rows one round
-// adds and three pages (0: the model has no local layers; the window itself when it is
-// shorter). Thread-safe.
+// window, the window before its prompt's end and before each lane_window_stride of it (for a
+// resume of the prompt or of one that parts from it), the rows one round adds and three pages
+// (0: the model has no local layers; the window itself when it is shorter). Thread-safe.
 int32_t lane_local_tokens(const lane_config *cfg, const model_hparams *hp, int32_t window);
+// The stride of the windows a lane keeps inside its prompt for prompts that part from it: four
+// windows, in whole pages. Thread-safe.
+int32_t lane_window_stride(const lane_config *cfg, const model_hparams *hp);
 
 // Checks cfg (LANES_EINVAL naming the field and its range), allocates everything the host
 // will use, prices a round and starts the engine thread over m and vocab (both must outlive
@@ -516,9 +519,9 @@ typedef struct {
 	int32_t window;           // tokens a request may use now
 	int32_t window_demand;    // p95 of recent requests' sizes
 	int32_t window_floor, window_max;
-	uint64_t kv_bytes;        // KV pages the pool may use now (limit), every layer
+	uint64_t kv_bytes;        // KV pages the pool may use now (limit), every layer (a sliding-window model's local rows: the cap's pages)
 	uint64_t kv_reserved_bytes; // the whole reservation
-	uint64_t kv_used_bytes;   // pages held
+	uint64_t kv_used_bytes;   // pages held (a sliding-window model's local rows: the pages that hold them)
 	uint64_t compute_bytes;   // workspace, logits and scratch the host allocated
 	int32_t n_lora;           // adapters in use, the first LANE_SNAP_MAX_LORA of them by lane, then queue order
 	lane_snap_lora lora[LANE_SNAP_MAX_LORA];

@@ -306,7 +306,8 @@ void lane_run_round(lane_host *h) {
 	// for those a resume of its prompt from the prefix cache would read
 	for (int32_t i = 0; h->hp.n_swa > 0 && i < h->cfg.lanes; i++)
 		if (h->lanes[i])
-			kv_seq_release_window(h->kv, i, (h->lanes[i]->n_prompt - 1) / h->cfg.page_tokens * h->cfg.page_tokens);
+			kv_seq_release_window(h->kv, i, (h->lanes[i]->n_prompt - 1) / h->cfg.page_tokens * h->cfg.page_tokens,
+					      lane_window_stride(&h->cfg, &h->hp));
 	lane_propose(h);
 	h->n_round_lora = 0;
 	double decode;

@@ -59,9 +59,11 @@ void lane_publish(lane_host *h) {
 		s->window_floor = h->cfg.window;
 		s->window_max = h->cfg.window_max;
 	}
-	s->kv_bytes = (uint64_t)total * kv_page_bytes(h->kv);
+	// a sliding-window model's local rows count where they are held (at most the cap), not per page
+	const uint64_t lpb = kv_local_page_bytes(h->kv), gpb = kv_page_bytes(h->kv) - lpb, cap = (uint64_t)kv_config_of(h->kv)->local_cap;
+	s->kv_bytes = (uint64_t)total * gpb + (cap && cap < (uint64_t)total ? cap : (uint64_t)total) * lpb;
 	s->kv_reserved_bytes = kv_reserved_bytes(h->kv);
-	s->kv_used_bytes = (uint64_t)s->kv_pages_used * kv_page_bytes(h->kv);
+	s->kv_used_bytes = (uint64_t)s->kv_pages_used * gpb + (uint64_t)kv_pages_local_held(h->kv) * lpb;
 	s->compute_bytes = h->compute_bytes;
 	s->kv_pages_cached = kv_pages_cached(h->kv);
 	s->kv_local_held = kv_pages_local_held(h->kv);

@@ -214,7 +214,7 @@ static int setup(planner *P, plan_result *out, const plan_model *pm, uint64_t bu
 				    tn, hp->n_kv_heads * hp->head_dim, hp->n_kv_heads, hp->head_dim);
 	int32_t n_local = 0;
 	for (int32_t l = 0; hp->n_swa > 0 && !hp->full_attn_interval && !hp->encoder && l < hp->n_layers; l++) n_local += model_layer_window(hp, l) > 0;
-	if (n_local) P->kvpt_local = kv_bytes_per_token(cfg->kv_type, n_local, hp->n_kv_heads * hp->head_dim, hp->head_dim);
+	if (n_local) P->kvpt_local = kv_local_bytes_per_token(cfg->kv_type, n_local, hp->n_kv_heads * hp->head_dim, pt);
 	const int32_t cap = hp->n_ctx_train > 0 ? hp->n_ctx_train : PLAN_WINDOW_DEFAULT_CAP;
 	out->weights_bytes = pm->mem.total_bytes;
 	out->kv_bytes_per_token = P->kvpt;
