@@ -107,9 +107,11 @@ static int load_dat(cli_imatrix *im, const char *path, const uint8_t *p, size_t 
 		const char *name = (const char *)p + r.at;
 		r.at += (size_t)nl;
 		if (memchr(name, 0, (size_t)nl)) return base_seterr(err, errlen, LANES_EFORMAT, "%s: entry %d: a NUL in its name", path, k + 1);
-		if (!rd_i32(&r, &ncall) || !rd_i32(&r, &nval) || nval < 1 || (size_t)nval > (len - r.at) / 4)
-			return base_seterr(err, errlen, LANES_EFORMAT, "%s: entry %.*s: %s", path, nl, name,
-					    r.at > len - 4 ? "cut short" : "more values than the file holds");
+		if (!rd_i32(&r, &ncall) || !rd_i32(&r, &nval))
+			return base_seterr(err, errlen, LANES_EFORMAT, "%s: entry %.*s: cut short", path, nl, name);
+		if (nval < 1 || (size_t)nval > (len - r.at) / 4)
+			return base_seterr(err, errlen, LANES_EFORMAT, "%s: entry %.*s: %d values, more than the file holds (or none)", path, nl,
+					    name, nval);
 		float *v;
 		const int rc = add_entry(im, path, name, (size_t)nl, nval, &v, err, errlen);
 		if (rc) return rc;

@@ -204,8 +204,7 @@ void kv__page_taken(kv_cache *kv, int32_t pg) {
 	kv->held++;
 	const int32_t cap = kv->cfg.local_cap;
 	if (!cap || kv->held <= cap) return;
-	// past the cap, down to seven eighths of it: pages no sequence holds (free, or the prefix
-	// cache's alone) give up their local rows, swept in page order
+	// past the cap, pages no sequence holds give theirs up, down to 7/8 of it so sweeps stay rare
 	for (int32_t k = 0; k < kv->cfg.n_pages && kv->held > cap - cap / 8; k++) {
 		const int32_t p = kv->clock;
 		kv->clock = (kv->clock + 1) % kv->cfg.n_pages;
@@ -287,8 +286,7 @@ void kv_set_limit(kv_cache *kv, int32_t limit) {
 		for (int32_t i = 0; i < kv->n_free; i++)
 			if (kv->free_ids[i] < limit) kv->free_ids[n++] = kv->free_ids[i];
 		kv->n_free = n;
-		// over still counts the pages above the old limit: dropping these must not hand back
-		// the memory of pages sequences hold between the two limits
+		// over still counts the old limit's pages: a drop must not hand back pages sequences hold
 		kv->released = true;
 		for (int32_t p = limit; p < kv->cfg.n_pages; p++)
 			if (kv->ref[p] == 1) kv__prefix_drop(kv, p);

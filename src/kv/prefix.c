@@ -283,8 +283,7 @@ int32_t kv_prefix_attach(kv_cache *kv, int32_t seq, uint64_t root, const int32_t
 		s->pages[s->npages++] = pg;
 		key = k;
 	}
-	// local layers: a resume at a page's end reads the window before it, so it ends where
-	// none of those pages has its local rows freed
+	// a resume reads the local rows of the window before it: end where none of them is freed
 	if (kv->lheld) {
 		int32_t use = got;
 		for (; use > 0; use--) {

@@ -39,8 +39,7 @@ int32_t lane_window_stride(const lane_config *cfg, const model_hparams *hp) {
 
 int32_t lane_local_tokens(const lane_config *cfg, const model_hparams *hp, int32_t window) {
 	if (hp->n_swa <= 0 || hp->full_attn_interval > 0 || hp->encoder) return 0;
-	// its window, that before its prompt's end and before each stride of it (where a resume from
-	// the prefix cache reads), a round's rows
+	// its window, the windows a prompt's resumes read (its end, each stride), a round's rows
 	const int64_t w = hp->n_swa, t = (2 + window / lane_window_stride(cfg, hp)) * w + lane_max_rows(cfg) + 3 * (int64_t)cfg->page_tokens;
 	return t < window ? (int32_t)t : window;
 }
@@ -150,8 +149,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 		kc.n_pages = lane_pages_for(h, cfg.ctx);
 		if (kc.n_pages < lane_pages_for(h, h->max_ctx)) kc.n_pages = lane_pages_for(h, h->max_ctx);
 	}
-	// a sliding-window model's local rows: each lane's window and the rows a round adds; the
-	// pages no sequence holds give theirs up past that
+	// past what the lanes keep of a sliding-window model's local rows, unheld pages give theirs up
 	const int32_t lt = lane_local_tokens(&cfg, &h->hp, h->max_ctx);
 	if (lt > 0) kc.local_cap = cfg.lanes * ((lt + cfg.page_tokens - 1) / cfg.page_tokens);
 	int rc = kv_new(&h->kv, &kc, err, errlen);

@@ -302,8 +302,7 @@ static void sample_rows(lane_host *h, int32_t n) {
 // emit and finals; the background's pieces last.
 void lane_run_round(lane_host *h) {
 	lane_start_admitted(h);
-	// local layers' rows before every lane's window are read by no query from here on, but
-	// for those a resume of its prompt from the prefix cache would read
+	// no query reads local rows before a lane's window from here on (but a resume's are kept)
 	for (int32_t i = 0; h->hp.n_swa > 0 && i < h->cfg.lanes; i++)
 		if (h->lanes[i])
 			kv_seq_release_window(h->kv, i, (h->lanes[i]->n_prompt - 1) / h->cfg.page_tokens * h->cfg.page_tokens,

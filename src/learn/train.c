@@ -1,8 +1,9 @@
-// learn/train: the training pass of the llama family, gemma, phi3 and gpt-oss in f32 — a layer's
-// forward over a chunk of the step's tokens (each example attends within itself, from position 0), the output head
-// with the loss over the learned tokens, and a layer's backward (its forward recomputed from
-// the stored layer input and keys/values) that carries the gradient down and adds the
-// adapters' A and B gradients. The base weights only pass gradients through.
+// learn/train: the training pass of the llama family, gemma, phi3 and gpt-oss in f32 — a
+// layer's forward over a chunk of the step's tokens (each example attends within itself, from
+// position 0), the output head with the loss over the learned tokens, and a layer's backward
+// (its forward recomputed from the stored layer input and keys/values) that carries the
+// gradient down and adds the adapters' A and B gradients. The base weights only pass gradients
+// through.
 #include "learn/learn_int.h"
 
 #include "tensor/tensor.h"

@@ -717,7 +717,7 @@ static void test_imatrix(void) {
 		const char *want;
 	} bad[] = {
 		{0, 30, "entry blk.3.ffn_gate.weight: cut short"}, {0, 2, "not an importance matrix"},
-		{0, 1000, "more values than the file holds"}, {1, 0, "in_sum2 without its counts"},
+		{0, 1000, "512 values, more than the file holds"}, {1, 0, "in_sum2 without its counts"},
 		{2, 0, "cannot open it"}, {3, 0, "takes 2048 (made for another model?)"}, {4, 0, "value 0 is -1"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
