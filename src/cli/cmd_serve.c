@@ -299,6 +299,7 @@ int cmd_serve(const cli_settings *s) {
 	cfg.load_progress_ud = &bar;
 	cfg.max_lora = (int)s->max_lora;
 	cfg.learn_share = s->learn_share;
+	cfg.lanes.mtp_learn = s->learn_share > 0; // with --draft mtp, a head can be learned here
 	char adapters_dir[4096];
 	if (s->adapters_dir && *s->adapters_dir) snprintf(adapters_dir, sizeof adapters_dir, "%s", s->adapters_dir);
 	else snprintf(adapters_dir, sizeof adapters_dir, "%s/.cache/lanes/adapters", getenv("HOME") ? getenv("HOME") : ".");

@@ -272,7 +272,7 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--embeddings", .kind = SET_FLAG, .field = F(embeddings), .cmds = B(SERVE),
 	 .help = "serve embeddings only: the generation endpoints answer 400"},
 	{.names = "--draft", .kind = SET_CHOICE, .field = F(draft_mode), .dflt = "auto", .meta = "auto|off|ngram|mtp", .cmds = B(SERVE),
-	 .help = "speculative decoding for requests that allow it: ngram alone, or the draft model or the model's MTP head beside it (auto; mtp: the model must have a head)"},
+	 .help = "speculative decoding for requests that allow it: ngram alone, or the draft model or the model's MTP head beside it (auto; mtp: the model's head, or with --learn-share one learned here: POST /learn/grants kind mtp)"},
 	{.names = "--draft-head", .kind = SET_STR, .field = F(draft_head), .meta = "HEAD.gguf", .cmds = B(SERVE) | B(BENCH),
 	 .help = "an MTP head (lanes learn --mtp) for the -m model, in place of any it has: its drafts as the model's own head's"},
 	{.names = "--draft-model", .kind = SET_STR, .field = F(draft_model), .meta = "FILE", .cmds = B(SERVE) | B(BENCH),

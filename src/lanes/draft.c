@@ -166,12 +166,15 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 // the first comes with the head's feed, each further one costs a chained pass of the head
 // (shared by the lanes drafting), and draft j is accepted (with those before it) at the rate
 // the request measured at position j once it has tried it often enough, else the rate every
-// request measured there, else (untried) MTP_UNTRIED for the first and the one before times
+// request measured there with this head, else (untried) MTP_UNTRIED for the first and the one before times
 // the first's for the rest.
 static int32_t mtp_worth(const lane_host *h, const lane_req *r, int32_t kmax, int32_t n_live) {
 	// a chained pass not yet timed is priced as a row
 	const double n = n_live > 1 ? n_live : 1, F = h->fixed_us / n, R = h->row_us + h->draw_us, H = (h->mtp_us > 0 ? h->mtp_us : R) / n;
-	const uint64_t *hd = h->stats.draft_at[LANE_PROP_MTP], *ha = h->stats.draft_accepted_at[LANE_PROP_MTP];
+	// the rates every request measured since the head was last set
+	uint64_t hd[LANE_MAX_DRAFT], ha[LANE_MAX_DRAFT];
+	for (int32_t j = 0; j < kmax; j++)
+		hd[j] = h->stats.draft_at[LANE_PROP_MTP][j] - h->head_at[j], ha[j] = h->stats.draft_accepted_at[LANE_PROP_MTP][j] - h->head_acc[j];
 	double best = 1.0 / (F + R), e = 1.0, p = 1.0, p0 = MTP_UNTRIED;
 	int32_t k_best = 0;
 	for (int32_t k = 1; k <= kmax; k++) {
@@ -229,7 +232,7 @@ void lane_draft_start(lane_host *h, lane_req *r) {
 	r->draft_k = imin(4, h->cfg.draft_max);
 	// optimistic: a few rows tell a repetitive text from another
 	r->draft_ema = 1.0f;
-	r->mtp = h->mkv && r->draft && r->embed == LANE_EMBED_OFF;
+	r->mtp = lane_mtp_has_head(h) && r->draft && r->embed == LANE_EMBED_OFF;
 	r->mtp_at = -1;
 	r->mtp_idle = 0;
 	memset(r->drafted_at, 0, sizeof r->drafted_at);

@@ -22,7 +22,8 @@
 // Who proposed draft tokens: prompt lookup (n-gram), a draft model or the model's own MTP head.
 enum lane_proposer { LANE_PROP_NGRAM, LANE_PROP_MODEL, LANE_PROP_MTP, LANE_PROP_COUNT };
 // auto: n-gram drafts, then the draft model's when one is given, else the MTP head's when the
-// model has one; ngram: n-gram drafts alone; mtp: as auto, and the model must have a head.
+// model has one; ngram: n-gram drafts alone; mtp: as auto, and the model must have a head (or
+// cfg.mtp_learn: one may be learned while serving).
 enum lane_draft_mode { LANE_DRAFT_AUTO, LANE_DRAFT_OFF, LANE_DRAFT_NGRAM, LANE_DRAFT_MTP };
 // An embedding request's pooling of its prompt's final hidden states into one vector: the
 // last token's, the mean over every token, or the first token's; or none: every token's own.
@@ -298,6 +299,9 @@ typedef struct {
 	enum lane_draft_mode draft; // who drafts (enum lane_draft_mode)
 	int32_t draft_max;        // most draft tokens per lane per round (default 8; adapted per lane)
 	const model *draft_model; // optional; its vocabulary must equal the target's
+	// A head may be learned while serving (lane_host_set_head): with draft mtp, a model without
+	// an MTP layer opens the head's machinery and its lanes draft with the head once one is set.
+	bool mtp_learn;
 	lane_hooks hooks;         // budget, row policy and proposer (zero: the defaults)
 	uint64_t seed;            // seeds drawn for requests without one come from here
 	// Elastic window (window_max > 0): the KV holds lanes * window tokens, the window a
@@ -453,6 +457,14 @@ void lane_host_drain(lane_host *h);
 // Asks for a round boundary soon, even while no request runs: the background's owner has
 // tasks for its boundary callback. Thread-safe; never waits for a round.
 void lane_host_wake(lane_host *h);
+// Whether the host drafts with an MTP head, so that lane_host_set_head may give it one.
+bool lane_host_head_ok(const lane_host *h);
+// From the next MTP pass on, the head drafts with version v (the host takes this reference;
+// NULL: the model's own head again). Requests admitted afterwards draft with it where the model
+// has no head of its own; each lane's head KV keeps the rows earlier versions wrote (drafts
+// never change a token). Only on the engine thread, between rounds: from the background's
+// boundary hook.
+void lane_host_set_head(lane_host *h, model_head *v);
 // Requests not yet ended (queued + admitted). Thread-safe.
 int32_t lane_host_open(lane_host *h);
 

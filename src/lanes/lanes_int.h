@@ -206,6 +206,8 @@ struct lane_host {
 	int32_t *ctxbuf;          // a lane's context (prompt + generated) for the n-gram search
 	// the MTP head (mtp.c); mkv NULL when it does not draft
 	kv_cache *mkv;            // its KV (one layer), one sequence per lane
+	model_head *head;         // the version learned while serving (NULL: the model's own head)
+	uint64_t head_at[LANE_MAX_DRAFT], head_acc[LANE_MAX_DRAFT]; // the head's drafts by position when it was set: the rates since price it
 	model_ws *mws;            // its workspace: lane_max_rows rows
 	model_row *mrows;         // a head pass's rows, lane_max_rows of them
 	float *mhin;              // their hidden states [lane_max_rows][n_embd]
@@ -362,6 +364,10 @@ bool lane_mtp_wanted(const model_hparams *hp, const lane_config *cfg);
 // Allocates the head's KV (n_pages beside the target's), workspace and buffers.
 int lane_mtp_open(lane_host *h, int32_t n_pages, char *err, size_t errlen);
 void lane_mtp_free(lane_host *h);
+// The model whose MTP layer drafts: the version set last, else the host's own.
+const model *lane_mtp_model(const lane_host *h);
+// Whether a head drafts now (the model's, or a version set).
+bool lane_mtp_has_head(const lane_host *h);
 uint64_t lane_mtp_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window);
 uint64_t lane_mtp_held_bytes(const lane_host *h);
 // After the round's rows were sampled: the head reads the hidden states of the n rows' lanes

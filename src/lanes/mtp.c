@@ -9,7 +9,7 @@
 #define MOD "lanes"
 
 bool lane_mtp_wanted(const model_hparams *hp, const lane_config *cfg) {
-	return hp->n_nextn > 0 && cfg->draft_max > 0 && !cfg->draft_model && !cfg->hooks.propose &&
+	return (hp->n_nextn > 0 || (cfg->mtp_learn && cfg->draft == LANE_DRAFT_MTP)) && cfg->draft_max > 0 && !cfg->draft_model && !cfg->hooks.propose &&
 	       (cfg->draft == LANE_DRAFT_AUTO || cfg->draft == LANE_DRAFT_MTP);
 }
 
@@ -21,7 +21,7 @@ int lane_mtp_open(lane_host *h, int32_t n_pages, char *err, size_t errlen) {
 	c.n_pages = n_pages + cfg->lanes * (lane_pages_for(h, cfg->draft_max) + 1);
 	int rc = kv_new(&h->mkv, &c, err, errlen);
 	if (!rc)
-		rc = model_ws_new(&h->mws, h->m, (int64_t)rows, cfg->threads, model_attn_fused() ? 0 : h->max_ctx + LANE_MAX_DRAFT + 1,
+		rc = model_ws_new_head(&h->mws, h->m, (int64_t)rows, cfg->threads, model_attn_fused() ? 0 : h->max_ctx + LANE_MAX_DRAFT + 1,
 				  err, errlen);
 	h->mrows = malloc(rows * sizeof *h->mrows);
 	h->mhin = malloc(rows * E * sizeof *h->mhin);
@@ -31,7 +31,25 @@ int lane_mtp_open(lane_host *h, int32_t n_pages, char *err, size_t errlen) {
 	return rc;
 }
 
+const model *lane_mtp_model(const lane_host *h) { return h->head ? model_head_model(h->head) : h->m; }
+
+bool lane_mtp_has_head(const lane_host *h) { return h->mkv && (h->hp.n_nextn > 0 || h->head); }
+
+bool lane_host_head_ok(const lane_host *h) { return h->mkv != NULL; }
+
+void lane_host_set_head(lane_host *h, model_head *v) {
+	if (!h->mkv) {
+		model_head_free(v);
+		return;
+	}
+	model_head_free(h->head);
+	h->head = v;
+	memcpy(h->head_at, h->stats.draft_at[LANE_PROP_MTP], sizeof h->head_at);
+	memcpy(h->head_acc, h->stats.draft_accepted_at[LANE_PROP_MTP], sizeof h->head_acc);
+}
+
 void lane_mtp_free(lane_host *h) {
+	model_head_free(h->head);
 	kv_free(h->mkv);
 	model_ws_free(h->mws);
 	free(h->mrows);
@@ -43,7 +61,7 @@ void lane_mtp_free(lane_host *h) {
 uint64_t lane_mtp_compute_bytes(const model_hparams *hp, const lane_config *cfg, int nth, int32_t window) {
 	if (!lane_mtp_wanted(hp, cfg)) return 0;
 	const uint64_t rows = (uint64_t)lane_max_rows(cfg), E = (uint64_t)hp->n_embd, lanes = (uint64_t)cfg->lanes;
-	return model_ws_bytes(hp, (int64_t)rows, nth, model_attn_fused() ? 0 : window + LANE_MAX_DRAFT + 1) +
+	return model_ws_bytes_head(hp, (int64_t)rows, nth, model_attn_fused() ? 0 : window + LANE_MAX_DRAFT + 1) +
 	       rows * (sizeof(model_row) + E * sizeof(float)) + lanes * ((uint64_t)hp->n_vocab + E) * sizeof(float);
 }
 
@@ -61,7 +79,7 @@ static void feed_pass(lane_host *h, int32_t *m) {
 	if (!*m) return;
 	const int32_t E = h->hp.n_embd, V = h->hp.n_vocab;
 	char err[256];
-	if (model_mtp_forward(h->m, h->mkv, h->pool, h->mws, h->mrows, *m, h->mhin, h->mlogits, h->mhin, err, sizeof err)) {
+	if (model_mtp_forward(lane_mtp_model(h), h->mkv, h->pool, h->mws, h->mrows, *m, h->mhin, h->mlogits, h->mhin, err, sizeof err)) {
 		LOG_WARN(MOD, "MTP head: %s", err);
 		for (int32_t i = 0; i < *m; i++) {
 			lane_req *r = h->lanes[h->mrows[i].seq];
@@ -140,7 +158,7 @@ void lane_mtp_propose(lane_host *h, lane_req **rs, const int32_t *ks, int32_t n)
 		}
 		if (!m) break;
 		const uint64_t t0 = base_now_us();
-		if (model_mtp_forward(h->m, h->mkv, h->pool, h->mws, h->mrows, m, h->mhin, h->mlogits, h->mhin, err, sizeof err)) {
+		if (model_mtp_forward(lane_mtp_model(h), h->mkv, h->pool, h->mws, h->mrows, m, h->mhin, h->mlogits, h->mhin, err, sizeof err)) {
 			LOG_WARN(MOD, "MTP head: %s", err);
 			break;
 		}

@@ -281,4 +281,43 @@ int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *se
 // whole or not at all (base_wfile). model_load_head loads it beside its model.
 int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errlen);
 
+
+// ---- MTP heads learned while serving: steps in priced pieces ---------------------------------
+// The head served as versions: h's committed weights as a model_head (the same bits as h saved
+// by learn_mtp_save and loaded by model_load_head). LANES_ENOMEM.
+int learn_mtp_head(const learn_mtp *h, model_head **out, char *err, size_t errlen);
+uint64_t learn_mtp_bytes(const learn_mtp *h); // the weights, their AdamW moments and the gradient
+// A copy of h's weights that trains no more: made on h's thread, it may be saved on another
+// while h trains on. LANES_ENOMEM.
+int learn_mtp_copy(learn_mtp **out, const learn_mtp *h, char *err, size_t errlen);
+// learn_mtp_save as file name (base_name_ok) in folder dfd, never through a symlink.
+int learn_mtp_save_at(const learn_mtp *h, int dfd, const char *name, char *err, size_t errlen);
+
+// A job trains h (one job at a time) on examples' own tokens (their learn flags unread): a step
+// runs the trunk over its batch's examples piece by piece (o->piece tokens: each position's
+// state and likeliest tokens kept), then the head's forward and backward over views of
+// o->piece + 2 tokens of each (first and chained drafts as learn_mtp_step runs them, attention
+// within the view), the gradient summed in a fixed order; the commit applies AdamW (o->lr,
+// clip, weight decay) and makes the next version. A step is the same bits however its pieces
+// are spread over calls and whatever the pool's thread count. Called on one thread at a time.
+typedef struct learn_mtp_job learn_mtp_job;
+// LANES_EINVAL (options out of range), LANES_ENOMEM.
+int learn_mtp_job_new(learn_mtp_job **out, learn_mtp *h, const learn_opts *o, char *err, size_t errlen);
+void learn_mtp_job_free(learn_mtp_job *j); // accepts NULL; drops a step in progress (nothing commits)
+// Queues e's tokens: LANES_EINVAL for fewer than 3 or more than o->max_tokens, or a token
+// outside the vocabulary; LANES_ENOMEM.
+int learn_mtp_job_add(learn_mtp_job *j, const learn_example *e, char *err, size_t errlen);
+int64_t learn_mtp_job_queued(const learn_mtp_job *j);
+uint64_t learn_mtp_job_bytes(const learn_mtp_job *j); // queued tokens, the step's states and scratch
+enum learn_state learn_mtp_job_state(const learn_mtp_job *j);
+// As learn_step_next_cost: the next piece's price in tokens through the model (0: nothing to run).
+double learn_mtp_job_next_cost(const learn_mtp_job *j);
+// As learn_step_run. On an error the step is dropped (nothing commits).
+int learn_mtp_job_run(learn_mtp_job *j, base_pool *pool, double budget, double *spent, char *err, size_t errlen);
+void learn_mtp_job_abort(learn_mtp_job *j); // drops the step in progress
+// Applies a whole step (LANES_EBUSY when none is ready); *version (NULL: none made) gets the new
+// weights as a head version, the caller's. info as learn_commit's (version: the head's steps).
+// LANES_ENOMEM leaves the head as it was.
+int learn_mtp_job_commit(learn_mtp_job *j, model_head **version, learn_step_info *info, char *err, size_t errlen);
+
 #endif

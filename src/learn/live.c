@@ -17,6 +17,8 @@
 
 #define MOD "learn"
 
+const char *const learn_kind_name[LEARN_KIND__COUNT] = {[LEARN_KIND_LORA] = "lora", [LEARN_KIND_MTP] = "mtp"};
+
 const char *const learn_grant_state_name[LEARN_GRANT__COUNT] = {
 	[LEARN_GRANT_ACTIVE] = "active",   [LEARN_GRANT_EXHAUSTED] = "exhausted", [LEARN_GRANT_REVOKED] = "revoked",
 	[LEARN_GRANT_EXPIRED] = "expired", [LEARN_GRANT_FAILED] = "failed",       [LEARN_GRANT_HALTED] = "halted",
@@ -31,6 +33,7 @@ typedef struct {
 	bool revoke;              // revocation asked for
 	learn_grant_info info;
 	learn_adapter *fresh;     // an adapter made or loaded for it, for the engine to take (NULL: the engine's own)
+	learn_mtp *fresh_head;    // kind mtp: the head made for it (NULL: the engine's own)
 	int64_t fresh_version;    // the registry's version of fresh's weights
 	int32_t rank;             // the adapter's
 	float lr;
@@ -51,6 +54,7 @@ typedef struct save_task {
 	int dfd;                  // the folder it is written in (borrowed)
 	char file[BASE_NAME_MAX + 1];
 	learn_adapter *copy;      // the weights to write (the engine's copy)
+	learn_mtp *head_copy;     // or the head's
 	int64_t version;
 	int rc;                   // set when it cannot be written (the message in msg)
 	char msg[512];
@@ -58,11 +62,13 @@ typedef struct save_task {
 	void *arg;
 } save_task;
 
-// An adapter that learns here (engine thread).
+// An adapter that learns here, or the head (engine thread).
 typedef struct {
 	char name[MODEL_LORA_NAME_MAX + 1];
 	learn_adapter *a;
 	learn_job *job;           // while its grant has work (freed when idle: its memory goes with it)
+	learn_mtp *head;          // the head instead of a: a, job NULL
+	learn_mtp_job *mjob;
 	int64_t version;          // the registry's version of its committed weights
 	grant *g;                 // its open grant, or NULL
 } ladapter;
@@ -89,6 +95,8 @@ struct learn_live {
 	save_task *wr_head, *wr_tail; // for the learn thread to write
 	lname names[MODEL_LORAS_MAX];
 	int n_names;
+	bool head_made;           // the engine has a head (an mtp grant was made)
+	int64_t head_version;     // its steps committed
 	int64_t examples;
 	bool halted, stopping;
 	pthread_t thread;
@@ -150,10 +158,16 @@ static void name_drop(learn_live *l, const char *name) {
 static void publish(learn_live *l) {
 	uint64_t opt = 0, jobs = 0;
 	for (int i = 0; i < l->n_ad; i++) {
+		const ladapter *d = &l->ad[i];
+		if (d->head) {
+			opt += learn_mtp_bytes(d->head) / 2; // of weights, two moments and the gradient: the moments
+			if (d->mjob) jobs += learn_mtp_job_bytes(d->mjob);
+			continue;
+		}
 		learn_adapter_info ai;
-		learn_adapter_info_of(l->ad[i].a, &ai);
+		learn_adapter_info_of(d->a, &ai);
 		opt += ai.optimizer_bytes;
-		if (l->ad[i].job) jobs += learn_job_bytes(l->ad[i].job);
+		if (d->job) jobs += learn_job_bytes(d->job);
 	}
 	pthread_mutex_lock(&l->mu);
 	pthread_mutex_lock(&l->pub_mu);
@@ -219,12 +233,20 @@ static ladapter *adapter_named(learn_live *l, const char *name) {
 	return NULL;
 }
 
+// The state of d's job (idle without one).
+static enum learn_state job_state(const ladapter *d) {
+	return d->mjob ? learn_mtp_job_state(d->mjob) : d->job ? learn_step_state(d->job) : LEARN_IDLE;
+}
+
+static bool has_job(const ladapter *d) { return d->job || d->mjob; }
+
 // Drops the step in progress and the queued examples of d's job (nothing commits).
 static void drop_job(learn_live *l, ladapter *d) {
-	if (!d->job) return;
-	if (learn_step_state(d->job) != LEARN_IDLE) l->aborted++;
+	if (!has_job(d)) return;
+	if (job_state(d) != LEARN_IDLE) l->aborted++;
 	learn_job_free(d->job);
-	d->job = NULL;
+	learn_mtp_job_free(d->mjob);
+	d->job = NULL, d->mjob = NULL;
 }
 
 // Under mu: d's grant ends in state st (reason: why, or NULL); its job goes with it.
@@ -245,7 +267,16 @@ static void adapter_free_at(learn_live *l, int i) {
 	ladapter *d = &l->ad[i];
 	drop_job(l, d);
 	learn_adapter_free(d->a);
+	learn_mtp_free(d->head);
 	l->ad[i] = l->ad[--l->n_ad];
+}
+
+// Under mu: the next free entry of the engine's, named name (the caller made room).
+static ladapter *slot_new(learn_live *l, const char *name) {
+	ladapter *d = &l->ad[l->n_ad++];
+	memset(d, 0, sizeof *d);
+	snprintf(d->name, sizeof d->name, "%s", name);
+	return d;
 }
 
 // Under mu: the engine takes a grant the HTTP side made (with its new adapter, if any).
@@ -253,6 +284,26 @@ static void adopt(learn_live *l, grant *s) {
 	s->adopted = true;
 	l->revision++;
 	ladapter *d = adapter_named(l, s->info.adapter);
+	if (s->info.kind == LEARN_KIND_MTP) {
+		if (!d) {
+			if (!s->fresh_head || l->n_ad == MODEL_LORAS_MAX) {
+				snprintf(s->info.reason, sizeof s->info.reason, "%s", s->fresh_head ? "no room for the head" : "the head is gone");
+				learn_mtp_free(s->fresh_head);
+				s->fresh_head = NULL;
+				s->info.state = LEARN_GRANT_FAILED;
+				return;
+			}
+			d = slot_new(l, s->info.adapter);
+			d->head = s->fresh_head;
+			s->fresh_head = NULL;
+		}
+		learn_mtp_free(s->fresh_head); // made twice by grants racing: the engine's stays
+		s->fresh_head = NULL;
+		s->info.version = d->version;
+		d->g = s;
+		if (s->revoke) end_grant(l, d, LEARN_GRANT_REVOKED, NULL);
+		return;
+	}
 	if (s->fresh) {
 		if (d) { // an adapter unloaded meanwhile and made again: the new one replaces it
 			drop_job(l, d);
@@ -260,7 +311,7 @@ static void adopt(learn_live *l, grant *s) {
 		} else {
 			// room: an adapter with no grant whose name the registry no longer serves goes
 			for (int i = 0; l->n_ad == MODEL_LORAS_MAX && i < l->n_ad; i++)
-				if (!l->ad[i].g && !model_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
+				if (!l->ad[i].g && !l->ad[i].head && !model_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
 			if (l->n_ad == MODEL_LORAS_MAX) {
 				learn_adapter_free(s->fresh);
 				s->fresh = NULL;
@@ -269,9 +320,7 @@ static void adopt(learn_live *l, grant *s) {
 				name_drop(l, s->info.adapter);
 				return;
 			}
-			d = &l->ad[l->n_ad++];
-			memset(d, 0, sizeof *d);
-			snprintf(d->name, sizeof d->name, "%s", s->info.adapter);
+			d = slot_new(l, s->info.adapter);
 		}
 		d->a = s->fresh;
 		s->fresh = NULL;
@@ -299,14 +348,14 @@ static void apply_changes(learn_live *l) {
 
 // d's job for its grant, made when it has none. Under mu.
 static int job_of(learn_live *l, ladapter *d, char *err, size_t errlen) {
-	if (d->job) return 0;
+	if (has_job(d)) return 0;
 	learn_opts o;
 	learn_opts_default(&o);
 	o.lr = d->g->lr;
 	o.batch = d->g->batch;
 	o.piece = l->piece;
 	o.max_tokens = LEARN_LIVE_MAX_EXAMPLE;
-	return learn_job_new(&d->job, d->a, &o, err, errlen);
+	return d->head ? learn_mtp_job_new(&d->mjob, d->head, &o, err, errlen) : learn_job_new(&d->job, d->a, &o, err, errlen);
 }
 
 // Under mu: an example for grant id into its adapter's job (dropped when the grant ended).
@@ -316,7 +365,7 @@ static void take_example(learn_live *l, ex_task *t) {
 		ladapter *d = &l->ad[i];
 		if (!d->g || d->g->info.id != t->grant) continue;
 		int rc = job_of(l, d, err, sizeof err);
-		if (!rc) rc = learn_job_add(d->job, t->e, err, sizeof err);
+		if (!rc) rc = d->head ? learn_mtp_job_add(d->mjob, t->e, err, sizeof err) : learn_job_add(d->job, t->e, err, sizeof err);
 		if (rc) end_grant(l, d, LEARN_GRANT_FAILED, err);
 		else l->revision++;
 		return;
@@ -340,7 +389,9 @@ static void take_saves(learn_live *l) {
 		t->next = NULL;
 		const ladapter *d = adapter_named(l, t->name);
 		if (!d) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ENOTFOUND, "no adapter called '%s' learns here", t->name);
-		else if (!(t->rc = learn_adapter_copy(&t->copy, d->a, t->msg, sizeof t->msg))) t->version = d->version;
+		else if (d->head) {
+			if (!(t->rc = learn_mtp_copy(&t->head_copy, d->head, t->msg, sizeof t->msg))) t->version = d->version;
+		} else if (!(t->rc = learn_adapter_copy(&t->copy, d->a, t->msg, sizeof t->msg))) t->version = d->version;
 		if (l->wr_tail) l->wr_tail->next = t;
 		else l->wr_head = t;
 		l->wr_tail = t;
@@ -351,7 +402,44 @@ static void take_saves(learn_live *l) {
 
 // Engine: d's whole step becomes the adapter's next version, published under its name; the
 // grant may end with it. A name the registry is loading now waits for the next boundary.
+// Under mu: d's grant counts a committed step, which made version v; the grant may end with it.
+static void step_done(learn_live *l, ladapter *d, const learn_step_info *info, int64_t v) {
+	grant *s = d->g;
+	s->info.steps_done++;
+	s->info.tokens_used += info->tokens;
+	s->info.last_loss = info->loss;
+	s->info.version = d->version = v;
+	s->info.queued = s->info.queued > info->examples ? s->info.queued - info->examples : 0;
+	l->committed++;
+	l->tokens += info->tokens;
+	l->revision++;
+	if (s->info.steps_done >= s->info.steps_max || s->info.tokens_used >= s->info.tokens_max)
+		end_grant(l, d, LEARN_GRANT_EXHAUSTED, NULL);
+}
+
+// Engine: the head's whole step becomes its next version, drafting from the next round.
+static void commit_head(learn_live *l, ladapter *d) {
+	char err[256];
+	model_head *ver = NULL;
+	learn_step_info info;
+	const int rc = learn_mtp_job_commit(d->mjob, &ver, &info, err, sizeof err);
+	if (!rc) lane_host_set_head(l->host, ver);
+	pthread_mutex_lock(&l->mu);
+	if (rc) {
+		end_grant(l, d, LEARN_GRANT_FAILED, err);
+		pthread_mutex_unlock(&l->mu);
+		return;
+	}
+	l->head_version = d->version + 1;
+	step_done(l, d, &info, d->version + 1);
+	pthread_mutex_unlock(&l->mu);
+}
+
 static void commit(learn_live *l, ladapter *d) {
+	if (d->head) {
+		commit_head(l, d);
+		return;
+	}
 	char err[256];
 	uint64_t ticket;
 	int rc = model_loras_reserve(l->reg, d->name, "", NAN, true, &ticket, err, sizeof err);
@@ -372,7 +460,6 @@ static void commit(learn_live *l, ladapter *d) {
 	uint32_t v = 0;
 	model_loras_publish(l->reg, d->name, ticket, rc ? NULL : ver, &v);
 	pthread_mutex_lock(&l->mu);
-	grant *s = d->g;
 	if (rc) { // nothing changed: the weights and version are as they were
 		end_grant(l, d, LEARN_GRANT_FAILED, err);
 		pthread_mutex_unlock(&l->mu);
@@ -385,21 +472,13 @@ static void commit(learn_live *l, ladapter *d) {
 		pthread_mutex_unlock(&l->mu);
 		return;
 	}
-	s->info.steps_done++;
-	s->info.tokens_used += info.tokens;
-	s->info.last_loss = info.loss;
-	s->info.version = d->version = v;
-	s->info.queued = s->info.queued > info.examples ? s->info.queued - info.examples : 0;
-	l->committed++;
-	l->tokens += info.tokens;
-	l->revision++;
-	if (s->info.steps_done >= s->info.steps_max || s->info.tokens_used >= s->info.tokens_max)
-		end_grant(l, d, LEARN_GRANT_EXHAUSTED, NULL);
+	step_done(l, d, &info, v);
 	pthread_mutex_unlock(&l->mu);
 }
 
 static bool has_work(const ladapter *d) {
-	return d->g && d->job && (learn_step_state(d->job) != LEARN_IDLE || learn_job_queued(d->job) > 0);
+	if (!d->g || !has_job(d)) return false;
+	return job_state(d) != LEARN_IDLE || (d->mjob ? learn_mtp_job_queued(d->mjob) : learn_job_queued(d->job)) > 0;
 }
 
 static bool on_boundary(void *arg) {
@@ -420,8 +499,8 @@ static bool on_boundary(void *arg) {
 	// from the last: an adapter dropped at its commit takes the last one's place
 	for (int i = l->n_ad - 1; i >= 0; i--) {
 		ladapter *d = &l->ad[i];
-		if (d->g && d->job && learn_step_state(d->job) == LEARN_READY) commit(l, d);
-		if (i < l->n_ad && d->job && !has_work(d)) {
+		if (d->g && job_state(d) == LEARN_READY) commit(l, d);
+		if (i < l->n_ad && has_job(d) && !has_work(d)) {
 			pthread_mutex_lock(&l->mu); // an idle job's memory goes back; the next example makes another
 			drop_job(l, d);
 			pthread_mutex_unlock(&l->mu);
@@ -437,8 +516,8 @@ static double on_cost(void *arg) {
 	double c = 0;
 	for (int i = 0; i < l->n_ad; i++) {
 		const ladapter *d = &l->ad[i];
-		if (!d->g || !d->job || learn_step_state(d->job) == LEARN_READY) continue;
-		const double x = learn_step_next_cost(d->job);
+		if (!d->g || !has_job(d) || job_state(d) == LEARN_READY) continue;
+		const double x = d->mjob ? learn_mtp_job_next_cost(d->mjob) : learn_step_next_cost(d->job);
 		if (x > 0 && (c == 0 || x < c)) c = x;
 	}
 	return c;
@@ -453,9 +532,10 @@ static double on_run(void *arg, base_pool *pool, double budget) {
 	const int n = l->n_ad, first = n ? l->rr++ % n : 0;
 	for (int k = 0; k < n; k++) {
 		ladapter *d = &l->ad[(first + k) % n];
-		if (!d->g || !d->job || learn_step_state(d->job) == LEARN_READY) continue;
+		if (!d->g || !has_job(d) || job_state(d) == LEARN_READY) continue;
 		double s = 0;
-		const int rc = learn_step_run(d->job, pool, budget - spent, &s, err, sizeof err);
+		const int rc = d->mjob ? learn_mtp_job_run(d->mjob, pool, budget - spent, &s, err, sizeof err)
+				       : learn_step_run(d->job, pool, budget - spent, &s, err, sizeof err);
 		spent += s;
 		if (rc) {
 			pthread_mutex_lock(&l->mu);
@@ -476,7 +556,8 @@ static void on_halt(void *arg) {
 		grant *s = &l->g[i];
 		if (!s->used || !s->ready || s->adopted) continue;
 		learn_adapter_free(s->fresh);
-		s->fresh = NULL;
+		learn_mtp_free(s->fresh_head);
+		s->fresh = NULL, s->fresh_head = NULL;
 		s->adopted = true;
 		s->info.state = LEARN_GRANT_HALTED;
 		snprintf(s->info.reason, sizeof s->info.reason, "the server halted");
@@ -508,9 +589,12 @@ static void *learn_main(void *arg) {
 			const bool stop = l->stopping;
 			pthread_mutex_unlock(&l->mu);
 			if (!t->rc && stop) t->rc = base_seterr(t->msg, sizeof t->msg, LANES_ECANCELLED, "the server is stopping");
-			if (!t->rc) t->rc = learn_adapter_save_at(t->copy, t->dfd, t->file, GGUF_T_F32, t->msg, sizeof t->msg);
-			if (!t->rc) LOG_INFO(MOD, "adapter %s v%lld saved as %s", t->name, (long long)t->version, t->file);
+			if (!t->rc)
+				t->rc = t->head_copy ? learn_mtp_save_at(t->head_copy, t->dfd, t->file, t->msg, sizeof t->msg)
+						     : learn_adapter_save_at(t->copy, t->dfd, t->file, GGUF_T_F32, t->msg, sizeof t->msg);
+			if (!t->rc) LOG_INFO(MOD, "%s %s v%lld saved as %s", t->head_copy ? "head" : "adapter", t->name, (long long)t->version, t->file);
 			learn_adapter_free(t->copy);
+			learn_mtp_free(t->head_copy);
 			t->done(t->arg, t->rc, t->rc ? t->msg : "", t->version);
 			free(t);
 			pthread_mutex_lock(&l->mu);
@@ -590,7 +674,7 @@ void learn_live_free(learn_live *l) {
 	if (!l) return;
 	learn_live_stop(l);
 	while (l->n_ad) adapter_free_at(l, l->n_ad - 1);
-	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) learn_adapter_free(l->g[i].fresh);
+	for (int i = 0; i < LEARN_LIVE_GRANTS; i++) learn_adapter_free(l->g[i].fresh), learn_mtp_free(l->g[i].fresh_head);
 	free_examples(l->ex_head);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
@@ -672,8 +756,13 @@ static int make_adapter(learn_live *l, const learn_grant_req *r, uint64_t seed, 
 
 int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *out, bool *created, char *err, size_t errlen) {
 	*created = false;
+	const bool head = r->kind == LEARN_KIND_MTP;
 	if (!model_lora_name_ok(r->adapter))
 		return base_seterr(err, errlen, LANES_EINVAL, "adapter must be a name of 1 to %d letters, digits, '.', '_' or '-'", MODEL_LORA_NAME_MAX);
+	if (head != !strcmp(r->adapter, LEARN_LIVE_HEAD))
+		return base_seterr(err, errlen, LANES_EINVAL, head ? "a grant of kind mtp trains the head, named '%s'" : "'%s' names the MTP head: a grant of kind mtp trains it",
+				   LEARN_LIVE_HEAD);
+	if (head && r->rank) return base_seterr(err, errlen, LANES_EINVAL, "rank is a LoRA adapter's: the head trains its own weights");
 	if (r->max_steps < 1 || r->max_steps > 1000000000)
 		return base_seterr(err, errlen, LANES_EINVAL, "max_steps must be between 1 and 1000000000, got %lld", (long long)r->max_steps);
 	if (r->max_tokens < 2 || r->max_tokens > ((int64_t)1 << 40))
@@ -696,13 +785,18 @@ int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *
 			rc = base_seterr(err, errlen, LANES_EBUSY, "the adapter '%s' has an open grant (grant-%llu): revoke it or let it end first",
 					 r->adapter, (unsigned long long)o->info.id);
 	}
+	if (!rc && head && !lane_host_head_ok(l->host))
+		rc = base_seterr(err, errlen, LANES_EUNSUPPORTED,
+				 "this server drafts with no MTP head: start it with --draft mtp to learn one (or serve a model with a head, or --draft-head)");
 	if (!rc && !(s = free_slot(l)))
 		rc = base_seterr(err, errlen, LANES_EBUSY, "%d grants are open, the most this server holds: revoke one first", LEARN_LIVE_GRANTS);
 	const int32_t learned = rc ? 0 : name_rank(l, r->adapter);
+	const bool head_made = l->head_made;
 	if (!rc) {
 		memset(s, 0, sizeof *s);
 		s->used = true;
 		s->info.id = ++l->next_id;
+		s->info.kind = r->kind;
 		snprintf(s->info.adapter, sizeof s->info.adapter, "%s", r->adapter);
 		s->info.state = LEARN_GRANT_ACTIVE;
 		s->info.steps_max = r->max_steps;
@@ -720,9 +814,17 @@ int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *
 	if (rc) return rc;
 	// the adapter: the engine's own while the registry serves it, else the file's or a new one
 	learn_adapter *fresh = NULL;
+	learn_mtp *fresh_head = NULL;
 	int64_t fresh_version = 0;
 	int32_t rank = learned;
-	if (learned && model_loras_has(l->reg, r->adapter)) {
+	if (head) {
+		// the engine's head goes on; else one from the model's own head or its last block
+		char why[256];
+		if (!head_made && (rc = learn_mtp_new(&fresh_head, l->m, why, sizeof why)))
+			rc = base_seterr(err, errlen, rc == LANES_ENOMEM ? rc : LANES_EUNSUPPORTED, "%s", why);
+		*created = !head_made;
+		rank = 1;
+	} else if (learned && model_loras_has(l->reg, r->adapter)) {
 		if (r->rank && r->rank != learned)
 			rc = base_seterr(err, errlen, LANES_EINVAL, "the adapter '%s' has rank %d: a grant cannot change it (leave rank out)",
 					 r->adapter, learned);
@@ -735,14 +837,18 @@ int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *
 	if (!rc && (l->halted || l->stopping)) rc = base_seterr(err, errlen, LANES_ECANCELLED, "the server is halting: no grant is made");
 	if (rc) {
 		learn_adapter_free(fresh);
+		learn_mtp_free(fresh_head);
 		s->used = false;
 		pthread_mutex_unlock(&l->mu);
 		return rc;
 	}
+	if (head) l->head_made = true;
+	s->fresh_head = fresh_head;
 	s->fresh = fresh;
 	s->fresh_version = fresh_version;
 	char path[8];
-	if (!fresh_version) file_of(l->reg, r->adapter, path, sizeof path, &fresh_version);
+	if (head) fresh_version = l->head_version;
+	else if (!fresh_version) file_of(l->reg, r->adapter, path, sizeof path, &fresh_version);
 	s->info.version = fresh_version;
 	s->rank = rank;
 	s->ready = true;
@@ -796,6 +902,8 @@ int learn_live_example(learn_live *l, uint64_t id, learn_example *e, learn_grant
 		rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has ended (%s)%s%s", (unsigned long long)id, learn_grant_state_name[s->info.state],
 				 s->info.reason[0] ? ": " : "", s->info.reason);
 	else if (s->revoke) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu was revoked", (unsigned long long)id);
+	else if (s->info.kind == LEARN_KIND_MTP && n < 3)
+		rc = base_seterr(err, errlen, LANES_EINVAL, "the example has %lld tokens: the head learns from 3 or more", (long long)n);
 	else if (s->expires_us && base_now_us() >= s->expires_us) rc = base_seterr(err, errlen, LANES_EBUSY, "grant-%llu has expired", (unsigned long long)id);
 	else if (n > s->info.tokens_max - s->reserved)
 		rc = base_seterr(err, errlen, LANES_ELIMIT, "grant-%llu has %lld of its %lld tokens left (those of its queued examples counted): this example has %lld",

@@ -18,6 +18,12 @@
 #define LEARN_LIVE_MAX_EXPIRY_S (30.0 * 86400)
 #define LEARN_LIVE_REASON 160
 
+// What a grant trains: a LoRA adapter, or the server's MTP head (its drafter), named
+// LEARN_LIVE_HEAD in the ledger and for saves.
+enum learn_kind { LEARN_KIND_LORA, LEARN_KIND_MTP, LEARN_KIND__COUNT };
+extern const char *const learn_kind_name[LEARN_KIND__COUNT]; // "lora", "mtp"
+#define LEARN_LIVE_HEAD "mtp"
+
 enum learn_grant_state {
 	LEARN_GRANT_ACTIVE,    // its examples train the adapter
 	LEARN_GRANT_EXHAUSTED, // its steps or its tokens are used up
@@ -31,13 +37,14 @@ extern const char *const learn_grant_state_name[LEARN_GRANT__COUNT]; // "active"
 
 typedef struct {
 	uint64_t id;                       // written "grant-ID"
+	enum learn_kind kind;
 	char adapter[MODEL_LORA_NAME_MAX + 1];
 	enum learn_grant_state state;
 	int64_t steps_done, steps_max;
 	int64_t tokens_used, tokens_max;   // tokens the committed steps ran through the model
 	double last_loss;                  // the last committed step's mean loss (NAN before one)
 	int64_t expires_at;                // unix seconds (0: never)
-	int64_t version;                   // the registry's version of the adapter as of its last commit
+	int64_t version;                   // the registry's version of the adapter as of its last commit (the head: its steps)
 	int64_t queued;                    // examples accepted and not yet in a committed step
 	char reason[LEARN_LIVE_REASON];     // failed, halted: why
 } learn_grant_info;
@@ -61,6 +68,7 @@ typedef struct {
 } learn_ledger;
 
 typedef struct {
+	enum learn_kind kind;     // mtp: the head (adapter LEARN_LIVE_HEAD, no rank)
 	const char *adapter;      // a new name, an adapter this server trains, or one loaded from a file
 	int64_t max_steps;        // 1..
 	int64_t max_tokens;       // 2..: tokens its steps may run through the model
@@ -91,6 +99,10 @@ void learn_live_free(learn_live *l);
 // field out of range, a rank that is not the adapter's, a file that cannot be trained),
 // LANES_EBUSY (the adapter has an open grant, its name is loading, every slot is open or the
 // registry is full), LANES_ECANCELLED (halted, or not attached), LANES_ENOMEM; err says which.
+// Kind mtp trains the head the lanes draft with (the model's own, or from the trunk's last
+// block when it has none: learn_mtp_new), each commit served from the next round on
+// (lane_host_set_head); LANES_EUNSUPPORTED when the host drafts with no head
+// (lane_host_head_ok) or the model's head cannot be trained, LANES_EINVAL for a rank.
 int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *out, bool *created, char *err, size_t errlen);
 // Revokes grant id: no example is taken from now on, and at the next round boundary its step
 // in progress is dropped (nothing commits). LANES_ENOTFOUND, LANES_EBUSY (it ended, or was
@@ -102,7 +114,8 @@ int learn_live_revoke(learn_live *l, uint64_t id, learn_grant_info *out, char *e
 // expired), LANES_ELIMIT (more tokens than the grant has left), LANES_ECANCELLED, LANES_ENOMEM.
 int learn_live_example(learn_live *l, uint64_t id, learn_example *e, learn_grant_info *out, int64_t *tokens_left, char *err,
 		      size_t errlen);
-// Writes the committed weights of the adapter called name (one this server trains) as file
+// Writes the committed weights of the adapter called name (one this server trains; the head:
+// LEARN_LIVE_HEAD, as learn_mtp_save writes it) as file
 // (base_name_ok) in folder dfd, F32, whole or not at all (base_wfile): the engine copies them
 // at its next round boundary and the learn thread writes the copy, then calls done(arg, rc,
 // message, version) once, on that thread. dfd must stay open until then. LANES_EINVAL (a bad

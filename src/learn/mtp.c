@@ -622,20 +622,9 @@ static void pass(learn_mtp *h, base_pool *pool, const learn_mtp_seq *s, acts *a,
 	set_bwd(h, pool, m, NULL, s->hid, NULL, a);
 }
 
-int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o, learn_step_info *info,
-		   char *err, size_t errlen) {
-	memset(info, 0, sizeof *info);
-	int64_t rows[2] = {0, 0}, longest = 0, hits[2] = {0, 0};
-	for (int32_t i = 0; i < n; i++) rows[0] += seqs[i]->n - 1, rows[1] += seqs[i]->n - 2, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
-	if (!rows[1]) return base_seterr(err, errlen, LANES_EINVAL, "learn: no sequence to learn from");
-	acts a;
-	int rc = acts_of(h, longest, &a, err, errlen);
-	if (rc) return rc;
+// The gradient's L2 norm, and one AdamW update of every weight by it (clipped to o->clip).
+static double adam_update(learn_mtp *h, const learn_opts *o) {
 	const int64_t P = h->off[W_COUNT];
-	memset(h->g, 0, (size_t)P * 4);
-	double loss[2] = {0.0, 0.0};
-	const double scale[2] = {1.0 / (double)rows[0], 1.0 / (double)rows[1]};
-	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, scale, loss, hits);
 	double norm = 0.0;
 	for (int64_t i = 0; i < P; i++) norm += (double)h->g[i] * h->g[i];
 	norm = sqrt(norm);
@@ -652,6 +641,23 @@ int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *se
 			h->w[i] = h->w[i] * decay - o->lr * (float)((h->m1[i] / bc1) / (sqrt(h->m2[i] / bc2) + o->eps));
 		}
 	}
+	return norm;
+}
+
+int learn_mtp_step(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *seqs, int32_t n, const learn_opts *o, learn_step_info *info,
+		   char *err, size_t errlen) {
+	memset(info, 0, sizeof *info);
+	int64_t rows[2] = {0, 0}, longest = 0, hits[2] = {0, 0};
+	for (int32_t i = 0; i < n; i++) rows[0] += seqs[i]->n - 1, rows[1] += seqs[i]->n - 2, longest = seqs[i]->n - 1 > longest ? seqs[i]->n - 1 : longest;
+	if (!rows[1]) return base_seterr(err, errlen, LANES_EINVAL, "learn: no sequence to learn from");
+	acts a;
+	int rc = acts_of(h, longest, &a, err, errlen);
+	if (rc) return rc;
+	memset(h->g, 0, (size_t)h->off[W_COUNT] * 4);
+	double loss[2] = {0.0, 0.0};
+	const double scale[2] = {1.0 / (double)rows[0], 1.0 / (double)rows[1]};
+	for (int32_t i = 0; i < n; i++) pass(h, pool, seqs[i], &a, scale, loss, hits);
+	const double norm = adam_update(h, o);
 	info->step = h->adam_t, info->examples = n, info->learned = rows[0];
 	info->loss = loss[0] / (double)rows[0] + loss[1] / (double)rows[1], info->grad_norm = norm;
 	for (int32_t i = 0; i < n; i++) info->tokens += seqs[i]->n;
@@ -676,7 +682,7 @@ int learn_mtp_eval(learn_mtp *h, base_pool *pool, const learn_mtp_seq *const *se
 }
 
 // ---- the head's file ----------------------------------------------------------------------------
-int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errlen) {
+static int save(const learn_mtp *h, int dfd, const char *path, char *err, size_t errlen) {
 	const model_hparams *hp = HP(h);
 	const int l = hp->n_layers;
 	gguf_writer *w = gguf_writer_new();
@@ -718,7 +724,306 @@ int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errle
 		rc = gguf_writer_add_tensor(w, name, GGUF_T_F32, 1, &D, h->qk_norm[i], (uint64_t)D * 4);
 	}
 	if (rc) rc = base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
-	else rc = gguf_writer_write(w, path, err, errlen);
+	else rc = dfd < 0 ? gguf_writer_write(w, path, err, errlen) : gguf_writer_write_at(w, dfd, path, err, errlen);
 	gguf_writer_free(w);
 	return rc;
+}
+
+int learn_mtp_save(const learn_mtp *h, const char *path, char *err, size_t errlen) { return save(h, -1, path, err, errlen); }
+
+int learn_mtp_save_at(const learn_mtp *h, int dfd, const char *name, char *err, size_t errlen) { return save(h, dfd, name, err, errlen); }
+
+int learn_mtp_copy(learn_mtp **out, const learn_mtp *h, char *err, size_t errlen) {
+	*out = NULL;
+	learn_mtp *c = calloc(1, sizeof *c);
+	if (!c) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	*c = *h;
+	c->m1 = c->m2 = c->g = NULL, c->mem = NULL, c->cap = 0;
+	c->bias[0] = c->bias[1] = c->bias[2] = c->bias[3] = c->qk_norm[0] = c->qk_norm[1] = NULL;
+	const int64_t bn[4] = {h->rows[W_Q], h->rows[W_K], h->rows[W_V], HP(h)->n_embd};
+	bool ok = (c->w = dup_vec(h->w, h->off[W_COUNT])) != NULL;
+	for (int i = 0; i < 4; i++) ok = ok && (!h->bias[i] || (c->bias[i] = dup_vec(h->bias[i], bn[i])));
+	for (int i = 0; i < 2; i++) ok = ok && (!h->qk_norm[i] || (c->qk_norm[i] = dup_vec(h->qk_norm[i], HP(h)->head_dim)));
+	if (!ok) {
+		learn_mtp_free(c);
+		return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for a copy of the head");
+	}
+	*out = c;
+	return LANES_OK;
+}
+
+// ---- the head as a served version ---------------------------------------------------------------
+static model_head_f32 head_f32(const learn_mtp *h) {
+	return (model_head_f32){
+		.eh_proj = W(h, W_EH), .enorm = W(h, W_ENORM), .hnorm = W(h, W_HNORM), .attn_norm = W(h, W_ANORM),
+		.ffn_norm = W(h, W_FNORM), .head_norm = W(h, W_HEADNORM), .wq = W(h, W_Q), .wk = W(h, W_K), .wv = W(h, W_V),
+		.wo = W(h, W_O), .bq = h->bias[0], .bk = h->bias[1], .bv = h->bias[2], .bo = h->bias[3], .q_norm = h->qk_norm[0],
+		.k_norm = h->qk_norm[1], .ffn_gate = W(h, W_GATE), .ffn_up = W(h, W_UP), .ffn_down = W(h, W_DOWN),
+	};
+}
+
+int learn_mtp_head(const learn_mtp *h, model_head **out, char *err, size_t errlen) {
+	const model_head_f32 w = head_f32(h);
+	return model_head_new(out, h->m, &w, err, errlen);
+}
+
+uint64_t learn_mtp_bytes(const learn_mtp *h) { return (uint64_t)h->off[W_COUNT] * 4 * 4; }
+
+// ---- a head learned in priced pieces (learning while serving) -------------------------------------
+// A step: the trunk runs over its examples piece by piece (each position's state and likeliest
+// tokens kept), then the head's forward and backward run over views of piece + 2 tokens of each
+// (attention within a view, as a view's rows are the served head's after a fresh start), the
+// gradient summed in a fixed order; the commit applies AdamW and makes a new version.
+struct learn_mtp_job {
+	learn_mtp *h;
+	learn_opts o;
+	double tok_macs, head_macs;  // one token through the trunk; one head row forward (eh_proj, block, output head)
+	int32_t **q;                 // queued examples' tokens (q_n[i] each)
+	int64_t *q_n, q_len, q_head, q_cap, q_tokens;
+	enum learn_state state;
+	learn_mtp_seq **seqs;        // the step's
+	int32_t n_seq;
+	int32_t seq_at;              // the trunk phase: sequence seq_at at position pos_at
+	int64_t pos_at;
+	bool head;                   // the head phase: sequence seq_at's view from pos_at
+	double rows[2], loss[2];
+	int64_t hits[2], tokens;
+	kv_cache *kv;
+	model_ws *ws;                // made for ws_threads at the first piece
+	int ws_threads;
+	model_row *rw;
+	float *lg, *hid;
+	bool *want;
+	int64_t committed;
+};
+
+int learn_mtp_job_new(learn_mtp_job **out, learn_mtp *h, const learn_opts *o, char *err, size_t errlen) {
+	*out = NULL;
+	if (o->batch < 1 || o->batch > 65536 || o->piece < 1 || o->piece > 4096 || o->max_tokens < 3 || o->max_tokens > (1 << 20) ||
+	    !(o->lr >= 0.0f && o->lr <= 10.0f))
+		return base_seterr(err, errlen, LANES_EINVAL, "learn: an option is out of range (lr, batch, piece, max tokens)");
+	const model_hparams *hp = HP(h);
+	learn_mtp_job *j = calloc(1, sizeof *j);
+	if (!j) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	j->h = h, j->o = *o;
+	const double E = hp->n_embd, qd = (double)hp->n_heads * hp->head_dim, kvd = (double)hp->n_kv_heads * hp->head_dim;
+	const double lay = 2.0 * E * qd + 2.0 * E * kvd + 3.0 * E * hp->n_ff;
+	j->tok_macs = E * hp->n_vocab + hp->n_layers * lay;
+	j->head_macs = 2.0 * E * E + lay + E * hp->n_vocab;
+	const int64_t P = o->piece, V = hp->n_vocab;
+	kv_config c = model_kv_config(h->m, KV_F16S, 1, (int32_t)o->max_tokens, 16);
+	j->rw = malloc((size_t)P * sizeof *j->rw), j->want = malloc((size_t)P * sizeof *j->want);
+	j->lg = learn_malloc((size_t)(P * V) * 4), j->hid = learn_malloc((size_t)(P * hp->n_embd) * 4);
+	int rc = !j->rw || !j->want || !j->lg || !j->hid ? base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory") : LANES_OK;
+	if (!rc) rc = kv_new(&j->kv, &c, err, errlen);
+	if (rc) {
+		learn_mtp_job_free(j);
+		return rc;
+	}
+	memset(j->want, 1, (size_t)P * sizeof *j->want);
+	*out = j;
+	return LANES_OK;
+}
+
+static void step_clear(learn_mtp_job *j) {
+	for (int32_t i = 0; i < j->n_seq; i++) learn_mtp_seq_free(j->seqs[i]);
+	free(j->seqs);
+	j->seqs = NULL, j->n_seq = 0;
+	j->state = LEARN_IDLE;
+}
+
+void learn_mtp_job_free(learn_mtp_job *j) {
+	if (!j) return;
+	step_clear(j);
+	for (int64_t i = j->q_head; i < j->q_len; i++) free(j->q[i]);
+	free(j->q), free(j->q_n);
+	kv_free(j->kv);
+	model_ws_free(j->ws);
+	free(j->rw), free(j->want), free(j->lg), free(j->hid);
+	free(j);
+}
+
+int learn_mtp_job_add(learn_mtp_job *j, const learn_example *e, char *err, size_t errlen) {
+	const int64_t V = HP(j->h)->n_vocab;
+	if (e->n < 3 || e->n > j->o.max_tokens)
+		return base_seterr(err, errlen, LANES_EINVAL, "learn: an MTP example has 3 to %lld tokens, not %lld", (long long)j->o.max_tokens,
+				   (long long)e->n);
+	for (int64_t i = 0; i < e->n; i++)
+		if (e->ids[i] < 0 || e->ids[i] >= V) return base_seterr(err, errlen, LANES_EINVAL, "learn: token %d is outside the vocabulary", e->ids[i]);
+	if (j->q_len == j->q_cap) {
+		if (j->q_head) { // the taken front goes first
+			memmove(j->q, j->q + j->q_head, (size_t)(j->q_len - j->q_head) * sizeof *j->q);
+			memmove(j->q_n, j->q_n + j->q_head, (size_t)(j->q_len - j->q_head) * sizeof *j->q_n);
+			j->q_len -= j->q_head, j->q_head = 0;
+		}
+		if (j->q_len == j->q_cap) {
+			const int64_t cap = j->q_cap ? 2 * j->q_cap : 8;
+			int32_t **q = realloc(j->q, (size_t)cap * sizeof *q);
+			if (q) j->q = q;
+			int64_t *qn = q ? realloc(j->q_n, (size_t)cap * sizeof *qn) : NULL;
+			if (!qn) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+			j->q_n = qn, j->q_cap = cap;
+		}
+	}
+	int32_t *ids = malloc((size_t)e->n * sizeof *ids);
+	if (!ids) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	memcpy(ids, e->ids, (size_t)e->n * sizeof *ids);
+	j->q[j->q_len] = ids, j->q_n[j->q_len++] = e->n;
+	j->q_tokens += e->n;
+	return LANES_OK;
+}
+
+int64_t learn_mtp_job_queued(const learn_mtp_job *j) { return j->q_len - j->q_head; }
+enum learn_state learn_mtp_job_state(const learn_mtp_job *j) { return j->state; }
+
+uint64_t learn_mtp_job_bytes(const learn_mtp_job *j) {
+	const model_hparams *hp = HP(j->h);
+	uint64_t b = (uint64_t)j->q_tokens * 4 + (j->ws ? model_ws_size(j->ws) : 0) + (uint64_t)j->o.piece * ((uint64_t)hp->n_vocab + hp->n_embd) * 4;
+	for (int32_t i = 0; i < j->n_seq; i++) b += (uint64_t)j->seqs[i]->n * ((uint64_t)hp->n_embd + 2 + 2 * MTP_TOP) * 4;
+	return b;
+}
+
+// The view of sequence s that the head piece at p covers.
+static learn_mtp_seq view_of(const learn_mtp_job *j, const learn_mtp_seq *s, int64_t p) {
+	const int64_t E = HP(j->h)->n_embd, n = s->n - p < j->o.piece + 2 ? s->n - p : j->o.piece + 2;
+	return (learn_mtp_seq){.n = n, .ids = s->ids + p, .hid = s->hid + p * E, .next = s->next + p, .top = s->top + p * MTP_TOP,
+			       .topp = s->topp + p * MTP_TOP};
+}
+
+// The price of the piece at (seq_at, pos_at) in tokens through the trunk.
+static double piece_cost(const learn_mtp_job *j) {
+	const model_hparams *hp = HP(j->h);
+	const double qd = (double)hp->n_heads * hp->head_dim;
+	if (j->state == LEARN_READY) return 0.0;
+	if (j->state == LEARN_IDLE) {
+		if (!learn_mtp_job_queued(j)) return 0.0;
+		const double n = (double)(j->q_n[j->q_head] < j->o.piece ? j->q_n[j->q_head] : j->o.piece);
+		return (n * j->tok_macs + n * (n + 1) * qd * hp->n_layers) / j->tok_macs;
+	}
+	const learn_mtp_seq *s = j->seqs[j->seq_at];
+	if (!j->head) {
+		const double n = (double)(s->n - j->pos_at < j->o.piece ? s->n - j->pos_at : j->o.piece), p0 = (double)j->pos_at;
+		return (n * j->tok_macs + n * (2.0 * p0 + n + 1) * qd * hp->n_layers) / j->tok_macs;
+	}
+	const double n = (double)view_of(j, s, j->pos_at).n;
+	// two sets of rows, forward and backward (about twice the forward)
+	return 3.0 * (2.0 * n * j->head_macs + 2.0 * n * n * qd) / j->tok_macs;
+}
+
+double learn_mtp_job_next_cost(const learn_mtp_job *j) { return piece_cost(j); }
+
+// Takes the next batch from the queue into sequences (their trunk states to come).
+static int step_begin(learn_mtp_job *j, char *err, size_t errlen) {
+	const int64_t E = HP(j->h)->n_embd;
+	const int64_t nb = learn_mtp_job_queued(j) < j->o.batch ? learn_mtp_job_queued(j) : j->o.batch;
+	j->seqs = calloc((size_t)nb, sizeof *j->seqs);
+	if (!j->seqs) return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory");
+	for (int64_t i = 0; i < nb; i++) {
+		const int64_t n = j->q_n[j->q_head + i];
+		if (!(j->seqs[i] = seq_alloc(n, E))) {
+			j->n_seq = (int32_t)i;
+			step_clear(j);
+			return base_seterr(err, errlen, LANES_ENOMEM, "learn: out of memory for a step's states");
+		}
+		memcpy(j->seqs[i]->ids, j->q[j->q_head + i], (size_t)n * 4);
+	}
+	for (int64_t i = 0; i < nb; i++) j->q_tokens -= j->q_n[j->q_head], free(j->q[j->q_head++]);
+	j->n_seq = (int32_t)nb;
+	j->seq_at = 0, j->pos_at = 0, j->head = false;
+	j->rows[0] = j->rows[1] = j->loss[0] = j->loss[1] = 0.0;
+	j->hits[0] = j->hits[1] = 0, j->tokens = 0;
+	for (int32_t i = 0; i < j->n_seq; i++) {
+		j->tokens += j->seqs[i]->n;
+		for (int64_t p = 0; p + 2 < j->seqs[i]->n; p += j->o.piece) {
+			const learn_mtp_seq v = view_of(j, j->seqs[i], p);
+			j->rows[0] += (double)(v.n - 1), j->rows[1] += (double)(v.n - 2);
+		}
+	}
+	memset(j->h->g, 0, (size_t)j->h->off[W_COUNT] * 4);
+	j->state = LEARN_RUNNING;
+	return LANES_OK;
+}
+
+// Runs the piece at (seq_at, pos_at) and moves on.
+static int piece_run(learn_mtp_job *j, base_pool *pool, char *err, size_t errlen) {
+	const model_hparams *hp = HP(j->h);
+	const int64_t E = hp->n_embd, V = hp->n_vocab;
+	learn_mtp_seq *s = j->seqs[j->seq_at];
+	if (!j->head) {
+		if (!j->pos_at) kv_seq_clear(j->kv, 0);
+		const int nth = base_pool_threads(pool);
+		if (!j->ws || j->ws_threads < nth) {
+			model_ws_free(j->ws);
+			j->ws = NULL;
+			const int rc = model_ws_new(&j->ws, j->h->m, j->o.piece, nth, 0, err, errlen);
+			if (rc) return rc;
+			j->ws_threads = nth;
+		}
+		const int64_t n = s->n - j->pos_at < j->o.piece ? s->n - j->pos_at : j->o.piece;
+		for (int64_t r = 0; r < n; r++) j->rw[r] = (model_row){s->ids[j->pos_at + r], (int32_t)(j->pos_at + r), 0, true, NULL};
+		const int rc = model_forward_hidden(j->h->m, j->kv, pool, j->ws, j->rw, n, j->lg, j->want, j->hid, err, errlen);
+		if (rc) return rc;
+		for (int64_t r = 0; r < n; r++) seq_take(s, j->pos_at + r, s->n, j->lg + r * V, j->hid + r * E, V, E, 0.0f, 0);
+		j->pos_at += n;
+		if (j->pos_at == s->n) j->pos_at = 0, j->seq_at++;
+		if (j->seq_at == j->n_seq) j->seq_at = 0, j->head = true;
+		return LANES_OK;
+	}
+	const learn_mtp_seq v = view_of(j, s, j->pos_at);
+	acts a;
+	const int rc = acts_of(j->h, j->o.piece + 1, &a, err, errlen);
+	if (rc) return rc;
+	const double scale[2] = {1.0 / j->rows[0], 1.0 / j->rows[1]};
+	pass(j->h, pool, &v, &a, scale, j->loss, j->hits);
+	j->pos_at += j->o.piece;
+	if (j->pos_at + 2 >= s->n) j->pos_at = 0, j->seq_at++;
+	if (j->seq_at == j->n_seq) j->state = LEARN_READY;
+	return LANES_OK;
+}
+
+int learn_mtp_job_run(learn_mtp_job *j, base_pool *pool, double budget, double *spent, char *err, size_t errlen) {
+	double used = 0.0;
+	if (spent) *spent = 0.0;
+	if (j->state == LEARN_READY) return LANES_OK;
+	if (j->state == LEARN_IDLE) {
+		if (!learn_mtp_job_queued(j) || piece_cost(j) > budget) return LANES_OK;
+		const int rc = step_begin(j, err, errlen);
+		if (rc) return rc;
+	}
+	while (j->state == LEARN_RUNNING) {
+		const double c = piece_cost(j);
+		if (used + c > budget) break;
+		const int rc = piece_run(j, pool, err, errlen);
+		if (rc) {
+			step_clear(j);
+			return rc;
+		}
+		used += c;
+	}
+	if (spent) *spent = used;
+	return LANES_OK;
+}
+
+void learn_mtp_job_abort(learn_mtp_job *j) { step_clear(j); }
+
+int learn_mtp_job_commit(learn_mtp_job *j, model_head **version, learn_step_info *info, char *err, size_t errlen) {
+	if (version) *version = NULL;
+	if (j->state != LEARN_READY) return base_seterr(err, errlen, LANES_EBUSY, "learn: no whole step to commit");
+	// the only allocation comes first: past it nothing can fail
+	learn_mtp *h = j->h;
+	model_head *v = NULL;
+	int rc = version ? learn_mtp_head(h, &v, err, errlen) : LANES_OK;
+	if (rc) return rc;
+	const double norm = adam_update(h, &j->o);
+	if (v) {
+		const model_head_f32 w = head_f32(h);
+		model_head_set(v, &w);
+		*version = v;
+	}
+	j->committed++;
+	if (info)
+		*info = (learn_step_info){.step = j->committed, .examples = j->n_seq, .tokens = j->tokens, .learned = (int64_t)j->rows[0],
+					  .loss = j->loss[0] / j->rows[0] + j->loss[1] / j->rows[1], .grad_norm = norm, .version = h->adam_t};
+	step_clear(j);
+	return LANES_OK;
 }

@@ -980,6 +980,25 @@ int model_ws_new(model_ws **out, const model *m, int64_t max_rows, int nth, int3
 	return LANES_OK;
 }
 
+// hp as an MTP pass lays its workspace out: with a head.
+static model_hparams head_hp(const model_hparams *hp) {
+	model_hparams h = *hp;
+	if (!h.n_nextn) h.n_nextn = 1;
+	return h;
+}
+
+uint64_t model_ws_bytes_head(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos) {
+	const model_hparams h = head_hp(hp);
+	return model_ws_bytes(&h, max_rows, nth, max_pos);
+}
+
+int model_ws_new_head(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err, size_t errlen) {
+	if (m->hp.n_nextn) return model_ws_new(out, m, max_rows, nth, max_pos, err, errlen);
+	model shadow = *m; // only its hparams are read
+	shadow.hp = head_hp(&m->hp);
+	return model_ws_new(out, &shadow, max_rows, nth, max_pos, err, errlen);
+}
+
 void model_ws_free(model_ws *w) {
 	if (!w) return;
 	free(w->fb), free(w->ib), free(w->db), free(w->lora_buf);

@@ -325,6 +325,39 @@ kv_config model_mtp_kv_config(const model *m, enum kv_type type, int32_t n_seqs,
 int model_mtp_forward(const model *m, kv_cache *kv, base_pool *pool, model_ws *w, const model_row *rows, int64_t n,
 		      const float *hin, float *logits, float *hout, char *err, size_t errlen);
 
+// ---- head versions (head.c): an MTP head made while the process runs ----------------------
+// A head learned while serving is served as versions: each a copy of its weights in f32 bound
+// to the model like a loaded head's (the same bits as that head saved and loaded with
+// model_load_head), read by model_mtp_forward through model_head_model. Refcounted: a version
+// lives while anyone holds it; the model must outlive every version.
+typedef struct model_head model_head;
+// The head's trained weights, f32, row-major [rows][cols]; q, k, v: rows of n_heads (or
+// n_kv_heads) * head_dim; biases and q/k norms NULL where the head has none.
+typedef struct {
+	const float *eh_proj;                  // [n_embd][2 n_embd]: the embedding's half first
+	const float *enorm, *hnorm, *attn_norm, *ffn_norm, *head_norm; // [n_embd]
+	const float *wq, *wk, *wv, *wo;        // [qd][n_embd], [kvd][n_embd] twice, [n_embd][qd]
+	const float *bq, *bk, *bv, *bo;        // [qd], [kvd], [kvd], [n_embd]
+	const float *q_norm, *k_norm;          // [head_dim]
+	const float *ffn_gate, *ffn_up, *ffn_down; // [n_ff][n_embd] twice, [n_embd][n_ff]
+} model_head_f32;
+// A version of w (copied) for m, reading the embedding and output head m's own head reads (its
+// first MTP layer's), else m's token_embd and output. LANES_EINVAL for a recurrent, MoE or
+// encoder model; LANES_ENOMEM. Thread-safe.
+int model_head_new(model_head **out, const model *m, const model_head_f32 *w, char *err, size_t errlen);
+// Writes w over v's weights: only while nothing else holds v (before it is handed out).
+void model_head_set(model_head *v, const model_head_f32 *w);
+model_head *model_head_ref(model_head *v);
+void model_head_free(model_head *v); // drops a reference; accepts NULL
+// The model with v as its MTP layer 0 (n_nextn 1), for model_mtp_forward and model_ws_new_head;
+// it lives as long as v.
+const model *model_head_model(const model_head *v);
+uint64_t model_head_bytes(const model_head *v); // the weights it holds
+// A workspace for MTP passes of m or of any head version of m (model_ws_new's codes).
+int model_ws_new_head(model_ws **out, const model *m, int64_t max_rows, int nth, int32_t max_pos, char *err, size_t errlen);
+// model_ws_bytes of such a workspace.
+uint64_t model_ws_bytes_head(const model_hparams *hp, int64_t max_rows, int nth, int32_t max_pos);
+
 // ---- the MoE observer's side of the pass (experts.c) --------------------------------------
 // A pass can keep what every MoE layer's router chose for each row (its top-k experts and
 // their weights, exactly as the pass used them), and counters add them up per group of rows.

@@ -1147,6 +1147,123 @@ out:
 	model_free(m);
 }
 
+// The head learned while serving: a job's step with pieces as long as its examples is
+// learn_mtp_step's on the same examples, bit for bit; cut into short pieces it is the same bits
+// one piece per call and all at once, on 1 and 2 threads; an abort leaves the head untouched;
+// a committed version drafts the same logits as its saved file loaded beside the model.
+static void mtp_job(const char *name, base_pool *pool) {
+	t_case(name);
+	model *m = load(name);
+	CHECK(m != NULL);
+	if (!m) return;
+	const model_hparams *hp = model_hparams_of(m);
+	const int32_t V = hp->n_vocab;
+	const int64_t E = hp->n_embd, lens[3] = {40, 23, 9};
+	learn_example *ex[3] = {0};
+	uint64_t r = 5;
+	for (int e = 0; e < 3; e++) {
+		int32_t ids[40];
+		bool fl[40];
+		for (int i = 0; i < lens[e]; i++) ids[i] = 3 + (int32_t)(urand(&r) * (V - 3)), fl[i] = true;
+		CHECK(learn_example_ids(&ex[e], ids, fl, lens[e], err, sizeof err) == 0);
+	}
+	learn_mtp *ha = NULL, *hb = NULL, *hc = NULL, *hd = NULL;
+	learn_mtp_job *jb = NULL, *jc = NULL, *jd = NULL;
+	learn_mtp_seq **seqs = NULL;
+	int64_t ns = 0;
+	model_head *ver = NULL;
+	learn_opts o;
+	learn_opts_default(&o);
+	o.lr = 1e-2f, o.batch = 3, o.piece = 64, o.max_tokens = 64;
+	CHECK(learn_mtp_new(&ha, m, err, sizeof err) == 0 && learn_mtp_new(&hb, m, err, sizeof err) == 0);
+	CHECK(learn_mtp_new(&hc, m, err, sizeof err) == 0 && learn_mtp_new(&hd, m, err, sizeof err) == 0);
+	if (!ha || !hb || !hc || !hd) goto out;
+	const int64_t P = learn_mtp_params(ha);
+	float *w0 = malloc((size_t)P * 4);
+	memcpy(w0, learn_mtp_weights(ha), (size_t)P * 4);
+	// whole sequences: the job is learn_mtp_step
+	learn_step_info ia, ib;
+	CHECK(learn_mtp_seqs_of(&seqs, &ns, m, pool, (const learn_example *const *)ex, 3, 0, 64, 0.0f, 0, err, sizeof err) == 0);
+	CHECK(learn_mtp_step(ha, pool, (const learn_mtp_seq *const *)seqs, (int32_t)ns, &o, &ia, err, sizeof err) == 0);
+	CHECK(learn_mtp_job_new(&jb, hb, &o, err, sizeof err) == 0);
+	for (int e = 0; jb && e < 3; e++) CHECK(learn_mtp_job_add(jb, ex[e], err, sizeof err) == 0);
+	double spent = 0;
+	CHECK(jb && learn_mtp_job_run(jb, pool, INFINITY, &spent, err, sizeof err) == 0 && learn_mtp_job_state(jb) == LEARN_READY && spent > 0);
+	CHECK(learn_mtp_job_commit(jb, &ver, &ib, err, sizeof err) == 0 && ver);
+	CHECKF(!memcmp(learn_mtp_weights(ha), learn_mtp_weights(hb), (size_t)P * 4) && ia.loss == ib.loss && ia.tokens == ib.tokens,
+	       "a job's step is learn_mtp_step's (loss %.9g vs %.9g)", ib.loss, ia.loss);
+	CHECK(memcmp(learn_mtp_weights(hb), w0, (size_t)P * 4) != 0);
+	// short pieces: one per call on 1 thread = all at once on 2
+	o.piece = 8;
+	CHECK(learn_mtp_job_new(&jc, hc, &o, err, sizeof err) == 0 && learn_mtp_job_new(&jd, hd, &o, err, sizeof err) == 0);
+	for (int e = 0; jc && jd && e < 3; e++) CHECK(learn_mtp_job_add(jc, ex[e], err, sizeof err) == 0 && learn_mtp_job_add(jd, ex[e], err, sizeof err) == 0);
+	if (!jc || !jd) goto out;
+	int calls = 0;
+	while (learn_mtp_job_state(jc) != LEARN_READY && calls < 1000) {
+		const double c = learn_mtp_job_next_cost(jc);
+		CHECK(c > 0 && learn_mtp_job_run(jc, NULL, c, &spent, err, sizeof err) == 0 && spent == c);
+		calls++;
+	}
+	CHECK(learn_mtp_job_run(jd, pool, INFINITY, &spent, err, sizeof err) == 0);
+	CHECK(learn_mtp_job_commit(jc, NULL, &ia, err, sizeof err) == 0 && learn_mtp_job_commit(jd, NULL, &ib, err, sizeof err) == 0);
+	CHECKF(calls > 10 && !memcmp(learn_mtp_weights(hc), learn_mtp_weights(hd), (size_t)P * 4) && ia.loss == ib.loss,
+	       "a step cut into %d calls on 1 thread differs from one call on 2", calls);
+	// an abort: nothing of the step reaches the head
+	for (int e = 0; e < 3; e++) CHECK(learn_mtp_job_add(jc, ex[e], err, sizeof err) == 0);
+	memcpy(w0, learn_mtp_weights(hc), (size_t)P * 4);
+	CHECK(learn_mtp_job_run(jc, NULL, 2 * learn_mtp_job_next_cost(jc), &spent, err, sizeof err) == 0 && learn_mtp_job_state(jc) == LEARN_RUNNING);
+	learn_mtp_job_abort(jc);
+	CHECK(learn_mtp_job_state(jc) == LEARN_IDLE && learn_mtp_job_commit(jc, NULL, &ia, err, sizeof err) == LANES_EBUSY);
+	CHECKF(!memcmp(learn_mtp_weights(hc), w0, (size_t)P * 4), "an aborted step changed the head");
+	// examples the head cannot learn from
+	int32_t two[2] = {1, 2}, oov[3] = {1, 2, V};
+	bool fl[3] = {true, true, true};
+	learn_example *bad = NULL;
+	CHECK(learn_example_ids(&bad, two, fl, 2, err, sizeof err) == 0);
+	CHECK(bad && learn_mtp_job_add(jc, bad, err, sizeof err) == LANES_EINVAL);
+	learn_example_free(bad), bad = NULL;
+	if (learn_example_ids(&bad, oov, fl, 3, err, sizeof err) == 0) CHECK(learn_mtp_job_add(jc, bad, err, sizeof err) == LANES_EINVAL);
+	learn_example_free(bad);
+	// the version drafts as its saved file does, loaded beside the model
+	char head[512], src[512];
+	tmp_path(head, sizeof head, "job-head.gguf");
+	snprintf(src, sizeof src, "%s/models/%s.gguf", t_shared(), name);
+	CHECK(learn_mtp_save(hb, head, err, sizeof err) == 0);
+	model *mh = NULL;
+	CHECKF(model_load_head(&mh, src, head, NULL, NULL, err, sizeof err) == 0, "%s", err);
+	if (mh && ver) {
+		enum { N = 6 };
+		model_row rows[N];
+		float *hin = malloc((size_t)(2 * N * E) * 4), *lg[2] = {malloc((size_t)N * V * 4), malloc((size_t)N * V * 4)};
+		for (int i = 0; i < N; i++) rows[i] = (model_row){3 + i, i, 0, true, NULL};
+		for (int64_t i = 0; i < N * E; i++) hin[i] = (float)(urand(&r) * 2.0 - 1.0);
+		const model *ms[2] = {model_head_model(ver), mh};
+		for (int k = 0; k < 2; k++) {
+			kv_config c = model_mtp_kv_config(ms[k], KV_F16, 1, 64, 16);
+			kv_cache *kv = NULL;
+			model_ws *ws = NULL;
+			memcpy(hin + N * E, hin, (size_t)(N * E) * 4);
+			CHECK(kv_new(&kv, &c, err, sizeof err) == 0 && model_ws_new_head(&ws, ms[k], N, 2, 0, err, sizeof err) == 0);
+			CHECKF(kv && ws && model_mtp_forward(ms[k], kv, pool, ws, rows, N, hin + N * E, lg[k], NULL, err, sizeof err) == 0, "%s", err);
+			kv_free(kv);
+			model_ws_free(ws);
+		}
+		CHECKF(!memcmp(lg[0], lg[1], (size_t)N * V * 4), "a served version drafts other logits than its saved file");
+		free(hin), free(lg[0]), free(lg[1]);
+	}
+	model_free(mh);
+	unlink(head);
+	free(w0);
+out:
+	model_head_free(ver);
+	learn_mtp_job_free(jb), learn_mtp_job_free(jc), learn_mtp_job_free(jd);
+	for (int64_t i = 0; i < ns; i++) learn_mtp_seq_free(seqs[i]);
+	free(seqs);
+	learn_mtp_free(ha), learn_mtp_free(hb), learn_mtp_free(hc), learn_mtp_free(hd);
+	for (int e = 0; e < 3; e++) learn_example_free(ex[e]);
+	model_free(m);
+}
+
 int main(void) {
 	if (cli_env_apply()) return 2;
 	base_pool *pool = NULL;
@@ -1180,6 +1297,8 @@ int main(void) {
 	CHECKF(make_wide_qwen3(q3) == 0, "wide qwen3: %s", err);
 	mtp_gradient("qwen3 with queries wider than twice its embedding", q3, pool);
 	unlink(q3);
+	mtp_job("ref-llama-F32", pool);
+	mtp_job("ref-qwen2-F16", pool);
 	model *m = load("ref-llama-F32");
 	CHECK(m != NULL);
 	if (m) {

@@ -196,6 +196,19 @@ void srv_metrics(srv_conn *c) {
 			 (unsigned long long)sn->draft_accepted[p]);
 		srv_buf_adds(&b, line);
 	}
+	// by place in the proposal (1: the first draft), where drafts reached it
+	static const char *const at_names[2][2] = {{"lanes_draft_position_tokens_total", "Draft tokens proposed, by their place in the proposal."},
+						   {"lanes_draft_position_accepted_total", "Draft tokens confirmed, by their place in the proposal."}};
+	for (int k = 0; k < 2; k++) {
+		snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s counter\n", at_names[k][0], at_names[k][1], at_names[k][0]);
+		srv_buf_adds(&b, line);
+		for (int p = 0; p < LANE_PROP_COUNT; p++)
+			for (int j = 0; j < LANE_MAX_DRAFT && sn->draft_at[p][j]; j++) {
+				snprintf(line, sizeof line, "%s{proposer=\"%s\",position=\"%d\"} %llu\n", at_names[k][0], prop[p], j + 1,
+					 (unsigned long long)(k ? sn->draft_accepted_at[p][j] : sn->draft_at[p][j]));
+				srv_buf_adds(&b, line);
+			}
+	}
 	srv_buf_adds(&b, "# HELP lanes_draft_replayed_tokens_total Accepted draft tokens fed again after a recurrent state "
 			 "rewound past them.\n# TYPE lanes_draft_replayed_tokens_total counter\n");
 	snprintf(line, sizeof line, "lanes_draft_replayed_tokens_total %llu\n", (unsigned long long)sn->draft_replayed);

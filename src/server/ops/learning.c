@@ -53,7 +53,7 @@ static uint64_t grant_parse(const json_t *v) {
 static json_t *grant_object(const learn_grant_info *g) {
 	char id[32];
 	grant_name(g->id, id, sizeof id);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:I}", "id", id, "adapter", g->adapter, "state",
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:I}", "id", id, "kind", learn_kind_name[g->kind], "adapter", g->adapter, "state",
 			      learn_grant_state_name[g->state], "steps_done", (json_int_t)g->steps_done, "steps_max", (json_int_t)g->steps_max,
 			      "tokens_used", (json_int_t)g->tokens_used, "tokens_max", (json_int_t)g->tokens_max, "last_loss",
 			      isfinite(g->last_loss) ? json_real(g->last_loss) : json_null(), "expires_at",
@@ -101,7 +101,7 @@ void srv_learn_grants(srv_conn *c) {
 
 static const srv_field grant_fields[] = {
 	{"adapter", SRV_K_STR, .off = offsetof(learn_grant_req, adapter)},
-	SRV_IGNORED("max_steps"), SRV_IGNORED("max_tokens"), SRV_IGNORED("lr"), SRV_IGNORED("rank"),
+	SRV_IGNORED("kind"), SRV_IGNORED("max_steps"), SRV_IGNORED("max_tokens"), SRV_IGNORED("lr"), SRV_IGNORED("rank"),
 	SRV_IGNORED("batch"), SRV_IGNORED("expires_s"),
 	{0},
 };
@@ -119,6 +119,16 @@ void srv_learn_grant_new(srv_conn *c) {
 	    number(j, "rank", 1, LEARN_LIVE_MAX_RANK, true, &rank, &e) || number(j, "batch", 1, LEARN_LIVE_MAX_BATCH, true, &batch, &e) ||
 	    number(j, "expires_s", 0, LEARN_LIVE_MAX_EXPIRY_S, false, &expires, &e))
 		goto fail;
+	const json_t *kind = json_object_get(j, "kind");
+	if (kind && !json_is_null(kind)) {
+		const char *k = json_string_value(kind);
+		if (!k || (strcmp(k, "lora") && strcmp(k, "mtp"))) {
+			srv_fail(&e, SRV_E_BAD_REQUEST, "kind", "kind must be \"lora\" (an adapter) or \"mtp\" (the MTP head the server drafts with)");
+			goto fail;
+		}
+		r.kind = strcmp(k, "mtp") ? LEARN_KIND_LORA : LEARN_KIND_MTP;
+	}
+	if (r.kind == LEARN_KIND_MTP && !r.adapter) r.adapter = LEARN_LIVE_HEAD;
 	if (!r.adapter || !steps || !tokens) {
 		const char *miss = !r.adapter ? "adapter" : !steps ? "max_steps" : "max_tokens";
 		srv_fail(&e, SRV_E_BAD_REQUEST, miss, "%s is required: {\"adapter\", \"max_steps\", \"max_tokens\", \"lr\"?, \"rank\"?, \"expires_s\"?}",
@@ -140,7 +150,9 @@ void srv_learn_grant_new(srv_conn *c) {
 	char err[512];
 	const int rc = learn_live_grant(l, &r, &g, &created, err, sizeof err);
 	if (rc) {
-		srv_fail(&e, srv_kind_of(rc, SRV_BLAME_STATE), rc == LANES_EINVAL ? "adapter" : NULL, "%s", err);
+		const bool field = rc == LANES_EINVAL || (rc == LANES_EUNSUPPORTED && r.kind == LEARN_KIND_MTP);
+		srv_fail(&e, field ? SRV_E_BAD_REQUEST : srv_kind_of(rc, SRV_BLAME_STATE),
+			 !field ? NULL : r.kind == LEARN_KIND_MTP && r.rank ? "rank" : r.kind == LEARN_KIND_MTP ? "kind" : "adapter", "%s", err);
 		goto fail;
 	}
 	json_decref(j);
