@@ -4,6 +4,7 @@
 // and the adapter saved as a GGUF LoRA file.
 #include "cli/cli.h"
 #include "learn/learn.h"
+#include "plan/plan.h"
 #include "template/template.h"
 
 #include <jansson.h>
@@ -136,15 +137,33 @@ static double held_out(const model *m, const model_lora *lora, base_pool *pool, 
 	return *count ? nll / (double)*count : 0.0;
 }
 
-// The MTP sequences of examples (learn_mtp_seqs_of); NULL after printing the error.
-static learn_mtp_seq **mtp_seqs(const cli_settings *s, const model *m, base_pool *pool, const ex_list *l, int64_t *count) {
+// The MTP sequences of examples [lo, hi) of l (learn_mtp_seqs_of); NULL after printing the error.
+static learn_mtp_seq **mtp_seqs(const cli_settings *s, const model *m, base_pool *pool, const ex_list *l, int64_t lo, int64_t hi,
+				int64_t *count) {
 	char err[512];
 	learn_mtp_seq **out;
-	if (!learn_mtp_seqs_of(&out, count, m, pool, (const learn_example *const *)l->ex, l->n, s->mtp_gen, s->max_tokens, (float)s->temp,
-			       (uint64_t)s->seed, err, sizeof err))
+	// a shard's sequences draw as the whole list's would from their place in it
+	if (!learn_mtp_seqs_of(&out, count, m, pool, (const learn_example *const *)l->ex + lo, hi - lo, s->mtp_gen, s->max_tokens,
+			       (float)s->temp, (uint64_t)s->seed + (uint64_t)lo * 0x9e3779b9ull, err, sizeof err))
 		return out;
 	cli_err("%s", err);
 	return NULL;
+}
+
+// The end of the shard of l from lo: the examples whose sequences' states take at most budget
+// bytes together (one at least).
+static int64_t shard_end(const cli_settings *s, const model *m, const ex_list *l, int64_t lo, uint64_t budget) {
+	const uint64_t per_token = ((uint64_t)model_hparams_of(m)->n_embd + 18) * 4;
+	uint64_t bytes = 0;
+	int64_t hi = lo;
+	for (; hi < l->n; hi++) {
+		const int64_t n = learn_example_tokens(l->ex[hi]), len = s->mtp_gen ? LEARN_MTP_WINDOW + 1 + s->mtp_gen : n;
+		const int64_t seqs = s->mtp_gen ? (n + LEARN_MTP_STRIDE - 1) / LEARN_MTP_STRIDE : 1;
+		const uint64_t b = (uint64_t)seqs * (uint64_t)(len < s->max_tokens ? len : s->max_tokens) * per_token;
+		if (hi > lo && bytes + b > budget) break;
+		bytes += b;
+	}
+	return hi;
 }
 
 static void mtp_seqs_free(learn_mtp_seq **q, int64_t n) {
@@ -160,17 +179,28 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 	learn_mtp_seq **tr = NULL, **te = NULL, **batch = NULL;
 	int64_t *order = NULL, ntr = 0, nte = 0;
 	const uint64_t t0 = base_now_us();
+	uint64_t budget;
+	if (plan_parse_size(s->mtp_memory, &budget) || !budget) {
+		cli_err("--mtp-memory: '%s' is not a size (e.g. 2GiB, 500MB)", s->mtp_memory);
+		return 2;
+	}
 	if (learn_mtp_new(&h, m, err, sizeof err)) {
 		cli_err("%s", err);
 		goto out;
 	}
-	if (!(tr = mtp_seqs(s, m, pool, train, &ntr)) || (ev->n && !(te = mtp_seqs(s, m, pool, ev, &nte)))) goto out;
+	// the training examples in shards whose states fit the budget: one shard is made once
+	int64_t lo = 0, hi = shard_end(s, m, train, 0, budget), shards = 0;
+	for (int64_t a = 0; a < train->n; a = shard_end(s, m, train, a, budget)) shards++;
+	if (!(tr = mtp_seqs(s, m, pool, train, lo, hi, &ntr)) || (ev->n && !(te = mtp_seqs(s, m, pool, ev, 0, ev->n, &nte)))) goto out;
 	int64_t rows = 0;
 	for (int64_t i = 0; i < ntr; i++) rows += learn_mtp_seq_tokens(tr[i]) - 1;
 	printf("learn --mtp: %lld sequences (%lld head rows, %s) in %.1f s; head of %lld parameters (%.2f MiB, optimizer %.2f MiB)\n",
 	       (long long)ntr, (long long)rows, s->mtp_gen ? "the model's continuations" : "the examples' text",
 	       (double)(base_now_us() - t0) / 1e6, (long long)learn_mtp_params(h), learn_mtp_params(h) * 4 / 1048576.0,
 	       learn_mtp_params(h) * 8 / 1048576.0);
+	if (shards > 1)
+		printf("learn --mtp: the examples' states exceed --mtp-memory %s: %lld shards, each run through the model again at every pass (the first: examples 1-%lld)\n",
+		       s->mtp_memory, (long long)shards, (long long)hi);
 	double acc0[2] = {0, 0}, loss0 = 0, acc1[2], loss1;
 	if (te && learn_mtp_eval(h, pool, (const learn_mtp_seq *const *)te, (int32_t)nte, acc0, &loss0, err, sizeof err)) {
 		cli_err("%s", err);
@@ -179,18 +209,33 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 	learn_opts o;
 	learn_opts_default(&o);
 	o.lr = (float)s->lr, o.weight_decay = (float)s->weight_decay, o.clip = (float)s->clip;
-	order = malloc((size_t)ntr * sizeof *order);
+	// room for the largest shard's order
+	int64_t most = 0;
+	for (int64_t a = 0, b; a < train->n; a = b) {
+		b = shard_end(s, m, train, a, budget);
+		int64_t k = 0;
+		for (int64_t i = a; i < b; i++) k += s->mtp_gen ? (learn_example_tokens(train->ex[i]) + LEARN_MTP_STRIDE - 1) / LEARN_MTP_STRIDE : 1;
+		most = k > most ? k : most;
+	}
+	order = malloc((size_t)(most > ntr ? most : ntr) * sizeof *order);
 	batch = malloc((size_t)s->batch * sizeof *batch);
 	if (!order || !batch) {
 		cli_err("out of memory");
 		goto out;
 	}
 	uint64_t rng = splitmix64((uint64_t)s->seed ^ 0x6d7470ull);
-	int64_t next = ntr, tokens = 0;
+	int64_t next = INT64_MAX, tokens = 0; // the first shard is made: shuffled, not passed over
 	const uint64_t t1 = base_now_us();
 	for (int64_t step = 1; step <= s->steps; step++) {
 		for (int64_t b = 0; b < s->batch; b++) {
-			if (next == ntr) {
+			if (next == ntr && shards > 1) { // the next shard's sequences in place of these
+				mtp_seqs_free(tr, ntr);
+				tr = NULL, ntr = 0;
+				lo = hi == train->n ? 0 : hi;
+				hi = shard_end(s, m, train, lo, budget);
+				if (!(tr = mtp_seqs(s, m, pool, train, lo, hi, &ntr))) goto out;
+			}
+			if (next >= ntr) {
 				for (int64_t i = 0; i < ntr; i++) order[i] = i;
 				for (int64_t i = ntr - 1; i > 0; i--) {
 					const int64_t k = (int64_t)(splitmix64(rng++) % (uint64_t)(i + 1)), t = order[i];

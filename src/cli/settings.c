@@ -58,6 +58,8 @@ const cli_setting cli_settings_table[] = {
 	 .help = "train an MTP head (the trunk frozen) on the model's own choices instead of a LoRA adapter: -o is the head's GGUF"},
 	{.names = "--gen", .kind = SET_INT, .field = F(mtp_gen), .dflt = "0", .min = 0, .max = 1 << 20, .meta = "N", .cmds = B(LEARN),
 	 .help = "with --mtp: the head learns from the model's own N-token continuations of windows of the examples' text, one every 16 tokens (0: the model's choices along the examples' own text)"},
+	{.names = "--mtp-memory", .kind = SET_STR, .field = F(mtp_memory), .dflt = "2GiB", .meta = "SIZE", .cmds = B(LEARN),
+	 .help = "with --mtp: the most the model's states of the training sequences take at once; past it the examples are run through the model in shards, again at each pass over them"},
 	{.names = "--temp", .kind = SET_FLOAT, .field = F(temp), .dflt = "0", .min = 0, .max = 2, .meta = "T", .cmds = B(LEARN),
 	 .help = "with --mtp --gen: the continuations are drawn at this temperature (from --seed) for more varied text; the head learns the greedy choice either way (0: greedy)"},
 	{.names = "--imatrix", .kind = SET_STR, .field = F(imatrix), .meta = "FILE", .cmds = B(QUANTIZE),

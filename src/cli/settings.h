@@ -29,7 +29,7 @@ typedef struct {
 	const char *model, *prompt, *ids, *output, *vocab, *shape, *type, *file, *messages, *bos, *eos, *date;
 	const char *host, *api_key, *chat_template, *memory, *draft_model, *draft_head, *hf_token, *hf_endpoint, *models_dir, *adapters_dir;
 	const char *corpus, *svg, *imatrix;
-	const char *cache_dir, *cache_dir_max, *keep_alive;
+	const char *cache_dir, *cache_dir_max, *keep_alive, *mtp_memory;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
 	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;

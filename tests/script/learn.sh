@@ -76,6 +76,16 @@ line=$(grep "^held-out: the head's first draft is the model's choice" "$TMP/out"
 before=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
 after=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
 [ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "the head's held-out loss did not fall: '$line'"
+grep -q "shards" "$TMP/out" && bad "the states fit --mtp-memory's default, yet the run was sharded" || ok
+# states past --mtp-memory: the examples run through the model in shards, each pass again, and the head still learns
+LANES_LOG=error "$BIN" learn --mtp -m "$M" --data "$DATA/stories-train.jsonl" --eval "$DATA/stories-held.jsonl" --gen 32 --temp 1 \
+	--steps 20 --batch 4 --lr 0.006 -t 2 --mtp-memory 1MiB -o "$TMP/head2.gguf" > "$TMP/out" 2> "$TMP/err" && ok || bad "learn --mtp sharded: $(cat "$TMP/err")"
+grep -q "^learn --mtp: the examples' states exceed --mtp-memory 1MiB: [0-9]* shards" "$TMP/out" && ok || bad "no shards: $(head -n 3 "$TMP/out")"
+line=$(grep "^held-out: the head's first draft is the model's choice" "$TMP/out")
+before=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\1/p')
+after=$(echo "$line" | sed -n 's/.*, loss \([0-9.]*\) -> \([0-9.]*\)$/\2/p')
+[ -n "$after" ] && awk -v b="$before" -v a="$after" 'BEGIN { exit !(a < b) }' && ok || bad "sharded: the head's held-out loss did not fall: '$line'"
+expect_fail "--mtp-memory: 'lots' is not a size" "$BIN" learn --mtp -m "$M" --data "$DATA/stories-train.jsonl" --mtp-memory lots -o "$TMP/y.gguf"
 LANES_LOG=error "$BIN" bench -m "$M" --draft-head "$TMP/head.gguf" --concurrent 1 --draft -n 64 -t 1 --text "Once upon a time" > "$TMP/out" 2> "$TMP/err" \
 	&& ok || bad "bench --draft-head: $(cat "$TMP/err")"
 grep -q "the MTP head's by position: [0-9]*%" "$TMP/out" && ok || bad "bench --draft-head: no MTP drafts: $(cat "$TMP/out")"
