@@ -194,7 +194,7 @@ int lane_host_new(lane_host **out, const model *m, const tok_vocab *vocab, const
 	if (!rc && cfg.draft_model) rc = lane_draft_open(h, kc.n_pages, err, errlen);
 	if (!rc && cfg.draft == LANE_DRAFT_MTP && !lane_mtp_wanted(&h->hp, &cfg))
 		rc = base_seterr(err, errlen, LANES_EINVAL, "draft mtp: %s", h->hp.n_nextn ? "the MTP head drafts only without a draft model, a proposer hook, and with draft_max > 0"
-											  : "the model has no MTP layer (nextn_predict_layers)");
+											  : "the model has no MTP layer (nextn_predict_layers), and no head can be learned here");
 	if (!rc && lane_mtp_wanted(&h->hp, &cfg)) rc = lane_mtp_open(h, kc.n_pages, err, errlen);
 	h->counts = calloc((size_t)h->hp.n_vocab, sizeof *h->counts);
 	// the host's own accounting of its compute memory, from the sizes it allocated

@@ -64,7 +64,11 @@ for f in tests/http/*.test.mjs; do
 		p=0
 		fl=1
 	fi
-	[ "$rc" -ne 0 ] && [ "${fl:-0}" = 0 ] && [ "${cn:-0}" = 0 ] && fl=1
+	if [ "$rc" -ne 0 ] && [ "${fl:-0}" = 0 ] && [ "${cn:-0}" = 0 ]; then
+		echo "http: $name exited $rc though its tests passed:"
+		tail -n 10 "$tmp/http-file.txt"
+		fl=1
+	fi
 	pass=$((pass + p))
 	failed=$((failed + ${fl:-0} + ${cn:-0}))
 done
