@@ -802,7 +802,9 @@ int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *
 		s->info.steps_max = r->max_steps;
 		s->info.tokens_max = r->max_tokens;
 		s->info.last_loss = NAN;
-		s->lr = r->lr > 0 ? r->lr : 1e-3f;
+		// a head's steps move whole blocks: wider ones need smaller steps
+		s->lr = r->lr > 0 ? r->lr : head ? 0.02f / sqrtf((float)model_hparams_of(l->m)->n_embd) : 1e-3f;
+		s->info.lr = s->lr;
 		s->batch = r->batch > 0 ? r->batch : 4;
 		if (r->expires_s > 0) {
 			s->expires_us = base_now_us() + (uint64_t)(r->expires_s * 1e6);

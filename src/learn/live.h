@@ -46,6 +46,7 @@ typedef struct {
 	int64_t expires_at;                // unix seconds (0: never)
 	int64_t version;                   // the registry's version of the adapter as of its last commit (the head: its steps)
 	int64_t queued;                    // examples accepted and not yet in a committed step
+	float lr;                          // AdamW's rate
 	char reason[LEARN_LIVE_REASON];     // failed, halted: why
 } learn_grant_info;
 
@@ -72,7 +73,7 @@ typedef struct {
 	const char *adapter;      // a new name, an adapter this server trains, or one loaded from a file
 	int64_t max_steps;        // 1..
 	int64_t max_tokens;       // 2..: tokens its steps may run through the model
-	float lr;                 // 0: 1e-3
+	float lr;                 // 0: 1e-3 (the head: 0.02 / sqrt(n_embd))
 	int32_t rank;             // 0: 8 for a new adapter; else it must be the adapter's
 	int32_t batch;            // examples per step at most; 0: 4
 	double expires_s;         // 0: never

@@ -150,6 +150,7 @@ test('the head learns from the model\'s own text; drafting with it never changes
 	assert.equal(more.status, 200);
 	assert.equal(more.body.created, false);
 	assert.equal(more.body.version, trained);
+	assert.ok(Math.abs(more.body.lr - 0.02 / Math.sqrt(64)) < 1e-7, `the head's default rate for a width of 64: ${more.body.lr}`);
 	const rv = await fetch(`${S.url}/learn/grants/${more.body.id}`, { method: 'DELETE' });
 	assert.equal(rv.status, 202);
 });

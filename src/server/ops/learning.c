@@ -160,7 +160,7 @@ void srv_learn_grant_new(srv_conn *c) {
 	if (o) {
 		json_object_set_new(o, "object", json_string("learn.grant"));
 		json_object_set_new(o, "created", json_boolean(created));
-		json_object_set_new(o, "lr", srv_real(r.lr > 0 ? r.lr : 1e-3));
+		json_object_set_new(o, "lr", srv_real(g.lr));
 	}
 	srv_reply_json(c, 200, o, 0);
 	return;
