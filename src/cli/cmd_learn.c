@@ -142,9 +142,11 @@ static learn_mtp_seq **mtp_seqs(const cli_settings *s, const model *m, base_pool
 				int64_t *count) {
 	char err[512];
 	learn_mtp_seq **out;
-	// a shard's sequences draw as the whole list's would from their place in it
+	// a shard's sequences draw as the whole list's would: numbered from their place in it
+	int64_t before = 0;
+	for (int64_t i = 0; i < lo; i++) before += s->mtp_gen ? (learn_example_tokens(l->ex[i]) + LEARN_MTP_STRIDE - 1) / LEARN_MTP_STRIDE : 1;
 	if (!learn_mtp_seqs_of(&out, count, m, pool, (const learn_example *const *)l->ex + lo, hi - lo, s->mtp_gen, s->max_tokens,
-			       (float)s->temp, (uint64_t)s->seed + (uint64_t)lo * 0x9e3779b9ull, err, sizeof err))
+			       (float)s->temp, (uint64_t)s->seed + (uint64_t)before, err, sizeof err))
 		return out;
 	cli_err("%s", err);
 	return NULL;
@@ -224,17 +226,21 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 		goto out;
 	}
 	uint64_t rng = splitmix64((uint64_t)s->seed ^ 0x6d7470ull);
-	int64_t next = INT64_MAX, tokens = 0; // the first shard is made: shuffled, not passed over
+	int64_t next = INT64_MAX, tokens = 0; // shuffled at the first take
+	bool passed = false;                  // the shard's sequences have all been taken
 	const uint64_t t1 = base_now_us();
 	for (int64_t step = 1; step <= s->steps; step++) {
+		// the next shard's sequences in place of these, between steps (a batch holds them)
+		if (passed && shards > 1) {
+			mtp_seqs_free(tr, ntr);
+			tr = NULL, ntr = 0;
+			lo = hi == train->n ? 0 : hi;
+			hi = shard_end(s, m, train, lo, budget);
+			if (!(tr = mtp_seqs(s, m, pool, train, lo, hi, &ntr))) goto out;
+			next = INT64_MAX;
+		}
+		passed = false;
 		for (int64_t b = 0; b < s->batch; b++) {
-			if (next == ntr && shards > 1) { // the next shard's sequences in place of these
-				mtp_seqs_free(tr, ntr);
-				tr = NULL, ntr = 0;
-				lo = hi == train->n ? 0 : hi;
-				hi = shard_end(s, m, train, lo, budget);
-				if (!(tr = mtp_seqs(s, m, pool, train, lo, hi, &ntr))) goto out;
-			}
 			if (next >= ntr) {
 				for (int64_t i = 0; i < ntr; i++) order[i] = i;
 				for (int64_t i = ntr - 1; i > 0; i--) {
@@ -244,6 +250,7 @@ static int learn_mtp_cli(const cli_settings *s, const model *m, base_pool *pool,
 				next = 0;
 			}
 			batch[b] = tr[order[next++]];
+			passed |= next == ntr;
 		}
 		learn_step_info info;
 		if (learn_mtp_step(h, pool, (const learn_mtp_seq *const *)batch, (int32_t)s->batch, &o, &info, err, sizeof err)) {

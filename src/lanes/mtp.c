@@ -9,7 +9,9 @@
 #define MOD "lanes"
 
 bool lane_mtp_wanted(const model_hparams *hp, const lane_config *cfg) {
-	return (hp->n_nextn > 0 || (cfg->mtp_learn && cfg->draft == LANE_DRAFT_MTP)) && cfg->draft_max > 0 && !cfg->draft_model && !cfg->hooks.propose &&
+	// a head is learned for dense attention models alone
+	const bool learnable = cfg->mtp_learn && cfg->draft == LANE_DRAFT_MTP && !hp->n_experts && !hp->full_attn_interval && !hp->encoder;
+	return (hp->n_nextn > 0 || learnable) && cfg->draft_max > 0 && !cfg->draft_model && !cfg->hooks.propose &&
 	       (cfg->draft == LANE_DRAFT_AUTO || cfg->draft == LANE_DRAFT_MTP);
 }
 

@@ -271,6 +271,13 @@ static void adapter_free_at(learn_live *l, int i) {
 	l->ad[i] = l->ad[--l->n_ad];
 }
 
+// Under mu, when every entry is taken: an adapter with no grant whose name the registry no
+// longer serves goes (never the head).
+static void make_room(learn_live *l) {
+	for (int i = 0; l->n_ad == MODEL_LORAS_MAX && i < l->n_ad; i++)
+		if (!l->ad[i].g && !l->ad[i].head && !model_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
+}
+
 // Under mu: the next free entry of the engine's, named name (the caller made room).
 static ladapter *slot_new(learn_live *l, const char *name) {
 	ladapter *d = &l->ad[l->n_ad++];
@@ -286,11 +293,16 @@ static void adopt(learn_live *l, grant *s) {
 	ladapter *d = adapter_named(l, s->info.adapter);
 	if (s->info.kind == LEARN_KIND_MTP) {
 		if (!d) {
+			make_room(l);
 			if (!s->fresh_head || l->n_ad == MODEL_LORAS_MAX) {
-				snprintf(s->info.reason, sizeof s->info.reason, "%s", s->fresh_head ? "no room for the head" : "the head is gone");
+				snprintf(s->info.reason, sizeof s->info.reason, "%s",
+					 s->fresh_head ? "every adapter slot learns already: no room for the head" : "the head is gone");
 				learn_mtp_free(s->fresh_head);
 				s->fresh_head = NULL;
 				s->info.state = LEARN_GRANT_FAILED;
+				// the next grant makes a head again
+				l->head_made = false;
+				name_drop(l, s->info.adapter);
 				return;
 			}
 			d = slot_new(l, s->info.adapter);
@@ -309,9 +321,7 @@ static void adopt(learn_live *l, grant *s) {
 			drop_job(l, d);
 			learn_adapter_free(d->a);
 		} else {
-			// room: an adapter with no grant whose name the registry no longer serves goes
-			for (int i = 0; l->n_ad == MODEL_LORAS_MAX && i < l->n_ad; i++)
-				if (!l->ad[i].g && !l->ad[i].head && !model_loras_has(l->reg, l->ad[i].name)) adapter_free_at(l, i);
+			make_room(l);
 			if (l->n_ad == MODEL_LORAS_MAX) {
 				learn_adapter_free(s->fresh);
 				s->fresh = NULL;
@@ -859,9 +869,10 @@ int learn_live_grant(learn_live *l, const learn_grant_req *r, learn_grant_info *
 	*out = s->info;
 	pthread_cond_broadcast(&l->cv); // its expiry, if any
 	pthread_mutex_unlock(&l->mu);
-	LOG_INFO(MOD, "grant-%llu on %s%s (rank %d): %lld steps, %lld tokens, lr %g%s", (unsigned long long)id, r->adapter,
-		 *created ? " (new)" : "", rank, (long long)r->max_steps, (long long)r->max_tokens, (double)(r->lr > 0 ? r->lr : 1e-3f),
-		 r->expires_s > 0 ? ", expiring" : "");
+	char what[32];
+	snprintf(what, sizeof what, head ? "the MTP head" : "rank %d", rank);
+	LOG_INFO(MOD, "grant-%llu on %s%s (%s): %lld steps, %lld tokens, lr %g%s", (unsigned long long)id, r->adapter, *created ? " (new)" : "",
+		 what, (long long)r->max_steps, (long long)r->max_tokens, (double)out->lr, r->expires_s > 0 ? ", expiring" : "");
 	lane_host_wake(l->host);
 	return 0;
 }

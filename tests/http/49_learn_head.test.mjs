@@ -67,7 +67,7 @@ test('a grant of kind mtp needs a server that drafts with a head, and names what
 	const bad = [
 		[{ kind: 'head', max_steps: 1, max_tokens: 100 }, 'kind', /"lora".*"mtp"/],
 		[{ kind: 'mtp', max_steps: 1, max_tokens: 100, rank: 4 }, 'rank', /LoRA/],
-		[{ kind: 'mtp', adapter: 'other', max_steps: 1, max_tokens: 100 }, 'kind', /head/],
+		[{ kind: 'mtp', adapter: 'other', max_steps: 1, max_tokens: 100, rank: 2 }, 'adapter', /head, named 'mtp'/],
 		[{ adapter: 'mtp', max_steps: 1, max_tokens: 100 }, 'adapter', /kind mtp/],
 	];
 	for (const [body, param, msg] of bad) {

@@ -150,9 +150,11 @@ void srv_learn_grant_new(srv_conn *c) {
 	char err[512];
 	const int rc = learn_live_grant(l, &r, &g, &created, err, sizeof err);
 	if (rc) {
-		const bool field = rc == LANES_EINVAL || (rc == LANES_EUNSUPPORTED && r.kind == LEARN_KIND_MTP);
-		srv_fail(&e, field ? SRV_E_BAD_REQUEST : srv_kind_of(rc, SRV_BLAME_STATE),
-			 !field ? NULL : r.kind == LEARN_KIND_MTP && r.rank ? "rank" : r.kind == LEARN_KIND_MTP ? "kind" : "adapter", "%s", err);
+		const bool head = r.kind == LEARN_KIND_MTP, field = rc == LANES_EINVAL || (rc == LANES_EUNSUPPORTED && head);
+		// the checks' order: the name, then the head's rank, then whether a head can learn here
+		const char *param = !field ? NULL : rc == LANES_EUNSUPPORTED ? "kind" : head != !strcmp(r.adapter, LEARN_LIVE_HEAD) ? "adapter"
+				    : head && r.rank ? "rank" : "adapter";
+		srv_fail(&e, field ? SRV_E_BAD_REQUEST : srv_kind_of(rc, SRV_BLAME_STATE), param, "%s", err);
 		goto fail;
 	}
 	json_decref(j);
