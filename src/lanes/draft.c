@@ -166,8 +166,8 @@ static int32_t drafts_worth(const lane_host *h, float a, int32_t kmax, int32_t n
 // the first comes with the head's feed, each further one costs a chained pass of the head
 // (shared by the lanes drafting), and draft j is accepted (with those before it) at the rate
 // the request measured at position j once it has tried it often enough, else the rate every
-// request measured there with this head, else (untried) MTP_UNTRIED for the first and the one before times
-// the first's for the rest.
+// request measured there since the head was last set, else (untried) MTP_UNTRIED for the first
+// and the one before times the first's for the rest.
 static int32_t mtp_worth(const lane_host *h, const lane_req *r, int32_t kmax, int32_t n_live) {
 	// a chained pass not yet timed is priced as a row
 	const double n = n_live > 1 ? n_live : 1, F = h->fixed_us / n, R = h->row_us + h->draw_us, H = (h->mtp_us > 0 ? h->mtp_us : R) / n;

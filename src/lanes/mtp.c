@@ -71,7 +71,7 @@ uint64_t lane_mtp_held_bytes(const lane_host *h) {
 	if (!h->mkv) return 0;
 	const uint64_t rows = (uint64_t)lane_max_rows(&h->cfg), E = (uint64_t)h->hp.n_embd, lanes = (uint64_t)h->cfg.lanes;
 	return model_ws_size(h->mws) + rows * (sizeof(model_row) + E * sizeof(float)) +
-	       lanes * ((uint64_t)h->hp.n_vocab + E) * sizeof(float) + (h->head ? model_head_bytes(h->head) : 0);
+	       lanes * ((uint64_t)h->hp.n_vocab + E) * sizeof(float);
 }
 
 // One head pass over the m rows gathered; each row with logits leaves its lane's proposal

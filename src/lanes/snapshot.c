@@ -64,7 +64,8 @@ void lane_publish(lane_host *h) {
 	s->kv_bytes = (uint64_t)total * gpb + (cap && cap < (uint64_t)total ? cap : (uint64_t)total) * lpb;
 	s->kv_reserved_bytes = kv_reserved_bytes(h->kv);
 	s->kv_used_bytes = (uint64_t)s->kv_pages_used * gpb + (uint64_t)kv_pages_local_held(h->kv) * lpb;
-	s->compute_bytes = h->compute_bytes;
+	// a head version learned while serving is held beside the compute memory sized at start
+	s->compute_bytes = h->compute_bytes + (h->head ? model_head_bytes(h->head) : 0);
 	s->kv_pages_cached = kv_pages_cached(h->kv);
 	s->kv_local_held = kv_pages_local_held(h->kv);
 	s->kv_local_freed = kv_pages_local_freed(h->kv);

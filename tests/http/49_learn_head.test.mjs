@@ -93,6 +93,7 @@ test('the head learns from the model\'s own text; drafting with it never changes
 	}
 	// steps take what is queued, so a step's batch depends on timing: the grant runs until
 	// every example has trained, however they were batched
+	const compute0 = await metric(S.url, 'lanes_memory_bytes{part="compute"}');
 	const r = await postJSON(`${S.url}/learn/grants`, { kind: 'mtp', max_steps: 10000, max_tokens: 1e6, lr: 0.005 });
 	assert.equal(r.status, 200, JSON.stringify(r.body));
 	assert.equal(r.body.kind, 'mtp');
@@ -133,6 +134,9 @@ test('the head learns from the model\'s own text; drafting with it never changes
 	assert.equal(end.status, 202);
 	assert.equal((await waitGrant(id)).state, 'revoked');
 	trained = g.version;
+	// the served version's weights (about 54k f32 parameters) count in the compute memory
+	const compute1 = await metric(S.url, 'lanes_memory_bytes{part="compute"}');
+	assert.ok(compute1 - compute0 >= 200000, `compute memory ${compute0} -> ${compute1}`);
 	// the trained head drafts, is accepted, and changes no token
 	const [p0, a0] = await drafts(S.url);
 	for (let i = 0; i < 4; i++) assert.equal((await complete(S.url, 10 + i)).body.choices[0].token_sha, alone[i], 'after training');
