@@ -125,6 +125,8 @@ void base_pool_run(base_pool *p, base_task_fn fn, void *arg);
 // taken, so one that has not started yet holds nobody up.
 void base_pool_wait(const _Atomic long long *done, long long target);
 int base_cpu_count(void);
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+uint64_t base_available_memory(void);
 
 // ---- files: names confined to a folder; writes that land whole or not at all ----------------
 #define BASE_NAME_MAX 128 // bytes of a file name in a confined folder

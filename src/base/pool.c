@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -168,4 +169,16 @@ void base_pool_wait(const _Atomic long long *done, long long target) {
 int base_cpu_count(void) {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+uint64_t base_available_memory(void) {
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f) return 0;
+	char line[256];
+	unsigned long long kib = 0;
+	bool found = false;
+	while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+	fclose(f);
+	uint64_t bytes;
+	return found && ck_mul(kib, 1024, &bytes) ? bytes : 0;
 }

@@ -253,8 +253,9 @@ int cmd_bench(const cli_settings *set) {
 	LOG_INFO("bench", "%s (%s, %s, %.1f MiB of weights in place, %.1f KiB copied), %d threads, kv %s", base, hp->arch,
 		 type, model_weight_bytes(m) / 1048576.0, model_copied_bytes(m) / 1024.0, base_pool_threads(b.pool), kv_name);
 	const char *act = tensor_act_name(tensor_kernels_act(model_kernels(m)));
-	LOG_INFO("bench", "kernels %s, activations %s: %.1f MiB repacked in %.0f ms; load %.2f s",
-		 tensor_kernels_name(model_kernels(m)), act, model_packed_bytes(m) / 1048576.0, model_pack_ms(m), load_s);
+	LOG_INFO("bench", "kernels %s, activations %s: %.1f MiB repacked in %.0f ms%s; load %.2f s",
+		 tensor_kernels_name(model_kernels(m)), act, model_packed_bytes(m) / 1048576.0, model_pack_ms(m),
+		 model_compact(m) ? " (IQ weights compact, as in the file)" : "", load_s);
 	// Warm-up: one token touches every weight once, so page faults stay out of the figures.
 	if (run_tg(&b, 1, NULL) < 0) goto out;
 	double fastest = 0; // seconds of the fastest single-token pass of the bare forward

@@ -230,6 +230,9 @@ const cli_setting cli_settings_table[] = {
 	{.names = "--activations", .kind = SET_CHOICE, .field = F(activations), .dflt = "q16", .meta = "q16|q8",
 	 .cmds = B(RUN) | B(LOGITS) | B(BENCH) | B(SERVE),
 	 .help = "activation width of the quantized matmuls: q8 = int8 per block of 32 as llama.cpp (half the int8 products per block: faster prompts and batched decode, logit error below llama.cpp's), q16 = 16 bits; float weights keep float activations"},
+	{.names = "--compact-weights", .env = "LANES_COMPACT_WEIGHTS", .kind = SET_CHOICE, .field = F(compact_weights), .dflt = "auto",
+	 .meta = "auto|on|off", .cmds = B(RUN) | B(LOGITS) | B(LEARN) | B(BENCH) | B(SERVE) | B(PLAN),
+	 .help = "the IQ1, IQ2 and IQ3 types' weights: on = as compact as in the file (1.6 to 3.4 bits a weight, the same outputs, a slower decode), off = expanded to about 4.5 bits a weight for the fastest kernels, auto = compact when expanded weights would take more than 3/4 of the available memory"},
 	{.names = "--ctx", .kind = SET_INT, .field = F(ctx), .dflt = SAID(LANE_DEFAULT_CTX), RANGE(LANE_RANGE_CTX), .meta = "N", .cmds = B(SERVE),
 	 .help = "without --memory: a fixed pool of KV tokens across all lanes"},
 	{.names = "--queue", .kind = SET_INT, .field = F(queue), .dflt = SAID(LANE_DEFAULT_QUEUE), RANGE(LANE_RANGE_QUEUE), .meta = "N", .cmds = B(SERVE),
@@ -632,6 +635,8 @@ int cli_setup(const cli_command *c, int argc, char **argv, cli_settings *s) {
 	// the width the models this command loads run with
 	enum tensor_act act;
 	if (s->activations && !tensor_act_parse(s->activations, &act)) tensor_kernels_select_act(act);
+	if (s->compact_weights)
+		model_select_compact((enum model_compact)cli_choice_index("auto|on|off", s->compact_weights));
 	return -1;
 }
 

@@ -32,7 +32,7 @@ typedef struct {
 	const char *cache_dir, *cache_dir_max, *keep_alive, *mtp_memory;
 	const char *peer_key;
 	// choices (validated: one of the setting's choices)
-	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format;
+	const char *kv_type, *draft_mode, *log, *log_format, *kernels, *attn, *pooling, *experts, *activations, *reasoning_format, *compact_weights;
 	// numbers
 	int64_t n_predict, top_k, seed, threads, chunk, n_prompt, n_gen, reps, depth, concurrent, lanes, fill, req_prompt;
 	int64_t port, max_body, window, ctx, queue, piece, max_connections, draft_max, max_per_ip, idle_timeout, http_threads;

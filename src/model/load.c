@@ -5,6 +5,7 @@
 #include "model/model_int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -197,12 +198,37 @@ static int model_mats(model *m, mweight **out, int cap) {
 	return n;
 }
 
+static _Atomic int compact_mode = MODEL_COMPACT_AUTO;
+
+void model_select_compact(enum model_compact c) { atomic_store(&compact_mode, (int)c); }
+
+// Bytes of w's packed copy; 0: read in place (a type the set does not pack, or held compact).
+static size_t mat_pack_bytes(const model *m, const mweight *w) {
+	if (m->compact && tensor_compact_ok(m->ks, w->type)) return 0;
+	return tensor_pack_bytes(m->ks, w->type, w->rows, w->k, w->n_mat);
+}
+
+// Whether the grid types' matrices stay as in the file: as chosen, or (auto) when packing
+// every matrix would take more than 3/4 of the memory available now.
+static bool choose_compact(const model *m, mweight *const *ws, int n) {
+	const int mode = atomic_load(&compact_mode);
+	if (mode != MODEL_COMPACT_AUTO) return mode == MODEL_COMPACT_ON;
+	uint64_t total = 0;
+	bool grid = false;
+	for (int i = 0; i < n; i++) {
+		total += tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
+		grid = grid || tensor_compact_ok(m->ks, ws[i]->type);
+	}
+	const uint64_t avail = base_available_memory();
+	return grid && avail && total > avail / 4 * 3;
+}
+
 // Places each packed matrix at a page-aligned offset of one mapping (off[i] = SIZE_MAX: read
 // in place) and returns the mapping's size (UINT64_MAX on overflow).
 static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *off) {
 	uint64_t total = 0;
 	for (int i = 0; i < n; i++) {
-		const size_t b = tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
+		const size_t b = mat_pack_bytes(m, ws[i]);
 		if (off) off[i] = b ? (size_t)total : SIZE_MAX;
 		if (b && !ck_add(total, (b + 4095) & ~(size_t)4095, &total)) total = UINT64_MAX;
 	}
@@ -217,7 +243,9 @@ static int pack_size(model *m, char *err, size_t errlen) {
 	const int cap = mats_cap(m);
 	mweight **ws = malloc((size_t)cap * sizeof *ws);
 	if (!ws) return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
-	const uint64_t total = pack_layout(m, ws, model_mats(m, ws, cap), NULL);
+	const int n = model_mats(m, ws, cap);
+	m->compact = choose_compact(m, ws, n);
+	const uint64_t total = pack_layout(m, ws, n, NULL);
 	free(ws);
 	if (total > SIZE_MAX / 2) return base_seterr(err, errlen, LANES_ENOMEM, "model: repacked weights would not fit in memory");
 	m->packed_bytes = (size_t)total;
@@ -239,6 +267,7 @@ static int pack_weights(model *m, bool mapped, model_progress_fn fn, void *ud, c
 		free(ws);
 		return base_seterr(err, errlen, LANES_ENOMEM, "model: out of memory");
 	}
+	m->compact = choose_compact(m, ws, n);
 	const uint64_t total = pack_layout(m, ws, n, off);
 	int rc = LANES_OK;
 	if (total > SIZE_MAX / 2) {
@@ -997,6 +1026,7 @@ uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 uint64_t model_copied_bytes(const model *m) { return m->copied_bytes; }
 const tensor_kernels *model_kernels(const model *m) { return m->ks; }
 uint64_t model_packed_bytes(const model *m) { return m->packed_bytes; }
+bool model_compact(const model *m) { return m->compact; }
 double model_pack_ms(const model *m) { return m->pack_ms; }
 
 kv_config model_mtp_kv_config(const model *m, enum kv_type type, int32_t n_seqs, int32_t n_ctx, int32_t page_tokens) {
@@ -1033,7 +1063,7 @@ static uint64_t vec_in_place(const model *m, const float *p, int64_t n) {
 // Bytes of a matrix stack the kernel set reads from the mapping (it does not repack it).
 static uint64_t mat_in_place(const model *m, const mweight *w) {
 	if (!w->data || w->data == m->tok_embd.data) return 0; // token_embd is counted once, apart
-	if (tensor_pack_bytes(m->ks, w->type, w->rows, w->k, w->n_mat)) return 0;
+	if (mat_pack_bytes(m, w)) return 0;
 	return (uint64_t)w->mat_bytes * (uint64_t)w->n_mat;
 }
 

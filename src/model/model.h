@@ -141,6 +141,16 @@ const tensor_kernels *model_kernels(const model *m);
 uint64_t model_packed_bytes(const model *m);
 double model_pack_ms(const model *m);
 
+// How the matrices of the grid types (IQ3, IQ2, IQ1) are held by models loaded from now on:
+// expanded into the kernel set's tiles (about 4.5 bits a weight, the fastest), compact as in
+// the file (read in place, a tile expanded as each matmul reaches it: the same bits, 1.6 to
+// 3.4 bits a weight, a slower decode), or auto: compact when packing every matrix would take
+// more than 3/4 of the memory available at the load. Thread-safe.
+enum model_compact { MODEL_COMPACT_AUTO, MODEL_COMPACT_ON, MODEL_COMPACT_OFF };
+void model_select_compact(enum model_compact c);
+// Whether m holds its grid-type matrices compact.
+bool model_compact(const model *m);
+
 // The memory a model's weights take in this process, by kind.
 typedef struct {
 	uint64_t packed_bytes;   // matrices repacked for the kernel set (model_packed_bytes)

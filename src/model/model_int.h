@@ -74,6 +74,7 @@ struct model {
 	const tensor_kernels *ks; // the kernel set, chosen at load
 	void *packed;             // matrices repacked for ks (one mapping), or NULL
 	size_t packed_bytes;
+	bool compact;             // grid-type matrices read in place (model_select_compact)
 	double pack_ms;           // time spent repacking at load
 	const float *rope_long, *rope_short; // [n_rot/2] Phi 3's LongRoPE divisors (NULL: none); hp.rope has one
 	// bert

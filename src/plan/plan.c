@@ -74,23 +74,7 @@ char *plan_format_size(uint64_t b, char *buf, size_t n) {
 	return buf;
 }
 
-uint64_t plan_available_memory(void) {
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (!f) return 0;
-	char line[256];
-	uint64_t kib = 0;
-	bool found = false;
-	while (!found && fgets(line, sizeof line, f)) {
-		unsigned long long v;
-		if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
-			kib = v;
-			found = true;
-		}
-	}
-	fclose(f);
-	uint64_t bytes;
-	return found && ck_mul(kib, 1024, &bytes) ? bytes : 0;
-}
+uint64_t plan_available_memory(void) { return base_available_memory(); }
 
 // ---- the model ------------------------------------------------------------------------------
 int plan_model_load(plan_model *out, const char *path, char *err, size_t errlen) {

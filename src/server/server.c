@@ -363,8 +363,8 @@ static void *loader(void *arg) {
 		LOG_ERROR(SRV_MOD, "cannot load %s: %s", s->mdl->model_path, err);
 		return NULL;
 	}
-	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request", s->mdl->model_id,
-		 (double)(base_now_us() - t0) / 1e6, s->mdl->max_ctx);
+	LOG_INFO(SRV_MOD, "model %s ready in %.1f s: up to %d tokens per request%s", s->mdl->model_id,
+		 (double)(base_now_us() - t0) / 1e6, s->mdl->max_ctx, model_compact(s->mdl->m) ? "; IQ weights compact, as in the file" : "");
 	print_try(s);
 	return NULL;
 }

@@ -44,6 +44,8 @@ struct tensor_kernels {
 	// Packs tiles [t0, t1) of one matrix whose rows lie row_bytes apart in src.
 	void (*pack)(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst,
 		     int64_t t0, int64_t t1);
+	// Whether matmul also takes rows of type in place through the packed kernels (NULL: never).
+	bool (*compact)(uint32_t type);
 	enum kern_act (*act_kind)(uint32_t type);
 	// Quantizes one row of k floats (k a multiple of 32) into k/32 kern_q8 blocks of the set's
 	// width, act_bytes apart.
@@ -140,6 +142,16 @@ size_t kern_x86_pack_bytes(uint32_t type, int64_t rows, int64_t k);
 // q8_unsigned: Q8_0 codes stored as q ^ 0x80 (an unsigned operand), else as signed q.
 void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst, int64_t t0,
 		   int64_t t1, bool q8_unsigned);
+// One tile from the nr (<= KERN_TILE) rows at src, row_bytes apart, into dst (its
+// kern_x86_pack_bytes(type, KERN_TILE, k) bytes): the bytes kern_x86_pack writes for it.
+void kern_x86_pack_tile(uint32_t type, const void *src, size_t row_bytes, int64_t nr, int64_t k, void *dst,
+			bool q8_unsigned);
+// Row r's scales and d of the grid-type block at x into hd: the 16 scale bytes at 16 h + r (h
+// per 16 elements), the fp16 d at 256 + 2 r, as a packed tile-block holds them after its codes.
+void kern_x86_grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r);
+// This thread's scratch of at least bytes (kept for the thread's next call, freed when it
+// ends); NULL when it cannot grow.
+void *kern_x86_scratch(size_t bytes);
 enum kern_act kern_x86_act_kind(uint32_t type);
 // Bytes of one packed tile-block: 32 elements (legacy), 256 (K-quants), 1 (float types).
 size_t kern_x86_block_bytes(uint32_t type);

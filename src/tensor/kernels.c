@@ -137,6 +137,10 @@ size_t tensor_pack_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, 
 	return (size_t)all;
 }
 
+bool tensor_compact_ok(const tensor_kernels *ks, uint32_t type) {
+	return ks->compact && type < GGUF_T_COUNT && ks->compact(type);
+}
+
 typedef struct {
 	const tensor_mat *m;
 	const uint8_t *src;
@@ -167,6 +171,7 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 	LANES_ASSERT(ks->pack && ks->pack_bytes);
 	m->mat_bytes = ks->pack_bytes(type, rows, k);
 	m->data = dst;
+	m->packed = true;
 	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
 	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
 	else pack_task(&j, 0, 1);

@@ -161,6 +161,23 @@ for ft in IQ4_NL IQ4_XS TQ1_0 IQ2_XXS MXFP4; do
 	done
 done
 
+# Grid types held compact (read in place, each tile gathered or expanded as a matmul reaches
+# it): the logits of the expanded weights, bit for bit, whole and in chunks of 1 (the rows
+# gathered), in both widths and every kernel set.
+for ft in IQ2_XXS IQ2_S IQ3_S IQ1_M; do
+	[ -s "$TMP/$ft.gguf" ] || "$BIN" quantize "$SHARED/models/ref-llama-F32.gguf" "$TMP/$ft.gguf" "$ft" > /dev/null 2>&1 || bad "quantize to $ft failed"
+	for ks in $("$BIN" --version | sed -n 's/.*this CPU runs \(.*\))/\1/p'); do
+		[ "$ks" = ref ] && continue
+		for act in q16 q8; do
+			for chunk in 256 1; do
+				LANES_KERNELS=$ks "$BIN" logits -m "$TMP/$ft.gguf" --ids "$qids" -o "$TMP/$ft-x" --activations $act --chunk $chunk --compact-weights off 2>/dev/null || bad "$ft logits failed"
+				LANES_KERNELS=$ks "$BIN" logits -m "$TMP/$ft.gguf" --ids "$qids" -o "$TMP/$ft-c" --activations $act --chunk $chunk --compact-weights on 2>/dev/null || bad "$ft compact logits failed"
+				[ -s "$TMP/$ft-x" ] && cmp -s "$TMP/$ft-x" "$TMP/$ft-c" && ok || bad "$ft $ks $act chunk $chunk: compact logits differ from the expanded weights'"
+			done
+		done
+	done
+done
+
 # Failures: a non-zero exit and a message naming the problem.
 expect_fail() {
 	want=$1

@@ -104,6 +104,21 @@ same "$?" 1 "text exit code when it does not fit"
 grep -q "^fits  *no: the weights (1.9 MiB) and the compute reserve for 1 lane" "$TMP/text" && ok ||
 	bad "text reason: $(grep fits "$TMP/text")"
 
+# Grid-type weights held compact weigh about the file's size; expanded, more; auto expands what
+# fits (this small model, always).
+"$BIN" quantize "$SHARED/models/ref-llama-F32.gguf" "$TMP/iq1m.gguf" IQ1_M > /dev/null 2>&1 || bad "quantize to IQ1_M failed"
+file=$(wc -c < "$TMP/iq1m.gguf")
+plan -m "$TMP/iq1m.gguf" --memory 1GiB --compact-weights on
+won=$(jget weights_bytes)
+plan -m "$TMP/iq1m.gguf" --memory 1GiB --compact-weights off
+woff=$(jget weights_bytes)
+plan -m "$TMP/iq1m.gguf" --memory 1GiB
+wauto=$(jget weights_bytes)
+[ "$won" -le "$file" ] && [ "$woff" -gt $((won * 2)) ] && ok || bad "IQ1_M weights: compact $won, expanded $woff bytes, file $file"
+same "$wauto" "$woff" "auto on a model that fits"
+plan -m "$TMP/iq1m.gguf" --memory 1GiB --compact-weights maybe
+same "$rc" 2 "--compact-weights maybe"
+
 # Bad arguments: exit 2 with a message; a model that cannot be read: exit 1.
 for args in "--memory 1x" "--memory -5GiB" "--memory ''" "--kv-type f8" "--lanes 65" "--lanes -1" "--threads -2" \
 	"--bogus" "--draft-max 99"; do

@@ -39,6 +39,10 @@ static const uint32_t all_types[] = {GGUF_T_F32,  GGUF_T_F16,  GGUF_T_BF16, GGUF
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static bool is_float(uint32_t t) { return t == GGUF_T_F32 || t == GGUF_T_F16 || t == GGUF_T_BF16; }
+static bool is_grid(uint32_t t) {
+	return t == GGUF_T_IQ3_XXS || t == GGUF_T_IQ3_S || t == GGUF_T_IQ2_XXS || t == GGUF_T_IQ2_XS || t == GGUF_T_IQ2_S ||
+	       t == GGUF_T_IQ1_S || t == GGUF_T_IQ1_M;
+}
 
 // Activations of n rows: on the int8 grid of every block of 32, or plain random.
 static void make_x(float *x, int64_t n, int64_t k, bool grid, uint64_t *seed) {
@@ -125,6 +129,27 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 		       grid ? "grid" : "random", worse, worst);
 		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
 		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
+		// Compact (grid types read in place, a tile expanded at a time): the packed matrix's bits,
+		// in a batch on the pool and row by row.
+		if (tensor_compact_ok(ks, type)) {
+			tensor_mat mc;
+			tensor_mat_init(&mc, ks, type, NO, K, 2, w, NULL, pool);
+			float *c1 = malloc(sizeof(float) * NR * NO), *c3 = malloc(sizeof(float) * NR * NO);
+			const tensor_mat *wc[2] = {&mc, &mc};
+			float *yc[2] = {c1, c3};
+			tensor_matmuls(pool, 2, wc, mats, x, NR, yc);
+			int same = !memcmp(c1, y1, sizeof(float) * NR * NO) && !memcmp(c3, y3, sizeof(float) * NR * NO);
+			for (int64_t r = 0; r < NR; r++) {
+				float *yy = c1 + r * NO;
+				tensor_matmuls(NULL, 1, wc, &mat0, x + r * K, 1, &yy);
+			}
+			same = same && !memcmp(c1, y2, sizeof(float) * NR * NO);
+			CHECKF(same, "%s %s %s k=%lld: read in place, not the packed matrix's bits", tensor_kernels_name(ks),
+			       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)K);
+			free(c1), free(c3);
+		} else if (pb) {
+			CHECKF(!is_grid(type), "%s %s: a grid type the set cannot read in place", tensor_kernels_name(ks), tt->name);
+		}
 		// MXFP4 in width q8: the reference's bits (a power-of-two scale leaves no step rounding apart)
 		if (type == GGUF_T_MXFP4 && tensor_kernels_act(ks) == TENSOR_ACT_Q8) {
 			const tensor_kernels *rq = tensor_kernels_with_act(tensor_kernels_find("ref"), TENSOR_ACT_Q8);
@@ -561,6 +586,8 @@ int main(void) {
 				t_case("%s %s type %u", names[s], tensor_act_name((enum tensor_act)a), all_types[t]);
 				matmul_type(ka, all_types[t], 512, pool);
 				if (is_float(all_types[t])) matmul_type(ka, all_types[t], 100, pool);
+				// read in place, activations in more than one block of rows (mm_compact's row blocks)
+				if (is_grid(all_types[t])) matmul_type(ka, all_types[t], 4096, pool);
 				extremes(ka, all_types[t]);
 			}
 		}

@@ -154,8 +154,8 @@ static void *load_thread(void *arg) {
 		const int st = atomic_load(&s->state);
 		if (st == HTTP_DRAINING) lane_host_drain(M->host);
 		else if (st == HTTP_HALTED) lane_host_halt(M->host, s->halt_reason);
-		LOG_INFO(MOD, "model %s loaded in %.1f s: up to %d tokens per request", M->model_id, (double)(base_now_us() - t0) / 1e6,
-			 M->max_ctx);
+		LOG_INFO(MOD, "model %s loaded in %.1f s: up to %d tokens per request%s", M->model_id, (double)(base_now_us() - t0) / 1e6,
+			 M->max_ctx, model_compact(M->m) ? "; IQ weights compact, as in the file" : "");
 	}
 	M->used_us = base_now_us();
 	wake_list(&M->waiting);

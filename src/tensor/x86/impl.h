@@ -416,6 +416,18 @@ AI vi dot_signed_half(const vi w[8], const kern_q8 *x, int part, bool one) {
 #endif
 }
 
+// R rows' activation block xb against a grid sub-block's values w (both halves of 16 scaled
+// by Da, Db): the arithmetic packed and compact grid tiles share, so their bits are one.
+AI void iq_rows(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, vf *acc, bool one) {
+	ROWS {
+		const kern_q8 *x = xrow(xa, xs, i, xb, one);
+		const vi sa = dot_signed_half(w, x, 0, one), sb = dot_signed_half(w, x, 1, one);
+		const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
+		acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
+	}
+	keep8(w);
+}
+
 // Grid types (IQ3, IQ2, IQ1): 4-bit indices looked up in the type's 16 values (biased by 128 where
 // the dot products want unsigned codes), sub-blocks of 16 with unsigned scales;
 // w = d * mul * sc * v(u) (mul a power of two, so d * mul is exact).
@@ -434,13 +446,188 @@ AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, in
 			UNROLL for (int g = 0; g < 8; g++) w[g] = v_shuf8(lut, w[g]);
 			const vf Da = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + VL * h)));
 			const vf Db = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + 16 + VL * h)));
-			ROWS {
-				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
-				const vi sa = dot_signed_half(w, x, 0, one), sb = dot_signed_half(w, x, 1, one);
-				const vf t = v_fma(v_cvt(sa), Da, v_mul(v_cvt(sb), Db));
-				acc[i] = v_fma(t, v_set1f(x->d), acc[i]);
+			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, one);
+		}
+	}
+}
+
+// ---- grid types read in place (compact) ------------------------------------------------------
+// Each lane's row of the tile (VL h + lane, held to the last of nr) times row_bytes: gather
+// offsets of the lanes' blocks.
+AI vi row_offsets(int h, int nr, size_t row_bytes) {
+	int32_t o[VL];
+	for (int l = 0; l < VL; l++) o[l] = (int32_t)((size_t)(VL * h + l < nr ? VL * h + l : nr - 1) * row_bytes);
+	return v_load(o);
+}
+
+// All ones in the lanes of rows < nr, else zero.
+AI vi live_rows(int h, int nr) {
+	int32_t o[VL];
+	for (int l = 0; l < VL; l++) o[l] = VL * h + l < nr ? -1 : 0;
+	return v_load(o);
+}
+
+// Byte b of each lane: 0xff where bit 4q + b of the lane's low byte s is set.
+static const uint8_t iq_bcast0[64] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
+				      8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+				      0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12};
+AI vi sign_mask(vi s, int q) {
+	const vi bit = v_set1_32((int)(0x08040201u << 4 * q));
+	return v_cmpeq8(v_and(v_shuf8(s, v_load(iq_bcast0)), bit), bit);
+}
+
+// The 8 signs of an IQ2_XXS/IQ3_XXS group from its 7 stored bits (tensor_iq_signs), per lane.
+AI vi signs7(vi s7) {
+	vi p = v_xor(s7, v_srli32(s7, 4));
+	p = v_xor(p, v_srli32(p, 2));
+	p = v_xor(p, v_srli32(p, 1));
+	return v_or(s7, v_slli32(v_and(p, v_set1_32(1)), 7));
+}
+
+// Magnitudes m with signs: m where the mask is 0, -m where 0xff.
+AI vi with_sign(vi m, vi neg) { return v_sub8(v_xor(m, neg), neg); }
+
+// 2 s + 1 of the 4-bit (3-bit for IQ1) scale field s at bit `at` of each lane.
+AI vi iq_scale(vi v, int at, int mask) { return v_addi(v_slli32(v_and(v_srli32(v, at), v_set1_32(mask)), 1), v_set1_32(1)); }
+
+// The values of elements 4k..4k+3 of sub-block j in w[k] (k < 8), as rows_iq's lut gives them
+// (biased by 128 where the dot products want unsigned codes), and the scales of its halves of
+// 16 (sc[0], sc[1]), from the rows' blocks at blk.
+AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, vi w[8], vi sc[2]) {
+	const vi b8 = v_set1_32(0xff), unsig = v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0);
+	switch (type) {
+	case GGUF_T_IQ2_XXS:
+	case GGUF_T_IQ2_XS:
+	case GGUF_T_IQ2_S: {
+		const uint64_t *grid = type == GGUF_T_IQ2_XXS ? tensor_iq2xxs_grid : type == GGUF_T_IQ2_XS ? tensor_iq2xs_grid : tensor_iq2s_grid;
+		vi a0, a1, hq = v_zeroi();
+		if (type == GGUF_T_IQ2_S) {
+			a0 = v_gather32(blk + 2 + 4 * j, roff);           // index low bytes
+			a1 = v_gather32(blk + 2 + QK_K / 8 + 4 * j, roff); // sign bytes
+			hq = v_gather32(blk + 2 + QK_K / 4 + j, roff);     // index top bits
+		} else {
+			v_gather64(blk + 2 + 8 * j, roff, &a0, &a1);
+		}
+		if (type == GGUF_T_IQ2_XXS) {
+			sc[0] = sc[1] = iq_scale(a1, 28, 15);
+		} else { // a byte per sub-block after the indices (and IQ2_S's qh), read 4 at a time within the block
+			const int at = type == GGUF_T_IQ2_XS ? 2 + QK_K / 4 : 2 + QK_K / 4 + QK_K / 32;
+			const vi v = v_gather32(blk + at + 4 * (j / 4), roff);
+			sc[0] = iq_scale(v, 8 * (j % 4), 15), sc[1] = iq_scale(v, 8 * (j % 4) + 4, 15);
+		}
+		UNROLL for (int l = 0; l < 4; l++) {
+			vi idx, sg;
+			if (type == GGUF_T_IQ2_XXS) {
+				idx = v_and(v_srli32(a0, 8 * l), b8);
+				sg = signs7(v_and(v_srli32(a1, 7 * l), v_set1_32(127)));
+			} else if (type == GGUF_T_IQ2_XS) {
+				const vi v = l < 2 ? a0 : a1;
+				const vi u = l % 2 ? v_srli32(v, 16) : v;
+				idx = v_and(u, v_set1_32(511));
+				sg = signs7(v_and(v_srli32(u, 9), v_set1_32(127)));
+			} else {
+				idx = v_or(v_and(v_srli32(a0, 8 * l), b8), v_slli32(v_and(v_srli32(hq, 2 * l), v_set1_32(3)), 8));
+				sg = v_and(v_srli32(a1, 8 * l), b8);
 			}
-			keep8(w);
+			vi g[2];
+			v_gather64(grid, v_slli32(idx, 3), &g[0], &g[1]);
+			UNROLL for (int q = 0; q < 2; q++) w[2 * l + q] = v_xor(with_sign(g[q], sign_mask(sg, q)), unsig);
+		}
+		return;
+	}
+	case GGUF_T_IQ3_XXS:
+	case GGUF_T_IQ3_S: {
+		const uint32_t *grid = type == GGUF_T_IQ3_XXS ? tensor_iq3xxs_grid : tensor_iq3s_grid;
+		vi i0, i1;
+		v_gather64(blk + 2 + 8 * j, roff, &i0, &i1);
+		vi hb = v_zeroi(), sgs;
+		if (type == GGUF_T_IQ3_S) {
+			hb = v_gather32(blk + 2 + QK_K / 4 + j, roff);             // qh[j]: the indices' 9th bits
+			sgs = v_gather32(blk + 2 + QK_K / 4 + QK_K / 32 + 4 * j, roff); // a sign byte per group
+			// the 4 bytes of scales, a nibble per sub-block
+			sc[0] = sc[1] = iq_scale(v_gather32(blk + 2 + QK_K / 4 + QK_K / 32 + QK_K / 8, roff), 4 * j, 15);
+		} else {
+			sgs = v_gather32(blk + 2 + QK_K / 4 + 4 * j, roff);
+			sc[0] = sc[1] = iq_scale(sgs, 28, 15);
+		}
+		UNROLL for (int l = 0; l < 4; l++) {
+			const vi sg = type == GGUF_T_IQ3_S ? v_and(v_srli32(sgs, 8 * l), b8)
+							   : signs7(v_and(v_srli32(sgs, 7 * l), v_set1_32(127)));
+			UNROLL for (int q = 0; q < 2; q++) {
+				const int k = 2 * l + q;
+				vi idx = v_and(v_srli32(k < 4 ? i0 : i1, 8 * (k % 4)), b8);
+				if (type == GGUF_T_IQ3_S) idx = v_or(idx, v_slli32(v_and(v_srli32(hb, k), v_set1_32(1)), 8));
+				w[k] = v_xor(with_sign(v_gather32(grid, v_slli32(idx, 2)), sign_mask(sg, q)), unsig);
+			}
+		}
+		return;
+	}
+	case GGUF_T_IQ1_S:
+	case GGUF_T_IQ1_M: {
+		// codes 2 (grid + 1) + (delta > 0), looked up in the codebook as rows_iq's
+		const bool m = type == GGUF_T_IQ1_M;
+		const vi lo = v_gather32(blk + (m ? 0 : 2) + 4 * j, roff);
+		const vi qh = m ? v_gather32(blk + QK_K / 8 + 2 * j, roff)
+				: v_srli32(v_gather32(blk + 2 + QK_K / 8 + 4 * (j / 2), roff), 16 * (j % 2));
+		const vi one = v_set1_8(1);
+		if (m) { // 3-bit scales per 16, four to a little-endian u16
+			const vi v = v_gather32(blk + QK_K / 8 + QK_K / 16 + 4 * (j / 4), roff);
+			const int at = 16 * (j / 2 % 2) + 6 * (j % 2);
+			sc[0] = iq_scale(v, at, 7), sc[1] = iq_scale(v, at + 3, 7);
+		} else {
+			sc[0] = sc[1] = iq_scale(qh, 12, 7);
+		}
+		UNROLL for (int l = 0; l < 4; l++) {
+			const vi top = m ? v_srli32(qh, 4 * l) : v_srli32(qh, 3 * l);
+			const vi idx = v_or(v_and(v_srli32(lo, 8 * l), b8), v_slli32(v_and(top, v_set1_32(7)), 8));
+			const vi neg = v_and(v_srli32(qh, m ? 4 * l + 3 : 15), v_set1_32(1));
+			const vi plus = v_xor(v_shuf8(neg, v_load(iq_bcast0)), one); // 1 in every byte where the delta is +1/8
+			vi g[2];
+			v_gather64(tensor_iq1s_grid, v_slli32(idx, 3), &g[0], &g[1]);
+			UNROLL for (int q = 0; q < 2; q++) {
+				const vi c = v_add8(g[q], one);
+				w[2 * l + q] = v_shuf8(lut, v_add8(v_add8(c, c), plus));
+			}
+		}
+		return;
+	}
+	}
+}
+
+// rows_iq over the nr rows of a tile read in place, row_bytes apart (blocks of bs bytes): the
+// same codes and scales, so the same operations and bits.
+AI void rows_iq_in(const uint8_t *tw, size_t row_bytes, int nr, size_t bs, uint32_t type, int64_t nsb, const uint8_t *xa,
+		   size_t xs, int h, int R, vf *acc, bool one) {
+	const kern_iq_codebook *cb = kern_iq_codebook_of(type);
+	const vi lut = v_xor(v_lut16(cb->v), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
+	const vi roff = row_offsets(h, nr, row_bytes), live = live_rows(h, nr);
+	const vi h16 = v_set1_32(0xffff);
+	ROWS acc[i] = v_zerof();
+	for (int64_t b = 0; b < nsb; b++) {
+		const uint8_t *blk = tw + (size_t)b * bs;
+		// the same block of the next tile's rows (rows may be shorter than any distance ahead)
+		for (int r = VL * h; r < VL * h + VL && r < nr; r++) {
+			const uint8_t *x = blk + (size_t)(r + KERN_TILE) * row_bytes;
+			__builtin_prefetch(x, 0, 3);
+			__builtin_prefetch(x + bs - 1, 0, 3);
+		}
+		vi d;
+		if (type == GGUF_T_IQ1_M) { // d in the top nibbles of the four u16 of scales
+			const vi s01 = v_gather32(blk + QK_K / 8 + QK_K / 16, roff), s23 = v_gather32(blk + QK_K / 8 + QK_K / 16 + 4, roff);
+			d = v_or(v_or(v_srli32(v_and(s01, h16), 12), v_and(v_srli32(s01, 24), v_set1_32(0xf0))),
+				 v_or(v_and(v_srli32(v_and(s23, h16), 4), v_set1_32(0xf00)), v_and(v_srli32(s23, 16), v_set1_32(0xf000))));
+		} else {
+			d = v_and(v_gather32(blk, roff), h16);
+		}
+		// rows past nr (their lanes read the last row) get d = 0, as a packed tile's
+		d = v_and(d, live);
+		const vf D0 = v_mul(v_h2f(d), v_set1f(cb->mul));
+		for (int j = 0; j < 8; j++) {
+			vi w[8], sc[2];
+			iq_in_values(type, blk, roff, j, lut, w, sc);
+			const vf Da = v_mul(D0, v_cvt(sc[0]));
+			const vf Db = v_mul(D0, v_cvt(sc[1]));
+			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, one);
 		}
 	}
 }
@@ -557,18 +744,104 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
+static bool kx_compact(uint32_t type) { return type < GGUF_T_COUNT && mm_table[type] && kern_iq_codebook_of(type); }
+
+// Grid matrices read in place, a few activation rows at a time: the rows' blocks gathered
+// straight into the codes rows_iq reads (rows_iq_in), R rows against half h of each tile, rows
+// in MM_DRIVER's groups.
+#define MM_IN_DRIVER(NAME, TYPE, BLOCK, ONE)                                                                      \
+	AI void NAME##_pass(const uint8_t *tw, size_t rbytes, int nr, int64_t nb, const uint8_t *xr, size_t xs, int h,  \
+			    const int R, float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add) {           \
+		vf acc[RMAX];                                                                                     \
+		rows_iq_in(tw, rbytes, nr, sizeof(BLOCK), TYPE, nb, xr, xs, h, R, acc, ONE);                      \
+		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
+	}                                                                                                         \
+	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
+			 int64_t ldy, int64_t o0, int64_t o1, bool add) {                                            \
+		const uint8_t *xa = xa_;                                                                          \
+		const int64_t nb = w->k / 256;                                                                    \
+		for (int64_t o = o0; o < o1; o += KERN_TILE) {                                                    \
+			const uint8_t *tw = (const uint8_t *)mat + (size_t)o * w->row_bytes;                      \
+			const int nr = (int)(w->rows - o < KERN_TILE ? w->rows - o : KERN_TILE);                  \
+			for (int64_t r0 = 0; r0 < n;) {                                                           \
+				const int64_t left = n - r0;                                                      \
+				const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
+				const uint8_t *xr = xa + (size_t)r0 * xs;                                         \
+				for (int h = 0; h < NH && VL * h < nr; h++) {                                     \
+					if (R == RMAX) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1, add); \
+					else if (RMAX > 8 && R == 8) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 8, y, ldy, r0, o, o1, add); \
+					else if (R == 4) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 4, y, ldy, r0, o, o1, add); \
+					else if (R == 2) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 2, y, ldy, r0, o, o1, add); \
+					else NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 1, y, ldy, r0, o, o1, add); \
+				}                                                                                 \
+				r0 += R;                                                                          \
+			}                                                                                         \
+		}                                                                                                 \
+	}
+#define MM_IN_TYPES(X)                                                                                             \
+	X(iq2_xxs, GGUF_T_IQ2_XXS, block_iq2_xxs) X(iq2_xs, GGUF_T_IQ2_XS, block_iq2_xs) X(iq2_s, GGUF_T_IQ2_S, block_iq2_s) \
+	X(iq3_xxs, GGUF_T_IQ3_XXS, block_iq3_xxs) X(iq3_s, GGUF_T_IQ3_S, block_iq3_s) X(iq1_s, GGUF_T_IQ1_S, block_iq1_s) \
+	X(iq1_m, GGUF_T_IQ1_M, block_iq1_m)
+#define MM_IN_BOTH(T, TYPE, BLOCK) MM_IN_DRIVER(mmin_##T, TYPE, BLOCK, false) MM_IN_DRIVER(mmin8_##T, TYPE, BLOCK, true)
+MM_IN_TYPES(MM_IN_BOTH)
+#define MM_IN_ENTRY(P, T, TYPE) [TYPE] = P##T,
+#define MM_IN16(T, TYPE, BLOCK) MM_IN_ENTRY(mmin_, T, TYPE)
+#define MM_IN8(T, TYPE, BLOCK) MM_IN_ENTRY(mmin8_, T, TYPE)
+static const mm_fn mmin_table[GGUF_T_COUNT] = {MM_IN_TYPES(MM_IN16)};
+static const mm_fn mmin8_table[GGUF_T_COUNT] = {MM_IN_TYPES(MM_IN8)};
+
+// Activation rows up to which a compact matrix's rows are gathered in place for each pass;
+// past it a tile is expanded once and every pass reads the copy.
+#define KX_IN_ROWS RMAX
+
+// A grid matrix read in place: each tile expanded into the packed layout in this thread's
+// scratch, then the packed kernel over it, activation rows in MM_DRIVER's blocks: the packed
+// matrix's bits at the file's size.
+static void mm_compact(mm_fn fn, const tensor_mat *w, const void *mat, const uint8_t *xa, size_t xs, int64_t n,
+		       float *y, int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	uint8_t *tile = kern_x86_scratch(kern_x86_pack_bytes(w->type, KERN_TILE, w->k));
+	LANES_ASSERT(tile);
+	int64_t rb = (int64_t)(KX_ACT_L2 / xs) / RMAX * RMAX;
+	if (rb < RMAX) rb = RMAX;
+	for (int64_t rb0 = 0; rb0 < n; rb0 += rb) {
+		const int64_t rn = rb0 + rb < n ? rb : n - rb0;
+		for (int64_t o = o0; o < o1; o += KERN_TILE) {
+			const int64_t nr = w->rows - o < KERN_TILE ? w->rows - o : KERN_TILE;
+			kern_x86_pack_tile(w->type, (const uint8_t *)mat + (size_t)o * w->row_bytes, w->row_bytes, nr, w->k, tile,
+					   KX_Q8_UNSIGNED);
+			fn(w, tile, xa + (size_t)rb0 * xs, xs, rn, y + rb0 * ldy + o, ldy, 0, o1 - o < KERN_TILE ? o1 - o : KERN_TILE,
+			   add);
+		}
+	}
+}
+
 // A type without a kernel here is read in place with float activations (kern_x86_act_kind),
-// as the reference reads it.
+// as the reference reads it; one with a kernel, packed or (grid types) compact.
+static void kx_matmul_with(const mm_fn *table, const mm_fn *in_table, const tensor_mat *w, const void *mat, const void *xa,
+			   size_t xs, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t o1, bool add) {
+	const mm_fn fn = table[w->type];
+	if (!fn) {
+		tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	} else if (w->packed) {
+		fn(w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	} else {
+		LANES_ASSERT(kx_compact(w->type));
+		// gather offsets are 32-bit: a tile of longer rows is expanded
+		if (n <= KX_IN_ROWS && w->row_bytes <= INT32_MAX / KERN_TILE)
+			in_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+		else
+			mm_compact(fn, w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	}
+}
+
 static void kx_matmul8(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y,
 		       int64_t ldy, int64_t o0, int64_t o1, bool add) {
-	if (!mm8_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
-	else mm8_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	kx_matmul_with(mm8_table, mmin8_table, w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static void kx_matmul(const tensor_mat *w, const void *mat, const void *xa, size_t xs, int64_t n, float *y, int64_t ldy,
 		      int64_t o0, int64_t o1, bool add) {
-	if (!mm_table[w->type]) tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
-	else mm_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	kx_matmul_with(mm_table, mmin_table, w, mat, xa, xs, n, y, ldy, o0, o1, add);
 }
 
 static size_t kx_pack_bytes(uint32_t type, int64_t rows, int64_t k) {
@@ -668,7 +941,7 @@ static void kx_quant_row(uint32_t type, const float *x, void *dst, int64_t n) {
 // The set's table in one width (the includer names the set and its CPU check).
 #define KX_SET(NAME, ACT, TWIN, ACT_Q8, MATMUL, CPU_OK)                                                             \
 	{.name = NAME, .act = ACT, .twin = &TWIN, .act_bytes = ACT == TENSOR_ACT_Q8 ? KERN_Q8_BYTES : sizeof(kern_q8),  \
-	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .act_kind = kern_x86_act_kind,              \
+	 .tile = KERN_TILE, .pack_bytes = kx_pack_bytes, .pack = kx_pack, .compact = kx_compact, .act_kind = kern_x86_act_kind,              \
 	 .act_q8 = ACT_Q8, .matmul = MATMUL, .attn = kx_attn, .attn_unfused = kx_attn_unfused, .rmsnorm = kx_rmsnorm,  \
 	 .swiglu = kx_swiglu, .geglu = kx_geglu, .swiglu_oai = kx_swiglu_oai, .softcap_rows = kx_softcap_rows, .f16s_encode = kx_f16s_encode, .quant_row = kx_quant_row,          \
 	 .f32_rows = kx_f32_rows,                                                                                     \

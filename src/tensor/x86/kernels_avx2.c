@@ -43,6 +43,20 @@ V vi v_widen16(vi a) { return _mm256_madd_epi16(a, _mm256_set1_epi16(1)); }
 V vi v_abs8(vi a) { return _mm256_abs_epi8(a); }
 V vi v_sign8(vi a, vi b) { return _mm256_sign_epi8(a, b); }
 V vi v_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
+V vi v_add8(vi a, vi b) { return _mm256_add_epi8(a, b); }
+V vi v_sub8(vi a, vi b) { return _mm256_sub_epi8(a, b); }
+V vi v_cmpeq8(vi a, vi b) { return _mm256_cmpeq_epi8(a, b); } // 0xff where equal
+// Lane l: the 4 bytes at base + off[l].
+V vi v_gather32(const void *base, vi off) { return _mm256_i32gather_epi32((const int *)base, off, 1); }
+// Lane l: the 8 bytes at base + off[l], their first 4 in *lo and the next 4 in *hi.
+V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
+	const __m256i a = _mm256_i32gather_epi64((const long long *)base, _mm256_castsi256_si128(off), 1);
+	const __m256i b = _mm256_i32gather_epi64((const long long *)base, _mm256_extracti128_si256(off, 1), 1);
+	const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+	const __m256i as = _mm256_permutevar8x32_epi32(a, split), bs = _mm256_permutevar8x32_epi32(b, split);
+	*lo = _mm256_permute2x128_si256(as, bs, 0x20);
+	*hi = _mm256_permute2x128_si256(as, bs, 0x31);
+}
 // 16 bytes at p in each 128-bit lane, and byte i of each lane looked up in its lane's 16 (i < 16).
 V vi v_lut16(const void *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_shuf8(vi t, vi i) { return _mm256_shuffle_epi8(t, i); }
@@ -69,6 +83,10 @@ V vf v_set1f(float f) { return _mm256_set1_ps(f); }
 V vf v_loadf(const float *p) { return _mm256_loadu_ps(p); }
 V void v_storef(float *p, vf a) { _mm256_storeu_ps(p, a); }
 V vf v_ldh(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+// The fp16 value in each lane's low 16 bits (the high 16 bits zero), as a float.
+V vf v_h2f(vi a) {
+	return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(a, a), 0x08)));
+}
 V vf v_ldbf(const void *p) {
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }

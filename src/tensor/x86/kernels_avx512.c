@@ -50,6 +50,19 @@ V vi v_dpb(vi acc, vi u, const int8_t *p) {
 }
 V vi v_abs8(vi a) { return _mm512_abs_epi8(a); }
 V vi v_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
+V vi v_add8(vi a, vi b) { return _mm512_add_epi8(a, b); }
+V vi v_sub8(vi a, vi b) { return _mm512_sub_epi8(a, b); }
+V vi v_cmpeq8(vi a, vi b) { return _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(a, b)); } // 0xff where equal
+// Lane l: the 4 bytes at base + off[l].
+V vi v_gather32(const void *base, vi off) { return _mm512_i32gather_epi32(off, base, 1); }
+// Lane l: the 8 bytes at base + off[l], their first 4 in *lo and the next 4 in *hi.
+V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
+	const __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(off), base, 1);
+	const __m512i b = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(off, 1), base, 1);
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	*lo = _mm512_permutex2var_epi32(a, even, b);
+	*hi = _mm512_permutex2var_epi32(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b);
+}
 // 16 bytes at p in each 128-bit lane, and byte i of each lane looked up in its lane's 16 (i < 16).
 V vi v_lut16(const void *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_shuf8(vi t, vi i) { return _mm512_shuffle_epi8(t, i); }
@@ -66,6 +79,8 @@ V vf v_set1f(float f) { return _mm512_set1_ps(f); }
 V vf v_loadf(const float *p) { return _mm512_loadu_ps(p); }
 V void v_storef(float *p, vf a) { _mm512_storeu_ps(p, a); }
 V vf v_ldh(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+// The fp16 value in each lane's low 16 bits (the high 16 bits zero), as a float.
+V vf v_h2f(vi a) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(a)); }
 V vf v_ldbf(const void *p) {
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }

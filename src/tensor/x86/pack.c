@@ -3,6 +3,8 @@
 // vector holds the same block of 16 neighbouring rows. Plain C; runs once at load.
 #include "tensor/kern.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 // ---- codes of 16 rows -> planes -------------------------------------------------------------
@@ -244,35 +246,275 @@ static bool pack_fast(uint32_t type, const uint8_t *const row[16], int64_t b, ui
 	}
 }
 
-void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst, int64_t t0,
-		   int64_t t1, bool q8u) {
+// ---- grid types: codes per grid point, looked up ---------------------------------------------
+// The code of value v in cb (the grid values and their signed sums are all in it).
+static uint8_t code_of(const kern_iq_codebook *cb, int v) {
+	for (int j = 0; j < 16; j++)
+		if (cb->v[j] == v) return (uint8_t)j;
+	return 0;
+}
+
+static struct {
+	uint64_t iq2xxs[256][2], iq2xs[512][2], iq2s[1024][2]; // IQ2: positive codes, and them ^ negative codes
+	uint32_t iq3xxs[256], iq3s[512]; // IQ3: positive codes (negative: ^ 15 each)
+	uint64_t iq1[2048];              // IQ1: codes with delta -1/8 (+1/8: one more each)
+	uint64_t sm[256], sm7[128];      // 0xff in byte j where sign bit j is set (sm7: of tensor_iq_signs)
+} G;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void iq2_point(uint64_t point, uint64_t out[2]) {
+	const kern_iq_codebook *cb = kern_iq_codebook_of(GGUF_T_IQ2_XXS);
+	out[0] = out[1] = 0;
+	for (int j = 0; j < 8; j++) {
+		const int g = (int)(point >> 8 * j & 0xff);
+		out[0] |= (uint64_t)code_of(cb, g) << 8 * j;
+		out[1] |= (uint64_t)(code_of(cb, g) ^ code_of(cb, -g)) << 8 * j;
+	}
+}
+
+static uint32_t iq3_point(uint32_t point, const kern_iq_codebook *cb) {
+	uint32_t c = 0;
+	for (int j = 0; j < 4; j++) c |= (uint32_t)code_of(cb, (int)(point >> 8 * j & 0xff)) << 8 * j;
+	return c;
+}
+
+static void grid_init(void) {
+	for (int i = 0; i < 256; i++) iq2_point(tensor_iq2xxs_grid[i], G.iq2xxs[i]);
+	for (int i = 0; i < 512; i++) iq2_point(tensor_iq2xs_grid[i], G.iq2xs[i]);
+	for (int i = 0; i < 1024; i++) iq2_point(tensor_iq2s_grid[i], G.iq2s[i]);
+	for (int i = 0; i < 256; i++) G.iq3xxs[i] = iq3_point(tensor_iq3xxs_grid[i], kern_iq_codebook_of(GGUF_T_IQ3_XXS));
+	for (int i = 0; i < 512; i++) G.iq3s[i] = iq3_point(tensor_iq3s_grid[i], kern_iq_codebook_of(GGUF_T_IQ3_S));
+	const kern_iq_codebook *c1 = kern_iq_codebook_of(GGUF_T_IQ1_S);
+	for (int i = 0; i < 2048; i++) {
+		G.iq1[i] = 0;
+		for (int j = 0; j < 8; j++) G.iq1[i] |= (uint64_t)code_of(c1, 8 * (int8_t)(tensor_iq1s_grid[i] >> 8 * j) - 1) << 8 * j;
+	}
+	for (int s = 0; s < 256; s++) {
+		G.sm[s] = 0;
+		for (int j = 0; j < 8; j++) G.sm[s] |= (uint64_t)(s >> j & 1 ? 0xff : 0) << 8 * j;
+	}
+	for (int s = 0; s < 128; s++) G.sm7[s] = G.sm[tensor_iq_signs((uint32_t)s)];
+}
+
+// Codes of one IQ2 group: the point's positive codes, negative where its signs say.
+static inline uint64_t iq2_group(const uint64_t pt[2], uint64_t sm) { return pt[0] ^ (pt[1] & sm); }
+static inline uint64_t iq3_group(uint32_t a, uint32_t b, uint64_t sm) {
+	return ((uint64_t)a | (uint64_t)b << 32) ^ (sm & 0x0f0f0f0f0f0f0f0full);
+}
+#define IQ1_PLUS 0x0101010101010101ull
+
+// Row r's 32 codes of sub-block j of a grid tile-block o, groups of 8 g0..g3 (codes < 16, so
+// a group shifted by 4 stays in its bytes): planes4's byte 4r+b of plane q.
+static inline void put_sub(uint8_t *o, int j, int r, uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3) {
+	const uint64_t lo = g0 | g2 << 4, hi = g1 | g3 << 4;
+	uint8_t *p = o + 256 * j + 4 * r;
+	wr32(p, (uint32_t)lo), wr32(p + 64, (uint32_t)(lo >> 32)), wr32(p + 128, (uint32_t)hi), wr32(p + 192, (uint32_t)(hi >> 32));
+}
+
+// Row r's scales and d of a grid block x into hd, as a packed tile-block holds them after its
+// codes: the scale of the 16 elements h of sub-block j at 32 j + 16 h + r, the fp16 d at 256 + 2 r.
+void kern_x86_grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r) {
+	uint8_t sc[16];
+	uint16_t d = (uint16_t)(x[0] | x[1] << 8); // the first field of all but IQ1_M
+	switch (type) {
+	case GGUF_T_IQ2_XXS:
+	case GGUF_T_IQ3_XXS: {
+		const uint8_t *aux = type == GGUF_T_IQ2_XXS ? x + 2 + 4 : x + 2 + QK_K / 4;
+		const int step = type == GGUF_T_IQ2_XXS ? 8 : 4;
+		for (int j = 0; j < 8; j++) sc[2 * j] = sc[2 * j + 1] = (uint8_t)(2 * (aux[step * j + 3] >> 4) + 1);
+		break;
+	}
+	case GGUF_T_IQ2_XS:
+	case GGUF_T_IQ2_S: {
+		const uint8_t *scales = type == GGUF_T_IQ2_XS ? ((const block_iq2_xs *)x)->scales : ((const block_iq2_s *)x)->scales;
+		for (int j = 0; j < 16; j++) sc[j] = (uint8_t)(2 * (scales[j / 2] >> 4 * (j % 2) & 15) + 1);
+		break;
+	}
+	case GGUF_T_IQ3_S: {
+		const block_iq3_s *b = (const block_iq3_s *)x;
+		for (int j = 0; j < 8; j++) sc[2 * j] = sc[2 * j + 1] = (uint8_t)(2 * (b->scales[j / 2] >> 4 * (j % 2) & 15) + 1);
+		break;
+	}
+	case GGUF_T_IQ1_S: {
+		const block_iq1_s *b = (const block_iq1_s *)x;
+		for (int j = 0; j < 8; j++) sc[2 * j] = sc[2 * j + 1] = (uint8_t)(2 * (b->qh[2 * j + 1] >> 4 & 7) + 1);
+		break;
+	}
+	case GGUF_T_IQ1_M: {
+		uint16_t s4[4];
+		tensor_iq1m_scales((const block_iq1_m *)x, s4);
+		for (int h = 0; h < 16; h++) sc[h] = (uint8_t)(2 * (s4[h / 4] >> 3 * (h % 4) & 7) + 1);
+		d = tensor_iq1m_d(s4);
+		break;
+	}
+	default:
+		return;
+	}
+	for (int h = 0; h < 16; h++) hd[16 * h + r] = sc[h];
+	put16(hd + 256 + 2 * r, d);
+}
+
+// Row r of a grid tile-block o from its block x: the bytes pack_block writes from kern_decode's.
+static void grid_row(uint32_t type, const uint8_t *x, uint8_t *o, int r) {
+	uint64_t g[4];
+	kern_x86_grid_head(type, x, o + 2048, r);
+	switch (type) {
+	case GGUF_T_IQ2_XXS: {
+		const block_iq2_xxs *b = (const block_iq2_xxs *)x;
+		for (int j = 0; j < 8; j++) {
+			const uint32_t a0 = rd32(b->qs + 8 * j), a1 = rd32(b->qs + 8 * j + 4);
+			for (int l = 0; l < 4; l++) g[l] = iq2_group(G.iq2xxs[a0 >> 8 * l & 255], G.sm7[a1 >> 7 * l & 127]);
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	}
+	case GGUF_T_IQ2_XS:
+	case GGUF_T_IQ2_S:
+		for (int j = 0; j < 8; j++) {
+			for (int l = 0; l < 4; l++) {
+				const int k = 4 * j + l;
+				if (type == GGUF_T_IQ2_XS) {
+					const block_iq2_xs *b = (const block_iq2_xs *)x;
+					const uint32_t v = (uint32_t)b->qs[2 * k] | (uint32_t)b->qs[2 * k + 1] << 8;
+					g[l] = iq2_group(G.iq2xs[v & 511], G.sm7[v >> 9]);
+				} else {
+					const block_iq2_s *b = (const block_iq2_s *)x;
+					g[l] = iq2_group(G.iq2s[b->qs[k] | (b->qh[j] >> 2 * l & 3) << 8], G.sm[b->qs[QK_K / 8 + k]]);
+				}
+			}
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	case GGUF_T_IQ3_XXS: {
+		const block_iq3_xxs *b = (const block_iq3_xxs *)x;
+		for (int j = 0; j < 8; j++) {
+			const uint32_t a = rd32(b->qs + QK_K / 4 + 4 * j);
+			const uint8_t *q = b->qs + 8 * j;
+			for (int l = 0; l < 4; l++) g[l] = iq3_group(G.iq3xxs[q[2 * l]], G.iq3xxs[q[2 * l + 1]], G.sm7[a >> 7 * l & 127]);
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	}
+	case GGUF_T_IQ3_S: {
+		const block_iq3_s *b = (const block_iq3_s *)x;
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *q = b->qs + 8 * j;
+			for (int l = 0; l < 4; l++) {
+				const int k = 2 * l;
+				g[l] = iq3_group(G.iq3s[q[k] | (b->qh[j] >> k & 1) << 8], G.iq3s[q[k + 1] | (b->qh[j] >> (k + 1) & 1) << 8],
+						 G.sm[b->signs[4 * j + l]]);
+			}
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	}
+	case GGUF_T_IQ1_S: {
+		const block_iq1_s *b = (const block_iq1_s *)x;
+		for (int j = 0; j < 8; j++) {
+			const uint32_t qh = (uint32_t)b->qh[2 * j] | (uint32_t)b->qh[2 * j + 1] << 8;
+			const uint64_t plus = qh & 0x8000 ? 0 : IQ1_PLUS;
+			for (int l = 0; l < 4; l++) g[l] = G.iq1[b->qs[4 * j + l] | (qh >> 3 * l & 7) << 8] + plus;
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	}
+	case GGUF_T_IQ1_M: {
+		const block_iq1_m *b = (const block_iq1_m *)x;
+		for (int j = 0; j < 8; j++) {
+			for (int l = 0; l < 4; l++) {
+				const int k = 4 * j + l, q = b->qh[k / 2] >> 4 * (k % 2);
+				g[l] = G.iq1[b->qs[k] | (q & 7) << 8] + (q & 8 ? 0 : IQ1_PLUS);
+			}
+			put_sub(o, j, r, g[0], g[1], g[2], g[3]);
+		}
+		return;
+	}
+	}
+}
+
+static bool is_grid(uint32_t type) { return kern_iq_codebook_of(type) != NULL; }
+
+// One tile of nr rows at s into o.
+static void pack_tile(uint32_t type, const uint8_t *s, size_t row_bytes, int64_t nr, int64_t k, uint8_t *o, bool q8u) {
 	const packer *p = &packers[type];
 	const int64_t nb = k / p->elems;
-	const size_t tile_bytes = (size_t)nb * p->bytes;
 	const size_t nat = tensor_traits_of(type)->bytes;
-	kern_codes dc[16];
-	for (int64_t t = t0; t < t1; t++) {
-		const uint8_t *s = (const uint8_t *)src + (size_t)(t * KERN_TILE) * row_bytes;
-		uint8_t *o = (uint8_t *)dst + (size_t)t * tile_bytes;
-		const int64_t nr = rows - t * KERN_TILE < KERN_TILE ? rows - t * KERN_TILE : KERN_TILE;
-		if (!p->codes) {
-			pack_float_tile(type, s, row_bytes, nr, k, o);
-			continue;
-		}
-		if (nr == KERN_TILE) {
-			const uint8_t *row[16];
-			for (int r = 0; r < 16; r++) row[r] = s + (size_t)r * row_bytes;
-			if (pack_fast(type, row, 0, o, q8u)) {
-				for (int64_t b = 1; b < nb; b++) pack_fast(type, row, b, o + (size_t)b * p->bytes, q8u);
-				continue;
-			}
-		}
-		for (int64_t b = 0; b < nb; b++) {
-			for (int r = 0; r < 16; r++) {
-				if (r < nr) kern_decode(type, s + (size_t)r * row_bytes + (size_t)b * nat, &dc[r], q8u);
-				else memset(&dc[r], 0, sizeof dc[r]);
-			}
-			pack_block(type, dc, o + (size_t)b * p->bytes);
+	if (!p->codes) {
+		pack_float_tile(type, s, row_bytes, nr, k, o);
+		return;
+	}
+	if (is_grid(type)) { // rows past nr: zero codes, scales and d, as pack_block's
+		pthread_once(&g_once, grid_init);
+		if (nr < KERN_TILE) memset(o, 0, (size_t)nb * p->bytes);
+		for (int64_t b = 0; b < nb; b++)
+			for (int r = 0; r < nr; r++) grid_row(type, s + (size_t)r * row_bytes + (size_t)b * nat, o + (size_t)b * p->bytes, r);
+		return;
+	}
+	if (nr == KERN_TILE) {
+		const uint8_t *row[16];
+		for (int r = 0; r < 16; r++) row[r] = s + (size_t)r * row_bytes;
+		if (pack_fast(type, row, 0, o, q8u)) {
+			for (int64_t b = 1; b < nb; b++) pack_fast(type, row, b, o + (size_t)b * p->bytes, q8u);
+			return;
 		}
 	}
+	kern_codes dc[16];
+	for (int64_t b = 0; b < nb; b++) {
+		for (int r = 0; r < 16; r++) {
+			if (r < nr) kern_decode(type, s + (size_t)r * row_bytes + (size_t)b * nat, &dc[r], q8u);
+			else memset(&dc[r], 0, sizeof dc[r]);
+		}
+		pack_block(type, dc, o + (size_t)b * p->bytes);
+	}
+}
+
+void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t rows, int64_t k, void *dst, int64_t t0,
+		   int64_t t1, bool q8u) {
+	const size_t tile_bytes = (size_t)(k / packers[type].elems) * packers[type].bytes;
+	for (int64_t t = t0; t < t1; t++) {
+		const int64_t nr = rows - t * KERN_TILE < KERN_TILE ? rows - t * KERN_TILE : KERN_TILE;
+		pack_tile(type, (const uint8_t *)src + (size_t)(t * KERN_TILE) * row_bytes, row_bytes, nr, k,
+			  (uint8_t *)dst + (size_t)t * tile_bytes, q8u);
+	}
+}
+
+void kern_x86_pack_tile(uint32_t type, const void *src, size_t row_bytes, int64_t nr, int64_t k, void *dst, bool q8u) {
+	pack_tile(type, src, row_bytes, nr, k, dst, q8u);
+}
+
+// ---- a thread's scratch ----------------------------------------------------------------------
+typedef struct {
+	void *p;
+	size_t cap;
+} scratch;
+static pthread_key_t s_key;
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {
+	scratch *s = v;
+	free(s->p);
+	free(s);
+}
+
+static void scratch_init(void) {
+	if (pthread_key_create(&s_key, scratch_free)) abort();
+}
+
+void *kern_x86_scratch(size_t bytes) {
+	pthread_once(&s_once, scratch_init);
+	scratch *s = pthread_getspecific(s_key);
+	if (!s) {
+		if (!(s = calloc(1, sizeof *s))) return NULL;
+		if (pthread_setspecific(s_key, s)) {
+			free(s);
+			return NULL;
+		}
+	}
+	if (s->cap < bytes) {
+		void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+		if (!p) return NULL;
+		free(s->p);
+		s->p = p, s->cap = bytes;
+	}
+	return s->p;
 }
