@@ -85,6 +85,7 @@ int cmd_plan(const cli_settings *s) {
 		return 2;
 	}
 
+	if (memory) model_select_compact_budget(budget); // what auto may expand into
 	char err[512];
 	plan_model pm;
 	if (plan_model_load(&pm, model_path, err, sizeof err)) {

@@ -32,6 +32,7 @@ static int plan_serve(http_config *cfg, const char *path, const char *memory, in
 		cli_err("--memory: '%s' is not a size (e.g. 4GiB, 500MB, 1.5GiB or auto)", memory);
 		return 2;
 	}
+	if (strcmp(memory, "auto")) model_select_compact_budget(budget); // what auto may expand into
 	plan_model pm;
 	plan_result pr;
 	if (plan_model_load(&pm, path, err, sizeof err) ||
@@ -67,6 +68,7 @@ static int plan_folder(http_config *cfg, const char *path, const char *memory) {
 	char err[512], a[32], b[32];
 	cfg->memory_bytes = strcmp(memory, "auto") ? 0 : plan_available_memory();
 	if (!cfg->memory_bytes && plan_parse_size(memory, &cfg->memory_bytes)) return 2; // checked before
+	if (strcmp(memory, "auto")) model_select_compact_budget(cfg->memory_bytes);
 	if (!path) {
 		LOG_INFO("serve", "plan for %s: the models loaded at once share it, each with %d lanes and %d KV tokens",
 			 plan_format_size(cfg->memory_bytes, a, sizeof a), cfg->lanes.lanes, cfg->lanes.ctx);

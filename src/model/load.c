@@ -199,8 +199,10 @@ static int model_mats(model *m, mweight **out, int cap) {
 }
 
 static _Atomic int compact_mode = MODEL_COMPACT_AUTO;
+static _Atomic uint64_t compact_budget; // 0: the memory available at the load
 
 void model_select_compact(enum model_compact c) { atomic_store(&compact_mode, (int)c); }
+void model_select_compact_budget(uint64_t bytes) { atomic_store(&compact_budget, bytes); }
 
 // Bytes of w's packed copy; 0: read in place (a type the set does not pack, or held compact).
 static size_t mat_pack_bytes(const model *m, const mweight *w) {
@@ -209,7 +211,7 @@ static size_t mat_pack_bytes(const model *m, const mweight *w) {
 }
 
 // Whether the grid types' matrices stay as in the file: as chosen, or (auto) when packing
-// every matrix would take more than 3/4 of the memory available now.
+// every matrix would take more than 3/4 of the budget, or of the memory available now.
 static bool choose_compact(const model *m, mweight *const *ws, int n) {
 	const int mode = atomic_load(&compact_mode);
 	if (mode != MODEL_COMPACT_AUTO) return mode == MODEL_COMPACT_ON;
@@ -219,7 +221,7 @@ static bool choose_compact(const model *m, mweight *const *ws, int n) {
 		total += tensor_pack_bytes(m->ks, ws[i]->type, ws[i]->rows, ws[i]->k, ws[i]->n_mat);
 		grid = grid || tensor_compact_ok(m->ks, ws[i]->type);
 	}
-	const uint64_t avail = base_available_memory();
+	const uint64_t budget = atomic_load(&compact_budget), avail = budget ? budget : base_available_memory();
 	return grid && avail && total > avail / 4 * 3;
 }
 

@@ -145,9 +145,12 @@ double model_pack_ms(const model *m);
 // expanded into the kernel set's tiles (about 4.5 bits a weight, the fastest), compact as in
 // the file (read in place, a tile expanded as each matmul reaches it: the same bits, 1.6 to
 // 3.4 bits a weight, a slower decode), or auto: compact when packing every matrix would take
-// more than 3/4 of the memory available at the load. Thread-safe.
+// more than 3/4 of the memory available at the load (or of the budget below). Thread-safe.
 enum model_compact { MODEL_COMPACT_AUTO, MODEL_COMPACT_ON, MODEL_COMPACT_OFF };
 void model_select_compact(enum model_compact c);
+// The memory auto measures against for loads from now on (a server's --memory); 0: the memory
+// available at each load. Thread-safe.
+void model_select_compact_budget(uint64_t bytes);
 // Whether m holds its grid-type matrices compact.
 bool model_compact(const model *m);
 

@@ -116,6 +116,9 @@ plan -m "$TMP/iq1m.gguf" --memory 1GiB
 wauto=$(jget weights_bytes)
 [ "$won" -le "$file" ] && [ "$woff" -gt $((won * 2)) ] && ok || bad "IQ1_M weights: compact $won, expanded $woff bytes, file $file"
 same "$wauto" "$woff" "auto on a model that fits"
+# a budget the expanded weights would take most of: auto holds them compact
+plan -m "$TMP/iq1m.gguf" --memory "$woff"
+same "$(jget weights_bytes)" "$won" "auto under a budget the expanded weights do not fit"
 plan -m "$TMP/iq1m.gguf" --memory 1GiB --compact-weights maybe
 same "$rc" 2 "--compact-weights maybe"
 
