@@ -146,9 +146,6 @@ void kern_x86_pack(uint32_t type, const void *src, size_t row_bytes, int64_t row
 // kern_x86_pack_bytes(type, KERN_TILE, k) bytes): the bytes kern_x86_pack writes for it.
 void kern_x86_pack_tile(uint32_t type, const void *src, size_t row_bytes, int64_t nr, int64_t k, void *dst,
 			bool q8_unsigned);
-// Row r's scales and d of the grid-type block at x into hd: the 16 scale bytes at 16 h + r (h
-// per 16 elements), the fp16 d at 256 + 2 r, as a packed tile-block holds them after its codes.
-void kern_x86_grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r);
 // This thread's scratch of at least bytes (kept for the thread's next call, freed when it
 // ends); NULL when it cannot grow.
 void *kern_x86_scratch(size_t bytes);

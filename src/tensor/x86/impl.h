@@ -452,18 +452,11 @@ AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, in
 }
 
 // ---- grid types read in place (compact) ------------------------------------------------------
-// Each lane's row of the tile (VL h + lane, held to the last of nr) times row_bytes: gather
-// offsets of the lanes' blocks.
+// Each lane's row of the tile (VL h + lane, held to the last of nr: lanes past it compute
+// outputs nobody writes) times row_bytes: gather offsets of the lanes' blocks.
 AI vi row_offsets(int h, int nr, size_t row_bytes) {
 	int32_t o[VL];
 	for (int l = 0; l < VL; l++) o[l] = (int32_t)((size_t)(VL * h + l < nr ? VL * h + l : nr - 1) * row_bytes);
-	return v_load(o);
-}
-
-// All ones in the lanes of rows < nr, else zero.
-AI vi live_rows(int h, int nr) {
-	int32_t o[VL];
-	for (int l = 0; l < VL; l++) o[l] = VL * h + l < nr ? -1 : 0;
 	return v_load(o);
 }
 
@@ -600,7 +593,7 @@ AI void rows_iq_in(const uint8_t *tw, size_t row_bytes, int nr, size_t bs, uint3
 		   size_t xs, int h, int R, vf *acc, bool one) {
 	const kern_iq_codebook *cb = kern_iq_codebook_of(type);
 	const vi lut = v_xor(v_lut16(cb->v), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
-	const vi roff = row_offsets(h, nr, row_bytes), live = live_rows(h, nr);
+	const vi roff = row_offsets(h, nr, row_bytes);
 	const vi h16 = v_set1_32(0xffff);
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
@@ -619,8 +612,6 @@ AI void rows_iq_in(const uint8_t *tw, size_t row_bytes, int nr, size_t bs, uint3
 		} else {
 			d = v_and(v_gather32(blk, roff), h16);
 		}
-		// rows past nr (their lanes read the last row) get d = 0, as a packed tile's
-		d = v_and(d, live);
 		const vf D0 = v_mul(v_h2f(d), v_set1f(cb->mul));
 		for (int j = 0; j < 8; j++) {
 			vi w[8], sc[2];
@@ -660,10 +651,21 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 // small, and a row's operations are the same in each. Long batches go in row blocks whose
 // activations stay in L2 while every tile of the slice passes over them.
 #define KX_ACT_L2 (768 * 1024)
+// Activation rows a pass takes when `left` remain: RMAX, then 8, 4, 2 and 1.
+#define KX_ROWS_FOR(left) ((left) >= RMAX ? RMAX : (left) >= 8 ? 8 : (left) >= 4 ? 4 : (left) >= 2 ? 2 : 1)
+// PASS(..., R) with R the constant equal to r, one instantiation per row count.
+#define KX_PASS(r, PASS, ...)                                                                                      \
+	do {                                                                                                      \
+		if ((r) == RMAX) PASS(__VA_ARGS__, RMAX);                                                         \
+		else if (RMAX > 8 && (r) == 8) PASS(__VA_ARGS__, 8);                                              \
+		else if ((r) == 4) PASS(__VA_ARGS__, 4);                                                          \
+		else if ((r) == 2) PASS(__VA_ARGS__, 2);                                                          \
+		else PASS(__VA_ARGS__, 1);                                                                        \
+	} while (0)
 #define MM_DRIVER(NAME, BLOCK_ELEMS, BLOCK_BYTES, CALL, ONE)                                                       \
 	/* R rows [r0, r0 + R) against the half h of the tile at tw, into y (R a constant). */                \
-	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, const int R,      \
-			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add) {                \
+	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, float *y,         \
+			    int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add, const int R) {             \
 		vf acc[RMAX];                                                                                     \
 		CALL(R, ONE);                                                                                     \
 		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
@@ -681,15 +683,10 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 				const uint8_t *tw = (const uint8_t *)mat + (size_t)(o / KERN_TILE) * tile_bytes;   \
 				for (int64_t r0 = rb0; r0 < rb1;) {                                               \
 					const int64_t left = rb1 - r0;                                            \
-					const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
+					const int R = KX_ROWS_FOR(left);                                          \
 					const uint8_t *xr = xa + (size_t)r0 * xs;                                 \
-					for (int h = 0; h < NH; h++) {                                            \
-						if (R == RMAX) NAME##_pass(tw, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1, add); \
-						else if (RMAX > 8 && R == 8) NAME##_pass(tw, nb, xr, xs, h, 8, y, ldy, r0, o, o1, add); \
-						else if (R == 4) NAME##_pass(tw, nb, xr, xs, h, 4, y, ldy, r0, o, o1, add); \
-						else if (R == 2) NAME##_pass(tw, nb, xr, xs, h, 2, y, ldy, r0, o, o1, add); \
-						else NAME##_pass(tw, nb, xr, xs, h, 1, y, ldy, r0, o, o1, add); \
-					}                                                                         \
+					for (int h = 0; h < NH; h++)                                              \
+						KX_PASS(R, NAME##_pass, tw, nb, xr, xs, h, y, ldy, r0, o, o1, add);       \
 					r0 += R;                                                                  \
 				}                                                                                 \
 			}                                                                                         \
@@ -747,11 +744,11 @@ static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 static bool kx_compact(uint32_t type) { return type < GGUF_T_COUNT && mm_table[type] && kern_iq_codebook_of(type); }
 
 // Grid matrices read in place, a few activation rows at a time: the rows' blocks gathered
-// straight into the codes rows_iq reads (rows_iq_in), R rows against half h of each tile, rows
-// in MM_DRIVER's groups.
+// straight into the values rows_iq looks up (rows_iq_in), R rows against half h of each tile,
+// rows in MM_DRIVER's groups.
 #define MM_IN_DRIVER(NAME, TYPE, BLOCK, ONE)                                                                      \
 	AI void NAME##_pass(const uint8_t *tw, size_t rbytes, int nr, int64_t nb, const uint8_t *xr, size_t xs, int h,  \
-			    const int R, float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add) {           \
+			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add, const int R) {           \
 		vf acc[RMAX];                                                                                     \
 		rows_iq_in(tw, rbytes, nr, sizeof(BLOCK), TYPE, nb, xr, xs, h, R, acc, ONE);                      \
 		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
@@ -765,15 +762,10 @@ static bool kx_compact(uint32_t type) { return type < GGUF_T_COUNT && mm_table[t
 			const int nr = (int)(w->rows - o < KERN_TILE ? w->rows - o : KERN_TILE);                  \
 			for (int64_t r0 = 0; r0 < n;) {                                                           \
 				const int64_t left = n - r0;                                                      \
-				const int R = left >= RMAX ? RMAX : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; \
+				const int R = KX_ROWS_FOR(left);                                                  \
 				const uint8_t *xr = xa + (size_t)r0 * xs;                                         \
-				for (int h = 0; h < NH && VL * h < nr; h++) {                                     \
-					if (R == RMAX) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, RMAX, y, ldy, r0, o, o1, add); \
-					else if (RMAX > 8 && R == 8) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 8, y, ldy, r0, o, o1, add); \
-					else if (R == 4) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 4, y, ldy, r0, o, o1, add); \
-					else if (R == 2) NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 2, y, ldy, r0, o, o1, add); \
-					else NAME##_pass(tw, w->row_bytes, nr, nb, xr, xs, h, 1, y, ldy, r0, o, o1, add); \
-				}                                                                                 \
+				for (int h = 0; h < NH && VL * h < nr; h++)                                       \
+					KX_PASS(R, NAME##_pass, tw, w->row_bytes, nr, nb, xr, xs, h, y, ldy, r0, o, o1, add); \
 				r0 += R;                                                                          \
 			}                                                                                         \
 		}                                                                                                 \

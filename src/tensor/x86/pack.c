@@ -1,6 +1,7 @@
 // tensor/x86/pack: repacks GGUF rows into the x86 sets' tiles of 16 rows (layout in
 // tensor/kern.h): each block's codes as unsigned bytes in 4-byte lanes per row, so one
-// vector holds the same block of 16 neighbouring rows. Plain C; runs once at load.
+// vector holds the same block of 16 neighbouring rows. Plain C; runs at load, and per tile for
+// grid matrices held compact (a thread's scratch receives it).
 #include "tensor/kern.h"
 
 #include <pthread.h>
@@ -117,16 +118,6 @@ static void pack_float_tile(uint32_t type, const uint8_t *src, size_t row_bytes,
 static void pack_block(uint32_t type, const kern_codes *dc, uint8_t *o) {
 	const uint8_t *u[16];
 	type = kern_codes_as(type);
-	if (kern_iq_codebook_of(type)) { // grid types: indices per 32, a scale byte per 16, d
-		for (int j = 0; j < 8; j++, o += 256) {
-			for (int r = 0; r < 16; r++) u[r] = dc[r].u + 32 * j;
-			planes4(o, u);
-		}
-		for (int j = 0; j < 16; j++)
-			for (int r = 0; r < 16; r++) o[16 * j + r] = dc[r].sc[j];
-		for (int r = 0; r < 16; r++) put16(o + 256 + 2 * r, dc[r].d);
-		return;
-	}
 	switch (packers[type].elems) {
 	case 32:
 		for (int r = 0; r < 16; r++) u[r] = dc[r].u;
@@ -313,7 +304,7 @@ static inline void put_sub(uint8_t *o, int j, int r, uint64_t g0, uint64_t g1, u
 
 // Row r's scales and d of a grid block x into hd, as a packed tile-block holds them after its
 // codes: the scale of the 16 elements h of sub-block j at 32 j + 16 h + r, the fp16 d at 256 + 2 r.
-void kern_x86_grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r) {
+static void grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r) {
 	uint8_t sc[16];
 	uint16_t d = (uint16_t)(x[0] | x[1] << 8); // the first field of all but IQ1_M
 	switch (type) {
@@ -354,10 +345,10 @@ void kern_x86_grid_head(uint32_t type, const uint8_t *x, uint8_t *hd, int r) {
 	put16(hd + 256 + 2 * r, d);
 }
 
-// Row r of a grid tile-block o from its block x: the bytes pack_block writes from kern_decode's.
+// Row r of a grid tile-block o from its block x: planes4 of kern_decode's codes, their scales and d.
 static void grid_row(uint32_t type, const uint8_t *x, uint8_t *o, int r) {
 	uint64_t g[4];
-	kern_x86_grid_head(type, x, o + 2048, r);
+	grid_head(type, x, o + 2048, r);
 	switch (type) {
 	case GGUF_T_IQ2_XXS: {
 		const block_iq2_xxs *b = (const block_iq2_xxs *)x;
@@ -443,7 +434,7 @@ static void pack_tile(uint32_t type, const uint8_t *s, size_t row_bytes, int64_t
 		pack_float_tile(type, s, row_bytes, nr, k, o);
 		return;
 	}
-	if (is_grid(type)) { // rows past nr: zero codes, scales and d, as pack_block's
+	if (is_grid(type)) { // rows past nr: zero codes, scales and d
 		pthread_once(&g_once, grid_init);
 		if (nr < KERN_TILE) memset(o, 0, (size_t)nb * p->bytes);
 		for (int64_t b = 0; b < nb; b++)
