@@ -204,14 +204,17 @@ static _Atomic uint64_t compact_budget; // 0: the memory available at the load
 void model_select_compact(enum model_compact c) { atomic_store(&compact_mode, (int)c); }
 void model_select_compact_budget(uint64_t bytes) { atomic_store(&compact_budget, bytes); }
 
-// Bytes of w's packed copy; 0: read in place (a type the set does not pack, or held compact).
+// Whether w is held as a compact copy.
+static bool mat_compact(const model *m, const mweight *w) { return m->compact && tensor_compact_ok(m->ks, w->type); }
+
+// Bytes of w's packed (or compact) copy; 0: read in place (a type the set does not pack).
 static size_t mat_pack_bytes(const model *m, const mweight *w) {
-	if (m->compact && tensor_compact_ok(m->ks, w->type)) return 0;
+	if (mat_compact(m, w)) return tensor_compact_bytes(m->ks, w->type, w->rows, w->k, w->n_mat);
 	return tensor_pack_bytes(m->ks, w->type, w->rows, w->k, w->n_mat);
 }
 
-// Whether the grid types' matrices stay as in the file: as chosen, or (auto) when packing
-// every matrix would take more than 3/4 of the budget, or of the memory available now.
+// Whether the grid types' matrices are held compact: as chosen, or (auto) when packing every
+// matrix would take more than 3/4 of the budget, or of the memory available now.
 static bool choose_compact(const model *m, mweight *const *ws, int n) {
 	const int mode = atomic_load(&compact_mode);
 	if (mode != MODEL_COMPACT_AUTO) return mode == MODEL_COMPACT_ON;
@@ -225,16 +228,23 @@ static bool choose_compact(const model *m, mweight *const *ws, int n) {
 	return grid && avail && total > avail / 4 * 3;
 }
 
-// Places each packed matrix at a page-aligned offset of one mapping (off[i] = SIZE_MAX: read
-// in place) and returns the mapping's size (UINT64_MAX on overflow).
+// Places each packed matrix at a page-aligned offset of one mapping, a compact one at a cache
+// line's (its size is the file's), off[i] = SIZE_MAX: read in place; returns the mapping's
+// size (UINT64_MAX on overflow).
 static uint64_t pack_layout(const model *m, mweight *const *ws, int n, size_t *off) {
 	uint64_t total = 0;
+	bool ok = true;
 	for (int i = 0; i < n; i++) {
-		const size_t b = mat_pack_bytes(m, ws[i]);
+		const size_t b = mat_pack_bytes(m, ws[i]), a = mat_compact(m, ws[i]) ? 63 : 4095;
+		if (b) {
+			ok = ok && ck_add(total, a, &total);
+			total &= ~(uint64_t)a;
+		}
 		if (off) off[i] = b ? (size_t)total : SIZE_MAX;
-		if (b && !ck_add(total, (b + 4095) & ~(size_t)4095, &total)) total = UINT64_MAX;
+		if (b) ok = ok && ck_add(total, b, &total);
 	}
-	return total;
+	ok = ok && ck_add(total, 4095, &total);
+	return ok ? total & ~(uint64_t)4095 : UINT64_MAX;
 }
 
 // Room for every matrix model_mats may list.
@@ -304,7 +314,9 @@ static int pack_weights(model *m, bool mapped, model_progress_fn fn, void *ud, c
 		mweight *w = ws[i];
 		void *dst = off[i] == SIZE_MAX ? NULL : (uint8_t *)m->packed + off[i];
 		const bool in_first = (const void *)w >= (const void *)first && (const void *)w < (const void *)(first + 1);
-		tensor_mat_init(&w->tm, in_first ? ks_first : m->ks, w->type, w->rows, w->k, w->n_mat, w->data, dst, pool);
+		const tensor_kernels *ks = in_first ? ks_first : m->ks;
+		if (dst && mat_compact(m, w)) tensor_mat_init_compact(&w->tm, ks, w->type, w->rows, w->k, w->n_mat, w->data, dst, pool);
+		else tensor_mat_init(&w->tm, ks, w->type, w->rows, w->k, w->n_mat, w->data, dst, pool);
 		if (mapped && dst && w->data != m->tok_embd.data) {
 			const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 			const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);

@@ -142,10 +142,11 @@ uint64_t model_packed_bytes(const model *m);
 double model_pack_ms(const model *m);
 
 // How the matrices of the grid types (IQ3, IQ2, IQ1) are held by models loaded from now on:
-// expanded into the kernel set's tiles (about 4.5 bits a weight, the fastest), compact as in
-// the file (1.6 to 3.4 bits a weight, read in place, each tile gathered or expanded as a matmul
-// reaches it: the same bits, a slower decode), or auto: compact when packing every matrix would
-// take more than 3/4 of the memory available at the load (or of the budget below). Thread-safe.
+// expanded into the kernel set's tiles (about 4.5 bits a weight, the fastest), compact at the
+// file's size (1.6 to 3.4 bits a weight, its blocks regrouped per tile, each tile read as it is
+// or expanded as a matmul reaches it: the same bits, a slower decode), or auto: compact when
+// packing every matrix would take more than 3/4 of the memory available at the load (or of the
+// budget below). Thread-safe.
 enum model_compact { MODEL_COMPACT_AUTO, MODEL_COMPACT_ON, MODEL_COMPACT_OFF };
 void model_select_compact(enum model_compact c);
 // The memory auto measures against for loads from now on (a server's --memory); 0: the memory

@@ -141,6 +141,38 @@ bool tensor_compact_ok(const tensor_kernels *ks, uint32_t type) {
 	return ks->compact && type < GGUF_T_COUNT && ks->compact(type);
 }
 
+size_t tensor_compact_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k, int64_t n_mat) {
+	const tensor_traits *tt = tensor_traits_of(type);
+	if (!tensor_compact_ok(ks, type) || !tt || rows <= 0 || k <= 0 || n_mat <= 0 || k % tt->block ||
+	    tt->bytes % 2)
+		return 0;
+	uint64_t b;
+	if (!ck_mul((uint64_t)(rows + ks->tile - 1) / (uint64_t)ks->tile * (uint64_t)ks->tile, tensor_row_bytes(type, k), &b) ||
+	    !ck_mul(b, (uint64_t)n_mat, &b) || b > SIZE_MAX / 2)
+		return 0;
+	return (size_t)b;
+}
+
+// Tiles [t0, t1) of one matrix into its compact layout: tile t's block b at (t nb + b) T bs,
+// and there 2-byte unit u of row r at (u T + r) 2 (T rows a tile, bs bytes a block).
+static void compact_tiles(const tensor_mat *m, const uint8_t *src, uint8_t *dst, int64_t t0, int64_t t1) {
+	const int64_t T = m->ks->tile, bs = (int64_t)tensor_traits_of(m->type)->bytes;
+	const int64_t nb = (int64_t)m->row_bytes / bs;
+	for (int64_t t = t0; t < t1; t++)
+		for (int64_t b = 0; b < nb; b++) {
+			uint8_t *o = dst + (size_t)((t * nb + b) * T * bs);
+			for (int64_t r = 0; r < T; r++) {
+				const int64_t row = t * T + r;
+				const uint8_t *in = src + (size_t)row * m->row_bytes + (size_t)(b * bs);
+				for (int64_t u = 0; u < bs / 2; u++) {
+					uint8_t *q = o + (size_t)((u * T + r) * 2);
+					q[0] = row < m->rows ? in[2 * u] : 0;
+					q[1] = row < m->rows ? in[2 * u + 1] : 0;
+				}
+			}
+		}
+}
+
 typedef struct {
 	const tensor_mat *m;
 	const uint8_t *src;
@@ -156,9 +188,11 @@ static void pack_task(void *arg, int ith, int nth) {
 		int64_t t0 = a - mat * j->tiles, t1 = b - mat * j->tiles;
 		t0 = t0 < 0 ? 0 : t0;
 		t1 = t1 > j->tiles ? j->tiles : t1;
-		if (t0 < t1)
-			j->m->ks->pack(j->m->type, j->src + (size_t)mat * j->m->row_bytes * (size_t)j->m->rows, j->m->row_bytes,
-				       j->m->rows, j->m->k, j->dst + (size_t)mat * j->m->mat_bytes, t0, t1);
+		const uint8_t *src = j->src + (size_t)mat * j->m->row_bytes * (size_t)j->m->rows;
+		if (t0 < t1 && j->m->compact) compact_tiles(j->m, src, j->dst + (size_t)mat * j->m->mat_bytes, t0, t1);
+		else if (t0 < t1)
+			j->m->ks->pack(j->m->type, src, j->m->row_bytes, j->m->rows, j->m->k, j->dst + (size_t)mat * j->m->mat_bytes,
+				       t0, t1);
 	}
 }
 
@@ -172,6 +206,17 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 	m->mat_bytes = ks->pack_bytes(type, rows, k);
 	m->data = dst;
 	m->packed = true;
+	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
+	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
+	else pack_task(&j, 0, 1);
+}
+
+void tensor_mat_init_compact(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
+			     int64_t n_mat, const void *src, void *dst, base_pool *pool) {
+	*m = (tensor_mat){.ks = ks, .type = type, .rows = rows, .k = k, .n_mat = n_mat, .data = dst,
+			  .row_bytes = tensor_row_bytes(type, k), .packed = true, .compact = true};
+	LANES_ASSERT(tensor_compact_bytes(ks, type, rows, k, n_mat));
+	m->mat_bytes = tensor_compact_bytes(ks, type, rows, k, 1);
 	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
 	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
 	else pack_task(&j, 0, 1);

@@ -515,6 +515,7 @@ typedef struct {
 	size_t row_bytes;         // in place: bytes between rows
 	size_t mat_bytes;         // bytes between the matrices of a stack
 	bool packed;              // data is ks's packed copy
+	bool compact;             // data is a compact copy (tensor_compact_bytes), which ks reads
 } tensor_mat;
 
 // Bytes that ks needs to repack a stack of n_mat matrices of rows x k of type; 0 when ks
@@ -524,6 +525,14 @@ size_t tensor_pack_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, 
 // tile at a time, with the packed matrix's bits: the grid types (IQ3, IQ2, IQ1), whose packed
 // tiles take about 4.5 bits a weight against 1.6 to 3.4 in the file (a slower decode).
 bool tensor_compact_ok(const tensor_kernels *ks, uint32_t type);
+// Bytes of a compact copy of a stack (0 where ks reads no compact rows of type): the file's
+// blocks regrouped per tile of ks->tile rows (the last tile padded with zero rows), each
+// block's 2-byte units of the tile's rows side by side, so a kernel loads a field of all the
+// tile's rows at once.
+size_t tensor_compact_bytes(const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k, int64_t n_mat);
+// tensor_mat_init into a compact copy at dst (tensor_compact_bytes of it).
+void tensor_mat_init_compact(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
+			     int64_t n_mat, const void *src, void *dst, base_pool *pool);
 // Describes a stack whose rows lie back to back at src. dst: NULL when ks reads it in place,
 // else tensor_pack_bytes of memory that receives the packed copy (the work split across
 // pool's threads); the tensor_mat then points at dst.

@@ -129,11 +129,15 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 		       grid ? "grid" : "random", worse, worst);
 		CHECKF(!differ, "%s %s %s: a row alone differs from the row in a batch of %lld on threads", tensor_kernels_name(ks),
 		       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)NR);
-		// Compact (grid types read in place, a tile expanded at a time): the packed matrix's bits,
+		// Compact (grid types at the file's size, regrouped by tile): the packed matrix's bits,
 		// in a batch on the pool and row by row.
 		if (tensor_compact_ok(ks, type)) {
 			tensor_mat mc;
-			tensor_mat_init(&mc, ks, type, NO, K, 2, w, NULL, pool);
+			const size_t cb = tensor_compact_bytes(ks, type, NO, K, 2);
+			CHECKF(cb >= 2 * (size_t)NO * tensor_row_bytes(type, K) && cb <= 2 * (size_t)(NO + 15) * tensor_row_bytes(type, K),
+			       "%s %s: a compact copy of %zu bytes", tensor_kernels_name(ks), tt->name, cb);
+			uint8_t *cp = aligned_alloc(64, (cb + 63) & ~(size_t)63);
+			tensor_mat_init_compact(&mc, ks, type, NO, K, 2, w, cp, pool);
 			float *c1 = malloc(sizeof(float) * NR * NO), *c3 = malloc(sizeof(float) * NR * NO);
 			const tensor_mat *wc[2] = {&mc, &mc};
 			float *yc[2] = {c1, c3};
@@ -144,9 +148,9 @@ static void matmul_type(const tensor_kernels *ks, uint32_t type, int64_t K, base
 				tensor_matmuls(NULL, 1, wc, &mat0, x + r * K, 1, &yy);
 			}
 			same = same && !memcmp(c1, y2, sizeof(float) * NR * NO);
-			CHECKF(same, "%s %s %s k=%lld: read in place, not the packed matrix's bits", tensor_kernels_name(ks),
+			CHECKF(same, "%s %s %s k=%lld: compact, not the packed matrix's bits", tensor_kernels_name(ks),
 			       tensor_act_name(tensor_kernels_act(ks)), tt->name, (long long)K);
-			free(c1), free(c3);
+			free(c1), free(c3), free(cp);
 		} else if (pb) {
 			CHECKF(!is_grid(type), "%s %s: a grid type the set cannot read in place", tensor_kernels_name(ks), tt->name);
 		}
@@ -586,7 +590,7 @@ int main(void) {
 				t_case("%s %s type %u", names[s], tensor_act_name((enum tensor_act)a), all_types[t]);
 				matmul_type(ka, all_types[t], 512, pool);
 				if (is_float(all_types[t])) matmul_type(ka, all_types[t], 100, pool);
-				// read in place, activations in more than one block of rows (mm_compact's row blocks)
+				// compact, activations in more than one of the packed driver's row blocks
 				if (is_grid(all_types[t])) matmul_type(ka, all_types[t], 4096, pool);
 				extremes(ka, all_types[t]);
 			}

@@ -451,13 +451,28 @@ AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, in
 	}
 }
 
-// ---- grid types read in place (compact) ------------------------------------------------------
-// Each lane's row of the tile (VL h + lane, held to the last of nr: lanes past it compute
-// outputs nobody writes) times row_bytes: gather offsets of the lanes' blocks.
-AI vi row_offsets(int h, int nr, size_t row_bytes) {
-	int32_t o[VL];
-	for (int l = 0; l < VL; l++) o[l] = (int32_t)((size_t)(VL * h + l < nr ? VL * h + l : nr - 1) * row_bytes);
-	return v_load(o);
+// ---- grid types held compact ----------------------------------------------------------------
+// A compact tile block (tensor_compact_bytes): 2-byte unit u of row r at (16 u + r) 2, so the
+// units of half h's rows at one offset are one load. Lane l: the little-endian u16 at byte o
+// (even) of row VL h + l's block, its u32 at o, and its byte at o.
+AI vi cu16(const uint8_t *bb, int o, int h) { return v_ldu16(bb + 16 * o + 2 * VL * h); }
+AI vi cu32(const uint8_t *bb, int o, int h) { return v_or(cu16(bb, o, h), v_slli32(cu16(bb, o + 2, h), 16)); }
+AI vi cu8(const uint8_t *bb, int o, int h) { return v_and(o % 2 ? v_srli32(cu16(bb, o - 1, h), 8) : cu16(bb, o, h), v_set1_32(0xff)); }
+
+// Lane l: table[idx[l]], its first 4 bytes in *lo and the next 4 in *hi; scalar loads from an
+// L1-resident table outrun gathers.
+AI void lookup64(const uint64_t *table, vi idx, vi *lo, vi *hi) {
+	int32_t ix[VL];
+	uint64_t g[VL];
+	v_storei(ix, idx);
+	UNROLL for (int l = 0; l < VL; l++) g[l] = table[ix[l]];
+	v_load64(g, lo, hi);
+}
+AI vi lookup32(const uint32_t *table, vi idx) {
+	int32_t ix[VL];
+	v_storei(ix, idx);
+	UNROLL for (int l = 0; l < VL; l++) ix[l] = (int32_t)table[ix[l]];
+	return v_load(ix);
 }
 
 // Byte b of each lane: 0xff where bit 4q + b of the lane's low byte s is set.
@@ -485,8 +500,8 @@ AI vi iq_scale(vi v, int at, int mask) { return v_addi(v_slli32(v_and(v_srli32(v
 
 // The values of elements 4k..4k+3 of sub-block j in w[k] (k < 8), as rows_iq's lut gives them
 // (biased by 128 where the dot products want unsigned codes), and the scales of its halves of
-// 16 (sc[0], sc[1]), from the rows' blocks at blk.
-AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, vi w[8], vi sc[2]) {
+// 16 (sc[0], sc[1]), from the compact tile block at bb (half h's rows).
+AI void iq_in_values(uint32_t type, const uint8_t *bb, int h, int j, vi lut, vi w[8], vi sc[2]) {
 	const vi b8 = v_set1_32(0xff), unsig = v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0);
 	switch (type) {
 	case GGUF_T_IQ2_XXS:
@@ -495,17 +510,17 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 		const uint64_t *grid = type == GGUF_T_IQ2_XXS ? tensor_iq2xxs_grid : type == GGUF_T_IQ2_XS ? tensor_iq2xs_grid : tensor_iq2s_grid;
 		vi a0, a1, hq = v_zeroi();
 		if (type == GGUF_T_IQ2_S) {
-			a0 = v_gather32(blk + 2 + 4 * j, roff);           // index low bytes
-			a1 = v_gather32(blk + 2 + QK_K / 8 + 4 * j, roff); // sign bytes
-			hq = v_gather32(blk + 2 + QK_K / 4 + j, roff);     // index top bits
+			a0 = cu32(bb, 2 + 4 * j, h);          // index low bytes
+			a1 = cu32(bb, 2 + QK_K / 8 + 4 * j, h); // sign bytes
+			hq = cu8(bb, 2 + QK_K / 4 + j, h);      // index top bits
 		} else {
-			v_gather64(blk + 2 + 8 * j, roff, &a0, &a1);
+			a0 = cu32(bb, 2 + 8 * j, h), a1 = cu32(bb, 6 + 8 * j, h);
 		}
 		if (type == GGUF_T_IQ2_XXS) {
 			sc[0] = sc[1] = iq_scale(a1, 28, 15);
-		} else { // a byte per sub-block after the indices (and IQ2_S's qh), read 4 at a time within the block
+		} else { // a byte per sub-block after the indices (and IQ2_S's qh), read 4 at a time
 			const int at = type == GGUF_T_IQ2_XS ? 2 + QK_K / 4 : 2 + QK_K / 4 + QK_K / 32;
-			const vi v = v_gather32(blk + at + 4 * (j / 4), roff);
+			const vi v = cu32(bb, at + 4 * (j / 4), h);
 			sc[0] = iq_scale(v, 8 * (j % 4), 15), sc[1] = iq_scale(v, 8 * (j % 4) + 4, 15);
 		}
 		UNROLL for (int l = 0; l < 4; l++) {
@@ -523,7 +538,7 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 				sg = v_and(v_srli32(a1, 8 * l), b8);
 			}
 			vi g[2];
-			v_gather64(grid, v_slli32(idx, 3), &g[0], &g[1]);
+			lookup64(grid, idx, &g[0], &g[1]);
 			UNROLL for (int q = 0; q < 2; q++) w[2 * l + q] = v_xor(with_sign(g[q], sign_mask(sg, q)), unsig);
 		}
 		return;
@@ -531,16 +546,15 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 	case GGUF_T_IQ3_XXS:
 	case GGUF_T_IQ3_S: {
 		const uint32_t *grid = type == GGUF_T_IQ3_XXS ? tensor_iq3xxs_grid : tensor_iq3s_grid;
-		vi i0, i1;
-		v_gather64(blk + 2 + 8 * j, roff, &i0, &i1);
+		const vi i0 = cu32(bb, 2 + 8 * j, h), i1 = cu32(bb, 6 + 8 * j, h);
 		vi hb = v_zeroi(), sgs;
 		if (type == GGUF_T_IQ3_S) {
-			hb = v_gather32(blk + 2 + QK_K / 4 + j, roff);             // qh[j]: the indices' 9th bits
-			sgs = v_gather32(blk + 2 + QK_K / 4 + QK_K / 32 + 4 * j, roff); // a sign byte per group
+			hb = cu8(bb, 2 + QK_K / 4 + j, h);                    // qh[j]: the indices' 9th bits
+			sgs = cu32(bb, 2 + QK_K / 4 + QK_K / 32 + 4 * j, h); // a sign byte per group
 			// the 4 bytes of scales, a nibble per sub-block
-			sc[0] = sc[1] = iq_scale(v_gather32(blk + 2 + QK_K / 4 + QK_K / 32 + QK_K / 8, roff), 4 * j, 15);
+			sc[0] = sc[1] = iq_scale(cu32(bb, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8, h), 4 * j, 15);
 		} else {
-			sgs = v_gather32(blk + 2 + QK_K / 4 + 4 * j, roff);
+			sgs = cu32(bb, 2 + QK_K / 4 + 4 * j, h);
 			sc[0] = sc[1] = iq_scale(sgs, 28, 15);
 		}
 		UNROLL for (int l = 0; l < 4; l++) {
@@ -550,7 +564,7 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 				const int k = 2 * l + q;
 				vi idx = v_and(v_srli32(k < 4 ? i0 : i1, 8 * (k % 4)), b8);
 				if (type == GGUF_T_IQ3_S) idx = v_or(idx, v_slli32(v_and(v_srli32(hb, k), v_set1_32(1)), 8));
-				w[k] = v_xor(with_sign(v_gather32(grid, v_slli32(idx, 2)), sign_mask(sg, q)), unsig);
+				w[k] = v_xor(with_sign(lookup32(grid, idx), sign_mask(sg, q)), unsig);
 			}
 		}
 		return;
@@ -559,12 +573,11 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 	case GGUF_T_IQ1_M: {
 		// codes 2 (grid + 1) + (delta > 0), looked up in the codebook as rows_iq's
 		const bool m = type == GGUF_T_IQ1_M;
-		const vi lo = v_gather32(blk + (m ? 0 : 2) + 4 * j, roff);
-		const vi qh = m ? v_gather32(blk + QK_K / 8 + 2 * j, roff)
-				: v_srli32(v_gather32(blk + 2 + QK_K / 8 + 4 * (j / 2), roff), 16 * (j % 2));
+		const vi lo = cu32(bb, (m ? 0 : 2) + 4 * j, h);
+		const vi qh = cu16(bb, (m ? QK_K / 8 : 2 + QK_K / 8) + 2 * j, h);
 		const vi one = v_set1_8(1);
 		if (m) { // 3-bit scales per 16, four to a little-endian u16
-			const vi v = v_gather32(blk + QK_K / 8 + QK_K / 16 + 4 * (j / 4), roff);
+			const vi v = cu32(bb, QK_K / 8 + QK_K / 16 + 4 * (j / 4), h);
 			const int at = 16 * (j / 2 % 2) + 6 * (j % 2);
 			sc[0] = iq_scale(v, at, 7), sc[1] = iq_scale(v, at + 3, 7);
 		} else {
@@ -576,7 +589,7 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 			const vi neg = v_and(v_srli32(qh, m ? 4 * l + 3 : 15), v_set1_32(1));
 			const vi plus = v_xor(v_shuf8(neg, v_load(iq_bcast0)), one); // 1 in every byte where the delta is +1/8
 			vi g[2];
-			v_gather64(tensor_iq1s_grid, v_slli32(idx, 3), &g[0], &g[1]);
+			lookup64(tensor_iq1s_grid, idx, &g[0], &g[1]);
 			UNROLL for (int q = 0; q < 2; q++) {
 				const vi c = v_add8(g[q], one);
 				w[2 * l + q] = v_shuf8(lut, v_add8(v_add8(c, c), plus));
@@ -587,35 +600,29 @@ AI void iq_in_values(uint32_t type, const uint8_t *blk, vi roff, int j, vi lut, 
 	}
 }
 
-// rows_iq over the nr rows of a tile read in place, row_bytes apart (blocks of bs bytes): the
-// same codes and scales, so the same operations and bits.
-AI void rows_iq_in(const uint8_t *tw, size_t row_bytes, int nr, size_t bs, uint32_t type, int64_t nsb, const uint8_t *xa,
-		   size_t xs, int h, int R, vf *acc, bool one) {
+// rows_iq over a compact tile (blocks of bs bytes): the same values and scales, so the same
+// operations and bits.
+AI void rows_iq_in(const uint8_t *tw, size_t bs, uint32_t type, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R,
+		   vf *acc, bool one) {
 	const kern_iq_codebook *cb = kern_iq_codebook_of(type);
 	const vi lut = v_xor(v_lut16(cb->v), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
-	const vi roff = row_offsets(h, nr, row_bytes);
 	const vi h16 = v_set1_32(0xffff);
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
-		const uint8_t *blk = tw + (size_t)b * bs;
-		// the same block of the next tile's rows (rows may be shorter than any distance ahead)
-		for (int r = VL * h; r < VL * h + VL && r < nr; r++) {
-			const uint8_t *x = blk + (size_t)(r + KERN_TILE) * row_bytes;
-			__builtin_prefetch(x, 0, 3);
-			__builtin_prefetch(x + bs - 1, 0, 3);
-		}
+		const uint8_t *bb = tw + (size_t)b * KERN_TILE * bs;
+		pf(bb, KERN_TILE * bs);
 		vi d;
 		if (type == GGUF_T_IQ1_M) { // d in the top nibbles of the four u16 of scales
-			const vi s01 = v_gather32(blk + QK_K / 8 + QK_K / 16, roff), s23 = v_gather32(blk + QK_K / 8 + QK_K / 16 + 4, roff);
+			const vi s01 = cu32(bb, QK_K / 8 + QK_K / 16, h), s23 = cu32(bb, QK_K / 8 + QK_K / 16 + 4, h);
 			d = v_or(v_or(v_srli32(v_and(s01, h16), 12), v_and(v_srli32(s01, 24), v_set1_32(0xf0))),
 				 v_or(v_and(v_srli32(v_and(s23, h16), 4), v_set1_32(0xf00)), v_and(v_srli32(s23, 16), v_set1_32(0xf000))));
 		} else {
-			d = v_and(v_gather32(blk, roff), h16);
+			d = cu16(bb, 0, h);
 		}
 		const vf D0 = v_mul(v_h2f(d), v_set1f(cb->mul));
 		for (int j = 0; j < 8; j++) {
 			vi w[8], sc[2];
-			iq_in_values(type, blk, roff, j, lut, w, sc);
+			iq_in_values(type, bb, h, j, lut, w, sc);
 			const vf Da = v_mul(D0, v_cvt(sc[0]));
 			const vf Db = v_mul(D0, v_cvt(sc[1]));
 			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, one);
@@ -743,14 +750,14 @@ static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 
 static bool kx_compact(uint32_t type) { return type < GGUF_T_COUNT && mm_table[type] && kern_iq_codebook_of(type); }
 
-// Grid matrices read in place, a few activation rows at a time: the rows' blocks gathered
-// straight into the values rows_iq looks up (rows_iq_in), R rows against half h of each tile,
-// rows in MM_DRIVER's groups.
+// Compact grid matrices, a few activation rows at a time: the tiles' fields loaded straight
+// into the values rows_iq looks up (rows_iq_in), R rows against half h of each tile, rows in
+// MM_DRIVER's groups.
 #define MM_IN_DRIVER(NAME, TYPE, BLOCK, ONE)                                                                      \
-	AI void NAME##_pass(const uint8_t *tw, size_t rbytes, int nr, int64_t nb, const uint8_t *xr, size_t xs, int h,  \
-			    float *y, int64_t ldy, int64_t r0, int64_t o, int64_t o1, bool add, const int R) {           \
+	AI void NAME##_pass(const uint8_t *tw, int64_t nb, const uint8_t *xr, size_t xs, int h, float *y, int64_t ldy, \
+			    int64_t r0, int64_t o, int64_t o1, bool add, const int R) {                                \
 		vf acc[RMAX];                                                                                     \
-		rows_iq_in(tw, rbytes, nr, sizeof(BLOCK), TYPE, nb, xr, xs, h, R, acc, ONE);                      \
+		rows_iq_in(tw, sizeof(BLOCK), TYPE, nb, xr, xs, h, R, acc, ONE);                                  \
 		ROWS put_out(y + (r0 + i) * ldy, o + VL * h, o1, acc[i], add);                                    \
 	}                                                                                                         \
 	static void NAME(const tensor_mat *w, const void *mat, const void *xa_, size_t xs, int64_t n, float *y,    \
@@ -765,7 +772,7 @@ static bool kx_compact(uint32_t type) { return type < GGUF_T_COUNT && mm_table[t
 				const int R = KX_ROWS_FOR(left);                                                  \
 				const uint8_t *xr = xa + (size_t)r0 * xs;                                         \
 				for (int h = 0; h < NH && VL * h < nr; h++)                                       \
-					KX_PASS(R, NAME##_pass, tw, w->row_bytes, nr, nb, xr, xs, h, y, ldy, r0, o, o1, add); \
+					KX_PASS(R, NAME##_pass, tw, nb, xr, xs, h, y, ldy, r0, o, o1, add);       \
 				r0 += R;                                                                          \
 			}                                                                                         \
 		}                                                                                                 \
@@ -782,28 +789,30 @@ MM_IN_TYPES(MM_IN_BOTH)
 static const mm_fn mmin_table[GGUF_T_COUNT] = {MM_IN_TYPES(MM_IN16)};
 static const mm_fn mmin8_table[GGUF_T_COUNT] = {MM_IN_TYPES(MM_IN8)};
 
-// Activation rows up to which a compact matrix's rows are gathered in place for each pass;
+// Activation rows up to which a compact matrix's tiles are read as they are for each pass;
 // past it a tile is expanded once and every pass reads the copy.
 #define KX_IN_ROWS RMAX
 
-// A grid matrix read in place: each tile expanded into the packed layout in this thread's
-// scratch, then the packed kernel over it, activation rows in MM_DRIVER's blocks: the packed
-// matrix's bits at the file's size.
+// A compact grid matrix for many rows: each tile's rows put back in the file's layout, then
+// expanded into the packed layout, in this thread's scratch, once, and the packed kernel run
+// over it for every activation row: the packed matrix's bits at the file's size.
 static void mm_compact(mm_fn fn, const tensor_mat *w, const void *mat, const uint8_t *xa, size_t xs, int64_t n,
 		       float *y, int64_t ldy, int64_t o0, int64_t o1, bool add) {
-	uint8_t *tile = kern_x86_scratch(kern_x86_pack_bytes(w->type, KERN_TILE, w->k));
+	const size_t tb = kern_x86_pack_bytes(w->type, KERN_TILE, w->k), rows_b = KERN_TILE * w->row_bytes;
+	uint8_t *tile = kern_x86_scratch(tb + rows_b), *rows = tile + tb;
 	LANES_ASSERT(tile);
-	int64_t rb = (int64_t)(KX_ACT_L2 / xs) / RMAX * RMAX;
-	if (rb < RMAX) rb = RMAX;
-	for (int64_t rb0 = 0; rb0 < n; rb0 += rb) {
-		const int64_t rn = rb0 + rb < n ? rb : n - rb0;
-		for (int64_t o = o0; o < o1; o += KERN_TILE) {
-			const int64_t nr = w->rows - o < KERN_TILE ? w->rows - o : KERN_TILE;
-			kern_x86_pack_tile(w->type, (const uint8_t *)mat + (size_t)o * w->row_bytes, w->row_bytes, nr, w->k, tile,
-					   KX_Q8_UNSIGNED);
-			fn(w, tile, xa + (size_t)rb0 * xs, xs, rn, y + rb0 * ldy + o, ldy, 0, o1 - o < KERN_TILE ? o1 - o : KERN_TILE,
-			   add);
-		}
+	const size_t bs = tensor_traits_of(w->type)->bytes, nb = w->row_bytes / bs;
+	for (int64_t o = o0; o < o1; o += KERN_TILE) {
+		const int64_t nr = w->rows - o < KERN_TILE ? w->rows - o : KERN_TILE;
+		const uint8_t *t = (const uint8_t *)mat + (size_t)o * w->row_bytes;
+		for (size_t b = 0; b < nb; b++)
+			for (size_t u = 0; u < bs / 2; u++) {
+				uint16_t v[KERN_TILE];
+				memcpy(v, t + (b * bs + 2 * u) * KERN_TILE, sizeof v);
+				for (int64_t r = 0; r < nr; r++) memcpy(rows + (size_t)r * w->row_bytes + b * bs + 2 * u, &v[r], 2);
+			}
+		kern_x86_pack_tile(w->type, rows, w->row_bytes, nr, w->k, tile, KX_Q8_UNSIGNED);
+		fn(w, tile, xa, xs, n, y + o, ldy, 0, o1 - o < KERN_TILE ? o1 - o : KERN_TILE, add);
 	}
 }
 
@@ -814,15 +823,13 @@ static void kx_matmul_with(const mm_fn *table, const mm_fn *in_table, const tens
 	const mm_fn fn = table[w->type];
 	if (!fn) {
 		tensor_kernels_ref.matmul(w, mat, xa, xs, n, y, ldy, o0, o1, add);
-	} else if (w->packed) {
-		fn(w, mat, xa, xs, n, y, ldy, o0, o1, add);
-	} else {
+	} else if (w->compact) {
 		LANES_ASSERT(kx_compact(w->type));
-		// gather offsets are 32-bit: a tile of longer rows is expanded
-		if (n <= KX_IN_ROWS && w->row_bytes <= INT32_MAX / KERN_TILE)
-			in_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
-		else
-			mm_compact(fn, w, mat, xa, xs, n, y, ldy, o0, o1, add);
+		if (n <= KX_IN_ROWS) in_table[w->type](w, mat, xa, xs, n, y, ldy, o0, o1, add);
+		else mm_compact(fn, w, mat, xa, xs, n, y, ldy, o0, o1, add);
+	} else {
+		LANES_ASSERT(w->packed);
+		fn(w, mat, xa, xs, n, y, ldy, o0, o1, add);
 	}
 }
 

@@ -46,14 +46,10 @@ V vi v_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
 V vi v_add8(vi a, vi b) { return _mm256_add_epi8(a, b); }
 V vi v_sub8(vi a, vi b) { return _mm256_sub_epi8(a, b); }
 V vi v_cmpeq8(vi a, vi b) { return _mm256_cmpeq_epi8(a, b); } // 0xff where equal
-// Lane l: the 4 bytes at base + off[l].
-V vi v_gather32(const void *base, vi off) { return _mm256_i32gather_epi32((const int *)base, off, 1); }
-// Lane l: the 8 bytes at base + off[l], their first 4 in *lo and the next 4 in *hi.
-V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
-	const __m256i a = _mm256_i32gather_epi64((const long long *)base, _mm256_castsi256_si128(off), 1);
-	const __m256i b = _mm256_i32gather_epi64((const long long *)base, _mm256_extracti128_si256(off, 1), 1);
+// The 8 u64 at p: their first 4 bytes in *lo, the next 4 in *hi.
+V void v_load64(const uint64_t *p, vi *lo, vi *hi) {
 	const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-	const __m256i as = _mm256_permutevar8x32_epi32(a, split), bs = _mm256_permutevar8x32_epi32(b, split);
+	const __m256i as = _mm256_permutevar8x32_epi32(v_load(p), split), bs = _mm256_permutevar8x32_epi32(v_load(p + 4), split);
 	*lo = _mm256_permute2x128_si256(as, bs, 0x20);
 	*hi = _mm256_permute2x128_si256(as, bs, 0x31);
 }
@@ -61,6 +57,7 @@ V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
 V vi v_lut16(const void *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_shuf8(vi t, vi i) { return _mm256_shuffle_epi8(t, i); }
 V vi v_ldu8(const void *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+V vi v_ldu16(const void *p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_ldi8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 V vf v_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
 V vi v_cvtr(vf a) { return _mm256_cvtps_epi32(a); }

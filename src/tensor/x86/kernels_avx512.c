@@ -53,12 +53,9 @@ V vi v_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
 V vi v_add8(vi a, vi b) { return _mm512_add_epi8(a, b); }
 V vi v_sub8(vi a, vi b) { return _mm512_sub_epi8(a, b); }
 V vi v_cmpeq8(vi a, vi b) { return _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(a, b)); } // 0xff where equal
-// Lane l: the 4 bytes at base + off[l].
-V vi v_gather32(const void *base, vi off) { return _mm512_i32gather_epi32(off, base, 1); }
-// Lane l: the 8 bytes at base + off[l], their first 4 in *lo and the next 4 in *hi.
-V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
-	const __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(off), base, 1);
-	const __m512i b = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(off, 1), base, 1);
+// The 16 u64 at p: their first 4 bytes in *lo, the next 4 in *hi.
+V void v_load64(const uint64_t *p, vi *lo, vi *hi) {
+	const __m512i a = v_load(p), b = v_load(p + 8);
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	*lo = _mm512_permutex2var_epi32(a, even, b);
 	*hi = _mm512_permutex2var_epi32(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b);
@@ -67,6 +64,7 @@ V void v_gather64(const void *base, vi off, vi *lo, vi *hi) {
 V vi v_lut16(const void *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 V vi v_shuf8(vi t, vi i) { return _mm512_shuffle_epi8(t, i); }
 V vi v_ldu8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+V vi v_ldu16(const void *p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)); }
 V vi v_ldi8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 V vf v_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
 V vi v_cvtr(vf a) { return _mm512_cvtps_epi32(a); }
