@@ -6,43 +6,64 @@
 #include <math.h>
 #include <string.h>
 
-// Points go four at a time: element j of points 4q..4q+3 side by side, so the search takes
-// four points per step of vector arithmetic.
-static inline float iq_pt(const iq_grid *gr, int i, int j) { return gr->pts[gr->g * 4 * (i / 4) + 4 * j + i % 4]; }
+// Points go IQ_PW at a time: element j of points PW q..PW q + PW-1 side by side, so the search
+// takes that many points per step of vector arithmetic.
+#define IQ_PW 16
+static inline float iq_pt(const iq_grid *gr, int i, int j) { return gr->pts[gr->g * IQ_PW * (i / IQ_PW) + IQ_PW * j + i % IQ_PW]; }
 
 void iq_expand(iq_grid *gr, float *pts) {
 	for (int i = 0; i < gr->n; i++)
 		for (int j = 0; j < gr->g; j++) {
 			const uint64_t e = gr->w == 8 ? ((const uint64_t *)gr->tab)[i] : ((const uint32_t *)gr->tab)[i];
 			const uint8_t b = (uint8_t)(e >> 8 * j);
-			pts[gr->g * 4 * (i / 4) + 4 * j + i % 4] = gr->is_signed ? (float)(int8_t)b : (float)b;
+			pts[gr->g * IQ_PW * (i / IQ_PW) + IQ_PW * j + i % IQ_PW] = gr->is_signed ? (float)(int8_t)b : (float)b;
 		}
 	gr->pts = pts;
 }
 
-typedef float v4f __attribute__((vector_size(16)));
+typedef float vpf __attribute__((vector_size(4 * IQ_PW)));
+typedef int32_t vpi __attribute__((vector_size(4 * IQ_PW)));
 
-static inline int near_g(const float *pts, int n, const int g, const float *t, const float *wt, float s, float *err) {
-	int best = 0;
-	float be = INFINITY;
-	const v4f sv = {s, s, s, s};
-	v4f tv[8], wv[8];
-	for (int j = 0; j < g; j++) tv[j] = (v4f){t[j], t[j], t[j], t[j]}, wv[j] = (v4f){wt[j], wt[j], wt[j], wt[j]};
-	for (int q = 0; q < n / 4; q++) {
-		const float *p = pts + 4 * g * q;
-		v4f e = {0.0f, 0.0f, 0.0f, 0.0f};
-		_Pragma("GCC unroll 8") for (int j = 0; j < g; j++) {
-			v4f pj;
-			memcpy(&pj, p + 4 * j, sizeof pj);
-			const v4f r = tv[j] - sv * pj;
-			e += wv[j] * r * r;
-		}
-		for (int l = 0; l < 4; l++)
-			if (e[l] < be) be = e[l], best = 4 * q + l;
+// Every lane's arithmetic is fixed (no contraction, the same operations in any vector width), so
+// each clone finds the same point: the one the machine runs is only a matter of speed.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define IQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define IQ_CLONES
+#endif
+
+// Each lane keeps its least error and the first step that reached it; the least over lanes,
+// at the lowest index on ties, is then the first point a scan in order would keep.
+#define NEAR_G(NAME, G)                                                                                           \
+	IQ_CLONES static int NAME(const float *pts, int n, const float *t, const float *wt, float s, float *err) {   \
+		const vpf sv = s - (vpf){0};                                                                      \
+		vpf tv[G], wv[G], m = INFINITY - (vpf){0};                                                        \
+		vpi at = {0};                                                                                     \
+		for (int j = 0; j < G; j++) tv[j] = t[j] - (vpf){0}, wv[j] = wt[j] - (vpf){0};                   \
+		for (int q = 0; q < n / IQ_PW; q++) {                                                             \
+			const float *p = pts + IQ_PW * G * q;                                                     \
+			vpf e = {0};                                                                              \
+			_Pragma("GCC unroll 8") for (int j = 0; j < G; j++) {                                     \
+				vpf pj;                                                                           \
+				memcpy(&pj, p + IQ_PW * j, sizeof pj);                                            \
+				const vpf r = tv[j] - sv * pj;                                                    \
+				e += wv[j] * r * r;                                                               \
+			}                                                                                         \
+			const vpi lt = e < m;                                                                     \
+			m = (vpf)(((vpi)e & lt) | ((vpi)m & ~lt));                                                \
+			at = (q & lt) | (at & ~lt);                                                               \
+		}                                                                                                 \
+		int best = 0;                                                                                     \
+		float be = INFINITY;                                                                              \
+		for (int l = 0; l < IQ_PW; l++) {                                                                 \
+			const int i = IQ_PW * at[l] + l;                                                          \
+			if (m[l] < be || (m[l] == be && i < best)) be = m[l], best = i;                           \
+		}                                                                                                 \
+		*err = be;                                                                                        \
+		return best;                                                                                      \
 	}
-	*err = be;
-	return best;
-}
+NEAR_G(near_4, 4)
+NEAR_G(near_8, 8)
 
 static const float ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
 
@@ -50,7 +71,7 @@ int iq_nearest(const iq_grid *gr, const float *a, const float *wt, float s, floa
 	float t[8], e;
 	for (int j = 0; j < gr->g; j++) t[j] = a[j] - s * delta;
 	if (!wt) wt = ones8;
-	const int i = gr->g == 4 ? near_g(gr->pts, gr->n, 4, t, wt, s, &e) : near_g(gr->pts, gr->n, 8, t, wt, s, &e);
+	const int i = gr->g == 4 ? near_4(gr->pts, gr->n, t, wt, s, &e) : near_8(gr->pts, gr->n, t, wt, s, &e);
 	if (err) *err = e;
 	return i;
 }

@@ -60,7 +60,7 @@ typedef struct {
 } iq_grid;
 // Set in an index from iq_codes where the group took the offset -pick.
 #define IQ_NEG_PICK 0x8000
-// Fills pts (n * g floats, n a multiple of 4) with gr's points and points gr at them: the
+// Fills pts (n * g floats, n a multiple of 16) with gr's points and points gr at them: the
 // search's form.
 void iq_expand(iq_grid *gr, float *pts);
 // Every search below takes weights wt beside its targets a (the importance of each element;
