@@ -166,8 +166,8 @@ static void compact_tiles(const tensor_mat *m, const uint8_t *src, uint8_t *dst,
 				const uint8_t *in = src + (size_t)row * m->row_bytes + (size_t)(b * bs);
 				for (int64_t u = 0; u < bs / 2; u++) {
 					uint8_t *q = o + (size_t)((u * T + r) * 2);
-					q[0] = row < m->rows ? in[2 * u] : 0;
-					q[1] = row < m->rows ? in[2 * u + 1] : 0;
+					if (row < m->rows) memcpy(q, in + 2 * u, 2);
+					else memset(q, 0, 2);
 				}
 			}
 		}
@@ -188,12 +188,19 @@ static void pack_task(void *arg, int ith, int nth) {
 		int64_t t0 = a - mat * j->tiles, t1 = b - mat * j->tiles;
 		t0 = t0 < 0 ? 0 : t0;
 		t1 = t1 > j->tiles ? j->tiles : t1;
+		if (t0 >= t1) continue;
 		const uint8_t *src = j->src + (size_t)mat * j->m->row_bytes * (size_t)j->m->rows;
-		if (t0 < t1 && j->m->compact) compact_tiles(j->m, src, j->dst + (size_t)mat * j->m->mat_bytes, t0, t1);
-		else if (t0 < t1)
-			j->m->ks->pack(j->m->type, src, j->m->row_bytes, j->m->rows, j->m->k, j->dst + (size_t)mat * j->m->mat_bytes,
-				       t0, t1);
+		uint8_t *dst = j->dst + (size_t)mat * j->m->mat_bytes;
+		if (j->m->compact) compact_tiles(j->m, src, dst, t0, t1);
+		else j->m->ks->pack(j->m->type, src, j->m->row_bytes, j->m->rows, j->m->k, dst, t0, t1);
 	}
+}
+
+// Fills m's copy at dst from src, tiles split across pool's threads.
+static void pack_run(const tensor_mat *m, const void *src, void *dst, base_pool *pool) {
+	pack_job j = {m, src, dst, (m->rows + m->ks->tile - 1) / m->ks->tile};
+	if (pool && j.tiles * m->n_mat > 1) base_pool_run(pool, pack_task, &j);
+	else pack_task(&j, 0, 1);
 }
 
 void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
@@ -206,9 +213,7 @@ void tensor_mat_init(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int
 	m->mat_bytes = ks->pack_bytes(type, rows, k);
 	m->data = dst;
 	m->packed = true;
-	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
-	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
-	else pack_task(&j, 0, 1);
+	pack_run(m, src, dst, pool);
 }
 
 void tensor_mat_init_compact(tensor_mat *m, const tensor_kernels *ks, uint32_t type, int64_t rows, int64_t k,
@@ -217,9 +222,7 @@ void tensor_mat_init_compact(tensor_mat *m, const tensor_kernels *ks, uint32_t t
 			  .row_bytes = tensor_row_bytes(type, k), .packed = true, .compact = true};
 	LANES_ASSERT(tensor_compact_bytes(ks, type, rows, k, n_mat));
 	m->mat_bytes = tensor_compact_bytes(ks, type, rows, k, 1);
-	pack_job j = {m, src, dst, (rows + ks->tile - 1) / ks->tile};
-	if (pool && j.tiles * n_mat > 1) base_pool_run(pool, pack_task, &j);
-	else pack_task(&j, 0, 1);
+	pack_run(m, src, dst, pool);
 }
 
 // ---- the matmul driver ---------------------------------------------------------------------

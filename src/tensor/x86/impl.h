@@ -452,10 +452,10 @@ AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, in
 }
 
 // ---- grid types held compact ----------------------------------------------------------------
-// A compact tile block (tensor_compact_bytes): 2-byte unit u of row r at (16 u + r) 2, so the
+// A compact tile block (tensor_compact_bytes): 2-byte unit u of row r at (KERN_TILE u + r) 2, so the
 // units of half h's rows at one offset are one load. Lane l: the little-endian u16 at byte o
 // (even) of row VL h + l's block, its u32 at o, and its byte at o.
-AI vi cu16(const uint8_t *bb, int o, int h) { return v_ldu16(bb + 16 * o + 2 * VL * h); }
+AI vi cu16(const uint8_t *bb, int o, int h) { return v_ldu16(bb + KERN_TILE * o + 2 * VL * h); }
 AI vi cu32(const uint8_t *bb, int o, int h) { return v_or(cu16(bb, o, h), v_slli32(cu16(bb, o + 2, h), 16)); }
 AI vi cu8(const uint8_t *bb, int o, int h) { return v_and(o % 2 ? v_srli32(cu16(bb, o - 1, h), 8) : cu16(bb, o, h), v_set1_32(0xff)); }
 
