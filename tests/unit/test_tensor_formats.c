@@ -3,6 +3,7 @@
 #include "base/base.h"
 #include "gguf/gguf.h"
 #include "tensor/kern.h"
+#include "tensor/ref/quants.h"
 #include "tensor/tensor.h"
 #include "t.h"
 
@@ -828,6 +829,46 @@ static void test_importance(void) {
 	free(x), free(y), free(q);
 }
 
+// ---- the grid quantizers' search: every instruction set's build finds the same points ----------
+static void test_search_builds(void) {
+	static const uint32_t grid_types[] = {GGUF_T_IQ3_XXS, GGUF_T_IQ3_S, GGUF_T_IQ2_XXS, GGUF_T_IQ2_XS,
+					      GGUF_T_IQ2_S,   GGUF_T_IQ1_S, GGUF_T_IQ1_M};
+	enum { COLS = 512, ROWS = 2 };
+	const char *sets[8];
+	const int nsets = tensor_kernels_available(sets, 8);
+	const char *best = tensor_kernels_name(tensor_kernels_default());
+	float *x = malloc(COLS * ROWS * 4), imp[COLS];
+	uint8_t *q[8];
+	uint64_t s = 7;
+	for (int i = 0; i < COLS * ROWS; i++) x[i] = (float)(gauss(&s) * 0.02);
+	for (int c = 0; c < COLS; c++) imp[c] = c % 5 == 1 ? 20.0f : 0.5f;
+	int builds = 0;
+	for (size_t t = 0; t < sizeof grid_types / sizeof grid_types[0]; t++) {
+		const tensor_traits *tt = tensor_traits_of(grid_types[t]);
+		const size_t rb = tensor_row_bytes(grid_types[t], COLS);
+		for (int k = 0; k < nsets; k++) {
+			q[k] = malloc(2 * ROWS * rb);
+			CHECK(tensor_kernels_select(sets[k]) == LANES_OK);
+			const char *b = iq_search_build(), *want = "portable";
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+			if (!strcmp(sets[k], "avx512") || !strcmp(sets[k], "avx2")) want = sets[k];
+#endif
+			CHECKF(!strcmp(b, want), "set %s runs the %s search, not the %s one", sets[k], b, want);
+			builds += t == 0 && strcmp(b, "portable");
+			for (int r = 0; r < ROWS; r++) {
+				tt->from_f32(x + r * COLS, q[k] + r * rb, COLS);
+				tt->from_f32_imp(x + r * COLS, q[k] + (ROWS + r) * rb, COLS, imp);
+			}
+			CHECKF(k == 0 || !memcmp(q[0], q[k], 2 * ROWS * rb), "%s: the %s search's bytes differ from the %s one's",
+			       tt->name, sets[k], sets[0]);
+		}
+		for (int k = 0; k < nsets; k++) free(q[k]);
+	}
+	printf("grid search: %d kernel sets, %d with their own build of the search\n", nsets, builds);
+	CHECK(tensor_kernels_select(best) == LANES_OK);
+	free(x);
+}
+
 int main(void) {
 	test_sizes();
 	test_iq4();
@@ -843,5 +884,6 @@ int main(void) {
 	test_golden();
 	test_quantize_matches_llamacpp();
 	test_importance();
+	test_search_builds();
 	T_DONE("tensor_formats");
 }

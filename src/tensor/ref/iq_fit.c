@@ -25,17 +25,18 @@ typedef float vpf __attribute__((vector_size(4 * IQ_PW)));
 typedef int32_t vpi __attribute__((vector_size(4 * IQ_PW)));
 
 // Every lane's arithmetic is fixed (no contraction, the same operations in any vector width), so
-// each clone finds the same point: the one the machine runs is only a matter of speed.
+// each instruction set's build of the search finds the same point; the one that runs follows
+// the kernel set in use, so a test can run each and compare.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define IQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define IQ_CLONES
+#define IQ_ISAS 1
+#define IQ_AVX512 __attribute__((target("avx512f")))
+#define IQ_AVX2 __attribute__((target("avx2")))
 #endif
 
 // Each lane keeps its least error and the first step that reached it; the least over lanes,
 // at the lowest index on ties, is then the first point a scan in order would keep.
-#define NEAR_G(NAME, G)                                                                                           \
-	IQ_CLONES static int NAME(const float *pts, int n, const float *t, const float *wt, float s, float *err) {   \
+#define NEAR_G(NAME, G, ATTR)                                                                                     \
+	ATTR static int NAME(const float *pts, int n, const float *t, const float *wt, float s, float *err) {   \
 		const vpf sv = s - (vpf){0};                                                                      \
 		vpf tv[G], wv[G], m = INFINITY - (vpf){0};                                                        \
 		vpi at = {0};                                                                                     \
@@ -62,8 +63,34 @@ typedef int32_t vpi __attribute__((vector_size(4 * IQ_PW)));
 		*err = be;                                                                                        \
 		return best;                                                                                      \
 	}
-NEAR_G(near_4, 4)
-NEAR_G(near_8, 8)
+NEAR_G(near_4, 4, )
+NEAR_G(near_8, 8, )
+#if IQ_ISAS
+NEAR_G(near_4_avx2, 4, IQ_AVX2)
+NEAR_G(near_8_avx2, 8, IQ_AVX2)
+NEAR_G(near_4_avx512, 4, IQ_AVX512)
+NEAR_G(near_8_avx512, 8, IQ_AVX512)
+#endif
+
+typedef int near_fn(const float *pts, int n, const float *t, const float *wt, float s, float *err);
+
+const char *iq_search_build(void) {
+#if IQ_ISAS
+	const char *set = tensor_kernels_name(tensor_kernels_default());
+	if (!strcmp(set, "avx512") || !strcmp(set, "avx2")) return set;
+#endif
+	return "portable";
+}
+
+// The search for groups of g built for the kernel set in use (ref: the portable build).
+static near_fn *near_for(int g) {
+#if IQ_ISAS
+	const char *b = iq_search_build();
+	if (b[3] == '5') return g == 4 ? near_4_avx512 : near_8_avx512;
+	if (b[3] == '2') return g == 4 ? near_4_avx2 : near_8_avx2;
+#endif
+	return g == 4 ? near_4 : near_8;
+}
 
 static const float ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
 
@@ -71,7 +98,7 @@ int iq_nearest(const iq_grid *gr, const float *a, const float *wt, float s, floa
 	float t[8], e;
 	for (int j = 0; j < gr->g; j++) t[j] = a[j] - s * delta;
 	if (!wt) wt = ones8;
-	const int i = gr->g == 4 ? near_4(gr->pts, gr->n, t, wt, s, &e) : near_8(gr->pts, gr->n, t, wt, s, &e);
+	const int i = near_for(gr->g)(gr->pts, gr->n, t, wt, s, &e);
 	if (err) *err = e;
 	return i;
 }

@@ -68,6 +68,8 @@ void iq_expand(iq_grid *gr, float *pts);
 // The point nearest the g targets a at scale s (g = 4 or 8): the least sum over j in order of
 // wt_j ((a_j - s delta) - s p_j)^2 (the first on ties); that error in *err (may be NULL).
 int iq_nearest(const iq_grid *gr, const float *a, const float *wt, float s, float delta, float *err);
+// The build of that search the kernel set in use runs: "avx512", "avx2" or "portable".
+const char *iq_search_build(void);
 // ng groups of g targets at scale s (group k offset by delta[k]; NULL: none): each group's
 // nearest point into idx (may be NULL); returns the squared error, and for those points the
 // least-squares scale in *lsq and how much it lowers the error below sum a^2 in *gain (either
