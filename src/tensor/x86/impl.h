@@ -214,6 +214,28 @@ AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R
 	}
 	keep8(w);
 }
+// Width q8, KX_IQ_GROUP rows at a time: R rows' activation block xb against a block of codes w
+// stored with offset off whose halves of 16 are scaled by Da and Db, the operations of the row
+// path (iq_rows, rows_q63_K): acc += d_x * (Da (w . x)_a + Db (w . x)_b). Taken from
+// HALVES_FROM rows a pass: with fewer, the row path was as fast.
+#define HALVES_FROM 8
+AI void halves_group(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, int off, vf *acc) {
+	UNROLL for (int i0 = 0; i0 < R; i0 += KX_IQ_GROUP) {
+		const uint8_t *gb = group_base(xa, xs, i0, xb);
+		vi c[2][KX_IQ_GROUP];
+		UNROLL for (int j = 0; j < KX_IQ_GROUP; j++) UNROLL for (int p = 0; p < 2; p++) {
+			const kern_q8 *x = group_row(gb, xs, j);
+			c[p][j] = v_set1_32(off == 32 ? x->n32[p] : -off * x->s16[p]);
+		}
+		UNROLL for (int g = 0; g < 4; g++) UNROLL for (int j = 0; j < KX_IQ_GROUP; j++) UNROLL for (int p = 0; p < 2; p++)
+			c[p][j] = v_dpb(c[p][j], w[4 * p + g], group_row(gb, xs, j)->qh + 16 * p + 4 * g);
+		UNROLL for (int j = 0; j < KX_IQ_GROUP; j++) {
+			const vf t = v_fma(v_cvt(c[0][j]), Da, v_mul(v_cvt(c[1][j]), Db));
+			acc[i0 + j] = v_fma(t, v_set1f(group_row(gb, xs, j)->d), acc[i0 + j]);
+		}
+	}
+	keep8(w);
+}
 #endif
 
 // Legacy 32-blocks: w = d * (u - off) (off > 0), or d * u + m (affine).
@@ -327,6 +349,12 @@ AI void rows_q45_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			if (five) add_hb1(blk + j * sbytes + 256, h, 4, w);
 			const vf D = v_mul(D0, v_cvt(v_ldu8(sc + 16 * j + VL * h)));
 			const vf M = v_mul(M0, v_cvt(v_ldu8(sc + 128 + 16 * j + VL * h)));
+#if KX_GROUP
+			if (one && R >= KX_GROUP) { // acc - M ds_x is acc + (-M) ds_x, one rounding either way
+				rows_group(w, xa, xs, 8 * b + j, R, 0, D, true, v_mul(M, v_set1f(-1.0f)), false, acc);
+				continue;
+			}
+#endif
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi s = dot_row(w, x, 2, five ? 5 : 4, v_zero_chain(), NCH(R), one);
@@ -359,6 +387,12 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			}
 			const vf Da = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + VL * h)));
 			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
+#if KX_GROUP
+			if (one && R >= HALVES_FROM) {
+				halves_group(w, Da, Db, xa, xs, 8 * b + j, R, off, acc);
+				continue;
+			}
+#endif
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi sa = dot_row(w, x, 0, six ? 6 : 3, v_set1_32(six ? x->n32[0] : -off * x->s16[0]), 2, one);
@@ -416,9 +450,27 @@ AI vi dot_signed_half(const vi w[8], const kern_q8 *x, int part, bool one) {
 #endif
 }
 
+// Grid types whose two halves of a sub-block always share one scale: their sub-blocks are
+// dotted whole, as IQ4_XS's, one integer sum and one scale a block rather than two.
+AI bool iq_shared_scale(uint32_t type) {
+	return type == GGUF_T_IQ2_XXS || type == GGUF_T_IQ3_XXS || type == GGUF_T_IQ3_S || type == GGUF_T_IQ1_S;
+}
+
 // R rows' activation block xb against a grid sub-block's values w (both halves of 16 scaled
-// by Da, Db): the arithmetic packed and compact grid tiles share, so their bits are one.
-AI void iq_rows(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, vf *acc, bool one) {
+// by Da, Db; Da alone with shared): the arithmetic packed and compact grid tiles share, so
+// their bits are one.
+AI void iq_rows(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, vf *acc, bool shared,
+		bool one) {
+	if (shared) {
+		rows_signed(w, xa, xs, xb, R, Da, acc, false, one);
+		return;
+	}
+#if KX_GROUP && KX_Q8_UNSIGNED
+	if (one && R >= HALVES_FROM) {
+		halves_group(w, Da, Db, xa, xs, xb, R, 128, acc);
+		return;
+	}
+#endif
 	ROWS {
 		const kern_q8 *x = xrow(xa, xs, i, xb, one);
 		const vi sa = dot_signed_half(w, x, 0, one), sb = dot_signed_half(w, x, 1, one);
@@ -431,9 +483,11 @@ AI void iq_rows(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64
 // Grid types (IQ3, IQ2, IQ1): 4-bit indices looked up in the type's 16 values (biased by 128 where
 // the dot products want unsigned codes), sub-blocks of 16 with unsigned scales;
 // w = d * mul * sc * v(u) (mul a power of two, so d * mul is exact).
-AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc,
-		const kern_iq_codebook *cb, bool one) {
+AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, int h, int R, vf *acc, uint32_t type,
+		bool one) {
 	const size_t bbytes = 8 * 256 + 256 + 32;
+	const kern_iq_codebook *cb = kern_iq_codebook_of(type);
+	const bool shared = iq_shared_scale(type);
 	const vi lut = v_xor(v_lut16(cb->v), v_set1_8(KX_Q8_UNSIGNED ? (char)0x80 : 0));
 	ROWS acc[i] = v_zerof();
 	for (int64_t b = 0; b < nsb; b++) {
@@ -445,8 +499,8 @@ AI void rows_iq(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, in
 			unpack4(blk + 256 * j, h, w);
 			UNROLL for (int g = 0; g < 8; g++) w[g] = v_shuf8(lut, w[g]);
 			const vf Da = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + VL * h)));
-			const vf Db = v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + 16 + VL * h)));
-			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, one);
+			const vf Db = shared ? Da : v_mul(D0, v_cvt(v_ldu8(sc + 32 * j + 16 + VL * h)));
+			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, shared, one);
 		}
 	}
 }
@@ -625,7 +679,7 @@ AI void rows_iq_in(const uint8_t *tw, size_t bs, uint32_t type, int64_t nsb, con
 			iq_in_values(type, bb, h, j, lut, w, sc);
 			const vf Da = v_mul(D0, v_cvt(sc[0]));
 			const vf Db = v_mul(D0, v_cvt(sc[1]));
-			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, one);
+			iq_rows(w, Da, Db, xa, xs, 8 * b + j, R, acc, iq_shared_scale(type), one);
 		}
 	}
 }
@@ -713,10 +767,12 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 #define CALL_Q6_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, true, ONE)
 #define CALL_Q3_K(R, ONE) rows_q63_K(tw, nb, xr, xs, h, R, acc, false, ONE)
 #define CALL_Q2_K(R, ONE) rows_q2_K(tw, nb, xr, xs, h, R, acc, ONE)
-#define CALL_IQ3_XXS(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_XXS), ONE)
-#define CALL_IQ3_S(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ3_S), ONE)
-#define CALL_IQ2(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ2_XXS), ONE)
-#define CALL_IQ1(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, kern_iq_codebook_of(GGUF_T_IQ1_S), ONE)
+#define CALL_IQ3_XXS(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ3_XXS, ONE)
+#define CALL_IQ3_S(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ3_S, ONE)
+#define CALL_IQ2_XXS(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ2_XXS, ONE)
+#define CALL_IQ2(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ2_XS, ONE) // and IQ2_S: their codebook, a scale per 16
+#define CALL_IQ1_S(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ1_S, ONE)
+#define CALL_IQ1_M(R, ONE) rows_iq(tw, nb, xr, xs, h, R, acc, GGUF_T_IQ1_M, ONE)
 #define CALL_F32(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F32)
 #define CALL_F16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_F16)
 #define CALL_BF16(R, ONE) rows_float(tw, nb, xr, xs, h, R, acc, GGUF_T_BF16)
@@ -728,7 +784,8 @@ AI void put_out(float *yr, int64_t o, int64_t o1, vf a, bool add) {
 	X(q4_K, 256, 8 * 256 + 320, CALL_Q4_K) X(q5_K, 256, 8 * 320 + 320, CALL_Q5_K) X(q6_K, 256, 8 * 384 + 288, CALL_Q6_K) \
 	X(iq4_nl, 32, 288, CALL_IQ4_NL) X(iq4_xs, 256, 8 * 256 + 160, CALL_IQ4_XS) X(mxfp4, 32, 320, CALL_MXFP4)              \
 	X(iq3_xxs, 256, 8 * 256 + 288, CALL_IQ3_XXS) X(iq3_s, 256, 8 * 256 + 288, CALL_IQ3_S)                          \
-	X(iq2, 256, 8 * 256 + 288, CALL_IQ2) X(iq1, 256, 8 * 256 + 288, CALL_IQ1)
+	X(iq2_xxs, 256, 8 * 256 + 288, CALL_IQ2_XXS) X(iq2, 256, 8 * 256 + 288, CALL_IQ2)                              \
+	X(iq1_s, 256, 8 * 256 + 288, CALL_IQ1_S) X(iq1_m, 256, 8 * 256 + 288, CALL_IQ1_M)
 #define MM_BOTH(T, BE, BB, CALL) MM_DRIVER(mm_##T, BE, BB, CALL, false) MM_DRIVER(mm8_##T, BE, BB, CALL, true)
 MM_TYPES(MM_BOTH)
 MM_DRIVER(mm_f32, 1, 64, CALL_F32, false)
@@ -743,8 +800,8 @@ typedef void (*mm_fn)(const tensor_mat *, const void *, const void *, size_t, in
 	[GGUF_T_Q2_K] = P##q2_K, [GGUF_T_Q3_K] = P##q3_K, [GGUF_T_Q4_K] = P##q4_K, [GGUF_T_Q5_K] = P##q5_K,            \
 	[GGUF_T_Q6_K] = P##q6_K, [GGUF_T_IQ4_NL] = P##iq4_nl, [GGUF_T_IQ4_XS] = P##iq4_xs, [GGUF_T_MXFP4] = P##mxfp4,         \
 	[GGUF_T_TQ1_0] = P##q2_K, [GGUF_T_TQ2_0] = P##q2_K, [GGUF_T_IQ3_XXS] = P##iq3_xxs, [GGUF_T_IQ3_S] = P##iq3_s,      \
-	[GGUF_T_IQ2_XXS] = P##iq2, [GGUF_T_IQ2_XS] = P##iq2, [GGUF_T_IQ2_S] = P##iq2, [GGUF_T_IQ1_S] = P##iq1,        \
-	[GGUF_T_IQ1_M] = P##iq1
+	[GGUF_T_IQ2_XXS] = P##iq2_xxs, [GGUF_T_IQ2_XS] = P##iq2, [GGUF_T_IQ2_S] = P##iq2, [GGUF_T_IQ1_S] = P##iq1_s,  \
+	[GGUF_T_IQ1_M] = P##iq1_m
 static const mm_fn mm_table[GGUF_T_COUNT] = {MM_ENTRIES(mm_)};
 static const mm_fn mm8_table[GGUF_T_COUNT] = {MM_ENTRIES(mm8_)};
 

@@ -15,6 +15,7 @@ typedef __m512d vd;
 #define KX_Q8_UNSIGNED 1
 #define KX_DP16 0
 #define KX_GROUP 4
+#define KX_IQ_GROUP 2
 #define KX_ATT_ACC 16
 // Heads of 8, 24, 40... values (not a multiple of 16) go to the AVX2 set's attention and f16s encoder.
 #define KX_NARROW tensor_kernels_avx2
