@@ -216,10 +216,12 @@ AI void rows_group(const vi w[8], const uint8_t *xa, size_t xs, int64_t b, int R
 }
 // Width q8, KX_IQ_GROUP rows at a time: R rows' activation block xb against a block of codes w
 // stored with offset off whose halves of 16 are scaled by Da and Db, the operations of the row
-// path (iq_rows, rows_q63_K): acc += d_x * (Da (w . x)_a + Db (w . x)_b). Taken from
-// HALVES_FROM rows a pass: with fewer, the row path was as fast.
+// path (iq_rows, rows_q63_K, rows_q2_K): acc += d_x * (Da (w . x)_a + Db (w . x)_b), and with
+// mins - d_x * (Ma s16_a + Mb s16_b). Taken from HALVES_FROM rows a pass: with fewer, the row
+// path was as fast.
 #define HALVES_FROM 8
-AI void halves_group(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, int off, vf *acc) {
+AI void halves_group(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64_t xb, int R, int off, bool mins,
+		     vf Ma, vf Mb, vf *acc) {
 	UNROLL for (int i0 = 0; i0 < R; i0 += KX_IQ_GROUP) {
 		const uint8_t *gb = group_base(xa, xs, i0, xb);
 		vi c[2][KX_IQ_GROUP];
@@ -230,8 +232,13 @@ AI void halves_group(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, 
 		UNROLL for (int g = 0; g < 4; g++) UNROLL for (int j = 0; j < KX_IQ_GROUP; j++) UNROLL for (int p = 0; p < 2; p++)
 			c[p][j] = v_dpb(c[p][j], w[4 * p + g], group_row(gb, xs, j)->qh + 16 * p + 4 * g);
 		UNROLL for (int j = 0; j < KX_IQ_GROUP; j++) {
+			const kern_q8 *x = group_row(gb, xs, j);
 			const vf t = v_fma(v_cvt(c[0][j]), Da, v_mul(v_cvt(c[1][j]), Db));
-			acc[i0 + j] = v_fma(t, v_set1f(group_row(gb, xs, j)->d), acc[i0 + j]);
+			acc[i0 + j] = v_fma(t, v_set1f(x->d), acc[i0 + j]);
+			if (mins) {
+				const vf m = v_fma(Ma, v_set1f((float)x->s16[0]), v_mul(Mb, v_set1f((float)x->s16[1])));
+				acc[i0 + j] = v_fnma(m, v_set1f(x->d), acc[i0 + j]);
+			}
 		}
 	}
 	keep8(w);
@@ -389,7 +396,7 @@ AI void rows_q63_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs,
 			const vf Db = v_mul(D0, v_cvt(v_ldi8(sc + 32 * j + 16 + VL * h)));
 #if KX_GROUP
 			if (one && R >= HALVES_FROM) {
-				halves_group(w, Da, Db, xa, xs, 8 * b + j, R, off, acc);
+				halves_group(w, Da, Db, xa, xs, 8 * b + j, R, off, false, Da, Db, acc);
 				continue;
 			}
 #endif
@@ -420,6 +427,12 @@ AI void rows_q2_K(const uint8_t *tw, int64_t nsb, const uint8_t *xa, size_t xs, 
 			const vi m15 = v_set1_32(15);
 			const vf Da = v_mul(D0, v_cvt(v_and(ca, m15))), Db = v_mul(D0, v_cvt(v_and(cb, m15)));
 			const vf Ma = v_mul(M0, v_cvt(v_srli32(ca, 4))), Mb = v_mul(M0, v_cvt(v_srli32(cb, 4)));
+#if KX_GROUP
+			if (one && R >= HALVES_FROM) {
+				halves_group(w, Da, Db, xa, xs, 8 * b + j, R, 0, true, Ma, Mb, acc);
+				continue;
+			}
+#endif
 			ROWS {
 				const kern_q8 *x = xrow(xa, xs, i, 8 * b + j, one);
 				const vi sa = dot_row(w, x, 0, 2, v_zero_chain(), 2, one);
@@ -467,7 +480,7 @@ AI void iq_rows(const vi w[8], vf Da, vf Db, const uint8_t *xa, size_t xs, int64
 	}
 #if KX_GROUP && KX_Q8_UNSIGNED
 	if (one && R >= HALVES_FROM) {
-		halves_group(w, Da, Db, xa, xs, xb, R, 128, acc);
+		halves_group(w, Da, Db, xa, xs, xb, R, 128, false, Da, Db, acc);
 		return;
 	}
 #endif
