@@ -74,22 +74,29 @@ NEAR_G(near_8_avx512, 8, IQ_AVX512)
 
 typedef int near_fn(const float *pts, int n, const float *t, const float *wt, float s, float *err);
 
-const char *iq_search_build(void) {
+enum search_build { BUILD_PORTABLE, BUILD_AVX2, BUILD_AVX512 };
+static const char *const build_names[] = {"portable", "avx2", "avx512"};
+
+static enum search_build search_build(void) {
 #if IQ_ISAS
 	const char *set = tensor_kernels_name(tensor_kernels_default());
-	if (!strcmp(set, "avx512") || !strcmp(set, "avx2")) return set;
+	if (!strcmp(set, "avx512")) return BUILD_AVX512;
+	if (!strcmp(set, "avx2")) return BUILD_AVX2;
 #endif
-	return "portable";
+	return BUILD_PORTABLE;
 }
+
+const char *iq_search_build(void) { return build_names[search_build()]; }
 
 // The search for groups of g built for the kernel set in use (ref: the portable build).
 static near_fn *near_for(int g) {
+	switch (search_build()) {
 #if IQ_ISAS
-	const char *b = iq_search_build();
-	if (b[3] == '5') return g == 4 ? near_4_avx512 : near_8_avx512;
-	if (b[3] == '2') return g == 4 ? near_4_avx2 : near_8_avx2;
+	case BUILD_AVX512: return g == 4 ? near_4_avx512 : near_8_avx512;
+	case BUILD_AVX2: return g == 4 ? near_4_avx2 : near_8_avx2;
 #endif
-	return g == 4 ? near_4 : near_8;
+	default: return g == 4 ? near_4 : near_8;
+	}
 }
 
 static const float ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
